@@ -1,0 +1,55 @@
+"""Write directory-shaped stores (Zarr groups) so that they exist wholly or not at all.
+
+A store is built under a hidden temporary name beside its final path and renamed into place
+only when complete, so a crash or ``kill -9`` never leaves a partial ``<run>.zarr``; leftovers of
+killed writers are hidden names that readers never list and that ``remove_stale_temporaries``
+clears on the next run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+_TMP_MARK = ".tmp-"
+
+
+@contextmanager
+def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary directory path; on success move it to ``final``, replacing any old one.
+
+    On an exception the temporary directory is removed and ``final`` is left as it was.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        yield tmp
+        if final.exists():
+            old = final.parent / f".{final.name}{_TMP_MARK}old-{uuid.uuid4().hex[:8]}"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def remove_stale_temporaries(parent: str | os.PathLike) -> list[Path]:
+    """Delete temporaries left in ``parent`` by writers that were killed; return what was removed.
+
+    Call it only when no other writer is active in ``parent`` (before a batch job starts).
+    """
+    parent = Path(parent)
+    if not parent.is_dir():
+        return []
+    stale = [p for p in parent.iterdir() if p.name.startswith(".") and _TMP_MARK in p.name]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    return stale
