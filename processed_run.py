@@ -1,0 +1,222 @@
+"""The processed-run layout: one Zarr v3 group per DrivAerML run, written whole or not at all.
+
+``<processed_dir>/run_<i>.zarr`` holds float32 arrays (the physicsnemo-curator DoMINO layout):
+
+    stl_coordinates (Np, 3)     stl_faces (3*Ntri,) int32    stl_centers (Ntri, 3)   stl_areas (Ntri,)
+    surface_mesh_centers (Ns, 3)  surface_normals (Ns, 3)  surface_areas (Ns,)  surface_fields (Ns, Fs)
+    volume_mesh_centers (Nv, 3)   volume_fields (Nv, Fv)     (volume rows in a random permutation)
+    global_params_values (P,)     global_params_reference (P,)
+
+Arrays are chunked in about 1 MiB row blocks (sharded when large) and compressed with Blosc zstd
+level 5 and byte shuffle. Group attributes: format, format_version, filename, stream_velocity,
+air_density, reference_length, counts, bounds, field column names and the source files.
+
+    from processed_run import list_runs, load_processed_run
+    for path in list_runs("outputs/demo/processed"):
+        run = load_processed_run(path, ["surface_mesh_centers", "surface_fields"])
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+from zarr.codecs import BloscCodec
+
+from atomic_store import atomic_directory
+
+FORMAT = "drivaerml-processed"
+FORMAT_VERSION = 1
+CHUNK_BYTES = 1 << 20
+CHUNKS_PER_SHARD = 64
+
+# Array name -> symbolic shape; a string is a length shared across arrays, an int is fixed, None
+# is any width (field columns). stl_faces is handled apart: its length is 3 * stl_triangles.
+ARRAY_SHAPES: dict[str, tuple[str | int | None, ...]] = {
+    "stl_coordinates": ("stl_points", 3),
+    "stl_faces": ("stl_face_indices",),
+    "stl_centers": ("stl_triangles", 3),
+    "stl_areas": ("stl_triangles",),
+    "surface_mesh_centers": ("surface_cells", 3),
+    "surface_normals": ("surface_cells", 3),
+    "surface_areas": ("surface_cells",),
+    "surface_fields": ("surface_cells", "surface_columns"),
+    "volume_mesh_centers": ("volume_points", 3),
+    "volume_fields": ("volume_points", "volume_columns"),
+    "global_params_values": ("global_params",),
+    "global_params_reference": ("global_params",),
+}
+ARRAY_NAMES: tuple[str, ...] = tuple(ARRAY_SHAPES)
+
+
+class ProcessedRunError(ValueError):
+    """A processed run that is missing an array or holds one of the wrong shape or values."""
+
+
+def _codec() -> BloscCodec:
+    return BloscCodec(cname="zstd", clevel=5, shuffle="shuffle")
+
+
+def _chunking(shape: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """Row chunks of about CHUNK_BYTES and, for arrays of many chunks, shards of several."""
+    row_bytes = itemsize * int(np.prod(shape[1:], dtype=np.int64))
+    rows = max(1, min(max(shape[0], 1), CHUNK_BYTES // max(row_bytes, 1)))
+    chunks = (rows, *shape[1:])
+    if shape[0] <= rows * CHUNKS_PER_SHARD:
+        return chunks, None
+    return chunks, (rows * CHUNKS_PER_SHARD, *shape[1:])
+
+
+def write_processed_run(
+    path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any]
+) -> Path:
+    """Validate ``arrays`` and write them with ``attrs`` as ``path`` atomically; return the path.
+
+    The group is built under a hidden temporary name and renamed into place when complete.
+    """
+    path = Path(path)
+    arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
+    validate_arrays(arrays, path, required=ARRAY_NAMES)
+    with atomic_directory(path) as tmp:
+        group = zarr.create_group(store=str(tmp), zarr_format=3)
+        group.attrs.update({"format": FORMAT, "format_version": FORMAT_VERSION, **attrs})
+        for name in ARRAY_NAMES:
+            data = arrays[name]
+            chunks, shards = _chunking(data.shape, data.dtype.itemsize)
+            target = group.create_array(
+                name, shape=data.shape, dtype=data.dtype, chunks=chunks, shards=shards,
+                compressors=_codec(),
+            )
+            target[...] = data
+    return path
+
+
+def _dtype_for(name: str) -> np.dtype:
+    return np.dtype(np.int32) if name == "stl_faces" else np.dtype(np.float32)
+
+
+def _check_shapes(shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:
+    """Each array has its rank and fixed widths, and shared lengths agree across arrays."""
+    sizes: dict[str, tuple[int, str]] = {}
+    for name, shape in shapes.items():
+        expected = ARRAY_SHAPES[name]
+        if len(shape) != len(expected):
+            raise ProcessedRunError(f"{path}: array {name} has shape {shape}, expected {expected}")
+        for size, want in zip(shape, expected):
+            if isinstance(want, int) and size != want:
+                raise ProcessedRunError(
+                    f"{path}: array {name} has shape {shape}, expected {expected}"
+                )
+            if isinstance(want, str):
+                seen = sizes.setdefault(want, (size, name))
+                if seen[0] != size:
+                    raise ProcessedRunError(
+                        f"{path}: array {name} has {want}={size} but {seen[1]} has {seen[0]}"
+                    )
+    if "stl_face_indices" in sizes:
+        n_indices, _ = sizes["stl_face_indices"]
+        n_triangles = sizes.get("stl_triangles", (n_indices // 3, ""))[0]
+        if n_indices != 3 * n_triangles:
+            raise ProcessedRunError(
+                f"{path}: array stl_faces has {n_indices} indices, expected 3 x {n_triangles}"
+            )
+
+
+def _check_values(name: str, data: np.ndarray, path: Path, n_points: int | None) -> np.ndarray:
+    """Finite values, integral in-range face indices, float32 or int32; return the array."""
+    if not np.all(np.isfinite(data)):
+        bad = int(np.size(data) - np.count_nonzero(np.isfinite(data)))
+        raise ProcessedRunError(f"{path}: array {name} has {bad} non-finite values (NaN or inf)")
+    if name != "stl_faces":
+        return data.astype(np.float32, copy=False)
+    faces = data.astype(np.int32)
+    if not np.array_equal(faces, data):
+        raise ProcessedRunError(f"{path}: array stl_faces holds non-integer indices")
+    if faces.size and (faces.min() < 0 or (n_points is not None and faces.max() >= n_points)):
+        raise ProcessedRunError(
+            f"{path}: array stl_faces indexes outside 0..{n_points} STL points"
+        )
+    return faces
+
+
+def validate_arrays(
+    arrays: Mapping[str, np.ndarray], path: str | os.PathLike, required: Sequence[str] = ()
+) -> dict[str, np.ndarray]:
+    """Check names, shapes, finiteness and face indices; return the arrays in their dtypes.
+
+    Raises ProcessedRunError (a ValueError) naming ``path`` and the array at fault.
+    """
+    path = Path(path)
+    unknown = sorted(set(arrays) - set(ARRAY_SHAPES))
+    if unknown:
+        raise ProcessedRunError(f"{path}: unknown arrays {unknown}; expected {list(ARRAY_NAMES)}")
+    missing = [name for name in required if name not in arrays]
+    if missing:
+        raise ProcessedRunError(f"{path}: missing arrays {missing}")
+    _check_shapes({name: tuple(value.shape) for name, value in arrays.items()}, path)
+    n_points = len(arrays["stl_coordinates"]) if "stl_coordinates" in arrays else None
+    return {name: _check_values(name, value, path, n_points) for name, value in arrays.items()}
+
+
+def open_processed_run(path: str | os.PathLike) -> zarr.Group:
+    """Open a processed run read-only, for partial reads of its arrays."""
+    path = Path(path)
+    if not (path / "zarr.json").is_file():
+        raise FileNotFoundError(f"{path}: no processed run (no zarr.json)")
+    group = zarr.open_group(store=str(path), mode="r")
+    if group.attrs.get("format") != FORMAT:
+        raise ProcessedRunError(f"{path}: not a {FORMAT} group (format={group.attrs.get('format')})")
+    if group.attrs.get("format_version") != FORMAT_VERSION:
+        raise ProcessedRunError(
+            f"{path}: format_version {group.attrs.get('format_version')}, "
+            f"this reader reads {FORMAT_VERSION}"
+        )
+    return group
+
+
+def load_processed_run(
+    path: str | os.PathLike, arrays: Sequence[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Read ``arrays`` (default: all) of a processed run, validated; stl_faces comes as int32.
+
+    Shapes are checked across every array in the group, values only for those read. Raises
+    FileNotFoundError for a missing run and ProcessedRunError (a ValueError) naming the file and
+    array for a missing array, a wrong shape or a non-finite value.
+    """
+    path = Path(path)
+    names = list(ARRAY_NAMES if arrays is None else arrays)
+    unknown = sorted(set(names) - set(ARRAY_SHAPES))
+    if unknown:
+        raise ValueError(f"unknown arrays {unknown}; choose from {list(ARRAY_NAMES)}")
+    group = open_processed_run(path)
+    present = {name: group[name] for name in ARRAY_NAMES if name in group}
+    missing = [name for name in names if name not in present]
+    if missing:
+        raise ProcessedRunError(f"{path}: missing arrays {missing}")
+    _check_shapes({name: tuple(array.shape) for name, array in present.items()}, path)
+    n_points = present["stl_coordinates"].shape[0] if "stl_coordinates" in present else None
+    return {name: _check_values(name, present[name][...], path, n_points) for name in names}
+
+
+def _natural_key(path: Path) -> list[int | str]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def list_runs(processed_dir: str | os.PathLike) -> list[Path]:
+    """Processed runs (``*.zarr`` groups) in ``processed_dir``, naturally sorted (run_2 < run_10).
+
+    Hidden names (temporaries of unfinished writers) are never listed.
+    """
+    processed_dir = Path(processed_dir)
+    if not processed_dir.is_dir():
+        raise FileNotFoundError(f"{processed_dir}: no such processed-data directory")
+    runs = [
+        p for p in processed_dir.iterdir()
+        if p.suffix == ".zarr" and not p.name.startswith(".") and p.is_dir()
+    ]
+    return sorted(runs, key=_natural_key)

@@ -1,0 +1,450 @@
+"""Synthetic DrivAerML runs: car-like bodies with smooth, plausible flow fields, in the real files.
+
+Each run folder holds what a DrivAerML run holds, with the real names, arrays and conventions:
+
+    run_<i>/drivaer_<i>.stl     watertight triangulated body, ASCII STL
+    run_<i>/boundary_<i>.vtp    a finer tessellation of the same body, mixed quads and triangles,
+                                cell data pMeanTrim, CpMeanTrim, pPrime2MeanTrim,
+                                wallShearStressMeanTrim (float32, kinematic)
+    run_<i>/volume_<i>.vtu      points filling the tunnel outside the body (VTK_VERTEX cells), with
+                                UMeanTrim, pMeanTrim, nutMeanTrim, CpMeanTrim, magUMeanNormTrim as
+                                point data and as cell data
+
+The body is a closed parametric surface: stations s in [0, 1] along x, each a superellipse cross
+section whose half width and height follow a nose / cabin / tail profile; both ends close in a
+single pole vertex. Length, width, height, ride height, nose and tail bluntness, cross-section
+squareness and the roof line vary per run. Fields are potential-flow-like: stagnation at the nose,
+suction over the roof, wall shear along the flow, and a wake deficit behind the car.
+
+    python synthetic_data.py --preset demo --runs 6 --seed 0 --out outputs/demo/raw
+    python synthetic_data.py --preset bench --runs 1 --out /tmp/bench --surface-cells 500000
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyvista as pv
+from tqdm import tqdm
+
+GROUND_Z = -0.318469  # DrivAerML ground plane, m
+STREAM_VELOCITY = 38.89  # DrivAerML free stream along +x, m/s
+VOLUME_BOX = ((-3.5, -2.25, GROUND_Z), (8.5, 2.25, 3.0))
+# Volume points keep this distance from the smooth body, so that none falls inside the faceted STL.
+WALL_MARGIN = 0.04
+
+PRESETS: dict[str, dict[str, int]] = {
+    "tiny": {"stl_triangles": 1_500, "surface_cells": 3_000, "volume_points": 8_000},
+    "demo": {"stl_triangles": 16_000, "surface_cells": 50_000, "volume_points": 200_000},
+    "bench": {"stl_triangles": 600_000, "surface_cells": 1_000_000, "volume_points": 2_000_000},
+}
+_SECTORS_PER_STATION = 0.8  # sectors around a cross section per station along the body
+_SPLIT_FRACTION = 0.2  # share of boundary quads split into two triangles
+_PROGRESS_MIN_POINTS = 500_000  # show progress bars from this volume size on
+
+
+@dataclass(frozen=True)
+class CarShape:
+    """Parameters of one car-like body; lengths in metres."""
+
+    x_nose: float
+    length: float
+    width: float
+    height: float
+    ride_height: float
+    nose_exponent: float  # longitudinal superellipse exponent at the front: larger is blunter
+    tail_exponent: float
+    section_exponent: float  # cross-section superellipse exponent: larger is boxier
+    hood_fraction: float  # hood height as a fraction of the roof height
+    windshield_s: float  # where the cabin starts, as a fraction of the length
+    rear_s: float  # where the cabin ends
+
+    @property
+    def x_tail(self) -> float:
+        return self.x_nose + self.length
+
+
+def random_shape(rng: np.random.Generator) -> CarShape:
+    """Draw a body that stays inside the default DrivAerML surface bounding box."""
+    return CarShape(
+        x_nose=float(rng.uniform(-1.05, -0.85)),
+        length=float(rng.uniform(4.2, 4.8)),
+        width=float(rng.uniform(1.7, 1.95)),
+        height=float(rng.uniform(1.25, 1.45)),
+        ride_height=float(rng.uniform(0.08, 0.16)),
+        nose_exponent=float(rng.uniform(2.0, 3.5)),
+        tail_exponent=float(rng.uniform(2.5, 5.0)),
+        section_exponent=float(rng.uniform(2.5, 4.5)),
+        hood_fraction=float(rng.uniform(0.45, 0.65)),
+        windshield_s=float(rng.uniform(0.25, 0.35)),
+        rear_s=float(rng.uniform(0.75, 0.88)),
+    )
+
+
+# ----------------------------------------------------------------------------- body geometry
+
+
+def _longitudinal(shape: CarShape, s: np.ndarray) -> np.ndarray:
+    """Superellipse envelope along the body: 0 at both poles, 1 in the middle."""
+    u = np.abs(2.0 * np.clip(s, 0.0, 1.0) - 1.0)
+    m = np.where(s < 0.5, shape.nose_exponent, shape.tail_exponent)
+    return np.clip(1.0 - u**m, 0.0, 1.0) ** (1.0 / m)
+
+
+def _roof_line(shape: CarShape, s: np.ndarray) -> np.ndarray:
+    """Fraction of the full height at station s: hood in front, cabin in the middle."""
+    rise = 1.0 / (1.0 + np.exp(-(s - shape.windshield_s) / 0.035))
+    fall = 1.0 / (1.0 + np.exp(-(shape.rear_s - s) / 0.05))
+    return shape.hood_fraction + (1.0 - shape.hood_fraction) * rise * fall
+
+
+def section(shape: CarShape, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Half width, centre height and half height of the cross section at stations s."""
+    f = _longitudinal(shape, s)
+    bottom = GROUND_Z + shape.ride_height + 0.15 * (1.0 - f)
+    top = bottom + shape.height * _roof_line(shape, s) * f
+    half_width = 0.5 * shape.width * f**0.7
+    return half_width, 0.5 * (top + bottom), 0.5 * (top - bottom)
+
+
+def body_points(shape: CarShape, s: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Points on the body at stations s and angles t (t = 0 is the +y side, pi/2 the roof)."""
+    half_width, centre, half_height = section(shape, s)
+    e = 2.0 / shape.section_exponent
+    c, sn = np.cos(t), np.sin(t)
+    y = half_width * np.sign(c) * np.abs(c) ** e
+    z = centre + half_height * np.sign(sn) * np.abs(sn) ** e
+    x = shape.x_nose + shape.length * s
+    return np.stack(np.broadcast_arrays(x, y, z), axis=-1).astype(np.float64)
+
+
+def inside_body(shape: CarShape, points: np.ndarray, margin: float = 0.0) -> np.ndarray:
+    """True for points inside the body inflated by ``margin`` metres (exact for the smooth body)."""
+    s = (points[:, 0] - shape.x_nose) / shape.length
+    half_width, centre, half_height = section(shape, s)
+    n = shape.section_exponent
+    dy = np.abs(points[:, 1]) / (half_width + margin)
+    dz = np.abs(points[:, 2] - centre) / (half_height + margin)
+    pad = margin / shape.length
+    return (s > -pad) & (s < 1.0 + pad) & (dy**n + dz**n < 1.0)
+
+
+def _stations(n_stations: int) -> np.ndarray:
+    """Station positions clustered towards the poles, where the body curves most."""
+    return 0.5 * (1.0 - np.cos(np.pi * np.arange(n_stations + 1) / n_stations))
+
+
+def _grid_size(n_cells: float) -> tuple[int, int]:
+    """Stations and sectors of a (u, v) grid with about ``n_cells`` quads."""
+    sectors = max(8, int(round(np.sqrt(n_cells * _SECTORS_PER_STATION))))
+    stations = max(4, int(round(n_cells / sectors)) + 1)
+    return stations, sectors
+
+
+def body_grid(shape: CarShape, n_stations: int, n_sectors: int) -> tuple[np.ndarray, np.ndarray]:
+    """Vertices of the (u, v) grid: nose pole, rings of ``n_sectors`` vertices, tail pole.
+
+    Returns the vertices (2 + (n_stations - 1) * n_sectors, 3) and the ring vertex ids
+    (n_stations - 1, n_sectors); vertex 0 is the nose pole and the last vertex the tail pole.
+    """
+    s = _stations(n_stations)
+    t = 2.0 * np.pi * np.arange(n_sectors) / n_sectors
+    rings = body_points(shape, s[1:-1, None], t[None, :]).reshape(-1, 3)
+    poles = body_points(shape, s[[0, -1]], np.zeros(2))
+    vertices = np.concatenate([poles[:1], rings, poles[1:]])
+    ring_ids = 1 + np.arange(rings.shape[0]).reshape(n_stations - 1, n_sectors)
+    return vertices, ring_ids
+
+
+def _grid_cells(ring_ids: np.ndarray, n_vertices: int) -> tuple[np.ndarray, np.ndarray]:
+    """Quads between neighbouring rings and triangle fans at both poles, wound outward."""
+    nxt = np.roll(ring_ids, -1, axis=1)
+    quads = np.stack([ring_ids[:-1], ring_ids[1:], nxt[1:], nxt[:-1]], axis=-1).reshape(-1, 4)
+    nose = np.stack([np.zeros_like(ring_ids[0]), ring_ids[0], nxt[0]], axis=-1)
+    tail = np.full_like(ring_ids[-1], n_vertices - 1)
+    tail = np.stack([tail, nxt[-1], ring_ids[-1]], axis=-1)
+    return quads, np.concatenate([nose, tail])
+
+
+def _split_quads(quads: np.ndarray) -> np.ndarray:
+    """Two triangles per quad, same winding."""
+    return np.concatenate([quads[:, [0, 1, 2]], quads[:, [0, 2, 3]]])
+
+
+def _orient_outward(vertices: np.ndarray, cells: list[np.ndarray]) -> list[np.ndarray]:
+    """Reverse every cell if the closed surface they form has negative signed volume."""
+    tris = np.concatenate([c[:, [0, 1, 2]] if c.shape[1] == 3 else _split_quads(c) for c in cells])
+    a, b, c = (vertices[tris[:, k]] for k in range(3))
+    volume = np.einsum("ij,ij->i", a, np.cross(b, c)).sum() / 6.0
+    return cells if volume > 0 else [cell[:, ::-1].copy() for cell in cells]
+
+
+def stl_mesh(shape: CarShape, n_triangles: int) -> tuple[np.ndarray, np.ndarray]:
+    """Watertight triangle mesh of the body: vertices (V, 3) and outward-wound faces (F, 3)."""
+    stations, sectors = _grid_size(n_triangles / 2)
+    vertices, ring_ids = body_grid(shape, stations, sectors)
+    quads, fans = _grid_cells(ring_ids, len(vertices))
+    quads, fans = _orient_outward(vertices, [quads, fans])
+    return vertices, np.concatenate([_split_quads(quads), fans]).astype(np.int64)
+
+
+def boundary_mesh(
+    shape: CarShape, n_cells: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The finer boundary surface: vertices, quads (Q, 4) and triangles (T, 3), wound outward.
+
+    A random share of the quads is split into triangles, so cells have mixed vertex counts.
+    """
+    stations, sectors = _grid_size(n_cells / (1.0 + _SPLIT_FRACTION))
+    vertices, ring_ids = body_grid(shape, stations, sectors)
+    quads, fans = _grid_cells(ring_ids, len(vertices))
+    quads, fans = _orient_outward(vertices, [quads, fans])
+    split = rng.random(len(quads)) < _SPLIT_FRACTION
+    triangles = np.concatenate([fans, _split_quads(quads[split])])
+    return vertices, quads[~split], triangles
+
+
+def polygon_geometry(vertices: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vertex-mean centres and unit normals (Newell's method) of same-size polygons (C, k)."""
+    p = vertices[cells]
+    area_vector = 0.5 * np.cross(p, np.roll(p, -1, axis=1)).sum(axis=1)
+    norm = np.linalg.norm(area_vector, axis=1, keepdims=True)
+    return p.mean(axis=1), area_vector / np.maximum(norm, 1e-30)
+
+
+# ----------------------------------------------------------------------------- flow fields
+
+
+def surface_fields(
+    shape: CarShape, centres: np.ndarray, normals: np.ndarray, u_inf: float = STREAM_VELOCITY
+) -> dict[str, np.ndarray]:
+    """Kinematic wall fields of the boundary cells, float32, keyed by their DrivAerML names."""
+    q = 0.5 * u_inf**2
+    nx, nz = normals[:, 0], normals[:, 2]
+    s = np.clip((centres[:, 0] - shape.x_nose) / shape.length, 0.0, 1.0)
+    front = np.where(nx < 0.0, nx**2, 0.0)  # stagnation towards the nose
+    base = np.where(nx > 0.0, 0.25 * nx**2, 0.0)  # partial recovery on the back
+    cp = front + base - 1.1 * (1.0 - nx**2)
+    cp -= 0.5 * np.maximum(nz, 0.0) * np.exp(-(((s - shape.windshield_s - 0.05) / 0.08) ** 2))
+    cp += 0.3 * np.maximum(-nz, 0.0) * (1.0 - nx**2)  # the ground slows the underbody flow
+    tangent = np.array([1.0, 0.0, 0.0]) - nx[:, None] * normals
+    cf = 0.004 * (1.0 + 1.5 * np.exp(-s / 0.1)) * (1.0 - 0.5 * s)
+    wall_shear = q * cf[:, None] * tangent
+    fluctuation = (0.03 * q * (1.0 + 4.0 * np.maximum(nx, 0.0) + 2.0 * np.exp(-s / 0.05))) ** 2
+    return {
+        "pMeanTrim": (q * cp).astype(np.float32),
+        "CpMeanTrim": cp.astype(np.float32),
+        "pPrime2MeanTrim": fluctuation.astype(np.float32),
+        "wallShearStressMeanTrim": wall_shear.astype(np.float32),
+    }
+
+
+def _doublet_velocity(shape: CarShape, points: np.ndarray) -> np.ndarray:
+    """Potential flow past the body (an ellipsoidal doublet with its ground image), per U."""
+    half = np.array([0.5 * shape.length, 0.5 * shape.width, 0.5 * shape.height])
+    centre_z = GROUND_Z + shape.ride_height + 0.5 * shape.height
+    centre = np.array([shape.x_nose + half[0], 0.0, centre_z])
+    velocity = np.zeros_like(points)
+    velocity[:, 0] = 1.0
+    for mirror in (1.0, -1.0):  # the image below the ground keeps the flow parallel to it
+        c = centre.copy()
+        c[2] = GROUND_Z + mirror * (centre_z - GROUND_Z)
+        r = (points - c) / half
+        dist = np.maximum(np.linalg.norm(r, axis=1, keepdims=True), 1.0)
+        r_hat = r / dist
+        velocity += 0.5 / dist**3 * (np.array([1.0, 0.0, 0.0]) - 3.0 * r_hat[:, :1] * r_hat)
+    return velocity
+
+
+def _wake(shape: CarShape, points: np.ndarray) -> np.ndarray:
+    """Velocity deficit behind the body, between 0 (free stream) and about 0.8."""
+    behind = points[:, 0] - shape.x_tail
+    grow = np.sqrt(np.maximum(behind, 0.0) + 0.5)
+    spread_y = 0.45 * shape.width * grow
+    spread_z = 0.45 * shape.height * grow
+    centre_z = GROUND_Z + shape.ride_height + 0.4 * shape.height
+    profile = np.exp(-((points[:, 1] / spread_y) ** 2) - ((points[:, 2] - centre_z) / spread_z) ** 2)
+    onset = 1.0 / (1.0 + np.exp(-(behind + 0.3) / 0.15))
+    return 0.8 * onset * profile / (1.0 + np.maximum(behind, 0.0) / shape.length)
+
+
+def volume_fields(
+    shape: CarShape, points: np.ndarray, u_inf: float = STREAM_VELOCITY
+) -> dict[str, np.ndarray]:
+    """Kinematic flow fields at volume points, float32, keyed by their DrivAerML names."""
+    velocity = _doublet_velocity(shape, points)
+    deficit = _wake(shape, points)
+    velocity[:, 0] *= 1.0 - deficit
+    speed = np.linalg.norm(velocity, axis=1)
+    cp = 1.0 - speed**2 - 0.6 * deficit  # Bernoulli, plus the low pressure of the wake
+    nut = 1e-5 + 2e-3 * deficit + 1e-4 * np.exp(-np.abs(points[:, 2] - GROUND_Z) / 0.05)
+    return {
+        "UMeanTrim": (u_inf * velocity).astype(np.float32),
+        "pMeanTrim": (0.5 * u_inf**2 * cp).astype(np.float32),
+        "nutMeanTrim": nut.astype(np.float32),
+        "CpMeanTrim": cp.astype(np.float32),
+        "magUMeanNormTrim": speed.astype(np.float32),
+    }
+
+
+# ----------------------------------------------------------------------------- volume points
+
+
+def _near_wall_points(shape: CarShape, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Points offset outward from random body points, denser close to the wall."""
+    s, t = rng.uniform(0.002, 0.998, n), rng.uniform(0.0, 2.0 * np.pi, n)
+    p = body_points(shape, s, t)
+    ds, dt = 1e-4, 1e-4
+    normal = np.cross(body_points(shape, s + ds, t) - p, body_points(shape, s, t + dt) - p)
+    normal /= np.maximum(np.linalg.norm(normal, axis=1, keepdims=True), 1e-30)
+    outward = np.sign(np.einsum("ij,ij->i", normal, p - p.mean(axis=0)))[:, None]
+    offset = WALL_MARGIN + rng.exponential(0.12, (n, 1))
+    return p + outward * normal * offset
+
+
+def volume_points(
+    shape: CarShape, n_points: int, rng: np.random.Generator, progress: bool = False
+) -> np.ndarray:
+    """``n_points`` points in the volume box above the ground, outside the body with a margin.
+
+    About a third are clustered near the wall, as in a CFD mesh; the rest fill the box uniformly.
+    """
+    low, high = np.array(VOLUME_BOX[0]), np.array(VOLUME_BOX[1])
+    kept: list[np.ndarray] = []
+    count = 0
+    with tqdm(total=n_points, desc="volume points", disable=not progress, leave=False) as bar:
+        while count < n_points:
+            batch = min(n_points - count, 1_000_000) + 64
+            near = _near_wall_points(shape, batch // 3, rng)
+            uniform = rng.uniform(low, high, (batch - len(near), 3))
+            cand = np.concatenate([near, uniform])
+            ok = ~inside_body(shape, cand, WALL_MARGIN) & np.all((cand >= low) & (cand <= high), 1)
+            cand = cand[ok][: n_points - count]
+            kept.append(cand)
+            count += len(cand)
+            bar.update(len(cand))
+    points = np.concatenate(kept)
+    return points[rng.permutation(len(points))]
+
+
+# ----------------------------------------------------------------------------- writers
+
+
+def write_ascii_stl(path: Path, vertices: np.ndarray, faces: np.ndarray, name: str) -> None:
+    """Write a single-solid ASCII STL with facet normals, in blocks to bound memory."""
+    facet = (
+        "facet normal {:e} {:e} {:e}\n outer loop\n"
+        "  vertex {:e} {:e} {:e}\n  vertex {:e} {:e} {:e}\n  vertex {:e} {:e} {:e}\n"
+        " endloop\nendfacet\n"
+    )
+    with open(path, "w", encoding="ascii") as out:
+        out.write(f"solid {name}\n")
+        for start in range(0, len(faces), 50_000):
+            tri = vertices[faces[start : start + 50_000]]
+            normal = np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+            normal /= np.maximum(np.linalg.norm(normal, axis=1, keepdims=True), 1e-30)
+            rows = np.concatenate([normal, tri.reshape(-1, 9)], axis=1)
+            out.write((facet * len(rows)).format(*rows.ravel().tolist()))
+        out.write(f"endsolid {name}\n")
+
+
+def _polydata(vertices: np.ndarray, quads: np.ndarray, triangles: np.ndarray) -> pv.PolyData:
+    """PolyData with quads first, then triangles (VTK cell arrays with mixed sizes)."""
+    quad_cells = np.column_stack([np.full(len(quads), 4), quads])
+    tri_cells = np.column_stack([np.full(len(triangles), 3), triangles])
+    flat = np.concatenate([quad_cells.ravel(), tri_cells.ravel()])
+    return pv.PolyData(vertices.astype(np.float32), faces=flat)
+
+
+def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Generator) -> int:
+    """Write the boundary VTP with its wall fields as cell data; return the number of cells."""
+    vertices, quads, triangles = boundary_mesh(shape, n_cells, rng)
+    mesh = _polydata(vertices, quads, triangles)
+    centres, normals = zip(*(polygon_geometry(vertices, c) for c in (quads, triangles)))
+    fields = surface_fields(shape, np.concatenate(centres), np.concatenate(normals))
+    for name, values in fields.items():
+        mesh.cell_data[name] = values
+    mesh.save(path)
+    return mesh.n_cells
+
+
+def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Generator) -> None:
+    """Write the volume VTU: one VTK_VERTEX cell per point, fields as point and cell data."""
+    points = volume_points(shape, n_points, rng, progress=n_points >= _PROGRESS_MIN_POINTS)
+    grid = pv.UnstructuredGrid({pv.CellType.VERTEX: np.arange(n_points).reshape(-1, 1)}, points)
+    for name, values in volume_fields(shape, points).items():
+        grid.point_data[name] = values
+        grid.cell_data[name] = values
+    grid.save(path)
+
+
+def generate_run(
+    run_dir: Path,
+    index: int,
+    seed: int,
+    stl_triangles: int,
+    surface_cells: int,
+    volume_points: int,
+) -> Path:
+    """Write one run folder ``run_<index>`` under ``run_dir``'s parent naming; return it."""
+    rng = np.random.default_rng([seed, index])
+    shape = random_shape(rng)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    vertices, faces = stl_mesh(shape, stl_triangles)
+    write_ascii_stl(run_dir / f"drivaer_{index}.stl", vertices, faces, f"drivaer_{index}")
+    write_boundary(run_dir / f"boundary_{index}.vtp", shape, surface_cells, rng)
+    write_volume(run_dir / f"volume_{index}.vtu", shape, volume_points, rng)
+    return run_dir
+
+
+def generate_runs(
+    out_dir: str | Path, n_runs: int, preset: str = "tiny", seed: int = 0, **overrides: int
+) -> list[Path]:
+    """Write ``run_1`` ... ``run_<n_runs>`` under ``out_dir``; return their folders.
+
+    ``overrides`` replace preset sizes: stl_triangles, surface_cells, volume_points. The same
+    (preset, seed, overrides) always writes the same files.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    unknown = set(overrides) - set(PRESETS[preset])
+    if unknown:
+        raise ValueError(f"unknown size overrides {sorted(unknown)}; use {sorted(PRESETS[preset])}")
+    sizes = {**PRESETS[preset], **{k: int(v) for k, v in overrides.items() if v is not None}}
+    out_dir = Path(out_dir)
+    runs = range(1, n_runs + 1)
+    show = n_runs > 1 and sizes["volume_points"] >= 100_000
+    return [
+        generate_run(out_dir / f"run_{i}", i, seed, **sizes)
+        for i in tqdm(runs, desc="synthetic runs", disable=not show)
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: write synthetic runs with a preset's sizes, any of them overridden."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="demo", choices=sorted(PRESETS))
+    parser.add_argument("--runs", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--stl-triangles", type=int)
+    parser.add_argument("--surface-cells", type=int)
+    parser.add_argument("--volume-points", type=int)
+    args = parser.parse_args(argv)
+    runs = generate_runs(
+        args.out,
+        args.runs,
+        args.preset,
+        args.seed,
+        stl_triangles=args.stl_triangles,
+        surface_cells=args.surface_cells,
+        volume_points=args.volume_points,
+    )
+    print(f"wrote {len(runs)} {args.preset} runs to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

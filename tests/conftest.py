@@ -1,0 +1,48 @@
+"""Shared fixtures: two tiny synthetic DrivAerML runs, raw and processed, built once per session."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from process_data import process_all  # noqa: E402
+from synthetic_data import generate_runs  # noqa: E402
+
+TINY_RUNS = 2
+TINY_SEED = 0
+SURFACE_VARIABLES = {"pMeanTrim": "scalar", "wallShearStressMeanTrim": "vector"}
+VOLUME_VARIABLES = {"UMeanTrim": "vector", "pMeanTrim": "scalar", "nutMeanTrim": "scalar"}
+PROCESS_OPTIONS = {
+    "surface_variables": SURFACE_VARIABLES,
+    "volume_variables": VOLUME_VARIABLES,
+    "stream_velocity": 30.0,
+    "air_density": 1.205,
+    "reference_length": 1.0,
+    "volume_source": "points",
+    "permutation_seed": 0,
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two tiny synthetic runs (run_1, run_2) in DrivAerML's folder layout. Do not modify."""
+    out = tmp_path_factory.mktemp("tiny_raw")
+    generate_runs(out, TINY_RUNS, preset="tiny", seed=TINY_SEED)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_processed_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``tiny_raw_dir`` processed with the default config (run_1.zarr, run_2.zarr). Do not modify."""
+    out = tmp_path_factory.mktemp("tiny_processed")
+    results = process_all(tiny_raw_dir, out, num_processes=1, **PROCESS_OPTIONS)
+    failed = [r for r in results if r.status != "processed"]
+    if failed:
+        raise RuntimeError(f"tiny runs failed to process: {failed}")
+    return out
