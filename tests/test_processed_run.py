@@ -1,0 +1,132 @@
+"""The processed-run layout: round trip, chunking and codecs, listing, and validation errors."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from processed_run import (
+    ARRAY_NAMES,
+    ProcessedRunError,
+    list_runs,
+    load_processed_run,
+    open_processed_run,
+    write_processed_run,
+)
+
+
+def _arrays(rng: np.random.Generator, n_volume: int = 50) -> dict[str, np.ndarray]:
+    f32 = np.float32
+    return {
+        "stl_coordinates": rng.random((6, 3), dtype=f32),
+        "stl_faces": rng.integers(0, 6, 12).astype(f32),  # the curator stores indices as float
+        "stl_centers": rng.random((4, 3), dtype=f32),
+        "stl_areas": rng.random(4, dtype=f32),
+        "surface_mesh_centers": rng.random((10, 3), dtype=f32),
+        "surface_normals": rng.random((10, 3), dtype=f32),
+        "surface_areas": rng.random(10, dtype=f32),
+        "surface_fields": rng.random((10, 4), dtype=f32),
+        "volume_mesh_centers": rng.random((n_volume, 3), dtype=f32),
+        "volume_fields": rng.random((n_volume, 5), dtype=f32),
+        "global_params_values": np.array([30.0, 1.205], dtype=f32),
+        "global_params_reference": np.array([30.0, 1.205], dtype=f32),
+    }
+
+
+@pytest.fixture()
+def copied_run(tiny_processed_dir: Path, tmp_path: Path) -> Path:
+    """A private copy of a processed tiny run, free to damage."""
+    target = tmp_path / "run_1.zarr"
+    shutil.copytree(tiny_processed_dir / "run_1.zarr", target)
+    return target
+
+
+def test_round_trip_keeps_values_and_makes_faces_int32(tmp_path: Path) -> None:
+    arrays = _arrays(np.random.default_rng(0))
+    write_processed_run(tmp_path / "run_1.zarr", arrays, {"filename": "run_1"})
+    loaded = load_processed_run(tmp_path / "run_1.zarr")
+    assert list(loaded) == list(ARRAY_NAMES)
+    assert loaded["stl_faces"].dtype == np.int32
+    for name, value in arrays.items():
+        np.testing.assert_array_equal(loaded[name], value)
+    assert open_processed_run(tmp_path / "run_1.zarr").attrs["filename"] == "run_1"
+
+
+def test_partial_load_reads_only_the_named_arrays(tiny_processed_dir: Path) -> None:
+    loaded = load_processed_run(tiny_processed_dir / "run_1.zarr", ["surface_areas", "stl_faces"])
+    assert list(loaded) == ["surface_areas", "stl_faces"]
+
+
+def test_large_arrays_are_sharded_one_mib_chunks_blosc_zstd(tmp_path: Path) -> None:
+    arrays = _arrays(np.random.default_rng(1), n_volume=200_000)  # 4 MB of volume fields
+    write_processed_run(tmp_path / "run_1.zarr", arrays, {})
+    fields = open_processed_run(tmp_path / "run_1.zarr")["volume_fields"]
+    assert fields.chunks[0] * 5 * 4 <= 1 << 20 and fields.chunks[0] * 5 * 4 > 1 << 19
+    codecs = str(fields.metadata.to_dict()["codecs"])
+    assert "zstd" in codecs and "'clevel': 5" in codecs and "'shuffle': 'shuffle'" in codecs
+    np.testing.assert_array_equal(fields[123_456:123_999], arrays["volume_fields"][123_456:123_999])
+
+
+def test_invalid_arrays_are_not_written(tmp_path: Path) -> None:
+    arrays = _arrays(np.random.default_rng(2))
+    arrays["surface_areas"][3] = np.nan
+    with pytest.raises(ProcessedRunError, match="surface_areas has 1 non-finite"):
+        write_processed_run(tmp_path / "run_1.zarr", arrays, {})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_array_is_named(copied_run: Path) -> None:
+    shutil.rmtree(copied_run / "surface_fields")
+    with pytest.raises(ProcessedRunError, match=r"run_1.zarr: missing arrays \['surface_fields'\]"):
+        load_processed_run(copied_run)
+    assert "surface_areas" in load_processed_run(copied_run, ["surface_areas"])
+
+
+def test_nan_is_named(copied_run: Path) -> None:
+    group = zarr.open_group(str(copied_run), mode="r+")
+    group["volume_fields"][7, 2] = np.nan
+    with pytest.raises(ProcessedRunError, match="run_1.zarr: array volume_fields has 1 non-finite"):
+        load_processed_run(copied_run)
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "message"),
+    [
+        ("surface_normals", lambda n: (n, 2), r"surface_normals has shape \(\d+, 2\), expected"),
+        ("surface_areas", lambda n: (5,), "surface_areas has surface_cells=5 but"),
+        ("stl_faces", lambda n: (7,), "stl_faces has 7 indices"),
+    ],
+)
+def test_wrong_shape_is_named(copied_run: Path, name: str, shape, message: str) -> None:
+    group = zarr.open_group(str(copied_run), mode="r+")
+    shape = shape(group[name].shape[0])
+    del group[name]
+    group.create_array(name, shape=shape, dtype=np.float32)[...] = 1.0
+    with pytest.raises(ProcessedRunError, match=message):
+        load_processed_run(copied_run)
+
+
+def test_face_indices_out_of_range_are_rejected(copied_run: Path) -> None:
+    group = zarr.open_group(str(copied_run), mode="r+")
+    group["stl_faces"][0] = group["stl_coordinates"].shape[0]
+    with pytest.raises(ProcessedRunError, match="stl_faces indexes outside"):
+        load_processed_run(copied_run, ["stl_faces", "stl_coordinates"])
+
+
+def test_missing_run_and_unknown_array(tmp_path: Path, tiny_processed_dir: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="run_9.zarr: no processed run"):
+        load_processed_run(tmp_path / "run_9.zarr")
+    with pytest.raises(ValueError, match="unknown arrays"):
+        load_processed_run(tiny_processed_dir / "run_1.zarr", ["surface_pressure"])
+
+
+def test_list_runs_sorts_naturally_and_hides_temporaries(tmp_path: Path) -> None:
+    for name in ("run_10.zarr", "run_2.zarr", "run_1.zarr", ".run_3.zarr.tmp-1-abc", "notes.txt"):
+        (tmp_path / name).mkdir()
+    assert [p.name for p in list_runs(tmp_path)] == ["run_1.zarr", "run_2.zarr", "run_10.zarr"]
+    with pytest.raises(FileNotFoundError, match="no such processed-data directory"):
+        list_runs(tmp_path / "absent")
