@@ -28,7 +28,7 @@ import argparse
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -62,7 +62,13 @@ def config_defaults(config_path: str | Path = CONFIG_PATH) -> dict[str, Any]:
     }
 
 
-def stage_runs(processed_dir: str | Path, runs: Sequence[str], stage_dir: Path) -> list[Path]:
+def as_box(box: Any) -> dict[str, list[float]]:
+    """A bounding box as {"min": [x, y, z], "max": [x, y, z]}, from a mapping or min/max attributes."""
+    low, high = (box["min"], box["max"]) if isinstance(box, Mapping) else (box.min, box.max)
+    return {"min": [float(v) for v in low], "max": [float(v) for v in high]}
+
+
+def stage_runs(processed_dir: str | Path, runs: Sequence[str | Path], stage_dir: Path) -> list[Path]:
     """Link the chosen ``<run>.zarr`` groups into ``stage_dir``, which holds nothing else.
 
     physicsnemo's ``CAEDataset`` refuses a folder unless every entry is a ``.zarr`` group, and our
@@ -71,7 +77,7 @@ def stage_runs(processed_dir: str | Path, runs: Sequence[str], stage_dir: Path) 
     stage_dir.mkdir(parents=True, exist_ok=True)
     staged = []
     for run in runs:
-        name = run if run.endswith(".zarr") else f"{run}.zarr"
+        name = Path(run).name if Path(run).suffix == ".zarr" else f"{Path(run).name}.zarr"
         source = Path(processed_dir).resolve() / name
         if not source.is_dir():
             raise FileNotFoundError(f"processed run {source} does not exist")
@@ -416,6 +422,8 @@ def measure_physicsnemo_cache(
         "num_neighbors_surface": num_neighbors_surface,
     }
     settings.update({key: value for key, value in given.items() if value is not None})
+    for name in ("bounding_box_volume", "bounding_box_surface"):
+        settings[name] = as_box(settings[name])
     if settings["model_type"] not in MODEL_TYPES:
         raise ValueError(f"model_type {settings['model_type']!r}; choose one of {MODEL_TYPES}")
     if not runs:
@@ -443,7 +451,7 @@ def measure_physicsnemo_cache(
     )
     return {
         "physicsnemo_version": physicsnemo.__version__,
-        "runs": [str(run) for run in runs],
+        "runs": [Path(run).name.removesuffix(".zarr") for run in runs],
         "settings": {key: list(v) if isinstance(v, tuple) else v for key, v in settings.items()},
         "cache_build_s_per_run": float(np.mean(built["build_s"])),
         "cache_build_all_s": built["build_s"],

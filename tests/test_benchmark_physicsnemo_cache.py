@@ -8,6 +8,7 @@ import json
 import statistics
 from contextlib import redirect_stdout
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,10 +16,12 @@ import zarr
 from scipy.spatial import cKDTree
 
 from benchmark_physicsnemo_cache import (
+    as_box,
     cached_dataset,
     config_defaults,
     main,
     measure_physicsnemo_cache,
+    stage_runs,
 )
 
 SURFACE_POINTS = 256
@@ -114,3 +117,11 @@ def test_unknown_run_and_model_type_are_refused(tiny_processed_dir, tmp_path):
         measure_physicsnemo_cache(tiny_processed_dir, ["run_99"], tmp_path, **SIZES)
     with pytest.raises(ValueError, match="model_type 'wing'"):
         measure_physicsnemo_cache(tiny_processed_dir, ["run_1"], tmp_path, model_type="wing")
+
+
+def test_runs_and_boxes_are_taken_in_the_forms_callers_hold(tiny_processed_dir, tmp_path):
+    staged = stage_runs(tiny_processed_dir, [tiny_processed_dir / "run_2.zarr", "run_1"], tmp_path)
+    assert [link.name for link in staged] == ["run_2.zarr", "run_1.zarr"]
+    assert staged[0].resolve() == (tiny_processed_dir / "run_2.zarr").resolve()
+    box = {"min": [-1, -2, -3], "max": [1, 2, 3]}
+    assert as_box(SimpleNamespace(**box)) == as_box(box) == {"min": [-1.0, -2.0, -3.0], "max": [1.0, 2.0, 3.0]}
