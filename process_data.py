@@ -17,7 +17,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
-import warnings
 import zlib
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -30,6 +29,9 @@ import numpy as np
 import pyvista as pv
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
+from vtkmodules.vtkCommonCore import vtkLogger
+from vtkmodules.vtkIOGeometry import vtkSTLReader
+from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
 
 from atomic_store import remove_stale_temporaries
 from processed_run import _natural_key, write_processed_run
@@ -91,19 +93,25 @@ def run_files(run_dir: Path) -> RunFiles:
 
 
 def read_mesh(path: Path) -> pv.DataSet:
-    """Read a VTK/STL file, turning VTK read errors and empty results into RunError."""
-    try:
-        with warnings.catch_warnings(record=True) as caught, pv.VtkErrorCatcher(
-            raise_errors=True, send_to_logging=False
-        ):
-            warnings.simplefilter("always")
-            mesh = pv.read(path)
-    except (RuntimeError, ValueError, OSError) as err:
-        raise RunError(f"{path}: unreadable ({str(err).strip().splitlines()[-1]})") from err
-    errors = [str(w.message).splitlines()[0] for w in caught if "error" in str(w.message).lower()]
-    if errors or mesh.n_points == 0 or mesh.n_cells == 0:
-        reason = errors[0] if errors else "no points or cells"
-        raise RunError(f"{path}: unreadable or empty ({reason})")
+    """Read an STL, VTP or VTU file; VTK read errors and empty results become RunError.
+
+    VTK's own stderr logging is switched off: its first error is reported in the RunError.
+    """
+    readers = {".stl": vtkSTLReader, ".vtp": vtkXMLPolyDataReader,
+               ".vtu": vtkXMLUnstructuredGridReader}
+    if path.suffix.lower() not in readers:
+        raise RunError(f"{path}: unsupported file type, expected one of {sorted(readers)}")
+    vtkLogger.SetStderrVerbosity(vtkLogger.VERBOSITY_OFF)
+    reader = readers[path.suffix.lower()]()
+    with pv.VtkErrorCatcher(raise_errors=False, send_to_logging=False) as catcher:
+        reader.SetFileName(str(path))
+        reader.Update()
+    errors = [event.alert.splitlines()[0] for event in catcher.events if event.kind == "ERROR"]
+    mesh = pv.wrap(reader.GetOutput())
+    if errors:
+        raise RunError(f"{path}: unreadable ({errors[0]})")
+    if mesh.n_points == 0 or mesh.n_cells == 0:
+        raise RunError(f"{path}: no points or cells")
     return mesh
 
 
@@ -189,11 +197,14 @@ def read_volume(
     mesh = read_mesh(path)
     data = {"points": mesh.point_data, "cells": mesh.cell_data}
     notes = []
-    if not all(name in data[source] for name in variables):
+    missing = [name for name in variables if name not in data[source]]
+    if missing:
         other = next(s for s in VOLUME_SOURCES if s != source)
-        if all(name in data[other] for name in variables):
-            notes.append(f"{path}: fields missing as {source} data, using {other} data instead")
-            source = other
+        if any(name not in data[other] for name in variables):
+            raise RunError(f"{path}: fields {missing} missing as {source} data, and not all of "
+                           f"{list(variables)} are {other} data either")
+        notes.append(f"{path}: fields {missing} missing as {source} data, using {other} data")
+        source = other
     where = "point" if source == "points" else "cell"
     fields = field_columns(data[source], variables, path, where)
     centres = mesh.points if source == "points" else mesh.cell_centers().points

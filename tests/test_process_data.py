@@ -1,0 +1,213 @@
+"""process_data.py against independent recomputations, and its batch behaviour: bad runs named,
+good runs processed, non-zero exit; a killed run leaves nothing partial and a rerun finishes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pyvista as pv
+from vtkmodules.util.numpy_support import vtk_to_numpy
+
+from conftest import PROCESS_OPTIONS
+from process_data import RunError, process_all, process_run, read_stl, read_surface
+from processed_run import list_runs, load_processed_run
+
+ROOT = Path(__file__).resolve().parents[1]
+RHO_U2 = 1.205 * 30.0**2
+
+
+def _polygons(mesh: pv.PolyData) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(cell ids, vertex ids (m, k)) for each polygon size k, from the raw VTK cell array."""
+    offsets = vtk_to_numpy(mesh.GetPolys().GetOffsetsArray())
+    connectivity = vtk_to_numpy(mesh.GetPolys().GetConnectivityArray())
+    sizes = np.diff(offsets)
+    groups = []
+    for k in np.unique(sizes):
+        cells = np.flatnonzero(sizes == k)
+        groups.append((cells, connectivity[offsets[cells][:, None] + np.arange(k)]))
+    return groups
+
+
+def _newell(mesh: pv.PolyData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Vertex-mean centres, unit normals and areas by Newell's vector area, per cell."""
+    points = np.asarray(mesh.points, dtype=np.float64)
+    centres, area_vectors = np.zeros((mesh.n_cells, 3)), np.zeros((mesh.n_cells, 3))
+    for cells, ids in _polygons(mesh):
+        p = points[ids]
+        centres[cells] = p.mean(axis=1)
+        area_vectors[cells] = 0.5 * np.cross(p, np.roll(p, -1, axis=1)).sum(axis=1)
+    areas = np.linalg.norm(area_vectors, axis=1)
+    return centres, area_vectors / areas[:, None], areas
+
+
+def _ascii_stl_triangles(path: Path) -> np.ndarray:
+    """The (F, 3, 3) triangles of an ASCII STL, parsed from its vertex lines."""
+    rows = [line.split()[1:] for line in path.read_text().splitlines()
+            if line.strip().startswith("vertex")]
+    return np.asarray(rows, dtype=np.float64).reshape(-1, 3, 3)
+
+
+def _copy_run(src_root: Path, src: int, dst_root: Path, dst: int) -> Path:
+    """Copy run_<src> to run_<dst>, renaming its files the DrivAerML way."""
+    target = dst_root / f"run_{dst}"
+    target.mkdir(parents=True)
+    for stem, suffix in (("drivaer", "stl"), ("boundary", "vtp"), ("volume", "vtu")):
+        shutil.copy(src_root / f"run_{src}" / f"{stem}_{src}.{suffix}", target / f"{stem}_{dst}.{suffix}")
+    return target
+
+
+def _command(raw: Path, processed: Path, tmp: Path, *extra: str) -> list[str]:
+    return [sys.executable, "process_data.py", f"data.raw_dir={raw}",
+            f"data.processed_dir={processed}", f"hydra.run.dir={tmp / 'hydra'}", *extra]
+
+
+def test_stl_matches_the_ascii_file(tiny_raw_dir: Path, tiny_processed_dir: Path) -> None:
+    run = load_processed_run(tiny_processed_dir / "run_1.zarr")
+    triangles = _ascii_stl_triangles(tiny_raw_dir / "run_1" / "drivaer_1.stl")
+    stored = run["stl_coordinates"][run["stl_faces"].reshape(-1, 3)]
+    np.testing.assert_allclose(stored, triangles, atol=1e-5)
+    np.testing.assert_allclose(run["stl_centers"], triangles.mean(axis=1), atol=1e-5)
+    edges = np.cross(triangles[:, 1] - triangles[:, 0], triangles[:, 2] - triangles[:, 0])
+    np.testing.assert_allclose(run["stl_areas"], 0.5 * np.linalg.norm(edges, axis=1), rtol=1e-4)
+    assert len(run["stl_coordinates"]) == len(np.unique(triangles.reshape(-1, 3), axis=0))
+
+
+def test_multi_solid_ascii_stl_reads_as_one_body(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    lines = (tiny_raw_dir / "run_1" / "drivaer_1.stl").read_text().splitlines()[1:-1]
+    half = len(lines) // 14 * 7  # DrivAerML's STLs hold several solids (body, wheels, ...)
+    two = ["solid body", *lines[:half], "endsolid body", "solid wheels", *lines[half:],
+           "endsolid wheels"]
+    (tmp_path / "two.stl").write_text("\n".join(two) + "\n")
+    one, split = read_stl(tiny_raw_dir / "run_1" / "drivaer_1.stl"), read_stl(tmp_path / "two.stl")
+    for name in one:
+        np.testing.assert_array_equal(split[name], one[name])
+
+
+def test_surface_matches_an_independent_recomputation(
+    tiny_raw_dir: Path, tiny_processed_dir: Path
+) -> None:
+    run = load_processed_run(tiny_processed_dir / "run_2.zarr")
+    mesh = pv.read(tiny_raw_dir / "run_2" / "boundary_2.vtp")
+    centres, normals, areas = _newell(mesh)
+    np.testing.assert_allclose(run["surface_mesh_centers"], centres, atol=1e-5)
+    np.testing.assert_allclose(run["surface_normals"], normals, atol=1e-3)
+    np.testing.assert_allclose(run["surface_areas"], areas, rtol=1e-3, atol=1e-7)
+    expected = np.column_stack(
+        [mesh.cell_data["pMeanTrim"], mesh.cell_data["wallShearStressMeanTrim"]]
+    ) / RHO_U2
+    np.testing.assert_allclose(run["surface_fields"], expected, rtol=1e-6, atol=1e-9)
+
+
+def test_volume_rows_are_a_permutation_of_the_vtu_points(
+    tiny_raw_dir: Path, tiny_processed_dir: Path
+) -> None:
+    run = load_processed_run(tiny_processed_dir / "run_1.zarr")
+    grid = pv.read(tiny_raw_dir / "run_1" / "volume_1.vtu")
+    points = np.asarray(grid.points, dtype=np.float32)
+    data = grid.point_data
+    fields = np.column_stack(
+        [data["UMeanTrim"] / 30.0, data["pMeanTrim"] / RHO_U2, data["nutMeanTrim"] / 30.0]
+    )
+    stored_order = np.lexsort(run["volume_mesh_centers"].T)
+    file_order = np.lexsort(points.T)
+    np.testing.assert_array_equal(run["volume_mesh_centers"][stored_order], points[file_order])
+    np.testing.assert_allclose(run["volume_fields"][stored_order], fields[file_order], rtol=1e-6)
+    assert not np.array_equal(run["volume_mesh_centers"], points)  # rows are shuffled
+
+
+def test_polygons_with_any_vertex_count(tmp_path: Path) -> None:
+    hexagon = [[0, 0, 0], [1, 0, 0], [2, 0.5, 0], [1.5, 1.5, 0], [0.5, 1.8, 0], [-0.5, 1, 0]]
+    points = np.array(hexagon + [[0, -1, 0], [1, -1, 0.2], [2, -1, 0]], dtype=np.float32)
+    faces = np.array([6, 0, 1, 2, 3, 4, 5, 4, 6, 7, 1, 0, 3, 7, 8, 1])
+    mesh = pv.PolyData(points, faces=faces)
+    mesh.cell_data["pMeanTrim"] = np.arange(3, dtype=np.float32)
+    mesh.save(tmp_path / "boundary_1.vtp")
+    surface = read_surface(tmp_path / "boundary_1.vtp", {"pMeanTrim": "scalar"})
+    centres, normals, areas = _newell(mesh)
+    np.testing.assert_allclose(surface["surface_areas"], areas, rtol=1e-5)
+    np.testing.assert_allclose(surface["surface_normals"], normals, atol=1e-6)
+    np.testing.assert_allclose(surface["surface_fields"][:, 0], [0, 1, 2])
+
+
+def test_volume_cells_and_fallback_to_the_other_source(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    run_dir = _copy_run(tiny_raw_dir, 1, raw, 1)
+    _, notes = process_run(run_dir, tmp_path / "cells.zarr", **{**PROCESS_OPTIONS,
+                                                                   "volume_source": "cells"})
+    assert notes == []
+    grid = pv.read(run_dir / "volume_1.vtu")
+    centres = np.asarray(grid.cell_centers().points, dtype=np.float32)
+    cells = load_processed_run(tmp_path / "cells.zarr", ["volume_mesh_centers"])
+    np.testing.assert_array_equal(np.sort(cells["volume_mesh_centers"], axis=0),
+                                  np.sort(centres, axis=0))
+    grid.point_data.clear()
+    grid.save(run_dir / "volume_1.vtu")
+    _, notes = process_run(run_dir, tmp_path / "fallback.zarr", **PROCESS_OPTIONS)
+    assert len(notes) == 1 and "volume_1.vtu: fields ['UMeanTrim'," in notes[0] and "using cells" in notes[0]
+    grid.cell_data.remove("nutMeanTrim")
+    grid.save(run_dir / "volume_1.vtu")
+    with pytest.raises(RunError, match=r"volume_1.vtu: fields \['UMeanTrim', .* not all of .* cells data either"):
+        process_run(run_dir, tmp_path / "none.zarr", **PROCESS_OPTIONS)
+    assert not (tmp_path / "none.zarr").exists()
+
+
+def test_finished_runs_are_skipped_unless_overwrite(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    first = process_all(tiny_raw_dir, tmp_path, **PROCESS_OPTIONS)
+    again = process_all(tiny_raw_dir, tmp_path, **PROCESS_OPTIONS)
+    forced = process_all(tiny_raw_dir, tmp_path, overwrite=True, **PROCESS_OPTIONS)
+    assert [r.status for r in first] == ["processed"] * 2
+    assert [r.status for r in again] == ["skipped"] * 2
+    assert [r.status for r in forced] == ["processed"] * 2
+
+
+def test_bad_runs_are_named_and_good_runs_processed(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    raw, processed = tmp_path / "raw", tmp_path / "processed"
+    for dst, src in ((1, 1), (2, 2), (3, 1), (4, 2)):
+        _copy_run(tiny_raw_dir, src, raw, dst)
+    vtp = raw / "run_3" / "boundary_3.vtp"
+    vtp.write_bytes(vtp.read_bytes()[: vtp.stat().st_size // 2])
+    (raw / "run_4" / "drivaer_4.stl").unlink()
+    done = subprocess.run(_command(raw, processed, tmp_path, "process.num_processes=2"),
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode != 0
+    lines = done.stdout.splitlines()
+    assert any("FAILED run_3" in line and "boundary_3.vtp" in line for line in lines), done.stdout
+    assert any("FAILED run_4" in line and "drivaer_4.stl: missing file" in line for line in lines)
+    assert "4 runs: 2 processed, 0 skipped, 2 failed" in done.stdout
+    assert [p.name for p in list_runs(processed)] == ["run_1.zarr", "run_2.zarr"]
+    for path in list_runs(processed):
+        load_processed_run(path)
+
+
+def test_killed_run_leaves_nothing_partial_and_rerun_finishes(
+    tiny_raw_dir: Path, tmp_path: Path
+) -> None:
+    raw, processed = tmp_path / "raw", tmp_path / "processed"
+    n_runs = 6
+    for dst in range(1, n_runs + 1):
+        _copy_run(tiny_raw_dir, 1 + dst % 2, raw, dst)
+    command = _command(raw, processed, tmp_path, "process.num_processes=1")
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (processed.is_dir() and list_runs(processed)) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    finished = list_runs(processed)
+    assert 1 <= len(finished) < n_runs
+    for path in finished:
+        load_processed_run(path)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{n_runs - len(finished)} processed, {len(finished)} skipped, 0 failed" in done.stdout
+    assert len(list_runs(processed)) == n_runs
+    assert [p.name for p in processed.iterdir() if p.name.startswith(".")] == []
