@@ -364,21 +364,28 @@ def summarize(results: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
+def run_options(cfg: DictConfig) -> dict:
+    """process_run's keyword arguments from the Hydra config (physics, variables, process)."""
+    variables = OmegaConf.to_container(cfg.variables, resolve=True)
+    return {
+        "surface_variables": variables["surface"],
+        "volume_variables": variables["volume"],
+        "stream_velocity": float(cfg.physics.stream_velocity),
+        "air_density": float(cfg.physics.air_density),
+        "reference_length": float(cfg.physics.reference_length),
+        "volume_source": str(cfg.process.volume_source),
+        "permutation_seed": int(cfg.process.permutation_seed),
+    }
+
+
 def _main(cfg: DictConfig) -> int:
     """Wire the Hydra config into process_all; return the exit code."""
-    variables = OmegaConf.to_container(cfg.variables, resolve=True)
     results = process_all(
         cfg.data.raw_dir,
         cfg.data.processed_dir,
         num_processes=int(cfg.process.num_processes),
         overwrite=bool(cfg.process.overwrite),
-        surface_variables=variables["surface"],
-        volume_variables=variables["volume"],
-        stream_velocity=float(cfg.physics.stream_velocity),
-        air_density=float(cfg.physics.air_density),
-        reference_length=float(cfg.physics.reference_length),
-        volume_source=str(cfg.process.volume_source),
-        permutation_seed=int(cfg.process.permutation_seed),
+        **run_options(cfg),
     )
     print(summarize(results), flush=True)
     return 1 if any(r.status == "failed" for r in results) else 0

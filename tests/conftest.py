@@ -6,28 +6,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from process_data import process_all  # noqa: E402
+from process_data import process_all, run_options  # noqa: E402
 from synthetic_data import generate_runs  # noqa: E402
 
 TINY_RUNS = 2
 TINY_SEED = 0
-SURFACE_VARIABLES = {"pMeanTrim": "scalar", "wallShearStressMeanTrim": "vector"}
-VOLUME_VARIABLES = {"UMeanTrim": "vector", "pMeanTrim": "scalar", "nutMeanTrim": "scalar"}
-PROCESS_OPTIONS = {
-    "surface_variables": SURFACE_VARIABLES,
-    "volume_variables": VOLUME_VARIABLES,
-    "stream_velocity": 30.0,
-    "air_density": 1.205,
-    "reference_length": 1.0,
-    "volume_source": "points",
-    "permutation_seed": 0,
-}
-
+# process_run's options from the default config, as process_data.py would build them
+PROCESS_OPTIONS = run_options(OmegaConf.load(ROOT / "conf" / "config.yaml"))
 
 @pytest.fixture(scope="session")
 def tiny_raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -3,6 +3,7 @@ good runs processed, non-zero exit; a killed run leaves nothing partial and a re
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -21,7 +22,9 @@ from process_data import RunError, process_all, process_run, read_stl, read_surf
 from processed_run import list_runs, load_processed_run
 
 ROOT = Path(__file__).resolve().parents[1]
-RHO_U2 = 1.205 * 30.0**2
+U = PROCESS_OPTIONS["stream_velocity"]
+RHO_U2 = PROCESS_OPTIONS["air_density"] * U**2
+U_L = U * PROCESS_OPTIONS["reference_length"]
 
 
 def _polygons(mesh: pv.PolyData) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -114,7 +117,7 @@ def test_volume_rows_are_a_permutation_of_the_vtu_points(
     points = np.asarray(grid.points, dtype=np.float32)
     data = grid.point_data
     fields = np.column_stack(
-        [data["UMeanTrim"] / 30.0, data["pMeanTrim"] / RHO_U2, data["nutMeanTrim"] / 30.0]
+        [data["UMeanTrim"] / U, data["pMeanTrim"] / RHO_U2, data["nutMeanTrim"] / U_L]
     )
     stored_order = np.lexsort(run["volume_mesh_centers"].T)
     file_order = np.lexsort(points.T)
@@ -211,3 +214,16 @@ def test_killed_run_leaves_nothing_partial_and_rerun_finishes(
     assert f"{n_runs - len(finished)} processed, {len(finished)} skipped, 0 failed" in done.stdout
     assert len(list_runs(processed)) == n_runs
     assert [p.name for p in processed.iterdir() if p.name.startswith(".")] == []
+
+
+def test_benchmark_script_runs_on_tiny(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "benchmark_data.py", "--preset", "tiny", "--repeats", "1",
+         "--json", str(out), "--workdir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=180, check=True,
+    )
+    assert "generate" in done.stdout and "process" in done.stdout
+    figures = json.loads(out.read_text())
+    assert figures["counts"]["volume_points"] == 8_000
+    assert figures["stages"]["process"]["peak_mib"] >= figures["stages"]["process"]["baseline_mib"]
