@@ -198,6 +198,7 @@ class CachedDoMINODataset(_EpochDataset):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_open"] = {}  # open stores stay in their process
+        state["_grids"] = None  # derived again where needed
         return state
 
     def run(self, index: int) -> CacheRun:

@@ -1,0 +1,78 @@
+"""Small helpers shared by the cache and dataset tests: tiny settings and a cache built with the
+real cache_data.py code path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from cache_data import build_cache, manifest_runs
+from cache_format import ARRAYS, write_manifest
+from preprocessing import PreprocessSettings
+from processed_run import list_runs
+
+SURFACE_VARIABLES = (("pMeanTrim", "scalar"), ("wallShearStressMeanTrim", "vector"))
+VOLUME_VARIABLES = (("UMeanTrim", "vector"), ("pMeanTrim", "scalar"), ("nutMeanTrim", "scalar"))
+BOX_VOLUME = ((-3.5, -2.25, -0.32), (8.5, 2.25, 3.0))
+BOX_SURFACE = ((-1.5, -1.4, -0.32), (5.0, 1.4, 1.4))
+INTERP_RES = (16, 8, 8)
+# Hydra overrides that give the same settings from conf/config.yaml.
+OVERRIDES = ["geometry.interp_res=[16,8,8]", "geometry.device=cpu"]
+SAMPLES = {"surface_points": 256, "volume_points": 512, "geometry_points": 400}
+
+
+def tiny_settings(**changes) -> PreprocessSettings:
+    """The settings the tiny caches are built with (tiny grid, CPU)."""
+    values = dict(bounding_box_volume=BOX_VOLUME, bounding_box_surface=BOX_SURFACE,
+                  interp_res=INTERP_RES, num_neighbors_surface=7,
+                  surface_variables=SURFACE_VARIABLES, volume_variables=VOLUME_VARIABLES,
+                  device="cpu")
+    values.update(changes)
+    return PreprocessSettings(**values)
+
+
+def build_tiny_cache(processed_dir: Path, cache_dir: Path, settings: PreprocessSettings | None = None) -> Path:
+    """Build a cache of every processed run in-process with cache_data.py's functions."""
+    settings = settings or tiny_settings()
+    runs = list_runs(processed_dir)
+    results = build_cache(runs, cache_dir, settings, rebuild=False)
+    bad = [r for r in results if r.status not in ("built", "skipped")]
+    if bad:
+        raise RuntimeError(f"tiny cache build failed: {bad}")
+    write_manifest(cache_dir, settings, manifest_runs(runs, cache_dir, settings))
+    return cache_dir
+
+
+def read_cache_arrays(cache_dir: Path) -> dict[str, dict[str, np.ndarray]]:
+    """Every array of every run of a cache, for array-by-array comparisons."""
+    runs = sorted(p for p in Path(cache_dir).glob("*.zarr") if not p.name.startswith("."))
+    out = {}
+    for run in runs:
+        group = zarr.open_group(str(run), mode="r")
+        out[run.name] = {name: group[name][...] for name in ARRAYS}
+    return out
+
+
+def assert_same_cache(a: Path, b: Path) -> None:
+    """Two caches hold the same runs with identical arrays."""
+    left, right = read_cache_arrays(a), read_cache_arrays(b)
+    assert sorted(left) == sorted(right)
+    for run in left:
+        for name in ARRAYS:
+            np.testing.assert_array_equal(left[run][name], right[run][name], err_msg=f"{run}/{name}")
+
+
+def first_chunk(cache_run: Path, array: str) -> Path:
+    """The path of the first chunk file of ``array`` in a cache run."""
+    chunks = sorted(p for p in (cache_run / array / "c").rglob("*") if p.is_file())
+    return chunks[0]
+
+
+def flip_byte(path: Path, offset: int | None = None) -> None:
+    """Invert one byte of a file (the middle one by default)."""
+    data = bytearray(path.read_bytes())
+    offset = len(data) // 2 if offset is None else offset
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))

@@ -1,0 +1,133 @@
+"""The cache format: arrays, chunks and checksums on disk, attributes, manifest, fingerprints,
+corruption and staleness caught with the run and the array or setting named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import zarr
+
+from cache_fixtures import SAMPLES, build_tiny_cache, first_chunk, flip_byte, tiny_settings
+from cache_format import (
+    ARRAYS, CacheError, CacheRun, StaleCacheError, diff_settings, read_manifest, source_fingerprint,
+)
+from datapipe import CachedDoMINODataset
+from preprocessing import preprocess_run
+from processed_run import list_runs, load_processed_run
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tiny_processed_dir, tmp_path_factory):
+    return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("cache"))
+
+
+def test_runs_hold_what_preprocessing_computes(cache_dir, tiny_processed_dir):
+    path = list_runs(tiny_processed_dir)[0]
+    expected = preprocess_run(load_processed_run(path), tiny_settings())
+    run = CacheRun(cache_dir / path.name)
+    for name, (dtype, rows) in ARRAYS.items():
+        data = run.read(name)
+        assert data.dtype == np.dtype(dtype), name
+        np.testing.assert_array_equal(data, expected[name], err_msg=name)
+    assert run.attrs["scalars"] == json.loads(json.dumps(expected["scalars"]))
+    assert run.attrs["counts"] == {"geometry": len(expected["geometry_coordinates"]),
+                                   "surface": len(expected["surface_coordinates"]),
+                                   "volume": len(expected["volume_coordinates"])}
+
+
+def test_arrays_are_chunked_by_rows_with_a_crc32c_checksum(cache_dir):
+    meta = json.loads((cache_dir / "run_1.zarr" / "volume_fields" / "zarr.json").read_text())
+    assert [c["name"] for c in meta["codecs"]] == ["bytes", "crc32c"]
+    rows = min(ARRAYS["volume_fields"][1], meta["shape"][0])
+    assert meta["chunk_grid"]["configuration"]["chunk_shape"] == [rows, 5]
+    neighbors = zarr.open_array(str(cache_dir / "run_1.zarr" / "surface_neighbors"), mode="r")
+    assert neighbors.dtype == np.int32
+
+
+def test_manifest_records_format_settings_and_runs(cache_dir, tiny_processed_dir):
+    manifest = read_manifest(cache_dir)
+    assert manifest["format"] == "domino-cache" and manifest["format_version"] == 1
+    assert manifest["settings"] == tiny_settings().fingerprinted()
+    assert manifest["fingerprint"] == tiny_settings().fingerprint()
+    assert sorted(manifest["runs"]) == ["run_1", "run_2"]
+    entry = manifest["runs"]["run_1"]
+    run = CacheRun(cache_dir / "run_1.zarr")
+    assert entry["fingerprint"] == run.attrs["fingerprint"] and entry["bytes"] > 0
+    assert entry["source"]["fingerprint"] == source_fingerprint(tiny_processed_dir / "run_1.zarr")
+
+
+def test_source_fingerprint_follows_contents_not_location(tiny_processed_dir, tmp_path):
+    copy = tmp_path / "run_1.zarr"
+    shutil.copytree(tiny_processed_dir / "run_1.zarr", copy)
+    assert source_fingerprint(copy) == source_fingerprint(tiny_processed_dir / "run_1.zarr")
+    group = zarr.open_group(str(copy), mode="r+")
+    group.attrs["counts"] = {**group.attrs["counts"], "volume_points": 1}
+    assert source_fingerprint(copy) != source_fingerprint(tiny_processed_dir / "run_1.zarr")
+
+
+def test_a_flipped_byte_names_the_run_and_the_array(cache_dir, tmp_path):
+    broken = tmp_path / "cache"
+    shutil.copytree(cache_dir, broken)
+    flip_byte(first_chunk(broken / "run_2.zarr", "surface_grid_sdf"))
+    ds = CachedDoMINODataset(broken, model_type="surface", **SAMPLES)
+    ds[0]  # run_1 is intact
+    with pytest.raises(CacheError, match=r"run_2\.zarr: array 'surface_grid_sdf' is corrupt"):
+        ds[1]
+
+
+def test_a_changed_setting_is_refused_and_named(cache_dir):
+    expected = tiny_settings(interp_res=(32, 8, 8)).fingerprinted()
+    with pytest.raises(StaleCacheError, match=r"interp_res: cached \[16, 8, 8\], expected \[32, 8, 8\]"):
+        CachedDoMINODataset(cache_dir, expected=expected, **SAMPLES)
+    expected = tiny_settings(num_neighbors_surface=5).fingerprinted()
+    with pytest.raises(StaleCacheError, match="num_neighbors_surface: cached 7, expected 5") as err:
+        CachedDoMINODataset(cache_dir, expected=expected, **SAMPLES)
+    assert "interp_res" not in str(err.value)
+    CachedDoMINODataset(cache_dir, expected=tiny_settings().fingerprinted(), **SAMPLES)
+
+
+def test_a_run_built_with_other_settings_than_its_manifest_is_refused(cache_dir, tmp_path):
+    mixed = tmp_path / "cache"
+    shutil.copytree(cache_dir, mixed)
+    group = zarr.open_group(str(mixed / "run_1.zarr"), mode="r+")
+    group.attrs["settings_fingerprint"] = "0" * 64
+    group.attrs["settings"] = {**group.attrs["settings"], "num_neighbors_surface": 9}
+    ds = CachedDoMINODataset(mixed, **SAMPLES)
+    with pytest.raises(StaleCacheError, match=r"run_1.zarr: built with other settings(.|\n)*num_neighbors_surface: cached 9"):
+        ds[0]
+
+
+def test_missing_or_foreign_caches(tmp_path, cache_dir):
+    with pytest.raises(FileNotFoundError, match="no cache manifest"):
+        CachedDoMINODataset(tmp_path, **SAMPLES)
+    with pytest.raises(FileNotFoundError, match=r"runs \['run_9'\] are not in the cache manifest"):
+        CachedDoMINODataset(cache_dir, runs=["run_9"], **SAMPLES)
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(CacheError, match="not a domino-cache manifest"):
+        read_manifest(tmp_path)
+    with pytest.raises(FileNotFoundError, match="cache run does not exist"):
+        CacheRun(tmp_path / "run_1.zarr")
+    group = zarr.create_group(store=str(tmp_path / "x.zarr"), zarr_format=3)
+    group.attrs["format"] = "domino-cache"
+    group.attrs["format_version"] = 99
+    with pytest.raises(CacheError, match="format_version 99"):
+        CacheRun(tmp_path / "x.zarr")
+
+
+def test_diff_settings_lists_nested_differences():
+    a = {"interp_res": [1, 2, 3], "box": {"min": [0], "max": [1]}, "k": 7}
+    b = {"interp_res": [1, 2, 3], "box": {"min": [0], "max": [2]}, "extra": 1, "k": 7}
+    assert diff_settings(a, b) == ["box.max: cached [1], expected [2]", "extra: cached <absent>, expected 1"]
+
+
+def test_byte_counting_counts_the_chunks_read(cache_dir):
+    run = CacheRun(cache_dir / "run_1.zarr", count_bytes=True)
+    rows = min(ARRAYS["volume_fields"][1], run.attrs["counts"]["volume"])
+    run.read("volume_fields", slice(0, 10))
+    small = run.bytes_read
+    assert 10 * 5 * 4 <= small <= rows * 5 * 4 + 4096  # one chunk and its metadata
+    run.read("volume_fields")
+    assert run.bytes_read - small >= run.attrs["counts"]["volume"] * 5 * 4

@@ -1,0 +1,184 @@
+"""Both datasets: the cached one returns exactly what the uncached one returns; draws depend only
+on (seed, epoch, index), whatever the workers; bad input fails with the run named."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import zarr
+from omegaconf import OmegaConf
+from torch.utils.data import DataLoader
+
+from cache_fixtures import BOX_SURFACE, BOX_VOLUME, INTERP_RES, SAMPLES, build_tiny_cache
+from datapipe import CachedDoMINODataset, DoMINODataPipe, dataset_from_config
+from processed_run import ProcessedRunError
+from sampling import TooFewPointsError
+from scaling import compute_scaling_factors, save_scaling_factors
+
+SURFACE_KEYS = {"surface_mesh_centers", "surface_normals", "surface_areas", "pos_surface_center_of_mass",
+                "surface_mesh_neighbors", "surface_neighbors_normals", "surface_neighbors_areas",
+                "surface_fields"}
+VOLUME_KEYS = {"grid", "sdf_grid", "volume_mesh_centers", "sdf_nodes", "pos_volume_closest",
+               "pos_volume_center_of_mass", "volume_min_max", "volume_fields"}
+COMMON_KEYS = {"geometry_coordinates", "surf_grid", "sdf_surf_grid", "global_params_values",
+               "global_params_reference", "surface_min_max"}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tiny_processed_dir, tmp_path_factory):
+    return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def factors(tiny_processed_dir):
+    from processed_run import list_runs
+    return compute_scaling_factors(list_runs(tiny_processed_dir))
+
+
+def _uncached(processed_dir, **kw):
+    args = dict(bounding_box_volume=BOX_VOLUME, bounding_box_surface=BOX_SURFACE, interp_res=INTERP_RES,
+                device="cpu", **SAMPLES)
+    args.update(kw)
+    return DoMINODataPipe(processed_dir, **args)
+
+
+def _cached(cache_dir, **kw):
+    args = dict(SAMPLES)
+    args.update(kw)
+    return CachedDoMINODataset(cache_dir, **args)
+
+
+def _assert_same_item(a: dict, b: dict, atol=1e-6) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].shape == b[key].shape and a[key].dtype == b[key].dtype == torch.float32, key
+        torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=key)
+
+
+@pytest.mark.parametrize("model_type", ["surface", "volume", "combined"])
+def test_cached_equals_uncached(model_type, cache_dir, tiny_processed_dir, factors):
+    cached = _cached(cache_dir, model_type=model_type, seed=5, scaling_factors=factors)
+    uncached = _uncached(tiny_processed_dir, model_type=model_type, seed=5, scaling_factors=factors)
+    assert len(cached) == len(uncached) == 2
+    for epoch in (0, 3):
+        cached.set_epoch(epoch)
+        uncached.set_epoch(epoch)
+        for index in range(2):
+            _assert_same_item(cached[index], uncached[index])
+
+
+@pytest.mark.parametrize("model_type", ["surface", "volume", "combined"])
+def test_item_keys_and_shapes(model_type, cache_dir, factors):
+    item = _cached(cache_dir, model_type=model_type, scaling_factors=factors)[0]
+    expected = COMMON_KEYS | (SURFACE_KEYS if model_type != "volume" else set()) | \
+        (VOLUME_KEYS if model_type != "surface" else set())
+    assert set(item) == expected
+    g, s, v = SAMPLES["geometry_points"], SAMPLES["surface_points"], SAMPLES["volume_points"]
+    assert item["geometry_coordinates"].shape == (g, 3)
+    assert item["surf_grid"].shape == (*INTERP_RES, 3) and item["sdf_surf_grid"].shape == INTERP_RES
+    assert item["global_params_values"].shape == (2, 1) and item["surface_min_max"].shape == (2, 3)
+    if model_type != "volume":
+        assert item["surface_mesh_neighbors"].shape == (s, 6, 3)
+        assert item["surface_neighbors_areas"].shape == (s, 6) and item["surface_fields"].shape == (s, 4)
+        assert torch.all(item["surface_areas"] > 0)
+        assert item["surface_fields"].abs().max() <= 1.0 + 1e-6  # min-max scaled
+    if model_type != "surface":
+        assert item["sdf_nodes"].shape == (v, 1) and item["volume_fields"].shape == (v, 5)
+        assert item["volume_min_max"].shape == (2, 3)
+
+
+def test_neighbours_are_the_nearest_kept_cells(cache_dir):
+    """Independent check of the gathered neighbours: brute force over all kept cells."""
+    item = _cached(cache_dir, model_type="surface")[0]
+    run = zarr.open_group(str(cache_dir / "run_1.zarr"), mode="r")
+    everything = run["surface_coordinates"][...]
+    lo, hi = (np.asarray(b, np.float32) for b in BOX_SURFACE)
+    physical = (everything + 1) / 2 * (hi - lo) + lo
+    centers = (item["surface_mesh_centers"].numpy() + 1) / 2 * (hi - lo) + lo
+    d = np.linalg.norm(centers[:, None, :] - physical[None, :, :], axis=2)
+    nearest = np.sort(d, axis=1)[:, 1:7]
+    gathered = (item["surface_mesh_neighbors"].numpy() + 1) / 2 * (hi - lo) + lo
+    got = np.linalg.norm(gathered - centers[:, None, :], axis=2)
+    np.testing.assert_allclose(np.sort(got, axis=1), nearest, atol=1e-5)
+
+
+def _epoch_items(loader, dataset, epoch):
+    dataset.set_epoch(epoch)
+    return [{k: v[0] for k, v in batch.items()} for batch in loader]
+
+
+def test_draws_are_the_same_whatever_the_workers_and_differ_per_epoch(cache_dir):
+    ds = _cached(cache_dir, model_type="combined")
+    serial = DataLoader(ds, batch_size=1, num_workers=0)
+    parallel = DataLoader(ds, batch_size=1, num_workers=2, persistent_workers=True, pin_memory=True)
+    for epoch in (0, 1, 2):  # set_epoch must reach the persistent workers
+        a, b = _epoch_items(serial, ds, epoch), _epoch_items(parallel, ds, epoch)
+        for x, y in zip(a, b):
+            _assert_same_item(x, y, atol=0)
+    ds.set_epoch(0)
+    first = ds[0]
+    ds.set_epoch(1)
+    assert not torch.equal(first["volume_mesh_centers"], ds[0]["volume_mesh_centers"])
+    assert not torch.equal(first["surface_mesh_centers"], ds[0]["surface_mesh_centers"])
+    assert not torch.equal(ds[0]["volume_mesh_centers"], ds[1]["volume_mesh_centers"])
+
+
+def test_the_dataset_holds_no_arrays(cache_dir):
+    ds = _cached(cache_dir)
+    ds[0]  # opens a run and builds the grids in this process
+    state = ds.__getstate__()
+    arrays = [k for k, v in state.items() if isinstance(v, np.ndarray) or
+              (isinstance(v, torch.Tensor) and v.numel() > 1)]
+    assert arrays == [] and state["_open"] == {}
+    assert state["_epoch"].is_shared()
+
+
+def test_missing_array_nan_and_too_few_points(tiny_processed_dir, cache_dir, tmp_path):
+    broken = tmp_path / "processed"
+    shutil.copytree(tiny_processed_dir, broken)
+    shutil.rmtree(broken / "run_1.zarr" / "surface_normals")
+    with pytest.raises(ProcessedRunError, match=r"run_1.zarr: missing arrays \['surface_normals'\]"):
+        _uncached(broken)[0]
+    group = zarr.open_group(str(broken / "run_2.zarr"), mode="r+")
+    fields = group["volume_fields"][...]
+    fields[3, 1] = np.nan
+    group["volume_fields"][...] = fields
+    with pytest.raises(ProcessedRunError, match="run_2.zarr: array volume_fields has 1 non-finite"):
+        _uncached(broken, model_type="volume")[1]
+    with pytest.raises(TooFewPointsError, match=r"run_1.zarr: volume points: 8000 rows, fewer than the 9000"):
+        _uncached(tiny_processed_dir, model_type="volume", volume_points=9000)[0]
+    with pytest.raises(TooFewPointsError, match=r"run_1.zarr: STL vertices: \d+ rows, fewer than the 100000"):
+        _cached(cache_dir, geometry_points=100_000)[0]
+
+
+def test_uncached_on_cuda_refuses_workers(tiny_processed_dir):
+    ds = _uncached(tiny_processed_dir)
+    ds.preprocess = dataclasses.replace(ds.preprocess, device="cuda:0")  # as if on a GPU machine
+    with pytest.raises(RuntimeError, match="cannot run in DataLoader workers.*CachedDoMINODataset"):
+        next(iter(DataLoader(ds, batch_size=1, num_workers=1)))
+
+
+def test_dataset_from_config_picks_the_cached_or_uncached_dataset(tiny_processed_dir, cache_dir, factors, tmp_path):
+    cfg = OmegaConf.load("conf/config.yaml")
+    factors_path = save_scaling_factors(tmp_path / "factors.json", factors)
+    OmegaConf.update(cfg, "data.processed_dir", str(tiny_processed_dir))
+    OmegaConf.update(cfg, "cache.dir", str(cache_dir))
+    OmegaConf.update(cfg, "geometry.interp_res", list(INTERP_RES))
+    OmegaConf.update(cfg, "geometry.device", "cpu")
+    OmegaConf.update(cfg, "sampling.scaling_factors", str(factors_path))
+    for key, value in SAMPLES.items():
+        OmegaConf.update(cfg, f"sampling.{key}", value)
+    uncached = dataset_from_config(cfg, ["run_2"], train=True)
+    OmegaConf.update(cfg, "cache.enabled", True)
+    cached = dataset_from_config(cfg, ["run_2"], train=True)
+    assert isinstance(uncached, DoMINODataPipe) and isinstance(cached, CachedDoMINODataset)
+    _assert_same_item(cached[0], uncached[0])
+    validation = dataset_from_config(cfg, ["run_2"], train=False)
+    assert not torch.equal(validation[0]["surface_mesh_centers"], cached[0]["surface_mesh_centers"])
+    OmegaConf.update(cfg, "geometry.num_neighbors_surface", 5)
+    with pytest.raises(ValueError, match="num_neighbors_surface: cached 7, expected 5"):
+        dataset_from_config(cfg, ["run_2"], train=True)
