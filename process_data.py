@@ -18,7 +18,7 @@ import multiprocessing
 import os
 import sys
 import zlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -92,27 +92,74 @@ def run_files(run_dir: Path) -> RunFiles:
     return files
 
 
-def read_mesh(path: Path) -> pv.DataSet:
-    """Read an STL, VTP or VTU file; VTK read errors and empty results become RunError.
+_READERS = {".stl": vtkSTLReader, ".vtp": vtkXMLPolyDataReader,
+            ".vtu": vtkXMLUnstructuredGridReader}
 
-    VTK's own stderr logging is switched off: its first error is reported in the RunError.
+
+def _run_reader(reader, path: Path, step: str) -> None:
+    """Run a VTK reader step ("UpdateInformation" or "Update"); its first error is a RunError.
+
+    VTK's own stderr logging is switched off, so a bad file gives one clear line.
     """
-    readers = {".stl": vtkSTLReader, ".vtp": vtkXMLPolyDataReader,
-               ".vtu": vtkXMLUnstructuredGridReader}
-    if path.suffix.lower() not in readers:
-        raise RunError(f"{path}: unsupported file type, expected one of {sorted(readers)}")
     vtkLogger.SetStderrVerbosity(vtkLogger.VERBOSITY_OFF)
-    reader = readers[path.suffix.lower()]()
     with pv.VtkErrorCatcher(raise_errors=False, send_to_logging=False) as catcher:
-        reader.SetFileName(str(path))
-        reader.Update()
+        getattr(reader, step)()
     errors = [event.alert.splitlines()[0] for event in catcher.events if event.kind == "ERROR"]
-    mesh = pv.wrap(reader.GetOutput())
     if errors:
         raise RunError(f"{path}: unreadable ({errors[0]})")
+
+
+def open_reader(path: Path):
+    """A VTK reader for an STL, VTP or VTU file, with its header read."""
+    if path.suffix.lower() not in _READERS:
+        raise RunError(f"{path}: unsupported file type, expected one of {sorted(_READERS)}")
+    reader = _READERS[path.suffix.lower()]()
+    reader.SetFileName(str(path))
+    _run_reader(reader, path, "UpdateInformation")
+    return reader
+
+
+def array_names(reader) -> dict[str, list[str]]:
+    """Names of the point and cell data arrays an XML reader's file holds."""
+    names = {}
+    for where, selection in (("points", reader.GetPointDataArraySelection()),
+                             ("cells", reader.GetCellDataArraySelection())):
+        names[where] = [selection.GetArrayName(i) for i in range(selection.GetNumberOfArrays())]
+    return names
+
+
+def read_arrays(
+    reader, path: Path, point_arrays: Collection[str] | None, cell_arrays: Collection[str] | None
+) -> pv.DataSet:
+    """Read the mesh of an opened reader with only the named point and cell arrays (None: all).
+
+    Selecting arrays saves time and memory on DrivAerML's large VTP and VTU files.
+    """
+    if path.suffix.lower() != ".stl":
+        for wanted, selection in ((point_arrays, reader.GetPointDataArraySelection()),
+                                  (cell_arrays, reader.GetCellDataArraySelection())):
+            if wanted is not None:
+                selection.DisableAllArrays()
+                for name in wanted:
+                    selection.EnableArray(name)
+    _run_reader(reader, path, "Update")
+    mesh = pv.wrap(reader.GetOutput())
     if mesh.n_points == 0 or mesh.n_cells == 0:
         raise RunError(f"{path}: no points or cells")
     return mesh
+
+
+def read_mesh(
+    path: Path, point_arrays: Collection[str] | None = None, cell_arrays: Collection[str] | None = None
+) -> pv.DataSet:
+    """Read an STL, VTP or VTU file; read errors and empty results become RunError."""
+    return read_arrays(open_reader(path), path, point_arrays, cell_arrays)
+
+
+def _require(available: list[str], names: Collection[str], path: Path, where: str) -> None:
+    missing = [name for name in names if name not in available]
+    if missing:
+        raise RunError(f"{path}: no {where} data {missing} (has {sorted(available)})")
 
 
 def field_columns(data: Mapping, variables: Mapping[str, str], path: Path, where: str) -> np.ndarray:
@@ -166,7 +213,9 @@ def read_stl(path: Path) -> dict[str, np.ndarray]:
 
 def read_surface(path: Path, variables: Mapping[str, str]) -> dict[str, np.ndarray]:
     """Boundary cell centres, unit normals (from the cell winding), areas and raw fields."""
-    mesh = read_mesh(path)
+    reader = open_reader(path)
+    _require(array_names(reader)["cells"], variables, path, "cell")
+    mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=list(variables))
     if not isinstance(mesh, pv.PolyData):
         mesh = mesh.extract_surface()
     fields = field_columns(mesh.cell_data, variables, path, "cell")
@@ -194,20 +243,24 @@ def read_volume(
     """
     if source not in VOLUME_SOURCES:
         raise ValueError(f"volume_source {source!r}, expected one of {list(VOLUME_SOURCES)}")
-    mesh = read_mesh(path)
-    data = {"points": mesh.point_data, "cells": mesh.cell_data}
+    reader = open_reader(path)
+    available = array_names(reader)
     notes = []
-    missing = [name for name in variables if name not in data[source]]
+    missing = [name for name in variables if name not in available[source]]
     if missing:
         other = next(s for s in VOLUME_SOURCES if s != source)
-        if any(name not in data[other] for name in variables):
+        if any(name not in available[other] for name in variables):
             raise RunError(f"{path}: fields {missing} missing as {source} data, and not all of "
                            f"{list(variables)} are {other} data either")
         notes.append(f"{path}: fields {missing} missing as {source} data, using {other} data")
         source = other
-    where = "point" if source == "points" else "cell"
-    fields = field_columns(data[source], variables, path, where)
-    centres = mesh.points if source == "points" else mesh.cell_centers().points
+    if source == "points":
+        mesh = read_arrays(reader, path, point_arrays=list(variables), cell_arrays=[])
+        fields, centres = field_columns(mesh.point_data, variables, path, "point"), mesh.points
+    else:
+        mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=list(variables))
+        fields = field_columns(mesh.cell_data, variables, path, "cell")
+        centres = mesh.cell_centers().points
     return {"volume_mesh_centers": np.asarray(centres, dtype=np.float32),
             "volume_fields": fields}, source, notes
 

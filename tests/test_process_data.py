@@ -162,6 +162,15 @@ def test_volume_cells_and_fallback_to_the_other_source(tiny_raw_dir: Path, tmp_p
     assert not (tmp_path / "none.zarr").exists()
 
 
+def test_missing_surface_field_is_named(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    run_dir = _copy_run(tiny_raw_dir, 2, tmp_path / "raw", 2)
+    mesh = pv.read(run_dir / "boundary_2.vtp")
+    mesh.cell_data.remove("wallShearStressMeanTrim")
+    mesh.save(run_dir / "boundary_2.vtp")
+    with pytest.raises(RunError, match=r"boundary_2.vtp: no cell data \['wallShearStressMeanTrim'\]"):
+        process_run(run_dir, tmp_path / "run_2.zarr", **PROCESS_OPTIONS)
+
+
 def test_finished_runs_are_skipped_unless_overwrite(tiny_raw_dir: Path, tmp_path: Path) -> None:
     first = process_all(tiny_raw_dir, tmp_path, **PROCESS_OPTIONS)
     again = process_all(tiny_raw_dir, tmp_path, **PROCESS_OPTIONS)
