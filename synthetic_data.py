@@ -389,14 +389,22 @@ def generate_run(
     surface_cells: int,
     volume_points: int,
 ) -> Path:
-    """Write one run folder ``run_<index>`` under ``run_dir``'s parent naming; return it."""
+    """Write the STL, boundary VTP and volume VTU of run ``index`` into ``run_dir``; return it.
+
+    The body shape and every random draw come from ``np.random.default_rng([seed, index])``.
+    """
     rng = np.random.default_rng([seed, index])
     shape = random_shape(rng)
     run_dir.mkdir(parents=True, exist_ok=True)
-    vertices, faces = stl_mesh(shape, stl_triangles)
-    write_ascii_stl(run_dir / f"drivaer_{index}.stl", vertices, faces, f"drivaer_{index}")
-    write_boundary(run_dir / f"boundary_{index}.vtp", shape, surface_cells, rng)
-    write_volume(run_dir / f"volume_{index}.vtu", shape, volume_points, rng)
+    large = max(surface_cells, volume_points) >= _PROGRESS_MIN_POINTS
+    with tqdm(total=3, desc=f"{run_dir.name}", unit="file", disable=not large, leave=False) as bar:
+        vertices, faces = stl_mesh(shape, stl_triangles)
+        write_ascii_stl(run_dir / f"drivaer_{index}.stl", vertices, faces, f"drivaer_{index}")
+        bar.update()
+        write_boundary(run_dir / f"boundary_{index}.vtp", shape, surface_cells, rng)
+        bar.update()
+        write_volume(run_dir / f"volume_{index}.vtu", shape, volume_points, rng)
+        bar.update()
     return run_dir
 
 
