@@ -126,8 +126,8 @@ def inside_body(shape: CarShape, points: np.ndarray, margin: float = 0.0) -> np.
     s = (points[:, 0] - shape.x_nose) / shape.length
     half_width, centre, half_height = section(shape, s)
     n = shape.section_exponent
-    dy = np.abs(points[:, 1]) / (half_width + margin)
-    dz = np.abs(points[:, 2] - centre) / (half_height + margin)
+    dy = np.abs(points[:, 1]) / np.maximum(half_width + margin, 1e-12)
+    dz = np.abs(points[:, 2] - centre) / np.maximum(half_height + margin, 1e-12)
     pad = margin / shape.length
     return (s > -pad) & (s < 1.0 + pad) & (dy**n + dz**n < 1.0)
 
@@ -226,7 +226,7 @@ def surface_fields(
     nx, nz = normals[:, 0], normals[:, 2]
     s = np.clip((centres[:, 0] - shape.x_nose) / shape.length, 0.0, 1.0)
     front = np.where(nx < 0.0, nx**2, 0.0)  # stagnation towards the nose
-    base = np.where(nx > 0.0, 0.25 * nx**2, 0.0)  # partial recovery on the back
+    base = np.where(nx > 0.0, -0.15 * nx**2, 0.0)  # separated flow: low pressure on the back
     cp = front + base - 1.1 * (1.0 - nx**2)
     cp -= 0.5 * np.maximum(nz, 0.0) * np.exp(-(((s - shape.windshield_s - 0.05) / 0.08) ** 2))
     cp += 0.3 * np.maximum(-nz, 0.0) * (1.0 - nx**2)  # the ground slows the underbody flow
@@ -242,13 +242,13 @@ def surface_fields(
     }
 
 
-def _doublet_velocity(shape: CarShape, points: np.ndarray) -> np.ndarray:
-    """Potential flow past the body (an ellipsoidal doublet with its ground image), per U."""
+def _doublet_perturbation(shape: CarShape, points: np.ndarray) -> np.ndarray:
+    """Potential flow past the body (an ellipsoidal doublet with its ground image) minus the
+    free stream, per U."""
     half = np.array([0.5 * shape.length, 0.5 * shape.width, 0.5 * shape.height])
     centre_z = GROUND_Z + shape.ride_height + 0.5 * shape.height
     centre = np.array([shape.x_nose + half[0], 0.0, centre_z])
     velocity = np.zeros_like(points)
-    velocity[:, 0] = 1.0
     for mirror in (1.0, -1.0):  # the image below the ground keeps the flow parallel to it
         c = centre.copy()
         c[2] = GROUND_Z + mirror * (centre_z - GROUND_Z)
@@ -259,8 +259,8 @@ def _doublet_velocity(shape: CarShape, points: np.ndarray) -> np.ndarray:
     return velocity
 
 
-def _wake(shape: CarShape, points: np.ndarray) -> np.ndarray:
-    """Velocity deficit behind the body, between 0 (free stream) and about 0.8."""
+def _wake(shape: CarShape, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where the wake is (0 outside, 1 on its axis) and its velocity deficit (up to 0.8)."""
     behind = points[:, 0] - shape.x_tail
     grow = np.sqrt(np.maximum(behind, 0.0) + 0.5)
     spread_y = 0.45 * shape.width * grow
@@ -268,18 +268,22 @@ def _wake(shape: CarShape, points: np.ndarray) -> np.ndarray:
     centre_z = GROUND_Z + shape.ride_height + 0.4 * shape.height
     profile = np.exp(-((points[:, 1] / spread_y) ** 2) - ((points[:, 2] - centre_z) / spread_z) ** 2)
     onset = 1.0 / (1.0 + np.exp(-(behind + 0.3) / 0.15))
-    return 0.8 * onset * profile / (1.0 + np.maximum(behind, 0.0) / shape.length)
+    weight = onset * profile
+    return weight, 0.8 * weight / (1.0 + np.maximum(behind, 0.0) / shape.length)
 
 
 def volume_fields(
     shape: CarShape, points: np.ndarray, u_inf: float = STREAM_VELOCITY
 ) -> dict[str, np.ndarray]:
     """Kinematic flow fields at volume points, float32, keyed by their DrivAerML names."""
-    velocity = _doublet_velocity(shape, points)
-    deficit = _wake(shape, points)
+    perturbation = _doublet_perturbation(shape, points)
+    weight, deficit = _wake(shape, points)
+    potential_cp = 1.0 - np.sum((perturbation + np.array([1.0, 0.0, 0.0])) ** 2, axis=1)
+    velocity = perturbation * (1.0 - weight[:, None])  # the separated wake replaces the
+    velocity[:, 0] += 1.0  # potential flow's rear stagnation
     velocity[:, 0] *= 1.0 - deficit
     speed = np.linalg.norm(velocity, axis=1)
-    cp = 1.0 - speed**2 - 0.6 * deficit  # Bernoulli, plus the low pressure of the wake
+    cp = (1.0 - weight) * potential_cp - 0.25 * weight  # Bernoulli outside, base pressure inside
     nut = 1e-5 + 2e-3 * deficit + 1e-4 * np.exp(-np.abs(points[:, 2] - GROUND_Z) / 0.05)
     return {
         "UMeanTrim": (u_inf * velocity).astype(np.float32),
