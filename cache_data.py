@@ -5,7 +5,8 @@ normalisation, SDF of both grids, SDF and closest point of every kept volume poi
 kept surface cell) and writes ``<cache.dir>/<run>.zarr`` atomically, then ``manifest.json``
 (format: docs/cache_format.md). A rerun skips runs whose fingerprint matches (an interrupted build
 resumes); runs built with other settings are rebuilt only with ``cache.rebuild=true``, otherwise
-they are reported as stale and the command fails. ``cache.validate=true`` checks an existing cache
+they are reported as stale, the manifest is left as it was and the command fails. The manifest
+lists the runs that are current. ``cache.validate=true`` checks an existing cache
 against the config and its checksums instead of building.
 
     python cache_data.py --config-name=cached data.processed_dir=/data/processed cache.dir=/data/cache
@@ -192,13 +193,16 @@ def _main(cfg: DictConfig) -> int:
         results = build_cache(runs, cache_dir, settings, rebuild=bool(cfg.cache.rebuild),
                               rank=dist.rank, world_size=dist.world_size)
         print(summarize(results), flush=True)
-        problems = all_reduce_sum(torch.tensor([sum(r.status in ("stale", "failed") for r in results)]))
+        stale, failed = (int(v) for v in all_reduce_sum(torch.tensor(
+            [sum(r.status == "stale" for r in results), sum(r.status == "failed" for r in results)])))
         barrier()
-        if dist.is_main:
+        if dist.is_main and stale:
+            print("manifest left as it was: the cache holds runs built with other settings")
+        elif dist.is_main:
             config = OmegaConf.to_container(cfg, resolve=True)
             path = write_manifest(cache_dir, settings, manifest_runs(runs, cache_dir, settings), config)
             print(f"manifest: {path}")
-        return 1 if int(problems.item()) else 0
+        return 1 if stale or failed else 0
     finally:
         shutdown_distributed()
 
