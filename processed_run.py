@@ -2,8 +2,9 @@
 
 ``<processed_dir>/run_<i>.zarr`` holds float32 arrays (the physicsnemo-curator DoMINO layout):
 
-    stl_coordinates (Np, 3)     stl_faces (3*Ntri,) int32    stl_centers (Ntri, 3)   stl_areas (Ntri,)
-    surface_mesh_centers (Ns, 3)  surface_normals (Ns, 3)  surface_areas (Ns,)  surface_fields (Ns, Fs)
+    stl_coordinates (Np, 3)       stl_faces (3*Ntri,) int32   stl_centers (Ntri, 3)
+    stl_areas (Ntri,)             surface_mesh_centers (Ns, 3)   surface_normals (Ns, 3)
+    surface_areas (Ns,)           surface_fields (Ns, Fs)
     volume_mesh_centers (Nv, 3)   volume_fields (Nv, Fv)     (volume rows in a random permutation)
     global_params_values (P,)     global_params_reference (P,)
 
@@ -62,7 +63,9 @@ def _codec() -> BloscCodec:
     return BloscCodec(cname="zstd", clevel=5, shuffle="shuffle")
 
 
-def _chunking(shape: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+def _chunking(
+    shape: tuple[int, ...], itemsize: int
+) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """Row chunks of about CHUNK_BYTES and, for arrays of many chunks, shards of several."""
     row_bytes = itemsize * int(np.prod(shape[1:], dtype=np.int64))
     rows = max(1, min(max(shape[0], 1), CHUNK_BYTES // max(row_bytes, 1)))
@@ -170,7 +173,8 @@ def open_processed_run(path: str | os.PathLike) -> zarr.Group:
         raise FileNotFoundError(f"{path}: no processed run (no zarr.json)")
     group = zarr.open_group(store=str(path), mode="r")
     if group.attrs.get("format") != FORMAT:
-        raise ProcessedRunError(f"{path}: not a {FORMAT} group (format={group.attrs.get('format')})")
+        found = group.attrs.get("format")
+        raise ProcessedRunError(f"{path}: not a {FORMAT} group (format={found})")
     if group.attrs.get("format_version") != FORMAT_VERSION:
         raise ProcessedRunError(
             f"{path}: format_version {group.attrs.get('format_version')}, "
@@ -203,7 +207,8 @@ def load_processed_run(
     return {name: _check_values(name, present[name][...], path, n_points) for name in names}
 
 
-def _natural_key(path: Path) -> list[int | str]:
+def natural_key(path: Path) -> list[int | str]:
+    """Sort key that orders digits by value: run_2 before run_10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
 
 
@@ -219,4 +224,4 @@ def list_runs(processed_dir: str | os.PathLike) -> list[Path]:
         p for p in processed_dir.iterdir()
         if p.suffix == ".zarr" and not p.name.startswith(".") and p.is_dir()
     ]
-    return sorted(runs, key=_natural_key)
+    return sorted(runs, key=natural_key)

@@ -266,7 +266,8 @@ def _wake(shape: CarShape, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     spread_y = 0.45 * shape.width * grow
     spread_z = 0.45 * shape.height * grow
     centre_z = GROUND_Z + shape.ride_height + 0.4 * shape.height
-    profile = np.exp(-((points[:, 1] / spread_y) ** 2) - ((points[:, 2] - centre_z) / spread_z) ** 2)
+    across = (points[:, 1] / spread_y) ** 2 + ((points[:, 2] - centre_z) / spread_z) ** 2
+    profile = np.exp(-across)
     onset = 1.0 / (1.0 + np.exp(-(behind + 0.3) / 0.15))
     weight = onset * profile
     return weight, 0.8 * weight / (1.0 + np.maximum(behind, 0.0) / shape.length)

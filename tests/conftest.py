@@ -30,7 +30,7 @@ def tiny_raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_processed_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``tiny_raw_dir`` processed with the default config (run_1.zarr, run_2.zarr). Do not modify."""
+    """``tiny_raw_dir`` processed with the default config: run_1.zarr, run_2.zarr. Read only."""
     out = tmp_path_factory.mktemp("tiny_processed")
     results = process_all(tiny_raw_dir, out, num_processes=1, **PROCESS_OPTIONS)
     failed = [r for r in results if r.status != "processed"]

@@ -18,7 +18,8 @@ import pyvista as pv
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
 from conftest import PROCESS_OPTIONS
-from process_data import RunError, process_all, process_run, read_stl, read_surface
+from drivaerml_reader import RunError, read_stl, read_surface
+from process_data import process_all, process_run
 from processed_run import list_runs, load_processed_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +64,8 @@ def _copy_run(src_root: Path, src: int, dst_root: Path, dst: int) -> Path:
     target = dst_root / f"run_{dst}"
     target.mkdir(parents=True)
     for stem, suffix in (("drivaer", "stl"), ("boundary", "vtp"), ("volume", "vtu")):
-        shutil.copy(src_root / f"run_{src}" / f"{stem}_{src}.{suffix}", target / f"{stem}_{dst}.{suffix}")
+        source = src_root / f"run_{src}" / f"{stem}_{src}.{suffix}"
+        shutil.copy(source, target / f"{stem}_{dst}.{suffix}")
     return target
 
 
@@ -154,10 +156,12 @@ def test_volume_cells_and_fallback_to_the_other_source(tiny_raw_dir: Path, tmp_p
     grid.point_data.clear()
     grid.save(run_dir / "volume_1.vtu")
     _, notes = process_run(run_dir, tmp_path / "fallback.zarr", **PROCESS_OPTIONS)
-    assert len(notes) == 1 and "volume_1.vtu: fields ['UMeanTrim'," in notes[0] and "using cells" in notes[0]
+    assert len(notes) == 1
+    assert "volume_1.vtu: fields ['UMeanTrim'," in notes[0] and "using cells" in notes[0]
     grid.cell_data.remove("nutMeanTrim")
     grid.save(run_dir / "volume_1.vtu")
-    with pytest.raises(RunError, match=r"volume_1.vtu: fields \['UMeanTrim', .* not all of .* cells data either"):
+    message = r"volume_1.vtu: fields \['UMeanTrim', .* not all of .* cells data either"
+    with pytest.raises(RunError, match=message):
         process_run(run_dir, tmp_path / "none.zarr", **PROCESS_OPTIONS)
     assert not (tmp_path / "none.zarr").exists()
 
@@ -167,8 +171,25 @@ def test_missing_surface_field_is_named(tiny_raw_dir: Path, tmp_path: Path) -> N
     mesh = pv.read(run_dir / "boundary_2.vtp")
     mesh.cell_data.remove("wallShearStressMeanTrim")
     mesh.save(run_dir / "boundary_2.vtp")
-    with pytest.raises(RunError, match=r"boundary_2.vtp: no cell data \['wallShearStressMeanTrim'\]"):
+    message = r"boundary_2.vtp: no cell data \['wallShearStressMeanTrim'\]"
+    with pytest.raises(RunError, match=message):
         process_run(run_dir, tmp_path / "run_2.zarr", **PROCESS_OPTIONS)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"volume_source": "faces"}, "volume_source 'faces', expected one of"),
+        ({"volume_variables": {"TMeanTrim": "scalar"}}, "no non-dimensionalisation for TMeanTrim"),
+        ({"surface_variables": {"pMeanTrim": "tensor"}}, "pMeanTrim: kind 'tensor'"),
+    ],
+)
+def test_bad_settings_stop_before_any_run(
+    tiny_raw_dir: Path, tmp_path: Path, change: dict, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        process_all(tiny_raw_dir, tmp_path, **{**PROCESS_OPTIONS, **change})
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_finished_runs_are_skipped_unless_overwrite(tiny_raw_dir: Path, tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ from synthetic_data import GROUND_Z, STREAM_VELOCITY, VOLUME_BOX, generate_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 SURFACE_BOX = (np.array([-1.5, -1.4, -0.32]), np.array([5.0, 1.4, 1.4]))
-SURFACE_ARRAYS = {"pMeanTrim": 1, "CpMeanTrim": 1, "pPrime2MeanTrim": 1, "wallShearStressMeanTrim": 3}
+SURFACE_ARRAYS = {"pMeanTrim": 1, "CpMeanTrim": 1, "pPrime2MeanTrim": 1,
+                  "wallShearStressMeanTrim": 3}
 VOLUME_ARRAYS = {"UMeanTrim": 3, "pMeanTrim": 1, "nutMeanTrim": 1, "CpMeanTrim": 1,
                  "magUMeanNormTrim": 1}
 
@@ -93,7 +94,7 @@ def test_volume_points_fill_the_box_outside_the_body(tiny_raw_dir: Path, i: int)
     assert not _enclosed(points, pv.read(stl_path)).any()
 
 
-def test_surface_fields_show_stagnation_suction_and_shear_along_the_flow(tiny_raw_dir: Path) -> None:
+def test_surface_fields_show_stagnation_suction_and_wall_shear(tiny_raw_dir: Path) -> None:
     _, vtp_path, _ = _files(tiny_raw_dir, 1)
     surface = pv.read(vtp_path)
     normals = surface.compute_normals(cell_normals=True, point_normals=False).cell_data["Normals"]

@@ -1,0 +1,218 @@
+"""Read DrivAerML run folders: STL, boundary VTP and volume VTU files to numpy arrays.
+
+Works on the published files (ASCII multi-solid STLs, polygon cells with mixed vertex counts,
+volume fields as point data or cell data) and on the synthetic runs of synthetic_data.py. Only the
+named arrays are read from the VTP and VTU, and every read error becomes one RunError line naming
+the file and the problem.
+
+    files = run_files(Path("/data/drivaerml/run_1"))
+    stl = read_stl(files.stl)
+    surface = read_surface(files.surface, {"pMeanTrim": "scalar",
+                                           "wallShearStressMeanTrim": "vector"})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyvista as pv
+from vtkmodules.vtkCommonCore import vtkLogger
+from vtkmodules.vtkIOGeometry import vtkSTLReader
+from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
+
+VOLUME_SOURCES = ("points", "cells")
+KIND_WIDTH = {"scalar": 1, "vector": 3}
+
+
+class RunError(ValueError):
+    """A run folder whose files are missing, unreadable or lack a field."""
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The three files of one DrivAerML run folder."""
+
+    name: str
+    stl: Path
+    surface: Path
+    volume: Path
+
+
+def run_files(run_dir: Path) -> RunFiles:
+    """The run's files by their DrivAerML names; raise FileNotFoundError naming a missing one."""
+    index = run_dir.name.removeprefix("run_")
+    files = RunFiles(
+        run_dir.name,
+        run_dir / f"drivaer_{index}.stl",
+        run_dir / f"boundary_{index}.vtp",
+        run_dir / f"volume_{index}.vtu",
+    )
+    for path in (files.stl, files.surface, files.volume):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing file")
+    return files
+
+
+_READERS = {".stl": vtkSTLReader, ".vtp": vtkXMLPolyDataReader,
+            ".vtu": vtkXMLUnstructuredGridReader}
+
+
+def _run_reader(reader, path: Path, step: str) -> None:
+    """Run a VTK reader step ("UpdateInformation" or "Update"); its first error is a RunError.
+
+    VTK's own stderr logging is switched off, so a bad file gives one clear line.
+    """
+    vtkLogger.SetStderrVerbosity(vtkLogger.VERBOSITY_OFF)
+    with pv.VtkErrorCatcher(raise_errors=False, send_to_logging=False) as catcher:
+        getattr(reader, step)()
+    errors = [event.alert.splitlines()[0] for event in catcher.events if event.kind == "ERROR"]
+    if errors:
+        raise RunError(f"{path}: unreadable ({errors[0]})")
+
+
+def open_reader(path: Path):
+    """A VTK reader for an STL, VTP or VTU file, with its header read."""
+    if path.suffix.lower() not in _READERS:
+        raise RunError(f"{path}: unsupported file type, expected one of {sorted(_READERS)}")
+    reader = _READERS[path.suffix.lower()]()
+    reader.SetFileName(str(path))
+    _run_reader(reader, path, "UpdateInformation")
+    return reader
+
+
+def array_names(reader) -> dict[str, list[str]]:
+    """Names of the point and cell data arrays an XML reader's file holds."""
+    names = {}
+    for where, selection in (("points", reader.GetPointDataArraySelection()),
+                             ("cells", reader.GetCellDataArraySelection())):
+        names[where] = [selection.GetArrayName(i) for i in range(selection.GetNumberOfArrays())]
+    return names
+
+
+def read_arrays(
+    reader, path: Path, point_arrays: Collection[str] | None, cell_arrays: Collection[str] | None
+) -> pv.DataSet:
+    """Read the mesh of an opened reader with only the named point and cell arrays (None: all).
+
+    Selecting arrays saves time and memory on DrivAerML's large VTP and VTU files.
+    """
+    if path.suffix.lower() != ".stl":
+        for wanted, selection in ((point_arrays, reader.GetPointDataArraySelection()),
+                                  (cell_arrays, reader.GetCellDataArraySelection())):
+            if wanted is not None:
+                selection.DisableAllArrays()
+                for name in wanted:
+                    selection.EnableArray(name)
+    _run_reader(reader, path, "Update")
+    mesh = pv.wrap(reader.GetOutput())
+    if mesh.n_points == 0 or mesh.n_cells == 0:
+        raise RunError(f"{path}: no points or cells")
+    return mesh
+
+
+def read_mesh(
+    path: Path,
+    point_arrays: Collection[str] | None = None,
+    cell_arrays: Collection[str] | None = None,
+) -> pv.DataSet:
+    """Read an STL, VTP or VTU file; read errors and empty results become RunError."""
+    return read_arrays(open_reader(path), path, point_arrays, cell_arrays)
+
+
+def _require(available: list[str], names: Collection[str], path: Path, where: str) -> None:
+    missing = [name for name in names if name not in available]
+    if missing:
+        raise RunError(f"{path}: no {where} data {missing} (has {sorted(available)})")
+
+
+def field_columns(
+    data: Mapping, variables: Mapping[str, str], path: Path, where: str
+) -> np.ndarray:
+    """Stack the named fields of ``data`` (point or cell data) as float32 columns, in order."""
+    columns = []
+    for name, kind in variables.items():
+        if kind not in KIND_WIDTH:
+            raise ValueError(f"variable {name}: kind {kind!r}, expected one of {list(KIND_WIDTH)}")
+        if name not in data:
+            raise RunError(f"{path}: no {where} data {name} (has {sorted(data.keys())})")
+        values = np.asarray(data[name], dtype=np.float32)
+        values = values.reshape(len(values), -1)
+        if values.shape[1] != KIND_WIDTH[kind]:
+            raise RunError(f"{path}: {where} data {name} has {values.shape[1]} components, "
+                           f"expected {KIND_WIDTH[kind]} ({kind})")
+        columns.append(values)
+    return np.concatenate(columns, axis=1)
+
+
+def read_stl(path: Path) -> dict[str, np.ndarray]:
+    """STL vertices, flattened triangle indices, triangle centres and areas."""
+    mesh = read_mesh(path)
+    if not isinstance(mesh, pv.PolyData):
+        mesh = mesh.extract_surface()
+    if not mesh.is_all_triangles:
+        mesh = mesh.triangulate()
+    faces = mesh.faces.reshape(-1, 4)[:, 1:]
+    areas = mesh.compute_cell_sizes(length=False, area=True, volume=False).cell_data["Area"]
+    return {
+        "stl_coordinates": np.asarray(mesh.points, dtype=np.float32),
+        "stl_faces": faces.astype(np.int32).ravel(),
+        "stl_centers": np.asarray(mesh.cell_centers().points, dtype=np.float32),
+        "stl_areas": np.asarray(areas, dtype=np.float32),
+    }
+
+
+def read_surface(path: Path, variables: Mapping[str, str]) -> dict[str, np.ndarray]:
+    """Boundary cell centres, unit normals (from the cell winding), areas and raw fields."""
+    reader = open_reader(path)
+    _require(array_names(reader)["cells"], variables, path, "cell")
+    mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=list(variables))
+    if not isinstance(mesh, pv.PolyData):
+        mesh = mesh.extract_surface()
+    fields = field_columns(mesh.cell_data, variables, path, "cell")
+    normals = mesh.compute_normals(
+        cell_normals=True, point_normals=False, split_vertices=False,
+        consistent_normals=False, auto_orient_normals=False,
+    ).cell_data["Normals"]
+    normals = normals / np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-30)
+    areas = mesh.compute_cell_sizes(length=False, area=True, volume=False).cell_data["Area"]
+    return {
+        "surface_mesh_centers": np.asarray(mesh.cell_centers().points, dtype=np.float32),
+        "surface_normals": np.asarray(normals, dtype=np.float32),
+        "surface_areas": np.asarray(areas, dtype=np.float32),
+        "surface_fields": fields,
+    }
+
+
+def read_volume(
+    path: Path, variables: Mapping[str, str], source: str
+) -> tuple[dict[str, np.ndarray], str, list[str]]:
+    """Volume points and raw fields from ``source`` ("points" or "cells").
+
+    When the VTU lacks a requested field at that source but has all of them at the other one,
+    the other is used and a note says so. Returns the arrays, the source used and the notes.
+    """
+    if source not in VOLUME_SOURCES:
+        raise ValueError(f"volume_source {source!r}, expected one of {list(VOLUME_SOURCES)}")
+    reader = open_reader(path)
+    available = array_names(reader)
+    notes = []
+    missing = [name for name in variables if name not in available[source]]
+    if missing:
+        other = next(s for s in VOLUME_SOURCES if s != source)
+        if any(name not in available[other] for name in variables):
+            raise RunError(f"{path}: fields {missing} missing as {source} data, and not all of "
+                           f"{list(variables)} are {other} data either")
+        notes.append(f"{path}: fields {missing} missing as {source} data, using {other} data")
+        source = other
+    if source == "points":
+        mesh = read_arrays(reader, path, point_arrays=list(variables), cell_arrays=[])
+        fields, centres = field_columns(mesh.point_data, variables, path, "point"), mesh.points
+    else:
+        mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=list(variables))
+        fields = field_columns(mesh.cell_data, variables, path, "cell")
+        centres = mesh.cell_centers().points
+    return {"volume_mesh_centers": np.asarray(centres, dtype=np.float32),
+            "volume_fields": fields}, source, notes
