@@ -233,6 +233,8 @@ def test_killed_run_leaves_nothing_partial_and_rerun_finishes(
     deadline = time.monotonic() + 120
     while not (processed.is_dir() and list_runs(processed)) and time.monotonic() < deadline:
         time.sleep(0.005)
+    for path in list_runs(processed):  # whatever is listed while the writer runs is whole
+        load_processed_run(path)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     finished = list_runs(processed)
