@@ -29,9 +29,10 @@ import warp as wp
 
 MAX_K = 32
 _KNN_BACKENDS = ("auto", "warp", "ckdtree")
-_ACCEPT = 0.999  # accept the k-th neighbour only this far inside the radius (float rounding)
+_ACCEPT = wp.constant(0.999)  # k-th neighbour accepted only this far inside the radius (rounding)
+_LEVEL_RATIO = float(np.sqrt(2.0))  # radius range of one hash grid level
 _PILOT_QUERIES = 1024
-_PILOT_QUANTILE = 0.75
+_PILOT_QUANTILE = 0.9
 _SDF_BATCH = 1 << 20
 _CKDTREE_BATCH = 1 << 18
 
@@ -75,27 +76,36 @@ def _precedes(d_a: wp.float32, key_a: wp.int32, d_b: wp.float32, key_b: wp.int32
 def _knn_round(
     grid: wp.uint64,
     points: wp.array(dtype=wp.vec3),
+    point_ids: wp.array(dtype=wp.int32),
     queries: wp.array(dtype=wp.vec3),
+    query_ids: wp.array(dtype=wp.int32),
     active: wp.array(dtype=wp.int32),
+    radii: wp.array(dtype=wp.float32),
     self_query: wp.int32,
     k: wp.int32,
-    radius: wp.float32,
-    accept_d2: wp.float32,
+    max_radius: wp.float32,
     out_index: wp.array2d(dtype=wp.int32),
     out_d2: wp.array2d(dtype=wp.float32),
     done: wp.array(dtype=wp.int32),
 ):
-    """k best candidates of one query among the grid cells within ``radius``; done if exact."""
+    """k best candidates of query ``active[t]`` among the grid cells within ``radii[t]``.
+
+    The result is exact, and written out, when the k-th candidate lies inside the radius (all
+    closer points were visited) or the radius spans the whole cloud; ``done[t]`` says which.
+    Points and queries are in spatially sorted order; ``point_ids`` and ``query_ids`` map them
+    to their original indices, which break ties and address the output rows.
+    """
     t = wp.tid()
     qi = active[t]
     q = queries[qi]
     best_d = _vec_kf()
     best_key = _vec_ki()
     count = wp.int32(0)
+    radius = radii[t]
     neighbours = wp.hash_grid_query(grid, q, radius)
     for pi in neighbours:
         d2 = wp.length_sq(points[pi] - q)
-        key = pi
+        key = point_ids[pi]
         if self_query != 0 and pi == qi:
             key = -1
         if count < k or _precedes(d2, key, best_d[k - 1], best_key[k - 1]):
@@ -107,14 +117,16 @@ def _knn_round(
             best_d[j] = d2
             best_key[j] = key
             count = wp.min(count + 1, k)
-    finished = count >= k and best_d[k - 1] <= accept_d2
+    inside = _ACCEPT * radius
+    finished = count >= k and (best_d[k - 1] <= inside * inside or radius >= max_radius)
     if finished:
+        row = query_ids[qi]
         for j in range(k):
             key = best_key[j]
             if key < 0:
-                key = qi
-            out_index[qi, j] = key
-            out_d2[qi, j] = best_d[j]
+                key = point_ids[qi]
+            out_index[row, j] = key
+            out_d2[row, j] = best_d[j]
         done[t] = 1
     else:
         done[t] = 0
@@ -149,94 +161,160 @@ def _grid_dim(n_points: int) -> int:
     return int(np.clip(round(n_points ** (1.0 / 3.0)), 8, 128))
 
 
-def _initial_radius(points: np.ndarray, queries: np.ndarray, k: int) -> float:
-    """A small first radius from the bounding box, taking the cloud as a surface or a volume."""
-    lo = np.minimum(points.min(axis=0), queries.min(axis=0)).astype(np.float64)
-    hi = np.maximum(points.max(axis=0), queries.max(axis=0)).astype(np.float64)
-    a, b, c = np.maximum(hi - lo, 0.0)
-    n = len(points)
-    diag = float(np.sqrt(a * a + b * b + c * c))
-    estimates = [np.sqrt(2.0 * (a * b + b * c + c * a) * k / n), np.cbrt(a * b * c * k / n)]
-    positive = [e for e in estimates if e > 0.0]
-    guess = 0.5 * min(positive) if positive else diag
-    return max(guess, diag * 1e-7, 1e-30)
+def _morton_order(xyz: np.ndarray, lo: np.ndarray, extent: float) -> np.ndarray:
+    """Permutation that sorts points along a Z-order curve (10 bits per axis) for locality."""
+    cells = np.clip((xyz - lo) * (1023.0 / max(extent, 1e-30)), 0, 1023).astype(np.uint64)
+    code = np.zeros(len(xyz), dtype=np.uint64)
+    for axis in range(3):
+        x = cells[:, axis]
+        x = (x | (x << np.uint64(16))) & np.uint64(0x030000FF)
+        x = (x | (x << np.uint64(8))) & np.uint64(0x0300F00F)
+        x = (x | (x << np.uint64(4))) & np.uint64(0x030C30C3)
+        x = (x | (x << np.uint64(2))) & np.uint64(0x09249249)
+        code |= x << np.uint64(axis)
+    return np.argsort(code, kind="stable")
 
 
-def _bounding_diagonal(points: np.ndarray, queries: np.ndarray) -> float:
-    lo = np.minimum(points.min(axis=0), queries.min(axis=0)).astype(np.float64)
-    hi = np.maximum(points.max(axis=0), queries.max(axis=0)).astype(np.float64)
-    return float(np.linalg.norm(hi - lo))
+def _local_spacing(points: np.ndarray, queries: np.ndarray, lo: np.ndarray, extent: float, k: int):
+    """Rough k-th neighbour distance per query from the point count around its coarse cell.
+
+    Cells are sized for ~16 points each on a surface; the count c in the 3 x 3 x 3 block of
+    cells (width w) around a query gives 3w sqrt(k / (pi c)), the k-th distance of c points
+    spread over a 3w x 3w patch. Only ratios between queries matter: a pilot sample calibrates
+    the scale, so volume clouds are handled as well.
+    """
+    side = int(np.clip(round(np.sqrt(len(points) / 16.0)), 2, 1024))
+    width = max(extent, 1e-30) / side
+
+    def cell_ids(xyz):
+        c = np.clip(((xyz - lo) / width).astype(np.int64), 0, side - 1)
+        return (c[..., 2] * (side + 2) + c[..., 1]) * (side + 2) + c[..., 0]
+
+    occupied, counts = np.unique(cell_ids(points), return_counts=True)
+
+    def count_at(cells):
+        at = np.minimum(np.searchsorted(occupied, cells), len(occupied) - 1)
+        return np.where(occupied[at] == cells, counts[at], 0)
+
+    # Cell ids leave a margin of one cell so that neighbour offsets never wrap a row.
+    offsets = np.array([(dz * (side + 2) + dy) * (side + 2) + dx for dz in (-1, 0, 1)
+                        for dy in (-1, 0, 1) for dx in (-1, 0, 1)], dtype=np.int64)
+    block = sum(count_at(occupied + o) for o in offsets)
+    qcells = cell_ids(queries)
+    at = np.minimum(np.searchsorted(occupied, qcells), len(occupied) - 1)
+    c = np.where(occupied[at] == qcells, block[at], 0).astype(np.float64)
+    return 3.0 * width * np.sqrt(k / (np.pi * np.maximum(c, 0.5)))
 
 
 class _WarpKnnSearch:
-    """Runs the expanding-radius rounds over one point cloud on one device."""
+    """Expanding-radius search over one point cloud on one device.
 
-    def __init__(self, points: np.ndarray, queries: np.ndarray, self_query: bool, k: int, device: str):
+    Points and queries are held in Z-order so that neighbouring threads touch neighbouring
+    memory; query positions below are in that order, results land in the caller's row order.
+    Each query has its own radius; queries are run level by level, level L holding radii in
+    [b s^L, b s^(L+1)), s = sqrt(2), on a hash grid whose cell width is the largest of those
+    radii, so a query visits at most 3^3 cells. A query whose k-th candidate is not inside its radius retries at twice the
+    radius.
+    """
+
+    def __init__(self, points: np.ndarray, queries: np.ndarray | None, k: int, device: str):
         self.device = device
         self.k = k
-        self.self_query = self_query
-        self.n_queries = len(queries)
-        self.points = wp.array(points, dtype=wp.vec3, device=device)
-        self.queries = self.points if self_query else wp.array(queries, dtype=wp.vec3, device=device)
-        self.out_index = wp.zeros((len(queries), k), dtype=wp.int32, device=device)
-        self.out_d2 = wp.zeros((len(queries), k), dtype=wp.float32, device=device)
+        self.self_query = queries is None
+        q = points if queries is None else queries
+        lo = np.minimum(points.min(axis=0), q.min(axis=0)).astype(np.float64)
+        hi = np.maximum(points.max(axis=0), q.max(axis=0)).astype(np.float64)
+        extent = float((hi - lo).max())
+        point_order = _morton_order(points, lo, extent)
+        self.query_order = point_order if queries is None else _morton_order(q, lo, extent)
+        sorted_q = q[self.query_order]
+        self.spacing = _local_spacing(points, sorted_q, lo, extent, k)
+        self.points = wp.array(points[point_order], dtype=wp.vec3, device=device)
+        self.point_ids = wp.array(point_order.astype(np.int32), dtype=wp.int32, device=device)
+        if self.self_query:
+            self.queries, self.query_ids = self.points, self.point_ids
+        else:
+            self.queries = wp.array(sorted_q, dtype=wp.vec3, device=device)
+            self.query_ids = wp.array(self.query_order.astype(np.int32), dtype=wp.int32, device=device)
+        self.out_index = wp.zeros((len(q), k), dtype=wp.int32, device=device)
+        self.out_d2 = wp.zeros((len(q), k), dtype=wp.float32, device=device)
         dim = _grid_dim(len(points))
         self.grid = wp.HashGrid(dim, dim, dim, device=device)
-        self.grid_radius = None
+        self.grid_width = None
         # A radius beyond the bounding diagonal holds every point, so that round is always exact.
-        self.max_radius = _bounding_diagonal(points, queries) / _ACCEPT * 1.01 + 1e-30
+        self.max_radius = float(np.linalg.norm(hi - lo)) * 1.01 + 1e-30
+        self.base = max(float(self.spacing.min()) * 1e-3, self.max_radius * 1e-9, 1e-30)
 
-    def _build(self, radius: float) -> None:
-        if self.grid_radius != radius:
-            self.grid.build(self.points, radius)
-            self.grid_radius = radius
+    def _level(self, radius: np.ndarray, ratio: float) -> np.ndarray:
+        return np.floor(np.log(np.maximum(radius / self.base, 1.0)) / np.log(ratio)).astype(np.int64)
 
-    def run_round(self, active: np.ndarray, radius: float) -> np.ndarray:
-        """Search ``active`` query ids at ``radius``; return the ids still not exact."""
-        final = radius >= self.max_radius
-        self._build(radius)
-        active_wp = wp.array(active, dtype=wp.int32, device=self.device)
+    def _run_level(self, active: np.ndarray, radii: np.ndarray, width: float) -> np.ndarray:
+        """One kernel launch; returns a boolean mask of the queries that are exact now."""
+        if self.grid_width != width:
+            self.grid.build(self.points, width)
+            self.grid_width = width
         done = wp.zeros(len(active), dtype=wp.int32, device=self.device)
-        accept = np.float32(np.inf) if final else np.float32((radius * _ACCEPT) ** 2)
         wp.launch(
             _knn_round,
             dim=len(active),
-            inputs=[self.grid.id, self.points, self.queries, active_wp, int(self.self_query), self.k,
-                    float(radius), float(accept), self.out_index, self.out_d2, done],
+            inputs=[self.grid.id, self.points, self.point_ids, self.queries, self.query_ids,
+                    wp.array(active, dtype=wp.int32, device=self.device),
+                    wp.array(radii, dtype=wp.float32, device=self.device),
+                    int(self.self_query), self.k, float(self.max_radius),
+                    self.out_index, self.out_d2, done],
             device=self.device,
         )
-        return active[done.numpy() == 0]
+        return done.numpy() != 0
 
-    def search(self, active: np.ndarray, radius: float) -> None:
-        """Double the radius until every query in ``active`` is exact."""
-        remaining = active
-        while len(remaining):
-            radius = min(radius, self.max_radius)
-            remaining = self.run_round(remaining, radius)
-            radius *= 2.0
+    def search(self, active: np.ndarray, radii: np.ndarray, level_ratio: float = _LEVEL_RATIO) -> None:
+        """Search the query positions ``active`` starting at ``radii`` until all are exact.
+
+        Queries whose radii lie within a factor ``level_ratio`` share one grid and one launch.
+        """
+        radii = np.minimum(radii.astype(np.float64), self.max_radius)
+        while len(active):
+            levels = self._level(radii, level_ratio)
+            level = levels.min()
+            now = levels == level
+            exact = self._run_level(active[now], radii[now], float(radii[now].max()))
+            retry = np.zeros(len(active), dtype=bool)
+            retry[np.nonzero(now)[0][~exact]] = True
+            radii[retry] = np.minimum(radii[retry] * 2.0, self.max_radius)
+            keep = ~now | retry
+            active, radii = active[keep], radii[keep]
+
+    def kth_distances(self, active: np.ndarray) -> np.ndarray:
+        """Exact k-th neighbour distances of the searched query positions ``active``."""
+        rows = self.query_order[active]
+        return np.sqrt(self.out_d2.numpy()[rows, self.k - 1].astype(np.float64))
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """Indices and distances in the caller's query order."""
+        return self.out_index.numpy(), np.sqrt(self.out_d2.numpy())
 
 
-def _pilot_radius(search: _WarpKnnSearch, n_queries: int, first_radius: float) -> float:
-    """Pick the first radius from the exact k-th distances of a small random query sample."""
+def _calibrate(search: _WarpKnnSearch) -> float:
+    """Scale from the local spacing estimate to a starting radius, from a small query sample.
+
+    The sample starts well below its estimate, so its exact k-th distances are found cheaply;
+    the chosen scale lets ``_PILOT_QUANTILE`` of the queries finish in their first round.
+    """
+    n_queries = len(search.query_order)
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(n_queries, size=min(n_queries, _PILOT_QUERIES), replace=False))
-    search.search(sample.astype(np.int32), first_radius)
-    kth = np.sqrt(search.out_d2.numpy()[sample, search.k - 1].astype(np.float64))
-    radius = float(np.quantile(kth, _PILOT_QUANTILE)) / _ACCEPT
-    return max(radius, first_radius * 1e-3, 1e-30)
+    search.search(sample.astype(np.int32), search.spacing[sample] / 2.0, level_ratio=4.0)
+    ratio = search.kth_distances(sample) / search.spacing[sample]
+    return float(np.quantile(ratio, _PILOT_QUANTILE)) / float(_ACCEPT)
 
 
 def _knn_warp(points: np.ndarray, queries: np.ndarray | None, k: int, device: str):
     if k > MAX_K:
         raise ValueError(f"k={k} exceeds the Warp kNN limit MAX_K={MAX_K}; use backend='ckdtree'")
-    self_query = queries is None
-    q = points if self_query else queries
-    search = _WarpKnnSearch(points, q, self_query, k, device)
-    radius = _pilot_radius(search, len(q), _initial_radius(points, q, k))
-    search.search(np.arange(len(q), dtype=np.int32), radius)
-    index = search.out_index.numpy()
-    distance = np.sqrt(search.out_d2.numpy())
-    return index, distance
+    search = _WarpKnnSearch(points, queries, k, device)
+    scale = _calibrate(search)
+    n_queries = len(search.query_order)
+    search.search(np.arange(n_queries, dtype=np.int32), search.spacing * max(scale, 1e-6))
+    return search.result()
 
 
 def _knn_ckdtree(points: np.ndarray, queries: np.ndarray | None, k: int):
@@ -398,7 +476,9 @@ def signed_distance(
         indices=wp.array(tris, dtype=wp.int32, device=dev),
         support_winding_number=True,
     )
-    max_dist = 2.0 * _bounding_diagonal(verts, qry) + 1.0
+    lo = np.minimum(verts.min(axis=0), qry.min(axis=0)).astype(np.float64)
+    hi = np.maximum(verts.max(axis=0), qry.max(axis=0)).astype(np.float64)
+    max_dist = 2.0 * float(np.linalg.norm(hi - lo)) + 1.0
     for start in range(0, len(qry), _SDF_BATCH):
         stop = min(start + _SDF_BATCH, len(qry))
         sdf[start:stop], closest[start:stop] = _sdf_batch(mesh, qry[start:stop], max_dist, dev)
