@@ -52,7 +52,9 @@ def run_files(run_dir: Path) -> RunFiles:
     )
     for path in (files.stl, files.surface, files.volume):
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing file")
+            parts = sorted(p.name for p in run_dir.glob(f"{path.name}.part*"))
+            hint = f" (join {' '.join(parts)} with cat first)" if parts else ""
+            raise FileNotFoundError(f"{path}: missing file{hint}")
     return files
 
 
@@ -165,7 +167,11 @@ def read_stl(path: Path) -> dict[str, np.ndarray]:
 
 
 def read_surface(path: Path, variables: Mapping[str, str]) -> dict[str, np.ndarray]:
-    """Boundary cell centres, unit normals (from the cell winding), areas and raw fields."""
+    """Boundary cell centres, unit normals (from the cell winding), areas and raw fields.
+
+    Centres are VTK's cell centres, as the physicsnemo-curator ETL computes them: the vertex
+    mean for triangles and quads, the parametric centre for larger polygons.
+    """
     reader = open_reader(path)
     _require(array_names(reader)["cells"], variables, path, "cell")
     mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=list(variables))

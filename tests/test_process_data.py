@@ -140,6 +140,7 @@ def test_polygons_with_any_vertex_count(tmp_path: Path) -> None:
     np.testing.assert_allclose(surface["surface_areas"], areas, rtol=1e-5)
     np.testing.assert_allclose(surface["surface_normals"], normals, atol=1e-6)
     np.testing.assert_allclose(surface["surface_fields"][:, 0], [0, 1, 2])
+    np.testing.assert_allclose(surface["surface_mesh_centers"][1:], centres[1:], atol=1e-6)
 
 
 def test_volume_cells_and_fallback_to_the_other_source(tiny_raw_dir: Path, tmp_path: Path) -> None:
@@ -192,6 +193,17 @@ def test_bad_settings_stop_before_any_run(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_unjoined_volume_parts_are_pointed_out(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    run_dir = _copy_run(tiny_raw_dir, 1, tmp_path / "raw", 1)
+    data = (run_dir / "volume_1.vtu").read_bytes()
+    (run_dir / "volume_1.vtu").unlink()
+    (run_dir / "volume_1.vtu.part1").write_bytes(data[:1000])
+    (run_dir / "volume_1.vtu.part2").write_bytes(data[1000:])
+    message = "volume_1.vtu: missing file .join volume_1.vtu.part1 volume_1.vtu.part2 with cat"
+    with pytest.raises(FileNotFoundError, match=message):
+        process_run(run_dir, tmp_path / "run_1.zarr", **PROCESS_OPTIONS)
+
+
 def test_finished_runs_are_skipped_unless_overwrite(tiny_raw_dir: Path, tmp_path: Path) -> None:
     first = process_all(tiny_raw_dir, tmp_path, **PROCESS_OPTIONS)
     again = process_all(tiny_raw_dir, tmp_path, **PROCESS_OPTIONS)
@@ -214,6 +226,7 @@ def test_bad_runs_are_named_and_good_runs_processed(tiny_raw_dir: Path, tmp_path
     lines = done.stdout.splitlines()
     assert any("FAILED run_3" in line and "boundary_3.vtp" in line for line in lines), done.stdout
     assert any("FAILED run_4" in line and "drivaer_4.stl: missing file" in line for line in lines)
+    assert "boundary_3.vtp: unreadable" in done.stdout and "ERR" not in done.stderr
     assert "4 runs: 2 processed, 0 skipped, 2 failed" in done.stdout
     assert [p.name for p in list_runs(processed)] == ["run_1.zarr", "run_2.zarr"]
     for path in list_runs(processed):
