@@ -1,0 +1,307 @@
+"""Side-by-side speed, size and memory of the uncached and the cached DoMINO datasets.
+
+For a size preset it generates synthetic runs and processes them into a work directory (reused
+when present), builds our cache (reused when current; build time comes from each run's record),
+then measures in fresh processes, one after the other: the uncached ``__getitem__`` (median of a
+few), the cached ``__getitem__`` (median of many after a warm-up) with the bytes each draw reads
+and the peak RSS, the cached draw on a copy of the first run with 4x the volume points, and epoch
+time with 0, 1 and 2 DataLoader workers. ``--compare-physicsnemo`` also measures physicsnemo
+2.2.2's own cache path on the same processed runs (benchmark_physicsnemo_cache.py). Prints a
+Markdown table with the ratios; writes JSON and a PNG bar chart.
+
+    python benchmark_dataloader.py --preset tiny --json /tmp/bench_tiny.json
+    python benchmark_dataloader.py --preset bench --runs 1 --compare-physicsnemo \
+        --work /tmp/domino_bench --json bench.json --png bench.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+# Per preset: sample sizes, grid, number of draws to time, and the epoch length in draws.
+PRESETS = {
+    "tiny": dict(surface_points=256, volume_points=512, geometry_points=400, interp_res=(16, 8, 8),
+                 uncached_draws=3, cached_draws=30, epoch_items=8),
+    "demo": dict(surface_points=1024, volume_points=1024, geometry_points=4096, interp_res=(32, 16, 16),
+                 uncached_draws=3, cached_draws=30, epoch_items=12),
+    "bench": dict(surface_points=8192, volume_points=8192, geometry_points=300_000, interp_res=(128, 64, 64),
+                  uncached_draws=3, cached_draws=20, epoch_items=12),
+}
+PROCESS_OPTIONS = dict(
+    surface_variables={"pMeanTrim": "scalar", "wallShearStressMeanTrim": "vector"},
+    volume_variables={"UMeanTrim": "vector", "pMeanTrim": "scalar", "nutMeanTrim": "scalar"},
+    stream_velocity=30.0, air_density=1.205, reference_length=1.0, volume_source="points", permutation_seed=0)
+
+
+def ensure_processed(work: Path, preset: str, runs: int, *, volume_scale: int = 1) -> Path:
+    """Generate and process ``runs`` synthetic runs into ``work`` unless they are there."""
+    from process_data import process_all
+    from synthetic_data import PRESETS as SIZES, generate_runs
+
+    suffix = "" if volume_scale == 1 else f"_volume{volume_scale}x"
+    raw, processed = work / f"raw{suffix}", work / f"processed{suffix}"
+    if len(list(processed.glob("run_*.zarr"))) < runs:
+        generate_runs(raw, runs, preset=preset, seed=0,
+                      volume_points=volume_scale * SIZES[preset]["volume_points"])
+        failed = [r for r in process_all(raw, processed, num_processes=1, **PROCESS_OPTIONS)
+                  if r.status == "failed"]
+        if failed:
+            raise RuntimeError(f"processing failed: {failed}")
+    return processed
+
+
+def settings_for(params: dict):
+    """Our preprocessing settings: conf/config.yaml with the preset's grid, on the CPU."""
+    from omegaconf import OmegaConf
+
+    from preprocessing import settings_from_config
+
+    cfg = OmegaConf.load(ROOT / "conf" / "config.yaml")
+    cfg.geometry.interp_res = list(params["interp_res"])
+    return cfg, settings_from_config(cfg.geometry, cfg.variables)
+
+
+def ensure_cache(processed: Path, cache: Path, params: dict) -> dict:
+    """Build (or reuse) our cache; return build seconds and bytes per run."""
+    from cache_data import build_cache, manifest_runs
+    from cache_format import write_manifest
+    from processed_run import list_runs
+
+    _, settings = settings_for(params)
+    runs = list_runs(processed)
+    results = build_cache(runs, cache, settings, rebuild=True)
+    bad = [r for r in results if r.status == "failed"]
+    if bad:
+        raise RuntimeError(f"cache build failed: {bad}")
+    entries = manifest_runs(runs, cache, settings)
+    write_manifest(cache, settings, entries)
+    return {"build_s_per_run": statistics.median(e["build_seconds"] for e in entries.values()),
+            "bytes_per_run": statistics.median(e["bytes"] for e in entries.values())}
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _timed_draws(dataset, count: int, warmup: int) -> list[float]:
+    """Seconds of ``count`` draws over the runs and epochs, after ``warmup`` untimed draws."""
+    times = []
+    for k in range(warmup + count):
+        dataset.set_epoch(k // len(dataset))
+        start = time.perf_counter()
+        dataset[k % len(dataset)]
+        if k >= warmup:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def phase_uncached(params: dict, processed: str, factors: dict) -> dict:
+    from datapipe import DoMINODataPipe
+
+    cfg, s = settings_for(params)
+    ds = DoMINODataPipe(processed, model_type=params["model_type"], surface_points=params["surface_points"],
+                        volume_points=params["volume_points"], geometry_points=params["geometry_points"],
+                        bounding_box_volume=s.bounding_box_volume, bounding_box_surface=s.bounding_box_surface,
+                        interp_res=s.interp_res, num_neighbors_surface=s.num_neighbors_surface,
+                        scaling_factors=factors, device="cpu")
+    times = _timed_draws(ds, params["uncached_draws"], warmup=0)
+    return {"getitem_s": statistics.median(times), "getitem_all_s": times, "peak_rss_mb": _peak_rss_mb()}
+
+
+def _cached_dataset(params: dict, cache: str, factors: dict, runs=None, count_bytes=False):
+    from datapipe import CachedDoMINODataset
+
+    return CachedDoMINODataset(cache, runs=runs, model_type=params["model_type"],
+                               surface_points=params["surface_points"], volume_points=params["volume_points"],
+                               geometry_points=params["geometry_points"], scaling_factors=factors,
+                               count_bytes=count_bytes)
+
+
+def phase_cached(params: dict, cache: str, factors: dict) -> dict:
+    ds = _cached_dataset(params, cache, factors, count_bytes=True)
+    _timed_draws(ds, 0, warmup=3)
+    before = ds.bytes_read()
+    times = _timed_draws(ds, params["cached_draws"], warmup=0)
+    return {"getitem_s": statistics.median(times), "getitem_all_s": times, "peak_rss_mb": _peak_rss_mb(),
+            "bytes_per_draw": (ds.bytes_read() - before) / len(times)}
+
+
+def phase_epochs(params: dict, cache: str, factors: dict) -> dict:
+    """Seconds of one epoch (after a warm-up epoch, persistent workers) for 0, 1, 2 workers."""
+    from torch.utils.data import DataLoader
+
+    from cache_format import read_manifest
+
+    names = list(read_manifest(cache)["runs"])
+    runs = [names[i % len(names)] for i in range(params["epoch_items"])]
+    out = {}
+    for workers in (0, 1, 2):
+        ds = _cached_dataset(params, cache, factors, runs=runs)
+        loader = DataLoader(ds, batch_size=1, shuffle=False, num_workers=workers,
+                            persistent_workers=workers > 0)
+        for epoch in (0, 1):
+            ds.set_epoch(epoch)
+            start = time.perf_counter()
+            for _ in loader:
+                pass
+            out[f"epoch_s_workers_{workers}"] = time.perf_counter() - start
+        del loader
+    return out
+
+
+def phase_physicsnemo(params: dict, processed: str, runs: list[str], work: str) -> dict:
+    from benchmark_physicsnemo_cache import measure_physicsnemo_cache
+
+    _, s = settings_for(params)
+    box = lambda b: {"min": list(b[0]), "max": list(b[1])}  # noqa: E731
+    return measure_physicsnemo_cache(
+        processed, runs, work, model_type=params["model_type"], surface_points=params["surface_points"],
+        volume_points=params["volume_points"], geometry_points=params["geometry_points"],
+        interp_res=params["interp_res"], bounding_box_volume=box(s.bounding_box_volume),
+        bounding_box_surface=box(s.bounding_box_surface), repeats=5)
+
+
+PHASES = {"uncached": phase_uncached, "cached": phase_cached, "epochs": phase_epochs,
+          "physicsnemo": phase_physicsnemo}
+
+
+def _child(name: str, args: tuple, out: str) -> None:
+    sys.path.insert(0, str(ROOT))
+    Path(out).write_text(json.dumps(PHASES[name](*args), default=str))
+
+
+def in_fresh_process(name: str, *args) -> dict:
+    """Run one phase in a spawned process (clean memory, its own peak RSS); JSON back."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        proc = multiprocessing.get_context("spawn").Process(target=_child, args=(name, args, str(out)))
+        proc.start()
+        proc.join()
+        if proc.exitcode != 0 or not out.exists():
+            raise RuntimeError(f"benchmark phase {name} failed (exit code {proc.exitcode})")
+        return json.loads(out.read_text())
+
+
+def measure(preset: str, runs: int, work: Path, model_type: str, compare: bool) -> dict:
+    """All measurements for one preset; returns the JSON-able results."""
+    from processed_run import list_runs
+    from scaling import compute_scaling_factors
+
+    params = dict(PRESETS[preset], model_type=model_type)
+    processed = ensure_processed(work, preset, runs)
+    processed4x = ensure_processed(work, preset, 1, volume_scale=4)
+    factors = compute_scaling_factors(list_runs(processed))
+    cache, cache4x = work / "cache", work / "cache_volume4x"
+    result = {"preset": preset, "runs": runs, "params": params, "cache": ensure_cache(processed, cache, params),
+              "cache_volume4x": ensure_cache(processed4x, cache4x, params)}
+    result["uncached"] = in_fresh_process("uncached", params, str(processed), factors)
+    result["cached"] = in_fresh_process("cached", params, str(cache), factors)
+    result["cached_volume4x"] = in_fresh_process("cached", params, str(cache4x), factors)
+    result["epochs"] = in_fresh_process("epochs", params, str(cache), factors)
+    if compare:
+        names = [p.stem for p in list_runs(processed)]
+        result["physicsnemo"] = in_fresh_process("physicsnemo", params, str(processed), names,
+                                                 str(work / "physicsnemo"))
+    return result
+
+
+def ratios(r: dict) -> dict:
+    """The acceptance ratios (None where a figure is missing)."""
+    pn = r.get("physicsnemo", {})
+    e = r["epochs"]
+    out = {
+        "uncached_over_cached_getitem": r["uncached"]["getitem_s"] / r["cached"]["getitem_s"],
+        "cached_volume4x_over_cached_getitem": r["cached_volume4x"]["getitem_s"] / r["cached"]["getitem_s"],
+        "epoch_workers2_over_workers0": e["epoch_s_workers_2"] / e["epoch_s_workers_0"],
+        "epoch_workers1_over_workers0": e["epoch_s_workers_1"] / e["epoch_s_workers_0"],
+    }
+    if pn.get("cached_getitem_s"):
+        out["physicsnemo_cached_over_ours_cached_getitem"] = pn["cached_getitem_s"] / r["cached"]["getitem_s"]
+    if pn.get("cache_bytes_per_run"):
+        out["ours_over_physicsnemo_cache_bytes"] = r["cache"]["bytes_per_run"] / pn["cache_bytes_per_run"]
+    return out
+
+
+def table(r: dict) -> str:
+    """The Markdown table of figures and ratios."""
+    pn, e, q = r.get("physicsnemo", {}), r["epochs"], r["ratios"]
+    f = lambda v, fmt="{:.4g}": "n/a" if v is None else fmt.format(v)  # noqa: E731
+    rows = [
+        ("`__getitem__` s (median)", f(r["uncached"]["getitem_s"]), f(r["cached"]["getitem_s"]),
+         f(pn.get("cached_getitem_s")),
+         f"uncached/cached {f(q['uncached_over_cached_getitem'], '{:.0f}')}x; physicsnemo/ours "
+         f"{f(q.get('physicsnemo_cached_over_ours_cached_getitem'), '{:.1f}')}x"),
+        ("uncached `__getitem__` s, physicsnemo", "", "", f(pn.get("uncached_getitem_s")), ""),
+        ("cache build s/run", "", f(r["cache"]["build_s_per_run"]), f(pn.get("cache_build_s_per_run")), ""),
+        ("cache MB/run", "", f(r["cache"]["bytes_per_run"] / 1e6),
+         f(pn.get("cache_bytes_per_run") and pn["cache_bytes_per_run"] / 1e6),
+         f"ours/physicsnemo {f(q.get('ours_over_physicsnemo_cache_bytes'), '{:.2f}')}"),
+        ("MB read per cached draw", "", f(r["cached"]["bytes_per_draw"] / 1e6), "", ""),
+        ("peak RSS MB of the drawing process", f(r["uncached"]["peak_rss_mb"]), f(r["cached"]["peak_rss_mb"]), "", ""),
+        ("cached `__getitem__` s, 4x volume points", "", f(r["cached_volume4x"]["getitem_s"]), "",
+         f"4x volume / base {q['cached_volume4x_over_cached_getitem']:.2f}x"),
+        ("epoch s, 0 workers", "", f(e["epoch_s_workers_0"]), "", ""),
+        ("epoch s, 1 worker", "", f(e["epoch_s_workers_1"]), "", f"1/0 workers {q['epoch_workers1_over_workers0']:.2f}x"),
+        ("epoch s, 2 workers", "", f(e["epoch_s_workers_2"]), "", f"2/0 workers {q['epoch_workers2_over_workers0']:.2f}x"),
+    ]
+    head = ["| measure | ours uncached | ours cached | physicsnemo cached | ratio |", "|---|---|---|---|---|"]
+    return "\n".join(head + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def plot(r: dict, path: Path) -> None:
+    """Bar chart: draw times (log scale) and cache MB per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pn = r.get("physicsnemo", {})
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    labels = ["ours uncached", "ours cached", "ours cached 4x vol", "physicsnemo uncached", "physicsnemo cached"]
+    values = [r["uncached"]["getitem_s"], r["cached"]["getitem_s"], r["cached_volume4x"]["getitem_s"],
+              pn.get("uncached_getitem_s") or 0, pn.get("cached_getitem_s") or 0]
+    ax1.bar(labels, values, color=["#999", "#2a7", "#5c9", "#c88", "#c44"])
+    ax1.set_yscale("log")
+    ax1.set_ylabel("__getitem__ s (median)")
+    ax1.tick_params(axis="x", rotation=30)
+    ax2.bar(["ours", "physicsnemo"], [r["cache"]["bytes_per_run"] / 1e6, (pn.get("cache_bytes_per_run") or 0) / 1e6],
+            color=["#2a7", "#c44"])
+    ax2.set_ylabel("cache MB per run")
+    fig.suptitle(f"DoMINO data loading, preset {r['preset']} ({r['params']['model_type']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--model-type", default="combined", choices=["surface", "volume", "combined"])
+    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "domino_bench")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--png", type=Path)
+    parser.add_argument("--compare-physicsnemo", action="store_true")
+    args = parser.parse_args(argv)
+    work = args.work / args.preset
+    result = measure(args.preset, args.runs, work, args.model_type, args.compare_physicsnemo)
+    result["ratios"] = ratios(result)
+    print(table(result))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    if args.png:
+        plot(result, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
