@@ -1,0 +1,95 @@
+"""Process-group setup for one process or many under torchrun, and the few collectives training needs.
+
+One process (`python train.py`) and DDP (`torchrun --nproc_per_node=N train.py`) share the same
+code: without torchrun's environment the world has size 1 and every collective is a no-op.
+Backend: NCCL on CUDA, gloo on the CPU.
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits in the job: rank, world size and its torch device."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 does all file and console I/O."""
+        return self.rank == 0
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def resolve_train_device(name: str, local_rank: int) -> torch.device:
+    """`auto` picks this rank's CUDA device when present, else the CPU; `cpu`/`cuda` force one."""
+    if name not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"train device must be one of auto, cpu, cuda, not {name!r}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("train device 'cuda' was requested but CUDA is not available")
+    if name == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", local_rank)
+
+
+def init_distributed(device_name: str = "auto") -> DistInfo:
+    """Join torchrun's process group when launched by it; otherwise describe a single process."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_train_device(device_name, local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if world_size > 1 and not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+    return DistInfo(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
+
+
+def shutdown_distributed() -> None:
+    """Leave the process group (if any) so torchrun sees a clean exit."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    """Wait for every rank; a no-op in a single process."""
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
+    """Sum a tensor over ranks (in place on a copy); returns it unchanged in a single process."""
+    values = values.clone()
+    if dist.is_initialized():
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def any_rank(flag: bool, device: torch.device) -> bool:
+    """True when the flag is set on at least one rank, so that all ranks stop together."""
+    if not dist.is_initialized():
+        return flag
+    value = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item() > 0)
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's (small, plain) object, in rank order; `[obj]` in a single process."""
+    if not dist.is_initialized():
+        return [obj]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered

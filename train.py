@@ -1,0 +1,530 @@
+"""Train DoMINO (physicsnemo.models.domino.DoMINO) on processed DrivAerML runs, cached or not.
+
+One CPU or GPU:
+    python train.py                                  # uncached DoMINODataPipe (num_workers 0)
+    python cache_data.py --config-name=cached && python train.py --config-name=cached
+DDP under torchrun (one process per GPU; NCCL on GPUs, gloo on CPUs):
+    torchrun --standalone --nproc_per_node=8 train.py --config-name=cached
+    torchrun --standalone --nproc_per_node=2 train.py --config-name=demo train.device=cpu
+Any setting is one override away, e.g. `model_type=combined train.epochs=50 output_dir=/runs/a`.
+
+Everything a run writes goes to `output_dir`: checkpoints/checkpoint.pt (resumed from automatically),
+epochs.jsonl (one record per epoch: loss, data wait vs compute, samples/s, peak memory, the runs each
+rank saw), steps.jsonl (loss per step), split.json (train/validation runs) and tensorboard/.
+Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits with 128+signal.
+"""
+
+import json
+import math
+import resource
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.tensorboard import SummaryWriter
+
+import checkpointing
+import distributed
+from distributed import DistInfo
+from training_loop import EpochResult, evaluate, train_one_epoch
+
+MODEL_TYPES = ("surface", "volume", "combined")
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
+SCHEDULERS = ("cosine", "step")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The `train:` section of the config, validated."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    scheduler: str          # cosine: to min_lr over all epochs | step: x gamma every step_size epochs
+    min_lr: float
+    step_size: int
+    gamma: float
+    clip_grad_norm: float   # <= 0: no clipping
+    amp: str                # bf16 | fp16 | none; used on CUDA only
+    val_fraction: float
+    val_every: int
+    checkpoint_every: int
+    num_workers: int
+    val_num_workers: int
+    device: str             # auto | cpu | cuda
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"train.scheduler must be one of {SCHEDULERS}, not {self.scheduler!r}")
+        if self.amp not in AMP_DTYPES:
+            raise ValueError(f"train.amp must be one of {tuple(AMP_DTYPES)}, not {self.amp!r}")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"train.val_fraction must be in [0, 1), not {self.val_fraction}")
+        for name in ("epochs", "batch_size", "val_every", "checkpoint_every", "step_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be at least 1, not {getattr(self, name)}")
+
+    @classmethod
+    def from_config(cls, section: DictConfig) -> "TrainConfig":
+        """Build from the Hydra section; unknown or missing keys are errors."""
+        values = OmegaConf.to_container(section, resolve=True)
+        known = set(cls.__dataclass_fields__)
+        if set(values) != known:
+            raise ValueError(
+                f"train config: unknown keys {sorted(set(values) - known)}, missing keys {sorted(known - set(values))}"
+            )
+        return cls(**values)
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM so that training stops after the current step; a second Ctrl-C aborts."""
+
+    def __init__(self) -> None:
+        self.signal_number: int | None = None
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signal_number is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal_number = signum
+
+    @property
+    def is_set(self) -> bool:
+        return self.signal_number is not None
+
+
+class RunLog:
+    """Rank 0's record of a run: console lines, TensorBoard scalars and JSON-lines files."""
+
+    def __init__(self, output_dir: Path, enabled: bool) -> None:
+        self.enabled = enabled
+        self.output_dir = output_dir
+        self.writer = SummaryWriter(str(output_dir / "tensorboard")) if enabled else None
+
+    def print(self, line: str) -> None:
+        if self.enabled:
+            print(line, flush=True)
+
+    def append(self, name: str, record: dict[str, Any]) -> None:
+        """Append one JSON record to `output_dir/name` (e.g. epochs.jsonl)."""
+        if self.enabled:
+            with open(self.output_dir / name, "a") as file:
+                file.write(json.dumps(record) + "\n")
+
+    def write_json(self, name: str, record: dict[str, Any]) -> None:
+        """Write one JSON document to `output_dir/name`."""
+        if self.enabled:
+            (self.output_dir / name).write_text(json.dumps(record, indent=1) + "\n")
+
+    def scalars(self, values: dict[str, float], step: int) -> None:
+        if self.writer is not None:
+            for tag, value in values.items():
+                self.writer.add_scalar(tag, value, step)
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def split_runs(runs: list[Path], val_fraction: float, seed: int) -> tuple[list[Path], list[Path]]:
+    """Deterministic train/validation split: a seeded permutation, the first ceil(f*n) runs validate
+    (at least one when f > 0 and there are 2+ runs; never all of them)."""
+    if not runs:
+        raise ValueError("no processed runs to train on")
+    n_val = min(math.ceil(val_fraction * len(runs)), len(runs) - 1) if val_fraction > 0 else 0
+    order = np.random.default_rng(seed).permutation(len(runs))
+    val = sorted((runs[i] for i in order[:n_val]), key=runs.index)
+    train = [run for run in runs if run not in val]
+    return train, val
+
+
+def variable_names(variables: dict[str, str]) -> list[str]:
+    """Output column names: a scalar keeps its name, a vector becomes name_x, name_y, name_z."""
+    names = []
+    for name, kind in variables.items():
+        if kind not in ("scalar", "vector"):
+            raise ValueError(f"variable {name!r}: kind must be scalar or vector, not {kind!r}")
+        names += [name] if kind == "scalar" else [f"{name}_{axis}" for axis in "xyz"]
+    return names
+
+
+def model_parameters(section: dict[str, Any], defaults: dict[str, Any], where: str = "model") -> dict[str, Any]:
+    """The `model:` section checked key by key against DoMINO's DEFAULT_MODEL_PARAMS (unknown keys
+    are errors, missing ones take the default)."""
+    unknown = sorted(set(section) - set(defaults))
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(defaults)}")
+    merged = dict(defaults)
+    for key, value in section.items():
+        if isinstance(defaults[key], dict):
+            merged[key] = model_parameters(value, defaults[key], f"{where}.{key}")
+        else:
+            merged[key] = value
+    return merged
+
+
+def build_model(model_type: str, section: dict[str, Any], device: torch.device) -> torch.nn.Module:
+    """DoMINO with 3 input features, 5 volume / 4 surface outputs as the model type asks, 2 global parameters."""
+    from physicsnemo.models.domino import DoMINO
+    from physicsnemo.models.domino.config import DEFAULT_MODEL_PARAMS, Config
+
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
+    parameters = Config(model_parameters(section, json.loads(json.dumps(DEFAULT_MODEL_PARAMS))))
+    model = DoMINO(
+        input_features=3,
+        output_features_vol=5 if model_type in ("volume", "combined") else None,
+        output_features_surf=4 if model_type in ("surface", "combined") else None,
+        global_features=2,
+        model_parameters=parameters,
+    )
+    return model.to(device)
+
+
+def wrap_ddp(model: torch.nn.Module, model_type: str, info: DistInfo) -> torch.nn.Module:
+    """DDP across ranks. DoMINO builds both geometry branches whatever the model type, so a
+    surface- or volume-only model leaves one branch without gradients: DDP must look for them."""
+    if not info.is_distributed:
+        return model
+    device_ids = [info.device.index] if info.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=model_type != "combined")
+
+
+def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW over all parameters."""
+    return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> torch.optim.lr_scheduler.LRScheduler:
+    """Per-epoch learning-rate schedule: cosine to min_lr over all epochs, or step decay."""
+    if config.scheduler == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=config.epochs, eta_min=config.min_lr)
+    return torch.optim.lr_scheduler.StepLR(optimizer, step_size=config.step_size, gamma=config.gamma)
+
+
+def ensure_scaling_factors(train_runs: list[Path], path: Path, normalization: str, info: DistInfo) -> None:
+    """Rank 0 computes the target scaling factors from the training runs once, if the file is
+    missing; the other ranks wait for it."""
+    if info.is_main and not path.exists():
+        from scaling import compute_scaling_factors, save_scaling_factors
+
+        print(f"computing {normalization} scaling factors from {len(train_runs)} training runs -> {path}")
+        save_scaling_factors(path, compute_scaling_factors(train_runs, normalization=normalization))
+    distributed.barrier()
+
+
+def make_unscaler(path: Path):
+    """A function (target key, scaled tensor) -> tensor in physical units, from the saved factors."""
+    from scaling import load_scaling_factors, unscale_fields
+
+    factors = load_scaling_factors(path)
+
+    def unscale(key: str, values: torch.Tensor) -> torch.Tensor:
+        return unscale_fields(values, factors, key.removesuffix("_fields"))
+
+    return unscale
+
+
+def epoch_indices(sampler: DistributedSampler, epoch: int, skip: int) -> list[int]:
+    """This rank's sample order for `epoch` (same on every call), without the first `skip` samples."""
+    sampler.set_epoch(epoch)
+    return list(sampler)[skip:]
+
+
+def make_loader(dataset: Dataset, indices: list[int], batch_size: int, num_workers: int, device: torch.device) -> DataLoader:
+    """A loader over exactly `indices`, in order."""
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=indices,
+        num_workers=num_workers,
+        pin_memory=device.type == "cuda",
+    )
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mb(device: torch.device) -> tuple[float, str]:
+    """CUDA max allocated since the last reset on a GPU; the process's peak RSS (whole run) on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, "cpu_peak_rss"
+
+
+def rank_summary(result: EpochResult, indices: list[int], runs: list[Path], device: torch.device) -> dict[str, Any]:
+    """This rank's part of an epoch record: timings, loss sums, memory, and the runs it trained on."""
+    memory, kind = peak_memory_mb(device)
+    seen = indices[: result.samples]
+    return {
+        "loss_sum": result.loss_sum, "batches": result.batches, "samples": result.samples,
+        "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
+        "peak_memory_mb": memory, "memory_kind": kind, "runs": [runs[i].name for i in seen],
+    }
+
+
+def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int) -> dict[str, Any]:
+    """Combine every rank's summary into one epoch record (mean times over ranks, max memory)."""
+    samples = sum(r["samples"] for r in ranks)
+    return {
+        "kind": "epoch", "epoch": epoch, "lr": lr,
+        "train_loss": sum(r["loss_sum"] for r in ranks) / max(sum(r["batches"] for r in ranks), 1),
+        "samples": samples, "epoch_s": epoch_s, "samples_per_s": samples / epoch_s if epoch_s > 0 else 0.0,
+        "data_wait_s": float(np.mean([r["data_wait_s"] for r in ranks])),
+        "compute_s": float(np.mean([r["compute_s"] for r in ranks])),
+        "peak_memory_mb": max(r["peak_memory_mb"] for r in ranks), "memory_kind": ranks[0]["memory_kind"],
+        "world_size": len(ranks), "resumed_at_step": resumed_at, "runs_by_rank": [r["runs"] for r in ranks],
+    }
+
+
+def format_epoch(record: dict[str, Any], epochs: int) -> str:
+    return (
+        f"epoch {record['epoch']}/{epochs}  loss {record['train_loss']:.5g}  "
+        f"data wait {record['data_wait_s']:.2f} s  compute {record['compute_s']:.2f} s  "
+        f"total {record['epoch_s']:.2f} s  {record['samples_per_s']:.2f} samples/s  "
+        f"peak {record['peak_memory_mb']:.0f} MiB ({record['memory_kind']})"
+    )
+
+
+def validation_metrics(sums: dict[str, torch.Tensor], names: dict[str, list[str]]) -> dict[str, float]:
+    """Turn summed validation results (over all ranks) into the mean loss and the mean relative L2
+    error of each output variable."""
+    samples = max(sums["samples"].item(), 1.0)
+    metrics = {"val_loss": sums["loss_sum"].item() / samples}
+    for key, columns in names.items():
+        if key in sums:
+            for name, value in zip(columns, (sums[key] / samples).tolist()):
+                metrics[f"val_rel_l2/{key.removesuffix('_fields')}/{name}"] = value
+    return metrics
+
+
+@dataclass
+class Session:
+    """Everything the epoch loop needs, built once by `main`."""
+
+    info: DistInfo
+    config: TrainConfig
+    model: torch.nn.Module          # the bare DoMINO, for validation and checkpoints
+    trained: torch.nn.Module        # the same model, DDP-wrapped when distributed
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    amp_dtype: torch.dtype | None
+    train_set: Dataset
+    val_set: Dataset | None
+    train_runs: list[Path]
+    val_runs: list[Path]
+    sampler: DistributedSampler
+    unscale: Any
+    variable_names: dict[str, list[str]]
+    log: RunLog
+    stop: StopFlag
+    checkpoint: Path
+    config_json: str
+
+
+def run_validation(session: Session) -> dict[str, float]:
+    """Validate on this rank's share of the validation runs (a fixed draw), summed over all ranks."""
+    info = session.info
+    indices = list(range(info.rank, len(session.val_runs), info.world_size))
+    loader = make_loader(session.val_set, indices, session.config.batch_size, session.config.val_num_workers, info.device)
+    widths = {key: len(names) for key, names in session.variable_names.items()}
+    sums = evaluate(
+        session.model, loader, device=info.device, amp_dtype=session.amp_dtype, unscale=session.unscale, target_widths=widths
+    )
+    reduced = {key: distributed.all_reduce_sum(value) for key, value in sorted(sums.items())}
+    return validation_metrics(reduced, session.variable_names)
+
+
+def save_checkpoint(session: Session, epoch: int, step: int, partial: EpochResult) -> None:
+    """Collective: gather every rank's RNG state, rank 0 writes the checkpoint, all wait."""
+    rng_states = distributed.gather_objects(checkpointing.capture_rng_state())
+    partials = distributed.gather_objects({"loss_sum": partial.loss_sum, "batches": partial.batches})
+    if session.info.is_main:
+        checkpointing.save_checkpoint(
+            session.checkpoint,
+            {
+                "model": session.model.state_dict(),
+                "optimizer": session.optimizer.state_dict(),
+                "scheduler": session.scheduler.state_dict(),
+                "scaler": session.scaler.state_dict(),
+                "epoch": epoch,
+                "step": step,
+                "epoch_partial": partials,
+                "rng_states": rng_states,
+                "config": session.config_json,
+            },
+        )
+    distributed.barrier()
+
+
+def check_same_model(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
+    """Refuse to resume a checkpoint of another model type or architecture."""
+    differing = [key for key in ("model_type", "model") if saved.get(key) != current.get(key)]
+    if differing:
+        raise ValueError(
+            f"{path}: checkpoint was trained with other {differing} settings; "
+            "use another output_dir or delete the checkpoint"
+        )
+
+
+def resume(session: Session) -> tuple[int, int, EpochResult]:
+    """Restore the latest checkpoint if there is one: (epoch to run, batches of it done, its partial sums)."""
+    state = checkpointing.load_checkpoint(session.checkpoint)
+    if state is None:
+        return 1, 0, EpochResult()
+    check_same_model(checkpointing.config_from_checkpoint(state), json.loads(session.config_json), session.checkpoint)
+    session.model.load_state_dict(state["model"])
+    session.optimizer.load_state_dict(state["optimizer"])
+    session.scheduler.load_state_dict(state["scheduler"])
+    session.scaler.load_state_dict(state["scaler"])
+    rank = session.info.rank
+    checkpointing.restore_rng_state(state["rng_states"][rank % len(state["rng_states"])])
+    partial = EpochResult(**state["epoch_partial"][rank % len(state["epoch_partial"])])
+    session.log.print(f"resumed from {session.checkpoint}: epoch {state['epoch']}, step {state['step']}")
+    return state["epoch"], state["step"], partial
+
+
+def train_epoch(session: Session, epoch: int, skip_batches: int, partial: EpochResult) -> tuple[EpochResult, dict[str, Any]]:
+    """One epoch (or its remainder after a resume) on every rank, and rank 0's combined record."""
+    info, config = session.info, session.config
+    session.train_set.set_epoch(epoch)
+    indices = epoch_indices(session.sampler, epoch, skip_batches * config.batch_size)
+    reset_peak_memory(info.device)
+    start = time.perf_counter()
+    loader = make_loader(session.train_set, indices, config.batch_size, config.num_workers, info.device)
+
+    result = EpochResult(loss_sum=partial.loss_sum, batches=partial.batches)  # loss of a resumed epoch: all its steps
+
+    def log_step(loss: float) -> None:
+        session.log.append("steps.jsonl", {"epoch": epoch, "step": result.batches, "loss": loss})
+
+    result = train_one_epoch(
+        session.trained, loader, len(indices), session.optimizer, session.scaler,
+        device=info.device, amp_dtype=session.amp_dtype, clip_grad_norm=config.clip_grad_norm,
+        should_stop=lambda: distributed.any_rank(session.stop.is_set, info.device),
+        after_step=log_step, result=result, progress=f"epoch {epoch}" if info.is_main else None,
+    )
+    epoch_s = time.perf_counter() - start
+    summary = rank_summary(result, indices, session.train_runs, info.device)
+    ranks = distributed.gather_objects(summary)
+    record = epoch_record(epoch, ranks, epoch_s, session.optimizer.param_groups[0]["lr"], skip_batches)
+    return result, record
+
+
+def finish_epoch(session: Session, epoch: int, record: dict[str, Any]) -> None:
+    """Step the schedule, validate and checkpoint when due, and log the epoch."""
+    config = session.config
+    session.scheduler.step()
+    if session.val_runs and (epoch % config.val_every == 0 or epoch == config.epochs):
+        record.update(run_validation(session))
+    if epoch % config.checkpoint_every == 0 or epoch == config.epochs:
+        save_checkpoint(session, epoch + 1, 0, EpochResult())
+    session.log.print(format_epoch(record, config.epochs))
+    if "val_loss" in record:
+        session.log.print("  validation " + "  ".join(f"{k.removeprefix('val_')} {v:.4g}" for k, v in record.items() if k.startswith("val_")))
+    session.log.append("epochs.jsonl", record)
+    scalars = {
+        "train/loss": record["train_loss"], "train/lr": record["lr"], "time/data_wait_s": record["data_wait_s"],
+        "time/compute_s": record["compute_s"], "time/epoch_s": record["epoch_s"],
+        "throughput/samples_per_s": record["samples_per_s"], "memory/peak_mib": record["peak_memory_mb"],
+    }
+    scalars.update({k.replace("val_", "val/", 1): v for k, v in record.items() if k.startswith("val_")})
+    session.log.scalars(scalars, epoch)
+
+
+def train_epochs(session: Session) -> int | None:
+    """Run the remaining epochs; the signal number when stopped by one, else None."""
+    epoch, skip, partial = resume(session)
+    while epoch <= session.config.epochs:
+        result, record = train_epoch(session, epoch, skip, partial)
+        if result.interrupted:
+            save_checkpoint(session, epoch, result.batches, result)
+            session.log.append("epochs.jsonl", {"kind": "interrupted", "epoch": epoch, "step": result.batches})
+            session.log.print(f"stopped by signal in epoch {epoch}; checkpoint saved to {session.checkpoint}")
+            return session.stop.signal_number or signal.SIGINT
+        finish_epoch(session, epoch, record)
+        epoch, skip, partial = epoch + 1, 0, EpochResult()
+    return None
+
+
+def target_variable_names(cfg: DictConfig) -> dict[str, list[str]]:
+    """Output variable names per target key, for the model type in use."""
+    names = {}
+    if cfg.model_type in ("volume", "combined"):
+        names["volume_fields"] = variable_names(cfg.variables.volume)
+    if cfg.model_type in ("surface", "combined"):
+        names["surface_fields"] = variable_names(cfg.variables.surface)
+    return names
+
+
+def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Session:
+    """Split the runs, make sure the scaling factors exist, build datasets, model and optimizer."""
+    from datapipe import dataset_from_config
+    from processed_run import list_runs
+
+    output_dir = Path(cfg.output_dir)
+    if info.is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    train_runs, val_runs = split_runs(list_runs(cfg.data.processed_dir), config.val_fraction, cfg.seed)
+    scaling_path = Path(cfg.sampling.scaling_factors)
+    ensure_scaling_factors(train_runs, scaling_path, cfg.sampling.normalization, info)
+    log = RunLog(output_dir, enabled=info.is_main)
+    log.write_json("split.json", {"train": [r.name for r in train_runs], "val": [r.name for r in val_runs]})
+    # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;
+    # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
+    torch.manual_seed(cfg.seed + info.rank)
+    model = build_model(cfg.model_type, OmegaConf.to_container(cfg.model, resolve=True), info.device)
+    optimizer = build_optimizer(model, config)
+    train_set = dataset_from_config(cfg, train_runs, train=True)
+    val_set = dataset_from_config(cfg, val_runs, train=False) if val_runs else None
+    if val_set is not None:
+        val_set.set_epoch(0)  # the same validation draw every time, so epochs compare
+    amp_dtype = AMP_DTYPES[config.amp] if info.device.type == "cuda" else None
+    return Session(
+        info=info, config=config, model=model, trained=wrap_ddp(model, cfg.model_type, info),
+        optimizer=optimizer, scheduler=build_scheduler(optimizer, config),
+        scaler=torch.amp.GradScaler(info.device.type, enabled=amp_dtype == torch.float16),
+        amp_dtype=amp_dtype, train_set=train_set, val_set=val_set, train_runs=train_runs, val_runs=val_runs,
+        sampler=DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=cfg.seed),
+        unscale=make_unscaler(scaling_path), variable_names=target_variable_names(cfg), log=log, stop=StopFlag(),
+        checkpoint=checkpointing.checkpoint_path(output_dir),
+        config_json=json.dumps(OmegaConf.to_container(cfg, resolve=True)),
+    )
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    config = TrainConfig.from_config(cfg.train)
+    info = distributed.init_distributed(config.device)
+    try:
+        session = build_session(cfg, config, info)
+        session.log.print(
+            f"DoMINO {cfg.model_type}: {sum(p.numel() for p in session.model.parameters()):,} parameters on "
+            f"{info.device} x {info.world_size}; {len(session.train_runs)} training / {len(session.val_runs)} "
+            f"validation runs; {'cache ' + str(cfg.cache.dir) if cfg.cache.enabled else 'uncached datapipe'}"
+        )
+        signum = train_epochs(session)
+        session.log.close()
+    finally:
+        distributed.shutdown_distributed()
+    if signum is not None:
+        sys.exit(128 + signum)
+
+
+if __name__ == "__main__":
+    main()
