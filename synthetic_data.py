@@ -393,10 +393,11 @@ def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Gen
 
 def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Generator) -> None:
     """Write the volume VTU: one VTK_VERTEX cell per point, fields as point and cell data."""
-    points = volume_points(shape, n_points, rng, progress=n_points >= _PROGRESS_MIN_POINTS)
+    progress = n_points >= _PROGRESS_MIN_POINTS
+    points = volume_points(shape, n_points, rng, progress).astype(np.float32)
     cells = {pv.CellType.VERTEX: np.arange(n_points).reshape(-1, 1)}
-    grid = pv.UnstructuredGrid(cells, points.astype(np.float32))
-    for name, values in volume_fields(shape, points).items():
+    grid = pv.UnstructuredGrid(cells, points)
+    for name, values in volume_fields(shape, points.astype(np.float64)).items():
         grid.point_data[name] = values
         grid.cell_data[name] = values
     write_xml(grid, path)
