@@ -191,6 +191,7 @@ class CachedDoMINODataset(_EpochDataset):
         self.run_paths = [self.cache_dir / manifest["runs"][n]["path"] for n in names]
         self.count_bytes = count_bytes
         self._open: dict[int, CacheRun] = {}
+        self._pid = os.getpid()
 
     def __len__(self) -> int:
         return len(self.run_paths)
@@ -203,6 +204,8 @@ class CachedDoMINODataset(_EpochDataset):
 
     def run(self, index: int) -> CacheRun:
         """The opened cache run of ``index`` (opened on first use in this process)."""
+        if self._pid != os.getpid():  # a forked worker opens its own stores
+            self._open, self._pid = {}, os.getpid()
         if index not in self._open:
             run = CacheRun(self.run_paths[index], count_bytes=self.count_bytes)
             if run.attrs.get("settings_fingerprint") != self.fingerprint:
