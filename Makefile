@@ -23,6 +23,11 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) synthetic_data.py --preset demo --runs 6 --seed 0 --out $(DEMO)/raw
 	$(PY) process_data.py --config-name=demo
+	$(PY) cache_data.py --config-name=demo
+	$(PY) train.py --config-name=demo output_dir=$(DEMO)/train_cached
+	$(PY) train.py --config-name=demo output_dir=$(DEMO)/train_uncached cache.enabled=false \
+		train.epochs=1 train.num_workers=0 train.val_num_workers=0
+	$(PY) demo_report.py --cached $(DEMO)/train_cached --uncached $(DEMO)/train_uncached --out $(DEMO)/report
 
 clean-demo:
 	rm -rf $(DEMO)
