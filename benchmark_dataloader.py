@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent
 # Per preset: sample sizes, grid, number of draws to time, and the epoch length in draws.
 PRESETS = {
     "tiny": dict(surface_points=256, volume_points=512, geometry_points=400, interp_res=(16, 8, 8),
-                 uncached_draws=3, cached_draws=30, epoch_items=8),
+                 uncached_draws=2, cached_draws=10, epoch_items=4),
     "demo": dict(surface_points=1024, volume_points=1024, geometry_points=4096, interp_res=(32, 16, 16),
                  uncached_draws=3, cached_draws=30, epoch_items=12),
     "bench": dict(surface_points=8192, volume_points=8192, geometry_points=300_000, interp_res=(128, 64, 64),
@@ -57,6 +57,14 @@ def ensure_processed(work: Path, preset: str, runs: int, *, volume_scale: int = 
         if failed:
             raise RuntimeError(f"processing failed: {failed}")
     return processed
+
+
+def fewest_stl_points(processed: Path) -> int:
+    """The smallest STL vertex count among the processed runs (a draw takes at most that many
+    geometry points without replacement)."""
+    from processed_run import list_runs, open_processed_run
+
+    return min(open_processed_run(p)["stl_coordinates"].shape[0] for p in list_runs(processed))
 
 
 def settings_for(params: dict):
@@ -176,7 +184,12 @@ PHASES = {"uncached": phase_uncached, "cached": phase_cached, "epochs": phase_ep
 
 def _child(name: str, args: tuple, out: str) -> None:
     sys.path.insert(0, str(ROOT))
-    Path(out).write_text(json.dumps(PHASES[name](*args), default=str))
+    import datapipe  # noqa: F401  (the libraries' own memory, reported apart from the draws')
+
+    baseline = _peak_rss_mb()
+    result = PHASES[name](*args)
+    result["baseline_rss_mb"] = baseline
+    Path(out).write_text(json.dumps(result, default=str))
 
 
 def in_fresh_process(name: str, *args) -> dict:
@@ -199,6 +212,7 @@ def measure(preset: str, runs: int, work: Path, model_type: str, compare: bool) 
     params = dict(PRESETS[preset], model_type=model_type)
     processed = ensure_processed(work, preset, runs)
     processed4x = ensure_processed(work, preset, 1, volume_scale=4)
+    params["geometry_points"] = min(params["geometry_points"], fewest_stl_points(processed))
     factors = compute_scaling_factors(list_runs(processed))
     cache, cache4x = work / "cache", work / "cache_volume4x"
     result = {"preset": preset, "runs": runs, "params": params, "cache": ensure_cache(processed, cache, params),
@@ -246,7 +260,8 @@ def table(r: dict) -> str:
          f(pn.get("cache_bytes_per_run") and pn["cache_bytes_per_run"] / 1e6),
          f"ours/physicsnemo {f(q.get('ours_over_physicsnemo_cache_bytes'), '{:.2f}')}"),
         ("MB read per cached draw", "", f(r["cached"]["bytes_per_draw"] / 1e6), "", ""),
-        ("peak RSS MB of the drawing process", f(r["uncached"]["peak_rss_mb"]), f(r["cached"]["peak_rss_mb"]), "", ""),
+        ("peak RSS MB of the drawing process", f(r["uncached"]["peak_rss_mb"]), f(r["cached"]["peak_rss_mb"]), "",
+         f"after imports: {f(r['cached']['baseline_rss_mb'])}"),
         ("cached `__getitem__` s, 4x volume points", "", f(r["cached_volume4x"]["getitem_s"]), "",
          f"4x volume / base {q['cached_volume4x_over_cached_getitem']:.2f}x"),
         ("epoch s, 0 workers", "", f(e["epoch_s_workers_0"]), "", ""),
