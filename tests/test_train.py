@@ -1,0 +1,215 @@
+"""train.py on tiny data on the CPU: loss goes down on the cache, a killed run resumes exactly,
+torchrun gives each rank different runs, the uncached entry point and demo_report.py run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import checkpointing
+import train
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+TORCHRUN = str(Path(PYTHON).with_name("torchrun"))
+# A tiny DoMINO on a tiny grid with few points: seconds per epoch on one core.
+TINY = [
+    "geometry.interp_res=[16,8,8]", "geometry.device=cpu",
+    "sampling.surface_points=128", "sampling.volume_points=128", "sampling.geometry_points=400",
+    "model.geometry_rep.geo_conv.base_neurons=8",
+    "model.geometry_local.base_layer=16", "model.nn_basis_functions.base_layer=16",
+    "model.aggregation_model.base_layer=16", "model.position_encoder.base_neurons=16",
+    "train.device=cpu", "train.num_workers=0", "train.val_num_workers=0", "train.lr=3e-3",
+]
+
+
+def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, **kwargs)
+    assert result.returncode == 0, f"{command[:3]} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_processed_dir, tmp_path_factory) -> dict[str, Path]:
+    """The tiny runs cached with cache_data.py; the scaling factors live outside the shared fixture."""
+    work = tmp_path_factory.mktemp("train")
+    paths = {"processed": tiny_processed_dir, "cache": work / "cache", "factors": work / "scaling_factors.json", "work": work}
+    run([PYTHON, "cache_data.py", "--config-name=cached", *common_overrides(paths)])
+    return paths
+
+
+def common_overrides(paths: dict[str, Path]) -> list[str]:
+    return [
+        f"data.processed_dir={paths['processed']}", f"cache.dir={paths['cache']}",
+        f"sampling.scaling_factors={paths['factors']}", *TINY,
+    ]
+
+
+def train_command(paths: dict[str, Path], out: Path, *extra: str, config: str = "cached") -> list[str]:
+    return [PYTHON, "train.py", f"--config-name={config}", *common_overrides(paths), f"output_dir={out}", *extra]
+
+
+def epochs(out: Path) -> list[dict]:
+    return [r for r in map(json.loads, (out / "epochs.jsonl").read_text().splitlines()) if r["kind"] == "epoch"]
+
+
+@pytest.fixture(scope="module")
+def three_epochs(setup) -> Path:
+    """An uninterrupted three-epoch run on the cache: one training run, one validation run."""
+    out = setup["work"] / "three_epochs"
+    run(train_command(setup, out, "train.epochs=3", "train.val_fraction=0.5"))
+    return out
+
+
+def test_three_cached_epochs_lower_the_training_loss(three_epochs):
+    records = epochs(three_epochs)
+    assert [r["epoch"] for r in records] == [1, 2, 3]
+    losses = [r["train_loss"] for r in records]
+    assert losses[2] < losses[0], losses
+    split = json.loads((three_epochs / "split.json").read_text())
+    assert len(split["train"]) == 1 and len(split["val"]) == 1
+    for record in records:
+        assert record["runs_by_rank"] == [split["train"]]
+        assert record["data_wait_s"] >= 0 and record["compute_s"] > 0 and record["samples_per_s"] > 0
+        assert record["epoch_s"] >= record["compute_s"]
+        assert record["peak_memory_mb"] > 0 and record["memory_kind"] == "cpu_peak_rss"
+        rel_l2 = [v for k, v in record.items() if k.startswith("val_rel_l2/surface/")]
+        assert len(rel_l2) == 4 and all(np.isfinite(rel_l2)) and np.isfinite(record["val_loss"])
+    state = checkpointing.load_checkpoint(checkpointing.checkpoint_path(three_epochs))
+    assert state["epoch"] == 4 and state["step"] == 0
+    assert checkpointing.config_from_checkpoint(state)["train"]["epochs"] == 3
+    assert list((three_epochs / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def wait_for_steps(out: Path, count: int, process: subprocess.Popen, timeout: float = 240.0) -> None:
+    deadline = time.monotonic() + timeout
+    steps = out / "steps.jsonl"
+    while time.monotonic() < deadline and process.poll() is None:
+        if steps.exists() and len(steps.read_text().splitlines()) >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"training did not log {count} steps in time (exit code {process.poll()})")
+
+
+def test_killed_run_resumes_with_the_losses_of_an_uninterrupted_run(setup, three_epochs):
+    out = setup["work"] / "interrupted"
+    command = train_command(setup, out, "train.epochs=3", "train.val_fraction=0.5")
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for_steps(out, 1, process)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGINT, output[-3000:]
+    state = checkpointing.load_checkpoint(checkpointing.checkpoint_path(out))
+    assert (state["epoch"], state["step"]) < (4, 0), "the run finished before the signal arrived"
+    interrupted = [json.loads(line) for line in (out / "epochs.jsonl").read_text().splitlines()]
+    assert interrupted[-1]["kind"] == "interrupted"
+
+    resumed = run(command)
+    assert "resumed from" in resumed.stdout
+    expected, got = epochs(three_epochs), epochs(out)
+    assert [r["epoch"] for r in got] == [1, 2, 3]
+    for key in ("train_loss", "val_loss"):
+        np.testing.assert_allclose([r[key] for r in got], [r[key] for r in expected], rtol=0, atol=1e-5)
+    final = checkpointing.load_checkpoint(checkpointing.checkpoint_path(out))["model"]
+    reference = checkpointing.load_checkpoint(checkpointing.checkpoint_path(three_epochs))["model"]
+    for name, tensor in reference.items():
+        torch.testing.assert_close(final[name], tensor, rtol=0, atol=1e-5, msg=name)
+
+
+def test_torchrun_two_ranks_train_on_different_runs(setup):
+    out = setup["work"] / "ddp"
+    command = [TORCHRUN, "--standalone", "--nproc_per_node=2", *train_command(setup, out, "train.epochs=1", "train.val_fraction=0")[1:]]
+    run(command, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    (record,) = epochs(out)
+    assert record["world_size"] == 2
+    rank0, rank1 = map(set, record["runs_by_rank"])
+    assert rank0 and rank1 and not rank0 & rank1
+    assert rank0 | rank1 == {"run_1.zarr", "run_2.zarr"}
+    assert np.isfinite(record["train_loss"])
+
+
+def test_uncached_training_and_demo_report(setup, three_epochs):
+    out = setup["work"] / "uncached"
+    run(train_command(setup, out, "train.epochs=1", "train.val_fraction=0.5", config="config"))
+    (record,) = epochs(out)
+    first_cached = epochs(three_epochs)[0]
+    assert record["samples"] == first_cached["samples"]
+    # The same seed draws the same points from the cache and the datapipe: the same first epoch.
+    np.testing.assert_allclose(record["train_loss"], first_cached["train_loss"], rtol=1e-5)
+
+    report = run([PYTHON, "demo_report.py", "--cached", str(three_epochs), "--uncached", str(out), "--out", str(setup["work"] / "report")])
+    assert "uncached / cached" in report.stdout
+    summary = json.loads((setup["work"] / "report.json").read_text())
+    assert summary["cached"]["epochs"] == 3 and summary["uncached"]["epochs"] == 1
+    assert (setup["work"] / "report.png").stat().st_size > 0
+
+
+# ---- the pieces, in-process ----
+
+def test_split_is_deterministic_and_keeps_a_validation_run():
+    runs = [Path(f"run_{i}.zarr") for i in range(1, 11)]
+    train_runs, val_runs = train.split_runs(runs, 0.2, seed=3)
+    assert (train_runs, val_runs) == train.split_runs(runs, 0.2, seed=3)
+    assert len(val_runs) == 2 and sorted(train_runs + val_runs) == sorted(runs)
+    assert len(train.split_runs(runs[:2], 0.01, seed=0)[1]) == 1
+    assert train.split_runs(runs[:1], 0.5, seed=0) == (runs[:1], [])
+    assert train.split_runs(runs, 0.0, seed=0) == (runs, [])
+    with pytest.raises(ValueError, match="no processed runs"):
+        train.split_runs([], 0.1, seed=0)
+
+
+def test_config_errors_name_the_problem():
+    section = OmegaConf.load(ROOT / "conf" / "config.yaml").train
+    assert train.TrainConfig.from_config(section).scheduler == "cosine"
+    with pytest.raises(ValueError, match=r"unknown keys \['epoch'\]"):
+        train.TrainConfig.from_config(OmegaConf.merge(section, {"epoch": 3}))
+    with pytest.raises(ValueError, match="train.scheduler must be one of"):
+        train.TrainConfig.from_config(OmegaConf.merge(section, {"scheduler": "linear"}))
+    with pytest.raises(ValueError, match=r"model.geometry_rep: unknown keys \['base_filter'\]"):
+        train.model_parameters({"geometry_rep": {"base_filter": 4}}, {"geometry_rep": {"base_filters": 8}})
+    with pytest.raises(ValueError, match="model_type must be one of"):
+        train.build_model("wing", {}, torch.device("cpu"))
+
+
+def test_rng_state_survives_a_weights_only_checkpoint(tmp_path):
+    import random
+
+    state = checkpointing.capture_rng_state()
+    expected = (torch.rand(3), np.random.rand(3), random.random())
+    path = tmp_path / "c.pt"
+    torch.save({"rng": state}, path)
+    checkpointing.restore_rng_state(torch.load(path, weights_only=True)["rng"])
+    got = (torch.rand(3), np.random.rand(3), random.random())
+    torch.testing.assert_close(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
+    assert got[2] == expected[2]
+
+
+def test_a_foreign_checkpoint_is_refused(tmp_path):
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="checkpoint.pt: not a readable training checkpoint"):
+        checkpointing.load_checkpoint(path)
+    torch.save({"model": {}}, path)
+    with pytest.raises(ValueError, match="checkpoint lacks"):
+        checkpointing.load_checkpoint(path)
+    with pytest.raises(ValueError, match="other \\['model'\\] settings"):
+        train.check_same_model({"model_type": "surface", "model": {"a": 1}}, {"model_type": "surface", "model": {"a": 2}}, path)
+
+
+def test_relative_l2_error_per_variable():
+    from training_loop import relative_l2_per_variable
+
+    target = torch.tensor([[[3.0, 1.0], [4.0, 0.0]]])  # one sample, two points, two variables
+    prediction = target + torch.tensor([[[0.0, 0.5], [5.0, 0.0]]])
+    torch.testing.assert_close(relative_l2_per_variable(prediction, target), torch.tensor([1.0, 0.5]))
