@@ -140,6 +140,15 @@ def test_knn_ckdtree_batches_agree(monkeypatch):
     assert np.array_equal(whole[0], batched[0]) and np.array_equal(whole[1], batched[1])
 
 
+def test_knn_threaded_cpu_launches_agree():
+    points = clustered_cloud(np.random.default_rng(9))
+    points = np.concatenate([points, uniform_cloud(10_000, np.random.default_rng(10))])
+    one = geometry.knn(points, 7, device="cpu", backend="warp", cpu_threads=1)
+    three = geometry.knn(points, 7, device="cpu", backend="warp", cpu_threads=3)
+    assert np.array_equal(one[0], three[0]) and np.array_equal(one[1], three[1])
+    assert_exact_knn(points, None, 7, *three, self_query=True)
+
+
 def test_knn_k_equal_to_n():
     points = uniform_cloud(9, np.random.default_rng(6))
     index, distance = geometry.knn(points, 9, device="cpu", backend="warp")
@@ -164,6 +173,7 @@ def test_knn_empty_queries_give_empty_result():
         (np.zeros((5, 3)), 1, {"queries": np.full((2, 3), np.inf)}, "queries holds 2 rows"),
         (np.zeros((5, 3)), 1, {"backend": "faiss"}, "unknown kNN backend 'faiss'"),
         (np.zeros((5, 3)), 1, {"device": "tpu"}, "unknown device 'tpu'"),
+        (np.zeros((5, 3)), 1, {"cpu_threads": 0}, "cpu_threads must be at least 1"),
     ],
 )
 def test_knn_rejects_bad_input(points, k, kwargs, match):
@@ -331,6 +341,14 @@ def test_sdf_accepts_flat_float_faces_and_batches(monkeypatch):
     flat_sdf, flat_closest = geometry.signed_distance(
         vertices, faces.reshape(-1).astype(np.float32), queries, device="cpu")
     assert np.array_equal(sdf, flat_sdf) and np.array_equal(closest, flat_closest)
+
+
+def test_sdf_threaded_cpu_launches_agree():
+    vertices, faces = triangle_mesh(pv.Sphere(theta_resolution=16, phi_resolution=16))
+    queries = (np.random.default_rng(15).random((20_000, 3)) * 3 - 1.5).astype(np.float32)
+    one = geometry.signed_distance(vertices, faces, queries, device="cpu", cpu_threads=1)
+    three = geometry.signed_distance(vertices, faces, queries, device="cpu", cpu_threads=3)
+    assert np.array_equal(one[0], three[0]) and np.array_equal(one[1], three[1])
 
 
 def test_sdf_empty_queries():
