@@ -143,21 +143,21 @@ def _case_function(case: dict):
     if kind.startswith("knn"):
         points = np.load(case["inputs"]["points"])
         tiny = points[:2000]
-        return _knn_functions(kind, points, tiny, device)
+        return _knn_functions(kind, points, tiny, device, case.get("threads"))
     vertices = np.load(case["inputs"]["stl_vertices"])
     faces = np.load(case["inputs"]["stl_faces"])
     queries = np.load(case["inputs"]["sdf_queries"])
-    return _sdf_functions(kind, vertices, faces, queries, device)
+    return _sdf_functions(kind, vertices, faces, queries, device, case.get("threads"))
 
 
-def _knn_functions(kind: str, points: np.ndarray, tiny: np.ndarray, device: str):
+def _knn_functions(kind: str, points: np.ndarray, tiny: np.ndarray, device: str, threads: int | None):
     import geometry
 
     if kind in ("knn_warp", "knn_ckdtree"):
         backend = kind.removeprefix("knn_")
 
         def run(p=points):
-            index, distance = geometry.knn(p, K, device=device, backend=backend)
+            index, distance = geometry.knn(p, K, device=device, backend=backend, cpu_threads=threads)
             return {"index": index, "distance": distance}
 
         return run, lambda: run(tiny)
@@ -184,13 +184,13 @@ def _knn_functions(kind: str, points: np.ndarray, tiny: np.ndarray, device: str)
     raise ValueError(f"unknown kNN case kind {kind!r}")
 
 
-def _sdf_functions(kind: str, vertices, faces, queries, device: str):
+def _sdf_functions(kind: str, vertices, faces, queries, device: str, threads: int | None):
     tiny = queries[:: max(1, len(queries) // 2000)]
     if kind == "sdf_warp":
         import geometry
 
         def run(q=queries):
-            sdf, closest = geometry.signed_distance(vertices, faces, q, device=device)
+            sdf, closest = geometry.signed_distance(vertices, faces, q, device=device, cpu_threads=threads)
             return {"sdf": sdf, "closest": closest}
 
         return run, lambda: run(tiny)
@@ -220,9 +220,11 @@ def plan_cases(paths: dict, sizes: dict, cuda: bool, repeats: int, sdf_repeats: 
     """The cases to run, in order; CUDA cases only when a GPU is present."""
     cases = []
     for n in sizes["knn_sizes"]:
-        for kind in ("knn_warp", "knn_ckdtree", "knn_scipy"):
-            cases.append({"id": f"{kind}_cpu_{n}", "kind": kind, "device": "cpu", "n": n,
-                          "repeats": repeats, "inputs": {"points": str(paths[f"surface_{n}"])}})
+        for kind, threads in (("knn_warp", None), ("knn_warp", 1), ("knn_ckdtree", None), ("knn_scipy", None)):
+            suffix = "_1thread" if threads == 1 else ""
+            cases.append({"id": f"{kind}{suffix}_cpu_{n}", "kind": kind, "device": "cpu", "n": n,
+                          "threads": threads, "repeats": repeats,
+                          "inputs": {"points": str(paths[f"surface_{n}"])}})
     sdf_inputs = {k: str(paths[k]) for k in ("stl_vertices", "stl_faces", "sdf_queries")}
     for kind in ("sdf_warp", "sdf_physicsnemo"):
         cases.append({"id": f"{kind}_cpu", "kind": kind, "device": "cpu", "repeats": sdf_repeats,
@@ -246,7 +248,8 @@ def run_cases(cases: list[dict], scratch: Path, query_counts: dict) -> list[dict
     for case in tqdm(cases, desc="benchmark cases"):
         case = {**case, "save": str(scratch)}
         n = case.get("n", query_counts["sdf"])
-        record = {"id": case["id"], "kind": case["kind"], "device": case["device"], "queries": n}
+        record = {"id": case["id"], "kind": case["kind"], "device": case["device"], "queries": n,
+                  "threads": case.get("threads") or (1 if case["kind"] == "sdf_physicsnemo" else "all")}
         try:
             record.update(run_in_fresh_process(case))
             record["points_per_s"] = n / record["seconds"]
@@ -262,7 +265,7 @@ def agreement(scratch: Path, results: list[dict]) -> dict[str, str]:
     ok = {r["id"] for r in results if "error" not in r}
     notes = {}
     for r in results:
-        if r["kind"] == "knn_warp" and {r["id"].replace("warp", o) for o in ("scipy", "ckdtree")} <= ok:
+        if r["kind"] == "knn_warp" and "1thread" not in r["id"] and {r["id"].replace("warp", o) for o in ("scipy", "ckdtree")} <= ok:
             notes[r["id"]] = _knn_agreement(scratch, r["id"], r["id"].replace("warp", "scipy"),
                                             r["id"].replace("warp", "ckdtree"))
         if r["kind"] == "sdf_warp" and r["id"].replace("warp", "physicsnemo") in ok:
@@ -296,14 +299,15 @@ def _sdf_agreement(scratch: Path, case: str, ref: str) -> str:
 
 
 def markdown_table(results: list[dict]) -> str:
-    header = ("| case | device | queries | median s | CPU s | points/s | peak MB | bytes/query |\n"
-              "|---|---|---:|---:|---:|---:|---:|---:|")
+    header = ("| case | device | threads | queries | median s | CPU s | points/s | peak MB | bytes/query |\n"
+              "|---|---|---|---:|---:|---:|---:|---:|---:|")
     rows = [header]
     for r in results:
         if "error" in r:
-            rows.append(f"| {r['kind']} | {r['device']} | {r['queries']:,} | failed: {r['error'][:80]} | | | | |")
+            rows.append(f"| {r['kind']} | {r['device']} | {r['threads']} | {r['queries']:,} | failed: "
+                        f"{r['error'][:80]} | | | | |")
             continue
-        rows.append(f"| {r['kind']} | {r['device']} | {r['queries']:,} | {r['seconds']:.2f} | "
+        rows.append(f"| {r['kind']} | {r['device']} | {r['threads']} | {r['queries']:,} | {r['seconds']:.2f} | "
                     f"{r['cpu_seconds']:.2f} | {r['points_per_s']:,.0f} | {r['peak_mb']:,.0f} | "
                     f"{r['bytes_per_query']:,.0f} |")
     return "\n".join(rows)
