@@ -78,7 +78,8 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
     com = np.asarray(scalars["center_of_mass"], dtype=np.float32)
     item = {
         "geometry_coordinates": _t(geometry_coordinates),
-        "surf_grid": _t(grids["surf_grid"]), "sdf_surf_grid": _t(grids["sdf_surf_grid"]),
+        "surf_grid": _t(grids["surf_grid"].copy()),  # the derived grids are shared per process
+        "sdf_surf_grid": _t(grids["sdf_surf_grid"]),
         "global_params_values": _t(np.asarray(scalars["global_params_values"])[:, None]),
         "global_params_reference": _t(np.asarray(scalars["global_params_reference"])[:, None]),
         "surface_min_max": _t(np.asarray(settings["bounding_box_surface"])),
@@ -104,7 +105,7 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
         if scaling_factors is not None:
             fields = scale_fields(fields, scaling_factors, "volume")
         item.update({
-            "grid": _t(grids["grid"]), "sdf_grid": _t(grids["sdf_grid"]),
+            "grid": _t(grids["grid"].copy()), "sdf_grid": _t(grids["sdf_grid"]),
             "volume_mesh_centers": _t(volume["coordinates"]),
             "sdf_nodes": _t(volume["sdf"][:, None]),
             "pos_volume_closest": _t(volume["coordinates"] - volume["closest"]),
