@@ -62,6 +62,7 @@ class TrainConfig:
     num_workers: int
     val_num_workers: int
     device: str             # auto | cpu | cuda
+    cpu_threads: int        # torch intra-op threads when training on the CPU; 0: torch's default
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -70,6 +71,8 @@ class TrainConfig:
             raise ValueError(f"train.amp must be one of {tuple(AMP_DTYPES)}, not {self.amp!r}")
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"train.val_fraction must be in [0, 1), not {self.val_fraction}")
+        if self.cpu_threads < 0:
+            raise ValueError(f"train.cpu_threads must be 0 (torch's default) or more, not {self.cpu_threads}")
         for name in ("epochs", "batch_size", "val_every", "checkpoint_every", "step_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be at least 1, not {getattr(self, name)}")
@@ -511,6 +514,8 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
 def main(cfg: DictConfig) -> None:
     config = TrainConfig.from_config(cfg.train)
     info = distributed.init_distributed(config.device)
+    if info.device.type == "cpu" and config.cpu_threads > 0:
+        torch.set_num_threads(config.cpu_threads)
     try:
         session = build_session(cfg, config, info)
         session.log.print(
