@@ -431,9 +431,10 @@ def knn(
     ``backend``: "warp" (Warp kernel on ``device``), "ckdtree" (scipy on ``cpu_threads`` cores,
     the same result and tie order) or "auto", which is Warp on CUDA and on the CPU too:
     benchmark_geometry.py, all points of a 1M-cell car surface, k = 7, on this project's shared
-    2-core machine, measured Warp on a single thread at 4.7 s (2.3 s CPU) against 8.1 s (5.4 s
-    CPU) for the cKDTree backend and 6.2 s (4.1 s CPU) for plain cKDTree build + query on all
-    cores, at about the same peak memory (265 MB against 275 MB and 246 MB).
+    2-core machine, measured Warp at 2.3 s (2.3 s CPU, one thread) against 8.2 s (5.4 s CPU) for
+    the cKDTree backend and 6.0 s (4.0 s CPU) for plain cKDTree build + query on all cores, at
+    about the same peak memory (246 MB, 275 MB, 245 MB). ``cpu_threads`` (default: all cores
+    of this process) splits Warp CPU launches; on a GPU it is unused.
     """
     if backend not in _KNN_BACKENDS:
         raise ValueError(f"unknown kNN backend {backend!r}; expected one of {_KNN_BACKENDS}")
@@ -510,7 +511,8 @@ def signed_distance(
     ``vertices`` (V, 3); ``faces`` (F, 3) or flat (3F,), int or integral float; ``queries``
     (Q, 3). Returns sdf float32 (Q,), positive outside and negative inside (winding number),
     and the closest point on the mesh float32 (Q, 3). The mesh is built once per call and
-    queries run in batches, so grid and volume points may be passed together.
+    queries run in batches, so grid and volume points may be passed together. ``cpu_threads``
+    (default: all cores of this process) splits Warp CPU launches; on a GPU it is unused.
     """
     verts = _as_points("vertices", vertices)
     tris = _as_faces(faces, len(verts))
