@@ -389,3 +389,36 @@ def test_sdf_cuda_matches_cpu():
     scale = float(np.ptp(vertices, axis=0).max())
     np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-5, atol=1e-6 * scale)
     np.testing.assert_allclose(gpu[1], cpu[1], rtol=1e-5, atol=1e-6 * scale)
+
+
+# ------------------------------------------------------------------------------ benchmark smoke
+
+
+def test_benchmark_geometry_runs_cases_in_fresh_processes(tmp_path):
+    import benchmark_geometry as bench
+
+    sizes = {"knn_sizes": (300, 600), "brute_knn_size": 200, "stl_triangles": 400,
+             "volume_points": 500, "grid": (4, 3, 2)}
+    paths = bench.write_inputs(tmp_path, sizes, seed=0)
+    planned = bench.plan_cases(paths, sizes, cuda=False, repeats=1, sdf_repeats=1)
+    assert all(c["device"] == "cpu" for c in planned)
+    wanted = {"knn_warp_cpu_600", "knn_ckdtree_cpu_600", "knn_scipy_cpu_600", "sdf_warp_cpu"}
+    cases = [c for c in planned if c["id"] in wanted]
+    results = bench.run_cases(cases, tmp_path, {"sdf": 4 * 3 * 2 + 500})
+    assert [r["id"] for r in results] == [c["id"] for c in cases]
+    assert all("error" not in r and r["seconds"] > 0 and r["peak_mb"] >= 0 for r in results)
+    notes = bench.agreement(tmp_path, results)
+    assert "rows identical to the ckdtree backend in 100.0000%" in notes["knn_warp_cpu_600"]
+    table = bench.markdown_table(results)
+    assert table.count("\n") == len(results) + 1 and "| sdf_warp | cpu | all | 524 |" in table
+
+
+def test_benchmark_geometry_plans_cuda_cases():
+    import benchmark_geometry as bench
+
+    sizes = {**bench.QUICK}
+    paths = {f"surface_{n}": Path(f"s{n}.npy") for n in (*sizes["knn_sizes"], sizes["brute_knn_size"])}
+    paths.update({k: Path(k) for k in ("stl_vertices", "stl_faces", "sdf_queries")})
+    ids = [c["id"] for c in bench.plan_cases(paths, sizes, cuda=True, repeats=1, sdf_repeats=1)]
+    assert "knn_warp_cuda_100000" in ids and "sdf_warp_cuda" in ids and "sdf_physicsnemo_cuda" in ids
+    assert any(i.startswith("knn_physicsnemo_cuda_") for i in ids)
