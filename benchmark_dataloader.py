@@ -1,11 +1,11 @@
 """Side-by-side speed, size and memory of the uncached and the cached DoMINO datasets.
 
 For a size preset it generates synthetic runs and processes them into a work directory (reused
-when present), builds our cache (reused when current; build time comes from each run's record),
-then measures in fresh processes, one after the other: the uncached ``__getitem__`` (median of a
-few), the cached ``__getitem__`` (median of many after a warm-up) with the bytes each draw reads
-and the peak RSS, the cached draw on a copy of the first run with 4x the volume points, and epoch
-time with 0, 1 and 2 DataLoader workers. ``--compare-physicsnemo`` also measures physicsnemo
+when present), builds our cache from scratch (``--reuse-cache`` keeps a current one), then measures in fresh
+processes, one after the other: the uncached ``__getitem__`` (median of a few); the cached
+``__getitem__`` (median of many after a warm-up) with the bytes each draw reads and the peak RSS,
+interleaved with the same draw on a copy of the first run with 4x the volume points; epoch time
+with 0, 1 and 2 persistent DataLoader workers (interleaved repeats, medians). ``--compare-physicsnemo`` also measures physicsnemo
 2.2.2's own cache path on the same processed runs (benchmark_physicsnemo_cache.py). Prints a
 Markdown table with the ratios; writes JSON and a PNG bar chart.
 
@@ -78,12 +78,17 @@ def settings_for(params: dict):
     return cfg, settings_from_config(cfg.geometry, cfg.variables)
 
 
-def ensure_cache(processed: Path, cache: Path, params: dict) -> dict:
-    """Build (or reuse) our cache; return build seconds and bytes per run."""
+def ensure_cache(processed: Path, cache: Path, params: dict, *, fresh: bool) -> dict:
+    """Build our cache (from scratch when ``fresh``, else reusing current runs); return build
+    seconds (as recorded when each run was built) and bytes per run."""
+    import shutil
+
     from cache_data import build_cache, manifest_runs
     from cache_format import write_manifest
     from processed_run import list_runs
 
+    if fresh:
+        shutil.rmtree(cache, ignore_errors=True)
     _, settings = settings_for(params)
     runs = list_runs(processed)
     results = build_cache(runs, cache, settings, rebuild=True)
@@ -134,36 +139,49 @@ def _cached_dataset(params: dict, cache: str, factors: dict, runs=None, count_by
                                count_bytes=count_bytes)
 
 
-def phase_cached(params: dict, cache: str, factors: dict) -> dict:
-    ds = _cached_dataset(params, cache, factors, count_bytes=True)
-    _timed_draws(ds, 0, warmup=3)
-    before = ds.bytes_read()
-    times = _timed_draws(ds, params["cached_draws"], warmup=0)
-    return {"getitem_s": statistics.median(times), "getitem_all_s": times, "peak_rss_mb": _peak_rss_mb(),
-            "bytes_per_draw": (ds.bytes_read() - before) / len(times)}
+def phase_cached(params: dict, caches: dict[str, str], factors: dict) -> dict:
+    """Cached draws from each cache, interleaved (so that load from other processes hits all
+    alike), after a warm-up: median seconds, bytes read per draw, peak RSS."""
+    datasets = {name: _cached_dataset(params, cache, factors, count_bytes=True) for name, cache in caches.items()}
+    for ds in datasets.values():
+        _timed_draws(ds, 0, warmup=3)
+    before = {name: ds.bytes_read() for name, ds in datasets.items()}
+    times = {name: [] for name in datasets}
+    for k in range(params["cached_draws"]):
+        for name, ds in datasets.items():
+            ds.set_epoch(1 + k // len(ds))
+            start = time.perf_counter()
+            ds[k % len(ds)]
+            times[name].append(time.perf_counter() - start)
+    return {name: {"getitem_s": statistics.median(times[name]), "getitem_all_s": times[name],
+                   "bytes_per_draw": (datasets[name].bytes_read() - before[name]) / len(times[name]),
+                   "peak_rss_mb": _peak_rss_mb()} for name in datasets}
 
 
-def phase_epochs(params: dict, cache: str, factors: dict) -> dict:
-    """Seconds of one epoch (after a warm-up epoch, persistent workers) for 0, 1, 2 workers."""
+def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 3) -> dict:
+    """Seconds of one epoch with 0, 1 and 2 persistent DataLoader workers: after a warm-up
+    epoch each, ``repeats`` epochs per worker count, interleaved; medians."""
     from torch.utils.data import DataLoader
 
     from cache_format import read_manifest
 
     names = list(read_manifest(cache)["runs"])
     runs = [names[i % len(names)] for i in range(params["epoch_items"])]
-    out = {}
+    loaders = {}
     for workers in (0, 1, 2):
         ds = _cached_dataset(params, cache, factors, runs=runs)
-        loader = DataLoader(ds, batch_size=1, shuffle=False, num_workers=workers,
-                            persistent_workers=workers > 0)
-        for epoch in (0, 1):
+        loaders[workers] = (ds, DataLoader(ds, batch_size=1, num_workers=workers, persistent_workers=workers > 0))
+    times = {workers: [] for workers in loaders}
+    for epoch in range(repeats + 1):
+        for workers, (ds, loader) in loaders.items():
             ds.set_epoch(epoch)
             start = time.perf_counter()
             for _ in loader:
                 pass
-            out[f"epoch_s_workers_{workers}"] = time.perf_counter() - start
-        del loader
-    return out
+            if epoch:
+                times[workers].append(time.perf_counter() - start)
+    return {f"epoch_s_workers_{w}": statistics.median(t) for w, t in times.items()} | \
+        {f"epoch_s_workers_{w}_all": t for w, t in times.items()}
 
 
 def phase_physicsnemo(params: dict, processed: str, runs: list[str], work: str) -> dict:
@@ -204,7 +222,7 @@ def in_fresh_process(name: str, *args) -> dict:
         return json.loads(out.read_text())
 
 
-def measure(preset: str, runs: int, work: Path, model_type: str, compare: bool) -> dict:
+def measure(preset: str, runs: int, work: Path, model_type: str, compare: bool, fresh: bool) -> dict:
     """All measurements for one preset; returns the JSON-able results."""
     from processed_run import list_runs
     from scaling import compute_scaling_factors
@@ -215,11 +233,13 @@ def measure(preset: str, runs: int, work: Path, model_type: str, compare: bool) 
     params["geometry_points"] = min(params["geometry_points"], fewest_stl_points(processed))
     factors = compute_scaling_factors(list_runs(processed))
     cache, cache4x = work / "cache", work / "cache_volume4x"
-    result = {"preset": preset, "runs": runs, "params": params, "cache": ensure_cache(processed, cache, params),
-              "cache_volume4x": ensure_cache(processed4x, cache4x, params)}
+    result = {"preset": preset, "runs": runs, "params": params,
+              "cache": ensure_cache(processed, cache, params, fresh=fresh),
+              "cache_volume4x": ensure_cache(processed4x, cache4x, params, fresh=False)}
     result["uncached"] = in_fresh_process("uncached", params, str(processed), factors)
-    result["cached"] = in_fresh_process("cached", params, str(cache), factors)
-    result["cached_volume4x"] = in_fresh_process("cached", params, str(cache4x), factors)
+    cached = in_fresh_process("cached", params, {"base": str(cache), "volume4x": str(cache4x)}, factors)
+    result["cached"], result["cached_volume4x"] = cached["base"], cached["volume4x"]
+    result["cached"]["baseline_rss_mb"] = cached["baseline_rss_mb"]
     result["epochs"] = in_fresh_process("epochs", params, str(cache), factors)
     if compare:
         names = [p.stem for p in list_runs(processed)]
@@ -305,9 +325,12 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     parser.add_argument("--compare-physicsnemo", action="store_true")
+    parser.add_argument("--reuse-cache", action="store_true",
+                        help="reuse a current cache instead of timing a fresh build")
     args = parser.parse_args(argv)
     work = args.work / args.preset
-    result = measure(args.preset, args.runs, work, args.model_type, args.compare_physicsnemo)
+    result = measure(args.preset, args.runs, work, args.model_type, args.compare_physicsnemo,
+                     fresh=not args.reuse_cache)
     result["ratios"] = ratios(result)
     print(table(result))
     if args.json:
