@@ -21,7 +21,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 demo: $(STAMP)
-	$(PY) synthetic_data.py --preset demo --runs 6 --seed 0 --out $(DEMO)/raw
+	$(PY) synthetic_data.py --preset demo --runs 6 --seed 0 --out $(DEMO)/raw \
+		--surface-cells 400000 --stl-triangles 200000
 	$(PY) process_data.py --config-name=demo
 	$(PY) cache_data.py --config-name=demo
 	$(PY) train.py --config-name=demo output_dir=$(DEMO)/train_cached
