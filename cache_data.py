@@ -217,7 +217,11 @@ def _main(cfg: DictConfig) -> int:
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     """Hydra entry: build (or validate) cache.dir from data.processed_dir."""
-    code = _main(cfg)
+    try:
+        code = _main(cfg)
+    except FileNotFoundError as err:  # no processed runs where the config points
+        print(f"error: {err}", file=sys.stderr)
+        code = 1
     if code:
         sys.exit(code)
 

@@ -114,3 +114,9 @@ def test_torchrun_two_ranks_build_the_same_cache(tiny_processed_dir, reference_c
     assert result.stdout.count("manifest: ") == 1
     assert_same_cache(cache, reference_cache)
     assert sorted(read_manifest(cache)["runs"]) == ["run_1", "run_2"]
+
+
+def test_a_missing_processed_directory_is_one_clear_line(tmp_path):
+    result = _run(tmp_path / "nowhere", tmp_path / "cache")
+    assert result.returncode == 1
+    assert "error: " in result.stderr and "nowhere: no such processed-data directory" in result.stderr
