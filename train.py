@@ -219,12 +219,14 @@ def build_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> to
 
 def ensure_scaling_factors(train_runs: list[Path], path: Path, normalization: str, info: DistInfo) -> None:
     """Rank 0 computes the target scaling factors from the training runs once, if the file is
-    missing; the other ranks wait for it."""
-    if info.is_main and not path.exists():
-        from scaling import compute_scaling_factors, save_scaling_factors
+    missing (and says so when an existing file was computed from other runs); the others wait."""
+    from scaling import compute_scaling_factors, load_scaling_factors, save_scaling_factors
 
+    if info.is_main and not path.exists():
         print(f"computing {normalization} scaling factors from {len(train_runs)} training runs -> {path}")
         save_scaling_factors(path, compute_scaling_factors(train_runs, normalization=normalization))
+    elif info.is_main and load_scaling_factors(path).get("runs") != [run.name for run in train_runs]:
+        print(f"note: {path} was computed from other runs than this training split; delete it to recompute")
     distributed.barrier()
 
 
