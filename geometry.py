@@ -6,8 +6,9 @@ present and on the CPU otherwise (``resolve_device``).
 
 kNN is exact. Each query searches a hash grid (``wp.HashGrid``) out to its own radius and keeps
 its k best candidates in a sorted insertion list; the answer is accepted only when the k-th lies
-inside the radius (so no closer point can have been missed), otherwise the query retries with
-twice the radius on a coarser grid. Starting radii come from the local point density (counts
+inside the radius (so no closer point can have been missed: the grid box is widened by a few
+float32 roundings of the coordinates), otherwise the query retries with twice the radius on a
+coarser grid. Starting radii come from the local point density (counts
 on a coarse grid) scaled by a pilot sample, and queries with similar radii share a grid whose
 cell width matches them, so dense and sparse regions of one car are both cheap and exact.
 
@@ -42,7 +43,9 @@ wp.set_module_options({"enable_backward": False})
 
 MAX_K = 32
 _KNN_BACKENDS = ("auto", "warp", "ckdtree")
-_ACCEPT = wp.constant(0.999)  # k-th neighbour accepted only this far inside the radius (rounding)
+_ACCEPT = wp.constant(0.999)  # k-th neighbour accepted only this far inside the radius
+_EPS32 = wp.constant(float(np.finfo(np.float32).eps))
+_SLACK_ULPS = wp.constant(8.0)
 _LEVEL_RATIO = float(np.sqrt(2.0))  # radius range of one hash grid level
 _PILOT_QUERIES = 1024
 _PILOT_QUANTILE = 0.9
@@ -126,6 +129,7 @@ def _knn_round(
     self_query: wp.int32,
     k: wp.int32,
     max_radius: wp.float32,
+    coord_scale: wp.float32,
     out_index: wp.array2d(dtype=wp.int32),
     out_d2: wp.array2d(dtype=wp.float32),
     done: wp.array(dtype=wp.int32),
@@ -144,7 +148,10 @@ def _knn_round(
     best_key = _vec_ki()
     count = wp.int32(0)
     radius = radii[t]
-    neighbours = wp.hash_grid_query(grid, q, radius)
+    # Widen the box by a few float32 roundings of the coordinates, so that no point within the
+    # radius falls outside it however the cell coordinates round.
+    reach = radius + _SLACK_ULPS * _EPS32 * (coord_scale + radius)
+    neighbours = wp.hash_grid_query(grid, q, reach)
     for pi in neighbours:
         d2 = wp.length_sq(points[pi] - q)
         key = point_ids[pi]
@@ -287,6 +294,7 @@ class _WarpKnnSearch:
         self.grid_width = None
         # A radius beyond the bounding diagonal holds every point, so that round is always exact.
         self.max_radius = float(np.linalg.norm(hi - lo)) * 1.01 + 1e-30
+        self.coord_scale = float(np.abs(np.concatenate([lo, hi])).max())
         self.base = max(float(self.spacing.min()) * 1e-3, self.max_radius * 1e-9, 1e-30)
 
     def _level(self, radius: np.ndarray, ratio: float) -> np.ndarray:
@@ -304,7 +312,8 @@ class _WarpKnnSearch:
         def inputs(start: int, stop: int) -> list:
             return [self.grid.id, self.points, self.point_ids, self.queries, self.query_ids,
                     active_wp[start:stop], radii_wp[start:stop], int(self.self_query), self.k,
-                    float(self.max_radius), self.out_index, self.out_d2, done[start:stop]]
+                    float(self.max_radius), self.coord_scale, self.out_index, self.out_d2,
+                    done[start:stop]]
 
         _launch(_knn_round, len(active), inputs, self.device, self.threads)
         return done.numpy() != 0

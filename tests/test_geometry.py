@@ -75,6 +75,12 @@ def test_knn_uniform_cloud_matches_ckdtree(backend, k):
     assert_exact_knn(points, None, k, index, distance, self_query=True)
 
 
+def test_knn_cloud_far_from_origin_matches_ckdtree():
+    points = (1000.0 + 0.2 * uniform_cloud(3000, np.random.default_rng(16))).astype(np.float32)
+    index, distance = geometry.knn(points, 7, device="cpu", backend="warp")
+    assert_exact_knn(points, None, 7, index, distance, self_query=True)
+
+
 @pytest.mark.parametrize("backend", ["warp", "ckdtree"])
 def test_knn_clustered_cloud_matches_ckdtree(backend):
     points = clustered_cloud(np.random.default_rng(1))
