@@ -455,6 +455,8 @@ def finish_epoch(session: Session, epoch: int, record: dict[str, Any]) -> None:
 def train_epochs(session: Session) -> int | None:
     """Run the remaining epochs; the signal number when stopped by one, else None."""
     epoch, skip, partial = resume(session)
+    if epoch > session.config.epochs:
+        session.log.print(f"all {session.config.epochs} epochs are done in this output_dir; raise train.epochs to go on")
     while epoch <= session.config.epochs:
         result, record = train_epoch(session, epoch, skip, partial)
         if result.interrupted:

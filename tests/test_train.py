@@ -105,7 +105,9 @@ def wait_for_steps(out: Path, count: int, process: subprocess.Popen, timeout: fl
         if steps.exists() and len(steps.read_text().splitlines()) >= count:
             return
         time.sleep(0.02)
-    raise AssertionError(f"training did not log {count} steps in time (exit code {process.poll()})")
+    process.kill()
+    output, _ = process.communicate()
+    raise AssertionError(f"training did not log {count} steps in time (exit code {process.returncode}):\n{output[-3000:]}")
 
 
 def test_killed_run_resumes_with_the_losses_of_an_uninterrupted_run(setup, three_epochs):
