@@ -102,6 +102,13 @@ def ensure_cache(processed: Path, cache: Path, params: dict, *, fresh: bool) -> 
 
 
 def _peak_rss_mb() -> float:
+    """Peak resident memory of this process image (VmHWM; unlike ru_maxrss it does not carry
+    over the parent's peak through fork and exec)."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -158,7 +165,7 @@ def phase_cached(params: dict, caches: dict[str, str], factors: dict) -> dict:
                    "peak_rss_mb": _peak_rss_mb()} for name in datasets}
 
 
-def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 3) -> dict:
+def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 5) -> dict:
     """Seconds of one epoch with 0, 1 and 2 persistent DataLoader workers: after a warm-up
     epoch each, ``repeats`` epochs per worker count, interleaved; medians."""
     from torch.utils.data import DataLoader
