@@ -440,9 +440,9 @@ def knn(
     ``backend``: "warp" (Warp kernel on ``device``), "ckdtree" (scipy on ``cpu_threads`` cores,
     the same result and tie order) or "auto", which is Warp on CUDA and on the CPU too:
     benchmark_geometry.py, all points of a 1M-cell car surface, k = 7, on this project's shared
-    2-core machine, measured Warp at 3.2 s (2.2 s CPU, one thread) against 7.0 s (5.0 s CPU) for
-    the cKDTree backend and 6.1 s (4.1 s CPU) for plain cKDTree build + query on all cores, at
-    about the same peak memory (221 MB, 275 MB, 245 MB). ``cpu_threads`` (default: all cores
+    2-core machine, measured Warp at 2.2 s (2.2 s CPU, one thread) against 6.4 s (5.1 s CPU) for
+    the cKDTree backend and 3.6 s (3.6 s CPU) for plain cKDTree build + query on all cores, at
+    about the same peak memory (256 MB, 275 MB, 246 MB). ``cpu_threads`` (default: all cores
     of this process) splits Warp CPU launches; on a GPU it is unused.
     """
     if backend not in _KNN_BACKENDS:
