@@ -161,8 +161,9 @@ class CachedDoMINODataset(_EpochDataset):
     """DoMINO items drawn from a cache written by ``cache_data.py``.
 
     Holds only paths and the manifest's small metadata; each process opens runs lazily. A draw
-    reads O(sampled points): windows of the pre-shuffled row arrays, and the neighbour rows of
-    the sampled surface cells. ``expected``: settings (``PreprocessSettings.fingerprinted()``)
+    reads windows of the pre-shuffled row arrays (O(sampled points)) and gathers the neighbour
+    rows of the sampled surface cells (these lie all over the surface, so the gather touches most
+    chunks of three small arrays; docs/cache_format.md). ``expected``: settings (``PreprocessSettings.fingerprinted()``)
     the cache must have been built with; a mismatch raises StaleCacheError listing every
     difference.
     """
