@@ -34,7 +34,7 @@ PRESETS = {
     "demo": dict(surface_points=1024, volume_points=1024, geometry_points=4096, interp_res=(32, 16, 16),
                  uncached_draws=3, cached_draws=30, epoch_items=12),
     "bench": dict(surface_points=8192, volume_points=8192, geometry_points=300_000, interp_res=(128, 64, 64),
-                  uncached_draws=3, cached_draws=20, epoch_items=12),
+                  uncached_draws=3, cached_draws=20, epoch_items=48),
 }
 PROCESS_OPTIONS = dict(
     surface_variables={"pMeanTrim": "scalar", "wallShearStressMeanTrim": "vector"},
@@ -171,13 +171,15 @@ def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 5) -> d
     from torch.utils.data import DataLoader
 
     from cache_format import read_manifest
+    from datapipe import collate_items
 
     names = list(read_manifest(cache)["runs"])
     runs = [names[i % len(names)] for i in range(params["epoch_items"])]
     loaders = {}
     for workers in (0, 1, 2):
         ds = _cached_dataset(params, cache, factors, runs=runs)
-        loaders[workers] = (ds, DataLoader(ds, batch_size=1, num_workers=workers, persistent_workers=workers > 0))
+        loaders[workers] = (ds, DataLoader(ds, batch_size=1, num_workers=workers, persistent_workers=workers > 0,
+                                           collate_fn=collate_items))
     times = {workers: [] for workers in loaders}
     for epoch in range(repeats + 1):
         for workers, (ds, loader) in loaders.items():

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset, default_collate, get_worker_info
 
 import geometry
 from cache_format import CacheRun, StaleCacheError, diff_settings, read_manifest
@@ -71,14 +71,15 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
                scaling_factors: dict | None) -> dict[str, torch.Tensor]:
     """Assemble DoMINO's input dict from the drawn rows (numpy, coordinates normalised).
 
-    ``grids``: "surf_grid", "sdf_surf_grid" and, for a volume part, "grid", "sdf_grid".
+    ``grids``: "surf_grid" and, for a volume part, "grid" (the per-process tensors of
+    ``_EpochDataset._derived_grids``, put in the item as they are), "sdf_surf_grid" and "sdf_grid".
     ``surface``: coordinates, normals, areas, fields, neighbor_coordinates, neighbor_normals,
     neighbor_areas. ``volume``: coordinates, fields, sdf, closest.
     """
     com = np.asarray(scalars["center_of_mass"], dtype=np.float32)
     item = {
         "geometry_coordinates": _t(geometry_coordinates),
-        "surf_grid": _t(grids["surf_grid"].copy()),  # the derived grids are shared per process
+        "surf_grid": grids["surf_grid"],
         "sdf_surf_grid": _t(grids["sdf_surf_grid"]),
         "global_params_values": _t(np.asarray(scalars["global_params_values"])[:, None]),
         "global_params_reference": _t(np.asarray(scalars["global_params_reference"])[:, None]),
@@ -105,7 +106,7 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
         if scaling_factors is not None:
             fields = scale_fields(fields, scaling_factors, "volume")
         item.update({
-            "grid": _t(grids["grid"].copy()), "sdf_grid": _t(grids["sdf_grid"]),
+            "grid": grids["grid"], "sdf_grid": _t(grids["sdf_grid"]),
             "volume_mesh_centers": _t(volume["coordinates"]),
             "sdf_nodes": _t(volume["sdf"][:, None]),
             "pos_volume_closest": _t(volume["coordinates"] - volume["closest"]),
@@ -131,7 +132,7 @@ class _EpochDataset(Dataset):
         self.scaling_factors = _as_factors(scaling_factors)
         # Shared memory: a worker forked or spawned once (persistent_workers) sees later updates.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self._grids: dict[str, np.ndarray] | None = None
+        self._grids: dict[str, torch.Tensor] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Draw the points of ``epoch`` from now on, in this process and in every worker."""
@@ -148,12 +149,18 @@ class _EpochDataset(Dataset):
             volume_points=self.volume_points if "volume" in self.parts else None,
             read_surface_areas=read_areas, surface_window_factor=self.surface_window_factor)
 
-    def _derived_grids(self, settings: dict) -> dict[str, np.ndarray]:
-        """The normalised grids, built once per process from the boxes and ``interp_res``."""
+    def _derived_grids(self, settings: dict) -> dict[str, torch.Tensor]:
+        """The normalised grids, built once per process from the boxes and ``interp_res``.
+
+        Every item holds these same tensors (read-only by contract). They live in shared memory,
+        so a DataLoader worker passes them to the main process as a handle instead of copying
+        the two largest arrays of an item (12.6 MB at 128 x 64 x 64) for every draw.
+        """
         if self._grids is None:
             res = settings["interp_res"]
-            self._grids = {"surf_grid": make_grid(settings["bounding_box_surface"], res),
-                           "grid": make_grid(settings["bounding_box_volume"], res)}
+            self._grids = {name: _t(make_grid(settings[box], res)).share_memory_()
+                           for name, box in (("surf_grid", "bounding_box_surface"),
+                                             ("grid", "bounding_box_volume"))}
         return self._grids
 
 
@@ -356,6 +363,37 @@ class DoMINODataPipe(_EpochDataset):
         span = slice(*window)
         return {"coordinates": p.volume_coordinates[span], "fields": p.volume_fields[span],
                 "sdf": sdf, "closest": closest}
+
+
+def collate_items(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Batch items like torch's default collate; a batch of one is made of views, not copies.
+
+    With DataLoader workers, the default collate copies every tensor into a new shared-memory
+    batch, the constant grids included; views keep tensors that already live in shared memory
+    (the grids) shared, and copy the others once, as the default does.
+    """
+    if len(items) != 1:
+        return default_collate(items)
+    batch = {key: value.unsqueeze(0) for key, value in items[0].items()}
+    return batch if get_worker_info() is None else _packed_in_shared_memory(batch)
+
+
+def _packed_in_shared_memory(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch with every tensor not yet shared copied into ONE shared-memory buffer.
+
+    A worker hands each shared storage to the main process as a file descriptor, one socket
+    round trip each; one buffer per batch instead of one per tensor makes that a single trip.
+    """
+    fresh = [key for key, value in batch.items() if not value.is_shared()]
+    if any(batch[key].dtype != torch.float32 for key in fresh):
+        return batch
+    buffer = torch.empty(sum(batch[key].numel() for key in fresh), dtype=torch.float32).share_memory_()
+    packed, offset = dict(batch), 0
+    for key in fresh:
+        size = batch[key].numel()
+        packed[key] = buffer[offset:offset + size].view(batch[key].shape).copy_(batch[key])
+        offset += size
+    return packed
 
 
 def _box(box) -> tuple[tuple[float, ...], tuple[float, ...]]:

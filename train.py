@@ -250,12 +250,15 @@ def epoch_indices(sampler: DistributedSampler, epoch: int, skip: int) -> list[in
 
 def make_loader(dataset: Dataset, indices: list[int], batch_size: int, num_workers: int, device: torch.device) -> DataLoader:
     """A loader over exactly `indices`, in order."""
+    from datapipe import collate_items
+
     return DataLoader(
         dataset,
         batch_size=batch_size,
         sampler=indices,
         num_workers=num_workers,
         pin_memory=device.type == "cuda",
+        collate_fn=collate_items,
     )
 
 

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
 from cache_fixtures import BOX_SURFACE, BOX_VOLUME, INTERP_RES, SAMPLES, build_tiny_cache
-from datapipe import CachedDoMINODataset, DoMINODataPipe, dataset_from_config
+from datapipe import CachedDoMINODataset, DoMINODataPipe, collate_items, dataset_from_config
 from processed_run import ProcessedRunError
 from sampling import TooFewPointsError
 from scaling import compute_scaling_factors, save_scaling_factors
@@ -125,6 +125,25 @@ def test_draws_are_the_same_whatever_the_workers_and_differ_per_epoch(cache_dir)
     assert not torch.equal(first["volume_mesh_centers"], ds[0]["volume_mesh_centers"])
     assert not torch.equal(first["surface_mesh_centers"], ds[0]["surface_mesh_centers"])
     assert not torch.equal(ds[0]["volume_mesh_centers"], ds[1]["volume_mesh_centers"])
+
+
+def test_collate_items_gives_the_default_batches_with_and_without_workers(cache_dir):
+    ds = _cached(cache_dir, model_type="combined")
+    reference = DataLoader(ds, batch_size=1, num_workers=0)
+    packed = DataLoader(ds, batch_size=1, num_workers=2, persistent_workers=True, pin_memory=True,
+                        collate_fn=collate_items)
+    for epoch in (0, 1):
+        ds.set_epoch(epoch)
+        expected, got = list(reference), list(packed)
+        assert len(expected) == len(got) == len(ds)
+        for x, y in zip(expected, got):
+            assert x.keys() == y.keys()
+            for key in x:
+                assert y[key].shape == x[key].shape and y[key].dtype == x[key].dtype, key
+                assert torch.equal(x[key], y[key]), key
+    pair = collate_items([ds[0], ds[1]])
+    assert pair["surface_mesh_centers"].shape[0] == 2
+    assert torch.equal(pair["surface_mesh_centers"][1], ds[1]["surface_mesh_centers"])
 
 
 def test_the_dataset_holds_no_arrays(cache_dir):
