@@ -167,21 +167,13 @@ def validate_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettin
     return [validate_run(path, cache_dir, settings, manifest) for path in tqdm(runs, desc="validate", unit="run")]
 
 
-def _device(cfg: DictConfig, local_rank: int) -> str:
-    """geometry.device, with each rank on its own GPU when CUDA is used."""
-    device = str(cfg.geometry.device)
-    if device in ("auto", "cuda") and torch.cuda.is_available():
-        return f"cuda:{local_rank}"
-    return device
-
-
 def _main(cfg: DictConfig) -> int:
     """Wire the config into build_cache / validate_cache; return the exit code."""
     from distributed import all_reduce_sum, barrier, init_distributed, shutdown_distributed
     from processed_run import list_runs
 
     dist = init_distributed("cpu")  # gloo: the ranks only split runs and meet at barriers
-    settings = settings_from_config(cfg.geometry, cfg.variables, device=_device(cfg, dist.local_rank))
+    settings = settings_from_config(cfg.geometry, cfg.variables)  # device: one GPU per rank
     runs, cache_dir = list_runs(cfg.data.processed_dir), Path(cfg.cache.dir)
     try:
         if cfg.cache.validate:

@@ -58,8 +58,9 @@ class StaleCacheError(CacheError):
 
 def source_fingerprint(processed_path: str | os.PathLike) -> str:
     """SHA-256 of every ``zarr.json`` of a processed run (its attributes, array shapes, dtypes
-    and codecs). Rewriting a run with other contents changes its attributes (counts, bounds);
-    copying it elsewhere does not change the fingerprint."""
+    and codecs). Every write of a processed run stores a new ``write_id`` attribute, so
+    reprocessing a run changes the fingerprint even when its shapes and bounds stay the same;
+    copying it elsewhere does not."""
     root = Path(processed_path)
     digest = hashlib.sha256()
     metas = sorted(root.rglob("zarr.json"))

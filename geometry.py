@@ -59,20 +59,24 @@ _vec_ki = wp.types.vector(length=MAX_K, dtype=wp.int32)
 
 
 def resolve_device(device: str = "auto") -> str:
-    """Return the Warp device to run on: "cuda:0" when CUDA is available for "auto", else "cpu".
+    """Return the Warp device to run on: this process's GPU when CUDA is available for "auto",
+    else "cpu".
 
-    Explicit names ("cpu", "cuda", "cuda:N") are checked, so a request for a GPU that is not
-    there fails here with a clear message instead of deep inside a kernel launch.
+    "auto" and "cuda" mean GPU ``LOCAL_RANK`` (set by torchrun; 0 otherwise), so the ranks of
+    one machine each use their own GPU. Explicit names ("cpu", "cuda", "cuda:N") are checked, so
+    a request for a GPU that is not there fails here with a clear message instead of deep inside
+    a kernel launch.
     """
     wp.init()
     if device == "auto":
-        return "cuda:0" if wp.is_cuda_available() else "cpu"
+        device = "cuda" if wp.is_cuda_available() else "cpu"
     if device == "cpu":
         return "cpu"
     if device == "cuda" or device.startswith("cuda:"):
         if not wp.is_cuda_available():
             raise ValueError(f"device {device!r} requested but CUDA is not available")
-        name = "cuda:0" if device == "cuda" else device
+        local = int(os.environ.get("LOCAL_RANK", 0)) % max(1, wp.get_cuda_device_count())
+        name = f"cuda:{local}" if device == "cuda" else device
         try:
             return str(wp.get_device(name))
         except (RuntimeError, ValueError) as err:

@@ -174,11 +174,14 @@ def process_run(
 
 
 def _process_one(run_dir: Path, out_path: Path, options: dict) -> RunResult:
-    """Process one run in a worker; expected failures come back as a result, not an exception."""
+    """Process one run in a worker; failures come back as a result, not an exception."""
     try:
         _, notes = process_run(run_dir, out_path, **options)
     except (RunError, OSError, ValueError, MemoryError) as err:
         return RunResult(run_dir.name, "failed", str(err).splitlines()[0] or type(err).__name__)
+    except Exception as err:  # a reader library's own error: still one run's failure, not the batch's
+        first = str(err).splitlines()[0] if str(err) else ""
+        return RunResult(run_dir.name, "failed", f"{run_dir}: {type(err).__name__}: {first}")
     return RunResult(run_dir.name, "processed", notes=notes)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,10 @@ def write_processed_run(
     validate_arrays(arrays, path, required=ARRAY_NAMES)
     with atomic_directory(path) as tmp:
         group = zarr.create_group(store=str(tmp), zarr_format=3)
-        group.attrs.update({"format": FORMAT, "format_version": FORMAT_VERSION, **attrs})
+        # write_id: a rewrite with new values but the same shapes still changes the group's
+        # metadata, which is what a cache's source fingerprint hashes.
+        group.attrs.update({"format": FORMAT, "format_version": FORMAT_VERSION,
+                            "write_id": uuid.uuid4().hex, **attrs})
         for name in ARRAY_NAMES:
             data = arrays[name]
             chunks, shards = _chunking(data.shape, data.dtype.itemsize)

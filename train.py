@@ -178,18 +178,21 @@ def model_parameters(section: dict[str, Any], defaults: dict[str, Any], where: s
     return merged
 
 
-def build_model(model_type: str, section: dict[str, Any], device: torch.device) -> torch.nn.Module:
-    """DoMINO with 3 input features, 5 volume / 4 surface outputs as the model type asks, 2 global parameters."""
+def build_model(model_type: str, section: dict[str, Any], device: torch.device,
+                outputs: dict[str, int] | None = None) -> torch.nn.Module:
+    """DoMINO with 3 input features, the volume / surface outputs the model type asks for
+    (``outputs``: target columns per part, DrivAerML's 5 and 4 by default), 2 global parameters."""
     from physicsnemo.models.domino import DoMINO
     from physicsnemo.models.domino.config import DEFAULT_MODEL_PARAMS, Config
 
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
     parameters = Config(model_parameters(section, json.loads(json.dumps(DEFAULT_MODEL_PARAMS))))
+    outputs = outputs or {}
     model = DoMINO(
         input_features=3,
-        output_features_vol=5 if model_type in ("volume", "combined") else None,
-        output_features_surf=4 if model_type in ("surface", "combined") else None,
+        output_features_vol=outputs.get("volume", 5) if model_type in ("volume", "combined") else None,
+        output_features_surf=outputs.get("surface", 4) if model_type in ("surface", "combined") else None,
         global_features=2,
         model_parameters=parameters,
     )
@@ -498,7 +501,8 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
     # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;
     # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
     torch.manual_seed(cfg.seed + info.rank)
-    model = build_model(cfg.model_type, OmegaConf.to_container(cfg.model, resolve=True), info.device)
+    widths = {part: len(variable_names(cfg.variables[part])) for part in ("surface", "volume")}
+    model = build_model(cfg.model_type, OmegaConf.to_container(cfg.model, resolve=True), info.device, widths)
     optimizer = build_optimizer(model, config)
     train_set = dataset_from_config(cfg, train_runs, train=True)
     val_set = dataset_from_config(cfg, val_runs, train=False) if val_runs else None

@@ -272,3 +272,15 @@ def test_benchmark_script_runs_on_tiny(tmp_path: Path) -> None:
     figures = json.loads(out.read_text())
     assert figures["counts"]["volume_points"] == 8_000
     assert figures["stages"]["process"]["peak_mib"] >= figures["stages"]["process"]["baseline_mib"]
+
+
+def test_an_unexpected_reader_error_fails_only_that_run(tmp_path: Path, monkeypatch) -> None:
+    import process_data
+
+    def explode(run_dir, out_path, **options):
+        raise RuntimeError("vtkXMLReader: bad block\nmore detail")
+
+    monkeypatch.setattr(process_data, "process_run", explode)
+    result = process_data._process_one(tmp_path / "run_7", tmp_path / "out" / "run_7.zarr", {})
+    assert result.status == "failed"
+    assert "run_7" in result.message and "RuntimeError: vtkXMLReader: bad block" in result.message

@@ -130,3 +130,18 @@ def test_list_runs_sorts_naturally_and_hides_temporaries(tmp_path: Path) -> None
     assert [p.name for p in list_runs(tmp_path)] == ["run_1.zarr", "run_2.zarr", "run_10.zarr"]
     with pytest.raises(FileNotFoundError, match="no such processed-data directory"):
         list_runs(tmp_path / "absent")
+
+
+def test_a_rewrite_with_other_values_changes_the_cache_source_fingerprint(tmp_path: Path) -> None:
+    from cache_format import source_fingerprint
+
+    arrays = _arrays(np.random.default_rng(0))
+    path = tmp_path / "run_1.zarr"
+    write_processed_run(path, arrays, {"filename": "run_1"})
+    first = source_fingerprint(path)
+    copy = tmp_path / "copy" / "run_1.zarr"
+    shutil.copytree(path, copy)
+    assert source_fingerprint(copy) == first  # a copy is the same source
+    arrays["surface_fields"] = arrays["surface_fields"] * 2  # same shapes, other values
+    write_processed_run(path, arrays, {"filename": "run_1"})
+    assert source_fingerprint(path) != first

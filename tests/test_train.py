@@ -222,3 +222,9 @@ def test_relative_l2_error_per_variable():
     target = torch.tensor([[[3.0, 1.0], [4.0, 0.0]]])  # one sample, two points, two variables
     prediction = target + torch.tensor([[[0.0, 0.5], [5.0, 0.0]]])
     torch.testing.assert_close(relative_l2_per_variable(prediction, target), torch.tensor([1.0, 0.5]))
+
+
+def test_model_outputs_follow_the_configured_variables():
+    model = train.build_model("combined", {"interp_res": [16, 8, 8]}, torch.device("cpu"),
+                              {"surface": 1, "volume": 4})
+    assert (model.output_features_surf, model.output_features_vol) == (1, 4)
