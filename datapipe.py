@@ -414,7 +414,7 @@ def dataset_from_config(cfg, runs: Sequence[str | os.PathLike] | None, *, train:
     s = cfg.sampling
     common = dict(runs=runs, model_type=str(cfg.model_type), surface_points=int(s.surface_points),
                   volume_points=int(s.volume_points), geometry_points=int(s.geometry_points),
-                  scaling_factors=load_scaling_factors(s.scaling_factors),
+                  scaling_factors=load_scaling_factors(s.scaling_factors, s.normalization),
                   seed=int(cfg.seed) + (0 if train else 1),
                   surface_window_factor=_window_factor(s.get("surface_window_factor", 8)))
     if cfg.cache.enabled:

@@ -127,8 +127,12 @@ def save_scaling_factors(path: str | os.PathLike, factors: dict) -> Path:
     return path
 
 
-def load_scaling_factors(path: str | os.PathLike) -> dict:
-    """Read factors written by ``save_scaling_factors``; plain JSON, nothing is executed."""
+def load_scaling_factors(path: str | os.PathLike, normalization: str | None = None) -> dict:
+    """Read factors written by ``save_scaling_factors``; plain JSON, nothing is executed.
+
+    ``normalization`` (when given) replaces the one stored: the file holds min, max, mean and std,
+    so the configured choice applies whichever was configured when the file was computed.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"scaling factors file {path} does not exist")
@@ -136,6 +140,8 @@ def load_scaling_factors(path: str | os.PathLike) -> dict:
         factors = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not valid JSON ({err})") from err
+    if normalization is not None and isinstance(factors, dict):
+        factors["normalization"] = str(normalization)
     return _validate_factors(factors, str(path))
 
 

@@ -233,11 +233,11 @@ def ensure_scaling_factors(train_runs: list[Path], path: Path, normalization: st
     distributed.barrier()
 
 
-def make_unscaler(path: Path):
+def make_unscaler(path: Path, normalization: str):
     """A function (target key, scaled tensor) -> tensor in physical units, from the saved factors."""
     from scaling import load_scaling_factors, unscale_fields
 
-    factors = load_scaling_factors(path)
+    factors = load_scaling_factors(path, normalization)
 
     def unscale(key: str, values: torch.Tensor) -> torch.Tensor:
         return unscale_fields(values, factors, key.removesuffix("_fields"))
@@ -515,7 +515,7 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
         scaler=torch.amp.GradScaler(info.device.type, enabled=amp_dtype == torch.float16),
         amp_dtype=amp_dtype, train_set=train_set, val_set=val_set, train_runs=train_runs, val_runs=val_runs,
         sampler=DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=cfg.seed),
-        unscale=make_unscaler(scaling_path), variable_names=target_variable_names(cfg), log=log, stop=StopFlag(),
+        unscale=make_unscaler(scaling_path, cfg.sampling.normalization), variable_names=target_variable_names(cfg), log=log, stop=StopFlag(),
         checkpoint=checkpointing.checkpoint_path(output_dir),
         config_json=json.dumps(OmegaConf.to_container(cfg, resolve=True)),
     )

@@ -94,3 +94,15 @@ def test_unscale_inverts_scale_for_numpy_and_torch(normalization):
     np.testing.assert_allclose(unscale_fields(scaled, factors, "surface").numpy(), fields, atol=1e-5)
     with pytest.raises(ValueError, match="unknown field kind"):
         scale_fields(fields, factors, "wall")
+
+
+def test_the_configured_normalization_overrides_the_stored_one(runs, tmp_path):
+    path = save_scaling_factors(tmp_path / "f.json", compute_scaling_factors(runs, normalization="min_max"))
+    assert load_scaling_factors(path)["normalization"] == "min_max"
+    factors = load_scaling_factors(path, "mean_std")
+    assert factors["normalization"] == "mean_std"
+    fields = load_processed_run(runs[0], ["surface_fields"])["surface_fields"]
+    mean, std = np.asarray(factors["surface"]["mean"]), np.asarray(factors["surface"]["std"])
+    np.testing.assert_allclose(scale_fields(fields, factors, "surface"), (fields - mean) / std, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="normalization"):
+        load_scaling_factors(path, "unit_cube")
