@@ -39,7 +39,7 @@ from drivaerml_reader import (
     read_volume,
     run_files,
 )
-from processed_run import natural_key, write_processed_run
+from processed_run import ProcessedRunError, natural_key, open_processed_run, write_processed_run
 
 # How each DrivAerML field is made dimensionless: its divisor in terms of U, rho and L.
 FIELD_SCALES = {
@@ -240,11 +240,35 @@ def process_all(
     for run_dir in find_runs(raw_dir):
         out = processed_dir / f"{run_dir.name}.zarr"
         if out.exists() and not overwrite:
-            results.append(RunResult(run_dir.name, "skipped", "already processed"))
+            differences = settings_differences(out, options)
+            results.append(RunResult(run_dir.name, "skipped", "already processed") if not differences else
+                           RunResult(run_dir.name, "failed", f"{out}: processed with other settings "
+                                     f"({'; '.join(differences)}); rerun with process.overwrite=true"))
         else:
             jobs.append((run_dir, out))
     results += _run_pool(jobs, options, num_processes)
     return sorted(results, key=lambda r: natural_key(Path(r.name)))
+
+
+# The settings a processed run records and a rerun must match to reuse it. volume_source is left
+# out: a run records the source it fell back to, which may differ from the one asked for.
+_RECORDED = ("stream_velocity", "air_density", "reference_length", "permutation_seed",
+             "surface_variables", "volume_variables")
+
+
+def settings_differences(out: Path, options: Mapping) -> list[str]:
+    """``key: stored X, configured Y`` for each recorded setting of the processed run ``out``
+    that differs from ``options``; an unreadable run is one difference."""
+    try:
+        attrs = open_processed_run(out).attrs
+    except (ProcessedRunError, OSError, ValueError) as err:
+        return [f"unreadable: {err}"]
+    differences = []
+    for key in (k for k in _RECORDED if k in options):
+        configured = dict(options[key]) if isinstance(options[key], Mapping) else options[key]
+        if attrs.get(key) != configured:
+            differences.append(f"{key}: stored {attrs.get(key)!r}, configured {configured!r}")
+    return differences
 
 
 def summarize(results: list[RunResult]) -> str:

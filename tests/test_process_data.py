@@ -284,3 +284,16 @@ def test_an_unexpected_reader_error_fails_only_that_run(tmp_path: Path, monkeypa
     result = process_data._process_one(tmp_path / "run_7", tmp_path / "out" / "run_7.zarr", {})
     assert result.status == "failed"
     assert "run_7" in result.message and "RuntimeError: vtkXMLReader: bad block" in result.message
+
+
+def test_a_run_processed_with_other_settings_is_reported_not_reused(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "processed"
+    process_all(tiny_raw_dir, out, num_processes=1, **PROCESS_OPTIONS)
+    changed = dict(PROCESS_OPTIONS, stream_velocity=40.0)
+    again = process_all(tiny_raw_dir, out, num_processes=1, **changed)
+    assert [r.status for r in again] == ["failed"] * 2
+    assert "stream_velocity: stored 30.0, configured 40.0" in again[0].message
+    assert "process.overwrite=true" in again[0].message
+    redone = process_all(tiny_raw_dir, out, num_processes=1, overwrite=True, **changed)
+    assert [r.status for r in redone] == ["processed"] * 2
+    assert [r.status for r in process_all(tiny_raw_dir, out, num_processes=1, **changed)] == ["skipped"] * 2
