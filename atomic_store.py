@@ -8,6 +8,7 @@ clears on the next run.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -39,6 +40,15 @@ def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def write_json_atomic(path: str | os.PathLike, data: object) -> Path:
+    """Write ``data`` as indented JSON to ``path`` via a hidden temporary file and a rename."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
 
 
 def remove_stale_temporaries(parent: str | os.PathLike) -> list[Path]:

@@ -23,7 +23,7 @@ import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
 from zarr.storage import LocalStore, WrapperStore
 
-from atomic_store import atomic_directory
+from atomic_store import atomic_directory, write_json_atomic
 from preprocessing import FORMAT_VERSION, PreprocessSettings
 
 FORMAT = "domino-cache"
@@ -198,9 +198,7 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
         "runs": runs, "config": config or {},
     }
     path = cache_dir / MANIFEST
-    tmp = cache_dir / f".{MANIFEST}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, manifest)
     return path
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from atomic_store import write_json_atomic
+
 NORMALIZATIONS = ("min_max", "mean_std")
 KINDS = ("surface", "volume")
 _STAT_NAMES = ("min", "max", "mean", "std")
@@ -121,9 +123,7 @@ def save_scaling_factors(path: str | os.PathLike, factors: dict) -> Path:
     path = Path(path)
     _validate_factors(factors, str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(factors, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_json_atomic(path, factors)
     return path
 
 
