@@ -334,6 +334,13 @@ class DoMINODataPipe(_EpochDataset):
             draw = self._draw(index, counts, lambda a, b: prepared.surface_areas[a:b])
         except TooFewPointsError as err:
             raise TooFewPointsError(f"{path}: {err}") from err
+        try:
+            return self._item(prepared, draw)
+        except ValueError as err:  # the geometry engine's (e.g. an STL with no usable triangle)
+            raise ValueError(f"{path}: {err}") from err
+
+    def _item(self, prepared: PreparedRun, draw: Draw) -> dict[str, torch.Tensor]:
+        """The geometry work for the drawn rows, then the item."""
         grids = self._derived_grids(self.settings)
         drawn_grids = {"surf_grid": grids["surf_grid"],
                        "sdf_surf_grid": grid_sdf(prepared, self.preprocess, "surface")}

@@ -201,3 +201,14 @@ def test_dataset_from_config_picks_the_cached_or_uncached_dataset(tiny_processed
     OmegaConf.update(cfg, "geometry.num_neighbors_surface", 5)
     with pytest.raises(ValueError, match="num_neighbors_surface: cached 7, expected 5"):
         dataset_from_config(cfg, ["run_2"], train=True)
+
+
+def test_uncached_geometry_errors_name_the_run(tiny_processed_dir, monkeypatch):
+    import datapipe
+
+    def no_triangle(*args, **kwargs):
+        raise ValueError("mesh has no usable triangle")
+
+    monkeypatch.setattr(datapipe, "grid_sdf", no_triangle)
+    with pytest.raises(ValueError, match=r"run_1\.zarr: mesh has no usable triangle"):
+        _uncached(tiny_processed_dir)[0]
