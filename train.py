@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torch.utils.tensorboard import SummaryWriter
 
 import checkpointing
@@ -251,18 +251,39 @@ def epoch_indices(sampler: DistributedSampler, epoch: int, skip: int) -> list[in
     return list(sampler)[skip:]
 
 
-def make_loader(dataset: Dataset, indices: list[int], batch_size: int, num_workers: int, device: torch.device) -> DataLoader:
-    """A loader over exactly `indices`, in order."""
+class PassIndices(Sampler[int]):
+    """The sample indices of the current pass, in order; replaced before each pass, so one loader
+    (and its persistent workers) serves every epoch, resumes included."""
+
+    def __init__(self) -> None:
+        self.indices: list[int] = []
+
+    def __iter__(self):
+        return iter(list(self.indices))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def make_loader(dataset: Dataset, batch_size: int, num_workers: int, device: torch.device) -> DataLoader:
+    """A loader over the indices set in its `PassIndices` sampler; workers persist across passes."""
     from datapipe import collate_items
 
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        sampler=indices,
+        sampler=PassIndices(),
         num_workers=num_workers,
+        persistent_workers=num_workers > 0,
         pin_memory=device.type == "cuda",
         collate_fn=collate_items,
     )
+
+
+def loader_over(loader: DataLoader, indices: list[int]) -> DataLoader:
+    """`loader`, pointed at exactly `indices` for its next pass."""
+    loader.sampler.indices = list(indices)
+    return loader
 
 
 def reset_peak_memory(device: torch.device) -> None:
@@ -346,13 +367,15 @@ class Session:
     stop: StopFlag
     checkpoint: Path
     config_json: str
+    train_loader: DataLoader
+    val_loader: DataLoader | None
 
 
 def run_validation(session: Session) -> dict[str, float]:
     """Validate on this rank's share of the validation runs (a fixed draw), summed over all ranks."""
     info = session.info
     indices = list(range(info.rank, len(session.val_runs), info.world_size))
-    loader = make_loader(session.val_set, indices, session.config.batch_size, session.config.val_num_workers, info.device)
+    loader = loader_over(session.val_loader, indices)
     widths = {key: len(names) for key, names in session.variable_names.items()}
     sums = evaluate(
         session.model, loader, device=info.device, amp_dtype=session.amp_dtype, unscale=session.unscale, target_widths=widths
@@ -417,7 +440,7 @@ def train_epoch(session: Session, epoch: int, skip_batches: int, partial: EpochR
     indices = epoch_indices(session.sampler, epoch, skip_batches * config.batch_size)
     reset_peak_memory(info.device)
     start = time.perf_counter()
-    loader = make_loader(session.train_set, indices, config.batch_size, config.num_workers, info.device)
+    loader = loader_over(session.train_loader, indices)
 
     result = EpochResult(loss_sum=partial.loss_sum, batches=partial.batches)  # loss of a resumed epoch: all its steps
 
@@ -518,6 +541,8 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
         unscale=make_unscaler(scaling_path, cfg.sampling.normalization), variable_names=target_variable_names(cfg), log=log, stop=StopFlag(),
         checkpoint=checkpointing.checkpoint_path(output_dir),
         config_json=json.dumps(OmegaConf.to_container(cfg, resolve=True)),
+        train_loader=make_loader(train_set, config.batch_size, config.num_workers, info.device),
+        val_loader=None if val_set is None else make_loader(val_set, config.batch_size, config.val_num_workers, info.device),
     )
 
 

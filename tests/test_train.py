@@ -228,3 +228,19 @@ def test_model_outputs_follow_the_configured_variables():
     model = train.build_model("combined", {"interp_res": [16, 8, 8]}, torch.device("cpu"),
                               {"surface": 1, "volume": 4})
     assert (model.output_features_surf, model.output_features_vol) == (1, 4)
+
+
+class _Identity(torch.utils.data.Dataset):
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, index):
+        return {"index": torch.tensor([float(index)])}
+
+
+def test_one_persistent_loader_serves_each_pass_its_own_indices():
+    loader = train.make_loader(_Identity(), batch_size=1, num_workers=1, device=torch.device("cpu"))
+    for indices in ([3, 1, 4], [9, 2], [], [5]):
+        seen = [int(batch["index"].item()) for batch in train.loader_over(loader, indices)]
+        assert seen == indices
+    assert loader.persistent_workers
