@@ -35,7 +35,7 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 import geometry
 from cache_format import CacheRun, StaleCacheError, diff_settings, read_manifest
 from preprocessing import (
-    PreparedRun, PreprocessSettings, grid_sdf, make_grid, normalize, prepare_rows,
+    PreparedRun, PreprocessSettings, grid_sdf, make_grid, normalize, parse_box, prepare_rows,
     settings_from_config, surface_neighbors, volume_sdf,
 )
 from sampling import Draw, TooFewPointsError, sample_draw
@@ -66,6 +66,10 @@ def _t(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
 
 
+def _scaled(fields: np.ndarray, scaling_factors: dict | None, kind: str) -> np.ndarray:
+    return fields if scaling_factors is None else scale_fields(fields, scaling_factors, kind)
+
+
 def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarray,
                grids: dict[str, np.ndarray], surface: dict | None, volume: dict | None,
                scaling_factors: dict | None) -> dict[str, torch.Tensor]:
@@ -87,9 +91,7 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
     }
     if surface is not None:
         com_s = normalize(com[None], settings["bounding_box_surface"])[0]
-        fields = surface["fields"]
-        if scaling_factors is not None:
-            fields = scale_fields(fields, scaling_factors, "surface")
+        fields = _scaled(surface["fields"], scaling_factors, "surface")
         item.update({
             "surface_mesh_centers": _t(surface["coordinates"]),
             "surface_normals": _t(surface["normals"]),
@@ -102,9 +104,7 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
         })
     if volume is not None:
         com_v = normalize(com[None], settings["bounding_box_volume"])[0]
-        fields = volume["fields"]
-        if scaling_factors is not None:
-            fields = scale_fields(fields, scaling_factors, "volume")
+        fields = _scaled(volume["fields"], scaling_factors, "volume")
         item.update({
             "grid": grids["grid"], "sdf_grid": _t(grids["sdf_grid"]),
             "volume_mesh_centers": _t(volume["coordinates"]),
@@ -299,7 +299,7 @@ class DoMINODataPipe(_EpochDataset):
                 raise FileNotFoundError(f"{self.processed_dir}: no processed runs {missing}")
             self.run_paths = [by_name[_run_name(r)] for r in runs]
         self.preprocess = PreprocessSettings(
-            bounding_box_volume=_box(bounding_box_volume), bounding_box_surface=_box(bounding_box_surface),
+            bounding_box_volume=parse_box(bounding_box_volume), bounding_box_surface=parse_box(bounding_box_surface),
             interp_res=tuple(int(v) for v in interp_res), num_neighbors_surface=int(num_neighbors_surface),
             surface_variables=tuple(tuple(v) for v in surface_variables),
             volume_variables=tuple(tuple(v) for v in volume_variables),
@@ -401,14 +401,6 @@ def _packed_in_shared_memory(batch: dict[str, torch.Tensor]) -> dict[str, torch.
         packed[key] = buffer[offset:offset + size].view(batch[key].shape).copy_(batch[key])
         offset += size
     return packed
-
-
-def _box(box) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(min, max) from a {"min", "max"} mapping or a pair."""
-    if hasattr(box, "keys") or isinstance(box, dict):
-        return tuple(float(v) for v in box["min"]), tuple(float(v) for v in box["max"])
-    lo, hi = box
-    return tuple(float(v) for v in lo), tuple(float(v) for v in hi)
 
 
 def dataset_from_config(cfg, runs: Sequence[str | os.PathLike] | None, *, train: bool) -> Dataset:

@@ -29,7 +29,7 @@ import geometry
 
 FORMAT_VERSION = 1
 PARTS = ("surface", "volume")
-_VARIABLE_WIDTH = {"scalar": 1, "vector": 3}
+VARIABLE_WIDTH = {"scalar": 1, "vector": 3}
 
 
 @dataclass(frozen=True)
@@ -56,14 +56,14 @@ class PreprocessSettings:
         if self.num_neighbors_surface < 1:
             raise ValueError(f"num_neighbors_surface must be >= 1; got {self.num_neighbors_surface}")
         for kind, variables in (("surface", self.surface_variables), ("volume", self.volume_variables)):
-            bad = [v for v in variables if v[1] not in _VARIABLE_WIDTH]
+            bad = [v for v in variables if v[1] not in VARIABLE_WIDTH]
             if bad:
-                raise ValueError(f"{kind} variables {bad}: kind must be one of {list(_VARIABLE_WIDTH)}")
+                raise ValueError(f"{kind} variables {bad}: kind must be one of {list(VARIABLE_WIDTH)}")
 
     def width(self, part: str) -> int:
         """Number of target columns of ``part``."""
         variables = self.surface_variables if part == "surface" else self.volume_variables
-        return sum(_VARIABLE_WIDTH[kind] for _, kind in variables)
+        return sum(VARIABLE_WIDTH[kind] for _, kind in variables)
 
     def fingerprinted(self) -> dict:
         """The JSON form of the settings that a cache's contents depend on."""
@@ -78,14 +78,19 @@ class PreprocessSettings:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
+def parse_box(box) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(min, max) from a {"min", "max"} mapping (a Hydra box) or a (min, max) pair."""
+    if hasattr(box, "keys"):
+        box = (box["min"], box["max"])
+    lo, hi = box
+    return tuple(float(v) for v in lo), tuple(float(v) for v in hi)
+
+
 def settings_from_config(geometry_cfg, variables_cfg, *, device: str | None = None) -> PreprocessSettings:
     """Build the settings from the ``geometry`` and ``variables`` sections of the Hydra config."""
-    def box(b):
-        return (tuple(float(v) for v in b["min"]), tuple(float(v) for v in b["max"]))
-
     return PreprocessSettings(
-        bounding_box_volume=box(geometry_cfg["bounding_box_volume"]),
-        bounding_box_surface=box(geometry_cfg["bounding_box_surface"]),
+        bounding_box_volume=parse_box(geometry_cfg["bounding_box_volume"]),
+        bounding_box_surface=parse_box(geometry_cfg["bounding_box_surface"]),
         interp_res=tuple(int(v) for v in geometry_cfg["interp_res"]),
         num_neighbors_surface=int(geometry_cfg["num_neighbors_surface"]),
         surface_variables=tuple((str(k), str(v)) for k, v in variables_cfg["surface"].items()),

@@ -34,10 +34,11 @@ from torch.utils.tensorboard import SummaryWriter
 
 import checkpointing
 import distributed
+from datapipe import MODEL_TYPES, collate_items, dataset_from_config
 from distributed import DistInfo
+from preprocessing import VARIABLE_WIDTH
 from training_loop import EpochResult, evaluate, train_one_epoch
 
-MODEL_TYPES = ("surface", "volume", "combined")
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
 SCHEDULERS = ("cosine", "step")
 
@@ -157,7 +158,7 @@ def variable_names(variables: dict[str, str]) -> list[str]:
     """Output column names: a scalar keeps its name, a vector becomes name_x, name_y, name_z."""
     names = []
     for name, kind in variables.items():
-        if kind not in ("scalar", "vector"):
+        if kind not in VARIABLE_WIDTH:
             raise ValueError(f"variable {name!r}: kind must be scalar or vector, not {kind!r}")
         names += [name] if kind == "scalar" else [f"{name}_{axis}" for axis in "xyz"]
     return names
@@ -267,8 +268,6 @@ class PassIndices(Sampler[int]):
 
 def make_loader(dataset: Dataset, batch_size: int, num_workers: int, device: torch.device) -> DataLoader:
     """A loader over the indices set in its `PassIndices` sampler; workers persist across passes."""
-    from datapipe import collate_items
-
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -510,7 +509,6 @@ def target_variable_names(cfg: DictConfig) -> dict[str, list[str]]:
 
 def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Session:
     """Split the runs, make sure the scaling factors exist, build datasets, model and optimizer."""
-    from datapipe import dataset_from_config
     from processed_run import list_runs
 
     output_dir = Path(cfg.output_dir)
