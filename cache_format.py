@@ -24,6 +24,7 @@ from zarr.codecs import BytesCodec, Crc32cCodec
 from zarr.storage import LocalStore, WrapperStore
 
 from atomic_store import atomic_directory, write_json_atomic
+from chunk_reader import ChunkedArray
 from preprocessing import FORMAT_VERSION, PreprocessSettings
 
 FORMAT = "domino-cache"
@@ -128,7 +129,12 @@ class CountingStore(WrapperStore):
 
 
 class CacheRun:
-    """One cache run opened read-only: its attributes and checked reads of its arrays."""
+    """One cache run opened read-only: its attributes and checked reads of its arrays.
+
+    Arrays in the layout ``write_cache_run`` writes are read straight from their chunk files
+    (``chunk_reader.ChunkedArray``); any other layout or selection goes through zarr-python.
+    Open one per process: the chunk readers reuse their buffers.
+    """
 
     def __init__(self, path: str | os.PathLike, *, count_bytes: bool = False) -> None:
         self.path = Path(path)
@@ -146,12 +152,17 @@ class CacheRun:
         if self.attrs.get("format_version") != FORMAT_VERSION:
             raise CacheError(f"{self.path}: format_version {self.attrs.get('format_version')}, "
                              f"this reader reads {FORMAT_VERSION}")
+        self.count_bytes = count_bytes
         self._arrays: dict[str, zarr.Array] = {}
+        self._readers: dict[str, ChunkedArray | None] = {}
 
     @property
     def bytes_read(self) -> int:
-        """Bytes read from disk so far (only with ``count_bytes=True``; else 0)."""
-        return getattr(self.store, "bytes_read", 0)
+        """Bytes of files read so far, metadata (``zarr.json``) included, chunk checksums
+        included; only with ``count_bytes=True``, else 0."""
+        if not self.count_bytes:
+            return 0
+        return self.store.bytes_read + sum(r.bytes_read for r in self._readers.values() if r)
 
     def array(self, name: str) -> zarr.Array:
         """The named array (metadata only), or CacheError naming the run and the array."""
@@ -162,15 +173,26 @@ class CacheRun:
                 raise CacheError(f"{self.path}: array {name!r} is missing") from err
         return self._arrays[name]
 
+    def reader(self, name: str) -> ChunkedArray | None:
+        """The direct chunk reader of the named array, or None where its layout (or its
+        absence) is left to zarr-python."""
+        if name not in self._readers:
+            self._readers[name] = ChunkedArray.open(self.path / name)
+        return self._readers[name]
+
     def read(self, name: str, selection: Any = slice(None)) -> np.ndarray:
-        """``array[selection]`` (orthogonal indexing for index arrays); a failed checksum or
-        unreadable chunk raises CacheError naming the run and the array."""
-        array = self.array(name)
+        """``array[selection]`` (orthogonal indexing for index arrays), from the chunk files
+        where ``ChunkedArray`` reads the layout and the selection, else with zarr-python; a
+        failed checksum or unreadable chunk raises CacheError naming the run and the array."""
+        reader = self.reader(name)
+        array = self.array(name) if reader is None or not reader.supports(selection) else None
         try:
+            if array is None:
+                return reader.read(selection)
             if isinstance(selection, np.ndarray):
                 return array.get_orthogonal_selection(selection)
             return array[selection]
-        except Exception as err:  # codec and store errors come in several types
+        except Exception as err:  # codec, store and chunk errors come in several types
             raise CacheError(f"{self.path}: array {name!r} is corrupt or unreadable: {err}") from err
 
 

@@ -24,6 +24,7 @@ Targets are scaled with the given factors (unscaled when none are given).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +34,7 @@ import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
 import geometry
+from batch_transfer import mark_constant, pack
 from cache_format import CacheRun, StaleCacheError, diff_settings, read_manifest
 from preprocessing import (
     PreparedRun, PreprocessSettings, grid_sdf, make_grid, normalize, parse_box, prepare_rows,
@@ -132,7 +134,6 @@ class _EpochDataset(Dataset):
         self.scaling_factors = _as_factors(scaling_factors)
         # Shared memory: a worker forked or spawned once (persistent_workers) sees later updates.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self._grids: dict[str, torch.Tensor] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Draw the points of ``epoch`` from now on, in this process and in every worker."""
@@ -150,18 +151,27 @@ class _EpochDataset(Dataset):
             read_surface_areas=read_areas, surface_window_factor=self.surface_window_factor)
 
     def _derived_grids(self, settings: dict) -> dict[str, torch.Tensor]:
-        """The normalised grids, built once per process from the boxes and ``interp_res``.
+        """The normalised grids of ``settings`` (``constant_grid``: one tensor per process)."""
+        res = tuple(int(n) for n in settings["interp_res"])
+        return {name: constant_grid(_box_key(settings[box]), res)
+                for name, box in (("surf_grid", "bounding_box_surface"), ("grid", "bounding_box_volume"))}
 
-        Every item holds these same tensors (read-only by contract). They live in shared memory,
-        so a DataLoader worker passes them to the main process as a handle instead of copying
-        the two largest arrays of an item (12.6 MB at 128 x 64 x 64) for every draw.
-        """
-        if self._grids is None:
-            res = settings["interp_res"]
-            self._grids = {name: _t(make_grid(settings[box], res)).share_memory_()
-                           for name, box in (("surf_grid", "bounding_box_surface"),
-                                             ("grid", "bounding_box_volume"))}
-        return self._grids
+
+@functools.lru_cache(maxsize=16)
+def constant_grid(box: tuple, res: tuple[int, int, int]) -> torch.Tensor:
+    """The grid of ``res`` points over ``box`` in normalised coordinates, built once per process.
+
+    Every item holds this same tensor (read-only by contract). Batches from DataLoader workers
+    carry only ``(box, res)`` in its place (batch_transfer.mark_constant), so the two largest
+    arrays of an item (12.6 MB at 128 x 64 x 64) are never copied between processes.
+    """
+    grid = _t(make_grid(np.asarray(box), res))
+    mark_constant(grid, constant_grid, (box, res))
+    return grid
+
+
+def _box_key(box) -> tuple:
+    return tuple(tuple(float(v) for v in corner) for corner in np.asarray(box).tolist())
 
 
 class CachedDoMINODataset(_EpochDataset):
@@ -208,7 +218,6 @@ class CachedDoMINODataset(_EpochDataset):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_open"] = {}  # open stores stay in their process
-        state["_grids"] = None  # derived again where needed
         return state
 
     def run(self, index: int) -> CacheRun:
@@ -255,9 +264,9 @@ def _read_surface(run: CacheRun, rows: np.ndarray) -> dict[str, np.ndarray]:
     drawn = {name: run.read(f"surface_{name}", span)[local]
              for name in ("coordinates", "normals", "areas", "fields")}
     neighbors = run.read("surface_neighbors", span)[local]
-    needed, inverse = np.unique(neighbors, return_inverse=True)
     for name in ("coordinates", "normals", "areas"):
-        drawn[f"neighbor_{name}"] = run.read(f"surface_{name}", needed)[inverse.reshape(neighbors.shape)]
+        gathered = run.read(f"surface_{name}", neighbors.ravel())
+        drawn[f"neighbor_{name}"] = gathered.reshape(*neighbors.shape, *gathered.shape[1:])
     return drawn
 
 
@@ -373,34 +382,19 @@ class DoMINODataPipe(_EpochDataset):
 
 
 def collate_items(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Batch items like torch's default collate; a batch of one is made of views, not copies.
+    """Batch items like torch's default collate, cheaper across processes.
 
-    With DataLoader workers, the default collate copies every tensor into a new shared-memory
-    batch, the constant grids included; views keep tensors that already live in shared memory
-    (the grids) shared, and copy the others once, as the default does.
+    In the main process a batch of one is made of views (no copy). In a DataLoader worker the
+    batch goes into a reused shared-memory buffer and reaches the main process as views of it,
+    the constant grids by recipe (batch_transfer.py); the default collate otherwise.
     """
+    if get_worker_info() is not None:
+        packed = pack(items)
+        if packed is not None:
+            return packed
     if len(items) != 1:
         return default_collate(items)
-    batch = {key: value.unsqueeze(0) for key, value in items[0].items()}
-    return batch if get_worker_info() is None else _packed_in_shared_memory(batch)
-
-
-def _packed_in_shared_memory(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The batch with every tensor not yet shared copied into ONE shared-memory buffer.
-
-    A worker hands each shared storage to the main process as a file descriptor, one socket
-    round trip each; one buffer per batch instead of one per tensor makes that a single trip.
-    """
-    fresh = [key for key, value in batch.items() if not value.is_shared()]
-    if any(batch[key].dtype != torch.float32 for key in fresh):
-        return batch
-    buffer = torch.empty(sum(batch[key].numel() for key in fresh), dtype=torch.float32).share_memory_()
-    packed, offset = dict(batch), 0
-    for key in fresh:
-        size = batch[key].numel()
-        packed[key] = buffer[offset:offset + size].view(batch[key].shape).copy_(batch[key])
-        offset += size
-    return packed
+    return {key: value.unsqueeze(0) for key, value in items[0].items()}
 
 
 def dataset_from_config(cfg, runs: Sequence[str | os.PathLike] | None, *, train: bool) -> Dataset:

@@ -1,0 +1,102 @@
+"""batch_transfer: batches from DataLoader workers equal torch's default batches, reuse a few
+buffers, and are never overwritten while anything still views them."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+import batch_transfer
+from batch_transfer import POOL_SIZE, mark_constant
+from datapipe import collate_items
+
+
+@functools.lru_cache(maxsize=None)
+def ramp(n: int) -> torch.Tensor:
+    """A constant that every item holds (built once per process)."""
+    value = torch.arange(n, dtype=torch.float32)
+    mark_constant(value, ramp, (n,))
+    return value
+
+
+class Items(Dataset):
+    """Items whose values depend on the index, in three dtypes, plus a constant."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(index)
+        return {"points": torch.randn(300, 3, generator=g), "ids": torch.arange(7) + index,
+                "constant": ramp(1000), "mask": torch.rand(5, generator=g) > 0.5,
+                "scalar": torch.tensor(float(index))}
+
+
+def _assert_batches_equal(expected: dict, got: dict) -> None:
+    assert list(expected) == list(got)
+    for key in expected:
+        assert got[key].shape == expected[key].shape and got[key].dtype == expected[key].dtype, key
+        assert torch.equal(got[key], expected[key]), key
+
+
+def _reference(batch_size: int) -> list[dict]:
+    return list(DataLoader(Items(), batch_size=batch_size, collate_fn=default_collate))
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_worker_batches_equal_the_default_batches(batch_size):
+    loader = DataLoader(Items(), batch_size=batch_size, num_workers=2, collate_fn=collate_items)
+    got = list(loader)
+    expected = _reference(batch_size)
+    assert len(got) == len(expected)
+    for x, y in zip(expected, got):
+        _assert_batches_equal(x, y)
+
+
+def test_constants_are_rebuilt_in_the_receiver_not_sent():
+    batch = next(iter(DataLoader(Items(), batch_size=1, num_workers=1, collate_fn=collate_items)))
+    assert batch["constant"].untyped_storage().data_ptr() == ramp(1000).untyped_storage().data_ptr()
+    assert batch["points"].untyped_storage().data_ptr() != ramp(1000).untyped_storage().data_ptr()
+
+
+def test_buffers_are_reused_once_released():
+    before = set(batch_transfer._maps)
+    loader = DataLoader(Items(), batch_size=1, num_workers=1, persistent_workers=True,
+                        collate_fn=collate_items)
+    for expected, got in zip(_reference(1), loader):
+        _assert_batches_equal(expected, got)
+    used = set(batch_transfer._maps) - before
+    assert 1 <= len(used) <= POOL_SIZE < len(Items())
+
+
+def test_held_batches_and_views_are_never_overwritten():
+    loader = DataLoader(Items(), batch_size=1, num_workers=2, persistent_workers=True,
+                        collate_fn=collate_items)
+    held = list(loader)  # more batches than the pools have buffers: the rest go the default way
+    views = [batch["points"][0, 1:3] for batch in held]
+    clones = [view.clone() for view in views]
+    del held
+    for _ in range(2):
+        for _ in loader:  # these would land in the buffers the views still see
+            pass
+    for view, clone in zip(views, clones):
+        assert torch.equal(view, clone)
+
+
+def test_mappings_of_exited_workers_are_forgotten():
+    first = set(batch_transfer._maps)
+    list(DataLoader(Items(), batch_size=1, num_workers=1, collate_fn=collate_items))
+    old = set(batch_transfer._maps) - first
+    assert old
+    list(DataLoader(Items(), batch_size=1, num_workers=1, collate_fn=collate_items))
+    assert not old & set(batch_transfer._maps)
+
+
+def test_a_batch_of_one_in_the_main_process_is_made_of_views():
+    item = Items()[4]
+    batch = collate_items([item])
+    assert batch["points"].shape == (1, 300, 3)
+    assert batch["points"].untyped_storage().data_ptr() == item["points"].untyped_storage().data_ptr()
