@@ -8,7 +8,9 @@ message (buffer token, layout); the buffer's file descriptor travels once, with 
 The receiving process maps each buffer once and builds the batch's tensors as views of it; when
 the last of them (and of any view a user made) is freed, a finalizer marks the buffer free and
 the worker reuses it. Tensors marked constant (``mark_constant``: the per-process grids) are not
-sent at all: the receiver rebuilds them once with the factory that made them.
+sent at all: the receiver rebuilds them once with the factory that made them. Arrays a worker's
+dataset allocates with ``output_array`` are placed in the buffer the batch will travel in, so
+those of a batch of one are sent without any copy.
 
 Byte 0 of a buffer is its flag (1: held by the receiver, 0: free); data starts at ``HEADER``.
 Where memfd is missing, or every pooled buffer is still held, ``pack`` returns None and the
@@ -28,6 +30,7 @@ from multiprocessing.reduction import DupFd
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 HEADER = 64  # bytes before the data: the flag, then alignment padding
 ALIGN = 64
@@ -59,15 +62,50 @@ class _Buffer:
         self.bytes = torch.frombuffer(self.map, dtype=torch.uint8)
         self.token = secrets.token_hex(8)
         self.announced = False  # the receiver has its file descriptor
+        self._lease: weakref.ref | None = None
 
     @property
     def free(self) -> bool:
-        return self.map[0] == FREE
+        """Neither the receiver nor an array of this process uses the buffer."""
+        return self.map[0] == FREE and (self._lease is None or self._lease() is None)
+
+    def lease(self) -> torch.Tensor:
+        """The buffer's bytes as a tensor that, with every view and array made from it, keeps
+        the buffer from being reused until all of them are freed."""
+        holder = np.frombuffer(self.map, dtype=np.uint8)
+        self._lease = weakref.ref(holder)
+        return torch.from_numpy(holder)  # the tensor's storage holds ``holder``
 
     def close(self) -> None:
         del self.bytes  # the mapping cannot close while a tensor exports it
         self.map.close()
         os.close(self.fd)
+
+
+class _Arena:
+    """Bump allocation, in one buffer, of the arrays of the item being drawn."""
+
+    def __init__(self, buffer: _Buffer) -> None:
+        self.buffer, self.bytes, self.used = buffer, buffer.lease(), HEADER
+
+    def array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+        start = _aligned(self.used)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if start + nbytes > self.buffer.size:
+            return None
+        self.used = start + nbytes
+        return self.bytes[start:start + nbytes].numpy().view(dtype).reshape(shape)
+
+    def offset_of(self, tensor: torch.Tensor) -> int | None:
+        """Where ``tensor``'s data lies in the buffer, if it was allocated here and is contiguous."""
+        nbytes = tensor.numel() * tensor.element_size()
+        start = tensor.data_ptr() - self.bytes.data_ptr()
+        inside = nbytes and tensor.is_contiguous() and HEADER <= start and start + nbytes <= self.used
+        return start if inside else None
+
+
+def _aligned(offset: int) -> int:
+    return math.ceil(offset / ALIGN) * ALIGN
 
 
 class _Pool:
@@ -77,6 +115,8 @@ class _Pool:
         self.pid = os.getpid()
         self.buffers: list[_Buffer] = []
         self.retired: list[str] = []  # tokens the receiver can forget
+        self.arena: _Arena | None = None  # where the current item's arrays go
+        self.batch_bytes = 0  # the largest batch packed so far: the size of the next arena
 
     def acquire(self, size: int) -> _Buffer | None:
         """A free buffer of at least ``size`` bytes: reused, new, or replacing a smaller free one."""
@@ -94,6 +134,14 @@ class _Pool:
         self.buffers.append(buffer)
         return buffer
 
+    def output(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """An empty array in the current arena (opened on demand), else an ordinary one."""
+        if self.arena is None and self.batch_bytes:
+            buffer = self.acquire(self.batch_bytes)
+            self.arena = None if buffer is None else _Arena(buffer)
+        out = None if self.arena is None else self.arena.array(shape, dtype)
+        return np.empty(shape, dtype) if out is None else out
+
 
 _pool: _Pool | None = None
 
@@ -103,6 +151,17 @@ def _this_process_pool() -> _Pool:
     if _pool is None or _pool.pid != os.getpid():
         _pool = _Pool()
     return _pool
+
+
+def output_array(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An empty array for a value of the item being drawn (``np.empty``'s signature).
+
+    In a DataLoader worker it lies in the shared buffer the item's batch will travel in, so
+    ``pack`` sends it without copying; elsewhere it is ``np.empty(shape, dtype)``.
+    """
+    if get_worker_info() is None or not hasattr(os, "memfd_create"):
+        return np.empty(shape, dtype)
+    return _this_process_pool().output(tuple(shape), np.dtype(dtype))
 
 
 class PackedBatch:
@@ -122,29 +181,48 @@ class PackedBatch:
 
 def pack(items: list[dict[str, torch.Tensor]]) -> PackedBatch | None:
     """The items stacked into one pooled buffer (a batch of one: each tensor with a leading
-    dimension of 1, constants by recipe); None where no buffer is available."""
+    dimension of 1, constants by recipe, arrays from ``output_array`` where they are); None
+    where no buffer is available."""
     if not hasattr(os, "memfd_create"):
         return None
-    constants, layout, offset = {}, [], HEADER
+    pool = _this_process_pool()
+    arena, pool.arena = pool.arena, None
+    if len(items) != 1:
+        arena = None
+    constants, entries = {}, []
     for key, value in items[0].items():
         recipe = _constant_recipe(value) if len(items) == 1 else None
         if recipe is not None:
             constants[key] = recipe
             continue
-        nbytes = len(items) * value.numel() * value.element_size()
-        layout.append((key, value.dtype, (len(items), *value.shape), offset, nbytes))
-        offset += math.ceil(nbytes / ALIGN) * ALIGN
-    pool = _this_process_pool()
-    buffer = pool.acquire(offset)
+        offset = None if arena is None else arena.offset_of(value)
+        entries.append([key, value.dtype, (len(items), *value.shape), offset,
+                        len(items) * value.numel() * value.element_size()])
+    buffer, cursor = _destination(pool, arena, entries)
     if buffer is None:
         return None
+    for entry in entries:
+        if entry[3] is None:
+            key, dtype, shape, _, nbytes = entry
+            entry[3], cursor = _aligned(cursor), _aligned(cursor) + nbytes
+            slot = buffer.bytes[entry[3]:cursor].view(dtype).view(shape)
+            for i, item in enumerate(items):
+                slot[i].copy_(item[key])
+    pool.batch_bytes = max(pool.batch_bytes, cursor)
     buffer.map[0] = HELD
-    for key, dtype, shape, start, nbytes in layout:
-        slot = buffer.bytes[start:start + nbytes].view(dtype).view(shape)
-        for i, item in enumerate(items):
-            slot[i].copy_(item[key])
     retired, pool.retired = tuple(pool.retired), []
-    return PackedBatch(buffer, tuple(items[0]), tuple(layout), constants, retired)
+    return PackedBatch(buffer, tuple(items[0]), tuple(map(tuple, entries)), constants, retired)
+
+
+def _destination(pool: _Pool, arena: _Arena | None, entries: list) -> tuple[_Buffer | None, int]:
+    """The buffer the batch goes in and where its copies start: the item's arena if the rest
+    fits behind its arrays, else a free pooled buffer (everything copied)."""
+    copied = sum(_aligned(nbytes) for *_, offset, nbytes in entries if offset is None)
+    if arena is not None and _aligned(arena.used) + copied <= arena.buffer.size:
+        return arena.buffer, arena.used
+    for entry in entries:
+        entry[3] = None
+    return pool.acquire(HEADER + sum(_aligned(entry[4]) for entry in entries)), HEADER
 
 
 _maps: dict[str, tuple[mmap.mmap, int]] = {}  # receiver: token -> (mapping, worker pid)

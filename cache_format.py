@@ -24,7 +24,7 @@ from zarr.codecs import BytesCodec, Crc32cCodec
 from zarr.storage import LocalStore, WrapperStore
 
 from atomic_store import atomic_directory, write_json_atomic
-from chunk_reader import ChunkedArray
+from chunk_reader import Allocator, ChunkedArray
 from preprocessing import FORMAT_VERSION, PreprocessSettings
 
 FORMAT = "domino-cache"
@@ -180,20 +180,29 @@ class CacheRun:
             self._readers[name] = ChunkedArray.open(self.path / name)
         return self._readers[name]
 
-    def read(self, name: str, selection: Any = slice(None)) -> np.ndarray:
+    def read(self, name: str, selection: Any = slice(None),
+             empty: Allocator = np.empty) -> np.ndarray:
         """``array[selection]`` (orthogonal indexing for index arrays), from the chunk files
         where ``ChunkedArray`` reads the layout and the selection, else with zarr-python; a
-        failed checksum or unreadable chunk raises CacheError naming the run and the array."""
+        failed checksum or unreadable chunk raises CacheError naming the run and the array.
+        ``empty(shape, dtype)`` allocates the result (batch_transfer.output_array puts it where
+        a DataLoader worker's batch travels)."""
         reader = self.reader(name)
         array = self.array(name) if reader is None or not reader.supports(selection) else None
         try:
             if array is None:
-                return reader.read(selection)
+                return reader.read(selection, empty)
             if isinstance(selection, np.ndarray):
-                return array.get_orthogonal_selection(selection)
-            return array[selection]
+                data = array.get_orthogonal_selection(selection)
+            else:
+                data = array[selection]
         except Exception as err:  # codec, store and chunk errors come in several types
             raise CacheError(f"{self.path}: array {name!r} is corrupt or unreadable: {err}") from err
+        if empty is np.empty:
+            return data
+        out = empty(data.shape, data.dtype)
+        out[...] = data
+        return out
 
 
 def diff_settings(cached: dict, expected: dict, prefix: str = "") -> list[str]:

@@ -26,6 +26,7 @@ import json
 import math
 import os
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import crc32c
@@ -39,6 +40,7 @@ METADATA_KEYS = frozenset({"zarr_format", "node_type", "shape", "data_type", "ch
                            "storage_transformers", "dimension_names"})
 FLOAT_FILLS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 CHECKSUM_BYTES = 4
+Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]  # np.empty's (shape, dtype)
 
 
 class CorruptChunkError(ValueError):
@@ -93,21 +95,22 @@ class ChunkedArray:
             return selection.step in (None, 1)
         return isinstance(selection, np.ndarray) and selection.ndim == 1 and selection.dtype.kind in "iu"
 
-    def read(self, selection: Any) -> np.ndarray:
+    def read(self, selection: Any, empty: Allocator = np.empty) -> np.ndarray:
         """``array[selection]`` for a selection ``supports`` accepts: slices clip like numpy's,
-        index arrays gather rows (orthogonal indexing, as zarr's ``get_orthogonal_selection``)."""
+        index arrays gather rows (orthogonal indexing, as zarr's ``get_orthogonal_selection``).
+        ``empty(shape, dtype)`` allocates the result."""
         if selection is Ellipsis:
-            return self.rows(0, len(self))
+            return self.rows(0, len(self), empty)
         if isinstance(selection, slice):
             start, stop, _ = selection.indices(len(self))
-            return self.rows(start, max(start, stop))
-        return self.take(selection)
+            return self.rows(start, max(start, stop), empty)
+        return self.take(selection, empty)
 
-    def rows(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``start:stop`` (a new array); whole chunks are read straight into it."""
+    def rows(self, start: int, stop: int, empty: Allocator = np.empty) -> np.ndarray:
+        """Rows ``start:stop`` (a new array from ``empty``); whole chunks are read straight into it."""
         if not 0 <= start <= stop <= len(self):
             raise IndexError(f"{self.name}: rows {start}:{stop} out of range for {len(self)} rows")
-        out = np.empty((stop - start, *self.row_shape), self.dtype)
+        out = empty((stop - start, *self.row_shape), self.dtype)
         for chunk in range(start // self.chunk_rows, -(-stop // self.chunk_rows)):
             first = chunk * self.chunk_rows
             lo, hi = max(start, first), min(stop, first + self.chunk_rows)
@@ -119,9 +122,9 @@ class ChunkedArray:
                 dest[...] = self._chunk(chunk)[lo - first:hi - first]
         return out
 
-    def take(self, indices: np.ndarray) -> np.ndarray:
+    def take(self, indices: np.ndarray, empty: Allocator = np.empty) -> np.ndarray:
         """The rows at ``indices`` (1-D integers, any order, repeats allowed, negative counting
-        from the end), reading each touched chunk once."""
+        from the end; a new array from ``empty``), reading each touched chunk once."""
         indices = self._checked(indices)
         chunks = indices // self.chunk_rows
         order = None
@@ -129,7 +132,8 @@ class ChunkedArray:
             order = np.argsort(chunks.astype(np.uint16 if self._chunk_count <= 1 << 16 else np.int64),
                                kind="stable")
             indices, chunks = indices[order], chunks[order]
-        out = np.empty((len(indices), *self.row_shape), self.dtype)
+        shape = (len(indices), *self.row_shape)
+        out = empty(shape, self.dtype) if order is None else np.empty(shape, self.dtype)
         bounds = np.searchsorted(chunks, np.arange(self._chunk_count + 1))
         for chunk in np.flatnonzero(bounds[1:] > bounds[:-1]):
             a, b = bounds[chunk], bounds[chunk + 1]
@@ -137,7 +141,7 @@ class ChunkedArray:
             np.take(self._chunk(int(chunk)), local, axis=0, out=out[a:b], mode="clip")  # clip: unbuffered
         if order is None:
             return out
-        result = np.empty_like(out)
+        result = empty(shape, self.dtype)
         result[order] = out
         return result
 

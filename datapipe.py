@@ -34,7 +34,7 @@ import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
 import geometry
-from batch_transfer import mark_constant, pack
+from batch_transfer import mark_constant, output_array, pack
 from cache_format import CacheRun, StaleCacheError, diff_settings, read_manifest
 from preprocessing import (
     PreparedRun, PreprocessSettings, grid_sdf, make_grid, normalize, parse_box, prepare_rows,
@@ -245,12 +245,13 @@ class CachedDoMINODataset(_EpochDataset):
         except TooFewPointsError as err:
             raise TooFewPointsError(f"{run.path}: {err}") from err
         grids = self._derived_grids(self.settings)
-        drawn_grids = {"surf_grid": grids["surf_grid"], "sdf_surf_grid": run.read("surface_grid_sdf")}
+        drawn_grids = {"surf_grid": grids["surf_grid"],
+                       "sdf_surf_grid": run.read("surface_grid_sdf", empty=output_array)}
         if "volume" in self.parts:
-            drawn_grids.update(grid=grids["grid"], sdf_grid=run.read("volume_grid_sdf"))
+            drawn_grids.update(grid=grids["grid"], sdf_grid=run.read("volume_grid_sdf", empty=output_array))
         return build_item(
             settings=self.settings, scalars=run.attrs["scalars"],
-            geometry_coordinates=run.read("geometry_coordinates", slice(*draw.geometry)),
+            geometry_coordinates=run.read("geometry_coordinates", slice(*draw.geometry), empty=output_array),
             grids=drawn_grids,
             surface=None if draw.surface_rows is None else _read_surface(run, draw.surface_rows),
             volume=None if draw.volume is None else _read_volume(run, draw.volume),
@@ -265,7 +266,7 @@ def _read_surface(run: CacheRun, rows: np.ndarray) -> dict[str, np.ndarray]:
              for name in ("coordinates", "normals", "areas", "fields")}
     neighbors = run.read("surface_neighbors", span)[local]
     for name in ("coordinates", "normals", "areas"):
-        gathered = run.read(f"surface_{name}", neighbors.ravel())
+        gathered = run.read(f"surface_{name}", neighbors.ravel(), empty=output_array)
         drawn[f"neighbor_{name}"] = gathered.reshape(*neighbors.shape, *gathered.shape[1:])
     return drawn
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 import batch_transfer
-from batch_transfer import POOL_SIZE, mark_constant
+from batch_transfer import POOL_SIZE, mark_constant, output_array
 from datapipe import collate_items
 
 
@@ -33,6 +34,25 @@ class Items(Dataset):
         return {"points": torch.randn(300, 3, generator=g), "ids": torch.arange(7) + index,
                 "constant": ramp(1000), "mask": torch.rand(5, generator=g) > 0.5,
                 "scalar": torch.tensor(float(index))}
+
+
+class DrawnInPlace(Items):
+    """Items whose large values are allocated with ``output_array``; with ``keep``, each worker
+    keeps every item it drew and returns the kept one when asked again."""
+
+    def __init__(self, keep: bool = False) -> None:
+        self.keep, self.kept = keep, {}
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if index in self.kept:
+            return self.kept[index]
+        item = super().__getitem__(index)
+        points = output_array(tuple(item["points"].shape), np.float32)
+        points[...] = item["points"].numpy()
+        item["points"] = torch.from_numpy(points)
+        if self.keep:
+            self.kept[index] = item
+        return item
 
 
 def _assert_batches_equal(expected: dict, got: dict) -> None:
@@ -100,3 +120,25 @@ def test_a_batch_of_one_in_the_main_process_is_made_of_views():
     batch = collate_items([item])
     assert batch["points"].shape == (1, 300, 3)
     assert batch["points"].untyped_storage().data_ptr() == item["points"].untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_arrays_drawn_into_the_buffer_arrive_intact(batch_size):
+    loader = DataLoader(DrawnInPlace(), batch_size=batch_size, num_workers=2, persistent_workers=True,
+                        collate_fn=collate_items)
+    for _ in range(2):
+        for expected, got in zip(_reference(batch_size), loader):
+            _assert_batches_equal(expected, got)
+
+
+def test_a_buffer_is_not_reused_while_the_worker_still_holds_its_arrays():
+    loader = DataLoader(DrawnInPlace(keep=True), batch_size=1, num_workers=1, persistent_workers=True,
+                        collate_fn=collate_items)
+    for _ in range(3):  # later passes return the kept items: their buffers must be untouched
+        for expected, got in zip(_reference(1), loader):
+            _assert_batches_equal(expected, got)
+
+
+def test_output_array_outside_a_worker_is_plain_numpy():
+    out = output_array((4, 3), np.float32)
+    assert out.shape == (4, 3) and out.dtype == np.float32 and out.flags.owndata
