@@ -259,15 +259,17 @@ class CachedDoMINODataset(_EpochDataset):
 
 
 def _read_surface(run: CacheRun, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """The sampled surface rows (read as one span of the window) and their neighbours' rows."""
+    """The sampled surface rows (read as one span of the window) and their neighbours' rows;
+    each neighbour-source array is read in one pass over its chunks for both."""
     span = slice(int(rows[0]), int(rows[-1]) + 1)
     local = rows - span.start
-    drawn = {name: run.read(f"surface_{name}", span)[local]
-             for name in ("coordinates", "normals", "areas", "fields")}
+    drawn = {"fields": run.read("surface_fields", span)[local]}
     neighbors = run.read("surface_neighbors", span)[local]
+    wanted = np.concatenate([rows, neighbors.ravel()])
     for name in ("coordinates", "normals", "areas"):
-        gathered = run.read(f"surface_{name}", neighbors.ravel(), empty=output_array)
-        drawn[f"neighbor_{name}"] = gathered.reshape(*neighbors.shape, *gathered.shape[1:])
+        both = run.read(f"surface_{name}", wanted, empty=output_array)
+        drawn[name] = both[:len(rows)]
+        drawn[f"neighbor_{name}"] = both[len(rows):].reshape(*neighbors.shape, *both.shape[1:])
     return drawn
 
 
