@@ -389,7 +389,9 @@ def collate_items(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tenso
 
     In the main process a batch of one is made of views (no copy). In a DataLoader worker the
     batch goes into a reused shared-memory buffer and reaches the main process as views of it,
-    the constant grids by recipe (batch_transfer.py); the default collate otherwise.
+    the constant grids by recipe (batch_transfer.py): in the worker the result is a
+    ``batch_transfer.PackedBatch``, which the DataLoader's hand-over turns into the batch dict.
+    The default collate otherwise.
     """
     if get_worker_info() is not None:
         packed = pack(items)
