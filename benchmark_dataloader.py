@@ -5,8 +5,9 @@ when present), builds our cache from scratch (``--reuse-cache`` keeps a current 
 processes, one after the other: the uncached ``__getitem__`` (median of a few); the cached
 ``__getitem__`` (median of many after a warm-up) with the bytes each draw reads and the peak RSS,
 interleaved with the same draw on a copy of the first run with 4x the volume points; epoch time
-with 0, 1 and 2 persistent DataLoader workers (interleaved repeats, medians). ``--compare-physicsnemo`` also measures physicsnemo
-2.2.2's own cache path on the same processed runs (benchmark_physicsnemo_cache.py). Prints a
+with 0, 1 and 2 persistent DataLoader workers and with 2 workers under torch's default collate
+(interleaved repeats, medians), with the CPU time per item of the main process and of the workers.
+``--compare-physicsnemo`` also measures physicsnemo 2.2.2's own cache path on the same processed runs (benchmark_physicsnemo_cache.py). Prints a
 Markdown table with the ratios; writes JSON and a PNG bar chart.
 
     python benchmark_dataloader.py --preset tiny --json /tmp/bench_tiny.json
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
+import os
 import resource
 import statistics
 import sys
@@ -165,32 +168,62 @@ def phase_cached(params: dict, caches: dict[str, str], factors: dict) -> dict:
                    "peak_rss_mb": _peak_rss_mb()} for name in datasets}
 
 
+EPOCH_LOADERS = {"0": (0, "collate_items"), "1": (1, "collate_items"), "2": (2, "collate_items"),
+                 "2_default_collate": (2, "default_collate")}
+
+
 def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 5) -> dict:
-    """Seconds of one epoch with 0, 1 and 2 persistent DataLoader workers: after a warm-up
-    epoch each, ``repeats`` epochs per worker count, interleaved; medians."""
-    from torch.utils.data import DataLoader
+    """Seconds of one epoch with 0, 1 and 2 persistent DataLoader workers (``collate_items``),
+    and with 2 workers and torch's default collate (fresh shared memory per batch): after a
+    warm-up epoch each, ``repeats`` epochs per loader, interleaved; medians. Also the CPU
+    milliseconds per item of the main process and of the workers together (Linux /proc)."""
+    from torch.utils.data import DataLoader, default_collate
 
     from cache_format import read_manifest
     from datapipe import collate_items
 
     names = list(read_manifest(cache)["runs"])
     runs = [names[i % len(names)] for i in range(params["epoch_items"])]
+    collates = {"collate_items": collate_items, "default_collate": default_collate}
     loaders = {}
-    for workers in (0, 1, 2):
+    for label, (workers, collate) in EPOCH_LOADERS.items():
         ds = _cached_dataset(params, cache, factors, runs=runs)
-        loaders[workers] = (ds, DataLoader(ds, batch_size=1, num_workers=workers, persistent_workers=workers > 0,
-                                           collate_fn=collate_items))
-    times = {workers: [] for workers in loaders}
+        loaders[label] = (ds, DataLoader(ds, batch_size=1, num_workers=workers, persistent_workers=workers > 0,
+                                         collate_fn=collates[collate]))
+    times = {label: [] for label in loaders}
+    cpu = {label: [] for label in loaders}
     for epoch in range(repeats + 1):
-        for workers, (ds, loader) in loaders.items():
+        for label, (ds, loader) in loaders.items():
             ds.set_epoch(epoch)
+            iterator = iter(loader)
+            pids = [None] + [w.pid for w in getattr(iterator, "_workers", [])]
+            cpu_before = [_cpu_seconds(pid) for pid in pids]
             start = time.perf_counter()
-            for _ in loader:
+            for _ in iterator:
                 pass
             if epoch:
-                times[workers].append(time.perf_counter() - start)
-    return {f"epoch_s_workers_{w}": statistics.median(t) for w, t in times.items()} | \
-        {f"epoch_s_workers_{w}_all": t for w, t in times.items()}
+                times[label].append(time.perf_counter() - start)
+                cpu[label].append([_cpu_seconds(pid) - c for pid, c in zip(pids, cpu_before)])
+    result = {f"epoch_s_workers_{label}": statistics.median(t) for label, t in times.items()}
+    result |= {f"epoch_s_workers_{label}_all": t for label, t in times.items()}
+    for label, samples in cpu.items():
+        per_item = [(c[0], sum(c[1:])) for c in samples]
+        result[f"cpu_ms_per_item_workers_{label}"] = {
+            "main": 1e3 * statistics.median(m for m, _ in per_item) / len(runs),
+            "workers": 1e3 * statistics.median(w for _, w in per_item) / len(runs)}
+    return result
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process (None: this one) so far; NaN without /proc."""
+    if pid is None:
+        t = os.times()
+        return t.user + t.system
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def phase_physicsnemo(params: dict, processed: str, runs: list[str], work: str) -> dict:
@@ -266,6 +299,8 @@ def ratios(r: dict) -> dict:
         "cached_volume4x_over_cached_getitem": r["cached_volume4x"]["getitem_s"] / r["cached"]["getitem_s"],
         "epoch_workers2_over_workers0": e["epoch_s_workers_2"] / e["epoch_s_workers_0"],
         "epoch_workers1_over_workers0": e["epoch_s_workers_1"] / e["epoch_s_workers_0"],
+        "epoch_default_collate_over_collate_items_workers2":
+            e["epoch_s_workers_2_default_collate"] / e["epoch_s_workers_2"],
     }
     if pn.get("cached_getitem_s"):
         out["physicsnemo_cached_over_ours_cached_getitem"] = pn["cached_getitem_s"] / r["cached"]["getitem_s"]
@@ -296,9 +331,18 @@ def table(r: dict) -> str:
         ("epoch s, 0 workers", "", f(e["epoch_s_workers_0"]), "", ""),
         ("epoch s, 1 worker", "", f(e["epoch_s_workers_1"]), "", f"1/0 workers {q['epoch_workers1_over_workers0']:.2f}x"),
         ("epoch s, 2 workers", "", f(e["epoch_s_workers_2"]), "", f"2/0 workers {q['epoch_workers2_over_workers0']:.2f}x"),
+        ("epoch s, 2 workers, torch default collate", "", f(e["epoch_s_workers_2_default_collate"]), "",
+         f"default/collate_items {q['epoch_default_collate_over_collate_items_workers2']:.2f}x"),
+        ("CPU ms per item, main process / workers", "", _cpu_pair(e, "0"), "",
+         f"2 workers: {_cpu_pair(e, '2')}; default collate: {_cpu_pair(e, '2_default_collate')}"),
     ]
     head = ["| measure | ours uncached | ours cached | physicsnemo cached | ratio |", "|---|---|---|---|---|"]
     return "\n".join(head + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def _cpu_pair(epochs: dict, label: str) -> str:
+    cpu = epochs[f"cpu_ms_per_item_workers_{label}"]
+    return f"{cpu['main']:.2f} / {cpu['workers']:.2f}"
 
 
 def plot(r: dict, path: Path) -> None:
