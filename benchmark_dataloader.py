@@ -172,7 +172,7 @@ EPOCH_LOADERS = {"0": (0, "collate_items"), "1": (1, "collate_items"), "2": (2, 
                  "2_default_collate": (2, "default_collate")}
 
 
-def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 5) -> dict:
+def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 9) -> dict:
     """Seconds of one epoch with 0, 1 and 2 persistent DataLoader workers (``collate_items``),
     and with 2 workers and torch's default collate (fresh shared memory per batch): after a
     warm-up epoch each, ``repeats`` epochs per loader, interleaved; medians. Also the CPU
@@ -279,6 +279,8 @@ def measure(preset: str, runs: int, work: Path, model_type: str, compare: bool, 
               "cache": ensure_cache(processed, cache, params, fresh=fresh),
               "cache_volume4x": ensure_cache(processed4x, cache4x, params, fresh=False)}
     result["uncached"] = in_fresh_process("uncached", params, str(processed), factors)
+    for path in (cache, cache4x):  # both from memory, whichever was written (or read) last
+        read_every_file(path)
     cached = in_fresh_process("cached", params, {"base": str(cache), "volume4x": str(cache4x)}, factors)
     result["cached"], result["cached_volume4x"] = cached["base"], cached["volume4x"]
     result["cached"]["baseline_rss_mb"] = cached["baseline_rss_mb"]
@@ -288,6 +290,17 @@ def measure(preset: str, runs: int, work: Path, model_type: str, compare: bool, 
         result["physicsnemo"] = in_fresh_process("physicsnemo", params, str(processed), names,
                                                  str(work / "physicsnemo"))
     return result
+
+
+def read_every_file(root: Path) -> None:
+    """Read every file under ``root`` once, so that the page cache holds it: cached draws are
+    then timed from memory for every cache alike (a cache built in an earlier run may have
+    been evicted by the physicsnemo measurement)."""
+    for path in root.rglob("*"):
+        if path.is_file():
+            with path.open("rb", buffering=0) as f:
+                while f.read(1 << 22):
+                    pass
 
 
 def ratios(r: dict) -> dict:
