@@ -2,7 +2,8 @@
 
 For each ``<processed_dir>/<run>.zarr`` it runs ``preprocessing.preprocess_run`` (box filtering,
 normalisation, SDF of both grids, SDF and closest point of every kept volume point, kNN of every
-kept surface cell) and writes ``<cache.dir>/<run>.zarr`` atomically, then ``manifest.json``
+kept surface cell and, with ``geometry.neighbor_layout=features``, its neighbours' coordinates,
+normals and areas) and writes ``<cache.dir>/<run>.zarr`` atomically, then ``manifest.json``
 (format: docs/cache_format.md). A rerun skips runs whose fingerprint matches (an interrupted build
 resumes); runs built with other settings are rebuilt only with ``cache.rebuild=true``, otherwise
 they are reported as stale, the manifest is left as it was and the command fails. The manifest
@@ -30,8 +31,8 @@ from tqdm import tqdm
 
 from atomic_store import remove_stale_temporaries
 from cache_format import (
-    ARRAYS, CacheError, CacheRun, diff_settings, manifest_entry, read_manifest, run_fingerprint,
-    source_fingerprint, write_cache_run, write_manifest,
+    CacheError, CacheRun, diff_settings, layout_arrays, manifest_entry, read_manifest,
+    run_fingerprint, source_fingerprint, write_cache_run, write_manifest,
 )
 from preprocessing import PreprocessSettings, preprocess_run, settings_from_config
 
@@ -147,7 +148,7 @@ def validate_run(processed_path: Path, cache_dir: Path, settings: PreprocessSett
         if reasons:
             return RunResult(name, "failed", f"{out}: stale: " + "; ".join(reasons))
         run = CacheRun(out)
-        for array in ARRAYS:
+        for array in layout_arrays(settings.neighbor_layout):
             read_in_blocks(run, array)
     except (CacheError, OSError) as err:
         return RunResult(name, "failed", str(err))

@@ -1,7 +1,8 @@
 """The DoMINO cache on disk: one Zarr v3 group per run plus ``manifest.json`` (spec:
 docs/cache_format.md).
 
-``<cache_dir>/<run>.zarr`` holds what ``preprocessing.preprocess_run`` returns, every chunk
+``<cache_dir>/<run>.zarr`` holds what ``preprocessing.preprocess_run`` returns (the arrays of
+its settings' neighbour layout, ``layout_arrays``), every chunk
 uncompressed and closed by a CRC32C checksum, row arrays chunked along rows so that a draw reads
 only the chunks its windows touch. Its attributes hold the settings, their fingerprint, the
 fingerprint of the processed run it was built from, row counts and the few per-run scalars, so a
@@ -25,14 +26,15 @@ from zarr.storage import LocalStore, WrapperStore
 
 from atomic_store import atomic_directory, write_json_atomic
 from chunk_reader import Allocator, ChunkedArray
-from preprocessing import FORMAT_VERSION, PreprocessSettings
+from preprocessing import FORMAT_VERSION, IMPLICIT_DEFAULTS, NEIGHBOR_LAYOUTS, PreprocessSettings
 
 FORMAT = "domino-cache"
 MANIFEST = "manifest.json"
-# Array -> (dtype, rows per chunk; None = one chunk). Windows are read from the row arrays, so
-# chunks are a few hundred KiB: small enough that a window reads little beyond itself, large
-# enough that the per-chunk cost stays small. The surface point arrays are gathered at neighbour
-# rows all over the surface, so they get large chunks.
+# Array -> (dtype, rows per chunk; None = one chunk): the arrays of every run. Windows are read
+# from the row arrays, so chunks are a few hundred KiB: small enough that a window reads little
+# beyond itself, large enough that the per-chunk cost stays small. The surface point arrays are
+# gathered at neighbour rows all over the surface (in the "indices" layout), so they get large
+# chunks.
 ARRAYS: dict[str, tuple[str, int | None]] = {
     "geometry_coordinates": ("float32", 32768),
     "surface_grid_sdf": ("float32", None),
@@ -47,6 +49,23 @@ ARRAYS: dict[str, tuple[str, int | None]] = {
     "volume_sdf": ("float32", 8192),
     "volume_closest": ("float32", 8192),
 }
+# Added by the "features" neighbour layout: (Ns, K-1, 3), (Ns, K-1, 3) and (Ns, K-1), in the row
+# order of the surface arrays, read in windows like surface_fields (288 and 384 KiB at K = 7).
+NEIGHBOR_FEATURE_ARRAYS: dict[str, tuple[str, int | None]] = {
+    "surface_neighbor_coordinates": ("float32", 4096),
+    "surface_neighbor_normals": ("float32", 4096),
+    "surface_neighbor_areas": ("float32", 16384),
+}
+
+
+def layout_arrays(neighbor_layout: str) -> dict[str, tuple[str, int | None]]:
+    """The arrays (name -> dtype, rows per chunk) a run of ``neighbor_layout`` holds: ARRAYS,
+    plus NEIGHBOR_FEATURE_ARRAYS in the "features" layout."""
+    if neighbor_layout not in NEIGHBOR_LAYOUTS:
+        raise ValueError(f"neighbor_layout must be one of {list(NEIGHBOR_LAYOUTS)}; got {neighbor_layout!r}")
+    if neighbor_layout == "features":
+        return ARRAYS | NEIGHBOR_FEATURE_ARRAYS
+    return dict(ARRAYS)
 
 
 class CacheError(ValueError):
@@ -81,9 +100,15 @@ def write_cache_run(path: str | os.PathLike, contents: dict, *, settings: Prepro
                     source_path: str | os.PathLike, source: str, started: float | None = None) -> int:
     """Write one run's ``preprocess_run`` output atomically; return the bytes written.
 
-    ``started``: ``time.time()`` when the run's preprocessing began, to record its build time.
+    Writes the arrays of ``settings.neighbor_layout`` (``layout_arrays``); ``started``:
+    ``time.time()`` when the run's preprocessing began, to record its build time.
     """
     path = Path(path)
+    arrays = layout_arrays(settings.neighbor_layout)
+    missing = [name for name in arrays if name not in contents]
+    if missing:
+        raise ValueError(f"{path}: the {settings.neighbor_layout!r} neighbour layout needs arrays "
+                         f"{missing}, which the contents to write lack")
     counts = {"geometry": len(contents["geometry_coordinates"]),
               "surface": len(contents["surface_coordinates"]),
               "volume": len(contents["volume_coordinates"])}
@@ -96,7 +121,7 @@ def write_cache_run(path: str | os.PathLike, contents: dict, *, settings: Prepro
     }
     with atomic_directory(path) as tmp:
         group = zarr.create_group(store=str(tmp), zarr_format=3)
-        for name, (dtype, rows) in ARRAYS.items():
+        for name, (dtype, rows) in arrays.items():
             data = np.ascontiguousarray(contents[name], dtype=dtype)
             chunks = data.shape if rows is None else (min(rows, max(len(data), 1)), *data.shape[1:])
             array = group.create_array(name, shape=data.shape, dtype=dtype, chunks=chunks,
@@ -206,7 +231,10 @@ class CacheRun:
 
 
 def diff_settings(cached: dict, expected: dict, prefix: str = "") -> list[str]:
-    """One line per setting that differs: ``key: cached X, expected Y`` (nested keys dotted)."""
+    """One line per setting that differs: ``key: cached X, expected Y`` (nested keys dotted);
+    a top-level setting left out at its ``IMPLICIT_DEFAULTS`` value is shown with that value."""
+    if not prefix:
+        cached, expected = IMPLICIT_DEFAULTS | cached, IMPLICIT_DEFAULTS | expected
     lines = []
     for key in sorted(set(cached) | set(expected)):
         a, b = cached.get(key, "<absent>"), expected.get(key, "<absent>")
@@ -225,7 +253,8 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "settings": settings.fingerprinted(), "fingerprint": settings.fingerprint(),
-        "arrays": {name: {"dtype": d, "chunk_rows": r} for name, (d, r) in ARRAYS.items()},
+        "arrays": {name: {"dtype": d, "chunk_rows": r}
+                   for name, (d, r) in layout_arrays(settings.neighbor_layout).items()},
         "runs": runs, "config": config or {},
     }
     path = cache_dir / MANIFEST

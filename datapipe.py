@@ -37,8 +37,9 @@ import geometry
 from batch_transfer import mark_constant, output_array, pack
 from cache_format import CacheRun, StaleCacheError, diff_settings, read_manifest
 from preprocessing import (
-    PreparedRun, PreprocessSettings, grid_sdf, make_grid, normalize, parse_box, prepare_rows,
-    settings_from_config, surface_neighbors, volume_sdf,
+    NEIGHBOR_FEATURES, PreparedRun, PreprocessSettings, gather_neighbors, grid_sdf, make_grid,
+    neighbor_layout_of, normalize, parse_box, prepare_rows, settings_from_config, surface_neighbors,
+    volume_sdf,
 )
 from sampling import Draw, TooFewPointsError, sample_draw
 from scaling import load_scaling_factors, scale_fields
@@ -178,9 +179,11 @@ class CachedDoMINODataset(_EpochDataset):
     """DoMINO items drawn from a cache written by ``cache_data.py``.
 
     Holds only paths and the manifest's small metadata; each process opens runs lazily. A draw
-    reads windows of the pre-shuffled row arrays (O(sampled points)) and gathers the neighbour
-    rows of the sampled surface cells (these lie all over the surface, so the gather touches most
-    chunks of three small arrays; docs/cache_format.md). ``expected``: settings (``PreprocessSettings.fingerprinted()``)
+    reads windows of the pre-shuffled row arrays (O(sampled points)). The neighbours of the
+    sampled surface cells come as the cache's ``neighbor_layout`` stores them: in "features",
+    read with the cells' own rows; in "indices", gathered from the rows the indices name (these
+    lie all over the surface, so the gather touches most chunks of three small arrays;
+    docs/cache_format.md). ``expected``: settings (``PreprocessSettings.fingerprinted()``)
     the cache must have been built with; a mismatch raises StaleCacheError listing every
     difference.
     """
@@ -197,6 +200,7 @@ class CachedDoMINODataset(_EpochDataset):
         self.cache_dir = Path(cache_dir)
         manifest = read_manifest(self.cache_dir)
         self.settings, self.fingerprint = manifest["settings"], manifest["fingerprint"]
+        self.neighbor_layout = neighbor_layout_of(self.settings)
         if expected is not None:
             differences = diff_settings(self.settings, expected)
             if differences:
@@ -253,20 +257,39 @@ class CachedDoMINODataset(_EpochDataset):
             settings=self.settings, scalars=run.attrs["scalars"],
             geometry_coordinates=run.read("geometry_coordinates", slice(*draw.geometry), empty=output_array),
             grids=drawn_grids,
-            surface=None if draw.surface_rows is None else _read_surface(run, draw.surface_rows),
+            surface=None if draw.surface_rows is None else _read_surface(run, draw.surface_rows,
+                                                                         self.neighbor_layout),
             volume=None if draw.volume is None else _read_volume(run, draw.volume),
             scaling_factors=self.scaling_factors)
 
 
-def _read_surface(run: CacheRun, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """The sampled surface rows (read as one span of the window) and their neighbours' rows;
-    each neighbour-source array is read in one pass over its chunks for both."""
+def _read_surface(run: CacheRun, rows: np.ndarray, neighbor_layout: str) -> dict[str, np.ndarray]:
+    """The sampled surface rows (sorted; fields read as one span of the window) with their
+    neighbours' coordinates, normals and areas, as ``neighbor_layout`` stores them."""
     span = slice(int(rows[0]), int(rows[-1]) + 1)
     local = rows - span.start
     drawn = {"fields": run.read("surface_fields", span)[local]}
-    neighbors = run.read("surface_neighbors", span)[local]
+    if neighbor_layout == "features":
+        return drawn | _read_neighbor_features(run, rows)
+    return drawn | _gather_neighbors(run, rows, run.read("surface_neighbors", span)[local])
+
+
+def _read_neighbor_features(run: CacheRun, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows' coordinates, normals and areas and their neighbours', stored per row: each
+    array read from the chunks of the window the sorted rows fall in, each chunk once."""
+    drawn = {}
+    for name in NEIGHBOR_FEATURES:
+        drawn[name] = run.read(f"surface_{name}", rows, empty=output_array)
+        drawn[f"neighbor_{name}"] = run.read(f"surface_neighbor_{name}", rows, empty=output_array)
+    return drawn
+
+
+def _gather_neighbors(run: CacheRun, rows: np.ndarray, neighbors: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows' coordinates, normals and areas and those of their ``neighbors`` (rows, K-1);
+    each neighbour-source array is read in one pass over its chunks for both."""
+    drawn = {}
     wanted = np.concatenate([rows, neighbors.ravel()])
-    for name in ("coordinates", "normals", "areas"):
+    for name in NEIGHBOR_FEATURES:
         both = run.read(f"surface_{name}", wanted, empty=output_array)
         drawn[name] = both[:len(rows)]
         drawn[f"neighbor_{name}"] = both[len(rows):].reshape(*neighbors.shape, *both.shape[1:])
@@ -371,11 +394,10 @@ class DoMINODataPipe(_EpochDataset):
 
     def _surface(self, p: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
         neighbors = surface_neighbors(p, self.preprocess, rows)
+        gathered = gather_neighbors(p, neighbors)
         return {"coordinates": p.surface_coordinates[rows], "normals": p.surface_normals[rows],
                 "areas": p.surface_areas[rows], "fields": p.surface_fields[rows],
-                "neighbor_coordinates": p.surface_coordinates[neighbors],
-                "neighbor_normals": p.surface_normals[neighbors],
-                "neighbor_areas": p.surface_areas[neighbors]}
+                **{f"neighbor_{name}": values for name, values in gathered.items()}}
 
     def _volume(self, p: PreparedRun, window: tuple[int, int]) -> dict[str, np.ndarray]:
         sdf, closest = volume_sdf(p, self.preprocess, window)

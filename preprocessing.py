@@ -9,10 +9,12 @@ surface cells, signed distance of volume points) only for the rows the draw samp
    surface rows and volume rows in a fixed random permutation (so that sampling can read
    contiguous windows, see sampling.py), normalise coordinates to [-1, 1] (surface box for
    surface quantities, volume box for volume quantities), and the area-weighted centre of mass.
-2. ``compute_geometry`` (expensive): signed distance of both grids to the STL, the
+2. The expensive geometry: signed distance of both grids to the STL, the
    ``num_neighbors_surface - 1`` nearest kept surface cells of the requested surface rows
    (exact kNN in physical coordinates, the cell itself dropped) and the signed distance and
    closest STL point of the requested volume rows (in normalised coordinates, as DoMINO does).
+   ``gather_neighbors`` turns neighbour rows into their coordinates, normals and areas: per draw
+   in the uncached path, once per run for a cache in the ``features`` neighbour layout.
 
 Targets stay unscaled here; scaling happens per draw (scaling.py).
 """
@@ -30,6 +32,13 @@ import geometry
 FORMAT_VERSION = 1
 PARTS = ("surface", "volume")
 VARIABLE_WIDTH = {"scalar": 1, "vector": 3}
+# What a cache stores of each surface cell's neighbours: their rows only, or also their features
+# (docs/cache_format.md). The uncached path computes them per draw either way.
+NEIGHBOR_LAYOUTS = ("indices", "features")
+NEIGHBOR_FEATURES = ("coordinates", "normals", "areas")
+# Settings that fingerprinted() leaves out at these values, so caches built before the setting
+# existed keep their fingerprint; where absent, a cache's settings have these values.
+IMPLICIT_DEFAULTS = {"neighbor_layout": "indices"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,7 @@ class PreprocessSettings:
     surface_variables: tuple[tuple[str, str], ...]  # (name, scalar | vector), in column order
     volume_variables: tuple[tuple[str, str], ...]
     permutation_seed: int = 0
+    neighbor_layout: str = "indices"  # one of NEIGHBOR_LAYOUTS
     device: str = "auto"
 
     def __post_init__(self) -> None:
@@ -59,6 +69,9 @@ class PreprocessSettings:
             bad = [v for v in variables if v[1] not in VARIABLE_WIDTH]
             if bad:
                 raise ValueError(f"{kind} variables {bad}: kind must be one of {list(VARIABLE_WIDTH)}")
+        if self.neighbor_layout not in NEIGHBOR_LAYOUTS:
+            raise ValueError(f"neighbor_layout must be one of {list(NEIGHBOR_LAYOUTS)}; "
+                             f"got {self.neighbor_layout!r}")
 
     def width(self, part: str) -> int:
         """Number of target columns of ``part``."""
@@ -66,9 +79,13 @@ class PreprocessSettings:
         return sum(VARIABLE_WIDTH[kind] for _, kind in variables)
 
     def fingerprinted(self) -> dict:
-        """The JSON form of the settings that a cache's contents depend on."""
+        """The JSON form of the settings that a cache's contents depend on, without those at
+        their ``IMPLICIT_DEFAULTS`` value."""
         settings = asdict(self)
         del settings["device"]
+        for key, value in IMPLICIT_DEFAULTS.items():
+            if settings[key] == value:
+                del settings[key]
         settings["format_version"] = FORMAT_VERSION
         return json.loads(json.dumps(settings))  # tuples -> lists, as stored in JSON
 
@@ -76,6 +93,12 @@ class PreprocessSettings:
         """A SHA-256 of ``fingerprinted()``."""
         text = json.dumps(self.fingerprinted(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def neighbor_layout_of(fingerprinted: dict) -> str:
+    """The neighbour layout of settings in their ``PreprocessSettings.fingerprinted()`` form
+    (a cache's settings)."""
+    return (IMPLICIT_DEFAULTS | fingerprinted)["neighbor_layout"]
 
 
 def parse_box(box) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -96,6 +119,7 @@ def settings_from_config(geometry_cfg, variables_cfg, *, device: str | None = No
         surface_variables=tuple((str(k), str(v)) for k, v in variables_cfg["surface"].items()),
         volume_variables=tuple((str(k), str(v)) for k, v in variables_cfg["volume"].items()),
         permutation_seed=int(geometry_cfg.get("permutation_seed", 0)),
+        neighbor_layout=str(geometry_cfg.get("neighbor_layout", IMPLICIT_DEFAULTS["neighbor_layout"])),
         device=str(device if device is not None else geometry_cfg.get("device", "auto")),
     )
 
@@ -230,6 +254,13 @@ def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
     return drop_self(indices, rows).astype(np.int32)
 
 
+def gather_neighbors(prepared: PreparedRun, neighbors: np.ndarray) -> dict[str, np.ndarray]:
+    """The coordinates (Q, K-1, 3), normals (Q, K-1, 3) and areas (Q, K-1) of the surface rows
+    ``neighbors`` (Q, K-1), keyed by ``NEIGHBOR_FEATURES``: what an item holds of its cells'
+    neighbours, gathered in one place for the uncached path and the ``features`` cache."""
+    return {name: getattr(prepared, f"surface_{name}")[neighbors] for name in NEIGHBOR_FEATURES}
+
+
 def grid_sdf(prepared: PreparedRun, settings: PreprocessSettings, part: str) -> np.ndarray:
     """Signed distance (Nx, Ny, Nz) of the ``part`` grid to the STL, in that box's normalised
     coordinates."""
@@ -254,10 +285,13 @@ def volume_sdf(prepared: PreparedRun, settings: PreprocessSettings,
 
 def preprocess_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *,
                    source: str = "run") -> dict[str, np.ndarray | dict]:
-    """Everything but sampling, for every kept row: the contents of one cache run."""
+    """Everything but sampling, for every kept row: the contents of one cache run. In the
+    ``features`` neighbour layout also every cell's neighbours' coordinates, normals and areas
+    (``surface_neighbor_<feature>``), so that a cached draw reads them with its own rows."""
     p = prepare_rows(arrays, settings, source=source)
     sdf, closest = volume_sdf(p, settings)
-    return {
+    neighbors = surface_neighbors(p, settings)
+    contents = {
         "geometry_coordinates": p.geometry_coordinates,
         "surface_grid_sdf": grid_sdf(p, settings, "surface"),
         "volume_grid_sdf": grid_sdf(p, settings, "volume"),
@@ -265,7 +299,7 @@ def preprocess_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, 
         "surface_normals": p.surface_normals,
         "surface_areas": p.surface_areas,
         "surface_fields": p.surface_fields,
-        "surface_neighbors": surface_neighbors(p, settings),
+        "surface_neighbors": neighbors,
         "volume_coordinates": p.volume_coordinates,
         "volume_fields": p.volume_fields,
         "volume_sdf": sdf,
@@ -276,3 +310,7 @@ def preprocess_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, 
             "global_params_reference": p.global_params_reference.tolist(),
         },
     }
+    if settings.neighbor_layout == "features":
+        contents |= {f"surface_neighbor_{name}": values
+                     for name, values in gather_neighbors(p, neighbors).items()}
+    return contents

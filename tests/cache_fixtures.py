@@ -9,8 +9,8 @@ import numpy as np
 import zarr
 
 from cache_data import build_cache, manifest_runs
-from cache_format import ARRAYS, write_manifest
-from preprocessing import PreprocessSettings
+from cache_format import layout_arrays, write_manifest
+from preprocessing import PreprocessSettings, neighbor_layout_of
 from processed_run import list_runs
 
 SURFACE_VARIABLES = (("pMeanTrim", "scalar"), ("wallShearStressMeanTrim", "vector"))
@@ -46,21 +46,24 @@ def build_tiny_cache(processed_dir: Path, cache_dir: Path, settings: PreprocessS
 
 
 def read_cache_arrays(cache_dir: Path) -> dict[str, dict[str, np.ndarray]]:
-    """Every array of every run of a cache, for array-by-array comparisons."""
+    """Every array of every run of a cache (those of its neighbour layout), for array-by-array
+    comparisons."""
     runs = sorted(p for p in Path(cache_dir).glob("*.zarr") if not p.name.startswith("."))
     out = {}
     for run in runs:
         group = zarr.open_group(str(run), mode="r")
-        out[run.name] = {name: group[name][...] for name in ARRAYS}
+        names = layout_arrays(neighbor_layout_of(group.attrs["settings"]))
+        out[run.name] = {name: group[name][...] for name in names}
     return out
 
 
 def assert_same_cache(a: Path, b: Path) -> None:
-    """Two caches hold the same runs with identical arrays."""
+    """Two caches hold the same runs with the same arrays, identical."""
     left, right = read_cache_arrays(a), read_cache_arrays(b)
     assert sorted(left) == sorted(right)
     for run in left:
-        for name in ARRAYS:
+        assert sorted(left[run]) == sorted(right[run]), run
+        for name in left[run]:
             np.testing.assert_array_equal(left[run][name], right[run][name], err_msg=f"{run}/{name}")
 
 

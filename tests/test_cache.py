@@ -1,5 +1,6 @@
 """The cache format: arrays, chunks and checksums on disk, attributes, manifest, fingerprints,
-corruption and staleness caught with the run and the array or setting named."""
+both neighbour layouts, corruption and staleness caught with the run and the array or setting
+named."""
 
 from __future__ import annotations
 
@@ -12,16 +13,23 @@ import zarr
 
 from cache_fixtures import SAMPLES, build_tiny_cache, first_chunk, flip_byte, tiny_settings
 from cache_format import (
-    ARRAYS, CacheError, CacheRun, StaleCacheError, diff_settings, read_manifest, source_fingerprint,
+    ARRAYS, NEIGHBOR_FEATURE_ARRAYS, CacheError, CacheRun, StaleCacheError, diff_settings,
+    layout_arrays, read_manifest, source_fingerprint, write_cache_run,
 )
 from datapipe import CachedDoMINODataset
-from preprocessing import preprocess_run
+from preprocessing import NEIGHBOR_FEATURES, preprocess_run
 from processed_run import list_runs, load_processed_run
 
 
 @pytest.fixture(scope="module")
 def cache_dir(tiny_processed_dir, tmp_path_factory):
     return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def features_cache_dir(tiny_processed_dir, tmp_path_factory):
+    return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("features"),
+                            tiny_settings(neighbor_layout="features"))
 
 
 def test_runs_hold_what_preprocessing_computes(cache_dir, tiny_processed_dir):
@@ -59,6 +67,35 @@ def test_manifest_records_format_settings_and_runs(cache_dir, tiny_processed_dir
     assert entry["source"]["fingerprint"] == source_fingerprint(tiny_processed_dir / "run_1.zarr")
 
 
+def test_a_features_run_adds_its_neighbours_features_chunked_by_rows(features_cache_dir, cache_dir):
+    run, indices = CacheRun(features_cache_dir / "run_1.zarr"), CacheRun(cache_dir / "run_1.zarr")
+    for name in ARRAYS:  # everything the indices layout stores, the same
+        np.testing.assert_array_equal(run.read(name), indices.read(name), err_msg=name)
+    neighbors, ns = run.read("surface_neighbors"), run.attrs["counts"]["surface"]
+    for name in NEIGHBOR_FEATURES:
+        array = f"surface_neighbor_{name}"
+        assert run.reader(array) is not None, array  # read straight from its chunk files
+        np.testing.assert_array_equal(run.read(array), run.read(f"surface_{name}")[neighbors], err_msg=name)
+        meta = json.loads((features_cache_dir / "run_1.zarr" / array / "zarr.json").read_text())
+        rows = min(NEIGHBOR_FEATURE_ARRAYS[array][1], ns)
+        shape = [ns, *neighbors.shape[1:]] + ([] if name == "areas" else [3])
+        assert meta["shape"] == shape
+        assert meta["chunk_grid"]["configuration"]["chunk_shape"] == [rows, *shape[1:]]
+        assert [c["name"] for c in meta["codecs"]] == ["bytes", "crc32c"]
+    assert set(read_manifest(features_cache_dir)["arrays"]) == set(layout_arrays("features"))
+    assert set(read_manifest(cache_dir)["arrays"]) == set(ARRAYS)
+
+
+def test_writing_a_layout_without_its_arrays_is_refused(tiny_processed_dir, tmp_path):
+    contents = preprocess_run(load_processed_run(list_runs(tiny_processed_dir)[0]), tiny_settings())
+    with pytest.raises(ValueError, match=r"run_1\.zarr: the 'features' neighbour layout needs arrays "
+                                         r"\['surface_neighbor_coordinates'"):
+        write_cache_run(tmp_path / "run_1.zarr", contents, settings=tiny_settings(neighbor_layout="features"),
+                        source_path=tmp_path, source="0" * 64)
+    with pytest.raises(ValueError, match="neighbor_layout must be one of"):
+        layout_arrays("feature")
+
+
 def test_source_fingerprint_follows_contents_not_location(tiny_processed_dir, tmp_path):
     copy = tmp_path / "run_1.zarr"
     shutil.copytree(tiny_processed_dir / "run_1.zarr", copy)
@@ -87,6 +124,16 @@ def test_a_changed_setting_is_refused_and_named(cache_dir):
         CachedDoMINODataset(cache_dir, expected=expected, **SAMPLES)
     assert "interp_res" not in str(err.value)
     CachedDoMINODataset(cache_dir, expected=tiny_settings().fingerprinted(), **SAMPLES)
+
+
+def test_a_cache_of_the_other_neighbor_layout_is_refused_and_named(cache_dir, features_cache_dir):
+    features = tiny_settings(neighbor_layout="features").fingerprinted()
+    stale = r"rebuild it(.|\n)*neighbor_layout: cached indices, expected features"
+    with pytest.raises(StaleCacheError, match=stale):
+        CachedDoMINODataset(cache_dir, expected=features, **SAMPLES)
+    with pytest.raises(StaleCacheError, match="neighbor_layout: cached features, expected indices"):
+        CachedDoMINODataset(features_cache_dir, expected=tiny_settings().fingerprinted(), **SAMPLES)
+    assert CachedDoMINODataset(features_cache_dir, expected=features, **SAMPLES).neighbor_layout == "features"
 
 
 def test_a_run_built_with_other_settings_than_its_manifest_is_refused(cache_dir, tmp_path):
@@ -121,6 +168,10 @@ def test_diff_settings_lists_nested_differences():
     a = {"interp_res": [1, 2, 3], "box": {"min": [0], "max": [1]}, "k": 7}
     b = {"interp_res": [1, 2, 3], "box": {"min": [0], "max": [2]}, "extra": 1, "k": 7}
     assert diff_settings(a, b) == ["box.max: cached [1], expected [2]", "extra: cached <absent>, expected 1"]
+    # a setting left out at its implicit default is shown with that value
+    assert diff_settings({}, {"neighbor_layout": "features"}) == \
+        ["neighbor_layout: cached indices, expected features"]
+    assert diff_settings({"neighbor_layout": "indices"}, {}) == []
 
 
 def test_byte_counting_counts_the_chunks_read(cache_dir):

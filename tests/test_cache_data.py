@@ -1,5 +1,6 @@
 """cache_data.py end to end through its command line: build, resume, stale settings, validate,
-kill -9 and resume, and torchrun with two ranks giving the same cache as one process."""
+the features neighbour layout, kill -9 and resume, and torchrun with two ranks giving the same
+cache as one process."""
 
 from __future__ import annotations
 
@@ -68,6 +69,25 @@ def test_stale_runs_fail_unless_rebuilt_and_validate_catches_problems(tiny_proce
     assert rebuilt.returncode == 0 and "2 built" in rebuilt.stdout
     manifest = json.loads((cache / "manifest.json").read_text())
     assert manifest["settings"] == tiny_settings(num_neighbors_surface=5).fingerprinted()
+
+
+def test_the_features_layout_builds_validates_and_is_stale_for_the_default(tiny_processed_dir, tmp_path):
+    cache, features = tmp_path / "cache", "geometry.neighbor_layout=features"
+    built = _run(tiny_processed_dir, cache, features)
+    assert built.returncode == 0, built.stdout + built.stderr
+    reference = build_tiny_cache(tiny_processed_dir, tmp_path / "reference",
+                                 tiny_settings(neighbor_layout="features"))
+    assert_same_cache(cache, reference)
+    assert read_manifest(cache)["settings"]["neighbor_layout"] == "features"
+    valid = _run(tiny_processed_dir, cache, features, "cache.validate=true")
+    assert valid.returncode == 0 and "2 runs validated, 0 with problems" in valid.stdout, valid.stdout
+    stale = _run(tiny_processed_dir, cache)
+    assert stale.returncode != 0
+    assert "STALE run_1: neighbor_layout: cached features, expected indices" in stale.stdout
+    flip_byte(first_chunk(cache / "run_2.zarr", "surface_neighbor_normals"))
+    check = _run(tiny_processed_dir, cache, features, "cache.validate=true")
+    assert check.returncode != 0 and "ok run_1" in check.stdout
+    assert "PROBLEM run_2: " in check.stdout and "array 'surface_neighbor_normals' is corrupt" in check.stdout
 
 
 def test_a_failed_run_is_named_and_the_others_go_on(tiny_processed_dir, tmp_path):

@@ -1,5 +1,6 @@
-"""Both datasets: the cached one returns exactly what the uncached one returns; draws depend only
-on (seed, epoch, index), whatever the workers; bad input fails with the run named."""
+"""Both datasets: the cached one returns exactly what the uncached one returns, in both neighbour
+layouts; draws depend only on (seed, epoch, index), whatever the workers; a features-layout draw
+reads its window, not the whole surface; bad input fails with the run named."""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ import zarr
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
-from cache_fixtures import BOX_SURFACE, BOX_VOLUME, INTERP_RES, SAMPLES, build_tiny_cache
+import cache_format
+from cache_fixtures import BOX_SURFACE, BOX_VOLUME, INTERP_RES, SAMPLES, build_tiny_cache, tiny_settings
+from cache_format import layout_arrays
+from chunk_reader import CHECKSUM_BYTES
 from datapipe import CachedDoMINODataset, DoMINODataPipe, collate_items, dataset_from_config
+from preprocessing import NEIGHBOR_FEATURES, NEIGHBOR_LAYOUTS
 from processed_run import ProcessedRunError
 from sampling import TooFewPointsError
 from scaling import compute_scaling_factors, save_scaling_factors
@@ -31,6 +36,12 @@ COMMON_KEYS = {"geometry_coordinates", "surf_grid", "sdf_surf_grid", "global_par
 @pytest.fixture(scope="module")
 def cache_dir(tiny_processed_dir, tmp_path_factory):
     return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def features_cache_dir(tiny_processed_dir, tmp_path_factory):
+    return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("features"),
+                            tiny_settings(neighbor_layout="features"))
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +80,105 @@ def test_cached_equals_uncached(model_type, cache_dir, tiny_processed_dir, facto
         uncached.set_epoch(epoch)
         for index in range(2):
             _assert_same_item(cached[index], uncached[index])
+
+
+@pytest.mark.parametrize("model_type", ["surface", "combined"])
+def test_the_features_layout_gives_the_same_items(model_type, cache_dir, features_cache_dir,
+                                                  tiny_processed_dir, factors):
+    common = dict(model_type=model_type, seed=5, scaling_factors=factors)
+    features, indices = _cached(features_cache_dir, **common), _cached(cache_dir, **common)
+    uncached = _uncached(tiny_processed_dir, **common)
+    assert (features.neighbor_layout, indices.neighbor_layout) == ("features", "indices")
+    for epoch in (0, 3):
+        for ds in (features, indices, uncached):
+            ds.set_epoch(epoch)
+        for index in range(2):
+            item = features[index]
+            _assert_same_item(item, indices[index], atol=0)
+            _assert_same_item(item, uncached[index])
+
+
+@pytest.mark.parametrize("cache", ["cache_dir", "features_cache_dir"])
+def test_surface_point_arrays_are_drawn_into_output_arrays(cache, request, monkeypatch):
+    """In a DataLoader worker, output_array places them in the buffer the batch travels in."""
+    import datapipe
+
+    made = []
+
+    def recording(shape, dtype):
+        made.append(np.empty(shape, dtype))
+        return made[-1]
+
+    monkeypatch.setattr(datapipe, "output_array", recording)
+    item = _cached(request.getfixturevalue(cache))[0]
+    for key in ("surface_mesh_centers", "surface_normals", "surface_areas", "surface_mesh_neighbors",
+                "surface_neighbors_normals", "surface_neighbors_areas"):
+        assert any(np.shares_memory(item[key].numpy(), array) for array in made), key
+
+
+def test_the_features_layout_through_workers(features_cache_dir):
+    ds = _cached(features_cache_dir, model_type="combined")
+    packed = DataLoader(ds, batch_size=1, num_workers=1, collate_fn=collate_items)
+    for index, batch in enumerate(packed):
+        expected = ds[index]
+        assert batch.keys() == expected.keys()
+        for key in expected:
+            assert torch.equal(batch[key][0], expected[key]), key
+
+
+SMALL_CHUNK = 32  # rows per chunk of the surface row arrays in the byte-counting caches
+
+
+@pytest.fixture(scope="module")
+def small_chunk_caches(tiny_processed_dir, tmp_path_factory):
+    """A cache of each layout whose surface row arrays have 32-row chunks (a tiny run has one
+    chunk per array otherwise), so the chunks a draw reads show how far its reads spread."""
+    caches = {}
+    with pytest.MonkeyPatch.context() as patch:
+        for table in (cache_format.ARRAYS, cache_format.NEIGHBOR_FEATURE_ARRAYS):
+            for name, (dtype, rows) in table.items():
+                if name.startswith("surface_") and rows is not None:
+                    patch.setitem(table, name, (dtype, SMALL_CHUNK))
+        for layout in NEIGHBOR_LAYOUTS:
+            caches[layout] = build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp(layout),
+                                              tiny_settings(neighbor_layout=layout))
+    return caches
+
+
+def _surface_reads_of_a_draw(cache, surface_points: int, window_factor: int) -> tuple[dict, dict, int]:
+    """Bytes each surface row array gives one surface draw (chunk files only: each array's
+    metadata is read before), the bytes of one chunk file of each, and the surface rows."""
+    ds = _cached(cache, model_type="surface", surface_points=surface_points,
+                 surface_window_factor=window_factor, count_bytes=True)
+    run = ds.run(0)
+    names = [n for n in layout_arrays(ds.neighbor_layout)
+             if n.startswith("surface_") and n != "surface_grid_sdf"]
+    before = {name: run.reader(name).bytes_read for name in names}
+    ds[0]
+    read = {name: run.reader(name).bytes_read - before[name] for name in names}
+    chunk_file = {name: run.reader(name).chunk_nbytes + CHECKSUM_BYTES for name in names}
+    return read, chunk_file, run.attrs["counts"]["surface"]
+
+
+def test_a_features_draw_reads_its_window_an_indices_draw_the_whole_surface(small_chunk_caches):
+    points, factor = 64, 2
+    window_chunks = -(-points * factor // SMALL_CHUNK) + 1  # the most chunks a window can touch
+    features, chunk_file, ns = _surface_reads_of_a_draw(small_chunk_caches["features"], points, factor)
+    indices, _, _ = _surface_reads_of_a_draw(small_chunk_caches["indices"], points, factor)
+    surface_chunks = -(-ns // SMALL_CHUNK)
+    assert surface_chunks >= 10 * window_chunks  # the window is a small part of the surface
+    sources = [f"surface_{name}" for name in NEIGHBOR_FEATURES]
+    for name in sources:  # the gather through the indices touches nearly every chunk
+        assert indices[name] >= 0.9 * surface_chunks * chunk_file[name], name
+    assert features["surface_neighbors"] == 0
+    for name, nbytes in features.items():  # no chunk outside the window (areas: sampling reads them too)
+        reads = 2 if name == "surface_areas" else 1
+        assert nbytes <= reads * window_chunks * chunk_file[name], name
+    stored = [f"surface_neighbor_{name}" for name in NEIGHBOR_FEATURES]
+    assert all(features[name] > 0 for name in stored)
+    neighbour_part = {"features": sum(features[n] for n in sources + stored),
+                      "indices": sum(indices[n] for n in sources + ["surface_neighbors"])}
+    assert neighbour_part["features"] < neighbour_part["indices"] / 2, neighbour_part
 
 
 @pytest.mark.parametrize("model_type", ["surface", "volume", "combined"])
@@ -201,6 +311,12 @@ def test_dataset_from_config_picks_the_cached_or_uncached_dataset(tiny_processed
     OmegaConf.update(cfg, "geometry.num_neighbors_surface", 5)
     with pytest.raises(ValueError, match="num_neighbors_surface: cached 7, expected 5"):
         dataset_from_config(cfg, ["run_2"], train=True)
+    OmegaConf.update(cfg, "geometry.num_neighbors_surface", 7)
+    OmegaConf.update(cfg, "geometry.neighbor_layout", "features")
+    with pytest.raises(ValueError, match="neighbor_layout: cached indices, expected features"):
+        dataset_from_config(cfg, ["run_2"], train=True)
+    OmegaConf.update(cfg, "cache.enabled", False)  # the uncached dataset ignores the layout
+    _assert_same_item(dataset_from_config(cfg, ["run_2"], train=True)[0], uncached[0], atol=0)
 
 
 def test_uncached_geometry_errors_name_the_run(tiny_processed_dir, monkeypatch):

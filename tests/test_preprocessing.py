@@ -1,17 +1,21 @@
 """The shared preprocessing: filtering, permutation, normalisation, centre of mass, kNN against
-scipy's cKDTree, SDF of rows and grids, settings and their fingerprint, bad input."""
+scipy's cKDTree, SDF of rows and grids, the neighbour layouts, settings and their fingerprint,
+bad input."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 from scipy.spatial import cKDTree
 
 from cache_fixtures import tiny_settings
 from preprocessing import (
-    drop_self, grid_sdf, make_grid, normalize, prepare_rows, preprocess_run, surface_neighbors, volume_sdf,
+    drop_self, grid_sdf, make_grid, neighbor_layout_of, normalize, prepare_rows, preprocess_run,
+    settings_from_config, surface_neighbors, volume_sdf,
 )
 from processed_run import list_runs, load_processed_run
 
@@ -136,6 +140,19 @@ def test_preprocess_run_contents(run_arrays):
     assert np.all(out["volume_sdf"] > 0)  # the synthetic volume points are all outside the car
     assert out["geometry_coordinates"].shape == run_arrays["stl_coordinates"].shape
     assert len(out["scalars"]["center_of_mass"]) == 3
+    assert not any(name.startswith("surface_neighbor_") for name in out)  # the indices layout
+
+
+def test_the_features_layout_adds_the_neighbours_features(run_arrays):
+    indices = preprocess_run(run_arrays, tiny_settings())
+    out = preprocess_run(run_arrays, tiny_settings(neighbor_layout="features"))
+    neighbors = out["surface_neighbors"]
+    np.testing.assert_array_equal(neighbors, indices["surface_neighbors"])
+    ns = len(out["surface_coordinates"])
+    for name, shape in (("coordinates", (ns, 6, 3)), ("normals", (ns, 6, 3)), ("areas", (ns, 6))):
+        stored = out[f"surface_neighbor_{name}"]
+        assert stored.shape == shape and stored.dtype == np.float32, name
+        np.testing.assert_array_equal(stored, out[f"surface_{name}"][neighbors], err_msg=name)
 
 
 def test_bad_input_is_named():
@@ -156,10 +173,30 @@ def test_settings_validation_and_fingerprint():
         tiny_settings(bounding_box_volume=((0, 0, 0), (0, 1, 1)))
     with pytest.raises(ValueError, match="kind must be one of"):
         tiny_settings(volume_variables=(("UMeanTrim", "tensor"),))
+    with pytest.raises(ValueError, match=r"neighbor_layout must be one of \['indices', 'features'\]; got 'feature'"):
+        tiny_settings(neighbor_layout="feature")
     base = tiny_settings()
     assert base.fingerprint() == tiny_settings(device="cuda:0").fingerprint()  # device: same contents
     for change in ({"interp_res": (16, 8, 9)}, {"num_neighbors_surface": 5}, {"permutation_seed": 1},
                    {"bounding_box_surface": ((-1.5, -1.4, -0.3), (5.0, 1.4, 1.4))},
-                   {"surface_variables": (("pMeanTrim", "scalar"), ("wallShearStress", "vector"))}):
+                   {"surface_variables": (("pMeanTrim", "scalar"), ("wallShearStress", "vector"))},
+                   {"neighbor_layout": "features"}):
         assert tiny_settings(**change).fingerprint() != base.fingerprint(), change
     assert base.fingerprinted()["format_version"] == 1 and "device" not in base.fingerprinted()
+
+
+def test_the_default_neighbor_layout_keeps_older_fingerprints_and_configs():
+    base = tiny_settings().fingerprinted()
+    assert "neighbor_layout" not in base  # caches built before the setting stay current
+    assert neighbor_layout_of(base) == "indices"
+    features = tiny_settings(neighbor_layout="features").fingerprinted()
+    assert neighbor_layout_of(features) == "features"
+    cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "config.yaml")
+    assert settings_from_config(cfg.geometry, cfg.variables).neighbor_layout == "indices"
+    OmegaConf.update(cfg, "geometry.neighbor_layout", "features")
+    assert settings_from_config(cfg.geometry, cfg.variables).neighbor_layout == "features"
+    del cfg.geometry["neighbor_layout"]  # a config from before the setting
+    assert settings_from_config(cfg.geometry, cfg.variables).neighbor_layout == "indices"
+    OmegaConf.update(cfg, "geometry.neighbor_layout", "feature")
+    with pytest.raises(ValueError, match="neighbor_layout must be one of"):
+        settings_from_config(cfg.geometry, cfg.variables)
