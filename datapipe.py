@@ -151,10 +151,15 @@ class _EpochDataset(Dataset):
             volume_points=self.volume_points if "volume" in self.parts else None,
             read_surface_areas=read_areas, surface_window_factor=self.surface_window_factor)
 
-    def _derived_grids(self, settings: dict) -> dict[str, torch.Tensor]:
-        """The normalised grids of ``settings`` (``constant_grid``: one tensor per process)."""
-        res = tuple(int(n) for n in settings["interp_res"])
-        return {name: constant_grid(_box_key(settings[box]), res)
+    def _derived_grids(self) -> dict[str, torch.Tensor]:
+        """The normalised grids of ``self.settings`` (``constant_grid``: one tensor per process)."""
+        return {name: constant_grid(*recipe) for name, recipe in self._grid_recipes.items()}
+
+    @functools.cached_property
+    def _grid_recipes(self) -> dict[str, tuple]:
+        """``constant_grid``'s arguments per grid, derived once from the settings."""
+        res = tuple(int(n) for n in self.settings["interp_res"])
+        return {name: (_box_key(self.settings[box]), res)
                 for name, box in (("surf_grid", "bounding_box_surface"), ("grid", "bounding_box_volume"))}
 
 
@@ -248,7 +253,7 @@ class CachedDoMINODataset(_EpochDataset):
             draw = self._draw(index, counts, lambda a, b: run.read("surface_areas", slice(a, b)))
         except TooFewPointsError as err:
             raise TooFewPointsError(f"{run.path}: {err}") from err
-        grids = self._derived_grids(self.settings)
+        grids = self._derived_grids()
         drawn_grids = {"surf_grid": grids["surf_grid"],
                        "sdf_surf_grid": run.read("surface_grid_sdf", empty=output_array)}
         if "volume" in self.parts:
@@ -376,7 +381,7 @@ class DoMINODataPipe(_EpochDataset):
 
     def _item(self, prepared: PreparedRun, draw: Draw) -> dict[str, torch.Tensor]:
         """The geometry work for the drawn rows, then the item."""
-        grids = self._derived_grids(self.settings)
+        grids = self._derived_grids()
         drawn_grids = {"surf_grid": grids["surf_grid"],
                        "sdf_surf_grid": grid_sdf(prepared, self.preprocess, "surface")}
         if "volume" in self.parts:

@@ -37,3 +37,18 @@ def tiny_processed_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFact
     if failed:
         raise RuntimeError(f"tiny runs failed to process: {failed}")
     return out
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tiny_processed_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``tiny_processed_dir`` cached with the tiny settings (neighbour indices). Read only."""
+    from cache_fixtures import build_tiny_cache
+    return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="session")
+def features_cache_dir(tiny_processed_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``tiny_processed_dir`` cached in the ``features`` neighbour layout. Read only."""
+    from cache_fixtures import build_tiny_cache, tiny_settings
+    return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("features"),
+                            tiny_settings(neighbor_layout="features"))

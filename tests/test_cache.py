@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import zarr
 
-from cache_fixtures import SAMPLES, build_tiny_cache, first_chunk, flip_byte, tiny_settings
+from cache_fixtures import SAMPLES, first_chunk, flip_byte, tiny_settings
 from cache_format import (
     ARRAYS, NEIGHBOR_FEATURE_ARRAYS, CacheError, CacheRun, StaleCacheError, diff_settings,
     layout_arrays, read_manifest, source_fingerprint, write_cache_run,
@@ -19,17 +19,6 @@ from cache_format import (
 from datapipe import CachedDoMINODataset
 from preprocessing import NEIGHBOR_FEATURES, preprocess_run
 from processed_run import list_runs, load_processed_run
-
-
-@pytest.fixture(scope="module")
-def cache_dir(tiny_processed_dir, tmp_path_factory):
-    return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("cache"))
-
-
-@pytest.fixture(scope="module")
-def features_cache_dir(tiny_processed_dir, tmp_path_factory):
-    return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("features"),
-                            tiny_settings(neighbor_layout="features"))
 
 
 def test_runs_hold_what_preprocessing_computes(cache_dir, tiny_processed_dir):

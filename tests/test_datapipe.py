@@ -34,17 +34,6 @@ COMMON_KEYS = {"geometry_coordinates", "surf_grid", "sdf_surf_grid", "global_par
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tiny_processed_dir, tmp_path_factory):
-    return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("cache"))
-
-
-@pytest.fixture(scope="module")
-def features_cache_dir(tiny_processed_dir, tmp_path_factory):
-    return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("features"),
-                            tiny_settings(neighbor_layout="features"))
-
-
-@pytest.fixture(scope="module")
 def factors(tiny_processed_dir):
     from processed_run import list_runs
     return compute_scaling_factors(list_runs(tiny_processed_dir))
