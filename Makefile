@@ -9,10 +9,11 @@ DEMO := outputs/demo
 
 .PHONY: setup test demo clean-demo
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -28,7 +29,7 @@ demo: $(STAMP)
 	$(PY) train.py --config-name=demo output_dir=$(DEMO)/train_cached
 	$(PY) train.py --config-name=demo output_dir=$(DEMO)/train_uncached cache.enabled=false \
 		train.epochs=1 train.num_workers=0 train.val_num_workers=0
-	$(PY) demo_report.py --cached $(DEMO)/train_cached --uncached $(DEMO)/train_uncached --out $(DEMO)/report
+	$(PY) benchmarks/demo_report.py --cached $(DEMO)/train_cached --uncached $(DEMO)/train_uncached --out $(DEMO)/report
 
 clean-demo:
 	rm -rf $(DEMO)

@@ -29,12 +29,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from atomic_store import remove_stale_temporaries
-from cache_format import (
+from domino_pipeline.store.atomic_store import remove_stale_temporaries
+from domino_pipeline.store.cache_format import (
     CacheError, CacheRun, diff_settings, layout_arrays, manifest_entry, read_manifest,
     run_fingerprint, source_fingerprint, write_cache_run, write_manifest,
 )
-from preprocessing import PreprocessSettings, preprocess_run, settings_from_config
+from domino_pipeline.compute.preprocessing import PreprocessSettings, preprocess_run, settings_from_config
 
 STATUSES = ("built", "skipped", "stale", "failed")
 
@@ -72,7 +72,7 @@ def cached_state(cache_path: Path, settings: PreprocessSettings, source: str) ->
 def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, *,
               rebuild: bool) -> RunResult:
     """Build one cache run unless it is current; a failure becomes a result, not an exception."""
-    from processed_run import load_processed_run
+    from domino_pipeline.inputs.processed_run import load_processed_run
 
     name, out = processed_path.stem, _cache_path(cache_dir, processed_path)
     started = time.time()
@@ -170,8 +170,8 @@ def validate_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettin
 
 def _main(cfg: DictConfig) -> int:
     """Wire the config into build_cache / validate_cache; return the exit code."""
-    from distributed import all_reduce_sum, barrier, init_distributed, shutdown_distributed
-    from processed_run import list_runs
+    from domino_pipeline.training.distributed import all_reduce_sum, barrier, init_distributed, shutdown_distributed
+    from domino_pipeline.inputs.processed_run import list_runs
 
     dist = init_distributed("cpu")  # gloo: the ranks only split runs and meet at barriers
     settings = settings_from_config(cfg.geometry, cfg.variables)  # device: one GPU per rank

@@ -33,16 +33,16 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
-import geometry
-from batch_transfer import mark_constant, output_array, pack
-from cache_format import CacheRun, StaleCacheError, diff_settings, read_manifest
-from preprocessing import (
+from domino_pipeline.compute import geometry
+from domino_pipeline.loading.batch_transfer import mark_constant, output_array, pack
+from domino_pipeline.store.cache_format import CacheRun, StaleCacheError, diff_settings, read_manifest
+from domino_pipeline.compute.preprocessing import (
     NEIGHBOR_FEATURES, PreparedRun, PreprocessSettings, gather_neighbors, grid_sdf, make_grid,
     neighbor_layout_of, normalize, parse_box, prepare_rows, settings_from_config, surface_neighbors,
     volume_sdf,
 )
-from sampling import Draw, TooFewPointsError, sample_draw
-from scaling import load_scaling_factors, scale_fields
+from domino_pipeline.compute.sampling import Draw, TooFewPointsError, sample_draw
+from domino_pipeline.compute.scaling import load_scaling_factors, scale_fields
 
 MODEL_TYPES = ("surface", "volume", "combined")
 
@@ -327,7 +327,7 @@ class DoMINODataPipe(_EpochDataset):
                          volume_points=volume_points, geometry_points=geometry_points,
                          surface_window_factor=surface_window_factor, seed=seed,
                          scaling_factors=scaling_factors)
-        from processed_run import list_runs
+        from domino_pipeline.inputs.processed_run import list_runs
         self.processed_dir = Path(processed_dir)
         all_runs = list_runs(self.processed_dir)
         if runs is None:
@@ -363,7 +363,7 @@ class DoMINODataPipe(_EpochDataset):
             raise RuntimeError("DoMINODataPipe runs Warp on CUDA and cannot run in DataLoader "
                                "workers; use num_workers=0, or build the cache (cache_data.py) and "
                                "use CachedDoMINODataset, which works with workers")
-        from processed_run import load_processed_run
+        from domino_pipeline.inputs.processed_run import load_processed_run
         path = self.run_paths[index]
         prepared = prepare_rows(load_processed_run(path, self._arrays_needed()), self.preprocess,
                                 parts=self.parts, source=str(path))

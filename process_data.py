@@ -29,8 +29,8 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from atomic_store import remove_stale_temporaries
-from drivaerml_reader import (
+from domino_pipeline.store.atomic_store import remove_stale_temporaries
+from domino_pipeline.inputs.drivaerml_reader import (
     KIND_WIDTH,
     VOLUME_SOURCES,
     RunError,
@@ -39,7 +39,7 @@ from drivaerml_reader import (
     read_volume,
     run_files,
 )
-from processed_run import ProcessedRunError, natural_key, open_processed_run, write_processed_run
+from domino_pipeline.inputs.processed_run import ProcessedRunError, natural_key, open_processed_run, write_processed_run
 
 # How each DrivAerML field is made dimensionless: its divisor in terms of U, rho and L.
 FIELD_SCALES = {

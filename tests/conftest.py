@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from process_data import process_all, run_options
+from synthetic_data import generate_runs
 
-from process_data import process_all, run_options  # noqa: E402
-from synthetic_data import generate_runs  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 TINY_RUNS = 2
 TINY_SEED = 0
 # process_run's options from the default config, as process_data.py would build them
 PROCESS_OPTIONS = run_options(OmegaConf.load(ROOT / "conf" / "config.yaml"))
+
+
+
+def import_benchmark(name: str):
+    """Import the script ``benchmarks/<name>.py``. Benchmarks are scripts, not an installed
+    package: their folder goes on ``sys.path``, as when one is run, so that the processes they
+    spawn import them too."""
+    folder = str(ROOT / "benchmarks")
+    if folder not in sys.path:
+        sys.path.append(folder)
+    return importlib.import_module(name)
+
 
 @pytest.fixture(scope="session")
 def tiny_raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:

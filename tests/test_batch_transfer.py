@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-import batch_transfer
-from batch_transfer import POOL_SIZE, mark_constant, output_array
+from domino_pipeline.loading import batch_transfer
+from domino_pipeline.loading.batch_transfer import POOL_SIZE, mark_constant, output_array
 from datapipe import collate_items
 
 

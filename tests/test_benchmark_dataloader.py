@@ -14,7 +14,7 @@ def test_benchmark_smoke(tmp_path):
     out = tmp_path / "bench.json"
     png = tmp_path / "bench.png"
     result = subprocess.run(
-        [sys.executable, "benchmark_dataloader.py", "--preset", "tiny", "--runs", "1", "--model-type", "surface",
+        [sys.executable, "benchmarks/benchmark_dataloader.py", "--preset", "tiny", "--runs", "1", "--model-type", "surface",
          "--work", str(tmp_path / "work"), "--json", str(out), "--png", str(png)],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]

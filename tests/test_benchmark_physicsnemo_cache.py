@@ -15,14 +15,15 @@ import pytest
 import zarr
 from scipy.spatial import cKDTree
 
-from benchmark_physicsnemo_cache import (
-    as_box,
-    cached_dataset,
-    config_defaults,
-    main,
-    measure_physicsnemo_cache,
-    stage_runs,
-)
+from conftest import import_benchmark
+
+_bench = import_benchmark("benchmark_physicsnemo_cache")
+as_box = _bench.as_box
+cached_dataset = _bench.cached_dataset
+config_defaults = _bench.config_defaults
+main = _bench.main
+measure_physicsnemo_cache = _bench.measure_physicsnemo_cache
+stage_runs = _bench.stage_runs
 
 SURFACE_POINTS = 256
 # More geometry points than a tiny STL has vertices, as in the bench preset: physicsnemo's

@@ -12,9 +12,9 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
 from cache_fixtures import flip_byte, tiny_settings
-from cache_format import ARRAYS, CacheError, CacheRun, write_cache_run
-from chunk_reader import ChunkedArray, CorruptChunkError
-from preprocessing import FORMAT_VERSION
+from domino_pipeline.store.cache_format import ARRAYS, CacheError, CacheRun, write_cache_run
+from domino_pipeline.store.chunk_reader import ChunkedArray, CorruptChunkError
+from domino_pipeline.compute.preprocessing import FORMAT_VERSION
 
 # name -> (shape, dtype, chunk rows, fill value); row counts are not multiples of the chunks.
 ARRAY_SPECS = {

@@ -14,15 +14,15 @@ import zarr
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
-import cache_format
+from domino_pipeline.store import cache_format
 from cache_fixtures import BOX_SURFACE, BOX_VOLUME, INTERP_RES, SAMPLES, build_tiny_cache, tiny_settings
-from cache_format import layout_arrays
-from chunk_reader import CHECKSUM_BYTES
+from domino_pipeline.store.cache_format import layout_arrays
+from domino_pipeline.store.chunk_reader import CHECKSUM_BYTES
 from datapipe import CachedDoMINODataset, DoMINODataPipe, collate_items, dataset_from_config
-from preprocessing import NEIGHBOR_FEATURES, NEIGHBOR_LAYOUTS
-from processed_run import ProcessedRunError
-from sampling import TooFewPointsError
-from scaling import compute_scaling_factors, save_scaling_factors
+from domino_pipeline.compute.preprocessing import NEIGHBOR_FEATURES, NEIGHBOR_LAYOUTS
+from domino_pipeline.inputs.processed_run import ProcessedRunError
+from domino_pipeline.compute.sampling import TooFewPointsError
+from domino_pipeline.compute.scaling import compute_scaling_factors, save_scaling_factors
 
 SURFACE_KEYS = {"surface_mesh_centers", "surface_normals", "surface_areas", "pos_surface_center_of_mass",
                 "surface_mesh_neighbors", "surface_neighbors_normals", "surface_neighbors_areas",
@@ -35,7 +35,7 @@ COMMON_KEYS = {"geometry_coordinates", "surf_grid", "sdf_surf_grid", "global_par
 
 @pytest.fixture(scope="module")
 def factors(tiny_processed_dir):
-    from processed_run import list_runs
+    from domino_pipeline.inputs.processed_run import list_runs
     return compute_scaling_factors(list_runs(tiny_processed_dir))
 
 

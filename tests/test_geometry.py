@@ -15,7 +15,8 @@ import pyvista as pv
 import warp as wp
 from scipy.spatial import cKDTree
 
-import geometry
+from domino_pipeline.compute import geometry
+from conftest import import_benchmark
 
 wp.config.quiet = True
 HAS_CUDA = geometry.resolve_device("auto").startswith("cuda")
@@ -401,7 +402,7 @@ def test_sdf_cuda_matches_cpu():
 
 
 def test_benchmark_geometry_runs_cases_in_fresh_processes(tmp_path):
-    import benchmark_geometry as bench
+    bench = import_benchmark("benchmark_geometry")
 
     sizes = {"knn_sizes": (300, 600), "brute_knn_size": 200, "stl_triangles": 400,
              "volume_points": 500, "grid": (4, 3, 2)}
@@ -420,7 +421,7 @@ def test_benchmark_geometry_runs_cases_in_fresh_processes(tmp_path):
 
 
 def test_benchmark_geometry_plans_cuda_cases():
-    import benchmark_geometry as bench
+    bench = import_benchmark("benchmark_geometry")
 
     sizes = {**bench.QUICK}
     paths = {f"surface_{n}": Path(f"s{n}.npy") for n in (*sizes["knn_sizes"], sizes["brute_knn_size"])}

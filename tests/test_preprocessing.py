@@ -13,11 +13,11 @@ from omegaconf import OmegaConf
 from scipy.spatial import cKDTree
 
 from cache_fixtures import tiny_settings
-from preprocessing import (
+from domino_pipeline.compute.preprocessing import (
     drop_self, grid_sdf, make_grid, neighbor_layout_of, normalize, prepare_rows, preprocess_run,
     settings_from_config, surface_neighbors, volume_sdf,
 )
-from processed_run import list_runs, load_processed_run
+from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
 
 
 @pytest.fixture(scope="module")

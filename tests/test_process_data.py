@@ -18,9 +18,9 @@ import pyvista as pv
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
 from conftest import PROCESS_OPTIONS
-from drivaerml_reader import RunError, read_stl, read_surface
+from domino_pipeline.inputs.drivaerml_reader import RunError, read_stl, read_surface
 from process_data import process_all, process_run
-from processed_run import list_runs, load_processed_run
+from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
 
 ROOT = Path(__file__).resolve().parents[1]
 U = PROCESS_OPTIONS["stream_velocity"]
@@ -264,7 +264,7 @@ def test_killed_run_leaves_nothing_partial_and_rerun_finishes(
 def test_benchmark_script_runs_on_tiny(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, "benchmark_data.py", "--preset", "tiny", "--repeats", "1",
+        [sys.executable, "benchmarks/benchmark_data.py", "--preset", "tiny", "--repeats", "1",
          "--json", str(out), "--workdir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=180, check=True,
     )

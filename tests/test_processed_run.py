@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import zarr
 
-from processed_run import (
+from domino_pipeline.inputs.processed_run import (
     ARRAY_NAMES,
     ProcessedRunError,
     list_runs,
@@ -133,7 +133,7 @@ def test_list_runs_sorts_naturally_and_hides_temporaries(tmp_path: Path) -> None
 
 
 def test_a_rewrite_with_other_values_changes_the_cache_source_fingerprint(tmp_path: Path) -> None:
-    from cache_format import source_fingerprint
+    from domino_pipeline.store.cache_format import source_fingerprint
 
     arrays = _arrays(np.random.default_rng(0))
     path = tmp_path / "run_1.zarr"

@@ -16,7 +16,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-import checkpointing
+from domino_pipeline.training import checkpointing
 import train
 from conftest import PROCESS_OPTIONS
 from process_data import process_all
@@ -156,7 +156,7 @@ def test_uncached_training_and_demo_report(setup, three_epochs):
     # The same seed draws the same points from the cache and the datapipe: the same first epoch.
     np.testing.assert_allclose(record["train_loss"], first_cached["train_loss"], rtol=1e-5)
 
-    report = run([PYTHON, "demo_report.py", "--cached", str(three_epochs), "--uncached", str(out), "--out", str(setup["work"] / "report")])
+    report = run([PYTHON, "benchmarks/demo_report.py", "--cached", str(three_epochs), "--uncached", str(out), "--out", str(setup["work"] / "report")])
     assert "uncached / cached" in report.stdout
     summary = json.loads((setup["work"] / "report.json").read_text())
     assert summary["cached"]["epochs"] == 3 and summary["uncached"]["epochs"] == 1
@@ -217,7 +217,7 @@ def test_a_foreign_checkpoint_is_refused(tmp_path):
 
 
 def test_relative_l2_error_per_variable():
-    from training_loop import relative_l2_per_variable
+    from domino_pipeline.training.training_loop import relative_l2_per_variable
 
     target = torch.tensor([[[3.0, 1.0], [4.0, 0.0]]])  # one sample, two points, two variables
     prediction = target + torch.tensor([[[0.0, 0.5], [5.0, 0.0]]])

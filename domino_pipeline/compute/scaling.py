@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from atomic_store import write_json_atomic
+from domino_pipeline.store.atomic_store import write_json_atomic
 
 NORMALIZATIONS = ("min_max", "mean_std")
 KINDS = ("surface", "volume")
@@ -82,7 +82,7 @@ def compute_scaling_factors(
     ``max_volume_rows_per_run`` rows: its leading rows, a uniform random subset because the
     processed volume rows are stored in a random permutation.
     """
-    from processed_run import open_processed_run
+    from domino_pipeline.inputs.processed_run import open_processed_run
 
     _check_normalization(normalization)
     if not processed_paths:

@@ -1,8 +1,8 @@
 """Benchmark the geometry engine: exact all-points kNN and signed distance, Warp vs scipy.
 
-    python benchmark_geometry.py                      # full sizes: several minutes on 2 CPU cores
-    python benchmark_geometry.py --quick              # small sizes: under a minute
-    python benchmark_geometry.py --json outputs/benchmark_geometry.json
+    python benchmarks/benchmark_geometry.py                      # full sizes: several minutes on 2 CPU cores
+    python benchmarks/benchmark_geometry.py --quick              # small sizes: under a minute
+    python benchmarks/benchmark_geometry.py --json outputs/benchmark_geometry.json
 
 Inputs come from synthetic_data (no files written there): the surface cell centres of a
 car-like body (1M cells), its STL (~600k triangles), volume points around it (1M) and a
@@ -154,7 +154,7 @@ def _case_function(case: dict):
 
 
 def _knn_functions(kind: str, points: np.ndarray, tiny: np.ndarray, device: str, threads: int | None):
-    import geometry
+    from domino_pipeline.compute import geometry
 
     if kind in ("knn_warp", "knn_ckdtree"):
         backend = kind.removeprefix("knn_")
@@ -190,7 +190,7 @@ def _knn_functions(kind: str, points: np.ndarray, tiny: np.ndarray, device: str,
 def _sdf_functions(kind: str, vertices, faces, queries, device: str, threads: int | None):
     tiny = queries[:: max(1, len(queries) // 2000)]
     if kind == "sdf_warp":
-        import geometry
+        from domino_pipeline.compute import geometry
 
         def run(q=queries):
             sdf, closest = geometry.signed_distance(vertices, faces, q, device=device, cpu_threads=threads)
@@ -340,7 +340,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import geometry
+    from domino_pipeline.compute import geometry
 
     sizes = QUICK if args.quick else FULL
     cuda = geometry.resolve_device("auto").startswith("cuda")

@@ -18,7 +18,7 @@ lets the path run (never touching the installed package). docs/physicsnemo_compa
 what breaks and what was done. Measured: cache build seconds and bytes per run, the cached
 ``__getitem__`` (median after a warm-up draw) and, once, the uncached ``__getitem__``.
 
-    python benchmark_physicsnemo_cache.py --processed outputs/demo/processed --runs run_1 \
+    python benchmarks/benchmark_physicsnemo_cache.py --processed outputs/demo/processed --runs run_1 \
         --work /tmp/pnm_cache --json /tmp/pnm_cache/result.json
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-CONFIG_PATH = Path(__file__).resolve().parent / "conf" / "config.yaml"
+CONFIG_PATH = Path(__file__).resolve().parents[1] / "conf" / "config.yaml"
 SURFACE_VARIABLES = ("pMeanTrim", "wallShearStressMeanTrim")
 VOLUME_VARIABLES = ("UMeanTrim", "pMeanTrim", "nutMeanTrim")
 MODEL_TYPES = ("surface", "volume", "combined")

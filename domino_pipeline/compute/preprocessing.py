@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-import geometry
+from domino_pipeline.compute import geometry
 
 FORMAT_VERSION = 1
 PARTS = ("surface", "volume")

@@ -12,7 +12,7 @@ Arrays are chunked in about 1 MiB row blocks (sharded when large) and compressed
 level 5 and byte shuffle. Group attributes: format, format_version, filename, stream_velocity,
 air_density, reference_length, counts, bounds, field column names and the source files.
 
-    from processed_run import list_runs, load_processed_run
+    from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
     for path in list_runs("outputs/demo/processed"):
         run = load_processed_run(path, ["surface_mesh_centers", "surface_fields"])
 """
@@ -30,7 +30,7 @@ import numpy as np
 import zarr
 from zarr.codecs import BloscCodec
 
-from atomic_store import atomic_directory
+from domino_pipeline.store.atomic_store import atomic_directory
 
 FORMAT = "drivaerml-processed"
 FORMAT_VERSION = 1

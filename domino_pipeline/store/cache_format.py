@@ -24,9 +24,9 @@ import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
 from zarr.storage import LocalStore, WrapperStore
 
-from atomic_store import atomic_directory, write_json_atomic
-from chunk_reader import Allocator, ChunkedArray
-from preprocessing import FORMAT_VERSION, IMPLICIT_DEFAULTS, NEIGHBOR_LAYOUTS, PreprocessSettings
+from domino_pipeline.store.atomic_store import atomic_directory, write_json_atomic
+from domino_pipeline.store.chunk_reader import Allocator, ChunkedArray
+from domino_pipeline.compute.preprocessing import FORMAT_VERSION, IMPLICIT_DEFAULTS, NEIGHBOR_LAYOUTS, PreprocessSettings
 
 FORMAT = "domino-cache"
 MANIFEST = "manifest.json"

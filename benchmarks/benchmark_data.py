@@ -4,8 +4,8 @@ Each stage runs in a fresh child process, so its peak resident memory (``ru_maxr
 numpy and VTK allocations, unlike tracemalloc) is its own; the table gives the median wall time
 over the repeats, the peak memory, and the memory right after the imports.
 
-    python benchmark_data.py                       # one `bench` run: ~1M cells, 2M points
-    python benchmark_data.py --preset demo --repeats 3 --json outputs/benchmark_data_demo.json
+    python benchmarks/benchmark_data.py                       # one `bench` run: ~1M cells, 2M points
+    python benchmarks/benchmark_data.py --preset demo --repeats 3 --json outputs/benchmark_data_demo.json
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-CONFIG = Path(__file__).resolve().parent / "conf" / "config.yaml"
+CONFIG = Path(__file__).resolve().parents[1] / "conf" / "config.yaml"
 
 
 def _kib_to_mib(kib: int) -> float:
@@ -88,7 +88,7 @@ def run_benchmark(preset: str, repeats: int, work: Path) -> dict:
 
 
 def _counts(work: Path) -> dict[str, int]:
-    from processed_run import open_processed_run
+    from domino_pipeline.inputs.processed_run import open_processed_run
 
     return dict(open_processed_run(work / "run_1_0.zarr").attrs["counts"])
 

@@ -3,7 +3,7 @@
 Reads the `epochs.jsonl` that train.py writes into each run's output_dir, prints the comparison
 table, writes it as JSON and draws a PNG (loss curves; per-epoch data wait and compute).
 
-    python demo_report.py --cached outputs/demo/surface --uncached outputs/demo/surface_uncached \
+    python benchmarks/demo_report.py --cached outputs/demo/surface --uncached outputs/demo/surface_uncached \
         --out outputs/demo/report
 
 Each figure is the median over the run's epochs (the first epoch too when it is the only one):

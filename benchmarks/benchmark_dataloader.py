@@ -10,8 +10,8 @@ with 0, 1 and 2 persistent DataLoader workers and with 2 workers under torch's d
 ``--compare-physicsnemo`` also measures physicsnemo 2.2.2's own cache path on the same processed runs (benchmark_physicsnemo_cache.py). Prints a
 Markdown table with the ratios; writes JSON and a PNG bar chart.
 
-    python benchmark_dataloader.py --preset tiny --json /tmp/bench_tiny.json
-    python benchmark_dataloader.py --preset bench --runs 1 --compare-physicsnemo \
+    python benchmarks/benchmark_dataloader.py --preset tiny --json /tmp/bench_tiny.json
+    python benchmarks/benchmark_dataloader.py --preset bench --runs 1 --compare-physicsnemo \
         --work /tmp/domino_bench --json bench.json --png bench.png
 """
 
@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[1]
 # Per preset: sample sizes, grid, number of draws to time, and the epoch length in draws.
 PRESETS = {
     "tiny": dict(surface_points=256, volume_points=512, geometry_points=400, interp_res=(16, 8, 8),
@@ -65,7 +65,7 @@ def ensure_processed(work: Path, preset: str, runs: int, *, volume_scale: int = 
 def fewest_stl_points(processed: Path) -> int:
     """The smallest STL vertex count among the processed runs (a draw takes at most that many
     geometry points without replacement)."""
-    from processed_run import list_runs, open_processed_run
+    from domino_pipeline.inputs.processed_run import list_runs, open_processed_run
 
     return min(open_processed_run(p)["stl_coordinates"].shape[0] for p in list_runs(processed))
 
@@ -74,7 +74,7 @@ def settings_for(params: dict):
     """Our preprocessing settings: conf/config.yaml with the preset's grid, on the CPU."""
     from omegaconf import OmegaConf
 
-    from preprocessing import settings_from_config
+    from domino_pipeline.compute.preprocessing import settings_from_config
 
     cfg = OmegaConf.load(ROOT / "conf" / "config.yaml")
     cfg.geometry.interp_res = list(params["interp_res"])
@@ -87,8 +87,8 @@ def ensure_cache(processed: Path, cache: Path, params: dict, *, fresh: bool) -> 
     import shutil
 
     from cache_data import build_cache, manifest_runs
-    from cache_format import write_manifest
-    from processed_run import list_runs
+    from domino_pipeline.store.cache_format import write_manifest
+    from domino_pipeline.inputs.processed_run import list_runs
 
     if fresh:
         shutil.rmtree(cache, ignore_errors=True)
@@ -179,7 +179,7 @@ def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 9) -> d
     milliseconds per item of the main process and of the workers together (Linux /proc)."""
     from torch.utils.data import DataLoader, default_collate
 
-    from cache_format import read_manifest
+    from domino_pipeline.store.cache_format import read_manifest
     from datapipe import collate_items
 
     names = list(read_manifest(cache)["runs"])
@@ -266,8 +266,8 @@ def in_fresh_process(name: str, *args) -> dict:
 
 def measure(preset: str, runs: int, work: Path, model_type: str, compare: bool, fresh: bool) -> dict:
     """All measurements for one preset; returns the JSON-able results."""
-    from processed_run import list_runs
-    from scaling import compute_scaling_factors
+    from domino_pipeline.inputs.processed_run import list_runs
+    from domino_pipeline.compute.scaling import compute_scaling_factors
 
     params = dict(PRESETS[preset], model_type=model_type)
     processed = ensure_processed(work, preset, runs)

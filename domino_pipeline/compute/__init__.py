@@ -1,0 +1,1 @@
+"""The per-run computation: Warp geometry kernels, preprocessing, sampling, target scaling."""

@@ -1,0 +1,1 @@
+"""Reading raw DrivAerML runs and reading and writing processed runs."""

@@ -1,0 +1,1 @@
+"""The cache store: its format and manifest, checked chunk reads, atomic writes."""

@@ -1,0 +1,1 @@
+"""Training: the epoch loop, checkpoints, torch.distributed."""
