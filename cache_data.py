@@ -17,7 +17,6 @@ against the config and its checksums instead of building.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -29,12 +28,21 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from domino_pipeline.compute.preprocessing import preprocess_run
+from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
 from domino_pipeline.store.atomic_store import remove_stale_temporaries
 from domino_pipeline.store.cache_format import (
-    CacheError, CacheRun, diff_settings, layout_arrays, manifest_entry, read_manifest,
-    run_fingerprint, source_fingerprint, write_cache_run, write_manifest,
+    CacheError,
+    CacheRun,
+    diff_settings,
+    layout_arrays,
+    manifest_entry,
+    read_manifest,
+    run_fingerprint,
+    source_fingerprint,
+    write_cache_run,
+    write_manifest,
 )
-from domino_pipeline.compute.preprocessing import PreprocessSettings, preprocess_run, settings_from_config
 
 STATUSES = ("built", "skipped", "stale", "failed")
 
@@ -170,8 +178,13 @@ def validate_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettin
 
 def _main(cfg: DictConfig) -> int:
     """Wire the config into build_cache / validate_cache; return the exit code."""
-    from domino_pipeline.training.distributed import all_reduce_sum, barrier, init_distributed, shutdown_distributed
     from domino_pipeline.inputs.processed_run import list_runs
+    from domino_pipeline.training.distributed import (
+        all_reduce_sum,
+        barrier,
+        init_distributed,
+        shutdown_distributed,
+    )
 
     dist = init_distributed("cpu")  # gloo: the ranks only split runs and meet at barriers
     settings = settings_from_config(cfg.geometry, cfg.variables)  # device: one GPU per rank

@@ -29,7 +29,6 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from domino_pipeline.store.atomic_store import remove_stale_temporaries
 from domino_pipeline.inputs.drivaerml_reader import (
     KIND_WIDTH,
     VOLUME_SOURCES,
@@ -39,7 +38,13 @@ from domino_pipeline.inputs.drivaerml_reader import (
     read_volume,
     run_files,
 )
-from domino_pipeline.inputs.processed_run import ProcessedRunError, natural_key, open_processed_run, write_processed_run
+from domino_pipeline.inputs.processed_run import (
+    ProcessedRunError,
+    natural_key,
+    open_processed_run,
+    write_processed_run,
+)
+from domino_pipeline.store.atomic_store import remove_stale_temporaries
 
 # How each DrivAerML field is made dimensionless: its divisor in terms of U, rho and L.
 FIELD_SCALES = {

@@ -32,12 +32,15 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torch.utils.tensorboard import SummaryWriter
 
-from domino_pipeline.training import checkpointing
-from domino_pipeline.training import distributed
 from datapipe import MODEL_TYPES, collate_items, dataset_from_config
+from domino_pipeline.compute.settings import VARIABLE_WIDTH
+from domino_pipeline.training import checkpointing, distributed
 from domino_pipeline.training.distributed import DistInfo
-from domino_pipeline.compute.preprocessing import VARIABLE_WIDTH
-from domino_pipeline.training.training_loop import EpochResult, evaluate, train_one_epoch
+from domino_pipeline.training.training_loop import (
+    EpochResult,
+    evaluate,
+    train_one_epoch,
+)
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
 SCHEDULERS = ("cosine", "step")
@@ -224,7 +227,11 @@ def build_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> to
 def ensure_scaling_factors(train_runs: list[Path], path: Path, normalization: str, info: DistInfo) -> None:
     """Rank 0 computes the target scaling factors from the training runs once, if the file is
     missing (and says so when an existing file was computed from other runs); the others wait."""
-    from domino_pipeline.compute.scaling import compute_scaling_factors, load_scaling_factors, save_scaling_factors
+    from domino_pipeline.compute.scaling import (
+        compute_scaling_factors,
+        load_scaling_factors,
+        save_scaling_factors,
+    )
 
     if info.is_main and not path.exists():
         print(f"computing {normalization} scaling factors from {len(train_runs)} training runs -> {path}")

@@ -48,7 +48,8 @@ PROCESS_OPTIONS = dict(
 def ensure_processed(work: Path, preset: str, runs: int, *, volume_scale: int = 1) -> Path:
     """Generate and process ``runs`` synthetic runs into ``work`` unless they are there."""
     from process_data import process_all
-    from synthetic_data import PRESETS as SIZES, generate_runs
+    from synthetic_data import PRESETS as SIZES
+    from synthetic_data import generate_runs
 
     suffix = "" if volume_scale == 1 else f"_volume{volume_scale}x"
     raw, processed = work / f"raw{suffix}", work / f"processed{suffix}"
@@ -74,7 +75,7 @@ def settings_for(params: dict):
     """Our preprocessing settings: conf/config.yaml with the preset's grid, on the CPU."""
     from omegaconf import OmegaConf
 
-    from domino_pipeline.compute.preprocessing import settings_from_config
+    from domino_pipeline.compute.settings import settings_from_config
 
     cfg = OmegaConf.load(ROOT / "conf" / "config.yaml")
     cfg.geometry.interp_res = list(params["interp_res"])
@@ -87,8 +88,8 @@ def ensure_cache(processed: Path, cache: Path, params: dict, *, fresh: bool) -> 
     import shutil
 
     from cache_data import build_cache, manifest_runs
-    from domino_pipeline.store.cache_format import write_manifest
     from domino_pipeline.inputs.processed_run import list_runs
+    from domino_pipeline.store.cache_format import write_manifest
 
     if fresh:
         shutil.rmtree(cache, ignore_errors=True)
@@ -179,8 +180,8 @@ def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 9) -> d
     milliseconds per item of the main process and of the workers together (Linux /proc)."""
     from torch.utils.data import DataLoader, default_collate
 
-    from domino_pipeline.store.cache_format import read_manifest
     from datapipe import collate_items
+    from domino_pipeline.store.cache_format import read_manifest
 
     names = list(read_manifest(cache)["runs"])
     runs = [names[i % len(names)] for i in range(params["epoch_items"])]
@@ -266,8 +267,8 @@ def in_fresh_process(name: str, *args) -> dict:
 
 def measure(preset: str, runs: int, work: Path, model_type: str, compare: bool, fresh: bool) -> dict:
     """All measurements for one preset; returns the JSON-able results."""
-    from domino_pipeline.inputs.processed_run import list_runs
     from domino_pipeline.compute.scaling import compute_scaling_factors
+    from domino_pipeline.inputs.processed_run import list_runs
 
     params = dict(PRESETS[preset], model_type=model_type)
     processed = ensure_processed(work, preset, runs)

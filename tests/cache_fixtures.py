@@ -9,9 +9,9 @@ import numpy as np
 import zarr
 
 from cache_data import build_cache, manifest_runs
-from domino_pipeline.store.cache_format import layout_arrays, write_manifest
-from domino_pipeline.compute.preprocessing import PreprocessSettings, neighbor_layout_of
+from domino_pipeline.compute.settings import PreprocessSettings, neighbor_layout_of
 from domino_pipeline.inputs.processed_run import list_runs
+from domino_pipeline.store.cache_format import layout_arrays, write_manifest
 
 SURFACE_VARIABLES = (("pMeanTrim", "scalar"), ("wallShearStressMeanTrim", "vector"))
 VOLUME_VARIABLES = (("UMeanTrim", "vector"), ("pMeanTrim", "scalar"), ("nutMeanTrim", "scalar"))

@@ -10,9 +10,13 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from domino_pipeline.loading import batch_transfer
-from domino_pipeline.loading.batch_transfer import POOL_SIZE, mark_constant, output_array
 from datapipe import collate_items
+from domino_pipeline.loading import batch_transfer
+from domino_pipeline.loading.batch_transfer import (
+    POOL_SIZE,
+    mark_constant,
+    output_array,
+)
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,9 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import zarr
-from scipy.spatial import cKDTree
-
 from conftest import import_benchmark
+from scipy.spatial import cKDTree
 
 _bench = import_benchmark("benchmark_physicsnemo_cache")
 as_box = _bench.as_box

@@ -10,15 +10,24 @@ import shutil
 import numpy as np
 import pytest
 import zarr
-
 from cache_fixtures import SAMPLES, first_chunk, flip_byte, tiny_settings
-from domino_pipeline.store.cache_format import (
-    ARRAYS, NEIGHBOR_FEATURE_ARRAYS, CacheError, CacheRun, StaleCacheError, diff_settings,
-    layout_arrays, read_manifest, source_fingerprint, write_cache_run,
-)
+
 from datapipe import CachedDoMINODataset
-from domino_pipeline.compute.preprocessing import NEIGHBOR_FEATURES, preprocess_run
+from domino_pipeline.compute.preprocessing import preprocess_run
+from domino_pipeline.compute.settings import NEIGHBOR_FEATURES
 from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
+from domino_pipeline.store.cache_format import (
+    ARRAYS,
+    NEIGHBOR_FEATURE_ARRAYS,
+    CacheError,
+    CacheRun,
+    StaleCacheError,
+    diff_settings,
+    layout_arrays,
+    read_manifest,
+    source_fingerprint,
+    write_cache_run,
+)
 
 
 def test_runs_hold_what_preprocessing_computes(cache_dir, tiny_processed_dir):

@@ -14,8 +14,15 @@ import time
 from pathlib import Path
 
 import pytest
+from cache_fixtures import (
+    OVERRIDES,
+    assert_same_cache,
+    build_tiny_cache,
+    first_chunk,
+    flip_byte,
+    tiny_settings,
+)
 
-from cache_fixtures import OVERRIDES, assert_same_cache, build_tiny_cache, first_chunk, flip_byte, tiny_settings
 from domino_pipeline.store.cache_format import read_manifest
 
 ROOT = Path(__file__).resolve().parents[1]

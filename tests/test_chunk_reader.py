@@ -9,12 +9,17 @@ import shutil
 import numpy as np
 import pytest
 import zarr
+from cache_fixtures import flip_byte, tiny_settings
 from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
 
-from cache_fixtures import flip_byte, tiny_settings
-from domino_pipeline.store.cache_format import ARRAYS, CacheError, CacheRun, write_cache_run
+from domino_pipeline.store.cache_format import (
+    ARRAYS,
+    FORMAT_VERSION,
+    CacheError,
+    CacheRun,
+    write_cache_run,
+)
 from domino_pipeline.store.chunk_reader import ChunkedArray, CorruptChunkError
-from domino_pipeline.compute.preprocessing import FORMAT_VERSION
 
 # name -> (shape, dtype, chunk rows, fill value); row counts are not multiples of the chunks.
 ARRAY_SPECS = {

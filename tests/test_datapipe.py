@@ -11,18 +11,33 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from cache_fixtures import (
+    BOX_SURFACE,
+    BOX_VOLUME,
+    INTERP_RES,
+    SAMPLES,
+    build_tiny_cache,
+    tiny_settings,
+)
 from omegaconf import OmegaConf
 from torch.utils.data import DataLoader
 
+from datapipe import (
+    CachedDoMINODataset,
+    DoMINODataPipe,
+    collate_items,
+    dataset_from_config,
+)
+from domino_pipeline.compute.sampling import TooFewPointsError
+from domino_pipeline.compute.scaling import (
+    compute_scaling_factors,
+    save_scaling_factors,
+)
+from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, NEIGHBOR_LAYOUTS
+from domino_pipeline.inputs.processed_run import ProcessedRunError
 from domino_pipeline.store import cache_format
-from cache_fixtures import BOX_SURFACE, BOX_VOLUME, INTERP_RES, SAMPLES, build_tiny_cache, tiny_settings
 from domino_pipeline.store.cache_format import layout_arrays
 from domino_pipeline.store.chunk_reader import CHECKSUM_BYTES
-from datapipe import CachedDoMINODataset, DoMINODataPipe, collate_items, dataset_from_config
-from domino_pipeline.compute.preprocessing import NEIGHBOR_FEATURES, NEIGHBOR_LAYOUTS
-from domino_pipeline.inputs.processed_run import ProcessedRunError
-from domino_pipeline.compute.sampling import TooFewPointsError
-from domino_pipeline.compute.scaling import compute_scaling_factors, save_scaling_factors
 
 SURFACE_KEYS = {"surface_mesh_centers", "surface_normals", "surface_areas", "pos_surface_center_of_mass",
                 "surface_mesh_neighbors", "surface_neighbors_normals", "surface_neighbors_areas",
@@ -90,7 +105,7 @@ def test_the_features_layout_gives_the_same_items(model_type, cache_dir, feature
 @pytest.mark.parametrize("cache", ["cache_dir", "features_cache_dir"])
 def test_surface_point_arrays_are_drawn_into_output_arrays(cache, request, monkeypatch):
     """In a DataLoader worker, output_array places them in the buffer the batch travels in."""
-    import datapipe
+    from domino_pipeline.loading import cached
 
     made = []
 
@@ -98,7 +113,7 @@ def test_surface_point_arrays_are_drawn_into_output_arrays(cache, request, monke
         made.append(np.empty(shape, dtype))
         return made[-1]
 
-    monkeypatch.setattr(datapipe, "output_array", recording)
+    monkeypatch.setattr(cached, "output_array", recording)
     item = _cached(request.getfixturevalue(cache))[0]
     for key in ("surface_mesh_centers", "surface_normals", "surface_areas", "surface_mesh_neighbors",
                 "surface_neighbors_normals", "surface_neighbors_areas"):
@@ -309,11 +324,11 @@ def test_dataset_from_config_picks_the_cached_or_uncached_dataset(tiny_processed
 
 
 def test_uncached_geometry_errors_name_the_run(tiny_processed_dir, monkeypatch):
-    import datapipe
+    from domino_pipeline.loading import uncached
 
     def no_triangle(*args, **kwargs):
         raise ValueError("mesh has no usable triangle")
 
-    monkeypatch.setattr(datapipe, "grid_sdf", no_triangle)
+    monkeypatch.setattr(uncached, "grid_sdf", no_triangle)
     with pytest.raises(ValueError, match=r"run_1\.zarr: mesh has no usable triangle"):
         _uncached(tiny_processed_dir)[0]

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import pyvista as pv
 import warp as wp
+from conftest import import_benchmark
 from scipy.spatial import cKDTree
 
 from domino_pipeline.compute import geometry
-from conftest import import_benchmark
 
 wp.config.quiet = True
 HAS_CUDA = geometry.resolve_device("auto").startswith("cuda")

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pyvista as pv
+from conftest import PROCESS_OPTIONS
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
-from conftest import PROCESS_OPTIONS
 from domino_pipeline.inputs.drivaerml_reader import RunError, read_stl, read_surface
-from process_data import process_all, process_run
 from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
+from process_data import process_all, process_run
 
 ROOT = Path(__file__).resolve().parents[1]
 U = PROCESS_OPTIONS["stream_velocity"]

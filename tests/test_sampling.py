@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from domino_pipeline.compute.sampling import TooFewPointsError, choose_weighted, choose_window, draw_rng, sample_draw
+from domino_pipeline.compute.sampling import (
+    TooFewPointsError,
+    choose_weighted,
+    choose_window,
+    draw_rng,
+    sample_draw,
+)
 
 COUNTS = {"geometry": 1000, "surface": 5000, "volume": 20000}
 

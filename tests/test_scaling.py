@@ -9,8 +9,14 @@ import numpy as np
 import pytest
 import torch
 
+from domino_pipeline.compute.scaling import (
+    compute_scaling_factors,
+    load_scaling_factors,
+    save_scaling_factors,
+    scale_fields,
+    unscale_fields,
+)
 from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
-from domino_pipeline.compute.scaling import compute_scaling_factors, load_scaling_factors, save_scaling_factors, scale_fields, unscale_fields
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import PROCESS_OPTIONS
 from omegaconf import OmegaConf
 
-from domino_pipeline.training import checkpointing
 import train
-from conftest import PROCESS_OPTIONS
+from domino_pipeline.training import checkpointing
 from process_data import process_all
 from synthetic_data import generate_runs
 

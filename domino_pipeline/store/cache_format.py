@@ -24,11 +24,16 @@ import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
 from zarr.storage import LocalStore, WrapperStore
 
+from domino_pipeline.compute.settings import (
+    IMPLICIT_DEFAULTS,
+    NEIGHBOR_LAYOUTS,
+    PreprocessSettings,
+)
 from domino_pipeline.store.atomic_store import atomic_directory, write_json_atomic
 from domino_pipeline.store.chunk_reader import Allocator, ChunkedArray
-from domino_pipeline.compute.preprocessing import FORMAT_VERSION, IMPLICIT_DEFAULTS, NEIGHBOR_LAYOUTS, PreprocessSettings
 
 FORMAT = "domino-cache"
+FORMAT_VERSION = 1  # of the layout on disk; part of every run fingerprint
 MANIFEST = "manifest.json"
 # Array -> (dtype, rows per chunk; None = one chunk): the arrays of every run. Windows are read
 # from the row arrays, so chunks are a few hundred KiB: small enough that a window reads little
@@ -92,8 +97,8 @@ def source_fingerprint(processed_path: str | os.PathLike) -> str:
 
 
 def run_fingerprint(settings_fingerprint: str, source: str) -> str:
-    """The fingerprint of one cache run: its settings and its source together."""
-    return hashlib.sha256(f"{settings_fingerprint}:{source}".encode()).hexdigest()
+    """The fingerprint of one cache run: its format version, settings and source together."""
+    return hashlib.sha256(f"{FORMAT_VERSION}:{settings_fingerprint}:{source}".encode()).hexdigest()
 
 
 def write_cache_run(path: str | os.PathLike, contents: dict, *, settings: PreprocessSettings,

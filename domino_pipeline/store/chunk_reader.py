@@ -25,8 +25,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import crc32c

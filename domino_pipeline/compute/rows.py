@@ -1,0 +1,147 @@
+"""The cheap preprocessing steps, O(rows) and free of Warp: filter, permute, normalise.
+
+``prepare_rows`` drops surface cells with area <= 0 and those outside the volume box, drops
+volume points outside the volume box (DoMINO's rules), puts STL vertices, surface rows and volume
+rows in a fixed random permutation (so that sampling can read contiguous windows, see
+sampling.py), normalises coordinates to [-1, 1] (surface box for surface quantities, volume box
+for volume quantities) and computes the area-weighted centre of mass. ``gather_neighbors`` turns
+neighbour rows into their coordinates, normals and areas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from domino_pipeline.compute.settings import (
+    NEIGHBOR_FEATURES,
+    PARTS,
+    PreprocessSettings,
+)
+
+
+def normalize(points: np.ndarray, box) -> np.ndarray:
+    """Map coordinates in ``box`` = (min, max) to [-1, 1], float32."""
+    lo, hi = (np.asarray(b, dtype=np.float32) for b in box)
+    return (2.0 * (points.astype(np.float32) - lo) / (hi - lo) - 1.0).astype(np.float32)
+
+
+def make_grid(box, interp_res) -> np.ndarray:
+    """The regular grid over ``box`` with ``interp_res`` points per axis, normalised to [-1, 1],
+    shape (Nx, Ny, Nz, 3). Derived, never stored."""
+    lo, hi = (np.asarray(b, dtype=np.float32) for b in box)
+    axes = [np.linspace(lo[i], hi[i], int(interp_res[i]), dtype=np.float32) for i in range(3)]
+    grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1)
+    return normalize(grid, box)
+
+
+@dataclass
+class PreparedRun:
+    """A processed run after the cheap steps; row arrays are in their stored (permuted) order."""
+
+    stl_vertices: np.ndarray  # (Np, 3) physical, original order (the mesh for SDFs)
+    stl_faces: np.ndarray  # (3 Ntri,) int32
+    geometry_coordinates: np.ndarray  # (Np, 3) physical, permuted
+    center_of_mass: np.ndarray  # (3,) physical
+    global_params_values: np.ndarray  # (P,)
+    global_params_reference: np.ndarray  # (P,)
+    surface_points: np.ndarray | None = None  # (Ns, 3) physical (for the kNN)
+    surface_coordinates: np.ndarray | None = None  # (Ns, 3) normalised with the surface box
+    surface_normals: np.ndarray | None = None
+    surface_areas: np.ndarray | None = None
+    surface_fields: np.ndarray | None = None
+    volume_coordinates: np.ndarray | None = None  # (Nv, 3) normalised with the volume box
+    volume_fields: np.ndarray | None = None
+
+
+def _inside(points: np.ndarray, box) -> np.ndarray:
+    lo, hi = (np.asarray(b, dtype=np.float32) for b in box)
+    return np.all((points > lo) & (points < hi), axis=1)
+
+
+def _permutation(n: int, seed: int, stream: int) -> np.ndarray:
+    return np.random.default_rng([seed, stream]).permutation(n)
+
+
+def _check_fields(fields: np.ndarray, width: int, name: str, source: str) -> None:
+    if fields.ndim != 2 or fields.shape[1] != width:
+        raise ValueError(f"{source}: {name} has shape {fields.shape}; the configured variables "
+                         f"need {width} columns")
+
+
+def _prepare_surface(arrays: dict, s: PreprocessSettings, source: str) -> dict:
+    centers = arrays["surface_mesh_centers"]
+    areas = arrays["surface_areas"]
+    _check_fields(arrays["surface_fields"], s.width("surface"), "surface_fields", source)
+    keep = np.flatnonzero((areas > 0) & _inside(centers, s.bounding_box_volume))
+    if len(keep) < s.num_neighbors_surface:
+        raise ValueError(f"{source}: {len(keep)} surface cells inside the volume box with area > 0, "
+                         f"fewer than num_neighbors_surface={s.num_neighbors_surface}")
+    rows = keep[_permutation(len(keep), s.permutation_seed, 1)]
+    points = np.ascontiguousarray(centers[rows], dtype=np.float32)
+    return {
+        "surface_points": points,
+        "surface_coordinates": normalize(points, s.bounding_box_surface),
+        "surface_normals": np.ascontiguousarray(arrays["surface_normals"][rows], dtype=np.float32),
+        "surface_areas": np.ascontiguousarray(areas[rows], dtype=np.float32),
+        "surface_fields": np.ascontiguousarray(arrays["surface_fields"][rows], dtype=np.float32),
+    }
+
+
+def _prepare_volume(arrays: dict, s: PreprocessSettings, source: str) -> dict:
+    centers = arrays["volume_mesh_centers"]
+    _check_fields(arrays["volume_fields"], s.width("volume"), "volume_fields", source)
+    keep = np.flatnonzero(_inside(centers, s.bounding_box_volume))
+    if len(keep) == 0:
+        raise ValueError(f"{source}: no volume point lies inside the volume box")
+    rows = keep[_permutation(len(keep), s.permutation_seed, 2)]
+    return {
+        "volume_coordinates": normalize(centers[rows], s.bounding_box_volume),
+        "volume_fields": np.ascontiguousarray(arrays["volume_fields"][rows], dtype=np.float32),
+    }
+
+
+def center_of_mass(stl_centers: np.ndarray, stl_areas: np.ndarray) -> np.ndarray:
+    """Area-weighted mean of the STL triangle centres, float32 (3,)."""
+    weights = stl_areas.astype(np.float64)
+    return (weights @ stl_centers.astype(np.float64) / weights.sum()).astype(np.float32)
+
+
+def prepare_rows(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *,
+                 parts=PARTS, source: str = "run") -> PreparedRun:
+    """The cheap steps (filter, permute, normalise, centre of mass) for the ``parts`` asked."""
+    faces = np.asarray(arrays["stl_faces"]).reshape(-1)
+    vertices = np.ascontiguousarray(arrays["stl_coordinates"], dtype=np.float32)
+    order = _permutation(len(vertices), settings.permutation_seed, 0)
+    prepared = PreparedRun(
+        stl_vertices=vertices,
+        stl_faces=faces.astype(np.int32),
+        geometry_coordinates=vertices[order],
+        center_of_mass=center_of_mass(arrays["stl_centers"], arrays["stl_areas"]),
+        global_params_values=np.asarray(arrays["global_params_values"], dtype=np.float32),
+        global_params_reference=np.asarray(arrays["global_params_reference"], dtype=np.float32),
+    )
+    if "surface" in parts:
+        vars(prepared).update(_prepare_surface(arrays, settings, source))
+    if "volume" in parts:
+        vars(prepared).update(_prepare_volume(arrays, settings, source))
+    return prepared
+
+
+def drop_self(indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Remove each query's own row from its k neighbours (or the farthest one if, among many
+    duplicates, it is not listed): (Q, k) -> (Q, k - 1)."""
+    mine = indices == rows[:, None]
+    mine[~mine.any(axis=1), -1] = True
+    first = np.argmax(mine, axis=1)
+    mine[:] = False
+    mine[np.arange(len(rows)), first] = True
+    return indices[~mine].reshape(len(rows), indices.shape[1] - 1)
+
+
+def gather_neighbors(prepared: PreparedRun, neighbors: np.ndarray) -> dict[str, np.ndarray]:
+    """The coordinates (Q, K-1, 3), normals (Q, K-1, 3) and areas (Q, K-1) of the surface rows
+    ``neighbors`` (Q, K-1), keyed by ``NEIGHBOR_FEATURES``: what an item holds of its cells'
+    neighbours, gathered in one place for the uncached path and the ``features`` cache."""
+    return {name: getattr(prepared, f"surface_{name}")[neighbors] for name in NEIGHBOR_FEATURES}

@@ -1,0 +1,105 @@
+"""The settings that decide a run's preprocessed contents, and their fingerprint.
+
+``PreprocessSettings`` is built once from the Hydra config (``settings_from_config``) and passed
+down as plain arguments; its ``fingerprinted()`` form is what a cache records and compares.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+PARTS = ("surface", "volume")
+VARIABLE_WIDTH = {"scalar": 1, "vector": 3}
+# What a cache stores of each surface cell's neighbours: their rows only, or also their features
+# (docs/cache_format.md). The uncached path computes them per draw either way.
+NEIGHBOR_LAYOUTS = ("indices", "features")
+NEIGHBOR_FEATURES = ("coordinates", "normals", "areas")
+# Settings that fingerprinted() leaves out at these values, so caches built before the setting
+# existed keep their fingerprint; where absent, a cache's settings have these values.
+IMPLICIT_DEFAULTS = {"neighbor_layout": "indices"}
+
+
+@dataclass(frozen=True)
+class PreprocessSettings:
+    """Every setting that changes the preprocessed arrays (all fingerprinted except ``device``)."""
+
+    bounding_box_volume: tuple[tuple[float, ...], tuple[float, ...]]  # (min xyz, max xyz)
+    bounding_box_surface: tuple[tuple[float, ...], tuple[float, ...]]
+    interp_res: tuple[int, int, int]
+    num_neighbors_surface: int
+    surface_variables: tuple[tuple[str, str], ...]  # (name, scalar | vector), in column order
+    volume_variables: tuple[tuple[str, str], ...]
+    permutation_seed: int = 0
+    neighbor_layout: str = "indices"  # one of NEIGHBOR_LAYOUTS
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("bounding_box_volume", "bounding_box_surface"):
+            lo, hi = (np.asarray(b, dtype=np.float64) for b in getattr(self, name))
+            if lo.shape != (3,) or hi.shape != (3,) or not np.all(hi > lo):
+                raise ValueError(f"{name} needs min and max of 3 values with max > min; "
+                                 f"got {getattr(self, name)}")
+        if len(self.interp_res) != 3 or min(self.interp_res) < 2:
+            raise ValueError(f"interp_res needs 3 values >= 2; got {self.interp_res}")
+        if self.num_neighbors_surface < 1:
+            raise ValueError(f"num_neighbors_surface must be >= 1; got {self.num_neighbors_surface}")
+        for kind, variables in (("surface", self.surface_variables), ("volume", self.volume_variables)):
+            bad = [v for v in variables if v[1] not in VARIABLE_WIDTH]
+            if bad:
+                raise ValueError(f"{kind} variables {bad}: kind must be one of {list(VARIABLE_WIDTH)}")
+        if self.neighbor_layout not in NEIGHBOR_LAYOUTS:
+            raise ValueError(f"neighbor_layout must be one of {list(NEIGHBOR_LAYOUTS)}; "
+                             f"got {self.neighbor_layout!r}")
+
+    def width(self, part: str) -> int:
+        """Number of target columns of ``part``."""
+        variables = self.surface_variables if part == "surface" else self.volume_variables
+        return sum(VARIABLE_WIDTH[kind] for _, kind in variables)
+
+    def fingerprinted(self) -> dict:
+        """The JSON form of the settings that a cache's contents depend on, without those at
+        their ``IMPLICIT_DEFAULTS`` value."""
+        settings = asdict(self)
+        del settings["device"]
+        for key, value in IMPLICIT_DEFAULTS.items():
+            if settings[key] == value:
+                del settings[key]
+        return json.loads(json.dumps(settings))  # tuples -> lists, as stored in JSON
+
+    def fingerprint(self) -> str:
+        """A SHA-256 of ``fingerprinted()``."""
+        text = json.dumps(self.fingerprinted(), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def neighbor_layout_of(fingerprinted: dict) -> str:
+    """The neighbour layout of settings in their ``PreprocessSettings.fingerprinted()`` form
+    (a cache's settings)."""
+    return (IMPLICIT_DEFAULTS | fingerprinted)["neighbor_layout"]
+
+
+def parse_box(box) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(min, max) from a {"min", "max"} mapping (a Hydra box) or a (min, max) pair."""
+    if hasattr(box, "keys"):
+        box = (box["min"], box["max"])
+    lo, hi = box
+    return tuple(float(v) for v in lo), tuple(float(v) for v in hi)
+
+
+def settings_from_config(geometry_cfg, variables_cfg, *, device: str | None = None) -> PreprocessSettings:
+    """Build the settings from the ``geometry`` and ``variables`` sections of the Hydra config."""
+    return PreprocessSettings(
+        bounding_box_volume=parse_box(geometry_cfg["bounding_box_volume"]),
+        bounding_box_surface=parse_box(geometry_cfg["bounding_box_surface"]),
+        interp_res=tuple(int(v) for v in geometry_cfg["interp_res"]),
+        num_neighbors_surface=int(geometry_cfg["num_neighbors_surface"]),
+        surface_variables=tuple((str(k), str(v)) for k, v in variables_cfg["surface"].items()),
+        volume_variables=tuple((str(k), str(v)) for k, v in variables_cfg["volume"].items()),
+        permutation_seed=int(geometry_cfg.get("permutation_seed", 0)),
+        neighbor_layout=str(geometry_cfg.get("neighbor_layout", IMPLICIT_DEFAULTS["neighbor_layout"])),
+        device=str(device if device is not None else geometry_cfg.get("device", "auto")),
+    )

@@ -1,0 +1,154 @@
+"""``CachedDoMINODataset``: DoMINO items drawn from a cache written by ``cache_data.py``.
+
+    ds = CachedDoMINODataset("outputs/demo/cache", model_type="surface", surface_points=1024,
+                             geometry_points=4096, scaling_factors="outputs/demo/processed/scaling_factors.json")
+    ds.set_epoch(3); item = ds[0]
+
+Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the cache stays light.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from domino_pipeline.compute.sampling import TooFewPointsError
+from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_of
+from domino_pipeline.loading.batch_transfer import output_array
+from domino_pipeline.loading.items import EpochDataset, build_item, run_name
+from domino_pipeline.store.cache_format import (
+    CacheRun,
+    StaleCacheError,
+    diff_settings,
+    read_manifest,
+)
+
+
+class CachedDoMINODataset(EpochDataset):
+    """DoMINO items drawn from a cache written by ``cache_data.py``.
+
+    Holds only paths and the manifest's small metadata; each process opens runs lazily. A draw
+    reads windows of the pre-shuffled row arrays (O(sampled points)). The neighbours of the
+    sampled surface cells come as the cache's ``neighbor_layout`` stores them: in "features",
+    read with the cells' own rows; in "indices", gathered from the rows the indices name (these
+    lie all over the surface, so the gather touches most chunks of three small arrays;
+    docs/cache_format.md). ``expected``: settings (``PreprocessSettings.fingerprinted()``)
+    the cache must have been built with; a mismatch raises StaleCacheError listing every
+    difference.
+    """
+
+    def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
+                 model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,
+                 geometry_points: int = 300_000, scaling_factors: dict | str | os.PathLike | None = None,
+                 seed: int = 0, expected: dict | None = None, surface_window_factor: int | None = 8,
+                 count_bytes: bool = False) -> None:
+        super().__init__(model_type=model_type, surface_points=surface_points,
+                         volume_points=volume_points, geometry_points=geometry_points,
+                         surface_window_factor=surface_window_factor, seed=seed,
+                         scaling_factors=scaling_factors)
+        self.cache_dir = Path(cache_dir)
+        manifest = read_manifest(self.cache_dir)
+        self.settings, self.fingerprint = manifest["settings"], manifest["fingerprint"]
+        self.neighbor_layout = neighbor_layout_of(self.settings)
+        if expected is not None:
+            differences = diff_settings(self.settings, expected)
+            if differences:
+                raise StaleCacheError(f"{self.cache_dir}: the cache was built with other settings; "
+                                      "rebuild it (cache_data.py cache.rebuild=true):\n  "
+                                      + "\n  ".join(differences))
+        names = list(manifest["runs"]) if runs is None else [run_name(r) for r in runs]
+        missing = [n for n in names if n not in manifest["runs"]]
+        if missing:
+            raise FileNotFoundError(f"{self.cache_dir}: runs {missing} are not in the cache manifest")
+        self.run_paths = [self.cache_dir / manifest["runs"][n]["path"] for n in names]
+        self.count_bytes = count_bytes
+        self._open: dict[int, CacheRun] = {}
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return len(self.run_paths)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_open"] = {}  # open stores stay in their process
+        return state
+
+    def run(self, index: int) -> CacheRun:
+        """The opened cache run of ``index`` (opened on first use in this process)."""
+        if self._pid != os.getpid():  # a forked worker opens its own stores
+            self._open, self._pid = {}, os.getpid()
+        if index not in self._open:
+            run = CacheRun(self.run_paths[index], count_bytes=self.count_bytes)
+            if run.attrs.get("settings_fingerprint") != self.fingerprint:
+                raise StaleCacheError(
+                    f"{run.path}: built with other settings than the manifest records:\n  "
+                    + "\n  ".join(diff_settings(run.attrs.get("settings", {}), self.settings)))
+            self._open[index] = run
+        return self._open[index]
+
+    def bytes_read(self) -> int:
+        """Bytes this process has read from the cache (with ``count_bytes=True``)."""
+        return sum(run.bytes_read for run in self._open.values())
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        run = self.run(index)
+        counts = run.attrs["counts"]
+        try:
+            draw = self._draw(index, counts, lambda a, b: run.read("surface_areas", slice(a, b)))
+        except TooFewPointsError as err:
+            raise TooFewPointsError(f"{run.path}: {err}") from err
+        grids = self._derived_grids()
+        drawn_grids = {"surf_grid": grids["surf_grid"],
+                       "sdf_surf_grid": run.read("surface_grid_sdf", empty=output_array)}
+        if "volume" in self.parts:
+            drawn_grids.update(grid=grids["grid"], sdf_grid=run.read("volume_grid_sdf", empty=output_array))
+        return build_item(
+            settings=self.settings, scalars=run.attrs["scalars"],
+            geometry_coordinates=run.read("geometry_coordinates", slice(*draw.geometry), empty=output_array),
+            grids=drawn_grids,
+            surface=None if draw.surface_rows is None else _read_surface(run, draw.surface_rows,
+                                                                         self.neighbor_layout),
+            volume=None if draw.volume is None else _read_volume(run, draw.volume),
+            scaling_factors=self.scaling_factors)
+
+
+def _read_surface(run: CacheRun, rows: np.ndarray, neighbor_layout: str) -> dict[str, np.ndarray]:
+    """The sampled surface rows (sorted; fields read as one span of the window) with their
+    neighbours' coordinates, normals and areas, as ``neighbor_layout`` stores them."""
+    span = slice(int(rows[0]), int(rows[-1]) + 1)
+    local = rows - span.start
+    drawn = {"fields": run.read("surface_fields", span)[local]}
+    if neighbor_layout == "features":
+        return drawn | _read_neighbor_features(run, rows)
+    return drawn | _gather_neighbors(run, rows, run.read("surface_neighbors", span)[local])
+
+
+def _read_neighbor_features(run: CacheRun, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows' coordinates, normals and areas and their neighbours', stored per row: each
+    array read from the chunks of the window the sorted rows fall in, each chunk once."""
+    drawn = {}
+    for name in NEIGHBOR_FEATURES:
+        drawn[name] = run.read(f"surface_{name}", rows, empty=output_array)
+        drawn[f"neighbor_{name}"] = run.read(f"surface_neighbor_{name}", rows, empty=output_array)
+    return drawn
+
+
+def _gather_neighbors(run: CacheRun, rows: np.ndarray, neighbors: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows' coordinates, normals and areas and those of their ``neighbors`` (rows, K-1);
+    each neighbour-source array is read in one pass over its chunks for both."""
+    drawn = {}
+    wanted = np.concatenate([rows, neighbors.ravel()])
+    for name in NEIGHBOR_FEATURES:
+        both = run.read(f"surface_{name}", wanted, empty=output_array)
+        drawn[name] = both[:len(rows)]
+        drawn[f"neighbor_{name}"] = both[len(rows):].reshape(*neighbors.shape, *both.shape[1:])
+    return drawn
+
+
+def _read_volume(run: CacheRun, window: tuple[int, int]) -> dict[str, np.ndarray]:
+    span = slice(*window)
+    return {name: run.read(f"volume_{name}", span) for name in ("coordinates", "fields", "sdf", "closest")}

@@ -1,0 +1,169 @@
+"""What both DoMINO datasets share: the item they return (``build_item``), the epoch counter and
+draws (``EpochDataset``) and the constant grids. ``DoMINODataPipe`` (uncached.py) preprocesses
+every draw, ``CachedDoMINODataset`` (cached.py) reads the cache that ``cache_data.py`` wrote; both
+return the same dict for the same (seed, epoch, index).
+
+An item is a dict of float32 tensors without batch dimension, DoMINO's input names:
+
+- always: ``geometry_coordinates`` (G, 3), ``surf_grid`` (Nx, Ny, Nz, 3), ``sdf_surf_grid``
+  (Nx, Ny, Nz), ``global_params_values`` / ``global_params_reference`` (P, 1),
+  ``surface_min_max`` (2, 3);
+- surface / combined: ``surface_mesh_centers``, ``surface_normals``, ``pos_surface_center_of_mass``
+  (Ns, 3), ``surface_areas`` (Ns,), ``surface_mesh_neighbors``, ``surface_neighbors_normals``
+  (Ns, K-1, 3), ``surface_neighbors_areas`` (Ns, K-1), target ``surface_fields`` (Ns, 4);
+- volume / combined: ``grid`` (Nx, Ny, Nz, 3), ``sdf_grid`` (Nx, Ny, Nz), ``volume_mesh_centers``,
+  ``pos_volume_closest``, ``pos_volume_center_of_mass`` (Nv, 3), ``sdf_nodes`` (Nv, 1),
+  ``volume_min_max`` (2, 3), target ``volume_fields`` (Nv, 5).
+
+Targets are scaled with the given factors (unscaled when none are given).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from domino_pipeline.compute.rows import make_grid, normalize
+from domino_pipeline.compute.sampling import Draw, sample_draw
+from domino_pipeline.compute.scaling import load_scaling_factors, scale_fields
+from domino_pipeline.loading.batch_transfer import mark_constant
+
+MODEL_TYPES = ("surface", "volume", "combined")
+
+
+def parts_of(model_type: str) -> tuple[str, ...]:
+    """The parts ("surface", "volume") a model type needs."""
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"unknown model_type {model_type!r}; expected one of {MODEL_TYPES}")
+    return {"surface": ("surface",), "volume": ("volume",), "combined": ("surface", "volume")}[model_type]
+
+
+def run_name(run: str | os.PathLike) -> str:
+    name = Path(run).name
+    return name[:-5] if name.endswith(".zarr") else name
+
+
+def _as_factors(scaling_factors: dict | str | os.PathLike | None) -> dict | None:
+    if scaling_factors is None or isinstance(scaling_factors, dict):
+        return scaling_factors
+    return load_scaling_factors(scaling_factors)
+
+
+def as_tensor(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+
+
+def _scaled(fields: np.ndarray, scaling_factors: dict | None, kind: str) -> np.ndarray:
+    return fields if scaling_factors is None else scale_fields(fields, scaling_factors, kind)
+
+
+def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarray,
+               grids: dict[str, np.ndarray], surface: dict | None, volume: dict | None,
+               scaling_factors: dict | None) -> dict[str, torch.Tensor]:
+    """Assemble DoMINO's input dict from the drawn rows (numpy, coordinates normalised).
+
+    ``grids``: "surf_grid" and, for a volume part, "grid" (the per-process tensors of
+    ``EpochDataset._derived_grids``, put in the item as they are), "sdf_surf_grid" and "sdf_grid".
+    ``surface``: coordinates, normals, areas, fields, neighbor_coordinates, neighbor_normals,
+    neighbor_areas. ``volume``: coordinates, fields, sdf, closest.
+    """
+    com = np.asarray(scalars["center_of_mass"], dtype=np.float32)
+    item = {
+        "geometry_coordinates": as_tensor(geometry_coordinates),
+        "surf_grid": grids["surf_grid"],
+        "sdf_surf_grid": as_tensor(grids["sdf_surf_grid"]),
+        "global_params_values": as_tensor(np.asarray(scalars["global_params_values"])[:, None]),
+        "global_params_reference": as_tensor(np.asarray(scalars["global_params_reference"])[:, None]),
+        "surface_min_max": as_tensor(np.asarray(settings["bounding_box_surface"])),
+    }
+    if surface is not None:
+        com_s = normalize(com[None], settings["bounding_box_surface"])[0]
+        fields = _scaled(surface["fields"], scaling_factors, "surface")
+        item.update({
+            "surface_mesh_centers": as_tensor(surface["coordinates"]),
+            "surface_normals": as_tensor(surface["normals"]),
+            "surface_areas": as_tensor(surface["areas"]),
+            "pos_surface_center_of_mass": as_tensor(surface["coordinates"] - com_s),
+            "surface_mesh_neighbors": as_tensor(surface["neighbor_coordinates"]),
+            "surface_neighbors_normals": as_tensor(surface["neighbor_normals"]),
+            "surface_neighbors_areas": as_tensor(surface["neighbor_areas"]),
+            "surface_fields": as_tensor(fields),
+        })
+    if volume is not None:
+        com_v = normalize(com[None], settings["bounding_box_volume"])[0]
+        fields = _scaled(volume["fields"], scaling_factors, "volume")
+        item.update({
+            "grid": grids["grid"], "sdf_grid": as_tensor(grids["sdf_grid"]),
+            "volume_mesh_centers": as_tensor(volume["coordinates"]),
+            "sdf_nodes": as_tensor(volume["sdf"][:, None]),
+            "pos_volume_closest": as_tensor(volume["coordinates"] - volume["closest"]),
+            "pos_volume_center_of_mass": as_tensor(volume["coordinates"] - com_v),
+            "volume_min_max": as_tensor(np.asarray(settings["bounding_box_volume"])),
+            "volume_fields": as_tensor(fields),
+        })
+    return item
+
+
+class EpochDataset(Dataset):
+    """Shared plumbing: the epoch counter that reaches persistent workers, draws and grids."""
+
+    def __init__(self, *, model_type: str, surface_points: int, volume_points: int,
+                 geometry_points: int, surface_window_factor: int | None, seed: int,
+                 scaling_factors) -> None:
+        self.parts = parts_of(model_type)
+        self.model_type = model_type
+        self.surface_points, self.volume_points = int(surface_points), int(volume_points)
+        self.geometry_points = int(geometry_points)
+        self.surface_window_factor = surface_window_factor
+        self.seed = int(seed)
+        self.scaling_factors = _as_factors(scaling_factors)
+        # Shared memory: a worker forked or spawned once (persistent_workers) sees later updates.
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw the points of ``epoch`` from now on, in this process and in every worker."""
+        self._epoch.fill_(int(epoch))
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch.item())
+
+    def _draw(self, index: int, counts: dict, read_areas) -> Draw:
+        return sample_draw(
+            self.seed, self.epoch, index, counts=counts, geometry_points=self.geometry_points,
+            surface_points=self.surface_points if "surface" in self.parts else None,
+            volume_points=self.volume_points if "volume" in self.parts else None,
+            read_surface_areas=read_areas, surface_window_factor=self.surface_window_factor)
+
+    def _derived_grids(self) -> dict[str, torch.Tensor]:
+        """The normalised grids of ``self.settings`` (``constant_grid``: one tensor per process)."""
+        return {name: constant_grid(*recipe) for name, recipe in self._grid_recipes.items()}
+
+    @functools.cached_property
+    def _grid_recipes(self) -> dict[str, tuple]:
+        """``constant_grid``'s arguments per grid, derived once from the settings."""
+        res = tuple(int(n) for n in self.settings["interp_res"])
+        return {name: (_box_key(self.settings[box]), res)
+                for name, box in (("surf_grid", "bounding_box_surface"), ("grid", "bounding_box_volume"))}
+
+
+@functools.lru_cache(maxsize=16)
+def constant_grid(box: tuple, res: tuple[int, int, int]) -> torch.Tensor:
+    """The grid of ``res`` points over ``box`` in normalised coordinates, built once per process.
+
+    Every item holds this same tensor (read-only by contract). Batches from DataLoader workers
+    carry only ``(box, res)`` in its place (batch_transfer.mark_constant), so the two largest
+    arrays of an item (12.6 MB at 128 x 64 x 64) are never copied between processes.
+    """
+    grid = as_tensor(make_grid(np.asarray(box), res))
+    mark_constant(grid, constant_grid, (box, res))
+    return grid
+
+
+def _box_key(box) -> tuple:
+    return tuple(tuple(float(v) for v in corner) for corner in np.asarray(box).tolist())

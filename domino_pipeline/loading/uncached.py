@@ -1,0 +1,129 @@
+"""``DoMINODataPipe``: DoMINO items preprocessed on every draw from the processed runs (no cache).
+
+Imports Warp (the geometry kernels); ``CachedDoMINODataset`` does not.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import get_worker_info
+
+from domino_pipeline.compute import geometry
+from domino_pipeline.compute.preprocessing import (
+    grid_sdf,
+    surface_neighbors,
+    volume_sdf,
+)
+from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
+from domino_pipeline.compute.sampling import Draw, TooFewPointsError
+from domino_pipeline.compute.settings import PreprocessSettings, parse_box
+from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
+from domino_pipeline.loading.items import EpochDataset, build_item, run_name
+
+
+class DoMINODataPipe(EpochDataset):
+    """DoMINO items preprocessed on every draw from the processed runs (no cache).
+
+    Runs ``preprocessing.prepare_rows`` on the whole run, draws with the shared sampling, and
+    computes the expensive geometry only for what the draw needs: both grids' SDFs, the kNN of
+    the sampled surface cells among all kept cells, the SDF of the sampled volume points. On CUDA
+    (Warp kernels on the GPU) it must run in the main process: DataLoader workers are refused.
+    """
+
+    def __init__(self, processed_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
+                 model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,
+                 geometry_points: int = 300_000, bounding_box_volume, bounding_box_surface,
+                 interp_res: Sequence[int], num_neighbors_surface: int = 7,
+                 surface_variables=(("pMeanTrim", "scalar"), ("wallShearStressMeanTrim", "vector")),
+                 volume_variables=(("UMeanTrim", "vector"), ("pMeanTrim", "scalar"), ("nutMeanTrim", "scalar")),
+                 permutation_seed: int = 0, scaling_factors: dict | str | os.PathLike | None = None,
+                 seed: int = 0, device: str = "auto", surface_window_factor: int | None = 8) -> None:
+        super().__init__(model_type=model_type, surface_points=surface_points,
+                         volume_points=volume_points, geometry_points=geometry_points,
+                         surface_window_factor=surface_window_factor, seed=seed,
+                         scaling_factors=scaling_factors)
+        self.processed_dir = Path(processed_dir)
+        all_runs = list_runs(self.processed_dir)
+        if runs is None:
+            self.run_paths = all_runs
+        else:
+            by_name = {run_name(p): p for p in all_runs}
+            missing = [r for r in runs if run_name(r) not in by_name]
+            if missing:
+                raise FileNotFoundError(f"{self.processed_dir}: no processed runs {missing}")
+            self.run_paths = [by_name[run_name(r)] for r in runs]
+        self.preprocess = PreprocessSettings(
+            bounding_box_volume=parse_box(bounding_box_volume), bounding_box_surface=parse_box(bounding_box_surface),
+            interp_res=tuple(int(v) for v in interp_res), num_neighbors_surface=int(num_neighbors_surface),
+            surface_variables=tuple(tuple(v) for v in surface_variables),
+            volume_variables=tuple(tuple(v) for v in volume_variables),
+            permutation_seed=int(permutation_seed), device=geometry.resolve_device(device))
+        self.settings = self.preprocess.fingerprinted()
+
+    def __len__(self) -> int:
+        return len(self.run_paths)
+
+    def _arrays_needed(self) -> list[str]:
+        names = ["stl_coordinates", "stl_faces", "stl_centers", "stl_areas",
+                 "global_params_values", "global_params_reference"]
+        if "surface" in self.parts:
+            names += ["surface_mesh_centers", "surface_normals", "surface_areas", "surface_fields"]
+        if "volume" in self.parts:
+            names += ["volume_mesh_centers", "volume_fields"]
+        return names
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if self.preprocess.device.startswith("cuda") and get_worker_info() is not None:
+            raise RuntimeError("DoMINODataPipe runs Warp on CUDA and cannot run in DataLoader "
+                               "workers; use num_workers=0, or build the cache (cache_data.py) and "
+                               "use CachedDoMINODataset, which works with workers")
+        path = self.run_paths[index]
+        prepared = prepare_rows(load_processed_run(path, self._arrays_needed()), self.preprocess,
+                                parts=self.parts, source=str(path))
+        counts = {"geometry": len(prepared.geometry_coordinates),
+                  "surface": 0 if prepared.surface_areas is None else len(prepared.surface_areas),
+                  "volume": 0 if prepared.volume_coordinates is None else len(prepared.volume_coordinates)}
+        try:
+            draw = self._draw(index, counts, lambda a, b: prepared.surface_areas[a:b])
+        except TooFewPointsError as err:
+            raise TooFewPointsError(f"{path}: {err}") from err
+        try:
+            return self._item(prepared, draw)
+        except ValueError as err:  # the geometry engine's (e.g. an STL with no usable triangle)
+            raise ValueError(f"{path}: {err}") from err
+
+    def _item(self, prepared: PreparedRun, draw: Draw) -> dict[str, torch.Tensor]:
+        """The geometry work for the drawn rows, then the item."""
+        grids = self._derived_grids()
+        drawn_grids = {"surf_grid": grids["surf_grid"],
+                       "sdf_surf_grid": grid_sdf(prepared, self.preprocess, "surface")}
+        if "volume" in self.parts:
+            drawn_grids.update(grid=grids["grid"], sdf_grid=grid_sdf(prepared, self.preprocess, "volume"))
+        scalars = {"center_of_mass": prepared.center_of_mass,
+                   "global_params_values": prepared.global_params_values,
+                   "global_params_reference": prepared.global_params_reference}
+        g0, g1 = draw.geometry
+        return build_item(
+            settings=self.settings, scalars=scalars,
+            geometry_coordinates=prepared.geometry_coordinates[g0:g1], grids=drawn_grids,
+            surface=None if draw.surface_rows is None else self._surface(prepared, draw.surface_rows),
+            volume=None if draw.volume is None else self._volume(prepared, draw.volume),
+            scaling_factors=self.scaling_factors)
+
+    def _surface(self, p: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
+        neighbors = surface_neighbors(p, self.preprocess, rows)
+        gathered = gather_neighbors(p, neighbors)
+        return {"coordinates": p.surface_coordinates[rows], "normals": p.surface_normals[rows],
+                "areas": p.surface_areas[rows], "fields": p.surface_fields[rows],
+                **{f"neighbor_{name}": values for name, values in gathered.items()}}
+
+    def _volume(self, p: PreparedRun, window: tuple[int, int]) -> dict[str, np.ndarray]:
+        sdf, closest = volume_sdf(p, self.preprocess, window)
+        span = slice(*window)
+        return {"coordinates": p.volume_coordinates[span], "fields": p.volume_fields[span],
+                "sdf": sdf, "closest": closest}
