@@ -1,13 +1,13 @@
 # The two commands a fresh machine needs (Python 3.11):
 #   make demo   set up, then run the whole pipeline on the synthetic demo dataset
-#   make test   set up, then run the test suite
+#   make test   set up, then run the test suite (make test-fast: the unit tests only, under a minute)
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO := outputs/demo
 
-.PHONY: setup test demo clean-demo
+.PHONY: setup test test-fast demo clean-demo
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,9 @@ setup: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
 
 demo: $(STAMP)
 	$(PY) synthetic_data.py --preset demo --runs 6 --seed 0 --out $(DEMO)/raw \

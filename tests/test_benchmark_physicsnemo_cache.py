@@ -24,6 +24,9 @@ main = _bench.main
 measure_physicsnemo_cache = _bench.measure_physicsnemo_cache
 stage_runs = _bench.stage_runs
 
+pytestmark = [pytest.mark.slow, pytest.mark.physicsnemo_release]
+
+
 SURFACE_POINTS = 256
 # More geometry points than a tiny STL has vertices, as in the bench preset: physicsnemo's
 # uncached datapipe refuses that, and the driver notes it and draws the vertex count instead.

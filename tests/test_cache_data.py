@@ -25,6 +25,9 @@ from cache_fixtures import (
 
 from domino_pipeline.store.cache_format import read_manifest
 
+pytestmark = pytest.mark.slow
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -401,6 +401,7 @@ def test_sdf_cuda_matches_cpu():
 # ------------------------------------------------------------------------------ benchmark smoke
 
 
+@pytest.mark.slow
 def test_benchmark_geometry_runs_cases_in_fresh_processes(tmp_path):
     bench = import_benchmark("benchmark_geometry")
 

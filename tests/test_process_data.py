@@ -213,6 +213,7 @@ def test_finished_runs_are_skipped_unless_overwrite(tiny_raw_dir: Path, tmp_path
     assert [r.status for r in forced] == ["processed"] * 2
 
 
+@pytest.mark.slow
 def test_bad_runs_are_named_and_good_runs_processed(tiny_raw_dir: Path, tmp_path: Path) -> None:
     raw, processed = tmp_path / "raw", tmp_path / "processed"
     for dst, src in ((1, 1), (2, 2), (3, 1), (4, 2)):
@@ -233,6 +234,7 @@ def test_bad_runs_are_named_and_good_runs_processed(tiny_raw_dir: Path, tmp_path
         load_processed_run(path)
 
 
+@pytest.mark.slow
 def test_killed_run_leaves_nothing_partial_and_rerun_finishes(
     tiny_raw_dir: Path, tmp_path: Path
 ) -> None:
@@ -261,6 +263,7 @@ def test_killed_run_leaves_nothing_partial_and_rerun_finishes(
     assert [p.name for p in processed.iterdir() if p.name.startswith(".")] == []
 
 
+@pytest.mark.slow
 def test_benchmark_script_runs_on_tiny(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = subprocess.run(

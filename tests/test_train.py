@@ -78,6 +78,7 @@ def three_epochs(setup) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_three_cached_epochs_lower_the_training_loss(three_epochs):
     records = epochs(three_epochs)
     assert [r["epoch"] for r in records] == [1, 2, 3]
@@ -110,6 +111,7 @@ def wait_for_steps(out: Path, count: int, process: subprocess.Popen, timeout: fl
     raise AssertionError(f"training did not log {count} steps in time (exit code {process.returncode}):\n{output[-3000:]}")
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_the_losses_of_an_uninterrupted_run(setup, three_epochs):
     out = setup["work"] / "interrupted"
     command = train_command(setup, out, "train.epochs=3", "train.val_fraction=0.25")
@@ -135,6 +137,7 @@ def test_killed_run_resumes_with_the_losses_of_an_uninterrupted_run(setup, three
         torch.testing.assert_close(final[name], tensor, rtol=0, atol=1e-5, msg=name)
 
 
+@pytest.mark.slow
 def test_torchrun_two_ranks_train_on_different_runs(setup):
     out = setup["work"] / "ddp"
     command = [TORCHRUN, "--standalone", "--nproc_per_node=2", *train_command(setup, out, "train.epochs=1", "train.val_fraction=0")[1:]]
@@ -147,6 +150,7 @@ def test_torchrun_two_ranks_train_on_different_runs(setup):
     assert np.isfinite(record["train_loss"])
 
 
+@pytest.mark.slow
 def test_uncached_training_and_demo_report(setup, three_epochs):
     out = setup["work"] / "uncached"
     run(train_command(setup, out, "train.epochs=1", "train.val_fraction=0.25", config="config"))
