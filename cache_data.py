@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
@@ -30,6 +29,7 @@ from tqdm import tqdm
 
 from domino_pipeline.compute.preprocessing import preprocess_run
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
+from domino_pipeline.run_report import RunResult, summarize
 from domino_pipeline.store.atomic_store import remove_stale_temporaries
 from domino_pipeline.store.cache_format import (
     CacheError,
@@ -45,17 +45,6 @@ from domino_pipeline.store.cache_format import (
 )
 
 STATUSES = ("built", "skipped", "stale", "failed")
-
-
-@dataclass
-class RunResult:
-    """What happened to one run."""
-
-    name: str
-    status: str  # one of STATUSES (validate mode: "ok" or "failed")
-    message: str = ""
-    seconds: float = 0.0
-    bytes: int = 0
 
 
 def _cache_path(cache_dir: Path, processed_path: Path) -> Path:
@@ -122,17 +111,14 @@ def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSetting
     return entries
 
 
-def summarize(results: list[RunResult]) -> str:
+def summarize_build(results: list[RunResult]) -> str:
     """Failed and stale runs by name with the reason, then counts, MB written, seconds per run."""
-    lines = [f"{r.status.upper()} {r.name}: {r.message}" for r in results if r.status in ("stale", "failed")]
-    counts = {s: sum(r.status == s for r in results) for s in STATUSES}
     built = [r for r in results if r.status == "built"]
     mb = sum(r.bytes for r in built) / 1e6
     per_run = np.mean([r.seconds for r in built]) if built else 0.0
-    lines.append(f"{len(results)} runs: {counts['built']} built, {counts['skipped']} skipped, "
-                 f"{counts['stale']} stale, {counts['failed']} failed; {mb:.1f} MB written, "
-                 f"{per_run:.2f} s per built run")
-    if counts["stale"]:
+    lines = [summarize(results, STATUSES, named=("stale", "failed"))
+             + f"; {mb:.1f} MB written, {per_run:.2f} s per built run"]
+    if any(r.status == "stale" for r in results):
         lines.append("stale runs were built with other settings: rerun with cache.rebuild=true")
     return "\n".join(lines)
 
@@ -205,7 +191,7 @@ def _main(cfg: DictConfig) -> int:
         barrier()
         results = build_cache(runs, cache_dir, settings, rebuild=bool(cfg.cache.rebuild),
                               rank=dist.rank, world_size=dist.world_size)
-        print(summarize(results), flush=True)
+        print(summarize_build(results), flush=True)
         stale, failed = (int(v) for v in all_reduce_sum(torch.tensor(
             [sum(r.status == "stale" for r in results), sum(r.status == "failed" for r in results)])))
         barrier()

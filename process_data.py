@@ -21,7 +21,6 @@ import zlib
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import hydra
@@ -29,8 +28,8 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from domino_pipeline.compute.settings import VARIABLE_WIDTH
 from domino_pipeline.inputs.drivaerml_reader import (
-    KIND_WIDTH,
     VOLUME_SOURCES,
     RunError,
     read_stl,
@@ -44,6 +43,7 @@ from domino_pipeline.inputs.processed_run import (
     open_processed_run,
     write_processed_run,
 )
+from domino_pipeline.run_report import RunResult, summarize
 from domino_pipeline.store.atomic_store import remove_stale_temporaries
 
 # How each DrivAerML field is made dimensionless: its divisor in terms of U, rho and L.
@@ -56,16 +56,6 @@ FIELD_SCALES = {
     "CpMeanTrim": "one",
     "magUMeanNormTrim": "one",
 }
-
-
-@dataclass
-class RunResult:
-    """Outcome of one run: status is processed, skipped or failed."""
-
-    name: str
-    status: str
-    message: str = ""
-    notes: list[str] = field(default_factory=list)
 
 
 def field_divisors(
@@ -82,9 +72,9 @@ def field_divisors(
     for name, kind in variables.items():
         if name not in FIELD_SCALES:
             raise ValueError(f"no non-dimensionalisation for {name}; known: {sorted(FIELD_SCALES)}")
-        if kind not in KIND_WIDTH:
-            raise ValueError(f"variable {name}: kind {kind!r}, expected one of {list(KIND_WIDTH)}")
-        divisors += [scales[FIELD_SCALES[name]]] * KIND_WIDTH[kind]
+        if kind not in VARIABLE_WIDTH:
+            raise ValueError(f"variable {name}: kind {kind!r}, expected one of {list(VARIABLE_WIDTH)}")
+        divisors += [scales[FIELD_SCALES[name]]] * VARIABLE_WIDTH[kind]
     return np.asarray(divisors, dtype=np.float32)
 
 
@@ -276,18 +266,6 @@ def settings_differences(out: Path, options: Mapping) -> list[str]:
     return differences
 
 
-def summarize(results: list[RunResult]) -> str:
-    """One line per failed run and per note, then the counts."""
-    lines = [f"FAILED {r.name}: {r.message}" for r in results if r.status == "failed"]
-    lines += [f"note {r.name}: {note}" for r in results for note in r.notes]
-    counts = {s: sum(r.status == s for r in results) for s in ("processed", "skipped", "failed")}
-    lines.append(
-        f"{len(results)} runs: {counts['processed']} processed, {counts['skipped']} skipped, "
-        f"{counts['failed']} failed"
-    )
-    return "\n".join(lines)
-
-
 def run_options(cfg: DictConfig) -> dict:
     """process_run's keyword arguments from the Hydra config (physics, variables, process)."""
     variables = OmegaConf.to_container(cfg.variables, resolve=True)
@@ -311,7 +289,7 @@ def _main(cfg: DictConfig) -> int:
         overwrite=bool(cfg.process.overwrite),
         **run_options(cfg),
     )
-    print(summarize(results), flush=True)
+    print(summarize(results, ("processed", "skipped", "failed")), flush=True)
     return 1 if any(r.status == "failed" for r in results) else 0
 
 

@@ -23,8 +23,9 @@ from vtkmodules.vtkCommonCore import vtkLogger
 from vtkmodules.vtkIOGeometry import vtkSTLReader
 from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
 
+from domino_pipeline.compute.settings import VARIABLE_WIDTH
+
 VOLUME_SOURCES = ("points", "cells")
-KIND_WIDTH = {"scalar": 1, "vector": 3}
 
 
 class RunError(ValueError):
@@ -136,15 +137,15 @@ def field_columns(
     """Stack the named fields of ``data`` (point or cell data) as float32 columns, in order."""
     columns = []
     for name, kind in variables.items():
-        if kind not in KIND_WIDTH:
-            raise ValueError(f"variable {name}: kind {kind!r}, expected one of {list(KIND_WIDTH)}")
+        if kind not in VARIABLE_WIDTH:
+            raise ValueError(f"variable {name}: kind {kind!r}, expected one of {list(VARIABLE_WIDTH)}")
         if name not in data:
             raise RunError(f"{path}: no {where} data {name} (has {sorted(data.keys())})")
         values = np.asarray(data[name], dtype=np.float32)
         values = values.reshape(len(values), -1)
-        if values.shape[1] != KIND_WIDTH[kind]:
+        if values.shape[1] != VARIABLE_WIDTH[kind]:
             raise RunError(f"{path}: {where} data {name} has {values.shape[1]} components, "
-                           f"expected {KIND_WIDTH[kind]} ({kind})")
+                           f"expected {VARIABLE_WIDTH[kind]} ({kind})")
         columns.append(values)
     return np.concatenate(columns, axis=1)
 

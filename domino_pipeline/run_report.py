@@ -1,0 +1,30 @@
+"""What a batch stage (process_data.py, cache_data.py) did to each run, and its closing summary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunResult:
+    """The outcome of one run: ``status`` is one of the stage's statuses; ``message`` says why
+    for a failed, stale or skipped run; ``notes`` are remarks printed for any status."""
+
+    name: str
+    status: str
+    message: str = ""
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    bytes: int = 0
+
+
+def summarize(results: Sequence[RunResult], statuses: Sequence[str], *,
+              named: Sequence[str] = ("failed",)) -> str:
+    """One line per run whose status is in ``named`` (with its message) and per note, then the
+    count of runs in each of ``statuses``."""
+    lines = [f"{r.status.upper()} {r.name}: {r.message}" for r in results if r.status in named]
+    lines += [f"note {r.name}: {note}" for r in results for note in r.notes]
+    counts = ", ".join(f"{sum(r.status == s for r in results)} {s}" for s in statuses)
+    lines.append(f"{len(results)} runs: {counts}")
+    return "\n".join(lines)
