@@ -28,7 +28,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from domino_pipeline.compute.settings import VARIABLE_WIDTH
+from domino_pipeline.compute.settings import variable_width
 from domino_pipeline.inputs.drivaerml_reader import (
     VOLUME_SOURCES,
     RunError,
@@ -72,9 +72,7 @@ def field_divisors(
     for name, kind in variables.items():
         if name not in FIELD_SCALES:
             raise ValueError(f"no non-dimensionalisation for {name}; known: {sorted(FIELD_SCALES)}")
-        if kind not in VARIABLE_WIDTH:
-            raise ValueError(f"variable {name}: kind {kind!r}, expected one of {list(VARIABLE_WIDTH)}")
-        divisors += [scales[FIELD_SCALES[name]]] * VARIABLE_WIDTH[kind]
+        divisors += [scales[FIELD_SCALES[name]]] * variable_width(name, kind)
     return np.asarray(divisors, dtype=np.float32)
 
 

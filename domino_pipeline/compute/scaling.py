@@ -11,7 +11,6 @@ chosen later) and the ``normalization`` that ``scale_fields`` applies:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from domino_pipeline.store.atomic_store import write_json_atomic
+from domino_pipeline.store.atomic_store import read_json, write_json_atomic
 
 NORMALIZATIONS = ("min_max", "mean_std")
 KINDS = ("surface", "volume")
@@ -133,13 +132,7 @@ def load_scaling_factors(path: str | os.PathLike, normalization: str | None = No
     ``normalization`` (when given) replaces the one stored: the file holds min, max, mean and std,
     so the configured choice applies whichever was configured when the file was computed.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"scaling factors file {path} does not exist")
-    try:
-        factors = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err})") from err
+    factors = read_json(path, "no scaling factors file")
     if normalization is not None and isinstance(factors, dict):
         factors["normalization"] = str(normalization)
     return _validate_factors(factors, str(path))

@@ -23,6 +23,13 @@ NEIGHBOR_FEATURES = ("coordinates", "normals", "areas")
 IMPLICIT_DEFAULTS = {"neighbor_layout": "indices"}
 
 
+def variable_width(name: str, kind: str) -> int:
+    """The number of columns of variable ``name`` of ``kind`` ("scalar" or "vector")."""
+    if kind not in VARIABLE_WIDTH:
+        raise ValueError(f"variable {name}: kind {kind!r}, expected one of {list(VARIABLE_WIDTH)}")
+    return VARIABLE_WIDTH[kind]
+
+
 @dataclass(frozen=True)
 class PreprocessSettings:
     """Every setting that changes the preprocessed arrays (all fingerprinted except ``device``)."""

@@ -23,7 +23,7 @@ from vtkmodules.vtkCommonCore import vtkLogger
 from vtkmodules.vtkIOGeometry import vtkSTLReader
 from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
 
-from domino_pipeline.compute.settings import VARIABLE_WIDTH
+from domino_pipeline.compute.settings import variable_width
 
 VOLUME_SOURCES = ("points", "cells")
 
@@ -137,15 +137,14 @@ def field_columns(
     """Stack the named fields of ``data`` (point or cell data) as float32 columns, in order."""
     columns = []
     for name, kind in variables.items():
-        if kind not in VARIABLE_WIDTH:
-            raise ValueError(f"variable {name}: kind {kind!r}, expected one of {list(VARIABLE_WIDTH)}")
+        width = variable_width(name, kind)
         if name not in data:
             raise RunError(f"{path}: no {where} data {name} (has {sorted(data.keys())})")
         values = np.asarray(data[name], dtype=np.float32)
         values = values.reshape(len(values), -1)
-        if values.shape[1] != VARIABLE_WIDTH[kind]:
+        if values.shape[1] != width:
             raise RunError(f"{path}: {where} data {name} has {values.shape[1]} components, "
-                           f"expected {VARIABLE_WIDTH[kind]} ({kind})")
+                           f"expected {width} ({kind})")
         columns.append(values)
     return np.concatenate(columns, axis=1)
 

@@ -51,6 +51,18 @@ def write_json_atomic(path: str | os.PathLike, data: object) -> Path:
     return path
 
 
+def read_json(path: str | os.PathLike, missing: str, error: type[Exception] = ValueError) -> object:
+    """Parse the JSON file ``path``; FileNotFoundError ``"<path>: <missing>"`` when it is absent,
+    ``error`` naming the file when it is not valid JSON."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: {missing}")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise error(f"{path}: not valid JSON ({err})") from err
+
+
 def remove_stale_temporaries(parent: str | os.PathLike) -> list[Path]:
     """Delete temporaries left in ``parent`` by writers that were killed; return what was removed.
 

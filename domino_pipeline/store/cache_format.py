@@ -13,7 +13,6 @@ records the format version, the settings, their fingerprint and the config that 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 from pathlib import Path
@@ -29,7 +28,11 @@ from domino_pipeline.compute.settings import (
     NEIGHBOR_LAYOUTS,
     PreprocessSettings,
 )
-from domino_pipeline.store.atomic_store import atomic_directory, write_json_atomic
+from domino_pipeline.store.atomic_store import (
+    atomic_directory,
+    read_json,
+    write_json_atomic,
+)
 from domino_pipeline.store.chunk_reader import Allocator, ChunkedArray
 
 FORMAT = "domino-cache"
@@ -270,12 +273,9 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
 def read_manifest(cache_dir: str | os.PathLike) -> dict:
     """Read and check ``<cache_dir>/manifest.json`` (format and version)."""
     path = Path(cache_dir) / MANIFEST
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no cache manifest; build the cache with cache_data.py")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise CacheError(f"{path}: not valid JSON ({err})") from err
+    manifest = read_json(path, "no cache manifest; build the cache with cache_data.py", CacheError)
+    if not isinstance(manifest, dict):
+        raise CacheError(f"{path}: not a {FORMAT} manifest (a JSON {type(manifest).__name__})")
     if manifest.get("format") != FORMAT:
         raise CacheError(f"{path}: not a {FORMAT} manifest (format={manifest.get('format')!r})")
     if manifest.get("format_version") != FORMAT_VERSION:
