@@ -1,14 +1,15 @@
 """Build the DoMINO training cache: every processed run once, all the work except sampling.
 
-For each ``<processed_dir>/<run>.zarr`` it runs ``preprocessing.preprocess_run`` (box filtering,
+For each ``<processed_dir>/<run>.zarr`` it runs the one preprocessing (box filtering,
 normalisation, SDF of both grids, SDF and closest point of every kept volume point, kNN of every
 kept surface cell and, with ``geometry.neighbor_layout=features``, its neighbours' coordinates,
-normals and areas) and writes ``<cache.dir>/<run>.zarr`` atomically, then ``manifest.json``
-(format: docs/cache_format.md). A rerun skips runs whose fingerprint matches (an interrupted build
+normals and areas; the volume a block at a time) and writes the next generation of
+``<cache.dir>/<run>/``, then ``manifest.json``, which names each run's generation (format:
+docs/cache_format.md). A rerun skips runs whose fingerprint matches (an interrupted build
 resumes); runs built with other settings are rebuilt only with ``cache.rebuild=true``, otherwise
-they are reported as stale, the manifest is left as it was and the command fails. The manifest
-lists the runs that are current. ``cache.validate=true`` checks an existing cache
-against the config and its checksums instead of building.
+they are reported as stale, the manifest is left as it was and the command fails. Two builders
+on one cache take turns per run. ``cache.validate=true`` checks an existing cache against the
+config, the processed runs and its checksums instead of building.
 
     python cache_data.py --config-name=cached data.processed_dir=/data/processed cache.dir=/data/cache
     torchrun --nproc_per_node=2 cache_data.py --config-name=cached    # ranks split the runs
@@ -18,7 +19,6 @@ against the config and its checksums instead of building.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import hydra
@@ -27,66 +27,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from domino_pipeline.compute.preprocessing import preprocess_run
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
 from domino_pipeline.run_report import RunResult, summarize
 from domino_pipeline.store.atomic_store import remove_stale_temporaries
-from domino_pipeline.store.cache_format import (
-    CacheError,
-    CacheRun,
-    diff_settings,
-    layout_arrays,
-    manifest_entry,
-    read_manifest,
-    run_fingerprint,
-    source_fingerprint,
-    write_cache_run,
-    write_manifest,
-)
+from domino_pipeline.store.build import cache_run, manifest_runs
+from domino_pipeline.store.cache_format import CacheError
+from domino_pipeline.store.manifest import manifest_lock, write_manifest
+from domino_pipeline.store.validate import validate_cache
 
 STATUSES = ("built", "skipped", "stale", "failed")
-
-
-def _cache_path(cache_dir: Path, processed_path: Path) -> Path:
-    return cache_dir / processed_path.name
-
-
-def cached_state(cache_path: Path, settings: PreprocessSettings, source: str) -> list[str]:
-    """Why the cache run at ``cache_path`` does not match (empty: current; raises
-    FileNotFoundError when there is none)."""
-    try:
-        run = CacheRun(cache_path)
-    except CacheError as err:
-        return [str(err)]
-    if run.attrs.get("fingerprint") == run_fingerprint(settings.fingerprint(), source):
-        return []
-    reasons = diff_settings(run.attrs.get("settings", {}), settings.fingerprinted())
-    if run.attrs.get("source", {}).get("fingerprint") != source:
-        reasons.append("source: the processed run has changed since the cache run was built")
-    return reasons or ["fingerprint differs"]
-
-
-def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, *,
-              rebuild: bool) -> RunResult:
-    """Build one cache run unless it is current; a failure becomes a result, not an exception."""
-    from domino_pipeline.inputs.processed_run import load_processed_run
-
-    name, out = processed_path.stem, _cache_path(cache_dir, processed_path)
-    started = time.time()
-    try:
-        source = source_fingerprint(processed_path)
-        if out.exists():
-            reasons = cached_state(out, settings, source)
-            if not reasons:
-                return RunResult(name, "skipped", "current")
-            if not rebuild:
-                return RunResult(name, "stale", "; ".join(reasons))
-        contents = preprocess_run(load_processed_run(processed_path), settings, source=str(processed_path))
-        written = write_cache_run(out, contents, settings=settings, source_path=processed_path,
-                                  source=source, started=started)
-    except Exception as err:  # one bad run is reported and the others go on
-        return RunResult(name, "failed", f"{processed_path}: {type(err).__name__}: {err}")
-    return RunResult(name, "built", seconds=time.time() - started, bytes=written)
 
 
 def build_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettings, *, rebuild: bool,
@@ -101,16 +50,6 @@ def build_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettings,
     return results
 
 
-def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> dict[str, dict]:
-    """Manifest entries of the runs whose cache is current."""
-    entries = {}
-    for path in runs:
-        out = _cache_path(cache_dir, path)
-        if out.exists() and not cached_state(out, settings, source_fingerprint(path)):
-            entries[path.stem] = manifest_entry(CacheRun(out))
-    return entries
-
-
 def summarize_build(results: list[RunResult]) -> str:
     """Failed and stale runs by name with the reason, then counts, MB written, seconds per run."""
     built = [r for r in results if r.status == "built"]
@@ -123,43 +62,21 @@ def summarize_build(results: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
-def read_in_blocks(run: CacheRun, name: str, rows: int = 1 << 20) -> None:
-    """Read every chunk of an array (checking its checksum), a block of rows at a time."""
-    length = run.array(name).shape[0]
-    for start in range(0, max(length, 1), rows):
-        run.read(name, slice(start, start + rows))
+def _write_manifest(cfg: DictConfig, runs: list[Path], cache_dir: Path,
+                    settings: PreprocessSettings) -> Path:
+    """List the current runs and write the manifest, as the only manifest writer; a rerun that
+    would write the same runs leaves it alone (so it succeeds on a read-only cache)."""
+    from domino_pipeline.store.manifest import read_manifest
 
-
-def validate_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings,
-                 manifest: dict | None) -> RunResult:
-    """Check one cache run: present, fingerprints match the config and the source, every chunk
-    of every array passes its checksum, and the manifest lists it."""
-    name, out = processed_path.stem, _cache_path(cache_dir, processed_path)
-    if not out.exists():
-        return RunResult(name, "failed", f"{out}: missing from the cache")
-    try:
-        reasons = cached_state(out, settings, source_fingerprint(processed_path))
-        if reasons:
-            return RunResult(name, "failed", f"{out}: stale: " + "; ".join(reasons))
-        run = CacheRun(out)
-        for array in layout_arrays(settings.neighbor_layout):
-            read_in_blocks(run, array)
-    except (CacheError, OSError) as err:
-        return RunResult(name, "failed", str(err))
-    entry = (manifest or {}).get("runs", {}).get(name)
-    if entry is None or entry.get("fingerprint") != run.attrs["fingerprint"]:
-        return RunResult(name, "failed", f"{out}: not recorded (or recorded differently) in manifest.json")
-    return RunResult(name, "ok")
-
-
-def validate_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> list[RunResult]:
-    """Validate every run; a missing or foreign manifest fails every run."""
-    try:
-        manifest = read_manifest(cache_dir)
-    except (CacheError, FileNotFoundError) as err:
-        print(f"PROBLEM manifest: {err}")
-        manifest = None
-    return [validate_run(path, cache_dir, settings, manifest) for path in tqdm(runs, desc="validate", unit="run")]
+    with manifest_lock(cache_dir):
+        entries = manifest_runs(runs, cache_dir, settings)
+        try:
+            old = read_manifest(cache_dir)
+            if old["runs"] == entries and old["settings"] == settings.fingerprinted():
+                return cache_dir / "manifest.json"
+        except (CacheError, FileNotFoundError):
+            pass
+        return write_manifest(cache_dir, settings, entries, OmegaConf.to_container(cfg, resolve=True))
 
 
 def _main(cfg: DictConfig) -> int:
@@ -187,7 +104,7 @@ def _main(cfg: DictConfig) -> int:
             return 1 if bad else 0
         if dist.is_main:
             cache_dir.mkdir(parents=True, exist_ok=True)
-            remove_stale_temporaries(cache_dir)
+            remove_stale_temporaries(cache_dir)  # those of live writers stay
         barrier()
         results = build_cache(runs, cache_dir, settings, rebuild=bool(cfg.cache.rebuild),
                               rank=dist.rank, world_size=dist.world_size)
@@ -198,9 +115,7 @@ def _main(cfg: DictConfig) -> int:
         if dist.is_main and stale:
             print("manifest left as it was: the cache holds runs built with other settings")
         elif dist.is_main:
-            config = OmegaConf.to_container(cfg, resolve=True)
-            path = write_manifest(cache_dir, settings, manifest_runs(runs, cache_dir, settings), config)
-            print(f"manifest: {path}")
+            print(f"manifest: {_write_manifest(cfg, runs, cache_dir, settings)}")
         return 1 if stale or failed else 0
     finally:
         shutdown_distributed()
@@ -211,7 +126,7 @@ def main(cfg: DictConfig) -> None:
     """Hydra entry: build (or validate) cache.dir from data.processed_dir."""
     try:
         code = _main(cfg)
-    except FileNotFoundError as err:  # no processed runs where the config points
+    except (FileNotFoundError, CacheError) as err:  # no processed runs; a manifest not writable
         print(f"error: {err}", file=sys.stderr)
         code = 1
     if code:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from torch.utils.data import Dataset
 
 from domino_pipeline.compute.scaling import load_scaling_factors
 from domino_pipeline.compute.settings import settings_from_config
+from domino_pipeline.inputs.processed_run import list_runs
 from domino_pipeline.loading.cached import CachedDoMINODataset
 from domino_pipeline.loading.collate import collate_items
 from domino_pipeline.loading.items import (
@@ -27,6 +29,7 @@ from domino_pipeline.loading.items import (
     constant_grid,
     parts_of,
 )
+from domino_pipeline.store.cache_format import source_fingerprint
 
 __all__ = [
     "CachedDoMINODataset", "MODEL_TYPES", "build_item", "collate_items", "constant_grid",
@@ -56,7 +59,9 @@ def dataset_from_config(cfg, runs: Sequence[str | os.PathLike] | None, *, train:
                   seed=int(cfg.seed) + (0 if train else 1),
                   surface_window_factor=_window_factor(s.get("surface_window_factor", 8)))
     if cfg.cache.enabled:
-        return CachedDoMINODataset(cfg.cache.dir, expected=settings.fingerprinted(), **common)
+        return CachedDoMINODataset(cfg.cache.dir, expected=settings.fingerprinted(),
+                                   sources=_sources(cfg, runs),
+                                   max_open_runs=int(cfg.cache.get("max_open_runs", 8)), **common)
     from domino_pipeline.loading.uncached import DoMINODataPipe
     return DoMINODataPipe(
         cfg.data.processed_dir, bounding_box_volume=settings.bounding_box_volume,
@@ -64,6 +69,18 @@ def dataset_from_config(cfg, runs: Sequence[str | os.PathLike] | None, *, train:
         num_neighbors_surface=settings.num_neighbors_surface,
         surface_variables=settings.surface_variables, volume_variables=settings.volume_variables,
         permutation_seed=settings.permutation_seed, device=settings.device, **common)
+
+
+def _sources(cfg, runs: Sequence[str | os.PathLike] | None) -> dict[str, str] | None:
+    """The source fingerprints of the processed runs a cached dataset draws from, so that runs
+    processed again since the cache was built are refused; None when ``cache.check_sources``
+    is false or there are no processed runs here (a machine that holds only the cache)."""
+    processed = Path(cfg.data.processed_dir)
+    if not cfg.cache.get("check_sources", True) or not processed.is_dir():
+        return None
+    wanted = None if runs is None else {Path(r).name.removesuffix(".zarr") for r in runs}
+    return {p.stem: source_fingerprint(p) for p in list_runs(processed)
+            if wanted is None or p.stem in wanted}
 
 
 def _window_factor(value) -> int | None:

@@ -87,9 +87,10 @@ def ensure_cache(processed: Path, cache: Path, params: dict, *, fresh: bool) -> 
     seconds (as recorded when each run was built) and bytes per run."""
     import shutil
 
-    from cache_data import build_cache, manifest_runs
+    from cache_data import build_cache
     from domino_pipeline.inputs.processed_run import list_runs
-    from domino_pipeline.store.cache_format import write_manifest
+    from domino_pipeline.store.build import manifest_runs
+    from domino_pipeline.store.manifest import write_manifest
 
     if fresh:
         shutil.rmtree(cache, ignore_errors=True)
@@ -181,7 +182,7 @@ def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 9) -> d
     from torch.utils.data import DataLoader, default_collate
 
     from datapipe import collate_items
-    from domino_pipeline.store.cache_format import read_manifest
+    from domino_pipeline.store.manifest import read_manifest
 
     names = list(read_manifest(cache)["runs"])
     runs = [names[i % len(names)] for i in range(params["epoch_items"])]

@@ -8,10 +8,13 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from cache_data import build_cache, manifest_runs
+from cache_data import build_cache
 from domino_pipeline.compute.settings import PreprocessSettings, neighbor_layout_of
 from domino_pipeline.inputs.processed_run import list_runs
-from domino_pipeline.store.cache_format import layout_arrays, write_manifest
+from domino_pipeline.store.build import manifest_runs
+from domino_pipeline.store.cache_format import current_generation, layout_arrays
+from domino_pipeline.store.manifest import write_manifest
+from domino_pipeline.store.run_writer import RunWriter
 
 SURFACE_VARIABLES = (("pMeanTrim", "scalar"), ("wallShearStressMeanTrim", "vector"))
 VOLUME_VARIABLES = (("UMeanTrim", "vector"), ("pMeanTrim", "scalar"), ("nutMeanTrim", "scalar"))
@@ -45,15 +48,37 @@ def build_tiny_cache(processed_dir: Path, cache_dir: Path, settings: PreprocessS
     return cache_dir
 
 
+def generation(cache_dir: Path, name: str) -> Path:
+    """The newest generation of run ``name`` in a cache (its Zarr group)."""
+    path = current_generation(Path(cache_dir) / name)
+    assert path is not None, f"{cache_dir}: no generation of {name}"
+    return path
+
+
+def write_run(cache_dir: Path, name: str, contents: dict, settings: PreprocessSettings) -> Path:
+    """Write ``preprocess_run``-style ``contents`` as the next generation of run ``name``."""
+    shapes = {n: np.shape(contents[n]) for n in layout_arrays(settings.neighbor_layout) if n in contents}
+    attrs = {"settings": settings.fingerprinted(), "settings_fingerprint": settings.fingerprint(),
+             "source": {"path": name, "fingerprint": "test"}, "fingerprint": "test",
+             "counts": {"geometry": len(contents["geometry_coordinates"]),
+                        "surface": len(contents["surface_coordinates"]),
+                        "volume": len(contents["volume_coordinates"])},
+             "scalars": contents["scalars"]}
+    with RunWriter(cache_dir, name, shapes, attrs, neighbor_layout=settings.neighbor_layout) as writer:
+        for array in shapes:
+            writer.write(array, contents[array])
+    return writer.path
+
+
 def read_cache_arrays(cache_dir: Path) -> dict[str, dict[str, np.ndarray]]:
-    """Every array of every run of a cache (those of its neighbour layout), for array-by-array
-    comparisons."""
-    runs = sorted(p for p in Path(cache_dir).glob("*.zarr") if not p.name.startswith("."))
+    """Every array of the newest generation of every run of a cache (those of its neighbour
+    layout), for array-by-array comparisons."""
+    runs = sorted(p.name for p in Path(cache_dir).iterdir() if current_generation(p) is not None)
     out = {}
     for run in runs:
-        group = zarr.open_group(str(run), mode="r")
+        group = zarr.open_group(str(generation(cache_dir, run)), mode="r")
         names = layout_arrays(neighbor_layout_of(group.attrs["settings"]))
-        out[run.name] = {name: group[name][...] for name in names}
+        out[run] = {name: group[name][...] for name in names}
     return out
 
 
@@ -68,7 +93,7 @@ def assert_same_cache(a: Path, b: Path) -> None:
 
 
 def first_chunk(cache_run: Path, array: str) -> Path:
-    """The path of the first chunk file of ``array`` in a cache run."""
+    """The path of the first shard file of ``array`` in a cache run generation."""
     chunks = sorted(p for p in (cache_run / array / "c").rglob("*") if p.is_file())
     return chunks[0]
 

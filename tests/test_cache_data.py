@@ -20,10 +20,11 @@ from cache_fixtures import (
     build_tiny_cache,
     first_chunk,
     flip_byte,
+    generation,
     tiny_settings,
 )
 
-from domino_pipeline.store.cache_format import read_manifest
+from domino_pipeline.store.manifest import read_manifest
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +71,7 @@ def test_stale_runs_fail_unless_rebuilt_and_validate_catches_problems(tiny_proce
     assert stale.returncode != 0
     assert "STALE run_1: num_neighbors_surface: cached 7, expected 5" in stale.stdout
     assert "cache.rebuild=true" in stale.stdout
-    flip_byte(first_chunk(cache / "run_2.zarr", "volume_fields"))
+    flip_byte(first_chunk(generation(cache, "run_2"), "volume_fields"))
     check = _run(tiny_processed_dir, cache, "cache.validate=true")
     assert check.returncode != 0
     assert "ok run_1" in check.stdout
@@ -94,7 +95,7 @@ def test_the_features_layout_builds_validates_and_is_stale_for_the_default(tiny_
     stale = _run(tiny_processed_dir, cache)
     assert stale.returncode != 0
     assert "STALE run_1: neighbor_layout: cached features, expected indices" in stale.stdout
-    flip_byte(first_chunk(cache / "run_2.zarr", "surface_neighbor_normals"))
+    flip_byte(first_chunk(generation(cache, "run_2"), "surface_neighbor_normals"))
     check = _run(tiny_processed_dir, cache, features, "cache.validate=true")
     assert check.returncode != 0 and "ok run_1" in check.stdout
     assert "PROBLEM run_2: " in check.stdout and "array 'surface_neighbor_normals' is corrupt" in check.stdout
@@ -112,7 +113,11 @@ def test_a_failed_run_is_named_and_the_others_go_on(tiny_processed_dir, tmp_path
 
 
 def _temporaries(cache: Path) -> list[Path]:
-    return [p for p in cache.iterdir() if p.name.startswith(".") and ".tmp-" in p.name] if cache.is_dir() else []
+    """Temporaries of unfinished writers, in the cache folder or in a run's folder."""
+    if not cache.is_dir():
+        return []
+    return [p for folder in [cache, *(d for d in cache.iterdir() if d.is_dir())]
+            for p in folder.iterdir() if p.name.startswith(".") and ".tmp-" in p.name]
 
 
 def test_kill_9_then_rerun_gives_the_clean_build(tiny_processed_dir, reference_cache, tmp_path):

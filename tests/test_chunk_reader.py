@@ -1,59 +1,63 @@
-"""Direct chunk reads: the same rows as zarr-python for every slice and gather, a corrupt or
-truncated chunk named, any other layout left to zarr-python, and the cache's own layout read."""
+"""Direct shard reads: the same rows as zarr-python for every slice and gather, every corrupt,
+truncated or missing shard, index or inner chunk named, any other layout left to zarr-python,
+and the cache's own layout read."""
 
 from __future__ import annotations
 
 import json
 import shutil
 
+import crc32c
 import numpy as np
 import pytest
 import zarr
-from cache_fixtures import flip_byte, tiny_settings
-from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ZstdCodec
+from cache_fixtures import flip_byte, tiny_settings, write_run
+from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
 
-from domino_pipeline.store.cache_format import (
-    ARRAYS,
-    FORMAT_VERSION,
-    CacheError,
-    CacheRun,
-    write_cache_run,
-)
+from domino_pipeline.store import cache_format
+from domino_pipeline.store.cache_format import FORMAT_VERSION, ArraySpec, CacheError
+from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.chunk_reader import ChunkedArray, CorruptChunkError
 
-# name -> (shape, dtype, chunk rows, fill value); row counts are not multiples of the chunks.
+# name -> (shape, dtype, inner chunk rows, shard rows); row counts are not multiples of either,
+# so edge shards hold inner chunks past the end (never written) and edge chunks are padded.
 ARRAY_SPECS = {
-    "points": ((103, 3), "float32", 16, 0.0),
-    "ids": ((50,), "int32", 8, 7),
-    "grid": ((4, 5, 6), "float32", 4, 0.0),
-    "flags": ((21,), "uint8", 4, 0),
+    "points": ((103, 3), "float32", 16, 48),
+    "ids": ((50,), "int32", 8, 64),
+    "grid": ((4, 5, 6), "float32", 4, 4),
+    "flags": ((21,), "uint8", 4, 8),
 }
-FILL_CHUNK = 2  # every array's chunk 2 holds only its fill value, so it is not written
+FILL_CHUNK = 2  # every array's inner chunk 2 holds only the fill value: written all the same
 
 
-def _create(group: zarr.Group, name: str, shape, dtype, chunks, fill_value=0, **codecs) -> zarr.Array:
-    """An array with ``write_cache_run``'s codecs unless ``codecs`` says otherwise."""
+def _create(group: zarr.Group, name: str, shape, dtype, chunks, shards, **codecs) -> zarr.Array:
+    """An array with ``RunWriter``'s codecs unless ``codecs`` says otherwise."""
     codecs = {"serializer": BytesCodec(), "compressors": [Crc32cCodec()], **codecs}
-    return group.create_array(name, shape=shape, dtype=dtype, chunks=chunks,
-                              fill_value=fill_value, **codecs)
+    return group.create_array(name, shape=shape, dtype=dtype, chunks=chunks, shards=shards,
+                              fill_value=0, config={"write_empty_chunks": True}, **codecs)
 
 
-def _data(shape, dtype, chunk_rows: int, fill_value, rng: np.random.Generator) -> np.ndarray:
+def _data(shape, dtype, chunk_rows: int, rng: np.random.Generator) -> np.ndarray:
     data = (rng.normal(size=shape) * 100).astype(dtype)
-    data[FILL_CHUNK * chunk_rows:(FILL_CHUNK + 1) * chunk_rows] = fill_value
+    data[FILL_CHUNK * chunk_rows:(FILL_CHUNK + 1) * chunk_rows] = 0
     return data
+
+
+def _group(path):
+    group = zarr.create_group(store=str(path), zarr_format=3)
+    group.attrs.update({"format": "domino-cache", "format_version": FORMAT_VERSION})
+    return group
 
 
 @pytest.fixture(scope="module")
 def run_path(tmp_path_factory):
     """A group with the cache's run attributes holding the arrays of ARRAY_SPECS."""
     path = tmp_path_factory.mktemp("chunks") / "run.zarr"
-    group = zarr.create_group(store=str(path), zarr_format=3)
+    group = _group(path)
     rng = np.random.default_rng(0)
-    for name, (shape, dtype, rows, fill) in ARRAY_SPECS.items():
-        chunks = (rows, *shape[1:])
-        _create(group, name, shape, dtype, chunks, fill)[...] = _data(shape, dtype, rows, fill, rng)
-    group.attrs.update({"format": "domino-cache", "format_version": FORMAT_VERSION})
+    for name, (shape, dtype, rows, shard) in ARRAY_SPECS.items():
+        array = _create(group, name, shape, dtype, (rows, *shape[1:]), (shard, *shape[1:]))
+        array[...] = _data(shape, dtype, rows, rng)
     return path
 
 
@@ -76,12 +80,12 @@ def _selections(length: int, rng: np.random.Generator) -> list:
 
 @pytest.mark.parametrize("name", ARRAY_SPECS)
 def test_reads_match_zarr_for_slices_and_gathers(run_path, name):
-    shape, dtype, rows, fill = ARRAY_SPECS[name]
+    shape, dtype, rows, shard = ARRAY_SPECS[name]
     reference = zarr.open_array(str(run_path / name), mode="r")
     reader = ChunkedArray.open(run_path / name)
     assert reader is not None
-    layout = (reader.shape, reader.dtype, reader.chunk_rows, reader.fill_value)
-    assert layout == (shape, np.dtype(dtype), rows, fill)
+    layout = (reader.shape, reader.dtype, reader.chunk_rows, reader.chunks_per_shard)
+    assert layout == (shape, np.dtype(dtype), rows, shard // rows)
     for selection in _selections(shape[0], np.random.default_rng(1)):
         assert reader.supports(selection)
         got = reader.read(selection)
@@ -91,12 +95,43 @@ def test_reads_match_zarr_for_slices_and_gathers(run_path, name):
         np.testing.assert_array_equal(got, expected, err_msg=f"{name}[{selection}]")
 
 
-def test_an_absent_chunk_reads_as_the_fill_value(run_path):
-    assert not (run_path / "ids" / "c" / str(FILL_CHUNK)).exists()
-    assert not (run_path / "points" / "c" / str(FILL_CHUNK) / "0").exists()
+def _index(shard_file, chunks_per_shard: int) -> tuple[bytearray, np.ndarray]:
+    raw = bytearray(shard_file.read_bytes())
+    start = len(raw) - chunks_per_shard * 16 - 4
+    return raw, np.frombuffer(bytes(raw[start:-4]), dtype="<u8").reshape(-1, 2).copy()
+
+
+def _write_index(shard_file, raw: bytearray, index: np.ndarray) -> None:
+    body = index.astype("<u8").tobytes()
+    raw[len(raw) - len(body) - 4:] = body + crc32c.crc32c(body).to_bytes(4, "little")
+    shard_file.write_bytes(bytes(raw))
+
+
+def test_fill_valued_chunks_are_written_and_a_missing_one_is_named(run_path, tmp_path):
     ids = ChunkedArray.open(run_path / "ids")
-    np.testing.assert_array_equal(ids.rows(15, 25)[1:9], np.full(8, 7))
-    np.testing.assert_array_equal(ids.take(np.array([23, 16, 40]))[:2], [7, 7])
+    np.testing.assert_array_equal(ids.rows(16, 24), np.zeros(8))
+    assert ids.bytes_read > 8 * 4  # read from disk, not assumed
+    path = _copy(run_path, tmp_path)
+    shard = path / "ids" / "c" / "0"
+    raw, index = _index(shard, 8)
+    index[FILL_CHUNK] = 2**64 - 1  # as if the chunk had not been written
+    _write_index(shard, raw, index)
+    ids = ChunkedArray.open(path / "ids")
+    ids.rows(0, 16)  # the others are intact
+    with pytest.raises(CorruptChunkError, match=r"ids: inner chunk 2 of shard c/0 is missing"):
+        ids.take(np.array([20]))
+
+
+def test_a_missing_shard_file_is_named(run_path, tmp_path):
+    path = _copy(run_path, tmp_path)
+    (path / "points" / "c" / "1" / "0").unlink()
+    points = ChunkedArray.open(path / "points")
+    points.rows(0, 48)
+    with pytest.raises(CorruptChunkError, match=r"points: shard c/1/0 is missing"):
+        points.rows(40, 60)
+    with pytest.raises(CacheError, match=r"run\.zarr: array 'points' is corrupt or unreadable: "
+                                         r"points: shard c/1/0 is missing"):
+        CacheRun(path).read("points", np.array([50]))
 
 
 def test_rows_out_of_range_raise_index_error_naming_the_array(run_path):
@@ -109,60 +144,73 @@ def test_rows_out_of_range_raise_index_error_naming_the_array(run_path):
         points.rows(100, 104)
 
 
-def test_a_flipped_byte_names_the_array_and_the_chunk(run_path, tmp_path):
+def test_a_flipped_byte_names_the_array_the_shard_and_the_chunk(run_path, tmp_path):
     path = _copy(run_path, tmp_path)
-    flip_byte(path / "points" / "c" / "1" / "0")
+    shard = path / "points" / "c" / "0" / "0"
+    raw, index = _index(shard, 3)
+    flip_byte(shard, int(index[1, 0]) + 5)  # inner chunk 1
     points = ChunkedArray.open(path / "points")
-    points.rows(0, 16)  # chunk 0 is intact
-    with pytest.raises(CorruptChunkError, match=r"points: chunk c/1/0 failed its CRC32C check "
-                                                r"\(stored 0x[0-9a-f]{8}, computed 0x[0-9a-f]{8}\)"):
+    points.rows(0, 16)  # inner chunk 0 is intact
+    with pytest.raises(CorruptChunkError, match=r"points: inner chunk 1 of shard c/0/0 failed its "
+                                                r"CRC32C check \(stored 0x[0-9a-f]{8}, computed 0x[0-9a-f]{8}\)"):
         points.take(np.array([3, 20]))
     with pytest.raises(CacheError, match=r"run\.zarr: array 'points' is corrupt or unreadable: "
-                                         r"points: chunk c/1/0 failed its CRC32C"):
+                                         r"points: inner chunk 1 of shard c/0/0 failed its CRC32C"):
         CacheRun(path).read("points", slice(10, 40))
 
 
-def test_a_flipped_checksum_byte_is_caught(run_path, tmp_path):
+def test_a_flipped_index_byte_is_caught(run_path, tmp_path):
     path = _copy(run_path, tmp_path)
-    chunk = path / "ids" / "c" / "0"
-    flip_byte(chunk, chunk.stat().st_size - 1)
-    with pytest.raises(CorruptChunkError, match="ids: chunk c/0 failed its CRC32C check"):
+    shard = path / "ids" / "c" / "0"
+    flip_byte(shard, shard.stat().st_size - 20)
+    with pytest.raises(CorruptChunkError, match="ids: the index of shard c/0 failed its CRC32C check"):
         ChunkedArray.open(path / "ids").rows(0, 8)
 
 
-@pytest.mark.parametrize("change", [lambda b: b[:-1], lambda b: b[:10], lambda b: b + b"\0"])
-def test_a_chunk_file_of_the_wrong_size_is_caught(run_path, tmp_path, change):
+@pytest.mark.parametrize("change", [lambda b: b[:-1], lambda b: b[:10], lambda b: b[:100] + b[101:],
+                                    lambda b: b + b"\0"])
+def test_a_shard_file_of_the_wrong_size_is_caught(run_path, tmp_path, change):
     path = _copy(run_path, tmp_path)
-    chunk = path / "points" / "c" / "6" / "0"  # the padded edge chunk
-    chunk.write_bytes(change(chunk.read_bytes()))
-    with pytest.raises(CorruptChunkError, match=r"points: chunk c/6/0 has \d+ bytes, expected 196"):
+    shard = path / "points" / "c" / "2" / "0"  # the edge shard: one inner chunk, padded
+    shard.write_bytes(change(shard.read_bytes()))
+    with pytest.raises(CorruptChunkError, match=r"points: (the index of )?shard c/2/0"):
         ChunkedArray.open(path / "points").read(slice(100, None))
     with pytest.raises(CacheError, match="array 'points' is corrupt or unreadable"):
         CacheRun(path).read("points", np.array([101]))
 
 
-@pytest.mark.parametrize("name, chunks, codecs", [
-    ("zstd", (16, 3), {"compressors": [ZstdCodec(), Crc32cCodec()]}),
-    ("blosc", (16, 3), {"compressors": [BloscCodec()]}),
-    ("no_checksum", (16, 3), {"compressors": None}),
-    ("big_endian", (16, 3), {"serializer": BytesCodec(endian="big")}),
-    ("columns", (16, 1), {}),
+@pytest.mark.parametrize("name, shards, codecs", [
+    ("unsharded", None, {}),
+    ("zstd", (32, 3), {"compressors": [ZstdCodec(), Crc32cCodec()]}),
+    ("blosc", (32, 3), {"compressors": [BloscCodec()]}),
+    ("no_checksum", (32, 3), {"compressors": None}),
+    ("big_endian", (32, 3), {"serializer": BytesCodec(endian="big")}),
 ])
-def test_other_layouts_are_left_to_zarr(tmp_path, name, chunks, codecs):
-    group = zarr.create_group(store=str(tmp_path / "run.zarr"), zarr_format=3)
-    group.attrs.update({"format": "domino-cache", "format_version": FORMAT_VERSION})
-    data = _data((40, 3), "float32", 16, 0.0, np.random.default_rng(2))
-    _create(group, name, data.shape, data.dtype, chunks, **codecs)[...] = data
+def test_other_layouts_are_left_to_zarr(tmp_path, name, shards, codecs):
+    group = _group(tmp_path / "run.zarr")
+    data = _data((40, 3), "float32", 16, np.random.default_rng(2))
+    _create(group, name, data.shape, data.dtype, (16, 3), shards, **codecs)[...] = data
     run = CacheRun(tmp_path / "run.zarr")
     assert ChunkedArray.open(tmp_path / "run.zarr" / name) is None and run.reader(name) is None
     np.testing.assert_array_equal(run.read(name, slice(5, 30)), data[5:30])
     np.testing.assert_array_equal(run.read(name, np.array([39, 2, 2])), data[[39, 2, 2]])
 
 
+def test_an_index_at_the_start_is_left_to_zarr(tmp_path):
+    group = _group(tmp_path / "run.zarr")
+    sharding = ShardingCodec(chunk_shape=(16, 3), codecs=[BytesCodec(), Crc32cCodec()],
+                             index_location="start")
+    array = group.create_array("start", shape=(40, 3), dtype="float32", chunks=(32, 3),
+                               serializer=sharding, compressors=None)
+    assert ChunkedArray.open(tmp_path / "run.zarr" / "start") is None
+    array[...] = 1.0
+    np.testing.assert_array_equal(CacheRun(tmp_path / "run.zarr").read("start", slice(0, 3)), 1.0)
+
+
 @pytest.mark.parametrize("change", [
     {"storage_transformers": [{"name": "sharding"}]}, {"data_type": "complex64"},
     {"chunk_key_encoding": {"name": "v2", "configuration": {"separator": "."}}},
-    {"fill_value": "0x7fc00000"}, {"zarr_format": 2}, {"must_understand_me": True},
+    {"zarr_format": 2}, {"must_understand_me": True},
 ])
 def test_unknown_metadata_is_left_to_zarr(run_path, tmp_path, change):
     meta = json.loads((run_path / "points" / "zarr.json").read_text())
@@ -182,30 +230,33 @@ def test_other_selections_are_left_to_zarr(run_path):
         run.read("absent")
 
 
-def test_bytes_read_count_metadata_and_whole_chunk_files(run_path):
+def test_bytes_read_count_metadata_indexes_and_inner_chunks(run_path):
     run = CacheRun(run_path, count_bytes=True)
     opened = run.bytes_read
-    run.read("points", slice(0, 20))  # chunks 0 and 1
+    run.read("points", slice(0, 20))  # inner chunks 0 and 1 of shard 0
     metadata = (run_path / "points" / "zarr.json").stat().st_size
-    assert run.bytes_read - opened == metadata + 2 * (16 * 3 * 4 + 4)
-    run.read("points", np.array([40, 1]))  # chunk 2 is absent: only chunk 0 is read
-    assert run.bytes_read - opened == metadata + 3 * (16 * 3 * 4 + 4)
+    index, chunk = 3 * 16 + 4, 16 * 3 * 4 + 4
+    assert run.bytes_read - opened == metadata + index + 2 * chunk
+    run.read("points", np.array([40, 1]))  # inner chunk 2 (fill-valued, read) and 0 again
+    assert run.bytes_read - opened == metadata + index + 4 * chunk
     assert CacheRun(run_path).bytes_read == 0
 
 
-def test_the_cache_layout_is_read_directly(tmp_path):
+def test_the_cache_layout_is_read_directly(tmp_path, monkeypatch):
+    monkeypatch.setitem(cache_format.ARRAYS, "volume_fields", ArraySpec("float32", 1024, 4096))
     rng = np.random.default_rng(3)
-    counts = {"geometry": 70_000, "surface": 1000, "volume": 9000}  # 3 chunks, 1, 2
+    counts = {"geometry": 70_000, "surface": 1000, "volume": 9000}  # 3 chunks, 1, 9 in 3 shards
     contents = {"scalars": {"center_of_mass": [0.0, 0.0, 0.0]}}
-    for name, (dtype, chunk) in ARRAYS.items():
-        shape = (6, 4, 2) if chunk is None else (counts[name.split("_")[0]], 3)
-        contents[name] = (rng.normal(size=shape) * 1000).astype(dtype)
-    write_cache_run(tmp_path / "run_1.zarr", contents, settings=tiny_settings(),
-                    source_path=tmp_path, source="0" * 64)
-    run = CacheRun(tmp_path / "run_1.zarr")
-    for name in ARRAYS:
+    for name, spec in cache_format.ARRAYS.items():
+        shape = (6, 4, 2) if spec.chunk_rows is None else (counts[name.split("_")[0]], 3)
+        contents[name] = (rng.normal(size=shape) * 1000).astype(spec.dtype)
+    path = write_run(tmp_path, "run_1", contents, tiny_settings())
+    run = CacheRun(path)
+    assert len(list((path / "volume_fields" / "c").iterdir())) == 3
+    for name in cache_format.ARRAYS:
         assert run.reader(name) is not None, name
         np.testing.assert_array_equal(run.read(name), contents[name], err_msg=name)
+        np.testing.assert_array_equal(run.read(name), zarr.open_array(str(path / name))[...])
     gather = np.unique(rng.integers(0, 70_000, size=5000))
     np.testing.assert_array_equal(run.read("geometry_coordinates", gather),
                                   contents["geometry_coordinates"][gather])

@@ -17,6 +17,7 @@ from cache_fixtures import (
     INTERP_RES,
     SAMPLES,
     build_tiny_cache,
+    generation,
     tiny_settings,
 )
 from omegaconf import OmegaConf
@@ -140,9 +141,9 @@ def small_chunk_caches(tiny_processed_dir, tmp_path_factory):
     caches = {}
     with pytest.MonkeyPatch.context() as patch:
         for table in (cache_format.ARRAYS, cache_format.NEIGHBOR_FEATURE_ARRAYS):
-            for name, (dtype, rows) in table.items():
-                if name.startswith("surface_") and rows is not None:
-                    patch.setitem(table, name, (dtype, SMALL_CHUNK))
+            for name, spec in table.items():
+                if name.startswith("surface_") and spec.chunk_rows is not None:
+                    patch.setitem(table, name, cache_format.ArraySpec(spec.dtype, SMALL_CHUNK, spec.shard_rows))
         for layout in NEIGHBOR_LAYOUTS:
             caches[layout] = build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp(layout),
                                               tiny_settings(neighbor_layout=layout))
@@ -150,8 +151,9 @@ def small_chunk_caches(tiny_processed_dir, tmp_path_factory):
 
 
 def _surface_reads_of_a_draw(cache, surface_points: int, window_factor: int) -> tuple[dict, dict, int]:
-    """Bytes each surface row array gives one surface draw (chunk files only: each array's
-    metadata is read before), the bytes of one chunk file of each, and the surface rows."""
+    """Bytes each surface row array gives one surface draw (inner chunks only: each array's
+    metadata is read before, and its one shard index is left out), the bytes of one inner chunk
+    of each, and the surface rows."""
     ds = _cached(cache, model_type="surface", surface_points=surface_points,
                  surface_window_factor=window_factor, count_bytes=True)
     run = ds.run(0)
@@ -159,7 +161,8 @@ def _surface_reads_of_a_draw(cache, surface_points: int, window_factor: int) -> 
              if n.startswith("surface_") and n != "surface_grid_sdf"]
     before = {name: run.reader(name).bytes_read for name in names}
     ds[0]
-    read = {name: run.reader(name).bytes_read - before[name] for name in names}
+    index = {name: run.reader(name).chunks_per_shard * 16 + CHECKSUM_BYTES for name in names}
+    read = {name: max(0, run.reader(name).bytes_read - before[name] - index[name]) for name in names}
     chunk_file = {name: run.reader(name).chunk_nbytes + CHECKSUM_BYTES for name in names}
     return read, chunk_file, run.attrs["counts"]["surface"]
 
@@ -208,7 +211,7 @@ def test_item_keys_and_shapes(model_type, cache_dir, factors):
 def test_neighbours_are_the_nearest_kept_cells(cache_dir):
     """Independent check of the gathered neighbours: brute force over all kept cells."""
     item = _cached(cache_dir, model_type="surface")[0]
-    run = zarr.open_group(str(cache_dir / "run_1.zarr"), mode="r")
+    run = zarr.open_group(str(generation(cache_dir, "run_1")), mode="r")
     everything = run["surface_coordinates"][...]
     lo, hi = (np.asarray(b, np.float32) for b in BOX_SURFACE)
     physical = (everything + 1) / 2 * (hi - lo) + lo
@@ -284,7 +287,7 @@ def test_missing_array_nan_and_too_few_points(tiny_processed_dir, cache_dir, tmp
         _uncached(broken, model_type="volume")[1]
     with pytest.raises(TooFewPointsError, match=r"run_1.zarr: volume points: 8000 rows, fewer than the 9000"):
         _uncached(tiny_processed_dir, model_type="volume", volume_points=9000)[0]
-    with pytest.raises(TooFewPointsError, match=r"run_1.zarr: STL vertices: \d+ rows, fewer than the 100000"):
+    with pytest.raises(TooFewPointsError, match=r"run_1/g1.zarr: STL vertices: \d+ rows, fewer than the 100000"):
         _cached(cache_dir, geometry_points=100_000)[0]
 
 

@@ -1,25 +1,30 @@
 """The one preprocessing function of both paths: processed run -> DoMINO-ready arrays, unsampled.
 
-``cache_data.py`` runs ``preprocess_run`` once per run and stores its result; the uncached
+``cache_data.py`` runs ``plan_run`` once per run and writes the pieces it yields; the uncached
 ``DoMINODataPipe`` runs the same steps on every draw, but computes the expensive geometry (kNN of
 surface cells, signed distance of volume points) only for the rows the draw samples:
 
-1. ``prepare_rows`` (cheap, O(rows)): drop surface cells with area <= 0 and those outside the
-   volume box, drop volume points outside the volume box (DoMINO's rules), put STL vertices,
-   surface rows and volume rows in a fixed random permutation (so that sampling can read
-   contiguous windows, see sampling.py), normalise coordinates to [-1, 1] (surface box for
-   surface quantities, volume box for volume quantities), and the area-weighted centre of mass.
+1. ``rows.prepare_rows`` (cheap, O(rows)): box filters, the stored row order, normalisation,
+   centre of mass.
 2. The expensive geometry: signed distance of both grids to the STL, the
    ``num_neighbors_surface - 1`` nearest kept surface cells of the requested surface rows
    (exact kNN in physical coordinates, the cell itself dropped) and the signed distance and
    closest STL point of the requested volume rows (in normalised coordinates, as DoMINO does).
-   ``gather_neighbors`` turns neighbour rows into their coordinates, normals and areas: per draw
-   in the uncached path, once per run for a cache in the ``features`` neighbour layout.
 
-Targets stay unscaled here; scaling happens per draw (scaling.py).
+A cache build holds the STL and the surface in memory but streams the volume: ``plan_run``
+deals the volume rows into buckets (volume_order.py) in a first pass over the source and
+computes and yields one bucket at a time in a second, so its memory does not grow with the
+volume. ``preprocess_run`` assembles the same pieces in memory. Targets stay unscaled here;
+scaling happens per draw (scaling.py).
 """
 
 from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -28,11 +33,22 @@ from domino_pipeline.compute.rows import (
     PreparedRun,
     drop_self,
     gather_neighbors,
+    inside_box,
     make_grid,
     normalize,
     prepare_rows,
 )
-from domino_pipeline.compute.settings import PreprocessSettings
+from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, PreprocessSettings
+from domino_pipeline.compute.volume_order import (
+    VOLUME_BLOCK_ROWS,
+    bucket_permutation,
+    bucket_sizes,
+    deal_block,
+    labels_rng,
+)
+
+VOLUME_ARRAYS = ("volume_mesh_centers", "volume_fields")
+FEATURE_BLOCK_ROWS = 1 << 20  # surface rows per block of gathered neighbour features
 
 
 def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
@@ -68,34 +84,181 @@ def volume_sdf(prepared: PreparedRun, settings: PreprocessSettings,
                                     queries, device=settings.device)
 
 
-def preprocess_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *,
-                   source: str = "run") -> dict[str, np.ndarray | dict]:
-    """Everything but sampling, for every kept row: the contents of one cache run. In the
-    ``features`` neighbour layout also every cell's neighbours' coordinates, normals and areas
-    (``surface_neighbor_<feature>``), so that a cached draw reads them with its own rows."""
-    p = prepare_rows(arrays, settings, source=source)
-    sdf, closest = volume_sdf(p, settings)
-    neighbors = surface_neighbors(p, settings)
-    contents = {
-        "geometry_coordinates": p.geometry_coordinates,
-        "surface_grid_sdf": grid_sdf(p, settings, "surface"),
-        "volume_grid_sdf": grid_sdf(p, settings, "volume"),
-        "surface_coordinates": p.surface_coordinates,
-        "surface_normals": p.surface_normals,
-        "surface_areas": p.surface_areas,
-        "surface_fields": p.surface_fields,
-        "surface_neighbors": neighbors,
-        "volume_coordinates": p.volume_coordinates,
-        "volume_fields": p.volume_fields,
-        "volume_sdf": sdf,
-        "volume_closest": closest,
-        "scalars": {
-            "center_of_mass": p.center_of_mass.tolist(),
-            "global_params_values": p.global_params_values.tolist(),
-            "global_params_reference": p.global_params_reference.tolist(),
-        },
+@dataclass
+class RunPlan:
+    """A cache run in pieces: the shape of every array, the per-run scalars and row counts, and
+    ``pieces``, an iterator of (array name, first row, rows) that computes them in turn."""
+
+    shapes: dict[str, tuple[int, ...]]
+    counts: dict[str, int]
+    scalars: dict
+    pieces: Iterator[tuple[str, int, np.ndarray]]
+
+
+Check = Callable[[str, np.ndarray], np.ndarray]
+
+
+def _as_float32(name: str, block: np.ndarray) -> np.ndarray:
+    return np.asarray(block, dtype=np.float32)
+
+
+def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: PreprocessSettings, *,
+             source: str = "run", scratch_dir: str | os.PathLike | None = None,
+             check: Check = _as_float32, block_rows: int = VOLUME_BLOCK_ROWS) -> RunPlan:
+    """Plan one cache run. ``arrays``: the STL, surface and global-parameter arrays in memory;
+    ``volume``: ``volume_mesh_centers`` and ``volume_fields``, anything sliceable by rows (Zarr
+    arrays are read block by block); ``check(name, block)`` validates each block read and
+    returns it as float32; ``scratch_dir``: where the first volume pass keeps its buckets (in
+    memory when None)."""
+    p = prepare_rows(arrays, settings, parts=("surface",), source=source)
+    n_volume = _count_inside(volume["volume_mesh_centers"], settings, check, block_rows, source)
+    width = {"surface": p.surface_fields.shape[1], "volume": volume["volume_fields"].shape[1]}
+    if width["volume"] != settings.width("volume"):
+        raise ValueError(f"{source}: volume_fields has {width['volume']} columns; the configured "
+                         f"variables need {settings.width('volume')}")
+    shapes = _shapes(p, n_volume, width["volume"], settings)
+    counts = {"geometry": len(p.geometry_coordinates), "surface": len(p.surface_areas),
+              "volume": n_volume}
+    scalars = {"center_of_mass": p.center_of_mass.tolist(),
+               "global_params_values": p.global_params_values.tolist(),
+               "global_params_reference": p.global_params_reference.tolist()}
+    pieces = _pieces(p, volume, settings, n_volume, check, scratch_dir, block_rows)
+    return RunPlan(shapes=shapes, counts=counts, scalars=scalars, pieces=pieces)
+
+
+def _shapes(p: PreparedRun, n_volume: int, volume_width: int,
+            settings: PreprocessSettings) -> dict[str, tuple[int, ...]]:
+    ns, k = len(p.surface_areas), settings.num_neighbors_surface - 1
+    shapes = {
+        "geometry_coordinates": p.geometry_coordinates.shape,
+        "surface_grid_sdf": tuple(settings.interp_res), "volume_grid_sdf": tuple(settings.interp_res),
+        "surface_coordinates": (ns, 3), "surface_normals": (ns, 3), "surface_areas": (ns,),
+        "surface_fields": p.surface_fields.shape, "surface_neighbors": (ns, k),
+        "volume_coordinates": (n_volume, 3), "volume_fields": (n_volume, volume_width),
+        "volume_sdf": (n_volume,), "volume_closest": (n_volume, 3),
     }
     if settings.neighbor_layout == "features":
-        contents |= {f"surface_neighbor_{name}": values
-                     for name, values in gather_neighbors(p, neighbors).items()}
-    return contents
+        shapes |= {"surface_neighbor_coordinates": (ns, k, 3), "surface_neighbor_normals": (ns, k, 3),
+                   "surface_neighbor_areas": (ns, k)}
+    return shapes
+
+
+def _pieces(p: PreparedRun, volume: Mapping, settings: PreprocessSettings, n_volume: int,
+            check: Check, scratch_dir, block_rows: int) -> Iterator[tuple[str, int, np.ndarray]]:
+    yield "geometry_coordinates", 0, p.geometry_coordinates
+    yield "surface_grid_sdf", 0, grid_sdf(p, settings, "surface")
+    yield "volume_grid_sdf", 0, grid_sdf(p, settings, "volume")
+    for name in ("coordinates", "normals", "areas", "fields"):
+        yield f"surface_{name}", 0, getattr(p, f"surface_{name}")
+    neighbors = surface_neighbors(p, settings)
+    yield "surface_neighbors", 0, neighbors
+    if settings.neighbor_layout == "features":
+        for start in range(0, len(neighbors), FEATURE_BLOCK_ROWS):
+            gathered = gather_neighbors(p, neighbors[start:start + FEATURE_BLOCK_ROWS])
+            for name in NEIGHBOR_FEATURES:
+                yield f"surface_neighbor_{name}", start, gathered[name]
+    mesh = normalize(p.stl_vertices, settings.bounding_box_volume), p.stl_faces
+    for start, coordinates, fields in _volume_buckets(volume, settings, n_volume, check,
+                                                      scratch_dir, block_rows):
+        sdf, closest = geometry.signed_distance(*mesh, coordinates, device=settings.device)
+        yield "volume_coordinates", start, coordinates
+        yield "volume_fields", start, fields
+        yield "volume_sdf", start, sdf
+        yield "volume_closest", start, closest
+
+
+def _source_blocks(volume: Mapping, check: Check, block_rows: int, names=VOLUME_ARRAYS):
+    """(first row, {name: rows}) of the source volume, ``block_rows`` raw rows at a time."""
+    n = volume["volume_mesh_centers"].shape[0]
+    for start in range(0, n, block_rows):
+        yield start, {name: check(name, volume[name][start:start + block_rows]) for name in names}
+
+
+def _count_inside(centers, settings: PreprocessSettings, check: Check, block_rows: int,
+                  source: str) -> int:
+    count = sum(int(inside_box(block["volume_mesh_centers"], settings.bounding_box_volume).sum())
+                for _, block in _source_blocks({"volume_mesh_centers": centers}, check, block_rows,
+                                               names=("volume_mesh_centers",)))
+    if count == 0:
+        raise ValueError(f"{source}: no volume point lies inside the volume box")
+    return count
+
+
+def _volume_buckets(volume: Mapping, settings: PreprocessSettings, n_volume: int, check: Check,
+                    scratch_dir, block_rows: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(first stored row, normalised coordinates, fields) of each bucket, in stored order
+    (volume_order.py): a first pass deals the kept rows of each source block into buckets, a
+    second shuffles each bucket."""
+    sizes = bucket_sizes(n_volume, block_rows)
+    remaining, rng = sizes.copy(), labels_rng(settings.permutation_seed)
+    box = settings.bounding_box_volume
+    with _Buckets(scratch_dir) as buckets:
+        for _, block in _source_blocks(volume, check, block_rows):
+            inside = inside_box(block["volume_mesh_centers"], box)
+            labels = deal_block(rng, remaining, int(inside.sum()))
+            coordinates = normalize(block["volume_mesh_centers"][inside], box)
+            fields = block["volume_fields"][inside]
+            for bucket in np.unique(labels):
+                mine = labels == bucket
+                buckets.append(int(bucket), coordinates[mine], fields[mine])
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        for bucket, (start, size) in enumerate(zip(starts, sizes)):
+            coordinates, fields = buckets.load(bucket, fields_width=volume["volume_fields"].shape[1])
+            order = bucket_permutation(settings.permutation_seed, bucket, size)
+            yield int(start), coordinates[order], fields[order]
+
+
+class _Buckets:
+    """The rows dealt to each bucket, in dealing order: in memory, or in files of a scratch
+    folder (removed on exit) so that a build holds one block at a time."""
+
+    def __init__(self, scratch_dir) -> None:
+        self.scratch_dir = scratch_dir
+        self.memory: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def __enter__(self) -> _Buckets:
+        if self.scratch_dir is not None:
+            Path(self.scratch_dir).mkdir(parents=True, exist_ok=True)
+            self.folder = Path(tempfile.mkdtemp(dir=self.scratch_dir, prefix=".scratch.tmp-"
+                                                f"{os.getpid()}-"))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.scratch_dir is not None:
+            for f in self.folder.iterdir():
+                f.unlink()
+            self.folder.rmdir()
+
+    def append(self, bucket: int, coordinates: np.ndarray, fields: np.ndarray) -> None:
+        if self.scratch_dir is None:
+            self.memory.setdefault(bucket, []).append((coordinates, fields))
+            return
+        for name, rows in (("coordinates", coordinates), ("fields", fields)):
+            with open(self.folder / f"{bucket}.{name}", "ab") as f:
+                np.ascontiguousarray(rows, dtype=np.float32).tofile(f)
+
+    def load(self, bucket: int, fields_width: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.scratch_dir is None:
+            parts = self.memory.pop(bucket, [])
+            return (np.concatenate([c for c, _ in parts]) if parts else np.zeros((0, 3), np.float32),
+                    np.concatenate([f for _, f in parts]) if parts else np.zeros((0, fields_width), np.float32))
+        loaded = []
+        for name, width in (("coordinates", 3), ("fields", fields_width)):
+            path = self.folder / f"{bucket}.{name}"
+            loaded.append(np.fromfile(path, dtype=np.float32).reshape(-1, width))
+            path.unlink()
+        return loaded[0], loaded[1]
+
+
+def preprocess_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *,
+                   source: str = "run", block_rows: int = VOLUME_BLOCK_ROWS) -> dict[str, np.ndarray | dict]:
+    """Everything but sampling, for every kept row, in memory: ``plan_run``'s pieces assembled
+    into the arrays of one cache run (and its ``scalars``)."""
+    volume = {name: arrays[name] for name in VOLUME_ARRAYS}
+    plan = plan_run(arrays, volume, settings, source=source, block_rows=block_rows)
+    contents = {name: None for name in plan.shapes}
+    for name, start, rows in plan.pieces:
+        if contents[name] is None:
+            contents[name] = np.empty(plan.shapes[name], dtype=rows.dtype)
+        contents[name][start:start + len(rows)] = rows
+    return contents | {"scalars": plan.scalars}

@@ -19,6 +19,7 @@ from domino_pipeline.compute.settings import (
     PARTS,
     PreprocessSettings,
 )
+from domino_pipeline.compute.volume_order import volume_order
 
 
 def normalize(points: np.ndarray, box) -> np.ndarray:
@@ -55,7 +56,8 @@ class PreparedRun:
     volume_fields: np.ndarray | None = None
 
 
-def _inside(points: np.ndarray, box) -> np.ndarray:
+def inside_box(points: np.ndarray, box) -> np.ndarray:
+    """Which of ``points`` lie strictly inside ``box`` (DoMINO's filter)."""
     lo, hi = (np.asarray(b, dtype=np.float32) for b in box)
     return np.all((points > lo) & (points < hi), axis=1)
 
@@ -74,7 +76,7 @@ def _prepare_surface(arrays: dict, s: PreprocessSettings, source: str) -> dict:
     centers = arrays["surface_mesh_centers"]
     areas = arrays["surface_areas"]
     _check_fields(arrays["surface_fields"], s.width("surface"), "surface_fields", source)
-    keep = np.flatnonzero((areas > 0) & _inside(centers, s.bounding_box_volume))
+    keep = np.flatnonzero((areas > 0) & inside_box(centers, s.bounding_box_volume))
     if len(keep) < s.num_neighbors_surface:
         raise ValueError(f"{source}: {len(keep)} surface cells inside the volume box with area > 0, "
                          f"fewer than num_neighbors_surface={s.num_neighbors_surface}")
@@ -92,10 +94,10 @@ def _prepare_surface(arrays: dict, s: PreprocessSettings, source: str) -> dict:
 def _prepare_volume(arrays: dict, s: PreprocessSettings, source: str) -> dict:
     centers = arrays["volume_mesh_centers"]
     _check_fields(arrays["volume_fields"], s.width("volume"), "volume_fields", source)
-    keep = np.flatnonzero(_inside(centers, s.bounding_box_volume))
-    if len(keep) == 0:
+    inside = inside_box(centers, s.bounding_box_volume)
+    if not inside.any():
         raise ValueError(f"{source}: no volume point lies inside the volume box")
-    rows = keep[_permutation(len(keep), s.permutation_seed, 2)]
+    rows = volume_order(inside, s.permutation_seed)
     return {
         "volume_coordinates": normalize(centers[rows], s.bounding_box_volume),
         "volume_fields": np.ascontiguousarray(arrays["volume_fields"][rows], dtype=np.float32),

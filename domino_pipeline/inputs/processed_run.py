@@ -151,6 +151,12 @@ def _check_values(name: str, data: np.ndarray, path: Path, n_points: int | None)
     return faces
 
 
+def check_values(name: str, data: np.ndarray, path: str | os.PathLike) -> np.ndarray:
+    """A block of rows of array ``name`` checked as ``load_processed_run`` checks whole arrays
+    (finite; face indices integral), in its dtype; ProcessedRunError naming ``path`` otherwise."""
+    return _check_values(name, np.asarray(data), Path(path), None)
+
+
 def validate_arrays(
     arrays: Mapping[str, np.ndarray], path: str | os.PathLike, required: Sequence[str] = ()
 ) -> dict[str, np.ndarray]:

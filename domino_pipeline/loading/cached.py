@@ -10,6 +10,7 @@ Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the ca
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,12 +21,9 @@ from domino_pipeline.compute.sampling import TooFewPointsError
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_of
 from domino_pipeline.loading.batch_transfer import output_array
 from domino_pipeline.loading.items import EpochDataset, build_item, run_name
-from domino_pipeline.store.cache_format import (
-    CacheRun,
-    StaleCacheError,
-    diff_settings,
-    read_manifest,
-)
+from domino_pipeline.store.cache_format import StaleCacheError, diff_settings
+from domino_pipeline.store.cache_run import CacheRun
+from domino_pipeline.store.manifest import read_manifest, run_path
 
 
 class CachedDoMINODataset(EpochDataset):
@@ -38,13 +36,20 @@ class CachedDoMINODataset(EpochDataset):
     lie all over the surface, so the gather touches most chunks of three small arrays;
     docs/cache_format.md). ``expected``: settings (``PreprocessSettings.fingerprinted()``)
     the cache must have been built with; a mismatch raises StaleCacheError listing every
-    difference.
+    difference. ``sources``: run name -> the processed run's current source fingerprint; a run
+    built from another version of its processed run raises StaleCacheError naming it.
+
+    The dataset reads the run generations the manifest named when it was made, whatever
+    rebuilds happen meanwhile (a rebuilt run's previous generation is kept). Each process keeps
+    at most ``max_open_runs`` runs open, closing the least recently used (their reader buffers
+    go with them), so a worker drawing from hundreds of runs stays small.
     """
 
     def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
                  model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,
                  geometry_points: int = 300_000, scaling_factors: dict | str | os.PathLike | None = None,
                  seed: int = 0, expected: dict | None = None, surface_window_factor: int | None = 8,
+                 sources: dict[str, str] | None = None, max_open_runs: int = 8,
                  count_bytes: bool = False) -> None:
         super().__init__(model_type=model_type, surface_points=surface_points,
                          volume_points=volume_points, geometry_points=geometry_points,
@@ -64,9 +69,14 @@ class CachedDoMINODataset(EpochDataset):
         missing = [n for n in names if n not in manifest["runs"]]
         if missing:
             raise FileNotFoundError(f"{self.cache_dir}: runs {missing} are not in the cache manifest")
-        self.run_paths = [self.cache_dir / manifest["runs"][n]["path"] for n in names]
+        entries = [manifest["runs"][n] for n in names]
+        _check_sources(self.cache_dir, names, entries, sources)
+        self.run_paths = [run_path(self.cache_dir, n, e) for n, e in zip(names, entries)]
+        self.run_metadata = [e.get("metadata_sha256") for e in entries]
         self.count_bytes = count_bytes
-        self._open: dict[int, CacheRun] = {}
+        self.max_open_runs = max(1, int(max_open_runs))
+        self._open: OrderedDict[int, CacheRun] = OrderedDict()
+        self._bytes_closed = 0
         self._pid = os.getpid()
 
     def __len__(self) -> int:
@@ -74,25 +84,32 @@ class CachedDoMINODataset(EpochDataset):
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_open"] = {}  # open stores stay in their process
+        state["_open"] = OrderedDict()  # open stores stay in their process
         return state
 
     def run(self, index: int) -> CacheRun:
-        """The opened cache run of ``index`` (opened on first use in this process)."""
+        """The opened cache run of ``index`` (opened on first use in this process, closed when
+        ``max_open_runs`` others have been used since)."""
         if self._pid != os.getpid():  # a forked worker opens its own stores
-            self._open, self._pid = {}, os.getpid()
-        if index not in self._open:
-            run = CacheRun(self.run_paths[index], count_bytes=self.count_bytes)
-            if run.attrs.get("settings_fingerprint") != self.fingerprint:
-                raise StaleCacheError(
-                    f"{run.path}: built with other settings than the manifest records:\n  "
-                    + "\n  ".join(diff_settings(run.attrs.get("settings", {}), self.settings)))
-            self._open[index] = run
-        return self._open[index]
+            self._open, self._pid = OrderedDict(), os.getpid()
+        if index in self._open:
+            self._open.move_to_end(index)
+            return self._open[index]
+        run = CacheRun(self.run_paths[index], count_bytes=self.count_bytes,
+                       metadata=self.run_metadata[index])
+        if run.attrs.get("settings_fingerprint") != self.fingerprint:
+            raise StaleCacheError(
+                f"{run.path}: built with other settings than the manifest records:\n  "
+                + "\n  ".join(diff_settings(run.attrs.get("settings", {}), self.settings)))
+        self._open[index] = run
+        while len(self._open) > self.max_open_runs:
+            _, closed = self._open.popitem(last=False)
+            self._bytes_closed += closed.bytes_read
+        return run
 
     def bytes_read(self) -> int:
         """Bytes this process has read from the cache (with ``count_bytes=True``)."""
-        return sum(run.bytes_read for run in self._open.values())
+        return self._bytes_closed + sum(run.bytes_read for run in self._open.values())
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         run = self.run(index)
@@ -114,6 +131,18 @@ class CachedDoMINODataset(EpochDataset):
                                                                          self.neighbor_layout),
             volume=None if draw.volume is None else _read_volume(run, draw.volume),
             scaling_factors=self.scaling_factors)
+
+
+def _check_sources(cache_dir: Path, names: list[str], entries: list[dict],
+                   sources: dict[str, str] | None) -> None:
+    """StaleCacheError naming the runs built from another version of their processed run."""
+    if sources is None:
+        return
+    changed = [n for n, e in zip(names, entries)
+               if n in sources and e.get("source", {}).get("fingerprint") != sources[n]]
+    if changed:
+        raise StaleCacheError(f"{cache_dir}: runs {changed} were processed again after the cache "
+                              "was built; rebuild them (cache_data.py cache.rebuild=true)")
 
 
 def _read_surface(run: CacheRun, rows: np.ndarray, neighbor_layout: str) -> dict[str, np.ndarray]:

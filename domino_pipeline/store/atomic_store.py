@@ -1,16 +1,21 @@
-"""Write directory-shaped stores (Zarr groups) so that they exist wholly or not at all.
+"""Write directory-shaped stores (Zarr groups) so that they exist wholly or not at all, and
+keep writers out of each other's way.
 
-A store is built under a hidden temporary name beside its final path and renamed into place
-only when complete, so a crash or ``kill -9`` never leaves a partial ``<run>.zarr``; leftovers of
-killed writers are hidden names that readers never list and that ``remove_stale_temporaries``
-clears on the next run.
+A store is built under a hidden temporary name beside its final path (the writer's pid in it)
+and renamed into place only when complete, so a crash or ``kill -9`` never leaves a partial
+``<run>.zarr``; leftovers of dead writers are hidden names that readers never list and that
+``remove_stale_temporaries`` clears, leaving those of live writers alone. ``exclusive_lock``
+makes a second writer of the same thing wait for the first (an advisory ``flock``, released by
+the kernel when its holder dies).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,14 +69,52 @@ def read_json(path: str | os.PathLike, missing: str, error: type[Exception] = Va
 
 
 def remove_stale_temporaries(parent: str | os.PathLike) -> list[Path]:
-    """Delete temporaries left in ``parent`` by writers that were killed; return what was removed.
+    """Delete the temporaries in ``parent`` whose writer process is gone; return what was removed.
 
-    Call it only when no other writer is active in ``parent`` (before a batch job starts).
+    A temporary's name carries its writer's pid; those of live processes on this machine are
+    kept, so starting a second writer never removes the first one's work.
     """
     parent = Path(parent)
     if not parent.is_dir():
         return []
-    stale = [p for p in parent.iterdir() if p.name.startswith(".") and _TMP_MARK in p.name]
+    stale = [p for p in parent.iterdir()
+             if p.name.startswith(".") and _TMP_MARK in p.name and not _writer_alive(p.name)]
     for path in stale:
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     return stale
+
+
+def _writer_alive(name: str) -> bool:
+    """Whether the pid in a temporary's name (``.<final>.tmp-<pid>-<id>``) is a live process."""
+    pid = name.rsplit(_TMP_MARK, 1)[1].split("-", 1)[0]
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def exclusive_lock(path: str | os.PathLike, what: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the file ``path`` (created if absent) for the block; if
+    another process holds it, say so on stderr naming ``what`` and wait for it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            print(f"waiting for another writer of {what} (pid {holder}) to finish", file=sys.stderr,
+                  flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -1,74 +1,71 @@
-"""The DoMINO cache on disk: one Zarr v3 group per run plus ``manifest.json`` (spec:
+"""The DoMINO cache on disk: its layout, version, fingerprints and errors (spec:
 docs/cache_format.md).
 
-``<cache_dir>/<run>.zarr`` holds what ``preprocessing.preprocess_run`` returns (the arrays of
-its settings' neighbour layout, ``layout_arrays``), every chunk
-uncompressed and closed by a CRC32C checksum, row arrays chunked along rows so that a draw reads
-only the chunks its windows touch. Its attributes hold the settings, their fingerprint, the
-fingerprint of the processed run it was built from, row counts and the few per-run scalars, so a
-run can be checked (and a build resumed) without the manifest. The manifest lists the runs and
-records the format version, the settings, their fingerprint and the config that built the cache.
+``<cache_dir>/<run>/g<N>.zarr`` is generation N of a run: one immutable Zarr v3 group holding
+what ``preprocessing`` computes (the arrays of its settings' neighbour layout, ``layout_arrays``),
+every array sharded along rows, every inner chunk uncompressed and closed by a CRC32C checksum, so
+that a draw reads only the inner chunks its rows touch and a run is a few dozen files. Its
+attributes hold the settings, their fingerprint, the fingerprint of the processed run it was
+built from, row counts and the few per-run scalars, so a run can be checked (and a build resumed)
+without the manifest. ``manifest.json`` names the generation of every run (manifest.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import time
+import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-import zarr
-from zarr.codecs import BytesCodec, Crc32cCodec
-from zarr.storage import LocalStore, WrapperStore
-
-from domino_pipeline.compute.settings import (
-    IMPLICIT_DEFAULTS,
-    NEIGHBOR_LAYOUTS,
-    PreprocessSettings,
-)
-from domino_pipeline.store.atomic_store import (
-    atomic_directory,
-    read_json,
-    write_json_atomic,
-)
-from domino_pipeline.store.chunk_reader import Allocator, ChunkedArray
+from domino_pipeline.compute.settings import IMPLICIT_DEFAULTS, NEIGHBOR_LAYOUTS
+from domino_pipeline.compute.volume_order import VOLUME_BLOCK_ROWS
 
 FORMAT = "domino-cache"
-FORMAT_VERSION = 1  # of the layout on disk; part of every run fingerprint
-MANIFEST = "manifest.json"
-# Array -> (dtype, rows per chunk; None = one chunk): the arrays of every run. Windows are read
-# from the row arrays, so chunks are a few hundred KiB: small enough that a window reads little
-# beyond itself, large enough that the per-chunk cost stays small. The surface point arrays are
-# gathered at neighbour rows all over the surface (in the "indices" layout), so they get large
-# chunks.
-ARRAYS: dict[str, tuple[str, int | None]] = {
-    "geometry_coordinates": ("float32", 32768),
-    "surface_grid_sdf": ("float32", None),
-    "volume_grid_sdf": ("float32", None),
-    "surface_coordinates": ("float32", 65536),
-    "surface_normals": ("float32", 65536),
-    "surface_areas": ("float32", 65536),
-    "surface_fields": ("float32", 16384),
-    "surface_neighbors": ("int32", 16384),
-    "volume_coordinates": ("float32", 8192),
-    "volume_fields": ("float32", 8192),
-    "volume_sdf": ("float32", 8192),
-    "volume_closest": ("float32", 8192),
+FORMAT_VERSION = 2  # of the layout on disk; part of every run fingerprint
+GENERATION = re.compile(r"^g(\d+)\.zarr$")
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """How one array is stored: dtype, rows per inner chunk (the unit a draw reads) and rows
+    per shard (the unit of a file); None: the whole array."""
+
+    dtype: str
+    chunk_rows: int | None
+    shard_rows: int | None
+
+
+SURFACE_SHARD_ROWS = 1 << 21
+# Inner chunks are a few hundred KiB: small enough that a window reads little beyond itself,
+# large enough that the per-chunk cost stays small. Volume shards are the blocks the build
+# writes (compute.rows.VOLUME_BLOCK_ROWS), so a block is written as whole shards.
+ARRAYS: dict[str, ArraySpec] = {
+    "geometry_coordinates": ArraySpec("float32", 32768, None),
+    "surface_grid_sdf": ArraySpec("float32", None, None),
+    "volume_grid_sdf": ArraySpec("float32", None, None),
+    "surface_coordinates": ArraySpec("float32", 16384, SURFACE_SHARD_ROWS),
+    "surface_normals": ArraySpec("float32", 16384, SURFACE_SHARD_ROWS),
+    "surface_areas": ArraySpec("float32", 65536, SURFACE_SHARD_ROWS),
+    "surface_fields": ArraySpec("float32", 16384, SURFACE_SHARD_ROWS),
+    "surface_neighbors": ArraySpec("int32", 16384, SURFACE_SHARD_ROWS),
+    "volume_coordinates": ArraySpec("float32", 8192, VOLUME_BLOCK_ROWS),
+    "volume_fields": ArraySpec("float32", 8192, VOLUME_BLOCK_ROWS),
+    "volume_sdf": ArraySpec("float32", 8192, VOLUME_BLOCK_ROWS),
+    "volume_closest": ArraySpec("float32", 8192, VOLUME_BLOCK_ROWS),
 }
 # Added by the "features" neighbour layout: (Ns, K-1, 3), (Ns, K-1, 3) and (Ns, K-1), in the row
-# order of the surface arrays, read in windows like surface_fields (288 and 384 KiB at K = 7).
-NEIGHBOR_FEATURE_ARRAYS: dict[str, tuple[str, int | None]] = {
-    "surface_neighbor_coordinates": ("float32", 4096),
-    "surface_neighbor_normals": ("float32", 4096),
-    "surface_neighbor_areas": ("float32", 16384),
+# order of the surface arrays, read with the sampled rows (288 and 384 KiB chunks at K = 7).
+NEIGHBOR_FEATURE_ARRAYS: dict[str, ArraySpec] = {
+    "surface_neighbor_coordinates": ArraySpec("float32", 4096, SURFACE_SHARD_ROWS),
+    "surface_neighbor_normals": ArraySpec("float32", 4096, SURFACE_SHARD_ROWS),
+    "surface_neighbor_areas": ArraySpec("float32", 16384, SURFACE_SHARD_ROWS),
 }
 
 
-def layout_arrays(neighbor_layout: str) -> dict[str, tuple[str, int | None]]:
-    """The arrays (name -> dtype, rows per chunk) a run of ``neighbor_layout`` holds: ARRAYS,
-    plus NEIGHBOR_FEATURE_ARRAYS in the "features" layout."""
+def layout_arrays(neighbor_layout: str) -> dict[str, ArraySpec]:
+    """The arrays (name -> spec) a run of ``neighbor_layout`` holds: ARRAYS, plus
+    NEIGHBOR_FEATURE_ARRAYS in the "features" layout."""
     if neighbor_layout not in NEIGHBOR_LAYOUTS:
         raise ValueError(f"neighbor_layout must be one of {list(NEIGHBOR_LAYOUTS)}; got {neighbor_layout!r}")
     if neighbor_layout == "features":
@@ -81,7 +78,8 @@ class CacheError(ValueError):
 
 
 class StaleCacheError(CacheError):
-    """A cache built with other settings than the ones asked for."""
+    """A cache built with other settings or sources than the ones asked for, or a run
+    generation replaced by a rebuild."""
 
 
 def source_fingerprint(processed_path: str | os.PathLike) -> str:
@@ -104,138 +102,14 @@ def run_fingerprint(settings_fingerprint: str, source: str) -> str:
     return hashlib.sha256(f"{FORMAT_VERSION}:{settings_fingerprint}:{source}".encode()).hexdigest()
 
 
-def write_cache_run(path: str | os.PathLike, contents: dict, *, settings: PreprocessSettings,
-                    source_path: str | os.PathLike, source: str, started: float | None = None) -> int:
-    """Write one run's ``preprocess_run`` output atomically; return the bytes written.
-
-    Writes the arrays of ``settings.neighbor_layout`` (``layout_arrays``); ``started``:
-    ``time.time()`` when the run's preprocessing began, to record its build time.
-    """
-    path = Path(path)
-    arrays = layout_arrays(settings.neighbor_layout)
-    missing = [name for name in arrays if name not in contents]
-    if missing:
-        raise ValueError(f"{path}: the {settings.neighbor_layout!r} neighbour layout needs arrays "
-                         f"{missing}, which the contents to write lack")
-    counts = {"geometry": len(contents["geometry_coordinates"]),
-              "surface": len(contents["surface_coordinates"]),
-              "volume": len(contents["volume_coordinates"])}
-    attrs = {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
-        "settings": settings.fingerprinted(), "settings_fingerprint": settings.fingerprint(),
-        "source": {"path": str(Path(source_path).resolve()), "fingerprint": source},
-        "fingerprint": run_fingerprint(settings.fingerprint(), source),
-        "counts": counts, "scalars": contents["scalars"],
-    }
-    with atomic_directory(path) as tmp:
-        group = zarr.create_group(store=str(tmp), zarr_format=3)
-        for name, (dtype, rows) in arrays.items():
-            data = np.ascontiguousarray(contents[name], dtype=dtype)
-            chunks = data.shape if rows is None else (min(rows, max(len(data), 1)), *data.shape[1:])
-            array = group.create_array(name, shape=data.shape, dtype=dtype, chunks=chunks,
-                                       serializer=BytesCodec(), compressors=[Crc32cCodec()])
-            array[...] = data
-        if started is not None:
-            attrs["build_seconds"] = round(time.time() - started, 3)
-        group.attrs.update(attrs)  # last: a group with attrs has all its arrays
-        written = directory_bytes(tmp)
-    return written
-
-
-def directory_bytes(path: str | os.PathLike) -> int:
-    """Total size of the files under ``path``."""
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-
-
-class CountingStore(WrapperStore):
-    """A store that counts the bytes it returns (chunks and metadata), for the benchmark."""
-
-    def __init__(self, store) -> None:
-        super().__init__(store)
-        self.bytes_read = 0
-
-    async def get(self, key, prototype, byte_range=None):
-        buffer = await self._store.get(key, prototype, byte_range)
-        if buffer is not None:
-            self.bytes_read += len(buffer)
-        return buffer
-
-
-class CacheRun:
-    """One cache run opened read-only: its attributes and checked reads of its arrays.
-
-    Arrays in the layout ``write_cache_run`` writes are read straight from their chunk files
-    (``chunk_reader.ChunkedArray``); any other layout or selection goes through zarr-python.
-    Open one per process: the chunk readers reuse their buffers.
-    """
-
-    def __init__(self, path: str | os.PathLike, *, count_bytes: bool = False) -> None:
-        self.path = Path(path)
-        if not (self.path / "zarr.json").is_file():
-            raise FileNotFoundError(f"{self.path}: cache run does not exist (no zarr.json)")
-        self.store = CountingStore(LocalStore(str(self.path), read_only=True)) if count_bytes \
-            else LocalStore(str(self.path), read_only=True)
-        try:
-            self.group = zarr.open_group(store=self.store, mode="r", zarr_format=3)
-        except Exception as err:  # zarr raises several types for unreadable metadata
-            raise CacheError(f"{self.path}: unreadable cache run metadata ({err})") from err
-        self.attrs = dict(self.group.attrs)
-        if self.attrs.get("format") != FORMAT:
-            raise CacheError(f"{self.path}: not a {FORMAT} run (format={self.attrs.get('format')!r})")
-        if self.attrs.get("format_version") != FORMAT_VERSION:
-            raise CacheError(f"{self.path}: format_version {self.attrs.get('format_version')}, "
-                             f"this reader reads {FORMAT_VERSION}")
-        self.count_bytes = count_bytes
-        self._arrays: dict[str, zarr.Array] = {}
-        self._readers: dict[str, ChunkedArray | None] = {}
-
-    @property
-    def bytes_read(self) -> int:
-        """Bytes of files read so far, metadata (``zarr.json``) included, chunk checksums
-        included; only with ``count_bytes=True``, else 0."""
-        if not self.count_bytes:
-            return 0
-        return self.store.bytes_read + sum(r.bytes_read for r in self._readers.values() if r)
-
-    def array(self, name: str) -> zarr.Array:
-        """The named array (metadata only), or CacheError naming the run and the array."""
-        if name not in self._arrays:
-            try:
-                self._arrays[name] = self.group[name]
-            except KeyError as err:
-                raise CacheError(f"{self.path}: array {name!r} is missing") from err
-        return self._arrays[name]
-
-    def reader(self, name: str) -> ChunkedArray | None:
-        """The direct chunk reader of the named array, or None where its layout (or its
-        absence) is left to zarr-python."""
-        if name not in self._readers:
-            self._readers[name] = ChunkedArray.open(self.path / name)
-        return self._readers[name]
-
-    def read(self, name: str, selection: Any = slice(None),
-             empty: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]`` (orthogonal indexing for index arrays), from the chunk files
-        where ``ChunkedArray`` reads the layout and the selection, else with zarr-python; a
-        failed checksum or unreadable chunk raises CacheError naming the run and the array.
-        ``empty(shape, dtype)`` allocates the result (batch_transfer.output_array puts it where
-        a DataLoader worker's batch travels)."""
-        reader = self.reader(name)
-        array = self.array(name) if reader is None or not reader.supports(selection) else None
-        try:
-            if array is None:
-                return reader.read(selection, empty)
-            if isinstance(selection, np.ndarray):
-                data = array.get_orthogonal_selection(selection)
-            else:
-                data = array[selection]
-        except Exception as err:  # codec, store and chunk errors come in several types
-            raise CacheError(f"{self.path}: array {name!r} is corrupt or unreadable: {err}") from err
-        if empty is np.empty:
-            return data
-        out = empty(data.shape, data.dtype)
-        out[...] = data
-        return out
+def metadata_sha256(run_path: str | os.PathLike) -> str:
+    """SHA-256 of every ``zarr.json`` of a cache run (group attributes, array metadata): what
+    the manifest records, so an edit of any of them is caught at open and by validation."""
+    root = Path(run_path)
+    digest = hashlib.sha256()
+    for meta in sorted(root.rglob("zarr.json")):
+        digest.update(str(meta.relative_to(root)).encode() + b"\0" + meta.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def diff_settings(cached: dict, expected: dict, prefix: str = "") -> list[str]:
@@ -253,39 +127,32 @@ def diff_settings(cached: dict, expected: dict, prefix: str = "") -> list[str]:
     return lines
 
 
-def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
-                   runs: dict[str, dict], config: dict | None = None) -> Path:
-    """Write ``<cache_dir>/manifest.json`` atomically (temporary file, then rename)."""
-    cache_dir = Path(cache_dir)
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "settings": settings.fingerprinted(), "fingerprint": settings.fingerprint(),
-        "arrays": {name: {"dtype": d, "chunk_rows": r}
-                   for name, (d, r) in layout_arrays(settings.neighbor_layout).items()},
-        "runs": runs, "config": config or {},
-    }
-    path = cache_dir / MANIFEST
-    write_json_atomic(path, manifest)
-    return path
+def run_folder(cache_dir: str | os.PathLike, name: str) -> Path:
+    """The folder of run ``name``'s generations."""
+    return Path(cache_dir) / name
 
 
-def read_manifest(cache_dir: str | os.PathLike) -> dict:
-    """Read and check ``<cache_dir>/manifest.json`` (format and version)."""
-    path = Path(cache_dir) / MANIFEST
-    manifest = read_json(path, "no cache manifest; build the cache with cache_data.py", CacheError)
-    if not isinstance(manifest, dict):
-        raise CacheError(f"{path}: not a {FORMAT} manifest (a JSON {type(manifest).__name__})")
-    if manifest.get("format") != FORMAT:
-        raise CacheError(f"{path}: not a {FORMAT} manifest (format={manifest.get('format')!r})")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise CacheError(f"{path}: format_version {manifest.get('format_version')}, "
-                         f"this reader reads {FORMAT_VERSION}")
-    return manifest
+def generations(folder: str | os.PathLike) -> list[tuple[int, Path]]:
+    """The complete generations in a run folder, oldest first, as (number, path); temporaries
+    of unfinished writers are hidden names, never listed."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := GENERATION.match(p.name))]
+    return sorted(found)
 
 
-def manifest_entry(run: CacheRun) -> dict:
-    """The manifest's record of one run."""
-    return {"path": run.path.name, "fingerprint": run.attrs["fingerprint"],
-            "source": run.attrs["source"], "counts": run.attrs["counts"],
-            "bytes": directory_bytes(run.path), "build_seconds": run.attrs.get("build_seconds")}
+def current_generation(folder: str | os.PathLike) -> Path | None:
+    """The newest complete generation of a run, or None."""
+    found = generations(folder)
+    return found[-1][1] if found else None
+
+
+def directory_bytes(path: str | os.PathLike) -> int:
+    """Total size of the files under ``path``."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def file_count(path: str | os.PathLike) -> int:
+    """Number of files under ``path``."""
+    return sum(1 for f in Path(path).rglob("*") if f.is_file())

@@ -1,18 +1,22 @@
-"""Checked reads of cache arrays straight from their chunk files, without zarr-python.
+"""Checked reads of cache arrays straight from their shard files, without zarr-python.
 
 The cache writes every array in one layout (docs/cache_format.md, "Reading chunks directly"):
-a Zarr v3 regular chunk grid chunked along axis 0 only, codecs ``bytes`` (little endian) then
-``crc32c``, default chunk keys with "/". Chunk ``i`` of a 2-D array is the file ``c/<i>/0``
-(``c/<i>`` in 1-D): the whole chunk's raw bytes (an edge chunk padded to full size) followed by a
-4-byte little-endian CRC32C of those bytes; an absent chunk holds only the fill value.
+a Zarr v3 regular grid of *shards* along axis 0 only (the other dimensions whole), codec
+``sharding_indexed`` with inner chunks of ``chunk_rows`` rows, inner codecs ``bytes`` (little
+endian) then ``crc32c``, index codecs the same, index at the end, default keys with "/". Shard
+``s`` of a 2-D array is the file ``c/<s>/0`` (``c/<s>`` in 1-D): its inner chunks' bytes (an edge
+chunk padded to full size, each followed by its 4-byte little-endian CRC32C), then the index,
+one (offset, nbytes) little-endian uint64 pair per inner chunk, then the index's own CRC32C.
+The cache writes every inner chunk, fill-valued ones too, so a missing shard file or a missing
+inner chunk is corruption here, never a silent fill value.
 
 For that layout ``ChunkedArray`` reads row ranges and row gathers with one ``preadv`` per touched
-chunk, into the output array itself where a whole chunk is wanted and into one reused buffer
-otherwise, and checks every chunk's CRC32C: 4 to 16 times faster per read than zarr-python on
-the bench cache (whose asyncio hop, thread pool and fresh buffers cost more than the reads).
+inner chunk (into the output array itself where a whole chunk is wanted, into one reused buffer
+otherwise), reads each shard's index once and checks every checksum: 4 to 16 times faster per
+read than zarr-python (whose asyncio hop, thread pool and fresh buffers cost more than the reads).
 ``ChunkedArray.open`` returns None for any other layout; the caller then uses zarr-python.
 
-    array = ChunkedArray.open(Path("cache/run_1.zarr/surface_coordinates"))
+    array = ChunkedArray.open(Path("cache/run_1.zarr/g1/surface_coordinates"))
     window = array.rows(0, 8192)              # rows 0..8191, a copy
     gathered = array.take(np.array([7, 3, 7]))
 
@@ -38,13 +42,14 @@ DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16"
 METADATA_KEYS = frozenset({"zarr_format", "node_type", "shape", "data_type", "chunk_grid",
                            "chunk_key_encoding", "fill_value", "codecs", "attributes",
                            "storage_transformers", "dimension_names"})
-FLOAT_FILLS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 CHECKSUM_BYTES = 4
+INDEX_ENTRY_BYTES = 16  # (offset, nbytes), two little-endian uint64
+EMPTY_ENTRY = 2**64 - 1  # an inner chunk that was not written
 Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]  # np.empty's (shape, dtype)
 
 
 class CorruptChunkError(ValueError):
-    """A chunk file that fails its CRC32C check or has the wrong size."""
+    """A shard or inner chunk that is missing, fails its CRC32C check or has the wrong size."""
 
 
 class ChunkedArray:
@@ -55,16 +60,17 @@ class ChunkedArray:
     """
 
     def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, chunk_rows: int,
-                 fill_value: Any, metadata_bytes: int = 0) -> None:
+                 shard_rows: int, metadata_bytes: int = 0) -> None:
         self.path, self.name = Path(path), Path(path).name
-        self._prefix = os.fspath(path) + os.sep  # chunk paths by concatenation: pathlib costs more
+        self._prefix = os.fspath(path) + os.sep  # shard paths by concatenation: pathlib costs more
         self.shape, self.dtype, self.chunk_rows = shape, dtype, chunk_rows
-        self.fill_value = fill_value
+        self.chunks_per_shard = shard_rows // chunk_rows
         self.row_shape = shape[1:]
         self.chunk_nbytes = chunk_rows * math.prod(self.row_shape) * dtype.itemsize
         self.bytes_read = metadata_bytes
         self._buffer: np.ndarray | None = None  # one chunk, allocated on the first partial read
         self._checksum = bytearray(CHECKSUM_BYTES)
+        self._indexes: dict[int, np.ndarray] = {}  # shard -> (chunks_per_shard, 2) uint64
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> ChunkedArray | None:
@@ -79,8 +85,8 @@ class ChunkedArray:
         layout = supported_layout(meta) if isinstance(meta, dict) else None
         if layout is None:
             return None
-        shape, dtype, chunk_rows, fill_value = layout
-        return cls(path, shape, dtype, chunk_rows, fill_value, metadata_bytes=len(raw))
+        shape, dtype, chunk_rows, shard_rows = layout
+        return cls(path, shape, dtype, chunk_rows, shard_rows, metadata_bytes=len(raw))
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -116,8 +122,7 @@ class ChunkedArray:
             lo, hi = max(start, first), min(stop, first + self.chunk_rows)
             dest = out[lo - start:hi - start]
             if hi - lo == self.chunk_rows:
-                if not self._read_chunk(chunk, _bytes(dest)):
-                    dest[...] = self.fill_value
+                self._read_chunk(chunk, _bytes(dest))
             else:
                 dest[...] = self._chunk(chunk)[lo - first:hi - first]
         return out
@@ -164,51 +169,84 @@ class ChunkedArray:
 
     def _chunk(self, chunk: int) -> np.ndarray:
         """Chunk ``chunk`` as (chunk_rows, *row_shape), in the reused buffer (valid until the
-        next read); an absent chunk is the fill value."""
+        next read)."""
         if self._buffer is None:
             self._buffer = np.empty((self.chunk_rows, *self.row_shape), self.dtype)
-        if not self._read_chunk(chunk, _bytes(self._buffer)):
-            self._buffer[...] = self.fill_value
+        self._read_chunk(chunk, _bytes(self._buffer))
         return self._buffer
 
-    def _read_chunk(self, chunk: int, into: memoryview) -> bool:
-        """Read chunk ``chunk``'s data into ``into`` (``chunk_nbytes`` bytes) and check its size
-        and CRC32C; False if the chunk file is absent (all fill value)."""
-        key = self.key(chunk)
+    def _read_chunk(self, chunk: int, into: memoryview) -> None:
+        """Read inner chunk ``chunk``'s data into ``into`` (``chunk_nbytes`` bytes) through its
+        shard's index, and check its size and CRC32C."""
+        shard, inner = divmod(chunk, self.chunks_per_shard)
+        key = self.key(shard)
+        offset, nbytes = (int(v) for v in self._index(shard, key)[inner])
+        where = f"inner chunk {inner} of shard {key}"
+        if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
+            raise CorruptChunkError(f"{self.name}: {where} is missing (every chunk is written)")
+        if nbytes != self.chunk_nbytes + CHECKSUM_BYTES:
+            raise CorruptChunkError(f"{self.name}: {where} has {nbytes} bytes, expected "
+                                    f"{self.chunk_nbytes + CHECKSUM_BYTES}")
+        fd = self._open_shard(key)
         try:
-            fd = os.open(self._prefix + key, os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        try:
-            size = os.fstat(fd).st_size
-            if size != self.chunk_nbytes + CHECKSUM_BYTES:
-                raise CorruptChunkError(f"{self.name}: chunk {key} has {size} bytes, expected "
-                                        f"{self.chunk_nbytes + CHECKSUM_BYTES}")
-            got = _read_exactly(fd, [into, memoryview(self._checksum)])
-            self.bytes_read += got
-            if got != size:
-                raise CorruptChunkError(f"{self.name}: chunk {key} ended after {got} of {size} bytes")
+            got = _read_exactly(fd, [into, memoryview(self._checksum)], offset)
         finally:
             os.close(fd)
-        self._verify(key, into)
-        return True
+        self.bytes_read += got
+        if got != nbytes:
+            raise CorruptChunkError(f"{self.name}: {where} ended after {got} of {nbytes} bytes")
+        self._verify(where, into)
 
-    def _verify(self, key: str, data: memoryview) -> None:
-        """CorruptChunkError naming the array and the chunk unless ``data`` matches the stored
+    def _open_shard(self, key: str) -> int:
+        try:
+            return os.open(self._prefix + key, os.O_RDONLY)
+        except FileNotFoundError:
+            raise CorruptChunkError(f"{self.name}: shard {key} is missing") from None
+
+    def _index(self, shard: int, key: str) -> np.ndarray:
+        """The (offset, nbytes) pairs of shard ``shard``, read once and checked: CRC32C, and
+        every written chunk inside the data part of the file."""
+        if shard in self._indexes:
+            return self._indexes[shard]
+        index_nbytes = self.chunks_per_shard * INDEX_ENTRY_BYTES
+        fd = self._open_shard(key)
+        try:
+            size = os.fstat(fd).st_size
+            if size < index_nbytes + CHECKSUM_BYTES:
+                raise CorruptChunkError(f"{self.name}: shard {key} has {size} bytes, fewer than "
+                                        f"its index ({index_nbytes + CHECKSUM_BYTES})")
+            raw = bytearray(index_nbytes)
+            got = _read_exactly(fd, [memoryview(raw), memoryview(self._checksum)],
+                                size - index_nbytes - CHECKSUM_BYTES)
+        finally:
+            os.close(fd)
+        self.bytes_read += got
+        self._verify(f"the index of shard {key}", memoryview(raw))
+        index = np.frombuffer(raw, dtype="<u8").reshape(self.chunks_per_shard, 2)
+        written = index[:, 0] != EMPTY_ENTRY
+        data_end = size - index_nbytes - CHECKSUM_BYTES
+        if np.any(index[written, 0] + index[written, 1] > data_end):
+            raise CorruptChunkError(f"{self.name}: the index of shard {key} points past its data "
+                                    f"({data_end} bytes)")
+        self._indexes[shard] = index
+        return index
+
+    def _verify(self, where: str, data: memoryview) -> None:
+        """CorruptChunkError naming the array and ``where`` unless ``data`` matches the stored
         checksum just read."""
         stored, computed = int.from_bytes(self._checksum, "little"), crc32c.crc32c(data)
         if stored != computed:
-            raise CorruptChunkError(f"{self.name}: chunk {key} failed its CRC32C check "
+            raise CorruptChunkError(f"{self.name}: {where} failed its CRC32C check "
                                     f"(stored 0x{stored:08x}, computed 0x{computed:08x})")
 
-    def key(self, chunk: int) -> str:
-        """The chunk file of chunk ``chunk``, relative to the array: ``c/<chunk>/0/...``."""
-        return "/".join(["c", str(chunk)] + ["0"] * (len(self.shape) - 1))
+    def key(self, shard: int) -> str:
+        """The file of shard ``shard``, relative to the array: ``c/<shard>/0/...``."""
+        return "/".join(["c", str(shard)] + ["0"] * (len(self.shape) - 1))
 
 
-def supported_layout(meta: dict) -> tuple[tuple[int, ...], np.dtype, int, Any] | None:
-    """(shape, dtype, chunk_rows, fill_value) of an array's ``zarr.json`` contents if this
-    reader supports its layout exactly; None for anything else."""
+def supported_layout(meta: dict) -> tuple[tuple[int, ...], np.dtype, int, int] | None:
+    """(shape, dtype, chunk_rows, shard_rows) of an array's ``zarr.json`` contents if
+    this reader supports its layout exactly; None for anything else."""
     if (set(meta) - METADATA_KEYS or meta.get("zarr_format") != 3
             or meta.get("node_type") != "array" or meta.get("storage_transformers", []) != []):
         return None
@@ -216,12 +254,28 @@ def supported_layout(meta: dict) -> tuple[tuple[int, ...], np.dtype, int, Any] |
     if name not in DTYPES or not _is_shape(shape) or not shape:
         return None
     dtype = np.dtype(name).newbyteorder("<")
-    chunk_rows = _chunk_rows(meta.get("chunk_grid"), shape)
-    fill_value = _fill_value(meta.get("fill_value"), dtype)
-    if (chunk_rows is None or fill_value is None or not _default_keys(meta.get("chunk_key_encoding"))
-            or not _bytes_then_crc32c(meta.get("codecs"), dtype)):
+    shard_rows = _rows_of(meta.get("chunk_grid"), shape)
+    sharding = _sharding(meta.get("codecs"))
+    if shard_rows is None or sharding is None or not _default_keys(meta.get("chunk_key_encoding")):
         return None
-    return tuple(shape), dtype, chunk_rows, fill_value
+    chunk_shape, codecs, index_codecs = sharding
+    chunk_rows = _rows_of({"name": "regular", "configuration": {"chunk_shape": chunk_shape}}, shape)
+    if (chunk_rows is None or shard_rows % chunk_rows or not _bytes_then_crc32c(codecs, dtype)
+            or not _bytes_then_crc32c(index_codecs, np.dtype("<u8"))):
+        return None
+    return tuple(shape), dtype, chunk_rows, shard_rows
+
+
+def _sharding(codecs: Any) -> tuple[Any, Any, Any] | None:
+    """(inner chunk shape, inner codecs, index codecs) of a lone ``sharding_indexed`` codec
+    with its index at the end; None otherwise."""
+    if not isinstance(codecs, list) or len(codecs) != 1 or not isinstance(codecs[0], dict):
+        return None
+    codec = codecs[0]
+    config = codec.get("configuration") or {}
+    if codec.get("name") != "sharding_indexed" or config.get("index_location", "end") != "end":
+        return None
+    return config.get("chunk_shape"), config.get("codecs"), config.get("index_codecs")
 
 
 def _is_shape(value: Any) -> bool:
@@ -229,7 +283,7 @@ def _is_shape(value: Any) -> bool:
     return isinstance(value, list) and all(type(n) is int and n >= 0 for n in value)
 
 
-def _chunk_rows(grid: Any, shape: list[int]) -> int | None:
+def _rows_of(grid: Any, shape: list[int]) -> int | None:
     """Rows per chunk of a regular grid chunked along axis 0 only, the other dimensions whole."""
     if not isinstance(grid, dict) or grid.get("name") != "regular":
         return None
@@ -237,20 +291,6 @@ def _chunk_rows(grid: Any, shape: list[int]) -> int | None:
     if not _is_shape(chunks) or len(chunks) != len(shape) or chunks[1:] != shape[1:] or chunks[0] < 1:
         return None
     return chunks[0]
-
-
-def _fill_value(value: Any, dtype: np.dtype) -> Any:
-    """The fill value as a numpy scalar, or None where it is not a plain value of ``dtype``
-    (a NaN given as a hex bit pattern, say)."""
-    if dtype.kind == "f" and isinstance(value, str):
-        value = FLOAT_FILLS.get(value)
-    if dtype.kind == "b":
-        ok = isinstance(value, bool)
-    elif dtype.kind in "iu":
-        ok = type(value) is int and np.iinfo(dtype).min <= value <= np.iinfo(dtype).max
-    else:
-        ok = type(value) in (int, float)
-    return dtype.type(value) if ok else None
 
 
 def _default_keys(encoding: Any) -> bool:
@@ -277,12 +317,12 @@ def _bytes(array: np.ndarray) -> memoryview:
     return memoryview(array.reshape(-1).view(np.uint8))
 
 
-def _read_exactly(fd: int, views: list[memoryview]) -> int:
-    """Fill the byte views ``views`` from the start of the file ``fd`` (a short read is
+def _read_exactly(fd: int, views: list[memoryview], offset: int = 0) -> int:
+    """Fill the byte views ``views`` from ``offset`` of the file ``fd`` (a short read is
     continued); return the bytes read, fewer only at the end of the file."""
     done = 0
     while views:
-        n = os.preadv(fd, views, done)
+        n = os.preadv(fd, views, offset + done)
         if n == 0:
             break
         done += n
