@@ -65,6 +65,7 @@ def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
     plan = plan_run(arrays, volume, settings, source=str(processed_path),
                     scratch_dir=run_folder(cache_dir, name),
                     check=lambda array, block: check_values(array, block, processed_path))
+    del arrays  # the plan keeps the prepared rows; the raw ones can go
     attrs = {"settings": settings.fingerprinted(), "settings_fingerprint": settings.fingerprint(),
              "source": {"path": str(processed_path.resolve()), "fingerprint": source},
              "fingerprint": run_fingerprint(settings.fingerprint(), source),
