@@ -32,7 +32,12 @@ from domino_pipeline.run_report import RunResult, summarize
 from domino_pipeline.store.atomic_store import remove_stale_temporaries
 from domino_pipeline.store.build import cache_run, manifest_runs
 from domino_pipeline.store.cache_format import CacheError
-from domino_pipeline.store.manifest import manifest_lock, write_manifest
+from domino_pipeline.store.manifest import (
+    MANIFEST,
+    manifest_lock,
+    read_manifest,
+    write_manifest,
+)
 from domino_pipeline.store.validate import validate_cache
 
 STATUSES = ("built", "skipped", "stale", "failed")
@@ -64,19 +69,24 @@ def summarize_build(results: list[RunResult]) -> str:
 
 def _write_manifest(cfg: DictConfig, runs: list[Path], cache_dir: Path,
                     settings: PreprocessSettings) -> Path:
-    """List the current runs and write the manifest, as the only manifest writer; a rerun that
-    would write the same runs leaves it alone (so it succeeds on a read-only cache)."""
-    from domino_pipeline.store.manifest import read_manifest
-
+    """List the current runs and write the manifest as the only manifest writer; a rerun that
+    would write the same runs takes no lock and writes nothing (it succeeds on a read-only
+    cache)."""
+    path = cache_dir / MANIFEST
+    if _manifest_lists(cache_dir, manifest_runs(runs, cache_dir, settings), settings):
+        return path
     with manifest_lock(cache_dir):
-        entries = manifest_runs(runs, cache_dir, settings)
-        try:
-            old = read_manifest(cache_dir)
-            if old["runs"] == entries and old["settings"] == settings.fingerprinted():
-                return cache_dir / "manifest.json"
-        except (CacheError, FileNotFoundError):
-            pass
+        entries = manifest_runs(runs, cache_dir, settings)  # again: another builder may have written
         return write_manifest(cache_dir, settings, entries, OmegaConf.to_container(cfg, resolve=True))
+
+
+def _manifest_lists(cache_dir: Path, entries: dict, settings: PreprocessSettings) -> bool:
+    """Whether the manifest already lists exactly ``entries`` with ``settings``."""
+    try:
+        old = read_manifest(cache_dir)
+    except (CacheError, FileNotFoundError):
+        return False
+    return old["runs"] == entries and old["settings"] == settings.fingerprinted()
 
 
 def _main(cfg: DictConfig) -> int:
@@ -121,13 +131,19 @@ def _main(cfg: DictConfig) -> int:
         shutdown_distributed()
 
 
+def _one_line(err: Exception) -> str:
+    if isinstance(err, OSError) and err.filename and str(err.filename) not in str(err.strerror):
+        return f"{err.filename}: {err.strerror}"
+    return str(err).splitlines()[0]
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     """Hydra entry: build (or validate) cache.dir from data.processed_dir."""
     try:
         code = _main(cfg)
-    except (FileNotFoundError, CacheError) as err:  # no processed runs; a manifest not writable
-        print(f"error: {err}", file=sys.stderr)
+    except (OSError, CacheError) as err:  # no processed runs; a cache folder not writable
+        print(f"error: {_one_line(err)}", file=sys.stderr)
         code = 1
     if code:
         sys.exit(code)

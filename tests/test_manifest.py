@@ -1,0 +1,115 @@
+"""The manifest: its checksum and run paths checked, a validation that reports every run
+(phantom, unlisted, other settings), stale sources refused by the dataset, one-line errors when
+the manifest cannot be written, and no write at all when nothing changed."""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+
+import pytest
+from cache_fixtures import SAMPLES, build_tiny_cache, tiny_settings
+from omegaconf import OmegaConf
+
+import cache_data
+from datapipe import CachedDoMINODataset
+from domino_pipeline.inputs.processed_run import list_runs
+from domino_pipeline.store import manifest as manifest_module
+from domino_pipeline.store.cache_format import (
+    CacheError,
+    StaleCacheError,
+    source_fingerprint,
+)
+from domino_pipeline.store.manifest import _digest, read_manifest, write_manifest
+from domino_pipeline.store.validate import validate_cache
+
+
+@pytest.fixture
+def cache(cache_dir, tmp_path):
+    """A writable copy of the tiny cache."""
+    return shutil.copytree(cache_dir, tmp_path / "cache")
+
+
+def _edit(cache, change, *, rehash: bool) -> None:
+    path = cache / "manifest.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    if rehash:
+        manifest["sha256"] = _digest(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def test_an_edited_manifest_fails_its_checksum(cache):
+    _edit(cache, lambda m: m["runs"]["run_1"].update(bytes=1), rehash=False)
+    with pytest.raises(CacheError, match=r"manifest\.json: its checksum does not match its contents"):
+        read_manifest(cache)
+    with pytest.raises(CacheError, match="checksum does not match"):
+        CachedDoMINODataset(cache, **SAMPLES)
+
+
+@pytest.mark.parametrize("path", ["../elsewhere/g1.zarr", "/tmp/run_1/g1.zarr", "run_2/g1.zarr",
+                                  "run_1/../run_2/g1.zarr", "run_1"])
+def test_run_paths_must_stay_inside_the_cache(cache, path):
+    _edit(cache, lambda m: m["runs"]["run_1"].update(path=path), rehash=True)
+    with pytest.raises(CacheError, match=r"run 'run_1': path .* is not 'run_1/g<N>\.zarr' inside"):
+        read_manifest(cache)
+
+
+def test_validate_reports_every_run_phantom_unlisted_and_settings(cache, tiny_processed_dir):
+    settings = tiny_settings()
+    runs = list_runs(tiny_processed_dir)
+    assert all(r.status == "ok" for r in validate_cache(runs, cache, settings))
+    _edit(cache, lambda m: m["runs"]["run_1"].update(path="run_1/g7.zarr"), rehash=True)
+    shutil.copytree(cache / "run_2", cache / "run_9")
+    results = {r.name: r for r in validate_cache(runs, cache, settings)}
+    assert "run_1/g7.zarr: listed in manifest.json but absent" in results["run_1"].message
+    assert results["run_2"].status == "ok"
+    assert "run_9: not listed in manifest.json" in results["run_9"].message
+    other = {r.name: r for r in validate_cache(runs, cache, tiny_settings(num_neighbors_surface=5))}
+    assert "built with other settings than the config: num_neighbors_surface: cached 7, expected 5" \
+        in other["manifest.json"].message
+
+
+def test_validate_names_a_run_whose_checks_raise_and_goes_on(cache, tiny_processed_dir, monkeypatch):
+    from domino_pipeline.store import validate
+
+    def explode(run, name, rows=1 << 20):
+        if "run_1" in str(run.path):
+            raise RuntimeError("disk on fire")
+    monkeypatch.setattr(validate, "read_in_blocks", explode)
+    results = {r.name: r for r in validate_cache(list_runs(tiny_processed_dir), cache, tiny_settings())}
+    assert results["run_1"].message == "RuntimeError: disk on fire" and results["run_2"].status == "ok"
+
+
+def test_a_reprocessed_source_is_refused_by_the_dataset(cache, tiny_processed_dir):
+    sources = {p.stem: source_fingerprint(p) for p in list_runs(tiny_processed_dir)}
+    CachedDoMINODataset(cache, sources=sources, **SAMPLES)
+    with pytest.raises(StaleCacheError, match=r"runs \['run_2'\] were processed again"):
+        CachedDoMINODataset(cache, sources={**sources, "run_2": "0" * 64}, **SAMPLES)
+
+
+def test_a_manifest_that_cannot_be_written_is_one_line(cache, monkeypatch, capsys):
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(manifest_module, "write_json_atomic", full)
+    with pytest.raises(CacheError, match=r"manifest\.json: cannot write the manifest: No space left on device"):
+        write_manifest(cache, tiny_settings(), {})
+
+
+def test_a_rerun_with_nothing_new_writes_nothing_and_takes_no_lock(cache, tiny_processed_dir):
+    cfg = OmegaConf.create({"any": 1})
+    before = (cache / "manifest.json").stat().st_mtime_ns
+    (cache / ".manifest.lock").unlink(missing_ok=True)
+    (cache / ".manifest.lock").mkdir()  # as unusable as a lock on a read-only cache
+    cache_data._write_manifest(cfg, list_runs(tiny_processed_dir), cache, tiny_settings())
+    assert (cache / "manifest.json").stat().st_mtime_ns == before
+
+
+def test_a_dataset_keeps_few_runs_open(tiny_processed_dir, tmp_path):
+    cache = build_tiny_cache(tiny_processed_dir, tmp_path / "cache")
+    ds = CachedDoMINODataset(cache, max_open_runs=1, **SAMPLES)
+    ds[0]
+    first = ds._open[0]
+    ds[1]
+    assert list(ds._open) == [1] and first not in ds._open.values()
