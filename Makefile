@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO := outputs/demo
 
-.PHONY: setup test test-fast demo clean-demo
+.PHONY: setup test test-fast demo gpu-check clean-demo
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ demo: $(STAMP)
 	$(PY) train.py --config-name=demo output_dir=$(DEMO)/train_uncached cache.enabled=false \
 		train.epochs=1 train.num_workers=0 train.val_num_workers=0
 	$(PY) benchmarks/demo_report.py --cached $(DEMO)/train_cached --uncached $(DEMO)/train_uncached --out $(DEMO)/report
+
+gpu-check: $(STAMP)   # on a GPU machine: CUDA tests, benchmarks, a short training run
+	$(PY) benchmarks/gpu_check.py --out outputs/gpu_check
 
 clean-demo:
 	rm -rf $(DEMO)
