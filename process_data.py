@@ -36,6 +36,7 @@ from domino_pipeline.inputs.drivaerml_reader import (
     read_surface,
     read_volume,
     run_files,
+    stl_defects,
 )
 from domino_pipeline.inputs.processed_run import (
     ProcessedRunError,
@@ -128,6 +129,7 @@ def process_run(
     files = run_files(run_dir)
     arrays = read_stl(files.stl) | read_surface(files.surface, surface_variables)
     volume, used_source, notes = read_volume(files.volume, volume_variables, volume_source)
+    notes = stl_defects(arrays["stl_faces"], arrays["stl_areas"], files.stl) + notes
     order = _permutation_rng(permutation_seed, files.name).permutation(len(volume["volume_fields"]))
     arrays["volume_mesh_centers"] = volume["volume_mesh_centers"][order]
     arrays["volume_fields"] = volume["volume_fields"][order]

@@ -300,3 +300,46 @@ def test_a_run_processed_with_other_settings_is_reported_not_reused(tiny_raw_dir
     redone = process_all(tiny_raw_dir, out, num_processes=1, overwrite=True, **changed)
     assert [r.status for r in redone] == ["processed"] * 2
     assert [r.status for r in process_all(tiny_raw_dir, out, num_processes=1, **changed)] == ["skipped"] * 2
+
+
+def test_nan_in_a_raw_field_names_the_input_file_and_field(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    run_dir = _copy_run(tiny_raw_dir, 2, tmp_path / "raw", 2)
+    mesh = pv.read(run_dir / "boundary_2.vtp")
+    values = np.array(mesh.cell_data["pMeanTrim"])
+    values[[3, 7]] = [np.nan, np.inf]
+    mesh.cell_data["pMeanTrim"] = values
+    mesh.save(run_dir / "boundary_2.vtp")
+    with pytest.raises(RunError, match=r"boundary_2\.vtp: cell data pMeanTrim has 2 non-finite values"):
+        process_run(run_dir, tmp_path / "run_2.zarr", **PROCESS_OPTIONS)
+    assert not (tmp_path / "run_2.zarr").exists()
+
+
+def _rewrite_stl(run_dir: Path, index: int, change) -> None:
+    mesh = pv.read(run_dir / f"drivaer_{index}.stl")
+    faces = mesh.faces.reshape(-1, 4)[:, 1:]
+    points, faces = change(np.array(mesh.points), faces)
+    pv.PolyData(points, np.column_stack([np.full(len(faces), 3), faces]).ravel()).save(
+        run_dir / f"drivaer_{index}.stl", binary=False)
+
+
+def test_an_stl_with_a_hole_or_zero_area_triangles_is_reported(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    holed = _copy_run(tiny_raw_dir, 1, tmp_path / "raw", 1)
+    _rewrite_stl(holed, 1, lambda p, f: (p, f[1:]))  # one triangle removed: three open edges
+    _, notes = process_run(holed, tmp_path / "holed.zarr", **PROCESS_OPTIONS)
+    assert any(n.startswith("warning: ") and "drivaer_1.stl: 3 open edges (the surface has holes"
+               in n for n in notes), notes
+    flat = _copy_run(tiny_raw_dir, 1, tmp_path / "raw_flat", 1)
+    line = np.array([[0.0, 0.0, 5.0], [0.1, 0.0, 5.0], [0.2, 0.0, 5.0]])  # collinear: zero area
+    _rewrite_stl(flat, 1, lambda p, f: (np.vstack([p, line]), np.vstack([f, [len(p) + np.arange(3)]])))
+    _, notes = process_run(flat, tmp_path / "flat.zarr", **PROCESS_OPTIONS)
+    assert any("drivaer_1.stl: 1 degenerate triangles (zero area)" in n for n in notes), notes
+    _, notes = process_run(_copy_run(tiny_raw_dir, 2, tmp_path / "raw_ok", 2), tmp_path / "ok.zarr",
+                           **PROCESS_OPTIONS)
+    assert not [n for n in notes if n.startswith("warning")]
+
+
+def test_an_empty_file_says_empty(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    run_dir = _copy_run(tiny_raw_dir, 1, tmp_path / "raw", 1)
+    pv.PolyData().save(run_dir / "boundary_1.vtp")
+    with pytest.raises(RunError, match=r"boundary_1\.vtp: (empty|no cell data)"):
+        process_run(run_dir, tmp_path / "run_1.zarr", **PROCESS_OPTIONS)

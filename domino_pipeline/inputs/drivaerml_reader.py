@@ -112,7 +112,10 @@ def read_arrays(
     _run_reader(reader, path, "Update")
     mesh = pv.wrap(reader.GetOutput())
     if mesh.n_points == 0 or mesh.n_cells == 0:
-        raise RunError(f"{path}: no points or cells")
+        raise RunError(f"{path}: empty ({mesh.n_points} points, {mesh.n_cells} cells)")
+    bad = int(np.size(mesh.points) - np.count_nonzero(np.isfinite(mesh.points)))
+    if bad:
+        raise RunError(f"{path}: {bad} point coordinates are not finite (NaN or Inf)")
     return mesh
 
 
@@ -142,6 +145,9 @@ def field_columns(
             raise RunError(f"{path}: no {where} data {name} (has {sorted(data.keys())})")
         values = np.asarray(data[name], dtype=np.float32)
         values = values.reshape(len(values), -1)
+        bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+        if bad:
+            raise RunError(f"{path}: {where} data {name} has {bad} non-finite values (NaN or Inf)")
         if values.shape[1] != width:
             raise RunError(f"{path}: {where} data {name} has {values.shape[1]} components, "
                            f"expected {width} ({kind})")
@@ -164,6 +170,19 @@ def read_stl(path: Path) -> dict[str, np.ndarray]:
         "stl_centers": np.asarray(mesh.cell_centers().points, dtype=np.float32),
         "stl_areas": np.asarray(areas, dtype=np.float32),
     }
+
+
+def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path) -> list[str]:
+    """Warnings about an STL's triangles (flattened ``faces``, ``areas``): open edges (used by
+    one triangle: a hole, near which the winding-number sign of the SDF is unreliable),
+    non-manifold edges (used by more than two) and degenerate, zero-area triangles."""
+    triangles = faces.reshape(-1, 3).astype(np.int64)
+    edges = np.sort(np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]]), axis=1)
+    _, uses = np.unique(edges[:, 0] * (int(triangles.max()) + 1) + edges[:, 1], return_counts=True)
+    counts = {"open edges (the surface has holes: the SDF sign near them is unreliable)": int((uses == 1).sum()),
+              "non-manifold edges (shared by more than two triangles)": int((uses > 2).sum()),
+              "degenerate triangles (zero area)": int((areas <= 0).sum())}
+    return [f"warning: {path}: {n} {what}" for what, n in counts.items() if n]
 
 
 def read_surface(path: Path, variables: Mapping[str, str]) -> dict[str, np.ndarray]:
