@@ -49,6 +49,7 @@ from domino_pipeline.compute.volume_order import (
 
 VOLUME_ARRAYS = ("volume_mesh_centers", "volume_fields")
 FEATURE_BLOCK_ROWS = 1 << 20  # surface rows per block of gathered neighbour features
+KNN_BLOCK_ROWS = 1 << 20  # surface rows whose neighbours are searched at a time
 
 
 def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
@@ -60,6 +61,18 @@ def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
     indices, _ = geometry.knn(points, k, queries=queries, device=settings.device)
     rows = np.arange(len(points)) if rows is None else np.asarray(rows)
     return drop_self(indices, rows).astype(np.int32)
+
+
+def all_surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
+                          block_rows: int = KNN_BLOCK_ROWS) -> np.ndarray:
+    """``surface_neighbors`` of every kept surface cell, searched ``block_rows`` cells at a
+    time, so that the search's memory does not grow with the surface beyond its index."""
+    n = len(prepared.surface_points)
+    out = np.empty((n, settings.num_neighbors_surface - 1), dtype=np.int32)
+    for start in range(0, n, block_rows):
+        rows = np.arange(start, min(start + block_rows, n))
+        out[start:start + len(rows)] = surface_neighbors(prepared, settings, rows)
+    return out
 
 
 def grid_sdf(prepared: PreparedRun, settings: PreprocessSettings, part: str) -> np.ndarray:
@@ -150,7 +163,7 @@ def _pieces(p: PreparedRun, volume: Mapping, settings: PreprocessSettings, n_vol
     yield "volume_grid_sdf", 0, grid_sdf(p, settings, "volume")
     for name in ("coordinates", "normals", "areas", "fields"):
         yield f"surface_{name}", 0, getattr(p, f"surface_{name}")
-    neighbors = surface_neighbors(p, settings)
+    neighbors = all_surface_neighbors(p, settings)
     yield "surface_neighbors", 0, neighbors
     if settings.neighbor_layout == "features":
         for start in range(0, len(neighbors), FEATURE_BLOCK_ROWS):
