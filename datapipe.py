@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from torch.utils.data import Dataset
 
+from domino_pipeline.compute.sampling import sampling_law_from_config
 from domino_pipeline.compute.scaling import load_scaling_factors
 from domino_pipeline.compute.settings import settings_from_config
 from domino_pipeline.loading.cached import CachedDoMINODataset
@@ -50,11 +51,13 @@ def dataset_from_config(cfg, runs: Sequence[str | os.PathLike] | None, *, train:
     """
     settings = settings_from_config(cfg.geometry, cfg.variables)
     s = cfg.sampling
+    law = sampling_law_from_config(s)
     common = dict(runs=runs, model_type=str(cfg.model_type), surface_points=int(s.surface_points),
                   volume_points=int(s.volume_points), geometry_points=int(s.geometry_points),
                   scaling_factors=load_scaling_factors(s.scaling_factors, s.normalization),
                   seed=int(cfg.seed) + (0 if train else 1),
-                  surface_window_factor=_window_factor(s.get("surface_window_factor", 8)))
+                  surface_window_factor=law.surface_window_factor,
+                  volume_window_factor=law.volume_window_factor, exact=law.exact)
     if cfg.cache.enabled:
         return CachedDoMINODataset(cfg.cache.dir, expected=settings.fingerprinted(), **common)
     from domino_pipeline.loading.uncached import DoMINODataPipe
@@ -65,6 +68,3 @@ def dataset_from_config(cfg, runs: Sequence[str | os.PathLike] | None, *, train:
         surface_variables=settings.surface_variables, volume_variables=settings.volume_variables,
         permutation_seed=settings.permutation_seed, device=settings.device, **common)
 
-
-def _window_factor(value) -> int | None:
-    return None if value in (None, 0, "none", "null") else int(value)

@@ -74,10 +74,18 @@ def _assert_same_item(a: dict, b: dict, atol=1e-6) -> None:
         torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=key)
 
 
+# The sampling modes: the defaults (on a tiny run the volume window is the whole volume), the exact
+# law, and small cyclic windows of both parts (windows that wrap past the last stored row).
+LAWS = {"default": {}, "exact": {"exact": True},
+        "windows": {"surface_window_factor": 2, "volume_window_factor": 3}}
+
+
+@pytest.mark.parametrize("law", list(LAWS))
 @pytest.mark.parametrize("model_type", ["surface", "volume", "combined"])
-def test_cached_equals_uncached(model_type, cache_dir, tiny_processed_dir, factors):
-    cached = _cached(cache_dir, model_type=model_type, seed=5, scaling_factors=factors)
-    uncached = _uncached(tiny_processed_dir, model_type=model_type, seed=5, scaling_factors=factors)
+def test_cached_equals_uncached(model_type, law, cache_dir, tiny_processed_dir, factors):
+    common = dict(model_type=model_type, seed=5, scaling_factors=factors, **LAWS[law])
+    cached = _cached(cache_dir, **common)
+    uncached = _uncached(tiny_processed_dir, **common)
     assert len(cached) == len(uncached) == 2
     for epoch in (0, 3):
         cached.set_epoch(epoch)
@@ -166,7 +174,7 @@ def _surface_reads_of_a_draw(cache, surface_points: int, window_factor: int) -> 
 
 def test_a_features_draw_reads_its_window_an_indices_draw_the_whole_surface(small_chunk_caches):
     points, factor = 64, 2
-    window_chunks = -(-points * factor // SMALL_CHUNK) + 1  # the most chunks a window can touch
+    window_chunks = -(-points * factor // SMALL_CHUNK) + 2  # the most chunks a cyclic window can touch
     features, chunk_file, ns = _surface_reads_of_a_draw(small_chunk_caches["features"], points, factor)
     indices, _, _ = _surface_reads_of_a_draw(small_chunk_caches["indices"], points, factor)
     surface_chunks = -(-ns // SMALL_CHUNK)

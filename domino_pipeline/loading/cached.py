@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from domino_pipeline.compute.sampling import TooFewPointsError
+from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_of
 from domino_pipeline.loading.batch_transfer import output_array
 from domino_pipeline.loading.items import EpochDataset, build_item, run_name
@@ -45,11 +45,13 @@ class CachedDoMINODataset(EpochDataset):
                  model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,
                  geometry_points: int = 300_000, scaling_factors: dict | str | os.PathLike | None = None,
                  seed: int = 0, expected: dict | None = None, surface_window_factor: int | None = 8,
+                 volume_window_factor: int | None = 100, exact: bool = False,
                  count_bytes: bool = False) -> None:
+        law = SamplingLaw(surface_window_factor=surface_window_factor,
+                          volume_window_factor=volume_window_factor, exact=exact)
         super().__init__(model_type=model_type, surface_points=surface_points,
                          volume_points=volume_points, geometry_points=geometry_points,
-                         surface_window_factor=surface_window_factor, seed=seed,
-                         scaling_factors=scaling_factors)
+                         law=law, seed=seed, scaling_factors=scaling_factors)
         self.cache_dir = Path(cache_dir)
         manifest = read_manifest(self.cache_dir)
         self.settings, self.fingerprint = manifest["settings"], manifest["fingerprint"]
@@ -108,23 +110,21 @@ class CachedDoMINODataset(EpochDataset):
             drawn_grids.update(grid=grids["grid"], sdf_grid=run.read("volume_grid_sdf", empty=output_array))
         return build_item(
             settings=self.settings, scalars=run.attrs["scalars"],
-            geometry_coordinates=run.read("geometry_coordinates", slice(*draw.geometry), empty=output_array),
+            geometry_coordinates=run.read("geometry_coordinates", draw.geometry_rows, empty=output_array),
             grids=drawn_grids,
             surface=None if draw.surface_rows is None else _read_surface(run, draw.surface_rows,
                                                                          self.neighbor_layout),
-            volume=None if draw.volume is None else _read_volume(run, draw.volume),
+            volume=None if draw.volume_rows is None else _read_volume(run, draw.volume_rows),
             scaling_factors=self.scaling_factors)
 
 
 def _read_surface(run: CacheRun, rows: np.ndarray, neighbor_layout: str) -> dict[str, np.ndarray]:
-    """The sampled surface rows (sorted; fields read as one span of the window) with their
+    """The sampled surface rows (sorted: each chunk they touch is read once) with their
     neighbours' coordinates, normals and areas, as ``neighbor_layout`` stores them."""
-    span = slice(int(rows[0]), int(rows[-1]) + 1)
-    local = rows - span.start
-    drawn = {"fields": run.read("surface_fields", span)[local]}
+    drawn = {"fields": run.read("surface_fields", rows)}
     if neighbor_layout == "features":
         return drawn | _read_neighbor_features(run, rows)
-    return drawn | _gather_neighbors(run, rows, run.read("surface_neighbors", span)[local])
+    return drawn | _gather_neighbors(run, rows, run.read("surface_neighbors", rows))
 
 
 def _read_neighbor_features(run: CacheRun, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -149,6 +149,6 @@ def _gather_neighbors(run: CacheRun, rows: np.ndarray, neighbors: np.ndarray) ->
     return drawn
 
 
-def _read_volume(run: CacheRun, window: tuple[int, int]) -> dict[str, np.ndarray]:
-    span = slice(*window)
-    return {name: run.read(f"volume_{name}", span) for name in ("coordinates", "fields", "sdf", "closest")}
+def _read_volume(run: CacheRun, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The sampled volume rows (sorted: each chunk they touch is read once) of the four arrays."""
+    return {name: run.read(f"volume_{name}", rows) for name in ("coordinates", "fields", "sdf", "closest")}
