@@ -1,14 +1,20 @@
 """Build the DoMINO training cache: every processed run once, all the work except sampling.
 
-For each ``<processed_dir>/<run>.zarr`` it runs ``preprocessing.preprocess_run`` (box filtering,
+For each run of ``data.processed_dir`` (this project's processed Zarr groups or physicsnemo-curator
+output as it is: Zarr v2 or v3 groups, .npz files, and .npy dicts with ``data.allow_pickle=true``;
+the form is detected per run and named in the summary) it runs ``preprocessing.preprocess_run`` (box filtering,
 normalisation, SDF of both grids, SDF and closest point of every kept volume point, kNN of every
 kept surface cell and, with ``geometry.neighbor_layout=features``, its neighbours' coordinates,
 normals and areas) and writes ``<cache.dir>/<run>.zarr`` atomically, then ``manifest.json``
 (format: docs/cache_format.md). A rerun skips runs whose fingerprint matches (an interrupted build
 resumes); runs built with other settings are rebuilt only with ``cache.rebuild=true``, otherwise
 they are reported as stale, the manifest is left as it was and the command fails. The manifest
-lists the runs that are current. ``cache.validate=true`` checks an existing cache
-against the config and its checksums instead of building.
+lists the runs that are current. Beside the cache it writes ``scaling_factors.json``: the target
+scaling factors over the training runs of train.py's split (``train.val_fraction``,
+``train.split_seed``), from statistics each run's build records (uniformly drawn volume rows), and
+the manifest records the file's SHA-256, so ``CachedDoMINODataset`` finds and checks them by
+default. ``cache.validate=true`` checks an existing cache against the config and its checksums
+instead of building.
 
     python cache_data.py --config-name=cached data.processed_dir=/data/processed cache.dir=/data/cache
     torchrun --nproc_per_node=2 cache_data.py --config-name=cached    # ranks split the runs
@@ -17,6 +23,7 @@ against the config and its checksums instead of building.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from dataclasses import dataclass
@@ -29,7 +36,23 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from domino_pipeline.compute.preprocessing import preprocess_run
+from domino_pipeline.compute.scaling import (
+    merge_statistics,
+    run_statistics,
+    save_scaling_factors,
+)
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
+from domino_pipeline.inputs.runs import (
+    ReadOptions,
+    list_runs,
+    load_run,
+    open_run,
+    read_options_from_config,
+    run_format,
+    run_name,
+    source_fingerprint,
+    split_from_config,
+)
 from domino_pipeline.store.atomic_store import remove_stale_temporaries
 from domino_pipeline.store.cache_format import (
     CacheError,
@@ -39,12 +62,12 @@ from domino_pipeline.store.cache_format import (
     manifest_entry,
     read_manifest,
     run_fingerprint,
-    source_fingerprint,
     write_cache_run,
     write_manifest,
 )
 
 STATUSES = ("built", "skipped", "stale", "failed")
+FACTORS_FILE = "scaling_factors.json"
 
 
 @dataclass
@@ -56,10 +79,19 @@ class RunResult:
     message: str = ""
     seconds: float = 0.0
     bytes: int = 0
+    format: str = ""  # the run's form (runs.FORMATS), where it could be read
 
 
 def _cache_path(cache_dir: Path, processed_path: Path) -> Path:
-    return cache_dir / processed_path.name
+    return cache_dir / f"{run_name(processed_path)}.zarr"
+
+
+def _form(processed_path: Path) -> str:
+    """The run's form for the summary; empty where it cannot be read."""
+    try:
+        return run_format(processed_path)
+    except (OSError, ValueError):
+        return ""
 
 
 def cached_state(cache_path: Path, settings: PreprocessSettings, source: str) -> list[str]:
@@ -78,36 +110,38 @@ def cached_state(cache_path: Path, settings: PreprocessSettings, source: str) ->
 
 
 def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, *,
-              rebuild: bool) -> RunResult:
+              rebuild: bool, options: ReadOptions = ReadOptions()) -> RunResult:
     """Build one cache run unless it is current; a failure becomes a result, not an exception."""
-    from domino_pipeline.inputs.processed_run import load_processed_run
-
-    name, out = processed_path.stem, _cache_path(cache_dir, processed_path)
+    name, out = run_name(processed_path), _cache_path(cache_dir, processed_path)
     started = time.time()
+    form = _form(processed_path)
     try:
         source = source_fingerprint(processed_path)
         if out.exists():
             reasons = cached_state(out, settings, source)
             if not reasons:
-                return RunResult(name, "skipped", "current")
+                return RunResult(name, "skipped", "current", format=form)
             if not rebuild:
-                return RunResult(name, "stale", "; ".join(reasons))
-        contents = preprocess_run(load_processed_run(processed_path), settings, source=str(processed_path))
+                return RunResult(name, "stale", "; ".join(reasons), format=form)
+        opened = open_run(processed_path, options)
+        arrays = load_run(processed_path, options=options, opened=opened)
+        contents = preprocess_run(arrays, settings, source=str(processed_path))
+        contents["scalars"]["field_statistics"] = run_statistics(arrays, source=str(processed_path))
         written = write_cache_run(out, contents, settings=settings, source_path=processed_path,
                                   source=source, started=started)
     except Exception as err:  # one bad run is reported and the others go on
-        return RunResult(name, "failed", f"{processed_path}: {type(err).__name__}: {err}")
-    return RunResult(name, "built", seconds=time.time() - started, bytes=written)
+        return RunResult(name, "failed", f"{processed_path}: {type(err).__name__}: {err}", format=form)
+    return RunResult(name, "built", seconds=time.time() - started, bytes=written, format=opened.format)
 
 
 def build_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettings, *, rebuild: bool,
-                rank: int = 0, world_size: int = 1) -> list[RunResult]:
+                rank: int = 0, world_size: int = 1, options: ReadOptions = ReadOptions()) -> list[RunResult]:
     """Build this rank's share of ``runs`` (every ``world_size``-th, from ``rank``)."""
     mine = runs[rank::world_size]
     results = []
     bar = tqdm(mine, desc=f"cache rank {rank}", unit="run", position=rank, disable=not mine)
     for path in bar:
-        results.append(cache_run(path, cache_dir, settings, rebuild=rebuild))
+        results.append(cache_run(path, cache_dir, settings, rebuild=rebuild, options=options))
         bar.set_postfix(last=f"{results[-1].name}:{results[-1].status}")
     return results
 
@@ -118,8 +152,44 @@ def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSetting
     for path in runs:
         out = _cache_path(cache_dir, path)
         if out.exists() and not cached_state(out, settings, source_fingerprint(path)):
-            entries[path.stem] = manifest_entry(CacheRun(out))
+            entries[run_name(path)] = manifest_entry(CacheRun(out))
     return entries
+
+
+def recorded_statistics(processed_path: Path, cache_dir: Path, options: ReadOptions) -> dict:
+    """The target statistics the cache build recorded for a run (computed from the run when
+    its cache run predates them)."""
+    stats = CacheRun(_cache_path(cache_dir, processed_path)).attrs["scalars"].get("field_statistics")
+    if stats is None:
+        stats = run_statistics(open_run(processed_path, options).arrays, source=str(processed_path))
+    return stats
+
+
+def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: PreprocessSettings, *,
+                          normalization: str, options: ReadOptions = ReadOptions()) -> dict:
+    """Write ``<cache_dir>/scaling_factors.json`` from the training runs' recorded statistics;
+    return its manifest record (file, SHA-256, runs, variables)."""
+    variables = {"surface": settings.surface_variables, "volume": settings.volume_variables}
+    factors = merge_statistics([recorded_statistics(p, cache_dir, options) for p in train_runs],
+                               [run_name(p) for p in train_runs], normalization=normalization,
+                               variables=variables)
+    path = save_scaling_factors(cache_dir / FACTORS_FILE, factors)
+    return {"path": FACTORS_FILE, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "runs": factors["runs"], "normalization": normalization, "variables": factors["variables"]}
+
+
+def factors_record(cfg: DictConfig, runs: list[Path], entries: dict[str, dict], cache_dir: Path,
+                   settings: PreprocessSettings) -> dict | None:
+    """Write the scaling factors when every training run is in the cache; their manifest record."""
+    train_runs, _ = split_from_config(runs, cfg)
+    absent = [run_name(p) for p in train_runs if run_name(p) not in entries]
+    if absent:
+        print(f"scaling factors not written: training runs {absent} are not in the cache")
+        return None
+    record = write_scaling_factors(train_runs, cache_dir, settings, options=read_options_from_config(cfg),
+                                   normalization=str(cfg.sampling.normalization))
+    print(f"scaling factors: {cache_dir / record['path']} ({len(train_runs)} training runs)")
+    return record
 
 
 def summarize(results: list[RunResult]) -> str:
@@ -132,6 +202,10 @@ def summarize(results: list[RunResult]) -> str:
     lines.append(f"{len(results)} runs: {counts['built']} built, {counts['skipped']} skipped, "
                  f"{counts['stale']} stale, {counts['failed']} failed; {mb:.1f} MB written, "
                  f"{per_run:.2f} s per built run")
+    forms = sorted({r.format for r in results if r.format})
+    if forms:
+        lines.append("run formats: " + ", ".join(
+            f"{form} {sum(r.format == form for r in results)}" for form in forms))
     if counts["stale"]:
         lines.append("stale runs were built with other settings: rerun with cache.rebuild=true")
     return "\n".join(lines)
@@ -148,7 +222,7 @@ def validate_run(processed_path: Path, cache_dir: Path, settings: PreprocessSett
                  manifest: dict | None) -> RunResult:
     """Check one cache run: present, fingerprints match the config and the source, every chunk
     of every array passes its checksum, and the manifest lists it."""
-    name, out = processed_path.stem, _cache_path(cache_dir, processed_path)
+    name, out = run_name(processed_path), _cache_path(cache_dir, processed_path)
     if not out.exists():
         return RunResult(name, "failed", f"{out}: missing from the cache")
     try:
@@ -178,7 +252,6 @@ def validate_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettin
 
 def _main(cfg: DictConfig) -> int:
     """Wire the config into build_cache / validate_cache; return the exit code."""
-    from domino_pipeline.inputs.processed_run import list_runs
     from domino_pipeline.training.distributed import (
         all_reduce_sum,
         barrier,
@@ -204,7 +277,8 @@ def _main(cfg: DictConfig) -> int:
             remove_stale_temporaries(cache_dir)
         barrier()
         results = build_cache(runs, cache_dir, settings, rebuild=bool(cfg.cache.rebuild),
-                              rank=dist.rank, world_size=dist.world_size)
+                              rank=dist.rank, world_size=dist.world_size,
+                              options=read_options_from_config(cfg))
         print(summarize(results), flush=True)
         stale, failed = (int(v) for v in all_reduce_sum(torch.tensor(
             [sum(r.status == "stale" for r in results), sum(r.status == "failed" for r in results)])))
@@ -213,7 +287,9 @@ def _main(cfg: DictConfig) -> int:
             print("manifest left as it was: the cache holds runs built with other settings")
         elif dist.is_main:
             config = OmegaConf.to_container(cfg, resolve=True)
-            path = write_manifest(cache_dir, settings, manifest_runs(runs, cache_dir, settings), config)
+            entries = manifest_runs(runs, cache_dir, settings)
+            path = write_manifest(cache_dir, settings, entries, config,
+                                  scaling_factors=factors_record(cfg, runs, entries, cache_dir, settings))
             print(f"manifest: {path}")
         return 1 if stale or failed else 0
     finally:
@@ -225,7 +301,7 @@ def main(cfg: DictConfig) -> None:
     """Hydra entry: build (or validate) cache.dir from data.processed_dir."""
     try:
         code = _main(cfg)
-    except FileNotFoundError as err:  # no processed runs where the config points
+    except (FileNotFoundError, ValueError) as err:  # no runs (or two forms of one) where the config points
         print(f"error: {err}", file=sys.stderr)
         code = 1
     if code:

@@ -14,8 +14,10 @@ from cache_fixtures import SAMPLES, first_chunk, flip_byte, tiny_settings
 
 from datapipe import CachedDoMINODataset
 from domino_pipeline.compute.preprocessing import preprocess_run
+from domino_pipeline.compute.scaling import run_statistics
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES
-from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
+from domino_pipeline.inputs.processed_run import load_processed_run
+from domino_pipeline.inputs.runs import list_runs, source_fingerprint
 from domino_pipeline.store.cache_format import (
     ARRAYS,
     NEIGHBOR_FEATURE_ARRAYS,
@@ -25,14 +27,15 @@ from domino_pipeline.store.cache_format import (
     diff_settings,
     layout_arrays,
     read_manifest,
-    source_fingerprint,
     write_cache_run,
 )
 
 
 def test_runs_hold_what_preprocessing_computes(cache_dir, tiny_processed_dir):
     path = list_runs(tiny_processed_dir)[0]
-    expected = preprocess_run(load_processed_run(path), tiny_settings())
+    arrays = load_processed_run(path)
+    expected = preprocess_run(arrays, tiny_settings())
+    expected["scalars"]["field_statistics"] = run_statistics(arrays)  # for the scaling factors
     run = CacheRun(cache_dir / path.name)
     for name, (dtype, rows) in ARRAYS.items():
         data = run.read(name)

@@ -5,7 +5,9 @@ reads its window, not the whole surface; bad input fails with the run named."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,6 +41,7 @@ from domino_pipeline.store import cache_format
 from domino_pipeline.store.cache_format import layout_arrays
 from domino_pipeline.store.chunk_reader import CHECKSUM_BYTES
 
+ROOT = Path(__file__).resolve().parents[1]
 SURFACE_KEYS = {"surface_mesh_centers", "surface_normals", "surface_areas", "pos_surface_center_of_mass",
                 "surface_mesh_neighbors", "surface_neighbors_normals", "surface_neighbors_areas",
                 "surface_fields"}
@@ -50,7 +53,7 @@ COMMON_KEYS = {"geometry_coordinates", "surf_grid", "sdf_surf_grid", "global_par
 
 @pytest.fixture(scope="module")
 def factors(tiny_processed_dir):
-    from domino_pipeline.inputs.processed_run import list_runs
+    from domino_pipeline.inputs.runs import list_runs
     return compute_scaling_factors(list_runs(tiny_processed_dir))
 
 
@@ -340,3 +343,44 @@ def test_uncached_geometry_errors_name_the_run(tiny_processed_dir, monkeypatch):
     monkeypatch.setattr(uncached, "grid_sdf", no_triangle)
     with pytest.raises(ValueError, match=r"run_1\.zarr: mesh has no usable triangle"):
         _uncached(tiny_processed_dir)[0]
+
+
+def test_the_cache_scaling_factors_are_found_checked_and_matched(cache_dir, tmp_path):
+    from domino_pipeline.compute.scaling import load_scaling_factors, unscale_fields
+    from domino_pipeline.store.cache_format import CacheError
+
+    ds = _cached(cache_dir)  # no scaling_factors: the cache's own
+    assert ds.scaling_factors == load_scaling_factors(cache_dir / "scaling_factors.json")
+    assert ds[0]["surface_fields"].abs().max() <= 1.0 + 1e-6
+    copy = tmp_path / "cache"
+    shutil.copytree(cache_dir, copy)
+    factors = json.loads((copy / "scaling_factors.json").read_text())
+    factors["surface"]["max"][0] *= 2
+    (copy / "scaling_factors.json").write_text(json.dumps(factors))
+    with pytest.raises(CacheError, match="scaling_factors.json: changed since cache_data.py wrote it"):
+        _cached(copy)
+    factors["variables"]["surface"][0][0] = "CpMeanTrim"
+    with pytest.raises(ValueError, match="scaling factors were computed for variables"):
+        _cached(cache_dir, scaling_factors=factors)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    del manifest["scaling_factors"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CacheError, match="the manifest records no scaling factors; rerun cache_data.py"):
+        _cached(copy)
+    unscaled = _cached(copy, scaling_factors=None)[0]["surface_fields"]  # as asked
+    torch.testing.assert_close(unscale_fields(ds[0]["surface_fields"], ds.scaling_factors, "surface"), unscaled)
+
+
+def test_the_readme_example_runs_as_written(cache_dir):
+    """The README's own-script example, on the tiny cache: only the path, sizes, workers and
+    epochs are changed."""
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("## In your own training script", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    for old, new in (('"/data/cache"', repr(str(cache_dir))), ("8192", "256"), ("300_000", "400"),
+                     ("num_workers=12", "num_workers=0"), ("persistent_workers=True", "persistent_workers=False"),
+                     ("range(500)", "range(2)")):
+        assert old in code, old
+        code = code.replace(old, new)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert scope["ds"].scaling_factors is not None and scope["batch"]["surface_fields"].shape == (1, 256, 4)

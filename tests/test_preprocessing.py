@@ -21,7 +21,8 @@ from domino_pipeline.compute.preprocessing import (
 )
 from domino_pipeline.compute.rows import drop_self, make_grid, normalize, prepare_rows
 from domino_pipeline.compute.settings import neighbor_layout_of, settings_from_config
-from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
+from domino_pipeline.inputs.processed_run import load_processed_run
+from domino_pipeline.inputs.runs import list_runs
 
 
 @pytest.fixture(scope="module")

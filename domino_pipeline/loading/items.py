@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -41,11 +40,6 @@ def parts_of(model_type: str) -> tuple[str, ...]:
     if model_type not in MODEL_TYPES:
         raise ValueError(f"unknown model_type {model_type!r}; expected one of {MODEL_TYPES}")
     return {"surface": ("surface",), "volume": ("volume",), "combined": ("surface", "volume")}[model_type]
-
-
-def run_name(run: str | os.PathLike) -> str:
-    name = Path(run).name
-    return name[:-5] if name.endswith(".zarr") else name
 
 
 def _as_factors(scaling_factors: dict | str | os.PathLike | None) -> dict | None:

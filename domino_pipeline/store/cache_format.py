@@ -81,21 +81,6 @@ class StaleCacheError(CacheError):
     """A cache built with other settings than the ones asked for."""
 
 
-def source_fingerprint(processed_path: str | os.PathLike) -> str:
-    """SHA-256 of every ``zarr.json`` of a processed run (its attributes, array shapes, dtypes
-    and codecs). Every write of a processed run stores a new ``write_id`` attribute, so
-    reprocessing a run changes the fingerprint even when its shapes and bounds stay the same;
-    copying it elsewhere does not."""
-    root = Path(processed_path)
-    digest = hashlib.sha256()
-    metas = sorted(root.rglob("zarr.json"))
-    if not metas:
-        raise FileNotFoundError(f"{root}: no processed run (no zarr.json)")
-    for meta in metas:
-        digest.update(str(meta.relative_to(root)).encode() + b"\0" + meta.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
 def run_fingerprint(settings_fingerprint: str, source: str) -> str:
     """The fingerprint of one cache run: its format version, settings and source together."""
     return hashlib.sha256(f"{FORMAT_VERSION}:{settings_fingerprint}:{source}".encode()).hexdigest()
@@ -251,8 +236,10 @@ def diff_settings(cached: dict, expected: dict, prefix: str = "") -> list[str]:
 
 
 def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
-                   runs: dict[str, dict], config: dict | None = None) -> Path:
-    """Write ``<cache_dir>/manifest.json`` atomically (temporary file, then rename)."""
+                   runs: dict[str, dict], config: dict | None = None,
+                   scaling_factors: dict | None = None) -> Path:
+    """Write ``<cache_dir>/manifest.json`` atomically (temporary file, then rename);
+    ``scaling_factors``: the record of the factors file beside the cache, when there is one."""
     cache_dir = Path(cache_dir)
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
@@ -262,6 +249,8 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
                    for name, (d, r) in layout_arrays(settings.neighbor_layout).items()},
         "runs": runs, "config": config or {},
     }
+    if scaling_factors is not None:
+        manifest["scaling_factors"] = scaling_factors
     path = cache_dir / MANIFEST
     write_json_atomic(path, manifest)
     return path
