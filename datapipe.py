@@ -12,6 +12,7 @@ imported on first use, so that importing this module (in a DataLoader worker, sa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,11 +71,14 @@ def dataset_from_config(cfg, runs: Sequence[str | os.PathLike] | None, *, train:
     """The dataset the config asks for: cached (``cache.enabled``) or uncached, same items.
 
     Training draws use ``cfg.seed``, validation draws ``cfg.seed + 1`` (so they differ from the
-    training draws of the same run). Scaling factors: ``scaling_factors_path``.
+    training draws of the same run), by the exact law when ``sampling.val_exact``. Scaling
+    factors: ``scaling_factors_path``.
     """
     settings = settings_from_config(cfg.geometry, cfg.variables)
     s = cfg.sampling
     law = sampling_law_from_config(s)
+    if not train and s.get("val_exact", False):
+        law = dataclasses.replace(law, exact=True)
     common = dict(runs=runs, model_type=str(cfg.model_type), surface_points=int(s.surface_points),
                   volume_points=int(s.volume_points), geometry_points=int(s.geometry_points),
                   scaling_factors=_factors(cfg),
