@@ -192,6 +192,17 @@ def factors_record(cfg: DictConfig, runs: list[Path], entries: dict[str, dict], 
     return record
 
 
+def check_scaling_factors(cache_dir: Path) -> str:
+    """Why the scaling factors the manifest records cannot be used ("" when they can)."""
+    from domino_pipeline.loading.cached import manifest_scaling_factors
+
+    try:
+        manifest_scaling_factors(cache_dir)
+    except (CacheError, FileNotFoundError, ValueError) as err:
+        return str(err)
+    return ""
+
+
 def summarize(results: list[RunResult]) -> str:
     """Failed and stale runs by name with the reason, then counts, MB written, seconds per run."""
     lines = [f"{r.status.upper()} {r.name}: {r.message}" for r in results if r.status in ("stale", "failed")]
@@ -271,7 +282,9 @@ def _main(cfg: DictConfig) -> int:
                 print(f"{'ok' if r.status == 'ok' else 'PROBLEM'} {r.name}{': ' + r.message if r.message else ''}")
             bad = sum(r.status != "ok" for r in results)
             print(f"{len(results)} runs validated, {bad} with problems")
-            return 1 if bad else 0
+            factors_problem = check_scaling_factors(cache_dir)
+            print(f"PROBLEM scaling factors: {factors_problem}" if factors_problem else "ok scaling factors")
+            return 1 if bad or factors_problem else 0
         if dist.is_main:
             cache_dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(cache_dir)

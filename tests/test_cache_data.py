@@ -61,6 +61,11 @@ def test_build_resume_and_validate(tiny_processed_dir, reference_cache, tmp_path
     valid = _run(tiny_processed_dir, cache, "cache.validate=true")
     assert valid.returncode == 0, valid.stdout + valid.stderr
     assert "ok run_1" in valid.stdout and "2 runs validated, 0 with problems" in valid.stdout
+    assert "ok scaling factors" in valid.stdout
+    (cache / "scaling_factors.json").write_text((cache / "scaling_factors.json").read_text().replace("0", "1", 1))
+    changed = _run(tiny_processed_dir, cache, "cache.validate=true")
+    assert changed.returncode != 0 and "PROBLEM scaling factors: " in changed.stdout
+    assert "scaling_factors.json: changed since cache_data.py wrote it" in changed.stdout
 
 
 def assert_factors_are_train_pys(cache: Path, manifest: dict, processed: Path) -> None:

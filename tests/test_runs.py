@@ -13,7 +13,11 @@ import numpy as np
 import pytest
 from curator_fixtures import write_curator_npz, write_curator_zarr, write_legacy_npy
 
-from domino_pipeline.inputs.processed_run import ARRAY_NAMES, ProcessedRunError, load_processed_run
+from domino_pipeline.inputs.processed_run import (
+    ARRAY_NAMES,
+    ProcessedRunError,
+    load_processed_run,
+)
 from domino_pipeline.inputs.runs import (
     NoRunsError,
     ReadOptions,

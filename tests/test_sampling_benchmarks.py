@@ -1,5 +1,5 @@
-"""benchmarks/sampling_ab.py: the table and the verdict from finished training runs (the
-training itself is the demo's, covered by test_train.py)."""
+"""The sampling benchmarks: sampling_ab.py's table and verdict from finished training runs (the
+training itself is the demo's, covered by test_train.py), and sampling_reads.py on tiny data."""
 
 from __future__ import annotations
 
@@ -31,3 +31,12 @@ def test_report_only_prints_the_table_and_the_verdict(tmp_path, capsys):
     _write_run(sampling_ab.train_dir(tmp_path, "exact", 3), 0.046)
     sampling_ab.main(["--work", str(tmp_path), "--seeds", "1", "2", "3", "--epochs", "2", "--report-only"])
     assert "OUTSIDE the exact law's seed-to-seed range" in capsys.readouterr().out
+
+
+def test_sampling_reads_runs_on_tiny(tmp_path, capsys):
+    sampling_reads = import_benchmark("sampling_reads")
+    sampling_reads.main(["--preset", "tiny", "--work", str(tmp_path), "--draws", "2",
+                         "--json", str(tmp_path / "reads.json")])
+    assert "| exact |" in capsys.readouterr().out
+    laws = json.loads((tmp_path / "reads.json").read_text())["laws"]
+    assert set(laws) == set(sampling_reads.LAWS) and all(r["mb"]["volume"] > 0 for r in laws.values())
