@@ -43,6 +43,7 @@ from domino_pipeline.compute.scaling import (
 )
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
 from domino_pipeline.inputs.runs import (
+    DEFAULT_OPTIONS,
     ReadOptions,
     list_runs,
     load_run,
@@ -110,7 +111,7 @@ def cached_state(cache_path: Path, settings: PreprocessSettings, source: str) ->
 
 
 def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, *,
-              rebuild: bool, options: ReadOptions = ReadOptions()) -> RunResult:
+              rebuild: bool, options: ReadOptions = DEFAULT_OPTIONS) -> RunResult:
     """Build one cache run unless it is current; a failure becomes a result, not an exception."""
     name, out = run_name(processed_path), _cache_path(cache_dir, processed_path)
     started = time.time()
@@ -135,7 +136,7 @@ def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
 
 
 def build_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettings, *, rebuild: bool,
-                rank: int = 0, world_size: int = 1, options: ReadOptions = ReadOptions()) -> list[RunResult]:
+                rank: int = 0, world_size: int = 1, options: ReadOptions = DEFAULT_OPTIONS) -> list[RunResult]:
     """Build this rank's share of ``runs`` (every ``world_size``-th, from ``rank``)."""
     mine = runs[rank::world_size]
     results = []
@@ -166,7 +167,7 @@ def recorded_statistics(processed_path: Path, cache_dir: Path, options: ReadOpti
 
 
 def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: PreprocessSettings, *,
-                          normalization: str, options: ReadOptions = ReadOptions()) -> dict:
+                          normalization: str, options: ReadOptions = DEFAULT_OPTIONS) -> dict:
     """Write ``<cache_dir>/scaling_factors.json`` from the training runs' recorded statistics;
     return its manifest record (file, SHA-256, runs, variables)."""
     variables = {"surface": settings.surface_variables, "volume": settings.volume_variables}

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmark_dataloader as bd  # noqa: E402
+import benchmark_dataloader as bd
 
 LAWS = {
     "default (surface 8x, volume 100x)": {},

@@ -35,7 +35,7 @@ def curator_attrs(name: str, arrays: dict[str, np.ndarray]) -> dict:
     lo, hi = points.min(axis=0).tolist(), points.max(axis=0).tolist()
     return {"filename": name, "dataset_type": "combined", "physics_constants": dict(PHYSICS),
             "x_bound": [lo[0], hi[0]], "y_bound": [lo[1], hi[1]], "z_bound": [lo[2], hi[2]],
-            "num_points": int(len(points)), "num_faces": int(np.size(arrays["stl_faces"])),
+            "num_points": len(points), "num_faces": int(np.size(arrays["stl_faces"])),
             "decimation_reduction": 0.0, "decimation_algo": None}
 
 

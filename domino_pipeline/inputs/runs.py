@@ -65,6 +65,9 @@ class ReadOptions:
     global_params: tuple[float, ...] = (30.0, 1.205)
 
 
+DEFAULT_OPTIONS = ReadOptions()
+
+
 def read_options_from_config(cfg) -> ReadOptions:
     """ReadOptions from the ``data`` and ``physics`` sections of the Hydra config."""
     return ReadOptions(allow_pickle=bool(cfg.data.get("allow_pickle", False)),
@@ -155,7 +158,7 @@ def _zarr_run(path: Path) -> OpenedRun:
     return OpenedRun(path, f"curator-{form}", arrays, attrs)
 
 
-def open_run(path: str | os.PathLike, options: ReadOptions = ReadOptions()) -> OpenedRun:
+def open_run(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) -> OpenedRun:
     """Open one run of any accepted form (module docstring); ProcessedRunError (a ValueError)
     naming the file for anything else, FileNotFoundError for a missing one."""
     path = Path(path)
@@ -207,7 +210,7 @@ def _global_params(run: OpenedRun, options: ReadOptions) -> np.ndarray:
 
 
 def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
-             options: ReadOptions = ReadOptions(), opened: OpenedRun | None = None) -> dict[str, np.ndarray]:
+             options: ReadOptions = DEFAULT_OPTIONS, opened: OpenedRun | None = None) -> dict[str, np.ndarray]:
     """Read ``arrays`` (default: all of processed_run.ARRAY_NAMES) of a run of any accepted form,
     validated, stl_faces as int32, the rest float32.
 

@@ -23,7 +23,13 @@ from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_
 from domino_pipeline.compute.sampling import Draw, SamplingLaw, TooFewPointsError
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import PreprocessSettings, parse_box
-from domino_pipeline.inputs.runs import ReadOptions, list_runs, load_run, run_name
+from domino_pipeline.inputs.runs import (
+    DEFAULT_OPTIONS,
+    ReadOptions,
+    list_runs,
+    load_run,
+    run_name,
+)
 from domino_pipeline.loading.items import EpochDataset, build_item
 
 
@@ -49,7 +55,7 @@ class DoMINODataPipe(EpochDataset):
                  permutation_seed: int = 0, scaling_factors: dict | str | os.PathLike | None = None,
                  seed: int = 0, device: str = "auto", surface_window_factor: int | None = 8,
                  volume_window_factor: int | None = 100, exact: bool = False,
-                 read_options: ReadOptions = ReadOptions()) -> None:
+                 read_options: ReadOptions = DEFAULT_OPTIONS) -> None:
         law = SamplingLaw(surface_window_factor=surface_window_factor,
                           volume_window_factor=volume_window_factor, exact=exact)
         super().__init__(model_type=model_type, surface_points=surface_points,
