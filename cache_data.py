@@ -1,6 +1,8 @@
 """Build the DoMINO training cache: every processed run once, all the work except sampling.
 
-For each ``<processed_dir>/<run>.zarr`` it runs the one preprocessing (box filtering,
+For each run of ``data.processed_dir`` (this project's processed Zarr groups or physicsnemo-curator
+output as it is: Zarr v2 or v3 groups, .npz files, and .npy dicts with ``data.allow_pickle=true``;
+the form is detected per run and named in the summary) it runs the one preprocessing (box filtering,
 normalisation, SDF of both grids, SDF and closest point of every kept volume point, kNN of every
 kept surface cell and, with ``geometry.neighbor_layout=features``, its neighbours' coordinates,
 normals and areas; the volume a block at a time) and writes the next generation of
@@ -8,8 +10,12 @@ normals and areas; the volume a block at a time) and writes the next generation 
 docs/cache_format.md). A rerun skips runs whose fingerprint matches (an interrupted build
 resumes); runs built with other settings are rebuilt only with ``cache.rebuild=true``, otherwise
 they are reported as stale, the manifest is left as it was and the command fails. Two builders
-on one cache take turns per run. ``cache.validate=true`` checks an existing cache against the
-config, the processed runs and its checksums instead of building.
+on one cache take turns per run. Beside the cache it writes ``scaling_factors.json``: the target
+scaling factors over the training runs of train.py's split (``train.val_fraction``,
+``train.split_seed``), from statistics each run's build records (uniformly drawn volume rows), and
+the manifest records the file's SHA-256, so ``CachedDoMINODataset`` finds and checks them by
+default. ``cache.validate=true`` checks an existing cache against the config, the processed runs
+and its checksums instead of building.
 
     python cache_data.py --config-name=cached data.processed_dir=/data/processed cache.dir=/data/cache
     torchrun --nproc_per_node=2 cache_data.py --config-name=cached    # ranks split the runs
@@ -30,7 +36,15 @@ from tqdm import tqdm
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
 from domino_pipeline.run_report import RunResult, summarize
 from domino_pipeline.store.atomic_store import remove_stale_temporaries
-from domino_pipeline.store.build import cache_run, manifest_runs
+from domino_pipeline.inputs.runs import (
+    DEFAULT_OPTIONS,
+    ReadOptions,
+    list_runs,
+    read_options_from_config,
+    run_name,
+    split_from_config,
+)
+from domino_pipeline.store.build import cache_run, check_scaling_factors, manifest_runs, write_scaling_factors
 from domino_pipeline.store.cache_format import CacheError
 from domino_pipeline.store.manifest import (
     MANIFEST,
@@ -44,13 +58,13 @@ STATUSES = ("built", "skipped", "stale", "failed")
 
 
 def build_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettings, *, rebuild: bool,
-                rank: int = 0, world_size: int = 1) -> list[RunResult]:
+                rank: int = 0, world_size: int = 1, options: ReadOptions = DEFAULT_OPTIONS) -> list[RunResult]:
     """Build this rank's share of ``runs`` (every ``world_size``-th, from ``rank``)."""
     mine = runs[rank::world_size]
     results = []
     bar = tqdm(mine, desc=f"cache rank {rank}", unit="run", position=rank, disable=not mine)
     for path in bar:
-        results.append(cache_run(path, cache_dir, settings, rebuild=rebuild))
+        results.append(cache_run(path, cache_dir, settings, rebuild=rebuild, options=options))
         bar.set_postfix(last=f"{results[-1].name}:{results[-1].status}")
     return results
 
@@ -64,6 +78,10 @@ def summarize_build(results: list[RunResult]) -> str:
              + f"; {mb:.1f} MB written, {per_run:.2f} s per built run"]
     if any(r.status == "stale" for r in results):
         lines.append("stale runs were built with other settings: rerun with cache.rebuild=true")
+    forms = sorted({r.format for r in results if r.format})
+    if forms:
+        lines.append("run formats: " + ", ".join(
+            f"{form} {sum(r.format == form for r in results)}" for form in forms))
     return "\n".join(lines)
 
 
@@ -77,7 +95,21 @@ def _write_manifest(cfg: DictConfig, runs: list[Path], cache_dir: Path,
         return path
     with manifest_lock(cache_dir):
         entries = manifest_runs(runs, cache_dir, settings)  # again: another builder may have written
-        return write_manifest(cache_dir, settings, entries, OmegaConf.to_container(cfg, resolve=True))
+        return write_manifest(cache_dir, settings, entries, OmegaConf.to_container(cfg, resolve=True),
+                              scaling_factors=_factors_record(cfg, runs, entries, cache_dir, settings))
+
+
+def _factors_record(cfg: DictConfig, runs: list[Path], entries: dict[str, dict], cache_dir: Path,
+                    settings: PreprocessSettings) -> dict | None:
+    """Write the scaling factors when every training run is in the cache; their manifest record."""
+    train_runs, _ = split_from_config(runs, cfg)
+    absent = [run_name(p) for p in train_runs if run_name(p) not in entries]
+    if absent:
+        print(f"scaling factors not written: training runs {absent} are not in the cache")
+        return None
+    record = write_scaling_factors(train_runs, cache_dir, settings, normalization=str(cfg.sampling.normalization))
+    print(f"scaling factors: {cache_dir / record['path']} ({len(train_runs)} training runs)")
+    return record
 
 
 def _manifest_lists(cache_dir: Path, entries: dict, settings: PreprocessSettings) -> bool:
@@ -86,12 +118,12 @@ def _manifest_lists(cache_dir: Path, entries: dict, settings: PreprocessSettings
         old = read_manifest(cache_dir)
     except (CacheError, FileNotFoundError):
         return False
-    return old["runs"] == entries and old["settings"] == settings.fingerprinted()
+    return (old["runs"] == entries and old["settings"] == settings.fingerprinted()
+            and old.get("scaling_factors") is not None)
 
 
 def _main(cfg: DictConfig) -> int:
     """Wire the config into build_cache / validate_cache; return the exit code."""
-    from domino_pipeline.inputs.processed_run import list_runs
     from domino_pipeline.training.distributed import (
         all_reduce_sum,
         barrier,
@@ -111,13 +143,16 @@ def _main(cfg: DictConfig) -> int:
                 print(f"{'ok' if r.status == 'ok' else 'PROBLEM'} {r.name}{': ' + r.message if r.message else ''}")
             bad = sum(r.status != "ok" for r in results)
             print(f"{len(results)} runs validated, {bad} with problems")
-            return 1 if bad else 0
+            factors_problem = check_scaling_factors(cache_dir)
+            print(f"PROBLEM scaling factors: {factors_problem}" if factors_problem else "ok scaling factors")
+            return 1 if bad or factors_problem else 0
         if dist.is_main:
             cache_dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(cache_dir)  # those of live writers stay
         barrier()
         results = build_cache(runs, cache_dir, settings, rebuild=bool(cfg.cache.rebuild),
-                              rank=dist.rank, world_size=dist.world_size)
+                              rank=dist.rank, world_size=dist.world_size,
+                              options=read_options_from_config(cfg))
         print(summarize_build(results), flush=True)
         stale, failed = (int(v) for v in all_reduce_sum(torch.tensor(
             [sum(r.status == "stale" for r in results), sum(r.status == "failed" for r in results)])))

@@ -12,16 +12,18 @@ imported on first use, so that importing this module (in a DataLoader worker, sa
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from torch.utils.data import Dataset
 
+from domino_pipeline.compute.sampling import sampling_law_from_config
 from domino_pipeline.compute.scaling import load_scaling_factors
 from domino_pipeline.compute.settings import settings_from_config
-from domino_pipeline.inputs.processed_run import list_runs
-from domino_pipeline.loading.cached import CachedDoMINODataset
+from domino_pipeline.inputs.runs import list_runs, read_options_from_config, run_name, stat_fingerprint
+from domino_pipeline.loading.cached import CachedDoMINODataset, manifest_scaling_factors
 from domino_pipeline.loading.collate import collate_items
 from domino_pipeline.loading.items import (
     MODEL_TYPES,
@@ -29,11 +31,10 @@ from domino_pipeline.loading.items import (
     constant_grid,
     parts_of,
 )
-from domino_pipeline.store.cache_format import source_fingerprint
 
 __all__ = [
     "CachedDoMINODataset", "MODEL_TYPES", "build_item", "collate_items", "constant_grid",
-    "dataset_from_config", "parts_of",
+    "dataset_from_config", "parts_of", "scaling_factors_path",
     "DoMINODataPipe",  # noqa: F822 (from __getattr__, on first use)
 ]
 
@@ -45,19 +46,45 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def scaling_factors_path(cfg) -> Path:
+    """Where the target scaling factors are: ``sampling.scaling_factors`` when given; else,
+    reading the cache, the file cache_data.py wrote beside it; else (uncached)
+    ``<output_dir>/scaling_factors.json``, which train.py computes from the training runs."""
+    if cfg.sampling.get("scaling_factors") is not None:
+        return Path(cfg.sampling.scaling_factors)
+    if cfg.cache.enabled:
+        from domino_pipeline.store.manifest import read_manifest
+        record = read_manifest(cfg.cache.dir).get("scaling_factors") or {"path": "scaling_factors.json"}
+        return Path(cfg.cache.dir) / record["path"]
+    return Path(cfg.output_dir) / "scaling_factors.json"
+
+
+def _factors(cfg) -> dict:
+    """The scaling factors the config asks for (the cache's own checked against its manifest)."""
+    s = cfg.sampling
+    if s.get("scaling_factors") is None and cfg.cache.enabled:
+        return manifest_scaling_factors(cfg.cache.dir, normalization=s.normalization)
+    return load_scaling_factors(scaling_factors_path(cfg), s.normalization)
+
+
 def dataset_from_config(cfg, runs: Sequence[str | os.PathLike] | None, *, train: bool) -> Dataset:
     """The dataset the config asks for: cached (``cache.enabled``) or uncached, same items.
 
     Training draws use ``cfg.seed``, validation draws ``cfg.seed + 1`` (so they differ from the
-    training draws of the same run). Scaling factors are read from ``sampling.scaling_factors``.
+    training draws of the same run), by the exact law when ``sampling.val_exact``. Scaling
+    factors: ``scaling_factors_path``.
     """
     settings = settings_from_config(cfg.geometry, cfg.variables)
     s = cfg.sampling
+    law = sampling_law_from_config(s)
+    if not train and s.get("val_exact", False):
+        law = dataclasses.replace(law, exact=True)
     common = dict(runs=runs, model_type=str(cfg.model_type), surface_points=int(s.surface_points),
                   volume_points=int(s.volume_points), geometry_points=int(s.geometry_points),
-                  scaling_factors=load_scaling_factors(s.scaling_factors, s.normalization),
+                  scaling_factors=_factors(cfg),
                   seed=int(cfg.seed) + (0 if train else 1),
-                  surface_window_factor=_window_factor(s.get("surface_window_factor", 8)))
+                  surface_window_factor=law.surface_window_factor,
+                  volume_window_factor=law.volume_window_factor, exact=law.exact)
     if cfg.cache.enabled:
         return CachedDoMINODataset(cfg.cache.dir, expected=settings.fingerprinted(),
                                    sources=_sources(cfg, runs),
@@ -68,20 +95,18 @@ def dataset_from_config(cfg, runs: Sequence[str | os.PathLike] | None, *, train:
         bounding_box_surface=settings.bounding_box_surface, interp_res=settings.interp_res,
         num_neighbors_surface=settings.num_neighbors_surface,
         surface_variables=settings.surface_variables, volume_variables=settings.volume_variables,
-        permutation_seed=settings.permutation_seed, device=settings.device, **common)
+        permutation_seed=settings.permutation_seed, device=settings.device,
+        read_options=read_options_from_config(cfg), **common)
 
 
 def _sources(cfg, runs: Sequence[str | os.PathLike] | None) -> dict[str, str] | None:
-    """The source fingerprints of the processed runs a cached dataset draws from, so that runs
-    processed again since the cache was built are refused; None when ``cache.check_sources``
-    is false or there are no processed runs here (a machine that holds only the cache)."""
+    """The stat fingerprints (file names, sizes, times) of the processed runs a cached dataset
+    draws from, so that runs written again since the cache was built are refused; None when
+    ``cache.check_sources`` is false or there are no processed runs here (a machine that holds
+    only the cache)."""
     processed = Path(cfg.data.processed_dir)
     if not cfg.cache.get("check_sources", True) or not processed.is_dir():
         return None
-    wanted = None if runs is None else {Path(r).name.removesuffix(".zarr") for r in runs}
-    return {p.stem: source_fingerprint(p) for p in list_runs(processed)
-            if wanted is None or p.stem in wanted}
-
-
-def _window_factor(value) -> int | None:
-    return None if value in (None, 0, "none", "null") else int(value)
+    wanted = None if runs is None else {run_name(r) for r in runs}
+    return {run_name(p): stat_fingerprint(p) for p in list_runs(processed)
+            if wanted is None or run_name(p) in wanted}

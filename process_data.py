@@ -3,8 +3,11 @@
 Per run ``run_<i>/``: the STL (triangulated if needed) gives stl_*; the boundary VTP (polygon
 cells with any vertex counts) gives cell centres, unit normals, areas and the wall fields from
 cell data; the volume VTU gives points with point data, or cell centres with cell data
-(``process.volume_source``), in a random row permutation. Fields are non-dimensionalised with
-the physics references. Runs are processed in parallel, each written atomically; finished runs are
+(``process.volume_source``), in the file's order, as physicsnemo-curator writes them (the cache
+and the uncached datapipe put rows in a random order themselves). Fields are non-dimensionalised
+as the DoMINO example does (``FIELD_SCALES``): with the stream velocity U, the air density rho
+and, for nutMeanTrim, the car's length L (the largest extent of the STL) unless
+``physics.reference_length`` gives one. Runs are processed in parallel, each written atomically; finished runs are
 skipped on a rerun; a bad run gets one line naming the file and the problem, and the command
 exits non-zero when any run failed.
 
@@ -17,7 +20,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
-import zlib
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -86,26 +88,26 @@ def check_options(
     volume_variables: Mapping[str, str],
     stream_velocity: float,
     air_density: float,
-    reference_length: float = 1.0,
+    reference_length: float | None = None,
     volume_source: str = "points",
-    permutation_seed: int = 0,
 ) -> None:
     """Reject settings that would fail every run, before any run starts (ValueError)."""
     if volume_source not in VOLUME_SOURCES:
         raise ValueError(f"volume_source {volume_source!r}, expected one of {list(VOLUME_SOURCES)}")
-    if min(stream_velocity, air_density, reference_length) <= 0:
-        raise ValueError("stream_velocity, air_density and reference_length must be positive")
+    if min(stream_velocity, air_density, 1.0 if reference_length is None else reference_length) <= 0:
+        raise ValueError("stream_velocity, air_density and reference_length (when given) must be positive")
     for variables in (surface_variables, volume_variables):
-        field_divisors(variables, stream_velocity, air_density, reference_length)
+        field_divisors(variables, stream_velocity, air_density, 1.0)
 
 
 def _bounds(points: np.ndarray) -> list[list[float]]:
     return [points.min(axis=0).tolist(), points.max(axis=0).tolist()]
 
 
-def _permutation_rng(seed: int, name: str) -> np.random.Generator:
-    """A generator fixed by the seed and the run name, whatever the order runs are processed."""
-    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+def car_length(stl_vertices: np.ndarray) -> float:
+    """The largest extent of the STL's bounding box: the DoMINO example's length scale for
+    nutMeanTrim (the car's length for a car)."""
+    return float(np.max(stl_vertices.max(axis=0) - stl_vertices.min(axis=0)))
 
 
 def process_run(
@@ -116,9 +118,8 @@ def process_run(
     volume_variables: Mapping[str, str],
     stream_velocity: float,
     air_density: float,
-    reference_length: float = 1.0,
+    reference_length: float | None = None,
     volume_source: str = "points",
-    permutation_seed: int = 0,
 ) -> tuple[Path, list[str]]:
     """Read one DrivAerML run folder and write it as a processed Zarr group at ``out_path``.
 
@@ -130,10 +131,10 @@ def process_run(
     arrays = read_stl(files.stl) | read_surface(files.surface, surface_variables)
     volume, used_source, notes = read_volume(files.volume, volume_variables, volume_source)
     notes = stl_defects(arrays["stl_faces"], arrays["stl_areas"], files.stl) + notes
-    order = _permutation_rng(permutation_seed, files.name).permutation(len(volume["volume_fields"]))
-    arrays["volume_mesh_centers"] = volume["volume_mesh_centers"][order]
-    arrays["volume_fields"] = volume["volume_fields"][order]
-    refs = (stream_velocity, air_density, reference_length)
+    arrays["volume_mesh_centers"] = volume["volume_mesh_centers"]
+    arrays["volume_fields"] = volume["volume_fields"]
+    length = car_length(arrays["stl_coordinates"]) if reference_length is None else reference_length
+    refs = (stream_velocity, air_density, length)
     arrays["surface_fields"] = arrays["surface_fields"] / field_divisors(surface_variables, *refs)
     arrays["volume_fields"] = arrays["volume_fields"] / field_divisors(volume_variables, *refs)
     params = np.array([stream_velocity, air_density], dtype=np.float32)
@@ -143,9 +144,11 @@ def process_run(
         "filename": files.name,
         "stream_velocity": float(stream_velocity),
         "air_density": float(air_density),
-        "reference_length": float(reference_length),
+        "physics_constants": {"stream_velocity": float(stream_velocity),
+                              "air_density": float(air_density)},
+        "reference_length": None if reference_length is None else float(reference_length),
+        "nut_length_scale": float(length),
         "volume_source": used_source,
-        "permutation_seed": int(permutation_seed),
         "surface_variables": dict(surface_variables),
         "volume_variables": dict(volume_variables),
         "counts": {
@@ -247,8 +250,8 @@ def process_all(
 
 # The settings a processed run records and a rerun must match to reuse it. volume_source is left
 # out: a run records the source it fell back to, which may differ from the one asked for.
-_RECORDED = ("stream_velocity", "air_density", "reference_length", "permutation_seed",
-             "surface_variables", "volume_variables")
+_RECORDED = ("stream_velocity", "air_density", "reference_length", "surface_variables",
+             "volume_variables")
 
 
 def settings_differences(out: Path, options: Mapping) -> list[str]:
@@ -274,9 +277,9 @@ def run_options(cfg: DictConfig) -> dict:
         "volume_variables": variables["volume"],
         "stream_velocity": float(cfg.physics.stream_velocity),
         "air_density": float(cfg.physics.air_density),
-        "reference_length": float(cfg.physics.reference_length),
+        "reference_length": (None if cfg.physics.reference_length is None
+                             else float(cfg.physics.reference_length)),
         "volume_source": str(cfg.process.volume_source),
-        "permutation_seed": int(cfg.process.permutation_seed),
     }
 
 

@@ -15,7 +15,6 @@ Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exi
 """
 
 import json
-import math
 import resource
 import signal
 import sys
@@ -32,8 +31,14 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torch.utils.tensorboard import SummaryWriter
 
-from datapipe import MODEL_TYPES, collate_items, dataset_from_config
+from datapipe import (
+    MODEL_TYPES,
+    collate_items,
+    dataset_from_config,
+    scaling_factors_path,
+)
 from domino_pipeline.compute.settings import VARIABLE_WIDTH
+from domino_pipeline.inputs.runs import split_from_config, split_runs  # noqa: F401 (split_runs: train.split_runs)
 from domino_pipeline.training import checkpointing, distributed
 from domino_pipeline.training.distributed import DistInfo
 from domino_pipeline.training.training_loop import (
@@ -61,6 +66,7 @@ class TrainConfig:
     clip_grad_norm: float   # <= 0: no clipping
     amp: str                # bf16 | fp16 | none; used on CUDA only
     val_fraction: float
+    split_seed: int | None  # seeds the train/validation split; None: the run's seed
     val_every: int
     checkpoint_every: int
     num_workers: int
@@ -145,18 +151,6 @@ class RunLog:
             self.writer.close()
 
 
-def split_runs(runs: list[Path], val_fraction: float, seed: int) -> tuple[list[Path], list[Path]]:
-    """Deterministic train/validation split: a seeded permutation, the first ceil(f*n) runs validate
-    (at least one when f > 0 and there are 2+ runs; never all of them)."""
-    if not runs:
-        raise ValueError("no processed runs to train on")
-    n_val = min(math.ceil(val_fraction * len(runs)), len(runs) - 1) if val_fraction > 0 else 0
-    order = np.random.default_rng(seed).permutation(len(runs))
-    val = sorted((runs[i] for i in order[:n_val]), key=runs.index)
-    train = [run for run in runs if run not in val]
-    return train, val
-
-
 def variable_names(variables: dict[str, str]) -> list[str]:
     """Output column names: a scalar keeps its name, a vector becomes name_x, name_y, name_z."""
     names = []
@@ -224,19 +218,26 @@ def build_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> to
     return torch.optim.lr_scheduler.StepLR(optimizer, step_size=config.step_size, gamma=config.gamma)
 
 
-def ensure_scaling_factors(train_runs: list[Path], path: Path, normalization: str, info: DistInfo) -> None:
+def ensure_scaling_factors(cfg: DictConfig, train_runs: list[Path], path: Path, info: DistInfo) -> None:
     """Rank 0 computes the target scaling factors from the training runs once, if the file is
-    missing (and says so when an existing file was computed from other runs); the others wait."""
+    missing (and says so when an existing file was computed from other runs); the others wait.
+    The cache's own factors are cache_data.py's to write: missing, they are an error."""
     from domino_pipeline.compute.scaling import (
         compute_scaling_factors,
         load_scaling_factors,
         save_scaling_factors,
     )
+    from domino_pipeline.inputs.runs import read_options_from_config, run_name
 
+    if not path.exists() and cfg.cache.enabled and cfg.sampling.get("scaling_factors") is None:
+        raise FileNotFoundError(f"{path}: the cache has no scaling factors; rerun cache_data.py, which writes them")
+    normalization = str(cfg.sampling.normalization)
     if info.is_main and not path.exists():
         print(f"computing {normalization} scaling factors from {len(train_runs)} training runs -> {path}")
-        save_scaling_factors(path, compute_scaling_factors(train_runs, normalization=normalization))
-    elif info.is_main and load_scaling_factors(path).get("runs") != [run.name for run in train_runs]:
+        variables = {part: [(str(k), str(v)) for k, v in cfg.variables[part].items()] for part in ("surface", "volume")}
+        save_scaling_factors(path, compute_scaling_factors(
+            train_runs, normalization=normalization, options=read_options_from_config(cfg), variables=variables))
+    elif info.is_main and load_scaling_factors(path).get("runs") != [run_name(run) for run in train_runs]:
         print(f"note: {path} was computed from other runs than this training split; delete it to recompute")
     distributed.barrier()
 
@@ -516,14 +517,14 @@ def target_variable_names(cfg: DictConfig) -> dict[str, list[str]]:
 
 def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Session:
     """Split the runs, make sure the scaling factors exist, build datasets, model and optimizer."""
-    from domino_pipeline.inputs.processed_run import list_runs
+    from domino_pipeline.inputs.runs import list_runs
 
     output_dir = Path(cfg.output_dir)
     if info.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
-    train_runs, val_runs = split_runs(list_runs(cfg.data.processed_dir), config.val_fraction, cfg.seed)
-    scaling_path = Path(cfg.sampling.scaling_factors)
-    ensure_scaling_factors(train_runs, scaling_path, cfg.sampling.normalization, info)
+    train_runs, val_runs = split_from_config(list_runs(cfg.data.processed_dir), cfg)
+    scaling_path = scaling_factors_path(cfg)
+    ensure_scaling_factors(cfg, train_runs, scaling_path, info)
     log = RunLog(output_dir, enabled=info.is_main)
     log.write_json("split.json", {"train": [r.name for r in train_runs], "val": [r.name for r in val_runs]})
     # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;

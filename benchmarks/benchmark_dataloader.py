@@ -42,7 +42,7 @@ PRESETS = {
 PROCESS_OPTIONS = dict(
     surface_variables={"pMeanTrim": "scalar", "wallShearStressMeanTrim": "vector"},
     volume_variables={"UMeanTrim": "vector", "pMeanTrim": "scalar", "nutMeanTrim": "scalar"},
-    stream_velocity=30.0, air_density=1.205, reference_length=1.0, volume_source="points", permutation_seed=0)
+    stream_velocity=30.0, air_density=1.205, reference_length=None, volume_source="points")
 
 
 def ensure_processed(work: Path, preset: str, runs: int, *, volume_scale: int = 1) -> Path:
@@ -66,7 +66,8 @@ def ensure_processed(work: Path, preset: str, runs: int, *, volume_scale: int = 
 def fewest_stl_points(processed: Path) -> int:
     """The smallest STL vertex count among the processed runs (a draw takes at most that many
     geometry points without replacement)."""
-    from domino_pipeline.inputs.processed_run import list_runs, open_processed_run
+    from domino_pipeline.inputs.processed_run import open_processed_run
+    from domino_pipeline.inputs.runs import list_runs
 
     return min(open_processed_run(p)["stl_coordinates"].shape[0] for p in list_runs(processed))
 
@@ -88,7 +89,7 @@ def ensure_cache(processed: Path, cache: Path, params: dict, *, fresh: bool) -> 
     import shutil
 
     from cache_data import build_cache
-    from domino_pipeline.inputs.processed_run import list_runs
+    from domino_pipeline.inputs.runs import list_runs
     from domino_pipeline.store.build import manifest_runs
     from domino_pipeline.store.manifest import write_manifest
 
@@ -269,7 +270,7 @@ def in_fresh_process(name: str, *args) -> dict:
 def measure(preset: str, runs: int, work: Path, model_type: str, compare: bool, fresh: bool) -> dict:
     """All measurements for one preset; returns the JSON-able results."""
     from domino_pipeline.compute.scaling import compute_scaling_factors
-    from domino_pipeline.inputs.processed_run import list_runs
+    from domino_pipeline.inputs.runs import list_runs
 
     params = dict(PRESETS[preset], model_type=model_type)
     processed = ensure_processed(work, preset, runs)

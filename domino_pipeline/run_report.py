@@ -17,6 +17,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     bytes: int = 0
+    format: str = ""  # the input run's form (inputs/runs.FORMATS), where it could be read
 
 
 def summarize(results: Sequence[RunResult], statuses: Sequence[str], *,

@@ -10,8 +10,8 @@ import zarr
 
 from cache_data import build_cache
 from domino_pipeline.compute.settings import PreprocessSettings, neighbor_layout_of
-from domino_pipeline.inputs.processed_run import list_runs
-from domino_pipeline.store.build import manifest_runs
+from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.store.build import manifest_runs, write_scaling_factors
 from domino_pipeline.store.cache_format import current_generation, layout_arrays
 from domino_pipeline.store.manifest import write_manifest
 from domino_pipeline.store.run_writer import RunWriter
@@ -37,14 +37,16 @@ def tiny_settings(**changes) -> PreprocessSettings:
 
 
 def build_tiny_cache(processed_dir: Path, cache_dir: Path, settings: PreprocessSettings | None = None) -> Path:
-    """Build a cache of every processed run in-process with cache_data.py's functions."""
+    """Build a cache of every processed run in-process with cache_data.py's functions, with
+    scaling factors over all its runs."""
     settings = settings or tiny_settings()
     runs = list_runs(processed_dir)
     results = build_cache(runs, cache_dir, settings, rebuild=False)
     bad = [r for r in results if r.status not in ("built", "skipped")]
     if bad:
         raise RuntimeError(f"tiny cache build failed: {bad}")
-    write_manifest(cache_dir, settings, manifest_runs(runs, cache_dir, settings))
+    factors = write_scaling_factors(runs, cache_dir, settings, normalization="min_max")
+    write_manifest(cache_dir, settings, manifest_runs(runs, cache_dir, settings), scaling_factors=factors)
     return cache_dir
 
 

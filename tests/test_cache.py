@@ -21,8 +21,10 @@ from cache_fixtures import (
 
 from datapipe import CachedDoMINODataset
 from domino_pipeline.compute.preprocessing import preprocess_run
+from domino_pipeline.compute.scaling import run_statistics
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES
-from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
+from domino_pipeline.inputs.processed_run import load_processed_run
+from domino_pipeline.inputs.runs import list_runs, source_fingerprint
 from domino_pipeline.store.cache_format import (
     ARRAYS,
     NEIGHBOR_FEATURE_ARRAYS,
@@ -31,7 +33,6 @@ from domino_pipeline.store.cache_format import (
     diff_settings,
     file_count,
     layout_arrays,
-    source_fingerprint,
 )
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import read_manifest
@@ -39,7 +40,9 @@ from domino_pipeline.store.manifest import read_manifest
 
 def test_runs_hold_what_preprocessing_computes(cache_dir, tiny_processed_dir):
     path = list_runs(tiny_processed_dir)[0]
-    expected = preprocess_run(load_processed_run(path), tiny_settings())
+    arrays = load_processed_run(path)
+    expected = preprocess_run(arrays, tiny_settings())
+    expected["scalars"]["field_statistics"] = run_statistics(arrays)  # for the scaling factors
     run = CacheRun(generation(cache_dir, path.stem))
     for name, spec in ARRAYS.items():
         data = run.read(name)
@@ -197,6 +200,6 @@ def test_byte_counting_counts_the_chunks_read(cache_dir):
     rows = min(ARRAYS["volume_fields"].chunk_rows, run.attrs["counts"]["volume"])
     run.read("volume_fields", slice(0, 10))
     small = run.bytes_read
-    assert 10 * 5 * 4 <= small <= rows * 5 * 4 + 4096  # one inner chunk, the index and metadata
+    assert 10 * 5 * 4 <= small <= rows * 5 * 4 + 16384  # one inner chunk, the index and metadata
     run.read("volume_fields")
     assert run.bytes_read - small >= run.attrs["counts"]["volume"] * 5 * 4

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from cache_fixtures import (
     OVERRIDES,
+    SURFACE_VARIABLES,
+    VOLUME_VARIABLES,
     assert_same_cache,
     build_tiny_cache,
     first_chunk,
@@ -57,11 +59,36 @@ def test_build_resume_and_validate(tiny_processed_dir, reference_cache, tmp_path
     manifest = read_manifest(cache)
     assert sorted(manifest["runs"]) == ["run_1", "run_2"]
     assert manifest["config"]["geometry"]["interp_res"] == [16, 8, 8]
+    assert_factors_are_train_pys(cache, manifest, tiny_processed_dir)
     again = _run(tiny_processed_dir, cache)
     assert again.returncode == 0 and "2 runs: 0 built, 2 skipped" in again.stdout
     valid = _run(tiny_processed_dir, cache, "cache.validate=true")
     assert valid.returncode == 0, valid.stdout + valid.stderr
     assert "ok run_1" in valid.stdout and "2 runs validated, 0 with problems" in valid.stdout
+    assert "ok scaling factors" in valid.stdout
+    (cache / "scaling_factors.json").write_text((cache / "scaling_factors.json").read_text().replace("0", "1", 1))
+    changed = _run(tiny_processed_dir, cache, "cache.validate=true")
+    assert changed.returncode != 0 and "PROBLEM scaling factors: " in changed.stdout
+    assert "scaling_factors.json: changed since cache_data.py wrote it" in changed.stdout
+
+
+def assert_factors_are_train_pys(cache: Path, manifest: dict, processed: Path) -> None:
+    """The factors beside the cache are recorded (SHA-256) and equal, bit for bit, those
+    train.py computes from the processed training runs of the same split."""
+    import hashlib
+
+    from omegaconf import OmegaConf
+
+    from domino_pipeline.compute.scaling import compute_scaling_factors
+    from domino_pipeline.inputs.runs import list_runs, split_from_config
+
+    record = manifest["scaling_factors"]
+    stored = (cache / record["path"]).read_bytes()
+    assert record["sha256"] == hashlib.sha256(stored).hexdigest()
+    train_runs, _ = split_from_config(list_runs(processed), OmegaConf.load(ROOT / "conf" / "config.yaml"))
+    variables = {"surface": SURFACE_VARIABLES, "volume": VOLUME_VARIABLES}
+    expected = compute_scaling_factors(train_runs, variables=variables)
+    assert json.loads(stored) == json.loads(json.dumps(expected)) and record["runs"] == expected["runs"]
 
 
 def test_stale_runs_fail_unless_rebuilt_and_validate_catches_problems(tiny_processed_dir, reference_cache, tmp_path):
@@ -155,3 +182,75 @@ def test_a_missing_processed_directory_is_one_clear_line(tmp_path):
     result = _run(tmp_path / "nowhere", tmp_path / "cache")
     assert result.returncode == 1
     assert "error: " in result.stderr and "nowhere: no such processed-data directory" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def curator_dir(tiny_processed_dir, tmp_path_factory) -> Path:
+    """The tiny runs as physicsnemo-curator writes them: run_1 a Zarr v2 group, run_2 an .npz
+    (float32 faces, curator attributes, volume rows in the file's order, as process_data.py
+    keeps them too)."""
+    from curator_fixtures import write_curator_npz, write_curator_zarr
+
+    from domino_pipeline.inputs.processed_run import load_processed_run
+
+    out = tmp_path_factory.mktemp("curator")
+    write_curator_zarr(out / "run_1.zarr", load_processed_run(tiny_processed_dir / "run_1.zarr"))
+    write_curator_npz(out / "run_2.npz", load_processed_run(tiny_processed_dir / "run_2.zarr"))
+    return out
+
+
+def test_curator_output_builds_the_cache_of_the_processed_runs(curator_dir, tiny_processed_dir,
+                                                                 reference_cache, tmp_path):
+    """Acceptance: cache_data.py reads curator Zarr v2 and .npz runs unchanged, and the items
+    equal those of the same data processed by process_data.py, in every sampling mode."""
+    import torch
+
+    from datapipe import CachedDoMINODataset, DoMINODataPipe
+    from domino_pipeline.loading.cached import manifest_scaling_factors
+
+    cache = tmp_path / "cache"
+    built = _run(curator_dir, cache)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "2 runs: 2 built" in built.stdout and "run formats: curator-npz 1, curator-zarr-v2 1" in built.stdout
+    assert_same_cache(cache, reference_cache)
+    factors = manifest_scaling_factors(cache)
+    assert factors["runs"] == ["run_1"] or factors["runs"] == ["run_2"]  # the training split
+    for law in ({}, {"exact": True}, {"surface_window_factor": 2, "volume_window_factor": 3}):
+        common = dict(model_type="combined", seed=3, surface_points=128, volume_points=256,
+                      geometry_points=300, scaling_factors=factors, **law)
+        curated, processed = CachedDoMINODataset(cache, **common), CachedDoMINODataset(reference_cache, **common)
+        for index in range(2):
+            a, b = curated[index], processed[index]
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    common = dict(model_type="surface", seed=3, surface_points=128, geometry_points=300, scaling_factors=factors,
+                  bounding_box_volume=((-3.5, -2.25, -0.32), (8.5, 2.25, 3.0)),
+                  bounding_box_surface=((-1.5, -1.4, -0.32), (5.0, 1.4, 1.4)), interp_res=(16, 8, 8), device="cpu")
+    a, b = DoMINODataPipe(curator_dir, **common)[1], DoMINODataPipe(tiny_processed_dir, **common)[1]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_rewriting_a_curator_run_makes_its_cache_run_stale(curator_dir, tiny_processed_dir, tmp_path):
+    from curator_fixtures import write_curator_zarr
+
+    from domino_pipeline.inputs.processed_run import load_processed_run
+
+    curated = tmp_path / "curated"
+    shutil.copytree(curator_dir, curated)
+    cache = tmp_path / "cache"
+    assert _run(curated, cache).returncode == 0
+    arrays = load_processed_run(tiny_processed_dir / "run_1.zarr")
+    shutil.rmtree(curated / "run_1.zarr")
+    write_curator_zarr(curated / "run_1.zarr", dict(arrays, surface_fields=arrays["surface_fields"] * 2))
+    again = _run(curated, cache)
+    assert again.returncode != 0
+    assert "STALE run_1: source: the processed run has changed" in again.stdout
+    assert "skipped" in again.stdout and "1 stale" in again.stdout
+
+
+def test_a_folder_without_runs_is_an_error_naming_what_it_holds(tmp_path):
+    folder = tmp_path / "processed"
+    folder.mkdir()
+    (folder / "run_1.vtp").write_text("")
+    result = _run(folder, tmp_path / "cache")
+    assert result.returncode == 1
+    assert "no run found" in result.stderr and "it holds run_1.vtp" in result.stderr

@@ -5,7 +5,9 @@ reads its window, not the whole surface; bad input fails with the run named."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,6 +42,7 @@ from domino_pipeline.store import cache_format
 from domino_pipeline.store.cache_format import layout_arrays
 from domino_pipeline.store.chunk_reader import CHECKSUM_BYTES
 
+ROOT = Path(__file__).resolve().parents[1]
 SURFACE_KEYS = {"surface_mesh_centers", "surface_normals", "surface_areas", "pos_surface_center_of_mass",
                 "surface_mesh_neighbors", "surface_neighbors_normals", "surface_neighbors_areas",
                 "surface_fields"}
@@ -51,7 +54,7 @@ COMMON_KEYS = {"geometry_coordinates", "surf_grid", "sdf_surf_grid", "global_par
 
 @pytest.fixture(scope="module")
 def factors(tiny_processed_dir):
-    from domino_pipeline.inputs.processed_run import list_runs
+    from domino_pipeline.inputs.runs import list_runs
     return compute_scaling_factors(list_runs(tiny_processed_dir))
 
 
@@ -75,10 +78,18 @@ def _assert_same_item(a: dict, b: dict, atol=1e-6) -> None:
         torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=key)
 
 
+# The sampling modes: the defaults (on a tiny run the volume window is the whole volume), the exact
+# law, and small cyclic windows of both parts (windows that wrap past the last stored row).
+LAWS = {"default": {}, "exact": {"exact": True},
+        "windows": {"surface_window_factor": 2, "volume_window_factor": 3}}
+
+
+@pytest.mark.parametrize("law", list(LAWS))
 @pytest.mark.parametrize("model_type", ["surface", "volume", "combined"])
-def test_cached_equals_uncached(model_type, cache_dir, tiny_processed_dir, factors):
-    cached = _cached(cache_dir, model_type=model_type, seed=5, scaling_factors=factors)
-    uncached = _uncached(tiny_processed_dir, model_type=model_type, seed=5, scaling_factors=factors)
+def test_cached_equals_uncached(model_type, law, cache_dir, tiny_processed_dir, factors):
+    common = dict(model_type=model_type, seed=5, scaling_factors=factors, **LAWS[law])
+    cached = _cached(cache_dir, **common)
+    uncached = _uncached(tiny_processed_dir, **common)
     assert len(cached) == len(uncached) == 2
     for epoch in (0, 3):
         cached.set_epoch(epoch)
@@ -169,7 +180,7 @@ def _surface_reads_of_a_draw(cache, surface_points: int, window_factor: int) -> 
 
 def test_a_features_draw_reads_its_window_an_indices_draw_the_whole_surface(small_chunk_caches):
     points, factor = 64, 2
-    window_chunks = -(-points * factor // SMALL_CHUNK) + 1  # the most chunks a window can touch
+    window_chunks = -(-points * factor // SMALL_CHUNK) + 2  # the most chunks a cyclic window can touch
     features, chunk_file, ns = _surface_reads_of_a_draw(small_chunk_caches["features"], points, factor)
     indices, _, _ = _surface_reads_of_a_draw(small_chunk_caches["indices"], points, factor)
     surface_chunks = -(-ns // SMALL_CHUNK)
@@ -335,3 +346,46 @@ def test_uncached_geometry_errors_name_the_run(tiny_processed_dir, monkeypatch):
     monkeypatch.setattr(uncached, "grid_sdf", no_triangle)
     with pytest.raises(ValueError, match=r"run_1\.zarr: mesh has no usable triangle"):
         _uncached(tiny_processed_dir)[0]
+
+
+def test_the_cache_scaling_factors_are_found_checked_and_matched(cache_dir, tmp_path):
+    from domino_pipeline.compute.scaling import load_scaling_factors, unscale_fields
+    from domino_pipeline.store.cache_format import CacheError
+
+    ds = _cached(cache_dir)  # no scaling_factors: the cache's own
+    assert ds.scaling_factors == load_scaling_factors(cache_dir / "scaling_factors.json")
+    assert ds[0]["surface_fields"].abs().max() <= 1.0 + 1e-6
+    copy = tmp_path / "cache"
+    shutil.copytree(cache_dir, copy)
+    factors = json.loads((copy / "scaling_factors.json").read_text())
+    factors["surface"]["max"][0] *= 2
+    (copy / "scaling_factors.json").write_text(json.dumps(factors))
+    with pytest.raises(CacheError, match="scaling_factors.json: changed since cache_data.py wrote it"):
+        _cached(copy)
+    factors["variables"]["surface"][0][0] = "CpMeanTrim"
+    with pytest.raises(ValueError, match="scaling factors were computed for variables"):
+        _cached(cache_dir, scaling_factors=factors)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    del manifest["scaling_factors"]
+    from domino_pipeline.store.manifest import _digest
+    manifest["sha256"] = _digest(manifest)  # a consistent manifest without factors
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CacheError, match="the manifest records no scaling factors; rerun cache_data.py"):
+        _cached(copy)
+    unscaled = _cached(copy, scaling_factors=None)[0]["surface_fields"]  # as asked
+    torch.testing.assert_close(unscale_fields(ds[0]["surface_fields"], ds.scaling_factors, "surface"), unscaled)
+
+
+def test_the_readme_example_runs_as_written(cache_dir):
+    """The README's own-script example, on the tiny cache: only the path, sizes, workers and
+    epochs are changed."""
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("## In your own training script", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    for old, new in (('"/data/cache"', repr(str(cache_dir))), ("8192", "256"), ("300_000", "400"),
+                     ("num_workers=12", "num_workers=0"), ("persistent_workers=True", "persistent_workers=False"),
+                     ("range(500)", "range(2)")):
+        assert old in code, old
+        code = code.replace(old, new)
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert scope["ds"].scaling_factors is not None and scope["batch"]["surface_fields"].shape == (1, 256, 4)

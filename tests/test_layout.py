@@ -24,6 +24,7 @@ def _heavy_modules_after(statement: str) -> list[str]:
     "from datapipe import CachedDoMINODataset, collate_items, dataset_from_config",
     "import domino_pipeline.store.cache_format, domino_pipeline.store.chunk_reader, domino_pipeline.store.atomic_store",
     "import domino_pipeline.loading.cached, domino_pipeline.loading.collate",
+    "import domino_pipeline.inputs.runs, domino_pipeline.compute.sampling, domino_pipeline.compute.scaling",
 ])
 def test_the_cache_reader_imports_neither_warp_nor_the_model(statement):
     assert _heavy_modules_after(statement) == []

@@ -14,13 +14,10 @@ from omegaconf import OmegaConf
 
 import cache_data
 from datapipe import CachedDoMINODataset
-from domino_pipeline.inputs.processed_run import list_runs
+from domino_pipeline.inputs.runs import list_runs
 from domino_pipeline.store import manifest as manifest_module
-from domino_pipeline.store.cache_format import (
-    CacheError,
-    StaleCacheError,
-    source_fingerprint,
-)
+from domino_pipeline.inputs.runs import stat_fingerprint
+from domino_pipeline.store.cache_format import CacheError, StaleCacheError
 from domino_pipeline.store.manifest import _digest, read_manifest, write_manifest
 from domino_pipeline.store.validate import validate_cache
 
@@ -83,9 +80,9 @@ def test_validate_names_a_run_whose_checks_raise_and_goes_on(cache, tiny_process
 
 
 def test_a_reprocessed_source_is_refused_by_the_dataset(cache, tiny_processed_dir):
-    sources = {p.stem: source_fingerprint(p) for p in list_runs(tiny_processed_dir)}
+    sources = {p.stem: stat_fingerprint(p) for p in list_runs(tiny_processed_dir)}
     CachedDoMINODataset(cache, sources=sources, **SAMPLES)
-    with pytest.raises(StaleCacheError, match=r"runs \['run_2'\] were processed again"):
+    with pytest.raises(StaleCacheError, match=r"runs \[.run_2.\] were written again"):
         CachedDoMINODataset(cache, sources={**sources, "run_2": "0" * 64}, **SAMPLES)
 
 

@@ -21,7 +21,8 @@ from domino_pipeline.compute.preprocessing import (
 )
 from domino_pipeline.compute.rows import drop_self, make_grid, normalize, prepare_rows
 from domino_pipeline.compute.settings import neighbor_layout_of, settings_from_config
-from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
+from domino_pipeline.inputs.processed_run import load_processed_run
+from domino_pipeline.inputs.runs import list_runs
 
 
 @pytest.fixture(scope="module")
@@ -112,12 +113,13 @@ def test_drop_self_handles_duplicates():
     np.testing.assert_array_equal(drop_self(indices, np.array([4, 5, 9])), [[0, 1], [0, 1], [2, 3]])
 
 
-def test_volume_sdf_of_a_window_equals_the_full_computation():
+def test_volume_sdf_of_some_rows_equals_the_full_computation():
     p = prepare_rows(_toy_arrays(), SETTINGS)
     sdf, closest = volume_sdf(p, SETTINGS)
-    part_sdf, part_closest = volume_sdf(p, SETTINGS, (100, 160))
-    np.testing.assert_array_equal(part_sdf, sdf[100:160])
-    np.testing.assert_array_equal(part_closest, closest[100:160])
+    rows = np.r_[3:9, 100:160, len(sdf) - 5:len(sdf)]
+    part_sdf, part_closest = volume_sdf(p, SETTINGS, rows)
+    np.testing.assert_array_equal(part_sdf, sdf[rows])
+    np.testing.assert_array_equal(part_closest, closest[rows])
     # the tetrahedron x, y, z >= 0, x + y + z <= 1 is scaled by 0.4 in the +-2.5 box
     q = p.volume_coordinates
     inside = np.all(q > 0, axis=1) & (q.sum(axis=1) < 0.4)

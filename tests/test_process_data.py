@@ -19,13 +19,13 @@ from conftest import PROCESS_OPTIONS
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
 from domino_pipeline.inputs.drivaerml_reader import RunError, read_stl, read_surface
-from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
+from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
+from domino_pipeline.inputs.runs import list_runs
 from process_data import process_all, process_run
 
 ROOT = Path(__file__).resolve().parents[1]
 U = PROCESS_OPTIONS["stream_velocity"]
 RHO_U2 = PROCESS_OPTIONS["air_density"] * U**2
-U_L = U * PROCESS_OPTIONS["reference_length"]
 
 
 def _polygons(mesh: pv.PolyData) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -111,21 +111,31 @@ def test_surface_matches_an_independent_recomputation(
     np.testing.assert_allclose(run["surface_fields"], expected, rtol=1e-6, atol=1e-9)
 
 
-def test_volume_rows_are_a_permutation_of_the_vtu_points(
+def test_volume_rows_are_the_vtu_points_and_nut_is_scaled_by_the_car_length(
     tiny_raw_dir: Path, tiny_processed_dir: Path
 ) -> None:
+    """As the curator writes them: file order; nutMeanTrim / (U L), L the largest STL extent."""
     run = load_processed_run(tiny_processed_dir / "run_1.zarr")
     grid = pv.read(tiny_raw_dir / "run_1" / "volume_1.vtu")
     points = np.asarray(grid.points, dtype=np.float32)
+    triangles = _ascii_stl_triangles(tiny_raw_dir / "run_1" / "drivaer_1.stl").reshape(-1, 3)
+    length = (triangles.max(axis=0) - triangles.min(axis=0)).max()
+    assert 3.0 < length < 6.0  # a car, in metres
     data = grid.point_data
     fields = np.column_stack(
-        [data["UMeanTrim"] / U, data["pMeanTrim"] / RHO_U2, data["nutMeanTrim"] / U_L]
+        [data["UMeanTrim"] / U, data["pMeanTrim"] / RHO_U2, data["nutMeanTrim"] / (U * length)]
     )
-    stored_order = np.lexsort(run["volume_mesh_centers"].T)
-    file_order = np.lexsort(points.T)
-    np.testing.assert_array_equal(run["volume_mesh_centers"][stored_order], points[file_order])
-    np.testing.assert_allclose(run["volume_fields"][stored_order], fields[file_order], rtol=1e-6)
-    assert not np.array_equal(run["volume_mesh_centers"], points)  # rows are shuffled
+    np.testing.assert_array_equal(run["volume_mesh_centers"], points)
+    np.testing.assert_allclose(run["volume_fields"], fields, rtol=1e-5)
+    attrs = open_processed_run(tiny_processed_dir / "run_1.zarr").attrs
+    assert attrs["reference_length"] is None and abs(attrs["nut_length_scale"] - length) < 1e-5
+
+
+def test_a_configured_reference_length_replaces_the_car_length(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    process_run(tiny_raw_dir / "run_1", tmp_path / "l2.zarr", **{**PROCESS_OPTIONS, "reference_length": 2.0})
+    fixed = load_processed_run(tmp_path / "l2.zarr", ["volume_fields"])["volume_fields"]
+    grid = pv.read(tiny_raw_dir / "run_1" / "volume_1.vtu")
+    np.testing.assert_allclose(fixed[:, 4], grid.point_data["nutMeanTrim"] / (U * 2.0), rtol=1e-5)
 
 
 def test_polygons_with_any_vertex_count(tmp_path: Path) -> None:
@@ -234,6 +244,14 @@ def test_bad_runs_are_named_and_good_runs_processed(tiny_raw_dir: Path, tmp_path
         load_processed_run(path)
 
 
+def _listed(processed: Path) -> list[Path]:
+    """The runs listed in ``processed``; none while it is missing or empty."""
+    try:
+        return list_runs(processed)
+    except FileNotFoundError:  # NoRunsError included
+        return []
+
+
 @pytest.mark.slow
 def test_killed_run_leaves_nothing_partial_and_rerun_finishes(
     tiny_raw_dir: Path, tmp_path: Path
@@ -246,9 +264,9 @@ def test_killed_run_leaves_nothing_partial_and_rerun_finishes(
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not (processed.is_dir() and list_runs(processed)) and time.monotonic() < deadline:
+    while not _listed(processed) and time.monotonic() < deadline:
         time.sleep(0.005)
-    for path in list_runs(processed):  # whatever is listed while the writer runs is whole
+    for path in _listed(processed):  # whatever is listed while the writer runs is whole
         load_processed_run(path)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)

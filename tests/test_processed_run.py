@@ -12,7 +12,6 @@ import zarr
 from domino_pipeline.inputs.processed_run import (
     ARRAY_NAMES,
     ProcessedRunError,
-    list_runs,
     load_processed_run,
     open_processed_run,
     write_processed_run,
@@ -124,16 +123,8 @@ def test_missing_run_and_unknown_array(tmp_path: Path, tiny_processed_dir: Path)
         load_processed_run(tiny_processed_dir / "run_1.zarr", ["surface_pressure"])
 
 
-def test_list_runs_sorts_naturally_and_hides_temporaries(tmp_path: Path) -> None:
-    for name in ("run_10.zarr", "run_2.zarr", "run_1.zarr", ".run_3.zarr.tmp-1-abc", "notes.txt"):
-        (tmp_path / name).mkdir()
-    assert [p.name for p in list_runs(tmp_path)] == ["run_1.zarr", "run_2.zarr", "run_10.zarr"]
-    with pytest.raises(FileNotFoundError, match="no such processed-data directory"):
-        list_runs(tmp_path / "absent")
-
-
 def test_a_rewrite_with_other_values_changes_the_cache_source_fingerprint(tmp_path: Path) -> None:
-    from domino_pipeline.store.cache_format import source_fingerprint
+    from domino_pipeline.inputs.runs import source_fingerprint
 
     arrays = _arrays(np.random.default_rng(0))
     path = tmp_path / "run_1.zarr"

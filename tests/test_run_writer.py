@@ -14,7 +14,7 @@ import pytest
 from cache_fixtures import SAMPLES, build_tiny_cache, generation, tiny_settings
 
 from datapipe import CachedDoMINODataset
-from domino_pipeline.inputs.processed_run import list_runs
+from domino_pipeline.inputs.runs import list_runs
 from domino_pipeline.store.atomic_store import exclusive_lock, remove_stale_temporaries
 from domino_pipeline.store.build import cache_run, manifest_runs
 from domino_pipeline.store.cache_format import ARRAYS, StaleCacheError, generations
@@ -30,7 +30,7 @@ def _item_equal(a: dict, b: dict) -> bool:
 def test_a_rebuild_writes_a_new_generation_and_open_datasets_keep_theirs(tiny_processed_dir, tmp_path):
     cache = build_tiny_cache(tiny_processed_dir, tmp_path / "cache")
     runs = list_runs(tiny_processed_dir)
-    before = CachedDoMINODataset(cache, model_type="combined", **SAMPLES)
+    before = CachedDoMINODataset(cache, model_type="combined", scaling_factors=None, **SAMPLES)
     first = before[0]
     assert cache_run(runs[0], cache, tiny_settings(), rebuild=True).status == "skipped"  # current
     for generation_number in (2, 3):
@@ -39,7 +39,7 @@ def test_a_rebuild_writes_a_new_generation_and_open_datasets_keep_theirs(tiny_pr
         write_manifest(cache, changed, manifest_runs(runs[:1], cache, changed))
     numbers = [n for n, _ in generations(cache / "run_1")]
     assert numbers == [2, 3]  # the newest and the one before it; g1 is gone
-    after = CachedDoMINODataset(cache, model_type="combined", **SAMPLES)
+    after = CachedDoMINODataset(cache, model_type="combined", scaling_factors=None, **SAMPLES)
     assert after.run_paths[0].name == "g3.zarr"
     assert not _item_equal(after[0], first)
     # g1 was removed two rebuilds later: the old dataset says so, never "corrupt"

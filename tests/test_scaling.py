@@ -10,13 +10,18 @@ import pytest
 import torch
 
 from domino_pipeline.compute.scaling import (
+    check_factors_match,
     compute_scaling_factors,
     load_scaling_factors,
+    merge_statistics,
+    run_statistics,
     save_scaling_factors,
     scale_fields,
+    uniform_rows,
     unscale_fields,
 )
-from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
+from domino_pipeline.inputs.processed_run import load_processed_run
+from domino_pipeline.inputs.runs import list_runs
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +42,50 @@ def test_factors_match_numpy_over_all_runs(runs):
         np.testing.assert_allclose(factors[kind]["mean"], ref.mean(axis=0), rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(factors[kind]["std"], ref.std(axis=0), rtol=1e-6, atol=1e-9)
     assert factors["normalization"] == "mean_std"
-    assert factors["runs"] == [r.name for r in runs]
+    assert factors["runs"] == ["run_1", "run_2"]
 
 
-def test_volume_rows_are_limited_to_a_prefix(runs):
-    factors = compute_scaling_factors(runs, max_volume_rows_per_run=100)
-    ref = _stacked(runs, "volume_fields", rows=100)
-    np.testing.assert_allclose(factors["volume"]["max"], ref.max(axis=0))
-    np.testing.assert_allclose(factors["volume"]["mean"], ref.mean(axis=0), rtol=1e-9)
+def test_volume_rows_are_drawn_uniformly_not_taken_from_the_front(tmp_path):
+    """Curator output keeps the mesh's row order: rows sorted by a field here. A limited
+    sample must still represent the whole run (a prefix would hold only the smallest values)."""
+    rng = np.random.default_rng(0)
+    volume = np.sort(rng.normal(size=(20_000, 5)).astype(np.float32), axis=0)
+    surface = rng.normal(size=(50, 4)).astype(np.float32)
+    np.savez(tmp_path / "run_1.npz", volume_fields=volume, surface_fields=surface,
+             stl_coordinates=np.zeros((3, 3), np.float32))
+    limited = compute_scaling_factors([tmp_path / "run_1.npz"], max_volume_rows_per_run=2000)
+    everything = volume.astype(np.float64)
+    sd_of_mean = everything.std(axis=0) / np.sqrt(2000)
+    assert np.all(np.abs(np.asarray(limited["volume"]["mean"]) - everything.mean(axis=0)) < 4.5 * sd_of_mean)
+    prefix = everything[:2000].mean(axis=0)
+    assert np.all(np.abs(prefix - everything.mean(axis=0)) > 20 * sd_of_mean)  # the old law fails
+    assert np.all(np.asarray(limited["volume"]["max"]) > np.quantile(everything, 0.99, axis=0))
+    rows = uniform_rows(20_000, 2000)
+    np.testing.assert_array_equal(limited["volume"]["min"], everything[rows].min(axis=0))
+
+
+def test_statistics_are_the_same_in_memory_and_on_disk(runs):
+    """The cache build sums the arrays it holds in memory, train.py reads them from the run:
+    the same blocks, the same sums, so both give the same factors bit for bit."""
+    lazy = compute_scaling_factors(runs, max_volume_rows_per_run=500)
+    loaded = [load_processed_run(r, ["surface_fields", "volume_fields"]) for r in runs]
+    stats = [run_statistics(arrays, max_volume_rows=500) for arrays in loaded]
+    assert merge_statistics(stats, ["run_1", "run_2"]) == lazy
+
+
+def test_factors_for_other_variables_are_refused():
+    variables = {"surface": [("pMeanTrim", "scalar"), ("wallShearStressMeanTrim", "vector")],
+                 "volume": [("UMeanTrim", "vector"), ("pMeanTrim", "scalar"), ("nutMeanTrim", "scalar")]}
+    stats = {"n": 1, "lo": [0.0] * 4, "hi": [1.0] * 4, "s1": [0.0] * 4, "s2": [0.0] * 4}
+    volume = {"n": 1, "lo": [0.0] * 5, "hi": [1.0] * 5, "s1": [0.0] * 5, "s2": [0.0] * 5}
+    factors = merge_statistics([{"surface": stats, "volume": volume}], ["run_1"], variables=variables)
+    check_factors_match(factors, variables["surface"], variables["volume"], "here")
+    with pytest.raises(ValueError, match="here: scaling factors were computed for variables"):
+        check_factors_match(factors, [("CpMeanTrim", "scalar")] + variables["surface"][1:],
+                            variables["volume"], "here")
+    del factors["variables"]  # an older file: the column counts still have to agree
+    with pytest.raises(ValueError, match="here: surface scaling factors have 4 columns; the configured"):
+        check_factors_match(factors, variables["surface"][:1], variables["volume"], "here")
 
 
 def test_save_load_round_trip(runs, tmp_path):

@@ -86,13 +86,13 @@ def grid_sdf(prepared: PreparedRun, settings: PreprocessSettings, part: str) -> 
 
 
 def volume_sdf(prepared: PreparedRun, settings: PreprocessSettings,
-               window: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Signed distance (Q,) and closest STL point (Q, 3) of the kept volume rows in ``window``
-    (all when None), in volume-box normalised coordinates."""
+               rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Signed distance (Q,) and closest STL point (Q, 3) of the kept volume ``rows`` (all when
+    None), in volume-box normalised coordinates."""
     box = settings.bounding_box_volume
     queries = prepared.volume_coordinates
-    if window is not None:
-        queries = queries[window[0]:window[1]]
+    if rows is not None:
+        queries = np.ascontiguousarray(queries[rows])
     return geometry.signed_distance(normalize(prepared.stl_vertices, box), prepared.stl_faces,
                                     queries, device=settings.device)
 

@@ -1,17 +1,27 @@
 """The one sampling function of both datasets: which rows a draw takes, from (seed, epoch, index).
 
 Every row store a draw samples from (STL vertices, kept surface rows, kept volume rows) is in a
-random permutation fixed by ``preprocessing.prepare_rows``, so a contiguous window of rows is a
-uniform random subset. A draw therefore reads windows, not scattered rows:
+fixed random permutation (``rows.prepare_rows``), so a contiguous run of stored rows is a random
+subset of the mesh. The law of a draw (``SamplingLaw``), part by part:
 
-- geometry: a window of ``geometry_points`` STL vertices;
-- volume: a window of ``volume_points`` rows (uniform sampling, as DoMINO does);
-- surface: a window of ``surface_window_factor * surface_points`` rows, from which
+- geometry: ``geometry_points`` STL vertices, uniformly without replacement from all of them
+  (DoMINO's law; the vertices are few, so a draw reads them whole);
+- volume: a *cyclic* window of ``volume_window_factor * volume_points`` stored rows (uniform
+  start, wrapping past the last row, so every row has the same chance), from which
+  ``volume_points`` rows are drawn uniformly without replacement: every row is included with
+  probability ``volume_points / Nv``. Upstream reads a block of 100 x the sample and subsamples
+  it, because its stored order may follow the mesh; here the stored order is a uniform random
+  permutation (volume_order.py), so the default factor 1 already gives a uniform sample and a
+  draw reads 100 times less;
+- surface: a cyclic window of ``surface_window_factor * surface_points`` stored rows, from which
   ``surface_points`` rows are drawn without replacement with probability proportional to the
-  cell area (Efraimidis-Spirakis keys, the law of ``torch.multinomial`` without replacement).
-  Compared with area weighting over the whole surface, a cell's chance of being drawn is capped
-  at the window's share of the surface; ``surface_window_factor=None`` uses the whole surface
-  (exact, but reads every row's area per draw).
+  cell area (successive sampling, Efraimidis-Spirakis keys: the law of ``torch.multinomial``
+  without replacement). Against area weighting over the whole surface, a cell's chance is
+  capped at its window's share of the draw.
+
+``exact=True`` (or a factor of None) drops the windows: surface cells area-weighted over the
+whole surface, volume rows uniformly over all rows, as physicsnemo's ``DoMINODataPipe`` draws
+them; a cached exact draw reads every surface area and touches most chunks of the sampled arrays.
 
 The random streams depend only on (seed, epoch, index) and on which part is drawn, never on the
 worker that draws, nor on the model type.
@@ -32,12 +42,44 @@ class TooFewPointsError(ValueError):
 
 
 @dataclass(frozen=True)
-class Draw:
-    """The rows of one draw: windows as (start, stop) and the sorted surface rows taken."""
+class SamplingLaw:
+    """How a draw picks its rows (module docstring). A factor of None is the whole part."""
 
-    geometry: tuple[int, int]
-    surface_rows: np.ndarray | None  # int64, sorted, indices into the kept surface rows
-    volume: tuple[int, int] | None
+    surface_window_factor: int | None = 8
+    volume_window_factor: int | None = 1
+    exact: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("surface_window_factor", "volume_window_factor"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
+                raise ValueError(f"sampling.{name} must be an integer >= 1 or null (the whole "
+                                 f"part); got {value!r}")
+
+    def window(self, part: str, points: int, n_rows: int) -> int:
+        """Rows in the window a draw of ``points`` takes from ``n_rows`` (``n_rows``: no window)."""
+        factor = None if self.exact else getattr(self, f"{part}_window_factor")
+        return n_rows if factor is None else min(n_rows, int(factor) * points)
+
+
+def sampling_law_from_config(sampling_cfg) -> SamplingLaw:
+    """The law from the ``sampling`` section of the Hydra config (absent keys: the defaults)."""
+    def factor(name: str, default: int) -> int | None:
+        value = sampling_cfg.get(name, default)
+        return None if value in (None, 0, "none", "null") else int(value)
+
+    return SamplingLaw(surface_window_factor=factor("surface_window_factor", 8),
+                       volume_window_factor=factor("volume_window_factor", 1),
+                       exact=bool(sampling_cfg.get("exact", False)))
+
+
+@dataclass(frozen=True)
+class Draw:
+    """The rows of one draw, each sorted (int64 indices into the stored rows of the part)."""
+
+    geometry_rows: np.ndarray
+    surface_rows: np.ndarray | None
+    volume_rows: np.ndarray | None
 
 
 def draw_rng(seed: int, epoch: int, index: int, part: str) -> np.random.Generator:
@@ -45,12 +87,43 @@ def draw_rng(seed: int, epoch: int, index: int, part: str) -> np.random.Generato
     return np.random.default_rng([int(seed), int(epoch), int(index), _STREAM[part]])
 
 
-def choose_window(rng: np.random.Generator, n_rows: int, size: int, what: str) -> tuple[int, int]:
-    """A uniformly placed window of ``size`` consecutive rows among ``n_rows``."""
+def _check_enough(n_rows: int, size: int, what: str) -> None:
     if size > n_rows:
         raise TooFewPointsError(f"{what}: {n_rows} rows, fewer than the {size} a draw needs")
-    start = int(rng.integers(0, n_rows - size + 1))
-    return start, start + size
+
+
+def choose_uniform(rng: np.random.Generator, n_rows: int, size: int, what: str) -> np.ndarray:
+    """``size`` distinct rows of ``n_rows``, uniformly without replacement; sorted int64.
+
+    When most rows are taken it draws the rows left out instead (the same law, cheaper)."""
+    _check_enough(n_rows, size, what)
+    if 2 * size <= n_rows:
+        return np.sort(rng.choice(n_rows, size, replace=False, shuffle=False)).astype(np.int64)
+    keep = np.ones(n_rows, dtype=bool)
+    keep[rng.choice(n_rows, n_rows - size, replace=False, shuffle=False)] = False
+    return np.flatnonzero(keep).astype(np.int64)
+
+
+def cyclic_window(rng: np.random.Generator, n_rows: int, width: int) -> tuple[int, int]:
+    """(start, width) of a window of ``width`` consecutive rows among ``n_rows``, wrapping past
+    the last row, with a uniform start: every row lies in it with probability width / n_rows."""
+    if width >= n_rows:
+        return 0, n_rows
+    return int(rng.integers(0, n_rows)), width
+
+
+def window_rows(start: int, width: int, n_rows: int) -> np.ndarray:
+    """The stored rows of a cyclic window, in window order (int64)."""
+    return (start + np.arange(width, dtype=np.int64)) % n_rows
+
+
+def read_window(read: Callable[[int, int], np.ndarray], start: int, width: int,
+                n_rows: int) -> np.ndarray:
+    """The values of a cyclic window from ``read(a, b)`` (rows a..b-1): one or two spans."""
+    stop = start + width
+    if stop <= n_rows:
+        return np.asarray(read(start, stop))
+    return np.concatenate([read(start, n_rows), read(0, stop - n_rows)])
 
 
 def choose_weighted(rng: np.random.Generator, weights: np.ndarray, size: int) -> np.ndarray:
@@ -63,6 +136,25 @@ def choose_weighted(rng: np.random.Generator, weights: np.ndarray, size: int) ->
     return np.sort(taken).astype(np.int64)
 
 
+def draw_surface(rng: np.random.Generator, n_rows: int, points: int,
+                 read_areas: Callable[[int, int], np.ndarray], law: SamplingLaw) -> np.ndarray:
+    """Area-weighted rows of a cyclic window (the whole surface when exact); sorted."""
+    _check_enough(n_rows, points, "surface cells")
+    start, width = cyclic_window(rng, n_rows, law.window("surface", points, n_rows))
+    taken = choose_weighted(rng, read_window(read_areas, start, width, n_rows), points)
+    return np.sort(window_rows(start, width, n_rows)[taken])
+
+
+def draw_volume(rng: np.random.Generator, n_rows: int, points: int, law: SamplingLaw) -> np.ndarray:
+    """Uniform rows of a cyclic window (all rows when exact); sorted."""
+    _check_enough(n_rows, points, "volume points")
+    start, width = cyclic_window(rng, n_rows, law.window("volume", points, n_rows))
+    if width == n_rows:
+        return choose_uniform(rng, n_rows, points, "volume points")
+    local = rng.choice(width, points, replace=False, shuffle=False)
+    return np.sort((start + local) % n_rows).astype(np.int64)
+
+
 def sample_draw(
     seed: int,
     epoch: int,
@@ -73,25 +165,22 @@ def sample_draw(
     surface_points: int | None,
     volume_points: int | None,
     read_surface_areas: Callable[[int, int], np.ndarray] | None,
-    surface_window_factor: int | None = 8,
+    law: SamplingLaw = SamplingLaw(),
 ) -> Draw:
-    """Choose the rows of draw (seed, epoch, index).
+    """Choose the rows of draw (seed, epoch, index) by ``law``.
 
     ``counts``: rows available, keys "geometry", "surface", "volume". ``surface_points`` /
     ``volume_points`` None skip that part. ``read_surface_areas(start, stop)`` returns the
     areas of kept surface rows [start, stop), so each dataset reads them its own way.
     """
-    geometry = choose_window(draw_rng(seed, epoch, index, "geometry"), counts["geometry"],
-                             geometry_points, "STL vertices")
-    surface_rows = None
+    geometry = choose_uniform(draw_rng(seed, epoch, index, "geometry"), counts["geometry"],
+                              geometry_points, "STL vertices")
+    surface = None
     if surface_points is not None:
-        rng = draw_rng(seed, epoch, index, "surface")
-        n = counts["surface"]
-        width = n if surface_window_factor is None else min(n, surface_window_factor * surface_points)
-        start, stop = choose_window(rng, n, max(width, surface_points), "surface cells")
-        surface_rows = start + choose_weighted(rng, read_surface_areas(start, stop), surface_points)
+        surface = draw_surface(draw_rng(seed, epoch, index, "surface"), counts["surface"],
+                               surface_points, read_surface_areas, law)
     volume = None
     if volume_points is not None:
-        volume = choose_window(draw_rng(seed, epoch, index, "volume"), counts["volume"],
-                               volume_points, "volume points")
-    return Draw(geometry=geometry, surface_rows=surface_rows, volume=volume)
+        volume = draw_volume(draw_rng(seed, epoch, index, "volume"), counts["volume"],
+                             volume_points, law)
+    return Draw(geometry_rows=geometry, surface_rows=surface, volume_rows=volume)

@@ -12,18 +12,20 @@ chosen later) and the ``normalization`` that ``scale_fields`` applies:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from domino_pipeline.compute.settings import VARIABLE_WIDTH
 from domino_pipeline.store.atomic_store import read_json, write_json_atomic
 
 NORMALIZATIONS = ("min_max", "mean_std")
 KINDS = ("surface", "volume")
 _STAT_NAMES = ("min", "max", "mean", "std")
 _ROW_BLOCK = 1_000_000  # rows summed at a time, so memory stays bounded on large runs
+MAX_VOLUME_ROWS = 2_000_000  # volume rows per run that the statistics use, drawn uniformly
 
 
 def _check_normalization(normalization: str) -> str:
@@ -33,7 +35,7 @@ def _check_normalization(normalization: str) -> str:
 
 
 class _RunningStats:
-    """Per-column min, max, sum and sum of squares over row blocks, in float64."""
+    """Per-column count, min, max, sum and sum of squares over row blocks, in float64."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -45,14 +47,25 @@ class _RunningStats:
             rows = rows[:, None]
         if not np.isfinite(rows).all():
             raise ValueError("target fields hold NaN or infinite values")
-        lo, hi = rows.min(axis=0), rows.max(axis=0)
-        s1, s2 = rows.sum(axis=0), np.square(rows).sum(axis=0)
+        if len(rows) == 0:
+            return
+        self.merge(len(rows), rows.min(axis=0), rows.max(axis=0), rows.sum(axis=0),
+                   np.square(rows).sum(axis=0))
+
+    def merge(self, n: int, lo, hi, s1, s2) -> None:
+        """Add the statistics of other rows (``as_dict``'s values)."""
+        lo, hi, s1, s2 = (np.asarray(v, dtype=np.float64) for v in (lo, hi, s1, s2))
         if self.n == 0:
             self.lo, self.hi, self.s1, self.s2 = lo, hi, s1, s2
         else:
             self.lo, self.hi = np.minimum(self.lo, lo), np.maximum(self.hi, hi)
             self.s1, self.s2 = self.s1 + s1, self.s2 + s2
-        self.n += len(rows)
+        self.n += int(n)
+
+    def as_dict(self) -> dict:
+        """JSON-able sums (float64 survives JSON exactly), for a cache run's attributes."""
+        return {"n": self.n, "lo": self.lo.tolist(), "hi": self.hi.tolist(),
+                "s1": self.s1.tolist(), "s2": self.s2.tolist()}
 
     def result(self) -> dict[str, list[float]]:
         mean = self.s1 / self.n
@@ -61,47 +74,116 @@ class _RunningStats:
                 "std": std.tolist()}
 
 
-def _stream_rows(array, max_rows: int | None) -> Iterator[np.ndarray]:
-    """Yield blocks of the first ``max_rows`` rows (volume rows are stored in random order,
-    so a prefix is a uniform random subset)."""
-    total = array.shape[0] if max_rows is None else min(array.shape[0], max_rows)
+def uniform_rows(n_rows: int, limit: int | None) -> np.ndarray | None:
+    """``limit`` rows of ``n_rows`` uniformly without replacement (sorted; a fixed seed, so every
+    reader of a run takes the same rows), or None for all rows. Rows are drawn, not taken from
+    the front: processed runs (curator output included) keep the mesh's row order."""
+    if limit is None or n_rows <= limit:
+        return None
+    return np.sort(np.random.default_rng(0).choice(n_rows, limit, replace=False))
+
+
+def _stream_rows(array, rows: np.ndarray | None) -> Iterator[np.ndarray]:
+    """Yield ``array``'s ``rows`` (all when None) block by block: every block of _ROW_BLOCK
+    stored rows is read in turn, so memory stays bounded and the blocks are the same whether
+    ``array`` is in memory or on disk."""
+    total = array.shape[0]
     for start in range(0, total, _ROW_BLOCK):
-        yield np.asarray(array[start:min(start + _ROW_BLOCK, total)])
+        stop = min(start + _ROW_BLOCK, total)
+        if rows is None:
+            yield np.asarray(array[start:stop])
+            continue
+        wanted = rows[np.searchsorted(rows, start):np.searchsorted(rows, stop)]
+        if len(wanted):
+            yield np.asarray(array[start:stop])[wanted - start]
+
+
+def run_statistics(fields: Mapping[str, object], *, max_volume_rows: int | None = MAX_VOLUME_ROWS,
+                   source: str = "run") -> dict[str, dict]:
+    """Per-run sums of ``fields`` ("surface_fields", "volume_fields": arrays in memory or lazy
+    Zarr arrays), the volume limited to ``max_volume_rows`` uniformly drawn rows: what
+    ``merge_statistics`` turns into factors. The cache build records them for every run."""
+    stats = {}
+    for kind in KINDS:
+        name = f"{kind}_fields"
+        if name not in fields:
+            raise ValueError(f"{source}: array {name!r} is missing")
+        array = fields[name]
+        rows = uniform_rows(array.shape[0], max_volume_rows if kind == "volume" else None)
+        running = _RunningStats()
+        try:
+            for block in _stream_rows(array, rows):
+                running.add(block)
+        except ValueError as err:
+            raise ValueError(f"{source}: array {name!r}: {err}") from err
+        stats[kind] = running.as_dict()
+    return stats
+
+
+def merge_statistics(per_run: Sequence[dict], run_names: Sequence[str], *, normalization: str = "min_max",
+                     variables: Mapping[str, Sequence] | None = None) -> dict:
+    """Scaling factors from ``run_statistics`` of several runs, in their order."""
+    _check_normalization(normalization)
+    if not per_run:
+        raise ValueError("scaling factors need at least one run")
+    totals = {kind: _RunningStats() for kind in KINDS}
+    for stats in per_run:
+        for kind in KINDS:
+            part = stats[kind]
+            totals[kind].merge(part["n"], part["lo"], part["hi"], part["s1"], part["s2"])
+    factors = {"normalization": normalization, "runs": list(run_names)}
+    if variables is not None:
+        factors["variables"] = {kind: [list(v) for v in variables[kind]] for kind in KINDS}
+    factors.update({kind: totals[kind].result() for kind in KINDS})
+    return factors
 
 
 def compute_scaling_factors(
     processed_paths: Sequence[str | os.PathLike],
     *,
     normalization: str = "min_max",
-    max_volume_rows_per_run: int | None = 2_000_000,
+    max_volume_rows_per_run: int | None = MAX_VOLUME_ROWS,
+    options=None,
+    variables: Mapping[str, Sequence] | None = None,
 ) -> dict:
-    """Statistics of ``surface_fields`` and ``volume_fields`` over the given processed runs.
+    """Statistics of ``surface_fields`` and ``volume_fields`` over the given runs (any form
+    runs.py reads; ``options``: its ReadOptions).
 
     Streams run by run and block by block. The volume of each run contributes at most
-    ``max_volume_rows_per_run`` rows: its leading rows, a uniform random subset because the
-    processed volume rows are stored in a random permutation.
+    ``max_volume_rows_per_run`` rows, drawn uniformly (``uniform_rows``). ``variables``
+    ({"surface": [(name, kind), ...], "volume": ...}) are recorded, so that a dataset can refuse
+    factors computed for other variables.
     """
-    from domino_pipeline.inputs.processed_run import open_processed_run
+    from domino_pipeline.inputs.runs import ReadOptions, open_run, run_name
 
     _check_normalization(normalization)
     if not processed_paths:
         raise ValueError("compute_scaling_factors needs at least one processed run")
-    stats = {kind: _RunningStats() for kind in KINDS}
+    per_run = []
     for path in processed_paths:
-        group = open_processed_run(path)
-        for kind in KINDS:
-            name = f"{kind}_fields"
-            if name not in group:
-                raise ValueError(f"{path}: array {name!r} is missing")
-            limit = max_volume_rows_per_run if kind == "volume" else None
-            try:
-                for block in _stream_rows(group[name], limit):
-                    stats[kind].add(block)
-            except ValueError as err:
-                raise ValueError(f"{path}: array {name!r}: {err}") from err
-    factors = {"normalization": normalization, "runs": [Path(p).name for p in processed_paths]}
-    factors.update({kind: stats[kind].result() for kind in KINDS})
-    return factors
+        run = open_run(path, options or ReadOptions())
+        per_run.append(run_statistics(run.arrays, max_volume_rows=max_volume_rows_per_run,
+                                      source=str(path)))
+    return merge_statistics(per_run, [run_name(p) for p in processed_paths],
+                            normalization=normalization, variables=variables)
+
+
+def check_factors_match(factors: dict | None, surface_variables, volume_variables, source: str) -> None:
+    """Refuse (ValueError naming ``source``) factors computed for other target variables: the
+    recorded variables where the factors have them, else the column counts."""
+    if factors is None:
+        return
+    expected = {"surface": [list(v) for v in surface_variables],
+                "volume": [list(v) for v in volume_variables]}
+    recorded = factors.get("variables")
+    if recorded is not None and recorded != expected:
+        raise ValueError(f"{source}: scaling factors were computed for variables {recorded}, "
+                         f"not {expected}; recompute them (cache_data.py writes them)")
+    for kind in KINDS:
+        width = sum(VARIABLE_WIDTH[k] for _, k in expected[kind])
+        if len(factors[kind]["min"]) != width:
+            raise ValueError(f"{source}: {kind} scaling factors have {len(factors[kind]['min'])} "
+                             f"columns; the configured {kind} variables have {width}")
 
 
 def _validate_factors(factors: dict, source: str) -> dict:

@@ -5,16 +5,20 @@
     stl_coordinates (Np, 3)       stl_faces (3*Ntri,) int32   stl_centers (Ntri, 3)
     stl_areas (Ntri,)             surface_mesh_centers (Ns, 3)   surface_normals (Ns, 3)
     surface_areas (Ns,)           surface_fields (Ns, Fs)
-    volume_mesh_centers (Nv, 3)   volume_fields (Nv, Fv)     (volume rows in a random permutation)
+    volume_mesh_centers (Nv, 3)   volume_fields (Nv, Fv)     (volume rows in the source file's order)
     global_params_values (P,)     global_params_reference (P,)
 
 Arrays are chunked in about 1 MiB row blocks (sharded when large) and compressed with Blosc zstd
 level 5 and byte shuffle. Group attributes: format, format_version, filename, stream_velocity,
-air_density, reference_length, counts, bounds, field column names and the source files.
+air_density (also as curator's physics_constants), reference_length (as configured; null: the
+car's length), nut_length_scale (the L used), counts, bounds, field column names and the source
+files.
 
-    from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
-    for path in list_runs("outputs/demo/processed"):
-        run = load_processed_run(path, ["surface_mesh_centers", "surface_fields"])
+    from domino_pipeline.inputs.processed_run import load_processed_run
+    run = load_processed_run("outputs/demo/processed/run_1.zarr", ["surface_mesh_centers", "surface_fields"])
+
+The same arrays in physicsnemo-curator's forms (Zarr v2 or v3 groups, .npz, .npy) are read by
+runs.py, which lists and loads runs of every accepted form, this one included.
 """
 
 from __future__ import annotations
@@ -107,7 +111,7 @@ def _dtype_for(name: str) -> np.dtype:
     return np.dtype(np.int32) if name == "stl_faces" else np.dtype(np.float32)
 
 
-def _check_shapes(shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:
+def check_shapes(shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:
     """Each array has its rank and fixed widths, and shared lengths agree across arrays."""
     sizes: dict[str, tuple[int, str]] = {}
     for name, shape in shapes.items():
@@ -134,8 +138,12 @@ def _check_shapes(shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:
             )
 
 
-def _check_values(name: str, data: np.ndarray, path: Path, n_points: int | None) -> np.ndarray:
-    """Finite values, integral in-range face indices, float32 or int32; return the array."""
+def check_values(name: str, data: np.ndarray, path: Path, n_points: int | None) -> np.ndarray:
+    """Floating-point coordinates and fields, finite values, integral in-range face indices;
+    return the array as float32 (faces: int32)."""
+    if name != "stl_faces" and data.dtype.kind not in "f":
+        raise ProcessedRunError(f"{path}: array {name} holds {data.dtype} values; coordinates, "
+                                "normals, areas and fields must be floating point")
     if not np.all(np.isfinite(data)):
         bad = int(np.size(data) - np.count_nonzero(np.isfinite(data)))
         raise ProcessedRunError(f"{path}: array {name} has {bad} non-finite values (NaN or inf)")
@@ -149,12 +157,6 @@ def _check_values(name: str, data: np.ndarray, path: Path, n_points: int | None)
             f"{path}: array stl_faces indexes outside 0..{n_points} STL points"
         )
     return faces
-
-
-def check_values(name: str, data: np.ndarray, path: str | os.PathLike) -> np.ndarray:
-    """A block of rows of array ``name`` checked as ``load_processed_run`` checks whole arrays
-    (finite; face indices integral), in its dtype; ProcessedRunError naming ``path`` otherwise."""
-    return _check_values(name, np.asarray(data), Path(path), None)
 
 
 def validate_arrays(
@@ -171,9 +173,9 @@ def validate_arrays(
     missing = [name for name in required if name not in arrays]
     if missing:
         raise ProcessedRunError(f"{path}: missing arrays {missing}")
-    _check_shapes({name: tuple(value.shape) for name, value in arrays.items()}, path)
+    check_shapes({name: tuple(value.shape) for name, value in arrays.items()}, path)
     n_points = len(arrays["stl_coordinates"]) if "stl_coordinates" in arrays else None
-    return {name: _check_values(name, value, path, n_points) for name, value in arrays.items()}
+    return {name: check_values(name, value, path, n_points) for name, value in arrays.items()}
 
 
 def open_processed_run(path: str | os.PathLike) -> zarr.Group:
@@ -212,26 +214,11 @@ def load_processed_run(
     missing = [name for name in names if name not in present]
     if missing:
         raise ProcessedRunError(f"{path}: missing arrays {missing}")
-    _check_shapes({name: tuple(array.shape) for name, array in present.items()}, path)
+    check_shapes({name: tuple(array.shape) for name, array in present.items()}, path)
     n_points = present["stl_coordinates"].shape[0] if "stl_coordinates" in present else None
-    return {name: _check_values(name, present[name][...], path, n_points) for name in names}
+    return {name: check_values(name, present[name][...], path, n_points) for name in names}
 
 
 def natural_key(path: Path) -> list[int | str]:
     """Sort key that orders digits by value: run_2 before run_10."""
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
-
-
-def list_runs(processed_dir: str | os.PathLike) -> list[Path]:
-    """Processed runs (``*.zarr`` groups) in ``processed_dir``, naturally sorted (run_2 < run_10).
-
-    Hidden names (temporaries of unfinished writers) are never listed.
-    """
-    processed_dir = Path(processed_dir)
-    if not processed_dir.is_dir():
-        raise FileNotFoundError(f"{processed_dir}: no such processed-data directory")
-    runs = [
-        p for p in processed_dir.iterdir()
-        if p.suffix == ".zarr" and not p.name.startswith(".") and p.is_dir()
-    ]
-    return sorted(runs, key=natural_key)

@@ -1,7 +1,7 @@
 """``CachedDoMINODataset``: DoMINO items drawn from a cache written by ``cache_data.py``.
 
     ds = CachedDoMINODataset("outputs/demo/cache", model_type="surface", surface_points=1024,
-                             geometry_points=4096, scaling_factors="outputs/demo/processed/scaling_factors.json")
+                             geometry_points=4096)   # targets scaled with the cache's own factors
     ds.set_epoch(3); item = ds[0]
 
 Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the cache stays light.
@@ -9,6 +9,7 @@ Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the ca
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -17,11 +18,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from domino_pipeline.compute.sampling import TooFewPointsError
+from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError
+from domino_pipeline.compute.scaling import check_factors_match, load_scaling_factors
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_of
+from domino_pipeline.inputs.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
-from domino_pipeline.loading.items import EpochDataset, build_item, run_name
-from domino_pipeline.store.cache_format import StaleCacheError, diff_settings
+from domino_pipeline.loading.items import EpochDataset, build_item
+from domino_pipeline.store.cache_format import CacheError, StaleCacheError, diff_settings
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import read_manifest, run_path
 
@@ -36,8 +39,13 @@ class CachedDoMINODataset(EpochDataset):
     lie all over the surface, so the gather touches most chunks of three small arrays;
     docs/cache_format.md). ``expected``: settings (``PreprocessSettings.fingerprinted()``)
     the cache must have been built with; a mismatch raises StaleCacheError listing every
-    difference. ``sources``: run name -> the processed run's current source fingerprint; a run
-    built from another version of its processed run raises StaleCacheError naming it.
+    difference. ``scaling_factors``: "manifest" (the default) takes the factors cache_data.py
+    wrote beside the cache, checked against the SHA-256 the manifest records; a dict or a
+    factors file (scaling.py's JSON) replaces them; None leaves the targets unscaled. Factors
+    computed for other target variables are refused.
+    ``sources``: run name -> the processed run's current stat fingerprint
+    (``inputs.runs.stat_fingerprint``: file names, sizes and times); a run whose processed run
+    was written again since the manifest recorded it raises StaleCacheError naming it.
 
     The dataset reads the run generations the manifest named when it was made, whatever
     rebuilds happen meanwhile (a rebuilt run's previous generation is kept). Each process keeps
@@ -47,16 +55,20 @@ class CachedDoMINODataset(EpochDataset):
 
     def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
                  model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,
-                 geometry_points: int = 300_000, scaling_factors: dict | str | os.PathLike | None = None,
+                 geometry_points: int = 300_000, scaling_factors: dict | str | os.PathLike | None = "manifest",
                  seed: int = 0, expected: dict | None = None, surface_window_factor: int | None = 8,
+                 volume_window_factor: int | None = 1, exact: bool = False,
                  sources: dict[str, str] | None = None, max_open_runs: int = 8,
                  count_bytes: bool = False) -> None:
-        super().__init__(model_type=model_type, surface_points=surface_points,
-                         volume_points=volume_points, geometry_points=geometry_points,
-                         surface_window_factor=surface_window_factor, seed=seed,
-                         scaling_factors=scaling_factors)
+        law = SamplingLaw(surface_window_factor=surface_window_factor,
+                          volume_window_factor=volume_window_factor, exact=exact)
         self.cache_dir = Path(cache_dir)
         manifest = read_manifest(self.cache_dir)
+        if isinstance(scaling_factors, str) and scaling_factors == "manifest":
+            scaling_factors = manifest_scaling_factors(self.cache_dir, manifest)
+        super().__init__(model_type=model_type, surface_points=surface_points,
+                         volume_points=volume_points, geometry_points=geometry_points,
+                         law=law, seed=seed, scaling_factors=scaling_factors)
         self.settings, self.fingerprint = manifest["settings"], manifest["fingerprint"]
         self.neighbor_layout = neighbor_layout_of(self.settings)
         if expected is not None:
@@ -65,6 +77,8 @@ class CachedDoMINODataset(EpochDataset):
                 raise StaleCacheError(f"{self.cache_dir}: the cache was built with other settings; "
                                       "rebuild it (cache_data.py cache.rebuild=true):\n  "
                                       + "\n  ".join(differences))
+        check_factors_match(self.scaling_factors, self.settings["surface_variables"],
+                            self.settings["volume_variables"], str(self.cache_dir))
         names = list(manifest["runs"]) if runs is None else [run_name(r) for r in runs]
         missing = [n for n in names if n not in manifest["runs"]]
         if missing:
@@ -125,11 +139,11 @@ class CachedDoMINODataset(EpochDataset):
             drawn_grids.update(grid=grids["grid"], sdf_grid=run.read("volume_grid_sdf", empty=output_array))
         return build_item(
             settings=self.settings, scalars=run.attrs["scalars"],
-            geometry_coordinates=run.read("geometry_coordinates", slice(*draw.geometry), empty=output_array),
+            geometry_coordinates=run.read("geometry_coordinates", draw.geometry_rows, empty=output_array),
             grids=drawn_grids,
             surface=None if draw.surface_rows is None else _read_surface(run, draw.surface_rows,
                                                                          self.neighbor_layout),
-            volume=None if draw.volume is None else _read_volume(run, draw.volume),
+            volume=None if draw.volume_rows is None else _read_volume(run, draw.volume_rows),
             scaling_factors=self.scaling_factors)
 
 
@@ -139,21 +153,42 @@ def _check_sources(cache_dir: Path, names: list[str], entries: list[dict],
     if sources is None:
         return
     changed = [n for n, e in zip(names, entries)
-               if n in sources and e.get("source", {}).get("fingerprint") != sources[n]]
+               if n in sources and e.get("source", {}).get("stat") != sources[n]]
     if changed:
-        raise StaleCacheError(f"{cache_dir}: runs {changed} were processed again after the cache "
-                              "was built; rebuild them (cache_data.py cache.rebuild=true)")
+        raise StaleCacheError(f"{cache_dir}: runs {changed} were written again after the cache "
+                              "was built; rerun cache_data.py (cache.rebuild=true where their data "
+                              "changed), or set cache.check_sources=false")
+
+
+def manifest_scaling_factors(cache_dir: str | os.PathLike, manifest: dict | None = None,
+                             normalization: str | None = None) -> dict:
+    """The scaling factors cache_data.py wrote beside the cache, checked against the SHA-256 the
+    manifest records (CacheError when absent or changed); ``normalization`` replaces the stored
+    one (scaling.load_scaling_factors)."""
+    cache_dir = Path(cache_dir)
+    manifest = read_manifest(cache_dir) if manifest is None else manifest
+    record = manifest.get("scaling_factors")
+    if record is None:
+        raise CacheError(f"{cache_dir}: the manifest records no scaling factors; rerun cache_data.py "
+                         "(it writes them), or pass scaling_factors (a file, or None for unscaled targets)")
+    path = cache_dir / record["path"]
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as err:
+        raise CacheError(f"{path}: the scaling factors the manifest records are unreadable ({err})") from err
+    if digest != record["sha256"]:
+        raise CacheError(f"{path}: changed since cache_data.py wrote it (SHA-256 {digest[:12]}..., "
+                         f"manifest {record['sha256'][:12]}...); rerun cache_data.py")
+    return load_scaling_factors(path, normalization)
 
 
 def _read_surface(run: CacheRun, rows: np.ndarray, neighbor_layout: str) -> dict[str, np.ndarray]:
-    """The sampled surface rows (sorted; fields read as one span of the window) with their
+    """The sampled surface rows (sorted: each chunk they touch is read once) with their
     neighbours' coordinates, normals and areas, as ``neighbor_layout`` stores them."""
-    span = slice(int(rows[0]), int(rows[-1]) + 1)
-    local = rows - span.start
-    drawn = {"fields": run.read("surface_fields", span)[local]}
+    drawn = {"fields": run.read("surface_fields", rows)}
     if neighbor_layout == "features":
         return drawn | _read_neighbor_features(run, rows)
-    return drawn | _gather_neighbors(run, rows, run.read("surface_neighbors", span)[local])
+    return drawn | _gather_neighbors(run, rows, run.read("surface_neighbors", rows))
 
 
 def _read_neighbor_features(run: CacheRun, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -178,6 +213,6 @@ def _gather_neighbors(run: CacheRun, rows: np.ndarray, neighbors: np.ndarray) ->
     return drawn
 
 
-def _read_volume(run: CacheRun, window: tuple[int, int]) -> dict[str, np.ndarray]:
-    span = slice(*window)
-    return {name: run.read(f"volume_{name}", span) for name in ("coordinates", "fields", "sdf", "closest")}
+def _read_volume(run: CacheRun, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """The sampled volume rows (sorted: each chunk they touch is read once) of the four arrays."""
+    return {name: run.read(f"volume_{name}", rows) for name in ("coordinates", "fields", "sdf", "closest")}

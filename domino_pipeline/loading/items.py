@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import functools
 import os
-from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from domino_pipeline.compute.rows import make_grid, normalize
-from domino_pipeline.compute.sampling import Draw, sample_draw
+from domino_pipeline.compute.sampling import Draw, SamplingLaw, sample_draw
 from domino_pipeline.compute.scaling import load_scaling_factors, scale_fields
 from domino_pipeline.loading.batch_transfer import mark_constant
 
@@ -41,11 +40,6 @@ def parts_of(model_type: str) -> tuple[str, ...]:
     if model_type not in MODEL_TYPES:
         raise ValueError(f"unknown model_type {model_type!r}; expected one of {MODEL_TYPES}")
     return {"surface": ("surface",), "volume": ("volume",), "combined": ("surface", "volume")}[model_type]
-
-
-def run_name(run: str | os.PathLike) -> str:
-    name = Path(run).name
-    return name[:-5] if name.endswith(".zarr") else name
 
 
 def _as_factors(scaling_factors: dict | str | os.PathLike | None) -> dict | None:
@@ -113,13 +107,12 @@ class EpochDataset(Dataset):
     """Shared plumbing: the epoch counter that reaches persistent workers, draws and grids."""
 
     def __init__(self, *, model_type: str, surface_points: int, volume_points: int,
-                 geometry_points: int, surface_window_factor: int | None, seed: int,
-                 scaling_factors) -> None:
+                 geometry_points: int, law: SamplingLaw, seed: int, scaling_factors) -> None:
         self.parts = parts_of(model_type)
         self.model_type = model_type
         self.surface_points, self.volume_points = int(surface_points), int(volume_points)
         self.geometry_points = int(geometry_points)
-        self.surface_window_factor = surface_window_factor
+        self.law = law
         self.seed = int(seed)
         self.scaling_factors = _as_factors(scaling_factors)
         # Shared memory: a worker forked or spawned once (persistent_workers) sees later updates.
@@ -138,7 +131,7 @@ class EpochDataset(Dataset):
             self.seed, self.epoch, index, counts=counts, geometry_points=self.geometry_points,
             surface_points=self.surface_points if "surface" in self.parts else None,
             volume_points=self.volume_points if "volume" in self.parts else None,
-            read_surface_areas=read_areas, surface_window_factor=self.surface_window_factor)
+            read_surface_areas=read_areas, law=self.law)
 
     def _derived_grids(self) -> dict[str, torch.Tensor]:
         """The normalised grids of ``self.settings`` (``constant_grid``: one tensor per process)."""

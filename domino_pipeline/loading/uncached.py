@@ -20,14 +20,25 @@ from domino_pipeline.compute.preprocessing import (
     volume_sdf,
 )
 from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
-from domino_pipeline.compute.sampling import Draw, TooFewPointsError
+from domino_pipeline.compute.sampling import Draw, SamplingLaw, TooFewPointsError
+from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import PreprocessSettings, parse_box
-from domino_pipeline.inputs.processed_run import list_runs, load_processed_run
-from domino_pipeline.loading.items import EpochDataset, build_item, run_name
+from domino_pipeline.inputs.runs import (
+    DEFAULT_OPTIONS,
+    ReadOptions,
+    list_runs,
+    load_run,
+    run_name,
+)
+from domino_pipeline.loading.items import EpochDataset, build_item
 
 
 class DoMINODataPipe(EpochDataset):
     """DoMINO items preprocessed on every draw from the processed runs (no cache).
+
+    ``processed_dir`` holds runs in any form ``runs.py`` reads (this project's processed Zarr,
+    physicsnemo-curator's Zarr v2 / v3 groups, .npz, and with ``read_options.allow_pickle``
+    legacy .npy dicts); ``read_options`` also gives the global parameters of runs that lack them.
 
     Runs ``preprocessing.prepare_rows`` on the whole run, draws with the shared sampling, and
     computes the expensive geometry only for what the draw needs: both grids' SDFs, the kNN of
@@ -42,12 +53,16 @@ class DoMINODataPipe(EpochDataset):
                  surface_variables=(("pMeanTrim", "scalar"), ("wallShearStressMeanTrim", "vector")),
                  volume_variables=(("UMeanTrim", "vector"), ("pMeanTrim", "scalar"), ("nutMeanTrim", "scalar")),
                  permutation_seed: int = 0, scaling_factors: dict | str | os.PathLike | None = None,
-                 seed: int = 0, device: str = "auto", surface_window_factor: int | None = 8) -> None:
+                 seed: int = 0, device: str = "auto", surface_window_factor: int | None = 8,
+                 volume_window_factor: int | None = 1, exact: bool = False,
+                 read_options: ReadOptions = DEFAULT_OPTIONS) -> None:
+        law = SamplingLaw(surface_window_factor=surface_window_factor,
+                          volume_window_factor=volume_window_factor, exact=exact)
         super().__init__(model_type=model_type, surface_points=surface_points,
                          volume_points=volume_points, geometry_points=geometry_points,
-                         surface_window_factor=surface_window_factor, seed=seed,
-                         scaling_factors=scaling_factors)
+                         law=law, seed=seed, scaling_factors=scaling_factors)
         self.processed_dir = Path(processed_dir)
+        self.read_options = read_options
         all_runs = list_runs(self.processed_dir)
         if runs is None:
             self.run_paths = all_runs
@@ -64,6 +79,8 @@ class DoMINODataPipe(EpochDataset):
             volume_variables=tuple(tuple(v) for v in volume_variables),
             permutation_seed=int(permutation_seed), device=geometry.resolve_device(device))
         self.settings = self.preprocess.fingerprinted()
+        check_factors_match(self.scaling_factors, self.preprocess.surface_variables,
+                            self.preprocess.volume_variables, str(self.processed_dir))
 
     def __len__(self) -> int:
         return len(self.run_paths)
@@ -83,7 +100,7 @@ class DoMINODataPipe(EpochDataset):
                                "workers; use num_workers=0, or build the cache (cache_data.py) and "
                                "use CachedDoMINODataset, which works with workers")
         path = self.run_paths[index]
-        prepared = prepare_rows(load_processed_run(path, self._arrays_needed()), self.preprocess,
+        prepared = prepare_rows(load_run(path, self._arrays_needed(), options=self.read_options), self.preprocess,
                                 parts=self.parts, source=str(path))
         counts = {"geometry": len(prepared.geometry_coordinates),
                   "surface": 0 if prepared.surface_areas is None else len(prepared.surface_areas),
@@ -107,12 +124,11 @@ class DoMINODataPipe(EpochDataset):
         scalars = {"center_of_mass": prepared.center_of_mass,
                    "global_params_values": prepared.global_params_values,
                    "global_params_reference": prepared.global_params_reference}
-        g0, g1 = draw.geometry
         return build_item(
             settings=self.settings, scalars=scalars,
-            geometry_coordinates=prepared.geometry_coordinates[g0:g1], grids=drawn_grids,
+            geometry_coordinates=prepared.geometry_coordinates[draw.geometry_rows], grids=drawn_grids,
             surface=None if draw.surface_rows is None else self._surface(prepared, draw.surface_rows),
-            volume=None if draw.volume is None else self._volume(prepared, draw.volume),
+            volume=None if draw.volume_rows is None else self._volume(prepared, draw.volume_rows),
             scaling_factors=self.scaling_factors)
 
     def _surface(self, p: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -122,8 +138,7 @@ class DoMINODataPipe(EpochDataset):
                 "areas": p.surface_areas[rows], "fields": p.surface_fields[rows],
                 **{f"neighbor_{name}": values for name, values in gathered.items()}}
 
-    def _volume(self, p: PreparedRun, window: tuple[int, int]) -> dict[str, np.ndarray]:
-        sdf, closest = volume_sdf(p, self.preprocess, window)
-        span = slice(*window)
-        return {"coordinates": p.volume_coordinates[span], "fields": p.volume_fields[span],
+    def _volume(self, p: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
+        sdf, closest = volume_sdf(p, self.preprocess, rows)
+        return {"coordinates": p.volume_coordinates[rows], "fields": p.volume_fields[rows],
                 "sdf": sdf, "closest": closest}

@@ -1,34 +1,56 @@
-"""Building cache runs: one processed run through ``preprocessing.plan_run`` into a new run
-generation (run_writer.py), one writer per run at a time, and the manifest of the current runs.
+"""Building cache runs: one processed run (any accepted form, inputs/runs.py) through
+``preprocessing.plan_run`` into a new run generation (run_writer.py), one writer per run at a
+time; the manifest entries of the current runs; the scaling factors beside the cache.
 
 Imports Warp (through the preprocessing); the reading side of the store does not.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 
 from domino_pipeline.compute.preprocessing import VOLUME_ARRAYS, plan_run
+from domino_pipeline.compute.scaling import merge_statistics, run_statistics, save_scaling_factors
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.inputs.processed_run import (
-    ARRAY_NAMES,
-    check_values,
-    load_processed_run,
-    open_processed_run,
+from domino_pipeline.inputs.processed_run import ARRAY_NAMES, check_values
+from domino_pipeline.inputs.runs import (
+    DEFAULT_OPTIONS,
+    ReadOptions,
+    load_run,
+    open_run,
+    run_format,
+    run_name,
+    source_fingerprint,
+    stat_fingerprint,
 )
 from domino_pipeline.run_report import RunResult
 from domino_pipeline.store.cache_format import (
+    CacheError,
     current_generation,
     diff_settings,
     directory_bytes,
     run_fingerprint,
     run_folder,
-    source_fingerprint,
 )
 from domino_pipeline.store.cache_run import CacheRun
-from domino_pipeline.store.manifest import manifest_entry
+from domino_pipeline.store.manifest import manifest_entry, read_manifest
 from domino_pipeline.store.run_writer import RunWriter, run_lock
+
+FACTORS_FILE = "scaling_factors.json"
+
+
+def current_source(processed_path: Path, recorded: dict | None = None, *, full: bool = False) -> dict:
+    """The processed run's source record: its path, the SHA-256 of its bytes and its stat
+    fingerprint (names, sizes, times). The bytes are hashed only when the stat fingerprint
+    differs from ``recorded``'s (or ``full``): a rerun over unchanged runs reads no data."""
+    stat = stat_fingerprint(processed_path)
+    if not full and recorded and recorded.get("stat") == stat and recorded.get("fingerprint"):
+        fingerprint = recorded["fingerprint"]
+    else:
+        fingerprint = source_fingerprint(processed_path)
+    return {"path": str(Path(processed_path).resolve()), "fingerprint": fingerprint, "stat": stat}
 
 
 def stale_reasons(run: CacheRun, settings: PreprocessSettings, source: str) -> list[str]:
@@ -42,68 +64,127 @@ def stale_reasons(run: CacheRun, settings: PreprocessSettings, source: str) -> l
     return reasons or ["fingerprint differs (another cache format or code version)"]
 
 
-def current_state(cache_dir: Path, name: str, settings: PreprocessSettings,
-                  source: str) -> list[str] | None:
-    """None when run ``name`` has no generation yet, else ``stale_reasons`` of the newest."""
+def _recorded_source(cache_dir: Path, name: str, run: CacheRun) -> dict:
+    """The source record to compare with: the manifest's (refreshed at every manifest write)
+    when it names this generation, else the one the generation was built with."""
+    try:
+        entry = read_manifest(cache_dir)["runs"].get(name, {})
+    except (CacheError, FileNotFoundError):
+        entry = {}
+    if entry.get("path", "").endswith("/" + run.path.name) and "source" in entry:
+        return entry["source"]
+    return run.attrs.get("source", {})
+
+
+def current_state(cache_dir: Path, processed_path: Path,
+                  settings: PreprocessSettings) -> tuple[list[str] | None, dict]:
+    """(None when the run has no generation yet, else ``stale_reasons`` of the newest;
+    the processed run's source record)."""
+    name = run_name(processed_path)
     newest = current_generation(run_folder(cache_dir, name))
     if newest is None:
-        return None
+        return None, current_source(processed_path)
     try:
-        return stale_reasons(CacheRun(newest), settings, source)
+        run = CacheRun(newest)
     except ValueError as err:  # CacheError: unreadable or foreign
-        return [str(err)]
+        return [str(err)], current_source(processed_path)
+    source = current_source(processed_path, _recorded_source(cache_dir, name, run))
+    return stale_reasons(run, settings, source["fingerprint"]), source
 
 
-def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings,
-              source: str) -> Path:
-    """Write the next generation of the processed run's cache run; return its path. The STL
-    and the surface are held in memory, the volume is read and written a block at a time."""
-    name = processed_path.stem
-    arrays = load_processed_run(processed_path, [n for n in ARRAY_NAMES if n not in VOLUME_ARRAYS])
-    group = open_processed_run(processed_path)
-    volume = {n: group[n] for n in VOLUME_ARRAYS}
+def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, source: dict,
+              options: ReadOptions = DEFAULT_OPTIONS) -> tuple[Path, str]:
+    """Write the next generation of the processed run's cache run; return its path and the
+    run's form. The STL and the surface are held in memory, the volume is read and written a
+    block at a time (lazily where the run's form allows it)."""
+    name = run_name(processed_path)
+    opened = open_run(processed_path, options)
+    arrays = load_run(processed_path, [n for n in ARRAY_NAMES if n not in VOLUME_ARRAYS],
+                      options=options, opened=opened)
+    volume = {n: opened.arrays[n] for n in VOLUME_ARRAYS if n in opened.arrays}
+    missing = [n for n in VOLUME_ARRAYS if n not in volume]
+    if missing:
+        raise ValueError(f"{processed_path}: missing arrays {missing} ({opened.format})")
+    statistics = run_statistics({"surface_fields": arrays["surface_fields"], **volume},
+                                source=str(processed_path))
     plan = plan_run(arrays, volume, settings, source=str(processed_path),
                     scratch_dir=run_folder(cache_dir, name),
-                    check=lambda array, block: check_values(array, block, processed_path))
+                    check=lambda array, block: check_values(array, block, processed_path, None))
     del arrays  # the plan keeps the prepared rows; the raw ones can go
     attrs = {"settings": settings.fingerprinted(), "settings_fingerprint": settings.fingerprint(),
-             "source": {"path": str(processed_path.resolve()), "fingerprint": source},
-             "fingerprint": run_fingerprint(settings.fingerprint(), source),
-             "counts": plan.counts, "scalars": plan.scalars}
+             "source": source, "fingerprint": run_fingerprint(settings.fingerprint(), source["fingerprint"]),
+             "counts": plan.counts, "scalars": plan.scalars | {"field_statistics": statistics}}
     with RunWriter(cache_dir, name, plan.shapes, attrs,
                    neighbor_layout=settings.neighbor_layout) as writer:
         for array, start, rows in plan.pieces:
             writer.write_rows(array, start, rows)
-    return writer.path
+    return writer.path, opened.format
+
+
+def _form(processed_path: Path) -> str:
+    """The run's form for the summary; empty where it cannot be read."""
+    try:
+        return run_format(processed_path)
+    except (OSError, ValueError):
+        return ""
 
 
 def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, *,
-              rebuild: bool) -> RunResult:
+              rebuild: bool, options: ReadOptions = DEFAULT_OPTIONS) -> RunResult:
     """Build one cache run unless it is current, as its only writer; a failure becomes a
     result, not an exception."""
-    name = processed_path.stem
+    name = run_name(processed_path)
     started = time.time()
+    form = _form(processed_path)
     try:
-        source = source_fingerprint(processed_path)
-        if current_state(cache_dir, name, settings, source) == []:  # no lock: a read-only cache
-            return RunResult(name, "skipped", "current")
+        reasons, _ = current_state(cache_dir, processed_path, settings)
+        if reasons == []:  # current: no lock taken, so a read-only cache reruns cleanly
+            return RunResult(name, "skipped", "current", format=form)
         with run_lock(cache_dir, name):
-            reasons = current_state(cache_dir, name, settings, source)  # another writer's?
+            reasons, source = current_state(cache_dir, processed_path, settings)  # another writer's?
             if reasons == []:
-                return RunResult(name, "skipped", "current")
+                return RunResult(name, "skipped", "current", format=form)
             if reasons is not None and not rebuild:
-                return RunResult(name, "stale", "; ".join(reasons))
-            path = build_run(processed_path, cache_dir, settings, source)
+                return RunResult(name, "stale", "; ".join(reasons), format=form)
+            path, form = build_run(processed_path, cache_dir, settings, source, options)
     except Exception as err:  # one bad run is reported and the others go on
-        return RunResult(name, "failed", f"{processed_path}: {type(err).__name__}: {err}")
-    return RunResult(name, "built", seconds=time.time() - started, bytes=directory_bytes(path))
+        return RunResult(name, "failed", f"{processed_path}: {type(err).__name__}: {err}", format=form)
+    return RunResult(name, "built", seconds=time.time() - started, bytes=directory_bytes(path), format=form)
 
 
 def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> dict[str, dict]:
-    """Manifest entries of the runs whose newest generation is current."""
+    """Manifest entries of the runs whose newest generation is current, with their sources'
+    current records."""
     entries = {}
     for path in runs:
-        name = path.stem
-        if current_state(cache_dir, name, settings, source_fingerprint(path)) == []:
-            entries[name] = manifest_entry(cache_dir, CacheRun(current_generation(run_folder(cache_dir, name))))
+        reasons, source = current_state(cache_dir, path, settings)
+        if reasons == []:
+            name = run_name(path)
+            run = CacheRun(current_generation(run_folder(cache_dir, name)))
+            entries[name] = manifest_entry(cache_dir, run) | {"source": source}
     return entries
+
+
+def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: PreprocessSettings, *,
+                          normalization: str) -> dict:
+    """Write ``<cache_dir>/scaling_factors.json`` from the target statistics the builds of the
+    training runs recorded; return its manifest record (file, SHA-256, runs, variables)."""
+    variables = {"surface": settings.surface_variables, "volume": settings.volume_variables}
+    statistics = [CacheRun(current_generation(run_folder(cache_dir, run_name(p)))).attrs["scalars"]
+                  ["field_statistics"] for p in train_runs]
+    factors = merge_statistics(statistics, [run_name(p) for p in train_runs],
+                               normalization=normalization, variables=variables)
+    path = save_scaling_factors(cache_dir / FACTORS_FILE, factors)
+    return {"path": FACTORS_FILE, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "runs": factors["runs"], "normalization": normalization, "variables": factors["variables"]}
+
+
+def check_scaling_factors(cache_dir: Path) -> str:
+    """Why the scaling factors the manifest records cannot be used ("" when they can)."""
+    from domino_pipeline.loading.cached import manifest_scaling_factors
+
+    try:
+        manifest_scaling_factors(cache_dir)
+    except (CacheError, FileNotFoundError, ValueError) as err:
+        return str(err)
+    return ""

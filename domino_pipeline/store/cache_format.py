@@ -82,21 +82,6 @@ class StaleCacheError(CacheError):
     generation replaced by a rebuild."""
 
 
-def source_fingerprint(processed_path: str | os.PathLike) -> str:
-    """SHA-256 of every ``zarr.json`` of a processed run (its attributes, array shapes, dtypes
-    and codecs). Every write of a processed run stores a new ``write_id`` attribute, so
-    reprocessing a run changes the fingerprint even when its shapes and bounds stay the same;
-    copying it elsewhere does not."""
-    root = Path(processed_path)
-    digest = hashlib.sha256()
-    metas = sorted(root.rglob("zarr.json"))
-    if not metas:
-        raise FileNotFoundError(f"{root}: no processed run (no zarr.json)")
-    for meta in metas:
-        digest.update(str(meta.relative_to(root)).encode() + b"\0" + meta.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
 def run_fingerprint(settings_fingerprint: str, source: str) -> str:
     """The fingerprint of one cache run: its format version, settings and source together."""
     return hashlib.sha256(f"{FORMAT_VERSION}:{settings_fingerprint}:{source}".encode()).hexdigest()

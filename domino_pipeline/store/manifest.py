@@ -46,8 +46,10 @@ def _digest(manifest: dict) -> str:
 
 
 def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
-                   runs: dict[str, dict], config: dict | None = None) -> Path:
-    """Write ``<cache_dir>/manifest.json`` atomically (temporary file, then rename)."""
+                   runs: dict[str, dict], config: dict | None = None,
+                   scaling_factors: dict | None = None) -> Path:
+    """Write ``<cache_dir>/manifest.json`` atomically (temporary file, then rename);
+    ``scaling_factors``: the record of the factors file beside the cache, when there is one."""
     cache_dir = Path(cache_dir)
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
@@ -57,6 +59,8 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
                    for name, s in layout_arrays(settings.neighbor_layout).items()},
         "runs": runs, "config": config or {},
     }
+    if scaling_factors is not None:
+        manifest["scaling_factors"] = scaling_factors
     manifest["sha256"] = _digest(manifest)
     path = cache_dir / MANIFEST
     try:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.run_report import RunResult
+from domino_pipeline.inputs.runs import run_name, source_fingerprint
 from domino_pipeline.store.build import stale_reasons
 from domino_pipeline.store.cache_format import (
     CacheError,
@@ -15,7 +16,6 @@ from domino_pipeline.store.cache_format import (
     generations,
     layout_arrays,
     run_folder,
-    source_fingerprint,
 )
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import read_manifest, run_path
@@ -73,13 +73,13 @@ def validate_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettin
         manifest = read_manifest(cache_dir)
     except (CacheError, FileNotFoundError) as err:
         return [RunResult("manifest.json", "failed", str(err))] + [
-            RunResult(p.stem, "failed", "no usable manifest") for p in runs]
+            RunResult(run_name(p), "failed", "no usable manifest") for p in runs]
     results = []
     differences = diff_settings(manifest.get("settings", {}), settings.fingerprinted())
     if differences:
         results.append(RunResult("manifest.json", "failed", "built with other settings than the "
                                  "config: " + "; ".join(differences)))
-    processed = {p.stem: p for p in runs}
+    processed = {run_name(p): p for p in runs}
     folders = {p.name for p in cache_dir.iterdir() if p.is_dir() and generations(p)}
     names = sorted(set(processed) | set(manifest["runs"]) | folders)
     return results + [_checked(n, validate_run, processed.get(n), cache_dir, settings, manifest)

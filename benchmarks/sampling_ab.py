@@ -1,0 +1,150 @@
+"""Training A/B of the sampling law: the default draw (cyclic windows) against the exact law.
+
+Builds `make demo`'s data (6 synthetic runs, processed, cached) under ``--work``, then trains the
+demo model (surface, 8 epochs) once per seed and arm, one run after the other:
+
+- ``default``: ``sampling.surface_window_factor=8`` (area-weighted in a cyclic window of 8 x the
+  sample; volume in a cyclic window of 100 x);
+- ``exact``: ``sampling.exact=true`` (area-weighted over the whole surface, volume over all rows).
+
+Both arms keep the same train/validation split (``train.split_seed``) and validate on the same
+draws, by the exact law (``sampling.val_exact=true``); the seed changes the model's initial
+weights and the training draws. Prints the final validation loss and relative L2 per variable
+side by side, per seed and as mean and spread, and whether the default's mean loss lies within
+the exact law's seed-to-seed range; writes the figures as JSON.
+
+    python benchmarks/sampling_ab.py --work /tmp/ab --seeds 42 1 2 --json /tmp/ab/sampling_ab.json
+    python benchmarks/sampling_ab.py --work /tmp/ab --report-only     # the table from finished runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ARMS = {"default": [], "exact": ["sampling.exact=true"]}
+SPLIT_SEED = 42  # the demo's seed: the same four training and two validation runs in every run
+
+
+def run(command: list[str]) -> None:
+    """Run a pipeline step from the repository root; stop with its output if it fails."""
+    print("$", " ".join(command), flush=True)
+    done = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"{command[0]} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+
+
+def data_overrides(work: Path) -> list[str]:
+    return [f"data.raw_dir={work / 'raw'}", f"data.processed_dir={work / 'processed'}",
+            f"cache.dir={work / 'cache'}", "hydra.run.dir=.", "hydra.output_subdir=null"]
+
+
+def build_data(work: Path) -> None:
+    """`make demo`'s first three steps, into ``work`` (each skips what is already there)."""
+    if not (work / "raw").is_dir():
+        run(["synthetic_data.py", "--preset", "demo", "--runs", "6", "--seed", "0", "--out",
+             str(work / "raw"), "--surface-cells", "400000", "--stl-triangles", "200000"])
+    run(["process_data.py", "--config-name=demo", *data_overrides(work)])
+    run(["cache_data.py", "--config-name=demo", *data_overrides(work)])
+
+
+def train_dir(work: Path, arm: str, seed: int) -> Path:
+    return work / "train" / f"{arm}_seed{seed}"
+
+
+def train(work: Path, arm: str, seed: int, epochs: int) -> None:
+    """One training run of ``arm`` with ``seed`` (skipped when its last epoch is logged)."""
+    out = train_dir(work, arm, seed)
+    if final_record(out, epochs) is not None:
+        return
+    run(["train.py", "--config-name=demo", *data_overrides(work), f"output_dir={out}", f"seed={seed}",
+         f"train.split_seed={SPLIT_SEED}", f"train.epochs={epochs}", "sampling.val_exact=true", *ARMS[arm]])
+
+
+def final_record(out: Path, epochs: int) -> dict | None:
+    """The epoch record of the last epoch with validation, or None when the run is unfinished."""
+    path = out / "epochs.jsonl"
+    if not path.is_file():
+        return None
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    done = [r for r in records if r.get("kind") == "epoch" and r["epoch"] == epochs and "val_loss" in r]
+    return done[-1] if done else None
+
+
+def collect(work: Path, seeds: list[int], epochs: int) -> dict[str, dict[int, dict[str, float]]]:
+    """arm -> seed -> {"loss": final validation loss, variable: relative L2}."""
+    figures: dict[str, dict[int, dict[str, float]]] = {}
+    for arm in ARMS:
+        for seed in seeds:
+            record = final_record(train_dir(work, arm, seed), epochs)
+            if record is None:
+                sys.exit(f"{train_dir(work, arm, seed)}: unfinished; run without --report-only")
+            values = {"loss": record["val_loss"]}
+            values |= {k.rsplit("/", 1)[1]: v for k, v in record.items() if k.startswith("val_rel_l2/")}
+            figures.setdefault(arm, {})[seed] = values
+    return figures
+
+
+def summary(values: list[float]) -> str:
+    mean = statistics.fmean(values)
+    spread = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{mean:.4f} ± {spread:.4f}"
+
+
+def table(figures: dict[str, dict[int, dict[str, float]]], seeds: list[int]) -> str:
+    """Markdown: one row per measure, per seed default / exact, then mean ± sd of each arm."""
+    measures = list(figures["default"][seeds[0]])
+    head = ["measure", *(f"seed {s}: default / exact" for s in seeds), "default mean ± sd", "exact mean ± sd"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for measure in measures:
+        per_arm = {arm: [figures[arm][s][measure] for s in seeds] for arm in ARMS}
+        cells = [f"{d:.4f} / {e:.4f}" for d, e in zip(per_arm["default"], per_arm["exact"])]
+        name = "validation loss" if measure == "loss" else f"rel. L2 {measure}"
+        lines.append("| " + " | ".join([name, *cells, summary(per_arm["default"]), summary(per_arm["exact"])]) + " |")
+    return "\n".join(lines)
+
+
+def verdict(figures: dict[str, dict[int, dict[str, float]]], seeds: list[int]) -> dict:
+    """Whether the default's mean validation loss lies within the exact law's seed range."""
+    exact = [figures["exact"][s]["loss"] for s in seeds]
+    default_mean = statistics.fmean(figures["default"][s]["loss"] for s in seeds)
+    within = min(exact) <= default_mean <= max(exact)
+    return {"default_mean_loss": default_mean, "exact_min_loss": min(exact), "exact_max_loss": max(exact),
+            "exact_mean_loss": statistics.fmean(exact), "within_exact_range": within}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=Path("/tmp/ab"), help="data and training runs")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--report-only", action="store_true", help="only read finished runs")
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    args = parser.parse_args(argv)
+    if len(args.seeds) < 2:
+        parser.error("a spread needs at least two seeds")
+    work = args.work.resolve()
+    if not args.report_only:
+        build_data(work)
+        for seed in args.seeds:
+            for arm in ARMS:
+                train(work, arm, seed, args.epochs)
+    figures = collect(work, args.seeds, args.epochs)
+    print(table(figures, args.seeds))
+    result = verdict(figures, args.seeds)
+    print(f"default mean validation loss {result['default_mean_loss']:.4f}; exact "
+          f"{result['exact_mean_loss']:.4f} (seeds from {result['exact_min_loss']:.4f} to "
+          f"{result['exact_max_loss']:.4f}): {'within' if result['within_exact_range'] else 'OUTSIDE'} "
+          "the exact law's seed-to-seed range")
+    if args.json:
+        args.json.write_text(json.dumps({"seeds": args.seeds, "epochs": args.epochs, "figures": figures,
+                                         "verdict": result}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

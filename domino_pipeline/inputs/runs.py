@@ -1,0 +1,275 @@
+"""Every accepted form of a processed run, behind one interface: list, open, load, fingerprint.
+
+A processed-data folder holds runs in any of these forms, detected per run (``open_run``):
+
+| format | what | written by |
+|---|---|---|
+| ``processed`` | Zarr v3 group with ``format: drivaerml-processed`` | this project's process_data.py |
+| ``curator-zarr-v2`` | Zarr v2 group (``.zgroup``), curator names and attributes | physicsnemo-curator (Zarr v2 API) |
+| ``curator-zarr-v3`` | Zarr v3 group (``zarr.json``), curator names and attributes | physicsnemo-curator (v3, sharded) |
+| ``curator-npz`` | ``run_<i>.npz`` | physicsnemo-curator's numpy writer |
+| ``curator-npy`` | ``run_<i>.npy`` (a pickled dict; opt-in) | physicsnemo's older example |
+
+``load_run`` returns the arrays of processed_run.py's table, validated (shapes, finite values,
+integral face indices as int32), whatever the form. ``global_params_values`` / ``_reference``
+come from the run's arrays; where a run lacks them, from its physics constants
+(``[stream_velocity, air_density]``, attributes ``physics_constants`` or the two top-level
+attributes); else from the config (``ReadOptions.global_params``).
+
+    for path in list_runs("/data/curated"):
+        arrays = load_run(path, ["surface_mesh_centers", "surface_fields"])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from domino_pipeline.inputs.curator_run import read_npy, read_npz, read_zarr_group
+from domino_pipeline.inputs.processed_run import (
+    ARRAY_NAMES,
+    ARRAY_SHAPES,
+    FORMAT,
+    FORMAT_VERSION,
+    ProcessedRunError,
+    check_shapes,
+    check_values,
+    natural_key,
+)
+
+RUN_SUFFIXES = (".zarr", ".npz", ".npy")
+FORMATS = ("processed", "curator-zarr-v2", "curator-zarr-v3", "curator-npz", "curator-npy")
+GEOMETRY_ARRAYS = ("stl_coordinates", "stl_faces", "stl_centers", "stl_areas")
+GLOBAL_PARAMS = ("global_params_values", "global_params_reference")
+_HASH_BLOCK = 1 << 20
+
+
+class NoRunsError(FileNotFoundError):
+    """A processed-data folder without any run in an accepted form."""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How runs are read: ``allow_pickle`` admits legacy .npy dicts (restricted unpickler);
+    ``global_params`` ([stream_velocity, air_density] from the config) serve runs that record
+    neither global parameters nor physics constants."""
+
+    allow_pickle: bool = False
+    global_params: tuple[float, ...] = (30.0, 1.205)
+
+
+DEFAULT_OPTIONS = ReadOptions()
+
+
+def read_options_from_config(cfg) -> ReadOptions:
+    """ReadOptions from the ``data`` and ``physics`` sections of the Hydra config."""
+    return ReadOptions(allow_pickle=bool(cfg.data.get("allow_pickle", False)),
+                       global_params=(float(cfg.physics.stream_velocity), float(cfg.physics.air_density)))
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    """A run opened for reading: its form, its arrays (lazy where the form allows) and attributes."""
+
+    path: Path
+    format: str  # one of FORMATS
+    arrays: Mapping[str, Any]
+    attrs: dict
+
+
+def run_name(path: str | os.PathLike) -> str:
+    """The run's name: the file or folder name without its form's suffix (run_1.zarr: run_1)."""
+    name = Path(path).name
+    for suffix in RUN_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _describe(entries: list[Path]) -> str:
+    if not entries:
+        return "nothing"
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in entries)
+    shown = ", ".join(names[:10])
+    return shown + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+
+
+def list_runs(directory: str | os.PathLike) -> list[Path]:
+    """The runs in ``directory`` (``*.zarr`` folders, ``*.npz`` and ``*.npy`` files), naturally
+    sorted (run_2 < run_10); hidden names (unfinished writers' temporaries) are never listed.
+
+    Raises FileNotFoundError for a missing folder, NoRunsError (naming what the folder holds) when
+    it holds no run, and ValueError when two runs share a name in different forms.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: no such processed-data directory")
+    entries = [p for p in directory.iterdir() if not p.name.startswith(".")]
+    runs = sorted((p for p in entries if (p.suffix == ".zarr" and p.is_dir())
+                   or (p.suffix in (".npz", ".npy") and p.is_file())), key=natural_key)
+    if not runs:
+        raise NoRunsError(f"{directory}: no run found (expected <run>.zarr groups in Zarr v2 or v3, "
+                          f"<run>.npz or <run>.npy files); it holds {_describe(entries)}")
+    names: dict[str, Path] = {}
+    for path in runs:
+        if run_name(path) in names:
+            raise ValueError(f"{directory}: run {run_name(path)} is there twice: "
+                             f"{names[run_name(path)].name} and {path.name}; keep one")
+        names[run_name(path)] = path
+    return runs
+
+
+def split_runs(runs: list[Path], val_fraction: float, seed: int) -> tuple[list[Path], list[Path]]:
+    """Deterministic train/validation split: a seeded permutation, the first ceil(f*n) runs validate
+    (at least one when f > 0 and there are 2+ runs; never all of them)."""
+    if not runs:
+        raise ValueError("no processed runs to train on")
+    n_val = min(math.ceil(val_fraction * len(runs)), len(runs) - 1) if val_fraction > 0 else 0
+    order = np.random.default_rng(seed).permutation(len(runs))
+    val = sorted((runs[i] for i in order[:n_val]), key=runs.index)
+    train = [run for run in runs if run not in val]
+    return train, val
+
+
+def split_from_config(runs: list[Path], cfg) -> tuple[list[Path], list[Path]]:
+    """train.py's split of ``runs``: ``train.val_fraction``, seeded by ``train.split_seed``
+    (null: the run's ``seed``). cache_data.py computes the scaling factors on its training runs."""
+    seed = cfg.train.get("split_seed")
+    return split_runs(runs, float(cfg.train.val_fraction), int(cfg.seed if seed is None else seed))
+
+
+def _zarr_run(path: Path) -> OpenedRun:
+    form, arrays, attrs = read_zarr_group(path)
+    found = attrs.get("format")
+    if found == FORMAT:
+        if attrs.get("format_version") != FORMAT_VERSION:
+            raise ProcessedRunError(f"{path}: format_version {attrs.get('format_version')}, "
+                                    f"this reader reads {FORMAT_VERSION}")
+        return OpenedRun(path, "processed", arrays, attrs)
+    if found is not None:
+        raise ProcessedRunError(f"{path}: a {found!r} group, not a processed run")
+    return OpenedRun(path, f"curator-{form}", arrays, attrs)
+
+
+def open_run(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) -> OpenedRun:
+    """Open one run of any accepted form (module docstring); ProcessedRunError (a ValueError)
+    naming the file for anything else, FileNotFoundError for a missing one."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no processed run there")
+    if path.suffix == ".zarr" or path.is_dir():
+        run = _zarr_run(path)
+    elif path.suffix == ".npz":
+        run = OpenedRun(path, "curator-npz", *read_npz(path)[1:])
+    elif path.suffix == ".npy":
+        run = OpenedRun(path, "curator-npy", *read_npy(path, allow_pickle=options.allow_pickle)[1:])
+    else:
+        raise ProcessedRunError(f"{path}: not a run (expected a .zarr group, .npz or .npy file)")
+    if not any(name in run.arrays for name in ARRAY_NAMES):
+        raise ProcessedRunError(f"{path}: a {run.format} store without any DoMINO array; it holds "
+                                f"arrays {sorted(run.arrays)} and attributes {sorted(run.attrs)}")
+    return run
+
+
+def run_format(path: str | os.PathLike) -> str:
+    """The form of a run (one of FORMATS), read from its name and, for a Zarr group, its
+    metadata only: cheap, for reports."""
+    path = Path(path)
+    if path.suffix in (".npz", ".npy"):
+        return f"curator-{path.suffix[1:]}"
+    return _zarr_run(path).format
+
+
+def physics_constants(attrs: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(stream_velocity, air_density) from a run's attributes, or None where it has none."""
+    nested = attrs.get("physics_constants")
+    for source in (nested if isinstance(nested, Mapping) else {}, attrs):
+        if "stream_velocity" in source and "air_density" in source:
+            return float(source["stream_velocity"]), float(source["air_density"])
+    return None
+
+
+def _as_stored(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape an array is checked with: faces and global parameters flattened (the curator
+    writes faces flat, physicsnemo's examples give global parameters as (G, 1))."""
+    if name == "stl_faces" or name in GLOBAL_PARAMS:
+        return (int(np.prod(shape, dtype=np.int64)),)
+    return tuple(shape)
+
+
+def _global_params(run: OpenedRun, options: ReadOptions) -> np.ndarray:
+    constants = physics_constants(run.attrs)
+    return np.asarray(constants if constants is not None else options.global_params, dtype=np.float32)
+
+
+def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
+             options: ReadOptions = DEFAULT_OPTIONS, opened: OpenedRun | None = None) -> dict[str, np.ndarray]:
+    """Read ``arrays`` (default: all of processed_run.ARRAY_NAMES) of a run of any accepted form,
+    validated, stl_faces as int32, the rest float32.
+
+    Shapes are checked across every array the run has, values only for those read. Raises
+    FileNotFoundError for a missing run and ProcessedRunError (a ValueError) naming the file,
+    its form and the array for a missing array, a wrong shape or a non-finite value.
+    """
+    run = opened if opened is not None else open_run(path, options)
+    names = list(ARRAY_NAMES if arrays is None else arrays)
+    unknown = sorted(set(names) - set(ARRAY_SHAPES))
+    if unknown:
+        raise ValueError(f"unknown arrays {unknown}; choose from {list(ARRAY_NAMES)}")
+    present = {name: run.arrays[name] for name in ARRAY_NAMES if name in run.arrays}
+    missing = [n for n in names if n not in present and n not in GLOBAL_PARAMS]
+    if missing:
+        raise ProcessedRunError(f"{run.path}: missing arrays {missing} ({run.format}; it holds "
+                                f"{sorted(run.arrays)})")
+    check_shapes({name: _as_stored(name, tuple(a.shape)) for name, a in present.items()}, run.path)
+    n_points = present["stl_coordinates"].shape[0] if "stl_coordinates" in present else None
+    loaded = {}
+    for name in names:
+        if name in present:
+            data = np.asarray(present[name][...]).reshape(_as_stored(name, tuple(present[name].shape)))
+        else:
+            data = _global_params(run, options)
+        loaded[name] = check_values(name, data, run.path, n_points)
+    return loaded
+
+
+def source_fingerprint(path: str | os.PathLike) -> str:
+    """SHA-256 of a run's stored bytes: every file of a run folder (relative path and contents,
+    metadata and chunks alike), or the run file. Rewriting a run with other data changes it,
+    whoever wrote it; a byte-for-byte copy elsewhere keeps it."""
+    root = Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    if not files or not root.exists():
+        raise FileNotFoundError(f"{root}: no processed run there (no files)")
+    digest = hashlib.sha256()
+    for file in files:
+        if root.is_dir():
+            digest.update(file.relative_to(root).as_posix().encode() + b"\0")
+        with open(file, "rb") as handle:
+            while block := handle.read(_HASH_BLOCK):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def stat_fingerprint(path: str | os.PathLike) -> str:
+    """SHA-256 of a run's file names, sizes and modification times: cheap (no data read), and
+    it changes whenever a file of the run is rewritten. A cache build hashes the bytes
+    (``source_fingerprint``) only when this one differs from what it recorded."""
+    root = Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    if not root.exists():
+        raise FileNotFoundError(f"{root}: no processed run there (no files)")
+    digest = hashlib.sha256()
+    for file in files:
+        info = file.stat()
+        name = file.relative_to(root).as_posix() if root.is_dir() else file.name
+        digest.update(f"{name}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
+    return digest.hexdigest()
