@@ -17,8 +17,11 @@ exits non-zero when any run failed.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -47,7 +50,7 @@ from domino_pipeline.inputs.processed_run import (
     write_processed_run,
 )
 from domino_pipeline.run_report import RunResult, summarize
-from domino_pipeline.store.atomic_store import remove_stale_temporaries
+from domino_pipeline.store.atomic_store import exclusive_lock, remove_stale_temporaries
 
 # How each DrivAerML field is made dimensionless: its divisor in terms of U, rho and L.
 FIELD_SCALES = {
@@ -172,9 +175,11 @@ def process_run(
 
 
 def _process_one(run_dir: Path, out_path: Path, options: dict) -> RunResult:
-    """Process one run in a worker; failures come back as a result, not an exception."""
+    """Process one run in a worker, as the run's only writer; failures come back as a result,
+    not an exception."""
     try:
-        _, notes = process_run(run_dir, out_path, **options)
+        with exclusive_lock(out_path.parent / ".locks" / f"{out_path.name}.lock", f"processed run {out_path}"):
+            _, notes = process_run(run_dir, out_path, **options)
     except (RunError, OSError, ValueError, MemoryError) as err:
         return RunResult(run_dir.name, "failed", str(err).splitlines()[0] or type(err).__name__)
     except Exception as err:  # a reader library's own error: still one run's failure, not the batch's
@@ -184,6 +189,18 @@ def _process_one(run_dir: Path, out_path: Path, options: dict) -> RunResult:
 
 
 # ----------------------------------------------------------------------------- the batch
+
+
+def die_with_parent(parent: int) -> None:
+    """In a pool worker: be killed when the process that started the pool dies (Linux
+    ``PR_SET_PDEATHSIG``), so that a killed batch leaves no worker writing behind it."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pool's own shutdown is all there is
+        return
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
 
 
 def find_runs(raw_dir: str | os.PathLike) -> list[Path]:
@@ -205,7 +222,8 @@ def _run_pool(jobs: list[tuple[Path, Path]], options: dict, num_processes: int) 
         bar.close()
         return results
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(num_processes, len(jobs)), mp_context=context) as pool:
+    with ProcessPoolExecutor(min(num_processes, len(jobs)), mp_context=context,
+                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(_process_one, r, o, options): r for r, o in jobs}
         for future in as_completed(futures):
             try:

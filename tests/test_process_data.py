@@ -278,7 +278,45 @@ def test_killed_run_leaves_nothing_partial_and_rerun_finishes(
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{n_runs - len(finished)} processed, {len(finished)} skipped, 0 failed" in done.stdout
     assert len(list_runs(processed)) == n_runs
-    assert [p.name for p in processed.iterdir() if p.name.startswith(".")] == []
+    assert [p.name for p in processed.iterdir() if p.name.startswith(".")] in ([], [".locks"])
+
+
+@pytest.mark.slow
+def test_killing_the_parent_leaves_no_live_worker(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    raw, processed = tmp_path / "raw", tmp_path / "processed"
+    for dst in range(1, 9):
+        _copy_run(tiny_raw_dir, 1 + dst % 2, raw, dst)
+    proc = subprocess.Popen(_command(raw, processed, tmp_path, "process.num_processes=2"), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: set[int] = set()
+    deadline = time.monotonic() + 120
+    while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
+        workers |= _children(proc.pid)
+        time.sleep(0.01)
+    assert workers, "the pool had not started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in workers if _alive(pid)], "workers outlived their parent"
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        children = task / "children"
+        if children.is_file():
+            found |= {int(c) for c in children.read_text().split()}
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in status
 
 
 @pytest.mark.slow
