@@ -48,6 +48,8 @@ class CacheRun:
                  metadata: str | None = None) -> None:
         self.path = Path(path)
         if not (self.path / "zarr.json").is_file():
+            if self.path.is_dir():
+                raise CacheError(f"{self.path}: the run's metadata (zarr.json) is missing: corrupt")
             if self.path.parent.is_dir() and self.path.name.startswith("g"):
                 raise StaleCacheError(f"{self.path}: this generation of the run was replaced by a "
                                       "rebuild; open the dataset again to read the new one")
