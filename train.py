@@ -32,9 +32,16 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torch.utils.tensorboard import SummaryWriter
 
-from datapipe import MODEL_TYPES, collate_items, dataset_from_config
-from domino_pipeline.compute.settings import VARIABLE_WIDTH
+from datapipe import collate_items, dataset_from_config
 from domino_pipeline.training import checkpointing, distributed
+from domino_pipeline.training.domino_model import (
+    build_model,
+    check_data_fits_model,
+    model_parameters,  # noqa: F401 (tests use train.model_parameters)
+    resolve_model_type,
+    resolved_parameters,
+    variable_names,
+)
 from domino_pipeline.training.distributed import DistInfo
 from domino_pipeline.training.training_loop import (
     EpochResult,
@@ -155,52 +162,6 @@ def split_runs(runs: list[Path], val_fraction: float, seed: int) -> tuple[list[P
     val = sorted((runs[i] for i in order[:n_val]), key=runs.index)
     train = [run for run in runs if run not in val]
     return train, val
-
-
-def variable_names(variables: dict[str, str]) -> list[str]:
-    """Output column names: a scalar keeps its name, a vector becomes name_x, name_y, name_z."""
-    names = []
-    for name, kind in variables.items():
-        if kind not in VARIABLE_WIDTH:
-            raise ValueError(f"variable {name!r}: kind must be scalar or vector, not {kind!r}")
-        names += [name] if kind == "scalar" else [f"{name}_{axis}" for axis in "xyz"]
-    return names
-
-
-def model_parameters(section: dict[str, Any], defaults: dict[str, Any], where: str = "model") -> dict[str, Any]:
-    """The `model:` section checked key by key against DoMINO's DEFAULT_MODEL_PARAMS (unknown keys
-    are errors, missing ones take the default)."""
-    unknown = sorted(set(section) - set(defaults))
-    if unknown:
-        raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(defaults)}")
-    merged = dict(defaults)
-    for key, value in section.items():
-        if isinstance(defaults[key], dict):
-            merged[key] = model_parameters(value, defaults[key], f"{where}.{key}")
-        else:
-            merged[key] = value
-    return merged
-
-
-def build_model(model_type: str, section: dict[str, Any], device: torch.device,
-                outputs: dict[str, int] | None = None) -> torch.nn.Module:
-    """DoMINO with 3 input features, the volume / surface outputs the model type asks for
-    (``outputs``: target columns per part, DrivAerML's 5 and 4 by default), 2 global parameters."""
-    from physicsnemo.models.domino import DoMINO
-    from physicsnemo.models.domino.config import DEFAULT_MODEL_PARAMS, Config
-
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
-    parameters = Config(model_parameters(section, json.loads(json.dumps(DEFAULT_MODEL_PARAMS))))
-    outputs = outputs or {}
-    model = DoMINO(
-        input_features=3,
-        output_features_vol=outputs.get("volume", 5) if model_type in ("volume", "combined") else None,
-        output_features_surf=outputs.get("surface", 4) if model_type in ("surface", "combined") else None,
-        global_features=2,
-        model_parameters=parameters,
-    )
-    return model.to(device)
 
 
 def wrap_ddp(model: torch.nn.Module, model_type: str, info: DistInfo) -> torch.nn.Module:
@@ -514,6 +475,11 @@ def target_variable_names(cfg: DictConfig) -> dict[str, list[str]]:
     return names
 
 
+def data_source(cfg: DictConfig) -> str:
+    """How the training data is named in messages: the cache directory, or the uncached datapipe."""
+    return f"cache {cfg.cache.dir}" if cfg.cache.enabled else f"the uncached datapipe over {cfg.data.processed_dir}"
+
+
 def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Session:
     """Split the runs, make sure the scaling factors exist, build datasets, model and optimizer."""
     from domino_pipeline.inputs.processed_run import list_runs
@@ -529,11 +495,14 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
     # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;
     # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
     torch.manual_seed(cfg.seed + info.rank)
-    widths = {part: len(variable_names(cfg.variables[part])) for part in ("surface", "volume")}
-    model = build_model(cfg.model_type, OmegaConf.to_container(cfg.model, resolve=True), info.device, widths)
-    optimizer = build_optimizer(model, config)
+    model_section = OmegaConf.to_container(cfg.model, resolve=True)
+    model_type = resolve_model_type(cfg.model_type, model_section)
     train_set = dataset_from_config(cfg, train_runs, train=True)
     val_set = dataset_from_config(cfg, val_runs, train=False) if val_runs else None
+    check_data_fits_model(train_set.settings, resolved_parameters(model_section), data_source(cfg))
+    widths = {part: len(variable_names(cfg.variables[part])) for part in ("surface", "volume")}
+    model = build_model(model_type, model_section, info.device, widths)
+    optimizer = build_optimizer(model, config)
     if val_set is not None:
         val_set.set_epoch(0)  # the same validation draw every time, so epochs compare
     amp_dtype = AMP_DTYPES[config.amp] if info.device.type == "cuda" else None

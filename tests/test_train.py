@@ -244,3 +244,39 @@ def test_one_persistent_loader_serves_each_pass_its_own_indices():
         seen = [int(batch["index"].item()) for batch in train.loader_over(loader, indices)]
         assert seen == indices
     assert loader.persistent_workers
+
+
+# ---- one place decides the model type; the data must fit the model ----
+
+def test_a_conflicting_model_model_type_is_an_error_naming_both_keys():
+    from domino_pipeline.training.domino_model import resolve_model_type
+
+    assert resolve_model_type("surface", {"model_type": "surface"}) == "surface"
+    assert resolve_model_type("volume", {}) == "volume"
+    with pytest.raises(ValueError, match=r"model.model_type='combined' conflicts with model_type='surface'"):
+        resolve_model_type("surface", {"model_type": "combined"})
+    with pytest.raises(ValueError, match="model.model_type='combined' conflicts"):
+        train.build_model("surface", {"model_type": "combined"}, torch.device("cpu"))
+
+
+def test_data_that_does_not_fit_the_model_is_refused_naming_both_values():
+    from domino_pipeline.training.domino_model import check_data_fits_model
+
+    data = {"interp_res": [32, 16, 16], "num_neighbors_surface": 7}
+    check_data_fits_model(data, {"interp_res": (32, 16, 16), "num_neighbors_surface": 7}, "cache c")
+    with pytest.raises(ValueError, match=r"cache c has geometry.interp_res=\[32, 16, 16\] but the model has "
+                                         r"model.interp_res=\[16, 8, 8\]"):
+        check_data_fits_model(data, {"interp_res": [16, 8, 8], "num_neighbors_surface": 7}, "cache c")
+    with pytest.raises(ValueError, match=r"geometry.num_neighbors_surface=7 but the model has model.num_neighbors_surface=5"):
+        check_data_fits_model(data, {"interp_res": [32, 16, 16], "num_neighbors_surface": 5}, "cache c")
+
+
+def test_train_refuses_a_cache_with_another_grid_before_the_first_step(setup):
+    out = setup["work"] / "grid_mismatch"
+    result = subprocess.run(train_command(setup, out, "train.epochs=1", "model.interp_res=[8,8,8]"),
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    message = result.stdout + result.stderr
+    assert f"cache {setup['cache']} has geometry.interp_res=[16, 8, 8]" in message
+    assert "model.interp_res=[8, 8, 8]" in message
+    assert not (out / "steps.jsonl").exists()
