@@ -9,8 +9,11 @@ DDP under torchrun (one process per GPU; NCCL on GPUs, gloo on CPUs):
 Any setting is one override away, e.g. `model_type=combined train.epochs=50 output_dir=/runs/a`.
 
 Everything a run writes goes to `output_dir`: checkpoints/checkpoint.pt (resumed from automatically),
-epochs.jsonl (one record per epoch: loss, data wait vs compute, samples/s, peak memory, the runs each
-rank saw), steps.jsonl (loss per step), split.json (train/validation runs) and tensorboard/.
+checkpoints/model_last.mdlus and model_best.mdlus (physicsnemo's format: the latest model and the one
+with the lowest validation loss; `physicsnemo.Module.from_checkpoint` loads them, model_best.json says
+which epoch), epochs.jsonl (one record per epoch: losses, data wait vs compute, samples/s, peak
+memory, the runs each rank saw), steps.jsonl (loss per step), split.json (train/validation runs)
+and tensorboard/. Fine-tune from any physicsnemo DoMINO `.mdlus`: `train.init_from=/path/model.mdlus`.
 Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits with 128+signal.
 """
 
@@ -74,6 +77,7 @@ class TrainConfig:
     val_num_workers: int
     device: str             # auto | cpu | cuda
     cpu_threads: int        # torch intra-op threads when training on the CPU; 0: torch's default
+    init_from: str | None   # a physicsnemo .mdlus model to start from (fine-tuning); None: fresh weights
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -336,6 +340,8 @@ class Session:
     config_json: str
     train_loader: DataLoader
     val_loader: DataLoader | None
+    model_files: dict[str, Path]    # the .mdlus models: last, best (and the best's JSON record)
+    best_val_loss: float = math.inf
 
 
 def run_validation(session: Session) -> dict[str, float]:
@@ -368,9 +374,21 @@ def save_checkpoint(session: Session, epoch: int, step: int, partial: EpochResul
                 "epoch_partial": partials,
                 "rng_states": rng_states,
                 "config": session.config_json,
+                "best_val_loss": session.best_val_loss,
             },
         )
+        checkpointing.save_model_file(session.model, session.model_files["last"])
     distributed.barrier()
+
+
+def keep_best(session: Session, epoch: int, val_loss: float) -> None:
+    """Rank 0 saves the model as the best one when the validation loss is the lowest so far."""
+    if not val_loss < session.best_val_loss:
+        return
+    session.best_val_loss = val_loss
+    if session.info.is_main:
+        checkpointing.save_model_file(session.model, session.model_files["best"])
+        session.model_files["best_record"].write_text(json.dumps({"epoch": epoch, "val_loss": val_loss}) + "\n")
 
 
 def check_same_model(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
@@ -387,12 +405,18 @@ def resume(session: Session) -> tuple[int, int, EpochResult]:
     """Restore the latest checkpoint if there is one: (epoch to run, batches of it done, its partial sums)."""
     state = checkpointing.load_checkpoint(session.checkpoint)
     if state is None:
+        if session.config.init_from:
+            checkpointing.init_weights_from(session.model, session.config.init_from)
+            session.log.print(f"initialised the model from {session.config.init_from}")
         return 1, 0, EpochResult()
+    if session.config.init_from:
+        session.log.print(f"note: resuming {session.checkpoint}; train.init_from={session.config.init_from} is not used")
     check_same_model(checkpointing.config_from_checkpoint(state), json.loads(session.config_json), session.checkpoint)
     session.model.load_state_dict(state["model"])
     session.optimizer.load_state_dict(state["optimizer"])
     session.scheduler.load_state_dict(state["scheduler"])
     session.scaler.load_state_dict(state["scaler"])
+    session.best_val_loss = float(state.get("best_val_loss", math.inf))
     rank = session.info.rank
     checkpointing.restore_rng_state(state["rng_states"][rank % len(state["rng_states"])])
     partial = EpochResult(**state["epoch_partial"][rank % len(state["epoch_partial"])])
@@ -433,6 +457,7 @@ def finish_epoch(session: Session, epoch: int, record: dict[str, Any]) -> None:
     session.scheduler.step()
     if session.val_runs and (epoch % config.val_every == 0 or epoch == config.epochs):
         record.update(run_validation(session))
+        keep_best(session, epoch, record["val_loss"])
     if epoch % config.checkpoint_every == 0 or epoch == config.epochs:
         save_checkpoint(session, epoch + 1, 0, EpochResult())
     session.log.print(format_epoch(record, config.epochs))
@@ -513,7 +538,7 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
         amp_dtype=amp_dtype, train_set=train_set, val_set=val_set, train_runs=train_runs, val_runs=val_runs,
         sampler=DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=cfg.seed),
         unscale=make_unscaler(scaling_path, cfg.sampling.normalization), variable_names=target_variable_names(cfg), log=log, stop=StopFlag(),
-        checkpoint=checkpointing.checkpoint_path(output_dir),
+        checkpoint=checkpointing.checkpoint_path(output_dir), model_files=checkpointing.model_file_paths(output_dir),
         config_json=json.dumps(OmegaConf.to_container(cfg, resolve=True)),
         train_loader=make_loader(train_set, config.batch_size, config.num_workers, info.device),
         val_loader=None if val_set is None else make_loader(val_set, config.batch_size, config.val_num_workers, info.device),
