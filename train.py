@@ -35,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torch.utils.tensorboard import SummaryWriter
 
-from datapipe import collate_items, dataset_from_config
+from datapipe import collate_items, dataset_from_config, parts_of
 from domino_pipeline.training import checkpointing, distributed
 from domino_pipeline.training.domino_model import (
     build_model,
@@ -46,6 +46,7 @@ from domino_pipeline.training.domino_model import (
     variable_names,
 )
 from domino_pipeline.training.distributed import DistInfo
+from domino_pipeline.training.losses import LossConfig
 from domino_pipeline.training.training_loop import (
     EpochResult,
     evaluate,
@@ -274,18 +275,23 @@ def rank_summary(result: EpochResult, indices: list[int], runs: list[Path], devi
     memory, kind = peak_memory_mb(device)
     seen = indices[: result.samples]
     return {
-        "loss_sum": result.loss_sum, "batches": result.batches, "samples": result.samples,
+        "loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches, "samples": result.samples,
         "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
         "peak_memory_mb": memory, "memory_kind": kind, "runs": [runs[i].name for i in seen],
     }
 
 
-def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int) -> dict[str, Any]:
-    """Combine every rank's summary into one epoch record (mean times over ranks, max memory)."""
+def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int,
+                 loss_function: str) -> dict[str, Any]:
+    """Combine every rank's summary into one epoch record (mean times over ranks, max memory); the
+    loss's terms (unweighted means over batches) beside the loss and the loss function."""
     samples = sum(r["samples"] for r in ranks)
+    batches = max(sum(r["batches"] for r in ranks), 1)
+    terms = sorted({term for r in ranks for term in r["term_sums"]})
     return {
-        "kind": "epoch", "epoch": epoch, "lr": lr,
-        "train_loss": sum(r["loss_sum"] for r in ranks) / max(sum(r["batches"] for r in ranks), 1),
+        "kind": "epoch", "epoch": epoch, "lr": lr, "loss_function": loss_function,
+        "train_loss": sum(r["loss_sum"] for r in ranks) / batches,
+        **{f"train_loss/{t}": sum(r["term_sums"].get(t, 0.0) for r in ranks) / batches for t in terms},
         "samples": samples, "epoch_s": epoch_s, "samples_per_s": samples / epoch_s if epoch_s > 0 else 0.0,
         "data_wait_s": float(np.mean([r["data_wait_s"] for r in ranks])),
         "compute_s": float(np.mean([r["compute_s"] for r in ranks])),
@@ -308,6 +314,8 @@ def validation_metrics(sums: dict[str, torch.Tensor], names: dict[str, list[str]
     error of each output variable."""
     samples = max(sums["samples"].item(), 1.0)
     metrics = {"val_loss": sums["loss_sum"].item() / samples}
+    metrics |= {f"val_loss/{key.removeprefix('term/')}": value.item() / samples
+                for key, value in sums.items() if key.startswith("term/")}
     for key, columns in names.items():
         if key in sums:
             for name, value in zip(columns, (sums[key] / samples).tolist()):
@@ -340,6 +348,8 @@ class Session:
     config_json: str
     train_loader: DataLoader
     val_loader: DataLoader | None
+    loss_config: LossConfig
+    loss_description: str           # the loss terms this model uses and their weights, for the logs
     model_files: dict[str, Path]    # the .mdlus models: last, best (and the best's JSON record)
     best_val_loss: float = math.inf
 
@@ -351,7 +361,8 @@ def run_validation(session: Session) -> dict[str, float]:
     loader = loader_over(session.val_loader, indices)
     widths = {key: len(names) for key, names in session.variable_names.items()}
     sums = evaluate(
-        session.model, loader, device=info.device, amp_dtype=session.amp_dtype, unscale=session.unscale, target_widths=widths
+        session.model, loader, device=info.device, amp_dtype=session.amp_dtype, unscale=session.unscale,
+        target_widths=widths, loss_config=session.loss_config,
     )
     reduced = {key: distributed.all_reduce_sum(value) for key, value in sorted(sums.items())}
     return validation_metrics(reduced, session.variable_names)
@@ -360,7 +371,8 @@ def run_validation(session: Session) -> dict[str, float]:
 def save_checkpoint(session: Session, epoch: int, step: int, partial: EpochResult) -> None:
     """Collective: gather every rank's RNG state, rank 0 writes the checkpoint, all wait."""
     rng_states = distributed.gather_objects(checkpointing.capture_rng_state())
-    partials = distributed.gather_objects({"loss_sum": partial.loss_sum, "batches": partial.batches})
+    partials = distributed.gather_objects(
+        {"loss_sum": partial.loss_sum, "batches": partial.batches, "term_sums": partial.term_sums})
     if session.info.is_main:
         checkpointing.save_checkpoint(
             session.checkpoint,
@@ -433,7 +445,8 @@ def train_epoch(session: Session, epoch: int, skip_batches: int, partial: EpochR
     start = time.perf_counter()
     loader = loader_over(session.train_loader, indices)
 
-    result = EpochResult(loss_sum=partial.loss_sum, batches=partial.batches)  # loss of a resumed epoch: all its steps
+    # the loss of a resumed epoch: all its steps
+    result = EpochResult(loss_sum=partial.loss_sum, batches=partial.batches, term_sums=dict(partial.term_sums))
 
     def log_step(loss: float) -> None:
         session.log.append("steps.jsonl", {"epoch": epoch, "step": result.batches, "loss": loss})
@@ -441,13 +454,14 @@ def train_epoch(session: Session, epoch: int, skip_batches: int, partial: EpochR
     result = train_one_epoch(
         session.trained, loader, len(indices), session.optimizer, session.scaler,
         device=info.device, amp_dtype=session.amp_dtype, clip_grad_norm=config.clip_grad_norm,
-        should_stop=lambda: distributed.any_rank(session.stop.is_set, info.device),
+        loss_config=session.loss_config, should_stop=lambda: distributed.any_rank(session.stop.is_set, info.device),
         after_step=log_step, result=result, progress=f"epoch {epoch}" if info.is_main else None,
     )
     epoch_s = time.perf_counter() - start
     summary = rank_summary(result, indices, session.train_runs, info.device)
     ranks = distributed.gather_objects(summary)
-    record = epoch_record(epoch, ranks, epoch_s, session.optimizer.param_groups[0]["lr"], skip_batches)
+    record = epoch_record(epoch, ranks, epoch_s, session.optimizer.param_groups[0]["lr"], skip_batches,
+                          session.loss_description)
     return result, record
 
 
@@ -469,6 +483,7 @@ def finish_epoch(session: Session, epoch: int, record: dict[str, Any]) -> None:
         "time/compute_s": record["compute_s"], "time/epoch_s": record["epoch_s"],
         "throughput/samples_per_s": record["samples_per_s"], "memory/peak_mib": record["peak_memory_mb"],
     }
+    scalars.update({k.replace("train_loss/", "train/loss_", 1): v for k, v in record.items() if k.startswith("train_loss/")})
     scalars.update({k.replace("val_", "val/", 1): v for k, v in record.items() if k.startswith("val_")})
     session.log.scalars(scalars, epoch)
 
@@ -522,10 +537,12 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
     torch.manual_seed(cfg.seed + info.rank)
     model_section = OmegaConf.to_container(cfg.model, resolve=True)
     model_type = resolve_model_type(cfg.model_type, model_section)
+    widths = {part: len(variable_names(cfg.variables[part])) for part in ("surface", "volume")}
+    loss_config = LossConfig.from_config(OmegaConf.to_container(cfg.loss, resolve=True) if "loss" in cfg else None)
+    loss_config.check(parts_of(model_type), widths["surface"])
     train_set = dataset_from_config(cfg, train_runs, train=True)
     val_set = dataset_from_config(cfg, val_runs, train=False) if val_runs else None
     check_data_fits_model(train_set.settings, resolved_parameters(model_section), data_source(cfg))
-    widths = {part: len(variable_names(cfg.variables[part])) for part in ("surface", "volume")}
     model = build_model(model_type, model_section, info.device, widths)
     optimizer = build_optimizer(model, config)
     if val_set is not None:
@@ -542,6 +559,7 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
         config_json=json.dumps(OmegaConf.to_container(cfg, resolve=True)),
         train_loader=make_loader(train_set, config.batch_size, config.num_workers, info.device),
         val_loader=None if val_set is None else make_loader(val_set, config.batch_size, config.val_num_workers, info.device),
+        loss_config=loss_config, loss_description=loss_config.describe(parts_of(model_type)),
     )
 
 
@@ -556,7 +574,8 @@ def main(cfg: DictConfig) -> None:
         session.log.print(
             f"DoMINO {cfg.model_type}: {sum(p.numel() for p in session.model.parameters()):,} parameters on "
             f"{info.device} x {info.world_size}; {len(session.train_runs)} training / {len(session.val_runs)} "
-            f"validation runs; {'cache ' + str(cfg.cache.dir) if cfg.cache.enabled else 'uncached datapipe'}"
+            f"validation runs; {'cache ' + str(cfg.cache.dir) if cfg.cache.enabled else 'uncached datapipe'}; "
+            f"loss {session.loss_description}"
         )
         signum = train_epochs(session)
         session.log.close()

@@ -349,3 +349,18 @@ def test_training_starts_from_a_physicsnemo_mdlus(setup):
     with pytest.raises(ValueError, match=r"foreign.mdlus: the model in this file differs .*\n  model_parameters.activation: "
                                          r"this config 'relu', the file 'gelu'"):
         checkpointing.init_weights_from(other, path)
+
+
+def test_the_example_losses_train_and_are_logged_with_the_loss(setup):
+    out = setup["work"] / "example_losses"
+    result = run(train_command(setup, out, "train.epochs=1", "train.val_fraction=0.25", "loss.type=rmse",
+                               "loss.area_weight=1", "loss.integral_weight=100"))
+    description = "rmse: 1 x surface + 1 x surface_area + 100 x integral (area scaling 10000)"
+    assert f"loss {description}" in result.stdout
+    (record,) = epochs(out)
+    assert record["loss_function"] == description
+    terms = {t: record[f"train_loss/{t}"] for t in ("surface", "surface_area", "integral")}
+    assert "train_loss/volume" not in record and all(np.isfinite(list(terms.values())))
+    np.testing.assert_allclose(record["train_loss"], terms["surface"] + terms["surface_area"] + 100 * terms["integral"], rtol=1e-5)
+    val_terms = [record[f"val_loss/{t}"] for t in ("surface", "surface_area", "integral")]
+    np.testing.assert_allclose(record["val_loss"], val_terms[0] + val_terms[1] + 100 * val_terms[2], rtol=1e-5)
