@@ -30,7 +30,6 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from domino_pipeline.inputs.drivaerml_reader import (
-    KIND_WIDTH,
     VOLUME_SOURCES,
     RunError,
     read_stl,
@@ -38,6 +37,7 @@ from domino_pipeline.inputs.drivaerml_reader import (
     read_volume,
     run_files,
 )
+from domino_pipeline.inputs.nondimensional import FIELD_SCALES, field_divisors  # noqa: F401 (FIELD_SCALES: re-exported)
 from domino_pipeline.inputs.processed_run import (
     ProcessedRunError,
     natural_key,
@@ -45,18 +45,6 @@ from domino_pipeline.inputs.processed_run import (
     write_processed_run,
 )
 from domino_pipeline.store.atomic_store import remove_stale_temporaries
-
-# How each DrivAerML field is made dimensionless: its divisor in terms of U, rho and L.
-FIELD_SCALES = {
-    "pMeanTrim": "rho_u2",
-    "wallShearStressMeanTrim": "rho_u2",
-    "pPrime2MeanTrim": "rho_u2_squared",
-    "UMeanTrim": "u",
-    "nutMeanTrim": "u_l",
-    "CpMeanTrim": "one",
-    "magUMeanNormTrim": "one",
-}
-
 
 @dataclass
 class RunResult:
@@ -66,26 +54,6 @@ class RunResult:
     status: str
     message: str = ""
     notes: list[str] = field(default_factory=list)
-
-
-def field_divisors(
-    variables: Mapping[str, str],
-    stream_velocity: float,
-    air_density: float,
-    reference_length: float,
-) -> np.ndarray:
-    """Per column divisors that make the fields dimensionless (DoMINO's convention)."""
-    rho_u2 = air_density * stream_velocity**2
-    scales = {"rho_u2": rho_u2, "rho_u2_squared": rho_u2**2, "u": stream_velocity,
-              "u_l": stream_velocity * reference_length, "one": 1.0}
-    divisors = []
-    for name, kind in variables.items():
-        if name not in FIELD_SCALES:
-            raise ValueError(f"no non-dimensionalisation for {name}; known: {sorted(FIELD_SCALES)}")
-        if kind not in KIND_WIDTH:
-            raise ValueError(f"variable {name}: kind {kind!r}, expected one of {list(KIND_WIDTH)}")
-        divisors += [scales[FIELD_SCALES[name]]] * KIND_WIDTH[kind]
-    return np.asarray(divisors, dtype=np.float32)
 
 
 # ----------------------------------------------------------------------------- one run

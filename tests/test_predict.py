@@ -1,0 +1,163 @@
+"""predict.py on tiny runs: the VTP it writes, drag against an independent integration of the raw
+VTP, STL-only runs, batching that does not change the result; the force integration itself."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pyvista as pv
+import torch
+from omegaconf import OmegaConf
+from test_train import TINY
+
+import train
+from domino_pipeline.compute.scaling import compute_scaling_factors, save_scaling_factors
+from domino_pipeline.inference.forces import ForceConvention, force_coefficients, polygon_vector_areas
+from domino_pipeline.inputs.processed_run import list_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_AREA = 2.0
+# synthetic_data.py's runs: normals out of the car, wall shear on the car
+SYNTHETIC_FORCES = ["forces.normals=out_of_body", "forces.wall_shear=on_body", f"forces.reference_area={REFERENCE_AREA}"]
+
+
+def tiny_model_config(*extra: str):
+    base = OmegaConf.load(ROOT / "conf" / "config.yaml")
+    base.pop("defaults", None)
+    return OmegaConf.merge(base, OmegaConf.from_dotlist([*TINY, *extra]))
+
+
+@pytest.fixture(scope="module")
+def model_and_factors(tiny_processed_dir: Path, tmp_path_factory) -> dict[str, Path]:
+    """An untrained tiny surface DoMINO saved with physicsnemo's Module.save, and scaling factors:
+    prediction needs a model, not a good one."""
+    work = tmp_path_factory.mktemp("predict")
+    factors = save_scaling_factors(work / "scaling_factors.json", compute_scaling_factors(list_runs(tiny_processed_dir)))
+    torch.manual_seed(0)
+    model = train.build_model("surface", OmegaConf.to_container(tiny_model_config().model, resolve=True), torch.device("cpu"))
+    model.save(str(work / "model.mdlus"))
+    return {"model": work / "model.mdlus", "factors": factors, "work": work}
+
+
+def predict_command(paths: dict[str, Path], runs: list[Path], out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "predict.py", *TINY, f"sampling.scaling_factors={paths['factors']}",
+            f"predict.checkpoint={paths['model']}", f"predict.runs=[{','.join(map(str, runs))}]",
+            f"predict.out_dir={out}", *SYNTHETIC_FORCES, *extra]
+
+
+def independent_drag(vtp: Path, air_density: float, stream_velocity: float) -> float:
+    """C_d of a raw VTP: each cell's vector area as a sum over a fan of triangles, one cell at a
+    time; pressure and shear non-dimensionalised by rho U^2; normals out of the car, shear on it."""
+    mesh = pv.read(str(vtp))
+    pressure = np.asarray(mesh.cell_data["pMeanTrim"], dtype=np.float64)
+    shear_x = np.asarray(mesh.cell_data["wallShearStressMeanTrim"], dtype=np.float64)[:, 0]
+    force_x = 0.0
+    for i in range(mesh.n_cells):
+        corners = np.asarray(mesh.get_cell(i).points, dtype=np.float64)
+        vector_area = sum(0.5 * np.cross(corners[k] - corners[0], corners[k + 1] - corners[0])
+                          for k in range(1, len(corners) - 1))
+        force_x += -pressure[i] * vector_area[0] + shear_x[i] * np.linalg.norm(vector_area)
+    return 2.0 * force_x / (air_density * stream_velocity**2) / REFERENCE_AREA
+
+
+@pytest.fixture(scope="module")
+def predicted(model_and_factors, tiny_raw_dir: Path) -> dict[str, Path]:
+    out = model_and_factors["work"] / "out"
+    runs = [tiny_raw_dir / "run_1", tiny_raw_dir / "run_2" / "drivaer_2.stl"]
+    result = subprocess.run(predict_command(model_and_factors, runs, out, "predict.batch_points=700"),
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return {"out": out, "text": result.stdout}
+
+
+def read_csv(path: Path) -> dict[str, dict[str, str]]:
+    with open(path) as file:
+        return {row["run"]: row for row in csv.DictReader(file)}
+
+
+def test_predict_writes_the_surface_with_predicted_arrays_beside_the_true_ones(predicted, tiny_raw_dir):
+    raw = pv.read(str(tiny_raw_dir / "run_1" / "boundary_1.vtp"))
+    written = pv.read(str(predicted["out"] / "run_1_surface.vtp"))
+    assert written.n_cells == raw.n_cells
+    for name, width in (("pMeanTrim", 1), ("wallShearStressMeanTrim", 3)):
+        np.testing.assert_array_equal(written.cell_data[name], raw.cell_data[name])
+        values = np.asarray(written.cell_data[f"{name}_pred"])
+        assert values.reshape(raw.n_cells, -1).shape == (raw.n_cells, width)
+        assert np.isfinite(values).all()
+    assert (predicted["out"] / "run_1_pressure.png").stat().st_size > 0
+    assert "cd_true" in predicted["text"] and "run_1" in predicted["text"]
+
+
+def test_the_true_drag_is_the_integral_of_the_raw_vtp(predicted, tiny_raw_dir):
+    physics = OmegaConf.load(ROOT / "conf" / "config.yaml").physics
+    row = read_csv(predicted["out"] / "predictions.csv")["run_1"]
+    expected = independent_drag(tiny_raw_dir / "run_1" / "boundary_1.vtp", physics.air_density, physics.stream_velocity)
+    assert expected > 0.05  # a car's drag, with the synthetic runs' convention
+    assert float(row["cd_true"]) == pytest.approx(expected, rel=1e-6)
+    assert int(row["cells"]) == pv.read(str(tiny_raw_dir / "run_1" / "boundary_1.vtp")).n_cells
+    assert int(row["cells_not_predicted"]) == 0
+    for name in ("pMeanTrim", "wallShearStressMeanTrim_x", "wallShearStressMeanTrim_y", "wallShearStressMeanTrim_z"):
+        assert np.isfinite(float(row[f"rel_l2_{name}"]))
+
+
+def test_an_stl_alone_gets_predictions_on_its_triangles(predicted, tiny_raw_dir):
+    stl = pv.read(str(tiny_raw_dir / "run_2" / "drivaer_2.stl"))
+    written = pv.read(str(predicted["out"] / "drivaer_2_surface.vtp"))
+    assert written.n_cells == stl.n_cells and "pMeanTrim" not in written.cell_data
+    assert np.isfinite(written.cell_data["pMeanTrim_pred"]).all()
+    row = read_csv(predicted["out"] / "predictions.csv")["drivaer_2"]
+    assert row["cd_true"] == "" and np.isfinite(float(row["cd_pred"]))
+
+
+def test_batches_do_not_change_the_prediction(model_and_factors, tiny_processed_dir):
+    from domino_pipeline.compute.scaling import load_scaling_factors
+    from domino_pipeline.compute.settings import settings_from_config
+    from domino_pipeline.inference.predict_runs import predict_run
+    from domino_pipeline.inference.run_inputs import load_processed
+    from domino_pipeline.inference.trained_model import load_trained_model
+
+    cfg = tiny_model_config()
+    model, _ = load_trained_model(model_and_factors["model"], torch.device("cpu"))
+    run = load_processed(tiny_processed_dir / "run_1.zarr", volume=False)
+    common = dict(scaling_factors=load_scaling_factors(model_and_factors["factors"]), geometry_points=400,
+                  device=torch.device("cpu"))
+    settings = settings_from_config(cfg.geometry, cfg.variables)
+    whole = predict_run(model, run, settings, batch_points=100_000, **common).surface
+    batched = predict_run(model, run, settings, batch_points=333, **common).surface
+    assert whole.shape == (len(run.arrays["surface_areas"]), 4) and np.isfinite(whole).all()
+    np.testing.assert_allclose(batched, whole, rtol=1e-5, atol=1e-6)
+
+
+# ---- the force integration ----
+
+def cube(half: float = 0.5):
+    """A cube's 6 faces as quads wound out of it, the -x face first."""
+    points = np.array([[x, y, z] for x in (-half, half) for y in (-half, half) for z in (-half, half)])
+    faces = [[0, 1, 3, 2], [4, 6, 7, 5], [0, 4, 5, 1], [2, 3, 7, 6], [0, 2, 6, 4], [1, 5, 7, 3]]
+    offsets = np.arange(0, 4 * 7, 4)
+    return points, offsets, np.array(faces).ravel()
+
+
+def test_forces_on_a_cube():
+    points, offsets, connectivity = cube()
+    vector_areas = polygon_vector_areas(points, offsets, connectivity)
+    np.testing.assert_allclose(vector_areas[:2], [[-1, 0, 0], [1, 0, 0]])  # -x face, +x face: area 1, outward
+    areas = np.linalg.norm(vector_areas, axis=1)
+    outward = ForceConvention(normals="out_of_body", wall_shear="on_body")
+    # pressure 1 on the front (-x) face only pushes the cube along +x: F_x = 1, C_d = 2 F_x / A_ref
+    pressure = np.array([1.0, 0, 0, 0, 0, 0])
+    no_shear = np.zeros((6, 3))
+    assert force_coefficients(pressure, no_shear, vector_areas, areas, reference_area=4.0, convention=outward) == {"cd": 0.5, "cl": 0.0}
+    # a uniform pressure gives no force; shear 0.25 along +x on every face drags with 6 x 0.25
+    shear = np.tile([0.25, 0.0, 0.0], (6, 1))
+    got = force_coefficients(np.full(6, 3.0), shear, vector_areas, areas, reference_area=1.0, convention=outward)
+    assert got["cd"] == pytest.approx(2 * 1.5) and got["cl"] == pytest.approx(0.0)
+    # the same physics in OpenFOAM's convention: normals into the car, shear on the fluid
+    openfoam = ForceConvention()
+    assert force_coefficients(pressure, -shear, -vector_areas, areas, reference_area=1.0, convention=openfoam)["cd"] == \
+        pytest.approx(force_coefficients(pressure, shear, vector_areas, areas, reference_area=1.0, convention=outward)["cd"])
