@@ -161,3 +161,34 @@ def test_forces_on_a_cube():
     openfoam = ForceConvention()
     assert force_coefficients(pressure, -shear, -vector_areas, areas, reference_area=1.0, convention=openfoam)["cd"] == \
         pytest.approx(force_coefficients(pressure, shear, vector_areas, areas, reference_area=1.0, convention=outward)["cd"])
+
+
+def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny_processed_dir):
+    from domino_pipeline.compute.scaling import load_scaling_factors
+    from domino_pipeline.compute.settings import settings_from_config
+    from domino_pipeline.inference.forces import ForceSettings
+    from domino_pipeline.inference.predict_runs import predict_run, run_record, write_run_outputs
+    from domino_pipeline.inference.run_inputs import load_processed
+
+    cfg = tiny_model_config("model_type=combined", "model.geometry_rep.geo_conv.volume_neighbors_in_radius=[8,8,16,16]",
+                            "model.geometry_local.volume_neighbors_in_radius=[8,16]")
+    torch.manual_seed(1)
+    model = train.build_model("combined", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu")).eval()
+    run = load_processed(tiny_processed_dir / "run_1.zarr", volume=True)
+    settings = settings_from_config(cfg.geometry, cfg.variables)
+    prediction = predict_run(model, run, settings, scaling_factors=load_scaling_factors(model_and_factors["factors"]),
+                             geometry_points=400, batch_points=3000, device=torch.device("cpu"), volume=True)
+    count = len(run.arrays["volume_mesh_centers"])
+    assert prediction.volume.shape == (count, 5) and prediction.surface.shape == (len(run.arrays["surface_areas"]), 4)
+    lo, hi = (np.asarray(b) for b in settings.bounding_box_volume)
+    inside = np.all((run.arrays["volume_mesh_centers"] > lo) & (run.arrays["volume_mesh_centers"] < hi), axis=1)
+    assert np.isfinite(prediction.volume[inside]).all() and np.isnan(prediction.volume[~inside]).all()
+    variables = OmegaConf.to_container(cfg.variables)
+    record = run_record(run, prediction, variables=variables,
+                        forces=ForceSettings(reference_area=2.0, convention=ForceConvention("out_of_body", "on_body")))
+    assert np.isfinite(record["rel_l2_volume_UMeanTrim_x"]) and np.isfinite(record["cd_true"])
+    out = model_and_factors["work"] / "combined"
+    write_run_outputs(run, prediction, variables=variables, out_dir=out, plot=False, record=record, pressure="pMeanTrim")
+    volume = pv.read(str(out / "run_1_volume.vtu"))
+    assert volume.n_points == count
+    assert volume.point_data["UMeanTrim_pred"].shape == (count, 3) and "nutMeanTrim" in volume.point_data

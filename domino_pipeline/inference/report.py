@@ -93,7 +93,7 @@ def plot_surface_pressure(centers: np.ndarray, predicted: np.ndarray, true: np.n
     shown = np.isfinite(predicted)
     values = np.concatenate([v[shown] for _, v in rows])
     low, high = np.percentile(values, [1, 99])
-    figure, axes = plt.subplots(len(rows), 2, figsize=(12, 3.2 * len(rows)), squeeze=False)
+    figure, axes = plt.subplots(len(rows), 2, figsize=(11, 2.6 * len(rows) + 0.6), squeeze=False, layout="constrained")
     for row, (label, pressure) in enumerate(rows):
         for column, (axis_a, axis_b, depth, view) in enumerate(((0, 2, 1, "side, from -y"), (0, 1, 2, "top, from +z"))):
             order = np.argsort(centers[shown, depth] * (-1 if view.startswith("side") else 1))
