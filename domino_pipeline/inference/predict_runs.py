@@ -9,6 +9,7 @@ the truth, drag and lift, and the files people look at.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +54,6 @@ def predict_run(model: torch.nn.Module, run: PredictionRun, settings: Preprocess
                 scaling_factors: dict, geometry_points: int, batch_points: int, device: torch.device,
                 volume: bool = False, seed: int = 0) -> RunPrediction:
     """Predict the run's surface (when the model has a surface head) and volume (when asked)."""
-    import time
-
     start = time.perf_counter()
     parts = model_parts(model)
     if volume and "volume" not in parts:

@@ -119,9 +119,8 @@ def load_processed(path: Path, volume: bool) -> PredictionRun:
     """A processed run: its arrays as stored; the surface "mesh" is a point cloud of cell centres."""
     attrs = open_processed_run(path).attrs
     physics = Physics(float(attrs["stream_velocity"]), float(attrs["air_density"]), float(attrs["reference_length"]))
-    names = [n for n in ("stl_coordinates", "stl_faces", "stl_centers", "stl_areas", "surface_mesh_centers",
-                         "surface_normals", "surface_areas", "surface_fields", "global_params_values",
-                         "global_params_reference")]
+    names = ["stl_coordinates", "stl_faces", "stl_centers", "stl_areas", "surface_mesh_centers", "surface_normals",
+             "surface_areas", "surface_fields", "global_params_values", "global_params_reference"]
     arrays = load_processed_run(path, names + (["volume_mesh_centers", "volume_fields"] if volume else []))
     divisors = {part: physics.divisors(attrs[f"{part}_variables"]) for part in ("surface", "volume")}
     vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
