@@ -192,3 +192,23 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     volume = pv.read(str(out / "run_1_volume.vtu"))
     assert volume.n_points == count
     assert volume.point_data["UMeanTrim_pred"].shape == (count, 3) and "nutMeanTrim" in volume.point_data
+
+
+def test_the_surface_branch_with_one_geometry_encoding_equals_the_forward_pass(model_and_factors, tiny_processed_dir):
+    from domino_pipeline.compute.settings import settings_from_config
+    from domino_pipeline.inference.full_resolution import BatchItems, SurfaceBranch, prepare_run
+    from domino_pipeline.inference.run_inputs import load_processed
+    from domino_pipeline.inference.trained_model import load_trained_model
+
+    cfg = tiny_model_config()
+    model, _ = load_trained_model(model_and_factors["model"], torch.device("cpu"))
+    assert SurfaceBranch.supports(model)
+    settings = settings_from_config(cfg.geometry, cfg.variables)
+    run = load_processed(tiny_processed_dir / "run_1.zarr", volume=False)
+    items = BatchItems(prepare_run(run.arrays, settings, parts=("surface",), source="run_1"), settings,
+                       parts=("surface",), geometry_points=400)
+    branch = SurfaceBranch(model)
+    with torch.no_grad():
+        for rows in (np.arange(0, 500), np.arange(500, 700)):  # the second batch reuses the first's encoding
+            batch = items.item(rows, None)
+            torch.testing.assert_close(branch(batch), model(batch)[1], rtol=0, atol=1e-6)

@@ -11,10 +11,14 @@ training path's own item builder (``build_item``), so the model sees what it was
     fields = rows_to_mesh(unscale_fields(scaled, factors, "surface"), prepared.surface_rows, n_cells)
 
 Memory: the run's arrays, its surface kNN (N x (K-1) int32) and the model's activations for one
-batch of ``batch_points`` points. Each batch runs the whole forward pass, geometry encoding
-included (a few grid convolutions over ``interp_res``), which keeps this independent of DoMINO's
-internals. The geometry points are the first ``geometry_points`` of the STL vertices in the
-stored random order: a uniform subset of the size training used.
+batch of ``batch_points`` points. The geometry points are the first ``geometry_points`` of the STL
+vertices in the stored random order: a uniform subset of the size training used.
+
+The geometry encoding (ball queries of the geometry points into the grid, grid convolutions) is
+the same for every batch of a run. For a surface-only DoMINO of the physicsnemo version this
+was written against, ``SurfaceBranch`` computes it once per run and runs only the per-point part
+of ``DoMINO.forward`` per batch (the test suite compares it with ``model(batch)``); any other model
+runs the whole forward pass per batch.
 
 A model with both heads needs both kinds of input in every batch: the other part is filled with
 one row (the first surface cell, or one volume point) whose prediction is dropped.
@@ -106,6 +110,45 @@ class BatchItems:
         return {key: value.unsqueeze(0) for key, value in item.items()}
 
 
+class SurfaceBranch:
+    """DoMINO's surface branch in two steps: the geometry encoding once, the per-point part per
+    batch. Mirrors ``DoMINO.forward`` of physicsnemo ``SUPPORTED_PHYSICSNEMO`` for a model without
+    a volume head."""
+
+    SUPPORTED_PHYSICSNEMO = ("2.2.2",)
+
+    @classmethod
+    def supports(cls, model: torch.nn.Module) -> bool:
+        import physicsnemo
+
+        return (type(model).__name__ == "DoMINO" and physicsnemo.__version__ in cls.SUPPORTED_PHYSICSNEMO
+                and model.output_features_vol is None and model.output_features_surf is not None)
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.encoding: torch.Tensor | None = None
+
+    def _geometry_encoding(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        low, high = batch["surface_min_max"][:, 0].unsqueeze(1), batch["surface_min_max"][:, 1].unsqueeze(1)
+        geometry = 2.0 * (batch["geometry_coordinates"] - low) / (high - low) - 1
+        return self.model.geo_rep_surface(geometry, batch["surf_grid"], batch["sdf_surf_grid"])
+
+    def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The surface output (B, N, C) of ``batch``; the geometry encoding of the first batch is
+        reused for the next ones (the same run: the same geometry points and grids)."""
+        model = self.model
+        if self.encoding is None:
+            self.encoding = self._geometry_encoding(batch)
+        node_encoding = model.fc_p_surf(batch["pos_surface_center_of_mass"])
+        centers = batch["surface_mesh_centers"]
+        local_encoding = model.surface_local_geo_encodings(0.5 * self.encoding, centers, batch["surf_grid"])
+        return model.solution_calculator_surf(
+            centers, local_encoding, node_encoding, batch["surface_mesh_neighbors"], batch["surface_normals"],
+            batch["surface_neighbors_normals"], batch["surface_areas"].unsqueeze(-1),
+            batch["surface_neighbors_areas"].unsqueeze(-1), batch["global_params_values"],
+            batch["global_params_reference"])
+
+
 def row_batches(count: int, batch_points: int) -> list[tuple[int, int]]:
     """[start, stop) windows of at most ``batch_points`` rows covering ``count`` rows."""
     if batch_points < 1:
@@ -119,13 +162,17 @@ def predict_part(model: torch.nn.Module, items: BatchItems, *, part: str, batch_
     """The model's output (scaled units) for every kept row of ``part``, in the prepared row order."""
     p = items.prepared
     count = len(p.surface_areas) if part == "surface" else len(p.volume_coordinates)
+    branch = SurfaceBranch(model) if part == "surface" and SurfaceBranch.supports(model) else None
     outputs = []
     for index, (start, stop) in enumerate(row_batches(count, batch_points)):
         surface_rows = np.arange(start, stop) if part == "surface" else (np.arange(1) if "surface" in items.parts else None)
         volume_window = (start, stop) if part == "volume" else ((0, 1) if "volume" in items.parts else None)
         batch = {key: value.to(device) for key, value in items.item(surface_rows, volume_window).items()}
-        predictions = predictions_by_target(model(batch))
-        outputs.append(predictions[f"{part}_fields"][0].cpu().numpy())
+        if branch is not None:
+            output = branch(batch)
+        else:
+            output = predictions_by_target(model(batch))[f"{part}_fields"]
+        outputs.append(output[0].float().cpu().numpy())
         if progress is not None:
             progress(index + 1, stop)
     return np.concatenate(outputs).astype(np.float32)
