@@ -103,7 +103,7 @@ def runs_to_predict(options: PredictConfig, cfg: DictConfig) -> list[Path]:
 
 def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
     columns = ["run", "cells", "cd_pred", "cd_true", "cl_pred", "cl_true"]
-    columns += [f"rel_l2_{name}" for name in surface_names]
+    columns += [f"rel_l2_area_{name}" for name in surface_names] + [f"rel_l2_{name}" for name in surface_names]
     columns += sorted({key for r in records for key in r if key.startswith("rel_l2_volume_")})
     return columns + ["cells_not_predicted", "seconds"]
 

@@ -538,7 +538,7 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
     model_section = OmegaConf.to_container(cfg.model, resolve=True)
     model_type = resolve_model_type(cfg.model_type, model_section)
     widths = {part: len(variable_names(cfg.variables[part])) for part in ("surface", "volume")}
-    loss_config = LossConfig.from_config(OmegaConf.to_container(cfg.loss, resolve=True) if "loss" in cfg else None)
+    loss_config = LossConfig.from_config(OmegaConf.to_container(cfg.loss, resolve=True))
     loss_config.check(parts_of(model_type), widths["surface"])
     train_set = dataset_from_config(cfg, train_runs, train=True)
     val_set = dataset_from_config(cfg, val_runs, train=False) if val_runs else None

@@ -212,3 +212,13 @@ def test_the_surface_branch_with_one_geometry_encoding_equals_the_forward_pass(m
         for rows in (np.arange(0, 500), np.arange(500, 700)):  # the second batch reuses the first's encoding
             batch = items.item(rows, None)
             torch.testing.assert_close(branch(batch), model(batch)[1], rtol=0, atol=1e-6)
+
+
+def test_relative_l2_per_cell_and_area_weighted():
+    from domino_pipeline.inference.report import relative_l2
+
+    true = np.array([[3.0], [4.0], [1.0]])
+    predicted = np.array([[3.0], [4.0 + 5.0], [np.nan]])  # the third row was not predicted
+    np.testing.assert_allclose(relative_l2(predicted, true), [1.0])
+    # weights 4 and 1: sqrt(1 * 25) / sqrt(4 * 9 + 1 * 16)
+    np.testing.assert_allclose(relative_l2(predicted, true, weights=np.array([4.0, 1.0, 7.0])), [5.0 / np.sqrt(52.0)])

@@ -73,7 +73,9 @@ def predict_run(model: torch.nn.Module, run: PredictionRun, settings: Preprocess
 
 def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapping[str, Mapping[str, str]],
                forces: ForceSettings) -> dict[str, Any]:
-    """The run's row of the table: cells, drag and lift predicted (and true), relative L2 per variable."""
+    """The run's row of the table: cells, drag and lift predicted (and true), relative L2 per variable,
+    per cell (``rel_l2_<name>``) and area-weighted (``rel_l2_area_<name>``: cells count by their
+    area, as in training, which samples cells in proportion to their area)."""
     record: dict[str, Any] = {"run": run.name, "kind": run.kind, "seconds": prediction.seconds}
     if prediction.surface is not None:
         record |= _surface_record(run, prediction.surface, dict(variables["surface"]), forces)
@@ -95,8 +97,10 @@ def _surface_record(run: PredictionRun, predicted: np.ndarray, variables: dict[s
     if run.has_truth:
         truth = forces.coefficients(run.true_surface, vector_areas, areas, variables)
         record |= {"cd_true": truth["cd"], "cl_true": truth["cl"]}
-        errors = relative_l2(predicted, run.true_surface)
-        record |= {f"rel_l2_{name}": float(e) for name, e in zip(variable_names(variables), errors)}
+        names = variable_names(variables)
+        record |= {f"rel_l2_{name}": float(e) for name, e in zip(names, relative_l2(predicted, run.true_surface))}
+        weighted = relative_l2(predicted, run.true_surface, weights=areas)
+        record |= {f"rel_l2_area_{name}": float(e) for name, e in zip(names, weighted)}
     return record
 
 

@@ -17,11 +17,14 @@ from domino_pipeline.compute.settings import VARIABLE_WIDTH
 PREDICTED_SUFFIX = "_pred"
 
 
-def relative_l2(predicted: np.ndarray, true: np.ndarray) -> np.ndarray:
-    """Per column (C,): ||pred - true|| / ||true|| over the rows that were predicted (finite)."""
+def relative_l2(predicted: np.ndarray, true: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Per column (C,): ||pred - true|| / ||true|| over the rows that were predicted (finite);
+    with ``weights`` (N,), e.g. cell areas, the weighted norms sqrt(sum w d^2) / sqrt(sum w t^2)."""
     rows = np.all(np.isfinite(predicted), axis=1)
-    error = np.linalg.norm(predicted[rows].astype(np.float64) - true[rows], axis=0)
-    reference = np.linalg.norm(true[rows].astype(np.float64), axis=0)
+    weight = np.ones(int(rows.sum())) if weights is None else np.asarray(weights, dtype=np.float64)[rows]
+    difference = predicted[rows].astype(np.float64) - true[rows]
+    error = np.sqrt(weight @ difference**2)
+    reference = np.sqrt(weight @ np.asarray(true[rows], dtype=np.float64) ** 2)
     return np.where(reference > 0, error / np.maximum(reference, np.finfo(np.float64).tiny), np.nan)
 
 
