@@ -108,6 +108,14 @@ def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
     return columns + ["cells_not_predicted", "seconds"]
 
 
+def print_table(records: list[dict], columns: list[str]) -> None:
+    """Drag, lift and the area-weighted relative L2 errors (the CSV has every column)."""
+    shown = [c for c in columns if not c.startswith("rel_l2_") or c.startswith("rel_l2_area_")]
+    shown = [c for c in shown if c != "cells_not_predicted" or any(r.get(c) for r in records)]
+    print(format_table(records, shown, {c: c.removeprefix("rel_l2_area_") for c in shown}))
+    print("columns after cl_true: relative L2 error per variable over the surface, area-weighted")
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     options = PredictConfig.from_config(cfg.predict)
@@ -136,7 +144,7 @@ def main(cfg: DictConfig) -> None:
         records.append(record)
     columns = table_columns(records, variable_names(variables["surface"]))
     csv_path = write_csv(records, columns, out_dir / "predictions.csv")
-    print(format_table(records, columns))
+    print_table(records, columns)
     print(f"drag/lift: reference area {forces.reference_area} m^2, normals {forces.convention.normals}, wall shear "
           f"{forces.convention.wall_shear}; table: {csv_path}")
     if any(r.get("cd_true", 1.0) < 0 for r in records):

@@ -58,16 +58,19 @@ def write_mesh(mesh: pv.DataSet, path: Path) -> Path:
     return path
 
 
-def format_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    """A plain-text table of ``records`` (numbers to 4 significant digits)."""
+def format_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str],
+                 labels: Mapping[str, str] | None = None) -> str:
+    """A plain-text table of ``records`` (numbers to 4 significant digits); ``labels`` renames
+    column headers."""
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return "-" if math.isnan(value) else f"{value:.4g}"
         return str(value)
 
     rows = [[cell(r.get(c, float("nan"))) for c in columns] for r in records]
-    widths = [max(len(c), *(len(row[i]) for row in rows)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    headers = [(labels or {}).get(c, c) for c in columns]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in rows]
     return "\n".join(lines)
 
