@@ -1,5 +1,5 @@
 # The two commands a fresh machine needs (Python 3.11):
-#   make demo   set up, then run the whole pipeline on the synthetic demo dataset
+#   make demo   set up, then run the whole pipeline on the synthetic demo dataset, ending with predictions
 #   make test   set up, then run the test suite (make test-fast: the unit tests only, under a minute)
 PYTHON ?= python3.11
 VENV := .venv
@@ -33,6 +33,8 @@ demo: $(STAMP)
 	$(PY) train.py --config-name=demo output_dir=$(DEMO)/train_uncached cache.enabled=false \
 		train.epochs=1 train.num_workers=0 train.val_num_workers=0
 	$(PY) benchmarks/demo_report.py --cached $(DEMO)/train_cached --uncached $(DEMO)/train_uncached --out $(DEMO)/report
+	$(PY) predict.py --config-name=demo output_dir=$(DEMO)/train_cached predict.split=val \
+		predict.out_dir=$(DEMO)/predictions
 
 gpu-check: $(STAMP)   # on a GPU machine: CUDA tests, benchmarks, a short training run
 	$(PY) benchmarks/gpu_check.py --out outputs/gpu_check

@@ -34,8 +34,6 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
-from domino_pipeline.run_report import RunResult, summarize
-from domino_pipeline.store.atomic_store import remove_stale_temporaries
 from domino_pipeline.inputs.runs import (
     DEFAULT_OPTIONS,
     ReadOptions,
@@ -44,7 +42,14 @@ from domino_pipeline.inputs.runs import (
     run_name,
     split_from_config,
 )
-from domino_pipeline.store.build import cache_run, check_scaling_factors, manifest_runs, write_scaling_factors
+from domino_pipeline.run_report import RunResult, summarize
+from domino_pipeline.store.atomic_store import remove_stale_temporaries
+from domino_pipeline.store.build import (
+    cache_run,
+    check_scaling_factors,
+    manifest_runs,
+    write_scaling_factors,
+)
 from domino_pipeline.store.cache_format import CacheError
 from domino_pipeline.store.manifest import (
     MANIFEST,

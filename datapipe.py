@@ -22,7 +22,12 @@ from torch.utils.data import Dataset
 from domino_pipeline.compute.sampling import sampling_law_from_config
 from domino_pipeline.compute.scaling import load_scaling_factors
 from domino_pipeline.compute.settings import settings_from_config
-from domino_pipeline.inputs.runs import list_runs, read_options_from_config, run_name, stat_fingerprint
+from domino_pipeline.inputs.runs import (
+    list_runs,
+    read_options_from_config,
+    run_name,
+    stat_fingerprint,
+)
 from domino_pipeline.loading.cached import CachedDoMINODataset, manifest_scaling_factors
 from domino_pipeline.loading.collate import collate_items
 from domino_pipeline.loading.items import (

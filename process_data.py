@@ -33,7 +33,6 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from domino_pipeline.compute.settings import variable_width
 from domino_pipeline.inputs.drivaerml_reader import (
     VOLUME_SOURCES,
     RunError,
@@ -43,6 +42,11 @@ from domino_pipeline.inputs.drivaerml_reader import (
     run_files,
     stl_defects,
 )
+from domino_pipeline.inputs.nondimensional import (  # noqa: F401 (FIELD_SCALES: re-exported)
+    FIELD_SCALES,
+    car_length,
+    field_divisors,
+)
 from domino_pipeline.inputs.processed_run import (
     ProcessedRunError,
     natural_key,
@@ -51,36 +55,6 @@ from domino_pipeline.inputs.processed_run import (
 )
 from domino_pipeline.run_report import RunResult, summarize
 from domino_pipeline.store.atomic_store import exclusive_lock, remove_stale_temporaries
-
-# How each DrivAerML field is made dimensionless: its divisor in terms of U, rho and L.
-FIELD_SCALES = {
-    "pMeanTrim": "rho_u2",
-    "wallShearStressMeanTrim": "rho_u2",
-    "pPrime2MeanTrim": "rho_u2_squared",
-    "UMeanTrim": "u",
-    "nutMeanTrim": "u_l",
-    "CpMeanTrim": "one",
-    "magUMeanNormTrim": "one",
-}
-
-
-def field_divisors(
-    variables: Mapping[str, str],
-    stream_velocity: float,
-    air_density: float,
-    reference_length: float,
-) -> np.ndarray:
-    """Per column divisors that make the fields dimensionless (DoMINO's convention)."""
-    rho_u2 = air_density * stream_velocity**2
-    scales = {"rho_u2": rho_u2, "rho_u2_squared": rho_u2**2, "u": stream_velocity,
-              "u_l": stream_velocity * reference_length, "one": 1.0}
-    divisors = []
-    for name, kind in variables.items():
-        if name not in FIELD_SCALES:
-            raise ValueError(f"no non-dimensionalisation for {name}; known: {sorted(FIELD_SCALES)}")
-        divisors += [scales[FIELD_SCALES[name]]] * variable_width(name, kind)
-    return np.asarray(divisors, dtype=np.float32)
-
 
 # ----------------------------------------------------------------------------- one run
 
@@ -105,12 +79,6 @@ def check_options(
 
 def _bounds(points: np.ndarray) -> list[list[float]]:
     return [points.min(axis=0).tolist(), points.max(axis=0).tolist()]
-
-
-def car_length(stl_vertices: np.ndarray) -> float:
-    """The largest extent of the STL's bounding box: the DoMINO example's length scale for
-    nutMeanTrim (the car's length for a car)."""
-    return float(np.max(stl_vertices.max(axis=0) - stl_vertices.min(axis=0)))
 
 
 def process_run(

@@ -9,12 +9,16 @@ DDP under torchrun (one process per GPU; NCCL on GPUs, gloo on CPUs):
 Any setting is one override away, e.g. `model_type=combined train.epochs=50 output_dir=/runs/a`.
 
 Everything a run writes goes to `output_dir`: checkpoints/checkpoint.pt (resumed from automatically),
-epochs.jsonl (one record per epoch: loss, data wait vs compute, samples/s, peak memory, the runs each
-rank saw), steps.jsonl (loss per step), split.json (train/validation runs) and tensorboard/.
+checkpoints/model_last.mdlus and model_best.mdlus (physicsnemo's format: the latest model and the one
+with the lowest validation loss; `physicsnemo.Module.from_checkpoint` loads them, model_best.json says
+which epoch), epochs.jsonl (one record per epoch: losses, data wait vs compute, samples/s, peak
+memory, the runs each rank saw), steps.jsonl (loss per step), split.json (train/validation runs)
+and tensorboard/. Fine-tune from any physicsnemo DoMINO `.mdlus`: `train.init_from=/path/model.mdlus`.
 Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits with 128+signal.
 """
 
 import json
+import math
 import resource
 import signal
 import sys
@@ -31,16 +35,19 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torch.utils.tensorboard import SummaryWriter
 
-from datapipe import (
-    MODEL_TYPES,
-    collate_items,
-    dataset_from_config,
-    scaling_factors_path,
-)
-from domino_pipeline.compute.settings import VARIABLE_WIDTH
+from datapipe import collate_items, dataset_from_config, parts_of, scaling_factors_path
 from domino_pipeline.inputs.runs import split_from_config, split_runs  # noqa: F401 (split_runs: train.split_runs)
 from domino_pipeline.training import checkpointing, distributed
 from domino_pipeline.training.distributed import DistInfo
+from domino_pipeline.training.domino_model import (
+    build_model,
+    check_data_fits_model,
+    model_parameters,  # noqa: F401 (tests use train.model_parameters)
+    resolve_model_type,
+    resolved_parameters,
+    variable_names,
+)
+from domino_pipeline.training.losses import LossConfig
 from domino_pipeline.training.training_loop import (
     EpochResult,
     evaluate,
@@ -73,6 +80,7 @@ class TrainConfig:
     val_num_workers: int
     device: str             # auto | cpu | cuda
     cpu_threads: int        # torch intra-op threads when training on the CPU; 0: torch's default
+    init_from: str | None   # a physicsnemo .mdlus model to start from (fine-tuning); None: fresh weights
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -151,50 +159,6 @@ class RunLog:
             self.writer.close()
 
 
-def variable_names(variables: dict[str, str]) -> list[str]:
-    """Output column names: a scalar keeps its name, a vector becomes name_x, name_y, name_z."""
-    names = []
-    for name, kind in variables.items():
-        if kind not in VARIABLE_WIDTH:
-            raise ValueError(f"variable {name!r}: kind must be scalar or vector, not {kind!r}")
-        names += [name] if kind == "scalar" else [f"{name}_{axis}" for axis in "xyz"]
-    return names
-
-
-def model_parameters(section: dict[str, Any], defaults: dict[str, Any], where: str = "model") -> dict[str, Any]:
-    """The `model:` section checked key by key against DoMINO's DEFAULT_MODEL_PARAMS (unknown keys
-    are errors, missing ones take the default)."""
-    unknown = sorted(set(section) - set(defaults))
-    if unknown:
-        raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(defaults)}")
-    merged = dict(defaults)
-    for key, value in section.items():
-        if isinstance(defaults[key], dict):
-            merged[key] = model_parameters(value, defaults[key], f"{where}.{key}")
-        else:
-            merged[key] = value
-    return merged
-
-
-def build_model(model_type: str, section: dict[str, Any], device: torch.device,
-                outputs: dict[str, int] | None = None) -> torch.nn.Module:
-    """DoMINO with 3 input features, the volume / surface outputs the model type asks for
-    (``outputs``: target columns per part, DrivAerML's 5 and 4 by default), 2 global parameters."""
-    from physicsnemo.models.domino import DoMINO
-    from physicsnemo.models.domino.config import DEFAULT_MODEL_PARAMS, Config
-
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
-    parameters = Config(model_parameters(section, json.loads(json.dumps(DEFAULT_MODEL_PARAMS))))
-    outputs = outputs or {}
-    model = DoMINO(
-        input_features=3,
-        output_features_vol=outputs.get("volume", 5) if model_type in ("volume", "combined") else None,
-        output_features_surf=outputs.get("surface", 4) if model_type in ("surface", "combined") else None,
-        global_features=2,
-        model_parameters=parameters,
-    )
-    return model.to(device)
 
 
 def wrap_ddp(model: torch.nn.Module, model_type: str, info: DistInfo) -> torch.nn.Module:
@@ -310,18 +274,23 @@ def rank_summary(result: EpochResult, indices: list[int], runs: list[Path], devi
     memory, kind = peak_memory_mb(device)
     seen = indices[: result.samples]
     return {
-        "loss_sum": result.loss_sum, "batches": result.batches, "samples": result.samples,
+        "loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches, "samples": result.samples,
         "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
         "peak_memory_mb": memory, "memory_kind": kind, "runs": [runs[i].name for i in seen],
     }
 
 
-def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int) -> dict[str, Any]:
-    """Combine every rank's summary into one epoch record (mean times over ranks, max memory)."""
+def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int,
+                 loss_function: str) -> dict[str, Any]:
+    """Combine every rank's summary into one epoch record (mean times over ranks, max memory); the
+    loss's terms (unweighted means over batches) beside the loss and the loss function."""
     samples = sum(r["samples"] for r in ranks)
+    batches = max(sum(r["batches"] for r in ranks), 1)
+    terms = sorted({term for r in ranks for term in r["term_sums"]})
     return {
-        "kind": "epoch", "epoch": epoch, "lr": lr,
-        "train_loss": sum(r["loss_sum"] for r in ranks) / max(sum(r["batches"] for r in ranks), 1),
+        "kind": "epoch", "epoch": epoch, "lr": lr, "loss_function": loss_function,
+        "train_loss": sum(r["loss_sum"] for r in ranks) / batches,
+        **{f"train_loss/{t}": sum(r["term_sums"].get(t, 0.0) for r in ranks) / batches for t in terms},
         "samples": samples, "epoch_s": epoch_s, "samples_per_s": samples / epoch_s if epoch_s > 0 else 0.0,
         "data_wait_s": float(np.mean([r["data_wait_s"] for r in ranks])),
         "compute_s": float(np.mean([r["compute_s"] for r in ranks])),
@@ -344,6 +313,8 @@ def validation_metrics(sums: dict[str, torch.Tensor], names: dict[str, list[str]
     error of each output variable."""
     samples = max(sums["samples"].item(), 1.0)
     metrics = {"val_loss": sums["loss_sum"].item() / samples}
+    metrics |= {f"val_loss/{key.removeprefix('term/')}": value.item() / samples
+                for key, value in sums.items() if key.startswith("term/")}
     for key, columns in names.items():
         if key in sums:
             for name, value in zip(columns, (sums[key] / samples).tolist()):
@@ -376,6 +347,10 @@ class Session:
     config_json: str
     train_loader: DataLoader
     val_loader: DataLoader | None
+    loss_config: LossConfig
+    loss_description: str           # the loss terms this model uses and their weights, for the logs
+    model_files: dict[str, Path]    # the .mdlus models: last, best (and the best's JSON record)
+    best_val_loss: float = math.inf
 
 
 def run_validation(session: Session) -> dict[str, float]:
@@ -385,7 +360,8 @@ def run_validation(session: Session) -> dict[str, float]:
     loader = loader_over(session.val_loader, indices)
     widths = {key: len(names) for key, names in session.variable_names.items()}
     sums = evaluate(
-        session.model, loader, device=info.device, amp_dtype=session.amp_dtype, unscale=session.unscale, target_widths=widths
+        session.model, loader, device=info.device, amp_dtype=session.amp_dtype, unscale=session.unscale,
+        target_widths=widths, loss_config=session.loss_config,
     )
     reduced = {key: distributed.all_reduce_sum(value) for key, value in sorted(sums.items())}
     return validation_metrics(reduced, session.variable_names)
@@ -394,7 +370,8 @@ def run_validation(session: Session) -> dict[str, float]:
 def save_checkpoint(session: Session, epoch: int, step: int, partial: EpochResult) -> None:
     """Collective: gather every rank's RNG state, rank 0 writes the checkpoint, all wait."""
     rng_states = distributed.gather_objects(checkpointing.capture_rng_state())
-    partials = distributed.gather_objects({"loss_sum": partial.loss_sum, "batches": partial.batches})
+    partials = distributed.gather_objects(
+        {"loss_sum": partial.loss_sum, "batches": partial.batches, "term_sums": partial.term_sums})
     if session.info.is_main:
         checkpointing.save_checkpoint(
             session.checkpoint,
@@ -408,9 +385,21 @@ def save_checkpoint(session: Session, epoch: int, step: int, partial: EpochResul
                 "epoch_partial": partials,
                 "rng_states": rng_states,
                 "config": session.config_json,
+                "best_val_loss": session.best_val_loss,
             },
         )
+        checkpointing.save_model_file(session.model, session.model_files["last"])
     distributed.barrier()
+
+
+def keep_best(session: Session, epoch: int, val_loss: float) -> None:
+    """Rank 0 saves the model as the best one when the validation loss is the lowest so far."""
+    if not val_loss < session.best_val_loss:
+        return
+    session.best_val_loss = val_loss
+    if session.info.is_main:
+        checkpointing.save_model_file(session.model, session.model_files["best"])
+        session.model_files["best_record"].write_text(json.dumps({"epoch": epoch, "val_loss": val_loss}) + "\n")
 
 
 def check_same_model(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
@@ -427,12 +416,18 @@ def resume(session: Session) -> tuple[int, int, EpochResult]:
     """Restore the latest checkpoint if there is one: (epoch to run, batches of it done, its partial sums)."""
     state = checkpointing.load_checkpoint(session.checkpoint)
     if state is None:
+        if session.config.init_from:
+            checkpointing.init_weights_from(session.model, session.config.init_from)
+            session.log.print(f"initialised the model from {session.config.init_from}")
         return 1, 0, EpochResult()
+    if session.config.init_from:
+        session.log.print(f"note: resuming {session.checkpoint}; train.init_from={session.config.init_from} is not used")
     check_same_model(checkpointing.config_from_checkpoint(state), json.loads(session.config_json), session.checkpoint)
     session.model.load_state_dict(state["model"])
     session.optimizer.load_state_dict(state["optimizer"])
     session.scheduler.load_state_dict(state["scheduler"])
     session.scaler.load_state_dict(state["scaler"])
+    session.best_val_loss = float(state.get("best_val_loss", math.inf))
     rank = session.info.rank
     checkpointing.restore_rng_state(state["rng_states"][rank % len(state["rng_states"])])
     partial = EpochResult(**state["epoch_partial"][rank % len(state["epoch_partial"])])
@@ -449,7 +444,8 @@ def train_epoch(session: Session, epoch: int, skip_batches: int, partial: EpochR
     start = time.perf_counter()
     loader = loader_over(session.train_loader, indices)
 
-    result = EpochResult(loss_sum=partial.loss_sum, batches=partial.batches)  # loss of a resumed epoch: all its steps
+    # the loss of a resumed epoch: all its steps
+    result = EpochResult(loss_sum=partial.loss_sum, batches=partial.batches, term_sums=dict(partial.term_sums))
 
     def log_step(loss: float) -> None:
         session.log.append("steps.jsonl", {"epoch": epoch, "step": result.batches, "loss": loss})
@@ -457,13 +453,14 @@ def train_epoch(session: Session, epoch: int, skip_batches: int, partial: EpochR
     result = train_one_epoch(
         session.trained, loader, len(indices), session.optimizer, session.scaler,
         device=info.device, amp_dtype=session.amp_dtype, clip_grad_norm=config.clip_grad_norm,
-        should_stop=lambda: distributed.any_rank(session.stop.is_set, info.device),
+        loss_config=session.loss_config, should_stop=lambda: distributed.any_rank(session.stop.is_set, info.device),
         after_step=log_step, result=result, progress=f"epoch {epoch}" if info.is_main else None,
     )
     epoch_s = time.perf_counter() - start
     summary = rank_summary(result, indices, session.train_runs, info.device)
     ranks = distributed.gather_objects(summary)
-    record = epoch_record(epoch, ranks, epoch_s, session.optimizer.param_groups[0]["lr"], skip_batches)
+    record = epoch_record(epoch, ranks, epoch_s, session.optimizer.param_groups[0]["lr"], skip_batches,
+                          session.loss_description)
     return result, record
 
 
@@ -473,6 +470,7 @@ def finish_epoch(session: Session, epoch: int, record: dict[str, Any]) -> None:
     session.scheduler.step()
     if session.val_runs and (epoch % config.val_every == 0 or epoch == config.epochs):
         record.update(run_validation(session))
+        keep_best(session, epoch, record["val_loss"])
     if epoch % config.checkpoint_every == 0 or epoch == config.epochs:
         save_checkpoint(session, epoch + 1, 0, EpochResult())
     session.log.print(format_epoch(record, config.epochs))
@@ -484,6 +482,7 @@ def finish_epoch(session: Session, epoch: int, record: dict[str, Any]) -> None:
         "time/compute_s": record["compute_s"], "time/epoch_s": record["epoch_s"],
         "throughput/samples_per_s": record["samples_per_s"], "memory/peak_mib": record["peak_memory_mb"],
     }
+    scalars.update({k.replace("train_loss/", "train/loss_", 1): v for k, v in record.items() if k.startswith("train_loss/")})
     scalars.update({k.replace("val_", "val/", 1): v for k, v in record.items() if k.startswith("val_")})
     session.log.scalars(scalars, epoch)
 
@@ -515,6 +514,11 @@ def target_variable_names(cfg: DictConfig) -> dict[str, list[str]]:
     return names
 
 
+def data_source(cfg: DictConfig) -> str:
+    """How the training data is named in messages: the cache directory, or the uncached datapipe."""
+    return f"cache {cfg.cache.dir}" if cfg.cache.enabled else f"the uncached datapipe over {cfg.data.processed_dir}"
+
+
 def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Session:
     """Split the runs, make sure the scaling factors exist, build datasets, model and optimizer."""
     from domino_pipeline.inputs.runs import list_runs
@@ -530,11 +534,16 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
     # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;
     # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
     torch.manual_seed(cfg.seed + info.rank)
+    model_section = OmegaConf.to_container(cfg.model, resolve=True)
+    model_type = resolve_model_type(cfg.model_type, model_section)
     widths = {part: len(variable_names(cfg.variables[part])) for part in ("surface", "volume")}
-    model = build_model(cfg.model_type, OmegaConf.to_container(cfg.model, resolve=True), info.device, widths)
-    optimizer = build_optimizer(model, config)
+    loss_config = LossConfig.from_config(OmegaConf.to_container(cfg.loss, resolve=True))
+    loss_config.check(parts_of(model_type), widths["surface"])
     train_set = dataset_from_config(cfg, train_runs, train=True)
     val_set = dataset_from_config(cfg, val_runs, train=False) if val_runs else None
+    check_data_fits_model(train_set.settings, resolved_parameters(model_section), data_source(cfg))
+    model = build_model(model_type, model_section, info.device, widths)
+    optimizer = build_optimizer(model, config)
     if val_set is not None:
         val_set.set_epoch(0)  # the same validation draw every time, so epochs compare
     amp_dtype = AMP_DTYPES[config.amp] if info.device.type == "cuda" else None
@@ -545,10 +554,11 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
         amp_dtype=amp_dtype, train_set=train_set, val_set=val_set, train_runs=train_runs, val_runs=val_runs,
         sampler=DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=cfg.seed),
         unscale=make_unscaler(scaling_path, cfg.sampling.normalization), variable_names=target_variable_names(cfg), log=log, stop=StopFlag(),
-        checkpoint=checkpointing.checkpoint_path(output_dir),
+        checkpoint=checkpointing.checkpoint_path(output_dir), model_files=checkpointing.model_file_paths(output_dir),
         config_json=json.dumps(OmegaConf.to_container(cfg, resolve=True)),
         train_loader=make_loader(train_set, config.batch_size, config.num_workers, info.device),
         val_loader=None if val_set is None else make_loader(val_set, config.batch_size, config.val_num_workers, info.device),
+        loss_config=loss_config, loss_description=loss_config.describe(parts_of(model_type)),
     )
 
 
@@ -563,7 +573,8 @@ def main(cfg: DictConfig) -> None:
         session.log.print(
             f"DoMINO {cfg.model_type}: {sum(p.numel() for p in session.model.parameters()):,} parameters on "
             f"{info.device} x {info.world_size}; {len(session.train_runs)} training / {len(session.val_runs)} "
-            f"validation runs; {'cache ' + str(cfg.cache.dir) if cfg.cache.enabled else 'uncached datapipe'}"
+            f"validation runs; {'cache ' + str(cfg.cache.dir) if cfg.cache.enabled else 'uncached datapipe'}; "
+            f"loss {session.loss_description}"
         )
         signum = train_epochs(session)
         session.log.close()

@@ -14,9 +14,8 @@ from omegaconf import OmegaConf
 
 import cache_data
 from datapipe import CachedDoMINODataset
-from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.inputs.runs import list_runs, stat_fingerprint
 from domino_pipeline.store import manifest as manifest_module
-from domino_pipeline.inputs.runs import stat_fingerprint
 from domino_pipeline.store.cache_format import CacheError, StaleCacheError
 from domino_pipeline.store.manifest import _digest, read_manifest, write_manifest
 from domino_pipeline.store.validate import validate_cache

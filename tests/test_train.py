@@ -248,3 +248,123 @@ def test_one_persistent_loader_serves_each_pass_its_own_indices():
         seen = [int(batch["index"].item()) for batch in train.loader_over(loader, indices)]
         assert seen == indices
     assert loader.persistent_workers
+
+
+# ---- one place decides the model type; the data must fit the model ----
+
+def test_a_conflicting_model_model_type_is_an_error_naming_both_keys():
+    from domino_pipeline.training.domino_model import resolve_model_type
+
+    assert resolve_model_type("surface", {"model_type": "surface"}) == "surface"
+    assert resolve_model_type("volume", {}) == "volume"
+    with pytest.raises(ValueError, match=r"model.model_type='combined' conflicts with model_type='surface'"):
+        resolve_model_type("surface", {"model_type": "combined"})
+    with pytest.raises(ValueError, match="model.model_type='combined' conflicts"):
+        train.build_model("surface", {"model_type": "combined"}, torch.device("cpu"))
+
+
+def test_data_that_does_not_fit_the_model_is_refused_naming_both_values():
+    from domino_pipeline.training.domino_model import check_data_fits_model
+
+    data = {"interp_res": [32, 16, 16], "num_neighbors_surface": 7}
+    check_data_fits_model(data, {"interp_res": (32, 16, 16), "num_neighbors_surface": 7}, "cache c")
+    with pytest.raises(ValueError, match=r"cache c has geometry.interp_res=\[32, 16, 16\] but the model has "
+                                         r"model.interp_res=\[16, 8, 8\]"):
+        check_data_fits_model(data, {"interp_res": [16, 8, 8], "num_neighbors_surface": 7}, "cache c")
+    with pytest.raises(ValueError, match=r"geometry.num_neighbors_surface=7 but the model has model.num_neighbors_surface=5"):
+        check_data_fits_model(data, {"interp_res": [32, 16, 16], "num_neighbors_surface": 5}, "cache c")
+
+
+def test_train_refuses_a_cache_with_another_grid_before_the_first_step(setup):
+    out = setup["work"] / "grid_mismatch"
+    result = subprocess.run(train_command(setup, out, "train.epochs=1", "model.interp_res=[8,8,8]"),
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    message = result.stdout + result.stderr
+    assert f"cache {setup['cache']} has geometry.interp_res=[16, 8, 8]" in message
+    assert "model.interp_res=[8, 8, 8]" in message
+    assert not (out / "steps.jsonl").exists()
+
+
+# ---- checkpoints in physicsnemo's format; fine-tuning from one ----
+
+def tiny_config(paths: dict[str, Path], *extra: str):
+    """conf/cached.yaml with the tests' overrides, as train.py would resolve it."""
+    base = OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "config.yaml"), OmegaConf.load(ROOT / "conf" / "cached.yaml"))
+    base.pop("defaults", None)
+    return OmegaConf.merge(base, OmegaConf.from_dotlist([*common_overrides(paths), *extra]))
+
+
+def first_batch(paths: dict[str, Path]) -> dict[str, torch.Tensor]:
+    from datapipe import CachedDoMINODataset, collate_items
+
+    dataset = CachedDoMINODataset(paths["cache"], model_type="surface", surface_points=128, geometry_points=400,
+                                  scaling_factors=paths["factors"], seed=0)
+    return collate_items([dataset[0]])
+
+
+def outputs_of(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    model.eval()
+    torch.manual_seed(7)  # DoMINO draws noise from the global generator
+    with torch.no_grad():
+        return model(batch)[1]
+
+
+def test_physicsnemo_loads_the_saved_models_with_the_same_outputs(setup, three_epochs):
+    from physicsnemo import Module
+
+    cfg = tiny_config(setup)
+    trained = train.build_model("surface", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu"))
+    trained.load_state_dict(checkpointing.load_checkpoint(checkpointing.checkpoint_path(three_epochs))["model"])
+    files = checkpointing.model_file_paths(three_epochs)
+    loaded = Module.from_checkpoint(str(files["last"]))
+    assert type(loaded).__name__ == "DoMINO"
+    batch = first_batch(setup)
+    assert torch.equal(outputs_of(loaded, batch), outputs_of(trained, batch))
+
+    val_losses = {r["epoch"]: r["val_loss"] for r in epochs(three_epochs)}
+    best = json.loads(files["best_record"].read_text())
+    assert best["val_loss"] == min(val_losses.values()) and val_losses[best["epoch"]] == best["val_loss"]
+    assert outputs_of(Module.from_checkpoint(str(files["best"])), batch).shape == (1, 128, 4)
+
+
+def test_training_starts_from_a_physicsnemo_mdlus(setup):
+    from physicsnemo.models.domino import DoMINO
+    from physicsnemo.models.domino.config import Config
+
+    cfg = tiny_config(setup)
+    parameters = train.resolved_parameters(OmegaConf.to_container(cfg.model, resolve=True))
+    torch.manual_seed(123)
+    foreign = DoMINO(input_features=3, output_features_surf=4, global_features=2, model_parameters=Config(parameters))
+    path = setup["work"] / "foreign.mdlus"
+    foreign.save(str(path))
+
+    out = setup["work"] / "finetuned"
+    result = run(train_command(setup, out, "train.epochs=1", "train.val_fraction=0", f"train.init_from={path}",
+                               "train.lr=0", "train.weight_decay=0"))
+    assert f"initialised the model from {path}" in result.stdout
+    # lr 0: the trained weights are the file's, bit for bit
+    state = checkpointing.load_checkpoint(checkpointing.checkpoint_path(out))["model"]
+    for name, tensor in foreign.state_dict().items():
+        assert torch.equal(state[name], tensor), name
+
+    other = train.build_model("surface", {**OmegaConf.to_container(cfg.model, resolve=True), "activation": "relu"},
+                              torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"foreign.mdlus: the model in this file differs .*\n  model_parameters.activation: "
+                                         r"this config 'relu', the file 'gelu'"):
+        checkpointing.init_weights_from(other, path)
+
+
+def test_the_example_losses_train_and_are_logged_with_the_loss(setup):
+    out = setup["work"] / "example_losses"
+    result = run(train_command(setup, out, "train.epochs=1", "train.val_fraction=0.25", "loss.type=rmse",
+                               "loss.area_weight=1", "loss.integral_weight=100"))
+    description = "rmse: 1 x surface + 1 x surface_area + 100 x integral (area scaling 10000)"
+    assert f"loss {description}" in result.stdout
+    (record,) = epochs(out)
+    assert record["loss_function"] == description
+    terms = {t: record[f"train_loss/{t}"] for t in ("surface", "surface_area", "integral")}
+    assert "train_loss/volume" not in record and all(np.isfinite(list(terms.values())))
+    np.testing.assert_allclose(record["train_loss"], terms["surface"] + terms["surface_area"] + 100 * terms["integral"], rtol=1e-5)
+    val_terms = [record[f"val_loss/{t}"] for t in ("surface", "surface_area", "integral")]
+    np.testing.assert_allclose(record["val_loss"], val_terms[0] + val_terms[1] + 100 * val_terms[2], rtol=1e-5)

@@ -124,6 +124,7 @@ def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: Prepro
     returns it as float32; ``scratch_dir``: where the first volume pass keeps its buckets (in
     memory when None)."""
     p = prepare_rows(arrays, settings, parts=("surface",), source=source)
+    p.surface_rows = None  # the input row of each kept cell: for predictions, not for a cache
     n_volume = _count_inside(volume["volume_mesh_centers"], settings, check, block_rows, source)
     width = {"surface": p.surface_fields.shape[1], "volume": volume["volume_fields"].shape[1]}
     if width["volume"] != settings.width("volume"):

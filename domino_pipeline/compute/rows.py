@@ -54,6 +54,8 @@ class PreparedRun:
     surface_fields: np.ndarray | None = None
     volume_coordinates: np.ndarray | None = None  # (Nv, 3) normalised with the volume box
     volume_fields: np.ndarray | None = None
+    surface_rows: np.ndarray | None = None  # (Ns,) the input row (mesh cell) of each kept surface row
+    volume_rows: np.ndarray | None = None  # (Nv,) the input row of each kept volume row
 
 
 def inside_box(points: np.ndarray, box) -> np.ndarray:
@@ -88,6 +90,7 @@ def _prepare_surface(arrays: dict, s: PreprocessSettings, source: str) -> dict:
         "surface_normals": np.ascontiguousarray(arrays["surface_normals"][rows], dtype=np.float32),
         "surface_areas": np.ascontiguousarray(areas[rows], dtype=np.float32),
         "surface_fields": np.ascontiguousarray(arrays["surface_fields"][rows], dtype=np.float32),
+        "surface_rows": rows,
     }
 
 
@@ -101,6 +104,7 @@ def _prepare_volume(arrays: dict, s: PreprocessSettings, source: str) -> dict:
     return {
         "volume_coordinates": normalize(centers[rows], s.bounding_box_volume),
         "volume_fields": np.ascontiguousarray(arrays["volume_fields"][rows], dtype=np.float32),
+        "volume_rows": rows,
     }
 
 

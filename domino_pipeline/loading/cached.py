@@ -24,7 +24,11 @@ from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_
 from domino_pipeline.inputs.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
 from domino_pipeline.loading.items import EpochDataset, build_item
-from domino_pipeline.store.cache_format import CacheError, StaleCacheError, diff_settings
+from domino_pipeline.store.cache_format import (
+    CacheError,
+    StaleCacheError,
+    diff_settings,
+)
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import read_manifest, run_path
 

@@ -12,7 +12,11 @@ import time
 from pathlib import Path
 
 from domino_pipeline.compute.preprocessing import VOLUME_ARRAYS, plan_run
-from domino_pipeline.compute.scaling import merge_statistics, run_statistics, save_scaling_factors
+from domino_pipeline.compute.scaling import (
+    merge_statistics,
+    run_statistics,
+    save_scaling_factors,
+)
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.inputs.processed_run import ARRAY_NAMES, check_values
 from domino_pipeline.inputs.runs import (

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.run_report import RunResult
 from domino_pipeline.inputs.runs import run_name, source_fingerprint
+from domino_pipeline.run_report import RunResult
 from domino_pipeline.store.build import stale_reasons
 from domino_pipeline.store.cache_format import (
     CacheError,

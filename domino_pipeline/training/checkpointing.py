@@ -1,4 +1,5 @@
-"""Training checkpoints: save atomically, find the latest, load with `weights_only=True`.
+"""Training checkpoints: save atomically, find the latest, load with `weights_only=True`; and the
+model alone in physicsnemo's own format (`.mdlus`), the last and the best by validation loss.
 
 A checkpoint is a dict of tensors and plain Python values only, so that `torch.load(...,
 weights_only=True)` reads it without executing anything:
@@ -8,11 +9,18 @@ weights_only=True)` reads it without executing anything:
     epoch_partial                         {"loss_sum", "batches"} of the unfinished epoch
     rng_states                            one entry per rank (see `capture_rng_state`)
     config                                the resolved Hydra config as a JSON string
+    best_val_loss                         the lowest validation loss so far (inf before any)
+
+Beside it, `save_model_file` writes the bare model with physicsnemo's `Module.save`:
+`model_last.mdlus` at every checkpoint and `model_best.mdlus` whenever the validation loss
+improves (with `model_best.json`: its epoch and loss). Anyone loads them with
+`physicsnemo.Module.from_checkpoint(path)`; `train.init_from` starts training from one.
 """
 
 import json
 import os
 import random
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +28,10 @@ import numpy as np
 import torch
 
 CHECKPOINT_NAME = "checkpoint.pt"
+LAST_MODEL_NAME = "model_last.mdlus"
+BEST_MODEL_NAME = "model_best.mdlus"
+# The models a .mdlus may name for this project to rebuild: DoMINO from physicsnemo, nothing else.
+MODEL_CLASSES = {("DoMINO", "physicsnemo.models.domino.model")}
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -97,3 +109,77 @@ def load_checkpoint(path: Path, map_location: torch.device | str = "cpu") -> dic
 def config_from_checkpoint(state: dict[str, Any]) -> dict[str, Any]:
     """The resolved config stored in a checkpoint, as a plain dict."""
     return json.loads(state["config"])
+
+
+def model_file_paths(output_dir: str | Path) -> dict[str, Path]:
+    """Where a run's last and best models (physicsnemo .mdlus) and the best model's record live."""
+    folder = Path(output_dir) / "checkpoints"
+    return {"last": folder / LAST_MODEL_NAME, "best": folder / BEST_MODEL_NAME,
+            "best_record": folder / "model_best.json"}
+
+
+def save_model_file(model: torch.nn.Module, path: Path) -> None:
+    """`Module.save` (physicsnemo's .mdlus: model.pt, args.json, metadata.json in a zip) to a
+    temporary name beside `path`, then rename: a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.stem}.tmp{os.getpid()}.mdlus")
+    model.save(str(temporary))
+    os.replace(temporary, path)
+
+
+def read_model_args(path: str | Path) -> dict[str, Any]:
+    """The constructor record (`args.json`: `__name__`, `__module__`, `__args__`) of a .mdlus file,
+    read as JSON from the zip without loading anything else."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such model file")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            args = json.loads(archive.read("args.json"))
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: not a physicsnemo .mdlus model file (zip with args.json): {error}") from error
+    if not {"__name__", "__module__", "__args__"} <= set(args):
+        raise ValueError(f"{path}: args.json lacks __name__, __module__ or __args__")
+    return args
+
+
+def _check_model_class(args: dict[str, Any], path: Path) -> None:
+    if (args["__name__"], args["__module__"]) not in MODEL_CLASSES:
+        raise ValueError(f"{path}: holds a {args['__module__']}.{args['__name__']}; this project loads "
+                         f"only {sorted(MODEL_CLASSES)}")
+
+
+def differing_args(expected: dict[str, Any], found: dict[str, Any], prefix: str = "") -> list[str]:
+    """`key: expected X, file Y` for each constructor argument (nested keys dotted) that differs."""
+    differences = []
+    for key in sorted(set(expected) | set(found)):
+        mine, theirs = expected.get(key), found.get(key)
+        if isinstance(mine, dict) and isinstance(theirs, dict):
+            differences += differing_args(mine, theirs, f"{prefix}{key}.")
+        elif json.loads(json.dumps(mine)) != json.loads(json.dumps(theirs)):
+            differences.append(f"{prefix}{key}: this config {mine!r}, the file {theirs!r}")
+    return differences
+
+
+def init_weights_from(model: torch.nn.Module, path: str | Path) -> None:
+    """Load the weights of a physicsnemo .mdlus (`Module.save`, this project's or anyone's) into
+    `model`, after checking that the file's DoMINO was built with the same constructor arguments
+    (the error lists every difference). The weights are read with torch.load's weights_only."""
+    path = Path(path)
+    args = read_model_args(path)
+    _check_model_class(args, path)
+    differences = differing_args(model._args["__args__"], args["__args__"])
+    if differences:
+        raise ValueError(f"{path}: the model in this file differs from the configured one:\n  "
+                         + "\n  ".join(differences))
+    model.load(str(path), map_location=next(model.parameters()).device)
+
+
+def load_model_file(path: str | Path, device: torch.device | str = "cpu") -> torch.nn.Module:
+    """Rebuild the DoMINO of a .mdlus from its own constructor arguments and weights
+    (`DoMINO.from_checkpoint`), on `device`, in eval mode. Only DoMINO files are accepted."""
+    from physicsnemo.models.domino import DoMINO
+
+    path = Path(path)
+    _check_model_class(read_model_args(path), path)
+    return DoMINO.from_checkpoint(str(path)).to(device).eval()

@@ -8,11 +8,13 @@ done (forward, backward, clipping, step; `loss.item()` synchronises the GPU).
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from tqdm import tqdm
+
+from domino_pipeline.training.losses import LossConfig, loss_terms, total_loss
 
 TARGET_KEYS = ("volume_fields", "surface_fields")  # the order DoMINO returns its outputs in
 
@@ -23,6 +25,7 @@ class EpochResult:
 
     loss_sum: float = 0.0
     batches: int = 0
+    term_sums: dict[str, float] = field(default_factory=dict)  # each loss term (unweighted), summed over batches
     samples: int = 0
     data_wait_s: float = 0.0
     compute_s: float = 0.0
@@ -31,6 +34,10 @@ class EpochResult:
     @property
     def mean_loss(self) -> float:
         return self.loss_sum / max(self.batches, 1)
+
+    def add_terms(self, terms: dict[str, torch.Tensor]) -> None:
+        for term, value in terms.items():
+            self.term_sums[term] = self.term_sums.get(term, 0.0) + float(value.detach())
 
 
 def autocast_context(device: torch.device, amp_dtype: torch.dtype | None):
@@ -51,14 +58,15 @@ def predictions_by_target(outputs: tuple[torch.Tensor | None, torch.Tensor | Non
 
 
 def model_loss(
-    model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, amp_dtype: torch.dtype | None
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Mean squared error on the scaled targets, summed over surface and volume; and the outputs."""
+    model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, amp_dtype: torch.dtype | None,
+    loss_config: LossConfig,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The configured loss on the scaled targets (losses.py), its unweighted terms, and the outputs."""
     with autocast_context(device, amp_dtype):
         outputs = model(batch)
     predictions = predictions_by_target(outputs)
-    loss = sum(torch.mean((pred - batch[key]) ** 2) for key, pred in predictions.items())
-    return loss, predictions
+    terms = loss_terms(predictions, batch, loss_config)
+    return total_loss(terms, loss_config), terms, predictions
 
 
 def timed_batches(loader: Iterable, result: EpochResult) -> Iterator:
@@ -101,6 +109,7 @@ def train_one_epoch(
     device: torch.device,
     amp_dtype: torch.dtype | None,
     clip_grad_norm: float,
+    loss_config: LossConfig,
     should_stop: Callable[[], bool],
     after_step: Callable[[float], None],
     result: EpochResult,
@@ -117,12 +126,13 @@ def train_one_epoch(
     for batch in timed_batches(loader, result):
         start = time.perf_counter()
         batch = to_device(batch, device)
-        loss, predictions = model_loss(model, batch, device, amp_dtype)
+        loss, terms, predictions = model_loss(model, batch, device, amp_dtype, loss_config)
         optimizer_step(model, loss, optimizer, scaler, clip_grad_norm)
         loss_value = loss.item()
         result.compute_s += time.perf_counter() - start
         size = next(iter(predictions.values())).shape[0]
         result.loss_sum += loss_value
+        result.add_terms(terms)
         result.batches += 1
         result.samples += size
         bar.update(size)
@@ -151,19 +161,25 @@ def evaluate(
     amp_dtype: torch.dtype | None,
     unscale: Callable[[str, torch.Tensor], torch.Tensor],
     target_widths: dict[str, int],
+    loss_config: LossConfig,
 ) -> dict[str, torch.Tensor]:
-    """Sums over this rank's validation samples: loss, sample count, and per target key (with its
-    number of variables in `target_widths`) the relative L2 error of each variable in physical
-    (unscaled) units. The same keys on every rank, even one without samples: sum over ranks, divide."""
+    """Sums over this rank's validation samples: loss, each loss term ("term/<name>"), sample
+    count, and per target key (with its number of variables in `target_widths`) the relative L2
+    error of each variable in physical (unscaled) units. The same keys on every rank, even one
+    without samples: sum over ranks, divide."""
     model.eval()
+    parts = tuple(key.removesuffix("_fields") for key in target_widths)
     sums = {key: torch.zeros(width, device=device) for key, width in target_widths.items()}
+    sums |= {f"term/{term}": torch.zeros((), device=device) for term in loss_config.active_terms(parts)}
     sums["loss_sum"] = torch.zeros((), device=device)
     sums["samples"] = torch.zeros((), device=device)
     for batch in loader:
         batch = to_device(batch, device)
-        loss, predictions = model_loss(model, batch, device, amp_dtype)
+        loss, terms, predictions = model_loss(model, batch, device, amp_dtype, loss_config)
         batch_size = next(iter(predictions.values())).shape[0]
         sums["loss_sum"] += loss * batch_size
+        for term, value in terms.items():
+            sums[f"term/{term}"] += value * batch_size
         sums["samples"] += batch_size
         for key, prediction in predictions.items():
             error = relative_l2_per_variable(unscale(key, prediction), unscale(key, batch[key].float()))

@@ -1,0 +1,158 @@
+"""Drag and lift coefficients from surface pressure and wall shear, integrated over the cells.
+
+The force the flow exerts on the car, summed over the surface cells i with area A_i:
+
+    F = sum_i (-p_i n_i + tau_i) A_i        n_i: unit normal pointing out of the car, into the fluid
+                                            tau_i: wall shear stress the fluid exerts on the car
+
+    C_d = F . e_drag / (0.5 rho U^2 A_ref)      C_l = F . e_lift / (0.5 rho U^2 A_ref)
+
+with the flow along +x (e_drag = +x) and lift along +z. With the fields non-dimensionalised as
+process_data.py stores them, p* = p / (rho U^2) and tau* = tau / (rho U^2), this is
+
+    C = (2 / A_ref) sum_i (-p*_i n_i + tau*_i) . e  A_i
+
+and rho and U cancel. Data sets state their normals and shear the other way round, which
+``ForceConvention`` records: DrivAerML's boundary VTPs are OpenFOAM boundary output, whose face
+normals point out of the fluid domain, i.e. into the car, and whose ``wallShearStress`` is the
+stress on the fluid; there ``F = sum (p n - tau) A``, the formula of physicsnemo's DoMINO example
+(test.py) and of ``physicsnemo.metrics.cae.cfd.compute_force_coefficients``. The synthetic runs of
+synthetic_data.py have normals out of the car and the shear on the car.
+
+A_ref is a setting: DrivAerML publishes per-run reference values (``geo_ref_<i>.csv``: the
+variant's frontal area and wheelbase) and force coefficients with both those and constant
+baseline references; choose the one you compare with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+NORMALS = ("into_body", "out_of_body")
+WALL_SHEAR = ("on_fluid", "on_body")
+
+
+@dataclass(frozen=True)
+class ForceConvention:
+    """Which way a data set's surface normals point, and on what its wall shear stress acts."""
+
+    normals: str = "into_body"   # DrivAerML (OpenFOAM): into the car
+    wall_shear: str = "on_fluid"  # DrivAerML (OpenFOAM wallShearStress): the stress on the fluid
+
+    def __post_init__(self) -> None:
+        if self.normals not in NORMALS:
+            raise ValueError(f"forces.normals must be one of {NORMALS}, not {self.normals!r}")
+        if self.wall_shear not in WALL_SHEAR:
+            raise ValueError(f"forces.wall_shear must be one of {WALL_SHEAR}, not {self.wall_shear!r}")
+
+    @property
+    def outward_sign(self) -> float:
+        """+1 when the normals point out of the car, -1 when into it."""
+        return 1.0 if self.normals == "out_of_body" else -1.0
+
+    @property
+    def shear_on_body_sign(self) -> float:
+        """+1 when the wall shear is the stress on the car, -1 when on the fluid."""
+        return 1.0 if self.wall_shear == "on_body" else -1.0
+
+
+def surface_force(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
+                  convention: ForceConvention) -> np.ndarray:
+    """The force on the car (3,), in the units of pressure x area, summed in float64.
+
+    ``pressure`` (N,), ``wall_shear`` (N, 3), ``vector_areas`` (N, 3): each cell's area times its
+    unit normal (oriented as ``convention.normals`` says), ``areas`` (N,).
+    """
+    pressure, areas = np.asarray(pressure, np.float64), np.asarray(areas, np.float64)
+    vector_areas, wall_shear = np.asarray(vector_areas, np.float64), np.asarray(wall_shear, np.float64)
+    if not (pressure.shape == areas.shape == vector_areas.shape[:1] == wall_shear.shape[:1]) or vector_areas.shape[1:] != (3,):
+        raise ValueError(f"surface_force: pressure {pressure.shape}, wall_shear {wall_shear.shape}, vector areas "
+                         f"{vector_areas.shape} and areas {areas.shape} must describe the same N cells")
+    outward = convention.outward_sign * vector_areas
+    shear_on_body = convention.shear_on_body_sign * wall_shear
+    return (-pressure[:, None] * outward + shear_on_body * areas[:, None]).sum(axis=0)
+
+
+def force_coefficients(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray, *,
+                       reference_area: float, convention: ForceConvention,
+                       drag_direction: Sequence[float] = (1.0, 0.0, 0.0),
+                       lift_direction: Sequence[float] = (0.0, 0.0, 1.0)) -> dict[str, float]:
+    """``{"cd", "cl"}`` from fields non-dimensionalised by rho U^2 (p*, tau*): 2 F.e / A_ref."""
+    if reference_area <= 0:
+        raise ValueError(f"forces.reference_area must be positive, not {reference_area}")
+    force = surface_force(pressure, wall_shear, vector_areas, areas, convention)
+    coefficient = 2.0 / reference_area
+    return {"cd": float(coefficient * force @ _unit(drag_direction)),
+            "cl": float(coefficient * force @ _unit(lift_direction))}
+
+
+def polygon_vector_areas(points: np.ndarray, offsets: np.ndarray, connectivity: np.ndarray) -> np.ndarray:
+    """Each polygon's vector area (N, 3) in float64, ``0.5 sum_k v_k x v_k+1`` (Newell's method:
+    the area times the unit normal of the cell's winding, exact for any planar polygon and the
+    integral of the normal over any fan triangulation of a non-planar one). Polygons as VTK
+    stores them: ``connectivity[offsets[i]:offsets[i+1]]`` are cell i's point ids."""
+    points = np.asarray(points, dtype=np.float64)
+    counts = np.diff(offsets)
+    vector_areas = np.zeros((len(counts), 3))
+    for count in np.unique(counts):
+        cells = np.flatnonzero(counts == count)
+        ids = connectivity[offsets[cells][:, None] + np.arange(count)]
+        corners = points[ids]
+        vector_areas[cells] = 0.5 * np.cross(corners, np.roll(corners, -1, axis=1)).sum(axis=1)
+    return vector_areas
+
+
+def mesh_vector_areas(mesh) -> np.ndarray:
+    """``polygon_vector_areas`` of a pyvista PolyData made of polygons only."""
+    from vtkmodules.util.numpy_support import vtk_to_numpy
+
+    if mesh.n_cells != mesh.GetPolys().GetNumberOfCells():
+        raise ValueError(f"the surface mesh has {mesh.n_cells} cells of which only "
+                         f"{mesh.GetPolys().GetNumberOfCells()} are polygons")
+    polys = mesh.GetPolys()
+    return polygon_vector_areas(np.asarray(mesh.points), vtk_to_numpy(polys.GetOffsetsArray()).astype(np.int64),
+                                vtk_to_numpy(polys.GetConnectivityArray()).astype(np.int64))
+
+
+def _unit(direction: Sequence[float]) -> np.ndarray:
+    vector = np.asarray(direction, dtype=np.float64)
+    if vector.shape != (3,) or not np.linalg.norm(vector) > 0:
+        raise ValueError(f"a force direction needs 3 values, not all zero; got {list(direction)}")
+    return vector / np.linalg.norm(vector)
+
+
+@dataclass(frozen=True)
+class ForceSettings:
+    """The `forces:` section: reference area, the data's convention, which surface variables are
+    the pressure and the wall shear, and the drag and lift directions."""
+
+    reference_area: float
+    convention: ForceConvention
+    pressure: str = "pMeanTrim"
+    wall_shear_stress: str = "wallShearStressMeanTrim"
+    drag_direction: tuple[float, float, float] = (1.0, 0.0, 0.0)
+    lift_direction: tuple[float, float, float] = (0.0, 0.0, 1.0)
+
+    def columns(self, variables: dict[str, str]) -> tuple[int, slice]:
+        """The column of the pressure and the columns of the wall shear in the surface fields."""
+        starts, start = {}, 0
+        for name, kind in variables.items():
+            starts[name] = (start, kind)
+            start += 1 if kind == "scalar" else 3
+        for name, kind in ((self.pressure, "scalar"), (self.wall_shear_stress, "vector")):
+            if starts.get(name, (0, None))[1] != kind:
+                raise ValueError(f"forces: {name!r} must be a {kind} surface variable; the surface variables are "
+                                 f"{variables}")
+        first = starts[self.wall_shear_stress][0]
+        return starts[self.pressure][0], slice(first, first + 3)
+
+    def coefficients(self, fields: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
+                     variables: dict[str, str]) -> dict[str, float]:
+        """``{"cd", "cl"}`` of non-dimensional surface fields (N, C) on cells with these vector areas and areas."""
+        pressure, shear = self.columns(variables)
+        return force_coefficients(fields[:, pressure], fields[:, shear], vector_areas, areas,
+                                  reference_area=self.reference_area, convention=self.convention,
+                                  drag_direction=self.drag_direction, lift_direction=self.lift_direction)

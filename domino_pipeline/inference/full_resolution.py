@@ -1,0 +1,194 @@
+"""DoMINO over every surface cell (and every volume point) of a run, in batches of bounded size.
+
+Training draws a few thousand points per step; prediction wants all of them. The run goes
+through the training path's own preprocessing (``prepare_rows``: box filters, normalisation, the
+centre of mass; ``grid_sdf``; ``surface_neighbors``; ``volume_sdf``) and every batch through the
+training path's own item builder (``build_item``), so the model sees what it was trained on:
+
+    prepared = prepare_run(arrays, settings, parts=("surface",))
+    scaled = predict_part(model, prepared, settings, part="surface", batch_points=8192,
+                          geometry_points=300_000, device=device)       # (kept rows, C), model units
+    fields = rows_to_mesh(unscale_fields(scaled, factors, "surface"), prepared.surface_rows, n_cells)
+
+Memory: the run's arrays, its surface kNN (N x (K-1) int32) and the model's activations for one
+batch of ``batch_points`` points. The geometry points are the first ``geometry_points`` of the STL
+vertices in the stored random order: a uniform subset of the size training used.
+
+The geometry encoding (ball queries of the geometry points into the grid, grid convolutions) is
+the same for every batch of a run. For a surface-only DoMINO of the physicsnemo version this
+was written against, ``SurfaceBranch`` computes it once per run and runs only the per-point part
+of ``DoMINO.forward`` per batch (the test suite compares it with ``model(batch)``); any other model
+runs the whole forward pass per batch.
+
+A model with both heads needs both kinds of input in every batch: the other part is filled with
+one row (the first surface cell, or one volume point) whose prediction is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from domino_pipeline.compute.preprocessing import (
+    grid_sdf,
+    surface_neighbors,
+    volume_sdf,
+)
+from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
+from domino_pipeline.compute.settings import PreprocessSettings
+from domino_pipeline.loading.items import build_item, constant_grid
+from domino_pipeline.training.training_loop import predictions_by_target
+
+
+def model_parts(model: torch.nn.Module) -> tuple[str, ...]:
+    """The parts ("surface", "volume") a DoMINO predicts."""
+    parts = tuple(part for part, width in (("surface", model.output_features_surf),
+                                           ("volume", model.output_features_vol)) if width is not None)
+    if not parts:
+        raise ValueError("the model predicts neither surface nor volume fields")
+    return parts
+
+
+def with_volume_filler(arrays: dict[str, np.ndarray], settings: PreprocessSettings) -> dict[str, np.ndarray]:
+    """``arrays`` with one volume point (near the volume box's upper corner, far from any car) when
+    they have none: what a model with a volume head needs to predict the surface alone."""
+    if "volume_mesh_centers" in arrays:
+        return arrays
+    lo, hi = (np.asarray(b, dtype=np.float32) for b in settings.bounding_box_volume)
+    width = settings.width("volume")
+    return arrays | {"volume_mesh_centers": (lo + 0.95 * (hi - lo))[None],
+                     "volume_fields": np.zeros((1, width), dtype=np.float32)}
+
+
+def prepare_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *, parts: tuple[str, ...],
+                source: str) -> PreparedRun:
+    """The training path's cheap preprocessing of the whole run (``prepare_rows``)."""
+    if "volume" in parts:
+        arrays = with_volume_filler(arrays, settings)
+    return prepare_rows(arrays, settings, parts=parts, source=source)
+
+
+class BatchItems:
+    """Builds DoMINO's input for any rows of a prepared run; the expensive per-run geometry (grid
+    SDFs, the surface kNN) is computed once, on first use."""
+
+    def __init__(self, prepared: PreparedRun, settings: PreprocessSettings, *, parts: tuple[str, ...],
+                 geometry_points: int) -> None:
+        self.prepared, self.settings, self.parts = prepared, settings, parts
+        self.fingerprinted = settings.fingerprinted()
+        self.geometry_coordinates = prepared.geometry_coordinates[:geometry_points]
+        self.grids = self._grids()
+        self.neighbors = surface_neighbors(prepared, settings) if "surface" in parts else None
+
+    def _grids(self) -> dict[str, torch.Tensor | np.ndarray]:
+        res = tuple(int(n) for n in self.settings.interp_res)
+        grids = {"surf_grid": constant_grid(_box(self.settings.bounding_box_surface), res),
+                 "sdf_surf_grid": grid_sdf(self.prepared, self.settings, "surface")}
+        if "volume" in self.parts:
+            grids |= {"grid": constant_grid(_box(self.settings.bounding_box_volume), res),
+                      "sdf_grid": grid_sdf(self.prepared, self.settings, "volume")}
+        return grids
+
+    def surface(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        p = self.prepared
+        return {"coordinates": p.surface_coordinates[rows], "normals": p.surface_normals[rows],
+                "areas": p.surface_areas[rows], "fields": p.surface_fields[rows],
+                **{f"neighbor_{name}": values for name, values in gather_neighbors(p, self.neighbors[rows]).items()}}
+
+    def volume(self, window: tuple[int, int]) -> dict[str, np.ndarray]:
+        sdf, closest = volume_sdf(self.prepared, self.settings, np.arange(*window))
+        span = slice(*window)
+        return {"coordinates": self.prepared.volume_coordinates[span], "fields": self.prepared.volume_fields[span],
+                "sdf": sdf, "closest": closest}
+
+    def item(self, surface_rows: np.ndarray | None, volume_window: tuple[int, int] | None) -> dict[str, torch.Tensor]:
+        """The model's input (batch of one) for these surface rows and this window of volume rows."""
+        p = self.prepared
+        scalars = {"center_of_mass": p.center_of_mass, "global_params_values": p.global_params_values,
+                   "global_params_reference": p.global_params_reference}
+        item = build_item(settings=self.fingerprinted, scalars=scalars, geometry_coordinates=self.geometry_coordinates,
+                          grids=self.grids, surface=None if surface_rows is None else self.surface(surface_rows),
+                          volume=None if volume_window is None else self.volume(volume_window), scaling_factors=None)
+        return {key: value.unsqueeze(0) for key, value in item.items()}
+
+
+class SurfaceBranch:
+    """DoMINO's surface branch in two steps: the geometry encoding once, the per-point part per
+    batch. Mirrors ``DoMINO.forward`` of physicsnemo ``SUPPORTED_PHYSICSNEMO`` for a model without
+    a volume head."""
+
+    SUPPORTED_PHYSICSNEMO = ("2.2.2",)
+
+    @classmethod
+    def supports(cls, model: torch.nn.Module) -> bool:
+        import physicsnemo
+
+        return (type(model).__name__ == "DoMINO" and physicsnemo.__version__ in cls.SUPPORTED_PHYSICSNEMO
+                and model.output_features_vol is None and model.output_features_surf is not None)
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.encoding: torch.Tensor | None = None
+
+    def _geometry_encoding(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        low, high = batch["surface_min_max"][:, 0].unsqueeze(1), batch["surface_min_max"][:, 1].unsqueeze(1)
+        geometry = 2.0 * (batch["geometry_coordinates"] - low) / (high - low) - 1
+        return self.model.geo_rep_surface(geometry, batch["surf_grid"], batch["sdf_surf_grid"])
+
+    def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The surface output (B, N, C) of ``batch``; the geometry encoding of the first batch is
+        reused for the next ones (the same run: the same geometry points and grids)."""
+        model = self.model
+        if self.encoding is None:
+            self.encoding = self._geometry_encoding(batch)
+        node_encoding = model.fc_p_surf(batch["pos_surface_center_of_mass"])
+        centers = batch["surface_mesh_centers"]
+        local_encoding = model.surface_local_geo_encodings(0.5 * self.encoding, centers, batch["surf_grid"])
+        return model.solution_calculator_surf(
+            centers, local_encoding, node_encoding, batch["surface_mesh_neighbors"], batch["surface_normals"],
+            batch["surface_neighbors_normals"], batch["surface_areas"].unsqueeze(-1),
+            batch["surface_neighbors_areas"].unsqueeze(-1), batch["global_params_values"],
+            batch["global_params_reference"])
+
+
+def row_batches(count: int, batch_points: int) -> list[tuple[int, int]]:
+    """[start, stop) windows of at most ``batch_points`` rows covering ``count`` rows."""
+    if batch_points < 1:
+        raise ValueError(f"predict.batch_points must be at least 1, not {batch_points}")
+    return [(start, min(start + batch_points, count)) for start in range(0, count, batch_points)]
+
+
+@torch.no_grad()
+def predict_part(model: torch.nn.Module, items: BatchItems, *, part: str, batch_points: int,
+                 device: torch.device, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """The model's output (scaled units) for every kept row of ``part``, in the prepared row order."""
+    p = items.prepared
+    count = len(p.surface_areas) if part == "surface" else len(p.volume_coordinates)
+    branch = SurfaceBranch(model) if part == "surface" and SurfaceBranch.supports(model) else None
+    outputs = []
+    for index, (start, stop) in enumerate(row_batches(count, batch_points)):
+        surface_rows = np.arange(start, stop) if part == "surface" else (np.arange(1) if "surface" in items.parts else None)
+        volume_window = (start, stop) if part == "volume" else ((0, 1) if "volume" in items.parts else None)
+        batch = {key: value.to(device) for key, value in items.item(surface_rows, volume_window).items()}
+        if branch is not None:
+            output = branch(batch)
+        else:
+            output = predictions_by_target(model(batch))[f"{part}_fields"]
+        outputs.append(output[0].float().cpu().numpy())
+        if progress is not None:
+            progress(index + 1, stop)
+    return np.concatenate(outputs).astype(np.float32)
+
+
+def rows_to_mesh(values: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
+    """Values of the kept rows placed at their mesh rows (``count`` of them); NaN where none was
+    predicted (cells outside the volume box or without area)."""
+    placed = np.full((count, values.shape[1]), np.nan, dtype=np.float32)
+    placed[rows] = values
+    return placed
+
+
+def _box(box) -> tuple:
+    return tuple(tuple(float(v) for v in corner) for corner in box)

@@ -1,0 +1,140 @@
+"""One run through prediction: the model over every cell (and volume point), the errors against
+the truth, drag and lift, and the files people look at.
+
+    prediction = predict_run(model, run, settings, scaling_factors=factors, geometry_points=300_000,
+                             batch_points=8192, device=device)
+    record = run_record(run, prediction, variables=variables, forces=forces)
+    paths = write_run_outputs(run, prediction, variables=variables, out_dir=out, plot=True, record=record)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from domino_pipeline.compute.scaling import unscale_fields
+from domino_pipeline.compute.settings import PreprocessSettings
+from domino_pipeline.inference.forces import ForceSettings
+from domino_pipeline.inference.full_resolution import (
+    BatchItems,
+    model_parts,
+    predict_part,
+    prepare_run,
+    rows_to_mesh,
+)
+from domino_pipeline.inference.report import (
+    PREDICTED_SUFFIX,
+    add_arrays,
+    plot_surface_pressure,
+    relative_l2,
+    split_columns,
+    write_mesh,
+)
+from domino_pipeline.inference.run_inputs import PredictionRun
+from domino_pipeline.training.domino_model import variable_names
+
+
+@dataclass
+class RunPrediction:
+    """Non-dimensional predictions at every surface cell (NaN where none was made) and, when
+    asked, at every volume point."""
+
+    surface: np.ndarray | None
+    volume: np.ndarray | None
+    seconds: float
+
+
+def predict_run(model: torch.nn.Module, run: PredictionRun, settings: PreprocessSettings, *,
+                scaling_factors: dict, geometry_points: int, batch_points: int, device: torch.device,
+                volume: bool = False, seed: int = 0) -> RunPrediction:
+    """Predict the run's surface (when the model has a surface head) and volume (when asked)."""
+    start = time.perf_counter()
+    parts = model_parts(model)
+    if volume and "volume" not in parts:
+        raise ValueError(f"{run.name}: predict.volume=true, but the model has no volume head (it predicts {parts})")
+    prepared = prepare_run(run.arrays, settings, parts=parts, source=run.name)
+    items = BatchItems(prepared, settings, parts=parts, geometry_points=geometry_points)
+    torch.manual_seed(seed)  # DoMINO draws its volume sampling noise from the global generator
+    results: dict[str, np.ndarray | None] = {"surface": None, "volume": None}
+    for part in ("surface", "volume"):
+        if part in parts and (part == "surface" or volume):
+            scaled = predict_part(model, items, part=part, batch_points=batch_points, device=device)
+            rows = prepared.surface_rows if part == "surface" else prepared.volume_rows
+            count = len(run.arrays[f"{part}_mesh_centers"])
+            results[part] = rows_to_mesh(unscale_fields(scaled, scaling_factors, part), rows, count)
+    return RunPrediction(surface=results["surface"], volume=results["volume"], seconds=time.perf_counter() - start)
+
+
+def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapping[str, Mapping[str, str]],
+               forces: ForceSettings) -> dict[str, Any]:
+    """The run's row of the table: cells, drag and lift predicted (and true), relative L2 per variable,
+    per cell (``rel_l2_<name>``) and area-weighted (``rel_l2_area_<name>``: cells count by their
+    area, as in training, which samples cells in proportion to their area)."""
+    record: dict[str, Any] = {"run": run.name, "kind": run.kind, "seconds": prediction.seconds}
+    if prediction.surface is not None:
+        record |= _surface_record(run, prediction.surface, dict(variables["surface"]), forces)
+    if prediction.volume is not None and run.has_truth:
+        errors = relative_l2(prediction.volume, run.arrays["volume_fields"])
+        record |= {f"rel_l2_volume_{name}": float(e) for name, e in zip(variable_names(variables["volume"]), errors)}
+    return record
+
+
+def _surface_record(run: PredictionRun, predicted: np.ndarray, variables: dict[str, str],
+                    forces: ForceSettings) -> dict[str, Any]:
+    """Drag and lift over every cell (a cell without prediction adds nothing) and the errors."""
+    vector_areas = run.cell_vector_areas
+    areas = np.linalg.norm(vector_areas, axis=1)
+    missing = ~np.all(np.isfinite(predicted), axis=1)
+    coefficients = forces.coefficients(np.where(missing[:, None], 0.0, predicted), vector_areas, areas, variables)
+    record = {"cells": len(predicted), "cells_not_predicted": int(missing.sum()),
+              "cd_pred": coefficients["cd"], "cl_pred": coefficients["cl"]}
+    if run.has_truth:
+        truth = forces.coefficients(run.true_surface, vector_areas, areas, variables)
+        record |= {"cd_true": truth["cd"], "cl_true": truth["cl"]}
+        names = variable_names(variables)
+        record |= {f"rel_l2_{name}": float(e) for name, e in zip(names, relative_l2(predicted, run.true_surface))}
+        weighted = relative_l2(predicted, run.true_surface, weights=areas)
+        record |= {f"rel_l2_area_{name}": float(e) for name, e in zip(names, weighted)}
+    return record
+
+
+def write_run_outputs(run: PredictionRun, prediction: RunPrediction, *, variables: Mapping[str, Mapping[str, str]],
+                      out_dir: Path, plot: bool, record: Mapping[str, Any], pressure: str) -> list[Path]:
+    """``<run>_surface.vtp`` (predicted arrays ``<name>_pred`` beside the true ``<name>``, physical
+    units as in the source files), ``<run>_volume.vtu`` when predicted, ``<run>_pressure.png``."""
+    paths = []
+    if prediction.surface is not None:
+        mesh = run.surface_mesh.copy()
+        if run.kind == "processed":  # the raw VTP carries its own true arrays
+            add_arrays(mesh, run.arrays["surface_fields"] * run.divisors["surface"], variables["surface"], where="cells")
+        add_arrays(mesh, prediction.surface * run.divisors["surface"], variables["surface"], where="cells",
+                   suffix=PREDICTED_SUFFIX)
+        paths.append(write_mesh(mesh, out_dir / f"{run.name}_surface.vtp"))
+        if plot:
+            paths.append(_plot(run, prediction.surface, variables, out_dir, record, pressure))
+    if prediction.volume is not None:
+        mesh = run.volume_mesh.copy()
+        if run.has_truth:
+            add_arrays(mesh, run.arrays["volume_fields"] * run.divisors["volume"], variables["volume"], where="points")
+        add_arrays(mesh, prediction.volume * run.divisors["volume"], variables["volume"], where="points",
+                   suffix=PREDICTED_SUFFIX)
+        paths.append(write_mesh(mesh, out_dir / f"{run.name}_volume.vtu"))
+    return paths
+
+
+def _plot(run: PredictionRun, predicted: np.ndarray, variables: Mapping[str, Mapping[str, str]], out_dir: Path,
+          record: Mapping[str, Any], pressure: str) -> Path:
+    scale = split_columns(run.divisors["surface"][None], variables["surface"])[pressure]
+    predicted_p = split_columns(predicted, variables["surface"])[pressure] * scale
+    true_p = split_columns(run.arrays["surface_fields"], variables["surface"])[pressure] * scale if run.has_truth else None
+    title = f"{run.name}: Cd predicted {record['cd_pred']:.4f}, Cl predicted {record['cl_pred']:.4f}"
+    if run.has_truth:
+        title += f" | Cd true {record['cd_true']:.4f}, Cl true {record['cl_true']:.4f}"
+    return plot_surface_pressure(run.arrays["surface_mesh_centers"], predicted_p, true_p,
+                                 out_dir / f"{run.name}_pressure.png", title)

@@ -1,0 +1,187 @@
+"""What predict.py is given, read into one form: a raw DrivAerML run folder, a processed run, or
+an STL alone.
+
+Each becomes a ``PredictionRun``: the arrays in the processed-run layout (stl_*, surface_*,
+volume_* when asked, global_params_*; fields non-dimensional, as process_data.py stores them), the
+mesh the surface rows are the cells of (where predictions are written), and what is true:
+
+- a raw folder: the boundary VTP's cells, with its fields as truth; the volume VTU's points when
+  asked. The written VTP is the run's own, every array kept.
+- a processed run (``<run>.zarr``): its cell centres and fields; it keeps no cell connectivity, so
+  the written "mesh" is a point cloud with one vertex cell per surface cell.
+- an STL alone: its triangles are the surface cells (centres, areas, normals from the winding,
+  oriented the way the training data's normals point); nothing is true.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyvista as pv
+
+from domino_pipeline.inference.forces import mesh_vector_areas
+from domino_pipeline.inputs.drivaerml_reader import (
+    read_mesh,
+    read_stl,
+    read_surface,
+    read_volume,
+    run_files,
+)
+from domino_pipeline.inputs.nondimensional import car_length, field_divisors
+from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
+
+KINDS = ("raw", "processed", "stl")
+
+
+@dataclass(frozen=True)
+class Physics:
+    """The references that make fields non-dimensional (config ``physics``)."""
+
+    stream_velocity: float
+    air_density: float
+    reference_length: float | None = None  # None: each car's length (nondimensional.car_length)
+
+    def for_car(self, stl_vertices: np.ndarray) -> Physics:
+        """These references with the length resolved for the car of ``stl_vertices``."""
+        if self.reference_length is not None:
+            return self
+        return dataclasses.replace(self, reference_length=car_length(stl_vertices))
+
+    def divisors(self, variables: Mapping[str, str], dtype: type = np.float32) -> np.ndarray:
+        if self.reference_length is None:
+            raise ValueError("the length scale is per car: call Physics.for_car first")
+        return field_divisors(variables, self.stream_velocity, self.air_density, self.reference_length, dtype)
+
+    def global_params(self) -> np.ndarray:
+        return np.array([self.stream_velocity, self.air_density], dtype=np.float32)
+
+
+@dataclass
+class PredictionRun:
+    """One run to predict, in the processed-run layout, with the mesh to write the surface into."""
+
+    name: str
+    kind: str                                  # raw | processed | stl
+    arrays: dict[str, np.ndarray]              # the model's inputs; surface_fields / volume_fields: the truth (zeros when unknown)
+    surface_mesh: pv.PolyData                  # its cells are the surface rows, in order
+    has_truth: bool
+    divisors: dict[str, np.ndarray]            # per part: physical = non-dimensional * divisor
+    cell_vector_areas: np.ndarray              # (Ns, 3) float64: area x unit normal, oriented as the data's normals
+    true_surface: np.ndarray | None            # (Ns, C) float64 non-dimensional true fields, for the forces
+    volume_mesh: pv.DataSet | None = None      # its points are the volume rows, in order
+    notes: list[str] = field(default_factory=list)
+
+
+def run_kind(path: str | os.PathLike) -> str:
+    """"stl" for an .stl file, "processed" for a <run>.zarr group, "raw" for a run folder."""
+    path = Path(path)
+    if path.suffix.lower() == ".stl":
+        return "stl"
+    if path.suffix == ".zarr" or (path / "zarr.json").is_file():
+        return "processed"
+    if path.is_dir():
+        return "raw"
+    raise FileNotFoundError(f"{path}: neither an STL file, a processed run (.zarr) nor a run folder")
+
+
+def load_run(path: str | os.PathLike, *, variables: Mapping[str, Mapping[str, str]], physics: Physics,
+             volume: bool, normals_out_of_body: bool, volume_source: str = "points") -> PredictionRun:
+    """Read ``path`` (any of ``KINDS``) for prediction. ``variables``: {"surface": ..., "volume":
+    ...}; ``volume``: read the volume points too; ``normals_out_of_body``: how the training data's
+    surface normals point (an STL's are oriented so)."""
+    kind = run_kind(path)
+    if kind == "raw":
+        return load_raw_run(Path(path), variables, physics, volume, volume_source)
+    if kind == "processed":
+        return load_processed(Path(path), volume)
+    if volume:
+        raise ValueError(f"{path}: an STL alone has no volume points to predict at; set predict.volume=false")
+    return load_stl(Path(path), variables, physics, normals_out_of_body)
+
+
+def load_raw_run(run_dir: Path, variables: Mapping[str, Mapping[str, str]], physics: Physics, volume: bool,
+                 volume_source: str = "points") -> PredictionRun:
+    """A DrivAerML run folder: STL, boundary VTP (cells and true fields), volume VTU when asked."""
+    files = run_files(run_dir)
+    arrays = read_stl(files.stl) | read_surface(files.surface, variables["surface"])
+    physics = physics.for_car(arrays["stl_coordinates"])
+    divisors = {part: physics.divisors(variables[part]) for part in ("surface", "volume")}
+    true_surface = arrays["surface_fields"].astype(np.float64) / physics.divisors(variables["surface"], np.float64)
+    arrays["surface_fields"] = arrays["surface_fields"] / divisors["surface"]
+    arrays["global_params_values"] = arrays["global_params_reference"] = physics.global_params()
+    mesh = _polydata(read_mesh(files.surface))
+    run = PredictionRun(name=run_dir.name, kind="raw", arrays=arrays, surface_mesh=mesh, has_truth=True,
+                        divisors=divisors, cell_vector_areas=mesh_vector_areas(mesh), true_surface=true_surface)
+    if volume:
+        volume_arrays, source, run.notes = read_volume(files.volume, variables["volume"], volume_source)
+        arrays["volume_mesh_centers"] = volume_arrays["volume_mesh_centers"]
+        arrays["volume_fields"] = volume_arrays["volume_fields"] / divisors["volume"]
+        run.volume_mesh = point_cloud(arrays["volume_mesh_centers"], "unstructured")
+    return run
+
+
+def load_processed(path: Path, volume: bool) -> PredictionRun:
+    """A processed run: its arrays as stored; the surface "mesh" is a point cloud of cell centres."""
+    attrs = open_processed_run(path).attrs
+    length = attrs.get("nut_length_scale", attrs.get("reference_length"))
+    physics = Physics(float(attrs["stream_velocity"]), float(attrs["air_density"]),
+                      None if length is None else float(length))
+    names = ["stl_coordinates", "stl_faces", "stl_centers", "stl_areas", "surface_mesh_centers", "surface_normals",
+             "surface_areas", "surface_fields", "global_params_values", "global_params_reference"]
+    arrays = load_processed_run(path, names + (["volume_mesh_centers", "volume_fields"] if volume else []))
+    physics = physics.for_car(arrays["stl_coordinates"])
+    divisors = {part: physics.divisors(attrs[f"{part}_variables"]) for part in ("surface", "volume")}
+    vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
+    run = PredictionRun(name=path.name.removesuffix(".zarr"), kind="processed", arrays=arrays,
+                        surface_mesh=point_cloud(arrays["surface_mesh_centers"], "poly"), has_truth=True,
+                        divisors=divisors, cell_vector_areas=vector_areas,
+                        true_surface=arrays["surface_fields"].astype(np.float64))
+    if volume:
+        run.volume_mesh = point_cloud(arrays["volume_mesh_centers"], "unstructured")
+    return run
+
+
+def load_stl(path: Path, variables: Mapping[str, Mapping[str, str]], physics: Physics,
+             normals_out_of_body: bool) -> PredictionRun:
+    """An STL alone: its triangles are the surface cells; fields unknown (zeros)."""
+    arrays = read_stl(path)
+    physics = physics.for_car(arrays["stl_coordinates"])
+    faces = arrays["stl_faces"].reshape(-1, 3)
+    vector_areas = triangle_vector_areas(arrays["stl_coordinates"], faces, out_of_body=normals_out_of_body)
+    normals = vector_areas / np.maximum(np.linalg.norm(vector_areas, axis=1, keepdims=True), 1e-30)
+    width = len(physics.divisors(variables["surface"]))
+    arrays |= {"surface_mesh_centers": arrays["stl_centers"], "surface_normals": normals.astype(np.float32),
+               "surface_areas": arrays["stl_areas"],
+               "surface_fields": np.zeros((len(faces), width), dtype=np.float32),
+               "global_params_values": physics.global_params(), "global_params_reference": physics.global_params()}
+    mesh = pv.PolyData(arrays["stl_coordinates"], np.column_stack([np.full(len(faces), 3), faces]).ravel())
+    divisors = {part: physics.divisors(variables[part]) for part in ("surface", "volume")}
+    return PredictionRun(name=path.stem, kind="stl", arrays=arrays, surface_mesh=mesh, has_truth=False,
+                         divisors=divisors, cell_vector_areas=vector_areas, true_surface=None)
+
+
+def triangle_vector_areas(vertices: np.ndarray, faces: np.ndarray, *, out_of_body: bool) -> np.ndarray:
+    """Area times unit normal (F, 3), float64, of a closed triangle mesh's triangles, pointing out
+    of the body or into it. The winding gives each normal up to a common sign; the sign of the
+    enclosed volume (divergence theorem: positive when the winding points out) says which."""
+    v0, v1, v2 = (vertices[faces[:, k]].astype(np.float64) for k in range(3))
+    vector_areas = 0.5 * np.cross(v1 - v0, v2 - v0)
+    enclosed = np.einsum("ij,ij->", v0, np.cross(v1, v2)) / 6.0
+    return vector_areas if (enclosed > 0) == out_of_body else -vector_areas
+
+
+def point_cloud(points: np.ndarray, kind: str) -> pv.DataSet:
+    """Points with one vertex cell each: PolyData ("poly") or an UnstructuredGrid ("unstructured")."""
+    points = np.asarray(points, dtype=np.float32)
+    if kind == "poly":
+        return pv.PolyData(points)
+    return pv.UnstructuredGrid({pv.CellType.VERTEX: np.arange(len(points)).reshape(-1, 1)}, points)
+
+
+def _polydata(mesh: pv.DataSet) -> pv.PolyData:
+    return mesh if isinstance(mesh, pv.PolyData) else mesh.extract_surface()

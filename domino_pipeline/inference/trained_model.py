@@ -1,0 +1,41 @@
+"""A trained DoMINO for prediction, from a physicsnemo ``.mdlus`` or this project's ``checkpoint.pt``.
+
+    model, parameters = load_trained_model("outputs/demo/train_cached/checkpoints/model_best.mdlus", device)
+
+A ``.mdlus`` (``Module.save``: this project's model_last / model_best, or anyone's DoMINO)
+rebuilds itself from its own constructor arguments. A ``checkpoint.pt`` holds the resolved config
+the model was trained with; the model is rebuilt from it and its weights loaded (weights_only).
+Either way the model's resolved parameters come back, to check the data against
+(``check_data_fits_model``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from domino_pipeline.training import checkpointing
+from domino_pipeline.training.domino_model import (
+    build_model,
+    resolved_parameters,
+    variable_names,
+)
+
+
+def load_trained_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """(model in eval mode on ``device``, its resolved DoMINO parameters)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such model file (train.py writes checkpoints/model_best.mdlus when it "
+                                "validates, checkpoints/model_last.mdlus and checkpoint.pt always)")
+    if path.suffix == ".mdlus":
+        parameters = dict(checkpointing.read_model_args(path)["__args__"]["model_parameters"])
+        return checkpointing.load_model_file(path, device), parameters
+    state = checkpointing.load_checkpoint(path)
+    config = checkpointing.config_from_checkpoint(state)
+    widths = {part: len(variable_names(config["variables"][part])) for part in ("surface", "volume")}
+    model = build_model(config["model_type"], config["model"], device, widths)
+    model.load_state_dict(state["model"])
+    return model.eval(), resolved_parameters(config["model"])

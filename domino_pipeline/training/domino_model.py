@@ -1,0 +1,127 @@
+"""DoMINO from the config: one place decides the model type, builds the model, and checks that
+the data (a cache, or the uncached datapipe's settings) fits it.
+
+    model_type = resolve_model_type(cfg.model_type, model_section)          # conflicts are errors
+    parameters = resolved_parameters(model_section)                          # DoMINO's defaults + config
+    check_data_fits_model(dataset.settings, parameters, f"cache {cache_dir}")  # before the first step
+    model = build_model(model_type, model_section, device, widths)
+
+The physicsnemo model is imported inside the functions, so importing this module stays light.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from domino_pipeline.compute.settings import VARIABLE_WIDTH
+from domino_pipeline.loading.items import MODEL_TYPES
+
+INPUT_FEATURES = 3      # x, y, z of every point
+GLOBAL_FEATURES = 2     # stream velocity and air density (global_params_values)
+DEFAULT_OUTPUTS = {"volume": 5, "surface": 4}  # DrivAerML: U, p, nut | p, wall shear
+# Model parameters whose value must equal the data's: (model key, data key, config key of the data)
+DATA_BOUND_PARAMETERS = (
+    ("interp_res", "interp_res", "geometry.interp_res"),
+    ("num_neighbors_surface", "num_neighbors_surface", "geometry.num_neighbors_surface"),
+)
+
+
+def variable_names(variables: Mapping[str, str]) -> list[str]:
+    """Output column names: a scalar keeps its name, a vector becomes name_x, name_y, name_z."""
+    names = []
+    for name, kind in variables.items():
+        if kind not in VARIABLE_WIDTH:
+            raise ValueError(f"variable {name!r}: kind must be scalar or vector, not {kind!r}")
+        names += [name] if kind == "scalar" else [f"{name}_{axis}" for axis in "xyz"]
+    return names
+
+
+def resolve_model_type(model_type: str, model_section: Mapping[str, Any]) -> str:
+    """The model type, decided by the top-level ``model_type`` key alone.
+
+    ``model.model_type`` (DoMINO's own parameter) must follow it (conf/config.yaml sets it to
+    ``${model_type}``); a different value is an error naming both keys, never silently ignored.
+    """
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
+    inner = model_section.get("model_type", model_type)
+    if inner != model_type:
+        raise ValueError(
+            f"model.model_type={inner!r} conflicts with model_type={model_type!r}: the top-level "
+            f"model_type decides what the data and the model hold; set model_type={inner} instead "
+            "(model.model_type follows it)"
+        )
+    return model_type
+
+
+def model_parameters(section: Mapping[str, Any], defaults: Mapping[str, Any], where: str = "model") -> dict[str, Any]:
+    """The `model:` section checked key by key against DoMINO's DEFAULT_MODEL_PARAMS (unknown keys
+    are errors, missing ones take the default)."""
+    unknown = sorted(set(section) - set(defaults))
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(defaults)}")
+    merged = dict(defaults)
+    for key, value in section.items():
+        if isinstance(defaults[key], dict):
+            merged[key] = model_parameters(value, defaults[key], f"{where}.{key}")
+        else:
+            merged[key] = value
+    return merged
+
+
+def resolved_parameters(section: Mapping[str, Any]) -> dict[str, Any]:
+    """DoMINO's DEFAULT_MODEL_PARAMS with the `model:` section applied (plain JSON values)."""
+    from physicsnemo.models.domino.config import DEFAULT_MODEL_PARAMS
+
+    return model_parameters(section, json.loads(json.dumps(DEFAULT_MODEL_PARAMS)))
+
+
+def build_model(model_type: str, section: Mapping[str, Any], device: torch.device,
+                outputs: Mapping[str, int] | None = None) -> torch.nn.Module:
+    """DoMINO with 3 input features, the volume / surface outputs the model type asks for
+    (``outputs``: target columns per part, DrivAerML's 5 and 4 by default), 2 global parameters."""
+    from physicsnemo.models.domino import DoMINO
+    from physicsnemo.models.domino.config import Config
+
+    model_type = resolve_model_type(model_type, section)
+    outputs = {**DEFAULT_OUTPUTS, **(outputs or {})}
+    model = DoMINO(
+        input_features=INPUT_FEATURES,
+        output_features_vol=outputs["volume"] if model_type in ("volume", "combined") else None,
+        output_features_surf=outputs["surface"] if model_type in ("surface", "combined") else None,
+        global_features=GLOBAL_FEATURES,
+        model_parameters=Config(resolved_parameters(section)),
+    )
+    return model.to(device)
+
+
+def check_data_fits_model(data_settings: Mapping[str, Any], parameters: Mapping[str, Any], data_source: str) -> None:
+    """Refuse data whose grid resolution or surface neighbour count differs from the model's.
+
+    ``data_settings``: the preprocessing settings of the data (a cache manifest's ``settings``, or
+    ``PreprocessSettings.fingerprinted()``); ``parameters``: the model's resolved parameters.
+    DoMINO would otherwise fail deep inside its forward pass (a grid mismatch) or silently use
+    fewer neighbours than the data holds. The error names both values and both keys.
+    """
+    problems = []
+    for model_key, data_key, config_key in DATA_BOUND_PARAMETERS:
+        data_value, model_value = data_settings.get(data_key), parameters.get(model_key)
+        if data_value is None or model_value is None:
+            continue
+        if _plain(data_value) != _plain(model_value):
+            problems.append(f"{data_source} has {config_key}={_plain(data_value)} but the model has "
+                            f"model.{model_key}={_plain(model_value)}")
+    if problems:
+        raise ValueError("the data does not fit the model: " + "; ".join(problems)
+                         + ". Set the model's value to the data's, or rebuild the data with the model's")
+
+
+def _plain(value: Any) -> Any:
+    """Lists for tuples and ListConfigs, so that values from a manifest, a config and a model compare."""
+    if isinstance(value, (str, Mapping)) or not hasattr(value, "__iter__"):
+        return value
+    return [_plain(v) for v in value]

@@ -1,0 +1,160 @@
+"""Predict the fields of cars with a trained DoMINO: surface VTP (and volume VTU), errors, drag and lift.
+
+    python predict.py --config-name=demo output_dir=outputs/demo/train_cached predict.split=val
+    python predict.py predict.checkpoint=/runs/a/checkpoints/model_best.mdlus \
+        'predict.runs=[/data/drivaerml/run_7,/data/new_car.stl]' predict.out_dir=/runs/a/predictions
+    python predict.py ... model_type=combined predict.volume=true     # also the volume points (VTU)
+
+Give the same config as training (the bounding boxes, grid, variables and scaling factors the
+model was trained with). `predict.checkpoint` is a physicsnemo `.mdlus` (this project's
+model_best / model_last, or any DoMINO saved with `Module.save`) or this project's checkpoint.pt.
+`predict.runs` takes raw DrivAerML run folders, processed `<run>.zarr` groups or `.stl` files;
+`predict.split=val` adds the validation runs of `<predict.train_dir>/split.json`.
+
+For each run, in `predict.out_dir`: `<run>_surface.vtp` with the predicted arrays `<name>_pred`
+beside the true `<name>` (physical units, as in the source files), `<run>_volume.vtu` when asked,
+`<run>_pressure.png`; for all runs `predictions.csv`: drag and lift coefficients predicted and
+true, relative L2 per variable. The table is printed too. Conventions: domino_pipeline/inference/forces.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from domino_pipeline.compute.scaling import load_scaling_factors
+from domino_pipeline.compute.settings import settings_from_config
+from domino_pipeline.inference.forces import ForceConvention, ForceSettings
+from domino_pipeline.inference.predict_runs import (
+    predict_run,
+    run_record,
+    write_run_outputs,
+)
+from domino_pipeline.inference.report import format_table, write_csv
+from domino_pipeline.inference.run_inputs import Physics, load_run
+from domino_pipeline.inference.trained_model import load_trained_model
+from domino_pipeline.training.distributed import resolve_train_device
+from domino_pipeline.training.domino_model import check_data_fits_model, variable_names
+
+SPLITS = ("train", "val")
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    """The `predict:` section, validated."""
+
+    checkpoint: str
+    runs: list[str]
+    split: str | None         # train | val: add the runs of <train_dir>/split.json
+    train_dir: str
+    out_dir: str
+    batch_points: int         # surface cells (or volume points) per forward pass
+    volume: bool
+    device: str
+    plot: bool
+
+    def __post_init__(self) -> None:
+        if self.split is not None and self.split not in SPLITS:
+            raise ValueError(f"predict.split must be null or one of {SPLITS}, not {self.split!r}")
+        if self.batch_points < 1:
+            raise ValueError(f"predict.batch_points must be at least 1, not {self.batch_points}")
+
+    @classmethod
+    def from_config(cls, section: DictConfig) -> "PredictConfig":
+        values = OmegaConf.to_container(section, resolve=True)
+        known = set(cls.__dataclass_fields__)
+        if set(values) != known:
+            raise ValueError(f"predict config: unknown keys {sorted(set(values) - known)}, "
+                             f"missing keys {sorted(known - set(values))}")
+        return cls(**values)
+
+
+def force_settings(section: DictConfig) -> ForceSettings:
+    """The `forces:` section."""
+    values = OmegaConf.to_container(section, resolve=True)
+    convention = ForceConvention(normals=values.pop("normals"), wall_shear=values.pop("wall_shear"))
+    for key in ("drag_direction", "lift_direction"):
+        values[key] = tuple(float(v) for v in values[key])
+    return ForceSettings(convention=convention, **values)
+
+
+def split_runs_of(train_dir: Path, split: str, raw_dir: Path, processed_dir: Path) -> list[Path]:
+    """The runs train.py put in ``split``: each run's raw folder when there is one, else its processed run."""
+    path = train_dir / "split.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no split; train with output_dir={train_dir} first, or list predict.runs")
+    names = json.loads(path.read_text())[split]
+    if not names:
+        raise ValueError(f"{path}: the {split} split is empty")
+    return [raw_dir / name.removesuffix(".zarr") if (raw_dir / name.removesuffix(".zarr")).is_dir()
+            else processed_dir / name for name in names]
+
+
+def runs_to_predict(options: PredictConfig, cfg: DictConfig) -> list[Path]:
+    runs = [Path(run) for run in options.runs]
+    if options.split is not None:
+        runs += split_runs_of(Path(options.train_dir), options.split, Path(cfg.data.raw_dir), Path(cfg.data.processed_dir))
+    if not runs:
+        raise ValueError("nothing to predict: give predict.runs=[...] or predict.split=val")
+    return runs
+
+
+def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
+    columns = ["run", "cells", "cd_pred", "cd_true", "cl_pred", "cl_true"]
+    columns += [f"rel_l2_area_{name}" for name in surface_names] + [f"rel_l2_{name}" for name in surface_names]
+    columns += sorted({key for r in records for key in r if key.startswith("rel_l2_volume_")})
+    return columns + ["cells_not_predicted", "seconds"]
+
+
+def print_table(records: list[dict], columns: list[str]) -> None:
+    """Drag, lift and the area-weighted relative L2 errors (the CSV has every column)."""
+    shown = [c for c in columns if not c.startswith("rel_l2_") or c.startswith("rel_l2_area_")]
+    shown = [c for c in shown if c != "cells_not_predicted" or any(r.get(c) for r in records)]
+    print(format_table(records, shown, {c: c.removeprefix("rel_l2_area_") for c in shown}))
+    print("columns after cl_true: relative L2 error per variable over the surface, area-weighted")
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    options = PredictConfig.from_config(cfg.predict)
+    forces = force_settings(cfg.forces)
+    device = resolve_train_device(options.device, 0)
+    settings = settings_from_config(cfg.geometry, cfg.variables)
+    variables = OmegaConf.to_container(cfg.variables, resolve=True)
+    model, parameters = load_trained_model(options.checkpoint, device)
+    check_data_fits_model(settings.fingerprinted(), parameters, "the config")
+    factors = load_scaling_factors(cfg.sampling.scaling_factors, cfg.sampling.normalization)
+    length = cfg.physics.reference_length
+    physics = Physics(float(cfg.physics.stream_velocity), float(cfg.physics.air_density),
+                      None if length is None else float(length))
+    out_dir = Path(options.out_dir)
+    records = []
+    for path in runs_to_predict(options, cfg):
+        run = load_run(path, variables=variables, physics=physics, volume=options.volume,
+                       normals_out_of_body=forces.convention.normals == "out_of_body",
+                       volume_source=str(cfg.process.volume_source))
+        prediction = predict_run(model, run, settings, scaling_factors=factors,
+                                 geometry_points=int(cfg.sampling.geometry_points), batch_points=options.batch_points,
+                                 device=device, volume=options.volume, seed=int(cfg.seed))
+        record = run_record(run, prediction, variables=variables, forces=forces)
+        written = write_run_outputs(run, prediction, variables=variables, out_dir=out_dir, plot=options.plot,
+                                    record=record, pressure=forces.pressure)
+        print(f"{run.name}: {record.get('cells', 0):,} cells in {prediction.seconds:.1f} s -> "
+              + ", ".join(str(p) for p in written), flush=True)
+        records.append(record)
+    columns = table_columns(records, variable_names(variables["surface"]))
+    csv_path = write_csv(records, columns, out_dir / "predictions.csv")
+    print_table(records, columns)
+    print(f"drag/lift: reference area {forces.reference_area} m^2, normals {forces.convention.normals}, wall shear "
+          f"{forces.convention.wall_shear}; table: {csv_path}")
+    if any(r.get("cd_true", 1.0) < 0 for r in records):
+        print("warning: a true drag coefficient is negative: check forces.normals and forces.wall_shear", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

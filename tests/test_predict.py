@@ -1,0 +1,239 @@
+"""predict.py on tiny runs: the VTP it writes, drag against an independent integration of the raw
+VTP, STL-only runs, batching that does not change the result; the force integration itself."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pyvista as pv
+import torch
+from omegaconf import OmegaConf
+from test_train import TINY
+
+import train
+from domino_pipeline.compute.scaling import (
+    compute_scaling_factors,
+    save_scaling_factors,
+)
+from domino_pipeline.inference.forces import (
+    ForceConvention,
+    force_coefficients,
+    polygon_vector_areas,
+)
+from domino_pipeline.inputs.runs import list_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE_AREA = 2.0
+# synthetic_data.py's runs: normals out of the car, wall shear on the car
+SYNTHETIC_FORCES = ["forces.normals=out_of_body", "forces.wall_shear=on_body", f"forces.reference_area={REFERENCE_AREA}"]
+
+
+def tiny_model_config(*extra: str):
+    base = OmegaConf.load(ROOT / "conf" / "config.yaml")
+    base.pop("defaults", None)
+    return OmegaConf.merge(base, OmegaConf.from_dotlist([*TINY, *extra]))
+
+
+@pytest.fixture(scope="module")
+def model_and_factors(tiny_processed_dir: Path, tmp_path_factory) -> dict[str, Path]:
+    """An untrained tiny surface DoMINO saved with physicsnemo's Module.save, and scaling factors:
+    prediction needs a model, not a good one."""
+    work = tmp_path_factory.mktemp("predict")
+    factors = save_scaling_factors(work / "scaling_factors.json", compute_scaling_factors(list_runs(tiny_processed_dir)))
+    torch.manual_seed(0)
+    model = train.build_model("surface", OmegaConf.to_container(tiny_model_config().model, resolve=True), torch.device("cpu"))
+    model.save(str(work / "model.mdlus"))
+    return {"model": work / "model.mdlus", "factors": factors, "work": work}
+
+
+def predict_command(paths: dict[str, Path], runs: list[Path], out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "predict.py", *TINY, f"sampling.scaling_factors={paths['factors']}",
+            f"predict.checkpoint={paths['model']}", f"predict.runs=[{','.join(map(str, runs))}]",
+            f"predict.out_dir={out}", *SYNTHETIC_FORCES, *extra]
+
+
+def independent_drag(vtp: Path, air_density: float, stream_velocity: float) -> float:
+    """C_d of a raw VTP: each cell's vector area as a sum over a fan of triangles, one cell at a
+    time; pressure and shear non-dimensionalised by rho U^2; normals out of the car, shear on it."""
+    mesh = pv.read(str(vtp))
+    pressure = np.asarray(mesh.cell_data["pMeanTrim"], dtype=np.float64)
+    shear_x = np.asarray(mesh.cell_data["wallShearStressMeanTrim"], dtype=np.float64)[:, 0]
+    force_x = 0.0
+    for i in range(mesh.n_cells):
+        corners = np.asarray(mesh.get_cell(i).points, dtype=np.float64)
+        vector_area = sum(0.5 * np.cross(corners[k] - corners[0], corners[k + 1] - corners[0])
+                          for k in range(1, len(corners) - 1))
+        force_x += -pressure[i] * vector_area[0] + shear_x[i] * np.linalg.norm(vector_area)
+    return 2.0 * force_x / (air_density * stream_velocity**2) / REFERENCE_AREA
+
+
+@pytest.fixture(scope="module")
+def predicted(model_and_factors, tiny_raw_dir: Path) -> dict[str, Path]:
+    out = model_and_factors["work"] / "out"
+    runs = [tiny_raw_dir / "run_1", tiny_raw_dir / "run_2" / "drivaer_2.stl"]
+    result = subprocess.run(predict_command(model_and_factors, runs, out, "predict.batch_points=700"),
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return {"out": out, "text": result.stdout}
+
+
+def read_csv(path: Path) -> dict[str, dict[str, str]]:
+    with open(path) as file:
+        return {row["run"]: row for row in csv.DictReader(file)}
+
+
+def test_predict_writes_the_surface_with_predicted_arrays_beside_the_true_ones(predicted, tiny_raw_dir):
+    raw = pv.read(str(tiny_raw_dir / "run_1" / "boundary_1.vtp"))
+    written = pv.read(str(predicted["out"] / "run_1_surface.vtp"))
+    assert written.n_cells == raw.n_cells
+    for name, width in (("pMeanTrim", 1), ("wallShearStressMeanTrim", 3)):
+        np.testing.assert_array_equal(written.cell_data[name], raw.cell_data[name])
+        values = np.asarray(written.cell_data[f"{name}_pred"])
+        assert values.reshape(raw.n_cells, -1).shape == (raw.n_cells, width)
+        assert np.isfinite(values).all()
+    assert (predicted["out"] / "run_1_pressure.png").stat().st_size > 0
+    assert "cd_true" in predicted["text"] and "run_1" in predicted["text"]
+
+
+def test_the_true_drag_is_the_integral_of_the_raw_vtp(predicted, tiny_raw_dir):
+    physics = OmegaConf.load(ROOT / "conf" / "config.yaml").physics
+    row = read_csv(predicted["out"] / "predictions.csv")["run_1"]
+    expected = independent_drag(tiny_raw_dir / "run_1" / "boundary_1.vtp", physics.air_density, physics.stream_velocity)
+    assert expected > 0.05  # a car's drag, with the synthetic runs' convention
+    assert float(row["cd_true"]) == pytest.approx(expected, rel=1e-6)
+    assert int(row["cells"]) == pv.read(str(tiny_raw_dir / "run_1" / "boundary_1.vtp")).n_cells
+    assert int(row["cells_not_predicted"]) == 0
+    for name in ("pMeanTrim", "wallShearStressMeanTrim_x", "wallShearStressMeanTrim_y", "wallShearStressMeanTrim_z"):
+        assert np.isfinite(float(row[f"rel_l2_{name}"]))
+
+
+def test_an_stl_alone_gets_predictions_on_its_triangles(predicted, tiny_raw_dir):
+    stl = pv.read(str(tiny_raw_dir / "run_2" / "drivaer_2.stl"))
+    written = pv.read(str(predicted["out"] / "drivaer_2_surface.vtp"))
+    assert written.n_cells == stl.n_cells and "pMeanTrim" not in written.cell_data
+    assert np.isfinite(written.cell_data["pMeanTrim_pred"]).all()
+    row = read_csv(predicted["out"] / "predictions.csv")["drivaer_2"]
+    assert row["cd_true"] == "" and np.isfinite(float(row["cd_pred"]))
+
+
+def test_batches_do_not_change_the_prediction(model_and_factors, tiny_processed_dir):
+    from domino_pipeline.compute.scaling import load_scaling_factors
+    from domino_pipeline.compute.settings import settings_from_config
+    from domino_pipeline.inference.predict_runs import predict_run
+    from domino_pipeline.inference.run_inputs import load_processed
+    from domino_pipeline.inference.trained_model import load_trained_model
+
+    cfg = tiny_model_config()
+    model, _ = load_trained_model(model_and_factors["model"], torch.device("cpu"))
+    run = load_processed(tiny_processed_dir / "run_1.zarr", volume=False)
+    common = dict(scaling_factors=load_scaling_factors(model_and_factors["factors"]), geometry_points=400,
+                  device=torch.device("cpu"))
+    settings = settings_from_config(cfg.geometry, cfg.variables)
+    whole = predict_run(model, run, settings, batch_points=100_000, **common).surface
+    batched = predict_run(model, run, settings, batch_points=333, **common).surface
+    assert whole.shape == (len(run.arrays["surface_areas"]), 4) and np.isfinite(whole).all()
+    np.testing.assert_allclose(batched, whole, rtol=1e-5, atol=1e-6)
+
+
+# ---- the force integration ----
+
+def cube(half: float = 0.5):
+    """A cube's 6 faces as quads wound out of it, the -x face first."""
+    points = np.array([[x, y, z] for x in (-half, half) for y in (-half, half) for z in (-half, half)])
+    faces = [[0, 1, 3, 2], [4, 6, 7, 5], [0, 4, 5, 1], [2, 3, 7, 6], [0, 2, 6, 4], [1, 5, 7, 3]]
+    offsets = np.arange(0, 4 * 7, 4)
+    return points, offsets, np.array(faces).ravel()
+
+
+def test_forces_on_a_cube():
+    points, offsets, connectivity = cube()
+    vector_areas = polygon_vector_areas(points, offsets, connectivity)
+    np.testing.assert_allclose(vector_areas[:2], [[-1, 0, 0], [1, 0, 0]])  # -x face, +x face: area 1, outward
+    areas = np.linalg.norm(vector_areas, axis=1)
+    outward = ForceConvention(normals="out_of_body", wall_shear="on_body")
+    # pressure 1 on the front (-x) face only pushes the cube along +x: F_x = 1, C_d = 2 F_x / A_ref
+    pressure = np.array([1.0, 0, 0, 0, 0, 0])
+    no_shear = np.zeros((6, 3))
+    assert force_coefficients(pressure, no_shear, vector_areas, areas, reference_area=4.0, convention=outward) == {"cd": 0.5, "cl": 0.0}
+    # a uniform pressure gives no force; shear 0.25 along +x on every face drags with 6 x 0.25
+    shear = np.tile([0.25, 0.0, 0.0], (6, 1))
+    got = force_coefficients(np.full(6, 3.0), shear, vector_areas, areas, reference_area=1.0, convention=outward)
+    assert got["cd"] == pytest.approx(2 * 1.5) and got["cl"] == pytest.approx(0.0)
+    # the same physics in OpenFOAM's convention: normals into the car, shear on the fluid
+    openfoam = ForceConvention()
+    assert force_coefficients(pressure, -shear, -vector_areas, areas, reference_area=1.0, convention=openfoam)["cd"] == \
+        pytest.approx(force_coefficients(pressure, shear, vector_areas, areas, reference_area=1.0, convention=outward)["cd"])
+
+
+def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny_processed_dir):
+    from domino_pipeline.compute.scaling import load_scaling_factors
+    from domino_pipeline.compute.settings import settings_from_config
+    from domino_pipeline.inference.forces import ForceSettings
+    from domino_pipeline.inference.predict_runs import (
+        predict_run,
+        run_record,
+        write_run_outputs,
+    )
+    from domino_pipeline.inference.run_inputs import load_processed
+
+    cfg = tiny_model_config("model_type=combined", "model.geometry_rep.geo_conv.volume_neighbors_in_radius=[8,8,16,16]",
+                            "model.geometry_local.volume_neighbors_in_radius=[8,16]")
+    torch.manual_seed(1)
+    model = train.build_model("combined", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu")).eval()
+    run = load_processed(tiny_processed_dir / "run_1.zarr", volume=True)
+    settings = settings_from_config(cfg.geometry, cfg.variables)
+    prediction = predict_run(model, run, settings, scaling_factors=load_scaling_factors(model_and_factors["factors"]),
+                             geometry_points=400, batch_points=3000, device=torch.device("cpu"), volume=True)
+    count = len(run.arrays["volume_mesh_centers"])
+    assert prediction.volume.shape == (count, 5) and prediction.surface.shape == (len(run.arrays["surface_areas"]), 4)
+    lo, hi = (np.asarray(b) for b in settings.bounding_box_volume)
+    inside = np.all((run.arrays["volume_mesh_centers"] > lo) & (run.arrays["volume_mesh_centers"] < hi), axis=1)
+    assert np.isfinite(prediction.volume[inside]).all() and np.isnan(prediction.volume[~inside]).all()
+    variables = OmegaConf.to_container(cfg.variables)
+    record = run_record(run, prediction, variables=variables,
+                        forces=ForceSettings(reference_area=2.0, convention=ForceConvention("out_of_body", "on_body")))
+    assert np.isfinite(record["rel_l2_volume_UMeanTrim_x"]) and np.isfinite(record["cd_true"])
+    out = model_and_factors["work"] / "combined"
+    write_run_outputs(run, prediction, variables=variables, out_dir=out, plot=False, record=record, pressure="pMeanTrim")
+    volume = pv.read(str(out / "run_1_volume.vtu"))
+    assert volume.n_points == count
+    assert volume.point_data["UMeanTrim_pred"].shape == (count, 3) and "nutMeanTrim" in volume.point_data
+
+
+def test_the_surface_branch_with_one_geometry_encoding_equals_the_forward_pass(model_and_factors, tiny_processed_dir):
+    from domino_pipeline.compute.settings import settings_from_config
+    from domino_pipeline.inference.full_resolution import (
+        BatchItems,
+        SurfaceBranch,
+        prepare_run,
+    )
+    from domino_pipeline.inference.run_inputs import load_processed
+    from domino_pipeline.inference.trained_model import load_trained_model
+
+    cfg = tiny_model_config()
+    model, _ = load_trained_model(model_and_factors["model"], torch.device("cpu"))
+    assert SurfaceBranch.supports(model)
+    settings = settings_from_config(cfg.geometry, cfg.variables)
+    run = load_processed(tiny_processed_dir / "run_1.zarr", volume=False)
+    items = BatchItems(prepare_run(run.arrays, settings, parts=("surface",), source="run_1"), settings,
+                       parts=("surface",), geometry_points=400)
+    branch = SurfaceBranch(model)
+    with torch.no_grad():
+        for rows in (np.arange(0, 500), np.arange(500, 700)):  # the second batch reuses the first's encoding
+            batch = items.item(rows, None)
+            torch.testing.assert_close(branch(batch), model(batch)[1], rtol=0, atol=1e-6)
+
+
+def test_relative_l2_per_cell_and_area_weighted():
+    from domino_pipeline.inference.report import relative_l2
+
+    true = np.array([[3.0], [4.0], [1.0]])
+    predicted = np.array([[3.0], [4.0 + 5.0], [np.nan]])  # the third row was not predicted
+    np.testing.assert_allclose(relative_l2(predicted, true), [1.0])
+    # weights 4 and 1: sqrt(1 * 25) / sqrt(4 * 9 + 1 * 16)
+    np.testing.assert_allclose(relative_l2(predicted, true, weights=np.array([4.0, 1.0, 7.0])), [5.0 / np.sqrt(52.0)])
