@@ -184,7 +184,8 @@ def build_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> to
 
 def ensure_scaling_factors(cfg: DictConfig, train_runs: list[Path], path: Path, info: DistInfo) -> None:
     """Rank 0 computes the target scaling factors from the training runs once, if the file is
-    missing (and says so when an existing file was computed from other runs); the others wait.
+    missing; factors computed from other runs are refused unless ``sampling.allow_other_split``;
+    the other ranks wait.
     The cache's own factors are cache_data.py's to write: missing, they are an error."""
     from domino_pipeline.compute.scaling import (
         compute_scaling_factors,
@@ -201,8 +202,14 @@ def ensure_scaling_factors(cfg: DictConfig, train_runs: list[Path], path: Path, 
         variables = {part: [(str(k), str(v)) for k, v in cfg.variables[part].items()] for part in ("surface", "volume")}
         save_scaling_factors(path, compute_scaling_factors(
             train_runs, normalization=normalization, options=read_options_from_config(cfg), variables=variables))
-    elif info.is_main and load_scaling_factors(path).get("runs") != [run_name(run) for run in train_runs]:
-        print(f"note: {path} was computed from other runs than this training split; delete it to recompute")
+    elif load_scaling_factors(path).get("runs", [run_name(r) for r in train_runs]) != [run_name(r) for r in train_runs]:
+        if not cfg.sampling.get("allow_other_split", False):
+            raise ValueError(f"{path}: the scaling factors were computed from other runs than this "
+                             "training split (see its 'runs'); recompute them (delete the file, or "
+                             "rerun cache_data.py with this train.val_fraction and train.split_seed), "
+                             "or set sampling.allow_other_split=true to use them anyway")
+        if info.is_main:
+            print(f"note: {path} was computed from other runs than this training split (allowed)")
     distributed.barrier()
 
 

@@ -368,3 +368,24 @@ def test_the_example_losses_train_and_are_logged_with_the_loss(setup):
     np.testing.assert_allclose(record["train_loss"], terms["surface"] + terms["surface_area"] + 100 * terms["integral"], rtol=1e-5)
     val_terms = [record[f"val_loss/{t}"] for t in ("surface", "surface_area", "integral")]
     np.testing.assert_allclose(record["val_loss"], val_terms[0] + val_terms[1] + 100 * val_terms[2], rtol=1e-5)
+
+
+def test_scaling_factors_of_another_split_are_refused_unless_allowed(tmp_path):
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from domino_pipeline.compute.scaling import save_scaling_factors
+
+    factors = {"normalization": "min_max", "runs": ["run_1", "run_2"],
+               "surface": {"min": [0.0] * 4, "max": [1.0] * 4, "mean": [0.5] * 4, "std": [0.1] * 4},
+               "volume": {"min": [0.0] * 5, "max": [1.0] * 5, "mean": [0.5] * 5, "std": [0.1] * 5}}
+    path = save_scaling_factors(tmp_path / "factors.json", factors)
+    cfg = OmegaConf.create({"cache": {"enabled": False}, "sampling": {"scaling_factors": str(path),
+                                                                      "normalization": "min_max"}})
+    info = SimpleNamespace(is_main=True)
+    train.ensure_scaling_factors(cfg, [Path("run_1.zarr"), Path("run_2.zarr")], path, info)  # same runs
+    with pytest.raises(ValueError, match=r"factors\.json: the scaling factors were computed from other runs"):
+        train.ensure_scaling_factors(cfg, [Path("run_1.zarr"), Path("run_3.zarr")], path, info)
+    cfg.sampling.allow_other_split = True
+    train.ensure_scaling_factors(cfg, [Path("run_1.zarr"), Path("run_3.zarr")], path, info)
