@@ -576,7 +576,11 @@ def main(cfg: DictConfig) -> None:
     if info.device.type == "cpu" and config.cpu_threads > 0:
         torch.set_num_threads(config.cpu_threads)
     try:
-        session = build_session(cfg, config, info)
+        try:
+            session = build_session(cfg, config, info)
+        except (OSError, ValueError) as err:  # refusals (stale cache, bad config, missing data): one line
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(1)
         session.log.print(
             f"DoMINO {cfg.model_type}: {sum(p.numel() for p in session.model.parameters()):,} parameters on "
             f"{info.device} x {info.world_size}; {len(session.train_runs)} training / {len(session.val_runs)} "

@@ -389,3 +389,15 @@ def test_scaling_factors_of_another_split_are_refused_unless_allowed(tmp_path):
         train.ensure_scaling_factors(cfg, [Path("run_1.zarr"), Path("run_3.zarr")], path, info)
     cfg.sampling.allow_other_split = True
     train.ensure_scaling_factors(cfg, [Path("run_1.zarr"), Path("run_3.zarr")], path, info)
+
+
+@pytest.mark.slow
+def test_a_refused_cache_is_one_line_without_a_traceback(tiny_processed_dir, tmp_path):
+    result = subprocess.run(
+        [PYTHON, "train.py", "--config-name=cached", *TINY, f"data.processed_dir={tiny_processed_dir}",
+         f"cache.dir={tmp_path / 'no_cache'}", f"output_dir={tmp_path / 'out'}", "train.epochs=1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "no_cache" in errors[0], result.stderr[-2000:]
