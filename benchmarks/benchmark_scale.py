@@ -127,7 +127,8 @@ def _read_all(cache: Path) -> None:
 
 
 def child_draws(cache: Path, preset: str, n: int) -> dict:
-    """In this process: ``n`` timed draws warm and ``n`` cold after one warm-up, medians."""
+    """In this process: ``n`` timed draws warm and ``n`` cold after one warm-up, medians, and
+    how many bytes of the cache a draw reads."""
     from datapipe import CachedDoMINODataset
 
     ds = CachedDoMINODataset(cache, model_type="combined", seed=0, count_bytes=True, **SAMPLES[preset])
@@ -187,12 +188,23 @@ def child_rss(cache: Path, n: int) -> dict:
     """Draw ``n`` items, index ``i % len`` in turn; this process's RSS at the end."""
     from datapipe import CachedDoMINODataset
 
-    ds = CachedDoMINODataset(cache, model_type="combined", seed=0, **SAMPLES["tiny"])
+    ds = CachedDoMINODataset(cache, model_type="combined", seed=0, scaling_factors=None, **SAMPLES["tiny"])
     for i in range(n):
         ds[i % len(ds)]
     rss = int(next(line for line in Path("/proc/self/status").read_text().splitlines()
                    if line.startswith("VmRSS")).split()[1])
     return {"rss_mb": rss / 1024}
+
+
+def _step(work: Path, key: str, compute) -> dict:
+    """The figures of one step, measured once per ``work`` folder: kept in ``steps.json``, so
+    an interrupted benchmark resumes after its last finished step (delete the file to remeasure)."""
+    path = work / "steps.json"
+    done = json.loads(path.read_text()) if path.is_file() else {}
+    if key not in done:
+        done[key] = compute()
+        path.write_text(json.dumps(done, indent=2) + "\n")
+    return done[key]
 
 
 def measure(presets: list[str], work: Path, n: int) -> dict:
@@ -202,13 +214,15 @@ def measure(presets: list[str], work: Path, n: int) -> dict:
         figures = {"processed_mb_in_memory": processed_bytes(processed) / 1e6, "layouts": {}}
         for layout in LAYOUTS:
             cache = work / preset / f"cache_{layout}"
-            row = build(processed, cache, layout, GRID[preset]) | draws(cache, preset, n)
+            row = _step(work, f"build {preset} {layout}", lambda: build(processed, cache, layout, GRID[preset]))
+            row |= _step(work, f"draws {preset} {layout}", lambda: draws(cache, preset, n))
             figures["layouts"][layout] = row
         result["presets"][preset] = figures
     largest = presets[-1]
     doubled = double_volume(work / largest / "processed", work / largest / "processed_volume2x")
-    result["volume2x"] = build(doubled, work / largest / "cache_volume2x", "features", GRID[largest])
-    result["worker"] = worker_rss(work)
+    result["volume2x"] = _step(work, "build volume2x", lambda: build(
+        doubled, work / largest / "cache_volume2x", "features", GRID[largest]))
+    result["worker"] = _step(work, "worker rss", lambda: worker_rss(work))
     return result
 
 
