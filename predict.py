@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from domino_pipeline.compute.scaling import load_scaling_factors
 from domino_pipeline.compute.settings import settings_from_config
+from domino_pipeline.config_section import from_section
 from domino_pipeline.inference.forces import ForceConvention, ForceSettings
 from domino_pipeline.inference.predict_runs import (
     predict_run,
@@ -66,12 +67,8 @@ class PredictConfig:
 
     @classmethod
     def from_config(cls, section: DictConfig) -> "PredictConfig":
-        values = OmegaConf.to_container(section, resolve=True)
-        known = set(cls.__dataclass_fields__)
-        if set(values) != known:
-            raise ValueError(f"predict config: unknown keys {sorted(set(values) - known)}, "
-                             f"missing keys {sorted(known - set(values))}")
-        return cls(**values)
+        """Build from the Hydra section; unknown or missing keys are errors."""
+        return from_section(cls, section, "predict")
 
 
 def force_settings(section: DictConfig) -> ForceSettings:

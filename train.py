@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torch.utils.tensorboard import SummaryWriter
 
 from datapipe import collate_items, dataset_from_config, parts_of, scaling_factors_path
+from domino_pipeline.config_section import from_section
 from domino_pipeline.inputs.runs import split_from_config, split_runs  # noqa: F401 (split_runs: train.split_runs)
 from domino_pipeline.training import checkpointing, distributed
 from domino_pipeline.training.distributed import DistInfo
@@ -98,13 +99,7 @@ class TrainConfig:
     @classmethod
     def from_config(cls, section: DictConfig) -> "TrainConfig":
         """Build from the Hydra section; unknown or missing keys are errors."""
-        values = OmegaConf.to_container(section, resolve=True)
-        known = set(cls.__dataclass_fields__)
-        if set(values) != known:
-            raise ValueError(
-                f"train config: unknown keys {sorted(set(values) - known)}, missing keys {sorted(known - set(values))}"
-            )
-        return cls(**values)
+        return from_section(cls, section, "train")
 
 
 class StopFlag:

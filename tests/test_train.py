@@ -140,7 +140,8 @@ def test_killed_run_resumes_with_the_losses_of_an_uninterrupted_run(setup, three
 @pytest.mark.slow
 def test_torchrun_two_ranks_train_on_different_runs(setup):
     out = setup["work"] / "ddp"
-    command = [TORCHRUN, "--standalone", "--nproc_per_node=2", *train_command(setup, out, "train.epochs=1", "train.val_fraction=0")[1:]]
+    command = [TORCHRUN, "--standalone", "--nproc_per_node=2", *train_command(
+        setup, out, "train.epochs=1", "train.val_fraction=0", "sampling.allow_other_split=true")[1:]]
     run(command, env={**os.environ, "OMP_NUM_THREADS": "1"})
     (record,) = epochs(out)
     assert record["world_size"] == 2
@@ -341,7 +342,7 @@ def test_training_starts_from_a_physicsnemo_mdlus(setup):
 
     out = setup["work"] / "finetuned"
     result = run(train_command(setup, out, "train.epochs=1", "train.val_fraction=0", f"train.init_from={path}",
-                               "train.lr=0", "train.weight_decay=0"))
+                               "train.lr=0", "train.weight_decay=0", "sampling.allow_other_split=true"))
     assert f"initialised the model from {path}" in result.stdout
     # lr 0: the trained weights are the file's, bit for bit
     state = checkpointing.load_checkpoint(checkpointing.checkpoint_path(out))["model"]
