@@ -132,10 +132,14 @@ class CachedDoMINODataset(EpochDataset):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         run = self.run(index)
         counts = run.attrs["counts"]
+        for name, selection in self._reads(None):  # what every draw reads, while it draws
+            run.prefetch(name, selection)
         try:
             draw = self._draw(index, counts, lambda a, b: run.read("surface_areas", slice(a, b)))
         except TooFewPointsError as err:
             raise TooFewPointsError(f"{run.path}: {err}") from err
+        for name, selection in self._reads(draw):
+            run.prefetch(name, selection)
         grids = self._derived_grids()
         drawn_grids = {"surf_grid": grids["surf_grid"],
                        "sdf_surf_grid": run.read("surface_grid_sdf", empty=output_array)}
@@ -149,6 +153,27 @@ class CachedDoMINODataset(EpochDataset):
                                                                          self.neighbor_layout),
             volume=None if draw.volume_rows is None else _read_volume(run, draw.volume_rows),
             scaling_factors=self.scaling_factors)
+
+
+    def _reads(self, draw) -> list[tuple[str, object]]:
+        """The (array, selection) pairs a draw reads: with ``draw`` None those of every draw
+        (grid SDFs, STL vertices), else those of its rows (in the ``indices`` layout the
+        neighbour-source arrays whole: the neighbours of random cells lie everywhere)."""
+        if draw is None:
+            grids = ["surface_grid_sdf"] + (["volume_grid_sdf"] if "volume" in self.parts else [])
+            return [(name, Ellipsis) for name in (*grids, "geometry_coordinates")]
+        reads = []
+        if draw.surface_rows is not None:
+            rows = draw.surface_rows
+            reads.append(("surface_fields", rows))
+            if self.neighbor_layout == "features":
+                reads += [(f"surface_{n}", rows) for n in NEIGHBOR_FEATURES]
+                reads += [(f"surface_neighbor_{n}", rows) for n in NEIGHBOR_FEATURES]
+            else:
+                reads += [("surface_neighbors", rows)] + [(f"surface_{n}", Ellipsis) for n in NEIGHBOR_FEATURES]
+        if draw.volume_rows is not None:
+            reads += [(f"volume_{n}", draw.volume_rows) for n in ("coordinates", "fields", "sdf", "closest")]
+        return reads
 
 
 def _check_sources(cache_dir: Path, names: list[str], entries: list[dict],

@@ -97,6 +97,13 @@ class CacheRun:
             self._readers[name] = ChunkedArray.open(self.path / name)
         return self._readers[name]
 
+    def prefetch(self, name: str, selection: Any = Ellipsis) -> None:
+        """Start reading, in the background, what ``read(name, selection)`` will read
+        (``ChunkedArray.prefetch``); nothing for layouts and selections left to zarr-python."""
+        reader = self.reader(name)
+        if reader is not None and reader.supports(selection):
+            reader.prefetch(selection)
+
     def read(self, name: str, selection: Any = slice(None),
              empty: Allocator = np.empty) -> np.ndarray:
         """``array[selection]`` (orthogonal indexing for index arrays), from the shard files

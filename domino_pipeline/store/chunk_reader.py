@@ -112,6 +112,45 @@ class ChunkedArray:
             return self.rows(start, max(start, stop), empty)
         return self.take(selection, empty)
 
+    def prefetch(self, selection: Any) -> None:
+        """Ask the kernel to start reading the inner chunks ``selection`` touches
+        (``POSIX_FADV_WILLNEED``, one request per run of neighbouring chunks), so that the reads
+        which follow find them arriving in parallel instead of waiting for the disk one by one.
+        Reads nothing itself but the shard indexes; faults are left for the reads to report."""
+        for shard, first, last in self._chunk_runs(selection):
+            key = self.key(shard)
+            try:
+                index = self._index(shard, key)
+                fd = self._open_shard(key)
+            except (OSError, CorruptChunkError):
+                continue
+            try:
+                start = int(index[first, 0])
+                stop = int(index[last, 0] + index[last, 1])
+                if start < stop and index[first, 0] != EMPTY_ENTRY and index[last, 0] != EMPTY_ENTRY:
+                    os.posix_fadvise(fd, start, stop - start, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
+
+    def _chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
+        """(shard, first inner chunk, last inner chunk) of each run of consecutive touched
+        chunks of ``selection``, inner chunks counted within their shard."""
+        if selection is Ellipsis:
+            chunks = np.arange(self._chunk_count)
+        elif isinstance(selection, slice):
+            start, stop, _ = selection.indices(len(self))
+            chunks = np.arange(start // self.chunk_rows, -(-stop // self.chunk_rows)) if stop > start else []
+        else:
+            chunks = np.unique(self._checked(selection) // self.chunk_rows)
+        runs = []
+        for chunk in (int(c) for c in chunks):
+            shard, inner = divmod(chunk, self.chunks_per_shard)
+            if runs and runs[-1][0] == shard and runs[-1][2] == inner - 1:
+                runs[-1] = (shard, runs[-1][1], inner)
+            else:
+                runs.append((shard, inner, inner))
+        return runs
+
     def rows(self, start: int, stop: int, empty: Allocator = np.empty) -> np.ndarray:
         """Rows ``start:stop`` (a new array from ``empty``); whole chunks are read straight into it."""
         if not 0 <= start <= stop <= len(self):
