@@ -24,12 +24,12 @@ and its checksums instead of building.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import hydra
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
@@ -127,21 +127,46 @@ def _manifest_lists(cache_dir: Path, entries: dict, settings: PreprocessSettings
             and old.get("scaling_factors") is not None)
 
 
+class _Ranks:
+    """The ranks that split the runs: torch.distributed (gloo) under torchrun; in one process
+    nothing, so that a build does not load torch (about 700 MB of memory)."""
+
+    def __init__(self) -> None:
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.dist = None
+        if self.world_size > 1:
+            from domino_pipeline.training import distributed
+            self.dist = distributed
+            info = distributed.init_distributed("cpu")
+            self.rank, self.world_size = info.rank, info.world_size
+        else:
+            self.rank = 0
+        self.is_main = self.rank == 0
+
+    def barrier(self) -> None:
+        if self.dist is not None:
+            self.dist.barrier()
+
+    def sum(self, *values: int) -> list[int]:
+        """``values`` summed over the ranks."""
+        if self.dist is None:
+            return list(values)
+        import torch
+        return [int(v) for v in self.dist.all_reduce_sum(torch.tensor(values))]
+
+    def close(self) -> None:
+        if self.dist is not None:
+            self.dist.shutdown_distributed()
+
+
 def _main(cfg: DictConfig) -> int:
     """Wire the config into build_cache / validate_cache; return the exit code."""
-    from domino_pipeline.training.distributed import (
-        all_reduce_sum,
-        barrier,
-        init_distributed,
-        shutdown_distributed,
-    )
-
-    dist = init_distributed("cpu")  # gloo: the ranks only split runs and meet at barriers
+    ranks = _Ranks()
     settings = settings_from_config(cfg.geometry, cfg.variables)  # device: one GPU per rank
     runs, cache_dir = list_runs(cfg.data.processed_dir), Path(cfg.cache.dir)
     try:
         if cfg.cache.validate:
-            if not dist.is_main:
+            if not ranks.is_main:
                 return 0
             results = validate_cache(runs, cache_dir, settings)
             for r in results:
@@ -151,24 +176,24 @@ def _main(cfg: DictConfig) -> int:
             factors_problem = check_scaling_factors(cache_dir)
             print(f"PROBLEM scaling factors: {factors_problem}" if factors_problem else "ok scaling factors")
             return 1 if bad or factors_problem else 0
-        if dist.is_main:
+        if ranks.is_main:
             cache_dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(cache_dir)  # those of live writers stay
-        barrier()
+        ranks.barrier()
         results = build_cache(runs, cache_dir, settings, rebuild=bool(cfg.cache.rebuild),
-                              rank=dist.rank, world_size=dist.world_size,
+                              rank=ranks.rank, world_size=ranks.world_size,
                               options=read_options_from_config(cfg))
         print(summarize_build(results), flush=True)
-        stale, failed = (int(v) for v in all_reduce_sum(torch.tensor(
-            [sum(r.status == "stale" for r in results), sum(r.status == "failed" for r in results)])))
-        barrier()
-        if dist.is_main and stale:
+        stale, failed = ranks.sum(sum(r.status == "stale" for r in results),
+                                  sum(r.status == "failed" for r in results))
+        ranks.barrier()
+        if ranks.is_main and stale:
             print("manifest left as it was: the cache holds runs built with other settings")
-        elif dist.is_main:
+        elif ranks.is_main:
             print(f"manifest: {_write_manifest(cfg, runs, cache_dir, settings)}")
         return 1 if stale or failed else 0
     finally:
-        shutdown_distributed()
+        ranks.close()
 
 
 def _one_line(err: Exception) -> str:

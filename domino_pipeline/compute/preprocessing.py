@@ -171,6 +171,9 @@ def _pieces(p: PreparedRun, volume: Mapping, settings: PreprocessSettings, n_vol
             gathered = gather_neighbors(p, neighbors[start:start + FEATURE_BLOCK_ROWS])
             for name in NEIGHBOR_FEATURES:
                 yield f"surface_neighbor_{name}", start, gathered[name]
+    neighbors = gathered = None  # the surface is written: its rows need not stay for the volume
+    for name in ("points", "coordinates", "normals", "areas", "fields"):
+        setattr(p, f"surface_{name}", None)
     mesh = normalize(p.stl_vertices, settings.bounding_box_volume), p.stl_faces
     for start, coordinates, fields in _volume_buckets(volume, settings, n_volume, check,
                                                       scratch_dir, block_rows):

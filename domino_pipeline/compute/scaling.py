@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from domino_pipeline.compute.settings import VARIABLE_WIDTH
 from domino_pipeline.store.atomic_store import read_json, write_json_atomic
@@ -235,11 +234,17 @@ def _affine(factors: dict, kind: str) -> tuple[np.ndarray, np.ndarray]:
     return offset.astype(np.float32), scale.astype(np.float32)
 
 
+def _is_tensor(values) -> bool:
+    """Whether ``values`` is a torch tensor, without importing torch (a cache build never does)."""
+    return type(values).__module__.split(".")[0] == "torch"
+
+
 def scale_fields(fields, factors: dict, kind: str):
     """Scale target fields (..., n_vars) of ``kind`` "surface" or "volume"; numpy or torch in,
     the same type out, float32."""
     offset, scale = _affine(factors, kind)
-    if isinstance(fields, torch.Tensor):
+    if _is_tensor(fields):
+        import torch
         return (fields - torch.from_numpy(offset).to(fields)) / torch.from_numpy(scale).to(fields)
     return ((np.asarray(fields, dtype=np.float32) - offset) / scale).astype(np.float32)
 
@@ -247,6 +252,7 @@ def scale_fields(fields, factors: dict, kind: str):
 def unscale_fields(fields, factors: dict, kind: str):
     """Inverse of ``scale_fields``: model outputs back to physical (non-dimensional) units."""
     offset, scale = _affine(factors, kind)
-    if isinstance(fields, torch.Tensor):
+    if _is_tensor(fields):
+        import torch
         return fields * torch.from_numpy(scale).to(fields) + torch.from_numpy(offset).to(fields)
     return (np.asarray(fields, dtype=np.float32) * scale + offset).astype(np.float32)
