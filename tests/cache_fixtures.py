@@ -22,7 +22,7 @@ BOX_VOLUME = ((-3.5, -2.25, -0.32), (8.5, 2.25, 3.0))
 BOX_SURFACE = ((-1.5, -1.4, -0.32), (5.0, 1.4, 1.4))
 INTERP_RES = (16, 8, 8)
 # Hydra overrides that give the same settings from conf/config.yaml.
-OVERRIDES = ["geometry.interp_res=[16,8,8]", "geometry.device=cpu"]
+OVERRIDES = ["geometry.interp_res=[16,8,8]", "geometry.device=cpu", "geometry.neighbor_layout=indices"]
 SAMPLES = {"surface_points": 256, "volume_points": 512, "geometry_points": 400}
 
 

@@ -109,7 +109,7 @@ def test_stale_runs_fail_unless_rebuilt_and_validate_catches_problems(tiny_proce
     assert manifest["settings"] == tiny_settings(num_neighbors_surface=5).fingerprinted()
 
 
-def test_the_features_layout_builds_validates_and_is_stale_for_the_default(tiny_processed_dir, tmp_path):
+def test_the_features_layout_builds_validates_and_is_stale_for_indices(tiny_processed_dir, tmp_path):
     cache, features = tmp_path / "cache", "geometry.neighbor_layout=features"
     built = _run(tiny_processed_dir, cache, features)
     assert built.returncode == 0, built.stdout + built.stderr

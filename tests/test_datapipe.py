@@ -316,6 +316,7 @@ def test_dataset_from_config_picks_the_cached_or_uncached_dataset(tiny_processed
     OmegaConf.update(cfg, "cache.dir", str(cache_dir))
     OmegaConf.update(cfg, "geometry.interp_res", list(INTERP_RES))
     OmegaConf.update(cfg, "geometry.device", "cpu")
+    OmegaConf.update(cfg, "geometry.neighbor_layout", "indices")  # the layout cache_dir was built in
     OmegaConf.update(cfg, "sampling.scaling_factors", str(factors_path))
     for key, value in SAMPLES.items():
         OmegaConf.update(cfg, f"sampling.{key}", value)

@@ -198,9 +198,9 @@ def test_the_default_neighbor_layout_keeps_older_fingerprints_and_configs():
     features = tiny_settings(neighbor_layout="features").fingerprinted()
     assert neighbor_layout_of(features) == "features"
     cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "config.yaml")
+    assert settings_from_config(cfg.geometry, cfg.variables).neighbor_layout == "features"  # the default
+    OmegaConf.update(cfg, "geometry.neighbor_layout", "indices")
     assert settings_from_config(cfg.geometry, cfg.variables).neighbor_layout == "indices"
-    OmegaConf.update(cfg, "geometry.neighbor_layout", "features")
-    assert settings_from_config(cfg.geometry, cfg.variables).neighbor_layout == "features"
     del cfg.geometry["neighbor_layout"]  # a config from before the setting
     assert settings_from_config(cfg.geometry, cfg.variables).neighbor_layout == "indices"
     OmegaConf.update(cfg, "geometry.neighbor_layout", "feature")
