@@ -27,6 +27,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from datapipe import scaling_factors_path
 from domino_pipeline.compute.scaling import load_scaling_factors
 from domino_pipeline.compute.settings import settings_from_config
 from domino_pipeline.config_section import from_section
@@ -125,7 +126,7 @@ def main(cfg: DictConfig) -> None:
     variables = OmegaConf.to_container(cfg.variables, resolve=True)
     model, parameters = load_trained_model(options.checkpoint, device)
     check_data_fits_model(settings.fingerprinted(), parameters, "the config")
-    factors = load_scaling_factors(cfg.sampling.scaling_factors, cfg.sampling.normalization)
+    factors = load_scaling_factors(scaling_factors_path(cfg), cfg.sampling.normalization)  # train.py's
     length = cfg.physics.reference_length
     physics = Physics(float(cfg.physics.stream_velocity), float(cfg.physics.air_density),
                       None if length is None else float(length))
