@@ -120,6 +120,7 @@ def process_run(
         "reference_length": None if reference_length is None else float(reference_length),
         "nut_length_scale": float(length),
         "volume_source": used_source,
+        "volume_source_requested": volume_source,
         "surface_variables": dict(surface_variables),
         "volume_variables": dict(volume_variables),
         "counts": {
@@ -236,8 +237,10 @@ def process_all(
 
 # The settings a processed run records and a rerun must match to reuse it. volume_source is left
 # out: a run records the source it fell back to, which may differ from the one asked for.
-_RECORDED = ("stream_velocity", "air_density", "reference_length", "surface_variables",
-             "volume_variables")
+# process_run's options that a processed run records, and the attribute each is recorded in
+_RECORDED = {"stream_velocity": "stream_velocity", "air_density": "air_density",
+             "reference_length": "reference_length", "surface_variables": "surface_variables",
+             "volume_variables": "volume_variables", "volume_source": "volume_source_requested"}
 
 
 def settings_differences(out: Path, options: Mapping) -> list[str]:
@@ -248,10 +251,10 @@ def settings_differences(out: Path, options: Mapping) -> list[str]:
     except (ProcessedRunError, OSError, ValueError) as err:
         return [f"unreadable: {err}"]
     differences = []
-    for key in (k for k in _RECORDED if k in options):
+    for key, attr in ((k, a) for k, a in _RECORDED.items() if k in options):
         configured = dict(options[key]) if isinstance(options[key], Mapping) else options[key]
-        if attrs.get(key) != configured:
-            differences.append(f"{key}: stored {attrs.get(key)!r}, configured {configured!r}")
+        if attrs.get(attr) != configured:
+            differences.append(f"{key}: stored {attrs.get(attr)!r}, configured {configured!r}")
     return differences
 
 

@@ -104,3 +104,18 @@ def test_two_builders_of_one_cache_end_with_one_complete_run_each(tiny_processed
         assert [n for n, _ in generations(tmp_path / run.stem)] == [1]
         assert generation(tmp_path, run.stem).name == "g1.zarr"
     assert not [p for d in tmp_path.iterdir() for p in d.iterdir() if ".tmp-" in p.name]
+
+
+@pytest.mark.slow
+def test_paused_second_writers_and_a_reader_during_a_rebuild(tmp_path):
+    """The fault-injection scenarios once each: a writer paused (SIGSTOP) mid-build while a
+    second starts, then resumed; a process drawing in a loop while every run is rebuilt."""
+    import random
+
+    from conftest import import_benchmark
+
+    faults = import_benchmark("fault_injection")
+    _, processed, cache = faults.prepare(tmp_path / "faults")
+    rng = random.Random(1)
+    assert faults.scenario_two_writers(processed, cache, tmp_path, rng)
+    assert faults.scenario_reader_during_rebuild(processed, cache, tmp_path, rng)

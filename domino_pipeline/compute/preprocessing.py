@@ -197,7 +197,8 @@ def _count_inside(centers, settings: PreprocessSettings, check: Check, block_row
                 for _, block in _source_blocks({"volume_mesh_centers": centers}, check, block_rows,
                                                names=("volume_mesh_centers",)))
     if count == 0:
-        raise ValueError(f"{source}: no volume point lies inside the volume box")
+        lo, hi = settings.bounding_box_volume
+        raise ValueError(f"{source}: no volume point lies inside the volume box min {list(lo)} max {list(hi)}")
     return count
 
 

@@ -58,6 +58,11 @@ class PreparedRun:
     volume_rows: np.ndarray | None = None  # (Nv,) the input row of each kept volume row
 
 
+def _box_text(box) -> str:
+    lo, hi = box
+    return f"min {list(lo)} max {list(hi)}"
+
+
 def inside_box(points: np.ndarray, box) -> np.ndarray:
     """Which of ``points`` lie strictly inside ``box`` (DoMINO's filter)."""
     lo, hi = (np.asarray(b, dtype=np.float32) for b in box)
@@ -78,7 +83,11 @@ def _prepare_surface(arrays: dict, s: PreprocessSettings, source: str) -> dict:
     centers = arrays["surface_mesh_centers"]
     areas = arrays["surface_areas"]
     _check_fields(arrays["surface_fields"], s.width("surface"), "surface_fields", source)
-    keep = np.flatnonzero((areas > 0) & inside_box(centers, s.bounding_box_volume))
+    inside = inside_box(centers, s.bounding_box_volume)
+    if not inside.any():
+        raise ValueError(f"{source}: no surface cell lies inside the volume box "
+                         f"{_box_text(s.bounding_box_volume)}: is the body where the box expects it?")
+    keep = np.flatnonzero((areas > 0) & inside)
     if len(keep) < s.num_neighbors_surface:
         raise ValueError(f"{source}: {len(keep)} surface cells inside the volume box with area > 0, "
                          f"fewer than num_neighbors_surface={s.num_neighbors_surface}")
@@ -99,7 +108,8 @@ def _prepare_volume(arrays: dict, s: PreprocessSettings, source: str) -> dict:
     _check_fields(arrays["volume_fields"], s.width("volume"), "volume_fields", source)
     inside = inside_box(centers, s.bounding_box_volume)
     if not inside.any():
-        raise ValueError(f"{source}: no volume point lies inside the volume box")
+        raise ValueError(f"{source}: no volume point lies inside the volume box "
+                         f"{_box_text(s.bounding_box_volume)}")
     rows = volume_order(inside, s.permutation_seed)
     return {
         "volume_coordinates": normalize(centers[rows], s.bounding_box_volume),

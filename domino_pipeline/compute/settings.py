@@ -13,6 +13,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 PARTS = ("surface", "volume")
+# The version of the code that computes a cache's contents (rows.py, volume_order.py,
+# preprocessing.py, geometry.py and this module), part of every settings fingerprint, so that a
+# cache built by other code is stale. tests/test_code_version.py fails when that code changes
+# without this number being bumped.
+PREPROCESS_CODE_VERSION = 1
 VARIABLE_WIDTH = {"scalar": 1, "vector": 3}
 # What a cache stores of each surface cell's neighbours: their rows only, or also their features
 # (docs/cache_format.md). The uncached path computes them per draw either way.
@@ -72,6 +77,7 @@ class PreprocessSettings:
         their ``IMPLICIT_DEFAULTS`` value."""
         settings = asdict(self)
         del settings["device"]
+        settings["code_version"] = PREPROCESS_CODE_VERSION
         for key, value in IMPLICIT_DEFAULTS.items():
             if settings[key] == value:
                 del settings[key]

@@ -127,7 +127,8 @@ def check_shapes(shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:
                 seen = sizes.setdefault(want, (size, name))
                 if seen[0] != size:
                     raise ProcessedRunError(
-                        f"{path}: array {name} has {want}={size} but {seen[1]} has {seen[0]}"
+                        f"{path}: arrays {seen[1]} and {name} have different lengths ({want}): "
+                        f"{seen[0]} and {size} rows, {abs(size - seen[0])} apart"
                     )
     if "stl_face_indices" in sizes:
         n_indices, _ = sizes["stl_face_indices"]

@@ -233,11 +233,38 @@ def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
     loaded = {}
     for name in names:
         if name in present:
-            data = np.asarray(present[name][...]).reshape(_as_stored(name, tuple(present[name].shape)))
+            data = _read_whole(run, name, present[name])
         else:
             data = _global_params(run, options)
         loaded[name] = check_values(name, data, run.path, n_points)
     return loaded
+
+
+class NamedArray:
+    """One array of an opened run read by slices (a cache build's volume blocks), any reader
+    error named with the run, its form and the array."""
+
+    def __init__(self, run: OpenedRun, name: str) -> None:
+        self.run, self.name, self.array = run, name, run.arrays[name]
+        self.shape = tuple(self.array.shape)
+
+    def __getitem__(self, selection) -> np.ndarray:
+        try:
+            return np.asarray(self.array[selection])
+        except Exception as err:  # zarr, numcodecs and numpy raise many types
+            raise ProcessedRunError(f"{self.run.path}: array {self.name} ({self.run.format}) is "
+                                    f"unreadable: {type(err).__name__}: {err}") from err
+
+
+def _read_whole(run: OpenedRun, name: str, array: Any) -> np.ndarray:
+    """All of one array of a run; any reader error (a corrupt compressed chunk, a bad codec)
+    becomes ProcessedRunError naming the run, its form and the array."""
+    try:
+        data = np.asarray(array[...])
+    except Exception as err:  # zarr, numcodecs and numpy raise many types
+        raise ProcessedRunError(f"{run.path}: array {name} ({run.format}) is unreadable: "
+                                f"{type(err).__name__}: {err}") from err
+    return data.reshape(_as_stored(name, tuple(array.shape)))
 
 
 def source_fingerprint(path: str | os.PathLike) -> str:

@@ -21,6 +21,7 @@ from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.inputs.processed_run import ARRAY_NAMES, check_values
 from domino_pipeline.inputs.runs import (
     DEFAULT_OPTIONS,
+    NamedArray,
     ReadOptions,
     load_run,
     open_run,
@@ -105,7 +106,7 @@ def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
     opened = open_run(processed_path, options)
     arrays = load_run(processed_path, [n for n in ARRAY_NAMES if n not in VOLUME_ARRAYS],
                       options=options, opened=opened)
-    volume = {n: opened.arrays[n] for n in VOLUME_ARRAYS if n in opened.arrays}
+    volume = {n: NamedArray(opened, n) for n in VOLUME_ARRAYS if n in opened.arrays}
     missing = [n for n in VOLUME_ARRAYS if n not in volume]
     if missing:
         raise ValueError(f"{processed_path}: missing arrays {missing} ({opened.format})")

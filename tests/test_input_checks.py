@@ -1,0 +1,77 @@
+"""Bad processed inputs named at their source: a corrupt compressed chunk or zarr.json, integer
+coordinates, a body outside the box, a changed volume source on a rerun."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from cache_fixtures import tiny_settings
+from conftest import PROCESS_OPTIONS
+
+from domino_pipeline.compute.rows import prepare_rows
+from domino_pipeline.inputs.processed_run import ProcessedRunError
+from domino_pipeline.inputs.runs import load_run
+from domino_pipeline.store.build import cache_run
+from process_data import process_all
+
+
+@pytest.fixture
+def processed(tiny_processed_dir, tmp_path) -> Path:
+    """A writable copy of the tiny processed runs."""
+    return shutil.copytree(tiny_processed_dir, tmp_path / "processed")
+
+
+def _first_chunk_file(array_dir: Path) -> Path:
+    return sorted(p for p in (array_dir / "c").rglob("*") if p.is_file())[0]
+
+
+def test_a_corrupt_compressed_chunk_names_the_run_and_the_array(processed, tmp_path):
+    chunk = _first_chunk_file(processed / "run_1.zarr" / "volume_fields")
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2:len(data) // 2 + 64] = bytes(64)  # zeros inside the compressed stream
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(ProcessedRunError, match=r"run_1\.zarr: array volume_fields \(processed\) is unreadable"):
+        load_run(processed / "run_1.zarr", ["volume_fields"])
+    result = cache_run(processed / "run_1.zarr", tmp_path / "cache", tiny_settings(), rebuild=False)
+    assert result.status == "failed"
+    assert "run_1.zarr: array volume_fields (processed) is unreadable" in result.message
+    ok = cache_run(processed / "run_2.zarr", tmp_path / "cache", tiny_settings(), rebuild=False)
+    assert ok.status == "built"  # the other run goes on
+
+
+def test_a_corrupt_zarr_json_is_named(processed):
+    meta = processed / "run_1.zarr" / "zarr.json"
+    meta.write_text(meta.read_text()[:-20])
+    with pytest.raises(ProcessedRunError, match=r"run_1\.zarr: not a readable Zarr group \(JSONDecodeError"):
+        load_run(processed / "run_1.zarr")
+
+
+def test_integer_coordinates_are_refused_by_name(processed):
+    group = zarr.open_group(str(processed / "run_2.zarr"), mode="r+")
+    centers = group["surface_mesh_centers"][...]
+    del group["surface_mesh_centers"]
+    group.create_array("surface_mesh_centers", data=np.round(centers).astype(np.int32))
+    with pytest.raises(ProcessedRunError, match=r"run_2\.zarr: array surface_mesh_centers holds int32 values"):
+        load_run(processed / "run_2.zarr", ["surface_mesh_centers"])
+
+
+def test_a_body_outside_the_box_says_so(processed):
+    arrays = load_run(processed / "run_1.zarr")
+    for name in ("surface_mesh_centers", "volume_mesh_centers"):
+        arrays[name] = arrays[name] + np.float32(100.0)
+    with pytest.raises(ValueError, match=r"toy: no surface cell lies inside the volume box min \[-3\.5"):
+        prepare_rows(arrays, tiny_settings(), source="toy")
+    with pytest.raises(ValueError, match=r"toy: no volume point lies inside the volume box min"):
+        prepare_rows(arrays, tiny_settings(), parts=("volume",), source="toy")
+
+
+def test_a_changed_volume_source_is_reported_on_a_rerun(tiny_raw_dir, tmp_path):
+    first = process_all(tiny_raw_dir, tmp_path, **PROCESS_OPTIONS)
+    assert [r.status for r in first] == ["processed"] * 2
+    again = process_all(tiny_raw_dir, tmp_path, **{**PROCESS_OPTIONS, "volume_source": "cells"})
+    assert [r.status for r in again] == ["failed"] * 2
+    assert "volume_source: stored 'points', configured 'cells'" in again[0].message
