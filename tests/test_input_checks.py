@@ -75,3 +75,15 @@ def test_a_changed_volume_source_is_reported_on_a_rerun(tiny_raw_dir, tmp_path):
     again = process_all(tiny_raw_dir, tmp_path, **{**PROCESS_OPTIONS, "volume_source": "cells"})
     assert [r.status for r in again] == ["failed"] * 2
     assert "volume_source: stored 'points', configured 'cells'" in again[0].message
+
+
+def test_a_deleted_chunk_of_a_processed_run_is_named_not_read_as_zeros(tiny_raw_dir, tmp_path):
+    process_all(tiny_raw_dir, tmp_path / "processed", **PROCESS_OPTIONS)
+    run = tmp_path / "processed" / "run_1.zarr"
+    assert zarr.open_group(str(run), mode="r").attrs["all_chunks_written"] is True
+    load_run(run)  # complete
+    _first_chunk_file(run / "surface_fields").unlink()
+    with pytest.raises(ProcessedRunError, match=r"run_1\.zarr: array surface_fields is missing chunks \['c/0/0'\]"):
+        load_run(run, ["surface_fields"])
+    result = cache_run(run, tmp_path / "cache", tiny_settings(), rebuild=False)
+    assert result.status == "failed" and "array surface_fields is missing chunks" in result.message

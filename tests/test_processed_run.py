@@ -136,3 +136,24 @@ def test_a_rewrite_with_other_values_changes_the_cache_source_fingerprint(tmp_pa
     arrays["surface_fields"] = arrays["surface_fields"] * 2  # same shapes, other values
     write_processed_run(path, arrays, {"filename": "run_1"})
     assert source_fingerprint(path) != first
+
+
+def test_missing_chunks_finds_absent_shards_and_inner_chunks(tmp_path):
+    import crc32c
+
+    from domino_pipeline.inputs.processed_run import missing_chunks
+
+    group = zarr.create_group(store=str(tmp_path / "run.zarr"), zarr_format=3)
+    array = group.create_array("a", shape=(100, 3), dtype="float32", chunks=(10, 3), shards=(40, 3),
+                               config={"write_empty_chunks": True})
+    array[...] = 0.0  # fill-valued, written all the same
+    assert missing_chunks(tmp_path / "run.zarr" / "a") == []
+    shard = tmp_path / "run.zarr" / "a" / "c" / "1" / "0"
+    raw = bytearray(shard.read_bytes())
+    index = np.frombuffer(bytes(raw[-68:-4]), dtype="<u8").reshape(4, 2).copy()
+    index[2] = 2**64 - 1
+    body = index.tobytes()
+    raw[-68:] = body + crc32c.crc32c(body).to_bytes(4, "little")
+    shard.write_bytes(bytes(raw))
+    (tmp_path / "run.zarr" / "a" / "c" / "2" / "0").unlink()
+    assert missing_chunks(tmp_path / "run.zarr" / "a") == ["c/1/0 inner chunk 2", "c/2/0"]

@@ -41,6 +41,7 @@ from domino_pipeline.inputs.processed_run import (
     ProcessedRunError,
     check_shapes,
     check_values,
+    missing_chunks,
     natural_key,
 )
 
@@ -247,6 +248,7 @@ class NamedArray:
     def __init__(self, run: OpenedRun, name: str) -> None:
         self.run, self.name, self.array = run, name, run.arrays[name]
         self.shape = tuple(self.array.shape)
+        check_all_chunks(run, name)
 
     def __getitem__(self, selection) -> np.ndarray:
         try:
@@ -256,9 +258,21 @@ class NamedArray:
                                     f"unreadable: {type(err).__name__}: {err}") from err
 
 
+def check_all_chunks(run: OpenedRun, name: str) -> None:
+    """ProcessedRunError naming the run, the array and the chunks when a run written with every
+    chunk (this project's processed runs) lacks some: zarr would read them as zeros."""
+    if run.format != "processed" or not run.attrs.get("all_chunks_written"):
+        return
+    missing = missing_chunks(run.path / name)
+    if missing:
+        raise ProcessedRunError(f"{run.path}: array {name} is missing chunks {missing[:5]}"
+                                f"{' and more' if len(missing) > 5 else ''} (every chunk was written)")
+
+
 def _read_whole(run: OpenedRun, name: str, array: Any) -> np.ndarray:
     """All of one array of a run; any reader error (a corrupt compressed chunk, a bad codec)
     becomes ProcessedRunError naming the run, its form and the array."""
+    check_all_chunks(run, name)
     try:
         data = np.asarray(array[...])
     except Exception as err:  # zarr, numcodecs and numpy raise many types
