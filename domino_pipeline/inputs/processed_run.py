@@ -9,7 +9,9 @@
     global_params_values (P,)     global_params_reference (P,)
 
 Arrays are chunked in about 1 MiB row blocks (sharded when large) and compressed with Blosc zstd
-level 5 and byte shuffle. Group attributes: format, format_version, filename, stream_velocity,
+level 5 and byte shuffle; every chunk is written, fill-valued ones too (attribute
+``all_chunks_written``), so a missing one is an error, not zeros. Group attributes: format,
+format_version, filename, stream_velocity,
 air_density (also as curator's physics_constants), reference_length (as configured; null: the
 car's length), nut_length_scale (the L used), counts, bounds, field column names and the source
 files.
