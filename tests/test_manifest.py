@@ -109,3 +109,30 @@ def test_a_dataset_keeps_few_runs_open(tiny_processed_dir, tmp_path):
     first = ds._open[0]
     ds[1]
     assert list(ds._open) == [1] and first not in ds._open.values()
+
+
+def test_an_edited_array_description_is_caught_by_validate_and_at_open(cache, tiny_processed_dir):
+    meta = cache / "run_2" / "g1.zarr" / "surface_fields" / "zarr.json"
+    meta.write_text(meta.read_text().replace('"little"', '"big"'))
+    results = {r.name: r for r in validate_cache(list_runs(tiny_processed_dir), cache, tiny_settings())}
+    assert results["run_1"].status == "ok" and results["run_2"].status == "failed"
+    assert "run_2/g1.zarr: its metadata" in results["run_2"].message
+    with pytest.raises(CacheError, match=r"run_2/g1\.zarr: its metadata .* differ from what manifest\.json records"):
+        CachedDoMINODataset(cache, scaling_factors=None, **SAMPLES)[1]
+
+
+def test_a_read_only_cache_fails_each_run_in_one_line(tiny_processed_dir, tmp_path, monkeypatch):
+    from domino_pipeline.store import atomic_store
+    from domino_pipeline.store.build import cache_run
+
+    real_open = atomic_store.os.open
+
+    def read_only(path, flags, *args):
+        if flags & (atomic_store.os.O_CREAT | atomic_store.os.O_RDWR | atomic_store.os.O_WRONLY):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, flags, *args)
+    monkeypatch.setattr(atomic_store.os, "open", read_only)
+    results = [cache_run(p, tmp_path / "cache", tiny_settings(), rebuild=False) for p in list_runs(tiny_processed_dir)]
+    assert [r.status for r in results] == ["failed", "failed"]
+    for r in results:
+        assert "\n" not in r.message and "Read-only file system" in r.message and ".lock" in r.message
