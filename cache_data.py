@@ -47,6 +47,7 @@ from domino_pipeline.store.atomic_store import remove_stale_temporaries
 from domino_pipeline.store.build import (
     cache_run,
     check_scaling_factors,
+    manifest_records,
     manifest_runs,
     write_scaling_factors,
 )
@@ -66,10 +67,11 @@ def build_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettings,
                 rank: int = 0, world_size: int = 1, options: ReadOptions = DEFAULT_OPTIONS) -> list[RunResult]:
     """Build this rank's share of ``runs`` (every ``world_size``-th, from ``rank``)."""
     mine = runs[rank::world_size]
-    results = []
+    results, records = [], manifest_records(cache_dir)  # the manifest, read once for the batch
     bar = tqdm(mine, desc=f"cache rank {rank}", unit="run", position=rank, disable=not mine)
     for path in bar:
-        results.append(cache_run(path, cache_dir, settings, rebuild=rebuild, options=options))
+        results.append(cache_run(path, cache_dir, settings, rebuild=rebuild, options=options,
+                                 records=records))
         bar.set_postfix(last=f"{results[-1].name}:{results[-1].status}")
     return results
 

@@ -116,14 +116,15 @@ def _kill_at_random(command: list[str], rng: random.Random, limit: float) -> sub
     proc = subprocess.Popen([sys.executable, *command], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     time.sleep(rng.uniform(0.5, limit))
-    children = _children(proc.pid)
+    kids = children(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    proc.children = children  # type: ignore[attr-defined]
+    proc.children = kids  # type: ignore[attr-defined]
     return proc
 
 
-def _children(pid: int) -> set[int]:
+def children(pid: int) -> set[int]:
+    """The pids of ``pid``'s child processes (Linux /proc)."""
     found: set[int] = set()
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
@@ -133,7 +134,8 @@ def _children(pid: int) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
     try:
         return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
@@ -172,9 +174,9 @@ def scenario_kill_process(raw: Path, processed: Path, work: Path, rng: random.Ra
     command = ["process_data.py", f"data.raw_dir={raw}", f"data.processed_dir={target}", "process.num_processes=2"]
     proc = _kill_at_random(command, rng, 4.0)
     deadline = time.time() + 10
-    while any(_alive(p) for p in proc.children) and time.time() < deadline:
+    while any(alive(p) for p in proc.children) and time.time() < deadline:
         time.sleep(0.05)
-    orphans = [p for p in proc.children if _alive(p)]
+    orphans = [p for p in proc.children if alive(p)]
     rerun = _python(*command)
     return not orphans and rerun.returncode == 0 and len(list(target.glob("run_*.zarr"))) == 4
 

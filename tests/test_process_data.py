@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pyvista as pv
-from conftest import PROCESS_OPTIONS
+from conftest import PROCESS_OPTIONS, import_benchmark
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
 from domino_pipeline.inputs.drivaerml_reader import RunError, read_stl, read_surface
@@ -288,35 +288,19 @@ def test_killing_the_parent_leaves_no_live_worker(tiny_raw_dir: Path, tmp_path: 
         _copy_run(tiny_raw_dir, 1 + dst % 2, raw, dst)
     proc = subprocess.Popen(_command(raw, processed, tmp_path, "process.num_processes=2"), cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    faults = import_benchmark("fault_injection")  # its process helpers
     workers: set[int] = set()
     deadline = time.monotonic() + 120
     while len(workers) < 2 and proc.poll() is None and time.monotonic() < deadline:
-        workers |= _children(proc.pid)
+        workers |= faults.children(proc.pid)
         time.sleep(0.01)
     assert workers, "the pool had not started"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+    while any(faults.alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [pid for pid in workers if _alive(pid)], "workers outlived their parent"
-
-
-def _children(pid: int) -> set[int]:
-    found = set()
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        children = task / "children"
-        if children.is_file():
-            found |= {int(c) for c in children.read_text().split()}
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "State:\tZ" not in status
+    assert not [pid for pid in workers if faults.alive(pid)], "workers outlived their parent"
 
 
 @pytest.mark.slow

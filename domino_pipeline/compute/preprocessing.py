@@ -37,6 +37,7 @@ from domino_pipeline.compute.rows import (
     make_grid,
     normalize,
     prepare_rows,
+    require_inside,
 )
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, PreprocessSettings
 from domino_pipeline.compute.volume_order import (
@@ -196,9 +197,7 @@ def _count_inside(centers, settings: PreprocessSettings, check: Check, block_row
     count = sum(int(inside_box(block["volume_mesh_centers"], settings.bounding_box_volume).sum())
                 for _, block in _source_blocks({"volume_mesh_centers": centers}, check, block_rows,
                                                names=("volume_mesh_centers",)))
-    if count == 0:
-        lo, hi = settings.bounding_box_volume
-        raise ValueError(f"{source}: no volume point lies inside the volume box min {list(lo)} max {list(hi)}")
+    require_inside(count, "volume point", settings.bounding_box_volume, source)
     return count
 
 

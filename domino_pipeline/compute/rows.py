@@ -58,9 +58,12 @@ class PreparedRun:
     volume_rows: np.ndarray | None = None  # (Nv,) the input row of each kept volume row
 
 
-def _box_text(box) -> str:
-    lo, hi = box
-    return f"min {list(lo)} max {list(hi)}"
+def require_inside(count: int, what: str, box, source: str) -> None:
+    """ValueError naming ``source`` and ``box`` when none of its ``what`` lies inside the box."""
+    if count == 0:
+        lo, hi = box
+        raise ValueError(f"{source}: no {what} lies inside the volume box min {list(lo)} max "
+                         f"{list(hi)}: is the body where the box expects it?")
 
 
 def inside_box(points: np.ndarray, box) -> np.ndarray:
@@ -84,9 +87,7 @@ def _prepare_surface(arrays: dict, s: PreprocessSettings, source: str) -> dict:
     areas = arrays["surface_areas"]
     _check_fields(arrays["surface_fields"], s.width("surface"), "surface_fields", source)
     inside = inside_box(centers, s.bounding_box_volume)
-    if not inside.any():
-        raise ValueError(f"{source}: no surface cell lies inside the volume box "
-                         f"{_box_text(s.bounding_box_volume)}: is the body where the box expects it?")
+    require_inside(int(inside.sum()), "surface cell", s.bounding_box_volume, source)
     keep = np.flatnonzero((areas > 0) & inside)
     if len(keep) < s.num_neighbors_surface:
         raise ValueError(f"{source}: {len(keep)} surface cells inside the volume box with area > 0, "
@@ -107,9 +108,7 @@ def _prepare_volume(arrays: dict, s: PreprocessSettings, source: str) -> dict:
     centers = arrays["volume_mesh_centers"]
     _check_fields(arrays["volume_fields"], s.width("volume"), "volume_fields", source)
     inside = inside_box(centers, s.bounding_box_volume)
-    if not inside.any():
-        raise ValueError(f"{source}: no volume point lies inside the volume box "
-                         f"{_box_text(s.bounding_box_volume)}")
+    require_inside(int(inside.sum()), "volume point", s.bounding_box_volume, source)
     rows = volume_order(inside, s.permutation_seed)
     return {
         "volume_coordinates": normalize(centers[rows], s.bounding_box_volume),

@@ -69,32 +69,37 @@ def stale_reasons(run: CacheRun, settings: PreprocessSettings, source: str) -> l
     return reasons or ["fingerprint differs (another cache format or code version)"]
 
 
-def _recorded_source(cache_dir: Path, name: str, run: CacheRun) -> dict:
-    """The source record to compare with: the manifest's (refreshed at every manifest write)
-    when it names this generation, else the one the generation was built with."""
+def manifest_records(cache_dir: Path) -> dict[str, dict]:
+    """The manifest's run entries, read once for a batch of runs ({} without a usable manifest)."""
     try:
-        entry = read_manifest(cache_dir)["runs"].get(name, {})
+        return read_manifest(cache_dir)["runs"]
     except (CacheError, FileNotFoundError):
-        entry = {}
+        return {}
+
+
+def _recorded_source(entry: dict, run: CacheRun) -> dict:
+    """The source record to compare with: the manifest ``entry``'s (refreshed at every manifest
+    write) when it names this generation, else the one the generation was built with."""
     if entry.get("path", "").endswith("/" + run.path.name) and "source" in entry:
         return entry["source"]
     return run.attrs.get("source", {})
 
 
-def current_state(cache_dir: Path, processed_path: Path,
-                  settings: PreprocessSettings) -> tuple[list[str] | None, dict]:
-    """(None when the run has no generation yet, else ``stale_reasons`` of the newest;
-    the processed run's source record)."""
+def current_state(cache_dir: Path, processed_path: Path, settings: PreprocessSettings,
+                  records: dict[str, dict]) -> tuple[list[str] | None, dict, CacheRun | None]:
+    """(None when the run has no generation yet, else ``stale_reasons`` of the newest; the
+    processed run's source record; the newest generation, opened). ``records``: the
+    manifest's run entries (``manifest_records``)."""
     name = run_name(processed_path)
     newest = current_generation(run_folder(cache_dir, name))
     if newest is None:
-        return None, current_source(processed_path)
+        return None, current_source(processed_path), None
     try:
         run = CacheRun(newest)
     except ValueError as err:  # CacheError: unreadable or foreign
-        return [str(err)], current_source(processed_path)
-    source = current_source(processed_path, _recorded_source(cache_dir, name, run))
-    return stale_reasons(run, settings, source["fingerprint"]), source
+        return [str(err)], current_source(processed_path), None
+    source = current_source(processed_path, _recorded_source(records.get(name, {}), run))
+    return stale_reasons(run, settings, source["fingerprint"]), source, run
 
 
 def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, source: dict,
@@ -135,18 +140,21 @@ def _form(processed_path: Path) -> str:
 
 
 def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, *,
-              rebuild: bool, options: ReadOptions = DEFAULT_OPTIONS) -> RunResult:
+              rebuild: bool, options: ReadOptions = DEFAULT_OPTIONS,
+              records: dict[str, dict] | None = None) -> RunResult:
     """Build one cache run unless it is current, as its only writer; a failure becomes a
-    result, not an exception."""
+    result, not an exception. ``records``: the manifest's run entries, when the caller has
+    read them for a batch (else read here)."""
     name = run_name(processed_path)
     started = time.time()
     form = _form(processed_path)
     try:
-        reasons, _ = current_state(cache_dir, processed_path, settings)
+        records = manifest_records(cache_dir) if records is None else records
+        reasons, _, _ = current_state(cache_dir, processed_path, settings, records)
         if reasons == []:  # current: no lock taken, so a read-only cache reruns cleanly
             return RunResult(name, "skipped", "current", format=form)
         with run_lock(cache_dir, name):
-            reasons, source = current_state(cache_dir, processed_path, settings)  # another writer's?
+            reasons, source, _ = current_state(cache_dir, processed_path, settings, records)  # another writer's?
             if reasons == []:
                 return RunResult(name, "skipped", "current", format=form)
             if reasons is not None and not rebuild:
@@ -160,13 +168,11 @@ def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
 def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> dict[str, dict]:
     """Manifest entries of the runs whose newest generation is current, with their sources'
     current records."""
-    entries = {}
+    entries, records = {}, manifest_records(cache_dir)
     for path in runs:
-        reasons, source = current_state(cache_dir, path, settings)
+        reasons, source, run = current_state(cache_dir, path, settings, records)
         if reasons == []:
-            name = run_name(path)
-            run = CacheRun(current_generation(run_folder(cache_dir, name)))
-            entries[name] = manifest_entry(cache_dir, run) | {"source": source}
+            entries[run_name(path)] = manifest_entry(cache_dir, run) | {"source": source}
     return entries
 
 

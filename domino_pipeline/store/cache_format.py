@@ -89,10 +89,13 @@ def run_fingerprint(settings_fingerprint: str, source: str) -> str:
 
 def metadata_sha256(run_path: str | os.PathLike) -> str:
     """SHA-256 of every ``zarr.json`` of a cache run (group attributes, array metadata): what
-    the manifest records, so an edit of any of them is caught at open and by validation."""
+    the manifest records, so an edit of any of them is caught at open and by validation. Arrays
+    sit directly in the group, so this reads two levels, not the shard folders."""
     root = Path(run_path)
     digest = hashlib.sha256()
-    for meta in sorted(root.rglob("zarr.json")):
+    for meta in sorted([root / "zarr.json", *root.glob("*/zarr.json")]):
+        if not meta.is_file():
+            continue
         digest.update(str(meta.relative_to(root)).encode() + b"\0" + meta.read_bytes() + b"\0")
     return digest.hexdigest()
 
