@@ -38,7 +38,7 @@ from domino_pipeline.store.cache_format import (
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import manifest_entry
 from domino_pipeline.store.run_writer import RunWriter, run_lock
-from domino_pipeline.store.staleness import current_state, manifest_records
+from domino_pipeline.store.staleness import manifest_records, run_state
 
 FACTORS_FILE = "scaling_factors.json"
 
@@ -91,16 +91,15 @@ def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
     form = _form(processed_path)
     try:
         records = manifest_records(cache_dir) if records is None else records
-        reasons, _, _ = current_state(cache_dir, processed_path, settings, records)
-        if reasons == []:  # current: no lock taken, so a read-only cache reruns cleanly
+        if run_state(cache_dir, processed_path, settings, records).current:  # no lock: read-only reruns
             return RunResult(name, "skipped", "current", format=form)
         with run_lock(cache_dir, name):
-            reasons, source, _ = current_state(cache_dir, processed_path, settings, records)  # another writer's?
-            if reasons == []:
+            state = run_state(cache_dir, processed_path, settings, records)  # another writer's?
+            if state.current:
                 return RunResult(name, "skipped", "current", format=form)
-            if reasons is not None and not rebuild:
-                return RunResult(name, "stale", "; ".join(reasons), format=form)
-            path, form = build_run(processed_path, cache_dir, settings, source, options)
+            if state.built and not rebuild:
+                return RunResult(name, "stale", "; ".join(state.reasons), format=form)
+            path, form = build_run(processed_path, cache_dir, settings, state.source, options)
     except Exception as err:  # one bad run is reported and the others go on
         return RunResult(name, "failed", f"{processed_path}: {type(err).__name__}: {err}", format=form)
     return RunResult(name, "built", seconds=time.time() - started, bytes=directory_bytes(path), format=form)
@@ -111,9 +110,9 @@ def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSetting
     current records."""
     entries, records = {}, manifest_records(cache_dir)
     for path in runs:
-        reasons, source, run = current_state(cache_dir, path, settings, records)
-        if reasons == []:
-            entries[run_name(path)] = manifest_entry(cache_dir, run) | {"source": source}
+        state = run_state(cache_dir, path, settings, records)
+        if state.current:
+            entries[run_name(path)] = manifest_entry(cache_dir, state.run) | {"source": state.source}
     return entries
 
 

@@ -8,6 +8,7 @@ ask here, and neither this module nor its imports load Warp.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from domino_pipeline.compute.settings import PreprocessSettings
@@ -62,21 +63,38 @@ def _recorded_source(entry: dict, run: CacheRun) -> dict:
     return run.attrs.get("source", {})
 
 
-def current_state(cache_dir: Path, processed_path: Path, settings: PreprocessSettings,
-                  records: dict[str, dict]) -> tuple[list[str] | None, dict, CacheRun | None]:
-    """(None when the run has no generation yet, else ``stale_reasons`` of the newest; the
-    processed run's source record; the newest generation, opened). ``records``: the
-    manifest's run entries (``manifest_records``)."""
+@dataclass(frozen=True)
+class RunState:
+    """A run's newest cache generation set against its processed run: ``built`` whether a
+    generation exists; ``reasons`` why it is stale (empty when current); ``source`` the
+    processed run's current source record; ``run`` the generation, opened (None when there is
+    none or it cannot be read)."""
+
+    built: bool
+    reasons: list[str]
+    source: dict
+    run: CacheRun | None = None
+
+    @property
+    def current(self) -> bool:
+        """Whether the newest generation exists and matches the settings and the processed run."""
+        return self.built and not self.reasons
+
+
+def run_state(cache_dir: Path, processed_path: Path, settings: PreprocessSettings,
+              records: dict[str, dict]) -> RunState:
+    """The state of the processed run's newest cache generation. ``records``: the manifest's
+    run entries (``manifest_records``)."""
     name = run_name(processed_path)
     newest = current_generation(run_folder(cache_dir, name))
     if newest is None:
-        return None, current_source(processed_path), None
+        return RunState(False, [], current_source(processed_path))
     try:
         run = CacheRun(newest)
     except ValueError as err:  # CacheError: unreadable or foreign
-        return [str(err)], current_source(processed_path), None
+        return RunState(True, [str(err)], current_source(processed_path))
     source = current_source(processed_path, _recorded_source(records.get(name, {}), run))
-    return stale_reasons(run, settings, source["fingerprint"]), source, run
+    return RunState(True, stale_reasons(run, settings, source["fingerprint"]), source, run)
 
 
 
