@@ -368,8 +368,8 @@ def test_the_cache_scaling_factors_are_found_checked_and_matched(cache_dir, tmp_
         _cached(cache_dir, scaling_factors=factors)
     manifest = json.loads((copy / "manifest.json").read_text())
     del manifest["scaling_factors"]
-    from domino_pipeline.store.manifest import _digest
-    manifest["sha256"] = _digest(manifest)  # a consistent manifest without factors
+    from domino_pipeline.store.manifest import manifest_digest
+    manifest["sha256"] = manifest_digest(manifest)  # a consistent manifest without factors
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CacheError, match="the manifest records no scaling factors; rerun cache_data.py"):
         _cached(copy)

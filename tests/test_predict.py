@@ -87,6 +87,7 @@ def read_csv(path: Path) -> dict[str, dict[str, str]]:
         return {row["run"]: row for row in csv.DictReader(file)}
 
 
+@pytest.mark.slow
 def test_predict_writes_the_surface_with_predicted_arrays_beside_the_true_ones(predicted, tiny_raw_dir):
     raw = pv.read(str(tiny_raw_dir / "run_1" / "boundary_1.vtp"))
     written = pv.read(str(predicted["out"] / "run_1_surface.vtp"))
@@ -100,6 +101,7 @@ def test_predict_writes_the_surface_with_predicted_arrays_beside_the_true_ones(p
     assert "cd_true" in predicted["text"] and "run_1" in predicted["text"]
 
 
+@pytest.mark.slow
 def test_the_true_drag_is_the_integral_of_the_raw_vtp(predicted, tiny_raw_dir):
     physics = OmegaConf.load(ROOT / "conf" / "config.yaml").physics
     row = read_csv(predicted["out"] / "predictions.csv")["run_1"]
@@ -112,6 +114,7 @@ def test_the_true_drag_is_the_integral_of_the_raw_vtp(predicted, tiny_raw_dir):
         assert np.isfinite(float(row[f"rel_l2_{name}"]))
 
 
+@pytest.mark.slow
 def test_an_stl_alone_gets_predictions_on_its_triangles(predicted, tiny_raw_dir):
     stl = pv.read(str(tiny_raw_dir / "run_2" / "drivaer_2.stl"))
     written = pv.read(str(predicted["out"] / "drivaer_2_surface.vtp"))

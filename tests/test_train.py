@@ -276,6 +276,7 @@ def test_data_that_does_not_fit_the_model_is_refused_naming_both_values():
         check_data_fits_model(data, {"interp_res": [32, 16, 16], "num_neighbors_surface": 5}, "cache c")
 
 
+@pytest.mark.slow
 def test_train_refuses_a_cache_with_another_grid_before_the_first_step(setup):
     out = setup["work"] / "grid_mismatch"
     result = subprocess.run(train_command(setup, out, "train.epochs=1", "model.interp_res=[8,8,8]"),
@@ -311,6 +312,7 @@ def outputs_of(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.
         return model(batch)[1]
 
 
+@pytest.mark.slow
 def test_physicsnemo_loads_the_saved_models_with_the_same_outputs(setup, three_epochs):
     from physicsnemo import Module
 
@@ -329,6 +331,7 @@ def test_physicsnemo_loads_the_saved_models_with_the_same_outputs(setup, three_e
     assert outputs_of(Module.from_checkpoint(str(files["best"])), batch).shape == (1, 128, 4)
 
 
+@pytest.mark.slow
 def test_training_starts_from_a_physicsnemo_mdlus(setup):
     from physicsnemo.models.domino import DoMINO
     from physicsnemo.models.domino.config import Config
@@ -356,6 +359,7 @@ def test_training_starts_from_a_physicsnemo_mdlus(setup):
         checkpointing.init_weights_from(other, path)
 
 
+@pytest.mark.slow
 def test_the_example_losses_train_and_are_logged_with_the_loss(setup):
     out = setup["work"] / "example_losses"
     result = run(train_command(setup, out, "train.epochs=1", "train.val_fraction=0.25", "loss.type=rmse",
