@@ -24,8 +24,7 @@ from vtkmodules.vtkIOGeometry import vtkSTLReader
 from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
 
 from domino_pipeline.compute.settings import variable_width
-
-VOLUME_SOURCES = ("points", "cells")
+from domino_pipeline.config import VOLUME_SOURCES
 
 
 class RunError(ValueError):
