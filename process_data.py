@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.drivaerml_reader import (
@@ -52,7 +53,6 @@ from domino_pipeline.inputs.processed_run import (
     write_processed_run,
 )
 from domino_pipeline.run_report import RunResult, summarize
-from domino_pipeline.store.atomic_store import exclusive_lock, remove_stale_temporaries
 
 # ----------------------------------------------------------------------------- one run
 
