@@ -124,31 +124,31 @@ def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: Prepro
     arrays are read block by block); ``check(name, block)`` validates each block read and
     returns it as float32; ``scratch_dir``: where the first volume pass keeps its buckets (in
     memory when None)."""
-    p = prepare_rows(arrays, settings, parts=("surface",), source=source)
-    p.surface_rows = None  # the input row of each kept cell: for predictions, not for a cache
+    prepared = prepare_rows(arrays, settings, parts=("surface",), source=source)
+    prepared.surface_rows = None  # the input row of each kept cell: for predictions, not for a cache
     n_volume = _count_inside(volume["volume_mesh_centers"], settings, check, block_rows, source)
-    width = {"surface": p.surface_fields.shape[1], "volume": volume["volume_fields"].shape[1]}
+    width = {"surface": prepared.surface_fields.shape[1], "volume": volume["volume_fields"].shape[1]}
     if width["volume"] != settings.width("volume"):
         raise ValueError(f"{source}: volume_fields has {width['volume']} columns; the configured "
                          f"variables need {settings.width('volume')}")
-    shapes = _shapes(p, n_volume, width["volume"], settings)
-    counts = {"geometry": len(p.geometry_coordinates), "surface": len(p.surface_areas),
+    shapes = _shapes(prepared, n_volume, width["volume"], settings)
+    counts = {"geometry": len(prepared.geometry_coordinates), "surface": len(prepared.surface_areas),
               "volume": n_volume}
-    scalars = {"center_of_mass": p.center_of_mass.tolist(),
-               "global_params_values": p.global_params_values.tolist(),
-               "global_params_reference": p.global_params_reference.tolist()}
-    pieces = _pieces(p, volume, settings, n_volume, check, scratch_dir, block_rows)
+    scalars = {"center_of_mass": prepared.center_of_mass.tolist(),
+               "global_params_values": prepared.global_params_values.tolist(),
+               "global_params_reference": prepared.global_params_reference.tolist()}
+    pieces = _pieces(prepared, volume, settings, n_volume, check, scratch_dir, block_rows)
     return RunPlan(shapes=shapes, counts=counts, scalars=scalars, pieces=pieces)
 
 
-def _shapes(p: PreparedRun, n_volume: int, volume_width: int,
+def _shapes(prepared: PreparedRun, n_volume: int, volume_width: int,
             settings: PreprocessSettings) -> dict[str, tuple[int, ...]]:
-    ns, k = len(p.surface_areas), settings.num_neighbors_surface - 1
+    ns, k = len(prepared.surface_areas), settings.num_neighbors_surface - 1
     shapes = {
-        "geometry_coordinates": p.geometry_coordinates.shape,
+        "geometry_coordinates": prepared.geometry_coordinates.shape,
         "surface_grid_sdf": tuple(settings.interp_res), "volume_grid_sdf": tuple(settings.interp_res),
         "surface_coordinates": (ns, 3), "surface_normals": (ns, 3), "surface_areas": (ns,),
-        "surface_fields": p.surface_fields.shape, "surface_neighbors": (ns, k),
+        "surface_fields": prepared.surface_fields.shape, "surface_neighbors": (ns, k),
         "volume_coordinates": (n_volume, 3), "volume_fields": (n_volume, volume_width),
         "volume_sdf": (n_volume,), "volume_closest": (n_volume, 3),
     }
@@ -158,24 +158,24 @@ def _shapes(p: PreparedRun, n_volume: int, volume_width: int,
     return shapes
 
 
-def _pieces(p: PreparedRun, volume: Mapping, settings: PreprocessSettings, n_volume: int,
+def _pieces(prepared: PreparedRun, volume: Mapping, settings: PreprocessSettings, n_volume: int,
             check: Check, scratch_dir, block_rows: int) -> Iterator[tuple[str, int, np.ndarray]]:
-    yield "geometry_coordinates", 0, p.geometry_coordinates
-    yield "surface_grid_sdf", 0, grid_sdf(p, settings, "surface")
-    yield "volume_grid_sdf", 0, grid_sdf(p, settings, "volume")
+    yield "geometry_coordinates", 0, prepared.geometry_coordinates
+    yield "surface_grid_sdf", 0, grid_sdf(prepared, settings, "surface")
+    yield "volume_grid_sdf", 0, grid_sdf(prepared, settings, "volume")
     for name in ("coordinates", "normals", "areas", "fields"):
-        yield f"surface_{name}", 0, getattr(p, f"surface_{name}")
-    neighbors = all_surface_neighbors(p, settings)
+        yield f"surface_{name}", 0, getattr(prepared, f"surface_{name}")
+    neighbors = all_surface_neighbors(prepared, settings)
     yield "surface_neighbors", 0, neighbors
     if settings.neighbor_layout == "features":
         for start in range(0, len(neighbors), FEATURE_BLOCK_ROWS):
-            gathered = gather_neighbors(p, neighbors[start:start + FEATURE_BLOCK_ROWS])
+            gathered = gather_neighbors(prepared, neighbors[start:start + FEATURE_BLOCK_ROWS])
             for name in NEIGHBOR_FEATURES:
                 yield f"surface_neighbor_{name}", start, gathered[name]
     neighbors = gathered = None  # the surface is written: its rows need not stay for the volume
     for name in ("points", "coordinates", "normals", "areas", "fields"):
-        setattr(p, f"surface_{name}", None)
-    mesh = normalize(p.stl_vertices, settings.bounding_box_volume), p.stl_faces
+        setattr(prepared, f"surface_{name}", None)
+    mesh = normalize(prepared.stl_vertices, settings.bounding_box_volume), prepared.stl_faces
     for start, coordinates, fields in _volume_buckets(volume, settings, n_volume, check,
                                                       scratch_dir, block_rows):
         sdf, closest = geometry.signed_distance(*mesh, coordinates, device=settings.device)

@@ -131,14 +131,14 @@ class DoMINODataPipe(EpochDataset):
             volume=None if draw.volume_rows is None else self._volume(prepared, draw.volume_rows),
             scaling_factors=self.scaling_factors)
 
-    def _surface(self, p: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
-        neighbors = surface_neighbors(p, self.preprocess, rows)
-        gathered = gather_neighbors(p, neighbors)
-        return {"coordinates": p.surface_coordinates[rows], "normals": p.surface_normals[rows],
-                "areas": p.surface_areas[rows], "fields": p.surface_fields[rows],
+    def _surface(self, prepared: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
+        neighbors = surface_neighbors(prepared, self.preprocess, rows)
+        gathered = gather_neighbors(prepared, neighbors)
+        return {"coordinates": prepared.surface_coordinates[rows], "normals": prepared.surface_normals[rows],
+                "areas": prepared.surface_areas[rows], "fields": prepared.surface_fields[rows],
                 **{f"neighbor_{name}": values for name, values in gathered.items()}}
 
-    def _volume(self, p: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
-        sdf, closest = volume_sdf(p, self.preprocess, rows)
-        return {"coordinates": p.volume_coordinates[rows], "fields": p.volume_fields[rows],
+    def _volume(self, prepared: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
+        sdf, closest = volume_sdf(prepared, self.preprocess, rows)
+        return {"coordinates": prepared.volume_coordinates[rows], "fields": prepared.volume_fields[rows],
                 "sdf": sdf, "closest": closest}
