@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the entry points (process_data.py, cache_data.py, ...), as from the repository
 # Per preset: sample sizes, grid, number of draws to time, and the epoch length in draws.
 PRESETS = {
     "tiny": dict(surface_points=256, volume_points=512, geometry_points=400, interp_res=(16, 8, 8),
@@ -137,7 +138,7 @@ def _timed_draws(dataset, count: int, warmup: int) -> list[float]:
 
 
 def phase_uncached(params: dict, processed: str, factors: dict) -> dict:
-    from datapipe import DoMINODataPipe
+    from domino_pipeline import DoMINODataPipe
 
     _, s = settings_for(params)
     ds = DoMINODataPipe(processed, model_type=params["model_type"], surface_points=params["surface_points"],
@@ -150,7 +151,7 @@ def phase_uncached(params: dict, processed: str, factors: dict) -> dict:
 
 
 def _cached_dataset(params: dict, cache: str, factors: dict, runs=None, count_bytes=False):
-    from datapipe import CachedDoMINODataset
+    from domino_pipeline import CachedDoMINODataset
 
     return CachedDoMINODataset(cache, runs=runs, model_type=params["model_type"],
                                surface_points=params["surface_points"], volume_points=params["volume_points"],
@@ -188,7 +189,7 @@ def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 9) -> d
     milliseconds per item of the main process and of the workers together (Linux /proc)."""
     from torch.utils.data import DataLoader, default_collate
 
-    from datapipe import collate_items
+    from domino_pipeline import collate_items
     from domino_pipeline.store.manifest import read_manifest
 
     names = list(read_manifest(cache)["runs"])
@@ -252,7 +253,6 @@ PHASES = {"uncached": phase_uncached, "cached": phase_cached, "epochs": phase_ep
 
 
 def _child(name: str, args: tuple, out: str) -> None:
-    sys.path.insert(0, str(ROOT))
     import datapipe  # noqa: F401  (the libraries' own memory, reported apart from the draws')
 
     baseline = _peak_rss_mb()
