@@ -14,7 +14,7 @@ import predict
 import process_data
 import synthetic_data
 import train
-from domino_pipeline.entry_point import one_line, refusals_in_one_line
+from domino_pipeline.entry_point import check_override_keys, config_name, one_line, refusals_in_one_line
 
 
 def refusal(capsys, call) -> str:
@@ -65,6 +65,19 @@ def test_a_bad_config_value_is_one_line_in_every_command(script, capsys):
 def test_an_example_key_on_the_command_line_is_named_with_ours(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["train.py", "model.volume_points_sample=8192"])
     assert refusal(capsys, train.main) == "error: model.volume_points_sample is sampling.volume_points here"
+
+
+def test_an_unknown_key_on_the_command_line_is_named_with_the_closest_one(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["train.py", "train.epoch=3"])
+    assert refusal(capsys, train.main) == "error: train.epoch is not a setting; did you mean train.epochs?"
+    with pytest.raises(ValueError, match=r"^cache.dri is not a setting; did you mean cache.dir\?$"):
+        check_override_keys(["--config-name", "demo", "cache.dri=x"], ROOT / "conf")
+    with pytest.raises(ValueError, match=r"^optimizer.lr is not a setting$"):
+        check_override_keys(["optimizer.lr=1"], ROOT / "conf")
+    check_override_keys(["-cn", "demo", "train.epochs=2", "+train.extra=1", "hydra.run.dir=.", "model_type=volume",
+                         "model.geometry_rep.geo_conv.base_neurons=8"], ROOT / "conf")
+    assert [config_name(a) for a in (["x=1"], ["--config-name=demo"], ["-cn", "cached", "x=1"])] == \
+        ["config", "demo", "cached"]
 
 
 def test_one_line_of_an_os_error_names_the_file():
