@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from domino_pipeline.config_section import from_section
+from domino_pipeline.config_section import check_type, from_section
 from domino_pipeline.example_keys import check_example_keys
 
 MODEL_TYPES = ("surface", "volume", "combined")
@@ -288,7 +288,7 @@ SECTIONS = {
     "geometry": GeometryConfig, "sampling": SamplingConfig, "cache": CacheConfig, "loss": LossConfig,
     "train": TrainConfig, "predict": PredictConfig, "forces": ForcesConfig,
 }
-TOP_LEVEL = ("model_type", "seed", "output_dir", "model")
+TOP_LEVEL = {"model_type": str, "seed": int, "output_dir": str, "model": dict}
 
 
 @dataclass(frozen=True)
@@ -331,5 +331,5 @@ def load_config(cfg: DictConfig) -> PipelineConfig:
         raise ValueError(f"config: unknown keys {sorted(set(values) - known)}, "
                          f"missing keys {sorted(known - set(values))}")
     sections = {name: from_section(cls, values[name], name) for name, cls in SECTIONS.items()}
-    return PipelineConfig(model_type=values["model_type"], seed=values["seed"], output_dir=values["output_dir"],
-                          model=values["model"], **sections)
+    top = {key: check_type(key, values[key], hint) for key, hint in TOP_LEVEL.items()}
+    return PipelineConfig(**top, **sections)
