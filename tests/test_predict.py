@@ -15,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 from test_train import TINY
 
-import train
+from domino_pipeline.training.domino_model import build_model
 from domino_pipeline.compute.scaling import (
     compute_scaling_factors,
     save_scaling_factors,
@@ -46,7 +46,7 @@ def model_and_factors(tiny_processed_dir: Path, tmp_path_factory) -> dict[str, P
     work = tmp_path_factory.mktemp("predict")
     factors = save_scaling_factors(work / "scaling_factors.json", compute_scaling_factors(list_runs(tiny_processed_dir)))
     torch.manual_seed(0)
-    model = train.build_model("surface", OmegaConf.to_container(tiny_model_config().model, resolve=True), torch.device("cpu"))
+    model = build_model("surface", OmegaConf.to_container(tiny_model_config().model, resolve=True), torch.device("cpu"))
     model.save(str(work / "model.mdlus"))
     return {"model": work / "model.mdlus", "factors": factors, "work": work}
 
@@ -189,7 +189,7 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     cfg = tiny_model_config("model_type=combined", "model.geometry_rep.geo_conv.volume_neighbors_in_radius=[8,8,16,16]",
                             "model.geometry_local.volume_neighbors_in_radius=[8,16]")
     torch.manual_seed(1)
-    model = train.build_model("combined", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu")).eval()
+    model = build_model("combined", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu")).eval()
     run = load_processed(tiny_processed_dir / "run_1.zarr", volume=True)
     settings = settings_from_config(load_config(cfg).geometry, load_config(cfg).variables)
     prediction = predict_run(model, run, settings, scaling_factors=load_scaling_factors(model_and_factors["factors"]),
