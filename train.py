@@ -178,34 +178,30 @@ def build_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> to
 
 
 def ensure_scaling_factors(cfg: DictConfig, train_runs: list[Path], path: Path, info: DistInfo) -> None:
-    """Rank 0 computes the target scaling factors from the training runs once, if the file is
-    missing; factors computed from other runs are refused unless ``sampling.allow_other_split``;
-    the other ranks wait.
+    """The target scaling factors of the training runs, computed by all ranks in parts if the
+    file is missing (domino_pipeline/training/scaling_factors.py); factors computed from other
+    runs are refused unless ``sampling.allow_other_split``.
     The cache's own factors are cache_data.py's to write: missing, they are an error."""
-    from domino_pipeline.compute.scaling import (
-        compute_scaling_factors,
-        load_scaling_factors,
-        save_scaling_factors,
-    )
-    from domino_pipeline.inputs.runs import read_options_from_config, run_name
+    from domino_pipeline.inputs.runs import read_options_from_config
+    from domino_pipeline.training import scaling_factors
 
     if not path.exists() and cfg.cache.enabled and cfg.sampling.get("scaling_factors") is None:
         raise FileNotFoundError(f"{path}: the cache has no scaling factors; rerun cache_data.py, which writes them")
-    normalization = str(cfg.sampling.normalization)
-    if info.is_main and not path.exists():
-        print(f"computing {normalization} scaling factors from {len(train_runs)} training runs -> {path}")
-        variables = {part: [(str(k), str(v)) for k, v in cfg.variables[part].items()] for part in ("surface", "volume")}
-        save_scaling_factors(path, compute_scaling_factors(
-            train_runs, normalization=normalization, options=read_options_from_config(cfg), variables=variables))
-    elif load_scaling_factors(path).get("runs", [run_name(r) for r in train_runs]) != [run_name(r) for r in train_runs]:
-        if not cfg.sampling.get("allow_other_split", False):
-            raise ValueError(f"{path}: the scaling factors were computed from other runs than this "
-                             "training split (see its 'runs'); recompute them (delete the file, or "
-                             "rerun cache_data.py with this train.val_fraction and train.split_seed), "
-                             "or set sampling.allow_other_split=true to use them anyway")
-        if info.is_main:
-            print(f"note: {path} was computed from other runs than this training split (allowed)")
-    distributed.barrier()
+    group = distributed.work_group(distributed_config(cfg))
+    scaling_factors.ensure_scaling_factors(
+        train_runs, path, rank=info.rank, world_size=info.world_size,
+        gather=lambda obj: distributed.gather_objects(obj, group), normalization=str(cfg.sampling.normalization),
+        options=read_options_from_config(cfg),
+        variables={part: [(str(k), str(v)) for k, v in cfg.variables[part].items()] for part in ("surface", "volume")},
+        allow_other_split=bool(cfg.sampling.get("allow_other_split", False)),
+        log=lambda line: print(line, flush=True))
+
+
+def distributed_config(cfg: DictConfig) -> distributed.DistributedConfig:
+    """The ``distributed`` section (timeouts of a torchrun job)."""
+    from domino_pipeline.config_section import from_section
+
+    return from_section(distributed.DistributedConfig, cfg.distributed, "distributed")
 
 
 def make_unscaler(path: Path, normalization: str):
@@ -567,7 +563,7 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     config = TrainConfig.from_config(cfg.train)
-    info = distributed.init_distributed(config.device)
+    info = distributed.init_distributed(config.device, distributed_config(cfg))
     if info.device.type == "cpu" and config.cpu_threads > 0:
         torch.set_num_threads(config.cpu_threads)
     try:
