@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from domino_pipeline.store.atomic_store import exclusive_lock, read_json, write_json_atomic
+from domino_pipeline.atomic_store import exclusive_lock, read_json, write_json_atomic
 
 RANKS_DIR = ".ranks"
 T = TypeVar("T")
