@@ -26,17 +26,15 @@ and its checksums instead of building.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-import hydra
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from domino_pipeline.atomic_store import remove_stale_temporaries
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
-from domino_pipeline.config_section import from_section
+from domino_pipeline.config import PipelineConfig
+from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.runs import (
     DEFAULT_OPTIONS,
     ReadOptions,
@@ -58,8 +56,8 @@ from domino_pipeline.store.manifest import (
     read_manifest,
     write_manifest,
 )
-from domino_pipeline.store.rank_records import finish_rank
 from domino_pipeline.store.staleness import check_scaling_factors, manifest_records
+from domino_pipeline.store.rank_records import finish_rank
 from domino_pipeline.store.validate import validate_cache
 
 STATUSES = ("built", "skipped", "stale", "failed")
@@ -94,7 +92,7 @@ def summarize_build(results: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
-def _write_manifest(cfg: DictConfig, runs: list[Path], cache_dir: Path,
+def _write_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path,
                     settings: PreprocessSettings) -> Path:
     """List the current runs and write the manifest as the only manifest writer; a rerun that
     would write the same runs takes no lock and writes nothing (it succeeds on a read-only
@@ -104,19 +102,19 @@ def _write_manifest(cfg: DictConfig, runs: list[Path], cache_dir: Path,
         return path
     with manifest_lock(cache_dir):
         entries = manifest_runs(runs, cache_dir, settings)  # again: another builder may have written
-        return write_manifest(cache_dir, settings, entries, OmegaConf.to_container(cfg, resolve=True),
-                              scaling_factors=_factors_record(cfg, runs, entries, cache_dir, settings))
+        return write_manifest(cache_dir, settings, entries, config.as_dict(),
+                              scaling_factors=_factors_record(config, runs, entries, cache_dir, settings))
 
 
-def _factors_record(cfg: DictConfig, runs: list[Path], entries: dict[str, dict], cache_dir: Path,
+def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str, dict], cache_dir: Path,
                     settings: PreprocessSettings) -> dict | None:
     """Write the scaling factors when every training run is in the cache; their manifest record."""
-    train_runs, _ = split_from_config(runs, cfg)
+    train_runs, _ = split_from_config(runs, config.train, config.seed)
     absent = [run_name(p) for p in train_runs if run_name(p) not in entries]
     if absent:
         print(f"scaling factors not written: training runs {absent} are not in the cache")
         return None
-    record = write_scaling_factors(train_runs, cache_dir, settings, normalization=str(cfg.sampling.normalization))
+    record = write_scaling_factors(train_runs, cache_dir, settings, normalization=config.sampling.normalization)
     print(f"scaling factors: {cache_dir / record['path']} ({len(train_runs)} training runs)")
     return record
 
@@ -131,15 +129,15 @@ def _manifest_lists(cache_dir: Path, entries: dict, settings: PreprocessSettings
             and old.get("scaling_factors") is not None)
 
 
-def _rank_and_job(cfg: DictConfig) -> tuple[int, int, str | None]:
+def _rank_and_job(config: PipelineConfig) -> tuple[int, int, str | None]:
     """(rank, world size, the job's id) under torchrun; (0, 1, None) in one process, where
     torch is not loaded (about 700 MB of memory)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
         return 0, 1, None
-    from domino_pipeline.training.distributed import DistributedConfig, job_id
+    from domino_pipeline.training.distributed import job_id
 
-    return int(os.environ["RANK"]), world_size, job_id(from_section(DistributedConfig, cfg.distributed, "distributed"))
+    return int(os.environ["RANK"]), world_size, job_id(config.distributed.timeout_s)
 
 
 def _validate(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> int:
@@ -155,61 +153,44 @@ def _validate(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -
     return 1 if bad or factors_problem else 0
 
 
-def _finish(cfg: DictConfig, runs: list[Path], cache_dir: Path, settings: PreprocessSettings,
+def _finish(config: PipelineConfig, runs: list[Path], cache_dir: Path, settings: PreprocessSettings,
             records: list[dict]) -> int:
     """Write the manifest unless a rank met stale runs; the build's exit code over all ranks."""
     stale, failed = (sum(r[key] for r in records) for key in ("stale", "failed"))
     if stale:
         print("manifest left as it was: the cache holds runs built with other settings")
     else:
-        print(f"manifest: {_write_manifest(cfg, runs, cache_dir, settings)}")
+        print(f"manifest: {_write_manifest(config, runs, cache_dir, settings)}")
     return 1 if stale or failed else 0
 
 
-def _main(cfg: DictConfig) -> int:
-    """Wire the config into build_cache / validate_cache; return the exit code.
+@entry_point
+def main(config: PipelineConfig) -> int:
+    """Build (or validate) cache.dir from data.processed_dir; the exit code.
 
     Under torchrun no rank waits for another: each builds its share and leaves a record, and
     the last to finish writes the manifest (rank_records.py) and exits with the code of the
     whole build; the others exit 0 (their failures are printed and counted there), so that
     torchrun does not stop a rank that is still building."""
-    rank, world_size, job = _rank_and_job(cfg)
-    settings = settings_from_config(cfg.geometry, cfg.variables)  # device: one GPU per rank
-    runs, cache_dir = list_runs(cfg.data.processed_dir), Path(cfg.cache.dir)
-    if cfg.cache.validate:
+    rank, world_size, job = _rank_and_job(config)
+    settings = settings_from_config(config.geometry, config.variables)  # device: one GPU per rank
+    runs, cache_dir = list_runs(config.data.processed_dir), Path(config.cache.dir)
+    if config.cache.validate:
         return _validate(runs, cache_dir, settings) if rank == 0 else 0
     cache_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(cache_dir)  # on every rank: those of live writers stay
-    results = build_cache(runs, cache_dir, settings, rebuild=bool(cfg.cache.rebuild), rank=rank,
-                          world_size=world_size, options=read_options_from_config(cfg))
+    results = build_cache(runs, cache_dir, settings, rebuild=config.cache.rebuild, rank=rank,
+                          world_size=world_size, options=read_options_from_config(config.data, config.physics))
     print(summarize_build(results), flush=True)
     record = {status: sum(r.status == status for r in results) for status in ("stale", "failed")}
     if job is None:
-        return _finish(cfg, runs, cache_dir, settings, [record])
+        return _finish(config, runs, cache_dir, settings, [record])
     code = finish_rank(cache_dir, job, rank, world_size, record,
-                       lambda records: _finish(cfg, runs, cache_dir, settings, records))
+                       lambda records: _finish(config, runs, cache_dir, settings, records))
     if code is None:
         print(f"rank {rank} done; the last rank to finish writes the manifest", flush=True)
         return 0
     return code
-
-
-def _one_line(err: Exception) -> str:
-    if isinstance(err, OSError) and err.filename and str(err.filename) not in str(err.strerror):
-        return f"{err.filename}: {err.strerror}"
-    return str(err).splitlines()[0]
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
-    """Hydra entry: build (or validate) cache.dir from data.processed_dir."""
-    try:
-        code = _main(cfg)
-    except (OSError, CacheError) as err:  # no processed runs; a cache folder not writable
-        print(f"error: {_one_line(err)}", file=sys.stderr)
-        code = 1
-    if code:
-        sys.exit(code)
 
 
 if __name__ == "__main__":

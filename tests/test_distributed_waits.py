@@ -52,8 +52,7 @@ def _slow_on_rank_0(rank: int) -> None:
 def _rank(rank: int, world_size: int, port: int, runs: list[Path], out: Path, use_work_group: bool) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=SHORT_TIMEOUT_S))
-    config = distributed.DistributedConfig(timeout_s=SHORT_TIMEOUT_S, work_timeout_s=120.0)
-    group = distributed.work_group(config) if use_work_group else None
+    group = distributed.work_group(120.0) if use_work_group else None
     _slow_on_rank_0(rank)
     try:
         scaling_factors.ensure_scaling_factors(

@@ -5,9 +5,9 @@ code: without torchrun's environment the world has size 1 and every collective i
 Backend: NCCL on CUDA, gloo on the CPU. Each rank's GPU follows ``devices.cuda_index``, the rule
 Warp follows too.
 
-Timeouts are explicit (``DistributedConfig``): ``timeout_s`` bounds the waits of training's
-collectives (a step, a checkpoint, a validation), ``work_timeout_s`` the waits behind per-rank
-work of unknown length, which run in their own gloo group (``work_group``).
+Timeouts are explicit (the ``distributed`` config section): ``timeout_s`` bounds the waits of
+training's collectives (a step, a checkpoint, a validation), ``work_timeout_s`` the waits behind
+per-rank work of unknown length, which run in their own gloo group (``work_group``).
 """
 
 import os
@@ -20,19 +20,6 @@ import torch
 import torch.distributed as dist
 
 from domino_pipeline.devices import cuda_index
-
-
-@dataclass(frozen=True)
-class DistributedConfig:
-    """The ``distributed`` config section: how long ranks wait for one another."""
-
-    timeout_s: float = 1800.0  # a collective of training (torch's defaults: NCCL 10 min, gloo 30 min)
-    work_timeout_s: float = 86400.0  # a wait behind per-rank work (scaling factors in parts)
-
-    def __post_init__(self) -> None:
-        if not (self.timeout_s > 0 and self.work_timeout_s > 0):
-            raise ValueError(f"distributed timeouts must be positive; got timeout_s={self.timeout_s}, "
-                             f"work_timeout_s={self.work_timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -66,8 +53,8 @@ def resolve_train_device(name: str, local_rank: int) -> torch.device:
     return torch.device("cuda", cuda_index(torch.cuda.device_count(), local_rank))
 
 
-def init_distributed(device_name: str = "auto", config: DistributedConfig = DistributedConfig()) -> DistInfo:
-    """Join torchrun's process group when launched by it, with ``config.timeout_s`` for its
+def init_distributed(device_name: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
+    """Join torchrun's process group when launched by it, with ``timeout_s`` for its
     collectives; otherwise describe a single process."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -78,27 +65,27 @@ def init_distributed(device_name: str = "auto", config: DistributedConfig = Dist
     if world_size > 1 and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None,
-                                timeout=timedelta(seconds=config.timeout_s))
+                                timeout=timedelta(seconds=timeout_s))
     return DistInfo(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
 
 
-def work_group(config: DistributedConfig) -> Any:
-    """A gloo group of every rank whose waits last up to ``config.work_timeout_s``: for gathering
+def work_group(timeout_s: float) -> Any:
+    """A gloo group of every rank whose waits last up to ``timeout_s``: for gathering
     the results of per-rank work of unknown length without tripping the training timeout. Every
     rank must call it (at about the same time); None in a single process."""
     if not dist.is_initialized():
         return None
-    return dist.new_group(backend="gloo", timeout=timedelta(seconds=config.work_timeout_s))
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
 
 
-def job_id(config: DistributedConfig) -> str:
+def job_id(timeout_s: float) -> str:
     """One id shared by every rank of this torchrun job (rank 0's random one, broadcast), for
     files the ranks write about the job; then the process group is left again, so that the
     ranks' work that follows has no collective to time out. A fresh id in a single process."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     chosen = [uuid.uuid4().hex]
     if world_size > 1:
-        dist.init_process_group(backend="gloo", timeout=timedelta(seconds=config.timeout_s))
+        dist.init_process_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
         dist.broadcast_object_list(chosen, src=0)
         dist.destroy_process_group()
     return chosen[0]
