@@ -152,6 +152,27 @@ def test_torchrun_two_ranks_train_on_different_runs(setup):
 
 
 @pytest.mark.slow
+def test_torchrun_ranks_compute_missing_scaling_factors_in_parts(setup):
+    from domino_pipeline.compute.scaling import compute_scaling_factors, load_scaling_factors
+
+    out, factors = setup["work"] / "ddp_factors", setup["work"] / "ddp_factors.json"
+    overrides = [o for o in common_overrides(setup) if not o.startswith("sampling.scaling_factors=")]
+    command = [TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", "--config-name=config", *overrides,
+               f"sampling.scaling_factors={factors}", f"output_dir={out}", "train.epochs=1", "train.val_fraction=0"]
+    result = run(command, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert "scaling factors from 4 training runs (2 ranks in parts)" in result.stdout
+    runs = sorted(setup["processed"].glob("run_*.zarr"))
+    variables = {"surface": [("pMeanTrim", "scalar"), ("wallShearStressMeanTrim", "vector")],
+                 "volume": [("UMeanTrim", "vector"), ("pMeanTrim", "scalar"), ("nutMeanTrim", "scalar")]}
+    expected = compute_scaling_factors(runs, variables=variables)
+    got = load_scaling_factors(factors)
+    assert got["runs"] == expected["runs"] and got["surface"] == expected["surface"]
+    assert got["volume"] == expected["volume"]
+    (record,) = epochs(out)
+    assert record["world_size"] == 2 and np.isfinite(record["train_loss"])
+
+
+@pytest.mark.slow
 def test_uncached_training_and_demo_report(setup, three_epochs):
     out = setup["work"] / "uncached"
     run(train_command(setup, out, "train.epochs=1", "train.val_fraction=0.25", config="config"))
