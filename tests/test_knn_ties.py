@@ -84,3 +84,17 @@ def test_warp_kernel_distances_have_the_bits_of_distance_sq():
     index, distance = geometry.knn(points, 5, device="cpu", backend="warp")
     reference = np.sqrt(geometry.distance_sq(points[index], points[:, None, :])).astype(np.float32)
     assert np.array_equal(distance, reference)
+
+
+HAS_CUDA = geometry.resolve_device("auto").startswith("cuda")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+def test_cuda_gives_the_same_bits_as_the_cpu_on_a_lattice_and_a_cloud():
+    points = lattice()
+    expected = brute_force(points, None, 8)
+    on_cuda = geometry.knn(points, 8, device="cuda")
+    assert np.array_equal(on_cuda[0], expected[0]) and np.array_equal(on_cuda[1], expected[1])
+    cloud = (np.random.default_rng(4).normal(size=(20_000, 3)) * 0.3 + 100.0).astype(np.float32)
+    cpu, cuda = geometry.knn(cloud, 7, device="cpu"), geometry.knn(cloud, 7, device="cuda")
+    assert np.array_equal(cpu[0], cuda[0]) and np.array_equal(cpu[1], cuda[1])
