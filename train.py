@@ -79,7 +79,7 @@ def split_and_scale(config: PipelineConfig, info: DistInfo) -> tuple[list[Path],
     path = scaling_factors_path(config)
     ensure_scaling_factors(path, train_runs, sampling=config.sampling, cached=config.cache.enabled,
                            variables=config.variables, options=read_options_from_config(config.data, config.physics),
-                           info=info)
+                           info=info, work_timeout_s=config.distributed.work_timeout_s)
     return train_runs, val_runs, path
 
 
@@ -147,7 +147,7 @@ def describe(trainer: Trainer, config: PipelineConfig) -> str:
 @entry_point
 def main(config: PipelineConfig) -> int | None:
     """Train; 128 + the signal's number when a signal stopped it."""
-    info = distributed.init_distributed(config.train.device)
+    info = distributed.init_distributed(config.train.device, config.distributed.timeout_s)
     if info.device.type == "cpu" and config.train.cpu_threads > 0:
         torch.set_num_threads(config.train.cpu_threads)
     try:

@@ -283,10 +283,25 @@ class ForcesConfig:
             raise ValueError(f"forces.reference_area must be positive, not {self.reference_area}")
 
 
+@dataclass(frozen=True)
+class DistributedConfig:
+    """``distributed:`` how long the ranks of a torchrun job wait for one another (seconds):
+    ``timeout_s`` for training's collectives, ``work_timeout_s`` for waits behind per-rank work
+    of unknown length (scaling factors computed in parts)."""
+
+    timeout_s: float
+    work_timeout_s: float
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "work_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"distributed.{name} must be positive, not {getattr(self, name)}")
+
+
 SECTIONS = {
     "data": DataConfig, "physics": PhysicsConfig, "variables": VariablesConfig, "process": ProcessConfig,
     "geometry": GeometryConfig, "sampling": SamplingConfig, "cache": CacheConfig, "loss": LossConfig,
-    "train": TrainConfig, "predict": PredictConfig, "forces": ForcesConfig,
+    "train": TrainConfig, "distributed": DistributedConfig, "predict": PredictConfig, "forces": ForcesConfig,
 }
 TOP_LEVEL = {"model_type": str, "seed": int, "output_dir": str, "model": dict}
 
@@ -310,6 +325,7 @@ class PipelineConfig:
     cache: CacheConfig
     loss: LossConfig
     train: TrainConfig
+    distributed: DistributedConfig
     predict: PredictConfig
     forces: ForcesConfig
 

@@ -156,6 +156,27 @@ def test_torchrun_two_ranks_train_on_different_runs(setup):
 
 
 @pytest.mark.slow
+def test_torchrun_ranks_compute_missing_scaling_factors_in_parts(setup):
+    from domino_pipeline.compute.scaling import compute_scaling_factors, load_scaling_factors
+
+    out, factors = setup["work"] / "ddp_factors", setup["work"] / "ddp_factors.json"
+    overrides = [o for o in common_overrides(setup) if not o.startswith("sampling.scaling_factors=")]
+    command = [TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", "--config-name=config", *overrides,
+               f"sampling.scaling_factors={factors}", f"output_dir={out}", "train.epochs=1", "train.val_fraction=0"]
+    result = run(command, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert "scaling factors from 4 training runs (2 ranks in parts)" in result.stdout
+    runs = sorted(setup["processed"].glob("run_*.zarr"))
+    variables = {"surface": [("pMeanTrim", "scalar"), ("wallShearStressMeanTrim", "vector")],
+                 "volume": [("UMeanTrim", "vector"), ("pMeanTrim", "scalar"), ("nutMeanTrim", "scalar")]}
+    expected = compute_scaling_factors(runs, variables=variables)
+    got = load_scaling_factors(factors)
+    assert got["runs"] == expected["runs"] and got["surface"] == expected["surface"]
+    assert got["volume"] == expected["volume"]
+    (record,) = epochs(out)
+    assert record["world_size"] == 2 and np.isfinite(record["train_loss"])
+
+
+@pytest.mark.slow
 def test_uncached_training_and_demo_report(setup, three_epochs):
     out = setup["work"] / "uncached"
     run(train_command(setup, out, "train.epochs=1", "train.val_fraction=0.25", config="config"))
@@ -279,6 +300,7 @@ def test_data_that_does_not_fit_the_model_is_refused_naming_both_values():
         check_data_fits_model(data, {"interp_res": [32, 16, 16], "num_neighbors_surface": 5}, "cache c")
 
 
+@pytest.mark.slow
 def test_train_refuses_a_cache_with_another_grid_before_the_first_step(setup):
     out = setup["work"] / "grid_mismatch"
     result = subprocess.run(train_command(setup, out, "train.epochs=1", "model.interp_res=[8,8,8]"),
@@ -314,6 +336,7 @@ def outputs_of(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.
         return model(batch)[1]
 
 
+@pytest.mark.slow
 def test_physicsnemo_loads_the_saved_models_with_the_same_outputs(setup, three_epochs):
     from physicsnemo import Module
 
@@ -332,6 +355,7 @@ def test_physicsnemo_loads_the_saved_models_with_the_same_outputs(setup, three_e
     assert outputs_of(Module.from_checkpoint(str(files["best"])), batch).shape == (1, 128, 4)
 
 
+@pytest.mark.slow
 def test_training_starts_from_a_physicsnemo_mdlus(setup):
     from physicsnemo.models.domino import DoMINO
     from physicsnemo.models.domino.config import Config
@@ -359,6 +383,7 @@ def test_training_starts_from_a_physicsnemo_mdlus(setup):
         checkpointing.init_weights_from(other, path)
 
 
+@pytest.mark.slow
 def test_the_example_losses_train_and_are_logged_with_the_loss(setup):
     out = setup["work"] / "example_losses"
     result = run(train_command(setup, out, "train.epochs=1", "train.val_fraction=0.25", "loss.type=rmse",
@@ -384,10 +409,11 @@ def test_scaling_factors_of_another_split_are_refused_unless_allowed(tmp_path):
                "volume": {"min": [0.0] * 5, "max": [1.0] * 5, "mean": [0.5] * 5, "std": [0.1] * 5}}
     path = save_scaling_factors(tmp_path / "factors.json", factors)
     cfg = typed_config(f"sampling.scaling_factors={path}")
-    info = SimpleNamespace(is_main=True)
+    info = SimpleNamespace(is_main=True, rank=0, world_size=1)
     def ensure(runs, cfg):
         ensure_scaling_factors(path, [Path(r) for r in runs], sampling=cfg.sampling, cached=False,
-                               variables=cfg.variables, options=DEFAULT_OPTIONS, info=info)
+                               variables=cfg.variables, options=DEFAULT_OPTIONS, info=info,
+                               work_timeout_s=60.0)
 
     ensure(["run_1.zarr", "run_2.zarr"], cfg)  # same runs
     with pytest.raises(ValueError, match=r"factors\.json: the scaling factors were computed from other runs"):

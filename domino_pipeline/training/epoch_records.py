@@ -20,9 +20,12 @@ def reset_peak_memory(device: torch.device) -> None:
 
 
 def peak_memory_mb(device: torch.device) -> tuple[float, str]:
-    """CUDA max allocated since the last reset on a GPU; the process's peak RSS (whole run) on the CPU."""
+    """On a GPU torch's peak since the last reset plus Warp's pool peak (gpu_memory.py); the
+    process's peak RSS (whole run) on the CPU."""
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20, "cuda_max_allocated"
+        from domino_pipeline.training.gpu_memory import cuda_peak_mib
+
+        return cuda_peak_mib(device)
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, "cpu_peak_rss"
 
 

@@ -8,41 +8,28 @@ from pathlib import Path
 
 import torch
 
-from domino_pipeline.compute.scaling import (
-    compute_scaling_factors,
-    load_scaling_factors,
-    save_scaling_factors,
-    unscale_fields,
-)
+from domino_pipeline.compute.scaling import load_scaling_factors, unscale_fields
 from domino_pipeline.config import SamplingConfig, VariablesConfig
-from domino_pipeline.inputs.runs import ReadOptions, run_name
-from domino_pipeline.training import distributed
+from domino_pipeline.inputs.runs import ReadOptions
+from domino_pipeline.training import distributed, scaling_factors
 from domino_pipeline.training.distributed import DistInfo
 
 
 def ensure_scaling_factors(path: Path, train_runs: list[Path], *, sampling: SamplingConfig, cached: bool,
-                           variables: VariablesConfig, options: ReadOptions, info: DistInfo) -> None:
-    """Rank 0 computes the factors at ``path`` from the training runs once, if the file is
-    missing; factors computed from other runs are refused unless ``sampling.allow_other_split``;
-    the other ranks wait. A cache's own factors (``cached`` without ``sampling.scaling_factors``)
-    are cache_data.py's to write: missing, they are an error."""
+                           variables: VariablesConfig, options: ReadOptions, info: DistInfo,
+                           work_timeout_s: float) -> None:
+    """The factors at ``path``, computed by all ranks in parts when missing (scaling_factors.py,
+    exchanged in a group with its own ``work_timeout_s``); factors computed from other runs are
+    refused unless ``sampling.allow_other_split``. A cache's own factors (``cached`` without
+    ``sampling.scaling_factors``) are cache_data.py's to write: missing, they are an error."""
     if not path.exists() and cached and sampling.scaling_factors is None:
         raise FileNotFoundError(f"{path}: the cache has no scaling factors; rerun cache_data.py, which writes them")
-    names = [run_name(r) for r in train_runs]
-    if info.is_main and not path.exists():
-        print(f"computing {sampling.normalization} scaling factors from {len(train_runs)} training runs -> {path}")
-        parts = {"surface": list(variables.surface.items()), "volume": list(variables.volume.items())}
-        save_scaling_factors(path, compute_scaling_factors(
-            train_runs, normalization=sampling.normalization, options=options, variables=parts))
-    elif load_scaling_factors(path).get("runs", names) != names:
-        if not sampling.allow_other_split:
-            raise ValueError(f"{path}: the scaling factors were computed from other runs than this "
-                             "training split (see its 'runs'); recompute them (delete the file, or "
-                             "rerun cache_data.py with this train.val_fraction and train.split_seed), "
-                             "or set sampling.allow_other_split=true to use them anyway")
-        if info.is_main:
-            print(f"note: {path} was computed from other runs than this training split (allowed)")
-    distributed.barrier()
+    group = distributed.work_group(work_timeout_s)
+    scaling_factors.ensure_scaling_factors(
+        train_runs, path, rank=info.rank, world_size=info.world_size,
+        gather=lambda obj: distributed.gather_objects(obj, group), normalization=sampling.normalization,
+        options=options, variables={"surface": list(variables.surface.items()), "volume": list(variables.volume.items())},
+        allow_other_split=sampling.allow_other_split, log=lambda line: print(line, flush=True))
 
 
 def make_unscaler(path: Path, normalization: str) -> Callable[[str, torch.Tensor], torch.Tensor]:
