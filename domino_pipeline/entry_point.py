@@ -69,6 +69,7 @@ def check_override_keys(arguments: Sequence[str], conf_dir: Path) -> None:
     keys, before Hydra refuses it in several lines ("not in struct")."""
     keys = [a.split("=", 1)[0] for a in arguments
             if "=" in a and not a.startswith(("-", "+", "~", "hydra."))]
+    keys = [k for k in keys if "/" not in k and "@" not in k]  # config-group choices are Hydra's
     if not keys:
         return
     with hydra.initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):

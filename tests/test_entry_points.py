@@ -75,7 +75,7 @@ def test_an_unknown_key_on_the_command_line_is_named_with_the_closest_one(monkey
     with pytest.raises(ValueError, match=r"^optimizer.lr is not a setting$"):
         check_override_keys(["optimizer.lr=1"], ROOT / "conf")
     check_override_keys(["-cn", "demo", "train.epochs=2", "+train.extra=1", "hydra.run.dir=.", "model_type=volume",
-                         "model.geometry_rep.geo_conv.base_neurons=8"], ROOT / "conf")
+                         "model.geometry_rep.geo_conv.base_neurons=8", "hydra/job_logging=none"], ROOT / "conf")
     assert [config_name(a) for a in (["x=1"], ["--config-name=demo"], ["-cn", "cached", "x=1"])] == \
         ["config", "demo", "cached"]
 
