@@ -53,13 +53,20 @@ FEATURE_BLOCK_ROWS = 1 << 20  # surface rows per block of gathered neighbour fea
 KNN_BLOCK_ROWS = 1 << 20  # surface rows whose neighbours are searched at a time
 
 
+def surface_index(prepared: PreparedRun, settings: PreprocessSettings) -> geometry.KnnIndex:
+    """The kNN index of the kept surface cells: the host preparation (Z-order, density counts,
+    points on the device) that every neighbour query of the run shares."""
+    return geometry.KnnIndex(prepared.surface_points, device=settings.device)
+
+
 def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
-                      rows: np.ndarray | None = None) -> np.ndarray:
-    """int32 (Q, K-1): the nearest kept surface cells of ``rows`` (all when None), self dropped."""
-    k = settings.num_neighbors_surface
+                      rows: np.ndarray | None = None, index: geometry.KnnIndex | None = None) -> np.ndarray:
+    """int32 (Q, K-1): the nearest kept surface cells of ``rows`` (all when None), self dropped.
+    ``index``: the run's ``surface_index`` when the caller keeps it (else built here)."""
+    index = surface_index(prepared, settings) if index is None else index
     points = prepared.surface_points
     queries = None if rows is None else points[rows]
-    indices, _ = geometry.knn(points, k, queries=queries, device=settings.device)
+    indices, _ = index.query(settings.num_neighbors_surface, queries)
     rows = np.arange(len(points)) if rows is None else np.asarray(rows)
     return drop_self(indices, rows).astype(np.int32)
 
@@ -67,12 +74,14 @@ def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
 def all_surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
                           block_rows: int = KNN_BLOCK_ROWS) -> np.ndarray:
     """``surface_neighbors`` of every kept surface cell, searched ``block_rows`` cells at a
-    time, so that the search's memory does not grow with the surface beyond its index."""
+    time against one index, so that the search's memory does not grow with the surface beyond
+    its index and the index is prepared once per run."""
     n = len(prepared.surface_points)
+    index = surface_index(prepared, settings)
     out = np.empty((n, settings.num_neighbors_surface - 1), dtype=np.int32)
     for start in range(0, n, block_rows):
         rows = np.arange(start, min(start + block_rows, n))
-        out[start:start + len(rows)] = surface_neighbors(prepared, settings, rows)
+        out[start:start + len(rows)] = surface_neighbors(prepared, settings, rows, index)
     return out
 
 
@@ -86,16 +95,23 @@ def grid_sdf(prepared: PreparedRun, settings: PreprocessSettings, part: str) -> 
     return sdf.reshape(grid.shape[:3])
 
 
+def volume_mesh(prepared: PreparedRun, settings: PreprocessSettings) -> geometry.SdfMesh:
+    """The STL in volume-box normalised coordinates on the device: every volume SDF query of a
+    run shares it."""
+    return geometry.SdfMesh(normalize(prepared.stl_vertices, settings.bounding_box_volume),
+                            prepared.stl_faces, device=settings.device)
+
+
 def volume_sdf(prepared: PreparedRun, settings: PreprocessSettings,
-               rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               rows: np.ndarray | None = None, mesh: geometry.SdfMesh | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Signed distance (Q,) and closest STL point (Q, 3) of the kept volume ``rows`` (all when
-    None), in volume-box normalised coordinates."""
-    box = settings.bounding_box_volume
+    None), in volume-box normalised coordinates. ``mesh``: the run's ``volume_mesh`` when the
+    caller keeps it (else built here)."""
     queries = prepared.volume_coordinates
     if rows is not None:
         queries = np.ascontiguousarray(queries[rows])
-    return geometry.signed_distance(normalize(prepared.stl_vertices, box), prepared.stl_faces,
-                                    queries, device=settings.device)
+    mesh = volume_mesh(prepared, settings) if mesh is None else mesh
+    return mesh.query(queries)
 
 
 @dataclass
@@ -175,10 +191,10 @@ def _pieces(prepared: PreparedRun, volume: Mapping, settings: PreprocessSettings
     neighbors = gathered = None  # the surface is written: its rows need not stay for the volume
     for name in ("points", "coordinates", "normals", "areas", "fields"):
         setattr(prepared, f"surface_{name}", None)
-    mesh = normalize(prepared.stl_vertices, settings.bounding_box_volume), prepared.stl_faces
+    mesh = volume_mesh(prepared, settings)
     for start, coordinates, fields in _volume_buckets(volume, settings, n_volume, check,
                                                       scratch_dir, block_rows):
-        sdf, closest = geometry.signed_distance(*mesh, coordinates, device=settings.device)
+        sdf, closest = mesh.query(coordinates)
         yield "volume_coordinates", start, coordinates
         yield "volume_fields", start, fields
         yield "volume_sdf", start, sdf

@@ -34,6 +34,7 @@ import torch
 from domino_pipeline.compute.preprocessing import (
     grid_sdf,
     surface_neighbors,
+    volume_mesh,
     volume_sdf,
 )
 from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
@@ -72,7 +73,7 @@ def prepare_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *, 
 
 class BatchItems:
     """Builds DoMINO's input for any rows of a prepared run; the expensive per-run geometry (grid
-    SDFs, the surface kNN) is computed once, on first use."""
+    SDFs, the surface kNN, the STL mesh on the device for the volume SDF) is computed once."""
 
     def __init__(self, prepared: PreparedRun, settings: PreprocessSettings, *, parts: tuple[str, ...],
                  geometry_points: int) -> None:
@@ -81,6 +82,7 @@ class BatchItems:
         self.geometry_coordinates = prepared.geometry_coordinates[:geometry_points]
         self.grids = self._grids()
         self.neighbors = surface_neighbors(prepared, settings) if "surface" in parts else None
+        self.mesh = volume_mesh(prepared, settings) if "volume" in parts else None
 
     def _grids(self) -> dict[str, torch.Tensor | np.ndarray]:
         res = tuple(int(n) for n in self.settings.interp_res)
@@ -99,7 +101,7 @@ class BatchItems:
                 **{f"neighbor_{name}": values for name, values in neighbors.items()}}
 
     def volume(self, window: tuple[int, int]) -> dict[str, np.ndarray]:
-        sdf, closest = volume_sdf(self.prepared, self.settings, np.arange(*window))
+        sdf, closest = volume_sdf(self.prepared, self.settings, np.arange(*window), self.mesh)
         span = slice(*window)
         return {"coordinates": self.prepared.volume_coordinates[span], "fields": self.prepared.volume_fields[span],
                 "sdf": sdf, "closest": closest}
