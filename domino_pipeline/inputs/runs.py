@@ -316,9 +316,12 @@ def source_fingerprint(path: str | os.PathLike) -> str:
 
 
 def stat_fingerprint(path: str | os.PathLike) -> str:
-    """SHA-256 of a run's file names, sizes and modification times: cheap (no data read), and
-    it changes whenever a file of the run is rewritten. A cache build hashes the bytes
-    (``source_fingerprint``) only when this one differs from what it recorded."""
+    """SHA-256 of a run's file names, sizes, modification times, inode change times and inode
+    numbers: cheap (no data read), and it changes whenever a file of the run is written again,
+    even by a tool that keeps the size and restores the modification time: the kernel sets the
+    change time on every write, rename or ``utime`` and no copy tool can set it back. A cache
+    build hashes the bytes (``source_fingerprint``) only when this one differs from what it
+    recorded."""
     root = Path(path)
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
     if not root.exists():
@@ -327,5 +330,5 @@ def stat_fingerprint(path: str | os.PathLike) -> str:
     for file in files:
         info = file.stat()
         name = file.relative_to(root).as_posix() if root.is_dir() else file.name
-        digest.update(f"{name}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
+        digest.update(f"{name}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\0{info.st_ino}\0".encode())
     return digest.hexdigest()
