@@ -36,7 +36,8 @@ from tqdm import tqdm
 from domino_pipeline.inputs.drivaerml_reader import (
     VOLUME_SOURCES,
     RunError,
-    read_stl,
+    drop_zero_area,
+    read_stl_triangles,
     read_surface,
     read_volume,
     run_files,
@@ -99,9 +100,10 @@ def process_run(
     """
     run_dir = Path(run_dir)
     files = run_files(run_dir)
-    arrays = read_stl(files.stl) | read_surface(files.surface, surface_variables)
+    stl, dropped = drop_zero_area(read_stl_triangles(files.stl))
+    arrays = stl | read_surface(files.surface, surface_variables)
     volume, used_source, notes = read_volume(files.volume, volume_variables, volume_source)
-    notes = stl_defects(arrays["stl_faces"], arrays["stl_areas"], files.stl) + notes
+    notes = stl_defects(arrays["stl_faces"], arrays["stl_areas"], files.stl, dropped) + notes
     arrays["volume_mesh_centers"] = volume["volume_mesh_centers"]
     arrays["volume_fields"] = volume["volume_fields"]
     length = car_length(arrays["stl_coordinates"]) if reference_length is None else reference_length
