@@ -38,6 +38,7 @@ from torch.utils.tensorboard import SummaryWriter
 from datapipe import collate_items, dataset_from_config, parts_of, scaling_factors_path
 from domino_pipeline.config_section import from_section
 from domino_pipeline.inputs.runs import split_from_config, split_runs  # noqa: F401 (split_runs: train.split_runs)
+from domino_pipeline.loading.worker_deaths import WorkerDiedError
 from domino_pipeline.training import checkpointing, distributed
 from domino_pipeline.training.distributed import DistInfo
 from domino_pipeline.training.domino_model import (
@@ -582,7 +583,11 @@ def main(cfg: DictConfig) -> None:
             f"validation runs; {'cache ' + str(cfg.cache.dir) if cfg.cache.enabled else 'uncached datapipe'}; "
             f"loss {session.loss_description}"
         )
-        signum = train_epochs(session)
+        try:
+            signum = train_epochs(session)
+        except WorkerDiedError as err:  # which worker, which signal: one line
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(1)
         session.log.close()
     finally:
         distributed.shutdown_distributed()
