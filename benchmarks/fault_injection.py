@@ -236,8 +236,12 @@ def scenario_reader_during_rebuild(processed: Path, cache: Path, work: Path, rng
                               "geometry.permutation_seed=7"))
     out, err = reader.communicate(timeout=120)
     if reader.returncode or rebuild.returncode:
+        print(f"reader-during-rebuild: reader exit {reader.returncode}: {err[-600:]}\n"
+              f"rebuild exit {rebuild.returncode}: {(rebuild.stdout + rebuild.stderr)[-600:]}", file=sys.stderr)
         return False
     result = json.loads(out.strip().splitlines()[-1])
+    if result["mixed"] or not result["draws"]:
+        print(f"reader-during-rebuild: {result}", file=sys.stderr)
     return result["mixed"] == 0 and result["draws"] > 0
 
 

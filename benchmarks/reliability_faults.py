@@ -244,6 +244,6 @@ def reliability_trials(raw: Path, processed: Path, cache: Path, work: Path, n: i
     report = {}
     for name, trial in classes.items():
         outcomes = [trial() for _ in range(n)]
-        report[name] = {"trials": n, "expected": sum(ok for ok, _ in outcomes),
+        report[name] = {"trials": n, "expected": sum(bool(ok) for ok, _ in outcomes),
                         "missed": [seen for ok, seen in outcomes if not ok]}
     return report
