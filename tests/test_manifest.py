@@ -18,7 +18,7 @@ from datapipe import CachedDoMINODataset
 from domino_pipeline.inputs.runs import list_runs, stat_fingerprint
 from domino_pipeline.store import manifest as manifest_module
 from domino_pipeline.store.cache_format import CacheError, StaleCacheError
-from domino_pipeline.store.manifest import _digest, read_manifest, write_manifest
+from domino_pipeline.store.manifest import manifest_digest, read_manifest, write_manifest
 from domino_pipeline.store.validate import validate_cache
 
 
@@ -33,7 +33,7 @@ def _edit(cache, change, *, rehash: bool) -> None:
     manifest = json.loads(path.read_text())
     change(manifest)
     if rehash:
-        manifest["sha256"] = _digest(manifest)
+        manifest["sha256"] = manifest_digest(manifest)
     path.write_text(json.dumps(manifest))
 
 
@@ -107,9 +107,12 @@ def test_a_dataset_keeps_few_runs_open(tiny_processed_dir, tmp_path):
     cache = build_tiny_cache(tiny_processed_dir, tmp_path / "cache")
     ds = CachedDoMINODataset(cache, max_open_runs=1, **SAMPLES)
     ds[0]
-    first = ds._open[0]
+    first = ds.run(0)
+    assert ds.open_run_indices() == [0]
     ds[1]
-    assert list(ds._open) == [1] and first not in ds._open.values()
+    assert ds.open_run_indices() == [1]
+    assert ds.run(0) is not first  # closed, so opened again
+    assert ds.open_run_indices() == [0]
 
 
 def test_an_edited_array_description_is_caught_by_validate_and_at_open(cache, tiny_processed_dir):

@@ -125,6 +125,10 @@ class CachedDoMINODataset(EpochDataset):
             self._bytes_closed += closed.bytes_read
         return run
 
+    def open_run_indices(self) -> list[int]:
+        """The indices of the runs this process holds open, least recently used first."""
+        return list(self._open) if self._pid == os.getpid() else []
+
     def bytes_read(self) -> int:
         """Bytes this process has read from the cache (with ``count_bytes=True``)."""
         return self._bytes_closed + sum(run.bytes_read for run in self._open.values())

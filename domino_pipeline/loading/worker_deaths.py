@@ -23,8 +23,9 @@ SETTLE_S = 2.0  # how long a worker killed a moment ago may take to be seen as e
 _TRANSFER_ERRORS = (ConnectionError, EOFError, FileNotFoundError, RuntimeError)
 
 
-class WorkerDiedError(RuntimeError):
-    """A DataLoader worker died (killed by a signal or exited) while batches were expected."""
+class WorkerDiedError(ChildProcessError):
+    """A DataLoader worker died (killed by a signal or exited) while batches were expected (an
+    OSError, so that every entry point reports it in one line)."""
 
 
 def checked_batches(loader: Iterable) -> Iterator:

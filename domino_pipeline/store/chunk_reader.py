@@ -124,7 +124,7 @@ class ChunkedArray:
         (``POSIX_FADV_WILLNEED``, one request per run of neighbouring chunks), so that the reads
         which follow find them arriving in parallel instead of waiting for the disk one by one.
         Reads nothing itself but the shard indexes; faults are left for the reads to report."""
-        for shard, first, last in self._chunk_runs(selection):
+        for shard, first, last in self.chunk_runs(selection):
             key = self.key(shard)
             try:
                 index = self._index(shard, key)
@@ -139,7 +139,7 @@ class ChunkedArray:
             finally:
                 os.close(fd)
 
-    def _chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
+    def chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
         """(shard, first inner chunk, last inner chunk) of each run of consecutive touched
         chunks of ``selection``, inner chunks counted within their shard."""
         if selection is Ellipsis:
