@@ -18,7 +18,7 @@ import crc32c
 import numpy as np
 
 from domino_pipeline.store.cache_format import metadata_sha256
-from domino_pipeline.store.manifest import MANIFEST, _digest, run_path
+from domino_pipeline.store.manifest import MANIFEST, manifest_digest, run_path
 
 
 def _manifest(cache: Path) -> dict:
@@ -36,7 +36,7 @@ def rehash(cache: Path, name: str, *, target: Path | None = None) -> None:
     manifest = _manifest(cache)
     entry = manifest["runs"][name]
     entry["metadata_sha256"] = metadata_sha256(target or run_path(cache, name, entry))
-    manifest["sha256"] = _digest(manifest)
+    manifest["sha256"] = manifest_digest(manifest)
     (cache / MANIFEST).write_text(json.dumps(manifest, indent=2))
 
 
