@@ -34,7 +34,8 @@ from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.drivaerml_reader import (
     RunError,
-    read_stl,
+    drop_zero_area,
+    read_stl_triangles,
     read_surface,
     read_volume,
     run_files,
@@ -69,9 +70,10 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
     """
     run_dir = Path(run_dir)
     files = run_files(run_dir)
-    arrays = read_stl(files.stl) | read_surface(files.surface, options.surface_variables)
+    stl, dropped = drop_zero_area(read_stl_triangles(files.stl))
+    arrays = stl | read_surface(files.surface, options.surface_variables)
     volume, used_source, notes = read_volume(files.volume, options.volume_variables, options.volume_source)
-    notes = stl_defects(arrays["stl_faces"], arrays["stl_areas"], files.stl) + notes
+    notes = stl_defects(arrays["stl_faces"], arrays["stl_areas"], files.stl, dropped) + notes
     arrays["volume_mesh_centers"] = volume["volume_mesh_centers"]
     arrays["volume_fields"] = volume["volume_fields"]
     length = car_length(arrays["stl_coordinates"]) if options.reference_length is None else options.reference_length

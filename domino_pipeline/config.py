@@ -63,6 +63,7 @@ class DataConfig:
     raw_dir: str            # run_<i>/ folders as published
     processed_dir: str      # processed runs, or physicsnemo-curator output as it is
     allow_pickle: bool      # also read legacy .npy dict runs (restricted unpickler)
+    allow_missing_chunks: bool  # accept Zarr runs lacking chunks (read as fill values) from writers that omit them on purpose
 
 
 @dataclass(frozen=True)

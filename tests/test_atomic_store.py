@@ -6,9 +6,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +103,53 @@ def test_temporaries_of_dead_writers_are_removed_and_of_live_ones_kept(tmp_path)
     kept.mkdir()
     assert sorted(remove_stale_temporaries(tmp_path)) == sorted([dead, dead_file])
     assert live.is_dir() and kept.is_dir() and not dead.exists() and not dead_file.exists()
+
+
+WRITER = """
+import sys, time
+from domino_pipeline.atomic_store import atomic_directory
+with atomic_directory(sys.argv[1]) as tmp:
+    print(tmp, flush=True)
+    time.sleep(60)
+"""
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.slow
+def test_a_temporary_is_stale_once_no_process_holds_its_lock_zombie_writer_included(tmp_path):
+    """A writer killed but not reaped (a zombie: ``os.kill(pid, 0)`` still succeeds) holds no
+    lock any more, so its temporary goes; while it ran, its temporary stayed."""
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "run_1.zarr")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        tmp = Path(writer.stdout.readline().strip())
+        old = time.time() - 3600
+        os.utime(tmp, (old, old))  # past the grace given to a writer that has not locked yet
+        assert remove_stale_temporaries(tmp_path) == [] and tmp.is_dir()
+        os.kill(writer.pid, signal.SIGKILL)
+        deadline = time.time() + 10
+        while _state(writer.pid) != "Z" and time.time() < deadline:
+            time.sleep(0.02)
+        assert _state(writer.pid) == "Z"
+        os.kill(writer.pid, 0)  # a zombie answers a signal: the old test said "alive"
+        assert remove_stale_temporaries(tmp_path) == [tmp] and not tmp.exists()
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+@pytest.mark.slow
+def test_an_unlocked_temporary_of_a_reused_pid_is_stale(tmp_path):
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        left = tmp_path / f".g2.zarr.tmp-{sleeper.pid}-abcd1234"  # a running pid, no lock held
+        left.mkdir()
+        old = time.time() - 3600
+        os.utime(left, (old, old))
+        assert remove_stale_temporaries(tmp_path) == [left]
+    finally:
+        sleeper.kill()
+        sleeper.wait()

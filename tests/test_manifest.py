@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 
 import pytest
@@ -139,3 +140,28 @@ def test_a_read_only_cache_fails_each_run_in_one_line(tiny_processed_dir, tmp_pa
     assert [r.status for r in results] == ["failed", "failed"]
     for r in results:
         assert "\n" not in r.message and "Read-only file system" in r.message and ".lock" in r.message
+
+
+def test_a_rewrite_that_keeps_size_and_mtime_is_seen_without_validate(tiny_processed_dir, tmp_path):
+    """One byte of a processed run changed in place, its size kept and its mtime restored: the
+    stat fingerprint (which holds the inode change time) differs, so a rerun hashes the bytes and
+    rebuilds the run, and a dataset given the current stats refuses it."""
+    from cache_data import build_cache
+
+    processed = shutil.copytree(tiny_processed_dir, tmp_path / "processed")
+    cache = build_tiny_cache(processed, tmp_path / "cache")
+    runs = list_runs(processed)
+    chunk = sorted(p for p in (processed / "run_1.zarr" / "surface_fields" / "c").rglob("*") if p.is_file())[0]
+    before = chunk.stat()
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    with open(chunk, "r+b") as handle:  # in place: same inode, same size
+        handle.write(raw)
+    os.utime(chunk, ns=(before.st_atime_ns, before.st_mtime_ns))  # the mtime a copy tool keeps
+    assert (chunk.stat().st_size, chunk.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    sources = {p.stem: stat_fingerprint(p) for p in runs}
+    with pytest.raises(StaleCacheError, match=r"runs \['run_1'\] were written again"):
+        CachedDoMINODataset(cache, sources=sources, **SAMPLES)
+    results = {r.name: r for r in build_cache(runs, cache, tiny_settings(), rebuild=False)}
+    assert results["run_1"].status == "stale" and "source: the processed run has changed" in results["run_1"].message
+    assert results["run_2"].status == "skipped"
