@@ -87,17 +87,27 @@ def run_fingerprint(settings_fingerprint: str, source: str) -> str:
     return hashlib.sha256(f"{FORMAT_VERSION}:{settings_fingerprint}:{source}".encode()).hexdigest()
 
 
-def metadata_sha256(run_path: str | os.PathLike) -> str:
-    """SHA-256 of every ``zarr.json`` of a cache run (group attributes, array metadata): what
-    the manifest records, so an edit of any of them is caught at open and by validation. Arrays
-    sit directly in the group, so this reads two levels, not the shard folders."""
+def metadata_files(run_path: str | os.PathLike) -> dict[str, bytes]:
+    """Every ``zarr.json`` of a local cache run (group attributes, array metadata) by its path
+    within the run. Arrays sit directly in the group, so this reads two levels, not the shard
+    folders."""
     root = Path(run_path)
+    found = [root / "zarr.json", *root.glob("*/zarr.json")]
+    return {m.relative_to(root).as_posix(): m.read_bytes() for m in found if m.is_file()}
+
+
+def metadata_digest(files: dict[str, bytes]) -> str:
+    """SHA-256 of a run's ``zarr.json`` files (``metadata_files``), in path order: what the
+    manifest records, so an edit of any of them is caught at open and by validation."""
     digest = hashlib.sha256()
-    for meta in sorted([root / "zarr.json", *root.glob("*/zarr.json")]):
-        if not meta.is_file():
-            continue
-        digest.update(str(meta.relative_to(root)).encode() + b"\0" + meta.read_bytes() + b"\0")
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + bytes(files[name]) + b"\0")
     return digest.hexdigest()
+
+
+def metadata_sha256(run_path: str | os.PathLike) -> str:
+    """``metadata_digest`` of the local cache run at ``run_path``."""
+    return metadata_digest(metadata_files(run_path))
 
 
 def diff_settings(cached: dict, expected: dict, prefix: str = "") -> list[str]:

@@ -21,6 +21,7 @@ from domino_pipeline.store.atomic_store import (
     read_json,
     write_json_atomic,
 )
+from domino_pipeline.store.byte_source import is_url, join, read_versioned
 from domino_pipeline.store.cache_format import (
     FORMAT,
     FORMAT_VERSION,
@@ -71,10 +72,36 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
 
 
 def read_manifest(cache_dir: str | os.PathLike) -> dict:
-    """Read and check ``<cache_dir>/manifest.json``: format, version, its own checksum, and run
-    paths that stay inside the cache folder."""
-    path = Path(cache_dir) / MANIFEST
-    manifest = read_json(path, "no cache manifest; build the cache with cache_data.py", CacheError)
+    """Read and check ``<cache_dir>/manifest.json`` (a local folder or an object-store URL):
+    format, version, its own checksum, and run paths that stay inside the cache folder."""
+    manifest, _ = read_manifest_version(cache_dir)
+    return manifest
+
+
+def read_manifest_version(cache_dir: str | os.PathLike) -> tuple[dict, str | None]:
+    """``read_manifest`` and the object version (e-tag) it was read at (None locally)."""
+    path = join(cache_dir, MANIFEST)
+    missing = "no cache manifest; build the cache with cache_data.py"
+    if is_url(cache_dir):
+        raw, e_tag = read_versioned(path)
+        if raw is None:
+            raise FileNotFoundError(f"{path}: {missing}")
+        manifest = _parse(raw, path)
+    else:
+        manifest, e_tag = read_json(path, missing, CacheError), None
+    _check_manifest(manifest, cache_dir)
+    return manifest, e_tag
+
+
+def _parse(raw: bytes, path: str) -> object:
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CacheError(f"{path}: not valid JSON ({err})") from err
+
+
+def _check_manifest(manifest: object, cache_dir: str | os.PathLike) -> None:
+    path = join(cache_dir, MANIFEST)
     if not isinstance(manifest, dict):
         raise CacheError(f"{path}: not a {FORMAT} manifest (a JSON {type(manifest).__name__})")
     if manifest.get("format") != FORMAT:
@@ -90,20 +117,20 @@ def read_manifest(cache_dir: str | os.PathLike) -> dict:
         raise CacheError(f"{path}: 'runs' is not a mapping")
     for name, entry in runs.items():
         run_path(cache_dir, name, entry)
-    return manifest
 
 
-def run_path(cache_dir: str | os.PathLike, name: str, entry: dict) -> Path:
+def run_path(cache_dir: str | os.PathLike, name: str, entry: dict) -> Path | str:
     """The generation folder a manifest entry names: a relative path of two parts, the run's
-    folder and ``g<N>.zarr``, inside the cache folder; CacheError otherwise."""
-    where = f"{Path(cache_dir) / MANIFEST}: run {name!r}"
+    folder and ``g<N>.zarr``, inside the cache folder (a URL under a URL cache); CacheError
+    otherwise."""
+    where = f"{join(cache_dir, MANIFEST)}: run {name!r}"
     raw = entry.get("path") if isinstance(entry, dict) else None
     if not isinstance(raw, str):
         raise CacheError(f"{where}: no path")
     parts = PurePosixPath(raw).parts
     if raw.startswith("/") or len(parts) != 2 or ".." in parts or parts[0] != name:
         raise CacheError(f"{where}: path {raw!r} is not '{name}/g<N>.zarr' inside the cache folder")
-    return Path(cache_dir).joinpath(*parts)
+    return join(cache_dir, *parts)
 
 
 def manifest_entry(cache_dir: str | os.PathLike, run: CacheRun) -> dict:

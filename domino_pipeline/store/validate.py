@@ -23,7 +23,7 @@ from domino_pipeline.store.manifest import read_manifest, run_path
 
 def read_in_blocks(run: CacheRun, name: str, rows: int = 1 << 20) -> None:
     """Read every chunk of an array (checking its checksum), a block of rows at a time."""
-    length = run.array(name).shape[0]
+    length = run.shape(name)[0]
     for start in range(0, max(length, 1), rows):
         run.read(name, slice(start, start + rows))
 
