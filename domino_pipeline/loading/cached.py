@@ -103,6 +103,13 @@ class CachedDoMINODataset(EpochDataset):
     def __len__(self) -> int:
         return len(self.run_paths)
 
+    @property
+    def worker_context(self) -> str | None:
+        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for
+        a cache on object storage (its client does not survive ``fork``), else None (the
+        default)."""
+        return "spawn" if is_url(self.cache_dir) else None
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_open"] = OrderedDict()  # open stores stay in their process

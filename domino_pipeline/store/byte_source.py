@@ -367,9 +367,21 @@ def source_and_key(location: str | os.PathLike) -> tuple[ByteSource, str]:
     return shared_source(path.parent), path.name
 
 
+_CLIENT_PID: list[int] = []  # the process that started the object-store client, once it has
+
+
 def open_source(location: str | os.PathLike) -> ByteSource:
-    """A fresh source for ``location``: an ObjectSource for a URL, a LocalSource otherwise."""
-    return ObjectSource(str(location)) if is_url(location) else LocalSource(location)
+    """A fresh source for ``location``: an ObjectSource for a URL, a LocalSource otherwise.
+    The object-store client (a Rust runtime with threads) does not survive ``fork``: a process
+    forked after its parent used one gets a one-line error here instead of a hang."""
+    if not is_url(location):
+        return LocalSource(location)
+    if _CLIENT_PID and _CLIENT_PID[0] != os.getpid():
+        raise RuntimeError(f"{location}: object storage cannot be read in a process forked after "
+                           "its parent read it; start DataLoader workers with "
+                           "multiprocessing_context='spawn' (CachedDoMINODataset.worker_context)")
+    _CLIENT_PID[:] = [os.getpid()]
+    return ObjectSource(str(location))
 
 
 def shared_source(location: str | os.PathLike) -> ByteSource:
