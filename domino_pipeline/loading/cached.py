@@ -9,8 +9,6 @@ Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the ca
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -20,7 +18,7 @@ import numpy as np
 import torch
 
 from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError
-from domino_pipeline.compute.scaling import check_factors_match, checked_scaling_factors
+from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_of
 from domino_pipeline.inputs.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
@@ -33,7 +31,7 @@ from domino_pipeline.store.cache_format import (
     layout_arrays,
 )
 from domino_pipeline.store.cache_run import CacheRun
-from domino_pipeline.store.manifest import read_manifest, run_path
+from domino_pipeline.store.manifest import manifest_scaling_factors, read_manifest, run_path
 
 
 class CachedDoMINODataset(EpochDataset):
@@ -217,32 +215,6 @@ def _check_sources(cache_dir: Path, names: list[str], entries: list[dict],
                               "changed), or set cache.check_sources=false")
 
 
-def manifest_scaling_factors(cache_dir: str | os.PathLike, manifest: dict | None = None,
-                             normalization: str | None = None) -> dict:
-    """The scaling factors cache_data.py wrote beside the cache, checked against the SHA-256 the
-    manifest records (CacheError when absent or changed); ``normalization`` replaces the stored
-    one (scaling.load_scaling_factors)."""
-    manifest = read_manifest(cache_dir) if manifest is None else manifest
-    record = manifest.get("scaling_factors")
-    if record is None:
-        raise CacheError(f"{cache_dir}: the manifest records no scaling factors; rerun cache_data.py "
-                         "(it writes them), or pass scaling_factors (a file, or None for unscaled targets)")
-    path = join(cache_dir, record["path"])
-    try:
-        raw = read_object(path)
-    except OSError as err:
-        raise CacheError(f"{path}: the scaling factors the manifest records are unreadable ({err})") from err
-    if raw is None:
-        raise CacheError(f"{path}: the scaling factors the manifest records are missing")
-    digest = hashlib.sha256(raw).hexdigest()
-    if digest != record["sha256"]:
-        raise CacheError(f"{path}: changed since cache_data.py wrote it (SHA-256 {digest[:12]}..., "
-                         f"manifest {record['sha256'][:12]}...); rerun cache_data.py")
-    try:
-        factors = json.loads(raw)
-    except ValueError as err:
-        raise CacheError(f"{path}: not valid JSON ({err})") from err
-    return checked_scaling_factors(factors, str(path), normalization)
 
 
 def _gather_neighbors(run: CacheRun, rows: np.ndarray, neighbors: np.ndarray) -> dict[str, np.ndarray]:
