@@ -48,11 +48,13 @@ from domino_pipeline.store.build import (
     manifest_runs,
     write_scaling_factors,
 )
+from domino_pipeline.store.byte_source import ConflictError, is_url, join
 from domino_pipeline.store.cache_format import CacheError
 from domino_pipeline.store.manifest import (
     MANIFEST,
     manifest_lock,
     read_manifest,
+    read_manifest_version,
     write_manifest,
 )
 from domino_pipeline.store.staleness import check_scaling_factors, manifest_records
@@ -95,6 +97,8 @@ def _write_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path,
     """List the current runs and write the manifest as the only manifest writer; a rerun that
     would write the same runs takes no lock and writes nothing (it succeeds on a read-only
     cache)."""
+    if is_url(cache_dir):
+        return _commit_manifest(config, runs, cache_dir, settings)
     path = cache_dir / MANIFEST
     if _manifest_lists(cache_dir, manifest_runs(runs, cache_dir, settings), settings):
         return path
@@ -102,6 +106,32 @@ def _write_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path,
         entries = manifest_runs(runs, cache_dir, settings)  # again: another builder may have written
         return write_manifest(cache_dir, settings, entries, config.as_dict(),
                               scaling_factors=_factors_record(config, runs, entries, cache_dir, settings))
+
+
+def _commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: str,
+                     settings: PreprocessSettings, attempts: int = 20) -> str:
+    """Commit the manifest of a cache on object storage: list the current runs (keeping the
+    entries of runs other builders listed), then put it only if the manifest is still the
+    version read; when another builder committed meanwhile, read and list again."""
+    for _ in range(attempts):
+        try:
+            old, version = read_manifest_version(cache_dir)
+        except FileNotFoundError:
+            old, version = None, None
+        entries = manifest_runs(runs, cache_dir, settings)
+        if old is not None and old["settings"] == settings.fingerprinted():
+            mine = {run_name(p) for p in runs}
+            entries = {n: e for n, e in old["runs"].items() if n not in mine} | entries
+        if old is not None and old["runs"] == entries and old.get("scaling_factors") is not None:
+            return join(cache_dir, MANIFEST)
+        try:
+            return write_manifest(cache_dir, settings, entries, config.as_dict(),
+                                  scaling_factors=_factors_record(config, runs, entries, cache_dir, settings),
+                                  if_version=version)
+        except ConflictError:
+            continue
+    raise CacheError(f"{join(cache_dir, MANIFEST)}: changed by other builders {attempts} times "
+                     "in a row; run cache_data.py again")
 
 
 def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str, dict], cache_dir: Path,
@@ -113,7 +143,7 @@ def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str,
         print(f"scaling factors not written: training runs {absent} are not in the cache")
         return None
     record = write_scaling_factors(train_runs, cache_dir, settings, normalization=config.sampling.normalization)
-    print(f"scaling factors: {cache_dir / record['path']} ({len(train_runs)} training runs)")
+    print(f"scaling factors: {join(cache_dir, record['path'])} ({len(train_runs)} training runs)")
     return record
 
 
@@ -164,7 +194,7 @@ def main(config: PipelineConfig) -> int:
     """Build (or validate) cache.dir from data.processed_dir; the exit code."""
     ranks = _Ranks()
     settings = settings_from_config(config.geometry, config.variables)  # device: one GPU per rank
-    runs, cache_dir = list_runs(config.data.processed_dir), Path(config.cache.dir)
+    runs, cache_dir = list_runs(config.data.processed_dir), join(config.cache.dir)
     try:
         if config.cache.validate:
             if not ranks.is_main:
@@ -177,7 +207,7 @@ def main(config: PipelineConfig) -> int:
             factors_problem = check_scaling_factors(cache_dir)
             print(f"PROBLEM scaling factors: {factors_problem}" if factors_problem else "ok scaling factors")
             return 1 if bad or factors_problem else 0
-        if ranks.is_main:
+        if ranks.is_main and not is_url(cache_dir):
             cache_dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(cache_dir)  # those of live writers stay
         ranks.barrier()

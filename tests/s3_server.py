@@ -18,7 +18,10 @@ class MotoServer:
     """moto's S3 server in a thread of this process, on a free port of 127.0.0.1."""
 
     def __init__(self) -> None:
+        import logging
+
         from moto.server import ThreadedMotoServer
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()

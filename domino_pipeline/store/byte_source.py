@@ -303,6 +303,17 @@ class ObjectSource(ByteSource):
             raise ConflictError(f"{self.url(key)}: changed by another writer") from err
         return {"e_tag": result.get("e_tag")}
 
+    def put_many(self, items: list[tuple[str, bytes]], parallel: int = 16) -> None:
+        """Write every (key, bytes) object, ``parallel`` at a time."""
+        async def upload() -> None:
+            limit = asyncio.Semaphore(parallel)
+
+            async def one(key: str, data: bytes) -> None:
+                async with limit:
+                    await self._obstore.put_async(self.store, key, data)
+            await asyncio.gather(*(one(k, d) for k, d in items))
+        self._loop.run_until_complete(upload())
+
     def head(self, key: str) -> dict | None:
         try:
             meta = self._obstore.head(self.store, key)

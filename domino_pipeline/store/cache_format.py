@@ -20,6 +20,7 @@ from pathlib import Path
 
 from domino_pipeline.compute.settings import IMPLICIT_DEFAULTS, NEIGHBOR_LAYOUTS
 from domino_pipeline.compute.volume_order import VOLUME_BLOCK_ROWS
+from domino_pipeline.store.byte_source import is_url, join, source_and_key
 
 FORMAT = "domino-cache"
 FORMAT_VERSION = 2  # of the layout on disk; part of every run fingerprint
@@ -125,14 +126,21 @@ def diff_settings(cached: dict, expected: dict, prefix: str = "") -> list[str]:
     return lines
 
 
-def run_folder(cache_dir: str | os.PathLike, name: str) -> Path:
-    """The folder of run ``name``'s generations."""
-    return Path(cache_dir) / name
+def run_folder(cache_dir: str | os.PathLike, name: str) -> Path | str:
+    """The folder (or object-store prefix) of run ``name``'s generations."""
+    return join(cache_dir, name)
 
 
-def generations(folder: str | os.PathLike) -> list[tuple[int, Path]]:
+def generations(folder: str | os.PathLike) -> list[tuple[int, Path | str]]:
     """The complete generations in a run folder, oldest first, as (number, path); temporaries
-    of unfinished writers are hidden names, never listed."""
+    of unfinished writers are hidden names, never listed. On object storage a generation is
+    complete once its group ``zarr.json`` is uploaded: it is uploaded last."""
+    if is_url(folder):
+        source, key = source_and_key(folder)
+        names = [n for n in source.list(key)[0] if GENERATION.match(n)]
+        found = [(int(GENERATION.match(n).group(1)), join(folder, n)) for n in names
+                 if source.head(f"{key}/{n}/zarr.json") is not None]
+        return sorted(found)
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -140,17 +148,23 @@ def generations(folder: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def current_generation(folder: str | os.PathLike) -> Path | None:
+def current_generation(folder: str | os.PathLike) -> Path | str | None:
     """The newest complete generation of a run, or None."""
     found = generations(folder)
     return found[-1][1] if found else None
 
 
 def directory_bytes(path: str | os.PathLike) -> int:
-    """Total size of the files under ``path``."""
+    """Total size of the files (objects) under ``path``."""
+    if is_url(path):
+        source, key = source_and_key(path)
+        return sum(o["size"] for o in source.list_all(key))
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
 def file_count(path: str | os.PathLike) -> int:
-    """Number of files under ``path``."""
+    """Number of files (objects) under ``path``."""
+    if is_url(path):
+        source, key = source_and_key(path)
+        return len(source.list_all(key))
     return sum(1 for f in Path(path).rglob("*") if f.is_file())

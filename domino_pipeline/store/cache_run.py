@@ -130,6 +130,11 @@ class CacheRun:
         return dict(meta.get("attributes") or {})
 
     @property
+    def metadata_sha256(self) -> str:
+        """SHA-256 of the run's ``zarr.json`` files as read at open (what the manifest records)."""
+        return metadata_digest(self._metadata)
+
+    @property
     def group(self) -> zarr.Group:
         """The run as a zarr-python group (for layouts the direct reader leaves to it)."""
         if self._group is None:

@@ -22,7 +22,14 @@ from domino_pipeline.atomic_store import (
 )
 from domino_pipeline.compute.scaling import checked_scaling_factors
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.store.byte_source import is_url, join, read_object, read_versioned
+from domino_pipeline.store.byte_source import (
+    is_url,
+    join,
+    name_of,
+    read_object,
+    read_versioned,
+    source_and_key,
+)
 from domino_pipeline.store.cache_format import (
     FORMAT,
     FORMAT_VERSION,
@@ -30,7 +37,6 @@ from domino_pipeline.store.cache_format import (
     directory_bytes,
     file_count,
     layout_arrays,
-    metadata_sha256,
 )
 from domino_pipeline.store.cache_run import CacheRun
 
@@ -49,10 +55,12 @@ def _digest(manifest: dict) -> str:
 
 def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
                    runs: dict[str, dict], config: dict | None = None,
-                   scaling_factors: dict | None = None) -> Path:
-    """Write ``<cache_dir>/manifest.json`` atomically (temporary file, then rename);
-    ``scaling_factors``: the record of the factors file beside the cache, when there is one."""
-    cache_dir = Path(cache_dir)
+                   scaling_factors: dict | None = None, *, if_version: str | None = None) -> Path | str:
+    """Write ``<cache_dir>/manifest.json`` atomically: locally a temporary file, then a rename;
+    on object storage a conditional put, the commit of the runs it names: only if the manifest
+    is still at version (e-tag) ``if_version``, or absent when that is None (ConflictError
+    otherwise). ``scaling_factors``: the record of the factors file beside the cache, when
+    there is one."""
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -64,7 +72,12 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
     if scaling_factors is not None:
         manifest["scaling_factors"] = scaling_factors
     manifest["sha256"] = _digest(manifest)
-    path = cache_dir / MANIFEST
+    path = join(cache_dir, MANIFEST)
+    if is_url(cache_dir):
+        source, key = source_and_key(path)
+        source.put(key, (json.dumps(manifest, indent=2) + "\n").encode(),
+                   mode={"e_tag": if_version} if if_version else "create")
+        return path
     try:
         write_json_atomic(path, manifest)
     except OSError as err:
@@ -134,12 +147,17 @@ def run_path(cache_dir: str | os.PathLike, name: str, entry: dict) -> Path | str
     return join(cache_dir, *parts)
 
 
+def run_folder_of(generation: Path | str) -> Path | str:
+    """The run folder holding a generation (its parent folder or prefix)."""
+    return generation.rsplit("/", 1)[0] if isinstance(generation, str) else generation.parent
+
+
 def manifest_entry(cache_dir: str | os.PathLike, run: CacheRun) -> dict:
     """The manifest's record of one run generation."""
-    relative = run.path.relative_to(Path(cache_dir)).as_posix()
+    relative = f"{name_of(run_folder_of(run.path))}/{name_of(run.path)}"
     return {"path": relative, "generation": run.attrs.get("generation"),
             "fingerprint": run.attrs["fingerprint"], "source": run.attrs["source"],
-            "counts": run.attrs["counts"], "metadata_sha256": metadata_sha256(run.path),
+            "counts": run.attrs["counts"], "metadata_sha256": run.metadata_sha256,
             "bytes": directory_bytes(run.path), "files": file_count(run.path),
             "build_seconds": run.attrs.get("build_seconds")}
 
