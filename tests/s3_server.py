@@ -40,11 +40,11 @@ class MotoServer:
 
 class FaultProxy:
     """Forwards HTTP requests to ``upstream``; answers every ``fail_every``-th GET with 503
-    (without forwarding it) and delays every ``slow_every``-th request by ``delay`` seconds.
-    ``failed`` and ``delayed`` count what it did."""
+    (without forwarding it) and delays every ``slow_every``-th request (of ``slow_methods``)
+    by ``delay`` seconds. ``failed`` and ``delayed`` count what it did."""
 
     def __init__(self, upstream: str, *, fail_every: int = 0, slow_every: int = 0,
-                 delay: float = 0.0) -> None:
+                 delay: float = 0.0, slow_methods: tuple[str, ...] = ("GET", "PUT", "HEAD")) -> None:
         host, port = upstream.removeprefix("http://").split(":")
         proxy = self
         self.failed = self.delayed = self._count = 0
@@ -67,7 +67,7 @@ class FaultProxy:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                if slow_every and n % slow_every == 0:
+                if slow_every and n % slow_every == 0 and self.command in slow_methods:
                     proxy.delayed += 1
                     time.sleep(delay)
                 upstream_conn = http.client.HTTPConnection(host, int(port), timeout=60)

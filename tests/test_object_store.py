@@ -12,9 +12,15 @@ from s3_server import FaultProxy
 
 from domino_pipeline.loading.cached import CachedDoMINODataset
 from domino_pipeline.store import byte_source
-from domino_pipeline.store.byte_source import Request, shared_source, source_and_key, split_url
+from domino_pipeline.store.byte_source import (
+    ConflictError,
+    Request,
+    shared_source,
+    source_and_key,
+    split_url,
+)
 from domino_pipeline.store.cache_format import CacheError, StaleCacheError
-from domino_pipeline.store.manifest import read_manifest
+from domino_pipeline.store.manifest import read_manifest, read_manifest_version, write_manifest
 from domino_pipeline.store.object_cache import upload_folder
 
 
@@ -127,3 +133,15 @@ def test_transient_errors_and_slow_responses_are_survived(s3_server, cache_dir, 
         assert proxy.failed > 0 and proxy.delayed > 0
     finally:
         proxy.stop()
+
+
+def test_the_manifest_commit_is_a_conditional_put(s3_server, cache_dir):
+    url = _copy_of(s3_server, cache_dir)
+    manifest, version = read_manifest_version(url)
+    settings = tiny_settings()
+    write_manifest(url, settings, manifest["runs"], if_version=version)
+    with pytest.raises(ConflictError, match="changed by another writer"):
+        write_manifest(url, settings, {}, if_version=version)  # read before the last commit
+    with pytest.raises(ConflictError, match="changed by another writer"):
+        write_manifest(url, settings, {}, if_version=None)  # "create", but one exists
+    assert sorted(read_manifest(url)["runs"]) == ["run_1", "run_2"]

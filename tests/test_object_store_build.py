@@ -95,3 +95,67 @@ def test_the_command_line_builds_and_validates_an_s3_cache_and_writes_no_secret(
         if path.is_file():
             assert marker.encode() not in path.read_bytes(), path
     assert marker not in built.stdout + built.stderr + checked.stdout + checked.stderr
+
+
+REPEATS = int(os.environ.get("DOMINO_STORE_REPEATS", "1"))  # 5 for the acceptance runs
+
+
+def _generation_objects(url: str, run: str) -> dict[str, list[str]]:
+    """The objects under each generation prefix of ``run``, by generation name."""
+    source, key = source_and_key(url)
+    found: dict[str, list[str]] = {}
+    for obj in source.list_all(f"{key}/{run}"):
+        generation = obj["path"][len(key) + len(run) + 2:].split("/", 1)
+        found.setdefault(generation[0], []).append(generation[1])
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attempt", range(REPEATS))
+def test_kill_9_during_an_upload_then_a_rerun_equals_a_clean_build(
+        s3_server, tiny_processed_dir, cache_dir, tmp_path, attempt):
+    url = f"s3://{s3_server.bucket()}/killed"
+    proxy = FaultProxy(s3_server.endpoint, slow_every=1, delay=0.25, slow_methods=("PUT",))
+    env = os.environ | {"AWS_ENDPOINT_URL": proxy.endpoint}
+    builder = subprocess.Popen(_args(tiny_processed_dir, url, tmp_path / "hydra"), cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            uploading = _generation_objects(url, "run_1").get("g1.zarr", [])
+            if len(uploading) >= 3 and "zarr.json" not in uploading:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the upload was never seen half done")
+        os.kill(builder.pid, signal.SIGKILL)
+        builder.wait()
+    finally:
+        proxy.stop()
+    with pytest.raises(FileNotFoundError):
+        read_manifest(url)  # nothing is committed
+    rerun = subprocess.run(_args(tiny_processed_dir, url, tmp_path / "hydra"), cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_same_as(url, cache_dir)
+    manifest = read_manifest(url)
+    assert manifest["runs"]["run_1"]["path"] == "run_1/g2.zarr"  # the killed upload: no manifest names it
+    assert "zarr.json" not in _generation_objects(url, "run_1")["g1.zarr"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attempt", range(REPEATS))
+def test_two_builders_at_once_lose_no_run(s3_server, tiny_processed_dir, cache_dir, tmp_path, attempt):
+    url = f"s3://{s3_server.bucket()}/shared"
+    builders = []
+    for run in ("run_1", "run_2"):
+        alone = tmp_path / run / "processed"
+        alone.mkdir(parents=True)
+        (alone / f"{run}.zarr").symlink_to(tiny_processed_dir / f"{run}.zarr")
+        builders.append(subprocess.Popen(_args(alone, url, tmp_path / run / "hydra"), cwd=ROOT,
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for builder in builders:
+        output, _ = builder.communicate(timeout=300)
+        assert builder.returncode == 0, output
+    assert sorted(read_manifest(url)["runs"]) == ["run_1", "run_2"]
+    assert_same_as(url, cache_dir)
