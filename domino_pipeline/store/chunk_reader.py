@@ -201,7 +201,7 @@ class ChunkedArray:
         self.bytes_read += len(data)
         raw = data[:self.index_nbytes]
         _verify(self.name, f"the index of shard {key}", raw, data[self.index_nbytes:])
-        index = np.frombuffer(raw, dtype="<u8").reshape(self.chunks_per_shard, 2)
+        index = np.frombuffer(bytes(raw), dtype="<u8").reshape(self.chunks_per_shard, 2)  # a copy
         written = index[:, 0] != EMPTY_ENTRY
         data_end = size - self.index_nbytes - CHECKSUM_BYTES
         if np.any(index[written, 0] + index[written, 1] > data_end):
