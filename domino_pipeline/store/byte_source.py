@@ -21,6 +21,7 @@ an object-store client does not survive a fork.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -340,6 +341,7 @@ class ObjectSource(ByteSource):
     def close(self) -> None:
         if not self._loop.is_closed():
             self._loop.close()
+        self.store = None
 
 
 def _plain_http() -> bool:
@@ -349,6 +351,15 @@ def _plain_http() -> bool:
 
 
 _SOURCES: dict[tuple[int, str], ByteSource] = {}
+
+
+@atexit.register
+def _close_sources() -> None:
+    """Drop this process's object-store clients before the interpreter finalizes: the
+    client's own threads must not outlive Python."""
+    for source in _SOURCES.values():
+        source.close()
+    _SOURCES.clear()
 
 
 def read_object(location: str | os.PathLike) -> bytes | None:
