@@ -20,9 +20,9 @@ an object-store client does not survive a fork.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -31,6 +31,7 @@ URL_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss:
 RETRIES = 8  # transient errors (5xx, dropped connections, timeouts) per request
 RETRY_DEADLINE = timedelta(seconds=120)
 REQUEST_TIMEOUT = "60s"
+THREADS = 32  # objects fetched at once (a draw touches about a dozen)
 
 
 def is_url(location: str | os.PathLike) -> bool:
@@ -230,8 +231,10 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
 
 
 class ObjectSource(ByteSource):
-    """An object-store prefix read through obstore: a wave is one batch of concurrent GETs
-    (ranged ones through ``get_ranges_async``, whole and suffix ones through ``get_async``)."""
+    """An object-store prefix read through obstore: a wave is one batch of concurrent GETs,
+    one thread per object (``get_ranges`` fetches an object's ranges concurrently itself).
+    Threads and obstore's blocking calls, not its asyncio ones: no Python object is handed to
+    the client's own threads, which could outlive the interpreter at exit."""
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -246,40 +249,39 @@ class ObjectSource(ByteSource):
                         "base": 2}},
             client_options={"timeout": REQUEST_TIMEOUT, "connect_timeout": "10s",
                             **({"allow_http": True} if _plain_http() else {})})
-        self._loop = asyncio.new_event_loop()
+        self._pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="object-source")
 
     def _fetch(self, requests, ranged, results) -> None:
-        self._loop.run_until_complete(self._wave(requests, ranged, results))
-
-    async def _wave(self, requests, ranged, results) -> None:
         singles = [i for i, r in enumerate(requests) if r.start is None or r.length is None]
-        tasks = [self._ranges(key, members, requests, results) for key, members in ranged.items()]
-        tasks += [self._get(i, requests[i], results) for i in singles]
-        await asyncio.gather(*tasks)
+        jobs = [self._pool.submit(self._ranges, key, members, requests, results)
+                for key, members in ranged.items()]
+        jobs += [self._pool.submit(self._get, i, requests[i], results) for i in singles]
+        for job in jobs:
+            job.result()
 
-    async def _ranges(self, key: str, members: list[int], requests, results) -> None:
+    def _ranges(self, key: str, members: list[int], requests, results) -> None:
         ranges = [(requests[i].start, requests[i].length) for i in members]
         merged = coalesce(ranges)
         self.requests += len(merged)
         try:
-            buffers = await self._obstore.get_ranges_async(
-                self.store, key, starts=[m[0] for m in merged], lengths=[m[1] for m in merged], coalesce=0)
+            buffers = self._obstore.get_ranges(self.store, key, starts=[m[0] for m in merged],
+                                               lengths=[m[1] for m in merged], coalesce=0)
         except FileNotFoundError:
             for i in members:
                 results[i] = (None, None)
             return
         for m, buffer in zip(merged, buffers):
-            view = memoryview(buffer)
+            view = memoryview(bytes(buffer))
             self.bytes += len(view)
             for i, part in _split(view, m, ranges).items():
                 results[members[i]] = (part, None)
 
-    async def _get(self, i: int, request: Request, results) -> None:
+    def _get(self, i: int, request: Request, results) -> None:
         self.requests += 1
         options = {} if request.length is None else {"range": {"suffix": request.length}}
         try:
-            got = await self._obstore.get_async(self.store, request.key, options=options)
-            data = memoryview(await got.bytes_async())
+            got = self._obstore.get(self.store, request.key, options=options)
+            data = memoryview(bytes(got.bytes()))
         except FileNotFoundError:
             results[i] = (None, None)
             return
@@ -304,16 +306,10 @@ class ObjectSource(ByteSource):
             raise ConflictError(f"{self.url(key)}: changed by another writer") from err
         return {"e_tag": result.get("e_tag")}
 
-    def put_many(self, items: list[tuple[str, bytes]], parallel: int = 16) -> None:
-        """Write every (key, bytes) object, ``parallel`` at a time."""
-        async def upload() -> None:
-            limit = asyncio.Semaphore(parallel)
-
-            async def one(key: str, data: bytes) -> None:
-                async with limit:
-                    await self._obstore.put_async(self.store, key, data)
-            await asyncio.gather(*(one(k, d) for k, d in items))
-        self._loop.run_until_complete(upload())
+    def put_many(self, items: list[tuple[str, bytes]]) -> None:
+        """Write every (key, bytes) object, several at a time."""
+        for job in [self._pool.submit(self._obstore.put, self.store, k, d) for k, d in items]:
+            job.result()
 
     def head(self, key: str) -> dict | None:
         try:
@@ -339,8 +335,7 @@ class ObjectSource(ByteSource):
             pass
 
     def close(self) -> None:
-        if not self._loop.is_closed():
-            self._loop.close()
+        self._pool.shutdown(wait=True)
         self.store = None
 
 
