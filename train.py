@@ -488,6 +488,11 @@ def build_session(cfg: PipelineConfig, config: TrainConfig, info: DistInfo) -> S
         output_dir.mkdir(parents=True, exist_ok=True)
     train_runs, val_runs = split_from_config(list_runs(cfg.data.processed_dir), cfg.train, cfg.seed)
     scaling_path = scaling_factors_path(cfg)
+    if isinstance(scaling_path, str):  # a cache on object storage: its factors, checked, kept beside the outputs
+        from domino_pipeline.compute.scaling import save_scaling_factors
+        from domino_pipeline.store.manifest import manifest_scaling_factors
+        scaling_path = save_scaling_factors(output_dir / "cache_scaling_factors.json",
+                                            manifest_scaling_factors(cfg.cache.dir))
     ensure_scaling_factors(cfg, train_runs, scaling_path, info)
     log = RunLog(output_dir, enabled=info.is_main)
     log.write_json("split.json", {"train": [r.name for r in train_runs], "val": [r.name for r in val_runs]})

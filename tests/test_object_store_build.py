@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from cache_fixtures import OVERRIDES, SAMPLES, tiny_settings
 from s3_server import FaultProxy
+from test_train import TINY
 
 from domino_pipeline.inputs.runs import list_runs
 from domino_pipeline.loading.cached import CachedDoMINODataset
@@ -71,7 +72,7 @@ def test_a_cache_built_on_s3_reads_as_the_local_build(s3_server, tiny_processed_
 
 
 @pytest.mark.slow
-def test_the_command_line_builds_and_validates_an_s3_cache_and_writes_no_secret(
+def test_the_command_lines_build_validate_and_train_on_an_s3_cache_and_write_no_secret(
         s3_server, tiny_processed_dir, cache_dir, tmp_path, monkeypatch):
     marker = "MARKER-SECRET-5f1c9e"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", marker)
@@ -85,6 +86,12 @@ def test_the_command_line_builds_and_validates_an_s3_cache_and_writes_no_secret(
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "2 runs validated, 0 with problems" in checked.stdout
     assert_same_as(url, cache_dir)
+    trained = subprocess.run([sys.executable, "train.py", "--config-name=cached", f"data.processed_dir={tiny_processed_dir}",
+                              f"cache.dir={url}", *TINY, "geometry.neighbor_layout=indices", "train.epochs=1",
+                              "train.num_workers=1", f"output_dir={tmp_path / 'train'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    assert (tmp_path / "train" / "checkpoints").is_dir()
     source, key = source_and_key(url)
     objects = source.list_all(key)
     assert len(objects) > 20
@@ -94,7 +101,7 @@ def test_the_command_line_builds_and_validates_an_s3_cache_and_writes_no_secret(
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert marker.encode() not in path.read_bytes(), path
-    assert marker not in built.stdout + built.stderr + checked.stdout + checked.stderr
+    assert marker not in built.stdout + built.stderr + checked.stdout + checked.stderr + trained.stdout + trained.stderr
 
 
 REPEATS = int(os.environ.get("DOMINO_STORE_REPEATS", "1"))  # 5 for the acceptance runs
