@@ -138,7 +138,7 @@ def child_workers(location: str, preset: str, workers: int, items: int) -> dict:
 def _child(env: dict | None, *args: str) -> dict:
     """Run this script's child mode ``args`` in a fresh process (``env`` added); its JSON."""
     _, _, output = _python_env(env or {}, str(Path(__file__).resolve()), *args)
-    return json.loads(output.strip().splitlines()[-1])
+    return json.loads([line for line in output.splitlines() if line.startswith("{")][-1])
 
 
 def _python_env(env: dict, *args: str) -> tuple[float, float, str]:
