@@ -144,7 +144,7 @@ class CachedDoMINODataset(EpochDataset):
         resident = self._resident_arrays()
         run.keep(resident, self._indexed_arrays(resident))
         try:
-            draw = self._draw(index, counts, lambda a, b: run.read("surface_areas", slice(a, b)))
+            draw = self._draw(index, counts, self._areas_reader(run, counts["surface"]))
         except TooFewPointsError as err:
             raise TooFewPointsError(f"{run.path}: {err}") from err
         reads = self._reads(draw)
@@ -162,6 +162,25 @@ class CachedDoMINODataset(EpochDataset):
             surface=None if draw.surface_rows is None else _part(drawn, "surface_"),
             volume=None if draw.volume_rows is None else _part(drawn, "volume_"),
             scaling_factors=self.scaling_factors)
+
+    def _areas_reader(self, run: CacheRun, n_rows: int):
+        """``read(a, b)``: surface areas of rows a..b-1. A window that wraps past the last row is
+        asked for in two spans, its end then its start: both are fetched at the first call, in
+        one wave."""
+        width = self.law.window("surface", self.surface_points, n_rows)
+        pending: dict[tuple[int, int], np.ndarray] = {}
+
+        def read(a: int, b: int) -> np.ndarray:
+            if (a, b) in pending:
+                return pending.pop((a, b))
+            if b == n_rows and 0 < a and width > n_rows - a:
+                rest = (0, width - (n_rows - a))
+                end, start = run.read_many([("surface_areas", slice(a, b), np.empty),
+                                            ("surface_areas", slice(*rest), np.empty)])
+                pending[rest] = start
+                return end
+            return run.read("surface_areas", slice(a, b))
+        return read
 
     def _grid_arrays(self) -> list[str]:
         return ["surface_grid_sdf"] + (["volume_grid_sdf"] if "volume" in self.parts else [])
