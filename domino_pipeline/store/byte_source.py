@@ -146,7 +146,8 @@ def _split(buffer: memoryview, merged, ranges) -> dict[int, memoryview]:
 
 
 class LocalSource(ByteSource):
-    """A local folder: ``pread`` on descriptors kept open until ``close``."""
+    """A local folder: ``pread`` on descriptors kept open until ``close``. The ranged results
+    of a wave are views of one reused buffer: valid until the next ``fetch``."""
 
     def __init__(self, root: str | os.PathLike) -> None:
         super().__init__()
@@ -154,6 +155,7 @@ class LocalSource(ByteSource):
         self.location = str(self.root)
         self._prefix = str(self.root) + os.sep
         self._fds: dict[str, int | None] = {}
+        self._buffer = bytearray(0)
 
     def _fd(self, key: str) -> int | None:
         if key not in self._fds:
@@ -172,20 +174,30 @@ class LocalSource(ByteSource):
                 if fd is not None:
                     os.posix_fadvise(fd, merged[0], merged[1], os.POSIX_FADV_WILLNEED)
                 plans.append((fd, members, ranges, merged))
+        buffer = self._wave_buffer(sum(m[1] for *_, m in plans))
+        at = 0
         for fd, members, ranges, merged in plans:
             self.requests += 1
             if fd is None:
                 for i in merged[2]:
                     results[members[i]] = (None, None)
                 continue
-            buffer = bytearray(merged[1])
-            got = _pread_into(fd, memoryview(buffer), merged[0])
+            view = buffer[at:at + merged[1]]
+            at += merged[1]
+            got = _pread_into(fd, view, merged[0])
             self.bytes += got
-            for i, view in _split(memoryview(buffer)[:got], merged, ranges).items():
-                results[members[i]] = (view, None)
+            for i, part in _split(view[:got], merged, ranges).items():
+                results[members[i]] = (part, None)
         for i, request in enumerate(requests):
             if results[i] is None:
                 results[i] = self._whole_or_tail(request)
+
+    def _wave_buffer(self, nbytes: int) -> memoryview:
+        """One buffer for a wave's ranges, reused by the next wave (so the caller copies what
+        it keeps before fetching again): no fresh pages to fault in per draw."""
+        if len(self._buffer) < nbytes:
+            self._buffer = bytearray(nbytes)
+        return memoryview(self._buffer)
 
     def _whole_or_tail(self, request: Request) -> Result:
         fd = self._fd(request.key)
