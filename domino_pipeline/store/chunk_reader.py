@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,15 @@ import crc32c
 import numpy as np
 
 from domino_pipeline.store.byte_source import ByteSource, LocalSource, Request
+from domino_pipeline.store.shard_index import (
+    ABSENT,
+    CHECKSUM_BYTES,
+    INDEX_ENTRY_BYTES,
+    ShardIndexError,
+    check_index,
+    chunks_in_shard,
+    shard_nbytes,
+)
 
 # Zarr v3 data types whose names numpy reads directly.
 DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -45,10 +55,8 @@ DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16"
 METADATA_KEYS = frozenset({"zarr_format", "node_type", "shape", "data_type", "chunk_grid",
                            "chunk_key_encoding", "fill_value", "codecs", "attributes",
                            "storage_transformers", "dimension_names"})
-CHECKSUM_BYTES = 4
-INDEX_ENTRY_BYTES = 16  # (offset, nbytes), two little-endian uint64
-EMPTY_ENTRY = 2**64 - 1  # an inner chunk that was not written
-Allocator = Any  # np.empty's signature: (shape, dtype) -> np.ndarray
+EMPTY_ENTRY = ABSENT  # an inner chunk that was not written
+Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]  # np.empty's (shape, dtype)
 
 
 class CorruptChunkError(ValueError):
@@ -144,7 +152,7 @@ class ChunkedArray:
         except CorruptChunkError:
             pass
 
-    def _chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
+    def chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
         """(shard, first inner chunk, last inner chunk) of each run of consecutive touched
         chunks of ``selection``, inner chunks counted within their shard."""
         runs = []
@@ -195,18 +203,21 @@ class ChunkedArray:
         data, size = result
         if data is None:
             raise CorruptChunkError(self.name, f"shard {key} is missing")
-        if size < self.index_nbytes + CHECKSUM_BYTES:
-            raise CorruptChunkError(self.name, f"shard {key} has {size} bytes, fewer than its "
-                                    f"index ({self.index_nbytes + CHECKSUM_BYTES})")
+        shard_rows = self.chunks_per_shard * self.chunk_rows
+        expected = shard_nbytes(len(self), shard, shard_rows, self.chunk_rows, self.chunk_nbytes + CHECKSUM_BYTES)
+        if size != expected:
+            raise CorruptChunkError(self.name, f"shard {key} has {size} bytes; its shape and chunking "
+                                    f"make it {expected}")
         self.bytes_read += len(data)
         raw = data[:self.index_nbytes]
         _verify(self.name, f"the index of shard {key}", raw, data[self.index_nbytes:])
         index = np.frombuffer(bytes(raw), dtype="<u8").reshape(self.chunks_per_shard, 2)  # a copy
-        written = index[:, 0] != EMPTY_ENTRY
-        data_end = size - self.index_nbytes - CHECKSUM_BYTES
-        if np.any(index[written, 0] + index[written, 1] > data_end):
-            raise CorruptChunkError(self.name, f"the index of shard {key} points past its data "
-                                    f"({data_end} bytes)")
+        inside = chunks_in_shard(len(self), shard, self.chunks_per_shard * self.chunk_rows, self.chunk_rows)
+        try:
+            check_index(index, size - self.index_nbytes - CHECKSUM_BYTES, self.chunk_nbytes + CHECKSUM_BYTES,
+                        inside)
+        except ShardIndexError as err:
+            raise CorruptChunkError(self.name, f"the index of shard {key}: {err}") from None
         self._indexes[shard] = index
 
     def chunk_requests(self, chunks: np.ndarray) -> list[Request]:

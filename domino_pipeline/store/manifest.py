@@ -48,7 +48,9 @@ def manifest_lock(cache_dir: str | os.PathLike):
     return exclusive_lock(Path(cache_dir) / ".manifest.lock", f"{Path(cache_dir) / MANIFEST}")
 
 
-def _digest(manifest: dict) -> str:
+def manifest_digest(manifest: dict) -> str:
+    """The SHA-256 of a manifest's canonical JSON, its own ``sha256`` left out: what
+    ``write_manifest`` records and ``read_manifest`` checks."""
     body = {k: v for k, v in manifest.items() if k != "sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
@@ -71,7 +73,7 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
     }
     if scaling_factors is not None:
         manifest["scaling_factors"] = scaling_factors
-    manifest["sha256"] = _digest(manifest)
+    manifest["sha256"] = manifest_digest(manifest)
     path = join(cache_dir, MANIFEST)
     if is_url(cache_dir):
         source, key = source_and_key(path)
@@ -123,7 +125,7 @@ def _check_manifest(manifest: object, cache_dir: str | os.PathLike) -> None:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise CacheError(f"{path}: format_version {manifest.get('format_version')}, "
                          f"this reader reads {FORMAT_VERSION}")
-    if manifest.get("sha256") != _digest(manifest):
+    if manifest.get("sha256") != manifest_digest(manifest):
         raise CacheError(f"{path}: its checksum does not match its contents: edited or corrupt; "
                          "rewrite it with cache_data.py")
     runs = manifest.get("runs")
@@ -178,7 +180,7 @@ def manifest_scaling_factors(cache_dir: str | os.PathLike, manifest: dict | None
     except OSError as err:
         raise CacheError(f"{path}: the scaling factors the manifest records are unreadable ({err})") from err
     if raw is None:
-        raise CacheError(f"{path}: the scaling factors the manifest records are missing")
+        raise CacheError(f"{path}: the scaling factors the manifest records are unreadable (absent)")
     digest = hashlib.sha256(raw).hexdigest()
     if digest != record["sha256"]:
         raise CacheError(f"{path}: changed since cache_data.py wrote it (SHA-256 {digest[:12]}..., "
