@@ -49,7 +49,8 @@ class CachedDoMINODataset(EpochDataset):
     factors file (scaling.py's JSON) replaces them; None leaves the targets unscaled. Factors
     computed for other target variables are refused.
     ``sources``: run name -> the processed run's current stat fingerprint
-    (``inputs.runs.stat_fingerprint``: file names, sizes and times); a run whose processed run
+    (``inputs.runs.stat_fingerprint``: file names, sizes, modification and inode change times,
+    inode numbers); a run whose processed run
     was written again since the manifest recorded it raises StaleCacheError naming it.
 
     The dataset reads the run generations the manifest named when it was made, whatever
