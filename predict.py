@@ -14,7 +14,11 @@ model_best / model_last, or any DoMINO saved with `Module.save`) or this project
 For each run, in `predict.out_dir`: `<run>_surface.vtp` with the predicted arrays `<name>_pred`
 beside the true `<name>` (physical units, as in the source files), `<run>_volume.vtu` when asked,
 `<run>_pressure.png`; for all runs `predictions.csv`: drag and lift coefficients predicted and
-true, relative L2 per variable. The table is printed too. Conventions: domino_pipeline/inference/forces.py.
+true (integrated over the cells in physical units, with the free stream of `physics.free_stream_*`),
+the published ones where a raw run folder has `force_mom_<i>.csv`, the reference area used (the
+run's `geo_ref_<i>.csv` aRef where it has one and `forces.reference_area_per_run`, else
+`forces.reference_area`), relative L2 per variable. The table is printed too. Conventions:
+domino_pipeline/inference/forces.py.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from datapipe import scaling_factors_path
 from domino_pipeline.compute.scaling import load_scaling_factors
 from domino_pipeline.compute.settings import settings_from_config
 from domino_pipeline.config_section import from_section
-from domino_pipeline.inference.forces import ForceConvention, ForceSettings
+from domino_pipeline.inference.forces import ForceConvention, ForceSettings, FreeStream
 from domino_pipeline.inference.predict_runs import (
     predict_run,
     run_record,
@@ -72,13 +76,15 @@ class PredictConfig:
         return from_section(cls, section, "predict")
 
 
-def force_settings(section: DictConfig) -> ForceSettings:
-    """The `forces:` section."""
+def force_settings(section: DictConfig, physics: DictConfig) -> ForceSettings:
+    """The `forces:` section, with the free stream of the `physics:` section."""
     values = OmegaConf.to_container(section, resolve=True)
     convention = ForceConvention(normals=values.pop("normals"), wall_shear=values.pop("wall_shear"))
     for key in ("drag_direction", "lift_direction"):
         values[key] = tuple(float(v) for v in values[key])
-    return ForceSettings(convention=convention, **values)
+    free_stream = FreeStream(velocity=float(physics.free_stream_velocity), density=float(physics.free_stream_density),
+                             kinematic=bool(physics.kinematic))
+    return ForceSettings(convention=convention, free_stream=free_stream, **values)
 
 
 def split_runs_of(train_dir: Path, split: str, raw_dir: Path, processed_dir: Path) -> list[Path]:
@@ -103,7 +109,8 @@ def runs_to_predict(options: PredictConfig, cfg: DictConfig) -> list[Path]:
 
 
 def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
-    columns = ["run", "cells", "cd_pred", "cd_true", "cl_pred", "cl_true"]
+    columns = ["run", "cells", "a_ref", "cd_pred", "cd_true", "cd_published", "cl_pred", "cl_true", "cl_published"]
+    columns = [c for c in columns if not c.endswith("_published") or any(c in r for r in records)]
     columns += [f"rel_l2_area_{name}" for name in surface_names] + [f"rel_l2_{name}" for name in surface_names]
     columns += sorted({key for r in records for key in r if key.startswith("rel_l2_volume_")})
     return columns + ["cells_not_predicted", "seconds"]
@@ -114,13 +121,13 @@ def print_table(records: list[dict], columns: list[str]) -> None:
     shown = [c for c in columns if not c.startswith("rel_l2_") or c.startswith("rel_l2_area_")]
     shown = [c for c in shown if c != "cells_not_predicted" or any(r.get(c) for r in records)]
     print(format_table(records, shown, {c: c.removeprefix("rel_l2_area_") for c in shown}))
-    print("columns after cl_true: relative L2 error per variable over the surface, area-weighted")
+    print("columns after the lift: relative L2 error per variable over the surface, area-weighted")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     options = PredictConfig.from_config(cfg.predict)
-    forces = force_settings(cfg.forces)
+    forces = force_settings(cfg.forces, cfg.physics)
     device = resolve_train_device(options.device, 0)
     settings = settings_from_config(cfg.geometry, cfg.variables)
     variables = OmegaConf.to_container(cfg.variables, resolve=True)
@@ -148,8 +155,10 @@ def main(cfg: DictConfig) -> None:
     columns = table_columns(records, variable_names(variables["surface"]))
     csv_path = write_csv(records, columns, out_dir / "predictions.csv")
     print_table(records, columns)
-    print(f"drag/lift: reference area {forces.reference_area} m^2, normals {forces.convention.normals}, wall shear "
-          f"{forces.convention.wall_shear}; table: {csv_path}")
+    stream = forces.free_stream
+    print(f"drag/lift: reference area a_ref (m^2), free stream {stream.velocity} m/s, "
+          f"{'kinematic fields' if stream.kinematic else f'density {stream.density} kg/m^3'}, normals "
+          f"{forces.convention.normals}, wall shear {forces.convention.wall_shear}; table: {csv_path}")
     if any(r.get("cd_true", 1.0) < 0 for r in records):
         print("warning: a true drag coefficient is negative: check forces.normals and forces.wall_shear", file=sys.stderr)
 
