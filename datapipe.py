@@ -69,7 +69,7 @@ def _factors(cfg) -> dict:
     s = cfg.sampling
     if s.get("scaling_factors") is None and cfg.cache.enabled:
         return manifest_scaling_factors(cfg.cache.dir, normalization=s.normalization)
-    return load_scaling_factors(scaling_factors_path(cfg), s.normalization)
+    return load_scaling_factors(scaling_factors_path(cfg), s.normalization, allow_pickle=bool(cfg.data.allow_pickle))
 
 
 def dataset_from_config(cfg, runs: Sequence[str | os.PathLike] | None, *, train: bool) -> Dataset:

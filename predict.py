@@ -133,7 +133,8 @@ def main(cfg: DictConfig) -> None:
     variables = OmegaConf.to_container(cfg.variables, resolve=True)
     model, parameters = load_trained_model(options.checkpoint, device)
     check_data_fits_model(settings.fingerprinted(), parameters, "the config")
-    factors = load_scaling_factors(scaling_factors_path(cfg), cfg.sampling.normalization)  # train.py's
+    factors = load_scaling_factors(scaling_factors_path(cfg), cfg.sampling.normalization,  # train.py's
+                                   allow_pickle=bool(cfg.data.allow_pickle))
     length = cfg.physics.reference_length
     physics = Physics(float(cfg.physics.stream_velocity), float(cfg.physics.air_density),
                       None if length is None else float(length))

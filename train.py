@@ -197,7 +197,7 @@ def ensure_scaling_factors(cfg: DictConfig, train_runs: list[Path], path: Path, 
         variables = {part: [(str(k), str(v)) for k, v in cfg.variables[part].items()] for part in ("surface", "volume")}
         save_scaling_factors(path, compute_scaling_factors(
             train_runs, normalization=normalization, options=read_options_from_config(cfg), variables=variables))
-    elif load_scaling_factors(path).get("runs", [run_name(r) for r in train_runs]) != [run_name(r) for r in train_runs]:
+    elif load_scaling_factors(path, allow_pickle=bool(cfg.data.allow_pickle)).get("runs", [run_name(r) for r in train_runs]) != [run_name(r) for r in train_runs]:
         if not cfg.sampling.get("allow_other_split", False):
             raise ValueError(f"{path}: the scaling factors were computed from other runs than this "
                              "training split (see its 'runs'); recompute them (delete the file, or "
@@ -208,11 +208,11 @@ def ensure_scaling_factors(cfg: DictConfig, train_runs: list[Path], path: Path, 
     distributed.barrier()
 
 
-def make_unscaler(path: Path, normalization: str):
+def make_unscaler(path: Path, normalization: str, allow_pickle: bool = False):
     """A function (target key, scaled tensor) -> tensor in physical units, from the saved factors."""
     from domino_pipeline.compute.scaling import load_scaling_factors, unscale_fields
 
-    factors = load_scaling_factors(path, normalization)
+    factors = load_scaling_factors(path, normalization, allow_pickle=allow_pickle)
 
     def unscale(key: str, values: torch.Tensor) -> torch.Tensor:
         return unscale_fields(values, factors, key.removesuffix("_fields"))
@@ -555,7 +555,7 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
         scaler=torch.amp.GradScaler(info.device.type, enabled=amp_dtype == torch.float16),
         amp_dtype=amp_dtype, train_set=train_set, val_set=val_set, train_runs=train_runs, val_runs=val_runs,
         sampler=DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=cfg.seed),
-        unscale=make_unscaler(scaling_path, cfg.sampling.normalization), variable_names=target_variable_names(cfg), log=log, stop=StopFlag(),
+        unscale=make_unscaler(scaling_path, cfg.sampling.normalization, bool(cfg.data.allow_pickle)), variable_names=target_variable_names(cfg), log=log, stop=StopFlag(),
         checkpoint=checkpointing.checkpoint_path(output_dir), model_files=checkpointing.model_file_paths(output_dir),
         config_json=json.dumps(OmegaConf.to_container(cfg, resolve=True)),
         train_loader=make_loader(train_set, config.batch_size, config.num_workers, info.device),

@@ -207,13 +207,21 @@ def save_scaling_factors(path: str | os.PathLike, factors: dict) -> Path:
     return path
 
 
-def load_scaling_factors(path: str | os.PathLike, normalization: str | None = None) -> dict:
-    """Read factors written by ``save_scaling_factors``; plain JSON, nothing is executed.
+def load_scaling_factors(path: str | os.PathLike, normalization: str | None = None, *,
+                         allow_pickle: bool = False) -> dict:
+    """Read factors written by ``save_scaling_factors``; plain JSON, nothing is executed. The
+    DoMINO example's pickled ``scaling_factors.pkl`` is read (restricted unpickler) only with
+    ``allow_pickle``; without it the error names the fix (example_factors.py).
 
     ``normalization`` (when given) replaces the one stored: the file holds min, max, mean and std,
     so the configured choice applies whichever was configured when the file was computed.
     """
-    factors = read_json(path, "no scaling factors file")
+    from domino_pipeline.compute.example_factors import is_pickle, read_example_factors
+
+    if is_pickle(path):
+        factors = read_example_factors(path, allow_pickle=allow_pickle)
+    else:
+        factors = read_json(path, "no scaling factors file")
     if normalization is not None and isinstance(factors, dict):
         factors["normalization"] = str(normalization)
     return _validate_factors(factors, str(path))
