@@ -82,6 +82,7 @@ class TrainConfig:
     device: str             # auto | cpu | cuda
     cpu_threads: int        # torch intra-op threads when training on the CPU; 0: torch's default
     init_from: str | None   # a physicsnemo .mdlus model to start from (fine-tuning); None: fresh weights
+    resume_from: str | None  # a physicsnemo checkpoint folder (checkpoint.0.<e>.pt, DoMINO.0.<e>.mdlus) to continue
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -391,6 +392,11 @@ def save_checkpoint(session: Session, epoch: int, step: int, partial: EpochResul
             },
         )
         checkpointing.save_model_file(session.model, session.model_files["last"])
+        if step == 0 and epoch >= 2:  # an epoch's end: physicsnemo's pair too, for its load_checkpoint
+            states = {"optimizer": session.optimizer.state_dict(), "scheduler": session.scheduler.state_dict(),
+                      "scaler": session.scaler.state_dict()}
+            checkpointing.save_example_checkpoint(session.checkpoint.parent, session.model_files["last"], states,
+                                                  index=epoch - 2)
     distributed.barrier()
 
 
@@ -417,6 +423,8 @@ def check_same_model(saved: dict[str, Any], current: dict[str, Any], path: Path)
 def resume(session: Session) -> tuple[int, int, EpochResult]:
     """Restore the latest checkpoint if there is one: (epoch to run, batches of it done, its partial sums)."""
     state = checkpointing.load_checkpoint(session.checkpoint)
+    if state is None and session.config.resume_from:
+        return resume_from_example(session, session.config.resume_from)
     if state is None:
         if session.config.init_from:
             checkpointing.init_weights_from(session.model, session.config.init_from)
@@ -435,6 +443,19 @@ def resume(session: Session) -> tuple[int, int, EpochResult]:
     partial = EpochResult(**state["epoch_partial"][rank % len(state["epoch_partial"])])
     session.log.print(f"resumed from {session.checkpoint}: epoch {state['epoch']}, step {state['step']}")
     return state["epoch"], state["step"], partial
+
+
+def resume_from_example(session: Session, folder: str) -> tuple[int, int, EpochResult]:
+    """Continue a physicsnemo checkpoint (the DoMINO example's): its model (constructor arguments
+    checked against the config), optimizer, scaler, scheduler and epoch. The RNG states and the
+    best validation loss so far are not in that layout: they start afresh."""
+    example = checkpointing.load_example_checkpoint(folder, map_location=session.info.device)
+    checkpointing.init_weights_from(session.model, example.model_path)
+    for note in checkpointing.restore_example_states(example, session.optimizer, session.scheduler, session.scaler):
+        session.log.print(f"note: {note}")
+    session.log.print(f"resumed from {example.model_path.parent} (physicsnemo checkpoint of epoch index "
+                      f"{example.index}): epoch {example.next_epoch}")
+    return example.next_epoch, 0, EpochResult()
 
 
 def train_epoch(session: Session, epoch: int, skip_batches: int, partial: EpochResult) -> tuple[EpochResult, dict[str, Any]]:
