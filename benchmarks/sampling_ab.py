@@ -6,7 +6,9 @@ run after the other:
 
 - ``default``: the configured law (surface area-weighted in a cyclic window of 8 x the sample,
   volume uniform in a cyclic window of 8 x the sample);
-- ``exact``: ``sampling.exact=true`` (area-weighted over the whole surface, volume over all rows).
+- ``exact``: ``sampling.exact=true`` (area-weighted over the whole surface, volume over all rows);
+- ``window1`` (with ``--arms default exact window1``): the volume window of the sample itself
+  (``sampling.volume_window_factor=1``), where stored neighbours are always drawn together.
 
 Both arms keep the same train/validation split (``train.split_seed``) and validate on the same
 draws, by the exact law (``sampling.val_exact=true``); the seed changes the model's initial
@@ -30,7 +32,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ARMS = {"default": [], "exact": ["sampling.exact=true"]}
+ARMS = {"default": [], "exact": ["sampling.exact=true"],
+        "window1": ["sampling.volume_window_factor=1"]}  # the volume window of the sample itself
 SPLIT_SEED = 42  # the demo's seed: the same four training and two validation runs in every run
 
 
@@ -58,7 +61,7 @@ def build_data(work: Path, sizes: dict[str, int]) -> None:
     run(["cache_data.py", "--config-name=demo", *data_overrides(work)])
 
 
-def train_dir(work: Path, arm: str, seed: int, model_type: str) -> Path:
+def train_dir(work: Path, arm: str, seed: int, model_type: str = "surface") -> Path:
     prefix = "" if model_type == "surface" else f"{model_type}_"
     return work / "train" / f"{prefix}{arm}_seed{seed}"
 
@@ -83,10 +86,11 @@ def final_record(out: Path, epochs: int) -> dict | None:
     return done[-1] if done else None
 
 
-def collect(work: Path, seeds: list[int], epochs: int, model_type: str) -> dict[str, dict[int, dict[str, float]]]:
+def collect(work: Path, seeds: list[int], epochs: int, model_type: str,
+            arms: list[str]) -> dict[str, dict[int, dict[str, float]]]:
     """arm -> seed -> {"loss": final validation loss, variable: relative L2}."""
     figures: dict[str, dict[int, dict[str, float]]] = {}
-    for arm in ARMS:
+    for arm in arms:
         for seed in seeds:
             record = final_record(train_dir(work, arm, seed, model_type), epochs)
             if record is None:
@@ -104,15 +108,17 @@ def summary(values: list[float]) -> str:
 
 
 def table(figures: dict[str, dict[int, dict[str, float]]], seeds: list[int]) -> str:
-    """Markdown: one row per measure, per seed default / exact, then mean ± sd of each arm."""
+    """Markdown: one row per measure, per seed each arm's figure (default / exact / ...), then
+    mean ± sd of each arm."""
+    arms = list(figures)
     measures = list(figures["default"][seeds[0]])
-    head = ["measure", *(f"seed {s}: default / exact" for s in seeds), "default mean ± sd", "exact mean ± sd"]
+    head = ["measure", *(f"seed {s}: {' / '.join(arms)}" for s in seeds), *(f"{arm} mean ± sd" for arm in arms)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for measure in measures:
-        per_arm = {arm: [figures[arm][s][measure] for s in seeds] for arm in ARMS}
-        cells = [f"{d:.4f} / {e:.4f}" for d, e in zip(per_arm["default"], per_arm["exact"])]
+        per_arm = {arm: [figures[arm][s][measure] for s in seeds] for arm in arms}
+        cells = [" / ".join(f"{per_arm[arm][k]:.4f}" for arm in arms) for k in range(len(seeds))]
         name = "validation loss" if measure == "loss" else f"rel. L2 {measure}"
-        lines.append("| " + " | ".join([name, *cells, summary(per_arm["default"]), summary(per_arm["exact"])]) + " |")
+        lines.append("| " + " | ".join([name, *cells, *(summary(per_arm[arm]) for arm in arms)]) + " |")
     return "\n".join(lines)
 
 
@@ -134,21 +140,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--surface-cells", type=int, default=400_000)
     parser.add_argument("--stl-triangles", type=int, default=200_000)
     parser.add_argument("--volume-points", type=int, default=None, help="default: the demo preset's")
+    parser.add_argument("--arms", nargs="+", default=["default", "exact"], choices=list(ARMS),
+                        help="default and exact always; window1 optional")
     parser.add_argument("--report-only", action="store_true", help="only read finished runs")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args(argv)
     if len(args.seeds) < 2:
         parser.error("a spread needs at least two seeds")
     work = args.work.resolve()
+    arms = ["default", "exact", *(arm for arm in args.arms if arm not in ("default", "exact"))]
     if not args.report_only:
         sizes = {"surface-cells": args.surface_cells, "stl-triangles": args.stl_triangles}
         if args.volume_points is not None:
             sizes["volume-points"] = args.volume_points
         build_data(work, sizes)
         for seed in args.seeds:
-            for arm in ARMS:
+            for arm in arms:
                 train(work, arm, seed, args.epochs, args.model_type)
-    figures = collect(work, args.seeds, args.epochs, args.model_type)
+    figures = collect(work, args.seeds, args.epochs, args.model_type, arms)
     print(table(figures, args.seeds))
     result = verdict(figures, args.seeds)
     print(f"default mean validation loss {result['default_mean_loss']:.4f}; exact "
