@@ -33,6 +33,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from domino_pipeline.atomic_store import remove_stale_temporaries
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
 from domino_pipeline.inputs.runs import (
     DEFAULT_OPTIONS,
@@ -43,11 +44,8 @@ from domino_pipeline.inputs.runs import (
     split_from_config,
 )
 from domino_pipeline.run_report import RunResult, summarize
-from domino_pipeline.store.atomic_store import remove_stale_temporaries
 from domino_pipeline.store.build import (
     cache_run,
-    check_scaling_factors,
-    manifest_records,
     manifest_runs,
     write_scaling_factors,
 )
@@ -58,6 +56,7 @@ from domino_pipeline.store.manifest import (
     read_manifest,
     write_manifest,
 )
+from domino_pipeline.store.staleness import check_scaling_factors, manifest_records
 from domino_pipeline.store.validate import validate_cache
 
 STATUSES = ("built", "skipped", "stale", "failed")

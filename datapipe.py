@@ -28,7 +28,7 @@ from domino_pipeline.inputs.runs import (
     run_name,
     stat_fingerprint,
 )
-from domino_pipeline.loading.cached import CachedDoMINODataset, manifest_scaling_factors
+from domino_pipeline.loading.cached import CachedDoMINODataset
 from domino_pipeline.loading.collate import collate_items
 from domino_pipeline.loading.items import (
     MODEL_TYPES,
@@ -36,6 +36,7 @@ from domino_pipeline.loading.items import (
     constant_grid,
     parts_of,
 )
+from domino_pipeline.store.manifest import manifest_scaling_factors
 
 __all__ = [
     "CachedDoMINODataset", "MODEL_TYPES", "build_item", "collate_items", "constant_grid",

@@ -33,6 +33,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
 from domino_pipeline.inputs.drivaerml_reader import (
     VOLUME_SOURCES,
     RunError,
@@ -54,7 +55,6 @@ from domino_pipeline.inputs.processed_run import (
     write_processed_run,
 )
 from domino_pipeline.run_report import RunResult, summarize
-from domino_pipeline.store.atomic_store import exclusive_lock, remove_stale_temporaries
 
 # ----------------------------------------------------------------------------- one run
 

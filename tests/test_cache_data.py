@@ -206,7 +206,7 @@ def test_curator_output_builds_the_cache_of_the_processed_runs(curator_dir, tiny
     import torch
 
     from datapipe import CachedDoMINODataset, DoMINODataPipe
-    from domino_pipeline.loading.cached import manifest_scaling_factors
+    from domino_pipeline.store.manifest import manifest_scaling_factors
 
     cache = tmp_path / "cache"
     built = _run(curator_dir, cache)

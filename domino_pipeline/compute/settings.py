@@ -12,13 +12,14 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from domino_pipeline.variables import VARIABLE_WIDTH
+
 PARTS = ("surface", "volume")
 # The version of the code that computes a cache's contents (rows.py, volume_order.py,
-# preprocessing.py, geometry.py and this module), part of every settings fingerprint, so that a
+# preprocessing.py, geometry.py, ../variables.py and this module), part of every settings fingerprint, so that a
 # cache built by other code is stale. tests/test_code_version.py fails when that code changes
 # without this number being bumped.
 PREPROCESS_CODE_VERSION = 1
-VARIABLE_WIDTH = {"scalar": 1, "vector": 3}
 # What a cache stores of each surface cell's neighbours: their rows only, or also their features
 # (docs/cache_format.md). The uncached path computes them per draw either way.
 NEIGHBOR_LAYOUTS = ("indices", "features")
@@ -26,13 +27,6 @@ NEIGHBOR_FEATURES = ("coordinates", "normals", "areas")
 # Settings that fingerprinted() leaves out at these values, so caches built before the setting
 # existed keep their fingerprint; where absent, a cache's settings have these values.
 IMPLICIT_DEFAULTS = {"neighbor_layout": "indices"}
-
-
-def variable_width(name: str, kind: str) -> int:
-    """The number of columns of variable ``name`` of ``kind`` ("scalar" or "vector")."""
-    if kind not in VARIABLE_WIDTH:
-        raise ValueError(f"variable {name}: kind {kind!r}, expected one of {list(VARIABLE_WIDTH)}")
-    return VARIABLE_WIDTH[kind]
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from vtkmodules.vtkCommonCore import vtkLogger
 from vtkmodules.vtkIOGeometry import vtkSTLReader
 from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
 
-from domino_pipeline.compute.settings import variable_width
+from domino_pipeline.variables import variable_width
 
 VOLUME_SOURCES = ("points", "cells")
 
