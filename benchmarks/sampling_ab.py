@@ -96,7 +96,7 @@ def collect(work: Path, seeds: list[int], epochs: int, model_type: str,
             if record is None:
                 sys.exit(f"{train_dir(work, arm, seed, model_type)}: unfinished; run without --report-only")
             values = {"loss": record["val_loss"]}
-            values |= {k.rsplit("/", 1)[1]: v for k, v in record.items() if k.startswith("val_rel_l2/")}
+            values |= {k.removeprefix("val_rel_l2/"): v for k, v in record.items() if k.startswith("val_rel_l2/")}
             figures.setdefault(arm, {})[seed] = values
     return figures
 

@@ -24,7 +24,7 @@ def test_report_only_prints_the_table_and_the_verdict(tmp_path, capsys):
                       "--json", str(tmp_path / "ab.json")])
     out = capsys.readouterr().out
     assert "| validation loss | 0.0450 / 0.0440 | 0.0470 / 0.0480 | 0.0460 ± 0.0014 | 0.0460 ± 0.0028 |" in out
-    assert "| rel. L2 pMeanTrim |" in out and "within the exact law's seed-to-seed range" in out
+    assert "| rel. L2 surface/pMeanTrim |" in out and "within the exact law's seed-to-seed range" in out
     verdict = json.loads((tmp_path / "ab.json").read_text())["verdict"]
     assert verdict["within_exact_range"] and verdict["exact_min_loss"] == 0.044
     _write_run(sampling_ab.train_dir(tmp_path, "default", 3), 0.060)
