@@ -14,6 +14,9 @@ with the lowest validation loss; `physicsnemo.Module.from_checkpoint` loads them
 which epoch), epochs.jsonl (one record per epoch: losses, data wait vs compute, samples/s, peak
 memory, the runs each rank saw), steps.jsonl (loss per step), split.json (train/validation runs)
 and tensorboard/. Fine-tune from any physicsnemo DoMINO `.mdlus`: `train.init_from=/path/model.mdlus`.
+Each checkpointed epoch end also writes physicsnemo's save_checkpoint pair (DoMINO.0.<e>.mdlus,
+checkpoint.0.<e>.pt) for its load_checkpoint; `train.resume_from=/example/models` continues such a
+pair written by the DoMINO example (domino_pipeline/training/checkpointing.py).
 Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits with 128+signal.
 """
 
