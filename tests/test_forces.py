@@ -5,10 +5,12 @@ DrivAerML's are."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import PROCESS_OPTIONS
 from omegaconf import OmegaConf
 
 from domino_pipeline.inference.forces import (
@@ -64,13 +66,10 @@ def test_the_scaling_density_changes_neither_drag_nor_the_agreement(tiny_raw_dir
     field rebuilt from it does not, nor the coefficients."""
     published = published_coefficients(tiny_raw_dir / "run_1")
     area = published_reference_area(tiny_raw_dir / "run_1")
-    options = {"surface_variables": VARIABLES["surface"], "volume_variables": VARIABLES["volume"],
-               "stream_velocity": float(CONFIG.physics.stream_velocity), "reference_length": None,
-               "volume_source": "points"}
     drags, stored = {}, {}
     for density in (1.205, 2.5):
         out = tmp_path / f"rho{density}"
-        results = process_all(tiny_raw_dir, out, num_processes=1, air_density=density, **options)
+        results = process_all(tiny_raw_dir, out, dataclasses.replace(PROCESS_OPTIONS, air_density=density))
         assert all(r.status == "processed" for r in results)
         run = load_processed(out / "run_1.zarr", volume=False)
         stored[density] = run.true_surface[:, 0]

@@ -83,7 +83,8 @@ def _heavy_modules_after(statement: str) -> list[str]:
     """The Warp and physicsnemo modules loaded by ``statement`` in a fresh interpreter."""
     code = (f"{statement}\nimport sys\n"
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
+                            timeout=120)
     assert result.returncode == 0, result.stderr
     return eval(result.stdout.strip().splitlines()[-1])
 
@@ -95,7 +96,7 @@ LOADING = sorted(_module_name(p) for p in (PACKAGE / "loading").glob("*.py")
 @pytest.mark.parametrize("statement", [
     "import datapipe",
     "from datapipe import CachedDoMINODataset, collate_items, dataset_from_config",
-    "import domino_pipeline",
+    "from domino_pipeline import CachedDoMINODataset, collate_items",
     "import domino_pipeline.store.validate, domino_pipeline.store.staleness",
     "import domino_pipeline.store.cache_format, domino_pipeline.store.chunk_reader, domino_pipeline.atomic_store",
     "import " + ", ".join(LOADING),
@@ -107,3 +108,13 @@ def test_the_cache_reader_imports_neither_warp_nor_the_model(statement):
 
 def test_the_uncached_datapipe_is_imported_on_first_use():
     assert "warp" in _heavy_modules_after("from datapipe import DoMINODataPipe")
+
+
+def test_importing_the_package_loads_no_stage_and_no_torch():
+    code = ("import sys, domino_pipeline\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'warp', 'zarr')"
+            " or m.startswith('domino_pipeline.')))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
