@@ -35,6 +35,8 @@ import pyvista as pv
 from tqdm import tqdm
 from vtkmodules.vtkIOXML import vtkXMLPolyDataWriter, vtkXMLUnstructuredGridWriter
 
+from domino_pipeline.entry_point import refusals_in_one_line
+
 GROUND_Z = -0.318469  # DrivAerML ground plane, m
 STREAM_VELOCITY = 38.89  # DrivAerML free stream along +x, m/s
 VOLUME_BOX = ((-3.5, -2.25, GROUND_Z), (8.5, 2.25, 3.0))
@@ -504,15 +506,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--surface-cells", type=int)
     parser.add_argument("--volume-points", type=int)
     args = parser.parse_args(argv)
-    runs = generate_runs(
-        args.out,
-        args.runs,
-        args.preset,
-        args.seed,
-        stl_triangles=args.stl_triangles,
-        surface_cells=args.surface_cells,
-        volume_points=args.volume_points,
-    )
+    with refusals_in_one_line():  # an output folder that cannot be written, a bad size: one line
+        runs = generate_runs(
+            args.out,
+            args.runs,
+            args.preset,
+            args.seed,
+            stl_triangles=args.stl_triangles,
+            surface_cells=args.surface_cells,
+            volume_points=args.volume_points,
+        )
     print(f"wrote {len(runs)} {args.preset} runs to {args.out}")
 
 

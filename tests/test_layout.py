@@ -5,6 +5,7 @@ nor the DoMINO model (fresh interpreters)."""
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 HEAVY = ("warp", "physicsnemo")
+WATCHED = ("torch", "zarr", *HEAVY)
 PACKAGE = Path(__file__).resolve().parents[1] / "domino_pipeline"
 # The package docstring states this order; the package's modules outside these folders are the
 # ground floor (level 0), and domino_pipeline/__init__.py, the public face, may name any stage.
@@ -79,21 +81,26 @@ def test_every_stage_is_named():
     assert folders == set(STAGES)
 
 
-def _heavy_modules_after(statement: str) -> list[str]:
-    """The Warp and physicsnemo modules loaded by ``statement`` in a fresh interpreter."""
-    code = (f"{statement}\nimport sys\n"
-            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
+def _modules_after(statements: list[str]) -> list[list[str]]:
+    """Run ``statements`` one after another in one fresh interpreter; after each, the modules
+    loaded so far among torch, Warp, physicsnemo, zarr and the package's own. A module a
+    statement loads stays loaded, so the first statement after which one appears loads it."""
+    code = "import json, sys\nloaded = []\n" + "".join(
+        f"{statement}\nloaded.append(sorted(m for m in sys.modules if m.split('.')[0] in {WATCHED!r}"
+        " or m.startswith('domino_pipeline.')))\n" for statement in statements) + "print(json.dumps(loaded))"
     result = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
-                            timeout=120)
+                            timeout=300)
     assert result.returncode == 0, result.stderr
-    return eval(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _heavy(modules: list[str]) -> list[str]:
+    return [m for m in modules if m.split(".")[0] in HEAVY]
 
 
 LOADING = sorted(_module_name(p) for p in (PACKAGE / "loading").glob("*.py")
                  if p.stem not in ("__init__", "uncached"))
-
-
-@pytest.mark.parametrize("statement", [
+READING = [
     "import datapipe",
     "from datapipe import CachedDoMINODataset, collate_items, dataset_from_config",
     "from domino_pipeline import CachedDoMINODataset, collate_items",
@@ -101,20 +108,29 @@ LOADING = sorted(_module_name(p) for p in (PACKAGE / "loading").glob("*.py")
     "import domino_pipeline.store.cache_format, domino_pipeline.store.chunk_reader, domino_pipeline.atomic_store",
     "import " + ", ".join(LOADING),
     "import domino_pipeline.inputs.runs, domino_pipeline.compute.sampling, domino_pipeline.compute.scaling",
-])
-def test_the_cache_reader_imports_neither_warp_nor_the_model(statement):
-    assert _heavy_modules_after(statement) == []
+]
+
+
+@pytest.fixture(scope="module")
+def loaded() -> dict[str, list[str]]:
+    """Statement -> the watched modules loaded once it has run (after the ones before it)."""
+    statements = ["import domino_pipeline", *READING]
+    return dict(zip(statements, _modules_after(statements)))
+
+
+def test_importing_the_package_loads_no_stage_and_no_torch(loaded):
+    assert loaded["import domino_pipeline"] == []
+
+
+@pytest.mark.parametrize("statement", READING)
+def test_the_cache_reader_imports_neither_warp_nor_the_model(loaded, statement):
+    assert _heavy(loaded[statement]) == []
+
+
+def test_the_watch_sees_what_a_statement_loads(loaded):
+    assert "domino_pipeline.loading.cached" in loaded[READING[0]] and "torch" in loaded[READING[0]]
 
 
 def test_the_uncached_datapipe_is_imported_on_first_use():
-    assert "warp" in _heavy_modules_after("from datapipe import DoMINODataPipe")
-
-
-def test_importing_the_package_loads_no_stage_and_no_torch():
-    code = ("import sys, domino_pipeline\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'warp', 'zarr')"
-            " or m.startswith('domino_pipeline.')))")
-    result = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    (modules,) = _modules_after(["from datapipe import DoMINODataPipe"])
+    assert "warp" in _heavy(modules)

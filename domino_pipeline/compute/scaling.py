@@ -153,18 +153,25 @@ def compute_scaling_factors(
     ({"surface": [(name, kind), ...], "volume": ...}) are recorded, so that a dataset can refuse
     factors computed for other variables.
     """
-    from domino_pipeline.inputs.runs import ReadOptions, open_run, run_name
+    from domino_pipeline.inputs.runs import run_name
 
     _check_normalization(normalization)
     if not processed_paths:
         raise ValueError("compute_scaling_factors needs at least one processed run")
-    per_run = []
-    for path in processed_paths:
-        run = open_run(path, options or ReadOptions())
-        per_run.append(run_statistics(run.arrays, max_volume_rows=max_volume_rows_per_run,
-                                      source=str(path)))
+    per_run = [processed_run_statistics(path, options=options, max_volume_rows=max_volume_rows_per_run)
+               for path in processed_paths]
     return merge_statistics(per_run, [run_name(p) for p in processed_paths],
                             normalization=normalization, variables=variables)
+
+
+def processed_run_statistics(path: str | os.PathLike, *, options=None,
+                             max_volume_rows: int | None = MAX_VOLUME_ROWS) -> dict[str, dict]:
+    """``run_statistics`` of one processed run (any form runs.py reads), streamed from disk:
+    one run's share of ``compute_scaling_factors``, for ranks that compute it in parts."""
+    from domino_pipeline.inputs.runs import ReadOptions, open_run
+
+    run = open_run(path, options or ReadOptions())
+    return run_statistics(run.arrays, max_volume_rows=max_volume_rows, source=str(path))
 
 
 def check_factors_match(factors: dict | None, surface_variables, volume_variables, source: str) -> None:

@@ -90,6 +90,7 @@ class CachedDoMINODataset(EpochDataset):
         _check_sources(self.cache_dir, names, entries, sources)
         self.run_paths = [run_path(self.cache_dir, n, e) for n, e in zip(names, entries)]
         self.run_metadata = [e.get("metadata_sha256") for e in entries]
+        self.run_sources = [(n, {"source": e.get("source")}) for n, e in zip(names, entries)]
         self.count_bytes = count_bytes
         self.max_open_runs = max(1, int(max_open_runs))
         self._open: OrderedDict[int, CacheRun] = OrderedDict()
@@ -113,7 +114,7 @@ class CachedDoMINODataset(EpochDataset):
             self._open.move_to_end(index)
             return self._open[index]
         run = CacheRun(self.run_paths[index], count_bytes=self.count_bytes,
-                       metadata=self.run_metadata[index])
+                       metadata=self.run_metadata[index], entry=self.run_sources[index])
         if run.attrs.get("settings_fingerprint") != self.fingerprint:
             raise StaleCacheError(
                 f"{run.path}: built with other settings than the manifest records:\n  "
@@ -123,6 +124,10 @@ class CachedDoMINODataset(EpochDataset):
             _, closed = self._open.popitem(last=False)
             self._bytes_closed += closed.bytes_read
         return run
+
+    def open_run_indices(self) -> list[int]:
+        """The indices of the runs this process holds open, least recently used first."""
+        return list(self._open) if self._pid == os.getpid() else []
 
     def bytes_read(self) -> int:
         """Bytes this process has read from the cache (with ``count_bytes=True``)."""

@@ -34,9 +34,8 @@ from domino_pipeline.compute.scaling import (
     scale_fields,
     unscale_fields,
 )
+from domino_pipeline.config import MODEL_TYPES
 from domino_pipeline.loading.batch_transfer import mark_constant
-
-MODEL_TYPES = ("surface", "volume", "combined")
 
 
 def parts_of(model_type: str) -> tuple[str, ...]:

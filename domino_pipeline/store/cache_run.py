@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -10,14 +12,19 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore, WrapperStore
 
+from domino_pipeline.compute.settings import neighbor_layout_of
 from domino_pipeline.store.cache_format import (
     FORMAT,
     FORMAT_VERSION,
+    GENERATION,
     CacheError,
     StaleCacheError,
+    layout_arrays,
     metadata_sha256,
 )
-from domino_pipeline.store.chunk_reader import Allocator, ChunkedArray
+from domino_pipeline.store.chunk_reader import Allocator, ChunkedArray, supported_layout
+from domino_pipeline.store.run_checks import RunMetadataError, check_counts, check_grids, check_origin
+from domino_pipeline.store.shard_index import CHECKSUM_BYTES, ShardIndexError, check_shards
 
 
 class CountingStore(WrapperStore):
@@ -40,17 +47,21 @@ class CacheRun:
     Arrays in the layout ``RunWriter`` writes are read straight from their shard files
     (``chunk_reader.ChunkedArray``); any other layout or selection goes through zarr-python.
     ``metadata``: the SHA-256 the manifest records of the run's ``zarr.json`` files, checked at
-    open. A generation removed by later rebuilds raises StaleCacheError. Open one per process:
+    open. ``entry``: (run name, its manifest entry), given where a run is opened from a
+    manifest: the metadata is then checked against itself, the shard files and the entry
+    (``_check_metadata``). A symbolic link as the generation or its run folder is refused. A
+    generation removed by later rebuilds raises StaleCacheError. Open one per process:
     the chunk readers reuse their buffers.
     """
 
     def __init__(self, path: str | os.PathLike, *, count_bytes: bool = False,
-                 metadata: str | None = None) -> None:
+                 metadata: str | None = None, entry: tuple[str, dict] | None = None) -> None:
         self.path = Path(path)
+        refuse_links(self.path)
         if not (self.path / "zarr.json").is_file():
             if self.path.is_dir():
                 raise CacheError(f"{self.path}: the run's metadata (zarr.json) is missing: corrupt")
-            if self.path.parent.is_dir() and self.path.name.startswith("g"):
+            if _newer_generation(self.path):
                 raise StaleCacheError(f"{self.path}: this generation of the run was replaced by a "
                                       "rebuild; open the dataset again to read the new one")
             raise FileNotFoundError(f"{self.path}: cache run does not exist (no zarr.json)")
@@ -72,6 +83,28 @@ class CacheRun:
         self.count_bytes = count_bytes
         self._arrays: dict[str, zarr.Array] = {}
         self._readers: dict[str, ChunkedArray | None] = {}
+        try:
+            if entry is not None:
+                self._check_metadata(*entry)
+        except (ShardIndexError, RunMetadataError) as err:
+            raise CacheError(f"{self.path}: {err}") from None
+
+    def _check_metadata(self, name: str, entry: dict) -> None:
+        """The run's metadata against itself and the bytes on disk (every array in the layout
+        the cache writes, its shards as its shape implies, counts equal to array lengths, grids
+        of the settings' resolution) and against the manifest ``entry`` of run ``name`` that
+        it was opened from."""
+        settings = self.attrs.get("settings")
+        names = layout_arrays(neighbor_layout_of(settings if isinstance(settings, dict) else {}))
+        shapes = {}
+        for array in names:
+            try:
+                shapes[array] = check_array_files(self.path / array)
+            except ShardIndexError as err:
+                raise ShardIndexError(f"array {array}: {err}") from None
+        check_counts(self.attrs.get("counts"), {n: shape[0] for n, shape in shapes.items()})
+        check_grids(settings, shapes)
+        check_origin(self.attrs, name, entry)
 
     @property
     def bytes_read(self) -> int:
@@ -130,3 +163,75 @@ class CacheRun:
         out = empty(data.shape, data.dtype)
         out[...] = data
         return out
+
+
+def refuse_links(path: Path) -> None:
+    """CacheError when a run generation or its run folder is a symbolic link: a cache holds
+    none, and one that points elsewhere would serve another run's data under this run's name."""
+    for part in (path.parent, path):
+        if part.is_symlink():
+            raise CacheError(f"{part}: a symbolic link (to {os.readlink(part)}); a cache holds "
+                             "none: refused (rerun cache_data.py to build the run in place)")
+
+
+def _newer_generation(path: Path) -> bool:
+    """Whether the run folder of the absent generation ``path`` holds a newer one (a rebuild
+    replaced it) rather than none at all (removed)."""
+    number = GENERATION.match(path.name)
+    if number is None or not path.parent.is_dir():
+        return False
+    return any((m := GENERATION.match(p.name)) and int(m.group(1)) > int(number.group(1))
+               for p in path.parent.iterdir())
+
+
+def check_array_files(array_dir: Path) -> tuple[int, ...]:
+    """The shape of a cache array after checking its description and its shard files against
+    each other (ShardIndexError naming the problem): the layout the cache writes, chunking
+    within the format's limits, every shard file present with the exact size its shape implies,
+    no symbolic link. Reads the description and lists the shard files; reads no data."""
+    if array_dir.is_symlink():
+        raise ShardIndexError("a symbolic link; a cache holds none")
+    try:
+        meta = json.loads((array_dir / "zarr.json").read_bytes())
+    except FileNotFoundError:
+        raise ShardIndexError("missing (no zarr.json)") from None
+    except (OSError, ValueError) as err:
+        raise ShardIndexError(f"unreadable description ({err})") from None
+    layout = supported_layout(meta) if isinstance(meta, dict) else None
+    if layout is None:
+        raise ShardIndexError("its description is not the layout a cache writes (sharded rows, "
+                              "bytes and CRC32C codecs, inner chunks dividing shards)")
+    shape, dtype, chunk_rows, shard_rows = layout
+    chunk_nbytes = chunk_rows * math.prod(shape[1:]) * dtype.itemsize + CHECKSUM_BYTES
+    check_shards(shape[0], chunk_rows, shard_rows, chunk_nbytes, shard_sizes(array_dir, len(shape)))
+    return shape
+
+
+def shard_sizes(array_dir: Path, ndim: int) -> dict[int, int]:
+    """Shard number -> bytes of the shard files ``c/<s>/0/...`` of an array of ``ndim``
+    dimensions (a listing, no data read); ShardIndexError for a symbolic link or a stray name."""
+    sizes: dict[int, int] = {}
+    root = array_dir / "c"
+    if not root.exists():
+        return sizes
+    for entry in _entries(root):
+        if not entry.name.isdigit():
+            raise ShardIndexError(f"stray entry c/{entry.name}")
+        node = Path(entry.path)
+        for _ in range(ndim - 1):
+            node = node / "0"
+        if node.is_symlink() or not node.is_file():
+            raise ShardIndexError(f"shard c/{entry.name} is not a file at {node.relative_to(array_dir)}")
+        sizes[int(entry.name)] = node.stat().st_size
+    return sizes
+
+
+def _entries(folder: Path) -> list[os.DirEntry]:
+    """The entries of ``folder``; ShardIndexError naming a symbolic link among them."""
+    with os.scandir(folder) as listing:
+        entries = list(listing)
+    for entry in entries:
+        if entry.is_symlink():
+            raise ShardIndexError(f"{Path(entry.path).relative_to(folder.parent)} is a symbolic link; "
+                                  "a cache holds none")
+    return entries

@@ -36,15 +36,22 @@ from typing import Any
 import crc32c
 import numpy as np
 
+from domino_pipeline.store.shard_index import (
+    ABSENT,
+    CHECKSUM_BYTES,
+    INDEX_ENTRY_BYTES,
+    ShardIndexError,
+    check_index,
+    chunks_in_shard,
+)
+
 # Zarr v3 data types whose names numpy reads directly.
 DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                     "uint64", "float16", "float32", "float64"})
 METADATA_KEYS = frozenset({"zarr_format", "node_type", "shape", "data_type", "chunk_grid",
                            "chunk_key_encoding", "fill_value", "codecs", "attributes",
                            "storage_transformers", "dimension_names"})
-CHECKSUM_BYTES = 4
-INDEX_ENTRY_BYTES = 16  # (offset, nbytes), two little-endian uint64
-EMPTY_ENTRY = 2**64 - 1  # an inner chunk that was not written
+EMPTY_ENTRY = ABSENT  # an inner chunk that was not written
 Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]  # np.empty's (shape, dtype)
 
 
@@ -117,7 +124,7 @@ class ChunkedArray:
         (``POSIX_FADV_WILLNEED``, one request per run of neighbouring chunks), so that the reads
         which follow find them arriving in parallel instead of waiting for the disk one by one.
         Reads nothing itself but the shard indexes; faults are left for the reads to report."""
-        for shard, first, last in self._chunk_runs(selection):
+        for shard, first, last in self.chunk_runs(selection):
             key = self.key(shard)
             try:
                 index = self._index(shard, key)
@@ -132,7 +139,7 @@ class ChunkedArray:
             finally:
                 os.close(fd)
 
-    def _chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
+    def chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
         """(shard, first inner chunk, last inner chunk) of each run of consecutive touched
         chunks of ``selection``, inner chunks counted within their shard."""
         if selection is Ellipsis:
@@ -262,11 +269,11 @@ class ChunkedArray:
         self.bytes_read += got
         self._verify(f"the index of shard {key}", memoryview(raw))
         index = np.frombuffer(raw, dtype="<u8").reshape(self.chunks_per_shard, 2)
-        written = index[:, 0] != EMPTY_ENTRY
-        data_end = size - index_nbytes - CHECKSUM_BYTES
-        if np.any(index[written, 0] + index[written, 1] > data_end):
-            raise CorruptChunkError(f"{self.name}: the index of shard {key} points past its data "
-                                    f"({data_end} bytes)")
+        inside = chunks_in_shard(len(self), shard, self.chunks_per_shard * self.chunk_rows, self.chunk_rows)
+        try:
+            check_index(index, size - index_nbytes - CHECKSUM_BYTES, self.chunk_nbytes + CHECKSUM_BYTES, inside)
+        except ShardIndexError as err:
+            raise CorruptChunkError(f"{self.name}: the index of shard {key}: {err}") from None
         self._indexes[shard] = index
         return index
 

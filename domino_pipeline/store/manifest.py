@@ -41,7 +41,9 @@ def manifest_lock(cache_dir: str | os.PathLike):
     return exclusive_lock(Path(cache_dir) / ".manifest.lock", f"{Path(cache_dir) / MANIFEST}")
 
 
-def _digest(manifest: dict) -> str:
+def manifest_digest(manifest: dict) -> str:
+    """The SHA-256 of a manifest's canonical JSON, its own ``sha256`` left out: what
+    ``write_manifest`` records and ``read_manifest`` checks."""
     body = {k: v for k, v in manifest.items() if k != "sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
@@ -62,7 +64,7 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
     }
     if scaling_factors is not None:
         manifest["scaling_factors"] = scaling_factors
-    manifest["sha256"] = _digest(manifest)
+    manifest["sha256"] = manifest_digest(manifest)
     path = cache_dir / MANIFEST
     try:
         write_json_atomic(path, manifest)
@@ -83,7 +85,7 @@ def read_manifest(cache_dir: str | os.PathLike) -> dict:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise CacheError(f"{path}: format_version {manifest.get('format_version')}, "
                          f"this reader reads {FORMAT_VERSION}")
-    if manifest.get("sha256") != _digest(manifest):
+    if manifest.get("sha256") != manifest_digest(manifest):
         raise CacheError(f"{path}: its checksum does not match its contents: edited or corrupt; "
                          "rewrite it with cache_data.py")
     runs = manifest.get("runs")

@@ -45,7 +45,7 @@ def validate_run(name: str, processed_path: Path | None, cache_dir: Path,
                                          "newer; rerun cache_data.py to list it")
     if processed_path is None:
         return RunResult(name, "failed", f"{path}: no processed run {name} to check it against")
-    run = CacheRun(path, metadata=entry.get("metadata_sha256"))
+    run = CacheRun(path, metadata=entry.get("metadata_sha256"), entry=(name, entry))
     reasons = stale_reasons(run, settings, source_fingerprint(processed_path))
     if reasons:
         return RunResult(name, "failed", f"{path}: stale: " + "; ".join(reasons))
