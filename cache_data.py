@@ -49,11 +49,13 @@ from domino_pipeline.store.build import (
     manifest_runs,
     write_scaling_factors,
 )
+from domino_pipeline.store.byte_source import ConflictError, is_url, join
 from domino_pipeline.store.cache_format import CacheError
 from domino_pipeline.store.manifest import (
     MANIFEST,
     manifest_lock,
     read_manifest,
+    read_manifest_version,
     write_manifest,
 )
 from domino_pipeline.store.staleness import check_scaling_factors, manifest_records
@@ -97,6 +99,8 @@ def _write_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path,
     """List the current runs and write the manifest as the only manifest writer; a rerun that
     would write the same runs takes no lock and writes nothing (it succeeds on a read-only
     cache)."""
+    if is_url(cache_dir):
+        return _commit_manifest(config, runs, cache_dir, settings)
     path = cache_dir / MANIFEST
     if _manifest_lists(cache_dir, manifest_runs(runs, cache_dir, settings), settings):
         return path
@@ -104,6 +108,32 @@ def _write_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path,
         entries = manifest_runs(runs, cache_dir, settings)  # again: another builder may have written
         return write_manifest(cache_dir, settings, entries, config.as_dict(),
                               scaling_factors=_factors_record(config, runs, entries, cache_dir, settings))
+
+
+def _commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: str,
+                     settings: PreprocessSettings, attempts: int = 20) -> str:
+    """Commit the manifest of a cache on object storage: list the current runs (keeping the
+    entries of runs other builders listed), then put it only if the manifest is still the
+    version read; when another builder committed meanwhile, read and list again."""
+    for _ in range(attempts):
+        try:
+            old, version = read_manifest_version(cache_dir)
+        except FileNotFoundError:
+            old, version = None, None
+        entries = manifest_runs(runs, cache_dir, settings)
+        if old is not None and old["settings"] == settings.fingerprinted():
+            mine = {run_name(p) for p in runs}
+            entries = {n: e for n, e in old["runs"].items() if n not in mine} | entries
+        if old is not None and old["runs"] == entries and old.get("scaling_factors") is not None:
+            return join(cache_dir, MANIFEST)
+        try:
+            return write_manifest(cache_dir, settings, entries, config.as_dict(),
+                                  scaling_factors=_factors_record(config, runs, entries, cache_dir, settings),
+                                  if_version=version)
+        except ConflictError:
+            continue
+    raise CacheError(f"{join(cache_dir, MANIFEST)}: changed by other builders {attempts} times "
+                     "in a row; run cache_data.py again")
 
 
 def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str, dict], cache_dir: Path,
@@ -115,7 +145,7 @@ def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str,
         print(f"scaling factors not written: training runs {absent} are not in the cache")
         return None
     record = write_scaling_factors(train_runs, cache_dir, settings, normalization=config.sampling.normalization)
-    print(f"scaling factors: {cache_dir / record['path']} ({len(train_runs)} training runs)")
+    print(f"scaling factors: {join(cache_dir, record['path'])} ({len(train_runs)} training runs)")
     return record
 
 
@@ -174,11 +204,15 @@ def main(config: PipelineConfig) -> int:
     torchrun does not stop a rank that is still building."""
     rank, world_size, job = _rank_and_job(config)
     settings = settings_from_config(config.geometry, config.variables)  # device: one GPU per rank
-    runs, cache_dir = list_runs(config.data.processed_dir), Path(config.cache.dir)
+    runs, cache_dir = list_runs(config.data.processed_dir), join(config.cache.dir)
     if config.cache.validate:
         return _validate(runs, cache_dir, settings) if rank == 0 else 0
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(cache_dir)  # on every rank: those of live writers stay
+    if is_url(cache_dir) and job is not None:
+        raise CacheError(f"{cache_dir}: a cache on object storage is built by one process; run "
+                         "cache_data.py without torchrun, or build locally and upload")
+    if not is_url(cache_dir):
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(cache_dir)  # on every rank: those of live writers stay
     results = build_cache(runs, cache_dir, settings, rebuild=config.cache.rebuild, rank=rank,
                           world_size=world_size, options=read_options_from_config(config.data, config.physics))
     print(summarize_build(results), flush=True)

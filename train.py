@@ -80,6 +80,11 @@ def split_and_scale(config: PipelineConfig, info: DistInfo) -> tuple[list[Path],
     """The training and validation runs and their scaling factors' file, computed first when missing."""
     train_runs, val_runs = split_from_config(list_runs(config.data.processed_dir), config.train, config.seed)
     path = scaling_factors_path(config)
+    if isinstance(path, str):  # a cache on object storage: its factors, checked, kept beside the outputs
+        from domino_pipeline.compute.scaling import save_scaling_factors
+        from domino_pipeline.store.manifest import manifest_scaling_factors
+        path = save_scaling_factors(Path(config.output_dir) / "cache_scaling_factors.json",
+                                    manifest_scaling_factors(config.cache.dir))
     ensure_scaling_factors(path, train_runs, sampling=config.sampling, cached=config.cache.enabled,
                            variables=config.variables, options=read_options_from_config(config.data, config.physics),
                            info=info, work_timeout_s=config.distributed.work_timeout_s)

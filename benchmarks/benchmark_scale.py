@@ -175,10 +175,9 @@ def worker_rss(work: Path, n_many: int = 400) -> dict:
             entry["path"] = f"run_{i + 1}/" + entry["path"].split("/", 1)[1]
             runs[f"run_{i + 1}"] = entry
         manifest["runs"] = runs
-        from domino_pipeline.store.manifest import (
-            _digest,  # the manifest's own checksum
-        )
-        manifest["sha256"] = _digest(manifest)
+        from domino_pipeline.store.manifest import manifest_digest
+
+        manifest["sha256"] = manifest_digest(manifest)
         (many / "manifest.json").write_text(json.dumps(manifest))
     out = {}
     for label, cache in (("4_runs", few), (f"{n_many}_runs", many)):

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import domino_pipeline
+
 HEAVY = ("warp", "physicsnemo")
 WATCHED = ("torch", "zarr", *HEAVY)
 PACKAGE = Path(__file__).resolve().parents[1] / "domino_pipeline"
@@ -33,7 +35,8 @@ def _level(module: str) -> int:
 
 def _imports(path: Path) -> list[tuple[str, int]]:
     """Every domino_pipeline module ``path`` imports (at the top or inside a function), with the
-    line; ``from package import name`` counts as importing ``package.name``."""
+    line; ``from package import name`` counts as importing ``package.name``, and a public name
+    taken from the package itself as importing the module that defines it."""
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -45,7 +48,8 @@ def _imports(path: Path) -> list[tuple[str, int]]:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([node.module] if node.module else []))
             found += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
-    return [(name, line) for name, line in found if name.split(".")[0] == PACKAGE.name]
+    public = {f"{PACKAGE.name}.{name}": module for name, module in domino_pipeline._PUBLIC.items()}
+    return [(public.get(name, name), line) for name, line in found if name.split(".")[0] == PACKAGE.name]
 
 
 def _upward_imports() -> list[str]:
@@ -71,9 +75,11 @@ def test_the_import_walk_sees_imports_inside_functions(tmp_path, monkeypatch):
     (fake / "store").mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "store" / "__init__.py").write_text("")
-    (fake / "store" / "x.py").write_text("def f():\n    from ..loading import cached\n")
+    (fake / "store" / "x.py").write_text("def f():\n    from ..loading import cached\n"
+                                         "    from domino_pipeline import collate_items\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
-    assert _upward_imports() == [f"{PACKAGE.name}.store.x:2 -> {PACKAGE.name}.loading.cached"]
+    assert _upward_imports() == [f"{PACKAGE.name}.store.x:2 -> {PACKAGE.name}.loading.cached",
+                                 f"{PACKAGE.name}.store.x:3 -> {PACKAGE.name}.loading.collate"]
 
 
 def test_every_stage_is_named():
@@ -110,11 +116,13 @@ READING = [
     "import domino_pipeline.inputs.runs, domino_pipeline.compute.sampling, domino_pipeline.compute.scaling",
 ]
 
+UNCACHED = "from datapipe import DoMINODataPipe"  # loads Warp: run last
+
 
 @pytest.fixture(scope="module")
 def loaded() -> dict[str, list[str]]:
     """Statement -> the watched modules loaded once it has run (after the ones before it)."""
-    statements = ["import domino_pipeline", *READING]
+    statements = ["import domino_pipeline", *READING, UNCACHED]
     return dict(zip(statements, _modules_after(statements)))
 
 
@@ -131,6 +139,5 @@ def test_the_watch_sees_what_a_statement_loads(loaded):
     assert "domino_pipeline.loading.cached" in loaded[READING[0]] and "torch" in loaded[READING[0]]
 
 
-def test_the_uncached_datapipe_is_imported_on_first_use():
-    (modules,) = _modules_after(["from datapipe import DoMINODataPipe"])
-    assert "warp" in _heavy(modules)
+def test_the_uncached_datapipe_is_imported_on_first_use(loaded):
+    assert "warp" in _heavy(loaded[UNCACHED])  # and in no statement before it

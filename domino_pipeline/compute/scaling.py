@@ -226,12 +226,16 @@ def load_scaling_factors(path: str | os.PathLike, normalization: str | None = No
     from domino_pipeline.compute.example_factors import is_pickle, read_example_factors
 
     if is_pickle(path):
-        factors = read_example_factors(path, allow_pickle=allow_pickle)
-    else:
-        factors = read_json(path, "no scaling factors file")
+        return checked_scaling_factors(read_example_factors(path, allow_pickle=allow_pickle), str(path), normalization)
+    return checked_scaling_factors(read_json(path, "no scaling factors file"), str(path), normalization)
+
+
+def checked_scaling_factors(factors: object, where: str, normalization: str | None = None) -> dict:
+    """Factors parsed from a factors file's JSON (``where``: the file, for messages), checked;
+    ``normalization`` as ``load_scaling_factors`` takes it."""
     if normalization is not None and isinstance(factors, dict):
         factors["normalization"] = str(normalization)
-    return _validate_factors(factors, str(path))
+    return _validate_factors(factors, where)
 
 
 def _affine(factors: dict, kind: str) -> tuple[np.ndarray, np.ndarray]:

@@ -32,6 +32,7 @@ def make_loader(dataset: Dataset, batch_size: int, num_workers: int, device: tor
         sampler=PassIndices(),
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
+        multiprocessing_context=getattr(dataset, "worker_context", None) if num_workers > 0 else None,
         pin_memory=device.type == "cuda",
         collate_fn=collate_items,
     )
