@@ -43,7 +43,10 @@ class RunFiles:
 
 
 def run_files(run_dir: Path) -> RunFiles:
-    """The run's files by their DrivAerML names; raise FileNotFoundError naming a missing one."""
+    """The run's files by their DrivAerML names; raise FileNotFoundError naming a missing one.
+
+    The volume may be published as ``volume_<i>.vtu.part1``, ``.part2``, ...: its path is then
+    the joined name, which the streaming reader opens piece by piece."""
     index = run_dir.name.removeprefix("run_")
     files = RunFiles(
         run_dir.name,
@@ -52,10 +55,9 @@ def run_files(run_dir: Path) -> RunFiles:
         run_dir / f"volume_{index}.vtu",
     )
     for path in (files.stl, files.surface, files.volume):
-        if not path.is_file():
-            parts = sorted(p.name for p in run_dir.glob(f"{path.name}.part*"))
-            hint = f" (join {' '.join(parts)} with cat first)" if parts else ""
-            raise FileNotFoundError(f"{path}: missing file{hint}")
+        pieces = path == files.volume and any(run_dir.glob(f"{path.name}.part*"))
+        if not path.is_file() and not pieces:  # the volume's .part pieces are read as one file
+            raise FileNotFoundError(f"{path}: missing file")
     return files
 
 
