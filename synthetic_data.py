@@ -18,6 +18,8 @@ suction over the roof, wall shear along the flow, and a wake deficit behind the 
 
     python synthetic_data.py --preset demo --runs 6 --seed 0 --out outputs/demo/raw
     python synthetic_data.py --preset bench --runs 1 --out /tmp/bench --surface-cells 500000
+    python synthetic_data.py --preset full --runs 1 --volume-points 150000000 --out /tmp/full
+    python synthetic_data.py --preset tiny --runs 1 --data-mode appended-base64 --compressor zlib --out /tmp/z
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import numpy as np
 import pyvista as pv
 from tqdm import tqdm
 from vtkmodules.vtkIOXML import vtkXMLPolyDataWriter, vtkXMLUnstructuredGridWriter
+
+from domino_pipeline.inputs.vtk_xml_writer import COMPRESSORS, DATA_MODES, Encoding, VtuBlockWriter, array_specs
 
 GROUND_Z = -0.318469  # DrivAerML ground plane, m
 STREAM_VELOCITY = 38.89  # DrivAerML free stream along +x, m/s
@@ -49,6 +53,7 @@ PRESETS: dict[str, dict[str, int]] = {
 _SECTORS_PER_STATION = 0.8  # sectors around a cross section per station along the body
 _SPLIT_FRACTION = 0.2  # share of boundary quads split into two triangles
 _PROGRESS_MIN_POINTS = 500_000  # show progress bars from this volume size on
+VOLUME_BLOCK_POINTS = 1 << 20  # volume points generated and written at a time
 
 
 @dataclass(frozen=True)
@@ -315,29 +320,43 @@ def _near_wall_points(shape: CarShape, n: int, rng: np.random.Generator) -> np.n
     return p + outward * normal * offset
 
 
-def volume_points(
-    shape: CarShape, n_points: int, rng: np.random.Generator, progress: bool = False
-) -> np.ndarray:
-    """``n_points`` points in the volume box above the ground, outside the body with a margin.
+def volume_block(shape: CarShape, n_points: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_points`` points in the volume box above the ground, outside the body with a margin,
+    in random order.
 
     About a third are clustered near the wall, as in a CFD mesh; the rest fill the box uniformly.
     """
     low, high = np.array(VOLUME_BOX[0]), np.array(VOLUME_BOX[1])
     kept: list[np.ndarray] = []
     count = 0
-    with tqdm(total=n_points, desc="volume points", disable=not progress, leave=False) as bar:
-        while count < n_points:
-            batch = min(n_points - count, 1_000_000) + 64
-            near = _near_wall_points(shape, batch // 3, rng)
-            uniform = rng.uniform(low, high, (batch - len(near), 3))
-            cand = np.concatenate([near, uniform])
-            ok = ~inside_body(shape, cand, WALL_MARGIN) & np.all((cand >= low) & (cand <= high), 1)
-            cand = cand[ok][: n_points - count]
-            kept.append(cand)
-            count += len(cand)
-            bar.update(len(cand))
+    while count < n_points:
+        batch = n_points - count + 64
+        near = _near_wall_points(shape, batch // 3, rng)
+        uniform = rng.uniform(low, high, (batch - len(near), 3))
+        cand = np.concatenate([near, uniform])
+        ok = ~inside_body(shape, cand, WALL_MARGIN) & np.all((cand >= low) & (cand <= high), 1)
+        cand = cand[ok][: n_points - count]
+        kept.append(cand)
+        count += len(cand)
     points = np.concatenate(kept)
     return points[rng.permutation(len(points))]
+
+
+def volume_blocks(
+    shape: CarShape, n_points: int, seed: np.random.SeedSequence, block_points: int = VOLUME_BLOCK_POINTS
+):
+    """The volume points of a run in blocks of ``block_points`` (each from its own random
+    stream, spawned from ``seed``), so that a run of any size is generated in bounded memory."""
+    n_blocks = -(-n_points // block_points)
+    for k, child in enumerate(seed.spawn(n_blocks)):
+        size = min(block_points, n_points - k * block_points)
+        yield volume_block(shape, size, np.random.default_rng(child))
+
+
+def volume_points(shape: CarShape, n_points: int, rng: np.random.Generator) -> np.ndarray:
+    """All ``n_points`` volume points of a body at once (for small runs and benchmarks)."""
+    seed = np.random.SeedSequence(int(rng.integers(2**63)))
+    return np.concatenate(list(volume_blocks(shape, n_points, seed)) or [np.zeros((0, 3))])
 
 
 # ----------------------------------------------------------------------------- writers
@@ -361,16 +380,23 @@ def write_ascii_stl(path: Path, vertices: np.ndarray, faces: np.ndarray, name: s
         out.write(f"endsolid {name}\n")
 
 
-def write_xml(mesh: pv.PolyData | pv.UnstructuredGrid, path: Path) -> None:
-    """Write a VTP or VTU as raw appended binary without compression, as DrivAerML's files are
-    sized; it reads many times faster than pyvista's default inline base64."""
+def write_xml(mesh: pv.PolyData | pv.UnstructuredGrid, path: Path, encoding: Encoding = Encoding()) -> None:
+    """Write a VTP or VTU whole with VTK's writer, in ``encoding`` (default: raw appended binary
+    without compression, as DrivAerML's files are sized; it reads many times faster than
+    pyvista's default inline base64)."""
     polydata = isinstance(mesh, pv.PolyData)
     writer = vtkXMLPolyDataWriter() if polydata else vtkXMLUnstructuredGridWriter()
     writer.SetFileName(str(path))
     writer.SetInputData(mesh)
-    writer.SetDataModeToAppended()
-    writer.EncodeAppendedDataOff()
-    writer.SetCompressorTypeToNone()
+    if encoding.mode == "binary":
+        writer.SetDataModeToBinary()
+    else:
+        writer.SetDataModeToAppended()
+        writer.SetEncodeAppendedData(encoding.mode == "appended-base64")
+    {"none": writer.SetCompressorTypeToNone, "zlib": writer.SetCompressorTypeToZLib,
+     "lz4": writer.SetCompressorTypeToLZ4, "lzma": writer.SetCompressorTypeToLZMA}[encoding.compressor]()
+    writer.SetHeaderType(writer.UInt32 if encoding.header_bits == 32 else writer.UInt64)
+    writer.SetBlockSize(encoding.block_bytes)
     if not writer.Write():
         raise OSError(f"{path}: VTK could not write the file")
 
@@ -383,7 +409,8 @@ def _polydata(vertices: np.ndarray, quads: np.ndarray, triangles: np.ndarray) ->
     return pv.PolyData(vertices.astype(np.float32), faces=flat)
 
 
-def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Generator) -> int:
+def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Generator,
+                   encoding: Encoding = Encoding()) -> int:
     """Write the boundary VTP with its wall fields as cell data; return the number of cells."""
     vertices, quads, triangles = boundary_mesh(shape, n_cells, rng)
     mesh = _polydata(vertices, quads, triangles)
@@ -391,20 +418,33 @@ def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Gen
     fields = surface_fields(shape, np.concatenate(centres), np.concatenate(normals))
     for name, values in fields.items():
         mesh.cell_data[name] = values
-    write_xml(mesh, path)
+    write_xml(mesh, path, encoding)
     return mesh.n_cells
 
 
-def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Generator) -> None:
-    """Write the volume VTU: one VTK_VERTEX cell per point, fields as point and cell data."""
+def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Generator,
+                 encoding: Encoding = Encoding()) -> None:
+    """Write the volume VTU block by block: one VTK_VERTEX cell per point, fields as point and
+    cell data. Memory stays at one block of points whatever ``n_points``."""
+    fields = {"UMeanTrim": 3, "pMeanTrim": 1, "nutMeanTrim": 1, "CpMeanTrim": 1, "magUMeanNormTrim": 1}
+    seed = np.random.SeedSequence(int(rng.integers(2**63)))
+    specs = array_specs(fields, fields)
     progress = n_points >= _PROGRESS_MIN_POINTS
-    points = volume_points(shape, n_points, rng, progress).astype(np.float32)
-    cells = {pv.CellType.VERTEX: np.arange(n_points).reshape(-1, 1)}
-    grid = pv.UnstructuredGrid(cells, points)
-    for name, values in volume_fields(shape, points.astype(np.float64)).items():
-        grid.point_data[name] = values
-        grid.cell_data[name] = values
-    write_xml(grid, path)
+    with (VtuBlockWriter(path, n_points, n_points, specs, encoding) as vtu,
+          tqdm(total=n_points, desc="volume points", disable=not progress, leave=False) as bar):
+        start = 0
+        for block in volume_blocks(shape, n_points, seed):
+            points = block.astype(np.float32)
+            for name, values in volume_fields(shape, points.astype(np.float64)).items():
+                vtu.append("PointData", name, values)
+                vtu.append("CellData", name, values)
+            ids = np.arange(start, start + len(points), dtype=np.int64)
+            vtu.append("Points", "Points", points)
+            vtu.append("Cells", "connectivity", ids)
+            vtu.append("Cells", "offsets", ids + 1)
+            vtu.append("Cells", "types", np.full(len(points), pv.CellType.VERTEX, dtype=np.uint8))
+            start += len(points)
+            bar.update(len(points))
 
 
 def generate_run(
@@ -414,8 +454,11 @@ def generate_run(
     stl_triangles: int,
     surface_cells: int,
     volume_points: int,
+    encoding: Encoding = Encoding(),
 ) -> Path:
     """Write the STL, boundary VTP and volume VTU of run ``index`` into ``run_dir``; return it.
+
+    The VTP and VTU are stored in ``encoding``; the VTU is written block by block.
 
     The body shape and every random draw come from ``np.random.default_rng([seed, index])``.
     """
@@ -427,15 +470,16 @@ def generate_run(
         vertices, faces = stl_mesh(shape, stl_triangles)
         write_ascii_stl(run_dir / f"drivaer_{index}.stl", vertices, faces, f"drivaer_{index}")
         bar.update()
-        write_boundary(run_dir / f"boundary_{index}.vtp", shape, surface_cells, rng)
+        write_boundary(run_dir / f"boundary_{index}.vtp", shape, surface_cells, rng, encoding)
         bar.update()
-        write_volume(run_dir / f"volume_{index}.vtu", shape, volume_points, rng)
+        write_volume(run_dir / f"volume_{index}.vtu", shape, volume_points, rng, encoding)
         bar.update()
     return run_dir
 
 
 def generate_runs(
-    out_dir: str | Path, n_runs: int, preset: str = "tiny", seed: int = 0, **overrides: int
+    out_dir: str | Path, n_runs: int, preset: str = "tiny", seed: int = 0,
+    encoding: Encoding = Encoding(), **overrides: int,
 ) -> list[Path]:
     """Write ``run_1`` ... ``run_<n_runs>`` under ``out_dir``; return their folders.
 
@@ -452,7 +496,7 @@ def generate_runs(
     runs = range(1, n_runs + 1)
     show = n_runs > 1 and sizes["volume_points"] >= 100_000
     return [
-        generate_run(out_dir / f"run_{i}", i, seed, **sizes)
+        generate_run(out_dir / f"run_{i}", i, seed, **sizes, encoding=encoding)
         for i in tqdm(runs, desc="synthetic runs", disable=not show)
     ]
 
@@ -467,12 +511,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stl-triangles", type=int)
     parser.add_argument("--surface-cells", type=int)
     parser.add_argument("--volume-points", type=int)
+    parser.add_argument("--data-mode", default="appended-raw", choices=DATA_MODES,
+                        help="how the VTP and VTU store arrays (default: appended raw binary)")
+    parser.add_argument("--compressor", default="none", choices=sorted(COMPRESSORS))
+    parser.add_argument("--header-bits", type=int, default=64, choices=(32, 64))
     args = parser.parse_args(argv)
     runs = generate_runs(
         args.out,
         args.runs,
         args.preset,
         args.seed,
+        Encoding(args.data_mode, args.compressor, args.header_bits),
         stl_triangles=args.stl_triangles,
         surface_cells=args.surface_cells,
         volume_points=args.volume_points,
