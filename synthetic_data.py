@@ -31,9 +31,15 @@ from pathlib import Path
 import numpy as np
 import pyvista as pv
 from tqdm import tqdm
-from vtkmodules.vtkIOXML import vtkXMLPolyDataWriter, vtkXMLUnstructuredGridWriter
 
-from domino_pipeline.inputs.vtk_xml_writer import COMPRESSORS, DATA_MODES, Encoding, VtuBlockWriter, array_specs
+from domino_pipeline.inputs.vtk_xml_writer import (
+    COMPRESSORS,
+    DATA_MODES,
+    Encoding,
+    VtkBlockWriter,
+    polydata_arrays,
+    unstructured_grid_arrays,
+)
 
 GROUND_Z = -0.318469  # DrivAerML ground plane, m
 STREAM_VELOCITY = 38.89  # DrivAerML free stream along +x, m/s
@@ -54,6 +60,7 @@ _SECTORS_PER_STATION = 0.8  # sectors around a cross section per station along t
 _SPLIT_FRACTION = 0.2  # share of boundary quads split into two triangles
 _PROGRESS_MIN_POINTS = 500_000  # show progress bars from this volume size on
 VOLUME_BLOCK_POINTS = 1 << 20  # volume points generated and written at a time
+CELL_BLOCK = 1 << 20  # boundary cells handled at a time
 
 
 @dataclass(frozen=True)
@@ -185,10 +192,15 @@ def _split_quads(quads: np.ndarray) -> np.ndarray:
 
 
 def _orient_outward(vertices: np.ndarray, cells: list[np.ndarray]) -> list[np.ndarray]:
-    """Reverse every cell if the closed surface they form has negative signed volume."""
-    tris = np.concatenate([c[:, [0, 1, 2]] if c.shape[1] == 3 else _split_quads(c) for c in cells])
-    a, b, c = (vertices[tris[:, k]] for k in range(3))
-    volume = np.einsum("ij,ij->i", a, np.cross(b, c)).sum() / 6.0
+    """Reverse every cell if the closed surface they form has negative signed volume (summed
+    over blocks of cells, to bound memory)."""
+    volume = 0.0
+    for group in cells:
+        for start in range(0, len(group), CELL_BLOCK):
+            block = group[start:start + CELL_BLOCK]
+            tris = block[:, [0, 1, 2]] if block.shape[1] == 3 else _split_quads(block)
+            a, b, c = (vertices[tris[:, k]] for k in range(3))
+            volume += np.einsum("ij,ij->i", a, np.cross(b, c)).sum() / 6.0
     return cells if volume > 0 else [cell[:, ::-1].copy() for cell in cells]
 
 
@@ -380,46 +392,30 @@ def write_ascii_stl(path: Path, vertices: np.ndarray, faces: np.ndarray, name: s
         out.write(f"endsolid {name}\n")
 
 
-def write_xml(mesh: pv.PolyData | pv.UnstructuredGrid, path: Path, encoding: Encoding = Encoding()) -> None:
-    """Write a VTP or VTU whole with VTK's writer, in ``encoding`` (default: raw appended binary
-    without compression, as DrivAerML's files are sized; it reads many times faster than
-    pyvista's default inline base64)."""
-    polydata = isinstance(mesh, pv.PolyData)
-    writer = vtkXMLPolyDataWriter() if polydata else vtkXMLUnstructuredGridWriter()
-    writer.SetFileName(str(path))
-    writer.SetInputData(mesh)
-    if encoding.mode == "binary":
-        writer.SetDataModeToBinary()
-    else:
-        writer.SetDataModeToAppended()
-        writer.SetEncodeAppendedData(encoding.mode == "appended-base64")
-    {"none": writer.SetCompressorTypeToNone, "zlib": writer.SetCompressorTypeToZLib,
-     "lz4": writer.SetCompressorTypeToLZ4, "lzma": writer.SetCompressorTypeToLZMA}[encoding.compressor]()
-    writer.SetHeaderType(writer.UInt32 if encoding.header_bits == 32 else writer.UInt64)
-    writer.SetBlockSize(encoding.block_bytes)
-    if not writer.Write():
-        raise OSError(f"{path}: VTK could not write the file")
-
-
-def _polydata(vertices: np.ndarray, quads: np.ndarray, triangles: np.ndarray) -> pv.PolyData:
-    """PolyData with quads first, then triangles (VTK cell arrays with mixed sizes)."""
-    quad_cells = np.column_stack([np.full(len(quads), 4), quads])
-    tri_cells = np.column_stack([np.full(len(triangles), 3), triangles])
-    flat = np.concatenate([quad_cells.ravel(), tri_cells.ravel()])
-    return pv.PolyData(vertices.astype(np.float32), faces=flat)
-
-
 def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Generator,
                    encoding: Encoding = Encoding()) -> int:
-    """Write the boundary VTP with its wall fields as cell data; return the number of cells."""
+    """Write the boundary VTP (quads first, then triangles) with its wall fields as cell data,
+    a block of cells at a time; return the number of cells."""
     vertices, quads, triangles = boundary_mesh(shape, n_cells, rng)
-    mesh = _polydata(vertices, quads, triangles)
-    centres, normals = zip(*(polygon_geometry(vertices, c) for c in (quads, triangles)))
-    fields = surface_fields(shape, np.concatenate(centres), np.concatenate(normals))
-    for name, values in fields.items():
-        mesh.cell_data[name] = values
-    write_xml(mesh, path, encoding)
-    return mesh.n_cells
+    n_cells = len(quads) + len(triangles)
+    fields = {"pMeanTrim": 1, "CpMeanTrim": 1, "pPrime2MeanTrim": 1, "wallShearStressMeanTrim": 3}
+    specs = polydata_arrays(len(vertices), n_cells, quads.size + triangles.size, fields)
+    counts = {"NumberOfPoints": len(vertices), "NumberOfVerts": 0, "NumberOfLines": 0,
+              "NumberOfStrips": 0, "NumberOfPolys": n_cells}
+    with VtkBlockWriter(path, "PolyData", counts, specs, encoding) as vtp:
+        vtp.append("Points", "Points", vertices)
+        end = 0
+        for group in (quads, triangles):
+            for start in range(0, len(group), CELL_BLOCK):
+                cells = group[start:start + CELL_BLOCK]
+                centres, normals = polygon_geometry(vertices, cells)
+                for name, values in surface_fields(shape, centres, normals).items():
+                    vtp.append("CellData", name, values)
+                vtp.append("Polys", "connectivity", cells)
+                offsets = end + cells.shape[1] * np.arange(1, len(cells) + 1)
+                vtp.append("Polys", "offsets", offsets)
+                end = int(offsets[-1])
+    return n_cells
 
 
 def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Generator,
@@ -428,9 +424,10 @@ def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Gene
     cell data. Memory stays at one block of points whatever ``n_points``."""
     fields = {"UMeanTrim": 3, "pMeanTrim": 1, "nutMeanTrim": 1, "CpMeanTrim": 1, "magUMeanNormTrim": 1}
     seed = np.random.SeedSequence(int(rng.integers(2**63)))
-    specs = array_specs(fields, fields)
+    specs = unstructured_grid_arrays(n_points, n_points, n_points, fields, fields)
     progress = n_points >= _PROGRESS_MIN_POINTS
-    with (VtuBlockWriter(path, n_points, n_points, specs, encoding) as vtu,
+    counts = {"NumberOfPoints": n_points, "NumberOfCells": n_points}
+    with (VtkBlockWriter(path, "UnstructuredGrid", counts, specs, encoding) as vtu,
           tqdm(total=n_points, desc="volume points", disable=not progress, leave=False) as bar):
         start = 0
         for block in volume_blocks(shape, n_points, seed):

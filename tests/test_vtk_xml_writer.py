@@ -12,7 +12,13 @@ import pyvista as pv
 from test_vtk_xml_stream import vtk_read
 
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
-from domino_pipeline.inputs.vtk_xml_writer import COMPRESSORS, DATA_MODES, Encoding, VtuBlockWriter, array_specs
+from domino_pipeline.inputs.vtk_xml_writer import (
+    COMPRESSORS,
+    DATA_MODES,
+    Encoding,
+    VtkBlockWriter,
+    unstructured_grid_arrays,
+)
 from synthetic_data import generate_runs
 
 FIELDS = {"UMeanTrim": 3, "pMeanTrim": 1}
@@ -26,7 +32,8 @@ def test_block_writer_is_read_by_vtk(tmp_path: Path, mode: str, compressor: str,
     points = rng.normal(size=(n, 3)).astype(np.float32)
     fields = {name: rng.normal(size=(n, w)).astype(np.float32) for name, w in FIELDS.items()}
     path = tmp_path / "volume_1.vtu"
-    with VtuBlockWriter(path, n, n, array_specs(FIELDS, FIELDS),
+    with VtkBlockWriter(path, "UnstructuredGrid", {"NumberOfPoints": n, "NumberOfCells": n},
+                        unstructured_grid_arrays(n, n, n, FIELDS, FIELDS),
                         Encoding(mode, compressor, bits, block_bytes=500)) as vtu:
         for s in range(0, n, block):
             rows = slice(s, min(s + block, n))
@@ -52,7 +59,8 @@ def test_block_writer_is_read_by_vtk(tmp_path: Path, mode: str, compressor: str,
 def test_short_array_is_an_error_and_leaves_no_file(tmp_path: Path) -> None:
     path = tmp_path / "volume_1.vtu"
     with pytest.raises(ValueError, match="bytes written, expected"):
-        with VtuBlockWriter(path, 10, 10, array_specs({}, {}), Encoding()) as vtu:
+        with VtkBlockWriter(path, "UnstructuredGrid", {"NumberOfPoints": 10, "NumberOfCells": 10},
+                            unstructured_grid_arrays(10, 10, 10, {}, {}), Encoding()) as vtu:
             vtu.append("Points", "Points", np.zeros((5, 3)))
     assert list(tmp_path.iterdir()) == []
 

@@ -1,14 +1,17 @@
-"""Write a VTK XML unstructured grid (VTU) block by block, in bounded memory, in any encoding
-VTK writes: appended raw or base64 data or inline binary (base64), uncompressed or in zlib,
+"""Write a VTK XML unstructured grid (VTU) or polydata (VTP) block by block, in bounded memory,
+in any encoding VTK writes: appended raw or base64 data or inline binary (base64), uncompressed or in zlib,
 lz4 or lzma blocks, with UInt32 or UInt64 headers.
 
 Each array's encoded bytes are spooled to a temporary file beside the output as its rows come;
 ``close`` writes the XML header (whose appended offsets are known only then) and moves each spool
 in after it, deleting it, so the disk holds about one copy of the data.
 
-    with VtuBlockWriter(path, n_points, n_cells, point_arrays, cell_arrays, Encoding()) as vtu:
-        for block in blocks:
-            vtu.append({"Points": xyz, "UMeanTrim": u, ...})
+    with VtkBlockWriter(path, "UnstructuredGrid", {"NumberOfPoints": n, "NumberOfCells": n},
+                        unstructured_grid_arrays(n, n, n, {"UMeanTrim": 3}, {}), Encoding()) as vtu:
+        for xyz, u, ids in blocks:
+            vtu.append("PointData", "UMeanTrim", u)
+            vtu.append("Points", "Points", xyz)
+            ...
 """
 
 from __future__ import annotations
@@ -129,28 +132,30 @@ class _ArraySpool:
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """One DataArray: its section (PointData, CellData, Points, Cells), name, dtype, width."""
+    """One DataArray: its section (PointData, CellData, Points, Cells, Polys), name, dtype,
+    number of rows and width."""
 
     section: str
     name: str
     dtype: str
+    rows: int
     components: int = 1
 
 
-class VtuBlockWriter:
-    """A VTU written from blocks of rows; every array receives all its rows, in order."""
+_SECTIONS = {"UnstructuredGrid": ("PointData", "CellData", "Points", "Cells"),
+             "PolyData": ("PointData", "CellData", "Points", "Verts", "Lines", "Strips", "Polys")}
 
-    def __init__(self, path: Path, n_points: int, n_cells: int, arrays: list[ArraySpec],
-                 encoding: Encoding, connectivity_size: int | None = None) -> None:
-        self.path, self.encoding, self.arrays = Path(path), encoding, arrays
-        self.n_points, self.n_cells = int(n_points), int(n_cells)
-        rows = {"Points": n_points, "PointData": n_points, "CellData": n_cells}
-        sizes = {"connectivity": connectivity_size if connectivity_size is not None else n_cells,
-                 "offsets": n_cells, "types": n_cells}
+
+class VtkBlockWriter:
+    """A VTU or VTP written from blocks of rows; every array receives all its rows, in order."""
+
+    def __init__(self, path: Path, kind: str, counts: Mapping[str, int], arrays: list[ArraySpec],
+                 encoding: Encoding) -> None:
+        self.path, self.kind, self.encoding, self.arrays = Path(path), kind, encoding, arrays
+        self.counts = {k: int(v) for k, v in counts.items()}
         self.spools: dict[str, _ArraySpool] = {}
         for i, spec in enumerate(arrays):
-            count = rows.get(spec.section, sizes.get(spec.name, 0))
-            n_bytes = count * spec.components * np.dtype(spec.dtype).itemsize
+            n_bytes = spec.rows * spec.components * np.dtype(spec.dtype).itemsize
             spool = self.path.with_name(f".{self.path.name}.{i}.spool")
             self.spools[self._key(spec)] = _ArraySpool(spool, n_bytes, encoding)
 
@@ -175,7 +180,7 @@ class VtuBlockWriter:
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         with open(tmp, "wb") as out:
             out.write(self._xml_head().encode())
-            for section in ("PointData", "CellData", "Points", "Cells"):
+            for section in _SECTIONS[self.kind]:
                 out.write(f"      <{section}>\n".encode())
                 for spec in (s for s in self.arrays if s.section == section):
                     key = self._key(spec)
@@ -184,7 +189,7 @@ class VtuBlockWriter:
                         self._move_data(out, prefixes[key], self.spools[key].path)
                         out.write(b"\n        </DataArray>\n")
                 out.write(f"      </{section}>\n".encode())
-            out.write(b"    </Piece>\n  </UnstructuredGrid>\n")
+            out.write(f"    </Piece>\n  </{self.kind}>\n".encode())
             if appended:
                 kind = "raw" if self.encoding.mode == "appended-raw" else "base64"
                 out.write(f'  <AppendedData encoding="{kind}">\n   _'.encode())
@@ -204,10 +209,10 @@ class VtuBlockWriter:
     def _xml_head(self) -> str:
         compressor = COMPRESSORS[self.encoding.compressor]
         attr = f' compressor="{compressor}"' if compressor else ""
-        return ('<?xml version="1.0"?>\n<VTKFile type="UnstructuredGrid" version="0.1" '
+        counts = " ".join(f'{k}="{v}"' for k, v in self.counts.items())
+        return (f'<?xml version="1.0"?>\n<VTKFile type="{self.kind}" version="0.1" '
                 f'byte_order="LittleEndian" header_type="UInt{self.encoding.header_bits}"{attr}>\n'
-                f'  <UnstructuredGrid>\n    <Piece NumberOfPoints="{self.n_points}" '
-                f'NumberOfCells="{self.n_cells}">\n')
+                f'  <{self.kind}>\n    <Piece {counts}>\n')
 
     def _data_array(self, spec: ArraySpec, offset: int | None) -> str:
         components = f' NumberOfComponents="{spec.components}"' if spec.components > 1 else ""
@@ -223,7 +228,7 @@ class VtuBlockWriter:
             spool.path.unlink(missing_ok=True)
         self.path.with_name(f".{self.path.name}.tmp").unlink(missing_ok=True)
 
-    def __enter__(self) -> "VtuBlockWriter":
+    def __enter__(self) -> "VtkBlockWriter":
         return self
 
     def __exit__(self, kind, value, traceback) -> None:
@@ -237,11 +242,20 @@ class VtuBlockWriter:
             raise
 
 
-def array_specs(point_fields: Mapping[str, int], cell_fields: Mapping[str, int],
-                point_dtype: str = "f4") -> list[ArraySpec]:
-    """The DataArrays of a VTU with float32 fields of the given widths, in VTK's order."""
-    return ([ArraySpec("PointData", n, "f4", w) for n, w in point_fields.items()]
-            + [ArraySpec("CellData", n, "f4", w) for n, w in cell_fields.items()]
-            + [ArraySpec("Points", "Points", point_dtype, 3),
-               ArraySpec("Cells", "connectivity", "i8"), ArraySpec("Cells", "offsets", "i8"),
-               ArraySpec("Cells", "types", "u1")])
+def unstructured_grid_arrays(n_points: int, n_cells: int, n_connectivity: int,
+                             point_fields: Mapping[str, int], cell_fields: Mapping[str, int]) -> list[ArraySpec]:
+    """The DataArrays of a VTU with float32 points and fields of the given widths, in VTK's order."""
+    return ([ArraySpec("PointData", n, "f4", n_points, w) for n, w in point_fields.items()]
+            + [ArraySpec("CellData", n, "f4", n_cells, w) for n, w in cell_fields.items()]
+            + [ArraySpec("Points", "Points", "f4", n_points, 3),
+               ArraySpec("Cells", "connectivity", "i8", n_connectivity),
+               ArraySpec("Cells", "offsets", "i8", n_cells), ArraySpec("Cells", "types", "u1", n_cells)])
+
+
+def polydata_arrays(n_points: int, n_polys: int, n_connectivity: int,
+                    cell_fields: Mapping[str, int]) -> list[ArraySpec]:
+    """The DataArrays of a VTP of polygons with float32 points and cell fields, in VTK's order."""
+    return ([ArraySpec("CellData", n, "f4", n_polys, w) for n, w in cell_fields.items()]
+            + [ArraySpec("Points", "Points", "f4", n_points, 3),
+               ArraySpec("Polys", "connectivity", "i8", n_connectivity),
+               ArraySpec("Polys", "offsets", "i8", n_polys)])
