@@ -138,11 +138,12 @@ def main(cfg: DictConfig) -> None:
                        volume_source=str(cfg.process.volume_source))
         prediction = predict_run(model, run, settings, scaling_factors=factors,
                                  geometry_points=int(cfg.sampling.geometry_points), batch_points=options.batch_points,
-                                 device=device, volume=options.volume, seed=int(cfg.seed))
+                                 device=device, volume=options.volume, seed=int(cfg.seed), progress=True)
         record = run_record(run, prediction, variables=variables, forces=forces)
         written = write_run_outputs(run, prediction, variables=variables, out_dir=out_dir, plot=options.plot,
                                     record=record, pressure=forces.pressure)
-        print(f"{run.name}: {record.get('cells', 0):,} cells in {prediction.seconds:.1f} s -> "
+        steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in prediction.steps.items())
+        print(f"{run.name}: {record.get('cells', 0):,} cells in {prediction.seconds:.1f} s ({steps}) -> "
               + ", ".join(str(p) for p in written), flush=True)
         records.append(record)
     columns = table_columns(records, variable_names(variables["surface"]))

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_scale import SAMPLES, _python, _step  # noqa: E402 (a sibling script)
+from benchmark_scale import _python  # noqa: E402 (a sibling script)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,11 +79,57 @@ def draws(work: Path, n: int) -> dict:
             **json.loads(output.strip().splitlines()[-1])}
 
 
-STAGES = ("generate", "process", "cache")
+def train_step(work: Path) -> dict:
+    """train.py for one step (one epoch of the one run, batch 1) from the cache, on the CPU."""
+    out = work / "train"
+    shutil.rmtree(out, ignore_errors=True)
+    wall, peak, _ = _python("train.py", "--config-name=cached", f"data.processed_dir={work / 'processed'}",
+                            f"cache.dir={work / 'cache'}", f"output_dir={out}", "train.epochs=1",
+                            "train.num_workers=0", "train.val_num_workers=0", "train.device=cpu")
+    return _figures(wall, peak, out)
+
+
+def predict(work: Path) -> dict:
+    """predict.py on the run's surface (every cell, in batches) with the one-step model; its own
+    seconds per step (prepare, geometry, surface) are parsed from its output."""
+    out = work / "predictions"
+    shutil.rmtree(out, ignore_errors=True)
+    wall, peak, output = _python(
+        "predict.py", "--config-name=cached", f"data.processed_dir={work / 'processed'}",
+        f"cache.dir={work / 'cache'}", f"output_dir={work / 'train'}",
+        f"predict.checkpoint={work / 'train' / 'checkpoints' / 'model_last.mdlus'}",
+        f"predict.runs=[{work / 'processed' / 'run_1.zarr'}]", f"predict.out_dir={out}",
+        "predict.plot=false", "predict.device=cpu")
+    line = next(x for x in output.splitlines() if x.startswith("run_1") and " cells in " in x)
+    cells = int(line.split(": ", 1)[1].split(" cells")[0].replace(",", ""))
+    steps = dict(part.rsplit(" ", 2)[:2] for part in line.split("(", 1)[1].split(")", 1)[0].split(", "))
+    steps = {k: float(v) for k, v in steps.items()}
+    return _figures(wall, peak, out, cells=cells, **{f"{k}_s": v for k, v in steps.items()},
+                    s_per_million_cells=wall / cells * 1e6,
+                    model_s_per_million_cells=steps.get("surface", 0.0) / cells * 1e6)
+
+
+def _step(work: Path, key: str, compute) -> dict:
+    """The figures of one stage, measured once per ``work`` folder and kept in ``steps.json``
+    (merged on write, so two invocations on different stages keep both)."""
+    path = work / "steps.json"
+    done = json.loads(path.read_text()) if path.is_file() else {}
+    if key not in done:
+        figures = compute()
+        done = json.loads(path.read_text()) if path.is_file() else {}
+        done[key] = figures
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(done, indent=2) + "\n")
+        os.replace(tmp, path)
+    return done[key]
+
+
+STAGES = ("generate", "process", "cache", "draws", "train_step", "predict")
 
 
 def measure(args: argparse.Namespace) -> dict:
-    """Every stage at both sizes (the small one: the first three stages), resumable."""
+    """Every stage at both sizes (the small one: generate, process, cache; the training step
+    and the prediction on ``--model-run``), resumable."""
     result = {}
     fixed = {"surface_cells": args.surface_cells, "stl_triangles": args.stl_triangles}
     for label, points in (("small", args.small_volume_points), ("large", args.volume_points)):
@@ -95,14 +141,14 @@ def measure(args: argparse.Namespace) -> dict:
             "process": lambda: process(work),
             "cache": lambda: cache(work),
         }
+        if label == args.model_run:  # their inputs do not grow with the volume
+            stages |= {"train_step": lambda: train_step(work), "predict": lambda: predict(work)}
         if label == "large":
             stages["draws"] = lambda: draws(work, args.draws)
         result[label] = {"volume_points": points, "stages": {}}
         for name, run in stages.items():
             if name in args.stages:
                 result[label]["stages"][name] = _step(args.work, f"{label} {name} {points}", run)
-        if label == "small" and not args.keep:
-            shutil.rmtree(work / "raw", ignore_errors=True)
     return result
 
 
@@ -140,9 +186,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--small-volume-points", type=int, default=20_000_000)
     parser.add_argument("--surface-cells", type=int, default=8_800_000)
     parser.add_argument("--stl-triangles", type=int, default=600_400)
-    parser.add_argument("--stages", nargs="+", default=list(STAGES) + ["draws"])
+    parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
+    parser.add_argument("--model-run", default="large", choices=("small", "large"),
+                        help="the run the training step and the surface prediction use")
     parser.add_argument("--draws", type=int, default=5)
-    parser.add_argument("--keep", action="store_true", help="keep the small run's raw files")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     result = measure(args)
