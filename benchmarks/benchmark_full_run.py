@@ -61,13 +61,48 @@ def process(work: Path) -> dict:
     return _figures(wall, peak, processed)
 
 
-def cache(work: Path) -> dict:
-    """cache_data.py (``features`` layout, DoMINO's default 128 x 64 x 64 grid) on the run."""
+def cache(work: Path, budget_s: float | None = None) -> dict:
+    """cache_data.py (``features`` layout, DoMINO's default 128 x 64 x 64 grid) on the run.
+
+    With ``budget_s``, the build is stopped once that time has passed and at least two volume
+    shards are written: the figures then cover the passes over the whole volume (counting and
+    dealing its rows) and that many of its shards (SDF, closest point, write); the total time is
+    extrapolated from the time per shard. Peak RSS is sampled every 0.5 s (psutil)."""
+    import psutil
+
     target = work / "cache"
     shutil.rmtree(target, ignore_errors=True)
-    wall, peak, _ = _python("cache_data.py", "--config-name=cached", f"data.processed_dir={work / 'processed'}",
-                            f"cache.dir={target}", "geometry.neighbor_layout=features")
-    return _figures(wall, peak, target)
+    args = [sys.executable, "cache_data.py", "--config-name=cached", f"data.processed_dir={work / 'processed'}",
+            f"cache.dir={target}", "geometry.neighbor_layout=features"]
+    started = time.time()
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child, peak, shard_times = psutil.Process(proc.pid), 0, []
+    while proc.poll() is None:
+        try:
+            peak = max(peak, child.memory_info().rss)
+        except psutil.NoSuchProcess:
+            break
+        written = len(list(target.glob("run_1/.g*.tmp*/volume_sdf/c/*")))
+        shard_times += [time.time() - started] * (written - len(shard_times))
+        if budget_s is not None and time.time() - started > budget_s and len(shard_times) >= 2:
+            proc.kill()
+            proc.wait()
+            break
+        time.sleep(0.5)
+    wall = time.time() - started
+    if proc.returncode not in (0, -9):
+        raise RuntimeError(f"cache_data.py failed ({proc.returncode})")
+    figures = _figures(wall, peak / 2**20, target)
+    if proc.returncode == -9:
+        n_points = int(json.loads((work / "processed" / "run_1.zarr" / "zarr.json").read_text())
+                       ["attributes"]["counts"]["volume_points"])
+        shards = -(-n_points // (1 << 22))
+        per_shard = (shard_times[-1] - shard_times[0]) / (len(shard_times) - 1)
+        figures |= {"stopped_after_shards": len(shard_times), "volume_shards": shards,
+                    "s_per_volume_shard": per_shard,
+                    "extrapolated_wall_s": shard_times[-1] + (shards - len(shard_times)) * per_shard}
+        shutil.rmtree(target, ignore_errors=True)
+    return figures
 
 
 def draws(work: Path, n: int) -> dict:
@@ -110,45 +145,44 @@ def predict(work: Path) -> dict:
 
 
 def _step(work: Path, key: str, compute) -> dict:
-    """The figures of one stage, measured once per ``work`` folder and kept in ``steps.json``
-    (merged on write, so two invocations on different stages keep both)."""
-    path = work / "steps.json"
-    done = json.loads(path.read_text()) if path.is_file() else {}
-    if key not in done:
+    """The figures of one stage, measured once per ``work`` folder: kept in ``steps/<stage>.json``
+    (one file per stage, so that invocations on different stages never overwrite each other)."""
+    path = work / "steps" / f"{key.replace(' ', '_')}.json"
+    if not path.is_file():
         figures = compute()
-        done = json.loads(path.read_text()) if path.is_file() else {}
-        done[key] = figures
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(done, indent=2) + "\n")
+        tmp.write_text(json.dumps(figures, indent=2) + "\n")
         os.replace(tmp, path)
-    return done[key]
+    return json.loads(path.read_text())
 
 
 STAGES = ("generate", "process", "cache", "draws", "train_step", "predict")
 
 
 def measure(args: argparse.Namespace) -> dict:
-    """Every stage at both sizes (the small one: generate, process, cache; the training step
-    and the prediction on ``--model-run``), resumable."""
-    result = {}
+    """The stages asked for, in the order given, at both sizes (``--labels``): generate, process
+    and cache at both; draws, the training step and the prediction on ``--model-run``; resumable.
+    Figures of stages measured earlier are reported too."""
+    sizes = {"small": args.small_volume_points, "large": args.volume_points}
     fixed = {"surface_cells": args.surface_cells, "stl_triangles": args.stl_triangles}
-    for label, points in (("small", args.small_volume_points), ("large", args.volume_points)):
-        work = args.work / label
-        work.mkdir(parents=True, exist_ok=True)
-        sizes = {**fixed, "volume_points": points}
-        stages = {
-            "generate": lambda: generate(work, sizes),
-            "process": lambda: process(work),
-            "cache": lambda: cache(work),
-        }
-        if label == args.model_run:  # their inputs do not grow with the volume
-            stages |= {"train_step": lambda: train_step(work), "predict": lambda: predict(work)}
-        if label == "large":
-            stages["draws"] = lambda: draws(work, args.draws)
-        result[label] = {"volume_points": points, "stages": {}}
-        for name, run in stages.items():
-            if name in args.stages:
-                result[label]["stages"][name] = _step(args.work, f"{label} {name} {points}", run)
+    result = {label: {"volume_points": points, "stages": {}} for label, points in sizes.items()}
+    for stage in STAGES:
+        for label, points in sizes.items():
+            work = args.work / str(points)
+            work.mkdir(parents=True, exist_ok=True)
+            if stage in ("draws", "train_step", "predict") and label != args.model_run:
+                continue
+            budget = args.cache_budget_s if label == "large" else None
+            run = {"generate": lambda: generate(work, {**fixed, "volume_points": points}),
+                   "process": lambda: process(work), "cache": lambda: cache(work, budget),
+                   "draws": lambda: draws(work, args.draws), "train_step": lambda: train_step(work),
+                   "predict": lambda: predict(work)}[stage]
+            key = f"{label} {stage} {points}"
+            if stage in args.stages and label in args.labels:
+                result[label]["stages"][stage] = _step(args.work, key, run)
+            elif (args.work / "steps" / f"{key.replace(' ', '_')}.json").is_file():
+                result[label]["stages"][stage] = _step(args.work, key, None)
     return result
 
 
@@ -187,7 +221,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--surface-cells", type=int, default=8_800_000)
     parser.add_argument("--stl-triangles", type=int, default=600_400)
     parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
-    parser.add_argument("--model-run", default="large", choices=("small", "large"),
+    parser.add_argument("--labels", nargs="+", default=["small", "large"], choices=("small", "large"))
+    parser.add_argument("--cache-budget-s", type=float, default=None,
+                        help="stop the large run's cache build after this long (and 2+ volume shards)")
+    parser.add_argument("--model-run", default="small", choices=("small", "large"),
                         help="the run the training step and the surface prediction use")
     parser.add_argument("--draws", type=int, default=5)
     parser.add_argument("--json", type=Path)

@@ -213,6 +213,24 @@ def read_surface(path: Path, variables: Mapping[str, str]) -> dict[str, np.ndarr
     }
 
 
+def volume_source_used(
+    available: Mapping[str, Collection[str]], variables: Mapping[str, str], source: str, path: Path
+) -> tuple[str, list[str]]:
+    """The source ("points" or "cells") to read ``variables`` from, given the array names
+    ``available`` per source, and notes: the other source, with a note, when the requested one
+    lacks a field and the other has them all; RunError when neither has them all."""
+    if source not in VOLUME_SOURCES:
+        raise ValueError(f"volume_source {source!r}, expected one of {list(VOLUME_SOURCES)}")
+    missing = [name for name in variables if name not in available[source]]
+    if not missing:
+        return source, []
+    other = next(s for s in VOLUME_SOURCES if s != source)
+    if any(name not in available[other] for name in variables):
+        raise RunError(f"{path}: fields {missing} missing as {source} data, and not all of "
+                       f"{list(variables)} are {other} data either")
+    return other, [f"{path}: fields {missing} missing as {source} data, using {other} data"]
+
+
 def read_volume(
     path: Path, variables: Mapping[str, str], source: str
 ) -> tuple[dict[str, np.ndarray], str, list[str]]:
@@ -221,19 +239,8 @@ def read_volume(
     When the VTU lacks a requested field at that source but has all of them at the other one,
     the other is used and a note says so. Returns the arrays, the source used and the notes.
     """
-    if source not in VOLUME_SOURCES:
-        raise ValueError(f"volume_source {source!r}, expected one of {list(VOLUME_SOURCES)}")
     reader = open_reader(path)
-    available = array_names(reader)
-    notes = []
-    missing = [name for name in variables if name not in available[source]]
-    if missing:
-        other = next(s for s in VOLUME_SOURCES if s != source)
-        if any(name not in available[other] for name in variables):
-            raise RunError(f"{path}: fields {missing} missing as {source} data, and not all of "
-                           f"{list(variables)} are {other} data either")
-        notes.append(f"{path}: fields {missing} missing as {source} data, using {other} data")
-        source = other
+    source, notes = volume_source_used(array_names(reader), variables, source, path)
     if source == "points":
         mesh = read_arrays(reader, path, point_arrays=list(variables), cell_arrays=[])
         fields, centres = field_columns(mesh.point_data, variables, path, "point"), mesh.points

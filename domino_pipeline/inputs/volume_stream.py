@@ -35,7 +35,13 @@ from vtkmodules.vtkCommonDataModel import (
     vtkWedge,
 )
 
-from domino_pipeline.inputs.drivaerml_reader import VOLUME_SOURCES, RunError, field_columns, read_volume
+from domino_pipeline.inputs.drivaerml_reader import (
+    VOLUME_SOURCES,
+    RunError,
+    field_columns,
+    read_volume,
+    volume_source_used,
+)
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlError, VtkXmlFile
 
 # VTK's fixed-size linear cells (vertex, line, triangle, pixel, quad, tetra, voxel, hexahedron,
@@ -100,22 +106,12 @@ def open_volume(path: Path, variables: Mapping[str, str], source: str) -> Volume
     and a note says so (as ``read_volume``). A file that cannot be streamed falls back to VTK
     with a WholeFileFallback warning.
     """
-    if source not in VOLUME_SOURCES:
-        raise ValueError(f"volume_source {source!r}, expected one of {list(VOLUME_SOURCES)}")
     try:
         file = VtkXmlFile.open(path)
     except VtkXmlError as err:
         raise RunError(str(err).splitlines()[0]) from err
-    notes = []
     available = {s: file.names(_SECTION[s]) for s in VOLUME_SOURCES}
-    missing = [name for name in variables if name not in available[source]]
-    if missing:
-        other = next(s for s in VOLUME_SOURCES if s != source)
-        if any(name not in available[other] for name in variables):
-            raise RunError(f"{path}: fields {missing} missing as {source} data, and not all of "
-                           f"{list(variables)} are {other} data either")
-        notes.append(f"{path}: fields {missing} missing as {source} data, using {other} data")
-        source = other
+    source, notes = volume_source_used(available, variables, source, path)
     n_rows = file.n_points if source == "points" else file.n_cells
     if n_rows == 0 or file.n_points == 0 or file.n_cells == 0:
         raise RunError(f"{path}: empty ({file.n_points} points, {file.n_cells} cells)")
