@@ -170,7 +170,6 @@ def measure(args: argparse.Namespace) -> dict:
     for stage in STAGES:
         for label, points in sizes.items():
             work = args.work / str(points)
-            work.mkdir(parents=True, exist_ok=True)
             if stage in ("draws", "train_step", "predict") and label != args.model_run:
                 continue
             budget = args.cache_budget_s if label == "large" else None
@@ -180,6 +179,7 @@ def measure(args: argparse.Namespace) -> dict:
                    "predict": lambda: predict(work)}[stage]
             key = f"{label} {stage} {points}"
             if stage in args.stages and label in args.labels:
+                work.mkdir(parents=True, exist_ok=True)
                 result[label]["stages"][stage] = _step(args.work, key, run)
             elif (args.work / "steps" / f"{key.replace(' ', '_')}.json").is_file():
                 result[label]["stages"][stage] = _step(args.work, key, None)
