@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO := outputs/demo
 
-.PHONY: setup test test-fast demo gpu-check clean-demo
+.PHONY: setup test test-fast install-check demo gpu-check clean-demo
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,14 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
+
+INSTALL_CHECK := outputs/install-check
+install-check:   # `pip install .` into a fresh environment: only domino_pipeline, with its dependencies
+	rm -rf $(INSTALL_CHECK)
+	$(PYTHON) -m venv $(INSTALL_CHECK)/venv
+	$(INSTALL_CHECK)/venv/bin/python -m pip install --quiet .
+	cd $(INSTALL_CHECK) && venv/bin/python $(CURDIR)/.ci/install_check.py
+	rm -rf $(INSTALL_CHECK)
 
 demo: $(STAMP)
 	$(PY) synthetic_data.py --preset demo --runs 6 --seed 0 --out $(DEMO)/raw \

@@ -25,15 +25,15 @@ and its checksums instead of building.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-import hydra
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from domino_pipeline.atomic_store import remove_stale_temporaries
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
+from domino_pipeline.config import PipelineConfig
+from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.runs import (
     DEFAULT_OPTIONS,
     ReadOptions,
@@ -43,11 +43,8 @@ from domino_pipeline.inputs.runs import (
     split_from_config,
 )
 from domino_pipeline.run_report import RunResult, summarize
-from domino_pipeline.store.atomic_store import remove_stale_temporaries
 from domino_pipeline.store.build import (
     cache_run,
-    check_scaling_factors,
-    manifest_records,
     manifest_runs,
     write_scaling_factors,
 )
@@ -58,6 +55,7 @@ from domino_pipeline.store.manifest import (
     read_manifest,
     write_manifest,
 )
+from domino_pipeline.store.staleness import check_scaling_factors, manifest_records
 from domino_pipeline.store.validate import validate_cache
 
 STATUSES = ("built", "skipped", "stale", "failed")
@@ -92,7 +90,7 @@ def summarize_build(results: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
-def _write_manifest(cfg: DictConfig, runs: list[Path], cache_dir: Path,
+def _write_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path,
                     settings: PreprocessSettings) -> Path:
     """List the current runs and write the manifest as the only manifest writer; a rerun that
     would write the same runs takes no lock and writes nothing (it succeeds on a read-only
@@ -102,19 +100,19 @@ def _write_manifest(cfg: DictConfig, runs: list[Path], cache_dir: Path,
         return path
     with manifest_lock(cache_dir):
         entries = manifest_runs(runs, cache_dir, settings)  # again: another builder may have written
-        return write_manifest(cache_dir, settings, entries, OmegaConf.to_container(cfg, resolve=True),
-                              scaling_factors=_factors_record(cfg, runs, entries, cache_dir, settings))
+        return write_manifest(cache_dir, settings, entries, config.as_dict(),
+                              scaling_factors=_factors_record(config, runs, entries, cache_dir, settings))
 
 
-def _factors_record(cfg: DictConfig, runs: list[Path], entries: dict[str, dict], cache_dir: Path,
+def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str, dict], cache_dir: Path,
                     settings: PreprocessSettings) -> dict | None:
     """Write the scaling factors when every training run is in the cache; their manifest record."""
-    train_runs, _ = split_from_config(runs, cfg)
+    train_runs, _ = split_from_config(runs, config.train, config.seed)
     absent = [run_name(p) for p in train_runs if run_name(p) not in entries]
     if absent:
         print(f"scaling factors not written: training runs {absent} are not in the cache")
         return None
-    record = write_scaling_factors(train_runs, cache_dir, settings, normalization=str(cfg.sampling.normalization))
+    record = write_scaling_factors(train_runs, cache_dir, settings, normalization=config.sampling.normalization)
     print(f"scaling factors: {cache_dir / record['path']} ({len(train_runs)} training runs)")
     return record
 
@@ -161,13 +159,14 @@ class _Ranks:
             self.dist.shutdown_distributed()
 
 
-def _main(cfg: DictConfig) -> int:
-    """Wire the config into build_cache / validate_cache; return the exit code."""
+@entry_point
+def main(config: PipelineConfig) -> int:
+    """Build (or validate) cache.dir from data.processed_dir; the exit code."""
     ranks = _Ranks()
-    settings = settings_from_config(cfg.geometry, cfg.variables)  # device: one GPU per rank
-    runs, cache_dir = list_runs(cfg.data.processed_dir), Path(cfg.cache.dir)
+    settings = settings_from_config(config.geometry, config.variables)  # device: one GPU per rank
+    runs, cache_dir = list_runs(config.data.processed_dir), Path(config.cache.dir)
     try:
-        if cfg.cache.validate:
+        if config.cache.validate:
             if not ranks.is_main:
                 return 0
             results = validate_cache(runs, cache_dir, settings)
@@ -182,9 +181,9 @@ def _main(cfg: DictConfig) -> int:
             cache_dir.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(cache_dir)  # those of live writers stay
         ranks.barrier()
-        results = build_cache(runs, cache_dir, settings, rebuild=bool(cfg.cache.rebuild),
+        results = build_cache(runs, cache_dir, settings, rebuild=config.cache.rebuild,
                               rank=ranks.rank, world_size=ranks.world_size,
-                              options=read_options_from_config(cfg))
+                              options=read_options_from_config(config.data, config.physics))
         print(summarize_build(results), flush=True)
         stale, failed = ranks.sum(sum(r.status == "stale" for r in results),
                                   sum(r.status == "failed" for r in results))
@@ -192,28 +191,10 @@ def _main(cfg: DictConfig) -> int:
         if ranks.is_main and stale:
             print("manifest left as it was: the cache holds runs built with other settings")
         elif ranks.is_main:
-            print(f"manifest: {_write_manifest(cfg, runs, cache_dir, settings)}")
+            print(f"manifest: {_write_manifest(config, runs, cache_dir, settings)}")
         return 1 if stale or failed else 0
     finally:
         ranks.close()
-
-
-def _one_line(err: Exception) -> str:
-    if isinstance(err, OSError) and err.filename and str(err.filename) not in str(err.strerror):
-        return f"{err.filename}: {err.strerror}"
-    return str(err).splitlines()[0]
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
-    """Hydra entry: build (or validate) cache.dir from data.processed_dir."""
-    try:
-        code = _main(cfg)
-    except (OSError, CacheError) as err:  # no processed runs; a cache folder not writable
-        print(f"error: {_one_line(err)}", file=sys.stderr)
-        code = 1
-    if code:
-        sys.exit(code)
 
 
 if __name__ == "__main__":

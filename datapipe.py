@@ -7,28 +7,29 @@
 same preprocessing on every draw. Both return the same dict of float32 tensors (DoMINO's input
 names, domino_pipeline/loading/items.py) for the same (seed, epoch, index). ``DoMINODataPipe`` is
 imported on first use, so that importing this module (in a DataLoader worker, say) loads no Warp.
-``dataset_from_config`` builds either from the Hydra config.
+``dataset_from_config`` builds either from the config (typed, or as Hydra composed it).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
-from domino_pipeline.compute.sampling import sampling_law_from_config
+from domino_pipeline.compute.sampling import sampling_law
 from domino_pipeline.compute.scaling import load_scaling_factors
 from domino_pipeline.compute.settings import settings_from_config
+from domino_pipeline.config import CacheConfig, DataConfig, PipelineConfig, load_config
 from domino_pipeline.inputs.runs import (
     list_runs,
     read_options_from_config,
     run_name,
     stat_fingerprint,
 )
-from domino_pipeline.loading.cached import CachedDoMINODataset, manifest_scaling_factors
+from domino_pipeline.loading.cached import CachedDoMINODataset
 from domino_pipeline.loading.collate import collate_items
 from domino_pipeline.loading.items import (
     MODEL_TYPES,
@@ -36,6 +37,7 @@ from domino_pipeline.loading.items import (
     constant_grid,
     parts_of,
 )
+from domino_pipeline.store.manifest import manifest_scaling_factors
 
 __all__ = [
     "CachedDoMINODataset", "MODEL_TYPES", "build_item", "collate_items", "constant_grid",
@@ -51,66 +53,71 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def scaling_factors_path(cfg) -> Path:
+def scaling_factors_path(config: PipelineConfig | DictConfig) -> Path:
     """Where the target scaling factors are: ``sampling.scaling_factors`` when given; else,
     reading the cache, the file cache_data.py wrote beside it; else (uncached)
     ``<output_dir>/scaling_factors.json``, which train.py computes from the training runs."""
-    if cfg.sampling.get("scaling_factors") is not None:
-        return Path(cfg.sampling.scaling_factors)
-    if cfg.cache.enabled:
+    config = _typed(config)
+    if config.sampling.scaling_factors is not None:
+        return Path(config.sampling.scaling_factors)
+    if config.cache.enabled:
         from domino_pipeline.store.manifest import read_manifest
-        record = read_manifest(cfg.cache.dir).get("scaling_factors") or {"path": "scaling_factors.json"}
-        return Path(cfg.cache.dir) / record["path"]
-    return Path(cfg.output_dir) / "scaling_factors.json"
+        record = read_manifest(config.cache.dir).get("scaling_factors") or {"path": "scaling_factors.json"}
+        return Path(config.cache.dir) / record["path"]
+    return Path(config.output_dir) / "scaling_factors.json"
 
 
-def _factors(cfg) -> dict:
+def _typed(config: PipelineConfig | DictConfig) -> PipelineConfig:
+    """The typed config (a Hydra config is built into one)."""
+    return config if isinstance(config, PipelineConfig) else load_config(config)
+
+
+def _factors(config: PipelineConfig) -> dict:
     """The scaling factors the config asks for (the cache's own checked against its manifest)."""
-    s = cfg.sampling
-    if s.get("scaling_factors") is None and cfg.cache.enabled:
-        return manifest_scaling_factors(cfg.cache.dir, normalization=s.normalization)
-    return load_scaling_factors(scaling_factors_path(cfg), s.normalization)
+    sampling = config.sampling
+    if sampling.scaling_factors is None and config.cache.enabled:
+        return manifest_scaling_factors(config.cache.dir, normalization=sampling.normalization)
+    return load_scaling_factors(scaling_factors_path(config), sampling.normalization)
 
 
-def dataset_from_config(cfg, runs: Sequence[str | os.PathLike] | None, *, train: bool) -> Dataset:
+def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str | os.PathLike] | None, *,
+                        train: bool) -> Dataset:
     """The dataset the config asks for: cached (``cache.enabled``) or uncached, same items.
 
-    Training draws use ``cfg.seed``, validation draws ``cfg.seed + 1`` (so they differ from the
-    training draws of the same run), by the exact law when ``sampling.val_exact``. Scaling
-    factors: ``scaling_factors_path``.
+    Training draws use ``seed``, validation draws ``seed + 1`` (so they differ from the training
+    draws of the same run), by the exact law when ``sampling.val_exact``. Scaling factors:
+    ``scaling_factors_path``.
     """
-    settings = settings_from_config(cfg.geometry, cfg.variables)
-    s = cfg.sampling
-    law = sampling_law_from_config(s)
-    if not train and s.get("val_exact", False):
-        law = dataclasses.replace(law, exact=True)
-    common = dict(runs=runs, model_type=str(cfg.model_type), surface_points=int(s.surface_points),
-                  volume_points=int(s.volume_points), geometry_points=int(s.geometry_points),
-                  scaling_factors=_factors(cfg),
-                  seed=int(cfg.seed) + (0 if train else 1),
+    config = _typed(config)
+    settings = settings_from_config(config.geometry, config.variables)
+    sampling = config.sampling
+    law = sampling_law(sampling, validation=not train)
+    common = dict(runs=runs, model_type=config.model_type, surface_points=sampling.surface_points,
+                  volume_points=sampling.volume_points, geometry_points=sampling.geometry_points,
+                  scaling_factors=_factors(config), seed=config.seed + (0 if train else 1),
                   surface_window_factor=law.surface_window_factor,
                   volume_window_factor=law.volume_window_factor, exact=law.exact)
-    if cfg.cache.enabled:
-        return CachedDoMINODataset(cfg.cache.dir, expected=settings.fingerprinted(),
-                                   sources=_sources(cfg, runs),
-                                   max_open_runs=int(cfg.cache.get("max_open_runs", 8)), **common)
+    if config.cache.enabled:
+        return CachedDoMINODataset(config.cache.dir, expected=settings.fingerprinted(),
+                                   sources=_sources(config.cache, config.data, runs),
+                                   max_open_runs=config.cache.max_open_runs, **common)
     from domino_pipeline.loading.uncached import DoMINODataPipe
     return DoMINODataPipe(
-        cfg.data.processed_dir, bounding_box_volume=settings.bounding_box_volume,
+        config.data.processed_dir, bounding_box_volume=settings.bounding_box_volume,
         bounding_box_surface=settings.bounding_box_surface, interp_res=settings.interp_res,
         num_neighbors_surface=settings.num_neighbors_surface,
         surface_variables=settings.surface_variables, volume_variables=settings.volume_variables,
         permutation_seed=settings.permutation_seed, device=settings.device,
-        read_options=read_options_from_config(cfg), **common)
+        read_options=read_options_from_config(config.data, config.physics), **common)
 
 
-def _sources(cfg, runs: Sequence[str | os.PathLike] | None) -> dict[str, str] | None:
+def _sources(cache: CacheConfig, data: DataConfig, runs: Sequence[str | os.PathLike] | None) -> dict[str, str] | None:
     """The stat fingerprints (file names, sizes, times) of the processed runs a cached dataset
     draws from, so that runs written again since the cache was built are refused; None when
     ``cache.check_sources`` is false or there are no processed runs here (a machine that holds
     only the cache)."""
-    processed = Path(cfg.data.processed_dir)
-    if not cfg.cache.get("check_sources", True) or not processed.is_dir():
+    processed = Path(data.processed_dir)
+    if not cache.check_sources or not processed.is_dir():
         return None
     wanted = None if runs is None else {run_name(r) for r in runs}
     return {run_name(p): stat_fingerprint(p) for p in list_runs(processed)

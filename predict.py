@@ -21,17 +21,14 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-
-import hydra
-from omegaconf import DictConfig, OmegaConf
 
 from datapipe import scaling_factors_path
 from domino_pipeline.compute.scaling import load_scaling_factors
 from domino_pipeline.compute.settings import settings_from_config
-from domino_pipeline.config_section import from_section
-from domino_pipeline.inference.forces import ForceConvention, ForceSettings
+from domino_pipeline.config import DataConfig, PipelineConfig, PredictConfig
+from domino_pipeline.entry_point import entry_point
+from domino_pipeline.inference.forces import ForceSettings
 from domino_pipeline.inference.predict_runs import (
     predict_run,
     run_record,
@@ -42,44 +39,6 @@ from domino_pipeline.inference.run_inputs import Physics, load_run
 from domino_pipeline.inference.trained_model import load_trained_model
 from domino_pipeline.training.distributed import resolve_train_device
 from domino_pipeline.training.domino_model import check_data_fits_model, variable_names
-
-SPLITS = ("train", "val")
-
-
-@dataclass(frozen=True)
-class PredictConfig:
-    """The `predict:` section, validated."""
-
-    checkpoint: str
-    runs: list[str]
-    split: str | None         # train | val: add the runs of <train_dir>/split.json
-    train_dir: str
-    out_dir: str
-    batch_points: int         # surface cells (or volume points) per forward pass
-    volume: bool
-    device: str
-    plot: bool
-
-    def __post_init__(self) -> None:
-        if self.split is not None and self.split not in SPLITS:
-            raise ValueError(f"predict.split must be null or one of {SPLITS}, not {self.split!r}")
-        if self.batch_points < 1:
-            raise ValueError(f"predict.batch_points must be at least 1, not {self.batch_points}")
-
-    @classmethod
-    def from_config(cls, section: DictConfig) -> "PredictConfig":
-        """Build from the Hydra section; unknown or missing keys are errors."""
-        return from_section(cls, section, "predict")
-
-
-def force_settings(section: DictConfig) -> ForceSettings:
-    """The `forces:` section."""
-    values = OmegaConf.to_container(section, resolve=True)
-    convention = ForceConvention(normals=values.pop("normals"), wall_shear=values.pop("wall_shear"))
-    for key in ("drag_direction", "lift_direction"):
-        values[key] = tuple(float(v) for v in values[key])
-    return ForceSettings(convention=convention, **values)
-
 
 def split_runs_of(train_dir: Path, split: str, raw_dir: Path, processed_dir: Path) -> list[Path]:
     """The runs train.py put in ``split``: each run's raw folder when there is one, else its processed run."""
@@ -93,10 +52,11 @@ def split_runs_of(train_dir: Path, split: str, raw_dir: Path, processed_dir: Pat
             else processed_dir / name for name in names]
 
 
-def runs_to_predict(options: PredictConfig, cfg: DictConfig) -> list[Path]:
+def runs_to_predict(options: PredictConfig, data: DataConfig) -> list[Path]:
+    """The runs of ``predict.runs`` and of ``predict.split``."""
     runs = [Path(run) for run in options.runs]
     if options.split is not None:
-        runs += split_runs_of(Path(options.train_dir), options.split, Path(cfg.data.raw_dir), Path(cfg.data.processed_dir))
+        runs += split_runs_of(Path(options.train_dir), options.split, Path(data.raw_dir), Path(data.processed_dir))
     if not runs:
         raise ValueError("nothing to predict: give predict.runs=[...] or predict.split=val")
     return runs
@@ -117,28 +77,26 @@ def print_table(records: list[dict], columns: list[str]) -> None:
     print("columns after cl_true: relative L2 error per variable over the surface, area-weighted")
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
-    options = PredictConfig.from_config(cfg.predict)
-    forces = force_settings(cfg.forces)
+@entry_point
+def main(config: PipelineConfig) -> None:
+    """Predict every run asked for; write and print the table."""
+    options, forces = config.predict, ForceSettings.from_config(config.forces)
     device = resolve_train_device(options.device, 0)
-    settings = settings_from_config(cfg.geometry, cfg.variables)
-    variables = OmegaConf.to_container(cfg.variables, resolve=True)
+    settings = settings_from_config(config.geometry, config.variables)
+    variables = {"surface": config.variables.surface, "volume": config.variables.volume}
     model, parameters = load_trained_model(options.checkpoint, device)
     check_data_fits_model(settings.fingerprinted(), parameters, "the config")
-    factors = load_scaling_factors(scaling_factors_path(cfg), cfg.sampling.normalization)  # train.py's
-    length = cfg.physics.reference_length
-    physics = Physics(float(cfg.physics.stream_velocity), float(cfg.physics.air_density),
-                      None if length is None else float(length))
+    factors = load_scaling_factors(scaling_factors_path(config), config.sampling.normalization)  # train.py's
+    physics = Physics(config.physics.stream_velocity, config.physics.air_density, config.physics.reference_length)
     out_dir = Path(options.out_dir)
     records = []
-    for path in runs_to_predict(options, cfg):
+    for path in runs_to_predict(options, config.data):
         run = load_run(path, variables=variables, physics=physics, volume=options.volume,
                        normals_out_of_body=forces.convention.normals == "out_of_body",
-                       volume_source=str(cfg.process.volume_source))
+                       volume_source=config.process.volume_source)
         prediction = predict_run(model, run, settings, scaling_factors=factors,
-                                 geometry_points=int(cfg.sampling.geometry_points), batch_points=options.batch_points,
-                                 device=device, volume=options.volume, seed=int(cfg.seed), progress=True)
+                                 geometry_points=config.sampling.geometry_points, batch_points=options.batch_points,
+                                 device=device, volume=options.volume, seed=config.seed, progress=True)
         record = run_record(run, prediction, variables=variables, forces=forces)
         written = write_run_outputs(run, prediction, variables=variables, out_dir=out_dir, plot=options.plot,
                                     record=record, pressure=forces.pressure)

@@ -22,19 +22,18 @@ import ctypes.util
 import multiprocessing
 import os
 import signal
-import sys
-from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-import hydra
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
+from domino_pipeline.config import PipelineConfig
+from domino_pipeline.entry_point import entry_point
+from domino_pipeline.inputs.concat_bytes import part_paths
 from domino_pipeline.inputs.drivaerml_reader import (
-    VOLUME_SOURCES,
     RunError,
     read_stl,
     read_surface,
@@ -46,6 +45,7 @@ from domino_pipeline.inputs.nondimensional import (  # noqa: F401 (FIELD_SCALES:
     car_length,
     field_divisors,
 )
+from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.processed_run import (
     ProcessedRunError,
     StreamedRows,
@@ -53,58 +53,32 @@ from domino_pipeline.inputs.processed_run import (
     open_processed_run,
     write_processed_run,
 )
-from domino_pipeline.inputs.concat_bytes import part_paths
 from domino_pipeline.inputs.volume_stream import VolumeStream, open_volume
 from domino_pipeline.run_report import RunResult, summarize
-from domino_pipeline.store.atomic_store import exclusive_lock, remove_stale_temporaries
 
 # ----------------------------------------------------------------------------- one run
 
 VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read, checked and scaled at a time
 
 
-def check_options(
-    *,
-    surface_variables: Mapping[str, str],
-    volume_variables: Mapping[str, str],
-    stream_velocity: float,
-    air_density: float,
-    reference_length: float | None = None,
-    volume_source: str = "points",
-) -> None:
-    """Reject settings that would fail every run, before any run starts (ValueError)."""
-    if volume_source not in VOLUME_SOURCES:
-        raise ValueError(f"volume_source {volume_source!r}, expected one of {list(VOLUME_SOURCES)}")
-    if min(stream_velocity, air_density, 1.0 if reference_length is None else reference_length) <= 0:
-        raise ValueError("stream_velocity, air_density and reference_length (when given) must be positive")
-    for variables in (surface_variables, volume_variables):
-        field_divisors(variables, stream_velocity, air_density, 1.0)
-
-
 def _bounds(points: np.ndarray) -> list[list[float]]:
     return [points.min(axis=0).tolist(), points.max(axis=0).tolist()]
 
 
-def process_run(
-    run_dir: str | os.PathLike,
-    out_path: str | os.PathLike,
-    *,
-    surface_variables: Mapping[str, str],
-    volume_variables: Mapping[str, str],
-    stream_velocity: float,
-    air_density: float,
-    reference_length: float | None = None,
-    volume_source: str = "points",
-    block_rows: int = VOLUME_BLOCK_ROWS,
-) -> tuple[Path, list[str]]:
+def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options: ProcessOptions,
+                block_rows: int = VOLUME_BLOCK_ROWS) -> tuple[Path, list[str]]:
     """Read one DrivAerML run folder and write it as a processed Zarr group at ``out_path``.
 
     The volume is read and written ``block_rows`` rows at a time, so memory does not grow with
-    it (the STL and the boundary surface are read whole). Returns the written path and notes (such as a volume-source fallback). Raises
-    FileNotFoundError or RunError naming the file and the problem.
+    it (the STL and the boundary surface are read whole). Returns the written path and notes
+    (such as a volume-source fallback). Raises FileNotFoundError or RunError naming the file and
+    the problem.
     """
     run_dir = Path(run_dir)
     files = run_files(run_dir)
+    surface_variables, volume_variables = options.surface_variables, options.volume_variables
+    stream_velocity, air_density = options.stream_velocity, options.air_density
+    reference_length, volume_source = options.reference_length, options.volume_source
     arrays = read_stl(files.stl) | read_surface(files.surface, surface_variables)
     volume = open_volume(files.volume, volume_variables, volume_source)
     notes = stl_defects(arrays["stl_faces"], arrays["stl_areas"], files.stl) + volume.notes
@@ -173,12 +147,12 @@ def _volume_rows(volume: VolumeStream, divisors: np.ndarray, bounds: dict, block
     return StreamedRows(shapes, blocks(), observe, attrs)
 
 
-def _process_one(run_dir: Path, out_path: Path, options: dict) -> RunResult:
+def _process_one(run_dir: Path, out_path: Path, options: ProcessOptions) -> RunResult:
     """Process one run in a worker, as the run's only writer; failures come back as a result,
     not an exception."""
     try:
         with exclusive_lock(out_path.parent / ".locks" / f"{out_path.name}.lock", f"processed run {out_path}"):
-            _, notes = process_run(run_dir, out_path, **options)
+            _, notes = process_run(run_dir, out_path, options)
     except (RunError, OSError, ValueError, MemoryError) as err:
         return RunResult(run_dir.name, "failed", str(err).splitlines()[0] or type(err).__name__)
     except Exception as err:  # a reader library's own error: still one run's failure, not the batch's
@@ -210,7 +184,7 @@ def find_runs(raw_dir: str | os.PathLike) -> list[Path]:
     return sorted((p for p in raw_dir.glob("run_*") if p.is_dir()), key=natural_key)
 
 
-def _run_pool(jobs: list[tuple[Path, Path]], options: dict, num_processes: int) -> list[RunResult]:
+def _run_pool(jobs: list[tuple[Path, Path]], options: ProcessOptions, num_processes: int) -> list[RunResult]:
     """Process ``jobs`` in a spawn pool (or in this process for one worker) with a progress bar."""
     bar = tqdm(total=len(jobs), desc="processing runs", unit="run", disable=not jobs)
     results = []
@@ -234,20 +208,13 @@ def _run_pool(jobs: list[tuple[Path, Path]], options: dict, num_processes: int) 
     return results
 
 
-def process_all(
-    raw_dir: str | os.PathLike,
-    processed_dir: str | os.PathLike,
-    *,
-    num_processes: int = 1,
-    overwrite: bool = False,
-    **options,
-) -> list[RunResult]:
+def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, options: ProcessOptions, *,
+                num_processes: int = 1, overwrite: bool = False) -> list[RunResult]:
     """Process every run folder of ``raw_dir`` into ``processed_dir``; return one result per run.
 
-    ``options`` are process_run's keyword arguments. Finished runs are skipped unless
-    ``overwrite``; temporaries left by killed writers are removed first.
+    Finished runs are skipped unless ``overwrite`` (refused when processed with other
+    ``options``); temporaries left by killed writers are removed first.
     """
-    check_options(**options)
     processed_dir = Path(processed_dir)
     processed_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(processed_dir)
@@ -265,62 +232,24 @@ def process_all(
     return sorted(results, key=lambda r: natural_key(Path(r.name)))
 
 
-# The settings a processed run records and a rerun must match to reuse it. volume_source is left
-# out: a run records the source it fell back to, which may differ from the one asked for.
-# process_run's options that a processed run records, and the attribute each is recorded in
-_RECORDED = {"stream_velocity": "stream_velocity", "air_density": "air_density",
-             "reference_length": "reference_length", "surface_variables": "surface_variables",
-             "volume_variables": "volume_variables", "volume_source": "volume_source_requested"}
-
-
-def settings_differences(out: Path, options: Mapping) -> list[str]:
+def settings_differences(out: Path, options: ProcessOptions) -> list[str]:
     """``key: stored X, configured Y`` for each recorded setting of the processed run ``out``
     that differs from ``options``; an unreadable run is one difference."""
     try:
         attrs = open_processed_run(out).attrs
     except (ProcessedRunError, OSError, ValueError) as err:
         return [f"unreadable: {err}"]
-    differences = []
-    for key, attr in ((k, a) for k, a in _RECORDED.items() if k in options):
-        configured = dict(options[key]) if isinstance(options[key], Mapping) else options[key]
-        if attrs.get(attr) != configured:
-            differences.append(f"{key}: stored {attrs.get(attr)!r}, configured {configured!r}")
-    return differences
+    return options.differences(attrs)
 
 
-def run_options(cfg: DictConfig) -> dict:
-    """process_run's keyword arguments from the Hydra config (physics, variables, process)."""
-    variables = OmegaConf.to_container(cfg.variables, resolve=True)
-    return {
-        "surface_variables": variables["surface"],
-        "volume_variables": variables["volume"],
-        "stream_velocity": float(cfg.physics.stream_velocity),
-        "air_density": float(cfg.physics.air_density),
-        "reference_length": (None if cfg.physics.reference_length is None
-                             else float(cfg.physics.reference_length)),
-        "volume_source": str(cfg.process.volume_source),
-    }
-
-
-def _main(cfg: DictConfig) -> int:
-    """Wire the Hydra config into process_all; return the exit code."""
-    results = process_all(
-        cfg.data.raw_dir,
-        cfg.data.processed_dir,
-        num_processes=int(cfg.process.num_processes),
-        overwrite=bool(cfg.process.overwrite),
-        **run_options(cfg),
-    )
+@entry_point
+def main(config: PipelineConfig) -> int:
+    """Process the runs of data.raw_dir into data.processed_dir; the exit code."""
+    options = ProcessOptions.from_config(config.physics, config.variables, config.process)
+    results = process_all(config.data.raw_dir, config.data.processed_dir, options,
+                          num_processes=config.process.num_processes, overwrite=config.process.overwrite)
     print(summarize(results, ("processed", "skipped", "failed")), flush=True)
     return 1 if any(r.status == "failed" for r in results) else 0
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
-    """Hydra entry: process the runs of data.raw_dir into data.processed_dir."""
-    code = _main(cfg)
-    if code:
-        sys.exit(code)
 
 
 if __name__ == "__main__":

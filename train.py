@@ -21,22 +21,20 @@ import json
 import math
 import resource
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import hydra
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from torch.utils.tensorboard import SummaryWriter
 
 from datapipe import collate_items, dataset_from_config, parts_of, scaling_factors_path
-from domino_pipeline.config_section import from_section
+from domino_pipeline.config import PipelineConfig, TrainConfig
+from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.runs import split_from_config, split_runs  # noqa: F401 (split_runs: train.split_runs)
 from domino_pipeline.training import checkpointing, distributed
 from domino_pipeline.training.distributed import DistInfo
@@ -56,50 +54,6 @@ from domino_pipeline.training.training_loop import (
 )
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
-SCHEDULERS = ("cosine", "step")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """The `train:` section of the config, validated."""
-
-    epochs: int
-    batch_size: int
-    lr: float
-    weight_decay: float
-    scheduler: str          # cosine: to min_lr over all epochs | step: x gamma every step_size epochs
-    min_lr: float
-    step_size: int
-    gamma: float
-    clip_grad_norm: float   # <= 0: no clipping
-    amp: str                # bf16 | fp16 | none; used on CUDA only
-    val_fraction: float
-    split_seed: int | None  # seeds the train/validation split; None: the run's seed
-    val_every: int
-    checkpoint_every: int
-    num_workers: int
-    val_num_workers: int
-    device: str             # auto | cpu | cuda
-    cpu_threads: int        # torch intra-op threads when training on the CPU; 0: torch's default
-    init_from: str | None   # a physicsnemo .mdlus model to start from (fine-tuning); None: fresh weights
-
-    def __post_init__(self) -> None:
-        if self.scheduler not in SCHEDULERS:
-            raise ValueError(f"train.scheduler must be one of {SCHEDULERS}, not {self.scheduler!r}")
-        if self.amp not in AMP_DTYPES:
-            raise ValueError(f"train.amp must be one of {tuple(AMP_DTYPES)}, not {self.amp!r}")
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"train.val_fraction must be in [0, 1), not {self.val_fraction}")
-        if self.cpu_threads < 0:
-            raise ValueError(f"train.cpu_threads must be 0 (torch's default) or more, not {self.cpu_threads}")
-        for name in ("epochs", "batch_size", "val_every", "checkpoint_every", "step_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be at least 1, not {getattr(self, name)}")
-
-    @classmethod
-    def from_config(cls, section: DictConfig) -> "TrainConfig":
-        """Build from the Hydra section; unknown or missing keys are errors."""
-        return from_section(cls, section, "train")
 
 
 class StopFlag:
@@ -177,7 +131,7 @@ def build_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> to
     return torch.optim.lr_scheduler.StepLR(optimizer, step_size=config.step_size, gamma=config.gamma)
 
 
-def ensure_scaling_factors(cfg: DictConfig, train_runs: list[Path], path: Path, info: DistInfo) -> None:
+def ensure_scaling_factors(config: PipelineConfig, train_runs: list[Path], path: Path, info: DistInfo) -> None:
     """Rank 0 computes the target scaling factors from the training runs once, if the file is
     missing; factors computed from other runs are refused unless ``sampling.allow_other_split``;
     the other ranks wait.
@@ -189,16 +143,17 @@ def ensure_scaling_factors(cfg: DictConfig, train_runs: list[Path], path: Path, 
     )
     from domino_pipeline.inputs.runs import read_options_from_config, run_name
 
-    if not path.exists() and cfg.cache.enabled and cfg.sampling.get("scaling_factors") is None:
+    sampling = config.sampling
+    if not path.exists() and config.cache.enabled and sampling.scaling_factors is None:
         raise FileNotFoundError(f"{path}: the cache has no scaling factors; rerun cache_data.py, which writes them")
-    normalization = str(cfg.sampling.normalization)
     if info.is_main and not path.exists():
-        print(f"computing {normalization} scaling factors from {len(train_runs)} training runs -> {path}")
-        variables = {part: [(str(k), str(v)) for k, v in cfg.variables[part].items()] for part in ("surface", "volume")}
+        print(f"computing {sampling.normalization} scaling factors from {len(train_runs)} training runs -> {path}")
+        variables = {"surface": list(config.variables.surface.items()), "volume": list(config.variables.volume.items())}
         save_scaling_factors(path, compute_scaling_factors(
-            train_runs, normalization=normalization, options=read_options_from_config(cfg), variables=variables))
+            train_runs, normalization=sampling.normalization,
+            options=read_options_from_config(config.data, config.physics), variables=variables))
     elif load_scaling_factors(path).get("runs", [run_name(r) for r in train_runs]) != [run_name(r) for r in train_runs]:
-        if not cfg.sampling.get("allow_other_split", False):
+        if not sampling.allow_other_split:
             raise ValueError(f"{path}: the scaling factors were computed from other runs than this "
                              "training split (see its 'runs'); recompute them (delete the file, or "
                              "rerun cache_data.py with this train.val_fraction and train.split_seed), "
@@ -506,29 +461,31 @@ def train_epochs(session: Session) -> int | None:
     return None
 
 
-def target_variable_names(cfg: DictConfig) -> dict[str, list[str]]:
+def target_variable_names(config: PipelineConfig) -> dict[str, list[str]]:
     """Output variable names per target key, for the model type in use."""
     names = {}
-    if cfg.model_type in ("volume", "combined"):
-        names["volume_fields"] = variable_names(cfg.variables.volume)
-    if cfg.model_type in ("surface", "combined"):
-        names["surface_fields"] = variable_names(cfg.variables.surface)
+    if config.model_type in ("volume", "combined"):
+        names["volume_fields"] = variable_names(config.variables.volume)
+    if config.model_type in ("surface", "combined"):
+        names["surface_fields"] = variable_names(config.variables.surface)
     return names
 
 
-def data_source(cfg: DictConfig) -> str:
+def data_source(config: PipelineConfig) -> str:
     """How the training data is named in messages: the cache directory, or the uncached datapipe."""
-    return f"cache {cfg.cache.dir}" if cfg.cache.enabled else f"the uncached datapipe over {cfg.data.processed_dir}"
+    if config.cache.enabled:
+        return f"cache {config.cache.dir}"
+    return f"the uncached datapipe over {config.data.processed_dir}"
 
 
-def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Session:
+def build_session(cfg: PipelineConfig, config: TrainConfig, info: DistInfo) -> Session:
     """Split the runs, make sure the scaling factors exist, build datasets, model and optimizer."""
     from domino_pipeline.inputs.runs import list_runs
 
     output_dir = Path(cfg.output_dir)
     if info.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
-    train_runs, val_runs = split_from_config(list_runs(cfg.data.processed_dir), cfg)
+    train_runs, val_runs = split_from_config(list_runs(cfg.data.processed_dir), cfg.train, cfg.seed)
     scaling_path = scaling_factors_path(cfg)
     ensure_scaling_factors(cfg, train_runs, scaling_path, info)
     log = RunLog(output_dir, enabled=info.is_main)
@@ -536,10 +493,10 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
     # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;
     # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
     torch.manual_seed(cfg.seed + info.rank)
-    model_section = OmegaConf.to_container(cfg.model, resolve=True)
+    model_section = cfg.model
     model_type = resolve_model_type(cfg.model_type, model_section)
-    widths = {part: len(variable_names(cfg.variables[part])) for part in ("surface", "volume")}
-    loss_config = LossConfig.from_config(OmegaConf.to_container(cfg.loss, resolve=True))
+    widths = {part: len(variable_names(getattr(cfg.variables, part))) for part in ("surface", "volume")}
+    loss_config = cfg.loss
     loss_config.check(parts_of(model_type), widths["surface"])
     train_set = dataset_from_config(cfg, train_runs, train=True)
     val_set = dataset_from_config(cfg, val_runs, train=False) if val_runs else None
@@ -557,25 +514,22 @@ def build_session(cfg: DictConfig, config: TrainConfig, info: DistInfo) -> Sessi
         sampler=DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=cfg.seed),
         unscale=make_unscaler(scaling_path, cfg.sampling.normalization), variable_names=target_variable_names(cfg), log=log, stop=StopFlag(),
         checkpoint=checkpointing.checkpoint_path(output_dir), model_files=checkpointing.model_file_paths(output_dir),
-        config_json=json.dumps(OmegaConf.to_container(cfg, resolve=True)),
+        config_json=json.dumps(cfg.as_dict()),
         train_loader=make_loader(train_set, config.batch_size, config.num_workers, info.device),
         val_loader=None if val_set is None else make_loader(val_set, config.batch_size, config.val_num_workers, info.device),
         loss_config=loss_config, loss_description=loss_config.describe(parts_of(model_type)),
     )
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
-    config = TrainConfig.from_config(cfg.train)
+@entry_point
+def main(cfg: PipelineConfig) -> int | None:
+    """Train; 128 + the signal's number when stopped by one."""
+    config = cfg.train
     info = distributed.init_distributed(config.device)
     if info.device.type == "cpu" and config.cpu_threads > 0:
         torch.set_num_threads(config.cpu_threads)
     try:
-        try:
-            session = build_session(cfg, config, info)
-        except (OSError, ValueError) as err:  # refusals (stale cache, bad config, missing data): one line
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(1)
+        session = build_session(cfg, config, info)
         session.log.print(
             f"DoMINO {cfg.model_type}: {sum(p.numel() for p in session.model.parameters()):,} parameters on "
             f"{info.device} x {info.world_size}; {len(session.train_runs)} training / {len(session.val_runs)} "
@@ -586,8 +540,7 @@ def main(cfg: DictConfig) -> None:
         session.log.close()
     finally:
         distributed.shutdown_distributed()
-    if signum is not None:
-        sys.exit(128 + signum)
+    return None if signum is None else 128 + signum
 
 
 if __name__ == "__main__":

@@ -34,14 +34,17 @@ def _run_stage(stage: str, preset: str, work: Path, repeat: int, conn) -> None:
     """In a child process: import, run one stage, send back seconds and memory figures."""
     import process_data
     import synthetic_data
+    from domino_pipeline.config import load_config
+    from domino_pipeline.inputs.process_options import ProcessOptions
 
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     if stage == "generate":
         synthetic_data.generate_runs(work / f"raw_{repeat}", 1, preset=preset, seed=0)
     else:
-        options = process_data.run_options(OmegaConf.load(CONFIG))
-        process_data.process_run(work / "raw_0" / "run_1", work / f"run_1_{repeat}.zarr", **options)
+        config = load_config(OmegaConf.load(CONFIG))
+        options = ProcessOptions.from_config(config.physics, config.variables, config.process)
+        process_data.process_run(work / "raw_0" / "run_1", work / f"run_1_{repeat}.zarr", options)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     conn.send({"seconds": seconds, "peak_mib": _kib_to_mib(peak),

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the entry points (process_data.py, cache_data.py, ...), as from the repository
 # Per preset: sample sizes, grid, number of draws to time, and the epoch length in draws.
 PRESETS = {
     "tiny": dict(surface_points=256, volume_points=512, geometry_points=400, interp_res=(16, 8, 8),
@@ -39,10 +40,6 @@ PRESETS = {
     "bench": dict(surface_points=8192, volume_points=8192, geometry_points=300_000, interp_res=(128, 64, 64),
                   uncached_draws=3, cached_draws=20, epoch_items=48),
 }
-PROCESS_OPTIONS = dict(
-    surface_variables={"pMeanTrim": "scalar", "wallShearStressMeanTrim": "vector"},
-    volume_variables={"UMeanTrim": "vector", "pMeanTrim": "scalar", "nutMeanTrim": "scalar"},
-    stream_velocity=30.0, air_density=1.205, reference_length=None, volume_source="points")
 
 
 def ensure_processed(work: Path, preset: str, runs: int, *, volume_scale: int = 1) -> Path:
@@ -56,11 +53,19 @@ def ensure_processed(work: Path, preset: str, runs: int, *, volume_scale: int = 
     if len(list(processed.glob("run_*.zarr"))) < runs:
         generate_runs(raw, runs, preset=preset, seed=0,
                       volume_points=volume_scale * SIZES[preset]["volume_points"])
-        failed = [r for r in process_all(raw, processed, num_processes=1, **PROCESS_OPTIONS)
+        failed = [r for r in process_all(raw, processed, process_options(), num_processes=1)
                   if r.status == "failed"]
         if failed:
             raise RuntimeError(f"processing failed: {failed}")
     return processed
+
+
+def process_options():
+    """process_data.py's options from conf/config.yaml."""
+    from domino_pipeline.inputs.process_options import ProcessOptions
+
+    config, _ = settings_for({"interp_res": (128, 64, 64)})
+    return ProcessOptions.from_config(config.physics, config.variables, config.process)
 
 
 def fewest_stl_points(processed: Path) -> int:
@@ -73,14 +78,16 @@ def fewest_stl_points(processed: Path) -> int:
 
 
 def settings_for(params: dict):
-    """Our preprocessing settings: conf/config.yaml with the preset's grid, on the CPU."""
+    """Our preprocessing settings: conf/config.yaml with the preset's grid."""
     from omegaconf import OmegaConf
 
     from domino_pipeline.compute.settings import settings_from_config
+    from domino_pipeline.config import load_config
 
     cfg = OmegaConf.load(ROOT / "conf" / "config.yaml")
     cfg.geometry.interp_res = list(params["interp_res"])
-    return cfg, settings_from_config(cfg.geometry, cfg.variables)
+    config = load_config(cfg)
+    return config, settings_from_config(config.geometry, config.variables)
 
 
 def ensure_cache(processed: Path, cache: Path, params: dict, *, fresh: bool) -> dict:
@@ -131,9 +138,9 @@ def _timed_draws(dataset, count: int, warmup: int) -> list[float]:
 
 
 def phase_uncached(params: dict, processed: str, factors: dict) -> dict:
-    from datapipe import DoMINODataPipe
+    from domino_pipeline import DoMINODataPipe
 
-    cfg, s = settings_for(params)
+    _, s = settings_for(params)
     ds = DoMINODataPipe(processed, model_type=params["model_type"], surface_points=params["surface_points"],
                         volume_points=params["volume_points"], geometry_points=params["geometry_points"],
                         bounding_box_volume=s.bounding_box_volume, bounding_box_surface=s.bounding_box_surface,
@@ -144,7 +151,7 @@ def phase_uncached(params: dict, processed: str, factors: dict) -> dict:
 
 
 def _cached_dataset(params: dict, cache: str, factors: dict, runs=None, count_bytes=False):
-    from datapipe import CachedDoMINODataset
+    from domino_pipeline import CachedDoMINODataset
 
     return CachedDoMINODataset(cache, runs=runs, model_type=params["model_type"],
                                surface_points=params["surface_points"], volume_points=params["volume_points"],
@@ -182,7 +189,7 @@ def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 9) -> d
     milliseconds per item of the main process and of the workers together (Linux /proc)."""
     from torch.utils.data import DataLoader, default_collate
 
-    from datapipe import collate_items
+    from domino_pipeline import collate_items
     from domino_pipeline.store.manifest import read_manifest
 
     names = list(read_manifest(cache)["runs"])
@@ -246,7 +253,6 @@ PHASES = {"uncached": phase_uncached, "cached": phase_cached, "epochs": phase_ep
 
 
 def _child(name: str, args: tuple, out: str) -> None:
-    sys.path.insert(0, str(ROOT))
     import datapipe  # noqa: F401  (the libraries' own memory, reported apart from the draws')
 
     baseline = _peak_rss_mb()

@@ -129,7 +129,7 @@ def _read_all(cache: Path) -> None:
 def child_draws(cache: Path, preset: str, n: int) -> dict:
     """In this process: ``n`` timed draws warm and ``n`` cold after one warm-up, medians, and
     how many bytes of the cache a draw reads."""
-    from datapipe import CachedDoMINODataset
+    from domino_pipeline import CachedDoMINODataset
 
     ds = CachedDoMINODataset(cache, model_type="combined", seed=0, count_bytes=True, **SAMPLES[preset])
     ds.set_epoch(0)
@@ -186,7 +186,7 @@ def worker_rss(work: Path, n_many: int = 400) -> dict:
 
 def child_rss(cache: Path, n: int) -> dict:
     """Draw ``n`` items, index ``i % len`` in turn; this process's RSS at the end."""
-    from datapipe import CachedDoMINODataset
+    from domino_pipeline import CachedDoMINODataset
 
     ds = CachedDoMINODataset(cache, model_type="combined", seed=0, scaling_factors=None, **SAMPLES["tiny"])
     for i in range(n):

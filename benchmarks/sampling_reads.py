@@ -48,7 +48,7 @@ def bytes_by_part(dataset) -> dict[str, int]:
 
 
 def measure(cache: Path, params: dict, draws: int) -> dict[str, dict]:
-    from datapipe import CachedDoMINODataset
+    from domino_pipeline import CachedDoMINODataset
 
     sizes = {k: params[k] for k in ("surface_points", "volume_points", "geometry_points")}
     sets = {law: CachedDoMINODataset(cache, model_type="combined", scaling_factors=None, count_bytes=True,

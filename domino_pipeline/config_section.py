@@ -1,21 +1,45 @@
-"""One Hydra config section into one typed dataclass: unknown or missing keys are errors."""
+"""One config section into one typed dataclass: unknown or missing keys, and values of the wrong
+type, are errors."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TypeVar
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
 T = TypeVar("T")
 
 
-def from_section(cls: type[T], section: DictConfig, name: str) -> T:
-    """``cls(**section)`` after checking that the section has exactly ``cls``'s fields; a
-    ValueError naming ``name`` and the keys otherwise."""
-    values = OmegaConf.to_container(section, resolve=True)
+def from_section(cls: type[T], section: DictConfig | Mapping[str, Any], name: str) -> T:
+    """``cls(**section)`` after checking that the section has exactly ``cls``'s fields, each of
+    its annotated type (an int is taken where a float is asked for); a ValueError naming
+    ``name`` and the keys otherwise."""
+    values = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
     known = {f.name for f in dataclasses.fields(cls)}
     if set(values) != known:
         raise ValueError(f"{name} config: unknown keys {sorted(set(values) - known)}, "
                          f"missing keys {sorted(known - set(values))}")
-    return cls(**values)
+    hints = typing.get_type_hints(cls)
+    return cls(**{key: _typed(f"{name}.{key}", value, hints[key]) for key, value in values.items()})
+
+
+def _typed(key: str, value: Any, hint: Any) -> Any:
+    """``value`` if it is of type ``hint`` (float from int), else a ValueError naming ``key``."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    for option in options:
+        origin = typing.get_origin(option) or option
+        if option is type(None) and value is None:
+            return None
+        if origin is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if origin is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if origin in (str, bool, list, dict) and isinstance(value, origin):
+            return value
+    names = " or ".join("null" if o is type(None) else getattr(typing.get_origin(o) or o, "__name__", str(o))
+                        for o in options)
+    raise ValueError(f"{key} must be {names}, not {value!r}")

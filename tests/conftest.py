@@ -7,18 +7,35 @@ import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from process_data import process_all, run_options
+from domino_pipeline.config import PipelineConfig, load_config
+from domino_pipeline.inputs.process_options import ProcessOptions
+from process_data import process_all
 from synthetic_data import generate_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
 TINY_RUNS = 2
 TINY_SEED = 0
-# process_run's options from the default config, as process_data.py would build them
-PROCESS_OPTIONS = run_options(OmegaConf.load(ROOT / "conf" / "config.yaml"))
 
+
+def yaml_config(*overrides: str, name: str = "config") -> DictConfig:
+    """conf/<name>.yaml (with the files its ``defaults`` name before it) and dotted overrides,
+    as Hydra composes them (no interpolation resolved yet; "+key=value" adds a key, as in Hydra)."""
+    files = {"config": ["config"], "cached": ["config", "cached"], "demo": ["config", "cached", "demo"]}[name]
+    merged = OmegaConf.merge(*(OmegaConf.load(ROOT / "conf" / f"{f}.yaml") for f in files))
+    return OmegaConf.merge(merged, OmegaConf.from_dotlist([o.lstrip("+") for o in overrides]))
+
+
+def typed_config(*overrides: str, name: str = "config") -> PipelineConfig:
+    """``yaml_config`` built into the typed config, as an entry point builds it."""
+    return load_config(yaml_config(*overrides, name=name))
+
+
+# process_run's options from the default config, as process_data.py builds them
+DEFAULTS = typed_config()
+PROCESS_OPTIONS = ProcessOptions.from_config(DEFAULTS.physics, DEFAULTS.variables, DEFAULTS.process)
 
 
 def import_benchmark(name: str):
@@ -43,7 +60,7 @@ def tiny_raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_processed_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``tiny_raw_dir`` processed with the default config: run_1.zarr, run_2.zarr. Read only."""
     out = tmp_path_factory.mktemp("tiny_processed")
-    results = process_all(tiny_raw_dir, out, num_processes=1, **PROCESS_OPTIONS)
+    results = process_all(tiny_raw_dir, out, PROCESS_OPTIONS, num_processes=1)
     failed = [r for r in results if r.status != "processed"]
     if failed:
         raise RuntimeError(f"tiny runs failed to process: {failed}")

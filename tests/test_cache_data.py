@@ -77,7 +77,7 @@ def assert_factors_are_train_pys(cache: Path, manifest: dict, processed: Path) -
     train.py computes from the processed training runs of the same split."""
     import hashlib
 
-    from omegaconf import OmegaConf
+    from conftest import DEFAULTS
 
     from domino_pipeline.compute.scaling import compute_scaling_factors
     from domino_pipeline.inputs.runs import list_runs, split_from_config
@@ -85,7 +85,7 @@ def assert_factors_are_train_pys(cache: Path, manifest: dict, processed: Path) -
     record = manifest["scaling_factors"]
     stored = (cache / record["path"]).read_bytes()
     assert record["sha256"] == hashlib.sha256(stored).hexdigest()
-    train_runs, _ = split_from_config(list_runs(processed), OmegaConf.load(ROOT / "conf" / "config.yaml"))
+    train_runs, _ = split_from_config(list_runs(processed), DEFAULTS.train, DEFAULTS.seed)
     variables = {"surface": SURFACE_VARIABLES, "volume": VOLUME_VARIABLES}
     expected = compute_scaling_factors(train_runs, variables=variables)
     assert json.loads(stored) == json.loads(json.dumps(expected)) and record["runs"] == expected["runs"]
@@ -206,7 +206,7 @@ def test_curator_output_builds_the_cache_of_the_processed_runs(curator_dir, tiny
     import torch
 
     from datapipe import CachedDoMINODataset, DoMINODataPipe
-    from domino_pipeline.loading.cached import manifest_scaling_factors
+    from domino_pipeline.store.manifest import manifest_scaling_factors
 
     cache = tmp_path / "cache"
     built = _run(curator_dir, cache)

@@ -4,6 +4,7 @@ coordinates, a body outside the box, a changed volume source on a rerun."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -70,15 +71,15 @@ def test_a_body_outside_the_box_says_so(processed):
 
 
 def test_a_changed_volume_source_is_reported_on_a_rerun(tiny_raw_dir, tmp_path):
-    first = process_all(tiny_raw_dir, tmp_path, **PROCESS_OPTIONS)
+    first = process_all(tiny_raw_dir, tmp_path, PROCESS_OPTIONS)
     assert [r.status for r in first] == ["processed"] * 2
-    again = process_all(tiny_raw_dir, tmp_path, **{**PROCESS_OPTIONS, "volume_source": "cells"})
+    again = process_all(tiny_raw_dir, tmp_path, replace(PROCESS_OPTIONS, volume_source="cells"))
     assert [r.status for r in again] == ["failed"] * 2
     assert "volume_source: stored 'points', configured 'cells'" in again[0].message
 
 
 def test_a_deleted_chunk_of_a_processed_run_is_named_not_read_as_zeros(tiny_raw_dir, tmp_path):
-    process_all(tiny_raw_dir, tmp_path / "processed", **PROCESS_OPTIONS)
+    process_all(tiny_raw_dir, tmp_path / "processed", PROCESS_OPTIONS)
     run = tmp_path / "processed" / "run_1.zarr"
     assert zarr.open_group(str(run), mode="r").attrs["all_chunks_written"] is True
     load_run(run)  # complete

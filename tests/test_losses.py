@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
+from conftest import DEFAULTS, typed_config
+
 from domino_pipeline.training.losses import (
-    LossConfig,
     area_weighted_surface_loss,
     integral_loss,
     loss_terms,
@@ -124,13 +126,13 @@ def test_the_default_is_the_plain_mean_squared_error_and_weights_multiply():
     batch = {"surface_fields": target, "surface_normals": normals, "surface_areas": areas,
              "volume_fields": target[..., :3], "global_params_values": torch.tensor([[[30.0], [1.2]]])}
     predictions = {"surface_fields": prediction, "volume_fields": prediction[..., :3]}
-    default = LossConfig()
+    default = DEFAULTS.loss
     terms = loss_terms(predictions, batch, default)
     assert sorted(terms) == ["surface", "volume"]
     expected = ((prediction - target) ** 2).mean() + ((prediction[..., :3] - target[..., :3]) ** 2).mean()
     torch.testing.assert_close(total_loss(terms, default), expected)
 
-    example = LossConfig(type="mse", surface_weight=5, area_weight=5, integral_weight=100, volume_weight=0)
+    example = replace(DEFAULTS.loss, type="mse", surface_weight=5, area_weight=5, integral_weight=100, volume_weight=0)
     terms = loss_terms(predictions, batch, example)
     assert sorted(terms) == ["integral", "surface", "surface_area"]
     torch.testing.assert_close(total_loss(terms, example),
@@ -142,12 +144,12 @@ def test_the_default_is_the_plain_mean_squared_error_and_weights_multiply():
 
 def test_config_errors_name_the_key():
     with pytest.raises(ValueError, match="loss.type must be one of"):
-        LossConfig(type="l1")
+        replace(DEFAULTS.loss, type="l1")
     with pytest.raises(ValueError, match="loss.area_weight must be 0 or more"):
-        LossConfig(area_weight=-1)
+        replace(DEFAULTS.loss, area_weight=-1)
     with pytest.raises(ValueError, match=r"unknown keys \['surf_loss_scaling'\]"):
-        LossConfig.from_config({"surf_loss_scaling": 5})
+        typed_config("+loss.surf_loss_scaling=5")
     with pytest.raises(ValueError, match=r"loss terms \['surface_area'\] need 4 surface variables"):
-        LossConfig(area_weight=1).check(("surface",), surface_width=1)
+        replace(DEFAULTS.loss, area_weight=1).check(("surface",), surface_width=1)
     with pytest.raises(ValueError, match="no term with a positive weight"):
-        LossConfig(surface_weight=0).check(("surface",), surface_width=4)
+        replace(DEFAULTS.loss, surface_weight=0).check(("surface",), surface_width=4)

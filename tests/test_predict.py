@@ -124,6 +124,7 @@ def test_an_stl_alone_gets_predictions_on_its_triangles(predicted, tiny_raw_dir)
 def test_batches_do_not_change_the_prediction(model_and_factors, tiny_processed_dir):
     from domino_pipeline.compute.scaling import load_scaling_factors
     from domino_pipeline.compute.settings import settings_from_config
+    from domino_pipeline.config import load_config
     from domino_pipeline.inference.predict_runs import predict_run
     from domino_pipeline.inference.run_inputs import load_processed
     from domino_pipeline.inference.trained_model import load_trained_model
@@ -133,7 +134,7 @@ def test_batches_do_not_change_the_prediction(model_and_factors, tiny_processed_
     run = load_processed(tiny_processed_dir / "run_1.zarr", volume=False)
     common = dict(scaling_factors=load_scaling_factors(model_and_factors["factors"]), geometry_points=400,
                   device=torch.device("cpu"))
-    settings = settings_from_config(cfg.geometry, cfg.variables)
+    settings = settings_from_config(load_config(cfg).geometry, load_config(cfg).variables)
     whole = predict_run(model, run, settings, batch_points=100_000, **common).surface
     batched = predict_run(model, run, settings, batch_points=333, **common).surface
     assert whole.shape == (len(run.arrays["surface_areas"]), 4) and np.isfinite(whole).all()
@@ -173,6 +174,7 @@ def test_forces_on_a_cube():
 def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny_processed_dir):
     from domino_pipeline.compute.scaling import load_scaling_factors
     from domino_pipeline.compute.settings import settings_from_config
+    from domino_pipeline.config import load_config
     from domino_pipeline.inference.forces import ForceSettings
     from domino_pipeline.inference.predict_runs import (
         predict_run,
@@ -186,7 +188,7 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     torch.manual_seed(1)
     model = train.build_model("combined", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu")).eval()
     run = load_processed(tiny_processed_dir / "run_1.zarr", volume=True)
-    settings = settings_from_config(cfg.geometry, cfg.variables)
+    settings = settings_from_config(load_config(cfg).geometry, load_config(cfg).variables)
     prediction = predict_run(model, run, settings, scaling_factors=load_scaling_factors(model_and_factors["factors"]),
                              geometry_points=400, batch_points=3000, device=torch.device("cpu"), volume=True)
     count = len(run.arrays["volume_mesh_centers"])
@@ -207,6 +209,7 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
 
 def test_the_surface_branch_with_one_geometry_encoding_equals_the_forward_pass(model_and_factors, tiny_processed_dir):
     from domino_pipeline.compute.settings import settings_from_config
+    from domino_pipeline.config import load_config
     from domino_pipeline.inference.full_resolution import (
         BatchItems,
         SurfaceBranch,
@@ -218,7 +221,7 @@ def test_the_surface_branch_with_one_geometry_encoding_equals_the_forward_pass(m
     cfg = tiny_model_config()
     model, _ = load_trained_model(model_and_factors["model"], torch.device("cpu"))
     assert SurfaceBranch.supports(model)
-    settings = settings_from_config(cfg.geometry, cfg.variables)
+    settings = settings_from_config(load_config(cfg).geometry, load_config(cfg).variables)
     run = load_processed(tiny_processed_dir / "run_1.zarr", volume=False)
     items = BatchItems(prepare_run(run.arrays, settings, parts=("surface",), source="run_1"), settings,
                        parts=("surface",), geometry_points=400)

@@ -5,12 +5,11 @@ bad input."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest
 from cache_fixtures import tiny_settings
-from omegaconf import OmegaConf
+from conftest import typed_config, yaml_config
 from scipy.spatial import cKDTree
 
 from domino_pipeline.compute.preprocessing import (
@@ -21,6 +20,7 @@ from domino_pipeline.compute.preprocessing import (
 )
 from domino_pipeline.compute.rows import drop_self, make_grid, normalize, prepare_rows
 from domino_pipeline.compute.settings import neighbor_layout_of, settings_from_config
+from domino_pipeline.config import load_config
 from domino_pipeline.inputs.processed_run import load_processed_run
 from domino_pipeline.inputs.runs import list_runs
 
@@ -179,7 +179,7 @@ def test_settings_validation_and_fingerprint():
         tiny_settings(bounding_box_volume=((0, 0, 0), (0, 1, 1)))
     with pytest.raises(ValueError, match="kind must be one of"):
         tiny_settings(volume_variables=(("UMeanTrim", "tensor"),))
-    with pytest.raises(ValueError, match=r"neighbor_layout must be one of \['indices', 'features'\]; got 'feature'"):
+    with pytest.raises(ValueError, match=r"neighbor_layout must be one of \['indices', 'features'\], not 'feature'"):
         tiny_settings(neighbor_layout="feature")
     base = tiny_settings()
     assert base.fingerprint() == tiny_settings(device="cuda:0").fingerprint()  # device: same contents
@@ -197,12 +197,13 @@ def test_the_default_neighbor_layout_keeps_older_fingerprints_and_configs():
     assert neighbor_layout_of(base) == "indices"
     features = tiny_settings(neighbor_layout="features").fingerprinted()
     assert neighbor_layout_of(features) == "features"
-    cfg = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "config.yaml")
-    assert settings_from_config(cfg.geometry, cfg.variables).neighbor_layout == "features"  # the default
-    OmegaConf.update(cfg, "geometry.neighbor_layout", "indices")
-    assert settings_from_config(cfg.geometry, cfg.variables).neighbor_layout == "indices"
-    del cfg.geometry["neighbor_layout"]  # a config from before the setting
-    assert settings_from_config(cfg.geometry, cfg.variables).neighbor_layout == "indices"
-    OmegaConf.update(cfg, "geometry.neighbor_layout", "feature")
-    with pytest.raises(ValueError, match="neighbor_layout must be one of"):
-        settings_from_config(cfg.geometry, cfg.variables)
+    config = typed_config()
+    assert settings_from_config(config.geometry, config.variables).neighbor_layout == "features"  # the default
+    config = typed_config("geometry.neighbor_layout=indices")
+    assert settings_from_config(config.geometry, config.variables).neighbor_layout == "indices"
+    cfg = yaml_config()
+    del cfg.geometry["neighbor_layout"]  # a config from before the setting: refused, never defaulted
+    with pytest.raises(ValueError, match=r"geometry config: unknown keys \[\], missing keys \['neighbor_layout'\]"):
+        load_config(cfg)
+    with pytest.raises(ValueError, match=r"geometry.neighbor_layout must be one of \['indices', 'features'\]"):
+        typed_config("geometry.neighbor_layout=feature")

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,8 @@ from domino_pipeline.inputs.runs import list_runs
 from process_data import process_all, process_run
 
 ROOT = Path(__file__).resolve().parents[1]
-U = PROCESS_OPTIONS["stream_velocity"]
-RHO_U2 = PROCESS_OPTIONS["air_density"] * U**2
+U = PROCESS_OPTIONS.stream_velocity
+RHO_U2 = PROCESS_OPTIONS.air_density * U**2
 
 
 def _polygons(mesh: pv.PolyData) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -132,7 +133,7 @@ def test_volume_rows_are_the_vtu_points_and_nut_is_scaled_by_the_car_length(
 
 
 def test_a_configured_reference_length_replaces_the_car_length(tiny_raw_dir: Path, tmp_path: Path) -> None:
-    process_run(tiny_raw_dir / "run_1", tmp_path / "l2.zarr", **{**PROCESS_OPTIONS, "reference_length": 2.0})
+    process_run(tiny_raw_dir / "run_1", tmp_path / "l2.zarr", replace(PROCESS_OPTIONS, reference_length=2.0))
     fixed = load_processed_run(tmp_path / "l2.zarr", ["volume_fields"])["volume_fields"]
     grid = pv.read(tiny_raw_dir / "run_1" / "volume_1.vtu")
     np.testing.assert_allclose(fixed[:, 4], grid.point_data["nutMeanTrim"] / (U * 2.0), rtol=1e-5)
@@ -156,8 +157,7 @@ def test_polygons_with_any_vertex_count(tmp_path: Path) -> None:
 def test_volume_cells_and_fallback_to_the_other_source(tiny_raw_dir: Path, tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     run_dir = _copy_run(tiny_raw_dir, 1, raw, 1)
-    _, notes = process_run(run_dir, tmp_path / "cells.zarr", **{**PROCESS_OPTIONS,
-                                                                   "volume_source": "cells"})
+    _, notes = process_run(run_dir, tmp_path / "cells.zarr", replace(PROCESS_OPTIONS, volume_source="cells"))
     assert notes == []
     grid = pv.read(run_dir / "volume_1.vtu")
     centres = np.asarray(grid.cell_centers().points, dtype=np.float32)
@@ -166,14 +166,14 @@ def test_volume_cells_and_fallback_to_the_other_source(tiny_raw_dir: Path, tmp_p
                                   np.sort(centres, axis=0))
     grid.point_data.clear()
     grid.save(run_dir / "volume_1.vtu")
-    _, notes = process_run(run_dir, tmp_path / "fallback.zarr", **PROCESS_OPTIONS)
+    _, notes = process_run(run_dir, tmp_path / "fallback.zarr", PROCESS_OPTIONS)
     assert len(notes) == 1
     assert "volume_1.vtu: fields ['UMeanTrim'," in notes[0] and "using cells" in notes[0]
     grid.cell_data.remove("nutMeanTrim")
     grid.save(run_dir / "volume_1.vtu")
     message = r"volume_1.vtu: fields \['UMeanTrim', .* not all of .* cells data either"
     with pytest.raises(RunError, match=message):
-        process_run(run_dir, tmp_path / "none.zarr", **PROCESS_OPTIONS)
+        process_run(run_dir, tmp_path / "none.zarr", PROCESS_OPTIONS)
     assert not (tmp_path / "none.zarr").exists()
 
 
@@ -184,13 +184,13 @@ def test_missing_surface_field_is_named(tiny_raw_dir: Path, tmp_path: Path) -> N
     mesh.save(run_dir / "boundary_2.vtp")
     message = r"boundary_2.vtp: no cell data \['wallShearStressMeanTrim'\]"
     with pytest.raises(RunError, match=message):
-        process_run(run_dir, tmp_path / "run_2.zarr", **PROCESS_OPTIONS)
+        process_run(run_dir, tmp_path / "run_2.zarr", PROCESS_OPTIONS)
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"volume_source": "faces"}, "volume_source 'faces', expected one of"),
+        ({"volume_source": "faces"}, r"process.volume_source must be one of \['points', 'cells'\], not 'faces'"),
         ({"volume_variables": {"TMeanTrim": "scalar"}}, "no non-dimensionalisation for TMeanTrim"),
         ({"surface_variables": {"pMeanTrim": "tensor"}}, "pMeanTrim: kind 'tensor'"),
     ],
@@ -199,7 +199,7 @@ def test_bad_settings_stop_before_any_run(
     tiny_raw_dir: Path, tmp_path: Path, change: dict, message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        process_all(tiny_raw_dir, tmp_path, **{**PROCESS_OPTIONS, **change})
+        process_all(tiny_raw_dir, tmp_path, replace(PROCESS_OPTIONS, **change))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -209,8 +209,8 @@ def test_volume_parts_are_read_as_one_file(tiny_raw_dir: Path, tmp_path: Path) -
     (run_dir / "volume_1.vtu").unlink()
     (run_dir / "volume_1.vtu.part1").write_bytes(data[:1000])
     (run_dir / "volume_1.vtu.part2").write_bytes(data[1000:])
-    process_run(run_dir, tmp_path / "parts.zarr", **PROCESS_OPTIONS)
-    process_run(tiny_raw_dir / "run_1", tmp_path / "whole.zarr", **PROCESS_OPTIONS)
+    process_run(run_dir, tmp_path / "parts.zarr", PROCESS_OPTIONS)
+    process_run(tiny_raw_dir / "run_1", tmp_path / "whole.zarr", PROCESS_OPTIONS)
     parts, whole = (load_processed_run(tmp_path / f"{n}.zarr") for n in ("parts", "whole"))
     for name in whole:
         np.testing.assert_array_equal(parts[name], whole[name])
@@ -218,9 +218,9 @@ def test_volume_parts_are_read_as_one_file(tiny_raw_dir: Path, tmp_path: Path) -
 
 
 def test_finished_runs_are_skipped_unless_overwrite(tiny_raw_dir: Path, tmp_path: Path) -> None:
-    first = process_all(tiny_raw_dir, tmp_path, **PROCESS_OPTIONS)
-    again = process_all(tiny_raw_dir, tmp_path, **PROCESS_OPTIONS)
-    forced = process_all(tiny_raw_dir, tmp_path, overwrite=True, **PROCESS_OPTIONS)
+    first = process_all(tiny_raw_dir, tmp_path, PROCESS_OPTIONS)
+    again = process_all(tiny_raw_dir, tmp_path, PROCESS_OPTIONS)
+    forced = process_all(tiny_raw_dir, tmp_path, PROCESS_OPTIONS, overwrite=True)
     assert [r.status for r in first] == ["processed"] * 2
     assert [r.status for r in again] == ["skipped"] * 2
     assert [r.status for r in forced] == ["processed"] * 2
@@ -323,26 +323,26 @@ def test_benchmark_script_runs_on_tiny(tmp_path: Path) -> None:
 def test_an_unexpected_reader_error_fails_only_that_run(tmp_path: Path, monkeypatch) -> None:
     import process_data
 
-    def explode(run_dir, out_path, **options):
+    def explode(run_dir, out_path, options):
         raise RuntimeError("vtkXMLReader: bad block\nmore detail")
 
     monkeypatch.setattr(process_data, "process_run", explode)
-    result = process_data._process_one(tmp_path / "run_7", tmp_path / "out" / "run_7.zarr", {})
+    result = process_data._process_one(tmp_path / "run_7", tmp_path / "out" / "run_7.zarr", PROCESS_OPTIONS)
     assert result.status == "failed"
     assert "run_7" in result.message and "RuntimeError: vtkXMLReader: bad block" in result.message
 
 
 def test_a_run_processed_with_other_settings_is_reported_not_reused(tiny_raw_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "processed"
-    process_all(tiny_raw_dir, out, num_processes=1, **PROCESS_OPTIONS)
-    changed = dict(PROCESS_OPTIONS, stream_velocity=40.0)
-    again = process_all(tiny_raw_dir, out, num_processes=1, **changed)
+    process_all(tiny_raw_dir, out, PROCESS_OPTIONS, num_processes=1)
+    changed = replace(PROCESS_OPTIONS, stream_velocity=40.0)
+    again = process_all(tiny_raw_dir, out, changed, num_processes=1)
     assert [r.status for r in again] == ["failed"] * 2
     assert "stream_velocity: stored 30.0, configured 40.0" in again[0].message
     assert "process.overwrite=true" in again[0].message
-    redone = process_all(tiny_raw_dir, out, num_processes=1, overwrite=True, **changed)
+    redone = process_all(tiny_raw_dir, out, changed, num_processes=1, overwrite=True)
     assert [r.status for r in redone] == ["processed"] * 2
-    assert [r.status for r in process_all(tiny_raw_dir, out, num_processes=1, **changed)] == ["skipped"] * 2
+    assert [r.status for r in process_all(tiny_raw_dir, out, changed, num_processes=1)] == ["skipped"] * 2
 
 
 def test_nan_in_a_raw_field_names_the_input_file_and_field(tiny_raw_dir: Path, tmp_path: Path) -> None:
@@ -353,7 +353,7 @@ def test_nan_in_a_raw_field_names_the_input_file_and_field(tiny_raw_dir: Path, t
     mesh.cell_data["pMeanTrim"] = values
     mesh.save(run_dir / "boundary_2.vtp")
     with pytest.raises(RunError, match=r"boundary_2\.vtp: cell data pMeanTrim has 2 non-finite values"):
-        process_run(run_dir, tmp_path / "run_2.zarr", **PROCESS_OPTIONS)
+        process_run(run_dir, tmp_path / "run_2.zarr", PROCESS_OPTIONS)
     assert not (tmp_path / "run_2.zarr").exists()
 
 
@@ -368,16 +368,16 @@ def _rewrite_stl(run_dir: Path, index: int, change) -> None:
 def test_an_stl_with_a_hole_or_zero_area_triangles_is_reported(tiny_raw_dir: Path, tmp_path: Path) -> None:
     holed = _copy_run(tiny_raw_dir, 1, tmp_path / "raw", 1)
     _rewrite_stl(holed, 1, lambda p, f: (p, f[1:]))  # one triangle removed: three open edges
-    _, notes = process_run(holed, tmp_path / "holed.zarr", **PROCESS_OPTIONS)
+    _, notes = process_run(holed, tmp_path / "holed.zarr", PROCESS_OPTIONS)
     assert any(n.startswith("warning: ") and "drivaer_1.stl: 3 open edges (the surface has holes"
                in n for n in notes), notes
     flat = _copy_run(tiny_raw_dir, 1, tmp_path / "raw_flat", 1)
     line = np.array([[0.0, 0.0, 5.0], [0.1, 0.0, 5.0], [0.2, 0.0, 5.0]])  # collinear: zero area
     _rewrite_stl(flat, 1, lambda p, f: (np.vstack([p, line]), np.vstack([f, [len(p) + np.arange(3)]])))
-    _, notes = process_run(flat, tmp_path / "flat.zarr", **PROCESS_OPTIONS)
+    _, notes = process_run(flat, tmp_path / "flat.zarr", PROCESS_OPTIONS)
     assert any("drivaer_1.stl: 1 degenerate triangles (zero area)" in n for n in notes), notes
     _, notes = process_run(_copy_run(tiny_raw_dir, 2, tmp_path / "raw_ok", 2), tmp_path / "ok.zarr",
-                           **PROCESS_OPTIONS)
+                           PROCESS_OPTIONS)
     assert not [n for n in notes if n.startswith("warning")]
 
 
@@ -385,4 +385,4 @@ def test_an_empty_file_says_empty(tiny_raw_dir: Path, tmp_path: Path) -> None:
     run_dir = _copy_run(tiny_raw_dir, 1, tmp_path / "raw", 1)
     pv.PolyData().save(run_dir / "boundary_1.vtp")
     with pytest.raises(RunError, match=r"boundary_1\.vtp: (empty|no cell data)"):
-        process_run(run_dir, tmp_path / "run_1.zarr", **PROCESS_OPTIONS)
+        process_run(run_dir, tmp_path / "run_1.zarr", PROCESS_OPTIONS)

@@ -15,7 +15,7 @@ from cache_fixtures import SAMPLES, build_tiny_cache, generation, tiny_settings
 
 from datapipe import CachedDoMINODataset
 from domino_pipeline.inputs.runs import list_runs
-from domino_pipeline.store.atomic_store import exclusive_lock, remove_stale_temporaries
+from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
 from domino_pipeline.store.build import cache_run, manifest_runs
 from domino_pipeline.store.cache_format import ARRAYS, StaleCacheError, generations
 from domino_pipeline.store.cache_run import CacheRun
@@ -61,7 +61,7 @@ def test_an_incomplete_write_places_nothing(tmp_path):
 def test_a_second_writer_waits_for_the_first(tmp_path, capfd):
     lock = tmp_path / ".lock"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from domino_pipeline.store.atomic_store import exclusive_lock\n"
+        "import sys, time; from domino_pipeline.atomic_store import exclusive_lock\n"
         f"with exclusive_lock({str(lock)!r}, 'run_1'):\n"
         "    print('held', flush=True); time.sleep(1.5)\n")], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"

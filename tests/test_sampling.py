@@ -17,6 +17,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from conftest import DEFAULTS, typed_config
 
 from domino_pipeline.compute.sampling import (
     SamplingLaw,
@@ -27,7 +28,7 @@ from domino_pipeline.compute.sampling import (
     draw_rng,
     read_window,
     sample_draw,
-    sampling_law_from_config,
+    sampling_law,
 )
 
 COUNTS = {"geometry": 1000, "surface": 5000, "volume": 20000}
@@ -91,9 +92,14 @@ def test_exact_and_null_factors_read_all_areas_and_windows_wrap():
 
 
 def test_the_law_comes_from_the_config():
-    assert sampling_law_from_config({}) == SamplingLaw(8, 1, False)
-    law = sampling_law_from_config({"surface_window_factor": None, "volume_window_factor": 3, "exact": True})
+    assert sampling_law(DEFAULTS.sampling) == SamplingLaw(8, 1, False)
+    sampling = typed_config("sampling.surface_window_factor=null", "sampling.volume_window_factor=3",
+                            "sampling.exact=true").sampling
+    law = sampling_law(sampling)
     assert law == SamplingLaw(None, 3, True) and law.window("volume", 10, 1000) == 1000
+    validation = typed_config("sampling.val_exact=true").sampling
+    assert not sampling_law(validation).exact and sampling_law(validation, validation=True).exact
+    assert not sampling_law(DEFAULTS.sampling, validation=True).exact
     with pytest.raises(ValueError, match="volume_window_factor must be an integer >= 1"):
         SamplingLaw(volume_window_factor=-2)
 

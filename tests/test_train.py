@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import PROCESS_OPTIONS
+from conftest import PROCESS_OPTIONS, typed_config
 from omegaconf import OmegaConf
 
 import train
@@ -48,7 +48,7 @@ def setup(tmp_path_factory) -> dict[str, Path]:
     cached with cache_data.py."""
     work = tmp_path_factory.mktemp("train")
     generate_runs(work / "raw", 4, preset="tiny", seed=1)
-    results = process_all(work / "raw", work / "processed", num_processes=1, **PROCESS_OPTIONS)
+    results = process_all(work / "raw", work / "processed", PROCESS_OPTIONS, num_processes=1)
     assert all(r.status == "processed" for r in results), results
     paths = {"processed": work / "processed", "cache": work / "cache", "factors": work / "scaling_factors.json", "work": work}
     run([PYTHON, "cache_data.py", "--config-name=cached", *common_overrides(paths)])
@@ -183,12 +183,11 @@ def test_split_is_deterministic_and_keeps_a_validation_run():
 
 
 def test_config_errors_name_the_problem():
-    section = OmegaConf.load(ROOT / "conf" / "config.yaml").train
-    assert train.TrainConfig.from_config(section).scheduler == "cosine"
-    with pytest.raises(ValueError, match=r"unknown keys \['epoch'\]"):
-        train.TrainConfig.from_config(OmegaConf.merge(section, {"epoch": 3}))
+    assert typed_config().train.scheduler == "cosine"
+    with pytest.raises(ValueError, match=r"train config: unknown keys \['epoch'\]"):
+        typed_config("+train.epoch=3")
     with pytest.raises(ValueError, match="train.scheduler must be one of"):
-        train.TrainConfig.from_config(OmegaConf.merge(section, {"scheduler": "linear"}))
+        typed_config("train.scheduler=linear")
     with pytest.raises(ValueError, match=r"model.geometry_rep: unknown keys \['base_filter'\]"):
         train.model_parameters({"geometry_rep": {"base_filter": 4}}, {"geometry_rep": {"base_filters": 8}})
     with pytest.raises(ValueError, match="model_type must be one of"):
@@ -374,21 +373,18 @@ def test_the_example_losses_train_and_are_logged_with_the_loss(setup):
 def test_scaling_factors_of_another_split_are_refused_unless_allowed(tmp_path):
     from types import SimpleNamespace
 
-    from omegaconf import OmegaConf
-
     from domino_pipeline.compute.scaling import save_scaling_factors
 
     factors = {"normalization": "min_max", "runs": ["run_1", "run_2"],
                "surface": {"min": [0.0] * 4, "max": [1.0] * 4, "mean": [0.5] * 4, "std": [0.1] * 4},
                "volume": {"min": [0.0] * 5, "max": [1.0] * 5, "mean": [0.5] * 5, "std": [0.1] * 5}}
     path = save_scaling_factors(tmp_path / "factors.json", factors)
-    cfg = OmegaConf.create({"cache": {"enabled": False}, "sampling": {"scaling_factors": str(path),
-                                                                      "normalization": "min_max"}})
+    cfg = typed_config(f"sampling.scaling_factors={path}")
     info = SimpleNamespace(is_main=True)
     train.ensure_scaling_factors(cfg, [Path("run_1.zarr"), Path("run_2.zarr")], path, info)  # same runs
     with pytest.raises(ValueError, match=r"factors\.json: the scaling factors were computed from other runs"):
         train.ensure_scaling_factors(cfg, [Path("run_1.zarr"), Path("run_3.zarr")], path, info)
-    cfg.sampling.allow_other_split = True
+    cfg = typed_config(f"sampling.scaling_factors={path}", "sampling.allow_other_split=true")
     train.ensure_scaling_factors(cfg, [Path("run_1.zarr"), Path("run_3.zarr")], path, info)
 
 

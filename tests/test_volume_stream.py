@@ -5,6 +5,7 @@ the whole-file fallback for what cannot be streamed."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from domino_pipeline.inputs.processed_run import load_processed_run, open_proces
 from domino_pipeline.inputs.volume_stream import WholeFileFallback
 from process_data import process_run
 
-VOLUME = PROCESS_OPTIONS["volume_variables"]
+VOLUME = PROCESS_OPTIONS.volume_variables
 
 
 def cfd_like_grid(rng: np.random.Generator, polygons: bool = False) -> pv.UnstructuredGrid:
@@ -52,8 +53,7 @@ def _expected_volume(run: Path, source: str) -> dict[str, np.ndarray]:
     """The volume as VTK reads the whole file, scaled as process_data scales it."""
     whole, _, _ = read_volume(run / "volume_1.vtu", VOLUME, source)
     length = car_length(load_stl_points(run))
-    divisors = field_divisors(VOLUME, PROCESS_OPTIONS["stream_velocity"],
-                              PROCESS_OPTIONS["air_density"], length)
+    divisors = field_divisors(VOLUME, PROCESS_OPTIONS.stream_velocity, PROCESS_OPTIONS.air_density, length)
     return {"volume_mesh_centers": whole["volume_mesh_centers"],
             "volume_fields": whole["volume_fields"] / divisors}
 
@@ -71,7 +71,7 @@ def test_streamed_volume_equals_vtk_whole_file(tiny_raw_dir: Path, tmp_path: Pat
     grid = cfd_like_grid(np.random.default_rng(5))
     run = _run_with_volume(tiny_raw_dir, tmp_path / "raw", grid, mode, compressor)
     out = tmp_path / "run_1.zarr"
-    process_run(run, out, **{**PROCESS_OPTIONS, "volume_source": source}, block_rows=97)
+    process_run(run, out, replace(PROCESS_OPTIONS, volume_source=source), block_rows=97)
     got = load_processed_run(out, ["volume_mesh_centers", "volume_fields"])
     want = _expected_volume(run, source)
     np.testing.assert_allclose(got["volume_mesh_centers"], want["volume_mesh_centers"], rtol=1e-6, atol=1e-6)
@@ -91,7 +91,7 @@ def test_unstreamable_volume_falls_back_to_vtk_with_a_warning(
                            mode, "none")
     out = tmp_path / "run_1.zarr"
     with pytest.warns(WholeFileFallback, match=f"{reason}.*reading it whole with VTK.*GiB of memory"):
-        process_run(run, out, **{**PROCESS_OPTIONS, "volume_source": "cells"})
+        process_run(run, out, replace(PROCESS_OPTIONS, volume_source="cells"))
     got = load_processed_run(out, ["volume_mesh_centers", "volume_fields"])
     want = _expected_volume(run, "cells")
     for name in want:

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from domino_pipeline.config import SamplingConfig
+
 _STREAM = {"geometry": 0, "surface": 1, "volume": 2}
 
 
@@ -62,15 +64,12 @@ class SamplingLaw:
         return n_rows if factor is None else min(n_rows, int(factor) * points)
 
 
-def sampling_law_from_config(sampling_cfg) -> SamplingLaw:
-    """The law from the ``sampling`` section of the Hydra config (absent keys: the defaults)."""
-    def factor(name: str, default: int) -> int | None:
-        value = sampling_cfg.get(name, default)
-        return None if value in (None, 0, "none", "null") else int(value)
-
-    return SamplingLaw(surface_window_factor=factor("surface_window_factor", 8),
-                       volume_window_factor=factor("volume_window_factor", 1),
-                       exact=bool(sampling_cfg.get("exact", False)))
+def sampling_law(sampling: SamplingConfig, *, validation: bool = False) -> SamplingLaw:
+    """The law of the ``sampling`` section; a validation draw's (``validation``) is exact when
+    ``sampling.val_exact``."""
+    return SamplingLaw(surface_window_factor=sampling.surface_window_factor,
+                       volume_window_factor=sampling.volume_window_factor,
+                       exact=sampling.exact or (validation and sampling.val_exact))
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from domino_pipeline.compute.settings import VARIABLE_WIDTH
-from domino_pipeline.store.atomic_store import read_json, write_json_atomic
+from domino_pipeline.atomic_store import read_json, write_json_atomic
+from domino_pipeline.variables import VARIABLE_WIDTH
 
 NORMALIZATIONS = ("min_max", "mean_std")
 KINDS = ("surface", "volume")

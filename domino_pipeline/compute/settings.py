@@ -1,6 +1,6 @@
 """The settings that decide a run's preprocessed contents, and their fingerprint.
 
-``PreprocessSettings`` is built once from the Hydra config (``settings_from_config``) and passed
+``PreprocessSettings`` is built once from the config's sections (``settings_from_config``) and passed
 down as plain arguments; its ``fingerprinted()`` form is what a cache records and compares.
 """
 
@@ -12,27 +12,21 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from domino_pipeline.config import NEIGHBOR_LAYOUTS, GeometryConfig, VariablesConfig, check_choice
+from domino_pipeline.variables import VARIABLE_WIDTH
+
 PARTS = ("surface", "volume")
 # The version of the code that computes a cache's contents (rows.py, volume_order.py,
-# preprocessing.py, geometry.py and this module), part of every settings fingerprint, so that a
+# preprocessing.py, geometry.py, ../variables.py and this module), part of every settings fingerprint, so that a
 # cache built by other code is stale. tests/test_code_version.py fails when that code changes
 # without this number being bumped.
 PREPROCESS_CODE_VERSION = 1
-VARIABLE_WIDTH = {"scalar": 1, "vector": 3}
-# What a cache stores of each surface cell's neighbours: their rows only, or also their features
+# The features a cache stores of each surface cell's neighbours with neighbor_layout features
 # (docs/cache_format.md). The uncached path computes them per draw either way.
-NEIGHBOR_LAYOUTS = ("indices", "features")
 NEIGHBOR_FEATURES = ("coordinates", "normals", "areas")
 # Settings that fingerprinted() leaves out at these values, so caches built before the setting
 # existed keep their fingerprint; where absent, a cache's settings have these values.
 IMPLICIT_DEFAULTS = {"neighbor_layout": "indices"}
-
-
-def variable_width(name: str, kind: str) -> int:
-    """The number of columns of variable ``name`` of ``kind`` ("scalar" or "vector")."""
-    if kind not in VARIABLE_WIDTH:
-        raise ValueError(f"variable {name}: kind {kind!r}, expected one of {list(VARIABLE_WIDTH)}")
-    return VARIABLE_WIDTH[kind]
 
 
 @dataclass(frozen=True)
@@ -63,9 +57,7 @@ class PreprocessSettings:
             bad = [v for v in variables if v[1] not in VARIABLE_WIDTH]
             if bad:
                 raise ValueError(f"{kind} variables {bad}: kind must be one of {list(VARIABLE_WIDTH)}")
-        if self.neighbor_layout not in NEIGHBOR_LAYOUTS:
-            raise ValueError(f"neighbor_layout must be one of {list(NEIGHBOR_LAYOUTS)}; "
-                             f"got {self.neighbor_layout!r}")
+        check_choice("neighbor_layout", self.neighbor_layout, NEIGHBOR_LAYOUTS)
 
     def width(self, part: str) -> int:
         """Number of target columns of ``part``."""
@@ -103,16 +95,17 @@ def parse_box(box) -> tuple[tuple[float, ...], tuple[float, ...]]:
     return tuple(float(v) for v in lo), tuple(float(v) for v in hi)
 
 
-def settings_from_config(geometry_cfg, variables_cfg, *, device: str | None = None) -> PreprocessSettings:
-    """Build the settings from the ``geometry`` and ``variables`` sections of the Hydra config."""
+def settings_from_config(geometry: GeometryConfig, variables: VariablesConfig, *,
+                         device: str | None = None) -> PreprocessSettings:
+    """The settings of the ``geometry`` and ``variables`` sections (``device``: another device)."""
     return PreprocessSettings(
-        bounding_box_volume=parse_box(geometry_cfg["bounding_box_volume"]),
-        bounding_box_surface=parse_box(geometry_cfg["bounding_box_surface"]),
-        interp_res=tuple(int(v) for v in geometry_cfg["interp_res"]),
-        num_neighbors_surface=int(geometry_cfg["num_neighbors_surface"]),
-        surface_variables=tuple((str(k), str(v)) for k, v in variables_cfg["surface"].items()),
-        volume_variables=tuple((str(k), str(v)) for k, v in variables_cfg["volume"].items()),
-        permutation_seed=int(geometry_cfg.get("permutation_seed", 0)),
-        neighbor_layout=str(geometry_cfg.get("neighbor_layout", IMPLICIT_DEFAULTS["neighbor_layout"])),
-        device=str(device if device is not None else geometry_cfg.get("device", "auto")),
+        bounding_box_volume=parse_box(geometry.bounding_box_volume),
+        bounding_box_surface=parse_box(geometry.bounding_box_surface),
+        interp_res=tuple(geometry.interp_res),
+        num_neighbors_surface=geometry.num_neighbors_surface,
+        surface_variables=tuple(variables.surface.items()),
+        volume_variables=tuple(variables.volume.items()),
+        permutation_seed=geometry.permutation_seed,
+        neighbor_layout=geometry.neighbor_layout,
+        device=geometry.device if device is None else device,
     )

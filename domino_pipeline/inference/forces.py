@@ -31,8 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-NORMALS = ("into_body", "out_of_body")
-WALL_SHEAR = ("on_fluid", "on_body")
+from domino_pipeline.config import NORMALS, WALL_SHEAR, ForcesConfig, check_choice
 
 
 @dataclass(frozen=True)
@@ -43,10 +42,8 @@ class ForceConvention:
     wall_shear: str = "on_fluid"  # DrivAerML (OpenFOAM wallShearStress): the stress on the fluid
 
     def __post_init__(self) -> None:
-        if self.normals not in NORMALS:
-            raise ValueError(f"forces.normals must be one of {NORMALS}, not {self.normals!r}")
-        if self.wall_shear not in WALL_SHEAR:
-            raise ValueError(f"forces.wall_shear must be one of {WALL_SHEAR}, not {self.wall_shear!r}")
+        check_choice("forces.normals", self.normals, NORMALS)
+        check_choice("forces.wall_shear", self.wall_shear, WALL_SHEAR)
 
     @property
     def outward_sign(self) -> float:
@@ -135,6 +132,14 @@ class ForceSettings:
     wall_shear_stress: str = "wallShearStressMeanTrim"
     drag_direction: tuple[float, float, float] = (1.0, 0.0, 0.0)
     lift_direction: tuple[float, float, float] = (0.0, 0.0, 1.0)
+
+    @classmethod
+    def from_config(cls, forces: ForcesConfig) -> ForceSettings:
+        """The settings of the ``forces`` section."""
+        return cls(reference_area=forces.reference_area,
+                   convention=ForceConvention(normals=forces.normals, wall_shear=forces.wall_shear),
+                   pressure=forces.pressure, wall_shear_stress=forces.wall_shear_stress,
+                   drag_direction=tuple(forces.drag_direction), lift_direction=tuple(forces.lift_direction))
 
     def columns(self, variables: dict[str, str]) -> tuple[int, slice]:
         """The column of the pressure and the columns of the wall shear in the surface fields."""

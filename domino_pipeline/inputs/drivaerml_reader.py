@@ -23,9 +23,8 @@ from vtkmodules.vtkCommonCore import vtkLogger
 from vtkmodules.vtkIOGeometry import vtkSTLReader
 from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
 
-from domino_pipeline.compute.settings import variable_width
-
-VOLUME_SOURCES = ("points", "cells")
+from domino_pipeline.config import VOLUME_SOURCES
+from domino_pipeline.variables import variable_width
 
 
 class RunError(ValueError):

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from domino_pipeline.compute.settings import variable_width
+from domino_pipeline.variables import variable_width
 
 # How each DrivAerML field is made dimensionless: its divisor in terms of U, rho and L.
 FIELD_SCALES = {

@@ -37,7 +37,7 @@ import numpy as np
 import zarr
 from zarr.codecs import BloscCodec
 
-from domino_pipeline.store.atomic_store import atomic_directory
+from domino_pipeline.atomic_store import atomic_directory
 
 FORMAT = "drivaerml-processed"
 FORMAT_VERSION = 1

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from domino_pipeline.config import DataConfig, PhysicsConfig, TrainConfig
 from domino_pipeline.inputs.curator_run import read_npy, read_npz, read_zarr_group
 from domino_pipeline.inputs.processed_run import (
     ARRAY_NAMES,
@@ -69,10 +70,10 @@ class ReadOptions:
 DEFAULT_OPTIONS = ReadOptions()
 
 
-def read_options_from_config(cfg) -> ReadOptions:
-    """ReadOptions from the ``data`` and ``physics`` sections of the Hydra config."""
-    return ReadOptions(allow_pickle=bool(cfg.data.get("allow_pickle", False)),
-                       global_params=(float(cfg.physics.stream_velocity), float(cfg.physics.air_density)))
+def read_options_from_config(data: DataConfig, physics: PhysicsConfig) -> ReadOptions:
+    """ReadOptions from the ``data`` and ``physics`` sections."""
+    return ReadOptions(allow_pickle=data.allow_pickle,
+                       global_params=(physics.stream_velocity, physics.air_density))
 
 
 @dataclass(frozen=True)
@@ -139,11 +140,10 @@ def split_runs(runs: list[Path], val_fraction: float, seed: int) -> tuple[list[P
     return train, val
 
 
-def split_from_config(runs: list[Path], cfg) -> tuple[list[Path], list[Path]]:
+def split_from_config(runs: list[Path], train: TrainConfig, seed: int) -> tuple[list[Path], list[Path]]:
     """train.py's split of ``runs``: ``train.val_fraction``, seeded by ``train.split_seed``
-    (null: the run's ``seed``). cache_data.py computes the scaling factors on its training runs."""
-    seed = cfg.train.get("split_seed")
-    return split_runs(runs, float(cfg.train.val_fraction), int(cfg.seed if seed is None else seed))
+    (None: the run's ``seed``). cache_data.py computes the scaling factors on its training runs."""
+    return split_runs(runs, train.val_fraction, seed if train.split_seed is None else train.split_seed)
 
 
 def _zarr_run(path: Path) -> OpenedRun:

@@ -9,7 +9,6 @@ Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the ca
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 
 from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError
-from domino_pipeline.compute.scaling import check_factors_match, load_scaling_factors
+from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_of
 from domino_pipeline.inputs.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
@@ -30,7 +29,7 @@ from domino_pipeline.store.cache_format import (
     diff_settings,
 )
 from domino_pipeline.store.cache_run import CacheRun
-from domino_pipeline.store.manifest import read_manifest, run_path
+from domino_pipeline.store.manifest import manifest_scaling_factors, read_manifest, run_path
 
 
 class CachedDoMINODataset(EpochDataset):
@@ -187,28 +186,6 @@ def _check_sources(cache_dir: Path, names: list[str], entries: list[dict],
         raise StaleCacheError(f"{cache_dir}: runs {changed} were written again after the cache "
                               "was built; rerun cache_data.py (cache.rebuild=true where their data "
                               "changed), or set cache.check_sources=false")
-
-
-def manifest_scaling_factors(cache_dir: str | os.PathLike, manifest: dict | None = None,
-                             normalization: str | None = None) -> dict:
-    """The scaling factors cache_data.py wrote beside the cache, checked against the SHA-256 the
-    manifest records (CacheError when absent or changed); ``normalization`` replaces the stored
-    one (scaling.load_scaling_factors)."""
-    cache_dir = Path(cache_dir)
-    manifest = read_manifest(cache_dir) if manifest is None else manifest
-    record = manifest.get("scaling_factors")
-    if record is None:
-        raise CacheError(f"{cache_dir}: the manifest records no scaling factors; rerun cache_data.py "
-                         "(it writes them), or pass scaling_factors (a file, or None for unscaled targets)")
-    path = cache_dir / record["path"]
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as err:
-        raise CacheError(f"{path}: the scaling factors the manifest records are unreadable ({err})") from err
-    if digest != record["sha256"]:
-        raise CacheError(f"{path}: changed since cache_data.py wrote it (SHA-256 {digest[:12]}..., "
-                         f"manifest {record['sha256'][:12]}...); rerun cache_data.py")
-    return load_scaling_factors(path, normalization)
 
 
 def _read_surface(run: CacheRun, rows: np.ndarray, neighbor_layout: str) -> dict[str, np.ndarray]:

@@ -27,79 +27,20 @@ from domino_pipeline.inputs.runs import (
     open_run,
     run_format,
     run_name,
-    source_fingerprint,
-    stat_fingerprint,
 )
 from domino_pipeline.run_report import RunResult
 from domino_pipeline.store.cache_format import (
-    CacheError,
     current_generation,
-    diff_settings,
     directory_bytes,
     run_fingerprint,
     run_folder,
 )
 from domino_pipeline.store.cache_run import CacheRun
-from domino_pipeline.store.manifest import manifest_entry, read_manifest
+from domino_pipeline.store.manifest import manifest_entry
 from domino_pipeline.store.run_writer import RunWriter, run_lock
+from domino_pipeline.store.staleness import manifest_records, run_state
 
 FACTORS_FILE = "scaling_factors.json"
-
-
-def current_source(processed_path: Path, recorded: dict | None = None, *, full: bool = False) -> dict:
-    """The processed run's source record: its path, the SHA-256 of its bytes and its stat
-    fingerprint (names, sizes, times). The bytes are hashed only when the stat fingerprint
-    differs from ``recorded``'s (or ``full``): a rerun over unchanged runs reads no data."""
-    stat = stat_fingerprint(processed_path)
-    if not full and recorded and recorded.get("stat") == stat and recorded.get("fingerprint"):
-        fingerprint = recorded["fingerprint"]
-    else:
-        fingerprint = source_fingerprint(processed_path)
-    return {"path": str(Path(processed_path).resolve()), "fingerprint": fingerprint, "stat": stat}
-
-
-def stale_reasons(run: CacheRun, settings: PreprocessSettings, source: str) -> list[str]:
-    """Why a cache run generation does not match ``settings`` and the processed run's
-    fingerprint ``source`` (empty: current)."""
-    if run.attrs.get("fingerprint") == run_fingerprint(settings.fingerprint(), source):
-        return []
-    reasons = diff_settings(run.attrs.get("settings", {}), settings.fingerprinted())
-    if run.attrs.get("source", {}).get("fingerprint") != source:
-        reasons.append("source: the processed run has changed since the cache run was built")
-    return reasons or ["fingerprint differs (another cache format or code version)"]
-
-
-def manifest_records(cache_dir: Path) -> dict[str, dict]:
-    """The manifest's run entries, read once for a batch of runs ({} without a usable manifest)."""
-    try:
-        return read_manifest(cache_dir)["runs"]
-    except (CacheError, FileNotFoundError):
-        return {}
-
-
-def _recorded_source(entry: dict, run: CacheRun) -> dict:
-    """The source record to compare with: the manifest ``entry``'s (refreshed at every manifest
-    write) when it names this generation, else the one the generation was built with."""
-    if entry.get("path", "").endswith("/" + run.path.name) and "source" in entry:
-        return entry["source"]
-    return run.attrs.get("source", {})
-
-
-def current_state(cache_dir: Path, processed_path: Path, settings: PreprocessSettings,
-                  records: dict[str, dict]) -> tuple[list[str] | None, dict, CacheRun | None]:
-    """(None when the run has no generation yet, else ``stale_reasons`` of the newest; the
-    processed run's source record; the newest generation, opened). ``records``: the
-    manifest's run entries (``manifest_records``)."""
-    name = run_name(processed_path)
-    newest = current_generation(run_folder(cache_dir, name))
-    if newest is None:
-        return None, current_source(processed_path), None
-    try:
-        run = CacheRun(newest)
-    except ValueError as err:  # CacheError: unreadable or foreign
-        return [str(err)], current_source(processed_path), None
-    source = current_source(processed_path, _recorded_source(records.get(name, {}), run))
-    return stale_reasons(run, settings, source["fingerprint"]), source, run
 
 
 def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, source: dict,
@@ -150,16 +91,15 @@ def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
     form = _form(processed_path)
     try:
         records = manifest_records(cache_dir) if records is None else records
-        reasons, _, _ = current_state(cache_dir, processed_path, settings, records)
-        if reasons == []:  # current: no lock taken, so a read-only cache reruns cleanly
+        if run_state(cache_dir, processed_path, settings, records).current:  # no lock: read-only reruns
             return RunResult(name, "skipped", "current", format=form)
         with run_lock(cache_dir, name):
-            reasons, source, _ = current_state(cache_dir, processed_path, settings, records)  # another writer's?
-            if reasons == []:
+            state = run_state(cache_dir, processed_path, settings, records)  # another writer's?
+            if state.current:
                 return RunResult(name, "skipped", "current", format=form)
-            if reasons is not None and not rebuild:
-                return RunResult(name, "stale", "; ".join(reasons), format=form)
-            path, form = build_run(processed_path, cache_dir, settings, source, options)
+            if state.built and not rebuild:
+                return RunResult(name, "stale", "; ".join(state.reasons), format=form)
+            path, form = build_run(processed_path, cache_dir, settings, state.source, options)
     except Exception as err:  # one bad run is reported and the others go on
         return RunResult(name, "failed", f"{processed_path}: {type(err).__name__}: {err}", format=form)
     return RunResult(name, "built", seconds=time.time() - started, bytes=directory_bytes(path), format=form)
@@ -170,9 +110,9 @@ def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSetting
     current records."""
     entries, records = {}, manifest_records(cache_dir)
     for path in runs:
-        reasons, source, run = current_state(cache_dir, path, settings, records)
-        if reasons == []:
-            entries[run_name(path)] = manifest_entry(cache_dir, run) | {"source": source}
+        state = run_state(cache_dir, path, settings, records)
+        if state.current:
+            entries[run_name(path)] = manifest_entry(cache_dir, state.run) | {"source": state.source}
     return entries
 
 
@@ -188,14 +128,3 @@ def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: Pre
     path = save_scaling_factors(cache_dir / FACTORS_FILE, factors)
     return {"path": FACTORS_FILE, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "runs": factors["runs"], "normalization": normalization, "variables": factors["variables"]}
-
-
-def check_scaling_factors(cache_dir: Path) -> str:
-    """Why the scaling factors the manifest records cannot be used ("" when they can)."""
-    from domino_pipeline.loading.cached import manifest_scaling_factors
-
-    try:
-        manifest_scaling_factors(cache_dir)
-    except (CacheError, FileNotFoundError, ValueError) as err:
-        return str(err)
-    return ""

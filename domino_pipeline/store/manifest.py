@@ -15,12 +15,13 @@ import os
 import time
 from pathlib import Path, PurePosixPath
 
-from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.store.atomic_store import (
+from domino_pipeline.atomic_store import (
     exclusive_lock,
     read_json,
     write_json_atomic,
 )
+from domino_pipeline.compute.scaling import load_scaling_factors
+from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.store.cache_format import (
     FORMAT,
     FORMAT_VERSION,
@@ -114,3 +115,25 @@ def manifest_entry(cache_dir: str | os.PathLike, run: CacheRun) -> dict:
             "counts": run.attrs["counts"], "metadata_sha256": metadata_sha256(run.path),
             "bytes": directory_bytes(run.path), "files": file_count(run.path),
             "build_seconds": run.attrs.get("build_seconds")}
+
+
+def manifest_scaling_factors(cache_dir: str | os.PathLike, manifest: dict | None = None,
+                             normalization: str | None = None) -> dict:
+    """The scaling factors cache_data.py wrote beside the cache, checked against the SHA-256 the
+    manifest records (CacheError when absent or changed); ``normalization`` replaces the stored
+    one (scaling.load_scaling_factors)."""
+    cache_dir = Path(cache_dir)
+    manifest = read_manifest(cache_dir) if manifest is None else manifest
+    record = manifest.get("scaling_factors")
+    if record is None:
+        raise CacheError(f"{cache_dir}: the manifest records no scaling factors; rerun cache_data.py "
+                         "(it writes them), or pass scaling_factors (a file, or None for unscaled targets)")
+    path = cache_dir / record["path"]
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as err:
+        raise CacheError(f"{path}: the scaling factors the manifest records are unreadable ({err})") from err
+    if digest != record["sha256"]:
+        raise CacheError(f"{path}: changed since cache_data.py wrote it (SHA-256 {digest[:12]}..., "
+                         f"manifest {record['sha256'][:12]}...); rerun cache_data.py")
+    return load_scaling_factors(path, normalization)

@@ -27,7 +27,7 @@ import numpy as np
 import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
 
-from domino_pipeline.store.atomic_store import exclusive_lock, remove_stale_temporaries
+from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
 from domino_pipeline.store.cache_format import (
     FORMAT,
     FORMAT_VERSION,

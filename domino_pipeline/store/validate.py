@@ -8,7 +8,6 @@ from pathlib import Path
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.inputs.runs import run_name, source_fingerprint
 from domino_pipeline.run_report import RunResult
-from domino_pipeline.store.build import stale_reasons
 from domino_pipeline.store.cache_format import (
     CacheError,
     current_generation,
@@ -19,6 +18,7 @@ from domino_pipeline.store.cache_format import (
 )
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import read_manifest, run_path
+from domino_pipeline.store.staleness import stale_reasons
 
 
 def read_in_blocks(run: CacheRun, name: str, rows: int = 1 << 20) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from domino_pipeline.compute.settings import VARIABLE_WIDTH
+from domino_pipeline.variables import VARIABLE_WIDTH
 from domino_pipeline.loading.items import MODEL_TYPES
 
 INPUT_FEATURES = 3      # x, y, z of every point

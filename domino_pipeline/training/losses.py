@@ -32,74 +32,11 @@ points, so the example's padding mask (value -10) is not needed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
 
 import torch
 
-LOSS_TYPES = ("mse", "rmse")
-TERMS = ("volume", "surface", "surface_area", "integral")
-SURFACE_TERMS = ("surface", "surface_area", "integral")
+from domino_pipeline.config import LossConfig  # noqa: F401 (losses.LossConfig)
 
-
-@dataclass(frozen=True)
-class LossConfig:
-    """The `loss:` section: the loss type and the weight of each term (0: term not computed)."""
-
-    type: str = "mse"
-    volume_weight: float = 1.0
-    surface_weight: float = 1.0
-    area_weight: float = 0.0
-    integral_weight: float = 0.0
-    area_scaling_factor: float = 10000.0
-
-    def __post_init__(self) -> None:
-        if self.type not in LOSS_TYPES:
-            raise ValueError(f"loss.type must be one of {LOSS_TYPES}, not {self.type!r}")
-        for term in TERMS:
-            if self.weight(term) < 0:
-                raise ValueError(f"loss.{_weight_key(term)} must be 0 or more, not {self.weight(term)}")
-        if self.area_scaling_factor <= 0:
-            raise ValueError(f"loss.area_scaling_factor must be positive, not {self.area_scaling_factor}")
-
-    @classmethod
-    def from_config(cls, section: Mapping[str, Any] | None) -> LossConfig:
-        """Build from the Hydra section (None: the defaults); unknown keys are errors."""
-        values = dict(section or {})
-        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(f"loss config: unknown keys {unknown}; known: {sorted(cls.__dataclass_fields__)}")
-        return cls(**values)
-
-    def weight(self, term: str) -> float:
-        return float(getattr(self, _weight_key(term)))
-
-    def active_terms(self, parts: tuple[str, ...]) -> list[str]:
-        """The terms with a positive weight that the model's parts ("surface", "volume") allow."""
-        return [t for t in TERMS if self.weight(t) > 0 and ("surface" if t in SURFACE_TERMS else "volume") in parts]
-
-    def check(self, parts: tuple[str, ...], surface_width: int) -> None:
-        """Refuse a choice the model cannot serve: no term at all, or the area-weighted and
-        integral terms without a [pressure, 3 wall-shear components] surface output."""
-        if not self.active_terms(parts):
-            raise ValueError(f"loss: no term with a positive weight for a model with {parts} outputs ({self.as_dict()})")
-        needs_layout = [t for t in ("surface_area", "integral") if t in self.active_terms(parts)]
-        if needs_layout and surface_width != 4:
-            raise ValueError(f"loss terms {needs_layout} need 4 surface variables (pressure, then the 3 wall-shear "
-                             f"components); the configured surface variables have {surface_width} columns")
-
-    def describe(self, parts: tuple[str, ...] = ("surface", "volume")) -> str:
-        """One line for logs, the terms a model with ``parts`` uses, e.g. ``mse: 1 x surface + 1 x volume``."""
-        terms = " + ".join(f"{self.weight(t):g} x {t}" for t in self.active_terms(parts)) or "nothing"
-        suffix = f" (area scaling {self.area_scaling_factor:g})" if "surface_area" in self.active_terms(parts) else ""
-        return f"{self.type}: {terms}{suffix}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _weight_key(term: str) -> str:
-    return {"surface_area": "area_weight"}.get(term, f"{term}_weight")
 
 
 def volume_loss(prediction: torch.Tensor, target: torch.Tensor, loss_type: str) -> torch.Tensor:

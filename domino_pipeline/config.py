@@ -1,0 +1,335 @@
+"""The configuration, typed: one frozen dataclass per section of conf/config.yaml.
+
+The defaults live in the YAML files only (conf/config.yaml and the presets that extend it): every
+field here is required, ``from_section`` refuses unknown and missing keys, and ``__post_init__``
+refuses values outside the allowed choices, listing them. ``load_config`` builds every section once
+at an entry point; the library receives the sections as plain arguments.
+
+    config = load_config(cfg)                 # cfg: the DictConfig Hydra composed
+    settings = settings_from_config(config.geometry, config.variables)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from domino_pipeline.config_section import from_section
+from domino_pipeline.example_keys import check_example_keys
+
+MODEL_TYPES = ("surface", "volume", "combined")
+DEVICES = ("auto", "cpu", "cuda")
+VOLUME_SOURCES = ("points", "cells")  # VTU points with point data | cell centres with cell data
+NEIGHBOR_LAYOUTS = ("indices", "features")
+NORMALIZATIONS = ("min_max", "mean_std")
+SCHEDULERS = ("cosine", "step")
+AMP_CHOICES = ("bf16", "fp16", "none")
+SPLITS = ("train", "val")
+NORMALS = ("into_body", "out_of_body")
+WALL_SHEAR = ("on_fluid", "on_body")
+LOSS_TYPES = ("mse", "rmse")
+LOSS_TERMS = ("volume", "surface", "surface_area", "integral")
+SURFACE_TERMS = ("surface", "surface_area", "integral")
+# Keys Hydra itself adds to a config loaded from a file (not sections of ours)
+HYDRA_KEYS = ("defaults", "hydra")
+
+
+def check_choice(key: str, value: Any, choices: tuple) -> None:
+    """Refuse ``value`` for ``key`` unless it is one of ``choices``, listing them."""
+    if value not in choices:
+        raise ValueError(f"{key} must be one of {list(choices)}, not {value!r}")
+
+
+def check_at_least(section: str, config: Any, names: tuple[str, ...], minimum: float) -> None:
+    """Refuse any of the fields ``names`` of ``config`` below ``minimum``."""
+    for name in names:
+        if getattr(config, name) < minimum:
+            raise ValueError(f"{section}.{name} must be at least {minimum}, not {getattr(config, name)}")
+
+
+def check_device(key: str, device: str) -> None:
+    """auto, cpu, cuda or cuda:<index>."""
+    if device not in DEVICES and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise ValueError(f"{key} must be one of {list(DEVICES)} or cuda:<index>, not {device!r}")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """``data:`` where the runs are."""
+
+    raw_dir: str            # run_<i>/ folders as published
+    processed_dir: str      # processed runs, or physicsnemo-curator output as it is
+    allow_pickle: bool      # also read legacy .npy dict runs (restricted unpickler)
+
+
+@dataclass(frozen=True)
+class PhysicsConfig:
+    """``physics:`` the non-dimensionalisation references."""
+
+    stream_velocity: float
+    air_density: float
+    reference_length: float | None  # None: each car's length
+
+    def __post_init__(self) -> None:
+        length = 1.0 if self.reference_length is None else self.reference_length
+        if min(self.stream_velocity, self.air_density, length) <= 0:
+            raise ValueError("physics: stream_velocity, air_density and reference_length (when given) "
+                             f"must be positive, not {self.stream_velocity}, {self.air_density}, "
+                             f"{self.reference_length}")
+
+
+@dataclass(frozen=True)
+class VariablesConfig:
+    """``variables:`` the field names of each part and their kind (scalar | vector), in column order."""
+
+    surface: dict[str, str]
+    volume: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ProcessConfig:
+    """``process:`` process_data.py's batch."""
+
+    num_processes: int
+    volume_source: str
+    overwrite: bool
+
+    def __post_init__(self) -> None:
+        check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)
+        check_at_least("process", self, ("num_processes",), 1)
+
+
+@dataclass(frozen=True)
+class GeometryConfig:
+    """``geometry:`` the per-run work a cache holds (``PreprocessSettings`` with the variables)."""
+
+    bounding_box_volume: dict[str, list[float]]   # {min: [x, y, z], max: [x, y, z]}
+    bounding_box_surface: dict[str, list[float]]
+    interp_res: list[int]
+    num_neighbors_surface: int
+    permutation_seed: int
+    neighbor_layout: str
+    device: str
+
+    def __post_init__(self) -> None:
+        check_choice("geometry.neighbor_layout", self.neighbor_layout, NEIGHBOR_LAYOUTS)
+        check_device("geometry.device", self.device)
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """``sampling:`` what a draw takes (compute/sampling.py) and the target scaling."""
+
+    surface_points: int
+    volume_points: int
+    geometry_points: int
+    surface_window_factor: int | None  # None: the whole surface
+    volume_window_factor: int | None   # None: all volume rows
+    exact: bool
+    val_exact: bool
+    normalization: str
+    scaling_factors: str | None        # None: the cache's own, or <output_dir>/scaling_factors.json
+    allow_other_split: bool
+
+    def __post_init__(self) -> None:
+        check_choice("sampling.normalization", self.normalization, NORMALIZATIONS)
+        check_at_least("sampling", self, ("surface_points", "volume_points", "geometry_points"), 1)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """``cache:`` the training cache."""
+
+    enabled: bool
+    dir: str
+    rebuild: bool
+    validate: bool
+    check_sources: bool
+    max_open_runs: int
+
+    def __post_init__(self) -> None:
+        check_at_least("cache", self, ("max_open_runs",), 1)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """``loss:`` the loss type and each term's weight (0: the term is not computed)."""
+
+    type: str
+    volume_weight: float
+    surface_weight: float
+    area_weight: float
+    integral_weight: float
+    area_scaling_factor: float
+
+    def __post_init__(self) -> None:
+        check_choice("loss.type", self.type, LOSS_TYPES)
+        for term in LOSS_TERMS:
+            if self.weight(term) < 0:
+                raise ValueError(f"loss.{loss_weight_key(term)} must be 0 or more, not {self.weight(term)}")
+        if self.area_scaling_factor <= 0:
+            raise ValueError(f"loss.area_scaling_factor must be positive, not {self.area_scaling_factor}")
+
+    def weight(self, term: str) -> float:
+        """The weight of ``term`` (one of LOSS_TERMS)."""
+        return float(getattr(self, loss_weight_key(term)))
+
+    def active_terms(self, parts: tuple[str, ...]) -> list[str]:
+        """The terms with a positive weight that the model's parts ("surface", "volume") allow."""
+        return [t for t in LOSS_TERMS
+                if self.weight(t) > 0 and ("surface" if t in SURFACE_TERMS else "volume") in parts]
+
+    def check(self, parts: tuple[str, ...], surface_width: int) -> None:
+        """Refuse a choice the model cannot serve: no term at all, or the area-weighted and
+        integral terms without a [pressure, 3 wall-shear components] surface output."""
+        if not self.active_terms(parts):
+            raise ValueError(f"loss: no term with a positive weight for a model with {parts} outputs "
+                             f"({self.as_dict()})")
+        needs_layout = [t for t in ("surface_area", "integral") if t in self.active_terms(parts)]
+        if needs_layout and surface_width != 4:
+            raise ValueError(f"loss terms {needs_layout} need 4 surface variables (pressure, then the 3 "
+                             f"wall-shear components); the configured surface variables have "
+                             f"{surface_width} columns")
+
+    def describe(self, parts: tuple[str, ...] = ("surface", "volume")) -> str:
+        """One line for logs, the terms a model with ``parts`` uses, e.g. ``mse: 1 x surface + 1 x volume``."""
+        terms = " + ".join(f"{self.weight(t):g} x {t}" for t in self.active_terms(parts)) or "nothing"
+        suffix = f" (area scaling {self.area_scaling_factor:g})" if "surface_area" in self.active_terms(parts) else ""
+        return f"{self.type}: {terms}{suffix}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def loss_weight_key(term: str) -> str:
+    """The ``loss:`` key of a term's weight."""
+    return {"surface_area": "area_weight"}.get(term, f"{term}_weight")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """``train:`` train.py's optimisation, schedule, split, loaders and device."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    scheduler: str          # cosine: to min_lr over all epochs | step: x gamma every step_size epochs
+    min_lr: float
+    step_size: int
+    gamma: float
+    clip_grad_norm: float   # <= 0: no clipping
+    amp: str                # bf16 | fp16 | none; used on CUDA only
+    val_fraction: float
+    split_seed: int | None  # seeds the train/validation split; None: the run's seed
+    val_every: int
+    checkpoint_every: int
+    num_workers: int
+    val_num_workers: int
+    device: str             # auto | cpu | cuda
+    cpu_threads: int        # torch intra-op threads when training on the CPU; 0: torch's default
+    init_from: str | None   # a physicsnemo .mdlus model to start from (fine-tuning); None: fresh weights
+
+    def __post_init__(self) -> None:
+        check_choice("train.scheduler", self.scheduler, SCHEDULERS)
+        check_choice("train.amp", self.amp, AMP_CHOICES)
+        check_choice("train.device", self.device, DEVICES)
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"train.val_fraction must be in [0, 1), not {self.val_fraction}")
+        check_at_least("train", self, ("cpu_threads", "num_workers", "val_num_workers"), 0)
+        check_at_least("train", self, ("epochs", "batch_size", "val_every", "checkpoint_every", "step_size"), 1)
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    """``predict:`` predict.py's checkpoint, runs and outputs."""
+
+    checkpoint: str
+    runs: list[str]
+    split: str | None         # train | val: add the runs of <train_dir>/split.json
+    train_dir: str
+    out_dir: str
+    batch_points: int         # surface cells (or volume points) per forward pass
+    volume: bool
+    device: str
+    plot: bool
+
+    def __post_init__(self) -> None:
+        if self.split is not None:
+            check_choice("predict.split", self.split, SPLITS)
+        check_choice("predict.device", self.device, DEVICES)
+        check_at_least("predict", self, ("batch_points",), 1)
+
+
+@dataclass(frozen=True)
+class ForcesConfig:
+    """``forces:`` drag and lift: reference area, the data's conventions, variables, directions."""
+
+    reference_area: float
+    normals: str
+    wall_shear: str
+    pressure: str
+    wall_shear_stress: str
+    drag_direction: list[float]
+    lift_direction: list[float]
+
+    def __post_init__(self) -> None:
+        check_choice("forces.normals", self.normals, NORMALS)
+        check_choice("forces.wall_shear", self.wall_shear, WALL_SHEAR)
+        if self.reference_area <= 0:
+            raise ValueError(f"forces.reference_area must be positive, not {self.reference_area}")
+
+
+SECTIONS = {
+    "data": DataConfig, "physics": PhysicsConfig, "variables": VariablesConfig, "process": ProcessConfig,
+    "geometry": GeometryConfig, "sampling": SamplingConfig, "cache": CacheConfig, "loss": LossConfig,
+    "train": TrainConfig, "predict": PredictConfig, "forces": ForcesConfig,
+}
+TOP_LEVEL = ("model_type", "seed", "output_dir", "model")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """The whole configuration: the top-level keys and one typed object per section. ``model``
+    stays a plain mapping: physicsnemo's DoMINO parameters, checked against its own defaults
+    when the model is built (training/domino_model.py)."""
+
+    model_type: str
+    seed: int
+    output_dir: str
+    model: dict[str, Any]
+    data: DataConfig
+    physics: PhysicsConfig
+    variables: VariablesConfig
+    process: ProcessConfig
+    geometry: GeometryConfig
+    sampling: SamplingConfig
+    cache: CacheConfig
+    loss: LossConfig
+    train: TrainConfig
+    predict: PredictConfig
+    forces: ForcesConfig
+
+    def __post_init__(self) -> None:
+        check_choice("model_type", self.model_type, MODEL_TYPES)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The resolved config as plain JSON values (recorded in checkpoints and cache manifests)."""
+        return dataclasses.asdict(self)
+
+
+def load_config(cfg: DictConfig) -> PipelineConfig:
+    """Every section of ``cfg`` into its dataclass; unknown and missing keys are errors (a key of
+    physicsnemo's DoMINO example is named with the key it has here)."""
+    values = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in HYDRA_KEYS}
+    check_example_keys(values)
+    known = set(SECTIONS) | set(TOP_LEVEL)
+    if set(values) != known:
+        raise ValueError(f"config: unknown keys {sorted(set(values) - known)}, "
+                         f"missing keys {sorted(known - set(values))}")
+    sections = {name: from_section(cls, values[name], name) for name, cls in SECTIONS.items()}
+    return PipelineConfig(model_type=values["model_type"], seed=values["seed"], output_dir=values["output_dir"],
+                          model=values["model"], **sections)

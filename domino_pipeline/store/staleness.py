@@ -1,0 +1,107 @@
+"""Whether a cache run is current: its newest generation's fingerprint against the settings
+and the processed run it was built from, and the manifest's records of both; whether the
+scaling factors the manifest records are usable.
+
+The read side of the store: the cache build (build.py) and the validation (validate.py) both
+ask here, and neither this module nor its imports load Warp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from domino_pipeline.compute.settings import PreprocessSettings
+from domino_pipeline.inputs.runs import run_name, source_fingerprint, stat_fingerprint
+from domino_pipeline.store.cache_format import (
+    CacheError,
+    current_generation,
+    diff_settings,
+    run_fingerprint,
+    run_folder,
+)
+from domino_pipeline.store.cache_run import CacheRun
+from domino_pipeline.store.manifest import manifest_scaling_factors, read_manifest
+
+
+def current_source(processed_path: Path, recorded: dict | None = None, *, full: bool = False) -> dict:
+    """The processed run's source record: its path, the SHA-256 of its bytes and its stat
+    fingerprint (names, sizes, times). The bytes are hashed only when the stat fingerprint
+    differs from ``recorded``'s (or ``full``): a rerun over unchanged runs reads no data."""
+    stat = stat_fingerprint(processed_path)
+    if not full and recorded and recorded.get("stat") == stat and recorded.get("fingerprint"):
+        fingerprint = recorded["fingerprint"]
+    else:
+        fingerprint = source_fingerprint(processed_path)
+    return {"path": str(Path(processed_path).resolve()), "fingerprint": fingerprint, "stat": stat}
+
+
+def stale_reasons(run: CacheRun, settings: PreprocessSettings, source: str) -> list[str]:
+    """Why a cache run generation does not match ``settings`` and the processed run's
+    fingerprint ``source`` (empty: current)."""
+    if run.attrs.get("fingerprint") == run_fingerprint(settings.fingerprint(), source):
+        return []
+    reasons = diff_settings(run.attrs.get("settings", {}), settings.fingerprinted())
+    if run.attrs.get("source", {}).get("fingerprint") != source:
+        reasons.append("source: the processed run has changed since the cache run was built")
+    return reasons or ["fingerprint differs (another cache format or code version)"]
+
+
+def manifest_records(cache_dir: Path) -> dict[str, dict]:
+    """The manifest's run entries, read once for a batch of runs ({} without a usable manifest)."""
+    try:
+        return read_manifest(cache_dir)["runs"]
+    except (CacheError, FileNotFoundError):
+        return {}
+
+
+def _recorded_source(entry: dict, run: CacheRun) -> dict:
+    """The source record to compare with: the manifest ``entry``'s (refreshed at every manifest
+    write) when it names this generation, else the one the generation was built with."""
+    if entry.get("path", "").endswith("/" + run.path.name) and "source" in entry:
+        return entry["source"]
+    return run.attrs.get("source", {})
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A run's newest cache generation set against its processed run: ``built`` whether a
+    generation exists; ``reasons`` why it is stale (empty when current); ``source`` the
+    processed run's current source record; ``run`` the generation, opened (None when there is
+    none or it cannot be read)."""
+
+    built: bool
+    reasons: list[str]
+    source: dict
+    run: CacheRun | None = None
+
+    @property
+    def current(self) -> bool:
+        """Whether the newest generation exists and matches the settings and the processed run."""
+        return self.built and not self.reasons
+
+
+def run_state(cache_dir: Path, processed_path: Path, settings: PreprocessSettings,
+              records: dict[str, dict]) -> RunState:
+    """The state of the processed run's newest cache generation. ``records``: the manifest's
+    run entries (``manifest_records``)."""
+    name = run_name(processed_path)
+    newest = current_generation(run_folder(cache_dir, name))
+    if newest is None:
+        return RunState(False, [], current_source(processed_path))
+    try:
+        run = CacheRun(newest)
+    except ValueError as err:  # CacheError: unreadable or foreign
+        return RunState(True, [str(err)], current_source(processed_path))
+    source = current_source(processed_path, _recorded_source(records.get(name, {}), run))
+    return RunState(True, stale_reasons(run, settings, source["fingerprint"]), source, run)
+
+
+
+def check_scaling_factors(cache_dir: Path) -> str:
+    """Why the scaling factors the manifest records cannot be used ("" when they can)."""
+    try:
+        manifest_scaling_factors(cache_dir)
+    except (CacheError, FileNotFoundError, ValueError) as err:
+        return str(err)
+    return ""

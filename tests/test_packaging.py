@@ -1,0 +1,102 @@
+"""Packaging: the wheel holds the ``domino_pipeline`` package only and declares the
+dependencies the code imports, in ranges that admit the tested pins (requirements.txt); the
+package's public names load on first use. (The install into a fresh environment, with its
+dependencies, is a CI step: `make install-check`.)"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+import zipfile
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+import domino_pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+ENTRY_POINTS = ("process_data.py", "cache_data.py", "train.py", "predict.py", "datapipe.py",
+                "synthetic_data.py")
+# Needed but never imported by name: torch.utils.tensorboard's writer.
+NOT_IMPORTED = {"tensorboard"}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    """The wheel built (no dependencies fetched) from a copy of the project's sources."""
+    src = tmp_path_factory.mktemp("src")
+    shutil.copy(ROOT / "pyproject.toml", src)
+    shutil.copytree(ROOT / "domino_pipeline", src / "domino_pipeline",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for script in ENTRY_POINTS:  # present, as in the repository, yet not to be packaged
+        shutil.copy(ROOT / script, src)
+    out = tmp_path_factory.mktemp("wheel")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                           "-q", "-w", str(out), str(src)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (path,) = out.glob("*.whl")
+    return zipfile.ZipFile(path)
+
+
+def _requires(wheel: zipfile.ZipFile) -> list[Requirement]:
+    (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    lines = wheel.read(metadata).decode().splitlines()
+    return [Requirement(line.split(":", 1)[1]) for line in lines if line.startswith("Requires-Dist:")]
+
+
+def _pins() -> dict[str, str]:
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    pins = [line.split("==") for line in lines if "==" in line and not line.startswith("#")]
+    return {name.strip().lower(): version.strip() for name, version in pins}
+
+
+def _imported_distributions() -> set[str]:
+    """The distributions whose modules the package and the entry points import."""
+    files = [*ROOT.joinpath("domino_pipeline").rglob("*.py"), *(ROOT / s for s in ENTRY_POINTS)]
+    names = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names.add(node.module.split(".")[0])
+    owners = packages_distributions()
+    return {dist.lower() for name in names if name not in sys.stdlib_module_names
+            for dist in owners.get(name, [])} - {"domino-pipeline"}
+
+
+def test_the_wheel_installs_only_the_package(wheel):
+    tops = {name.split("/")[0] for name in wheel.namelist()}
+    (info,) = {top for top in tops if top.endswith(".dist-info")}
+    assert tops - {info} == {"domino_pipeline"} and info.startswith("domino_pipeline-")
+    assert "domino_pipeline/loading/cached.py" in wheel.namelist()
+
+
+def test_the_wheel_declares_every_imported_distribution(wheel):
+    declared = {r.name.lower() for r in _requires(wheel) if r.marker is None}
+    assert _imported_distributions() | NOT_IMPORTED <= declared
+    assert declared - _imported_distributions() <= NOT_IMPORTED
+
+
+def test_each_declared_range_admits_the_tested_pin_and_stops_at_the_next_major(wheel):
+    pins = _pins()
+    for requirement in _requires(wheel):
+        pin = pins[requirement.name.lower()]
+        assert requirement.specifier.contains(pin), (requirement, pin)
+        major = int(pin.split(".")[0])
+        assert not requirement.specifier.contains(f"{major + 1}.0"), requirement
+
+
+def test_the_public_names_resolve_and_are_the_datapipe_ones():
+    import datapipe
+
+    for name in domino_pipeline.__all__:
+        assert getattr(domino_pipeline, name) is not None
+    for name in set(datapipe.__all__) & set(domino_pipeline.__all__):
+        assert getattr(domino_pipeline, name) is getattr(datapipe, name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        domino_pipeline.nothing  # noqa: B018
