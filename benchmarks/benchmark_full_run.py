@@ -64,10 +64,11 @@ def process(work: Path) -> dict:
 def cache(work: Path, budget_s: float | None = None) -> dict:
     """cache_data.py (``features`` layout, DoMINO's default 128 x 64 x 64 grid) on the run.
 
-    With ``budget_s``, the build is stopped once that time has passed and at least two volume
-    shards are written: the figures then cover the passes over the whole volume (counting and
-    dealing its rows) and that many of its shards (SDF, closest point, write); the total time is
-    extrapolated from the time per shard. Peak RSS is sampled every 0.5 s (psutil)."""
+    With ``budget_s``, the build is stopped once that time has passed and at least one volume
+    shard is written: the figures then cover the passes over the whole volume (counting and
+    dealing its rows) and that many of its shards (SDF, closest point, write); with two or more,
+    the total time is extrapolated from the time per shard. Peak RSS is sampled every 0.5 s
+    (psutil)."""
     import psutil
 
     target = work / "cache"
@@ -84,7 +85,7 @@ def cache(work: Path, budget_s: float | None = None) -> dict:
             break
         written = len(list(target.glob("run_1/.g*.tmp*/volume_sdf/c/*")))
         shard_times += [time.time() - started] * (written - len(shard_times))
-        if budget_s is not None and time.time() - started > budget_s and len(shard_times) >= 2:
+        if budget_s is not None and time.time() - started > budget_s and shard_times:
             proc.kill()
             proc.wait()
             break
@@ -97,10 +98,12 @@ def cache(work: Path, budget_s: float | None = None) -> dict:
         n_points = int(json.loads((work / "processed" / "run_1.zarr" / "zarr.json").read_text())
                        ["attributes"]["counts"]["volume_points"])
         shards = -(-n_points // (1 << 22))
-        per_shard = (shard_times[-1] - shard_times[0]) / (len(shard_times) - 1)
         figures |= {"stopped_after_shards": len(shard_times), "volume_shards": shards,
-                    "s_per_volume_shard": per_shard,
-                    "extrapolated_wall_s": shard_times[-1] + (shards - len(shard_times)) * per_shard}
+                    "first_volume_shard_s": shard_times[0]}
+        if len(shard_times) >= 2:
+            per_shard = (shard_times[-1] - shard_times[0]) / (len(shard_times) - 1)
+            figures |= {"s_per_volume_shard": per_shard,
+                        "extrapolated_wall_s": shard_times[-1] + (shards - len(shard_times)) * per_shard}
         shutil.rmtree(target, ignore_errors=True)
     return figures
 
