@@ -127,24 +127,68 @@ def train_step(work: Path) -> dict:
     return _figures(wall, peak, out)
 
 
-def predict(work: Path) -> dict:
-    """predict.py on the run's surface (every cell, in batches) with the one-step model; its own
-    seconds per step (prepare, geometry, surface) are parsed from its output."""
+def predict(work: Path, budget_s: float | None = None) -> dict:
+    """predict.py on the run's surface (every cell, in batches) with the one-step model.
+
+    Its progress bar (cells done) is read from its output every 2 s; the model's cells per
+    second are the cells done between the first and the last reading over the time between
+    them. With ``budget_s`` it is stopped after that long (a documented fraction of the cells:
+    ``cells_done``), its peak RSS covering the whole run's preparation and kNN and the batches
+    done. Peak RSS is sampled every 0.5 s (psutil)."""
+    import psutil
+
     out = work / "predictions"
     shutil.rmtree(out, ignore_errors=True)
-    wall, peak, output = _python(
-        "predict.py", "--config-name=cached", f"data.processed_dir={work / 'processed'}",
-        f"cache.dir={work / 'cache'}", f"output_dir={work / 'train'}",
-        f"predict.checkpoint={work / 'train' / 'checkpoints' / 'model_last.mdlus'}",
-        f"predict.runs=[{work / 'processed' / 'run_1.zarr'}]", f"predict.out_dir={out}",
-        "predict.plot=false", "predict.device=cpu")
-    line = next(x for x in output.splitlines() if x.startswith("run_1") and " cells in " in x)
-    cells = int(line.split(": ", 1)[1].split(" cells")[0].replace(",", ""))
-    steps = dict(part.rsplit(" ", 2)[:2] for part in line.split("(", 1)[1].split(")", 1)[0].split(", "))
-    steps = {k: float(v) for k, v in steps.items()}
-    return _figures(wall, peak, out, cells=cells, **{f"{k}_s": v for k, v in steps.items()},
-                    s_per_million_cells=wall / cells * 1e6,
-                    model_s_per_million_cells=steps.get("surface", 0.0) / cells * 1e6)
+    out.mkdir(parents=True)
+    log = out / "predict.log"
+    args = [sys.executable, "predict.py", "--config-name=cached", f"data.processed_dir={work / 'processed'}",
+            f"cache.dir={work / 'cache'}", f"output_dir={work / 'train'}",
+            f"predict.checkpoint={work / 'train' / 'checkpoints' / 'model_last.mdlus'}",
+            f"predict.runs=[{work / 'processed' / 'run_1.zarr'}]", f"predict.out_dir={out}",
+            "predict.plot=false", "predict.device=cpu"]
+    started = time.time()
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
+    child, peak, readings, last_read = psutil.Process(proc.pid), 0, [], 0.0
+    while proc.poll() is None:
+        try:
+            peak = max(peak, child.memory_info().rss)
+        except psutil.NoSuchProcess:
+            break
+        if time.time() - last_read > 2:
+            last_read = time.time()
+            done = _cells_done(log.read_bytes())
+            if done is not None and (not readings or done[0] > readings[-1][1]):
+                readings.append((last_read - started, *done))
+        if budget_s is not None and time.time() - started > budget_s and len(readings) >= 2:
+            proc.kill()
+            proc.wait()
+            break
+        time.sleep(0.5)
+    wall = time.time() - started
+    if proc.returncode not in (0, -9):
+        raise RuntimeError(f"predict.py failed ({proc.returncode}): {log.read_text()[-2000:]}")
+    figures = _figures(wall, peak / 2**20, out)
+    if len(readings) >= 2:
+        (t0, c0, total), (t1, c1, _) = readings[0], readings[-1]
+        rate = (c1 - c0) / (t1 - t0)
+        figures |= {"cells": total, "cells_done": c1 if proc.returncode else total,
+                    "first_batch_s": t0, "model_cells_per_s": rate,
+                    "model_s_per_million_cells": 1e6 / rate,
+                    "s_per_million_cells_estimated": (t0 + (total - c0) / rate) / total * 1e6}
+    return figures
+
+
+def _cells_done(output: bytes) -> tuple[int, int] | None:
+    """(cells done, cells in all) from the last update of predict.py's surface progress bar."""
+    import re
+
+    found = re.findall(rb"surface:\s+\d+%\|[^|]*\|\s*([\d.]+)([kM]?)/([\d.]+)([kM]?)", output)
+    if not found:
+        return None
+    scale = {b"": 1, b"k": 1e3, b"M": 1e6}
+    done, unit, total, total_unit = found[-1]
+    return int(float(done) * scale[unit]), int(float(total) * scale[total_unit])
 
 
 def _step(work: Path, key: str, compute) -> dict:
@@ -179,7 +223,7 @@ def measure(args: argparse.Namespace) -> dict:
             run = {"generate": lambda: generate(work, {**fixed, "volume_points": points}),
                    "process": lambda: process(work), "cache": lambda: cache(work, budget),
                    "draws": lambda: draws(work, args.draws), "train_step": lambda: train_step(work),
-                   "predict": lambda: predict(work)}[stage]
+                   "predict": lambda: predict(work, args.predict_budget_s)}[stage]
             key = f"{label} {stage} {points}"
             if stage in args.stages and label in args.labels:
                 work.mkdir(parents=True, exist_ok=True)
@@ -227,6 +271,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--labels", nargs="+", default=["small", "large"], choices=("small", "large"))
     parser.add_argument("--cache-budget-s", type=float, default=None,
                         help="stop the large run's cache build after this long (and 2+ volume shards)")
+    parser.add_argument("--predict-budget-s", type=float, default=None,
+                        help="stop the prediction after this long (and two progress readings)")
     parser.add_argument("--model-run", default="small", choices=("small", "large"),
                         help="the run the training step and the surface prediction use")
     parser.add_argument("--draws", type=int, default=5)
