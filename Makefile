@@ -28,7 +28,8 @@ INSTALL_CHECK := outputs/install-check
 install-check:   # `pip install .` into a fresh environment: only domino_pipeline, with its dependencies
 	rm -rf $(INSTALL_CHECK)
 	$(PYTHON) -m venv $(INSTALL_CHECK)/venv
-	$(INSTALL_CHECK)/venv/bin/python -m pip install --quiet .
+	mkdir -p $(INSTALL_CHECK)/src && cp -r pyproject.toml domino_pipeline $(INSTALL_CHECK)/src/  # no build/ here
+	$(INSTALL_CHECK)/venv/bin/python -m pip install --quiet $(INSTALL_CHECK)/src
 	cd $(INSTALL_CHECK) && venv/bin/python $(CURDIR)/.ci/install_check.py
 	rm -rf $(INSTALL_CHECK)
 

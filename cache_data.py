@@ -18,7 +18,8 @@ default. ``cache.validate=true`` checks an existing cache against the config, th
 and its checksums instead of building.
 
     python cache_data.py --config-name=cached data.processed_dir=/data/processed cache.dir=/data/cache
-    torchrun --nproc_per_node=2 cache_data.py --config-name=cached    # ranks split the runs
+    torchrun --nproc_per_node=2 cache_data.py --config-name=cached    # ranks split the runs;
+                                     # the last to finish writes the manifest, no rank waits
     python cache_data.py --config-name=demo cache.validate=true
 """
 
@@ -48,14 +49,17 @@ from domino_pipeline.store.build import (
     manifest_runs,
     write_scaling_factors,
 )
+from domino_pipeline.store.byte_source import ConflictError, is_url, join
 from domino_pipeline.store.cache_format import CacheError
 from domino_pipeline.store.manifest import (
     MANIFEST,
     manifest_lock,
     read_manifest,
+    read_manifest_version,
     write_manifest,
 )
 from domino_pipeline.store.staleness import check_scaling_factors, manifest_records
+from domino_pipeline.store.rank_records import finish_rank
 from domino_pipeline.store.validate import validate_cache
 
 STATUSES = ("built", "skipped", "stale", "failed")
@@ -95,6 +99,8 @@ def _write_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path,
     """List the current runs and write the manifest as the only manifest writer; a rerun that
     would write the same runs takes no lock and writes nothing (it succeeds on a read-only
     cache)."""
+    if is_url(cache_dir):
+        return _commit_manifest(config, runs, cache_dir, settings)
     path = cache_dir / MANIFEST
     if _manifest_lists(cache_dir, manifest_runs(runs, cache_dir, settings), settings):
         return path
@@ -102,6 +108,32 @@ def _write_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path,
         entries = manifest_runs(runs, cache_dir, settings)  # again: another builder may have written
         return write_manifest(cache_dir, settings, entries, config.as_dict(),
                               scaling_factors=_factors_record(config, runs, entries, cache_dir, settings))
+
+
+def _commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: str,
+                     settings: PreprocessSettings, attempts: int = 20) -> str:
+    """Commit the manifest of a cache on object storage: list the current runs (keeping the
+    entries of runs other builders listed), then put it only if the manifest is still the
+    version read; when another builder committed meanwhile, read and list again."""
+    for _ in range(attempts):
+        try:
+            old, version = read_manifest_version(cache_dir)
+        except FileNotFoundError:
+            old, version = None, None
+        entries = manifest_runs(runs, cache_dir, settings)
+        if old is not None and old["settings"] == settings.fingerprinted():
+            mine = {run_name(p) for p in runs}
+            entries = {n: e for n, e in old["runs"].items() if n not in mine} | entries
+        if old is not None and old["runs"] == entries and old.get("scaling_factors") is not None:
+            return join(cache_dir, MANIFEST)
+        try:
+            return write_manifest(cache_dir, settings, entries, config.as_dict(),
+                                  scaling_factors=_factors_record(config, runs, entries, cache_dir, settings),
+                                  if_version=version)
+        except ConflictError:
+            continue
+    raise CacheError(f"{join(cache_dir, MANIFEST)}: changed by other builders {attempts} times "
+                     "in a row; run cache_data.py again")
 
 
 def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str, dict], cache_dir: Path,
@@ -113,7 +145,7 @@ def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str,
         print(f"scaling factors not written: training runs {absent} are not in the cache")
         return None
     record = write_scaling_factors(train_runs, cache_dir, settings, normalization=config.sampling.normalization)
-    print(f"scaling factors: {cache_dir / record['path']} ({len(train_runs)} training runs)")
+    print(f"scaling factors: {join(cache_dir, record['path'])} ({len(train_runs)} training runs)")
     return record
 
 
@@ -127,74 +159,72 @@ def _manifest_lists(cache_dir: Path, entries: dict, settings: PreprocessSettings
             and old.get("scaling_factors") is not None)
 
 
-class _Ranks:
-    """The ranks that split the runs: torch.distributed (gloo) under torchrun; in one process
-    nothing, so that a build does not load torch (about 700 MB of memory)."""
+def _rank_and_job(config: PipelineConfig) -> tuple[int, int, str | None]:
+    """(rank, world size, the job's id) under torchrun; (0, 1, None) in one process, where
+    torch is not loaded (about 700 MB of memory)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return 0, 1, None
+    from domino_pipeline.training.distributed import job_id
 
-    def __init__(self) -> None:
-        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        self.dist = None
-        if self.world_size > 1:
-            from domino_pipeline.training import distributed
-            self.dist = distributed
-            info = distributed.init_distributed("cpu")
-            self.rank, self.world_size = info.rank, info.world_size
-        else:
-            self.rank = 0
-        self.is_main = self.rank == 0
+    return int(os.environ["RANK"]), world_size, job_id(config.distributed.timeout_s)
 
-    def barrier(self) -> None:
-        if self.dist is not None:
-            self.dist.barrier()
 
-    def sum(self, *values: int) -> list[int]:
-        """``values`` summed over the ranks."""
-        if self.dist is None:
-            return list(values)
-        import torch
-        return [int(v) for v in self.dist.all_reduce_sum(torch.tensor(values))]
+def _validate(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> int:
+    """Check the cache against the config, the processed runs and its checksums; print a line
+    per run and for the scaling factors."""
+    results = validate_cache(runs, cache_dir, settings)
+    for r in results:
+        print(f"{'ok' if r.status == 'ok' else 'PROBLEM'} {r.name}{': ' + r.message if r.message else ''}")
+    bad = sum(r.status != "ok" for r in results)
+    print(f"{len(results)} runs validated, {bad} with problems")
+    factors_problem = check_scaling_factors(cache_dir)
+    print(f"PROBLEM scaling factors: {factors_problem}" if factors_problem else "ok scaling factors")
+    return 1 if bad or factors_problem else 0
 
-    def close(self) -> None:
-        if self.dist is not None:
-            self.dist.shutdown_distributed()
+
+def _finish(config: PipelineConfig, runs: list[Path], cache_dir: Path, settings: PreprocessSettings,
+            records: list[dict]) -> int:
+    """Write the manifest unless a rank met stale runs; the build's exit code over all ranks."""
+    stale, failed = (sum(r[key] for r in records) for key in ("stale", "failed"))
+    if stale:
+        print("manifest left as it was: the cache holds runs built with other settings")
+    else:
+        print(f"manifest: {_write_manifest(config, runs, cache_dir, settings)}")
+    return 1 if stale or failed else 0
 
 
 @entry_point
 def main(config: PipelineConfig) -> int:
-    """Build (or validate) cache.dir from data.processed_dir; the exit code."""
-    ranks = _Ranks()
+    """Build (or validate) cache.dir from data.processed_dir; the exit code.
+
+    Under torchrun no rank waits for another: each builds its share and leaves a record, and
+    the last to finish writes the manifest (rank_records.py) and exits with the code of the
+    whole build; the others exit 0 (their failures are printed and counted there), so that
+    torchrun does not stop a rank that is still building."""
+    rank, world_size, job = _rank_and_job(config)
     settings = settings_from_config(config.geometry, config.variables)  # device: one GPU per rank
-    runs, cache_dir = list_runs(config.data.processed_dir), Path(config.cache.dir)
-    try:
-        if config.cache.validate:
-            if not ranks.is_main:
-                return 0
-            results = validate_cache(runs, cache_dir, settings)
-            for r in results:
-                print(f"{'ok' if r.status == 'ok' else 'PROBLEM'} {r.name}{': ' + r.message if r.message else ''}")
-            bad = sum(r.status != "ok" for r in results)
-            print(f"{len(results)} runs validated, {bad} with problems")
-            factors_problem = check_scaling_factors(cache_dir)
-            print(f"PROBLEM scaling factors: {factors_problem}" if factors_problem else "ok scaling factors")
-            return 1 if bad or factors_problem else 0
-        if ranks.is_main:
-            cache_dir.mkdir(parents=True, exist_ok=True)
-            remove_stale_temporaries(cache_dir)  # those of live writers stay
-        ranks.barrier()
-        results = build_cache(runs, cache_dir, settings, rebuild=config.cache.rebuild,
-                              rank=ranks.rank, world_size=ranks.world_size,
-                              options=read_options_from_config(config.data, config.physics))
-        print(summarize_build(results), flush=True)
-        stale, failed = ranks.sum(sum(r.status == "stale" for r in results),
-                                  sum(r.status == "failed" for r in results))
-        ranks.barrier()
-        if ranks.is_main and stale:
-            print("manifest left as it was: the cache holds runs built with other settings")
-        elif ranks.is_main:
-            print(f"manifest: {_write_manifest(config, runs, cache_dir, settings)}")
-        return 1 if stale or failed else 0
-    finally:
-        ranks.close()
+    runs, cache_dir = list_runs(config.data.processed_dir), join(config.cache.dir)
+    if config.cache.validate:
+        return _validate(runs, cache_dir, settings) if rank == 0 else 0
+    if is_url(cache_dir) and job is not None:
+        raise CacheError(f"{cache_dir}: a cache on object storage is built by one process; run "
+                         "cache_data.py without torchrun, or build locally and upload")
+    if not is_url(cache_dir):
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(cache_dir)  # on every rank: those of live writers stay
+    results = build_cache(runs, cache_dir, settings, rebuild=config.cache.rebuild, rank=rank,
+                          world_size=world_size, options=read_options_from_config(config.data, config.physics))
+    print(summarize_build(results), flush=True)
+    record = {status: sum(r.status == status for r in results) for status in ("stale", "failed")}
+    if job is None:
+        return _finish(config, runs, cache_dir, settings, [record])
+    code = finish_rank(cache_dir, job, rank, world_size, record,
+                       lambda records: _finish(config, runs, cache_dir, settings, records))
+    if code is None:
+        print(f"rank {rank} done; the last rank to finish writes the manifest", flush=True)
+        return 0
+    return code
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from domino_pipeline.loading.items import (
     constant_grid,
     parts_of,
 )
+from domino_pipeline.store.byte_source import join
 from domino_pipeline.store.manifest import manifest_scaling_factors
 
 __all__ = [
@@ -53,7 +54,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def scaling_factors_path(config: PipelineConfig | DictConfig) -> Path:
+def scaling_factors_path(config: PipelineConfig | DictConfig) -> Path | str:
     """Where the target scaling factors are: ``sampling.scaling_factors`` when given; else,
     reading the cache, the file cache_data.py wrote beside it; else (uncached)
     ``<output_dir>/scaling_factors.json``, which train.py computes from the training runs."""
@@ -63,7 +64,7 @@ def scaling_factors_path(config: PipelineConfig | DictConfig) -> Path:
     if config.cache.enabled:
         from domino_pipeline.store.manifest import read_manifest
         record = read_manifest(config.cache.dir).get("scaling_factors") or {"path": "scaling_factors.json"}
-        return Path(config.cache.dir) / record["path"]
+        return join(config.cache.dir, record["path"])  # a URL for a cache on object storage
     return Path(config.output_dir) / "scaling_factors.json"
 
 

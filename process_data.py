@@ -35,7 +35,8 @@ from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.concat_bytes import part_paths
 from domino_pipeline.inputs.drivaerml_reader import (
     RunError,
-    read_stl,
+    drop_zero_area,
+    read_stl_triangles,
     read_surface,
     run_files,
     stl_defects,
@@ -76,30 +77,22 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
     """
     run_dir = Path(run_dir)
     files = run_files(run_dir)
-    surface_variables, volume_variables = options.surface_variables, options.volume_variables
-    stream_velocity, air_density = options.stream_velocity, options.air_density
-    reference_length, volume_source = options.reference_length, options.volume_source
-    arrays = read_stl(files.stl) | read_surface(files.surface, surface_variables)
-    volume = open_volume(files.volume, volume_variables, volume_source)
-    notes = stl_defects(arrays["stl_faces"], arrays["stl_areas"], files.stl) + volume.notes
-    length = car_length(arrays["stl_coordinates"]) if reference_length is None else reference_length
-    refs = (stream_velocity, air_density, length)
-    arrays["surface_fields"] = arrays["surface_fields"] / field_divisors(surface_variables, *refs)
-    params = np.array([stream_velocity, air_density], dtype=np.float32)
+    stl, dropped = drop_zero_area(read_stl_triangles(files.stl))
+    arrays = stl | read_surface(files.surface, options.surface_variables)
+    volume = open_volume(files.volume, options.volume_variables, options.volume_source)
+    notes = stl_defects(arrays["stl_faces"], arrays["stl_areas"], files.stl, dropped) + volume.notes
+    length = car_length(arrays["stl_coordinates"]) if options.reference_length is None else options.reference_length
+    refs = (options.stream_velocity, options.air_density, length)
+    arrays["surface_fields"] = arrays["surface_fields"] / field_divisors(options.surface_variables, *refs)
+    params = np.array([options.stream_velocity, options.air_density], dtype=np.float32)
     arrays["global_params_values"] = params
     arrays["global_params_reference"] = params.copy()
     attrs = {
         "filename": files.name,
-        "stream_velocity": float(stream_velocity),
-        "air_density": float(air_density),
-        "physics_constants": {"stream_velocity": float(stream_velocity),
-                              "air_density": float(air_density)},
-        "reference_length": None if reference_length is None else float(reference_length),
+        **options.recorded(),
+        "physics_constants": {"stream_velocity": options.stream_velocity, "air_density": options.air_density},
         "nut_length_scale": float(length),
         "volume_source": volume.source,
-        "volume_source_requested": volume_source,
-        "surface_variables": dict(surface_variables),
-        "volume_variables": dict(volume_variables),
         "counts": {
             "stl_points": len(arrays["stl_coordinates"]),
             "stl_triangles": len(arrays["stl_centers"]),
@@ -114,7 +107,7 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
     }
     bounds = {"stl": _bounds(arrays["stl_coordinates"]),
               "surface": _bounds(arrays["surface_mesh_centers"])}
-    streamed = _volume_rows(volume, field_divisors(volume_variables, *refs), bounds, block_rows)
+    streamed = _volume_rows(volume, field_divisors(options.volume_variables, *refs), bounds, block_rows)
     return write_processed_run(out_path, arrays, attrs, streamed), notes
 
 

@@ -32,6 +32,7 @@ import numpy as np
 import pyvista as pv
 from tqdm import tqdm
 
+from domino_pipeline.entry_point import refusals_in_one_line
 from domino_pipeline.inputs.vtk_xml_writer import (
     COMPRESSORS,
     DATA_MODES,
@@ -513,16 +514,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compressor", default="none", choices=sorted(COMPRESSORS))
     parser.add_argument("--header-bits", type=int, default=64, choices=(32, 64))
     args = parser.parse_args(argv)
-    runs = generate_runs(
-        args.out,
-        args.runs,
-        args.preset,
-        args.seed,
-        Encoding(args.data_mode, args.compressor, args.header_bits),
-        stl_triangles=args.stl_triangles,
-        surface_cells=args.surface_cells,
-        volume_points=args.volume_points,
-    )
+    with refusals_in_one_line():  # an output folder that cannot be written, a bad size: one line
+        runs = generate_runs(
+            args.out,
+            args.runs,
+            args.preset,
+            args.seed,
+            Encoding(args.data_mode, args.compressor, args.header_bits),
+            stl_triangles=args.stl_triangles,
+            surface_cells=args.surface_cells,
+            volume_points=args.volume_points,
+        )
     print(f"wrote {len(runs)} {args.preset} runs to {args.out}")
 
 

@@ -140,11 +140,12 @@ def _timed_draws(dataset, count: int, warmup: int) -> list[float]:
 def phase_uncached(params: dict, processed: str, factors: dict) -> dict:
     from domino_pipeline import DoMINODataPipe
 
-    _, s = settings_for(params)
+    _, settings = settings_for(params)
     ds = DoMINODataPipe(processed, model_type=params["model_type"], surface_points=params["surface_points"],
                         volume_points=params["volume_points"], geometry_points=params["geometry_points"],
-                        bounding_box_volume=s.bounding_box_volume, bounding_box_surface=s.bounding_box_surface,
-                        interp_res=s.interp_res, num_neighbors_surface=s.num_neighbors_surface,
+                        bounding_box_volume=settings.bounding_box_volume,
+                        bounding_box_surface=settings.bounding_box_surface, interp_res=settings.interp_res,
+                        num_neighbors_surface=settings.num_neighbors_surface,
                         scaling_factors=factors, device="cpu")
     times = _timed_draws(ds, params["uncached_draws"], warmup=0)
     return {"getitem_s": statistics.median(times), "getitem_all_s": times, "peak_rss_mb": _peak_rss_mb()}

@@ -13,7 +13,13 @@ car-like body (1M cells), its STL (~600k triangles), volume points around it (1M
   scipy cKDTree build + query (float64, workers=-1) as the reference library cost;
 - signed distance of the grid plus the volume points to the STL, with geometry.signed_distance
   and physicsnemo's signed_distance_field (winding-number sign), side by side;
-- on CUDA: the Warp kernels on the GPU and physicsnemo.nn.functional.knn where it runs.
+- on CUDA: the Warp kernels on the GPU and physicsnemo.nn.functional.knn where it runs;
+- the kNN host preparation (Z-order sort, density counts, points to the device) of a cache
+  build's neighbour search over the largest surface in 4 query blocks: how many times it runs
+  and how long, against one preparation per block (the code before ``KnnIndex``), side by side.
+
+``--devices cuda`` plans the CUDA cases only; ``--require-cuda`` fails (exit 1) unless CUDA is
+present and every case ran (without it, only a failed CPU case fails the run).
 
 Each case runs in a fresh spawned process: inputs are loaded from .npy files, the kernels are
 warmed up on a tiny input, the peak RSS is reset to the current RSS (Linux clear_refs) and read
@@ -38,6 +44,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -219,17 +226,19 @@ def run_in_fresh_process(case: dict) -> dict:
 # ----------------------------------------------------------------------------------- planning
 
 
-def plan_cases(paths: dict, sizes: dict, cuda: bool, repeats: int, sdf_repeats: int) -> list[dict]:
-    """The cases to run, in order; CUDA cases only when a GPU is present."""
+def plan_cases(paths: dict, sizes: dict, cuda: bool, repeats: int, sdf_repeats: int,
+               cpu: bool = True) -> list[dict]:
+    """The cases to run, in order; CUDA cases only when a GPU is present, CPU cases unless
+    ``cpu`` is False."""
     cases = []
-    for n in sizes["knn_sizes"]:
+    for n in sizes["knn_sizes"] if cpu else ():
         for kind, threads in (("knn_warp", None), ("knn_warp", 1), ("knn_ckdtree", None), ("knn_scipy", None)):
             suffix = "_1thread" if threads == 1 else ""
             cases.append({"id": f"{kind}{suffix}_cpu_{n}", "kind": kind, "device": "cpu", "n": n,
                           "threads": threads, "repeats": repeats,
                           "inputs": {"points": str(paths[f"surface_{n}"])}})
     sdf_inputs = {k: str(paths[k]) for k in ("stl_vertices", "stl_faces", "sdf_queries")}
-    for kind in ("sdf_warp", "sdf_physicsnemo"):
+    for kind in ("sdf_warp", "sdf_physicsnemo") if cpu else ():
         cases.append({"id": f"{kind}_cpu", "kind": kind, "device": "cpu", "repeats": sdf_repeats,
                       "inputs": sdf_inputs})
     if cuda:
@@ -301,6 +310,57 @@ def _sdf_agreement(scratch: Path, case: str, ref: str) -> str:
     return f"max |sdf - physicsnemo| {diff:.1e}, same sign in {np.mean(np.sign(s) == np.sign(rs)):.6%}"
 
 
+# --------------------------------------------------------------------- kNN host preparation
+
+
+def _count_preparations(run) -> dict:
+    """Run ``run()`` counting and timing the kNN host preparations (``KnnIndex`` builds)."""
+    from domino_pipeline.compute import geometry
+
+    seconds, original = [], geometry.KnnIndex.__init__
+
+    def timed(self, *args, **kwargs):
+        started = time.perf_counter()
+        original(self, *args, **kwargs)
+        seconds.append(time.perf_counter() - started)
+
+    geometry.KnnIndex.__init__ = timed
+    try:
+        started = time.perf_counter()
+        result = run()
+        total = time.perf_counter() - started
+    finally:
+        geometry.KnnIndex.__init__ = original
+    return {"count": len(seconds), "seconds": sum(seconds), "total_s": total, "result": result}
+
+
+def host_preparation(points_path: Path, device: str, blocks: int = 4) -> dict:
+    """The cache build's neighbour search (``preprocessing.all_surface_neighbors``) over
+    ``blocks`` query blocks, against one search per block, each preparing its own index."""
+    from domino_pipeline.compute import geometry, preprocessing
+
+    points = np.load(points_path)
+    prepared = SimpleNamespace(surface_points=points)
+    settings = SimpleNamespace(num_neighbors_surface=K, device=device)
+    geometry.knn(points[:1000], K, device=device)  # kernels compiled and loaded before timing
+    rows = -(-len(points) // blocks)
+    per_run = _count_preparations(lambda: preprocessing.all_surface_neighbors(prepared, settings, rows))
+    per_block = _count_preparations(lambda: np.concatenate([
+        preprocessing.surface_neighbors(prepared, settings, np.arange(start, min(start + rows, len(points))))
+        for start in range(0, len(points), rows)]))
+    same = bool(np.array_equal(per_run.pop("result"), per_block.pop("result")))
+    return {"points": len(points), "blocks": blocks, "device": device, "per_run": per_run,
+            "per_block": per_block, "same_neighbours": same}
+
+
+def host_preparation_line(h: dict) -> str:
+    once, before = h["per_run"], h["per_block"]
+    return (f"kNN host preparation in a cache build ({h['points']:,} surface cells, {h['blocks']} query "
+            f"blocks, {h['device']}): {once['count']} time(s), {once['seconds']:.2f} s of "
+            f"{once['total_s']:.2f} s; one per block (before): {before['count']} times, "
+            f"{before['seconds']:.2f} s of {before['total_s']:.2f} s; same neighbours: {h['same_neighbours']}")
+
+
 # ------------------------------------------------------------------------------------- output
 
 
@@ -335,6 +395,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sdf-repeats", type=int, default=2, help="timed repetitions per SDF case")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scratch", type=Path, default=None, help="folder for the inputs (temp)")
+    parser.add_argument("--devices", choices=("all", "cuda"), default="all",
+                        help="cuda: only the CUDA cases (the CPU ones take most of the time)")
+    parser.add_argument("--require-cuda", action="store_true",
+                        help="fail unless CUDA is present and every case ran")
     return parser.parse_args(argv)
 
 
@@ -343,27 +407,37 @@ def main(argv: list[str] | None = None) -> int:
     from domino_pipeline.compute import geometry
 
     sizes = QUICK if args.quick else FULL
-    cuda = geometry.resolve_device("auto").startswith("cuda")
+    device = geometry.resolve_device("auto")
+    cuda = device.startswith("cuda")
+    if args.require_cuda and not cuda:
+        print("benchmark_geometry: CUDA is required (--require-cuda) but Warp sees no CUDA device",
+              file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory(dir=args.scratch) as tmp:
         scratch = Path(tmp)
         paths = write_inputs(scratch, sizes, args.seed)
         counts = {"sdf": len(np.load(paths["sdf_queries"], mmap_mode="r")),
                   "triangles": len(np.load(paths["stl_faces"], mmap_mode="r"))}
-        cases = plan_cases(paths, sizes, cuda, args.repeats, args.sdf_repeats)
+        cases = plan_cases(paths, sizes, cuda, args.repeats, args.sdf_repeats, cpu=args.devices == "all")
         results = run_cases(cases, scratch, counts)
         notes = agreement(scratch, results)
+        preparation = host_preparation(paths[f"surface_{max(sizes['knn_sizes'])}"], device)
     print(f"\nkNN: k={K}, all surface points as queries. SDF: {counts['sdf']:,} queries "
           f"(grid {'x'.join(map(str, sizes['grid']))} + {sizes['volume_points']:,} volume points) "
           f"against an STL of {counts['triangles']:,} triangles.\n")
     print(markdown_table(results))
     for case, note in notes.items():
         print(f"- {case}: {note}")
+    print(f"- {host_preparation_line(preparation)}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {"environment": environment(), "sizes": sizes, "counts": counts,
-                   "results": results, "agreement": notes}
+                   "results": results, "agreement": notes, "knn_host_preparation": preparation}
         args.json.write_text(json.dumps(payload, indent=2, default=list))
-    return 1 if any("error" in r for r in results if r["device"] == "cpu") else 0
+    failed = [r["id"] for r in results if "error" in r and (args.require_cuda or r["device"] == "cpu")]
+    if not preparation["same_neighbours"]:
+        failed.append("knn_host_preparation")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -70,12 +70,15 @@ def processed_bytes(processed: Path) -> int:
     return sum(int(np.prod(a.shape)) * a.dtype.itemsize for _, a in group.arrays())
 
 
+GEOMETRY_DEVICE = {"device": "auto"}  # --geometry-device: where the builds run Warp
+
+
 def build(processed: Path, cache: Path, layout: str, grid: str) -> dict:
     """Build the cache of one layout from scratch in a child; its wall time and peak RSS."""
     shutil.rmtree(cache, ignore_errors=True)
     wall, peak, _ = _python("cache_data.py", "--config-name=cached", f"data.processed_dir={processed}",
                             f"cache.dir={cache}", f"geometry.neighbor_layout={layout}",
-                            f"geometry.interp_res={grid}")
+                            f"geometry.interp_res={grid}", f"geometry.device={GEOMETRY_DEVICE['device']}")
     entry = json.loads((cache / "manifest.json").read_text())["runs"]["run_1"]
     return {"build_s": wall, "build_peak_rss_mb": peak, "mb_per_run": entry["bytes"] / 1e6,
             "files_per_run": entry["files"]}
@@ -172,10 +175,9 @@ def worker_rss(work: Path, n_many: int = 400) -> dict:
             entry["path"] = f"run_{i + 1}/" + entry["path"].split("/", 1)[1]
             runs[f"run_{i + 1}"] = entry
         manifest["runs"] = runs
-        from domino_pipeline.store.manifest import (
-            _digest,  # the manifest's own checksum
-        )
-        manifest["sha256"] = _digest(manifest)
+        from domino_pipeline.store.manifest import manifest_digest
+
+        manifest["sha256"] = manifest_digest(manifest)
         (many / "manifest.json").write_text(json.dumps(manifest))
     out = {}
     for label, cache in (("4_runs", few), (f"{n_many}_runs", many)):
@@ -194,6 +196,13 @@ def child_rss(cache: Path, n: int) -> dict:
     rss = int(next(line for line in Path("/proc/self/status").read_text().splitlines()
                    if line.startswith("VmRSS")).split()[1])
     return {"rss_mb": rss / 1024}
+
+
+def _resolved_device(device: str) -> str:
+    """The Warp device the builds used (``geometry.resolve_device``'s answer in a child)."""
+    _, _, output = _python("-c", "from domino_pipeline.compute.geometry import resolve_device; "
+                           f"print(resolve_device({device!r}))")
+    return output.strip().splitlines()[-1]
 
 
 def _step(work: Path, key: str, compute) -> dict:
@@ -291,6 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--default-layout", default="features", choices=LAYOUTS)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
+    parser.add_argument("--geometry-device", default="auto", help="geometry.device of the builds: auto | cpu | cuda")
     parser.add_argument("--child-draws", nargs=3, metavar=("CACHE", "PRESET", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--child-rss", nargs=2, metavar=("CACHE", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -300,7 +310,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.child_rss:
         print(json.dumps(child_rss(Path(args.child_rss[0]), int(args.child_rss[1]))))
         return
+    GEOMETRY_DEVICE["device"] = args.geometry_device
     result = measure(args.presets, args.work, args.draws)
+    result["geometry_device"] = _resolved_device(args.geometry_device)
     result["checks"] = checks(result, args.default_layout)
     print(table(result))
     print("\n".join(f"check: {line}" for line in result["checks"]))

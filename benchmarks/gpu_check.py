@@ -1,13 +1,19 @@
-"""One command for a GPU machine: CUDA tests, the geometry benchmark on CUDA, the cache benchmark
-on `bench`, and a short cached-vs-uncached training run; about 6 minutes on one H200.
+"""One command for a GPU machine: is CUDA really used? A short training run first (cached and
+uncached, on the GPU), then the CUDA tests, the geometry benchmark and the cache benchmark on CUDA.
 
-Each step runs in a child process with its own time limit, cut to what is left of ``--budget``
-(7.5 minutes by default), so the whole check ends in time; a failed step is recorded and the
-others still run. Everything lands under ``--out``: ``gpu_check.json`` (per step: command, exit
-code, seconds, the tail of its output) and each step's own JSON. ``--dry-run`` writes the plan
-(the commands and limits) without running anything: the CPU test suite checks that it is sound.
+It fails loudly (exit 2, before anything else runs) unless torch and Warp both see CUDA, and it
+fails (exit 1) unless every step ran on CUDA: a step's device is read from what the step itself
+reports (train.py's log line, the benchmarks' JSON, pytest's skip count), not assumed. The step
+limits add up to at most ``--budget`` (7.5 minutes by default); each step also stops at what is
+left of the budget. A step runs in its own session (process group): when it runs past its limit
+the whole group is killed, grandchildren included, so nothing keeps running under the next
+step. ``--setup`` first installs the environment (``make setup``: the 7 GB venv) outside the
+budget. Everything lands under ``--out``: ``gpu_check.json`` (per step: command, limit, exit
+code, seconds, the device it asked for and the device it ran on, the tail of its output) and
+each step's own JSON; docs/gpu.md says how to read it. ``--dry-run`` writes the plan only.
 
     python benchmarks/gpu_check.py --out outputs/gpu_check            # or: make gpu-check
+    python benchmarks/gpu_check.py --out outputs/gpu_check --setup    # a fresh machine
     python benchmarks/gpu_check.py --out /tmp/plan --dry-run
 """
 
@@ -15,86 +21,215 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+BUDGET_S = 450.0
+SETUP_LIMIT_S = 1800.0
+KILL_GRACE_S = 5.0
+MIN_DRIVER_BRANCH = 580  # CUDA 13.x: torch 2.14.1+cu130 and Warp 1.19 (built with CUDA 13.4)
+MIN_DRIVER_CUDA = (13, 0)  # the CUDA version such a driver reports
+CUDA_TESTS = "cuda"  # pytest -k: the tests that run Warp or torch on CUDA
+ENVIRONMENT = (
+    "import json, torch, warp as wp, warp._src.context as ctx; "
+    "wp.config.quiet = True; wp.init(); "
+    "cuda = torch.cuda.is_available(); "
+    "print(json.dumps({'torch': torch.__version__, 'torch_cuda_build': torch.version.cuda, "
+    "'torch_cuda': cuda, 'torch_devices': torch.cuda.device_count() if cuda else 0, "
+    "'device_name': torch.cuda.get_device_name(0) if cuda else None, "
+    "'driver': ctx.runtime.driver_version, 'warp_toolkit': ctx.runtime.toolkit_version, "
+    "'warp': wp.config.version, 'warp_cuda_devices': wp.get_cuda_device_count()}))")
 
 
 def plan(out: Path) -> list[dict]:
-    """The steps: name, argv (run from the repository root), time limit in seconds."""
-    py = sys.executable
-    work = out / "work"
+    """The steps in order: name, argv (run from the repository root), limit in seconds, the
+    device each asks for, and how its device is read back (``seen``)."""
+    py, work = sys.executable, out / "work"
     demo = [f"data.raw_dir={work}/demo/raw", f"data.processed_dir={work}/demo/processed",
             f"cache.dir={work}/demo/cache", "geometry.device=cuda"]
     train = ["--config-name=demo", *demo, "train.device=cuda", "train.epochs=2"]
     return [
-        {"name": "environment", "timeout": 60, "argv": [py, "-c", (
-            "import json, torch, warp as wp; wp.init(); "
-            "print(json.dumps({'torch': torch.__version__, 'cuda': torch.cuda.is_available(), "
-            "'device': torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "
-            "'warp': wp.config.version, 'warp_cuda_devices': wp.get_cuda_device_count()}))")]},
-        {"name": "tests", "timeout": 150, "argv": [py, "-m", "pytest", "-q", "-m", "not slow", "tests"]},
-        {"name": "geometry_benchmark", "timeout": 120,
-         "argv": [py, "benchmarks/benchmark_geometry.py", "--quick", "--json", str(out / "geometry.json")]},
-        {"name": "cache_benchmark", "timeout": 180,
-         "argv": [py, "benchmarks/benchmark_scale.py", "--presets", "bench", "--draws", "5",
-                  "--work", str(work / "scale"), "--json", str(out / "scale.json"),
-                  "--png", str(out / "scale.png")]},
-        {"name": "demo_data", "timeout": 90, "argv": ["bash", "-c", " && ".join([
+        {"name": "environment", "timeout": 20, "seen": "environment", "argv": [py, "-c", ENVIRONMENT]},
+        {"name": "demo_data", "timeout": 90, "seen": "requested", "argv": ["bash", "-c", " && ".join([
             f"{py} synthetic_data.py --preset demo --runs 6 --seed 0 --out {work}/demo/raw "
             "--surface-cells 400000 --stl-triangles 200000",
             f"{py} process_data.py --config-name=demo {' '.join(demo[:2])}",
             f"{py} cache_data.py --config-name=demo {' '.join(demo)}"])]},
-        {"name": "train_cached", "timeout": 120,
+        {"name": "train_cached", "timeout": 80, "seen": "train_log",
          "argv": [py, "train.py", *train, f"output_dir={out}/train_cached"]},
-        {"name": "train_uncached", "timeout": 120,
+        {"name": "train_uncached", "timeout": 70, "seen": "train_log",
          "argv": [py, "train.py", *train, f"output_dir={out}/train_uncached", "cache.enabled=false",
                   "train.epochs=1", "train.num_workers=0", "train.val_num_workers=0"]},
-        {"name": "training_report", "timeout": 30,
+        {"name": "training_report", "timeout": 15, "seen": "none",
          "argv": [py, "benchmarks/demo_report.py", "--cached", f"{out}/train_cached",
                   "--uncached", f"{out}/train_uncached", "--out", f"{out}/training_report"]},
+        {"name": "cuda_tests", "timeout": 45, "seen": "pytest",
+         "argv": [py, "-m", "pytest", "-q", "-rs", "-k", CUDA_TESTS, "tests"]},
+        {"name": "geometry_benchmark", "timeout": 50, "seen": "geometry_json",
+         "argv": [py, "benchmarks/benchmark_geometry.py", "--quick", "--devices", "cuda", "--require-cuda",
+                  "--json", str(out / "geometry.json")]},
+        {"name": "cache_benchmark", "timeout": 80, "seen": "scale_json",
+         "argv": [py, "benchmarks/benchmark_scale.py", "--presets", "bench", "--draws", "5",
+                  "--geometry-device", "cuda", "--work", str(work / "scale"),
+                  "--json", str(out / "scale.json"), "--png", str(out / "scale.png")]},
     ]
 
 
+def setup_step() -> dict:
+    """The environment install of a fresh machine, outside the budget."""
+    return {"name": "setup", "timeout": SETUP_LIMIT_S, "seen": "none", "in_budget": False,
+            "argv": ["make", "setup"]}
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Stop every process of ``proc``'s session: SIGTERM, then SIGKILL after a grace period."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        if wait is not None:
+            try:
+                proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                pass
+
+
 def run_step(step: dict, seconds_left: float) -> dict:
-    """Run one step within its limit and ``seconds_left``; its exit code (124 when past the
-    limit), seconds and output tail."""
+    """Run one step in its own session within its limit and ``seconds_left``; its exit code
+    (124 when past the limit: the whole process group is killed), seconds and output tail."""
+    limit = max(1.0, min(step["timeout"], seconds_left))
     started = time.time()
+    proc = subprocess.Popen(step["argv"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", start_new_session=True)
     try:
-        proc = subprocess.run(step["argv"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=max(1.0, min(step["timeout"], seconds_left)))
-        code, output = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as err:
+        output, _ = proc.communicate(timeout=limit)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        output, _ = proc.communicate()
         code = 124
-        output = (err.stdout or b"").decode(errors="replace") + (err.stderr or b"").decode(errors="replace")
-    return {**step, "returncode": code, "seconds": round(time.time() - started, 1),
-            "output_tail": output[-4000:]}
+    kill_group(proc)  # whatever the step left running in the background
+    return {**step, "limit_s": round(limit, 1), "returncode": code,
+            "seconds": round(time.time() - started, 1), "output_tail": (output or "")[-4000:]}
+
+
+def cuda_problem(environment: dict) -> str:
+    """Why this machine cannot pass ("" when torch and Warp both see CUDA)."""
+    problems = []
+    driver = environment.get("driver")
+    if not driver:
+        problems.append("no NVIDIA CUDA driver was found (the pinned torch cu130 and Warp 1.19 "
+                        f"wheels need an R{MIN_DRIVER_BRANCH} or newer driver)")
+    elif tuple(driver) < MIN_DRIVER_CUDA:
+        problems.append(f"the NVIDIA driver supports CUDA {'.'.join(map(str, driver))}; the pinned "
+                        f"builds need CUDA {'.'.join(map(str, MIN_DRIVER_CUDA))} (an R{MIN_DRIVER_BRANCH} "
+                        "or newer driver)")
+    if not environment.get("torch_cuda"):
+        problems.append(f"torch {environment.get('torch', '?')} (CUDA build "
+                        f"{environment.get('torch_cuda_build')}) sees no CUDA device")
+    if not environment.get("warp_cuda_devices"):
+        problems.append(f"Warp {environment.get('warp', '?')} sees no CUDA device")
+    return "; ".join(problems)
+
+
+def _json_after(output: str) -> dict:
+    """The last line of ``output`` that is a JSON object ({} if none)."""
+    for line in reversed(output.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    return {}
+
+
+def device_seen(result: dict) -> str:
+    """The device a finished step reports having used ("" where it reports none)."""
+    kind, output = result["seen"], result["output_tail"]
+    if kind == "environment":
+        env = _json_after(output)
+        return f"cuda ({env.get('device_name')})" if not cuda_problem(env) and env else "cpu"
+    if kind == "train_log":
+        found = re.search(r"parameters on (\S+) x \d+", output)
+        return found.group(1) if found else ""
+    if kind == "pytest":
+        return "cuda" if re.search(r"\d+ passed", output) and "skipped" not in output else "not all: CUDA tests skipped"
+    if kind in ("geometry_json", "scale_json"):
+        path = Path(result["argv"][result["argv"].index("--json") + 1])
+        data = json.loads(path.read_text()) if path.is_file() else {}
+        if kind == "scale_json":
+            return str(data.get("geometry_device", ""))
+        return ",".join(sorted({r["device"] for r in data.get("results", []) if "error" not in r}))
+    if kind == "requested":
+        return "cuda (requested explicitly: a CUDA failure fails the step)"
+    return "not applicable"
+
+
+def judge(result: dict) -> dict:
+    """The step's result with its device and whether it passed (exit 0 and CUDA where it
+    reports a device)."""
+    seen = device_seen(result) if result["returncode"] == 0 else ""
+    on_cuda = result["seen"] == "none" or seen.startswith("cuda")
+    return result | {"device_seen": seen, "ok": result["returncode"] == 0 and on_cuda}
+
+
+def write_report(out: Path, payload: dict) -> Path:
+    path = out / "gpu_check.json"
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+def run_all(steps: list[dict], budget: float, out: Path, before: list[dict]) -> tuple[list[dict], str]:
+    """Run ``steps`` within ``budget``; stop at once when the environment lacks CUDA. The
+    results, and the CUDA problem ("" when none)."""
+    results, deadline = list(before), time.time() + budget
+    for step in steps:
+        result = judge(run_step(step, deadline - time.time()))
+        results.append(result)
+        print(f"{step['name']}: exit {result['returncode']} in {result['seconds']} s on "
+              f"{result['device_seen'] or '?'}{'' if result['ok'] else '  FAILED'}", flush=True)
+        write_report(out, {"budget_s": budget, "steps": results})
+        if step["name"] == "environment":
+            problem = cuda_problem(_json_after(result["output_tail"])) or ("" if result["ok"] else "the probe failed")
+            if problem:
+                return results, problem
+    return results, ""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for every result")
     parser.add_argument("--dry-run", action="store_true", help="write the plan, run nothing")
-    parser.add_argument("--budget", type=float, default=450.0, help="seconds for all the steps")
+    parser.add_argument("--setup", action="store_true", help="first `make setup`, outside the budget")
+    parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for all the steps")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     steps = plan(args.out.resolve())
-    missing = [a for s in steps for a in s["argv"] if a.endswith(".py") and not (ROOT / a).is_file()]
-    if missing:
-        raise SystemExit(f"gpu_check: scripts not found: {missing}")
-    results = steps if args.dry_run else []
-    deadline = time.time() + args.budget
-    for step in [] if args.dry_run else steps:
-        results.append(run_step(step, deadline - time.time()))
-        print(f"{step['name']}: exit {results[-1]['returncode']} in {results[-1]['seconds']} s", flush=True)
-        (args.out / "gpu_check.json").write_text(json.dumps({"steps": results}, indent=2) + "\n")
-    (args.out / "gpu_check.json").write_text(json.dumps(
-        {"dry_run": args.dry_run, "budget_s": args.budget, "steps": results}, indent=2) + "\n")
-    failed = [r["name"] for r in results if r.get("returncode", 0) != 0]
-    print(f"gpu_check: {len(results)} steps, failed: {failed or 'none'}; {args.out / 'gpu_check.json'}")
+    planned = sum(s["timeout"] for s in steps)
+    if planned > args.budget:
+        raise SystemExit(f"gpu_check: the steps' limits add up to {planned} s, over the budget of {args.budget} s")
+    if args.dry_run:
+        write_report(args.out, {"dry_run": True, "budget_s": args.budget, "planned_s": planned,
+                                "setup": setup_step() if args.setup else None, "steps": steps})
+        return 0
+    before = [judge(run_step(setup_step(), SETUP_LIMIT_S))] if args.setup else []
+    results, problem = run_all(steps, args.budget, args.out, before)
+    failed = [r["name"] for r in results if not r["ok"]]
+    path = write_report(args.out, {"dry_run": False, "budget_s": args.budget, "planned_s": planned,
+                                   "cuda_problem": problem, "ok": not failed and not problem,
+                                   "failed": failed, "steps": results})
+    if problem:
+        print(f"gpu_check: FAILED: no CUDA: {problem}; nothing else was run. See docs/gpu.md; {path}",
+              file=sys.stderr)
+        return 2
+    print(f"gpu_check: {len(results)} steps, failed: {failed or 'none'}; {path}")
     return 1 if failed else 0
 
 

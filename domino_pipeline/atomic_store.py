@@ -4,7 +4,11 @@ keep writers out of each other's way.
 A store is built under a hidden temporary name beside its final path (the writer's pid in it)
 and renamed into place only when complete, so a crash or ``kill -9`` never leaves a partial
 ``<run>.zarr``; leftovers of dead writers are hidden names that readers never list and that
-``remove_stale_temporaries`` clears, leaving those of live writers alone. ``exclusive_lock``
+``remove_stale_temporaries`` clears, leaving those of live writers alone. A writer holds an
+exclusive ``flock`` on its temporary for as long as it writes; the kernel releases it when the
+writer exits, zombie or not, so "no process holds the lock" is what makes a temporary stale
+(a pid that still answers a signal proves nothing: a zombie does, and pids are reused).
+``exclusive_lock``
 makes a second writer of the same thing wait for the first (an advisory ``flock``, released by
 the kernel when its holder dies).
 """
@@ -16,6 +20,7 @@ import json
 import os
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +38,8 @@ def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    held = hold_temporary(tmp)  # the caller writes into ``tmp``; replacing the folder would drop the lock
     try:
         yield tmp
         if final.exists():
@@ -45,14 +52,33 @@ def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        os.close(held)
+
+
+def hold_temporary(path: Path) -> int:
+    """An open descriptor of ``path`` (a file or a folder) holding an exclusive ``flock`` on
+    it: this process's claim on a temporary, released when the descriptor is closed or the
+    process exits."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh name: nobody else holds it
+    return fd
 
 
 def write_json_atomic(path: str | os.PathLike, data: object) -> Path:
     """Write ``data`` as indented JSON to ``path`` via a hidden temporary file and a rename."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, (json.dumps(data, indent=2) + "\n").encode())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)
     return path
 
 
@@ -69,33 +95,54 @@ def read_json(path: str | os.PathLike, missing: str, error: type[Exception] = Va
 
 
 def remove_stale_temporaries(parent: str | os.PathLike) -> list[Path]:
-    """Delete the temporaries in ``parent`` whose writer process is gone; return what was removed.
+    """Delete the temporaries in ``parent`` that no live writer holds; return what was removed.
 
-    A temporary's name carries its writer's pid; those of live processes on this machine are
-    kept, so starting a second writer never removes the first one's work.
+    A writer holds a ``flock`` on its temporary while it writes (``atomic_directory``), so one
+    whose lock is free was left by a writer that died, however it died. Kept: those locked,
+    and the few just created whose writer (the pid in the name) runs and has not locked them
+    yet.
     """
     parent = Path(parent)
     if not parent.is_dir():
         return []
-    stale = [p for p in parent.iterdir()
-             if p.name.startswith(".") and _TMP_MARK in p.name and not _writer_alive(p.name)]
-    for path in stale:
+    removed = []
+    for path in parent.iterdir():
+        if path.name.startswith(".") and _TMP_MARK in path.name and _remove_if_unheld(path):
+            removed.append(path)
+    return removed
+
+
+def _remove_if_unheld(path: Path) -> bool:
+    """Remove the temporary ``path`` if no process holds its lock (holding it meanwhile)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False  # gone already, or not ours to open
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a live writer holds it
+        if _just_created(path):
+            return False
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    return stale
+        return True
+    finally:
+        os.close(fd)
 
 
-def _writer_alive(name: str) -> bool:
-    """Whether the pid in a temporary's name (``.<final>.tmp-<pid>-<id>``) is a live process."""
-    pid = name.rsplit(_TMP_MARK, 1)[1].split("-", 1)[0]
+def _just_created(path: Path, grace_s: float = 10.0) -> bool:
+    """Whether ``path`` is younger than ``grace_s`` and the pid in its name is a running,
+    non-zombie process other than this one: a writer between creating and locking it."""
+    pid = path.name.rsplit(_TMP_MARK, 1)[1].split("-", 1)[0]
     if not pid.isdigit() or int(pid) == os.getpid():
         return False
     try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
+        young = time.time() - path.lstat().st_mtime < grace_s
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True
+    return young and state not in ("Z", "X")
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from domino_pipeline.config_section import from_section
+from domino_pipeline.config_section import check_type, from_section
 from domino_pipeline.example_keys import check_example_keys
 
 MODEL_TYPES = ("surface", "volume", "combined")
@@ -63,6 +63,7 @@ class DataConfig:
     raw_dir: str            # run_<i>/ folders as published
     processed_dir: str      # processed runs, or physicsnemo-curator output as it is
     allow_pickle: bool      # also read legacy .npy dict runs (restricted unpickler)
+    allow_missing_chunks: bool  # accept Zarr runs lacking chunks (read as fill values) from writers that omit them on purpose
 
 
 @dataclass(frozen=True)
@@ -283,12 +284,27 @@ class ForcesConfig:
             raise ValueError(f"forces.reference_area must be positive, not {self.reference_area}")
 
 
+@dataclass(frozen=True)
+class DistributedConfig:
+    """``distributed:`` how long the ranks of a torchrun job wait for one another (seconds):
+    ``timeout_s`` for training's collectives, ``work_timeout_s`` for waits behind per-rank work
+    of unknown length (scaling factors computed in parts)."""
+
+    timeout_s: float
+    work_timeout_s: float
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "work_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"distributed.{name} must be positive, not {getattr(self, name)}")
+
+
 SECTIONS = {
     "data": DataConfig, "physics": PhysicsConfig, "variables": VariablesConfig, "process": ProcessConfig,
     "geometry": GeometryConfig, "sampling": SamplingConfig, "cache": CacheConfig, "loss": LossConfig,
-    "train": TrainConfig, "predict": PredictConfig, "forces": ForcesConfig,
+    "train": TrainConfig, "distributed": DistributedConfig, "predict": PredictConfig, "forces": ForcesConfig,
 }
-TOP_LEVEL = ("model_type", "seed", "output_dir", "model")
+TOP_LEVEL = {"model_type": str, "seed": int, "output_dir": str, "model": dict}
 
 
 @dataclass(frozen=True)
@@ -310,6 +326,7 @@ class PipelineConfig:
     cache: CacheConfig
     loss: LossConfig
     train: TrainConfig
+    distributed: DistributedConfig
     predict: PredictConfig
     forces: ForcesConfig
 
@@ -331,5 +348,5 @@ def load_config(cfg: DictConfig) -> PipelineConfig:
         raise ValueError(f"config: unknown keys {sorted(set(values) - known)}, "
                          f"missing keys {sorted(known - set(values))}")
     sections = {name: from_section(cls, values[name], name) for name, cls in SECTIONS.items()}
-    return PipelineConfig(model_type=values["model_type"], seed=values["seed"], output_dir=values["output_dir"],
-                          model=values["model"], **sections)
+    top = {key: check_type(key, values[key], hint) for key, hint in TOP_LEVEL.items()}
+    return PipelineConfig(**top, **sections)

@@ -24,11 +24,12 @@ def from_section(cls: type[T], section: DictConfig | Mapping[str, Any], name: st
         raise ValueError(f"{name} config: unknown keys {sorted(set(values) - known)}, "
                          f"missing keys {sorted(known - set(values))}")
     hints = typing.get_type_hints(cls)
-    return cls(**{key: _typed(f"{name}.{key}", value, hints[key]) for key, value in values.items()})
+    return cls(**{key: check_type(f"{name}.{key}", value, hints[key]) for key, value in values.items()})
 
 
-def _typed(key: str, value: Any, hint: Any) -> Any:
-    """``value`` if it is of type ``hint`` (float from int), else a ValueError naming ``key``."""
+def check_type(key: str, value: Any, hint: Any) -> Any:
+    """``value`` if it is of type ``hint`` (float from int; ``X | None``, ``list[...]`` and
+    ``dict[...]`` checked at the top level), else a ValueError naming ``key``."""
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     for option in options:
         origin = typing.get_origin(option) or option

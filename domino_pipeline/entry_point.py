@@ -12,18 +12,21 @@ overrides from the command line) around the function, builds the ``PipelineConfi
 refusal or bad input (OSError, ValueError and the errors derived from them, a config that does
 not resolve) into one line ``error: <file>: <problem>`` on stderr and exit code 1, without a
 traceback. A key of physicsnemo's DoMINO example given on the command line is named with the key
-it has here before Hydra refuses it.
+it has here, and any other unknown key with the closest ones, before Hydra refuses it.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
+import inspect
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from domino_pipeline.config import PipelineConfig, load_config
@@ -50,6 +53,37 @@ def refusals_in_one_line() -> Iterator[None]:
         sys.exit(1)
 
 
+def config_name(arguments: Sequence[str]) -> str:
+    """The ``--config-name`` (``-cn``) the command line gives, else ``config``."""
+    for i, argument in enumerate(arguments):
+        for flag in ("--config-name", "-cn"):
+            if argument.startswith(flag + "="):
+                return argument.split("=", 1)[1]
+            if argument == flag and i + 1 < len(arguments):
+                return arguments[i + 1]
+    return "config"
+
+
+def check_override_keys(arguments: Sequence[str], conf_dir: Path) -> None:
+    """Refuse a ``key=value`` override of a key the config does not have, naming the closest
+    keys, before Hydra refuses it in several lines ("not in struct")."""
+    keys = [a.split("=", 1)[0] for a in arguments
+            if "=" in a and not a.startswith(("-", "+", "~", "hydra."))]
+    keys = [k for k in keys if "/" not in k and "@" not in k]  # config-group choices are Hydra's
+    if not keys:
+        return
+    with hydra.initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        cfg = hydra.compose(config_name=config_name(arguments))
+    missing = object()
+    for key in keys:
+        if OmegaConf.select(cfg, key, default=missing) is missing:
+            parent = key.rpartition(".")[0]
+            siblings = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+            names = [f"{parent}.{k}" if parent else str(k) for k in (siblings or {})]
+            close = difflib.get_close_matches(key, names, n=1)
+            raise ValueError(f"{key} is not a setting" + (f"; did you mean {', '.join(close)}?" if close else ""))
+
+
 def entry_point(task: Callable[[PipelineConfig], int | None]) -> Callable[..., None]:
     """The command-line entry of ``task`` (module docstring). The returned ``main`` takes an
     already composed DictConfig too (``main(cfg)``, as Hydra's ``main`` does), so that tests run
@@ -69,6 +103,7 @@ def entry_point(task: Callable[[PipelineConfig], int | None]) -> Callable[..., N
         if cfg is None:
             with refusals_in_one_line():
                 check_example_overrides(sys.argv[1:])
+                check_override_keys(sys.argv[1:], Path(inspect.getfile(task)).parent / "conf")
         hydra_main(cfg)
 
     return main

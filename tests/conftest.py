@@ -80,3 +80,37 @@ def features_cache_dir(tiny_processed_dir: Path, tmp_path_factory: pytest.TempPa
     from cache_fixtures import build_tiny_cache, tiny_settings
     return build_tiny_cache(tiny_processed_dir, tmp_path_factory.mktemp("features"),
                             tiny_settings(neighbor_layout="features"))
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """An S3 server (moto) on 127.0.0.1 for this session, with test credentials and its
+    endpoint in the environment (``AWS_*``), as a user's S3-compatible server would be."""
+    import os
+
+    from s3_server import CREDENTIALS, MotoServer
+    server = MotoServer()
+    saved = {k: os.environ.get(k) for k in [*CREDENTIALS, "AWS_ENDPOINT_URL"]}
+    os.environ.update(CREDENTIALS, AWS_ENDPOINT_URL=server.endpoint)
+    yield server
+    for key, value in saved.items():
+        os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_cache(s3_server, cache_dir: Path) -> str:
+    """``cache_dir`` uploaded to a bucket of ``s3_server``: its URL. Read only."""
+    from domino_pipeline.store.object_cache import upload_folder
+    url = f"s3://{s3_server.bucket()}/tiny/cache"
+    upload_folder(cache_dir, url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def s3_features_cache(s3_server, features_cache_dir: Path) -> str:
+    """``features_cache_dir`` uploaded to a bucket of ``s3_server``: its URL. Read only."""
+    from domino_pipeline.store.object_cache import upload_folder
+    url = f"s3://{s3_server.bucket()}/features"
+    upload_folder(features_cache_dir, url)
+    return url

@@ -87,12 +87,12 @@ def test_constants_are_rebuilt_in_the_receiver_not_sent():
 
 
 def test_buffers_are_reused_once_released():
-    before = set(batch_transfer._maps)
+    before = batch_transfer.mapped_buffers()
     loader = DataLoader(Items(), batch_size=1, num_workers=1, persistent_workers=True,
                         collate_fn=collate_items)
     for expected, got in zip(_reference(1), loader):
         _assert_batches_equal(expected, got)
-    used = set(batch_transfer._maps) - before
+    used = batch_transfer.mapped_buffers() - before
     assert 1 <= len(used) < POOL_SIZE < len(Items())  # without reuse the pool would fill up
 
 
@@ -111,12 +111,12 @@ def test_held_batches_and_views_are_never_overwritten():
 
 
 def test_mappings_of_exited_workers_are_forgotten():
-    first = set(batch_transfer._maps)
+    first = batch_transfer.mapped_buffers()
     list(DataLoader(Items(), batch_size=1, num_workers=1, collate_fn=collate_items))
-    old = set(batch_transfer._maps) - first
+    old = batch_transfer.mapped_buffers() - first
     assert old
     list(DataLoader(Items(), batch_size=1, num_workers=1, collate_fn=collate_items))
-    assert not old & set(batch_transfer._maps)
+    assert not old & batch_transfer.mapped_buffers()
 
 
 def test_a_batch_of_one_in_the_main_process_is_made_of_views():

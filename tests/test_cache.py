@@ -176,6 +176,9 @@ def test_missing_or_foreign_caches(tmp_path, cache_dir):
     with pytest.raises(FileNotFoundError, match="cache run does not exist"):
         CacheRun(tmp_path / "run_1.zarr")
     (tmp_path / "run_1").mkdir()
+    with pytest.raises(FileNotFoundError, match="cache run does not exist"):  # gone, not replaced
+        CacheRun(tmp_path / "run_1" / "g1.zarr")
+    (tmp_path / "run_1" / "g2.zarr").mkdir()
     with pytest.raises(StaleCacheError, match="this generation of the run was replaced by a rebuild"):
         CacheRun(tmp_path / "run_1" / "g1.zarr")
     group = zarr.create_group(store=str(tmp_path / "x.zarr"), zarr_format=3)

@@ -117,9 +117,9 @@ def test_fill_valued_chunks_are_written_and_a_missing_one_is_named(run_path, tmp
     index[FILL_CHUNK] = 2**64 - 1  # as if the chunk had not been written
     _write_index(shard, raw, index)
     ids = ChunkedArray.open(path / "ids")
-    ids.rows(0, 16)  # the others are intact
-    with pytest.raises(CorruptChunkError, match=r"ids: inner chunk 2 of shard c/0 is missing"):
-        ids.take(np.array([20]))
+    # the index is checked as a whole when first read: reading any chunk of the shard names it
+    with pytest.raises(CorruptChunkError, match=r"ids: the index of shard c/0: inner chunk 2 is missing"):
+        ids.rows(0, 16)
 
 
 def test_a_missing_shard_file_is_named(run_path, tmp_path):
@@ -273,8 +273,8 @@ def test_prefetch_reads_nothing_but_indexes_and_leaves_faults_to_the_reads(run_p
     for selection in (Ellipsis, slice(10, 60), np.array([100, 3, 3, 50])):
         points.prefetch(selection)
     assert points.bytes_read - before == 3 * (3 * 16 + 4)  # the three shard indexes, once
-    assert points._chunk_runs(np.array([0, 17, 40, 100])) == [(0, 0, 2), (2, 0, 0)]
-    assert points._chunk_runs(np.array([0, 40, 100])) == [(0, 0, 0), (0, 2, 2), (2, 0, 0)]
+    assert points.chunk_runs(np.array([0, 17, 40, 100])) == [(0, 0, 2), (2, 0, 0)]
+    assert points.chunk_runs(np.array([0, 40, 100])) == [(0, 0, 0), (0, 2, 2), (2, 0, 0)]
     path = _copy(run_path, tmp_path)
     (path / "points" / "c" / "1" / "0").unlink()
     broken = ChunkedArray.open(path / "points")

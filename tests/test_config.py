@@ -57,6 +57,7 @@ def test_top_level_keys_are_checked_too():
     ("physics.reference_length=long", "physics.reference_length must be float or null, not 'long'"),
     ("train.lr=[1]", r"train.lr must be float, not \[1\]"),
     ("data.raw_dir=null", "data.raw_dir must be str, not None"),
+    ("seed=one", "seed must be int, not 'one'"),
 ])
 def test_a_value_of_the_wrong_type_names_its_key(override, message):
     with pytest.raises(ValueError, match=message):

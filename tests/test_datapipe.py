@@ -368,8 +368,8 @@ def test_the_cache_scaling_factors_are_found_checked_and_matched(cache_dir, tmp_
         _cached(cache_dir, scaling_factors=factors)
     manifest = json.loads((copy / "manifest.json").read_text())
     del manifest["scaling_factors"]
-    from domino_pipeline.store.manifest import _digest
-    manifest["sha256"] = _digest(manifest)  # a consistent manifest without factors
+    from domino_pipeline.store.manifest import manifest_digest
+    manifest["sha256"] = manifest_digest(manifest)  # a consistent manifest without factors
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CacheError, match="the manifest records no scaling factors; rerun cache_data.py"):
         _cached(copy)
@@ -390,3 +390,21 @@ def test_the_readme_example_runs_as_written(cache_dir):
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)
     assert scope["ds"].scaling_factors is not None and scope["batch"]["surface_fields"].shape == (1, 256, 4)
+
+
+def test_uncached_draws_prepare_a_runs_knn_index_once(tiny_processed_dir, monkeypatch):
+    from domino_pipeline.compute import geometry
+
+    built, original = [], geometry.KnnIndex.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(geometry.KnnIndex, "__init__", counting)
+    ds = _uncached(tiny_processed_dir)
+    first = [ds[0] for _ in range(3)] + [ds[1]]
+    assert len(built) == 2  # one per run, not one per draw
+    fresh = _uncached(tiny_processed_dir)  # a new dataset prepares again: the same neighbours
+    for key in ("surface_mesh_neighbors", "surface_neighbors_normals", "surface_neighbors_areas"):
+        assert torch.equal(first[0][key], fresh[0][key])

@@ -430,3 +430,24 @@ def test_benchmark_geometry_plans_cuda_cases():
     ids = [c["id"] for c in bench.plan_cases(paths, sizes, cuda=True, repeats=1, sdf_repeats=1)]
     assert "knn_warp_cuda_100000" in ids and "sdf_warp_cuda" in ids and "sdf_physicsnemo_cuda" in ids
     assert any(i.startswith("knn_physicsnemo_cuda_") for i in ids)
+
+
+def test_benchmark_geometry_can_plan_cuda_cases_only():
+    bench = import_benchmark("benchmark_geometry")
+
+    sizes = {**bench.QUICK}
+    paths = {f"surface_{n}": Path(f"s{n}.npy") for n in (*sizes["knn_sizes"], sizes["brute_knn_size"])}
+    paths.update({k: Path(k) for k in ("stl_vertices", "stl_faces", "sdf_queries")})
+    planned = bench.plan_cases(paths, sizes, cuda=True, repeats=1, sdf_repeats=1, cpu=False)
+    assert planned and all(c["device"].startswith("cuda") for c in planned)
+
+
+def test_benchmark_geometry_counts_one_knn_host_preparation_per_cache_build(tmp_path):
+    bench = import_benchmark("benchmark_geometry")
+
+    points = clustered_cloud(np.random.default_rng(11))
+    np.save(tmp_path / "points.npy", points)
+    figures = bench.host_preparation(tmp_path / "points.npy", "cpu", blocks=4)
+    assert figures["per_run"]["count"] == 1 and figures["per_block"]["count"] == 4
+    assert figures["same_neighbours"] and figures["per_run"]["seconds"] > 0
+    assert "1 time(s)" in bench.host_preparation_line(figures)

@@ -84,7 +84,43 @@ def test_a_deleted_chunk_of_a_processed_run_is_named_not_read_as_zeros(tiny_raw_
     assert zarr.open_group(str(run), mode="r").attrs["all_chunks_written"] is True
     load_run(run)  # complete
     _first_chunk_file(run / "surface_fields").unlink()
-    with pytest.raises(ProcessedRunError, match=r"run_1\.zarr: array surface_fields is missing chunks \['c/0/0'\]"):
+    with pytest.raises(ProcessedRunError, match=r"run_1\.zarr: array surface_fields \(processed\) lacks chunks \['c/0/0'\]"):
         load_run(run, ["surface_fields"])
     result = cache_run(run, tmp_path / "cache", tiny_settings(), rebuild=False)
-    assert result.status == "failed" and "array surface_fields is missing chunks" in result.message
+    assert result.status == "failed" and "array surface_fields (processed) lacks chunks" in result.message
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+def test_a_deleted_chunk_of_a_curator_run_is_named_unless_allowed(tiny_processed_dir, tmp_path, zarr_format):
+    from curator_fixtures import write_curator_zarr
+
+    from domino_pipeline.inputs.processed_run import load_processed_run
+    from domino_pipeline.inputs.runs import ReadOptions
+
+    run = write_curator_zarr(tmp_path / "run_1.zarr", load_processed_run(tiny_processed_dir / "run_1.zarr"),
+                             zarr_format=zarr_format)
+    whole = load_run(run, ["volume_fields"])["volume_fields"]
+    chunk = sorted(p for p in (run / "volume_fields").rglob("*") if p.is_file() and not p.name.startswith((".", "zarr")))[0]
+    chunk.unlink()
+    key = chunk.relative_to(run / "volume_fields").as_posix()
+    with pytest.raises(ProcessedRunError, match=rf"run_1\.zarr: array volume_fields \(curator-zarr-v{zarr_format}\) "
+                                                rf"lacks chunks \['{key}'\].*allow_missing_chunks"):
+        load_run(run, ["volume_fields"])
+    result = cache_run(run, tmp_path / "cache", tiny_settings(), rebuild=False)
+    assert result.status == "failed" and f"lacks chunks ['{key}']" in result.message
+    allowed = load_run(run, ["volume_fields"], options=ReadOptions(allow_missing_chunks=True))["volume_fields"]
+    assert not np.array_equal(allowed, whole) and np.all(allowed[:len(whole) // 2] == 0)  # fill values, as asked
+
+
+def test_missing_chunks_reads_v2_keys_of_either_separator(tmp_path):
+    from domino_pipeline.inputs.chunk_completeness import missing_chunks
+
+    for separator in (".", "/"):
+        path = tmp_path / f"sep{separator == '/'}.zarr"
+        array = zarr.create_array(str(path), shape=(10, 4), chunks=(3, 2), dtype="float32", zarr_format=2,
+                                  chunk_key_encoding={"name": "v2", "separator": separator})
+        array[...] = 1.0
+        assert missing_chunks(path) == []
+        (path / separator.join(["3", "1"])).unlink()
+        (path / separator.join(["0", "0"])).unlink()
+        assert missing_chunks(path) == [separator.join(["0", "0"]), separator.join(["3", "1"])]

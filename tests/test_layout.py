@@ -5,13 +5,17 @@ nor the DoMINO model (fresh interpreters)."""
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import domino_pipeline
+
 HEAVY = ("warp", "physicsnemo")
+WATCHED = ("torch", "zarr", *HEAVY)
 PACKAGE = Path(__file__).resolve().parents[1] / "domino_pipeline"
 # The package docstring states this order; the package's modules outside these folders are the
 # ground floor (level 0), and domino_pipeline/__init__.py, the public face, may name any stage.
@@ -31,7 +35,8 @@ def _level(module: str) -> int:
 
 def _imports(path: Path) -> list[tuple[str, int]]:
     """Every domino_pipeline module ``path`` imports (at the top or inside a function), with the
-    line; ``from package import name`` counts as importing ``package.name``."""
+    line; ``from package import name`` counts as importing ``package.name``, and a public name
+    taken from the package itself as importing the module that defines it."""
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -43,7 +48,8 @@ def _imports(path: Path) -> list[tuple[str, int]]:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([node.module] if node.module else []))
             found += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
-    return [(name, line) for name, line in found if name.split(".")[0] == PACKAGE.name]
+    public = {f"{PACKAGE.name}.{name}": module for name, module in domino_pipeline._PUBLIC.items()}
+    return [(public.get(name, name), line) for name, line in found if name.split(".")[0] == PACKAGE.name]
 
 
 def _upward_imports() -> list[str]:
@@ -69,9 +75,11 @@ def test_the_import_walk_sees_imports_inside_functions(tmp_path, monkeypatch):
     (fake / "store").mkdir(parents=True)
     (fake / "__init__.py").write_text("")
     (fake / "store" / "__init__.py").write_text("")
-    (fake / "store" / "x.py").write_text("def f():\n    from ..loading import cached\n")
+    (fake / "store" / "x.py").write_text("def f():\n    from ..loading import cached\n"
+                                         "    from domino_pipeline import collate_items\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
-    assert _upward_imports() == [f"{PACKAGE.name}.store.x:2 -> {PACKAGE.name}.loading.cached"]
+    assert _upward_imports() == [f"{PACKAGE.name}.store.x:2 -> {PACKAGE.name}.loading.cached",
+                                 f"{PACKAGE.name}.store.x:3 -> {PACKAGE.name}.loading.collate"]
 
 
 def test_every_stage_is_named():
@@ -79,21 +87,26 @@ def test_every_stage_is_named():
     assert folders == set(STAGES)
 
 
-def _heavy_modules_after(statement: str) -> list[str]:
-    """The Warp and physicsnemo modules loaded by ``statement`` in a fresh interpreter."""
-    code = (f"{statement}\nimport sys\n"
-            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))")
+def _modules_after(statements: list[str]) -> list[list[str]]:
+    """Run ``statements`` one after another in one fresh interpreter; after each, the modules
+    loaded so far among torch, Warp, physicsnemo, zarr and the package's own. A module a
+    statement loads stays loaded, so the first statement after which one appears loads it."""
+    code = "import json, sys\nloaded = []\n" + "".join(
+        f"{statement}\nloaded.append(sorted(m for m in sys.modules if m.split('.')[0] in {WATCHED!r}"
+        " or m.startswith('domino_pipeline.')))\n" for statement in statements) + "print(json.dumps(loaded))"
     result = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
-                            timeout=120)
+                            timeout=300)
     assert result.returncode == 0, result.stderr
-    return eval(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _heavy(modules: list[str]) -> list[str]:
+    return [m for m in modules if m.split(".")[0] in HEAVY]
 
 
 LOADING = sorted(_module_name(p) for p in (PACKAGE / "loading").glob("*.py")
                  if p.stem not in ("__init__", "uncached"))
-
-
-@pytest.mark.parametrize("statement", [
+READING = [
     "import datapipe",
     "from datapipe import CachedDoMINODataset, collate_items, dataset_from_config",
     "from domino_pipeline import CachedDoMINODataset, collate_items",
@@ -101,20 +114,30 @@ LOADING = sorted(_module_name(p) for p in (PACKAGE / "loading").glob("*.py")
     "import domino_pipeline.store.cache_format, domino_pipeline.store.chunk_reader, domino_pipeline.atomic_store",
     "import " + ", ".join(LOADING),
     "import domino_pipeline.inputs.runs, domino_pipeline.compute.sampling, domino_pipeline.compute.scaling",
-])
-def test_the_cache_reader_imports_neither_warp_nor_the_model(statement):
-    assert _heavy_modules_after(statement) == []
+]
+
+UNCACHED = "from datapipe import DoMINODataPipe"  # loads Warp: run last
 
 
-def test_the_uncached_datapipe_is_imported_on_first_use():
-    assert "warp" in _heavy_modules_after("from datapipe import DoMINODataPipe")
+@pytest.fixture(scope="module")
+def loaded() -> dict[str, list[str]]:
+    """Statement -> the watched modules loaded once it has run (after the ones before it)."""
+    statements = ["import domino_pipeline", *READING, UNCACHED]
+    return dict(zip(statements, _modules_after(statements)))
 
 
-def test_importing_the_package_loads_no_stage_and_no_torch():
-    code = ("import sys, domino_pipeline\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'warp', 'zarr')"
-            " or m.startswith('domino_pipeline.')))")
-    result = subprocess.run([sys.executable, "-c", code], cwd=PACKAGE.parent, capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+def test_importing_the_package_loads_no_stage_and_no_torch(loaded):
+    assert loaded["import domino_pipeline"] == []
+
+
+@pytest.mark.parametrize("statement", READING)
+def test_the_cache_reader_imports_neither_warp_nor_the_model(loaded, statement):
+    assert _heavy(loaded[statement]) == []
+
+
+def test_the_watch_sees_what_a_statement_loads(loaded):
+    assert "domino_pipeline.loading.cached" in loaded[READING[0]] and "torch" in loaded[READING[0]]
+
+
+def test_the_uncached_datapipe_is_imported_on_first_use(loaded):
+    assert "warp" in _heavy(loaded[UNCACHED])  # and in no statement before it

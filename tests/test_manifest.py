@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 
 import pytest
@@ -17,7 +18,7 @@ from datapipe import CachedDoMINODataset
 from domino_pipeline.inputs.runs import list_runs, stat_fingerprint
 from domino_pipeline.store import manifest as manifest_module
 from domino_pipeline.store.cache_format import CacheError, StaleCacheError
-from domino_pipeline.store.manifest import _digest, read_manifest, write_manifest
+from domino_pipeline.store.manifest import manifest_digest, read_manifest, write_manifest
 from domino_pipeline.store.validate import validate_cache
 
 
@@ -32,7 +33,7 @@ def _edit(cache, change, *, rehash: bool) -> None:
     manifest = json.loads(path.read_text())
     change(manifest)
     if rehash:
-        manifest["sha256"] = _digest(manifest)
+        manifest["sha256"] = manifest_digest(manifest)
     path.write_text(json.dumps(manifest))
 
 
@@ -106,9 +107,12 @@ def test_a_dataset_keeps_few_runs_open(tiny_processed_dir, tmp_path):
     cache = build_tiny_cache(tiny_processed_dir, tmp_path / "cache")
     ds = CachedDoMINODataset(cache, max_open_runs=1, **SAMPLES)
     ds[0]
-    first = ds._open[0]
+    first = ds.run(0)
+    assert ds.open_run_indices() == [0]
     ds[1]
-    assert list(ds._open) == [1] and first not in ds._open.values()
+    assert ds.open_run_indices() == [1]
+    assert ds.run(0) is not first  # closed, so opened again
+    assert ds.open_run_indices() == [0]
 
 
 def test_an_edited_array_description_is_caught_by_validate_and_at_open(cache, tiny_processed_dir):
@@ -136,3 +140,28 @@ def test_a_read_only_cache_fails_each_run_in_one_line(tiny_processed_dir, tmp_pa
     assert [r.status for r in results] == ["failed", "failed"]
     for r in results:
         assert "\n" not in r.message and "Read-only file system" in r.message and ".lock" in r.message
+
+
+def test_a_rewrite_that_keeps_size_and_mtime_is_seen_without_validate(tiny_processed_dir, tmp_path):
+    """One byte of a processed run changed in place, its size kept and its mtime restored: the
+    stat fingerprint (which holds the inode change time) differs, so a rerun hashes the bytes and
+    rebuilds the run, and a dataset given the current stats refuses it."""
+    from cache_data import build_cache
+
+    processed = shutil.copytree(tiny_processed_dir, tmp_path / "processed")
+    cache = build_tiny_cache(processed, tmp_path / "cache")
+    runs = list_runs(processed)
+    chunk = sorted(p for p in (processed / "run_1.zarr" / "surface_fields" / "c").rglob("*") if p.is_file())[0]
+    before = chunk.stat()
+    raw = bytearray(chunk.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    with open(chunk, "r+b") as handle:  # in place: same inode, same size
+        handle.write(raw)
+    os.utime(chunk, ns=(before.st_atime_ns, before.st_mtime_ns))  # the mtime a copy tool keeps
+    assert (chunk.stat().st_size, chunk.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    sources = {p.stem: stat_fingerprint(p) for p in runs}
+    with pytest.raises(StaleCacheError, match=r"runs \['run_1'\] were written again"):
+        CachedDoMINODataset(cache, sources=sources, **SAMPLES)
+    results = {r.name: r for r in build_cache(runs, cache, tiny_settings(), rebuild=False)}
+    assert results["run_1"].status == "stale" and "source: the processed run has changed" in results["run_1"].message
+    assert results["run_2"].status == "skipped"

@@ -15,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 from test_train import TINY
 
-import train
+from domino_pipeline.training.domino_model import build_model
 from domino_pipeline.compute.scaling import (
     compute_scaling_factors,
     save_scaling_factors,
@@ -46,7 +46,7 @@ def model_and_factors(tiny_processed_dir: Path, tmp_path_factory) -> dict[str, P
     work = tmp_path_factory.mktemp("predict")
     factors = save_scaling_factors(work / "scaling_factors.json", compute_scaling_factors(list_runs(tiny_processed_dir)))
     torch.manual_seed(0)
-    model = train.build_model("surface", OmegaConf.to_container(tiny_model_config().model, resolve=True), torch.device("cpu"))
+    model = build_model("surface", OmegaConf.to_container(tiny_model_config().model, resolve=True), torch.device("cpu"))
     model.save(str(work / "model.mdlus"))
     return {"model": work / "model.mdlus", "factors": factors, "work": work}
 
@@ -87,6 +87,7 @@ def read_csv(path: Path) -> dict[str, dict[str, str]]:
         return {row["run"]: row for row in csv.DictReader(file)}
 
 
+@pytest.mark.slow
 def test_predict_writes_the_surface_with_predicted_arrays_beside_the_true_ones(predicted, tiny_raw_dir):
     raw = pv.read(str(tiny_raw_dir / "run_1" / "boundary_1.vtp"))
     written = pv.read(str(predicted["out"] / "run_1_surface.vtp"))
@@ -100,6 +101,7 @@ def test_predict_writes_the_surface_with_predicted_arrays_beside_the_true_ones(p
     assert "cd_true" in predicted["text"] and "run_1" in predicted["text"]
 
 
+@pytest.mark.slow
 def test_the_true_drag_is_the_integral_of_the_raw_vtp(predicted, tiny_raw_dir):
     physics = OmegaConf.load(ROOT / "conf" / "config.yaml").physics
     row = read_csv(predicted["out"] / "predictions.csv")["run_1"]
@@ -112,6 +114,7 @@ def test_the_true_drag_is_the_integral_of_the_raw_vtp(predicted, tiny_raw_dir):
         assert np.isfinite(float(row[f"rel_l2_{name}"]))
 
 
+@pytest.mark.slow
 def test_an_stl_alone_gets_predictions_on_its_triangles(predicted, tiny_raw_dir):
     stl = pv.read(str(tiny_raw_dir / "run_2" / "drivaer_2.stl"))
     written = pv.read(str(predicted["out"] / "drivaer_2_surface.vtp"))
@@ -136,7 +139,7 @@ def test_batches_do_not_change_the_prediction(model_and_factors, tiny_processed_
                   device=torch.device("cpu"))
     settings = settings_from_config(load_config(cfg).geometry, load_config(cfg).variables)
     whole = predict_run(model, run, settings, batch_points=100_000, **common).surface
-    batched = predict_run(model, run, settings, batch_points=333, **common).surface
+    batched = predict_run(model, run, settings, batch_points=1100, **common).surface
     assert whole.shape == (len(run.arrays["surface_areas"]), 4) and np.isfinite(whole).all()
     np.testing.assert_allclose(batched, whole, rtol=1e-5, atol=1e-6)
 
@@ -181,13 +184,16 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
         run_record,
         write_run_outputs,
     )
-    from domino_pipeline.inference.run_inputs import load_processed
+    from domino_pipeline.inference.run_inputs import load_processed, point_cloud
 
     cfg = tiny_model_config("model_type=combined", "model.geometry_rep.geo_conv.volume_neighbors_in_radius=[8,8,16,16]",
                             "model.geometry_local.volume_neighbors_in_radius=[8,16]")
     torch.manual_seed(1)
-    model = train.build_model("combined", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu")).eval()
+    model = build_model("combined", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu")).eval()
     run = load_processed(tiny_processed_dir / "run_1.zarr", volume=True)
+    for name in ("volume_mesh_centers", "volume_fields"):  # a quarter of the volume: one model pass
+        run.arrays[name] = run.arrays[name][::4]
+    run.volume_mesh = point_cloud(run.arrays["volume_mesh_centers"], "unstructured")
     settings = settings_from_config(load_config(cfg).geometry, load_config(cfg).variables)
     prediction = predict_run(model, run, settings, scaling_factors=load_scaling_factors(model_and_factors["factors"]),
                              geometry_points=400, batch_points=3000, device=torch.device("cpu"), volume=True)
@@ -240,3 +246,30 @@ def test_relative_l2_per_cell_and_area_weighted():
     np.testing.assert_allclose(relative_l2(predicted, true), [1.0])
     # weights 4 and 1: sqrt(1 * 25) / sqrt(4 * 9 + 1 * 16)
     np.testing.assert_allclose(relative_l2(predicted, true, weights=np.array([4.0, 1.0, 7.0])), [5.0 / np.sqrt(52.0)])
+
+
+def test_volume_batches_share_one_warp_mesh_and_match_the_whole_run(tiny_processed_dir, monkeypatch):
+    from domino_pipeline.compute import geometry
+    from domino_pipeline.compute.preprocessing import volume_sdf
+    from domino_pipeline.compute.settings import settings_from_config
+    from domino_pipeline.inference.full_resolution import BatchItems, prepare_run, row_batches
+    from domino_pipeline.inference.run_inputs import load_processed
+
+    cfg = tiny_model_config()
+    settings = settings_from_config(cfg.geometry, cfg.variables)
+    run = load_processed(tiny_processed_dir / "run_1.zarr", volume=True)
+    prepared = prepare_run(run.arrays, settings, parts=("volume",), source="run_1")
+    built, original = [], geometry.SdfMesh.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(geometry.SdfMesh, "__init__", counting)
+    items = BatchItems(prepared, settings, parts=("volume",), geometry_points=400)
+    before = len(built)  # the two grid SDFs and the run's volume mesh
+    windows = row_batches(len(prepared.volume_coordinates), len(prepared.volume_coordinates) // 4)
+    assert len(windows) >= 4
+    sdf = np.concatenate([items.volume(window)["sdf"] for window in windows])
+    assert len(built) == before  # no mesh per batch
+    np.testing.assert_array_equal(sdf, volume_sdf(prepared, settings)[0])

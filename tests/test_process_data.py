@@ -375,7 +375,8 @@ def test_an_stl_with_a_hole_or_zero_area_triangles_is_reported(tiny_raw_dir: Pat
     line = np.array([[0.0, 0.0, 5.0], [0.1, 0.0, 5.0], [0.2, 0.0, 5.0]])  # collinear: zero area
     _rewrite_stl(flat, 1, lambda p, f: (np.vstack([p, line]), np.vstack([f, [len(p) + np.arange(3)]])))
     _, notes = process_run(flat, tmp_path / "flat.zarr", PROCESS_OPTIONS)
-    assert any("drivaer_1.stl: 1 degenerate triangles (zero area)" in n for n in notes), notes
+    assert any("drivaer_1.stl: dropped 1 zero-area triangles" in n for n in notes), notes
+    assert not [n for n in notes if n.startswith("warning")]  # its open edges went with it
     _, notes = process_run(_copy_run(tiny_raw_dir, 2, tmp_path / "raw_ok", 2), tmp_path / "ok.zarr",
                            PROCESS_OPTIONS)
     assert not [n for n in notes if n.startswith("warning")]
@@ -386,3 +387,34 @@ def test_an_empty_file_says_empty(tiny_raw_dir: Path, tmp_path: Path) -> None:
     pv.PolyData().save(run_dir / "boundary_1.vtp")
     with pytest.raises(RunError, match=r"boundary_1\.vtp: (empty|no cell data)"):
         process_run(run_dir, tmp_path / "run_1.zarr", PROCESS_OPTIONS)
+
+
+def test_zero_area_triangles_are_dropped_counted_and_leave_no_edge_warnings(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    """Slivers with their third vertex on an existing edge hold no surface but make that edge
+    non-manifold and two others open: dropped before the watertightness checks, counted, and
+    the stored triangles, centres and areas are those of the clean STL."""
+    from domino_pipeline.inputs.drivaerml_reader import drop_zero_area, read_stl_triangles, stl_defects
+
+    run_dir = _copy_run(tiny_raw_dir, 1, tmp_path / "raw", 1)
+    clean = read_stl(run_dir / "drivaer_1.stl")
+
+    def add_slivers(points, faces):
+        extra_points, extra_faces = [], []
+        for a, b in faces[:3, :2]:  # the first edge of three triangles
+            extra_points.append((points[a] + points[b]) / 2)  # on the edge, to float32 rounding
+            extra_faces.append([a, b, len(points) + len(extra_points) - 1])
+        return np.vstack([points, extra_points]), np.vstack([faces, extra_faces])
+
+    _rewrite_stl(run_dir, 1, add_slivers)
+    raw = read_stl_triangles(run_dir / "drivaer_1.stl")
+    assert len(raw["stl_areas"]) == len(clean["stl_areas"]) + 3
+    kept, dropped = drop_zero_area(raw)
+    assert dropped == 3
+    for name in ("stl_faces", "stl_centers", "stl_areas"):
+        np.testing.assert_allclose(kept[name], clean[name], rtol=1e-6)
+    source = run_dir / "drivaer_1.stl"
+    assert any("non-manifold" in n for n in stl_defects(raw["stl_faces"], raw["stl_areas"], source))
+    _, notes = process_run(run_dir, tmp_path / "run_1.zarr", PROCESS_OPTIONS)
+    assert notes == [f"note: {source}: dropped 3 zero-area triangles"], notes
+    stored = load_processed_run(tmp_path / "run_1.zarr")
+    assert len(stored["stl_areas"]) == len(clean["stl_areas"]) and stored["stl_areas"].min() > 0

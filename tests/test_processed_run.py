@@ -141,7 +141,7 @@ def test_a_rewrite_with_other_values_changes_the_cache_source_fingerprint(tmp_pa
 def test_missing_chunks_finds_absent_shards_and_inner_chunks(tmp_path):
     import crc32c
 
-    from domino_pipeline.inputs.processed_run import missing_chunks
+    from domino_pipeline.inputs.chunk_completeness import missing_chunks
 
     group = zarr.create_group(store=str(tmp_path / "run.zarr"), zarr_format=3)
     array = group.create_array("a", shape=(100, 3), dtype="float32", chunks=(10, 3), shards=(40, 3),

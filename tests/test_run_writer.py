@@ -1,13 +1,9 @@
 """Run generations and writers: a rebuild writes the next generation and keeps the previous one
-for open readers, an incomplete write places nothing, one writer per run at a time, and the
-temporaries of live writers survive another writer's clean-up."""
+for open readers, an incomplete write places nothing, one writer per run at a time."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -15,7 +11,6 @@ from cache_fixtures import SAMPLES, build_tiny_cache, generation, tiny_settings
 
 from datapipe import CachedDoMINODataset
 from domino_pipeline.inputs.runs import list_runs
-from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
 from domino_pipeline.store.build import cache_run, manifest_runs
 from domino_pipeline.store.cache_format import ARRAYS, StaleCacheError, generations
 from domino_pipeline.store.cache_run import CacheRun
@@ -56,37 +51,6 @@ def test_an_incomplete_write_places_nothing(tmp_path):
             writer.write_rows("geometry_coordinates", 0, np.zeros((2, 3), np.float32))
     assert generations(tmp_path / "run_1") == []
     assert [p for p in (tmp_path / "run_1").iterdir()] == []
-
-
-def test_a_second_writer_waits_for_the_first(tmp_path, capfd):
-    lock = tmp_path / ".lock"
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from domino_pipeline.atomic_store import exclusive_lock\n"
-        f"with exclusive_lock({str(lock)!r}, 'run_1'):\n"
-        "    print('held', flush=True); time.sleep(1.5)\n")], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout.readline().strip() == "held"
-    started = time.time()
-    with exclusive_lock(lock, "run_1"):
-        waited = time.time() - started
-    holder.wait()
-    assert waited > 0.5
-    assert f"waiting for another writer of run_1 (pid {holder.pid})" in capfd.readouterr().err
-
-
-def test_temporaries_of_live_writers_are_kept(tmp_path):
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    try:
-        live = tmp_path / f".g2.zarr.tmp-{sleeper.pid}-abcd1234"
-        live.mkdir()
-        dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                                  capture_output=True, text=True).stdout.strip()
-        dead = tmp_path / f".g2.zarr.tmp-{dead_pid}-abcd1234"
-        dead.mkdir()
-        assert remove_stale_temporaries(tmp_path) == [dead]
-        assert live.is_dir() and not dead.exists()
-    finally:
-        sleeper.kill()
-        sleeper.wait()
 
 
 def test_two_builders_of_one_cache_end_with_one_complete_run_each(tiny_processed_dir, tmp_path):

@@ -17,8 +17,12 @@ import torch
 from conftest import PROCESS_OPTIONS, typed_config
 from omegaconf import OmegaConf
 
-import train
+from domino_pipeline.inputs.runs import DEFAULT_OPTIONS, split_runs
 from domino_pipeline.training import checkpointing
+from domino_pipeline.training.checkpoint_policy import check_same_model
+from domino_pipeline.training.domino_model import build_model, model_parameters, resolved_parameters
+from domino_pipeline.training.loaders import loader_over, make_loader
+from domino_pipeline.training.target_scaling import ensure_scaling_factors
 from process_data import process_all
 from synthetic_data import generate_runs
 
@@ -152,6 +156,27 @@ def test_torchrun_two_ranks_train_on_different_runs(setup):
 
 
 @pytest.mark.slow
+def test_torchrun_ranks_compute_missing_scaling_factors_in_parts(setup):
+    from domino_pipeline.compute.scaling import compute_scaling_factors, load_scaling_factors
+
+    out, factors = setup["work"] / "ddp_factors", setup["work"] / "ddp_factors.json"
+    overrides = [o for o in common_overrides(setup) if not o.startswith("sampling.scaling_factors=")]
+    command = [TORCHRUN, "--standalone", "--nproc_per_node=2", "train.py", "--config-name=config", *overrides,
+               f"sampling.scaling_factors={factors}", f"output_dir={out}", "train.epochs=1", "train.val_fraction=0"]
+    result = run(command, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert "scaling factors from 4 training runs (2 ranks in parts)" in result.stdout
+    runs = sorted(setup["processed"].glob("run_*.zarr"))
+    variables = {"surface": [("pMeanTrim", "scalar"), ("wallShearStressMeanTrim", "vector")],
+                 "volume": [("UMeanTrim", "vector"), ("pMeanTrim", "scalar"), ("nutMeanTrim", "scalar")]}
+    expected = compute_scaling_factors(runs, variables=variables)
+    got = load_scaling_factors(factors)
+    assert got["runs"] == expected["runs"] and got["surface"] == expected["surface"]
+    assert got["volume"] == expected["volume"]
+    (record,) = epochs(out)
+    assert record["world_size"] == 2 and np.isfinite(record["train_loss"])
+
+
+@pytest.mark.slow
 def test_uncached_training_and_demo_report(setup, three_epochs):
     out = setup["work"] / "uncached"
     run(train_command(setup, out, "train.epochs=1", "train.val_fraction=0.25", config="config"))
@@ -172,14 +197,14 @@ def test_uncached_training_and_demo_report(setup, three_epochs):
 
 def test_split_is_deterministic_and_keeps_a_validation_run():
     runs = [Path(f"run_{i}.zarr") for i in range(1, 11)]
-    train_runs, val_runs = train.split_runs(runs, 0.2, seed=3)
-    assert (train_runs, val_runs) == train.split_runs(runs, 0.2, seed=3)
+    train_runs, val_runs = split_runs(runs, 0.2, seed=3)
+    assert (train_runs, val_runs) == split_runs(runs, 0.2, seed=3)
     assert len(val_runs) == 2 and sorted(train_runs + val_runs) == sorted(runs)
-    assert len(train.split_runs(runs[:2], 0.01, seed=0)[1]) == 1
-    assert train.split_runs(runs[:1], 0.5, seed=0) == (runs[:1], [])
-    assert train.split_runs(runs, 0.0, seed=0) == (runs, [])
+    assert len(split_runs(runs[:2], 0.01, seed=0)[1]) == 1
+    assert split_runs(runs[:1], 0.5, seed=0) == (runs[:1], [])
+    assert split_runs(runs, 0.0, seed=0) == (runs, [])
     with pytest.raises(ValueError, match="no processed runs"):
-        train.split_runs([], 0.1, seed=0)
+        split_runs([], 0.1, seed=0)
 
 
 def test_config_errors_name_the_problem():
@@ -189,9 +214,9 @@ def test_config_errors_name_the_problem():
     with pytest.raises(ValueError, match="train.scheduler must be one of"):
         typed_config("train.scheduler=linear")
     with pytest.raises(ValueError, match=r"model.geometry_rep: unknown keys \['base_filter'\]"):
-        train.model_parameters({"geometry_rep": {"base_filter": 4}}, {"geometry_rep": {"base_filters": 8}})
+        model_parameters({"geometry_rep": {"base_filter": 4}}, {"geometry_rep": {"base_filters": 8}})
     with pytest.raises(ValueError, match="model_type must be one of"):
-        train.build_model("wing", {}, torch.device("cpu"))
+        build_model("wing", {}, torch.device("cpu"))
 
 
 def test_rng_state_survives_a_weights_only_checkpoint(tmp_path):
@@ -217,7 +242,7 @@ def test_a_foreign_checkpoint_is_refused(tmp_path):
     with pytest.raises(ValueError, match="checkpoint lacks"):
         checkpointing.load_checkpoint(path)
     with pytest.raises(ValueError, match="other \\['model'\\] settings"):
-        train.check_same_model({"model_type": "surface", "model": {"a": 1}}, {"model_type": "surface", "model": {"a": 2}}, path)
+        check_same_model({"model_type": "surface", "model": {"a": 1}}, {"model_type": "surface", "model": {"a": 2}}, path)
 
 
 def test_relative_l2_error_per_variable():
@@ -229,7 +254,7 @@ def test_relative_l2_error_per_variable():
 
 
 def test_model_outputs_follow_the_configured_variables():
-    model = train.build_model("combined", {"interp_res": [16, 8, 8]}, torch.device("cpu"),
+    model = build_model("combined", {"interp_res": [16, 8, 8]}, torch.device("cpu"),
                               {"surface": 1, "volume": 4})
     assert (model.output_features_surf, model.output_features_vol) == (1, 4)
 
@@ -243,9 +268,9 @@ class _Identity(torch.utils.data.Dataset):
 
 
 def test_one_persistent_loader_serves_each_pass_its_own_indices():
-    loader = train.make_loader(_Identity(), batch_size=1, num_workers=1, device=torch.device("cpu"))
+    loader = make_loader(_Identity(), batch_size=1, num_workers=1, device=torch.device("cpu"))
     for indices in ([3, 1, 4], [9, 2], [], [5]):
-        seen = [int(batch["index"].item()) for batch in train.loader_over(loader, indices)]
+        seen = [int(batch["index"].item()) for batch in loader_over(loader, indices)]
         assert seen == indices
     assert loader.persistent_workers
 
@@ -260,7 +285,7 @@ def test_a_conflicting_model_model_type_is_an_error_naming_both_keys():
     with pytest.raises(ValueError, match=r"model.model_type='combined' conflicts with model_type='surface'"):
         resolve_model_type("surface", {"model_type": "combined"})
     with pytest.raises(ValueError, match="model.model_type='combined' conflicts"):
-        train.build_model("surface", {"model_type": "combined"}, torch.device("cpu"))
+        build_model("surface", {"model_type": "combined"}, torch.device("cpu"))
 
 
 def test_data_that_does_not_fit_the_model_is_refused_naming_both_values():
@@ -275,6 +300,7 @@ def test_data_that_does_not_fit_the_model_is_refused_naming_both_values():
         check_data_fits_model(data, {"interp_res": [32, 16, 16], "num_neighbors_surface": 5}, "cache c")
 
 
+@pytest.mark.slow
 def test_train_refuses_a_cache_with_another_grid_before_the_first_step(setup):
     out = setup["work"] / "grid_mismatch"
     result = subprocess.run(train_command(setup, out, "train.epochs=1", "model.interp_res=[8,8,8]"),
@@ -310,11 +336,12 @@ def outputs_of(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.
         return model(batch)[1]
 
 
+@pytest.mark.slow
 def test_physicsnemo_loads_the_saved_models_with_the_same_outputs(setup, three_epochs):
     from physicsnemo import Module
 
     cfg = tiny_config(setup)
-    trained = train.build_model("surface", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu"))
+    trained = build_model("surface", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu"))
     trained.load_state_dict(checkpointing.load_checkpoint(checkpointing.checkpoint_path(three_epochs))["model"])
     files = checkpointing.model_file_paths(three_epochs)
     loaded = Module.from_checkpoint(str(files["last"]))
@@ -328,12 +355,13 @@ def test_physicsnemo_loads_the_saved_models_with_the_same_outputs(setup, three_e
     assert outputs_of(Module.from_checkpoint(str(files["best"])), batch).shape == (1, 128, 4)
 
 
+@pytest.mark.slow
 def test_training_starts_from_a_physicsnemo_mdlus(setup):
     from physicsnemo.models.domino import DoMINO
     from physicsnemo.models.domino.config import Config
 
     cfg = tiny_config(setup)
-    parameters = train.resolved_parameters(OmegaConf.to_container(cfg.model, resolve=True))
+    parameters = resolved_parameters(OmegaConf.to_container(cfg.model, resolve=True))
     torch.manual_seed(123)
     foreign = DoMINO(input_features=3, output_features_surf=4, global_features=2, model_parameters=Config(parameters))
     path = setup["work"] / "foreign.mdlus"
@@ -348,13 +376,14 @@ def test_training_starts_from_a_physicsnemo_mdlus(setup):
     for name, tensor in foreign.state_dict().items():
         assert torch.equal(state[name], tensor), name
 
-    other = train.build_model("surface", {**OmegaConf.to_container(cfg.model, resolve=True), "activation": "relu"},
+    other = build_model("surface", {**OmegaConf.to_container(cfg.model, resolve=True), "activation": "relu"},
                               torch.device("cpu"))
     with pytest.raises(ValueError, match=r"foreign.mdlus: the model in this file differs .*\n  model_parameters.activation: "
                                          r"this config 'relu', the file 'gelu'"):
         checkpointing.init_weights_from(other, path)
 
 
+@pytest.mark.slow
 def test_the_example_losses_train_and_are_logged_with_the_loss(setup):
     out = setup["work"] / "example_losses"
     result = run(train_command(setup, out, "train.epochs=1", "train.val_fraction=0.25", "loss.type=rmse",
@@ -380,12 +409,16 @@ def test_scaling_factors_of_another_split_are_refused_unless_allowed(tmp_path):
                "volume": {"min": [0.0] * 5, "max": [1.0] * 5, "mean": [0.5] * 5, "std": [0.1] * 5}}
     path = save_scaling_factors(tmp_path / "factors.json", factors)
     cfg = typed_config(f"sampling.scaling_factors={path}")
-    info = SimpleNamespace(is_main=True)
-    train.ensure_scaling_factors(cfg, [Path("run_1.zarr"), Path("run_2.zarr")], path, info)  # same runs
+    info = SimpleNamespace(is_main=True, rank=0, world_size=1)
+    def ensure(runs, cfg):
+        ensure_scaling_factors(path, [Path(r) for r in runs], sampling=cfg.sampling, cached=False,
+                               variables=cfg.variables, options=DEFAULT_OPTIONS, info=info,
+                               work_timeout_s=60.0)
+
+    ensure(["run_1.zarr", "run_2.zarr"], cfg)  # same runs
     with pytest.raises(ValueError, match=r"factors\.json: the scaling factors were computed from other runs"):
-        train.ensure_scaling_factors(cfg, [Path("run_1.zarr"), Path("run_3.zarr")], path, info)
-    cfg = typed_config(f"sampling.scaling_factors={path}", "sampling.allow_other_split=true")
-    train.ensure_scaling_factors(cfg, [Path("run_1.zarr"), Path("run_3.zarr")], path, info)
+        ensure(["run_1.zarr", "run_3.zarr"], cfg)
+    ensure(["run_1.zarr", "run_3.zarr"], typed_config(f"sampling.scaling_factors={path}", "sampling.allow_other_split=true"))
 
 
 @pytest.mark.slow

@@ -17,10 +17,12 @@ split into chunks run from a thread pool (``cpu_threads``, default: all cores of
 
 Limits and sentinels:
 - ``knn``: k <= ``MAX_K`` (32) for the Warp backend; k > N is a ValueError. Indices are int32,
-  so N < 2**31. Distance ties are broken by preferring the query's own index (when ``queries``
-  is None) and then the lower index, so with duplicates each point is still its own first
-  neighbour; "tied" means equal float32 squared distances. No sentinel values: every row holds
-  k real neighbours.
+  so N < 2**31. Distances are ``distance_sq`` (float32 differences, squared and summed in
+  float64: the same bits on the CPU and on CUDA, fused multiply-add or not); ties in it are
+  broken by preferring the query's own index (when ``queries`` is None) and then the lower
+  index, so with duplicates each point is still its own first neighbour and a lattice gives the
+  same neighbours on every device and backend. No sentinel values: every row holds k real
+  neighbours.
 - ``signed_distance``: positive outside, negative inside (winding number, so open or imperfect
   meshes still get a sensible sign); points exactly on the surface have |sdf| ~ 0 and either
   sign. Zero-area sliver triangles are skipped by Warp's closest-point search (a triangle
@@ -39,6 +41,8 @@ from typing import Callable, Literal
 import numpy as np
 import warp as wp
 
+from domino_pipeline.devices import cuda_index
+
 wp.set_module_options({"enable_backward": False})
 
 MAX_K = 32
@@ -54,7 +58,7 @@ _CKDTREE_BATCH = 1 << 18
 _MIN_THREAD_CHUNK = 4096  # CPU launches smaller than this stay on one thread
 _CHUNKS_PER_THREAD = 4  # dense and sparse regions cost differently: balance with more chunks
 
-_vec_kf = wp.types.vector(length=MAX_K, dtype=wp.float32)
+_vec_kd = wp.types.vector(length=MAX_K, dtype=wp.float64)
 _vec_ki = wp.types.vector(length=MAX_K, dtype=wp.int32)
 
 
@@ -62,9 +66,10 @@ def resolve_device(device: str = "auto") -> str:
     """Return the Warp device to run on: this process's GPU when CUDA is available for "auto",
     else "cpu".
 
-    "auto" and "cuda" mean GPU ``LOCAL_RANK`` (set by torchrun; 0 otherwise), so the ranks of
-    one machine each use their own GPU. Explicit names ("cpu", "cuda", "cuda:N") are checked, so
-    a request for a GPU that is not there fails here with a clear message instead of deep inside
+    "auto" and "cuda" mean this process's GPU by the rule torch follows too
+    (``devices.cuda_index``: visible device LOCAL_RANK, or the only one), so the ranks of one
+    machine each use their own GPU. Explicit names ("cpu", "cuda", "cuda:N") are checked, so a
+    request for a GPU that is not there fails here with a clear message instead of deep inside
     a kernel launch.
     """
     wp.init()
@@ -75,8 +80,7 @@ def resolve_device(device: str = "auto") -> str:
     if device == "cuda" or device.startswith("cuda:"):
         if not wp.is_cuda_available():
             raise ValueError(f"device {device!r} requested but CUDA is not available")
-        local = int(os.environ.get("LOCAL_RANK", 0)) % max(1, wp.get_cuda_device_count())
-        name = f"cuda:{local}" if device == "cuda" else device
+        name = f"cuda:{cuda_index(wp.get_cuda_device_count())}" if device == "cuda" else device
         try:
             return str(wp.get_device(name))
         except (RuntimeError, ValueError) as err:
@@ -115,8 +119,31 @@ def _launch(kernel, n: int, inputs: Callable[[int, int], list], device: str, thr
 # kNN
 
 
+def distance_sq(points, queries) -> np.ndarray:
+    """Squared distances between float32 ``points`` and ``queries`` (broadcast), computed as the
+    kNN kernel computes them on every device, so that CPU and CUDA give the same bits.
+
+    The float32 differences are exactly rounded everywhere; each is squared in float64, where
+    the product of two 24-bit significands is exact, and the squares are summed x, y, z in that
+    order. Because no product rounds, a fused multiply-add (which CUDA compilers form and CPU
+    builds may not) rounds exactly as a separate multiply and add do.
+    """
+    diff = (np.asarray(points, dtype=np.float32) - np.asarray(queries, dtype=np.float32)).astype(np.float64)
+    return (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
+
+
 @wp.func
-def _precedes(d_a: wp.float32, key_a: wp.int32, d_b: wp.float32, key_b: wp.int32) -> bool:
+def _distance_sq(p: wp.vec3, q: wp.vec3) -> wp.float64:
+    """``distance_sq`` in a kernel: the same bits on the CPU and on CUDA."""
+    d = p - q
+    x = wp.float64(d[0])
+    y = wp.float64(d[1])
+    z = wp.float64(d[2])
+    return (x * x + y * y) + z * z
+
+
+@wp.func
+def _precedes(d_a: wp.float64, key_a: wp.int32, d_b: wp.float64, key_b: wp.int32) -> bool:
     """Total order of candidates: distance, then key (the query itself has key -1)."""
     return d_a < d_b or (d_a == d_b and key_a < key_b)
 
@@ -135,7 +162,7 @@ def _knn_round(
     max_radius: wp.float32,
     coord_scale: wp.float32,
     out_index: wp.array2d(dtype=wp.int32),
-    out_d2: wp.array2d(dtype=wp.float32),
+    out_d2: wp.array2d(dtype=wp.float64),
     done: wp.array(dtype=wp.int32),
 ):
     """k best candidates of query ``active[t]`` among the grid cells within ``radii[t]``.
@@ -148,7 +175,7 @@ def _knn_round(
     t = wp.tid()
     qi = active[t]
     q = queries[qi]
-    best_d = _vec_kf()
+    best_d = _vec_kd()
     best_key = _vec_ki()
     count = wp.int32(0)
     radius = radii[t]
@@ -157,7 +184,7 @@ def _knn_round(
     reach = radius + _SLACK_ULPS * _EPS32 * (coord_scale + radius)
     neighbours = wp.hash_grid_query(grid, q, reach)
     for pi in neighbours:
-        d2 = wp.length_sq(points[pi] - q)
+        d2 = _distance_sq(points[pi], q)
         key = point_ids[pi]
         if self_query != 0 and pi == qi:
             key = -1
@@ -170,7 +197,7 @@ def _knn_round(
             best_d[j] = d2
             best_key[j] = key
             count = wp.min(count + 1, k)
-    inside = _ACCEPT * radius
+    inside = wp.float64(_ACCEPT * radius)
     finished = count >= k and (best_d[k - 1] <= inside * inside or radius >= max_radius)
     if finished:
         row = query_ids[qi]
@@ -228,74 +255,129 @@ def _morton_order(xyz: np.ndarray, lo: np.ndarray, extent: float) -> np.ndarray:
     return np.argsort(code, kind="stable")
 
 
-def _local_spacing(points: np.ndarray, queries: np.ndarray, lo: np.ndarray, extent: float, k: int):
-    """Rough k-th neighbour distance per query from the point count around its coarse cell.
+class _Density:
+    """Point counts on a coarse grid over the cloud's bounding cube, for starting radii.
 
-    Cells are sized for ~16 points each on a surface; the count c in the 3 x 3 x 3 block of
-    cells (width w) around a query gives 3w sqrt(k / (pi c)), the k-th distance of c points
-    spread over a 3w x 3w patch. Only ratios between queries matter: a pilot sample calibrates
-    the scale, so volume clouds are handled as well.
+    Cells are sized for ~16 points each on a surface; a query's count is that of the 3 x 3 x 3
+    block of cells around its cell (queries outside the cube count at its edge).
     """
-    side = int(np.clip(round(np.sqrt(len(points) / 16.0)), 2, 1024))
-    width = max(extent, 1e-30) / side
 
-    def cell_ids(xyz):
-        c = np.clip(((xyz - lo) / width).astype(np.int64), 0, side - 1)
-        return (c[..., 2] * (side + 2) + c[..., 1]) * (side + 2) + c[..., 0]
+    def __init__(self, points: np.ndarray, lo: np.ndarray, extent: float) -> None:
+        self.side = int(np.clip(round(np.sqrt(len(points) / 16.0)), 2, 1024))
+        self.width = max(extent, 1e-30) / self.side
+        self.lo = lo
+        self.occupied, counts = np.unique(self._cell_ids(points), return_counts=True)
+        # Cell ids leave a margin of one cell so that neighbour offsets never wrap a row.
+        s = self.side + 2
+        offsets = np.array([(dz * s + dy) * s + dx for dz in (-1, 0, 1) for dy in (-1, 0, 1)
+                            for dx in (-1, 0, 1)], dtype=np.int64)
+        self.block = sum(self._count_at(self.occupied + o, counts) for o in offsets)
 
-    occupied, counts = np.unique(cell_ids(points), return_counts=True)
+    def _cell_ids(self, xyz: np.ndarray) -> np.ndarray:
+        c = np.clip(((xyz - self.lo) / self.width).astype(np.int64), 0, self.side - 1)
+        return (c[..., 2] * (self.side + 2) + c[..., 1]) * (self.side + 2) + c[..., 0]
 
-    def count_at(cells):
-        at = np.minimum(np.searchsorted(occupied, cells), len(occupied) - 1)
-        return np.where(occupied[at] == cells, counts[at], 0)
+    def _count_at(self, cells: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        at = np.minimum(np.searchsorted(self.occupied, cells), len(self.occupied) - 1)
+        return np.where(self.occupied[at] == cells, counts[at], 0)
 
-    # Cell ids leave a margin of one cell so that neighbour offsets never wrap a row.
-    offsets = np.array([(dz * (side + 2) + dy) * (side + 2) + dx for dz in (-1, 0, 1)
-                        for dy in (-1, 0, 1) for dx in (-1, 0, 1)], dtype=np.int64)
-    block = sum(count_at(occupied + o) for o in offsets)
-    qcells = cell_ids(queries)
-    at = np.minimum(np.searchsorted(occupied, qcells), len(occupied) - 1)
-    c = np.where(occupied[at] == qcells, block[at], 0).astype(np.float64)
-    return 3.0 * width * np.sqrt(k / (np.pi * np.maximum(c, 0.5)))
+    def spacing(self, queries: np.ndarray, k: int) -> np.ndarray:
+        """Rough k-th neighbour distance per query: 3w sqrt(k / (pi c)), the k-th distance of
+        the c points of its block spread over a 3w x 3w patch. Only ratios between queries
+        matter: a pilot sample calibrates the scale, so volume clouds are handled as well."""
+        c = self._count_at(self._cell_ids(queries), self.block).astype(np.float64)
+        return 3.0 * self.width * np.sqrt(k / (np.pi * np.maximum(c, 0.5)))
+
+
+class KnnIndex:
+    """Exact k-nearest-neighbour search over one point cloud, its host preparation done once.
+
+    Building the index does everything that depends on the points alone: validation, their
+    Z-order (so that neighbouring GPU threads touch neighbouring memory), the density counts
+    that give each query its starting radius, and the sorted points on the device (Warp
+    backend), or the cKDTree ("ckdtree" backend). ``query`` then answers any number of query
+    blocks against it: a cache build makes one index per run, not one per block.
+
+    ``backend``: "warp" (Warp kernel on ``device``), "ckdtree" (scipy on ``cpu_threads`` cores,
+    the same result and tie order) or "auto", which is Warp on CUDA and on the CPU too:
+    benchmark_geometry.py, all points of a 1M-cell car surface, k = 7, on this project's shared
+    2-core machine, measured Warp at 2.2 s (2.2 s CPU, one thread) against 6.4 s (5.1 s CPU) for
+    the cKDTree backend and 3.6 s (3.6 s CPU) for plain cKDTree build + query on all cores, at
+    about the same peak memory (256 MB, 275 MB, 246 MB). ``cpu_threads`` (default: all cores
+    of this process) splits Warp CPU launches; on a GPU it is unused.
+    """
+
+    def __init__(self, points, device: str = "auto",
+                 backend: Literal["auto", "warp", "ckdtree"] = "auto", cpu_threads: int | None = None):
+        if backend not in _KNN_BACKENDS:
+            raise ValueError(f"unknown kNN backend {backend!r}; expected one of {_KNN_BACKENDS}")
+        self.points = _as_points("points", points)
+        self.device = resolve_device(device)
+        self.threads = _cpu_threads(cpu_threads)
+        self.backend = "warp" if backend == "auto" else backend
+        self.lo = self.points.min(axis=0).astype(np.float64)
+        self.hi = self.points.max(axis=0).astype(np.float64)
+        self.extent = float((self.hi - self.lo).max())
+        if self.backend == "ckdtree":
+            from scipy.spatial import cKDTree
+            self.tree = cKDTree(self.points.astype(np.float64))
+            return
+        self.order = _morton_order(self.points, self.lo, self.extent)
+        self.density = _Density(self.points, self.lo, self.extent)
+        self.sorted_points = wp.array(self.points[self.order], dtype=wp.vec3, device=self.device)
+        self.sorted_ids = wp.array(self.order.astype(np.int32), dtype=wp.int32, device=self.device)
+        dim = _grid_dim(len(self.points))
+        self.grid = wp.HashGrid(dim, dim, dim, device=self.device)
+        self.grid_width: float | None = None
+
+    def query(self, k: int, queries=None) -> tuple[np.ndarray, np.ndarray]:
+        """``knn``'s result for ``queries`` (None: every point, each its own first neighbour)."""
+        k = _check_k(k, len(self.points))
+        qry = None if queries is None else _as_points("queries", queries, allow_empty=True)
+        if qry is not None and len(qry) == 0:
+            return np.empty((0, k), dtype=np.int32), np.empty((0, k), dtype=np.float32)
+        if self.backend == "ckdtree":
+            return _knn_ckdtree(self.points, qry, k, self.threads, self.tree)
+        if k > MAX_K:
+            raise ValueError(f"k={k} exceeds the Warp kNN limit MAX_K={MAX_K}; use backend='ckdtree'")
+        search = _WarpKnnSearch(self, qry, k)
+        scale = _calibrate(search)
+        search.search(np.arange(len(search.query_order), dtype=np.int32), search.spacing * max(scale, 1e-6))
+        return search.result()
+
+    def build_grid(self, width: float) -> None:
+        """(Re)build the hash grid for cells of ``width`` unless it has that width already."""
+        if self.grid_width != width:
+            self.grid.build(self.sorted_points, width)
+            self.grid_width = width
 
 
 class _WarpKnnSearch:
-    """Expanding-radius search over one point cloud on one device.
+    """Expanding-radius search of one query set over a ``KnnIndex``, on its device.
 
-    Points and queries are held in Z-order so that neighbouring threads touch neighbouring
-    memory; query positions below are in that order, results land in the caller's row order.
-    Each query has its own radius; queries are run level by level, level L holding radii in
-    [b s^L, b s^(L+1)), s = sqrt(2), on a hash grid whose cell width is the largest of those
-    radii, so a query visits at most 3^3 cells. A query whose k-th candidate is not inside its radius retries at twice the
-    radius.
+    Queries are held in Z-order; query positions below are in that order, results land in the
+    caller's row order. Each query has its own radius; queries are run level by level, level L
+    holding radii in [b s^L, b s^(L+1)), s = sqrt(2), on a hash grid whose cell width is the
+    largest of those radii, so a query visits at most 3^3 cells. A query whose k-th candidate
+    is not inside its radius retries at twice the radius.
     """
 
-    def __init__(self, points: np.ndarray, queries: np.ndarray | None, k: int, device: str,
-                 threads: int = 1):
-        self.device = device
-        self.threads = threads
-        self.k = k
+    def __init__(self, index: KnnIndex, queries: np.ndarray | None, k: int):
+        self.index, self.device, self.threads, self.k = index, index.device, index.threads, k
         self.self_query = queries is None
-        q = points if queries is None else queries
-        lo = np.minimum(points.min(axis=0), q.min(axis=0)).astype(np.float64)
-        hi = np.maximum(points.max(axis=0), q.max(axis=0)).astype(np.float64)
-        extent = float((hi - lo).max())
-        point_order = _morton_order(points, lo, extent)
-        self.query_order = point_order if queries is None else _morton_order(q, lo, extent)
-        sorted_q = q[self.query_order]
-        self.spacing = _local_spacing(points, sorted_q, lo, extent, k)
-        self.points = wp.array(points[point_order], dtype=wp.vec3, device=device)
-        self.point_ids = wp.array(point_order.astype(np.int32), dtype=wp.int32, device=device)
+        q = index.points if queries is None else queries
         if self.self_query:
-            self.queries, self.query_ids = self.points, self.point_ids
+            self.query_order = index.order
+            self.queries, self.query_ids = index.sorted_points, index.sorted_ids
         else:
-            self.queries = wp.array(sorted_q, dtype=wp.vec3, device=device)
-            self.query_ids = wp.array(self.query_order.astype(np.int32), dtype=wp.int32, device=device)
-        self.out_index = wp.zeros((len(q), k), dtype=wp.int32, device=device)
-        self.out_d2 = wp.zeros((len(q), k), dtype=wp.float32, device=device)
-        dim = _grid_dim(len(points))
-        self.grid = wp.HashGrid(dim, dim, dim, device=device)
-        self.grid_width = None
+            self.query_order = _morton_order(q, index.lo, index.extent)
+            self.queries = wp.array(q[self.query_order], dtype=wp.vec3, device=self.device)
+            self.query_ids = wp.array(self.query_order.astype(np.int32), dtype=wp.int32, device=self.device)
+        self.spacing = index.density.spacing(q[self.query_order], k)
+        self.out_index = wp.zeros((len(q), k), dtype=wp.int32, device=self.device)
+        self.out_d2 = wp.zeros((len(q), k), dtype=wp.float64, device=self.device)
+        lo = np.minimum(index.lo, q.min(axis=0))
+        hi = np.maximum(index.hi, q.max(axis=0))
         # A radius beyond the bounding diagonal holds every point, so that round is always exact.
         self.max_radius = float(np.linalg.norm(hi - lo)) * 1.01 + 1e-30
         self.coord_scale = float(np.abs(np.concatenate([lo, hi])).max())
@@ -306,15 +388,14 @@ class _WarpKnnSearch:
 
     def _run_level(self, active: np.ndarray, radii: np.ndarray, width: float) -> np.ndarray:
         """One kernel launch; returns a boolean mask of the queries that are exact now."""
-        if self.grid_width != width:
-            self.grid.build(self.points, width)
-            self.grid_width = width
+        self.index.build_grid(width)
         done = wp.zeros(len(active), dtype=wp.int32, device=self.device)
         active_wp = wp.array(active, dtype=wp.int32, device=self.device)
         radii_wp = wp.array(radii, dtype=wp.float32, device=self.device)
+        index = self.index
 
         def inputs(start: int, stop: int) -> list:
-            return [self.grid.id, self.points, self.point_ids, self.queries, self.query_ids,
+            return [index.grid.id, index.sorted_points, index.sorted_ids, self.queries, self.query_ids,
                     active_wp[start:stop], radii_wp[start:stop], int(self.self_query), self.k,
                     float(self.max_radius), self.coord_scale, self.out_index, self.out_d2,
                     done[start:stop]]
@@ -342,11 +423,11 @@ class _WarpKnnSearch:
     def kth_distances(self, active: np.ndarray) -> np.ndarray:
         """Exact k-th neighbour distances of the searched query positions ``active``."""
         rows = self.query_order[active]
-        return np.sqrt(self.out_d2.numpy()[rows, self.k - 1].astype(np.float64))
+        return np.sqrt(self.out_d2.numpy()[rows, self.k - 1])
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
         """Indices and distances in the caller's query order."""
-        return self.out_index.numpy(), np.sqrt(self.out_d2.numpy())
+        return self.out_index.numpy(), np.sqrt(self.out_d2.numpy()).astype(np.float32)
 
 
 def _calibrate(search: _WarpKnnSearch) -> float:
@@ -363,68 +444,51 @@ def _calibrate(search: _WarpKnnSearch) -> float:
     return float(np.quantile(ratio, _PILOT_QUANTILE)) / float(_ACCEPT)
 
 
-def _knn_warp(points: np.ndarray, queries: np.ndarray | None, k: int, device: str, threads: int):
-    if k > MAX_K:
-        raise ValueError(f"k={k} exceeds the Warp kNN limit MAX_K={MAX_K}; use backend='ckdtree'")
-    search = _WarpKnnSearch(points, queries, k, device, threads)
-    scale = _calibrate(search)
-    n_queries = len(search.query_order)
-    search.search(np.arange(n_queries, dtype=np.int32), search.spacing * max(scale, 1e-6))
-    return search.result()
-
-
-def _knn_ckdtree(points: np.ndarray, queries: np.ndarray | None, k: int, threads: int):
-    """cKDTree on all cores, then the same tie order as the Warp kernel (self, then index)."""
-    from scipy.spatial import cKDTree
-
+def _knn_ckdtree(points: np.ndarray, queries: np.ndarray | None, k: int, threads: int, tree):
+    """cKDTree on all cores, then the same distances and tie order as the Warp kernel."""
     self_query = queries is None
     q = points if self_query else queries
-    tree = cKDTree(points.astype(np.float64))
     extra = 1 if k < len(points) else 0
     index = np.empty((len(q), k), dtype=np.int32)
     distance = np.empty((len(q), k), dtype=np.float32)
     for start in range(0, len(q), _CKDTREE_BATCH):
         stop = min(start + _CKDTREE_BATCH, len(q))
-        qb = q[start:stop].astype(np.float64)
-        d, i = tree.query(qb, k=k + extra, workers=threads)
+        qb = q[start:stop]
+        d, i = tree.query(qb.astype(np.float64), k=k + extra, workers=threads)
         d = d.reshape(len(qb), k + extra)
         i = i.reshape(len(qb), k + extra)
         ids = np.arange(start, stop) if self_query else None
-        bi, bd = _order_ties(points, qb, d, i, k, ids, tree)
+        bi, bd2 = _order_ties(points, qb, d, i, k, ids, tree)
         index[start:stop] = bi
-        distance[start:stop] = bd
+        distance[start:stop] = np.sqrt(bd2)
     return index, distance
 
 
 def _order_ties(points, qb, d, i, k, ids, tree):
-    """Sort each row by (float32 distance, self first, index); redo rows tied at the k-th place."""
-    d32 = _float32_distance(points, qb, i)
+    """Sort each row by (``distance_sq``, self first, index); redo rows tied at the k-th place."""
+    d2 = distance_sq(points[i], qb[:, None, :])
     key = i.astype(np.int64)
     if ids is not None:
         key = np.where(i == ids[:, None], -1, key)
-    order = np.lexsort((key, d32), axis=-1)
-    d32 = np.take_along_axis(d32, order, axis=1)
+    order = np.lexsort((key, d2), axis=-1)
+    d2 = np.take_along_axis(d2, order, axis=1)
     i = np.take_along_axis(i, order, axis=1)
     if d.shape[1] > k:
-        tied = np.nonzero(d32[:, k - 1] >= d32[:, k])[0]
+        tied = np.nonzero(d2[:, k - 1] >= d2[:, k])[0]
         for row in tied:
-            i[row, :k], d32[row, :k] = _exact_row(points, qb[row], d[row].max(), k,
-                                                  None if ids is None else ids[row], tree)
-    return i[:, :k].astype(np.int32), d32[:, :k]
-
-
-def _float32_distance(points, qb, i):
-    diff = points[i] - qb.astype(np.float32)[:, None, :]
-    return np.sqrt(np.einsum("ijk,ijk->ij", diff, diff))
+            i[row, :k], d2[row, :k] = _exact_row(points, qb[row], d[row].max(), k,
+                                                 None if ids is None else ids[row], tree)
+    return i[:, :k].astype(np.int32), d2[:, :k]
 
 
 def _exact_row(points, qpoint, radius, k, self_id, tree):
     """All points within ``radius`` of one query, ordered like the Warp kernel; first k."""
-    cand = np.asarray(tree.query_ball_point(qpoint, r=radius * (1 + 1e-6) + 1e-30), dtype=np.int64)
-    d32 = _float32_distance(points, qpoint[None, :], cand[None, :])[0]
+    cand = np.asarray(tree.query_ball_point(qpoint.astype(np.float64), r=radius * (1 + 1e-6) + 1e-30),
+                      dtype=np.int64)
+    d2 = distance_sq(points[cand], qpoint)
     key = np.where(cand == self_id, -1, cand) if self_id is not None else cand
-    order = np.lexsort((key, d32))[:k]
-    return cand[order], d32[order]
+    order = np.lexsort((key, d2))[:k]
+    return cand[order], d2[order]
 
 
 def knn(
@@ -437,32 +501,15 @@ def knn(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest neighbours of ``queries`` (default: every point) among ``points``.
 
-    Returns int32 indices (Q, k) and float32 Euclidean distances (Q, k), ascending. With
-    ``queries=None`` each point is its own first neighbour, even among duplicates. Ties are
-    broken by lower index. Memory is O((N + Q) k): nothing of size N x N is formed.
-
-    ``backend``: "warp" (Warp kernel on ``device``), "ckdtree" (scipy on ``cpu_threads`` cores,
-    the same result and tie order) or "auto", which is Warp on CUDA and on the CPU too:
-    benchmark_geometry.py, all points of a 1M-cell car surface, k = 7, on this project's shared
-    2-core machine, measured Warp at 2.2 s (2.2 s CPU, one thread) against 6.4 s (5.1 s CPU) for
-    the cKDTree backend and 3.6 s (3.6 s CPU) for plain cKDTree build + query on all cores, at
-    about the same peak memory (256 MB, 275 MB, 246 MB). ``cpu_threads`` (default: all cores
-    of this process) splits Warp CPU launches; on a GPU it is unused.
+    Returns int32 indices (Q, k) and float32 Euclidean distances (Q, k), ascending. Order, ties
+    included: by ``distance_sq`` (the same bits on the CPU and on CUDA), then, with
+    ``queries=None``, the query's own index first (so each point is its own first neighbour,
+    even among duplicates), then the lower index; every backend and device gives this order.
+    Memory is O((N + Q) k): nothing of size N x N is formed. One call builds a ``KnnIndex``
+    (see there for ``backend`` and ``cpu_threads``); to query one cloud in several blocks, build
+    the index once and call its ``query``.
     """
-    if backend not in _KNN_BACKENDS:
-        raise ValueError(f"unknown kNN backend {backend!r}; expected one of {_KNN_BACKENDS}")
-    pts = _as_points("points", points)
-    qry = None if queries is None else _as_points("queries", queries, allow_empty=True)
-    k = _check_k(k, len(pts))
-    if qry is not None and len(qry) == 0:
-        return np.empty((0, k), dtype=np.int32), np.empty((0, k), dtype=np.float32)
-    dev = resolve_device(device)
-    threads = _cpu_threads(cpu_threads)
-    if backend == "auto":
-        backend = "warp"
-    if backend == "ckdtree":
-        return _knn_ckdtree(pts, qry, k, threads)
-    return _knn_warp(pts, qry, k, dev, threads)
+    return KnnIndex(points, device=device, backend=backend, cpu_threads=cpu_threads).query(k, queries)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -512,6 +559,39 @@ def _as_faces(faces, n_vertices: int) -> np.ndarray:
     return np.ascontiguousarray(flat, dtype=np.int32)
 
 
+class SdfMesh:
+    """A triangle mesh on one device (a ``wp.Mesh`` with winding numbers), built once and queried
+    for any number of point batches: a run's volume is many batches against one STL."""
+
+    def __init__(self, vertices, faces, device: str = "auto", cpu_threads: int | None = None):
+        self.vertices = _as_points("vertices", vertices)
+        faces = _as_faces(faces, len(self.vertices))
+        self.device = resolve_device(device)
+        self.threads = _cpu_threads(cpu_threads)
+        self.mesh = wp.Mesh(
+            points=wp.array(self.vertices, dtype=wp.vec3, device=self.device),
+            indices=wp.array(faces, dtype=wp.int32, device=self.device),
+            support_winding_number=True,
+        )
+
+    def query(self, queries) -> tuple[np.ndarray, np.ndarray]:
+        """``signed_distance``'s result for ``queries`` (Q, 3) against this mesh."""
+        qry = _as_points("queries", queries, allow_empty=True)
+        sdf = np.empty(len(qry), dtype=np.float32)
+        closest = np.empty((len(qry), 3), dtype=np.float32)
+        if len(qry) == 0:
+            return sdf, closest
+        lo = np.minimum(self.vertices.min(axis=0), qry.min(axis=0)).astype(np.float64)
+        hi = np.maximum(self.vertices.max(axis=0), qry.max(axis=0)).astype(np.float64)
+        max_dist = 2.0 * float(np.linalg.norm(hi - lo)) + 1.0
+        # Z-ordered queries walk the BVH coherently: 1.8x faster on the CPU for shuffled points.
+        order = _morton_order(qry, lo, float((hi - lo).max()))
+        for start in range(0, len(qry), _SDF_BATCH):
+            rows = order[start:start + _SDF_BATCH]
+            sdf[rows], closest[rows] = _sdf_batch(self.mesh, qry[rows], max_dist, self.device, self.threads)
+        return sdf, closest
+
+
 def signed_distance(
     vertices,
     faces,
@@ -524,32 +604,16 @@ def signed_distance(
     ``vertices`` (V, 3); ``faces`` (F, 3) or flat (3F,), int or integral float; ``queries``
     (Q, 3). Returns sdf float32 (Q,), positive outside and negative inside (winding number),
     and the closest point on the mesh float32 (Q, 3). The mesh is built once per call and
-    queries run in batches, so grid and volume points may be passed together. ``cpu_threads``
-    (default: all cores of this process) splits Warp CPU launches; on a GPU it is unused.
+    queries run in batches, so grid and volume points may be passed together; to query one
+    mesh several times, build an ``SdfMesh`` once. ``cpu_threads`` (default: all cores of this
+    process) splits Warp CPU launches; on a GPU it is unused.
     """
     verts = _as_points("vertices", vertices)
     tris = _as_faces(faces, len(verts))
     qry = _as_points("queries", queries, allow_empty=True)
-    sdf = np.empty(len(qry), dtype=np.float32)
-    closest = np.empty((len(qry), 3), dtype=np.float32)
     if len(qry) == 0:
-        return sdf, closest
-    dev = resolve_device(device)
-    threads = _cpu_threads(cpu_threads)
-    mesh = wp.Mesh(
-        points=wp.array(verts, dtype=wp.vec3, device=dev),
-        indices=wp.array(tris, dtype=wp.int32, device=dev),
-        support_winding_number=True,
-    )
-    lo = np.minimum(verts.min(axis=0), qry.min(axis=0)).astype(np.float64)
-    hi = np.maximum(verts.max(axis=0), qry.max(axis=0)).astype(np.float64)
-    max_dist = 2.0 * float(np.linalg.norm(hi - lo)) + 1.0
-    # Z-ordered queries walk the BVH coherently: 1.8x faster on the CPU for shuffled points.
-    order = _morton_order(qry, lo, float((hi - lo).max()))
-    for start in range(0, len(qry), _SDF_BATCH):
-        rows = order[start:start + _SDF_BATCH]
-        sdf[rows], closest[rows] = _sdf_batch(mesh, qry[rows], max_dist, dev, threads)
-    return sdf, closest
+        return np.empty(0, dtype=np.float32), np.empty((0, 3), dtype=np.float32)
+    return SdfMesh(verts, tris, device=device, cpu_threads=cpu_threads).query(qry)
 
 
 def _sdf_batch(mesh: wp.Mesh, queries: np.ndarray, max_dist: float, device: str, threads: int):

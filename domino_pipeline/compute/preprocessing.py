@@ -53,13 +53,20 @@ FEATURE_BLOCK_ROWS = 1 << 20  # surface rows per block of gathered neighbour fea
 KNN_BLOCK_ROWS = 1 << 20  # surface rows whose neighbours are searched at a time
 
 
+def surface_index(prepared: PreparedRun, settings: PreprocessSettings) -> geometry.KnnIndex:
+    """The kNN index of the kept surface cells: the host preparation (Z-order, density counts,
+    points on the device) that every neighbour query of the run shares."""
+    return geometry.KnnIndex(prepared.surface_points, device=settings.device)
+
+
 def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
-                      rows: np.ndarray | None = None) -> np.ndarray:
-    """int32 (Q, K-1): the nearest kept surface cells of ``rows`` (all when None), self dropped."""
-    k = settings.num_neighbors_surface
+                      rows: np.ndarray | None = None, index: geometry.KnnIndex | None = None) -> np.ndarray:
+    """int32 (Q, K-1): the nearest kept surface cells of ``rows`` (all when None), self dropped.
+    ``index``: the run's ``surface_index`` when the caller keeps it (else built here)."""
+    index = surface_index(prepared, settings) if index is None else index
     points = prepared.surface_points
     queries = None if rows is None else points[rows]
-    indices, _ = geometry.knn(points, k, queries=queries, device=settings.device)
+    indices, _ = index.query(settings.num_neighbors_surface, queries)
     rows = np.arange(len(points)) if rows is None else np.asarray(rows)
     return drop_self(indices, rows).astype(np.int32)
 
@@ -67,12 +74,14 @@ def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
 def all_surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
                           block_rows: int = KNN_BLOCK_ROWS) -> np.ndarray:
     """``surface_neighbors`` of every kept surface cell, searched ``block_rows`` cells at a
-    time, so that the search's memory does not grow with the surface beyond its index."""
+    time against one index, so that the search's memory does not grow with the surface beyond
+    its index and the index is prepared once per run."""
     n = len(prepared.surface_points)
+    index = surface_index(prepared, settings)
     out = np.empty((n, settings.num_neighbors_surface - 1), dtype=np.int32)
     for start in range(0, n, block_rows):
         rows = np.arange(start, min(start + block_rows, n))
-        out[start:start + len(rows)] = surface_neighbors(prepared, settings, rows)
+        out[start:start + len(rows)] = surface_neighbors(prepared, settings, rows, index)
     return out
 
 
@@ -86,16 +95,23 @@ def grid_sdf(prepared: PreparedRun, settings: PreprocessSettings, part: str) -> 
     return sdf.reshape(grid.shape[:3])
 
 
+def volume_mesh(prepared: PreparedRun, settings: PreprocessSettings) -> geometry.SdfMesh:
+    """The STL in volume-box normalised coordinates on the device: every volume SDF query of a
+    run shares it."""
+    return geometry.SdfMesh(normalize(prepared.stl_vertices, settings.bounding_box_volume),
+                            prepared.stl_faces, device=settings.device)
+
+
 def volume_sdf(prepared: PreparedRun, settings: PreprocessSettings,
-               rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               rows: np.ndarray | None = None, mesh: geometry.SdfMesh | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Signed distance (Q,) and closest STL point (Q, 3) of the kept volume ``rows`` (all when
-    None), in volume-box normalised coordinates."""
-    box = settings.bounding_box_volume
+    None), in volume-box normalised coordinates. ``mesh``: the run's ``volume_mesh`` when the
+    caller keeps it (else built here)."""
     queries = prepared.volume_coordinates
     if rows is not None:
         queries = np.ascontiguousarray(queries[rows])
-    return geometry.signed_distance(normalize(prepared.stl_vertices, box), prepared.stl_faces,
-                                    queries, device=settings.device)
+    mesh = volume_mesh(prepared, settings) if mesh is None else mesh
+    return mesh.query(queries)
 
 
 @dataclass
@@ -124,31 +140,31 @@ def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: Prepro
     arrays are read block by block); ``check(name, block)`` validates each block read and
     returns it as float32; ``scratch_dir``: where the first volume pass keeps its buckets (in
     memory when None)."""
-    p = prepare_rows(arrays, settings, parts=("surface",), source=source)
-    p.surface_rows = None  # the input row of each kept cell: for predictions, not for a cache
+    prepared = prepare_rows(arrays, settings, parts=("surface",), source=source)
+    prepared.surface_rows = None  # the input row of each kept cell: for predictions, not for a cache
     n_volume = _count_inside(volume["volume_mesh_centers"], settings, check, block_rows, source)
-    width = {"surface": p.surface_fields.shape[1], "volume": volume["volume_fields"].shape[1]}
+    width = {"surface": prepared.surface_fields.shape[1], "volume": volume["volume_fields"].shape[1]}
     if width["volume"] != settings.width("volume"):
         raise ValueError(f"{source}: volume_fields has {width['volume']} columns; the configured "
                          f"variables need {settings.width('volume')}")
-    shapes = _shapes(p, n_volume, width["volume"], settings)
-    counts = {"geometry": len(p.geometry_coordinates), "surface": len(p.surface_areas),
+    shapes = _shapes(prepared, n_volume, width["volume"], settings)
+    counts = {"geometry": len(prepared.geometry_coordinates), "surface": len(prepared.surface_areas),
               "volume": n_volume}
-    scalars = {"center_of_mass": p.center_of_mass.tolist(),
-               "global_params_values": p.global_params_values.tolist(),
-               "global_params_reference": p.global_params_reference.tolist()}
-    pieces = _pieces(p, volume, settings, n_volume, check, scratch_dir, block_rows)
+    scalars = {"center_of_mass": prepared.center_of_mass.tolist(),
+               "global_params_values": prepared.global_params_values.tolist(),
+               "global_params_reference": prepared.global_params_reference.tolist()}
+    pieces = _pieces(prepared, volume, settings, n_volume, check, scratch_dir, block_rows)
     return RunPlan(shapes=shapes, counts=counts, scalars=scalars, pieces=pieces)
 
 
-def _shapes(p: PreparedRun, n_volume: int, volume_width: int,
+def _shapes(prepared: PreparedRun, n_volume: int, volume_width: int,
             settings: PreprocessSettings) -> dict[str, tuple[int, ...]]:
-    ns, k = len(p.surface_areas), settings.num_neighbors_surface - 1
+    ns, k = len(prepared.surface_areas), settings.num_neighbors_surface - 1
     shapes = {
-        "geometry_coordinates": p.geometry_coordinates.shape,
+        "geometry_coordinates": prepared.geometry_coordinates.shape,
         "surface_grid_sdf": tuple(settings.interp_res), "volume_grid_sdf": tuple(settings.interp_res),
         "surface_coordinates": (ns, 3), "surface_normals": (ns, 3), "surface_areas": (ns,),
-        "surface_fields": p.surface_fields.shape, "surface_neighbors": (ns, k),
+        "surface_fields": prepared.surface_fields.shape, "surface_neighbors": (ns, k),
         "volume_coordinates": (n_volume, 3), "volume_fields": (n_volume, volume_width),
         "volume_sdf": (n_volume,), "volume_closest": (n_volume, 3),
     }
@@ -158,27 +174,27 @@ def _shapes(p: PreparedRun, n_volume: int, volume_width: int,
     return shapes
 
 
-def _pieces(p: PreparedRun, volume: Mapping, settings: PreprocessSettings, n_volume: int,
+def _pieces(prepared: PreparedRun, volume: Mapping, settings: PreprocessSettings, n_volume: int,
             check: Check, scratch_dir, block_rows: int) -> Iterator[tuple[str, int, np.ndarray]]:
-    yield "geometry_coordinates", 0, p.geometry_coordinates
-    yield "surface_grid_sdf", 0, grid_sdf(p, settings, "surface")
-    yield "volume_grid_sdf", 0, grid_sdf(p, settings, "volume")
+    yield "geometry_coordinates", 0, prepared.geometry_coordinates
+    yield "surface_grid_sdf", 0, grid_sdf(prepared, settings, "surface")
+    yield "volume_grid_sdf", 0, grid_sdf(prepared, settings, "volume")
     for name in ("coordinates", "normals", "areas", "fields"):
-        yield f"surface_{name}", 0, getattr(p, f"surface_{name}")
-    neighbors = all_surface_neighbors(p, settings)
+        yield f"surface_{name}", 0, getattr(prepared, f"surface_{name}")
+    neighbors = all_surface_neighbors(prepared, settings)
     yield "surface_neighbors", 0, neighbors
     if settings.neighbor_layout == "features":
         for start in range(0, len(neighbors), FEATURE_BLOCK_ROWS):
-            gathered = gather_neighbors(p, neighbors[start:start + FEATURE_BLOCK_ROWS])
+            gathered = gather_neighbors(prepared, neighbors[start:start + FEATURE_BLOCK_ROWS])
             for name in NEIGHBOR_FEATURES:
                 yield f"surface_neighbor_{name}", start, gathered[name]
     neighbors = gathered = None  # the surface is written: its rows need not stay for the volume
     for name in ("points", "coordinates", "normals", "areas", "fields"):
-        setattr(p, f"surface_{name}", None)
-    mesh = normalize(p.stl_vertices, settings.bounding_box_volume), p.stl_faces
+        setattr(prepared, f"surface_{name}", None)
+    mesh = volume_mesh(prepared, settings)
     for start, coordinates, fields in _volume_buckets(volume, settings, n_volume, check,
                                                       scratch_dir, block_rows):
-        sdf, closest = geometry.signed_distance(*mesh, coordinates, device=settings.device)
+        sdf, closest = mesh.query(coordinates)
         yield "volume_coordinates", start, coordinates
         yield "volume_fields", start, fields
         yield "volume_sdf", start, sdf

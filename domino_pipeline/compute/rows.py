@@ -82,21 +82,21 @@ def _check_fields(fields: np.ndarray, width: int, name: str, source: str) -> Non
                          f"need {width} columns")
 
 
-def _prepare_surface(arrays: dict, s: PreprocessSettings, source: str) -> dict:
+def _prepare_surface(arrays: dict, settings: PreprocessSettings, source: str) -> dict:
     centers = arrays["surface_mesh_centers"]
     areas = arrays["surface_areas"]
-    _check_fields(arrays["surface_fields"], s.width("surface"), "surface_fields", source)
-    inside = inside_box(centers, s.bounding_box_volume)
-    require_inside(int(inside.sum()), "surface cell", s.bounding_box_volume, source)
+    _check_fields(arrays["surface_fields"], settings.width("surface"), "surface_fields", source)
+    inside = inside_box(centers, settings.bounding_box_volume)
+    require_inside(int(inside.sum()), "surface cell", settings.bounding_box_volume, source)
     keep = np.flatnonzero((areas > 0) & inside)
-    if len(keep) < s.num_neighbors_surface:
+    if len(keep) < settings.num_neighbors_surface:
         raise ValueError(f"{source}: {len(keep)} surface cells inside the volume box with area > 0, "
-                         f"fewer than num_neighbors_surface={s.num_neighbors_surface}")
-    rows = keep[_permutation(len(keep), s.permutation_seed, 1)]
+                         f"fewer than num_neighbors_surface={settings.num_neighbors_surface}")
+    rows = keep[_permutation(len(keep), settings.permutation_seed, 1)]
     points = np.ascontiguousarray(centers[rows], dtype=np.float32)
     return {
         "surface_points": points,
-        "surface_coordinates": normalize(points, s.bounding_box_surface),
+        "surface_coordinates": normalize(points, settings.bounding_box_surface),
         "surface_normals": np.ascontiguousarray(arrays["surface_normals"][rows], dtype=np.float32),
         "surface_areas": np.ascontiguousarray(areas[rows], dtype=np.float32),
         "surface_fields": np.ascontiguousarray(arrays["surface_fields"][rows], dtype=np.float32),
@@ -104,14 +104,14 @@ def _prepare_surface(arrays: dict, s: PreprocessSettings, source: str) -> dict:
     }
 
 
-def _prepare_volume(arrays: dict, s: PreprocessSettings, source: str) -> dict:
+def _prepare_volume(arrays: dict, settings: PreprocessSettings, source: str) -> dict:
     centers = arrays["volume_mesh_centers"]
-    _check_fields(arrays["volume_fields"], s.width("volume"), "volume_fields", source)
-    inside = inside_box(centers, s.bounding_box_volume)
-    require_inside(int(inside.sum()), "volume point", s.bounding_box_volume, source)
-    rows = volume_order(inside, s.permutation_seed)
+    _check_fields(arrays["volume_fields"], settings.width("volume"), "volume_fields", source)
+    inside = inside_box(centers, settings.bounding_box_volume)
+    require_inside(int(inside.sum()), "volume point", settings.bounding_box_volume, source)
+    rows = volume_order(inside, settings.permutation_seed)
     return {
-        "volume_coordinates": normalize(centers[rows], s.bounding_box_volume),
+        "volume_coordinates": normalize(centers[rows], settings.bounding_box_volume),
         "volume_fields": np.ascontiguousarray(arrays["volume_fields"][rows], dtype=np.float32),
         "volume_rows": rows,
     }

@@ -153,18 +153,25 @@ def compute_scaling_factors(
     ({"surface": [(name, kind), ...], "volume": ...}) are recorded, so that a dataset can refuse
     factors computed for other variables.
     """
-    from domino_pipeline.inputs.runs import ReadOptions, open_run, run_name
+    from domino_pipeline.inputs.runs import run_name
 
     _check_normalization(normalization)
     if not processed_paths:
         raise ValueError("compute_scaling_factors needs at least one processed run")
-    per_run = []
-    for path in processed_paths:
-        run = open_run(path, options or ReadOptions())
-        per_run.append(run_statistics(run.arrays, max_volume_rows=max_volume_rows_per_run,
-                                      source=str(path)))
+    per_run = [processed_run_statistics(path, options=options, max_volume_rows=max_volume_rows_per_run)
+               for path in processed_paths]
     return merge_statistics(per_run, [run_name(p) for p in processed_paths],
                             normalization=normalization, variables=variables)
+
+
+def processed_run_statistics(path: str | os.PathLike, *, options=None,
+                             max_volume_rows: int | None = MAX_VOLUME_ROWS) -> dict[str, dict]:
+    """``run_statistics`` of one processed run (any form runs.py reads), streamed from disk:
+    one run's share of ``compute_scaling_factors``, for ranks that compute it in parts."""
+    from domino_pipeline.inputs.runs import ReadOptions, open_run
+
+    run = open_run(path, options or ReadOptions())
+    return run_statistics(run.arrays, max_volume_rows=max_volume_rows, source=str(path))
 
 
 def check_factors_match(factors: dict | None, surface_variables, volume_variables, source: str) -> None:
@@ -213,10 +220,15 @@ def load_scaling_factors(path: str | os.PathLike, normalization: str | None = No
     ``normalization`` (when given) replaces the one stored: the file holds min, max, mean and std,
     so the configured choice applies whichever was configured when the file was computed.
     """
-    factors = read_json(path, "no scaling factors file")
+    return checked_scaling_factors(read_json(path, "no scaling factors file"), str(path), normalization)
+
+
+def checked_scaling_factors(factors: object, where: str, normalization: str | None = None) -> dict:
+    """Factors parsed from a factors file's JSON (``where``: the file, for messages), checked;
+    ``normalization`` as ``load_scaling_factors`` takes it."""
     if normalization is not None and isinstance(factors, dict):
         factors["normalization"] = str(normalization)
-    return _validate_factors(factors, str(path))
+    return _validate_factors(factors, where)
 
 
 def _affine(factors: dict, kind: str) -> tuple[np.ndarray, np.ndarray]:

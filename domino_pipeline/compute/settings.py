@@ -20,7 +20,7 @@ PARTS = ("surface", "volume")
 # preprocessing.py, geometry.py, ../variables.py and this module), part of every settings fingerprint, so that a
 # cache built by other code is stale. tests/test_code_version.py fails when that code changes
 # without this number being bumped.
-PREPROCESS_CODE_VERSION = 1
+PREPROCESS_CODE_VERSION = 2
 # The features a cache stores of each surface cell's neighbours with neighbor_layout features
 # (docs/cache_format.md). The uncached path computes them per draw either way.
 NEIGHBOR_FEATURES = ("coordinates", "normals", "areas")

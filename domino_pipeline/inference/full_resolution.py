@@ -34,6 +34,7 @@ import torch
 from domino_pipeline.compute.preprocessing import (
     all_surface_neighbors,
     grid_sdf,
+    volume_mesh,
     volume_sdf,
 )
 from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
@@ -72,7 +73,7 @@ def prepare_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *, 
 
 class BatchItems:
     """Builds DoMINO's input for any rows of a prepared run; the expensive per-run geometry (grid
-    SDFs, the surface kNN) is computed once, on first use."""
+    SDFs, the surface kNN, the STL mesh on the device for the volume SDF) is computed once."""
 
     def __init__(self, prepared: PreparedRun, settings: PreprocessSettings, *, parts: tuple[str, ...],
                  geometry_points: int) -> None:
@@ -83,6 +84,7 @@ class BatchItems:
         # searched a block of cells at a time, as a cache build does: the search's memory stays
         # bounded at DrivAerML's 8.8M cells
         self.neighbors = all_surface_neighbors(prepared, settings) if "surface" in parts else None
+        self.mesh = volume_mesh(prepared, settings) if "volume" in parts else None
 
     def _grids(self) -> dict[str, torch.Tensor | np.ndarray]:
         res = tuple(int(n) for n in self.settings.interp_res)
@@ -94,22 +96,24 @@ class BatchItems:
         return grids
 
     def surface(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        p = self.prepared
-        return {"coordinates": p.surface_coordinates[rows], "normals": p.surface_normals[rows],
-                "areas": p.surface_areas[rows], "fields": p.surface_fields[rows],
-                **{f"neighbor_{name}": values for name, values in gather_neighbors(p, self.neighbors[rows]).items()}}
+        prepared = self.prepared
+        neighbors = gather_neighbors(prepared, self.neighbors[rows])
+        return {"coordinates": prepared.surface_coordinates[rows], "normals": prepared.surface_normals[rows],
+                "areas": prepared.surface_areas[rows], "fields": prepared.surface_fields[rows],
+                **{f"neighbor_{name}": values for name, values in neighbors.items()}}
 
     def volume(self, window: tuple[int, int]) -> dict[str, np.ndarray]:
-        sdf, closest = volume_sdf(self.prepared, self.settings, np.arange(*window))
+        sdf, closest = volume_sdf(self.prepared, self.settings, np.arange(*window), self.mesh)
         span = slice(*window)
         return {"coordinates": self.prepared.volume_coordinates[span], "fields": self.prepared.volume_fields[span],
                 "sdf": sdf, "closest": closest}
 
     def item(self, surface_rows: np.ndarray | None, volume_window: tuple[int, int] | None) -> dict[str, torch.Tensor]:
         """The model's input (batch of one) for these surface rows and this window of volume rows."""
-        p = self.prepared
-        scalars = {"center_of_mass": p.center_of_mass, "global_params_values": p.global_params_values,
-                   "global_params_reference": p.global_params_reference}
+        prepared = self.prepared
+        scalars = {"center_of_mass": prepared.center_of_mass,
+                   "global_params_values": prepared.global_params_values,
+                   "global_params_reference": prepared.global_params_reference}
         item = build_item(settings=self.fingerprinted, scalars=scalars, geometry_coordinates=self.geometry_coordinates,
                           grids=self.grids, surface=None if surface_rows is None else self.surface(surface_rows),
                           volume=None if volume_window is None else self.volume(volume_window), scaling_factors=None)
@@ -166,8 +170,8 @@ def row_batches(count: int, batch_points: int) -> list[tuple[int, int]]:
 def predict_part(model: torch.nn.Module, items: BatchItems, *, part: str, batch_points: int,
                  device: torch.device, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
     """The model's output (scaled units) for every kept row of ``part``, in the prepared row order."""
-    p = items.prepared
-    count = len(p.surface_areas) if part == "surface" else len(p.volume_coordinates)
+    prepared = items.prepared
+    count = len(prepared.surface_areas) if part == "surface" else len(prepared.volume_coordinates)
     branch = SurfaceBranch(model) if part == "surface" and SurfaceBranch.supports(model) else None
     outputs = []
     for index, (start, stop) in enumerate(row_batches(count, batch_points)):

@@ -156,8 +156,34 @@ def field_columns(
     return np.concatenate(columns, axis=1)
 
 
+ZERO_HEIGHT = 1e-6  # triangle height / longest edge below which a triangle has no area (float32: 1.2e-7)
+
+
 def read_stl(path: Path) -> dict[str, np.ndarray]:
-    """STL vertices, flattened triangle indices, triangle centres and areas."""
+    """STL vertices, flattened triangle indices, triangle centres and areas, zero-area
+    triangles dropped (``read_stl_triangles`` and ``drop_zero_area`` for their count)."""
+    return drop_zero_area(read_stl_triangles(path))[0]
+
+
+def drop_zero_area(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+    """The STL arrays without their zero-area triangles, and how many were dropped: they hold
+    no surface, and their edges would otherwise count as open or non-manifold. Zero to float32
+    precision: a vertex repeated, or a height below ZERO_HEIGHT of the longest edge (a vertex
+    on the opposite edge, up to the rounding of stored coordinates)."""
+    triangles = arrays["stl_faces"].reshape(-1, 3)
+    corners = arrays["stl_coordinates"].astype(np.float64)[triangles]
+    longest = np.max([np.sum((corners[:, i] - corners[:, i - 1]) ** 2, axis=1) for i in range(3)], axis=0)
+    doubled = np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1)
+    keep = (doubled > ZERO_HEIGHT * longest) & (arrays["stl_areas"] > 0)  # height/edge = doubled/edge**2
+    dropped = int(len(keep) - np.count_nonzero(keep))
+    if not dropped:
+        return arrays, 0
+    return arrays | {"stl_faces": np.ascontiguousarray(triangles[keep]).ravel(),
+                     "stl_centers": arrays["stl_centers"][keep], "stl_areas": arrays["stl_areas"][keep]}, dropped
+
+
+def read_stl_triangles(path: Path) -> dict[str, np.ndarray]:
+    """STL vertices, flattened triangle indices, triangle centres and areas, as the file has them."""
     mesh = read_mesh(path)
     if not isinstance(mesh, pv.PolyData):
         mesh = mesh.extract_surface()
@@ -173,17 +199,19 @@ def read_stl(path: Path) -> dict[str, np.ndarray]:
     }
 
 
-def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path) -> list[str]:
-    """Warnings about an STL's triangles (flattened ``faces``, ``areas``): open edges (used by
-    one triangle: a hole, near which the winding-number sign of the SDF is unreliable),
-    non-manifold edges (used by more than two) and degenerate, zero-area triangles."""
+def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path, dropped: int = 0) -> list[str]:
+    """Warnings about an STL's triangles (flattened ``faces``, ``areas``, after
+    ``drop_zero_area`` dropped ``dropped``): open edges (used by one triangle: a hole, near
+    which the winding-number sign of the SDF is unreliable), non-manifold edges (used by more
+    than two), any zero-area triangle left and the count dropped."""
     triangles = faces.reshape(-1, 3).astype(np.int64)
     edges = np.sort(np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]]), axis=1)
     _, uses = np.unique(edges[:, 0] * (int(triangles.max()) + 1) + edges[:, 1], return_counts=True)
     counts = {"open edges (the surface has holes: the SDF sign near them is unreliable)": int((uses == 1).sum()),
               "non-manifold edges (shared by more than two triangles)": int((uses > 2).sum()),
               "degenerate triangles (zero area)": int((areas <= 0).sum())}
-    return [f"warning: {path}: {n} {what}" for what, n in counts.items() if n]
+    notes = [f"warning: {path}: {n} {what}" for what, n in counts.items() if n]
+    return ([f"note: {path}: dropped {dropped} zero-area triangles"] if dropped else []) + notes
 
 
 def read_surface(path: Path, variables: Mapping[str, str]) -> dict[str, np.ndarray]:

@@ -6,18 +6,11 @@ run, checks before any run starts, and compares with what a processed run record
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from domino_pipeline.config import VOLUME_SOURCES, PhysicsConfig, ProcessConfig, VariablesConfig, check_choice
 from domino_pipeline.inputs.nondimensional import field_divisors
-
-# Each option and the processed-run attribute that records it (volume_source: the one asked for;
-# a run also records the source it fell back to)
-RECORDED_AS = {"surface_variables": "surface_variables", "volume_variables": "volume_variables",
-               "stream_velocity": "stream_velocity", "air_density": "air_density",
-               "reference_length": "reference_length", "volume_source": "volume_source_requested"}
-
 
 @dataclass(frozen=True)
 class ProcessOptions:
@@ -29,7 +22,8 @@ class ProcessOptions:
     stream_velocity: float
     air_density: float
     reference_length: float | None  # None: each car's length
-    volume_source: str              # points | cells
+    # points | cells; recorded as the source asked for (a run also records the one it fell back to)
+    volume_source: str = field(metadata={"recorded_as": "volume_source_requested"})
 
     def __post_init__(self) -> None:
         check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)
@@ -44,8 +38,13 @@ class ProcessOptions:
                    stream_velocity=physics.stream_velocity, air_density=physics.air_density,
                    reference_length=physics.reference_length, volume_source=process.volume_source)
 
+    def recorded(self) -> dict[str, Any]:
+        """The options as a processed run's attributes record them (a rerun compares them)."""
+        return {f.metadata.get("recorded_as", f.name): getattr(self, f.name) for f in fields(self)}
+
     def differences(self, attrs: dict[str, Any]) -> list[str]:
         """``key: stored X, configured Y`` for each option that a processed run's ``attrs`` record
         otherwise."""
-        return [f"{key}: stored {attrs.get(attr)!r}, configured {getattr(self, key)!r}"
-                for key, attr in RECORDED_AS.items() if attrs.get(attr) != getattr(self, key)]
+        stored = {f.name: attrs.get(f.metadata.get("recorded_as", f.name)) for f in fields(self)}
+        return [f"{key}: stored {stored[key]!r}, configured {getattr(self, key)!r}"
+                for key in stored if stored[key] != getattr(self, key)]

@@ -180,35 +180,6 @@ def _dtype_for(name: str) -> np.dtype:
     return np.dtype(np.int32) if name == "stl_faces" else np.dtype(np.float32)
 
 
-def missing_chunks(array_dir: Path) -> list[str]:
-    """The chunk (or shard and inner chunk) keys of a processed run's array that are absent,
-    for runs written with every chunk (attribute ``all_chunks_written``): there a missing chunk
-    is lost data, never the fill value. Reads the array's zarr.json and its shard indexes."""
-    meta = json.loads((array_dir / "zarr.json").read_text())
-    shape = meta["shape"]
-    outer = meta["chunk_grid"]["configuration"]["chunk_shape"]
-    codec = meta["codecs"][0] if meta.get("codecs") else {}
-    inner = (codec.get("configuration") or {}).get("chunk_shape") if codec.get("name") == "sharding_indexed" else None
-    missing = []
-    for shard in range(-(-shape[0] // outer[0]) if shape and shape[0] else 1):
-        key = "c/" + "/".join([str(shard)] + ["0"] * (len(shape) - 1))
-        path = array_dir / key
-        if not path.is_file():
-            missing.append(key)
-        elif inner is not None:
-            missing += [f"{key} inner chunk {i}" for i in _empty_inner_chunks(path, shard, outer[0], inner[0], shape[0])]
-    return missing
-
-
-def _empty_inner_chunks(path: Path, shard: int, shard_rows: int, chunk_rows: int, rows: int) -> list[int]:
-    """Inner chunks of a shard inside the array's rows whose index entry says "not written"."""
-    n = shard_rows // chunk_rows
-    raw = path.read_bytes()
-    index = np.frombuffer(raw[len(raw) - 16 * n - 4:len(raw) - 4], dtype="<u8").reshape(n, 2)
-    inside = [i for i in range(n) if shard * shard_rows + i * chunk_rows < rows]
-    return [i for i in inside if index[i, 0] == 2**64 - 1]
-
-
 def check_shapes(shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:
     """Each array has its rank and fixed widths, and shared lengths agree across arrays."""
     sizes: dict[str, tuple[int, str]] = {}

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from domino_pipeline.config import DataConfig, PhysicsConfig, TrainConfig
+from domino_pipeline.inputs.chunk_completeness import missing_chunks
 from domino_pipeline.inputs.curator_run import read_npy, read_npz, read_zarr_group
 from domino_pipeline.inputs.processed_run import (
     ARRAY_NAMES,
@@ -42,7 +43,6 @@ from domino_pipeline.inputs.processed_run import (
     ProcessedRunError,
     check_shapes,
     check_values,
-    missing_chunks,
     natural_key,
 )
 
@@ -61,10 +61,13 @@ class NoRunsError(FileNotFoundError):
 class ReadOptions:
     """How runs are read: ``allow_pickle`` admits legacy .npy dicts (restricted unpickler);
     ``global_params`` ([stream_velocity, air_density] from the config) serve runs that record
-    neither global parameters nor physics constants."""
+    neither global parameters nor physics constants; ``allow_missing_chunks`` accepts Zarr runs
+    whose writer omitted fill-valued chunks on purpose (else a chunk absent from a Zarr run
+    refuses it: zarr would read it as fill values)."""
 
     allow_pickle: bool = False
     global_params: tuple[float, ...] = (30.0, 1.205)
+    allow_missing_chunks: bool = False
 
 
 DEFAULT_OPTIONS = ReadOptions()
@@ -73,7 +76,8 @@ DEFAULT_OPTIONS = ReadOptions()
 def read_options_from_config(data: DataConfig, physics: PhysicsConfig) -> ReadOptions:
     """ReadOptions from the ``data`` and ``physics`` sections."""
     return ReadOptions(allow_pickle=data.allow_pickle,
-                       global_params=(physics.stream_velocity, physics.air_density))
+                       global_params=(physics.stream_velocity, physics.air_density),
+                       allow_missing_chunks=data.allow_missing_chunks)
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,7 @@ def open_run(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) ->
     if not any(name in run.arrays for name in ARRAY_NAMES):
         raise ProcessedRunError(f"{path}: a {run.format} store without any DoMINO array; it holds "
                                 f"arrays {sorted(run.arrays)} and attributes {sorted(run.attrs)}")
+    check_all_chunks(run, options.allow_missing_chunks)
     return run
 
 
@@ -248,7 +253,6 @@ class NamedArray:
     def __init__(self, run: OpenedRun, name: str) -> None:
         self.run, self.name, self.array = run, name, run.arrays[name]
         self.shape = tuple(self.array.shape)
-        check_all_chunks(run, name)
 
     def __getitem__(self, selection) -> np.ndarray:
         try:
@@ -258,21 +262,32 @@ class NamedArray:
                                     f"unreadable: {type(err).__name__}: {err}") from err
 
 
-def check_all_chunks(run: OpenedRun, name: str) -> None:
-    """ProcessedRunError naming the run, the array and the chunks when a run written with every
-    chunk (this project's processed runs) lacks some: zarr would read them as zeros."""
-    if run.format != "processed" or not run.attrs.get("all_chunks_written"):
+def check_all_chunks(run: OpenedRun, allow_missing: bool = False) -> None:
+    """ProcessedRunError naming the run, the array and the first absent chunks when a Zarr run
+    lacks a chunk its arrays' shapes imply (zarr would read it as fill values: zeros). Lists
+    the arrays' folders (and reads shard indexes), not their data. ``allow_missing`` accepts
+    that, except from runs that record writing every chunk (``all_chunks_written``)."""
+    if not run.format.startswith(("processed", "curator-zarr")):
         return
-    missing = missing_chunks(run.path / name)
-    if missing:
-        raise ProcessedRunError(f"{run.path}: array {name} is missing chunks {missing[:5]}"
-                                f"{' and more' if len(missing) > 5 else ''} (every chunk was written)")
+    if allow_missing and not run.attrs.get("all_chunks_written"):
+        return
+    for name in sorted(n for n in run.arrays if n in ARRAY_NAMES):
+        try:
+            missing = missing_chunks(run.path / name, limit=6)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ProcessedRunError(f"{run.path}: array {name} ({run.format}): unreadable chunk "
+                                    f"layout ({type(err).__name__}: {err})") from err
+        if missing:
+            more = " and more" if len(missing) > 5 else ""
+            raise ProcessedRunError(
+                f"{run.path}: array {name} ({run.format}) lacks chunks {missing[:5]}{more}, which "
+                "zarr would read as fill values (zeros); rewrite the run, or set "
+                "data.allow_missing_chunks=true if its writer omits fill-valued chunks on purpose")
 
 
 def _read_whole(run: OpenedRun, name: str, array: Any) -> np.ndarray:
     """All of one array of a run; any reader error (a corrupt compressed chunk, a bad codec)
     becomes ProcessedRunError naming the run, its form and the array."""
-    check_all_chunks(run, name)
     try:
         data = np.asarray(array[...])
     except Exception as err:  # zarr, numcodecs and numpy raise many types
@@ -301,9 +316,12 @@ def source_fingerprint(path: str | os.PathLike) -> str:
 
 
 def stat_fingerprint(path: str | os.PathLike) -> str:
-    """SHA-256 of a run's file names, sizes and modification times: cheap (no data read), and
-    it changes whenever a file of the run is rewritten. A cache build hashes the bytes
-    (``source_fingerprint``) only when this one differs from what it recorded."""
+    """SHA-256 of a run's file names, sizes, modification times, inode change times and inode
+    numbers: cheap (no data read), and it changes whenever a file of the run is written again,
+    even by a tool that keeps the size and restores the modification time: the kernel sets the
+    change time on every write, rename or ``utime`` and no copy tool can set it back. A cache
+    build hashes the bytes (``source_fingerprint``) only when this one differs from what it
+    recorded."""
     root = Path(path)
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
     if not root.exists():
@@ -312,5 +330,5 @@ def stat_fingerprint(path: str | os.PathLike) -> str:
     for file in files:
         info = file.stat()
         name = file.relative_to(root).as_posix() if root.is_dir() else file.name
-        digest.update(f"{name}\0{info.st_size}\0{info.st_mtime_ns}\0".encode())
+        digest.update(f"{name}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\0{info.st_ino}\0".encode())
     return digest.hexdigest()

@@ -243,6 +243,12 @@ def unpack(token: str, fd, size: int, pid: int, keys: tuple, layout: tuple, cons
     return {key: batch[key] for key in keys}
 
 
+def mapped_buffers() -> set[str]:
+    """The tokens of the worker buffers this (receiving) process holds mapped."""
+    with _maps_lock:
+        return set(_maps)
+
+
 def _mapping(token: str, fd, size: int, pid: int, retired: tuple) -> mmap.mmap:
     with _maps_lock:
         for old in retired:

@@ -23,10 +23,12 @@ from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_
 from domino_pipeline.inputs.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
 from domino_pipeline.loading.items import EpochDataset, build_item
+from domino_pipeline.store.byte_source import is_url, join, read_object
 from domino_pipeline.store.cache_format import (
     CacheError,
     StaleCacheError,
     diff_settings,
+    layout_arrays,
 )
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import manifest_scaling_factors, read_manifest, run_path
@@ -47,7 +49,8 @@ class CachedDoMINODataset(EpochDataset):
     factors file (scaling.py's JSON) replaces them; None leaves the targets unscaled. Factors
     computed for other target variables are refused.
     ``sources``: run name -> the processed run's current stat fingerprint
-    (``inputs.runs.stat_fingerprint``: file names, sizes and times); a run whose processed run
+    (``inputs.runs.stat_fingerprint``: file names, sizes, modification and inode change times,
+    inode numbers); a run whose processed run
     was written again since the manifest recorded it raises StaleCacheError naming it.
 
     The dataset reads the run generations the manifest named when it was made, whatever
@@ -65,7 +68,7 @@ class CachedDoMINODataset(EpochDataset):
                  count_bytes: bool = False) -> None:
         law = SamplingLaw(surface_window_factor=surface_window_factor,
                           volume_window_factor=volume_window_factor, exact=exact)
-        self.cache_dir = Path(cache_dir)
+        self.cache_dir = cache_dir if is_url(cache_dir) else Path(cache_dir)
         manifest = read_manifest(self.cache_dir)
         if isinstance(scaling_factors, str) and scaling_factors == "manifest":
             scaling_factors = manifest_scaling_factors(self.cache_dir, manifest)
@@ -90,6 +93,7 @@ class CachedDoMINODataset(EpochDataset):
         _check_sources(self.cache_dir, names, entries, sources)
         self.run_paths = [run_path(self.cache_dir, n, e) for n, e in zip(names, entries)]
         self.run_metadata = [e.get("metadata_sha256") for e in entries]
+        self.run_sources = [(n, {"source": e.get("source")}) for n, e in zip(names, entries)]
         self.count_bytes = count_bytes
         self.max_open_runs = max(1, int(max_open_runs))
         self._open: OrderedDict[int, CacheRun] = OrderedDict()
@@ -98,6 +102,13 @@ class CachedDoMINODataset(EpochDataset):
 
     def __len__(self) -> int:
         return len(self.run_paths)
+
+    @property
+    def worker_context(self) -> str | None:
+        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for
+        a cache on object storage (its client does not survive ``fork``), else None (the
+        default)."""
+        return "spawn" if is_url(self.cache_dir) else None
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -113,7 +124,7 @@ class CachedDoMINODataset(EpochDataset):
             self._open.move_to_end(index)
             return self._open[index]
         run = CacheRun(self.run_paths[index], count_bytes=self.count_bytes,
-                       metadata=self.run_metadata[index])
+                       metadata=self.run_metadata[index], entry=self.run_sources[index])
         if run.attrs.get("settings_fingerprint") != self.fingerprint:
             raise StaleCacheError(
                 f"{run.path}: built with other settings than the manifest records:\n  "
@@ -122,7 +133,12 @@ class CachedDoMINODataset(EpochDataset):
         while len(self._open) > self.max_open_runs:
             _, closed = self._open.popitem(last=False)
             self._bytes_closed += closed.bytes_read
+            closed.close()
         return run
+
+    def open_run_indices(self) -> list[int]:
+        """The indices of the runs this process holds open, least recently used first."""
+        return list(self._open) if self._pid == os.getpid() else []
 
     def bytes_read(self) -> int:
         """Bytes this process has read from the cache (with ``count_bytes=True``)."""
@@ -130,49 +146,86 @@ class CachedDoMINODataset(EpochDataset):
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         run = self.run(index)
+        run.check_present()
         counts = run.attrs["counts"]
-        for name, selection in self._reads(None):  # what every draw reads, while it draws
-            run.prefetch(name, selection)
+        resident = self._resident_arrays()
+        run.keep(resident, self._indexed_arrays(resident))
         try:
-            draw = self._draw(index, counts, lambda a, b: run.read("surface_areas", slice(a, b)))
+            draw = self._draw(index, counts, self._areas_reader(run, counts["surface"]))
         except TooFewPointsError as err:
             raise TooFewPointsError(f"{run.path}: {err}") from err
-        for name, selection in self._reads(draw):
-            run.prefetch(name, selection)
+        reads = self._reads(draw)
+        drawn = dict(zip([name for name, _, _ in reads], run.read_many(reads)))
+        if draw.surface_rows is not None and self.neighbor_layout != "features":
+            gathered = _gather_neighbors(run, draw.surface_rows, drawn.pop("surface_neighbors"))
+            drawn |= {f"surface_{name}": data for name, data in gathered.items()}
         grids = self._derived_grids()
-        drawn_grids = {"surf_grid": grids["surf_grid"],
-                       "sdf_surf_grid": run.read("surface_grid_sdf", empty=output_array)}
+        drawn_grids = {"surf_grid": grids["surf_grid"], "sdf_surf_grid": drawn["surface_grid_sdf"]}
         if "volume" in self.parts:
-            drawn_grids.update(grid=grids["grid"], sdf_grid=run.read("volume_grid_sdf", empty=output_array))
+            drawn_grids.update(grid=grids["grid"], sdf_grid=drawn["volume_grid_sdf"])
         return build_item(
             settings=self.settings, scalars=run.attrs["scalars"],
-            geometry_coordinates=run.read("geometry_coordinates", draw.geometry_rows, empty=output_array),
-            grids=drawn_grids,
-            surface=None if draw.surface_rows is None else _read_surface(run, draw.surface_rows,
-                                                                         self.neighbor_layout),
-            volume=None if draw.volume_rows is None else _read_volume(run, draw.volume_rows),
+            geometry_coordinates=drawn["geometry_coordinates"], grids=drawn_grids,
+            surface=None if draw.surface_rows is None else _part(drawn, "surface_"),
+            volume=None if draw.volume_rows is None else _part(drawn, "volume_"),
             scaling_factors=self.scaling_factors)
 
+    def _areas_reader(self, run: CacheRun, n_rows: int):
+        """``read(a, b)``: surface areas of rows a..b-1. A window that wraps past the last row is
+        asked for in two spans, its end then its start: both are fetched at the first call, in
+        one wave."""
+        width = self.law.window("surface", self.surface_points, n_rows)
+        pending: dict[tuple[int, int], np.ndarray] = {}
 
-    def _reads(self, draw) -> list[tuple[str, object]]:
-        """The (array, selection) pairs a draw reads: with ``draw`` None those of every draw
-        (grid SDFs, STL vertices), else those of its rows (in the ``indices`` layout the
-        neighbour-source arrays whole: the neighbours of random cells lie everywhere)."""
-        if draw is None:
-            grids = ["surface_grid_sdf"] + (["volume_grid_sdf"] if "volume" in self.parts else [])
-            return [(name, Ellipsis) for name in (*grids, "geometry_coordinates")]
-        reads = []
+        def read(a: int, b: int) -> np.ndarray:
+            if (a, b) in pending:
+                return pending.pop((a, b))
+            if b == n_rows and 0 < a and width > n_rows - a:
+                rest = (0, width - (n_rows - a))
+                end, start = run.read_many([("surface_areas", slice(a, b), np.empty),
+                                            ("surface_areas", slice(*rest), np.empty)])
+                pending[rest] = start
+                return end
+            return run.read("surface_areas", slice(a, b))
+        return read
+
+    def _grid_arrays(self) -> list[str]:
+        return ["surface_grid_sdf"] + (["volume_grid_sdf"] if "volume" in self.parts else [])
+
+    def _resident_arrays(self) -> list[str]:
+        """What every draw reads, kept with the open run: the grid SDFs and the STL vertices."""
+        return self._grid_arrays() + ["geometry_coordinates"]
+
+    def _indexed_arrays(self, resident: list[str]) -> list[str]:
+        """The row arrays of the parts this dataset draws, whose shard indexes an open run keeps."""
+        return [n for n in layout_arrays(self.neighbor_layout)
+                if n not in resident and n.split("_")[0] in self.parts]
+
+    def _reads(self, draw) -> list[tuple[str, object, object]]:
+        """The (array, selection, allocator) triples a draw reads after choosing its rows: the
+        grids and its STL vertices (kept with the run), its surface rows with their neighbours
+        as the layout stores them (in ``indices``: the neighbour indices, gathered after), its
+        volume rows."""
+        reads = [(name, Ellipsis, output_array) for name in self._grid_arrays()]
+        reads.append(("geometry_coordinates", draw.geometry_rows, output_array))
         if draw.surface_rows is not None:
             rows = draw.surface_rows
-            reads.append(("surface_fields", rows))
+            reads.append(("surface_fields", rows, np.empty))
             if self.neighbor_layout == "features":
-                reads += [(f"surface_{n}", rows) for n in NEIGHBOR_FEATURES]
-                reads += [(f"surface_neighbor_{n}", rows) for n in NEIGHBOR_FEATURES]
+                reads += [(f"surface_{n}", rows, output_array) for n in NEIGHBOR_FEATURES]
+                reads += [(f"surface_neighbor_{n}", rows, output_array) for n in NEIGHBOR_FEATURES]
             else:
-                reads += [("surface_neighbors", rows)] + [(f"surface_{n}", Ellipsis) for n in NEIGHBOR_FEATURES]
+                reads.append(("surface_neighbors", rows, np.empty))
         if draw.volume_rows is not None:
-            reads += [(f"volume_{n}", draw.volume_rows) for n in ("coordinates", "fields", "sdf", "closest")]
+            reads += [(f"volume_{n}", draw.volume_rows, np.empty)
+                      for n in ("coordinates", "fields", "sdf", "closest")]
         return reads
+
+
+def _part(drawn: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """The drawn arrays of one part, named without ``prefix`` (``surface_fields`` -> ``fields``)."""
+    return {name[len(prefix):]: data for name, data in drawn.items() if name.startswith(prefix)
+            and not name.endswith("grid_sdf")}
 
 
 def _check_sources(cache_dir: Path, names: list[str], entries: list[dict],
@@ -188,23 +241,6 @@ def _check_sources(cache_dir: Path, names: list[str], entries: list[dict],
                               "changed), or set cache.check_sources=false")
 
 
-def _read_surface(run: CacheRun, rows: np.ndarray, neighbor_layout: str) -> dict[str, np.ndarray]:
-    """The sampled surface rows (sorted: each chunk they touch is read once) with their
-    neighbours' coordinates, normals and areas, as ``neighbor_layout`` stores them."""
-    drawn = {"fields": run.read("surface_fields", rows)}
-    if neighbor_layout == "features":
-        return drawn | _read_neighbor_features(run, rows)
-    return drawn | _gather_neighbors(run, rows, run.read("surface_neighbors", rows))
-
-
-def _read_neighbor_features(run: CacheRun, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """The rows' coordinates, normals and areas and their neighbours', stored per row: each
-    array read from the chunks of the window the sorted rows fall in, each chunk once."""
-    drawn = {}
-    for name in NEIGHBOR_FEATURES:
-        drawn[name] = run.read(f"surface_{name}", rows, empty=output_array)
-        drawn[f"neighbor_{name}"] = run.read(f"surface_neighbor_{name}", rows, empty=output_array)
-    return drawn
 
 
 def _gather_neighbors(run: CacheRun, rows: np.ndarray, neighbors: np.ndarray) -> dict[str, np.ndarray]:
@@ -212,13 +248,8 @@ def _gather_neighbors(run: CacheRun, rows: np.ndarray, neighbors: np.ndarray) ->
     each neighbour-source array is read in one pass over its chunks for both."""
     drawn = {}
     wanted = np.concatenate([rows, neighbors.ravel()])
-    for name in NEIGHBOR_FEATURES:
-        both = run.read(f"surface_{name}", wanted, empty=output_array)
+    reads = [(f"surface_{name}", wanted, output_array) for name in NEIGHBOR_FEATURES]
+    for name, both in zip(NEIGHBOR_FEATURES, run.read_many(reads)):
         drawn[name] = both[:len(rows)]
         drawn[f"neighbor_{name}"] = both[len(rows):].reshape(*neighbors.shape, *both.shape[1:])
     return drawn
-
-
-def _read_volume(run: CacheRun, rows: np.ndarray) -> dict[str, np.ndarray]:
-    """The sampled volume rows (sorted: each chunk they touch is read once) of the four arrays."""
-    return {name: run.read(f"volume_{name}", rows) for name in ("coordinates", "fields", "sdf", "closest")}

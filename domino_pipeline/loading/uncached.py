@@ -6,6 +6,7 @@ Imports Warp (the geometry kernels); ``CachedDoMINODataset`` does not.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from torch.utils.data import get_worker_info
 from domino_pipeline.compute import geometry
 from domino_pipeline.compute.preprocessing import (
     grid_sdf,
+    surface_index,
     surface_neighbors,
     volume_sdf,
 )
@@ -32,6 +34,7 @@ from domino_pipeline.inputs.runs import (
 )
 from domino_pipeline.loading.items import EpochDataset, build_item
 
+KNN_INDEXES_KEPT = 4  # runs whose surface kNN index a process keeps between draws
 
 class DoMINODataPipe(EpochDataset):
     """DoMINO items preprocessed on every draw from the processed runs (no cache).
@@ -44,6 +47,8 @@ class DoMINODataPipe(EpochDataset):
     computes the expensive geometry only for what the draw needs: both grids' SDFs, the kNN of
     the sampled surface cells among all kept cells, the SDF of the sampled volume points. On CUDA
     (Warp kernels on the GPU) it must run in the main process: DataLoader workers are refused.
+    The surface kNN index (its host preparation) of the last ``KNN_INDEXES_KEPT`` runs is kept,
+    so a run's later draws do not prepare it again.
     """
 
     def __init__(self, processed_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
@@ -79,11 +84,25 @@ class DoMINODataPipe(EpochDataset):
             volume_variables=tuple(tuple(v) for v in volume_variables),
             permutation_seed=int(permutation_seed), device=geometry.resolve_device(device))
         self.settings = self.preprocess.fingerprinted()
+        self._knn_indexes: OrderedDict[int, geometry.KnnIndex] = OrderedDict()
         check_factors_match(self.scaling_factors, self.preprocess.surface_variables,
                             self.preprocess.volume_variables, str(self.processed_dir))
 
     def __len__(self) -> int:
         return len(self.run_paths)
+
+    def __getstate__(self) -> dict:
+        return self.__dict__ | {"_knn_indexes": OrderedDict()}  # device arrays stay in their process
+
+    def _surface_index(self, index: int, prepared: PreparedRun) -> geometry.KnnIndex:
+        """Run ``index``'s surface kNN index, prepared at its first draw in this process."""
+        if index in self._knn_indexes:
+            self._knn_indexes.move_to_end(index)
+        else:
+            self._knn_indexes[index] = surface_index(prepared, self.preprocess)
+            while len(self._knn_indexes) > KNN_INDEXES_KEPT:
+                self._knn_indexes.popitem(last=False)
+        return self._knn_indexes[index]
 
     def _arrays_needed(self) -> list[str]:
         names = ["stl_coordinates", "stl_faces", "stl_centers", "stl_areas",
@@ -110,11 +129,11 @@ class DoMINODataPipe(EpochDataset):
         except TooFewPointsError as err:
             raise TooFewPointsError(f"{path}: {err}") from err
         try:
-            return self._item(prepared, draw)
+            return self._item(prepared, draw, index)
         except ValueError as err:  # the geometry engine's (e.g. an STL with no usable triangle)
             raise ValueError(f"{path}: {err}") from err
 
-    def _item(self, prepared: PreparedRun, draw: Draw) -> dict[str, torch.Tensor]:
+    def _item(self, prepared: PreparedRun, draw: Draw, index: int) -> dict[str, torch.Tensor]:
         """The geometry work for the drawn rows, then the item."""
         grids = self._derived_grids()
         drawn_grids = {"surf_grid": grids["surf_grid"],
@@ -127,18 +146,18 @@ class DoMINODataPipe(EpochDataset):
         return build_item(
             settings=self.settings, scalars=scalars,
             geometry_coordinates=prepared.geometry_coordinates[draw.geometry_rows], grids=drawn_grids,
-            surface=None if draw.surface_rows is None else self._surface(prepared, draw.surface_rows),
+            surface=None if draw.surface_rows is None else self._surface(prepared, draw.surface_rows, index),
             volume=None if draw.volume_rows is None else self._volume(prepared, draw.volume_rows),
             scaling_factors=self.scaling_factors)
 
-    def _surface(self, p: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
-        neighbors = surface_neighbors(p, self.preprocess, rows)
-        gathered = gather_neighbors(p, neighbors)
-        return {"coordinates": p.surface_coordinates[rows], "normals": p.surface_normals[rows],
-                "areas": p.surface_areas[rows], "fields": p.surface_fields[rows],
+    def _surface(self, prepared: PreparedRun, rows: np.ndarray, index: int) -> dict[str, np.ndarray]:
+        neighbors = surface_neighbors(prepared, self.preprocess, rows, self._surface_index(index, prepared))
+        gathered = gather_neighbors(prepared, neighbors)
+        return {"coordinates": prepared.surface_coordinates[rows], "normals": prepared.surface_normals[rows],
+                "areas": prepared.surface_areas[rows], "fields": prepared.surface_fields[rows],
                 **{f"neighbor_{name}": values for name, values in gathered.items()}}
 
-    def _volume(self, p: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
-        sdf, closest = volume_sdf(p, self.preprocess, rows)
-        return {"coordinates": p.volume_coordinates[rows], "fields": p.volume_fields[rows],
+    def _volume(self, prepared: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
+        sdf, closest = volume_sdf(prepared, self.preprocess, rows)
+        return {"coordinates": prepared.volume_coordinates[rows], "fields": prepared.volume_fields[rows],
                 "sdf": sdf, "closest": closest}

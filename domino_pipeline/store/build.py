@@ -8,11 +8,15 @@ Imports Warp (through the preprocessing); the reading side of the store does not
 from __future__ import annotations
 
 import hashlib
+import json
+import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from domino_pipeline.compute.preprocessing import VOLUME_ARRAYS, plan_run
 from domino_pipeline.compute.scaling import (
+    checked_scaling_factors,
     merge_statistics,
     run_statistics,
     save_scaling_factors,
@@ -29,6 +33,7 @@ from domino_pipeline.inputs.runs import (
     run_name,
 )
 from domino_pipeline.run_report import RunResult
+from domino_pipeline.store.byte_source import is_url, join, source_and_key
 from domino_pipeline.store.cache_format import (
     current_generation,
     directory_bytes,
@@ -37,6 +42,7 @@ from domino_pipeline.store.cache_format import (
 )
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import manifest_entry
+from domino_pipeline.store.object_cache import publish_generation
 from domino_pipeline.store.run_writer import RunWriter, run_lock
 from domino_pipeline.store.staleness import manifest_records, run_state
 
@@ -93,16 +99,29 @@ def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
         records = manifest_records(cache_dir) if records is None else records
         if run_state(cache_dir, processed_path, settings, records).current:  # no lock: read-only reruns
             return RunResult(name, "skipped", "current", format=form)
-        with run_lock(cache_dir, name):
+        with nullcontext() if is_url(cache_dir) else run_lock(cache_dir, name):
             state = run_state(cache_dir, processed_path, settings, records)  # another writer's?
             if state.current:
                 return RunResult(name, "skipped", "current", format=form)
             if state.built and not rebuild:
                 return RunResult(name, "stale", "; ".join(state.reasons), format=form)
-            path, form = build_run(processed_path, cache_dir, settings, state.source, options)
+            written, form = _build(processed_path, cache_dir, settings, state.source, options)
     except Exception as err:  # one bad run is reported and the others go on
         return RunResult(name, "failed", f"{processed_path}: {type(err).__name__}: {err}", format=form)
-    return RunResult(name, "built", seconds=time.time() - started, bytes=directory_bytes(path), format=form)
+    return RunResult(name, "built", seconds=time.time() - started, bytes=written, format=form)
+
+
+def _build(processed_path: Path, cache_dir: Path | str, settings: PreprocessSettings, source: dict,
+           options: ReadOptions) -> tuple[int, str]:
+    """``build_run`` into a local cache, or for object storage into a local staging folder
+    (one run at a time) whose generation is then uploaded; (bytes written, the run's form)."""
+    if not is_url(cache_dir):
+        path, form = build_run(processed_path, cache_dir, settings, source, options)
+        return directory_bytes(path), form
+    with tempfile.TemporaryDirectory(prefix="domino-cache-staging-") as staging:
+        path, form = build_run(processed_path, Path(staging), settings, source, options)
+        publish_generation(path, cache_dir, run_name(processed_path))
+        return directory_bytes(path), form
 
 
 def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> dict[str, dict]:
@@ -125,6 +144,11 @@ def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: Pre
                   ["field_statistics"] for p in train_runs]
     factors = merge_statistics(statistics, [run_name(p) for p in train_runs],
                                normalization=normalization, variables=variables)
-    path = save_scaling_factors(cache_dir / FACTORS_FILE, factors)
-    return {"path": FACTORS_FILE, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    if is_url(cache_dir):
+        data = (json.dumps(checked_scaling_factors(factors, FACTORS_FILE), indent=2) + "\n").encode()
+        source, key = source_and_key(join(cache_dir, FACTORS_FILE))
+        source.put(key, data)
+    else:
+        data = save_scaling_factors(cache_dir / FACTORS_FILE, factors).read_bytes()
+    return {"path": FACTORS_FILE, "sha256": hashlib.sha256(data).hexdigest(),
             "runs": factors["runs"], "normalization": normalization, "variables": factors["variables"]}

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from domino_pipeline.compute.settings import IMPLICIT_DEFAULTS, NEIGHBOR_LAYOUTS
 from domino_pipeline.compute.volume_order import VOLUME_BLOCK_ROWS
+from domino_pipeline.store.byte_source import is_url, join, source_and_key
 
 FORMAT = "domino-cache"
 FORMAT_VERSION = 2  # of the layout on disk; part of every run fingerprint
@@ -87,17 +88,27 @@ def run_fingerprint(settings_fingerprint: str, source: str) -> str:
     return hashlib.sha256(f"{FORMAT_VERSION}:{settings_fingerprint}:{source}".encode()).hexdigest()
 
 
-def metadata_sha256(run_path: str | os.PathLike) -> str:
-    """SHA-256 of every ``zarr.json`` of a cache run (group attributes, array metadata): what
-    the manifest records, so an edit of any of them is caught at open and by validation. Arrays
-    sit directly in the group, so this reads two levels, not the shard folders."""
+def metadata_files(run_path: str | os.PathLike) -> dict[str, bytes]:
+    """Every ``zarr.json`` of a local cache run (group attributes, array metadata) by its path
+    within the run. Arrays sit directly in the group, so this reads two levels, not the shard
+    folders."""
     root = Path(run_path)
+    found = [root / "zarr.json", *root.glob("*/zarr.json")]
+    return {m.relative_to(root).as_posix(): m.read_bytes() for m in found if m.is_file()}
+
+
+def metadata_digest(files: dict[str, bytes]) -> str:
+    """SHA-256 of a run's ``zarr.json`` files (``metadata_files``), in path order: what the
+    manifest records, so an edit of any of them is caught at open and by validation."""
     digest = hashlib.sha256()
-    for meta in sorted([root / "zarr.json", *root.glob("*/zarr.json")]):
-        if not meta.is_file():
-            continue
-        digest.update(str(meta.relative_to(root)).encode() + b"\0" + meta.read_bytes() + b"\0")
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + bytes(files[name]) + b"\0")
     return digest.hexdigest()
+
+
+def metadata_sha256(run_path: str | os.PathLike) -> str:
+    """``metadata_digest`` of the local cache run at ``run_path``."""
+    return metadata_digest(metadata_files(run_path))
 
 
 def diff_settings(cached: dict, expected: dict, prefix: str = "") -> list[str]:
@@ -115,14 +126,21 @@ def diff_settings(cached: dict, expected: dict, prefix: str = "") -> list[str]:
     return lines
 
 
-def run_folder(cache_dir: str | os.PathLike, name: str) -> Path:
-    """The folder of run ``name``'s generations."""
-    return Path(cache_dir) / name
+def run_folder(cache_dir: str | os.PathLike, name: str) -> Path | str:
+    """The folder (or object-store prefix) of run ``name``'s generations."""
+    return join(cache_dir, name)
 
 
-def generations(folder: str | os.PathLike) -> list[tuple[int, Path]]:
+def generations(folder: str | os.PathLike) -> list[tuple[int, Path | str]]:
     """The complete generations in a run folder, oldest first, as (number, path); temporaries
-    of unfinished writers are hidden names, never listed."""
+    of unfinished writers are hidden names, never listed. On object storage a generation is
+    complete once its group ``zarr.json`` is uploaded: it is uploaded last."""
+    if is_url(folder):
+        source, key = source_and_key(folder)
+        names = [n for n in source.list(key)[0] if GENERATION.match(n)]
+        found = [(int(GENERATION.match(n).group(1)), join(folder, n)) for n in names
+                 if source.head(f"{key}/{n}/zarr.json") is not None]
+        return sorted(found)
     folder = Path(folder)
     if not folder.is_dir():
         return []
@@ -130,17 +148,23 @@ def generations(folder: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def current_generation(folder: str | os.PathLike) -> Path | None:
+def current_generation(folder: str | os.PathLike) -> Path | str | None:
     """The newest complete generation of a run, or None."""
     found = generations(folder)
     return found[-1][1] if found else None
 
 
 def directory_bytes(path: str | os.PathLike) -> int:
-    """Total size of the files under ``path``."""
+    """Total size of the files (objects) under ``path``."""
+    if is_url(path):
+        source, key = source_and_key(path)
+        return sum(o["size"] for o in source.list_all(key))
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
 def file_count(path: str | os.PathLike) -> int:
-    """Number of files under ``path``."""
+    """Number of files (objects) under ``path``."""
+    if is_url(path):
+        source, key = source_and_key(path)
+        return len(source.list_all(key))
     return sum(1 for f in Path(path).rglob("*") if f.is_file())

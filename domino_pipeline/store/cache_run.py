@@ -1,7 +1,11 @@
-"""Reading one cache run generation: its attributes and checked reads of its arrays."""
+"""Reading one cache run generation, from a local folder or an object-store prefix: its
+attributes, the arrays every draw reads (kept with the open run) and checked, batched reads
+of the others."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -10,14 +14,38 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore, WrapperStore
 
+from domino_pipeline.compute.settings import neighbor_layout_of
+from domino_pipeline.store.byte_source import (
+    ByteSource,
+    LocalSource,
+    Request,
+    is_url,
+    shared_source,
+    split_url,
+)
 from domino_pipeline.store.cache_format import (
+    ARRAYS,
     FORMAT,
     FORMAT_VERSION,
+    GENERATION,
+    NEIGHBOR_FEATURE_ARRAYS,
     CacheError,
     StaleCacheError,
-    metadata_sha256,
+    layout_arrays,
+    metadata_digest,
+    metadata_files,
 )
-from domino_pipeline.store.chunk_reader import Allocator, ChunkedArray
+from domino_pipeline.store.chunk_reader import (
+    Allocator,
+    ChunkedArray,
+    CorruptChunkError,
+    read_many,
+    supported_layout,
+)
+from domino_pipeline.store.run_checks import RunMetadataError, check_counts, check_grids, check_origin
+from domino_pipeline.store.shard_index import CHECKSUM_BYTES, ShardIndexError, check_shards
+
+CACHE_ARRAYS = tuple(ARRAYS) + tuple(NEIGHBOR_FEATURE_ARRAYS)  # every array a run may hold
 
 
 class CountingStore(WrapperStore):
@@ -37,49 +65,142 @@ class CountingStore(WrapperStore):
 class CacheRun:
     """One cache run generation opened read-only: its attributes and checked reads of its arrays.
 
-    Arrays in the layout ``RunWriter`` writes are read straight from their shard files
-    (``chunk_reader.ChunkedArray``); any other layout or selection goes through zarr-python.
+    ``location``: a local folder or an object-store URL. Opening reads every ``zarr.json`` of
+    the run (one wave remotely). Arrays in the layout ``RunWriter`` writes are read through the
+    run's ByteSource (``chunk_reader``); any other layout or selection goes through zarr-python.
     ``metadata``: the SHA-256 the manifest records of the run's ``zarr.json`` files, checked at
-    open. A generation removed by later rebuilds raises StaleCacheError. Open one per process:
-    the chunk readers reuse their buffers.
+    open. ``entry``: (run name, its manifest entry), given where a run is opened from a
+    manifest: the metadata is then checked against itself, the shard files (locally) and the
+    entry (``_check_metadata``). A symbolic link as a local generation or its run folder is
+    refused. A generation removed by later rebuilds raises StaleCacheError. Open one per
+    process; ``close`` releases its file descriptors.
     """
 
-    def __init__(self, path: str | os.PathLike, *, count_bytes: bool = False,
-                 metadata: str | None = None) -> None:
-        self.path = Path(path)
-        if not (self.path / "zarr.json").is_file():
-            if self.path.is_dir():
-                raise CacheError(f"{self.path}: the run's metadata (zarr.json) is missing: corrupt")
-            if self.path.parent.is_dir() and self.path.name.startswith("g"):
-                raise StaleCacheError(f"{self.path}: this generation of the run was replaced by a "
-                                      "rebuild; open the dataset again to read the new one")
-            raise FileNotFoundError(f"{self.path}: cache run does not exist (no zarr.json)")
-        if metadata is not None and metadata_sha256(self.path) != metadata:
+    def __init__(self, location: str | os.PathLike, *, count_bytes: bool = False,
+                 metadata: str | None = None, entry: tuple[str, dict] | None = None) -> None:
+        self.remote = is_url(location)
+        self.path = str(location).rstrip("/") if self.remote else Path(location)
+        self.source, self.prefix = self._source()
+        self._metadata = self._read_metadata()
+        if metadata is not None and metadata_digest(self._metadata) != metadata:
             raise CacheError(f"{self.path}: its metadata (attributes or array descriptions) differ "
                              "from what manifest.json records: edited or corrupt")
-        self.store = CountingStore(LocalStore(str(self.path), read_only=True)) if count_bytes \
-            else LocalStore(str(self.path), read_only=True)
-        try:
-            self.group = zarr.open_group(store=self.store, mode="r", zarr_format=3)
-        except Exception as err:  # zarr raises several types for unreadable metadata
-            raise CacheError(f"{self.path}: unreadable cache run metadata ({err})") from err
-        self.attrs = dict(self.group.attrs)
+        self.attrs = self._group_attributes()
         if self.attrs.get("format") != FORMAT:
             raise CacheError(f"{self.path}: not a {FORMAT} run (format={self.attrs.get('format')!r})")
         if self.attrs.get("format_version") != FORMAT_VERSION:
             raise CacheError(f"{self.path}: format_version {self.attrs.get('format_version')}, "
                              f"this reader reads {FORMAT_VERSION}")
         self.count_bytes = count_bytes
+        self._group = None
+        self.store = None
         self._arrays: dict[str, zarr.Array] = {}
         self._readers: dict[str, ChunkedArray | None] = {}
+        self._resident: dict[str, np.ndarray] = {}
+        try:
+            if entry is not None:
+                self._check_metadata(*entry)
+        except (ShardIndexError, RunMetadataError) as err:
+            raise CacheError(f"{self.path}: {err}") from None
+
+    def _check_metadata(self, name: str, entry: dict) -> None:
+        """The run's metadata against itself and its shards (every array in the layout the cache
+        writes; locally its shard files as its shape implies, remotely each shard's size when
+        its index is read), counts equal to array lengths, grids of the settings' resolution,
+        and against the manifest ``entry`` of run ``name`` that it was opened from."""
+        settings = self.attrs.get("settings")
+        names = layout_arrays(neighbor_layout_of(settings if isinstance(settings, dict) else {}))
+        shapes = {}
+        for array in names:
+            try:
+                shapes[array] = self._checked_shape(array)
+            except ShardIndexError as err:
+                raise ShardIndexError(f"array {array}: {err}") from None
+        check_counts(self.attrs.get("counts"), {n: shape[0] for n, shape in shapes.items()})
+        check_grids(settings, shapes)
+        check_origin(self.attrs, name, entry)
+
+    def _checked_shape(self, array: str) -> tuple[int, ...]:
+        if not self.remote:
+            return check_array_files(self.path / array)
+        if f"{array}/zarr.json" not in self._metadata:
+            raise ShardIndexError("missing (no zarr.json)")
+        reader = self.reader(array)
+        if reader is None:
+            raise ShardIndexError("its description is not the layout a cache writes (sharded rows, "
+                                  "bytes and CRC32C codecs, inner chunks dividing shards)")
+        return reader.shape
+
+    def _source(self) -> tuple[ByteSource, str]:
+        """The source the run is read through and the run's key prefix within it."""
+        if not self.remote:
+            return LocalSource(self.path), ""
+        root, key = split_url(self.path)
+        return shared_source(root), key + "/"
+
+    def _read_metadata(self) -> dict[str, bytes]:
+        """Every ``zarr.json`` of the run by its path within the run (remotely: the group's and
+        those of every array a cache run may hold, in one wave)."""
+        if not self.remote:
+            self._check_local_folder()
+            return metadata_files(self.path)
+        names = ["zarr.json"] + [f"{n}/zarr.json" for n in CACHE_ARRAYS]
+        fetched = self.source.fetch([Request(self.prefix + n) for n in names])
+        found = {n: bytes(data) for n, (data, _) in zip(names, fetched) if data is not None}
+        if "zarr.json" not in found:
+            raise CacheError(f"{self.path}: the run's metadata (zarr.json) is missing: not uploaded, "
+                             "removed by rebuilds, or not a cache run")
+        return found
+
+    def _check_local_folder(self) -> None:
+        refuse_links(self.path)
+        if (self.path / "zarr.json").is_file():
+            return
+        if self.path.is_dir():
+            raise CacheError(f"{self.path}: the run's metadata (zarr.json) is missing: corrupt")
+        if _newer_generation(self.path):
+            raise StaleCacheError(f"{self.path}: this generation of the run was replaced by a "
+                                  "rebuild; open the dataset again to read the new one")
+        raise FileNotFoundError(f"{self.path}: cache run does not exist (no zarr.json)")
+
+    def _group_attributes(self) -> dict:
+        try:
+            meta = json.loads(self._metadata["zarr.json"])
+        except ValueError as err:
+            raise CacheError(f"{self.path}: unreadable cache run metadata ({err})") from err
+        if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
+            raise CacheError(f"{self.path}: unreadable cache run metadata (not a Zarr v3 group)")
+        return dict(meta.get("attributes") or {})
+
+    @property
+    def metadata_sha256(self) -> str:
+        """SHA-256 of the run's ``zarr.json`` files as read at open (what the manifest records)."""
+        return metadata_digest(self._metadata)
+
+    @property
+    def group(self) -> zarr.Group:
+        """The run as a zarr-python group (for layouts the direct reader leaves to it)."""
+        if self._group is None:
+            if self.remote:
+                from obstore.store import from_url
+                self.store = zarr.storage.ObjectStore(from_url(self.path), read_only=True)
+            else:
+                local = LocalStore(str(self.path), read_only=True)
+                self.store = CountingStore(local) if self.count_bytes else local
+            try:
+                self._group = zarr.open_group(store=self.store, mode="r", zarr_format=3)
+            except Exception as err:  # zarr raises several types for unreadable metadata
+                raise CacheError(f"{self.path}: unreadable cache run metadata ({err})") from err
+        return self._group
 
     @property
     def bytes_read(self) -> int:
-        """Bytes of files read so far, metadata (``zarr.json``) and shard indexes included,
-        chunk checksums included; only with ``count_bytes=True``, else 0."""
+        """Bytes read so far, metadata (``zarr.json``) and shard indexes included, chunk
+        checksums included; only with ``count_bytes=True``, else 0."""
         if not self.count_bytes:
             return 0
-        return self.store.bytes_read + sum(r.bytes_read for r in self._readers.values() if r)
+        zarr_bytes = self.store.bytes_read if isinstance(self.store, CountingStore) else 0
+        return zarr_bytes + sum(r.bytes_read for r in self._readers.values() if r)
 
     def array(self, name: str) -> zarr.Array:
         """The named array (metadata only), or CacheError naming the run and the array."""
@@ -90,43 +211,207 @@ class CacheRun:
                 raise CacheError(f"{self.path}: array {name!r} is missing") from err
         return self._arrays[name]
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The named array's shape, from its metadata."""
+        reader = self.reader(name)
+        return reader.shape if reader is not None else self.array(name).shape
+
     def reader(self, name: str) -> ChunkedArray | None:
         """The direct chunk reader of the named array, or None where its layout (or its
         absence) is left to zarr-python."""
         if name not in self._readers:
-            self._readers[name] = ChunkedArray.open(self.path / name)
+            raw = self._metadata.get(f"{name}/zarr.json")
+            self._readers[name] = ChunkedArray.from_metadata(self.source, self.prefix + name, raw)
         return self._readers[name]
 
     def prefetch(self, name: str, selection: Any = Ellipsis) -> None:
-        """Start reading, in the background, what ``read(name, selection)`` will read
-        (``ChunkedArray.prefetch``); nothing for layouts and selections left to zarr-python."""
+        """Read the shard indexes ``read(name, selection)`` will need; nothing for layouts
+        and selections left to zarr-python."""
         reader = self.reader(name)
         if reader is not None and reader.supports(selection):
             reader.prefetch(selection)
 
+    def check_present(self) -> None:
+        """StaleCacheError if this local generation was removed while open (rebuilds replaced
+        it): its open files would still read, but not those it has yet to open."""
+        if not self.remote and not os.path.exists(os.path.join(self.path, "zarr.json")):
+            raise StaleCacheError(f"{self.path}: removed while open (replaced by rebuilds); "
+                                  "open the dataset again")
+
+    def keep(self, resident: list[str], indexed: list[str]) -> None:
+        """Read, in one wave, the ``resident`` arrays whole (kept with the run: every draw
+        reads them) and every shard index of the ``indexed`` arrays; nothing once done."""
+        whole = [(n, self.reader(n)) for n in resident if n not in self._resident and self.reader(n)]
+        shards = [(a, s, Request(a.prefix + a.key(s))) for _, a in whole for s in range(a.shard_count)]
+        readers = [r for r in map(self.reader, indexed) if r is not None]
+        tails = [(a, s, r) for a in readers for s, r in a.index_requests(a.chunks(Ellipsis))]
+        if not shards and not tails:
+            return
+        with self._naming_errors("a kept array"):
+            results = self.source.fetch([r for *_, r in shards + tails])
+            for (array, shard, _), result in zip(tails, results[len(shards):]):
+                array.set_index(shard, result)
+            objects = {}
+            for (array, shard, request), (data, size) in zip(shards, results):
+                tail = None if data is None else data[len(data) - array.index_nbytes - CHECKSUM_BYTES:]
+                array.set_index(shard, (tail, size))
+                objects[request.key] = data
+            for name, array in whole:
+                chunks = array.chunks(Ellipsis)
+                views = [objects[r.key][r.start:r.start + r.length] for r in array.chunk_requests(chunks)]
+                self._resident[name] = array.assemble(Ellipsis, chunks, views)
+
     def read(self, name: str, selection: Any = slice(None),
              empty: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]`` (orthogonal indexing for index arrays), from the shard files
-        where ``ChunkedArray`` reads the layout and the selection, else with zarr-python; a
-        failed checksum, a missing or unreadable chunk raises CacheError naming the run and the
-        array. ``empty(shape, dtype)`` allocates the result (batch_transfer.output_array puts it
-        where a DataLoader worker's batch travels)."""
-        reader = self.reader(name)
-        array = self.array(name) if reader is None or not reader.supports(selection) else None
-        try:
-            if array is None:
-                return reader.read(selection, empty)
+        """``array[selection]`` (orthogonal indexing for index arrays): from memory for a kept
+        array, through the run's source where ``ChunkedArray`` reads the layout and the
+        selection, else with zarr-python; a failed checksum, a missing or unreadable chunk
+        raises CacheError naming the run and the array. ``empty(shape, dtype)`` allocates the
+        result (batch_transfer.output_array puts it where a DataLoader worker's batch travels)."""
+        return self.read_many([(name, selection, empty)])[0]
+
+    def read_many(self, reads: list[tuple[str, Any, Allocator]]) -> list[np.ndarray]:
+        """``read`` of every (name, selection, empty) triple, the direct ones fetched together
+        (the missing shard indexes in one wave, the chunks in one more)."""
+        out: list[np.ndarray | None] = [None] * len(reads)
+        direct = []
+        for i, (name, selection, empty) in enumerate(reads):
+            reader = self.reader(name)
+            if name in self._resident and reader.supports(selection):
+                out[i] = _from_memory(self._resident[name], selection, empty)
+            elif reader is not None and reader.supports(selection):
+                direct.append(i)
+            else:
+                out[i] = self._read_zarr(name, selection, empty)
+        what = f"array {reads[direct[0]][0]!r}" if len(direct) == 1 else "an array"
+        with self._naming_errors(what):
+            got = read_many([(self.reader(reads[i][0]), reads[i][1], reads[i][2]) for i in direct])
+        for i, data in zip(direct, got):
+            out[i] = data
+        return out
+
+    def _read_zarr(self, name: str, selection: Any, empty: Allocator) -> np.ndarray:
+        array = self.array(name)
+        with self._naming_errors(f"array {name!r}"):
             if isinstance(selection, np.ndarray):
                 data = array.get_orthogonal_selection(selection)
             else:
                 data = array[selection]
-        except Exception as err:  # codec, store and chunk errors come in several types
-            if not (self.path / "zarr.json").exists():
-                raise StaleCacheError(f"{self.path}: removed while open (replaced by rebuilds); "
-                                      "open the dataset again") from err
-            raise CacheError(f"{self.path}: array {name!r} is corrupt or unreadable: {err}") from err
         if empty is np.empty:
             return data
         out = empty(data.shape, data.dtype)
         out[...] = data
         return out
+
+    def _naming_errors(self, what: str):
+        return _NamingErrors(self, what)
+
+    def close(self) -> None:
+        """Release the run's open files (a local run); kept arrays go with the object."""
+        if not self.remote:
+            self.source.close()
+
+
+class _NamingErrors:
+    """Turns a read failure into CacheError naming the run and ``what``; StaleCacheError where
+    a local generation was removed while open."""
+
+    def __init__(self, run: CacheRun, what: str) -> None:
+        self.run, self.what = run, what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type, err, tb) -> bool:
+        if err is None or isinstance(err, CacheError) or not isinstance(err, Exception):
+            return False
+        path = self.run.path
+        if not self.run.remote and not (path / "zarr.json").exists():
+            raise StaleCacheError(f"{path}: removed while open (replaced by rebuilds); "
+                                  "open the dataset again") from err
+        what = f"array {err.array!r}" if isinstance(err, CorruptChunkError) else self.what
+        raise CacheError(f"{path}: {what} is corrupt or unreadable: {err}") from err
+
+
+def _from_memory(array: np.ndarray, selection: Any, empty: Allocator) -> np.ndarray:
+    """``array[selection]`` (rows) into a new array from ``empty``."""
+    if isinstance(selection, np.ndarray):
+        out = empty((len(selection), *array.shape[1:]), array.dtype)
+        np.take(array, selection, axis=0, out=out)
+        return out
+    data = array[selection]
+    out = empty(data.shape, data.dtype)
+    out[...] = data
+    return out
+
+
+def refuse_links(path: Path) -> None:
+    """CacheError when a run generation or its run folder is a symbolic link: a cache holds
+    none, and one that points elsewhere would serve another run's data under this run's name."""
+    for part in (path.parent, path):
+        if part.is_symlink():
+            raise CacheError(f"{part}: a symbolic link (to {os.readlink(part)}); a cache holds "
+                             "none: refused (rerun cache_data.py to build the run in place)")
+
+
+def _newer_generation(path: Path) -> bool:
+    """Whether the run folder of the absent generation ``path`` holds a newer one (a rebuild
+    replaced it) rather than none at all (removed)."""
+    number = GENERATION.match(path.name)
+    if number is None or not path.parent.is_dir():
+        return False
+    return any((m := GENERATION.match(p.name)) and int(m.group(1)) > int(number.group(1))
+               for p in path.parent.iterdir())
+
+
+def check_array_files(array_dir: Path) -> tuple[int, ...]:
+    """The shape of a cache array after checking its description and its shard files against
+    each other (ShardIndexError naming the problem): the layout the cache writes, chunking
+    within the format's limits, every shard file present with the exact size its shape implies,
+    no symbolic link. Reads the description and lists the shard files; reads no data."""
+    if array_dir.is_symlink():
+        raise ShardIndexError("a symbolic link; a cache holds none")
+    try:
+        meta = json.loads((array_dir / "zarr.json").read_bytes())
+    except FileNotFoundError:
+        raise ShardIndexError("missing (no zarr.json)") from None
+    except (OSError, ValueError) as err:
+        raise ShardIndexError(f"unreadable description ({err})") from None
+    layout = supported_layout(meta) if isinstance(meta, dict) else None
+    if layout is None:
+        raise ShardIndexError("its description is not the layout a cache writes (sharded rows, "
+                              "bytes and CRC32C codecs, inner chunks dividing shards)")
+    shape, dtype, chunk_rows, shard_rows = layout
+    chunk_nbytes = chunk_rows * math.prod(shape[1:]) * dtype.itemsize + CHECKSUM_BYTES
+    check_shards(shape[0], chunk_rows, shard_rows, chunk_nbytes, shard_sizes(array_dir, len(shape)))
+    return shape
+
+
+def shard_sizes(array_dir: Path, ndim: int) -> dict[int, int]:
+    """Shard number -> bytes of the shard files ``c/<s>/0/...`` of an array of ``ndim``
+    dimensions (a listing, no data read); ShardIndexError for a symbolic link or a stray name."""
+    sizes: dict[int, int] = {}
+    root = array_dir / "c"
+    if not root.exists():
+        return sizes
+    for entry in _entries(root):
+        if not entry.name.isdigit():
+            raise ShardIndexError(f"stray entry c/{entry.name}")
+        node = Path(entry.path)
+        for _ in range(ndim - 1):
+            node = node / "0"
+        if node.is_symlink() or not node.is_file():
+            raise ShardIndexError(f"shard c/{entry.name} is not a file at {node.relative_to(array_dir)}")
+        sizes[int(entry.name)] = node.stat().st_size
+    return sizes
+
+
+def _entries(folder: Path) -> list[os.DirEntry]:
+    """The entries of ``folder``; ShardIndexError naming a symbolic link among them."""
+    with os.scandir(folder) as listing:
+        entries = list(listing)
+    for entry in entries:
+        if entry.is_symlink():
+            raise ShardIndexError(f"{Path(entry.path).relative_to(folder.parent)} is a symbolic link; "
+                                  "a cache holds none")
+    return entries

@@ -1,27 +1,29 @@
-"""Checked reads of cache arrays straight from their shard files, without zarr-python.
+"""Checked reads of cache arrays straight from their shard objects, without zarr-python.
 
 The cache writes every array in one layout (docs/cache_format.md, "Reading chunks directly"):
 a Zarr v3 regular grid of *shards* along axis 0 only (the other dimensions whole), codec
 ``sharding_indexed`` with inner chunks of ``chunk_rows`` rows, inner codecs ``bytes`` (little
 endian) then ``crc32c``, index codecs the same, index at the end, default keys with "/". Shard
-``s`` of a 2-D array is the file ``c/<s>/0`` (``c/<s>`` in 1-D): its inner chunks' bytes (an edge
-chunk padded to full size, each followed by its 4-byte little-endian CRC32C), then the index,
-one (offset, nbytes) little-endian uint64 pair per inner chunk, then the index's own CRC32C.
-The cache writes every inner chunk, fill-valued ones too, so a missing shard file or a missing
-inner chunk is corruption here, never a silent fill value.
+``s`` of a 2-D array is the object ``c/<s>/0`` (``c/<s>`` in 1-D): its inner chunks' bytes (an
+edge chunk padded to full size, each followed by its 4-byte little-endian CRC32C), then the
+index, one (offset, nbytes) little-endian uint64 pair per inner chunk, then the index's own
+CRC32C. The cache writes every inner chunk, fill-valued ones too, so a missing shard or a
+missing inner chunk is corruption here, never a silent fill value.
 
-For that layout ``ChunkedArray`` reads row ranges and row gathers with one ``preadv`` per touched
-inner chunk (into the output array itself where a whole chunk is wanted, into one reused buffer
-otherwise), reads each shard's index once and checks every checksum: 4 to 16 times faster per
-read than zarr-python (whose asyncio hop, thread pool and fresh buffers cost more than the reads).
-``ChunkedArray.open`` returns None for any other layout; the caller then uses zarr-python.
+A read is planned before it is made: the selection gives the inner chunks it touches, the shard
+indexes (read once, kept) give their byte ranges, and ``read_many`` fetches the ranges of
+several arrays of a run in one wave of a ``ByteSource`` (byte_source.py: ``pread`` locally,
+concurrent ranged GETs on object storage), then checks every checksum and assembles the
+arrays. ``ChunkedArray.open`` returns None for any other layout; the caller then uses
+zarr-python.
 
-    array = ChunkedArray.open(Path("cache/run_1.zarr/g1/surface_coordinates"))
+    array = ChunkedArray.open(Path("cache/run_1/g1.zarr/surface_coordinates"))
     window = array.rows(0, 8192)              # rows 0..8191, a copy
     gathered = array.take(np.array([7, 3, 7]))
+    coords, fields = read_many([(coords_array, rows, np.empty), (fields_array, rows, np.empty)])
 
-No threads and no file descriptor outlives a read; a reader is not thread-safe (its buffer is
-shared by its reads), so each process or thread opens its own.
+A reader is not thread-safe (its index cache and its source's counters are shared), so each
+process or thread opens its own.
 """
 
 from __future__ import annotations
@@ -36,57 +38,81 @@ from typing import Any
 import crc32c
 import numpy as np
 
+from domino_pipeline.store.byte_source import ByteSource, LocalSource, Request
+from domino_pipeline.store.shard_index import (
+    ABSENT,
+    CHECKSUM_BYTES,
+    INDEX_ENTRY_BYTES,
+    ShardIndexError,
+    check_index,
+    chunks_in_shard,
+    shard_nbytes,
+)
+
 # Zarr v3 data types whose names numpy reads directly.
 DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                     "uint64", "float16", "float32", "float64"})
 METADATA_KEYS = frozenset({"zarr_format", "node_type", "shape", "data_type", "chunk_grid",
                            "chunk_key_encoding", "fill_value", "codecs", "attributes",
                            "storage_transformers", "dimension_names"})
-CHECKSUM_BYTES = 4
-INDEX_ENTRY_BYTES = 16  # (offset, nbytes), two little-endian uint64
-EMPTY_ENTRY = 2**64 - 1  # an inner chunk that was not written
+EMPTY_ENTRY = ABSENT  # an inner chunk that was not written
 Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]  # np.empty's (shape, dtype)
 
 
 class CorruptChunkError(ValueError):
-    """A shard or inner chunk that is missing, fails its CRC32C check or has the wrong size."""
+    """A shard or inner chunk that is missing, fails its CRC32C check or has the wrong size;
+    ``array`` names the array."""
+
+    def __init__(self, array: str, message: str) -> None:
+        super().__init__(f"{array}: {message}")
+        self.array = array
 
 
 class ChunkedArray:
-    """One array of a supported layout, read chunk file by chunk file with checksums checked.
+    """One array of a supported layout, read through a ByteSource with checksums checked.
 
-    ``bytes_read`` counts the bytes read from disk: the array's ``zarr.json`` and every chunk
-    file read (absent chunks count nothing).
+    ``key``: the array's folder within the source ("" for the source's root). ``bytes_read``
+    counts the bytes fetched for it: its ``zarr.json``, shard indexes and inner chunks with
+    their checksums.
     """
 
-    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, chunk_rows: int,
-                 shard_rows: int, metadata_bytes: int = 0) -> None:
-        self.path, self.name = Path(path), Path(path).name
-        self._prefix = os.fspath(path) + os.sep  # shard paths by concatenation: pathlib costs more
+    def __init__(self, source: ByteSource, key: str, shape: tuple[int, ...], dtype: np.dtype,
+                 chunk_rows: int, shard_rows: int, metadata_bytes: int = 0) -> None:
+        self.source, self.prefix = source, (key.strip("/") + "/" if key.strip("/") else "")
+        self.name = key.strip("/").rsplit("/", 1)[-1] or Path(source.location).name
         self.shape, self.dtype, self.chunk_rows = shape, dtype, chunk_rows
         self.chunks_per_shard = shard_rows // chunk_rows
         self.row_shape = shape[1:]
         self.chunk_nbytes = chunk_rows * math.prod(self.row_shape) * dtype.itemsize
+        self.index_nbytes = self.chunks_per_shard * INDEX_ENTRY_BYTES
         self.bytes_read = metadata_bytes
-        self._buffer: np.ndarray | None = None  # one chunk, allocated on the first partial read
-        self._checksum = bytearray(CHECKSUM_BYTES)
         self._indexes: dict[int, np.ndarray] = {}  # shard -> (chunks_per_shard, 2) uint64
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> ChunkedArray | None:
-        """The array at ``path`` if its ``zarr.json`` describes exactly the layout this reader
-        supports; None otherwise (unreadable metadata included), so the caller uses zarr-python."""
+        """The local array at ``path`` if its ``zarr.json`` describes exactly the layout this
+        reader supports; None otherwise (unreadable metadata included), so the caller uses
+        zarr-python."""
         path = Path(path)
         try:
             raw = (path / "zarr.json").read_bytes()
-            meta = json.loads(raw)
-        except (OSError, ValueError):
+        except OSError:
+            return None
+        return cls.from_metadata(LocalSource(path.parent), path.name, raw)
+
+    @classmethod
+    def from_metadata(cls, source: ByteSource, key: str, raw: bytes | None) -> ChunkedArray | None:
+        """The array at ``key`` of ``source`` whose ``zarr.json`` holds ``raw``, if this reader
+        supports its layout; None otherwise."""
+        try:
+            meta = json.loads(bytes(raw)) if raw is not None else None
+        except ValueError:
             return None
         layout = supported_layout(meta) if isinstance(meta, dict) else None
         if layout is None:
             return None
         shape, dtype, chunk_rows, shard_rows = layout
-        return cls(path, shape, dtype, chunk_rows, shard_rows, metadata_bytes=len(raw))
+        return cls(source, key, shape, dtype, chunk_rows, shard_rows, metadata_bytes=len(raw))
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -105,45 +131,32 @@ class ChunkedArray:
         """``array[selection]`` for a selection ``supports`` accepts: slices clip like numpy's,
         index arrays gather rows (orthogonal indexing, as zarr's ``get_orthogonal_selection``).
         ``empty(shape, dtype)`` allocates the result."""
-        if selection is Ellipsis:
-            return self.rows(0, len(self), empty)
-        if isinstance(selection, slice):
-            start, stop, _ = selection.indices(len(self))
-            return self.rows(start, max(start, stop), empty)
-        return self.take(selection, empty)
+        return read_many([(self, selection, empty)])[0]
+
+    def rows(self, start: int, stop: int, empty: Allocator = np.empty) -> np.ndarray:
+        """Rows ``start:stop`` (a new array from ``empty``)."""
+        if not 0 <= start <= stop <= len(self):
+            raise IndexError(f"{self.name}: rows {start}:{stop} out of range for {len(self)} rows")
+        return self.read(slice(start, stop), empty)
+
+    def take(self, indices: np.ndarray, empty: Allocator = np.empty) -> np.ndarray:
+        """The rows at ``indices`` (1-D integers, any order, repeats allowed, negative counting
+        from the end; a new array from ``empty``), reading each touched chunk once."""
+        return self.read(self._checked(indices), empty)
 
     def prefetch(self, selection: Any) -> None:
-        """Ask the kernel to start reading the inner chunks ``selection`` touches
-        (``POSIX_FADV_WILLNEED``, one request per run of neighbouring chunks), so that the reads
-        which follow find them arriving in parallel instead of waiting for the disk one by one.
-        Reads nothing itself but the shard indexes; faults are left for the reads to report."""
-        for shard, first, last in self._chunk_runs(selection):
-            key = self.key(shard)
-            try:
-                index = self._index(shard, key)
-                fd = self._open_shard(key)
-            except (OSError, CorruptChunkError):
-                continue
-            try:
-                start = int(index[first, 0])
-                stop = int(index[last, 0] + index[last, 1])
-                if start < stop and index[first, 0] != EMPTY_ENTRY and index[last, 0] != EMPTY_ENTRY:
-                    os.posix_fadvise(fd, start, stop - start, os.POSIX_FADV_WILLNEED)
-            finally:
-                os.close(fd)
+        """Read the shard indexes ``selection`` needs (one wave), so that its read is one
+        wave; faults are left for the read to report."""
+        try:
+            self.load_indexes(self.chunks(selection))
+        except CorruptChunkError:
+            pass
 
-    def _chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
+    def chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
         """(shard, first inner chunk, last inner chunk) of each run of consecutive touched
         chunks of ``selection``, inner chunks counted within their shard."""
-        if selection is Ellipsis:
-            chunks = np.arange(self._chunk_count)
-        elif isinstance(selection, slice):
-            start, stop, _ = selection.indices(len(self))
-            chunks = np.arange(start // self.chunk_rows, -(-stop // self.chunk_rows)) if stop > start else []
-        else:
-            chunks = np.unique(self._checked(selection) // self.chunk_rows)
         runs = []
-        for chunk in (int(c) for c in chunks):
+        for chunk in (int(c) for c in self.chunks(selection)):
             shard, inner = divmod(chunk, self.chunks_per_shard)
             if runs and runs[-1][0] == shard and runs[-1][2] == inner - 1:
                 runs[-1] = (shard, runs[-1][1], inner)
@@ -151,25 +164,111 @@ class ChunkedArray:
                 runs.append((shard, inner, inner))
         return runs
 
-    def rows(self, start: int, stop: int, empty: Allocator = np.empty) -> np.ndarray:
-        """Rows ``start:stop`` (a new array from ``empty``); whole chunks are read straight into it."""
-        if not 0 <= start <= stop <= len(self):
-            raise IndexError(f"{self.name}: rows {start}:{stop} out of range for {len(self)} rows")
+    @property
+    def _chunk_count(self) -> int:
+        return -(-len(self) // self.chunk_rows)
+
+    @property
+    def shard_count(self) -> int:
+        """Shard objects of the array (one for an empty array)."""
+        return max(1, -(-self._chunk_count // self.chunks_per_shard))
+
+    def chunks(self, selection: Any) -> np.ndarray:
+        """The inner chunks (global numbers, ascending, once each) ``selection`` touches."""
+        if selection is Ellipsis:
+            return np.arange(self._chunk_count)
+        if isinstance(selection, slice):
+            start, stop, _ = selection.indices(len(self))
+            return np.arange(start // self.chunk_rows, -(-stop // self.chunk_rows)) if stop > start \
+                else np.arange(0)
+        return np.unique(self._checked(selection) // self.chunk_rows)
+
+    def index_requests(self, chunks: np.ndarray) -> list[tuple[int, Request]]:
+        """(shard, request for its index) of the shards of ``chunks`` whose index is not kept
+        yet: the index and its checksum, the object's last bytes."""
+        shards = np.unique(np.asarray(chunks, dtype=np.int64) // self.chunks_per_shard)
+        return [(int(s), Request(self.prefix + self.key(int(s)), None, self.index_nbytes + CHECKSUM_BYTES))
+                for s in shards if int(s) not in self._indexes]
+
+    def load_indexes(self, chunks: np.ndarray) -> None:
+        """Read and keep the missing shard indexes of ``chunks`` (one wave)."""
+        wanted = self.index_requests(chunks)
+        for (shard, _), result in zip(wanted, self.source.fetch([r for _, r in wanted])):
+            self.set_index(shard, result)
+
+    def set_index(self, shard: int, result: tuple[memoryview | None, int | None]) -> None:
+        """Check and keep shard ``shard``'s index from its fetched tail (bytes, object size):
+        its CRC32C, and every written chunk inside the data part of the object."""
+        key = self.key(shard)
+        data, size = result
+        if data is None:
+            raise CorruptChunkError(self.name, f"shard {key} is missing")
+        shard_rows = self.chunks_per_shard * self.chunk_rows
+        expected = shard_nbytes(len(self), shard, shard_rows, self.chunk_rows, self.chunk_nbytes + CHECKSUM_BYTES)
+        if size != expected:
+            raise CorruptChunkError(self.name, f"shard {key} has {size} bytes; its shape and chunking "
+                                    f"make it {expected}")
+        self.bytes_read += len(data)
+        raw = data[:self.index_nbytes]
+        _verify(self.name, f"the index of shard {key}", raw, data[self.index_nbytes:])
+        index = np.frombuffer(bytes(raw), dtype="<u8").reshape(self.chunks_per_shard, 2)  # a copy
+        inside = chunks_in_shard(len(self), shard, self.chunks_per_shard * self.chunk_rows, self.chunk_rows)
+        try:
+            check_index(index, size - self.index_nbytes - CHECKSUM_BYTES, self.chunk_nbytes + CHECKSUM_BYTES,
+                        inside)
+        except ShardIndexError as err:
+            raise CorruptChunkError(self.name, f"the index of shard {key}: {err}") from None
+        self._indexes[shard] = index
+
+    def chunk_requests(self, chunks: np.ndarray) -> list[Request]:
+        """The byte range (data and checksum) of each of ``chunks``, from the kept indexes."""
+        requests = []
+        for chunk in chunks:
+            shard, inner = divmod(int(chunk), self.chunks_per_shard)
+            key = self.key(shard)
+            offset, nbytes = (int(v) for v in self._indexes[shard][inner])
+            where = f"inner chunk {inner} of shard {key}"
+            if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
+                raise CorruptChunkError(self.name, f"{where} is missing (every chunk is written)")
+            if nbytes != self.chunk_nbytes + CHECKSUM_BYTES:
+                raise CorruptChunkError(self.name, f"{where} has {nbytes} bytes, expected "
+                                        f"{self.chunk_nbytes + CHECKSUM_BYTES}")
+            requests.append(Request(self.prefix + key, offset, nbytes))
+        return requests
+
+    def chunk_array(self, chunk: int, data: memoryview | None) -> np.ndarray:
+        """Inner chunk ``chunk`` as (chunk_rows, *row_shape), a view of its fetched bytes
+        ``data`` after checking their size and CRC32C."""
+        shard, inner = divmod(int(chunk), self.chunks_per_shard)
+        where = f"inner chunk {inner} of shard {self.key(shard)}"
+        expected = self.chunk_nbytes + CHECKSUM_BYTES
+        if data is None:
+            raise CorruptChunkError(self.name, f"shard {self.key(shard)} is missing")
+        self.bytes_read += len(data)
+        if len(data) != expected:
+            raise CorruptChunkError(self.name, f"{where} ended after {len(data)} of {expected} bytes")
+        _verify(self.name, where, data[:self.chunk_nbytes], data[self.chunk_nbytes:])
+        return np.frombuffer(data, self.dtype, self.chunk_nbytes // self.dtype.itemsize).reshape(
+            self.chunk_rows, *self.row_shape)
+
+    def assemble(self, selection: Any, chunks: np.ndarray, data: list[memoryview | None],
+                 empty: Allocator = np.empty) -> np.ndarray:
+        """``array[selection]`` from the fetched bytes ``data`` of ``chunks`` (``chunks(selection)``)."""
+        arrays = {int(c): self.chunk_array(c, d) for c, d in zip(chunks, data)}
+        if selection is Ellipsis or isinstance(selection, slice):
+            start, stop, _ = (slice(None) if selection is Ellipsis else selection).indices(len(self))
+            return self._rows(start, max(start, stop), arrays, empty)
+        return self._take(self._checked(selection), arrays, empty)
+
+    def _rows(self, start: int, stop: int, arrays: dict[int, np.ndarray], empty: Allocator) -> np.ndarray:
         out = empty((stop - start, *self.row_shape), self.dtype)
-        for chunk in range(start // self.chunk_rows, -(-stop // self.chunk_rows)):
+        for chunk, rows in arrays.items():
             first = chunk * self.chunk_rows
             lo, hi = max(start, first), min(stop, first + self.chunk_rows)
-            dest = out[lo - start:hi - start]
-            if hi - lo == self.chunk_rows:
-                self._read_chunk(chunk, _bytes(dest))
-            else:
-                dest[...] = self._chunk(chunk)[lo - first:hi - first]
+            out[lo - start:hi - start] = rows[lo - first:hi - first]
         return out
 
-    def take(self, indices: np.ndarray, empty: Allocator = np.empty) -> np.ndarray:
-        """The rows at ``indices`` (1-D integers, any order, repeats allowed, negative counting
-        from the end; a new array from ``empty``), reading each touched chunk once."""
-        indices = self._checked(indices)
+    def _take(self, indices: np.ndarray, arrays: dict[int, np.ndarray], empty: Allocator) -> np.ndarray:
         chunks = indices // self.chunk_rows
         order = None
         if np.any(chunks[1:] < chunks[:-1]):  # group by chunk; a radix sort for small chunk ids
@@ -182,16 +281,12 @@ class ChunkedArray:
         for chunk in np.flatnonzero(bounds[1:] > bounds[:-1]):
             a, b = bounds[chunk], bounds[chunk + 1]
             local = indices[a:b] - chunk * self.chunk_rows
-            np.take(self._chunk(int(chunk)), local, axis=0, out=out[a:b], mode="clip")  # clip: unbuffered
+            np.take(arrays[int(chunk)], local, axis=0, out=out[a:b], mode="clip")  # clip: unbuffered
         if order is None:
             return out
         result = empty(shape, self.dtype)
         result[order] = out
         return result
-
-    @property
-    def _chunk_count(self) -> int:
-        return -(-len(self) // self.chunk_rows)
 
     def _checked(self, indices: np.ndarray) -> np.ndarray:
         """``indices`` as int64 with negatives wrapped; IndexError naming the array if any is
@@ -206,81 +301,37 @@ class ChunkedArray:
         indices = indices.astype(np.int64)  # a copy: the caller's array is never changed
         return np.where(indices < 0, indices + len(self), indices)
 
-    def _chunk(self, chunk: int) -> np.ndarray:
-        """Chunk ``chunk`` as (chunk_rows, *row_shape), in the reused buffer (valid until the
-        next read)."""
-        if self._buffer is None:
-            self._buffer = np.empty((self.chunk_rows, *self.row_shape), self.dtype)
-        self._read_chunk(chunk, _bytes(self._buffer))
-        return self._buffer
-
-    def _read_chunk(self, chunk: int, into: memoryview) -> None:
-        """Read inner chunk ``chunk``'s data into ``into`` (``chunk_nbytes`` bytes) through its
-        shard's index, and check its size and CRC32C."""
-        shard, inner = divmod(chunk, self.chunks_per_shard)
-        key = self.key(shard)
-        offset, nbytes = (int(v) for v in self._index(shard, key)[inner])
-        where = f"inner chunk {inner} of shard {key}"
-        if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
-            raise CorruptChunkError(f"{self.name}: {where} is missing (every chunk is written)")
-        if nbytes != self.chunk_nbytes + CHECKSUM_BYTES:
-            raise CorruptChunkError(f"{self.name}: {where} has {nbytes} bytes, expected "
-                                    f"{self.chunk_nbytes + CHECKSUM_BYTES}")
-        fd = self._open_shard(key)
-        try:
-            got = _read_exactly(fd, [into, memoryview(self._checksum)], offset)
-        finally:
-            os.close(fd)
-        self.bytes_read += got
-        if got != nbytes:
-            raise CorruptChunkError(f"{self.name}: {where} ended after {got} of {nbytes} bytes")
-        self._verify(where, into)
-
-    def _open_shard(self, key: str) -> int:
-        try:
-            return os.open(self._prefix + key, os.O_RDONLY)
-        except FileNotFoundError:
-            raise CorruptChunkError(f"{self.name}: shard {key} is missing") from None
-
-    def _index(self, shard: int, key: str) -> np.ndarray:
-        """The (offset, nbytes) pairs of shard ``shard``, read once and checked: CRC32C, and
-        every written chunk inside the data part of the file."""
-        if shard in self._indexes:
-            return self._indexes[shard]
-        index_nbytes = self.chunks_per_shard * INDEX_ENTRY_BYTES
-        fd = self._open_shard(key)
-        try:
-            size = os.fstat(fd).st_size
-            if size < index_nbytes + CHECKSUM_BYTES:
-                raise CorruptChunkError(f"{self.name}: shard {key} has {size} bytes, fewer than "
-                                        f"its index ({index_nbytes + CHECKSUM_BYTES})")
-            raw = bytearray(index_nbytes)
-            got = _read_exactly(fd, [memoryview(raw), memoryview(self._checksum)],
-                                size - index_nbytes - CHECKSUM_BYTES)
-        finally:
-            os.close(fd)
-        self.bytes_read += got
-        self._verify(f"the index of shard {key}", memoryview(raw))
-        index = np.frombuffer(raw, dtype="<u8").reshape(self.chunks_per_shard, 2)
-        written = index[:, 0] != EMPTY_ENTRY
-        data_end = size - index_nbytes - CHECKSUM_BYTES
-        if np.any(index[written, 0] + index[written, 1] > data_end):
-            raise CorruptChunkError(f"{self.name}: the index of shard {key} points past its data "
-                                    f"({data_end} bytes)")
-        self._indexes[shard] = index
-        return index
-
-    def _verify(self, where: str, data: memoryview) -> None:
-        """CorruptChunkError naming the array and ``where`` unless ``data`` matches the stored
-        checksum just read."""
-        stored, computed = int.from_bytes(self._checksum, "little"), crc32c.crc32c(data)
-        if stored != computed:
-            raise CorruptChunkError(f"{self.name}: {where} failed its CRC32C check "
-                                    f"(stored 0x{stored:08x}, computed 0x{computed:08x})")
-
     def key(self, shard: int) -> str:
-        """The file of shard ``shard``, relative to the array: ``c/<shard>/0/...``."""
+        """The object of shard ``shard``, relative to the array: ``c/<shard>/0/...``."""
         return "/".join(["c", str(shard)] + ["0"] * (len(self.shape) - 1))
+
+
+def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[np.ndarray]:
+    """``array[selection]`` of every (array, selection, empty) triple, the arrays sharing one
+    source: the missing shard indexes in one wave, then every inner chunk in one more;
+    ``empty(shape, dtype)`` allocates each result."""
+    if not reads:
+        return []
+    source = reads[0][0].source
+    chunks = [array.chunks(selection) for array, selection, _ in reads]
+    wanted = [(array, shard, request) for (array, _, _), c in zip(reads, chunks)
+              for shard, request in array.index_requests(c)]
+    for (array, shard, _), result in zip(wanted, source.fetch([r for _, _, r in wanted])):
+        array.set_index(shard, result)
+    requests = [array.chunk_requests(c) for (array, _, _), c in zip(reads, chunks)]
+    fetched = iter(source.fetch([r for group in requests for r in group]))
+    data = [[next(fetched)[0] for _ in group] for group in requests]
+    return [array.assemble(selection, c, d, empty)
+            for (array, selection, empty), c, d in zip(reads, chunks, data)]
+
+
+def _verify(name: str, where: str, data: memoryview, checksum: memoryview) -> None:
+    """CorruptChunkError naming the array and ``where`` unless ``data`` matches ``checksum``
+    (4 bytes, little endian)."""
+    stored, computed = int.from_bytes(checksum, "little"), crc32c.crc32c(data)
+    if stored != computed:
+        raise CorruptChunkError(name, f"{where} failed its CRC32C check "
+                                f"(stored 0x{stored:08x}, computed 0x{computed:08x})")
 
 
 def supported_layout(meta: dict) -> tuple[tuple[int, ...], np.dtype, int, int] | None:
@@ -351,23 +402,3 @@ def _bytes_then_crc32c(codecs: Any, dtype: np.dtype) -> bool:
             and not checksum.get("configuration"))
 
 
-def _bytes(array: np.ndarray) -> memoryview:
-    """A C-contiguous array's memory as a flat byte view."""
-    return memoryview(array.reshape(-1).view(np.uint8))
-
-
-def _read_exactly(fd: int, views: list[memoryview], offset: int = 0) -> int:
-    """Fill the byte views ``views`` from ``offset`` of the file ``fd`` (a short read is
-    continued); return the bytes read, fewer only at the end of the file."""
-    done = 0
-    while views:
-        n = os.preadv(fd, views, offset + done)
-        if n == 0:
-            break
-        done += n
-        while views and n >= len(views[0]):
-            n -= len(views[0])
-            views.pop(0)
-        if views:
-            views[0] = views[0][n:]
-    return done

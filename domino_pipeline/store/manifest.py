@@ -20,8 +20,16 @@ from domino_pipeline.atomic_store import (
     read_json,
     write_json_atomic,
 )
-from domino_pipeline.compute.scaling import load_scaling_factors
+from domino_pipeline.compute.scaling import checked_scaling_factors
 from domino_pipeline.compute.settings import PreprocessSettings
+from domino_pipeline.store.byte_source import (
+    is_url,
+    join,
+    name_of,
+    read_object,
+    read_versioned,
+    source_and_key,
+)
 from domino_pipeline.store.cache_format import (
     FORMAT,
     FORMAT_VERSION,
@@ -29,7 +37,6 @@ from domino_pipeline.store.cache_format import (
     directory_bytes,
     file_count,
     layout_arrays,
-    metadata_sha256,
 )
 from domino_pipeline.store.cache_run import CacheRun
 
@@ -41,17 +48,21 @@ def manifest_lock(cache_dir: str | os.PathLike):
     return exclusive_lock(Path(cache_dir) / ".manifest.lock", f"{Path(cache_dir) / MANIFEST}")
 
 
-def _digest(manifest: dict) -> str:
+def manifest_digest(manifest: dict) -> str:
+    """The SHA-256 of a manifest's canonical JSON, its own ``sha256`` left out: what
+    ``write_manifest`` records and ``read_manifest`` checks."""
     body = {k: v for k, v in manifest.items() if k != "sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
                    runs: dict[str, dict], config: dict | None = None,
-                   scaling_factors: dict | None = None) -> Path:
-    """Write ``<cache_dir>/manifest.json`` atomically (temporary file, then rename);
-    ``scaling_factors``: the record of the factors file beside the cache, when there is one."""
-    cache_dir = Path(cache_dir)
+                   scaling_factors: dict | None = None, *, if_version: str | None = None) -> Path | str:
+    """Write ``<cache_dir>/manifest.json`` atomically: locally a temporary file, then a rename;
+    on object storage a conditional put, the commit of the runs it names: only if the manifest
+    is still at version (e-tag) ``if_version``, or absent when that is None (ConflictError
+    otherwise). ``scaling_factors``: the record of the factors file beside the cache, when
+    there is one."""
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -62,8 +73,13 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
     }
     if scaling_factors is not None:
         manifest["scaling_factors"] = scaling_factors
-    manifest["sha256"] = _digest(manifest)
-    path = cache_dir / MANIFEST
+    manifest["sha256"] = manifest_digest(manifest)
+    path = join(cache_dir, MANIFEST)
+    if is_url(cache_dir):
+        source, key = source_and_key(path)
+        source.put(key, (json.dumps(manifest, indent=2) + "\n").encode(),
+                   mode={"e_tag": if_version} if if_version else "create")
+        return path
     try:
         write_json_atomic(path, manifest)
     except OSError as err:
@@ -72,10 +88,36 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
 
 
 def read_manifest(cache_dir: str | os.PathLike) -> dict:
-    """Read and check ``<cache_dir>/manifest.json``: format, version, its own checksum, and run
-    paths that stay inside the cache folder."""
-    path = Path(cache_dir) / MANIFEST
-    manifest = read_json(path, "no cache manifest; build the cache with cache_data.py", CacheError)
+    """Read and check ``<cache_dir>/manifest.json`` (a local folder or an object-store URL):
+    format, version, its own checksum, and run paths that stay inside the cache folder."""
+    manifest, _ = read_manifest_version(cache_dir)
+    return manifest
+
+
+def read_manifest_version(cache_dir: str | os.PathLike) -> tuple[dict, str | None]:
+    """``read_manifest`` and the object version (e-tag) it was read at (None locally)."""
+    path = join(cache_dir, MANIFEST)
+    missing = "no cache manifest; build the cache with cache_data.py"
+    if is_url(cache_dir):
+        raw, e_tag = read_versioned(path)
+        if raw is None:
+            raise FileNotFoundError(f"{path}: {missing}")
+        manifest = _parse(raw, path)
+    else:
+        manifest, e_tag = read_json(path, missing, CacheError), None
+    _check_manifest(manifest, cache_dir)
+    return manifest, e_tag
+
+
+def _parse(raw: bytes, path: str) -> object:
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CacheError(f"{path}: not valid JSON ({err})") from err
+
+
+def _check_manifest(manifest: object, cache_dir: str | os.PathLike) -> None:
+    path = join(cache_dir, MANIFEST)
     if not isinstance(manifest, dict):
         raise CacheError(f"{path}: not a {FORMAT} manifest (a JSON {type(manifest).__name__})")
     if manifest.get("format") != FORMAT:
@@ -83,7 +125,7 @@ def read_manifest(cache_dir: str | os.PathLike) -> dict:
     if manifest.get("format_version") != FORMAT_VERSION:
         raise CacheError(f"{path}: format_version {manifest.get('format_version')}, "
                          f"this reader reads {FORMAT_VERSION}")
-    if manifest.get("sha256") != _digest(manifest):
+    if manifest.get("sha256") != manifest_digest(manifest):
         raise CacheError(f"{path}: its checksum does not match its contents: edited or corrupt; "
                          "rewrite it with cache_data.py")
     runs = manifest.get("runs")
@@ -91,49 +133,56 @@ def read_manifest(cache_dir: str | os.PathLike) -> dict:
         raise CacheError(f"{path}: 'runs' is not a mapping")
     for name, entry in runs.items():
         run_path(cache_dir, name, entry)
-    return manifest
 
 
-def run_path(cache_dir: str | os.PathLike, name: str, entry: dict) -> Path:
+def run_path(cache_dir: str | os.PathLike, name: str, entry: dict) -> Path | str:
     """The generation folder a manifest entry names: a relative path of two parts, the run's
-    folder and ``g<N>.zarr``, inside the cache folder; CacheError otherwise."""
-    where = f"{Path(cache_dir) / MANIFEST}: run {name!r}"
+    folder and ``g<N>.zarr``, inside the cache folder (a URL under a URL cache); CacheError
+    otherwise."""
+    where = f"{join(cache_dir, MANIFEST)}: run {name!r}"
     raw = entry.get("path") if isinstance(entry, dict) else None
     if not isinstance(raw, str):
         raise CacheError(f"{where}: no path")
     parts = PurePosixPath(raw).parts
     if raw.startswith("/") or len(parts) != 2 or ".." in parts or parts[0] != name:
         raise CacheError(f"{where}: path {raw!r} is not '{name}/g<N>.zarr' inside the cache folder")
-    return Path(cache_dir).joinpath(*parts)
+    return join(cache_dir, *parts)
+
+
+def run_folder_of(generation: Path | str) -> Path | str:
+    """The run folder holding a generation (its parent folder or prefix)."""
+    return generation.rsplit("/", 1)[0] if isinstance(generation, str) else generation.parent
 
 
 def manifest_entry(cache_dir: str | os.PathLike, run: CacheRun) -> dict:
     """The manifest's record of one run generation."""
-    relative = run.path.relative_to(Path(cache_dir)).as_posix()
+    relative = f"{name_of(run_folder_of(run.path))}/{name_of(run.path)}"
     return {"path": relative, "generation": run.attrs.get("generation"),
             "fingerprint": run.attrs["fingerprint"], "source": run.attrs["source"],
-            "counts": run.attrs["counts"], "metadata_sha256": metadata_sha256(run.path),
+            "counts": run.attrs["counts"], "metadata_sha256": run.metadata_sha256,
             "bytes": directory_bytes(run.path), "files": file_count(run.path),
             "build_seconds": run.attrs.get("build_seconds")}
 
 
 def manifest_scaling_factors(cache_dir: str | os.PathLike, manifest: dict | None = None,
                              normalization: str | None = None) -> dict:
-    """The scaling factors cache_data.py wrote beside the cache, checked against the SHA-256 the
-    manifest records (CacheError when absent or changed); ``normalization`` replaces the stored
-    one (scaling.load_scaling_factors)."""
-    cache_dir = Path(cache_dir)
+    """The scaling factors cache_data.py wrote beside the cache (a local folder or a URL),
+    checked against the SHA-256 the manifest records (CacheError when absent or changed);
+    ``normalization`` replaces the stored one (scaling.load_scaling_factors)."""
     manifest = read_manifest(cache_dir) if manifest is None else manifest
     record = manifest.get("scaling_factors")
     if record is None:
         raise CacheError(f"{cache_dir}: the manifest records no scaling factors; rerun cache_data.py "
                          "(it writes them), or pass scaling_factors (a file, or None for unscaled targets)")
-    path = cache_dir / record["path"]
+    path = join(cache_dir, record["path"])
     try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        raw = read_object(path)
     except OSError as err:
         raise CacheError(f"{path}: the scaling factors the manifest records are unreadable ({err})") from err
+    if raw is None:
+        raise CacheError(f"{path}: the scaling factors the manifest records are unreadable (absent)")
+    digest = hashlib.sha256(raw).hexdigest()
     if digest != record["sha256"]:
         raise CacheError(f"{path}: changed since cache_data.py wrote it (SHA-256 {digest[:12]}..., "
                          f"manifest {record['sha256'][:12]}...); rerun cache_data.py")
-    return load_scaling_factors(path, normalization)
+    return checked_scaling_factors(_parse(raw, str(path)), str(path), normalization)

@@ -27,7 +27,7 @@ import numpy as np
 import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
 
-from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
+from domino_pipeline.atomic_store import exclusive_lock, hold_temporary, remove_stale_temporaries
 from domino_pipeline.store.cache_format import (
     FORMAT,
     FORMAT_VERSION,
@@ -86,6 +86,8 @@ class RunWriter:
 
     def __enter__(self) -> RunWriter:
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.tmp.mkdir()
+        self._held = hold_temporary(self.tmp)  # released on exit: then a dead writer's is stale
         self.group = zarr.create_group(store=str(self.tmp), zarr_format=3)
         self.arrays = {}
         for name, spec in self.specs.items():
@@ -116,6 +118,14 @@ class RunWriter:
         self.written[name] += len(data)
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self._finish(exc_type)
+        finally:
+            os.close(self._held)
+
+    def _finish(self, exc_type) -> None:
+        """Rename the finished generation into place (or remove it after an exception) and
+        remove generations older than the ones readers may still read."""
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.inputs.runs import run_name, source_fingerprint, stat_fingerprint
+from domino_pipeline.store.byte_source import name_of
 from domino_pipeline.store.cache_format import (
     CacheError,
     current_generation,
@@ -58,7 +59,7 @@ def manifest_records(cache_dir: Path) -> dict[str, dict]:
 def _recorded_source(entry: dict, run: CacheRun) -> dict:
     """The source record to compare with: the manifest ``entry``'s (refreshed at every manifest
     write) when it names this generation, else the one the generation was built with."""
-    if entry.get("path", "").endswith("/" + run.path.name) and "source" in entry:
+    if entry.get("path", "").endswith("/" + name_of(run.path)) and "source" in entry:
         return entry["source"]
     return run.attrs.get("source", {})
 

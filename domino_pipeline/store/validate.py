@@ -8,9 +8,9 @@ from pathlib import Path
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.inputs.runs import run_name, source_fingerprint
 from domino_pipeline.run_report import RunResult
+from domino_pipeline.store.byte_source import is_url, name_of, source_and_key
 from domino_pipeline.store.cache_format import (
     CacheError,
-    current_generation,
     diff_settings,
     generations,
     layout_arrays,
@@ -23,7 +23,7 @@ from domino_pipeline.store.staleness import stale_reasons
 
 def read_in_blocks(run: CacheRun, name: str, rows: int = 1 << 20) -> None:
     """Read every chunk of an array (checking its checksum), a block of rows at a time."""
-    length = run.array(name).shape[0]
+    length = run.shape(name)[0]
     for start in range(0, max(length, 1), rows):
         run.read(name, slice(start, start + rows))
 
@@ -37,15 +37,16 @@ def validate_run(name: str, processed_path: Path | None, cache_dir: Path,
     if entry is None:
         return RunResult(name, "failed", f"{run_folder(cache_dir, name)}: not listed in manifest.json")
     path = run_path(cache_dir, name, entry)
-    if not path.is_dir():
+    found = [p for _, p in generations(run_folder(cache_dir, name))]
+    if path not in found:
         return RunResult(name, "failed", f"{path}: listed in manifest.json but absent")
-    newest = current_generation(run_folder(cache_dir, name))
+    newest = found[-1]
     if newest != path:
-        return RunResult(name, "failed", f"{path}: manifest.json names it, but {newest.name} is "
+        return RunResult(name, "failed", f"{path}: manifest.json names it, but {name_of(newest)} is "
                                          "newer; rerun cache_data.py to list it")
     if processed_path is None:
         return RunResult(name, "failed", f"{path}: no processed run {name} to check it against")
-    run = CacheRun(path, metadata=entry.get("metadata_sha256"))
+    run = CacheRun(path, metadata=entry.get("metadata_sha256"), entry=(name, entry))
     reasons = stale_reasons(run, settings, source_fingerprint(processed_path))
     if reasons:
         return RunResult(name, "failed", f"{path}: stale: " + "; ".join(reasons))
@@ -65,6 +66,14 @@ def _checked(name: str, check, *args) -> RunResult:
         return RunResult(name, "failed", f"{type(err).__name__}: {err}")
 
 
+def _folders(cache_dir: Path | str) -> list[str]:
+    """The names of the folders (prefixes) directly in the cache."""
+    if is_url(cache_dir):
+        source, key = source_and_key(cache_dir)
+        return source.list(key)[0]
+    return [p.name for p in cache_dir.iterdir() if p.is_dir()]
+
+
 def validate_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> list[RunResult]:
     """Validate the manifest (its checksum, its settings against the config) and every run
     among the processed runs, the manifest's entries and the run folders; a missing or
@@ -80,7 +89,7 @@ def validate_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettin
         results.append(RunResult("manifest.json", "failed", "built with other settings than the "
                                  "config: " + "; ".join(differences)))
     processed = {run_name(p): p for p in runs}
-    folders = {p.name for p in cache_dir.iterdir() if p.is_dir() and generations(p)}
+    folders = {n for n in _folders(cache_dir) if generations(run_folder(cache_dir, n))}
     names = sorted(set(processed) | set(manifest["runs"]) | folders)
     return results + [_checked(n, validate_run, processed.get(n), cache_dir, settings, manifest)
                       for n in names]

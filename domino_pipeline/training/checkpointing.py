@@ -7,7 +7,8 @@ weights_only=True)` reads it without executing anything:
     epoch                                 the epoch in progress (1-based)
     step                                  batches of that epoch already done (0: epoch not started)
     epoch_partial                         {"loss_sum", "batches"} of the unfinished epoch
-    rng_states                            one entry per rank (see `capture_rng_state`)
+    rng_states                            one entry per rank (see `capture_rng_state`); restored
+                                          whatever the number of ranks and GPUs now
     config                                the resolved Hydra config as a JSON string
     best_val_loss                         the lowest validation loss so far (inf before any)
 
@@ -75,8 +76,19 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     random.setstate(
         (python_state["version"], tuple(python_state["internal"].tolist()), python_state["gauss_next"])
     )
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    restore_cuda_rng_states(state.get("cuda", []))
+
+
+def restore_cuda_rng_states(states: list[torch.Tensor]) -> int:
+    """Restore the saved per-device CUDA generator states on the devices that exist now; return
+    how many were restored. A checkpoint saved with more (or fewer) visible GPUs than now still
+    resumes: devices beyond the visible ones are skipped, new ones keep their fresh state."""
+    if not torch.cuda.is_available():
+        return 0
+    restored = min(len(states), torch.cuda.device_count())
+    for device in range(restored):
+        torch.cuda.set_rng_state(states[device], device)
+    return restored
 
 
 def checkpoint_path(output_dir: str | Path) -> Path:

@@ -2,15 +2,24 @@
 
 One process (`python train.py`) and DDP (`torchrun --nproc_per_node=N train.py`) share the same
 code: without torchrun's environment the world has size 1 and every collective is a no-op.
-Backend: NCCL on CUDA, gloo on the CPU.
+Backend: NCCL on CUDA, gloo on the CPU. Each rank's GPU follows ``devices.cuda_index``, the rule
+Warp follows too.
+
+Timeouts are explicit (the ``distributed`` config section): ``timeout_s`` bounds the waits of
+training's collectives (a step, a checkpoint, a validation), ``work_timeout_s`` the waits behind
+per-rank work of unknown length, which run in their own gloo group (``work_group``).
 """
 
 import os
+import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from domino_pipeline.devices import cuda_index
 
 
 @dataclass(frozen=True)
@@ -33,18 +42,20 @@ class DistInfo:
 
 
 def resolve_train_device(name: str, local_rank: int) -> torch.device:
-    """`auto` picks this rank's CUDA device when present, else the CPU; `cpu`/`cuda` force one."""
+    """`auto` picks this rank's CUDA device (``devices.cuda_index`` among the visible ones) when
+    CUDA is present, else the CPU; `cpu`/`cuda` force one."""
     if name not in ("auto", "cpu", "cuda"):
         raise ValueError(f"train device must be one of auto, cpu, cuda, not {name!r}")
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("train device 'cuda' was requested but CUDA is not available")
     if name == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
-    return torch.device("cuda", local_rank)
+    return torch.device("cuda", cuda_index(torch.cuda.device_count(), local_rank))
 
 
-def init_distributed(device_name: str = "auto") -> DistInfo:
-    """Join torchrun's process group when launched by it; otherwise describe a single process."""
+def init_distributed(device_name: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
+    """Join torchrun's process group when launched by it, with ``timeout_s`` for its
+    collectives; otherwise describe a single process."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -53,8 +64,31 @@ def init_distributed(device_name: str = "auto") -> DistInfo:
         torch.cuda.set_device(device)
     if world_size > 1 and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+        dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None,
+                                timeout=timedelta(seconds=timeout_s))
     return DistInfo(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
+
+
+def work_group(timeout_s: float) -> Any:
+    """A gloo group of every rank whose waits last up to ``timeout_s``: for gathering
+    the results of per-rank work of unknown length without tripping the training timeout. Every
+    rank must call it (at about the same time); None in a single process."""
+    if not dist.is_initialized():
+        return None
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+
+
+def job_id(timeout_s: float) -> str:
+    """One id shared by every rank of this torchrun job (rank 0's random one, broadcast), for
+    files the ranks write about the job; then the process group is left again, so that the
+    ranks' work that follows has no collective to time out. A fresh id in a single process."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    chosen = [uuid.uuid4().hex]
+    if world_size > 1:
+        dist.init_process_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+        dist.broadcast_object_list(chosen, src=0)
+        dist.destroy_process_group()
+    return chosen[0]
 
 
 def shutdown_distributed() -> None:
@@ -86,10 +120,11 @@ def any_rank(flag: bool, device: torch.device) -> bool:
     return bool(value.item() > 0)
 
 
-def gather_objects(obj: Any) -> list[Any]:
-    """Every rank's (small, plain) object, in rank order; `[obj]` in a single process."""
+def gather_objects(obj: Any, group: Any = None) -> list[Any]:
+    """Every rank's (small, plain) object, in rank order; `[obj]` in a single process.
+    ``group``: e.g. a ``work_group``, whose timeout applies (default: the whole job's)."""
     if not dist.is_initialized():
         return [obj]
     gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, obj)
+    dist.all_gather_object(gathered, obj, group=group)
     return gathered

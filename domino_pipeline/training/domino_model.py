@@ -48,7 +48,7 @@ def resolve_model_type(model_type: str, model_section: Mapping[str, Any]) -> str
     """
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
-    inner = model_section.get("model_type", model_type)
+    inner = model_section["model_type"] if "model_type" in model_section else model_type
     if inner != model_type:
         raise ValueError(
             f"model.model_type={inner!r} conflicts with model_type={model_type!r}: the top-level "

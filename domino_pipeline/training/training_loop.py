@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from domino_pipeline.loading.worker_deaths import checked_batches
 from domino_pipeline.training.losses import LossConfig, loss_terms, total_loss
 
 TARGET_KEYS = ("volume_fields", "surface_fields")  # the order DoMINO returns its outputs in
@@ -70,8 +71,9 @@ def model_loss(
 
 
 def timed_batches(loader: Iterable, result: EpochResult) -> Iterator:
-    """Yield the loader's batches, adding the time spent waiting for each to `result.data_wait_s`."""
-    iterator = iter(loader)
+    """Yield the loader's batches, adding the time spent waiting for each to `result.data_wait_s`;
+    a worker's death is named (worker_deaths.WorkerDiedError)."""
+    iterator = checked_batches(loader)
     while True:
         start = time.perf_counter()
         try:
@@ -173,7 +175,7 @@ def evaluate(
     sums |= {f"term/{term}": torch.zeros((), device=device) for term in loss_config.active_terms(parts)}
     sums["loss_sum"] = torch.zeros((), device=device)
     sums["samples"] = torch.zeros((), device=device)
-    for batch in loader:
+    for batch in checked_batches(loader):
         batch = to_device(batch, device)
         loss, terms, predictions = model_loss(model, batch, device, amp_dtype, loss_config)
         batch_size = next(iter(predictions.values())).shape[0]

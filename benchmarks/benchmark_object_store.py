@@ -1,0 +1,297 @@
+"""Drawing from a cache on object storage and from local disk through the same read path.
+
+For a preset (``bench``: 1M surface cells; ``full``: 8.8M) it reuses or builds one run's cache
+(the ``features`` layout, as benchmark_scale.py does), then measures, each in a fresh process:
+
+* local: the same draws served from arrays in memory (the floor: the same rows, the same item
+  code), warm from the page cache, and cold (every cache file evicted before each draw);
+* object storage: the cache uploaded to an S3 server on 127.0.0.1 (moto's server in its own
+  process, or any server named by ``--endpoint``), with 0 / 10 / 30 / 80 ms added to every
+  request by a delaying proxy (s3_proxy.py, its own process): request waves, requests and MB
+  per draw (steady state, and a run's first draw), the draw time, and the server floor (the
+  same byte ranges fetched as one concurrent batch, nothing decoded);
+* draws/s with 1 and 2 DataLoader workers, locally and from the server;
+* a latency model, draw(L) = draw(0) + waves x L, checked against the measured draw times.
+
+Prints a Markdown table and the acceptance checks; writes JSON. Run it under ``nice``.
+
+    nice -n 10 python benchmarks/benchmark_object_store.py --preset bench --work /tmp/domino_objstore \
+        --json outputs/object_store.json
+    python benchmarks/benchmark_object_store.py --preset tiny --draws 3 --work /tmp/objstore_tiny   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_scale import GRID, SAMPLES, _evict, _python, build, ensure_processed  # noqa: E402
+
+LATENCIES_MS = (0, 10, 30, 80)
+TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
+                    "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+
+
+def _dataset(location, preset: str):
+    from domino_pipeline.loading.cached import CachedDoMINODataset
+    return CachedDoMINODataset(location, model_type="combined", seed=0, **SAMPLES[preset])
+
+
+def _serve_from_memory(ds) -> None:
+    """Make ``ds``'s open run answer every read from arrays loaded whole into memory."""
+    from domino_pipeline.store.cache_format import layout_arrays
+    from domino_pipeline.store.cache_run import _from_memory
+
+    run = ds.run(0)
+    arrays = {name: run.read(name) for name in layout_arrays(ds.neighbor_layout)}
+    run.read_many = lambda reads: [_from_memory(arrays[n], s, e) for n, s, e in reads]
+    run.read = lambda name, selection=slice(None), empty=None: arrays[name][selection]
+
+
+def _timed(ds, epoch: int) -> float:
+    ds.set_epoch(epoch)
+    started = time.perf_counter()
+    ds[0]
+    return time.perf_counter() - started
+
+
+def child_local(cache: Path, preset: str, n: int) -> dict:
+    """In-memory floor, warm and cold draws of the local cache, interleaved, medians (ms)."""
+    memory, disk = _dataset(cache, preset), _dataset(cache, preset)
+    memory[0], disk[0]  # open the run, keep what every draw reads
+    _serve_from_memory(memory)
+    times = {"memory": [], "warm": [], "cold": []}
+    for epoch in range(1, n + 1):
+        times["memory"].append(_timed(memory, epoch))
+        times["warm"].append(_timed(disk, epoch))
+        _evict(cache)
+        times["cold"].append(_timed(disk, epoch + 1000))
+    return {f"{k}_draw_ms": 1000 * statistics.median(v) for k, v in times.items()}
+
+
+def _recording(source) -> list:
+    """Record every request list ``source`` fetches (appended to the returned list)."""
+    seen, fetch = [], source.fetch
+
+    def recorded(requests):
+        seen.append(list(requests))
+        return fetch(requests)
+    source.fetch = recorded
+    return seen
+
+
+def child_remote(url: str, preset: str, n: int) -> dict:
+    """Waves, requests, MB and time per draw from object storage (first and steady, medians),
+    and the server floor: each steady draw's byte ranges fetched as one batch."""
+    from domino_pipeline.store.byte_source import Request, shared_source, split_url
+
+    ds = _dataset(url, preset)
+    source = shared_source(split_url(url)[0])
+    before = (source.waves, source.requests, source.bytes)
+    ds[0]
+    first = {"first_waves": source.waves - before[0], "first_requests": source.requests - before[1],
+             "first_mb": (source.bytes - before[2]) / 1e6}
+    seen = _recording(source)
+    rows = []
+    for epoch in range(1, n + 1):
+        del seen[:]
+        before = (source.waves, source.requests, source.bytes)
+        ms = 1000 * _timed(ds, epoch)
+        after = (source.waves, source.requests, source.bytes)
+        ranges = [r for wave in seen for r in wave if r.start is not None]
+        started = time.perf_counter()
+        source.fetch([Request(r.key, r.start, r.length) for r in ranges])
+        floor = 1000 * (time.perf_counter() - started)
+        rows.append((ms, floor, *(a - b for a, b in zip(after, before))))
+    median = lambda i: statistics.median(r[i] for r in rows)  # noqa: E731
+    return first | {"draw_ms": median(0), "floor_ms": median(1), "waves": median(2),
+                    "requests": median(3), "mb_per_draw": median(4) / 1e6}
+
+
+def child_workers(location: str, preset: str, workers: int, items: int) -> dict:
+    """Draws/s of a DataLoader with ``workers`` workers over one run, after a warm-up."""
+    import torch
+
+    ds = _dataset(location, preset)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers,
+                                         sampler=[0] * (items + 2 * workers),
+                                         multiprocessing_context=ds.worker_context or "spawn")
+    stream = iter(loader)
+    for _ in range(2 * workers):
+        next(stream)
+    started = time.perf_counter()
+    for _ in range(items):
+        next(stream)
+    return {"draws_per_s": items / (time.perf_counter() - started)}
+
+
+def _child(env: dict | None, *args: str) -> dict:
+    """Run this script's child mode ``args`` in a fresh process (``env`` added); its JSON."""
+    _, _, output = _python_env(env or {}, str(Path(__file__).resolve()), *args)
+    return json.loads([line for line in output.splitlines() if line.startswith("{")][-1])
+
+
+def _python_env(env: dict, *args: str) -> tuple[float, float, str]:
+    """``_python(*args)`` with ``env`` added to the environment."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return _python(*args)
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(command: list[str]) -> tuple[subprocess.Popen, str]:
+    """Start a server process that prints its endpoint on its first line."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+    return proc, proc.stdout.readline().strip()
+
+
+def start_moto() -> tuple[subprocess.Popen, str]:
+    """moto's S3 server in its own process on a free port: (process, endpoint)."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(endpoint + "/", timeout=1).close()
+            return proc, endpoint
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("moto server did not start")
+
+
+def upload(cache: Path, endpoint: str) -> str:
+    """The cache uploaded to a new bucket of the server at ``endpoint``; its URL."""
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bench", method="PUT")).close()
+    env = TEST_CREDENTIALS | {"AWS_ENDPOINT_URL": endpoint}
+    url = "s3://bench/cache"
+    _python_env(env, "-c", f"from domino_pipeline.store.object_cache import upload_folder; "
+                           f"upload_folder({str(cache)!r}, {url!r})")
+    return url
+
+
+def measure(preset: str, work: Path, n: int, endpoint: str | None, items: int) -> dict:
+    """Every figure of the module docstring for one preset."""
+    cache = work / preset / "cache"
+    if not (cache / "manifest.json").is_file():
+        build(ensure_processed(work, preset), cache, "features", GRID[preset])
+    result = {"preset": preset, "local": _child(None, "--child-local", str(cache), preset, str(n))}
+    server = None
+    if endpoint is None:
+        server, endpoint = start_moto()
+    try:
+        url = upload(cache, endpoint)
+        result["remote"] = {}
+        for latency in LATENCIES_MS:
+            proxy, proxied = _start([sys.executable, "benchmarks/s3_proxy.py", endpoint,
+                                     "--delay-ms", str(latency)])
+            try:
+                env = TEST_CREDENTIALS | {"AWS_ENDPOINT_URL": proxied}
+                result["remote"][latency] = _child(env, "--child-remote", url, preset, str(n))
+            finally:
+                proxy.kill()
+                proxy.wait()
+        env = TEST_CREDENTIALS | {"AWS_ENDPOINT_URL": endpoint}
+        result["workers"] = {f"{where} {w}": _child(env, "--child-workers", loc, preset, str(w), str(items))
+                             for where, loc in (("local", str(cache)), ("s3", url)) for w in (1, 2)}
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+    return result
+
+
+def model(result: dict) -> dict:
+    """draw(L) = draw(0) + waves x L against the measurements: (predicted ms, error) by L."""
+    base = result["remote"][0]
+    out = {}
+    for latency, figures in result["remote"].items():
+        predicted = base["draw_ms"] + figures["waves"] * latency
+        out[latency] = {"predicted_ms": predicted,
+                        "error": abs(predicted - figures["draw_ms"]) / figures["draw_ms"]}
+    return out
+
+
+def checks(result: dict) -> list[str]:
+    """The acceptance lines: figure, bound, whether it holds."""
+    local, remote, fits = result["local"], result["remote"], result["model"]
+    lines = [f"local warm / in-memory {local['warm_draw_ms'] / local['memory_draw_ms']:.2f}x (<= 2)",
+             f"local cold / warm {local['cold_draw_ms'] / local['warm_draw_ms']:.2f}x (<= 2)",
+             f"steady waves per draw {remote[0]['waves']:.0f} (<= 2); first draw {remote[0]['first_waves']} (<= 4)",
+             f"draw / server floor at 0 ms {remote[0]['draw_ms'] / remote[0]['floor_ms']:.2f}x (<= 1.5)"]
+    for latency in LATENCIES_MS[1:]:
+        bound = remote[latency]["floor_ms"] + 2.5 * latency
+        lines.append(f"draw at +{latency} ms {remote[latency]['draw_ms']:.0f} ms "
+                     f"(<= floor + 2.5 L = {bound:.0f} ms)")
+    worst = max(f["error"] for f in fits.values())
+    lines.append(f"latency model worst error {100 * worst:.0f}% (<= 25%)")
+    return lines
+
+
+def table(result: dict) -> str:
+    """One Markdown table of the remote figures by added latency, then the local ones."""
+    head = ("| added ms | draw ms | floor ms | model ms | waves | first-draw waves | requests | MB/draw |\n"
+            "|---|---|---|---|---|---|---|---|")
+    rows = [f"| {lat} | {r['draw_ms']:.1f} | {r['floor_ms']:.1f} | {result['model'][lat]['predicted_ms']:.1f} | "
+            f"{r['waves']:.0f} | {r['first_waves']} | {r['requests']:.0f} | {r['mb_per_draw']:.2f} |"
+            for lat, r in result["remote"].items()]
+    local = result["local"]
+    rows.append(f"\nlocal: in-memory {local['memory_draw_ms']:.1f} ms, warm {local['warm_draw_ms']:.1f} ms, "
+                f"cold {local['cold_draw_ms']:.1f} ms")
+    rows.append("draws/s: " + ", ".join(f"{k} workers {v['draws_per_s']:.1f}" for k, v in result["workers"].items()))
+    return "\n".join([head, *rows])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="bench", choices=sorted(SAMPLES))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/domino_objstore"))
+    parser.add_argument("--draws", type=int, default=9)
+    parser.add_argument("--items", type=int, default=20, help="items per worker-throughput measurement")
+    parser.add_argument("--endpoint", help="an S3 server to use instead of starting moto")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child-local", nargs=3, metavar=("CACHE", "PRESET", "N"))
+    parser.add_argument("--child-remote", nargs=3, metavar=("URL", "PRESET", "N"))
+    parser.add_argument("--child-workers", nargs=4, metavar=("LOCATION", "PRESET", "WORKERS", "ITEMS"))
+    args = parser.parse_args(argv)
+    if args.child_local:
+        print(json.dumps(child_local(Path(args.child_local[0]), args.child_local[1], int(args.child_local[2]))))
+        return
+    if args.child_remote:
+        print(json.dumps(child_remote(args.child_remote[0], args.child_remote[1], int(args.child_remote[2]))))
+        return
+    if args.child_workers:
+        location, preset, workers, items = args.child_workers
+        print(json.dumps(child_workers(location, preset, int(workers), int(items))))
+        return
+    result = measure(args.preset, args.work, args.draws, args.endpoint, args.items)
+    result["model"] = model(result)
+    result["checks"] = checks(result)
+    print(table(result))
+    print("\n".join(result["checks"]))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""A small HTTP proxy in front of an S3 server on 127.0.0.1 that fails or delays requests: the
+tests' transient 5xx and slow responses, the benchmark's added latency per request.
+
+    python benchmarks/s3_proxy.py http://127.0.0.1:5000 --delay-ms 30    # prints its endpoint
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class FaultProxy:
+    """Forwards HTTP requests to ``upstream``; answers every ``fail_every``-th GET with 503
+    (without forwarding it) and delays every ``slow_every``-th request (of ``slow_methods``)
+    by ``delay`` seconds. ``failed`` and ``delayed`` count what it did."""
+
+    def __init__(self, upstream: str, *, fail_every: int = 0, slow_every: int = 0,
+                 delay: float = 0.0, slow_methods: tuple[str, ...] = ("GET", "PUT", "HEAD")) -> None:
+        host, port = upstream.removeprefix("http://").split(":")
+        proxy = self
+        self.failed = self.delayed = self._count = 0
+        self._lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _forward(self) -> None:
+                with proxy._lock:
+                    proxy._count += 1
+                    n = proxy._count
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if fail_every and self.command == "GET" and n % fail_every == 0:
+                    proxy.failed += 1
+                    self.send_response(503)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if slow_every and n % slow_every == 0 and self.command in slow_methods:
+                    proxy.delayed += 1
+                    time.sleep(delay)
+                upstream_conn = http.client.HTTPConnection(host, int(port), timeout=60)
+                upstream_conn.request(self.command, self.path, body=body or None,
+                                      headers={k: v for k, v in self.headers.items()})
+                reply = upstream_conn.getresponse()
+                data = reply.read()
+                self.send_response(reply.status)
+                head = self.command == "HEAD"
+                for key, value in reply.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection") and (
+                            head or key.lower() != "content-length"):
+                        self.send_header(key, value)
+                if not head:
+                    self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                upstream_conn.close()
+
+            do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _forward
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until killed, every request delayed by ``--delay-ms``; print the endpoint first."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("upstream")
+    parser.add_argument("--delay-ms", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    proxy = FaultProxy(args.upstream, slow_every=1 if args.delay_ms else 0, delay=args.delay_ms / 1000)
+    print(proxy.endpoint, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""A DataLoader worker's death named: which worker, which signal, whatever the main process was
+doing when it died.
+
+torch names a dead worker when its own checks see the death first. When the main process holds
+batches, the next ones travel as file descriptors that the main process fetches from the worker
+over a socket; a worker killed meanwhile surfaces as ``ConnectionResetError``,
+``ConnectionRefusedError``, ``FileNotFoundError`` or ``EOFError`` from that socket, before torch
+notices the death. ``checked_batches`` turns those (and torch's own "worker ... exited" errors)
+into ``WorkerDiedError`` naming the worker's index, pid and signal.
+
+    for batch in checked_batches(loader):
+        ...
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+SETTLE_S = 2.0  # how long a worker killed a moment ago may take to be seen as exited
+_TRANSFER_ERRORS = (ConnectionError, EOFError, FileNotFoundError, RuntimeError)
+
+
+class WorkerDiedError(ChildProcessError):
+    """A DataLoader worker died (killed by a signal or exited) while batches were expected (an
+    OSError, so that every entry point reports it in one line)."""
+
+
+def checked_batches(loader: Iterable) -> Iterator:
+    """The loader's batches; a batch lost to a dead worker raises WorkerDiedError naming it
+    instead of the socket error that lost it."""
+    iterator = iter(loader)
+    while True:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        except _TRANSFER_ERRORS as err:
+            death = worker_deaths(iterator) if _may_be_a_death(err) else None
+            if death is None:
+                raise
+            raise WorkerDiedError(f"{death}; its batch was lost ({type(err).__name__}: {err})") from err
+        yield batch
+
+
+def _may_be_a_death(err: BaseException) -> bool:
+    """Whether ``err`` is one a worker's death causes (torch's own RuntimeErrors say so)."""
+    return not isinstance(err, RuntimeError) or "DataLoader worker" in str(err)
+
+
+def worker_deaths(iterator: Any, settle_s: float = SETTLE_S) -> str | None:
+    """"DataLoader worker <i> (pid <p>) was killed by signal <NAME>" for each worker of a
+    torch multi-process iterator that has exited, waiting up to ``settle_s`` for one to; None
+    when every worker lives (or the iterator has none)."""
+    workers = list(getattr(iterator, "_workers", None) or [])
+    deadline = time.monotonic() + settle_s
+    while workers:
+        dead = [(i, w) for i, w in enumerate(workers) if w.exitcode is not None]
+        if dead:
+            return "; ".join(f"DataLoader worker {i} (pid {w.pid}) {describe_exit(w.exitcode)}" for i, w in dead)
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    return None
+
+
+def describe_exit(exitcode: int) -> str:
+    """How a process ended, from multiprocessing's exit code (negative: the signal)."""
+    if exitcode < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-exitcode).name} ({-exitcode})"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"

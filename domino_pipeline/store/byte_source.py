@@ -1,0 +1,422 @@
+"""Where a cache's bytes live: a local folder or an object-store prefix, read in waves.
+
+A reader knows every byte range it needs before it reads (the shard indexes give each inner
+chunk's offset and length), so it hands a whole list of requests to ``ByteSource.fetch`` and
+gets them back together: one *wave*. Locally a wave is ``pread`` on file descriptors kept per
+source (after one ``POSIX_FADV_WILLNEED`` per range, so a cold disk serves them in parallel);
+on object storage it is concurrent ranged GETs through obstore (retries with backoff and a
+deadline included). Adjacent ranges of one object are coalesced first. Checksums, error naming
+and assembly into arrays stay with the caller, so both back ends share them.
+
+    source = open_source("s3://bucket/cache")       # or a local folder, as a path
+    [(data, size)] = source.fetch([Request("run_1/g1.zarr/zarr.json")])
+
+A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://``);
+credentials and endpoints come from each cloud's standard environment (for S3 the ``AWS_*``
+variables, ``AWS_ENDPOINT_URL`` for S3-compatible servers) and are never kept in anything this
+package writes. Sources are made per process (``open_source`` caches them by process id), since
+an object-store client does not survive a fork.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+URL_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "azure://")
+RETRIES = 8  # transient errors (5xx, dropped connections, timeouts) per request
+RETRY_DEADLINE = timedelta(seconds=120)
+REQUEST_TIMEOUT = "60s"
+THREADS = 32  # objects fetched at once (a draw touches about a dozen)
+
+
+def is_url(location: str | os.PathLike) -> bool:
+    """Whether ``location`` names an object-store prefix rather than a local path."""
+    return isinstance(location, str) and location.lower().startswith(URL_SCHEMES)
+
+
+def join(location: str | os.PathLike, *parts: str) -> str | Path:
+    """``location`` with ``parts`` appended: a URL stays a string ("/"-joined), a path a Path."""
+    if is_url(location):
+        return "/".join([str(location).rstrip("/"), *(p.strip("/") for p in parts)])
+    return Path(location).joinpath(*parts)
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """(``scheme://bucket``, the key prefix after it) of an object-store URL."""
+    scheme, rest = url.rstrip("/").split("://", 1)
+    bucket, _, key = rest.partition("/")
+    return f"{scheme}://{bucket}", key
+
+
+def name_of(location: str | os.PathLike) -> str:
+    """The last part of a location (a run folder's or a generation's name)."""
+    return str(location).rstrip("/").rsplit("/", 1)[-1] if is_url(location) else Path(location).name
+
+
+@dataclass(frozen=True)
+class Request:
+    """One read: ``length`` bytes of object ``key`` from ``start``; ``start`` None reads the
+    last ``length`` bytes; ``length`` None reads the whole object."""
+
+    key: str
+    start: int | None = None
+    length: int | None = None
+
+
+Result = tuple[memoryview | None, int | None]  # (bytes, or None: the object is absent; its size)
+
+
+def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
+    """Merge byte ranges (start, length) that touch or overlap into (start, length, members):
+    ``members`` are the indexes into ``ranges`` each merged range serves."""
+    merged: list[tuple[int, int, list[int]]] = []
+    for i in sorted(range(len(ranges)), key=lambda i: ranges[i][0]):
+        start, length = ranges[i]
+        if merged and start <= merged[-1][0] + merged[-1][1]:
+            first, size, members = merged[-1]
+            merged[-1] = (first, max(size, start + length - first), members + [i])
+        else:
+            merged.append((start, length, [i]))
+    return merged
+
+
+class ByteSource:
+    """Reads requests in waves and counts them: ``waves``, ``requests`` (after coalescing)
+    and ``bytes`` fetched, for benchmarks and tests."""
+
+    location: str
+
+    def __init__(self) -> None:
+        self.waves = self.requests = self.bytes = 0
+
+    def fetch(self, requests: list[Request]) -> list[Result]:
+        """Every request's bytes, in order, fetched together (one wave)."""
+        if not requests:
+            return []
+        self.waves += 1
+        results: list[Result | None] = [None] * len(requests)
+        ranged: dict[str, list[int]] = {}
+        for i, request in enumerate(requests):
+            if request.start is not None and request.length is not None:
+                ranged.setdefault(request.key, []).append(i)
+        self._fetch(requests, ranged, results)
+        return results  # type: ignore[return-value]
+
+    def url(self, key: str) -> str:
+        """The full location of object ``key``, for messages."""
+        return str(join(self.location, key))
+
+    def _fetch(self, requests, ranged, results) -> None:
+        raise NotImplementedError
+
+    def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
+        """Write object ``key``; ``mode`` "create" fails if it exists, {"e_tag": ...} unless it
+        is still that version (ConflictError either way). Returns its new {"e_tag": ...}."""
+        raise NotImplementedError
+
+    def head(self, key: str) -> dict | None:
+        """{"size", "e_tag"} of object ``key``, or None if absent."""
+        raise NotImplementedError
+
+    def list(self, prefix: str) -> tuple[list[str], list[dict]]:
+        """(the sub-folder names, the objects {"path", "size"}) directly under ``prefix``."""
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        """Remove object ``key`` (nothing if absent)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the source keeps open."""
+
+
+class ConflictError(RuntimeError):
+    """A conditional write lost: the object exists, or changed since it was read."""
+
+
+def _split(buffer: memoryview, merged, ranges) -> dict[int, memoryview]:
+    """The member ranges' views into the merged range ``buffer`` (shorter at an object's end)."""
+    start = merged[0]
+    return {i: buffer[ranges[i][0] - start:ranges[i][0] - start + ranges[i][1]] for i in merged[2]}
+
+
+class LocalSource(ByteSource):
+    """A local folder: ``pread`` on descriptors kept open until ``close``. The ranged results
+    of a wave are views of one reused buffer: valid until the next ``fetch``."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        super().__init__()
+        self.root = Path(root)
+        self.location = str(self.root)
+        self._prefix = str(self.root) + os.sep
+        self._fds: dict[str, int | None] = {}
+        self._buffer = bytearray(0)
+
+    def _fd(self, key: str) -> int | None:
+        if key not in self._fds:
+            try:
+                self._fds[key] = os.open(self._prefix + key, os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+        return self._fds[key]
+
+    def _fetch(self, requests, ranged, results) -> None:
+        plans = []
+        for key, members in ranged.items():
+            fd = self._fd(key)
+            ranges = [(requests[i].start, requests[i].length) for i in members]
+            for merged in coalesce(ranges):
+                if fd is not None:
+                    os.posix_fadvise(fd, merged[0], merged[1], os.POSIX_FADV_WILLNEED)
+                plans.append((fd, members, ranges, merged))
+        buffer = self._wave_buffer(sum(m[1] for *_, m in plans))
+        at = 0
+        for fd, members, ranges, merged in plans:
+            self.requests += 1
+            if fd is None:
+                for i in merged[2]:
+                    results[members[i]] = (None, None)
+                continue
+            view = buffer[at:at + merged[1]]
+            at += merged[1]
+            got = _pread_into(fd, view, merged[0])
+            self.bytes += got
+            for i, part in _split(view[:got], merged, ranges).items():
+                results[members[i]] = (part, None)
+        for i, request in enumerate(requests):
+            if results[i] is None:
+                results[i] = self._whole_or_tail(request)
+
+    def _wave_buffer(self, nbytes: int) -> memoryview:
+        """One buffer for a wave's ranges, reused by the next wave (so the caller copies what
+        it keeps before fetching again): no fresh pages to fault in per draw."""
+        if len(self._buffer) < nbytes:
+            self._buffer = bytearray(nbytes)
+        return memoryview(self._buffer)
+
+    def _whole_or_tail(self, request: Request) -> Result:
+        fd = self._fd(request.key)
+        self.requests += 1
+        if fd is None:
+            return None, None
+        size = os.fstat(fd).st_size
+        length = size if request.length is None else min(request.length, size)
+        buffer = bytearray(length)
+        got = _pread_into(fd, memoryview(buffer), size - length)
+        self.bytes += got
+        return memoryview(buffer)[:got], size
+
+    def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
+        raise NotImplementedError("local caches are written through the file system")
+
+    def head(self, key: str) -> dict | None:
+        try:
+            return {"size": os.stat(self._prefix + key).st_size, "e_tag": None}
+        except FileNotFoundError:
+            return None
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            if fd is not None:
+                os.close(fd)
+        self._fds.clear()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _pread_into(fd: int, view: memoryview, offset: int) -> int:
+    """Fill ``view`` from ``offset`` of ``fd`` (short reads continued); the bytes read, fewer
+    only at the end of the file."""
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n == 0:
+            break
+        done += n
+    return done
+
+
+class ObjectSource(ByteSource):
+    """An object-store prefix read through obstore: a wave is one batch of concurrent GETs,
+    one thread per object (``get_ranges`` fetches an object's ranges concurrently itself).
+    Threads and obstore's blocking calls, not its asyncio ones: no Python object is handed to
+    the client's own threads, which could outlive the interpreter at exit."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        import obstore
+        from obstore.store import from_url
+
+        self.location = url.rstrip("/")
+        self._obstore = obstore
+        self.store = from_url(self.location, retry_config={
+            "max_retries": RETRIES, "retry_timeout": RETRY_DEADLINE,
+            "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=5),
+                        "base": 2}},
+            client_options={"timeout": REQUEST_TIMEOUT, "connect_timeout": "10s",
+                            **({"allow_http": True} if _plain_http() else {})})
+        self._pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="object-source")
+
+    def _fetch(self, requests, ranged, results) -> None:
+        singles = [i for i, r in enumerate(requests) if r.start is None or r.length is None]
+        jobs = [self._pool.submit(self._ranges, key, members, requests, results)
+                for key, members in ranged.items()]
+        jobs += [self._pool.submit(self._get, i, requests[i], results) for i in singles]
+        for job in jobs:
+            job.result()
+
+    def _ranges(self, key: str, members: list[int], requests, results) -> None:
+        ranges = [(requests[i].start, requests[i].length) for i in members]
+        merged = coalesce(ranges)
+        self.requests += len(merged)
+        try:
+            buffers = self._obstore.get_ranges(self.store, key, starts=[m[0] for m in merged],
+                                               lengths=[m[1] for m in merged], coalesce=0)
+        except FileNotFoundError:
+            for i in members:
+                results[i] = (None, None)
+            return
+        for m, buffer in zip(merged, buffers):
+            view = memoryview(bytes(buffer))
+            self.bytes += len(view)
+            for i, part in _split(view, m, ranges).items():
+                results[members[i]] = (part, None)
+
+    def _get(self, i: int, request: Request, results) -> None:
+        self.requests += 1
+        options = {} if request.length is None else {"range": {"suffix": request.length}}
+        try:
+            got = self._obstore.get(self.store, request.key, options=options)
+            data = memoryview(bytes(got.bytes()))
+        except FileNotFoundError:
+            results[i] = (None, None)
+            return
+        self.bytes += len(data)
+        results[i] = (data, got.meta["size"])
+
+    def get_versioned(self, key: str) -> tuple[bytes | None, str | None]:
+        """Object ``key``'s bytes and the e-tag of that very version (None, None if absent)."""
+        self.waves += 1
+        self.requests += 1
+        try:
+            got = self._obstore.get(self.store, key)
+        except FileNotFoundError:
+            return None, None
+        return bytes(got.bytes()), got.meta.get("e_tag")
+
+    def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+        try:
+            result = self._obstore.put(self.store, key, data, mode=mode)
+        except (AlreadyExistsError, PreconditionError) as err:
+            raise ConflictError(f"{self.url(key)}: changed by another writer") from err
+        return {"e_tag": result.get("e_tag")}
+
+    def put_many(self, items: list[tuple[str, bytes]]) -> None:
+        """Write every (key, bytes) object, several at a time."""
+        for job in [self._pool.submit(self._obstore.put, self.store, k, d) for k, d in items]:
+            job.result()
+
+    def head(self, key: str) -> dict | None:
+        try:
+            meta = self._obstore.head(self.store, key)
+        except FileNotFoundError:
+            return None
+        return {"size": meta["size"], "e_tag": meta.get("e_tag")}
+
+    def list(self, prefix: str) -> tuple[list[str], list[dict]]:
+        found = self._obstore.list_with_delimiter(self.store, prefix.rstrip("/") + "/" if prefix else None)
+        folders = [p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"]]
+        return folders, [{"path": o["path"], "size": o["size"]} for o in found["objects"]]
+
+    def list_all(self, prefix: str) -> list[dict]:
+        """Every object under ``prefix`` (recursively), {"path", "size"}."""
+        return [{"path": o["path"], "size": o["size"]}
+                for batch in self._obstore.list(self.store, prefix.rstrip("/") + "/") for o in batch]
+
+    def delete(self, key: str) -> None:
+        try:
+            self._obstore.delete(self.store, key)
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self.store = None
+
+
+def _plain_http() -> bool:
+    """Whether the S3 endpoint in the environment is plain http (a local test server)."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    return endpoint.startswith("http://")
+
+
+_SOURCES: dict[tuple[int, str], ByteSource] = {}
+
+
+@atexit.register
+def _close_sources() -> None:
+    """Drop this process's object-store clients before the interpreter finalizes: the
+    client's own threads must not outlive Python."""
+    for source in _SOURCES.values():
+        source.close()
+    _SOURCES.clear()
+
+
+def read_object(location: str | os.PathLike) -> bytes | None:
+    """The whole file or object at ``location``; None if it is absent."""
+    if not is_url(location):
+        try:
+            return Path(location).read_bytes()
+        except FileNotFoundError:
+            return None
+    root, key = split_url(str(location))
+    [(data, _)] = shared_source(root).fetch([Request(key)])
+    return None if data is None else bytes(data)
+
+
+def read_versioned(location: str) -> tuple[bytes | None, str | None]:
+    """The object at URL ``location`` and the e-tag of the version read (None, None if absent)."""
+    root, key = split_url(location)
+    return shared_source(root).get_versioned(key)
+
+
+def source_and_key(location: str | os.PathLike) -> tuple[ByteSource, str]:
+    """The shared source of the bucket (or the folder) holding ``location``, and its key there."""
+    if is_url(location):
+        root, key = split_url(str(location))
+        return shared_source(root), key
+    path = Path(location)
+    return shared_source(path.parent), path.name
+
+
+_CLIENT_PID: list[int] = []  # the process that started the object-store client, once it has
+
+
+def open_source(location: str | os.PathLike) -> ByteSource:
+    """A fresh source for ``location``: an ObjectSource for a URL, a LocalSource otherwise.
+    The object-store client (a Rust runtime with threads) does not survive ``fork``: a process
+    forked after its parent used one gets a one-line error here instead of a hang."""
+    if not is_url(location):
+        return LocalSource(location)
+    if _CLIENT_PID and _CLIENT_PID[0] != os.getpid():
+        raise RuntimeError(f"{location}: object storage cannot be read in a process forked after "
+                           "its parent read it; start DataLoader workers with "
+                           "multiprocessing_context='spawn' (CachedDoMINODataset.worker_context)")
+    _CLIENT_PID[:] = [os.getpid()]
+    return ObjectSource(str(location))
+
+
+def shared_source(location: str | os.PathLike) -> ByteSource:
+    """One source per process and location (for small reads: manifests, metadata, listings);
+    a forked process makes its own."""
+    key = (os.getpid(), str(location))
+    if key not in _SOURCES:
+        _SOURCES[key] = open_source(location)
+    return _SOURCES[key]

@@ -1,0 +1,44 @@
+"""The byte source: coalescing, and one wave of ranged, tail and whole reads of local files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from domino_pipeline.store.byte_source import (
+    LocalSource,
+    Request,
+    coalesce,
+    is_url,
+    join,
+    split_url,
+)
+
+
+def test_touching_and_overlapping_ranges_are_merged_and_each_member_named():
+    ranges = [(100, 10), (0, 10), (10, 5), (110, 4), (12, 1), (200, 1)]
+    assert coalesce(ranges) == [(0, 15, [1, 2, 4]), (100, 14, [0, 3]), (200, 1, [5])]
+
+
+def test_one_wave_reads_ranges_tails_whole_files_and_names_the_absent(tmp_path):
+    data = bytes(range(256)) * 4
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "shard").write_bytes(data)
+    source = LocalSource(tmp_path)
+    requests = [Request("a/shard", 10, 5), Request("a/shard", 15, 5), Request("a/shard", None, 8),
+                Request("a/shard"), Request("missing", 0, 4), Request("a/shard", 1020, 10)]
+    got = source.fetch(requests)
+    assert bytes(got[0][0]) == data[10:15] and bytes(got[1][0]) == data[15:20]
+    assert bytes(got[2][0]) == data[-8:] and got[2][1] == len(data)
+    assert bytes(got[3][0]) == data and got[3][1] == len(data)
+    assert got[4] == (None, None)
+    assert bytes(got[5][0]) == data[1020:]  # short at the end of the file: the caller checks sizes
+    assert source.waves == 1 and source.requests == 5  # the two touching ranges went as one
+    source.close()
+
+
+def test_locations_are_paths_or_urls():
+    assert is_url("s3://bucket/cache") and is_url("gs://b/c") and is_url("az://c/p")
+    assert not is_url("outputs/cache") and not is_url(Path("s3:/x"))
+    assert join("s3://bucket/cache/", "run_1", "g1.zarr") == "s3://bucket/cache/run_1/g1.zarr"
+    assert join("outputs/cache", "run_1") == Path("outputs/cache/run_1")
+    assert split_url("s3://bucket/a/b") == ("s3://bucket", "a/b")

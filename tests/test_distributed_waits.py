@@ -1,0 +1,101 @@
+"""Ranks that finish at very different times: the scaling factors that train.py computes in
+parts, and a torchrun cache build, both succeed where one rank is idle far longer than the job's
+(shortened) collective timeout; a control shows that a plain wait on that timeout fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from cache_fixtures import OVERRIDES, build_tiny_cache
+
+from domino_pipeline.compute.scaling import compute_scaling_factors, load_scaling_factors
+from domino_pipeline.inputs.runs import DEFAULT_OPTIONS, list_runs
+from domino_pipeline.store.manifest import read_manifest
+from domino_pipeline.training import distributed, scaling_factors
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+SHORT_TIMEOUT_S = 1.0
+SLOW_RANK_DELAY_S = 4.0
+VARIABLES = {"surface": [("pMeanTrim", "scalar"), ("wallShearStressMeanTrim", "vector")],
+             "volume": [("UMeanTrim", "vector"), ("pMeanTrim", "scalar"), ("nutMeanTrim", "scalar")]}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _slow_on_rank_0(rank: int) -> None:
+    """Rank 0's share of the statistics takes SLOW_RANK_DELAY_S longer."""
+    real = scaling_factors.processed_run_statistics
+
+    def slow(path, **kwargs):
+        time.sleep(SLOW_RANK_DELAY_S if rank == 0 else 0.0)
+        return real(path, **kwargs)
+
+    scaling_factors.processed_run_statistics = slow
+
+
+def _rank(rank: int, world_size: int, port: int, runs: list[Path], out: Path, use_work_group: bool) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=SHORT_TIMEOUT_S))
+    group = distributed.work_group(120.0) if use_work_group else None
+    _slow_on_rank_0(rank)
+    try:
+        scaling_factors.ensure_scaling_factors(
+            runs, out / "scaling_factors.json", rank=rank, world_size=world_size,
+            gather=lambda obj: distributed.gather_objects(obj, group), normalization="min_max",
+            options=DEFAULT_OPTIONS, variables=VARIABLES, allow_other_split=False, log=print)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_scaling_factors_in_parts_survive_a_rank_idle_past_the_collective_timeout(tiny_processed_dir, tmp_path):
+    runs = list_runs(tiny_processed_dir)
+    assert len(runs) == 2  # rank 0 reads run_1 (slowed), rank 1 reads run_2 and waits
+    mp.spawn(_rank, args=(2, _free_port(), runs, tmp_path, True), nprocs=2, join=True)
+    expected = compute_scaling_factors(runs, normalization="min_max", variables=VARIABLES)
+    assert load_scaling_factors(tmp_path / "scaling_factors.json") == json.loads(json.dumps(expected))
+
+
+def test_control_the_same_wait_on_the_short_collective_timeout_fails(tiny_processed_dir, tmp_path):
+    runs = list_runs(tiny_processed_dir)
+    with pytest.raises(Exception, match="(?i)timed? ?out"):
+        mp.spawn(_rank, args=(2, _free_port(), runs, tmp_path, False), nprocs=2, join=True)
+
+
+def test_torchrun_build_writes_the_manifest_when_one_rank_finishes_long_before_the_other(
+        tiny_processed_dir, tmp_path):
+    processed, cache = tmp_path / "processed", tmp_path / "cache"
+    for source, name in (("run_1", "run_1"), ("run_2", "run_2"), ("run_1", "run_3")):
+        shutil.copytree(tiny_processed_dir / f"{source}.zarr", processed / f"{name}.zarr")
+    # run_2 (rank 1's only run) is current already: rank 1 is done at once, rank 0 builds two
+    reference = build_tiny_cache(processed, tmp_path / "reference")
+    shutil.copytree(reference / "run_2", cache / "run_2")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               "cache_data.py", "--config-name=cached", f"data.processed_dir={processed}",
+               f"cache.dir={cache}", *OVERRIDES, f"distributed.timeout_s={SHORT_TIMEOUT_S}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "1 runs: 0 built, 1 skipped" in out and "2 runs: 2 built, 0 skipped" in out
+    assert out.index("rank 1 done") < out.index("2 runs: 2 built")  # rank 1 left while rank 0 built
+    per_run_s = float(out.split("2 runs: 2 built")[1].split(" s per built run")[0].split(", ")[-1])
+    assert 2 * per_run_s > SHORT_TIMEOUT_S  # rank 0 built for longer than any collective may wait
+    assert out.count("manifest: ") == 1
+    assert sorted(read_manifest(cache)["runs"]) == ["run_1", "run_2", "run_3"]
+    assert not list((cache / ".ranks").glob("*/rank-*.json"))  # the job's records are gone

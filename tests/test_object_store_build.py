@@ -1,0 +1,168 @@
+"""cache_data.py building into object storage (an S3 server on 127.0.0.1, moto): the same cache
+as a local build, validated object by object; a kill -9 during an upload then a rerun; two
+builders at once; credentials written nowhere."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cache_fixtures import OVERRIDES, SAMPLES, tiny_settings
+from s3_server import FaultProxy
+from test_train import TINY
+
+from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.loading.cached import CachedDoMINODataset
+from domino_pipeline.store.build import manifest_runs, write_scaling_factors
+from domino_pipeline.store.byte_source import Request, source_and_key
+from domino_pipeline.store.cache_format import layout_arrays
+from domino_pipeline.store.cache_run import CacheRun
+from domino_pipeline.store.manifest import read_manifest, run_path, write_manifest
+from domino_pipeline.store.validate import validate_cache
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def remote_arrays(url: str) -> dict[str, dict[str, np.ndarray]]:
+    """Every array of every run the manifest at ``url`` names."""
+    manifest = read_manifest(url)
+    out = {}
+    for name, entry in manifest["runs"].items():
+        run = CacheRun(run_path(url, name, entry), metadata=entry["metadata_sha256"])
+        out[name] = {a: run.read(a) for a in layout_arrays(run.attrs["settings"].get("neighbor_layout", "indices"))}
+    return out
+
+
+def assert_same_as(url: str, local: Path) -> None:
+    """The cache at ``url`` holds the runs of the local cache, array for array identical."""
+    left, manifest = remote_arrays(url), read_manifest(local)
+    assert sorted(left) == sorted(manifest["runs"])
+    for name, entry in manifest["runs"].items():
+        run = CacheRun(run_path(local, name, entry))
+        for array, data in left[name].items():
+            np.testing.assert_array_equal(data, run.read(array), err_msg=f"{name}/{array}")
+
+
+def _args(processed: Path, url: str, hydra: Path, *extra: str) -> list[str]:
+    return [sys.executable, "cache_data.py", "--config-name=cached", f"data.processed_dir={processed}",
+            f"cache.dir={url}", *OVERRIDES, f"hydra.run.dir={hydra}", "hydra.output_subdir=null", *extra]
+
+
+def test_a_cache_built_on_s3_reads_as_the_local_build(s3_server, tiny_processed_dir, cache_dir):
+    from cache_data import build_cache
+    url, settings = f"s3://{s3_server.bucket()}/built", tiny_settings()
+    runs = list_runs(tiny_processed_dir)
+    assert [r.status for r in build_cache(runs, url, settings, rebuild=False)] == ["built", "built"]
+    assert [r.status for r in build_cache(runs, url, settings, rebuild=False)] == ["skipped", "skipped"]
+    factors = write_scaling_factors(runs, url, settings, normalization="min_max")
+    write_manifest(url, settings, manifest_runs(runs, url, settings), scaling_factors=factors)
+    assert_same_as(url, cache_dir)
+    assert [r.status for r in validate_cache(runs, url, settings)] == ["ok", "ok"]
+    local = CachedDoMINODataset(cache_dir, model_type="combined", **SAMPLES)
+    remote = CachedDoMINODataset(url, model_type="combined", **SAMPLES)
+    for index in range(2):
+        a, b = local[index], remote[index]
+        assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
+
+
+@pytest.mark.slow
+def test_the_command_lines_build_validate_and_train_on_an_s3_cache_and_write_no_secret(
+        s3_server, tiny_processed_dir, cache_dir, tmp_path, monkeypatch):
+    marker = "MARKER-SECRET-5f1c9e"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", marker)
+    url = f"s3://{s3_server.bucket()}/cli"
+    built = subprocess.run(_args(tiny_processed_dir, url, tmp_path / "hydra"), cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    assert "2 runs: 2 built" in built.stdout
+    checked = subprocess.run(_args(tiny_processed_dir, url, tmp_path / "hydra", "cache.validate=true"),
+                             cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "2 runs validated, 0 with problems" in checked.stdout
+    assert_same_as(url, cache_dir)
+    trained = subprocess.run([sys.executable, "train.py", "--config-name=cached", f"data.processed_dir={tiny_processed_dir}",
+                              f"cache.dir={url}", *TINY, "geometry.neighbor_layout=indices", "train.epochs=1",
+                              "train.num_workers=1", f"output_dir={tmp_path / 'train'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    assert (tmp_path / "train" / "checkpoints").is_dir()
+    source, key = source_and_key(url)
+    objects = source.list_all(key)
+    assert len(objects) > 20
+    for obj in objects:
+        [(data, _)] = source.fetch([Request(obj["path"])])
+        assert marker.encode() not in bytes(data), obj["path"]
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert marker.encode() not in path.read_bytes(), path
+    assert marker not in built.stdout + built.stderr + checked.stdout + checked.stderr + trained.stdout + trained.stderr
+
+
+REPEATS = int(os.environ.get("DOMINO_STORE_REPEATS", "1"))  # 5 for the acceptance runs
+
+
+def _generation_objects(url: str, run: str) -> dict[str, list[str]]:
+    """The objects under each generation prefix of ``run``, by generation name."""
+    source, key = source_and_key(url)
+    found: dict[str, list[str]] = {}
+    for obj in source.list_all(f"{key}/{run}"):
+        generation = obj["path"][len(key) + len(run) + 2:].split("/", 1)
+        found.setdefault(generation[0], []).append(generation[1])
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attempt", range(REPEATS))
+def test_kill_9_during_an_upload_then_a_rerun_equals_a_clean_build(
+        s3_server, tiny_processed_dir, cache_dir, tmp_path, attempt):
+    url = f"s3://{s3_server.bucket()}/killed"
+    proxy = FaultProxy(s3_server.endpoint, slow_every=1, delay=0.25, slow_methods=("PUT",))
+    env = os.environ | {"AWS_ENDPOINT_URL": proxy.endpoint}
+    builder = subprocess.Popen(_args(tiny_processed_dir, url, tmp_path / "hydra"), cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            uploading = _generation_objects(url, "run_1").get("g1.zarr", [])
+            if len(uploading) >= 3 and "zarr.json" not in uploading:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the upload was never seen half done")
+        os.kill(builder.pid, signal.SIGKILL)
+        builder.wait()
+    finally:
+        proxy.stop()
+    with pytest.raises(FileNotFoundError):
+        read_manifest(url)  # nothing is committed
+    rerun = subprocess.run(_args(tiny_processed_dir, url, tmp_path / "hydra"), cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_same_as(url, cache_dir)
+    manifest = read_manifest(url)
+    assert manifest["runs"]["run_1"]["path"] == "run_1/g2.zarr"  # the killed upload: no manifest names it
+    assert "zarr.json" not in _generation_objects(url, "run_1")["g1.zarr"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attempt", range(REPEATS))
+def test_two_builders_at_once_lose_no_run(s3_server, tiny_processed_dir, cache_dir, tmp_path, attempt):
+    url = f"s3://{s3_server.bucket()}/shared"
+    builders = []
+    for run in ("run_1", "run_2"):
+        alone = tmp_path / run / "processed"
+        alone.mkdir(parents=True)
+        (alone / f"{run}.zarr").symlink_to(tiny_processed_dir / f"{run}.zarr")
+        builders.append(subprocess.Popen(_args(alone, url, tmp_path / run / "hydra"), cwd=ROOT,
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    for builder in builders:
+        output, _ = builder.communicate(timeout=300)
+        assert builder.returncode == 0, output
+    assert sorted(read_manifest(url)["runs"]) == ["run_1", "run_2"]
+    assert_same_as(url, cache_dir)

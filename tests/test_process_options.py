@@ -1,0 +1,41 @@
+"""process_data.py's options: built from the config, checked on construction, recorded in a
+processed run and compared on a rerun."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from conftest import DEFAULTS, PROCESS_OPTIONS, typed_config
+
+from domino_pipeline.inputs.process_options import ProcessOptions
+
+
+def test_the_options_come_from_the_physics_variables_and_process_sections():
+    config = typed_config("physics.reference_length=4.5", "process.volume_source=cells")
+    options = ProcessOptions.from_config(config.physics, config.variables, config.process)
+    assert (options.stream_velocity, options.air_density, options.reference_length) == (30.0, 1.205, 4.5)
+    assert options.volume_source == "cells" and options.surface_variables == DEFAULTS.variables.surface
+
+
+def test_what_a_run_records_is_what_a_rerun_compares():
+    recorded = PROCESS_OPTIONS.recorded()
+    assert recorded["volume_source_requested"] == "points" and "volume_source" not in recorded
+    assert PROCESS_OPTIONS.differences(recorded) == []
+    changed = replace(PROCESS_OPTIONS, air_density=1.0, volume_source="cells")
+    assert changed.differences(recorded) == ["air_density: stored 1.205, configured 1.0",
+                                             "volume_source: stored 'points', configured 'cells'"]
+    assert PROCESS_OPTIONS.reference_length is None  # the default: stored None, as a run without attributes
+    assert PROCESS_OPTIONS.differences({}) == [f"{key}: stored None, configured {value!r}"
+                                               for key, value in vars(PROCESS_OPTIONS).items() if value is not None]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"stream_velocity": 0.0}, "stream_velocity, air_density and reference_length"),
+    ({"reference_length": -1.0}, "stream_velocity, air_density and reference_length"),
+    ({"volume_variables": {"TMeanTrim": "scalar"}}, "no non-dimensionalisation for TMeanTrim"),
+    ({"volume_source": "faces"}, r"process.volume_source must be one of \['points', 'cells'\]"),
+])
+def test_options_that_would_fail_every_run_are_refused(change, message):
+    with pytest.raises(ValueError, match=message):
+        replace(PROCESS_OPTIONS, **change)
