@@ -113,32 +113,36 @@ def test_cache_array_beyond_2_31_rows_reads_its_last_rows(tmp_path: Path) -> Non
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "volume_sdf"))[picks], values[picks - start])
 
 
-def test_shard_index_offsets_beyond_2_32(tmp_path: Path) -> None:
-    """A shard rewritten with its chunks beyond 2^32 bytes (a sparse hole before them) and its
-    index pointing there: read by zarr and by the cache's chunk reader."""
-    rows = 3 * 8192
-    array = _cache_array(tmp_path / "a", rows)
-    values = np.random.default_rng(1).normal(size=rows).astype(np.float32)
-    array[:] = values
-    shard = tmp_path / "a" / "c" / "0"
-    data = shard.read_bytes()
-    chunks = VOLUME_BLOCK_ROWS // 8192
-    index = np.frombuffer(data[-16 * chunks - 4:-4], "<u8").reshape(chunks, 2).copy()
-    written = index[:, 0] != 2**64 - 1
-    base = 2**32 + 12345
-    pieces = [(int(o), int(n)) for o, n in index[written]]
+def test_shard_beyond_2_32_bytes(tmp_path: Path) -> None:
+    """A shard of 1100 inner chunks of 4 MiB (4.6 GB, index offsets beyond 2^32), laid out as
+    zarr lays it out: zero chunks as holes (their checksums written), the last two chunks with
+    values; read by zarr and by the cache's chunk reader."""
+    rows, width, chunk_rows, chunks = 1100 * 1024, 1024, 1024, 1100
+    zarr.create_array(store=str(tmp_path / "a"), shape=(rows, width), dtype="float32",
+                      chunks=(chunk_rows, width), shards=(rows, width), serializer=BytesCodec(),
+                      compressors=[Crc32cCodec()], fill_value=0, config={"write_empty_chunks": True})
+    size = chunk_rows * width * 4
+    values = np.random.default_rng(1).normal(size=(2 * chunk_rows, width)).astype(np.float32)
+    zero_crc = crc32c.crc32c(bytes(size)).to_bytes(4, "little")
+    index = np.zeros((chunks, 2), dtype="<u8")
+    shard = tmp_path / "a" / "c" / "0" / "0"
+    shard.parent.mkdir(parents=True)
     with open(shard, "wb") as out:
-        out.truncate(base)
-        for k, (offset, nbytes) in enumerate(pieces):
-            out.seek(base + sum(n for _, n in pieces[:k]))
-            out.write(data[offset:offset + nbytes])
-        index[written, 0] = base + np.concatenate([[0], np.cumsum([n for _, n in pieces])[:-1]])
-        raw = index.astype("<u8").tobytes()
+        out.truncate(chunks * (size + 4))
+        for i in range(chunks):
+            index[i] = (i * (size + 4), size + 4)
+            k = i - (chunks - 2)
+            data = values[k * chunk_rows:(k + 1) * chunk_rows].tobytes() if k >= 0 else None
+            out.seek(i * (size + 4) + (0 if data is not None else size))
+            out.write(data + crc32c.crc32c(data).to_bytes(4, "little") if data is not None else zero_crc)
+        raw = index.tobytes()
+        out.seek(chunks * (size + 4))
         out.write(raw + crc32c.crc32c(raw).to_bytes(4, "little"))
-    assert shard.stat().st_size > 2**32
+    assert shard.stat().st_size > 2**32 and index[-1, 0] > 2**32
     reader = ChunkedArray.open(tmp_path / "a")
-    np.testing.assert_array_equal(reader.rows(0, rows), values)
-    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a"))[:], values)
+    np.testing.assert_array_equal(reader.rows(rows - 2 * chunk_rows, rows), values)
+    np.testing.assert_array_equal(reader.rows(0, 3), np.zeros((3, width), np.float32))
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a"))[rows - 5:], values[-5:])
 
 
 def test_150m_point_volume_layout_is_what_the_format_says(tmp_path: Path) -> None:
