@@ -9,6 +9,10 @@ Each run folder holds what a DrivAerML run holds, with the real names, arrays an
     run_<i>/volume_<i>.vtu      points filling the tunnel outside the body (VTK_VERTEX cells), with
                                 UMeanTrim, pMeanTrim, nutMeanTrim, CpMeanTrim, magUMeanNormTrim as
                                 point data and as cell data
+    run_<i>/force_mom_<i>.csv   Cd, Cl, Cs of the boundary fields (free stream 38.89 m/s, kinematic,
+                                the variant's aRef), integrated here over the boundary cells
+    run_<i>/geo_ref_<i>.csv     lRef (here the car's length; DrivAerML's is the wheelbase), aRef
+                                (the body's projection on the y-z plane)
 
 The body is a closed parametric surface: stations s in [0, 1] along x, each a superellipse cross
 section whose half width and height follow a nose / cabin / tail profile; both ends close in a
@@ -230,12 +234,55 @@ def boundary_mesh(
     return vertices, quads[~split], triangles
 
 
+def vector_areas(vertices: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """Area times unit normal (Newell's method) of same-size polygons (C, k), float64."""
+    p = vertices[cells].astype(np.float64)
+    return 0.5 * np.cross(p, np.roll(p, -1, axis=1)).sum(axis=1)
+
+
 def polygon_geometry(vertices: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Vertex-mean centres and unit normals (Newell's method) of same-size polygons (C, k)."""
-    p = vertices[cells]
-    area_vector = 0.5 * np.cross(p, np.roll(p, -1, axis=1)).sum(axis=1)
+    area_vector = vector_areas(vertices, cells)
     norm = np.linalg.norm(area_vector, axis=1, keepdims=True)
-    return p.mean(axis=1), area_vector / np.maximum(norm, 1e-30)
+    return vertices[cells].mean(axis=1), area_vector / np.maximum(norm, 1e-30)
+
+
+def published_forces(
+    vertices: np.ndarray, cell_groups: list[np.ndarray], fields: dict[str, np.ndarray], length: float,
+    u_inf: float = STREAM_VELOCITY,
+) -> dict[str, dict[str, float]]:
+    """What DrivAerML publishes beside a run, for this body: the force coefficients of its wall
+    fields (kinematic: F / (0.5 U^2 aRef)), normals out of the body, shear on it) with the
+    variant's frontal area, and that area. A closed body covers its projection on the y-z plane
+    twice, so aRef = 0.5 sum |n_x| A. ``fields`` run over the cells of ``cell_groups`` in order."""
+    terms, start = np.zeros(4), 0
+    for cells in cell_groups:
+        terms += _force_terms(vertices, cells, {k: v[start:start + len(cells)] for k, v in fields.items()})
+        start += len(cells)
+    return _published(terms, length, u_inf)
+
+
+def _force_terms(vertices: np.ndarray, cells: np.ndarray, fields: dict[str, np.ndarray]) -> np.ndarray:
+    """The force (x, y, z) of same-size ``cells`` and their sum of |n_x| A: sums over any
+    split of the cells add up to the body's."""
+    area_vectors = vector_areas(vertices, cells)
+    areas = np.linalg.norm(area_vectors, axis=1)
+    pressure = fields["pMeanTrim"].astype(np.float64)
+    shear = fields["wallShearStressMeanTrim"].astype(np.float64)
+    force = (-pressure[:, None] * area_vectors + shear * areas[:, None]).sum(axis=0)
+    return np.append(force, np.abs(area_vectors[:, 0]).sum())
+
+
+def _published(terms: np.ndarray, length: float, u_inf: float = STREAM_VELOCITY) -> dict[str, dict[str, float]]:
+    force, a_ref = terms[:3], 0.5 * float(terms[3])
+    scale = 1.0 / (0.5 * u_inf**2 * a_ref)
+    return {"force_mom": {"Cd": force[0] * scale, "Cl": force[2] * scale, "Cs": force[1] * scale},
+            "geo_ref": {"lRef": length, "aRef": a_ref}}
+
+
+def write_one_row_csv(path: Path, values: dict[str, float]) -> None:
+    """A header and one row, ``name, name`` / ``value, value`` (a space after each comma)."""
+    path.write_text(", ".join(values) + "\n" + ", ".join(f"{v:.9g}" for v in values.values()) + "\n")
 
 
 # ----------------------------------------------------------------------------- flow fields
@@ -394,15 +441,16 @@ def write_ascii_stl(path: Path, vertices: np.ndarray, faces: np.ndarray, name: s
 
 
 def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Generator,
-                   encoding: Encoding = Encoding()) -> int:
+                   encoding: Encoding = Encoding()) -> dict[str, dict[str, float]]:
     """Write the boundary VTP (quads first, then triangles) with its wall fields as cell data,
-    a block of cells at a time; return the number of cells."""
+    a block of cells at a time; return its published forces (``published_forces``)."""
     vertices, quads, triangles = boundary_mesh(shape, n_cells, rng)
     n_cells = len(quads) + len(triangles)
     fields = {"pMeanTrim": 1, "CpMeanTrim": 1, "pPrime2MeanTrim": 1, "wallShearStressMeanTrim": 3}
     specs = polydata_arrays(len(vertices), n_cells, quads.size + triangles.size, fields)
     counts = {"NumberOfPoints": len(vertices), "NumberOfVerts": 0, "NumberOfLines": 0,
               "NumberOfStrips": 0, "NumberOfPolys": n_cells}
+    terms = np.zeros(4)
     with VtkBlockWriter(path, "PolyData", counts, specs, encoding) as vtp:
         vtp.append("Points", "Points", vertices)
         end = 0
@@ -410,13 +458,15 @@ def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Gen
             for start in range(0, len(group), CELL_BLOCK):
                 cells = group[start:start + CELL_BLOCK]
                 centres, normals = polygon_geometry(vertices, cells)
-                for name, values in surface_fields(shape, centres, normals).items():
-                    vtp.append("CellData", name, values)
+                values = surface_fields(shape, centres, normals)
+                for name, column in values.items():
+                    vtp.append("CellData", name, column)
+                terms += _force_terms(vertices, cells, values)
                 vtp.append("Polys", "connectivity", cells)
                 offsets = end + cells.shape[1] * np.arange(1, len(cells) + 1)
                 vtp.append("Polys", "offsets", offsets)
                 end = int(offsets[-1])
-    return n_cells
+    return _published(terms, shape.length)
 
 
 def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Generator,
@@ -468,7 +518,9 @@ def generate_run(
         vertices, faces = stl_mesh(shape, stl_triangles)
         write_ascii_stl(run_dir / f"drivaer_{index}.stl", vertices, faces, f"drivaer_{index}")
         bar.update()
-        write_boundary(run_dir / f"boundary_{index}.vtp", shape, surface_cells, rng, encoding)
+        published = write_boundary(run_dir / f"boundary_{index}.vtp", shape, surface_cells, rng, encoding)
+        for name, values in published.items():
+            write_one_row_csv(run_dir / f"{name}_{index}.csv", values)
         bar.update()
         write_volume(run_dir / f"volume_{index}.vtu", shape, volume_points, rng, encoding)
         bar.update()

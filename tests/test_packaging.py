@@ -51,7 +51,7 @@ def _requires(wheel: zipfile.ZipFile) -> list[Requirement]:
 def _pins() -> dict[str, str]:
     lines = (ROOT / "requirements.txt").read_text().splitlines()
     pins = [line.split("==") for line in lines if "==" in line and not line.startswith("#")]
-    return {name.strip().lower(): version.strip() for name, version in pins}
+    return {name.split("[")[0].strip().lower(): version.strip() for name, version in pins}  # moto[server]: moto
 
 
 def _imported_distributions() -> set[str]:
