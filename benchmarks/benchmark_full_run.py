@@ -130,11 +130,14 @@ def train_step(work: Path) -> dict:
 def predict(work: Path, budget_s: float | None = None) -> dict:
     """predict.py on the run's surface (every cell, in batches) with the one-step model.
 
-    Its progress bar (cells done) is read from its output every 2 s; the model's cells per
-    second are the cells done between the first and the last reading over the time between
-    them. With ``budget_s`` it is stopped after that long (a documented fraction of the cells:
-    ``cells_done``), its peak RSS covering the whole run's preparation and kNN and the batches
-    done. Peak RSS is sampled every 0.5 s (psutil)."""
+    Its progress bar (cells done) is read from its output every 2 s: the bar's first reading
+    (0 cells) ends the preparation, grid SDFs and kNN of the whole run (``prepare_s``); the
+    next one ends the first batch, which also computes the run's geometry encoding
+    (``first_batch_s``); the model's cells per second are the cells done from the second
+    reading to the last over the time between them (three readings or more). With ``budget_s``
+    it is stopped after that long and three readings (a fraction of the cells: ``cells_done``),
+    its peak RSS covering the whole run's preparation and kNN and the batches done. Peak RSS is
+    sampled every 0.5 s (psutil)."""
     import psutil
 
     out = work / "predictions"
@@ -160,7 +163,7 @@ def predict(work: Path, budget_s: float | None = None) -> dict:
             done = _cells_done(log.read_bytes())
             if done is not None and (not readings or done[0] > readings[-1][1]):
                 readings.append((last_read - started, *done))
-        if budget_s is not None and time.time() - started > budget_s and len(readings) >= 2:
+        if budget_s is not None and time.time() - started > budget_s and len(readings) >= 3:
             proc.kill()
             proc.wait()
             break
@@ -170,12 +173,13 @@ def predict(work: Path, budget_s: float | None = None) -> dict:
         raise RuntimeError(f"predict.py failed ({proc.returncode}): {log.read_text()[-2000:]}")
     figures = _figures(wall, peak / 2**20, out)
     if len(readings) >= 2:
-        (t0, c0, total), (t1, c1, _) = readings[0], readings[-1]
-        rate = (c1 - c0) / (t1 - t0)
-        figures |= {"cells": total, "cells_done": c1 if proc.returncode else total,
-                    "first_batch_s": t0, "model_cells_per_s": rate,
-                    "model_s_per_million_cells": 1e6 / rate,
-                    "s_per_million_cells_estimated": (t0 + (total - c0) / rate) / total * 1e6}
+        figures |= {"cells": readings[0][2], "cells_done": readings[-1][1] if proc.returncode else readings[0][2],
+                    "prepare_s": readings[0][0], "first_batch_s": readings[1][0] - readings[0][0]}
+    if len(readings) >= 3:
+        (t1, c1, total), (t2, c2, _) = readings[1], readings[-1]
+        rate = (c2 - c1) / (t2 - t1)
+        figures |= {"model_cells_per_s": rate, "model_s_per_million_cells": 1e6 / rate,
+                    "s_per_million_cells_estimated": (t1 + (total - c1) / rate) / total * 1e6}
     return figures
 
 
