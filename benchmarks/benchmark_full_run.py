@@ -1,13 +1,16 @@
 """One DrivAerML-size run through every stage: wall time, peak RSS and disk bytes per stage.
 
 A synthetic run of DrivAerML's sizes (8.8M surface cells, 600k STL triangles, ``--volume-points``
-volume points, 150M by default) is generated, processed, cached (``features`` layout), drawn
-from warm and cold, trained on for one step and predicted on (surface). The generate, process and
-cache stages also run at ``--small-volume-points`` (20M), so that their peak memory at both sizes
-is compared side by side. Each stage runs in a child process (``wait4`` gives its peak RSS); its
-figures are kept in ``<work>/steps.json`` as soon as it finishes, so an interrupted benchmark
-resumes after its last finished stage. Prints a Markdown table and the acceptance checks; writes
-JSON.
+volume points, 150M by default) and one at ``--small-volume-points`` (20M) are generated,
+processed and cached (``features`` layout), so that each stage's peak memory at both sizes is
+compared side by side; the ``--model-run`` one (default: the small one; their inputs do not
+grow with the volume) is drawn from warm and cold, trained on for one step and predicted on
+(surface). Each stage runs in a child process (``wait4``, or psutil sampling, gives its peak
+RSS). ``--cache-budget-s`` / ``--predict-budget-s`` stop the large cache build after its first
+volume shard / the prediction after a few batches once that time has passed, a documented part
+of the stage. Each stage's figures are kept in ``<work>/steps/`` as soon as it finishes, so an
+interrupted benchmark resumes. Prints a Markdown table and the acceptance checks; writes JSON
+(docs/scaling.md: the measured run).
 
     nice -n 10 python benchmarks/benchmark_full_run.py --work outputs/full_run \
         --json docs/benchmark_full_run.json
@@ -61,6 +64,28 @@ def process(work: Path) -> dict:
     return _figures(wall, peak, processed)
 
 
+def _watched(args: list[str], output, tick) -> tuple[float, int, int]:
+    """Run ``args`` in a child (output to ``output``), sampling its RSS every 0.5 s (psutil)
+    and calling ``tick(seconds so far)``, which returns True to stop (kill) it; (wall s, peak
+    RSS bytes, return code: -9 when stopped)."""
+    import psutil
+
+    started = time.time()
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT)
+    child, peak = psutil.Process(proc.pid), 0
+    while proc.poll() is None:
+        try:
+            peak = max(peak, child.memory_info().rss)
+        except psutil.NoSuchProcess:
+            break
+        if tick(time.time() - started):
+            proc.kill()
+            break
+        time.sleep(0.5)
+    proc.wait()
+    return time.time() - started, peak, proc.returncode
+
+
 def cache(work: Path, budget_s: float | None = None) -> dict:
     """cache_data.py (``features`` layout, DoMINO's default 128 x 64 x 64 grid) on the run.
 
@@ -69,32 +94,22 @@ def cache(work: Path, budget_s: float | None = None) -> dict:
     dealing its rows) and that many of its shards (SDF, closest point, write); with two or more,
     the total time is extrapolated from the time per shard. Peak RSS is sampled every 0.5 s
     (psutil)."""
-    import psutil
-
     target = work / "cache"
     shutil.rmtree(target, ignore_errors=True)
     args = [sys.executable, "cache_data.py", "--config-name=cached", f"data.processed_dir={work / 'processed'}",
             f"cache.dir={target}", "geometry.neighbor_layout=features"]
-    started = time.time()
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    child, peak, shard_times = psutil.Process(proc.pid), 0, []
-    while proc.poll() is None:
-        try:
-            peak = max(peak, child.memory_info().rss)
-        except psutil.NoSuchProcess:
-            break
+    shard_times: list[float] = []
+
+    def tick(elapsed: float) -> bool:
         written = len(list(target.glob("run_1/.g*.tmp*/volume_sdf/c/*")))
-        shard_times += [time.time() - started] * (written - len(shard_times))
-        if budget_s is not None and time.time() - started > budget_s and shard_times:
-            proc.kill()
-            proc.wait()
-            break
-        time.sleep(0.5)
-    wall = time.time() - started
-    if proc.returncode not in (0, -9):
-        raise RuntimeError(f"cache_data.py failed ({proc.returncode})")
+        shard_times.extend([elapsed] * (written - len(shard_times)))
+        return budget_s is not None and elapsed > budget_s and bool(shard_times)
+
+    wall, peak, returncode = _watched(args, subprocess.DEVNULL, tick)
+    if returncode not in (0, -9):
+        raise RuntimeError(f"cache_data.py failed ({returncode})")
     figures = _figures(wall, peak / 2**20, target)
-    if proc.returncode == -9:
+    if returncode == -9:
         n_points = int(json.loads((work / "processed" / "run_1.zarr" / "zarr.json").read_text())
                        ["attributes"]["counts"]["volume_points"])
         shards = -(-n_points // (1 << 22))
@@ -138,8 +153,6 @@ def predict(work: Path, budget_s: float | None = None) -> dict:
     it is stopped after that long and three readings (a fraction of the cells: ``cells_done``),
     its peak RSS covering the whole run's preparation and kNN and the batches done. Peak RSS is
     sampled every 0.5 s (psutil)."""
-    import psutil
-
     out = work / "predictions"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -149,31 +162,24 @@ def predict(work: Path, budget_s: float | None = None) -> dict:
             f"predict.checkpoint={work / 'train' / 'checkpoints' / 'model_last.mdlus'}",
             f"predict.runs=[{work / 'processed' / 'run_1.zarr'}]", f"predict.out_dir={out}",
             "predict.plot=false", "predict.device=cpu"]
-    started = time.time()
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(args, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
-    child, peak, readings, last_read = psutil.Process(proc.pid), 0, [], 0.0
-    while proc.poll() is None:
-        try:
-            peak = max(peak, child.memory_info().rss)
-        except psutil.NoSuchProcess:
-            break
-        if time.time() - last_read > 2:
-            last_read = time.time()
+    readings: list[tuple[float, int, int]] = []
+    last_read = [0.0]
+
+    def tick(elapsed: float) -> bool:
+        if elapsed - last_read[0] > 2:
+            last_read[0] = elapsed
             done = _cells_done(log.read_bytes())
             if done is not None and (not readings or done[0] > readings[-1][1]):
-                readings.append((last_read - started, *done))
-        if budget_s is not None and time.time() - started > budget_s and len(readings) >= 3:
-            proc.kill()
-            proc.wait()
-            break
-        time.sleep(0.5)
-    wall = time.time() - started
-    if proc.returncode not in (0, -9):
-        raise RuntimeError(f"predict.py failed ({proc.returncode}): {log.read_text()[-2000:]}")
+                readings.append((elapsed, *done))
+        return budget_s is not None and elapsed > budget_s and len(readings) >= 3
+
+    with open(log, "wb") as sink:
+        wall, peak, returncode = _watched(args, sink, tick)
+    if returncode not in (0, -9):
+        raise RuntimeError(f"predict.py failed ({returncode}): {log.read_text()[-2000:]}")
     figures = _figures(wall, peak / 2**20, out)
     if len(readings) >= 2:
-        figures |= {"cells": readings[0][2], "cells_done": readings[-1][1] if proc.returncode else readings[0][2],
+        figures |= {"cells": readings[0][2], "cells_done": readings[-1][1] if returncode else readings[0][2],
                     "prepare_s": readings[0][0], "first_batch_s": readings[1][0] - readings[0][0]}
     if len(readings) >= 3:
         (t1, c1, total), (t2, c2, _) = readings[1], readings[-1]
