@@ -262,27 +262,27 @@ class CacheRun:
                 self._resident[name] = array.assemble(Ellipsis, chunks, views)
 
     def read(self, name: str, selection: Any = slice(None),
-             empty: Allocator = np.empty) -> np.ndarray:
+             allocate: Allocator = np.empty) -> np.ndarray:
         """``array[selection]`` (orthogonal indexing for index arrays): from memory for a kept
         array, through the run's source where ``ChunkedArray`` reads the layout and the
         selection, else with zarr-python; a failed checksum, a missing or unreadable chunk
-        raises CacheError naming the run and the array. ``empty(shape, dtype)`` allocates the
+        raises CacheError naming the run and the array. ``allocate(shape, dtype)`` allocates the
         result (batch_transfer.output_array puts it where a DataLoader worker's batch travels)."""
-        return self.read_many([(name, selection, empty)])[0]
+        return self.read_many([(name, selection, allocate)])[0]
 
     def read_many(self, reads: list[tuple[str, Any, Allocator]]) -> list[np.ndarray]:
-        """``read`` of every (name, selection, empty) triple, the direct ones fetched together
+        """``read`` of every (name, selection, allocate) triple, the direct ones fetched together
         (the missing shard indexes in one wave, the chunks in one more)."""
         out: list[np.ndarray | None] = [None] * len(reads)
         direct = []
-        for i, (name, selection, empty) in enumerate(reads):
+        for i, (name, selection, allocate) in enumerate(reads):
             reader = self.reader(name)
             if name in self._resident and reader.supports(selection):
-                out[i] = _from_memory(self._resident[name], selection, empty)
+                out[i] = _from_memory(self._resident[name], selection, allocate)
             elif reader is not None and reader.supports(selection):
                 direct.append(i)
             else:
-                out[i] = self._read_zarr(name, selection, empty)
+                out[i] = self._read_zarr(name, selection, allocate)
         what = f"array {reads[direct[0]][0]!r}" if len(direct) == 1 else "an array"
         with self._naming_errors(what):
             got = read_many([(self.reader(reads[i][0]), reads[i][1], reads[i][2]) for i in direct])
@@ -290,16 +290,16 @@ class CacheRun:
             out[i] = data
         return out
 
-    def _read_zarr(self, name: str, selection: Any, empty: Allocator) -> np.ndarray:
+    def _read_zarr(self, name: str, selection: Any, allocate: Allocator) -> np.ndarray:
         array = self.array(name)
         with self._naming_errors(f"array {name!r}"):
             if isinstance(selection, np.ndarray):
                 data = array.get_orthogonal_selection(selection)
             else:
                 data = array[selection]
-        if empty is np.empty:
+        if allocate is np.empty:
             return data
-        out = empty(data.shape, data.dtype)
+        out = allocate(data.shape, data.dtype)
         out[...] = data
         return out
 
@@ -333,14 +333,14 @@ class _NamingErrors:
         raise CacheError(f"{path}: {what} is corrupt or unreadable: {err}") from err
 
 
-def _from_memory(array: np.ndarray, selection: Any, empty: Allocator) -> np.ndarray:
-    """``array[selection]`` (rows) into a new array from ``empty``."""
+def _from_memory(array: np.ndarray, selection: Any, allocate: Allocator) -> np.ndarray:
+    """``array[selection]`` (rows) into a new array from ``allocate``."""
     if isinstance(selection, np.ndarray):
-        out = empty((len(selection), *array.shape[1:]), array.dtype)
+        out = allocate((len(selection), *array.shape[1:]), array.dtype)
         np.take(array, selection, axis=0, out=out)
         return out
     data = array[selection]
-    out = empty(data.shape, data.dtype)
+    out = allocate(data.shape, data.dtype)
     out[...] = data
     return out
 
