@@ -78,7 +78,8 @@ def _factors(config: PipelineConfig) -> dict:
     sampling = config.sampling
     if sampling.scaling_factors is None and config.cache.enabled:
         return manifest_scaling_factors(config.cache.dir, normalization=sampling.normalization)
-    return load_scaling_factors(scaling_factors_path(config), sampling.normalization)
+    return load_scaling_factors(scaling_factors_path(config), sampling.normalization,
+                                allow_pickle=config.data.allow_pickle)
 
 
 def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str | os.PathLike] | None, *,

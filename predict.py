@@ -14,7 +14,11 @@ model_best / model_last, or any DoMINO saved with `Module.save`) or this project
 For each run, in `predict.out_dir`: `<run>_surface.vtp` with the predicted arrays `<name>_pred`
 beside the true `<name>` (physical units, as in the source files), `<run>_volume.vtu` when asked,
 `<run>_pressure.png`; for all runs `predictions.csv`: drag and lift coefficients predicted and
-true, relative L2 per variable. The table is printed too. Conventions: domino_pipeline/inference/forces.py.
+true (integrated over the cells in physical units, with the free stream of `physics.free_stream_*`),
+the published ones where a raw run folder has `force_mom_<i>.csv`, the reference area used (the
+run's `geo_ref_<i>.csv` aRef where it has one and `forces.reference_area_per_run`, else
+`forces.reference_area`), relative L2 per variable. The table is printed too. Conventions:
+domino_pipeline/inference/forces.py.
 """
 
 from __future__ import annotations
@@ -63,7 +67,8 @@ def runs_to_predict(options: PredictConfig, data: DataConfig) -> list[Path]:
 
 
 def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
-    columns = ["run", "cells", "cd_pred", "cd_true", "cl_pred", "cl_true"]
+    columns = ["run", "cells", "a_ref", "cd_pred", "cd_true", "cd_published", "cl_pred", "cl_true", "cl_published"]
+    columns = [c for c in columns if not c.endswith("_published") or any(c in r for r in records)]
     columns += [f"rel_l2_area_{name}" for name in surface_names] + [f"rel_l2_{name}" for name in surface_names]
     columns += sorted({key for r in records for key in r if key.startswith("rel_l2_volume_")})
     return columns + ["cells_not_predicted", "seconds"]
@@ -74,19 +79,20 @@ def print_table(records: list[dict], columns: list[str]) -> None:
     shown = [c for c in columns if not c.startswith("rel_l2_") or c.startswith("rel_l2_area_")]
     shown = [c for c in shown if c != "cells_not_predicted" or any(r.get(c) for r in records)]
     print(format_table(records, shown, {c: c.removeprefix("rel_l2_area_") for c in shown}))
-    print("columns after cl_true: relative L2 error per variable over the surface, area-weighted")
+    print("columns after the lift: relative L2 error per variable over the surface, area-weighted")
 
 
 @entry_point
 def main(config: PipelineConfig) -> None:
     """Predict every run asked for; write and print the table."""
-    options, forces = config.predict, ForceSettings.from_config(config.forces)
+    options, forces = config.predict, ForceSettings.from_config(config.forces, config.physics)
     device = resolve_train_device(options.device, 0)
     settings = settings_from_config(config.geometry, config.variables)
     variables = {"surface": config.variables.surface, "volume": config.variables.volume}
     model, parameters = load_trained_model(options.checkpoint, device)
     check_data_fits_model(settings.fingerprinted(), parameters, "the config")
-    factors = load_scaling_factors(scaling_factors_path(config), config.sampling.normalization)  # train.py's
+    factors = load_scaling_factors(scaling_factors_path(config), config.sampling.normalization,  # train.py's
+                                   allow_pickle=config.data.allow_pickle)
     physics = Physics(config.physics.stream_velocity, config.physics.air_density, config.physics.reference_length)
     out_dir = Path(options.out_dir)
     records = []
@@ -106,8 +112,10 @@ def main(config: PipelineConfig) -> None:
     columns = table_columns(records, variable_names(variables["surface"]))
     csv_path = write_csv(records, columns, out_dir / "predictions.csv")
     print_table(records, columns)
-    print(f"drag/lift: reference area {forces.reference_area} m^2, normals {forces.convention.normals}, wall shear "
-          f"{forces.convention.wall_shear}; table: {csv_path}")
+    stream = forces.free_stream
+    print(f"drag/lift: reference area a_ref (m^2), free stream {stream.velocity} m/s, "
+          f"{'kinematic fields' if stream.kinematic else f'density {stream.density} kg/m^3'}, normals "
+          f"{forces.convention.normals}, wall shear {forces.convention.wall_shear}; table: {csv_path}")
     if any(r.get("cd_true", 1.0) < 0 for r in records):
         print("warning: a true drag coefficient is negative: check forces.normals and forces.wall_shear", file=sys.stderr)
 

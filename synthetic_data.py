@@ -9,6 +9,10 @@ Each run folder holds what a DrivAerML run holds, with the real names, arrays an
     run_<i>/volume_<i>.vtu      points filling the tunnel outside the body (VTK_VERTEX cells), with
                                 UMeanTrim, pMeanTrim, nutMeanTrim, CpMeanTrim, magUMeanNormTrim as
                                 point data and as cell data
+    run_<i>/force_mom_<i>.csv   Cd, Cl, Cs of the boundary fields (free stream 38.89 m/s, kinematic,
+                                the variant's aRef), integrated here over the boundary cells
+    run_<i>/geo_ref_<i>.csv     lRef (here the car's length; DrivAerML's is the wheelbase), aRef
+                                (the body's projection on the y-z plane)
 
 The body is a closed parametric surface: stations s in [0, 1] along x, each a superellipse cross
 section whose half width and height follow a nose / cabin / tail profile; both ends close in a
@@ -214,12 +218,41 @@ def boundary_mesh(
     return vertices, quads[~split], triangles
 
 
+def vector_areas(vertices: np.ndarray, cells: np.ndarray) -> np.ndarray:
+    """Area times unit normal (Newell's method) of same-size polygons (C, k), float64."""
+    p = vertices[cells].astype(np.float64)
+    return 0.5 * np.cross(p, np.roll(p, -1, axis=1)).sum(axis=1)
+
+
 def polygon_geometry(vertices: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Vertex-mean centres and unit normals (Newell's method) of same-size polygons (C, k)."""
-    p = vertices[cells]
-    area_vector = 0.5 * np.cross(p, np.roll(p, -1, axis=1)).sum(axis=1)
+    area_vector = vector_areas(vertices, cells)
     norm = np.linalg.norm(area_vector, axis=1, keepdims=True)
-    return p.mean(axis=1), area_vector / np.maximum(norm, 1e-30)
+    return vertices[cells].mean(axis=1), area_vector / np.maximum(norm, 1e-30)
+
+
+def published_forces(
+    vertices: np.ndarray, cell_groups: list[np.ndarray], fields: dict[str, np.ndarray], length: float,
+    u_inf: float = STREAM_VELOCITY,
+) -> dict[str, dict[str, float]]:
+    """What DrivAerML publishes beside a run, for this body: the force coefficients of its wall
+    fields (kinematic: F / (0.5 U^2 aRef)), normals out of the body, shear on it) with the
+    variant's frontal area, and that area. A closed body covers its projection on the y-z plane
+    twice, so aRef = 0.5 sum |n_x| A."""
+    area_vectors = np.concatenate([vector_areas(vertices, cells) for cells in cell_groups])
+    areas = np.linalg.norm(area_vectors, axis=1)
+    pressure = fields["pMeanTrim"].astype(np.float64)
+    shear = fields["wallShearStressMeanTrim"].astype(np.float64)
+    force = (-pressure[:, None] * area_vectors + shear * areas[:, None]).sum(axis=0)
+    a_ref = 0.5 * float(np.abs(area_vectors[:, 0]).sum())
+    scale = 1.0 / (0.5 * u_inf**2 * a_ref)
+    return {"force_mom": {"Cd": force[0] * scale, "Cl": force[2] * scale, "Cs": force[1] * scale},
+            "geo_ref": {"lRef": length, "aRef": a_ref}}
+
+
+def write_one_row_csv(path: Path, values: dict[str, float]) -> None:
+    """A header and one row, ``name, name`` / ``value, value`` (a space after each comma)."""
+    path.write_text(", ".join(values) + "\n" + ", ".join(f"{v:.9g}" for v in values.values()) + "\n")
 
 
 # ----------------------------------------------------------------------------- flow fields
@@ -385,8 +418,9 @@ def _polydata(vertices: np.ndarray, quads: np.ndarray, triangles: np.ndarray) ->
     return pv.PolyData(vertices.astype(np.float32), faces=flat)
 
 
-def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Generator) -> int:
-    """Write the boundary VTP with its wall fields as cell data; return the number of cells."""
+def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Generator) -> dict[str, dict[str, float]]:
+    """Write the boundary VTP with its wall fields as cell data; return its published forces
+    (``published_forces``)."""
     vertices, quads, triangles = boundary_mesh(shape, n_cells, rng)
     mesh = _polydata(vertices, quads, triangles)
     centres, normals = zip(*(polygon_geometry(vertices, c) for c in (quads, triangles)))
@@ -394,7 +428,7 @@ def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Gen
     for name, values in fields.items():
         mesh.cell_data[name] = values
     write_xml(mesh, path)
-    return mesh.n_cells
+    return published_forces(np.asarray(mesh.points), [quads, triangles], fields, shape.length)
 
 
 def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Generator) -> None:
@@ -429,7 +463,9 @@ def generate_run(
         vertices, faces = stl_mesh(shape, stl_triangles)
         write_ascii_stl(run_dir / f"drivaer_{index}.stl", vertices, faces, f"drivaer_{index}")
         bar.update()
-        write_boundary(run_dir / f"boundary_{index}.vtp", shape, surface_cells, rng)
+        published = write_boundary(run_dir / f"boundary_{index}.vtp", shape, surface_cells, rng)
+        for name, values in published.items():
+            write_one_row_csv(run_dir / f"{name}_{index}.csv", values)
         bar.update()
         write_volume(run_dir / f"volume_{index}.vtu", shape, volume_points, rng)
         bar.update()

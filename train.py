@@ -14,6 +14,9 @@ with the lowest validation loss; `physicsnemo.Module.from_checkpoint` loads them
 which epoch), epochs.jsonl (one record per epoch: losses, data wait vs compute, samples/s, peak
 memory, the runs each rank saw), steps.jsonl (loss per step), split.json (train/validation runs)
 and tensorboard/. Fine-tune from any physicsnemo DoMINO `.mdlus`: `train.init_from=/path/model.mdlus`.
+Each checkpointed epoch end also writes physicsnemo's save_checkpoint pair (DoMINO.0.<e>.mdlus,
+checkpoint.0.<e>.pt) for its load_checkpoint; `train.resume_from=/example/models` continues such a
+pair written by the DoMINO example (domino_pipeline/training/checkpointing.py).
 Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits with 128+signal.
 
 This file wires the pieces of domino_pipeline/training/ together: the epoch loop (epochs.py),
@@ -134,7 +137,8 @@ def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
     check_data_fits_model(data.train_set.settings, resolved_parameters(config.model), data_source(config))
     objective = Objective(loss=config.loss, description=config.loss.describe(parts_of(model_type)),
                           variable_names=target_variable_names(config),
-                          unscale=make_unscaler(factors, config.sampling.normalization))
+                          unscale=make_unscaler(factors, config.sampling.normalization,
+                                                  allow_pickle=config.data.allow_pickle))
     return Trainer(info=info, config=config.train, state=build_state(config, info), data=data, objective=objective,
                    files=RunFiles.under(output_dir, config.as_dict()), log=log, stop=StopFlag())
 

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchmark_dataloader as bd
 
 LAWS = {
-    "default (surface 8x, volume 100x)": {},
+    "default (surface 8x, volume 8x)": {},
     "volume window 1x": {"volume_window_factor": 1},
-    "volume window 10x": {"volume_window_factor": 10},
+    "volume window 100x (upstream's block)": {"volume_window_factor": 100},
     "exact": {"exact": True},
 }
 PARTS = ("geometry", "surface", "volume", "grid")

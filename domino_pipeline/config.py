@@ -68,18 +68,29 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class PhysicsConfig:
-    """``physics:`` the non-dimensionalisation references."""
+    """``physics:`` the non-dimensionalisation references, and the flow the force coefficients
+    refer to (inference/forces.py)."""
 
     stream_velocity: float
     air_density: float
     reference_length: float | None  # None: each car's length
+    kinematic: bool                 # the files' pressure and wall shear are divided by the density
+    free_stream_velocity: float     # m/s, U_inf of the force coefficients
+    free_stream_density: float      # kg/m^3, rho_inf of the force coefficients when not kinematic
 
     def __post_init__(self) -> None:
-        length = 1.0 if self.reference_length is None else self.reference_length
-        if min(self.stream_velocity, self.air_density, length) <= 0:
-            raise ValueError("physics: stream_velocity, air_density and reference_length (when given) "
-                             f"must be positive, not {self.stream_velocity}, {self.air_density}, "
-                             f"{self.reference_length}")
+        check_scaling_references(self.stream_velocity, self.air_density, self.reference_length)
+        if min(self.free_stream_velocity, self.free_stream_density) <= 0:
+            raise ValueError("physics: free_stream_velocity and free_stream_density must be positive, not "
+                             f"{self.free_stream_velocity}, {self.free_stream_density}")
+
+
+def check_scaling_references(stream_velocity: float, air_density: float, reference_length: float | None) -> None:
+    """Refuse scaling references that are not positive (reference_length None: each car's)."""
+    length = 1.0 if reference_length is None else reference_length
+    if min(stream_velocity, air_density, length) <= 0:
+        raise ValueError("physics: stream_velocity, air_density and reference_length (when given) "
+                         f"must be positive, not {stream_velocity}, {air_density}, {reference_length}")
 
 
 @dataclass(frozen=True)
@@ -233,6 +244,7 @@ class TrainConfig:
     device: str             # auto | cpu | cuda
     cpu_threads: int        # torch intra-op threads when training on the CPU; 0: torch's default
     init_from: str | None   # a physicsnemo .mdlus model to start from (fine-tuning); None: fresh weights
+    resume_from: str | None  # a physicsnemo checkpoint folder (checkpoint.0.<e>.pt, DoMINO.0.<e>.mdlus) to continue
 
     def __post_init__(self) -> None:
         check_choice("train.scheduler", self.scheduler, SCHEDULERS)
@@ -270,6 +282,7 @@ class ForcesConfig:
     """``forces:`` drag and lift: reference area, the data's conventions, variables, directions."""
 
     reference_area: float
+    reference_area_per_run: bool  # a raw run folder's geo_ref_<i>.csv aRef where it has one
     normals: str
     wall_shear: str
     pressure: str

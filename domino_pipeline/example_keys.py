@@ -17,7 +17,8 @@ EXAMPLE_KEYS: dict[str, tuple[str | None, str]] = {
     "exp_tag": ("output_dir", ""),
     "project_dir": ("output_dir", ""),
     "output": ("output_dir", ""),
-    "resume_dir": ("output_dir", "train.py resumes from <output_dir>/checkpoints/checkpoint.pt by itself"),
+    "resume_dir": ("train.resume_from", "the example's checkpoint.0.<e>.pt and DoMINO.0.<e>.mdlus; a run's own "
+                   "<output_dir>/checkpoints/checkpoint.pt is resumed by itself"),
     "data_processor": ("process", "process_data.py reads DrivAerML run folders"),
     "data_processor.kind": (None, "process_data.py reads DrivAerML run folders (run_<i>/)"),
     "data_processor.input_dir": ("data.raw_dir", ""),
@@ -26,6 +27,8 @@ EXAMPLE_KEYS: dict[str, tuple[str | None, str]] = {
     "data_processor.use_cache": ("cache.enabled", ""),
     "data_processor.num_processors": ("process.num_processes", ""),
     "data.input_dir": ("data.processed_dir", "training and validation runs come from one folder"),
+    "data.scaling_factors": ("sampling.scaling_factors", "the example's scaling_factors.pkl is read with "
+                             "data.allow_pickle=true, or converted once to JSON (compute/example_factors.py)"),
     "data.input_dir_val": ("train.val_fraction", "validation runs are split off data.processed_dir"),
     "data.bounding_box": ("geometry.bounding_box_volume", ""),
     "data.bounding_box.min": ("geometry.bounding_box_volume.min", ""),

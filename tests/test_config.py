@@ -22,7 +22,7 @@ def test_no_field_has_a_default_outside_the_yaml():
 
 def test_the_yaml_values_arrive_typed():
     assert DEFAULTS.geometry.neighbor_layout == "features"
-    assert DEFAULTS.sampling.volume_window_factor == 1 and DEFAULTS.sampling.surface_window_factor == 8
+    assert DEFAULTS.sampling.volume_window_factor == 8 and DEFAULTS.sampling.surface_window_factor == 8
     assert DEFAULTS.physics.stream_velocity == 30.0 and isinstance(DEFAULTS.physics.stream_velocity, float)
     assert DEFAULTS.model["interp_res"] == DEFAULTS.geometry.interp_res  # ${geometry.interp_res} resolved
     demo = typed_config(name="demo")

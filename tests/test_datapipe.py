@@ -392,6 +392,25 @@ def test_the_readme_example_runs_as_written(cache_dir):
     assert scope["ds"].scaling_factors is not None and scope["batch"]["surface_fields"].shape == (1, 256, 4)
 
 
+@pytest.mark.parametrize("make", [_cached, _uncached], ids=["cached", "uncached"])
+def test_the_calls_the_examples_compute_l2_makes_work(make, cache_dir, tiny_processed_dir, factors):
+    """physicsnemo's DoMINO example validates with ``compute_l2(pred_surface, pred_volume, batch,
+    dataset)``, which calls ``dataset.unscale_model_outputs(surface_fields=...)`` and
+    ``(volume_fields=...)`` on batched tensors and takes the surface from the second slot, the
+    volume from the first. Unscaled, the targets are those of the same draw without factors."""
+    source = cache_dir if make is _cached else tiny_processed_dir
+    scaled, plain = (make(source, model_type="combined", seed=3, scaling_factors=f) for f in (factors, None))
+    item, reference = scaled[1], plain[1]
+    batch = {key: value.unsqueeze(0) for key, value in item.items()}
+    _, surface = scaled.unscale_model_outputs(surface_fields=batch["surface_fields"])
+    volume, nothing = scaled.unscale_model_outputs(volume_fields=batch["volume_fields"])
+    assert nothing is None and surface.shape == batch["surface_fields"].shape
+    torch.testing.assert_close(surface[0], reference["surface_fields"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(volume[0], reference["volume_fields"], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(batch["surface_fields"][0], reference["surface_fields"])  # the factors did scale
+    assert plain.unscale_model_outputs(volume_fields=reference["volume_fields"])[0] is reference["volume_fields"]
+
+
 def test_uncached_draws_prepare_a_runs_knn_index_once(tiny_processed_dir, monkeypatch):
     from domino_pipeline.compute import geometry
 

@@ -30,7 +30,8 @@ from domino_pipeline.inputs.runs import list_runs
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_AREA = 2.0
 # synthetic_data.py's runs: normals out of the car, wall shear on the car
-SYNTHETIC_FORCES = ["forces.normals=out_of_body", "forces.wall_shear=on_body", f"forces.reference_area={REFERENCE_AREA}"]
+SYNTHETIC_FORCES = ["forces.normals=out_of_body", "forces.wall_shear=on_body", f"forces.reference_area={REFERENCE_AREA}",
+                    "forces.reference_area_per_run=false"]
 
 
 def tiny_model_config(*extra: str):
@@ -57,9 +58,9 @@ def predict_command(paths: dict[str, Path], runs: list[Path], out: Path, *extra:
             f"predict.out_dir={out}", *SYNTHETIC_FORCES, *extra]
 
 
-def independent_drag(vtp: Path, air_density: float, stream_velocity: float) -> float:
+def independent_drag(vtp: Path, free_stream_velocity: float) -> float:
     """C_d of a raw VTP: each cell's vector area as a sum over a fan of triangles, one cell at a
-    time; pressure and shear non-dimensionalised by rho U^2; normals out of the car, shear on it."""
+    time; kinematic pressure and shear over 0.5 U^2; normals out of the car, shear on it."""
     mesh = pv.read(str(vtp))
     pressure = np.asarray(mesh.cell_data["pMeanTrim"], dtype=np.float64)
     shear_x = np.asarray(mesh.cell_data["wallShearStressMeanTrim"], dtype=np.float64)[:, 0]
@@ -69,7 +70,7 @@ def independent_drag(vtp: Path, air_density: float, stream_velocity: float) -> f
         vector_area = sum(0.5 * np.cross(corners[k] - corners[0], corners[k + 1] - corners[0])
                           for k in range(1, len(corners) - 1))
         force_x += -pressure[i] * vector_area[0] + shear_x[i] * np.linalg.norm(vector_area)
-    return 2.0 * force_x / (air_density * stream_velocity**2) / REFERENCE_AREA
+    return force_x / (0.5 * free_stream_velocity**2) / REFERENCE_AREA
 
 
 @pytest.fixture(scope="module")
@@ -105,11 +106,12 @@ def test_predict_writes_the_surface_with_predicted_arrays_beside_the_true_ones(p
 def test_the_true_drag_is_the_integral_of_the_raw_vtp(predicted, tiny_raw_dir):
     physics = OmegaConf.load(ROOT / "conf" / "config.yaml").physics
     row = read_csv(predicted["out"] / "predictions.csv")["run_1"]
-    expected = independent_drag(tiny_raw_dir / "run_1" / "boundary_1.vtp", physics.air_density, physics.stream_velocity)
+    expected = independent_drag(tiny_raw_dir / "run_1" / "boundary_1.vtp", physics.free_stream_velocity)
     assert expected > 0.05  # a car's drag, with the synthetic runs' convention
     assert float(row["cd_true"]) == pytest.approx(expected, rel=1e-6)
     assert int(row["cells"]) == pv.read(str(tiny_raw_dir / "run_1" / "boundary_1.vtp")).n_cells
-    assert int(row["cells_not_predicted"]) == 0
+    assert int(row["cells_not_predicted"]) == 0 and float(row["a_ref"]) == REFERENCE_AREA
+    assert float(row["cd_published"]) > 0  # the run's force_mom_1.csv, beside the integrated ones
     for name in ("pMeanTrim", "wallShearStressMeanTrim_x", "wallShearStressMeanTrim_y", "wallShearStressMeanTrim_z"):
         assert np.isfinite(float(row[f"rel_l2_{name}"]))
 
@@ -160,25 +162,27 @@ def test_forces_on_a_cube():
     np.testing.assert_allclose(vector_areas[:2], [[-1, 0, 0], [1, 0, 0]])  # -x face, +x face: area 1, outward
     areas = np.linalg.norm(vector_areas, axis=1)
     outward = ForceConvention(normals="out_of_body", wall_shear="on_body")
-    # pressure 1 on the front (-x) face only pushes the cube along +x: F_x = 1, C_d = 2 F_x / A_ref
+    # pressure 1 on the front (-x) face only pushes the cube along +x: F_x = 1, C_d = F_x / (q A_ref)
     pressure = np.array([1.0, 0, 0, 0, 0, 0])
     no_shear = np.zeros((6, 3))
-    assert force_coefficients(pressure, no_shear, vector_areas, areas, reference_area=4.0, convention=outward) == {"cd": 0.5, "cl": 0.0}
+    half = dict(dynamic_pressure=0.5)
+    assert force_coefficients(pressure, no_shear, vector_areas, areas, reference_area=4.0, convention=outward,
+                              **half) == {"cd": 0.5, "cl": 0.0}
     # a uniform pressure gives no force; shear 0.25 along +x on every face drags with 6 x 0.25
     shear = np.tile([0.25, 0.0, 0.0], (6, 1))
-    got = force_coefficients(np.full(6, 3.0), shear, vector_areas, areas, reference_area=1.0, convention=outward)
+    got = force_coefficients(np.full(6, 3.0), shear, vector_areas, areas, reference_area=1.0, convention=outward, **half)
     assert got["cd"] == pytest.approx(2 * 1.5) and got["cl"] == pytest.approx(0.0)
     # the same physics in OpenFOAM's convention: normals into the car, shear on the fluid
     openfoam = ForceConvention()
-    assert force_coefficients(pressure, -shear, -vector_areas, areas, reference_area=1.0, convention=openfoam)["cd"] == \
-        pytest.approx(force_coefficients(pressure, shear, vector_areas, areas, reference_area=1.0, convention=outward)["cd"])
+    assert force_coefficients(pressure, -shear, -vector_areas, areas, reference_area=1.0, convention=openfoam, **half)["cd"] == \
+        pytest.approx(force_coefficients(pressure, shear, vector_areas, areas, reference_area=1.0, convention=outward, **half)["cd"])
 
 
 def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny_processed_dir):
     from domino_pipeline.compute.scaling import load_scaling_factors
     from domino_pipeline.compute.settings import settings_from_config
     from domino_pipeline.config import load_config
-    from domino_pipeline.inference.forces import ForceSettings
+    from domino_pipeline.inference.forces import ForceSettings, FreeStream
     from domino_pipeline.inference.predict_runs import (
         predict_run,
         run_record,
@@ -204,7 +208,8 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     assert np.isfinite(prediction.volume[inside]).all() and np.isnan(prediction.volume[~inside]).all()
     variables = OmegaConf.to_container(cfg.variables)
     record = run_record(run, prediction, variables=variables,
-                        forces=ForceSettings(reference_area=2.0, convention=ForceConvention("out_of_body", "on_body")))
+                        forces=ForceSettings(reference_area=2.0, convention=ForceConvention("out_of_body", "on_body"),
+                                             free_stream=FreeStream(38.89, 1.205)))
     assert np.isfinite(record["rel_l2_volume_UMeanTrim_x"]) and np.isfinite(record["cd_true"])
     out = model_and_factors["work"] / "combined"
     write_run_outputs(run, prediction, variables=variables, out_dir=out, plot=False, record=record, pressure="pMeanTrim")

@@ -92,7 +92,7 @@ def test_exact_and_null_factors_read_all_areas_and_windows_wrap():
 
 
 def test_the_law_comes_from_the_config():
-    assert sampling_law(DEFAULTS.sampling) == SamplingLaw(8, 1, False)
+    assert sampling_law(DEFAULTS.sampling) == SamplingLaw(8, 8, False) == SamplingLaw()
     sampling = typed_config("sampling.surface_window_factor=null", "sampling.volume_window_factor=3",
                             "sampling.exact=true").sampling
     law = sampling_law(sampling)
@@ -299,3 +299,40 @@ def test_window_start_is_uniform():
     starts = [cyclic_window(draw_rng(0, 0, i, "volume"), 10, 6)[0] for i in range(4000)]
     counts = np.bincount(starts, minlength=10)
     assert counts.shape == (10,) and np.all(np.abs(counts / 4000 - 0.1) < 0.02)
+
+
+# ----------------------------------------------------------------------------- pairs of rows
+
+
+def next_row_given_row(n: int, points: int, trials: int, law: SamplingLaw) -> float:
+    """P(stored row i+1 drawn | row i drawn) over ``trials`` volume draws, pooled over all i
+    (cyclic neighbours: row n-1 pairs with row 0)."""
+    pairs = singles = 0
+    for index in range(trials):
+        drawn = np.zeros(n, dtype=bool)
+        drawn[sample_draw(7, 0, index, counts={"geometry": 1, "surface": 1, "volume": n}, geometry_points=1,
+                          surface_points=None, volume_points=points, read_surface_areas=None, law=law).volume_rows] = True
+        pairs += int(np.count_nonzero(drawn & np.roll(drawn, -1)))
+        singles += points
+    return pairs / singles
+
+
+def window_pair_probability(points: int, width: int) -> float:
+    """P(i+1 | i) of ``points`` uniform rows of a cyclic window of ``width`` (uniform start):
+    both rows lie in it for width - 1 of the n starts, then both are drawn with probability
+    k (k - 1) / (w (w - 1)); divided by P(i drawn) = k / n, that is (k - 1) / w."""
+    return (points - 1) / width
+
+
+@pytest.mark.parametrize("factor", [1, 8])
+def test_volume_pairs_of_stored_neighbours_follow_the_window_law(factor):
+    """A window of the sample itself draws stored neighbours together almost always; the
+    default window of 8 x the sample 1 / 8 of the time. The exact law: (k - 1) / (n - 1)."""
+    n, points, trials = 20000, 40, 3000
+    measured = next_row_given_row(n, points, trials, SamplingLaw(volume_window_factor=factor))
+    expected = window_pair_probability(points, factor * points)
+    sd = np.sqrt(expected * (1 - expected) / (points * trials))
+    assert abs(measured - expected) < Z * sd + 1e-3, (measured, expected)
+    exact = next_row_given_row(n, points, trials, SamplingLaw(exact=True))
+    assert abs(exact - (points - 1) / (n - 1)) < 1e-3
+    assert measured > 20 * exact  # what an O(sample) read costs: a window of w rows gives ~ k / w

@@ -24,7 +24,7 @@ def test_report_only_prints_the_table_and_the_verdict(tmp_path, capsys):
                       "--json", str(tmp_path / "ab.json")])
     out = capsys.readouterr().out
     assert "| validation loss | 0.0450 / 0.0440 | 0.0470 / 0.0480 | 0.0460 ± 0.0014 | 0.0460 ± 0.0028 |" in out
-    assert "| rel. L2 pMeanTrim |" in out and "within the exact law's seed-to-seed range" in out
+    assert "| rel. L2 surface/pMeanTrim |" in out and "within the exact law's seed-to-seed range" in out
     verdict = json.loads((tmp_path / "ab.json").read_text())["verdict"]
     assert verdict["within_exact_range"] and verdict["exact_min_loss"] == 0.044
     _write_run(sampling_ab.train_dir(tmp_path, "default", 3), 0.060)
@@ -40,3 +40,15 @@ def test_sampling_reads_runs_on_tiny(tmp_path, capsys):
     assert "| exact |" in capsys.readouterr().out
     laws = json.loads((tmp_path / "reads.json").read_text())["laws"]
     assert set(laws) == set(sampling_reads.LAWS) and all(r["mb"]["volume"] > 0 for r in laws.values())
+
+
+def test_volume_draw_designs_on_small_sizes(tmp_path, capsys):
+    designs = import_benchmark("volume_draw_designs")
+    designs.main(["--rows", "50000", "--points", "256", "--chunk-rows", "256", "--draws", "40",
+                  "--json", str(tmp_path / "designs.json")])
+    assert "| window 8x (default) |" in capsys.readouterr().out
+    result = json.loads((tmp_path / "designs.json").read_text())["designs"]
+    assert result["window 1x"]["p_next"] > 0.99 and result["8 short windows"]["p_next"] > 0.95
+    assert abs(result["window 8x (default)"]["p_next"] - 255 / (8 * 256)) < 0.03
+    assert result["8 aligned chunks"]["chunks"] == 8 and 8.5 < result["window 8x (default)"]["chunks"] < 9.5
+    assert result["exact"]["p_next"] < 0.02

@@ -4,6 +4,7 @@ unscale."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -153,3 +154,65 @@ def test_the_configured_normalization_overrides_the_stored_one(runs, tmp_path):
     np.testing.assert_allclose(scale_fields(fields, factors, "surface"), (fields - mean) / std, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="normalization"):
         load_scaling_factors(path, "unit_cube")
+
+
+# ---- the DoMINO example's scaling_factors.pkl
+
+def example_pickle(path, monkeypatch, surface=4, volume=5):
+    """A file as the example's compute_statistics.py writes it: its own ``utils.ScalingFactors``
+    dataclass, pickled (the class lives in a module named ``utils``, as when the example runs)."""
+    import dataclasses
+    import pickle
+    import types
+
+    module = types.ModuleType("utils")
+
+    @dataclasses.dataclass
+    class ScalingFactors:
+        mean: dict
+        std: dict
+        min_val: dict
+        max_val: dict
+        field_keys: list
+
+    ScalingFactors.__module__, ScalingFactors.__qualname__ = "utils", "ScalingFactors"
+    module.ScalingFactors = ScalingFactors
+    monkeypatch.setitem(sys.modules, "utils", module)
+    rng = np.random.default_rng(0)
+    stats = {name: {f"{kind}_fields": rng.normal(size=width).astype(np.float32)
+                    for kind, width in (("surface", surface), ("volume", volume))}
+             for name in ("mean", "std", "min_val", "max_val")}
+    path.write_bytes(pickle.dumps(ScalingFactors(**stats, field_keys=["surface_fields", "volume_fields"])))
+    monkeypatch.delitem(sys.modules, "utils")  # the reader must not need the example's code
+    return stats
+
+
+def test_the_examples_pickled_factors_need_allow_pickle_and_read_as_ours(tmp_path, monkeypatch):
+    from domino_pipeline.compute.example_factors import convert
+
+    path = tmp_path / "scaling_factors.pkl"
+    stats = example_pickle(path, monkeypatch)
+    with pytest.raises(ValueError, match=r"scaling_factors.pkl: a pickled scaling factors file .*data.allow_pickle=true"
+                                         r".*convert\('.*scaling_factors.pkl', '.*scaling_factors.json'\)"):
+        load_scaling_factors(path)
+    factors = load_scaling_factors(path, "mean_std", allow_pickle=True)
+    assert factors["normalization"] == "mean_std"
+    for kind in ("surface", "volume"):
+        for ours, theirs in (("min", "min_val"), ("max", "max_val"), ("mean", "mean"), ("std", "std")):
+            np.testing.assert_allclose(factors[kind][ours], stats[theirs][f"{kind}_fields"], rtol=1e-7)
+    converted = convert(path, tmp_path / "scaling_factors.json")
+    assert load_scaling_factors(converted, "mean_std") == factors
+
+
+def test_a_pickle_that_runs_code_is_refused_even_when_allowed(tmp_path):
+    import os
+    import pickle
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, ("echo owned",))
+
+    path = tmp_path / "scaling_factors.pkl"
+    path.write_bytes(pickle.dumps(Exploit()))
+    with pytest.raises(ValueError, match="not the DoMINO example's scaling factors .*refusing to load"):
+        load_scaling_factors(path, allow_pickle=True)

@@ -17,11 +17,13 @@ import torch
 from conftest import PROCESS_OPTIONS, typed_config
 from omegaconf import OmegaConf
 
+from domino_pipeline.config import load_config
 from domino_pipeline.inputs.runs import DEFAULT_OPTIONS, split_runs
 from domino_pipeline.training import checkpointing
 from domino_pipeline.training.checkpoint_policy import check_same_model
 from domino_pipeline.training.domino_model import build_model, model_parameters, resolved_parameters
 from domino_pipeline.training.loaders import loader_over, make_loader
+from domino_pipeline.training.optimization import build_optimizer, build_scheduler
 from domino_pipeline.training.target_scaling import ensure_scaling_factors
 from process_data import process_all
 from synthetic_data import generate_runs
@@ -381,6 +383,97 @@ def test_training_starts_from_a_physicsnemo_mdlus(setup):
     with pytest.raises(ValueError, match=r"foreign.mdlus: the model in this file differs .*\n  model_parameters.activation: "
                                          r"this config 'relu', the file 'gelu'"):
         checkpointing.init_weights_from(other, path)
+
+
+def first_state(optimizer_state: dict) -> dict:
+    """The optimizer state of the first parameter that has one (its step count and moments)."""
+    return optimizer_state["state"][min(optimizer_state["state"])]
+
+
+def test_physicsnemos_load_checkpoint_finds_our_checkpoints(setup, three_epochs):
+    """physicsnemo's own load_checkpoint, pointed at our checkpoint folder, loads the model,
+    optimizer and scheduler of the last epoch and returns its 0-based index."""
+    from physicsnemo import Module
+    from physicsnemo.utils.checkpoint import load_checkpoint
+
+    cfg = tiny_config(setup)
+    folder = checkpointing.checkpoint_path(three_epochs).parent
+    assert sorted(p.name for p in folder.glob("*.0.*")) == ["DoMINO.0.2.mdlus", "checkpoint.0.2.pt"]  # the latest pair only
+    model = build_model("surface", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu"))
+    config = load_config(cfg).train
+    optimizer = build_optimizer(model, config)
+    scheduler = build_scheduler(optimizer, config)
+    assert load_checkpoint(str(folder), models=model, optimizer=optimizer, scheduler=scheduler) == 2
+    batch = first_batch(setup)
+    assert torch.equal(outputs_of(model, batch), outputs_of(Module.from_checkpoint(str(folder / "model_last.mdlus")), batch))
+    ours = checkpointing.load_checkpoint(checkpointing.checkpoint_path(three_epochs))
+    assert torch.equal(first_state(optimizer.state_dict())["exp_avg"], first_state(ours["optimizer"])["exp_avg"])
+    assert scheduler.last_epoch == ours["scheduler"]["last_epoch"] == 3
+
+
+def example_checkpoint(setup, folder: Path, epoch: int, steps: int) -> torch.nn.Module:
+    """What the DoMINO example's train.py leaves after 0-based epoch ``epoch``: physicsnemo's
+    save_checkpoint of its model, Adam, MultiStepLR and GradScaler, the optimizer ``steps`` steps in."""
+    from physicsnemo.utils.checkpoint import save_checkpoint
+
+    cfg = tiny_config(setup)
+    torch.manual_seed(5)
+    model = build_model("surface", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu"))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[100, 200], gamma=0.5)
+    batch = first_batch(setup)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        model(batch)[1].square().mean().backward()
+        optimizer.step()
+    for _ in range(epoch + 1):
+        scheduler.step()
+    save_checkpoint(str(folder), models=model, optimizer=optimizer, scheduler=scheduler,
+                    scaler=torch.amp.GradScaler("cpu", enabled=False), epoch=epoch)
+    assert sorted(p.name for p in folder.iterdir()) == [f"DoMINO.0.{epoch}.mdlus", f"checkpoint.0.{epoch}.pt"]
+    return model
+
+
+def test_an_example_checkpoint_resumes_here_with_its_optimizer_state(setup):
+    folder, out = setup["work"] / "example_checkpoint", setup["work"] / "resumed_example"
+    example_checkpoint(setup, folder, epoch=1, steps=5)
+    result = run(train_command(setup, out, "train.epochs=3", "train.val_fraction=0.25", f"train.resume_from={folder}"))
+    assert f"resumed from {folder} (physicsnemo checkpoint of epoch index 1): epoch 3" in result.stdout
+    assert "the checkpoint's scheduler" in result.stdout and "MultiStepLR" not in result.stdout  # a note, by its keys
+    assert [r["epoch"] for r in epochs(out)] == [3]  # the example finished 0-based epochs 0 and 1
+    state = checkpointing.load_checkpoint(checkpointing.checkpoint_path(out))
+    assert state["epoch"] == 4
+    assert first_state(state["optimizer"])["step"] == 5 + 3  # its 5 steps, then one epoch of 3 training runs
+    # the run's own checkpoint now wins over train.resume_from
+    again = run(train_command(setup, out, "train.epochs=3", "train.val_fraction=0.25", f"train.resume_from={folder}"))
+    assert "all 3 epochs are done" in again.stdout
+
+
+def test_an_example_checkpoint_with_this_runs_scheduler_kind_loads_it(setup, tmp_path):
+    from physicsnemo.utils.checkpoint import save_checkpoint
+
+    cfg = tiny_config(setup)
+    config = load_config(cfg).train
+    model = build_model("surface", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu"))
+    optimizer = build_optimizer(model, config)
+    scheduler = build_scheduler(optimizer, config)
+    for _ in range(4):
+        scheduler.step()
+    save_checkpoint(str(tmp_path), models=model, optimizer=optimizer, scheduler=scheduler, epoch=3)
+    fresh_optimizer = build_optimizer(model, config)
+    fresh_scheduler = build_scheduler(fresh_optimizer, config)
+    example = checkpointing.load_example_checkpoint(tmp_path)
+    assert example.index == 3 and example.next_epoch == 5
+    notes = checkpointing.restore_example_states(example, fresh_optimizer, fresh_scheduler,
+                                                 torch.amp.GradScaler("cpu", enabled=False))
+    assert notes == [] and fresh_scheduler.state_dict() == scheduler.state_dict()
+    assert fresh_optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
+    (tmp_path / "DoMINO.0.3.mdlus").unlink()
+    with pytest.raises(FileNotFoundError, match=r"DoMINO.0.3.mdlus: missing; checkpoint.0.3.pt has no model beside it"):
+        checkpointing.load_example_checkpoint(tmp_path)
+    with pytest.raises(FileNotFoundError, match="no physicsnemo checkpoint"):
+        checkpointing.load_example_checkpoint(tmp_path / "none")
+
 
 
 @pytest.mark.slow

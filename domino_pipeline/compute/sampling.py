@@ -11,8 +11,12 @@ subset of the mesh. The law of a draw (``SamplingLaw``), part by part:
   ``volume_points`` rows are drawn uniformly without replacement: every row is included with
   probability ``volume_points / Nv``. Upstream reads a block of 100 x the sample and subsamples
   it, because its stored order may follow the mesh; here the stored order is a uniform random
-  permutation (volume_order.py), so the default factor 1 already gives a uniform sample and a
-  draw reads 100 times less;
+  permutation (volume_order.py), so any factor gives each row the same chance, and the factor
+  only sets how often rows stored side by side are drawn together: P(row i+1 | row i) is
+  (k - 1) / w for k points of a w-row window (k / Nv for the exact law), so 1 (the window is the
+  sample) always draws neighbours together and the default 8 one time in 8, for 8 x the reads.
+  No law that reads O(sample) rows can come near the exact law's k / Nv: a drawn row's stored
+  neighbour is read with it and drawn with the chance k / (rows read);
 - surface: a cyclic window of ``surface_window_factor * surface_points`` stored rows, from which
   ``surface_points`` rows are drawn without replacement with probability proportional to the
   cell area (successive sampling, Efraimidis-Spirakis keys: the law of ``torch.multinomial``
@@ -48,7 +52,7 @@ class SamplingLaw:
     """How a draw picks its rows (module docstring). A factor of None is the whole part."""
 
     surface_window_factor: int | None = 8
-    volume_window_factor: int | None = 1
+    volume_window_factor: int | None = 8
     exact: bool = False
 
     def __post_init__(self) -> None:

@@ -214,12 +214,19 @@ def save_scaling_factors(path: str | os.PathLike, factors: dict) -> Path:
     return path
 
 
-def load_scaling_factors(path: str | os.PathLike, normalization: str | None = None) -> dict:
-    """Read factors written by ``save_scaling_factors``; plain JSON, nothing is executed.
+def load_scaling_factors(path: str | os.PathLike, normalization: str | None = None, *,
+                         allow_pickle: bool = False) -> dict:
+    """Read factors written by ``save_scaling_factors``; plain JSON, nothing is executed. The
+    DoMINO example's pickled ``scaling_factors.pkl`` is read (restricted unpickler) only with
+    ``allow_pickle``; without it the error names the fix (example_factors.py).
 
     ``normalization`` (when given) replaces the one stored: the file holds min, max, mean and std,
     so the configured choice applies whichever was configured when the file was computed.
     """
+    from domino_pipeline.compute.example_factors import is_pickle, read_example_factors
+
+    if is_pickle(path):
+        return checked_scaling_factors(read_example_factors(path, allow_pickle=allow_pickle), str(path), normalization)
     return checked_scaling_factors(read_json(path, "no scaling factors file"), str(path), normalization)
 
 

@@ -5,23 +5,26 @@ The force the flow exerts on the car, summed over the surface cells i with area 
     F = sum_i (-p_i n_i + tau_i) A_i        n_i: unit normal pointing out of the car, into the fluid
                                             tau_i: wall shear stress the fluid exerts on the car
 
-    C_d = F . e_drag / (0.5 rho U^2 A_ref)      C_l = F . e_lift / (0.5 rho U^2 A_ref)
+    C_d = F . e_drag / (0.5 rho_inf U_inf^2 A_ref)      C_l = F . e_lift / (0.5 rho_inf U_inf^2 A_ref)
 
-with the flow along +x (e_drag = +x) and lift along +z. With the fields non-dimensionalised as
-process_data.py stores them, p* = p / (rho U^2) and tau* = tau / (rho U^2), this is
+with the flow along +x (e_drag = +x) and lift along +z. The fields are the physical ones, as the
+source files hold them: process_data.py stores p / (rho U^2) with the *scaling* references
+(config ``physics.stream_velocity``, ``physics.air_density``; the DoMINO example's 30 m/s and
+1.205 kg/m^3), and the caller multiplies them back before integrating. The coefficients use the
+*flow's* free stream (``FreeStream``: DrivAerML's 38.89 m/s), which need not be the scaling
+reference. DrivAerML's pressure and wall shear are kinematic (divided by the density, m^2/s^2):
+there F is a force per density and rho_inf is 1, so neither density enters its coefficients.
 
-    C = (2 / A_ref) sum_i (-p*_i n_i + tau*_i) . e  A_i
-
-and rho and U cancel. Data sets state their normals and shear the other way round, which
-``ForceConvention`` records: DrivAerML's boundary VTPs are OpenFOAM boundary output, whose face
-normals point out of the fluid domain, i.e. into the car, and whose ``wallShearStress`` is the
-stress on the fluid; there ``F = sum (p n - tau) A``, the formula of physicsnemo's DoMINO example
-(test.py) and of ``physicsnemo.metrics.cae.cfd.compute_force_coefficients``. The synthetic runs of
+Data sets state their normals and shear the other way round, which ``ForceConvention`` records:
+DrivAerML's boundary VTPs are OpenFOAM boundary output, whose face normals point out of the fluid
+domain, i.e. into the car, and whose ``wallShearStress`` is the stress on the fluid; there
+``F = sum (p n - tau) A``, the formula of physicsnemo's DoMINO example (test.py) and of
+``physicsnemo.metrics.cae.cfd.compute_force_coefficients``. The synthetic runs of
 synthetic_data.py have normals out of the car and the shear on the car.
 
-A_ref is a setting: DrivAerML publishes per-run reference values (``geo_ref_<i>.csv``: the
-variant's frontal area and wheelbase) and force coefficients with both those and constant
-baseline references; choose the one you compare with.
+A_ref: DrivAerML publishes each variant's frontal area (``geo_ref_<i>.csv``, aRef) and its force
+coefficients with it (``force_mom_<i>.csv``); predict.py takes a run's aRef when the run folder
+has one (``forces.reference_area_per_run``), else the constant ``forces.reference_area``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from domino_pipeline.config import NORMALS, WALL_SHEAR, ForcesConfig, check_choice
+from domino_pipeline.config import NORMALS, WALL_SHEAR, ForcesConfig, PhysicsConfig, check_choice
+
+
+@dataclass(frozen=True)
+class FreeStream:
+    """The flow the coefficients refer to: its speed, its density, and whether the pressure and
+    wall shear are kinematic (already divided by the density, as DrivAerML's are)."""
+
+    velocity: float            # m/s
+    density: float             # kg/m^3; unused when kinematic
+    kinematic: bool = True
+
+    def __post_init__(self) -> None:
+        if not (self.velocity > 0 and self.density > 0):
+            raise ValueError(f"physics.free_stream_velocity and free_stream_density must be positive, not "
+                             f"{self.velocity} and {self.density}")
+
+    @property
+    def dynamic_pressure(self) -> float:
+        """0.5 rho_inf U_inf^2 in the fields' units (rho_inf = 1 for kinematic fields)."""
+        return 0.5 * (1.0 if self.kinematic else self.density) * self.velocity**2
 
 
 @dataclass(frozen=True)
@@ -74,14 +97,15 @@ def surface_force(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np
 
 
 def force_coefficients(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray, *,
-                       reference_area: float, convention: ForceConvention,
+                       reference_area: float, dynamic_pressure: float, convention: ForceConvention,
                        drag_direction: Sequence[float] = (1.0, 0.0, 0.0),
                        lift_direction: Sequence[float] = (0.0, 0.0, 1.0)) -> dict[str, float]:
-    """``{"cd", "cl"}`` from fields non-dimensionalised by rho U^2 (p*, tau*): 2 F.e / A_ref."""
+    """``{"cd", "cl"}``: F.e / (dynamic_pressure A_ref), with ``dynamic_pressure`` (0.5 rho U^2)
+    in the units of ``pressure``."""
     if reference_area <= 0:
-        raise ValueError(f"forces.reference_area must be positive, not {reference_area}")
+        raise ValueError(f"the reference area must be positive, not {reference_area}")
     force = surface_force(pressure, wall_shear, vector_areas, areas, convention)
-    coefficient = 2.0 / reference_area
+    coefficient = 1.0 / (dynamic_pressure * reference_area)
     return {"cd": float(coefficient * force @ _unit(drag_direction)),
             "cl": float(coefficient * force @ _unit(lift_direction))}
 
@@ -123,22 +147,26 @@ def _unit(direction: Sequence[float]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ForceSettings:
-    """The `forces:` section: reference area, the data's convention, which surface variables are
-    the pressure and the wall shear, and the drag and lift directions."""
+    """The `forces:` section (reference area, the data's convention, which surface variables are
+    the pressure and the wall shear, the drag and lift directions) and the free stream."""
 
     reference_area: float
     convention: ForceConvention
+    free_stream: FreeStream
+    reference_area_per_run: bool = True  # a run's geo_ref_<i>.csv aRef, where it has one
     pressure: str = "pMeanTrim"
     wall_shear_stress: str = "wallShearStressMeanTrim"
     drag_direction: tuple[float, float, float] = (1.0, 0.0, 0.0)
     lift_direction: tuple[float, float, float] = (0.0, 0.0, 1.0)
 
     @classmethod
-    def from_config(cls, forces: ForcesConfig) -> ForceSettings:
-        """The settings of the ``forces`` section."""
-        return cls(reference_area=forces.reference_area,
+    def from_config(cls, forces: ForcesConfig, physics: PhysicsConfig) -> ForceSettings:
+        """The settings of the ``forces`` section, with the free stream of the ``physics`` section."""
+        free_stream = FreeStream(velocity=physics.free_stream_velocity, density=physics.free_stream_density,
+                                 kinematic=physics.kinematic)
+        return cls(reference_area=forces.reference_area, reference_area_per_run=forces.reference_area_per_run,
                    convention=ForceConvention(normals=forces.normals, wall_shear=forces.wall_shear),
-                   pressure=forces.pressure, wall_shear_stress=forces.wall_shear_stress,
+                   free_stream=free_stream, pressure=forces.pressure, wall_shear_stress=forces.wall_shear_stress,
                    drag_direction=tuple(forces.drag_direction), lift_direction=tuple(forces.lift_direction))
 
     def columns(self, variables: dict[str, str]) -> tuple[int, slice]:
@@ -154,10 +182,16 @@ class ForceSettings:
         first = starts[self.wall_shear_stress][0]
         return starts[self.pressure][0], slice(first, first + 3)
 
+    def area_for(self, run_reference_area: float | None) -> float:
+        """The reference area of a run whose own (geo_ref) area is ``run_reference_area``."""
+        return run_reference_area if self.reference_area_per_run and run_reference_area else self.reference_area
+
     def coefficients(self, fields: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
-                     variables: dict[str, str]) -> dict[str, float]:
-        """``{"cd", "cl"}`` of non-dimensional surface fields (N, C) on cells with these vector areas and areas."""
+                     variables: dict[str, str], reference_area: float) -> dict[str, float]:
+        """``{"cd", "cl"}`` of physical surface fields (N, C), in the source files' units, on cells
+        with these vector areas and areas."""
         pressure, shear = self.columns(variables)
         return force_coefficients(fields[:, pressure], fields[:, shear], vector_areas, areas,
-                                  reference_area=self.reference_area, convention=self.convention,
-                                  drag_direction=self.drag_direction, lift_direction=self.lift_direction)
+                                  reference_area=reference_area, dynamic_pressure=self.free_stream.dynamic_pressure,
+                                  convention=self.convention, drag_direction=self.drag_direction,
+                                  lift_direction=self.lift_direction)

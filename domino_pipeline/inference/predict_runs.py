@@ -87,15 +87,21 @@ def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapp
 
 def _surface_record(run: PredictionRun, predicted: np.ndarray, variables: dict[str, str],
                     forces: ForceSettings) -> dict[str, Any]:
-    """Drag and lift over every cell (a cell without prediction adds nothing) and the errors."""
+    """Drag and lift over every cell (a cell without prediction adds nothing), from the fields in
+    physical units, beside the published ones where the run has them; and the errors."""
     vector_areas = run.cell_vector_areas
     areas = np.linalg.norm(vector_areas, axis=1)
+    to_physical = run.divisors["surface"].astype(np.float64)
     missing = ~np.all(np.isfinite(predicted), axis=1)
-    coefficients = forces.coefficients(np.where(missing[:, None], 0.0, predicted), vector_areas, areas, variables)
-    record = {"cells": len(predicted), "cells_not_predicted": int(missing.sum()),
+    reference_area = forces.area_for(run.reference_area)
+    coefficients = forces.coefficients(np.where(missing[:, None], 0.0, predicted) * to_physical, vector_areas, areas,
+                                       variables, reference_area)
+    record = {"cells": len(predicted), "cells_not_predicted": int(missing.sum()), "a_ref": reference_area,
               "cd_pred": coefficients["cd"], "cl_pred": coefficients["cl"]}
+    if run.published is not None:
+        record |= {"cd_published": run.published["cd"], "cl_published": run.published["cl"]}
     if run.has_truth:
-        truth = forces.coefficients(run.true_surface, vector_areas, areas, variables)
+        truth = forces.coefficients(run.true_surface * to_physical, vector_areas, areas, variables, reference_area)
         record |= {"cd_true": truth["cd"], "cl_true": truth["cl"]}
         names = variable_names(variables)
         record |= {f"rel_l2_{name}": float(e) for name, e in zip(names, relative_l2(predicted, run.true_surface))}

@@ -6,7 +6,8 @@ volume_* when asked, global_params_*; fields non-dimensional, as process_data.py
 mesh the surface rows are the cells of (where predictions are written), and what is true:
 
 - a raw folder: the boundary VTP's cells, with its fields as truth; the volume VTU's points when
-  asked. The written VTP is the run's own, every array kept.
+  asked; the published coefficients and reference area (force_mom_<i>.csv, geo_ref_<i>.csv)
+  where the folder has them. The written VTP is the run's own, every array kept.
 - a processed run (``<run>.zarr``): its cell centres and fields; it keeps no cell connectivity, so
   the written "mesh" is a point cloud with one vertex cell per surface cell.
 - an STL alone: its triangles are the surface cells (centres, areas, normals from the winding,
@@ -34,6 +35,10 @@ from domino_pipeline.inputs.drivaerml_reader import (
 )
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
+from domino_pipeline.inputs.published_forces import (
+    published_coefficients,
+    published_reference_area,
+)
 
 KINDS = ("raw", "processed", "stl")
 
@@ -74,6 +79,8 @@ class PredictionRun:
     cell_vector_areas: np.ndarray              # (Ns, 3) float64: area x unit normal, oriented as the data's normals
     true_surface: np.ndarray | None            # (Ns, C) float64 non-dimensional true fields, for the forces
     volume_mesh: pv.DataSet | None = None      # its points are the volume rows, in order
+    reference_area: float | None = None        # the variant's own A_ref (geo_ref_<i>.csv), when published
+    published: dict[str, float] | None = None  # {"cd", "cl"} of force_mom_<i>.csv, when published
     notes: list[str] = field(default_factory=list)
 
 
@@ -116,7 +123,8 @@ def load_raw_run(run_dir: Path, variables: Mapping[str, Mapping[str, str]], phys
     arrays["global_params_values"] = arrays["global_params_reference"] = physics.global_params()
     mesh = _polydata(read_mesh(files.surface))
     run = PredictionRun(name=run_dir.name, kind="raw", arrays=arrays, surface_mesh=mesh, has_truth=True,
-                        divisors=divisors, cell_vector_areas=mesh_vector_areas(mesh), true_surface=true_surface)
+                        divisors=divisors, cell_vector_areas=mesh_vector_areas(mesh), true_surface=true_surface,
+                        reference_area=published_reference_area(run_dir), published=published_coefficients(run_dir))
     if volume:
         volume_arrays, source, run.notes = read_volume(files.volume, variables["volume"], volume_source)
         arrays["volume_mesh_centers"] = volume_arrays["volume_mesh_centers"]

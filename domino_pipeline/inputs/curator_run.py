@@ -45,7 +45,7 @@ PICKLE_HINT = ("it is a pickled Python dict (physicsnemo's older np.save format)
                "containers only are read even then)")
 
 
-class _NumpyOnlyUnpickler(pickle.Unpickler):
+class NumpyOnlyUnpickler(pickle.Unpickler):
     """An unpickler that builds numpy arrays, dtypes and scalars and refuses every other global."""
 
     def find_class(self, module: str, name: str) -> Any:
@@ -127,7 +127,7 @@ def read_npy(path: Path, *, allow_pickle: bool) -> tuple[str, Mapping[str, Any],
         if not allow_pickle:
             raise ProcessedRunError(f"{path}: refused: {PICKLE_HINT}")
         try:
-            value = _NumpyOnlyUnpickler(handle).load()
+            value = NumpyOnlyUnpickler(handle).load()
         except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as err:
             raise ProcessedRunError(f"{path}: not a dict of numpy arrays ({err})") from err
     value = value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value

@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from domino_pipeline.config import VOLUME_SOURCES, PhysicsConfig, ProcessConfig, VariablesConfig, check_choice
+from domino_pipeline.config import (
+    VOLUME_SOURCES,
+    PhysicsConfig,
+    ProcessConfig,
+    VariablesConfig,
+    check_choice,
+    check_scaling_references,
+)
 from domino_pipeline.inputs.nondimensional import field_divisors
 
 @dataclass(frozen=True)
@@ -27,7 +34,7 @@ class ProcessOptions:
 
     def __post_init__(self) -> None:
         check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)
-        PhysicsConfig(self.stream_velocity, self.air_density, self.reference_length)  # positive
+        check_scaling_references(self.stream_velocity, self.air_density, self.reference_length)
         for variables in (self.surface_variables, self.volume_variables):
             field_divisors(variables, self.stream_velocity, self.air_density, 1.0)
 

@@ -63,7 +63,7 @@ class CachedDoMINODataset(EpochDataset):
                  model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,
                  geometry_points: int = 300_000, scaling_factors: dict | str | os.PathLike | None = "manifest",
                  seed: int = 0, expected: dict | None = None, surface_window_factor: int | None = 8,
-                 volume_window_factor: int | None = 1, exact: bool = False,
+                 volume_window_factor: int | None = 8, exact: bool = False,
                  sources: dict[str, str] | None = None, max_open_runs: int = 8) -> None:
         law = SamplingLaw(surface_window_factor=surface_window_factor,
                           volume_window_factor=volume_window_factor, exact=exact)

@@ -29,7 +29,11 @@ from torch.utils.data import Dataset
 
 from domino_pipeline.compute.rows import make_grid, normalize
 from domino_pipeline.compute.sampling import Draw, SamplingLaw, sample_draw
-from domino_pipeline.compute.scaling import load_scaling_factors, scale_fields
+from domino_pipeline.compute.scaling import (
+    load_scaling_factors,
+    scale_fields,
+    unscale_fields,
+)
 from domino_pipeline.config import MODEL_TYPES
 from domino_pipeline.loading.batch_transfer import mark_constant
 
@@ -124,6 +128,16 @@ class EpochDataset(Dataset):
     @property
     def epoch(self) -> int:
         return int(self._epoch.item())
+
+    def unscale_model_outputs(self, volume_fields: torch.Tensor | None = None,
+                              surface_fields: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(volume, surface) scaled targets or predictions back in the stored non-dimensional units;
+        None stays None. physicsnemo's ``DoMINODataPipe.unscale_model_outputs``, which the DoMINO
+        example's validation (``compute_l2(..., dataset)``) calls on the dataset."""
+        if self.scaling_factors is None:
+            return volume_fields, surface_fields
+        return tuple(None if fields is None else unscale_fields(fields, self.scaling_factors, kind)
+                     for fields, kind in ((volume_fields, "volume"), (surface_fields, "surface")))
 
     def _draw(self, index: int, counts: dict, read_areas) -> Draw:
         return sample_draw(

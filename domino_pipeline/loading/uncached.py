@@ -59,7 +59,7 @@ class DoMINODataPipe(EpochDataset):
                  volume_variables=(("UMeanTrim", "vector"), ("pMeanTrim", "scalar"), ("nutMeanTrim", "scalar")),
                  permutation_seed: int = 0, scaling_factors: dict | str | os.PathLike | None = None,
                  seed: int = 0, device: str = "auto", surface_window_factor: int | None = 8,
-                 volume_window_factor: int | None = 1, exact: bool = False,
+                 volume_window_factor: int | None = 8, exact: bool = False,
                  read_options: ReadOptions = DEFAULT_OPTIONS) -> None:
         law = SamplingLaw(surface_window_factor=surface_window_factor,
                           volume_window_factor=volume_window_factor, exact=exact)

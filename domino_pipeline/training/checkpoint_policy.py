@@ -5,7 +5,9 @@ validation loss so far); ``RunFiles`` where it goes. A checkpoint (checkpointing
 written at the end of every ``train.checkpoint_every``-th epoch, at the last one and when a signal
 stops the run, with every rank's RNG state and partial loss sums, so that a resumed run draws and
 reports as an uninterrupted one; the model of the lowest validation loss is kept as
-``model_best.mdlus``, the latest as ``model_last.mdlus``.
+``model_best.mdlus``, the latest as ``model_last.mdlus``. At an epoch's end physicsnemo's own
+pair (``DoMINO.0.<e>.mdlus``, ``checkpoint.0.<e>.pt``) is written beside them, and
+``train.resume_from`` continues such a pair written by the DoMINO example.
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ def save_checkpoint(state: TrainingState, files: RunFiles, info: DistInfo, *, ep
             "config": files.config_json, "best_val_loss": state.best_val_loss,
         })
         checkpointing.save_model_file(state.model, files.models["last"])
+        if step == 0 and epoch >= 2:  # an epoch's end: physicsnemo's pair too, for its load_checkpoint
+            states = {"optimizer": state.optimizer.state_dict(), "scheduler": state.scheduler.state_dict(),
+                      "scaler": state.scaler.state_dict()}
+            checkpointing.save_example_checkpoint(files.checkpoint.parent, files.models["last"], states, index=epoch - 2)
     distributed.barrier()
 
 
@@ -99,10 +105,13 @@ class ResumePoint:
 
 
 def resume(state: TrainingState, files: RunFiles, info: DistInfo, *, init_from: str | None,
-           say=print) -> ResumePoint:
+           resume_from: str | None = None, say=print) -> ResumePoint:
     """Restore the latest checkpoint if there is one (this rank's RNG state and partial sums);
-    else start from ``init_from`` (a physicsnemo .mdlus) when given. ``say`` reports which."""
+    else continue the physicsnemo checkpoint folder ``resume_from`` when given; else start from
+    ``init_from`` (a physicsnemo .mdlus) when given. ``say`` reports which."""
     saved = checkpointing.load_checkpoint(files.checkpoint)
+    if saved is None and resume_from:
+        return resume_from_example(state, resume_from, info, say)
     if saved is None:
         if init_from:
             checkpointing.init_weights_from(state.model, init_from)
@@ -120,3 +129,16 @@ def resume(state: TrainingState, files: RunFiles, info: DistInfo, *, init_from: 
     partial = EpochResult(**saved["epoch_partial"][info.rank % len(saved["epoch_partial"])])
     say(f"resumed from {files.checkpoint}: epoch {saved['epoch']}, step {saved['step']}")
     return ResumePoint(saved["epoch"], saved["step"], partial)
+
+
+def resume_from_example(state: TrainingState, folder: str, info: DistInfo, say=print) -> ResumePoint:
+    """Continue a physicsnemo checkpoint (the DoMINO example's): its model (constructor arguments
+    checked against the config), optimizer, scaler, scheduler and epoch. The RNG states and the
+    best validation loss so far are not in that layout: they start afresh."""
+    example = checkpointing.load_example_checkpoint(folder, map_location=info.device)
+    checkpointing.init_weights_from(state.model, example.model_path)
+    for note in checkpointing.restore_example_states(example, state.optimizer, state.scheduler, state.scaler):
+        say(f"note: {note}")
+    say(f"resumed from {example.model_path.parent} (physicsnemo checkpoint of epoch index {example.index}): "
+        f"epoch {example.next_epoch}")
+    return ResumePoint(example.next_epoch)

@@ -16,12 +16,27 @@ Beside it, `save_model_file` writes the bare model with physicsnemo's `Module.sa
 `model_last.mdlus` at every checkpoint and `model_best.mdlus` whenever the validation loss
 improves (with `model_best.json`: its epoch and loss). Anyone loads them with
 `physicsnemo.Module.from_checkpoint(path)`; `train.init_from` starts training from one.
+
+At the end of each checkpointed epoch the same folder also gets the pair physicsnemo's
+`save_checkpoint` writes (`physicsnemo.utils.checkpoint`), which its `load_checkpoint` and the
+DoMINO example's train.py resume from:
+    DoMINO.0.<e>.mdlus     the model (a hard link to model_last.mdlus where the file system allows)
+    checkpoint.0.<e>.pt    optimizer_state_dict, scheduler_state_dict, scaler_state_dict, epoch
+with e the 0-based index of the last finished epoch (the example resumes at e + 1); only the
+latest pair is kept. An interrupted epoch has no such pair: physicsnemo's layout cannot say
+where in an epoch a run stopped. The other way round, `train.resume_from` continues from such a
+pair (the example's own checkpoints): model, optimizer, scaler and epoch, the scheduler when it
+is of the configured kind; RNG states and the epoch's partial sums are not in that layout.
 """
 
+import collections
 import json
 import os
 import random
+import re
+import shutil
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +210,104 @@ def load_model_file(path: str | Path, device: torch.device | str = "cpu") -> tor
     path = Path(path)
     _check_model_class(read_model_args(path), path)
     return DoMINO.from_checkpoint(str(path)).to(device).eval()
+
+
+# physicsnemo's save_checkpoint names: "<class name>.<model parallel rank>.<index>.mdlus" and
+# "checkpoint.<rank>.<index>.pt"; one process writes rank 0.
+EXAMPLE_STATE = "checkpoint.0.{index}.pt"
+EXAMPLE_MODEL = "DoMINO.0.{index}.mdlus"
+_EXAMPLE_STATE_PATTERN = re.compile(r"^checkpoint\.0\.(\d+)\.pt$")
+EXAMPLE_STATE_KEYS = ("optimizer_state_dict", "scheduler_state_dict", "scaler_state_dict")
+
+
+def save_example_checkpoint(folder: Path, model_file: Path, states: dict[str, Any], index: int) -> None:
+    """Write physicsnemo's pair for finished epoch ``index`` (0-based) into ``folder``: the model
+    file ``model_file`` (a .mdlus just written) linked (or copied) as ``DoMINO.0.<index>.mdlus``,
+    and ``states`` ({"optimizer", "scheduler", "scaler"} state dicts) as ``checkpoint.0.<index>.pt``;
+    then remove the older pairs."""
+    model_path = folder / EXAMPLE_MODEL.format(index=index)
+    temporary = model_path.with_name(f".{model_path.stem}.tmp{os.getpid()}.mdlus")
+    try:
+        os.link(model_file, temporary)
+    except OSError:
+        shutil.copyfile(model_file, temporary)
+    os.replace(temporary, model_path)
+    state = {f"{name}_state_dict": states[name] for name in ("optimizer", "scheduler", "scaler")} | {"epoch": index}
+    save_checkpoint(folder / EXAMPLE_STATE.format(index=index), state)
+    for older in example_indices(folder):
+        if older != index:
+            (folder / EXAMPLE_STATE.format(index=older)).unlink(missing_ok=True)
+            (folder / EXAMPLE_MODEL.format(index=older)).unlink(missing_ok=True)
+
+
+def example_indices(folder: Path) -> list[int]:
+    """The indices of the ``checkpoint.0.<index>.pt`` files in ``folder``, ascending."""
+    found = (_EXAMPLE_STATE_PATTERN.match(path.name) for path in Path(folder).glob("checkpoint.0.*.pt"))
+    return sorted(int(match.group(1)) for match in found if match)
+
+
+@dataclass(frozen=True)
+class ExampleCheckpoint:
+    """The latest pair of a physicsnemo checkpoint folder."""
+
+    index: int                     # the 0-based epoch it finished
+    model_path: Path
+    states: dict[str, Any]         # the state dicts: optimizer, scheduler, scaler (absent ones missing)
+
+    @property
+    def next_epoch(self) -> int:
+        """The epoch to run next, 1-based as this project counts: index + 2."""
+        return self.index + 2
+
+
+def load_example_checkpoint(folder: str | Path, map_location: torch.device | str = "cpu") -> ExampleCheckpoint:
+    """The latest ``checkpoint.0.<e>.pt`` / ``DoMINO.0.<e>.mdlus`` pair of ``folder`` (physicsnemo's
+    ``save_checkpoint``, as the DoMINO example writes them), read with ``weights_only`` (tensors and
+    plain values; MultiStepLR's milestone Counter allowed). Errors name the folder and the file."""
+    folder = Path(folder)
+    indices = example_indices(folder)
+    if not indices:
+        raise FileNotFoundError(f"{folder}: no physicsnemo checkpoint (checkpoint.0.<epoch>.pt and "
+                                "DoMINO.0.<epoch>.mdlus, as save_checkpoint writes them)")
+    index = indices[-1]
+    model_path = folder / EXAMPLE_MODEL.format(index=index)
+    if not model_path.is_file():
+        raise FileNotFoundError(f"{model_path}: missing; {EXAMPLE_STATE.format(index=index)} has no model beside it")
+    path = folder / EXAMPLE_STATE.format(index=index)
+    try:
+        with torch.serialization.safe_globals([collections.Counter]):
+            state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # torch raises several types for corrupt or foreign files
+        raise ValueError(f"{path}: not a readable physicsnemo training checkpoint ({error})") from error
+    if "optimizer_state_dict" not in state:
+        raise ValueError(f"{path}: no optimizer_state_dict; keys {sorted(state)}")
+    if "epoch" in state and int(state["epoch"]) != index:
+        raise ValueError(f"{path}: its epoch {state['epoch']} is not the {index} of its name")
+    states = {key.removesuffix("_state_dict"): state[key] for key in EXAMPLE_STATE_KEYS if key in state}
+    return ExampleCheckpoint(index=index, model_path=model_path, states=states)
+
+
+def restore_example_states(checkpoint: ExampleCheckpoint, optimizer: torch.optim.Optimizer,
+                           scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler) -> list[str]:
+    """Load a physicsnemo checkpoint's optimizer, scaler and scheduler states into this run's;
+    the notes to print. A scheduler of another kind than the configured one (the example's
+    MultiStepLR against cosine or step) is not loaded: the configured schedule is set to the
+    resumed epoch instead (its closed form), and a note says so."""
+    states, notes = checkpoint.states, []
+    optimizer.load_state_dict(states["optimizer"])
+    if states.get("scaler"):
+        scaler.load_state_dict(states["scaler"])
+    elif scaler.is_enabled():
+        notes.append("the checkpoint has no grad scaler state; the scaler starts afresh")
+    saved = states.get("scheduler") or {}
+    if set(saved) == set(scheduler.state_dict()):
+        scheduler.load_state_dict(saved)
+        return notes
+    epochs_done = checkpoint.index + 1
+    scheduler.last_epoch = epochs_done
+    for group, lr in zip(optimizer.param_groups, scheduler._get_closed_form_lr()):
+        group["lr"] = lr
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+    notes.append(f"the checkpoint's scheduler (state keys {sorted(saved)}) is not the configured "
+                 f"{type(scheduler).__name__}: the learning rate follows train.scheduler from epoch {epochs_done + 1}")
+    return notes

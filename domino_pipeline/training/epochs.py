@@ -60,7 +60,7 @@ def finish_epoch(trainer: Trainer, epoch: int, record: dict[str, Any]) -> None:
 def train_epochs(trainer: Trainer) -> int | None:
     """Run the remaining epochs; the signal number when stopped by one, else None."""
     start = resume(trainer.state, trainer.files, trainer.info, init_from=trainer.config.init_from,
-                   say=trainer.log.print)
+                   resume_from=trainer.config.resume_from, say=trainer.log.print)
     epochs = trainer.config.epochs
     if start.epoch > epochs:
         trainer.log.print(f"all {epochs} epochs are done in this output_dir; raise train.epochs to go on")

@@ -55,7 +55,7 @@ def ensure_scaling_factors(train_runs: Sequence[Path], path: Path, *, rank: int,
             options=options, variables=variables))
         return
     names = [run_name(r) for r in train_runs]
-    if load_scaling_factors(path).get("runs", names) != names:
+    if load_scaling_factors(path, allow_pickle=options.allow_pickle).get("runs", names) != names:
         if not allow_other_split:
             raise ValueError(f"{path}: the scaling factors were computed from other runs than this "
                              "training split (see its 'runs'); recompute them (delete the file, or "

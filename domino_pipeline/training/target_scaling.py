@@ -32,9 +32,11 @@ def ensure_scaling_factors(path: Path, train_runs: list[Path], *, sampling: Samp
         allow_other_split=sampling.allow_other_split, log=lambda line: print(line, flush=True))
 
 
-def make_unscaler(path: Path, normalization: str) -> Callable[[str, torch.Tensor], torch.Tensor]:
-    """A function (target key, scaled tensor) -> tensor in physical units, from the saved factors."""
-    factors = load_scaling_factors(path, normalization)
+def make_unscaler(path: Path, normalization: str, *,
+                  allow_pickle: bool = False) -> Callable[[str, torch.Tensor], torch.Tensor]:
+    """A function (target key, scaled tensor) -> tensor in physical units, from the saved factors
+    (``allow_pickle``: the DoMINO example's scaling_factors.pkl too)."""
+    factors = load_scaling_factors(path, normalization, allow_pickle=allow_pickle)
 
     def unscale(key: str, values: torch.Tensor) -> torch.Tensor:
         return unscale_fields(values, factors, key.removesuffix("_fields"))

@@ -1,0 +1,101 @@
+"""The DoMINO example's ``scaling_factors.pkl`` (its ``compute_statistics.py``) as this project's
+factors.
+
+The example pickles a ``ScalingFactors`` dataclass of its own ``utils.py``: ``mean``, ``std``,
+``min_val``, ``max_val`` (each ``{"surface_fields": array, "volume_fields": array, ...}``) and
+``field_keys``. Reading a pickle can run code, so the file is refused unless the caller allows it
+(``data.allow_pickle=true``); even then a restricted unpickler runs, which builds numpy arrays,
+plain containers and that one record, never the example's class or any other global. Converted
+once, the factors are plain JSON:
+
+    python -c "from domino_pipeline.compute.example_factors import convert; convert('scaling_factors.pkl', 'scaling_factors.json')"
+
+then ``sampling.scaling_factors=scaling_factors.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from domino_pipeline.inputs.curator_run import NumpyOnlyUnpickler
+
+PICKLE_MAGIC = b"\x80"  # every pickle of protocol 2 or later starts with the PROTO opcode
+EXAMPLE_CLASS = "ScalingFactors"
+EXAMPLE_STATISTICS = {"min": "min_val", "max": "max_val", "mean": "mean", "std": "std"}
+CONVERT_HINT = ("python -c \"from domino_pipeline.compute.example_factors import convert; "
+                "convert('{path}', '{json}')\"")
+
+
+class ExampleScalingFactors:
+    """What the restricted unpickler builds in place of the example's ``ScalingFactors``: the
+    attributes only (``__setstate__`` keeps the pickled dict), no behaviour of the example's."""
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+class _FactorsUnpickler(NumpyOnlyUnpickler):
+    """Numpy arrays, scalars and containers, and the example's ``ScalingFactors`` record."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name == EXAMPLE_CLASS:
+            return ExampleScalingFactors
+        return super().find_class(module, name)
+
+
+def is_pickle(path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` is a pickle (False when it cannot be read)."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(1) == PICKLE_MAGIC
+    except OSError:
+        return False
+
+
+def read_example_factors(path: str | os.PathLike, *, allow_pickle: bool, normalization: str = "min_max") -> dict:
+    """This project's factors dict from the example's ``scaling_factors.pkl``; ValueError naming
+    the file and the fix when pickles are not allowed or the file is not that record."""
+    path = Path(path)
+    if not allow_pickle:
+        converted = path.with_suffix(".json")
+        raise ValueError(f"{path}: a pickled scaling factors file (the DoMINO example's scaling_factors.pkl); "
+                         "reading a pickle can run code: set data.allow_pickle=true if you trust it, or convert it "
+                         f"once to JSON: {CONVERT_HINT.format(path=path, json=converted)} and set "
+                         f"sampling.scaling_factors={converted}")
+    with open(path, "rb") as file:
+        try:
+            record = _FactorsUnpickler(file).load()
+        except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as error:
+            raise ValueError(f"{path}: not the DoMINO example's scaling factors ({error})") from error
+    return factors_from_record(record, str(path), normalization)
+
+
+def factors_from_record(record: Any, source: str, normalization: str) -> dict:
+    """The example's statistics of ``surface_fields`` and ``volume_fields`` as our factors dict."""
+    if not isinstance(record, ExampleScalingFactors):
+        raise ValueError(f"{source}: holds a {type(record).__name__}, not the example's {EXAMPLE_CLASS}")
+    factors: dict[str, Any] = {"normalization": normalization}
+    for kind in ("surface", "volume"):
+        part = {}
+        for ours, theirs in EXAMPLE_STATISTICS.items():
+            values = getattr(record, theirs, {}).get(f"{kind}_fields")
+            if values is None:
+                raise ValueError(f"{source}: no {theirs}['{kind}_fields'] (the file has "
+                                 f"{sorted(getattr(record, 'field_keys', []) or [])})")
+            part[ours] = np.asarray(values, dtype=np.float64).reshape(-1).tolist()
+        factors[kind] = part
+    return factors
+
+
+def convert(pickle_path: str | os.PathLike, json_path: str | os.PathLike, normalization: str = "min_max") -> Path:
+    """Write the example's ``scaling_factors.pkl`` as this project's JSON factors file (running
+    this is the trust decision: the restricted unpickler reads it)."""
+    from domino_pipeline.compute.scaling import save_scaling_factors
+
+    return save_scaling_factors(json_path, read_example_factors(pickle_path, allow_pickle=True,
+                                                                normalization=normalization))
