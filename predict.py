@@ -102,11 +102,12 @@ def main(config: PipelineConfig) -> None:
                        volume_source=config.process.volume_source)
         prediction = predict_run(model, run, settings, scaling_factors=factors,
                                  geometry_points=config.sampling.geometry_points, batch_points=options.batch_points,
-                                 device=device, volume=options.volume, seed=config.seed)
+                                 device=device, volume=options.volume, seed=config.seed, progress=True)
         record = run_record(run, prediction, variables=variables, forces=forces)
         written = write_run_outputs(run, prediction, variables=variables, out_dir=out_dir, plot=options.plot,
                                     record=record, pressure=forces.pressure)
-        print(f"{run.name}: {record.get('cells', 0):,} cells in {prediction.seconds:.1f} s -> "
+        steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in prediction.steps.items())
+        print(f"{run.name}: {record.get('cells', 0):,} cells in {prediction.seconds:.1f} s ({steps}) -> "
               + ", ".join(str(p) for p in written), flush=True)
         records.append(record)
     columns = table_columns(records, variable_names(variables["surface"]))

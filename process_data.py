@@ -32,12 +32,12 @@ from tqdm import tqdm
 from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
+from domino_pipeline.inputs.concat_bytes import part_paths
 from domino_pipeline.inputs.drivaerml_reader import (
     RunError,
     drop_zero_area,
     read_stl_triangles,
     read_surface,
-    read_volume,
     run_files,
     stl_defects,
 )
@@ -49,37 +49,41 @@ from domino_pipeline.inputs.nondimensional import (  # noqa: F401 (FIELD_SCALES:
 from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.processed_run import (
     ProcessedRunError,
+    StreamedRows,
     natural_key,
     open_processed_run,
     write_processed_run,
 )
+from domino_pipeline.inputs.volume_stream import VolumeStream, open_volume
 from domino_pipeline.run_report import RunResult, summarize
 
 # ----------------------------------------------------------------------------- one run
+
+VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read, checked and scaled at a time
 
 
 def _bounds(points: np.ndarray) -> list[list[float]]:
     return [points.min(axis=0).tolist(), points.max(axis=0).tolist()]
 
 
-def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options: ProcessOptions) -> tuple[Path, list[str]]:
+def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options: ProcessOptions,
+                block_rows: int = VOLUME_BLOCK_ROWS) -> tuple[Path, list[str]]:
     """Read one DrivAerML run folder and write it as a processed Zarr group at ``out_path``.
 
-    Returns the written path and notes (such as a volume-source fallback). Raises
-    FileNotFoundError or RunError naming the file and the problem.
+    The volume is read and written ``block_rows`` rows at a time, so memory does not grow with
+    it (the STL and the boundary surface are read whole). Returns the written path and notes
+    (such as a volume-source fallback). Raises FileNotFoundError or RunError naming the file and
+    the problem.
     """
     run_dir = Path(run_dir)
     files = run_files(run_dir)
     stl, dropped = drop_zero_area(read_stl_triangles(files.stl))
     arrays = stl | read_surface(files.surface, options.surface_variables)
-    volume, used_source, notes = read_volume(files.volume, options.volume_variables, options.volume_source)
-    notes = stl_defects(arrays["stl_faces"], arrays["stl_areas"], files.stl, dropped) + notes
-    arrays["volume_mesh_centers"] = volume["volume_mesh_centers"]
-    arrays["volume_fields"] = volume["volume_fields"]
+    volume = open_volume(files.volume, options.volume_variables, options.volume_source)
+    notes = stl_defects(arrays["stl_faces"], arrays["stl_areas"], files.stl, dropped) + volume.notes
     length = car_length(arrays["stl_coordinates"]) if options.reference_length is None else options.reference_length
     refs = (options.stream_velocity, options.air_density, length)
     arrays["surface_fields"] = arrays["surface_fields"] / field_divisors(options.surface_variables, *refs)
-    arrays["volume_fields"] = arrays["volume_fields"] / field_divisors(options.volume_variables, *refs)
     params = np.array([options.stream_velocity, options.air_density], dtype=np.float32)
     arrays["global_params_values"] = params
     arrays["global_params_reference"] = params.copy()
@@ -88,25 +92,52 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
         **options.recorded(),
         "physics_constants": {"stream_velocity": options.stream_velocity, "air_density": options.air_density},
         "nut_length_scale": float(length),
-        "volume_source": used_source,
+        "volume_source": volume.source,
         "counts": {
             "stl_points": len(arrays["stl_coordinates"]),
             "stl_triangles": len(arrays["stl_centers"]),
             "surface_cells": len(arrays["surface_mesh_centers"]),
-            "volume_points": len(arrays["volume_mesh_centers"]),
-        },
-        "bounds": {
-            "stl": _bounds(arrays["stl_coordinates"]),
-            "surface": _bounds(arrays["surface_mesh_centers"]),
-            "volume": _bounds(arrays["volume_mesh_centers"]),
+            "volume_points": volume.n_rows,
         },
         "sources": {
-            kind: {"name": p.name, "bytes": p.stat().st_size}
+            kind: {"name": p.name, "bytes": source_bytes(p)}
             for kind, p in (("stl", files.stl), ("surface", files.surface),
                             ("volume", files.volume))
         },
     }
-    return write_processed_run(out_path, arrays, attrs), notes
+    bounds = {"stl": _bounds(arrays["stl_coordinates"]),
+              "surface": _bounds(arrays["surface_mesh_centers"])}
+    streamed = _volume_rows(volume, field_divisors(options.volume_variables, *refs), bounds, block_rows)
+    return write_processed_run(out_path, arrays, attrs, streamed), notes
+
+
+def source_bytes(path: Path) -> int:
+    """The size of a source file, or of its ``.part`` pieces together."""
+    return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in part_paths(path))
+
+
+def _volume_rows(volume: VolumeStream, divisors: np.ndarray, bounds: dict, block_rows: int) -> StreamedRows:
+    """The volume's rows as streamed arrays, fields divided by ``divisors``; the bounds of the
+    positions are gathered on the way and stored with the others in ``bounds``."""
+    low = np.full(3, np.inf)
+    high = -low
+
+    def blocks():
+        for centres, fields in volume.blocks(block_rows):
+            yield centres, fields / divisors
+
+    def observe(name: str, rows: np.ndarray) -> None:
+        if name == "volume_mesh_centers" and len(rows):
+            np.minimum(low, rows.min(axis=0), out=low)
+            np.maximum(high, rows.max(axis=0), out=high)
+
+    def attrs() -> dict:
+        volume_bounds = [np.float32(low).tolist(), np.float32(high).tolist()]
+        return {"bounds": {**bounds, "volume": volume_bounds}}
+
+    shapes = {"volume_mesh_centers": (volume.n_rows, 3),
+              "volume_fields": (volume.n_rows, len(divisors))}
+    return StreamedRows(shapes, blocks(), observe, attrs)
 
 
 def _process_one(run_dir: Path, out_path: Path, options: ProcessOptions) -> RunResult:

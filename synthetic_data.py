@@ -22,6 +22,8 @@ suction over the roof, wall shear along the flow, and a wake deficit behind the 
 
     python synthetic_data.py --preset demo --runs 6 --seed 0 --out outputs/demo/raw
     python synthetic_data.py --preset bench --runs 1 --out /tmp/bench --surface-cells 500000
+    python synthetic_data.py --preset full --runs 1 --volume-points 150000000 --out /tmp/full
+    python synthetic_data.py --preset tiny --runs 1 --data-mode appended-base64 --compressor zlib --out /tmp/z
 """
 
 from __future__ import annotations
@@ -33,9 +35,16 @@ from pathlib import Path
 import numpy as np
 import pyvista as pv
 from tqdm import tqdm
-from vtkmodules.vtkIOXML import vtkXMLPolyDataWriter, vtkXMLUnstructuredGridWriter
 
 from domino_pipeline.entry_point import refusals_in_one_line
+from domino_pipeline.inputs.vtk_xml_writer import (
+    COMPRESSORS,
+    DATA_MODES,
+    Encoding,
+    VtkBlockWriter,
+    polydata_arrays,
+    unstructured_grid_arrays,
+)
 
 GROUND_Z = -0.318469  # DrivAerML ground plane, m
 STREAM_VELOCITY = 38.89  # DrivAerML free stream along +x, m/s
@@ -55,6 +64,8 @@ PRESETS: dict[str, dict[str, int]] = {
 _SECTORS_PER_STATION = 0.8  # sectors around a cross section per station along the body
 _SPLIT_FRACTION = 0.2  # share of boundary quads split into two triangles
 _PROGRESS_MIN_POINTS = 500_000  # show progress bars from this volume size on
+VOLUME_BLOCK_POINTS = 1 << 20  # volume points generated and written at a time
+CELL_BLOCK = 1 << 20  # boundary cells handled at a time
 
 
 @dataclass(frozen=True)
@@ -186,10 +197,15 @@ def _split_quads(quads: np.ndarray) -> np.ndarray:
 
 
 def _orient_outward(vertices: np.ndarray, cells: list[np.ndarray]) -> list[np.ndarray]:
-    """Reverse every cell if the closed surface they form has negative signed volume."""
-    tris = np.concatenate([c[:, [0, 1, 2]] if c.shape[1] == 3 else _split_quads(c) for c in cells])
-    a, b, c = (vertices[tris[:, k]] for k in range(3))
-    volume = np.einsum("ij,ij->i", a, np.cross(b, c)).sum() / 6.0
+    """Reverse every cell if the closed surface they form has negative signed volume (summed
+    over blocks of cells, to bound memory)."""
+    volume = 0.0
+    for group in cells:
+        for start in range(0, len(group), CELL_BLOCK):
+            block = group[start:start + CELL_BLOCK]
+            tris = block[:, [0, 1, 2]] if block.shape[1] == 3 else _split_quads(block)
+            a, b, c = (vertices[tris[:, k]] for k in range(3))
+            volume += np.einsum("ij,ij->i", a, np.cross(b, c)).sum() / 6.0
     return cells if volume > 0 else [cell[:, ::-1].copy() for cell in cells]
 
 
@@ -238,13 +254,27 @@ def published_forces(
     """What DrivAerML publishes beside a run, for this body: the force coefficients of its wall
     fields (kinematic: F / (0.5 U^2 aRef)), normals out of the body, shear on it) with the
     variant's frontal area, and that area. A closed body covers its projection on the y-z plane
-    twice, so aRef = 0.5 sum |n_x| A."""
-    area_vectors = np.concatenate([vector_areas(vertices, cells) for cells in cell_groups])
+    twice, so aRef = 0.5 sum |n_x| A. ``fields`` run over the cells of ``cell_groups`` in order."""
+    terms, start = np.zeros(4), 0
+    for cells in cell_groups:
+        terms += _force_terms(vertices, cells, {k: v[start:start + len(cells)] for k, v in fields.items()})
+        start += len(cells)
+    return _published(terms, length, u_inf)
+
+
+def _force_terms(vertices: np.ndarray, cells: np.ndarray, fields: dict[str, np.ndarray]) -> np.ndarray:
+    """The force (x, y, z) of same-size ``cells`` and their sum of |n_x| A: sums over any
+    split of the cells add up to the body's."""
+    area_vectors = vector_areas(vertices, cells)
     areas = np.linalg.norm(area_vectors, axis=1)
     pressure = fields["pMeanTrim"].astype(np.float64)
     shear = fields["wallShearStressMeanTrim"].astype(np.float64)
     force = (-pressure[:, None] * area_vectors + shear * areas[:, None]).sum(axis=0)
-    a_ref = 0.5 * float(np.abs(area_vectors[:, 0]).sum())
+    return np.append(force, np.abs(area_vectors[:, 0]).sum())
+
+
+def _published(terms: np.ndarray, length: float, u_inf: float = STREAM_VELOCITY) -> dict[str, dict[str, float]]:
+    force, a_ref = terms[:3], 0.5 * float(terms[3])
     scale = 1.0 / (0.5 * u_inf**2 * a_ref)
     return {"force_mom": {"Cd": force[0] * scale, "Cl": force[2] * scale, "Cs": force[1] * scale},
             "geo_ref": {"lRef": length, "aRef": a_ref}}
@@ -350,29 +380,43 @@ def _near_wall_points(shape: CarShape, n: int, rng: np.random.Generator) -> np.n
     return p + outward * normal * offset
 
 
-def volume_points(
-    shape: CarShape, n_points: int, rng: np.random.Generator, progress: bool = False
-) -> np.ndarray:
-    """``n_points`` points in the volume box above the ground, outside the body with a margin.
+def volume_block(shape: CarShape, n_points: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_points`` points in the volume box above the ground, outside the body with a margin,
+    in random order.
 
     About a third are clustered near the wall, as in a CFD mesh; the rest fill the box uniformly.
     """
     low, high = np.array(VOLUME_BOX[0]), np.array(VOLUME_BOX[1])
     kept: list[np.ndarray] = []
     count = 0
-    with tqdm(total=n_points, desc="volume points", disable=not progress, leave=False) as bar:
-        while count < n_points:
-            batch = min(n_points - count, 1_000_000) + 64
-            near = _near_wall_points(shape, batch // 3, rng)
-            uniform = rng.uniform(low, high, (batch - len(near), 3))
-            cand = np.concatenate([near, uniform])
-            ok = ~inside_body(shape, cand, WALL_MARGIN) & np.all((cand >= low) & (cand <= high), 1)
-            cand = cand[ok][: n_points - count]
-            kept.append(cand)
-            count += len(cand)
-            bar.update(len(cand))
+    while count < n_points:
+        batch = n_points - count + 64
+        near = _near_wall_points(shape, batch // 3, rng)
+        uniform = rng.uniform(low, high, (batch - len(near), 3))
+        cand = np.concatenate([near, uniform])
+        ok = ~inside_body(shape, cand, WALL_MARGIN) & np.all((cand >= low) & (cand <= high), 1)
+        cand = cand[ok][: n_points - count]
+        kept.append(cand)
+        count += len(cand)
     points = np.concatenate(kept)
     return points[rng.permutation(len(points))]
+
+
+def volume_blocks(
+    shape: CarShape, n_points: int, seed: np.random.SeedSequence, block_points: int = VOLUME_BLOCK_POINTS
+):
+    """The volume points of a run in blocks of ``block_points`` (each from its own random
+    stream, spawned from ``seed``), so that a run of any size is generated in bounded memory."""
+    n_blocks = -(-n_points // block_points)
+    for k, child in enumerate(seed.spawn(n_blocks)):
+        size = min(block_points, n_points - k * block_points)
+        yield volume_block(shape, size, np.random.default_rng(child))
+
+
+def volume_points(shape: CarShape, n_points: int, rng: np.random.Generator) -> np.ndarray:
+    """All ``n_points`` volume points of a body at once (for small runs and benchmarks)."""
+    seed = np.random.SeedSequence(int(rng.integers(2**63)))
+    return np.concatenate(list(volume_blocks(shape, n_points, seed)) or [np.zeros((0, 3))])
 
 
 # ----------------------------------------------------------------------------- writers
@@ -396,51 +440,59 @@ def write_ascii_stl(path: Path, vertices: np.ndarray, faces: np.ndarray, name: s
         out.write(f"endsolid {name}\n")
 
 
-def write_xml(mesh: pv.PolyData | pv.UnstructuredGrid, path: Path) -> None:
-    """Write a VTP or VTU as raw appended binary without compression, as DrivAerML's files are
-    sized; it reads many times faster than pyvista's default inline base64."""
-    polydata = isinstance(mesh, pv.PolyData)
-    writer = vtkXMLPolyDataWriter() if polydata else vtkXMLUnstructuredGridWriter()
-    writer.SetFileName(str(path))
-    writer.SetInputData(mesh)
-    writer.SetDataModeToAppended()
-    writer.EncodeAppendedDataOff()
-    writer.SetCompressorTypeToNone()
-    if not writer.Write():
-        raise OSError(f"{path}: VTK could not write the file")
-
-
-def _polydata(vertices: np.ndarray, quads: np.ndarray, triangles: np.ndarray) -> pv.PolyData:
-    """PolyData with quads first, then triangles (VTK cell arrays with mixed sizes)."""
-    quad_cells = np.column_stack([np.full(len(quads), 4), quads])
-    tri_cells = np.column_stack([np.full(len(triangles), 3), triangles])
-    flat = np.concatenate([quad_cells.ravel(), tri_cells.ravel()])
-    return pv.PolyData(vertices.astype(np.float32), faces=flat)
-
-
-def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Generator) -> dict[str, dict[str, float]]:
-    """Write the boundary VTP with its wall fields as cell data; return its published forces
-    (``published_forces``)."""
+def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Generator,
+                   encoding: Encoding = Encoding()) -> dict[str, dict[str, float]]:
+    """Write the boundary VTP (quads first, then triangles) with its wall fields as cell data,
+    a block of cells at a time; return its published forces (``published_forces``)."""
     vertices, quads, triangles = boundary_mesh(shape, n_cells, rng)
-    mesh = _polydata(vertices, quads, triangles)
-    centres, normals = zip(*(polygon_geometry(vertices, c) for c in (quads, triangles)))
-    fields = surface_fields(shape, np.concatenate(centres), np.concatenate(normals))
-    for name, values in fields.items():
-        mesh.cell_data[name] = values
-    write_xml(mesh, path)
-    return published_forces(np.asarray(mesh.points), [quads, triangles], fields, shape.length)
+    n_cells = len(quads) + len(triangles)
+    fields = {"pMeanTrim": 1, "CpMeanTrim": 1, "pPrime2MeanTrim": 1, "wallShearStressMeanTrim": 3}
+    specs = polydata_arrays(len(vertices), n_cells, quads.size + triangles.size, fields)
+    counts = {"NumberOfPoints": len(vertices), "NumberOfVerts": 0, "NumberOfLines": 0,
+              "NumberOfStrips": 0, "NumberOfPolys": n_cells}
+    terms = np.zeros(4)
+    with VtkBlockWriter(path, "PolyData", counts, specs, encoding) as vtp:
+        vtp.append("Points", "Points", vertices)
+        end = 0
+        for group in (quads, triangles):
+            for start in range(0, len(group), CELL_BLOCK):
+                cells = group[start:start + CELL_BLOCK]
+                centres, normals = polygon_geometry(vertices, cells)
+                values = surface_fields(shape, centres, normals)
+                for name, column in values.items():
+                    vtp.append("CellData", name, column)
+                terms += _force_terms(vertices, cells, values)
+                vtp.append("Polys", "connectivity", cells)
+                offsets = end + cells.shape[1] * np.arange(1, len(cells) + 1)
+                vtp.append("Polys", "offsets", offsets)
+                end = int(offsets[-1])
+    return _published(terms, shape.length)
 
 
-def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Generator) -> None:
-    """Write the volume VTU: one VTK_VERTEX cell per point, fields as point and cell data."""
+def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Generator,
+                 encoding: Encoding = Encoding()) -> None:
+    """Write the volume VTU block by block: one VTK_VERTEX cell per point, fields as point and
+    cell data. Memory stays at one block of points whatever ``n_points``."""
+    fields = {"UMeanTrim": 3, "pMeanTrim": 1, "nutMeanTrim": 1, "CpMeanTrim": 1, "magUMeanNormTrim": 1}
+    seed = np.random.SeedSequence(int(rng.integers(2**63)))
+    specs = unstructured_grid_arrays(n_points, n_points, n_points, fields, fields)
     progress = n_points >= _PROGRESS_MIN_POINTS
-    points = volume_points(shape, n_points, rng, progress).astype(np.float32)
-    cells = {pv.CellType.VERTEX: np.arange(n_points).reshape(-1, 1)}
-    grid = pv.UnstructuredGrid(cells, points)
-    for name, values in volume_fields(shape, points.astype(np.float64)).items():
-        grid.point_data[name] = values
-        grid.cell_data[name] = values
-    write_xml(grid, path)
+    counts = {"NumberOfPoints": n_points, "NumberOfCells": n_points}
+    with (VtkBlockWriter(path, "UnstructuredGrid", counts, specs, encoding) as vtu,
+          tqdm(total=n_points, desc="volume points", disable=not progress, leave=False) as bar):
+        start = 0
+        for block in volume_blocks(shape, n_points, seed):
+            points = block.astype(np.float32)
+            for name, values in volume_fields(shape, points.astype(np.float64)).items():
+                vtu.append("PointData", name, values)
+                vtu.append("CellData", name, values)
+            ids = np.arange(start, start + len(points), dtype=np.int64)
+            vtu.append("Points", "Points", points)
+            vtu.append("Cells", "connectivity", ids)
+            vtu.append("Cells", "offsets", ids + 1)
+            vtu.append("Cells", "types", np.full(len(points), pv.CellType.VERTEX, dtype=np.uint8))
+            start += len(points)
+            bar.update(len(points))
 
 
 def generate_run(
@@ -450,8 +502,11 @@ def generate_run(
     stl_triangles: int,
     surface_cells: int,
     volume_points: int,
+    encoding: Encoding = Encoding(),
 ) -> Path:
     """Write the STL, boundary VTP and volume VTU of run ``index`` into ``run_dir``; return it.
+
+    The VTP and VTU are stored in ``encoding``; the VTU is written block by block.
 
     The body shape and every random draw come from ``np.random.default_rng([seed, index])``.
     """
@@ -463,17 +518,18 @@ def generate_run(
         vertices, faces = stl_mesh(shape, stl_triangles)
         write_ascii_stl(run_dir / f"drivaer_{index}.stl", vertices, faces, f"drivaer_{index}")
         bar.update()
-        published = write_boundary(run_dir / f"boundary_{index}.vtp", shape, surface_cells, rng)
+        published = write_boundary(run_dir / f"boundary_{index}.vtp", shape, surface_cells, rng, encoding)
         for name, values in published.items():
             write_one_row_csv(run_dir / f"{name}_{index}.csv", values)
         bar.update()
-        write_volume(run_dir / f"volume_{index}.vtu", shape, volume_points, rng)
+        write_volume(run_dir / f"volume_{index}.vtu", shape, volume_points, rng, encoding)
         bar.update()
     return run_dir
 
 
 def generate_runs(
-    out_dir: str | Path, n_runs: int, preset: str = "tiny", seed: int = 0, **overrides: int
+    out_dir: str | Path, n_runs: int, preset: str = "tiny", seed: int = 0,
+    encoding: Encoding = Encoding(), **overrides: int,
 ) -> list[Path]:
     """Write ``run_1`` ... ``run_<n_runs>`` under ``out_dir``; return their folders.
 
@@ -490,7 +546,7 @@ def generate_runs(
     runs = range(1, n_runs + 1)
     show = n_runs > 1 and sizes["volume_points"] >= 100_000
     return [
-        generate_run(out_dir / f"run_{i}", i, seed, **sizes)
+        generate_run(out_dir / f"run_{i}", i, seed, **sizes, encoding=encoding)
         for i in tqdm(runs, desc="synthetic runs", disable=not show)
     ]
 
@@ -505,6 +561,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stl-triangles", type=int)
     parser.add_argument("--surface-cells", type=int)
     parser.add_argument("--volume-points", type=int)
+    parser.add_argument("--data-mode", default="appended-raw", choices=DATA_MODES,
+                        help="how the VTP and VTU store arrays (default: appended raw binary)")
+    parser.add_argument("--compressor", default="none", choices=sorted(COMPRESSORS))
+    parser.add_argument("--header-bits", type=int, default=64, choices=(32, 64))
     args = parser.parse_args(argv)
     with refusals_in_one_line():  # an output folder that cannot be written, a bad size: one line
         runs = generate_runs(
@@ -512,6 +572,7 @@ def main(argv: list[str] | None = None) -> None:
             args.runs,
             args.preset,
             args.seed,
+            Encoding(args.data_mode, args.compressor, args.header_bits),
             stl_triangles=args.stl_triangles,
             surface_cells=args.surface_cells,
             volume_points=args.volume_points,

@@ -203,15 +203,18 @@ def test_bad_settings_stop_before_any_run(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_unjoined_volume_parts_are_pointed_out(tiny_raw_dir: Path, tmp_path: Path) -> None:
+def test_volume_parts_are_read_as_one_file(tiny_raw_dir: Path, tmp_path: Path) -> None:
     run_dir = _copy_run(tiny_raw_dir, 1, tmp_path / "raw", 1)
     data = (run_dir / "volume_1.vtu").read_bytes()
     (run_dir / "volume_1.vtu").unlink()
     (run_dir / "volume_1.vtu.part1").write_bytes(data[:1000])
     (run_dir / "volume_1.vtu.part2").write_bytes(data[1000:])
-    message = "volume_1.vtu: missing file .join volume_1.vtu.part1 volume_1.vtu.part2 with cat"
-    with pytest.raises(FileNotFoundError, match=message):
-        process_run(run_dir, tmp_path / "run_1.zarr", PROCESS_OPTIONS)
+    process_run(run_dir, tmp_path / "parts.zarr", PROCESS_OPTIONS)
+    process_run(tiny_raw_dir / "run_1", tmp_path / "whole.zarr", PROCESS_OPTIONS)
+    parts, whole = (load_processed_run(tmp_path / f"{n}.zarr") for n in ("parts", "whole"))
+    for name in whole:
+        np.testing.assert_array_equal(parts[name], whole[name])
+    assert open_processed_run(tmp_path / "parts.zarr").attrs["sources"]["volume"]["bytes"] == len(data)
 
 
 def test_finished_runs_are_skipped_unless_overwrite(tiny_raw_dir: Path, tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 Training draws a few thousand points per step; prediction wants all of them. The run goes
 through the training path's own preprocessing (``prepare_rows``: box filters, normalisation, the
-centre of mass; ``grid_sdf``; ``surface_neighbors``; ``volume_sdf``) and every batch through the
+centre of mass; ``grid_sdf``; ``all_surface_neighbors``, as the cache build; ``volume_sdf``) and every batch through the
 training path's own item builder (``build_item``), so the model sees what it was trained on:
 
     prepared = prepare_run(arrays, settings, parts=("surface",))
@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from domino_pipeline.compute.preprocessing import (
+    all_surface_neighbors,
     grid_sdf,
-    surface_neighbors,
     volume_mesh,
     volume_sdf,
 )
@@ -81,7 +81,9 @@ class BatchItems:
         self.fingerprinted = settings.fingerprinted()
         self.geometry_coordinates = prepared.geometry_coordinates[:geometry_points]
         self.grids = self._grids()
-        self.neighbors = surface_neighbors(prepared, settings) if "surface" in parts else None
+        # searched a block of cells at a time, as a cache build does: the search's memory stays
+        # bounded at DrivAerML's 8.8M cells
+        self.neighbors = all_surface_neighbors(prepared, settings) if "surface" in parts else None
         self.mesh = volume_mesh(prepared, settings) if "volume" in parts else None
 
     def _grids(self) -> dict[str, torch.Tensor | np.ndarray]:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from domino_pipeline.compute.scaling import unscale_fields
 from domino_pipeline.compute.settings import PreprocessSettings
@@ -43,32 +44,46 @@ from domino_pipeline.training.domino_model import variable_names
 @dataclass
 class RunPrediction:
     """Non-dimensional predictions at every surface cell (NaN where none was made) and, when
-    asked, at every volume point."""
+    asked, at every volume point; seconds in all and per step (``prepare``: box filters and
+    normalisation; ``geometry``: grid SDFs and the surface kNN; ``surface`` / ``volume``: the
+    batches through the model, their inputs built per batch)."""
 
     surface: np.ndarray | None
     volume: np.ndarray | None
     seconds: float
+    steps: dict[str, float] = field(default_factory=dict)
 
 
 def predict_run(model: torch.nn.Module, run: PredictionRun, settings: PreprocessSettings, *,
                 scaling_factors: dict, geometry_points: int, batch_points: int, device: torch.device,
-                volume: bool = False, seed: int = 0) -> RunPrediction:
-    """Predict the run's surface (when the model has a surface head) and volume (when asked)."""
+                volume: bool = False, seed: int = 0, progress: bool = False) -> RunPrediction:
+    """Predict the run's surface (when the model has a surface head) and volume (when asked);
+    ``progress`` shows a bar per part with the rows (cells, points) per second."""
     start = time.perf_counter()
     parts = model_parts(model)
     if volume and "volume" not in parts:
         raise ValueError(f"{run.name}: predict.volume=true, but the model has no volume head (it predicts {parts})")
     prepared = prepare_run(run.arrays, settings, parts=parts, source=run.name)
+    steps = {"prepare": time.perf_counter() - start}
     items = BatchItems(prepared, settings, parts=parts, geometry_points=geometry_points)
+    steps["geometry"] = time.perf_counter() - start - steps["prepare"]
     torch.manual_seed(seed)  # DoMINO draws its volume sampling noise from the global generator
     results: dict[str, np.ndarray | None] = {"surface": None, "volume": None}
     for part in ("surface", "volume"):
         if part in parts and (part == "surface" or volume):
-            scaled = predict_part(model, items, part=part, batch_points=batch_points, device=device)
+            begun = time.perf_counter()
+            total = len(prepared.surface_areas) if part == "surface" else len(prepared.volume_coordinates)
+            unit = "cells" if part == "surface" else "points"
+            with tqdm(total=total, desc=f"{run.name} {part}", unit=unit, unit_scale=True,
+                      disable=not progress, leave=False) as bar:
+                scaled = predict_part(model, items, part=part, batch_points=batch_points, device=device,
+                                      progress=lambda _, done: bar.update(done - bar.n))
             rows = prepared.surface_rows if part == "surface" else prepared.volume_rows
             count = len(run.arrays[f"{part}_mesh_centers"])
             results[part] = rows_to_mesh(unscale_fields(scaled, scaling_factors, part), rows, count)
-    return RunPrediction(surface=results["surface"], volume=results["volume"], seconds=time.perf_counter() - start)
+            steps[part] = time.perf_counter() - begun
+    return RunPrediction(surface=results["surface"], volume=results["volume"], seconds=time.perf_counter() - start,
+                         steps=steps)
 
 
 def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapping[str, Mapping[str, str]],

@@ -42,7 +42,10 @@ class RunFiles:
 
 
 def run_files(run_dir: Path) -> RunFiles:
-    """The run's files by their DrivAerML names; raise FileNotFoundError naming a missing one."""
+    """The run's files by their DrivAerML names; raise FileNotFoundError naming a missing one.
+
+    The volume may be published as ``volume_<i>.vtu.part1``, ``.part2``, ...: its path is then
+    the joined name, which the streaming reader opens piece by piece."""
     index = run_dir.name.removeprefix("run_")
     files = RunFiles(
         run_dir.name,
@@ -51,10 +54,9 @@ def run_files(run_dir: Path) -> RunFiles:
         run_dir / f"volume_{index}.vtu",
     )
     for path in (files.stl, files.surface, files.volume):
-        if not path.is_file():
-            parts = sorted(p.name for p in run_dir.glob(f"{path.name}.part*"))
-            hint = f" (join {' '.join(parts)} with cat first)" if parts else ""
-            raise FileNotFoundError(f"{path}: missing file{hint}")
+        pieces = path == files.volume and any(run_dir.glob(f"{path.name}.part*"))
+        if not path.is_file() and not pieces:  # the volume's .part pieces are read as one file
+            raise FileNotFoundError(f"{path}: missing file")
     return files
 
 
@@ -238,6 +240,24 @@ def read_surface(path: Path, variables: Mapping[str, str]) -> dict[str, np.ndarr
     }
 
 
+def volume_source_used(
+    available: Mapping[str, Collection[str]], variables: Mapping[str, str], source: str, path: Path
+) -> tuple[str, list[str]]:
+    """The source ("points" or "cells") to read ``variables`` from, given the array names
+    ``available`` per source, and notes: the other source, with a note, when the requested one
+    lacks a field and the other has them all; RunError when neither has them all."""
+    if source not in VOLUME_SOURCES:
+        raise ValueError(f"volume_source {source!r}, expected one of {list(VOLUME_SOURCES)}")
+    missing = [name for name in variables if name not in available[source]]
+    if not missing:
+        return source, []
+    other = next(s for s in VOLUME_SOURCES if s != source)
+    if any(name not in available[other] for name in variables):
+        raise RunError(f"{path}: fields {missing} missing as {source} data, and not all of "
+                       f"{list(variables)} are {other} data either")
+    return other, [f"{path}: fields {missing} missing as {source} data, using {other} data"]
+
+
 def read_volume(
     path: Path, variables: Mapping[str, str], source: str
 ) -> tuple[dict[str, np.ndarray], str, list[str]]:
@@ -246,19 +266,8 @@ def read_volume(
     When the VTU lacks a requested field at that source but has all of them at the other one,
     the other is used and a note says so. Returns the arrays, the source used and the notes.
     """
-    if source not in VOLUME_SOURCES:
-        raise ValueError(f"volume_source {source!r}, expected one of {list(VOLUME_SOURCES)}")
     reader = open_reader(path)
-    available = array_names(reader)
-    notes = []
-    missing = [name for name in variables if name not in available[source]]
-    if missing:
-        other = next(s for s in VOLUME_SOURCES if s != source)
-        if any(name not in available[other] for name in variables):
-            raise RunError(f"{path}: fields {missing} missing as {source} data, and not all of "
-                           f"{list(variables)} are {other} data either")
-        notes.append(f"{path}: fields {missing} missing as {source} data, using {other} data")
-        source = other
+    source, notes = volume_source_used(array_names(reader), variables, source, path)
     if source == "points":
         mesh = read_arrays(reader, path, point_arrays=list(variables), cell_arrays=[])
         fields, centres = field_columns(mesh.point_data, variables, path, "point"), mesh.points

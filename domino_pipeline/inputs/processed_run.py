@@ -84,30 +84,96 @@ def _chunking(
 
 
 def write_processed_run(
-    path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any]
+    path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
+    streamed: "StreamedRows | None" = None,
 ) -> Path:
     """Validate ``arrays`` and write them with ``attrs`` as ``path`` atomically; return the path.
 
+    ``streamed`` writes further arrays (the volume's) from blocks of rows, so that they are
+    never held whole; its ``attrs()`` (bounds, say, known once every row is seen) join ``attrs``.
     The group is built under a hidden temporary name and renamed into place when complete.
     """
     path = Path(path)
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
-    validate_arrays(arrays, path, required=ARRAY_NAMES)
+    later = () if streamed is None else tuple(streamed.shapes)
+    validate_arrays(arrays, path, required=[n for n in ARRAY_NAMES if n not in later])
+    if streamed is not None:
+        check_shapes({**{n: tuple(v.shape) for n, v in arrays.items()}, **streamed.shapes}, path)
     with atomic_directory(path) as tmp:
         group = zarr.create_group(store=str(tmp), zarr_format=3)
+        for name in ARRAY_NAMES:
+            if name in arrays:
+                _create_array(group, name, arrays[name].shape, arrays[name].dtype)[...] = arrays[name]
+        extra = {} if streamed is None else streamed.write(group, path)
         # write_id: a rewrite with new values but the same shapes still changes the group's
         # metadata, which is what a cache's source fingerprint hashes.
         group.attrs.update({"format": FORMAT, "format_version": FORMAT_VERSION,
-                            "write_id": uuid.uuid4().hex, "all_chunks_written": True, **attrs})
-        for name in ARRAY_NAMES:
-            data = arrays[name]
-            chunks, shards = _chunking(data.shape, data.dtype.itemsize)
-            target = group.create_array(
-                name, shape=data.shape, dtype=data.dtype, chunks=chunks, shards=shards,
-                compressors=_codec(), config={"write_empty_chunks": True},
-            )
-            target[...] = data
+                            "write_id": uuid.uuid4().hex, "all_chunks_written": True,
+                            **attrs, **extra})
     return path
+
+
+def _create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype: np.dtype) -> zarr.Array:
+    chunks, shards = _chunking(shape, np.dtype(dtype).itemsize)
+    return group.create_array(name, shape=shape, dtype=dtype, chunks=chunks, shards=shards,
+                              compressors=_codec(), config={"write_empty_chunks": True})
+
+
+class StreamedRows:
+    """Arrays written from an iterator of row blocks, one whole shard at a time.
+
+    ``shapes``: name -> full shape; ``blocks``: tuples of arrays in the order of ``shapes``;
+    ``observe(name, block)`` is called on every checked block (to gather bounds, say) and
+    ``attrs()`` gives the attributes to store once all are written.
+    """
+
+    def __init__(self, shapes: Mapping[str, tuple[int, ...]], blocks, observe=None, attrs=None) -> None:
+        self.shapes = {name: tuple(int(n) for n in shape) for name, shape in shapes.items()}
+        self.blocks, self.observe, self.attrs = blocks, observe, attrs
+
+    def write(self, group: zarr.Group, path: Path) -> dict[str, Any]:
+        """Write every block into new arrays of ``group``; return ``attrs()``."""
+        writers = [_ShardWriter(_create_array(group, name, shape, np.float32), name)
+                   for name, shape in self.shapes.items()]
+        for block in self.blocks:
+            for writer, rows in zip(writers, block):
+                rows = check_values(writer.name, np.asarray(rows), path, None)
+                if self.observe is not None:
+                    self.observe(writer.name, rows)
+                writer.append(rows)
+        for writer in writers:
+            writer.close(path)
+        return {} if self.attrs is None else dict(self.attrs())
+
+
+class _ShardWriter:
+    """Appends rows to a Zarr array, writing whole shards (or chunks) as they fill."""
+
+    def __init__(self, array: zarr.Array, name: str) -> None:
+        self.array, self.name = array, name
+        self.step = (array.shards or array.chunks)[0]
+        self.pending: list[np.ndarray] = []
+        self.held = self.written = 0
+
+    def append(self, rows: np.ndarray) -> None:
+        self.pending.append(rows)
+        self.held += len(rows)
+        while self.held >= self.step:
+            self._flush(self.step)
+
+    def _flush(self, n: int) -> None:
+        joined = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
+        self.array[self.written:self.written + n] = joined[:n]
+        self.pending = [joined[n:]] if len(joined) > n else []
+        self.held -= n
+        self.written += n
+
+    def close(self, path: Path) -> None:
+        if self.held:
+            self._flush(self.held)
+        if self.written != self.array.shape[0]:
+            raise ProcessedRunError(f"{path}: array {self.name} got {self.written} rows, "
+                                    f"expected {self.array.shape[0]}")
 
 
 def _dtype_for(name: str) -> np.dtype:
