@@ -133,8 +133,10 @@ def child_draws(cache: Path, preset: str, n: int) -> dict:
     """In this process: ``n`` timed draws warm and ``n`` cold after one warm-up, medians, and
     how many bytes of the cache a draw reads."""
     from domino_pipeline import CachedDoMINODataset
+    from read_bytes import KEEP_ALL_OPEN, bytes_read
 
-    ds = CachedDoMINODataset(cache, model_type="combined", seed=0, count_bytes=True, **SAMPLES[preset])
+    ds = CachedDoMINODataset(cache, model_type="combined", seed=0, max_open_runs=KEEP_ALL_OPEN,
+                             **SAMPLES[preset])
     ds.set_epoch(0)
     ds[0]  # opens the run: metadata and shard indexes are read once per process
     out = {}
@@ -143,11 +145,11 @@ def child_draws(cache: Path, preset: str, n: int) -> dict:
         for epoch in range(1, n + 1):
             ds.set_epoch(epoch + (0 if mode == "warm" else 1000))
             _read_all(cache) if mode == "warm" else _evict(cache)
-            before = ds.bytes_read()
+            before = bytes_read(ds)
             started = time.perf_counter()
             ds[0]
             times.append(time.perf_counter() - started)
-            nbytes.append(ds.bytes_read() - before)
+            nbytes.append(bytes_read(ds) - before)
         out[f"{mode}_draw_ms"] = 1000 * statistics.median(times)
         out[f"{mode}_mb_per_draw"] = statistics.median(nbytes) / 1e6
     return out
