@@ -151,22 +151,25 @@ def phase_uncached(params: dict, processed: str, factors: dict) -> dict:
     return {"getitem_s": statistics.median(times), "getitem_all_s": times, "peak_rss_mb": _peak_rss_mb()}
 
 
-def _cached_dataset(params: dict, cache: str, factors: dict, runs=None, count_bytes=False):
+def _cached_dataset(params: dict, cache: str, factors: dict, runs=None):
     from domino_pipeline import CachedDoMINODataset
+    from read_bytes import KEEP_ALL_OPEN
 
     return CachedDoMINODataset(cache, runs=runs, model_type=params["model_type"],
                                surface_points=params["surface_points"], volume_points=params["volume_points"],
                                geometry_points=params["geometry_points"], scaling_factors=factors,
-                               count_bytes=count_bytes)
+                               max_open_runs=KEEP_ALL_OPEN)
 
 
 def phase_cached(params: dict, caches: dict[str, str], factors: dict) -> dict:
     """Cached draws from each cache, interleaved (so that load from other processes hits all
     alike), after a warm-up: median seconds, bytes read per draw, peak RSS."""
-    datasets = {name: _cached_dataset(params, cache, factors, count_bytes=True) for name, cache in caches.items()}
+    from read_bytes import bytes_read
+
+    datasets = {name: _cached_dataset(params, cache, factors) for name, cache in caches.items()}
     for ds in datasets.values():
         _timed_draws(ds, 0, warmup=3)
-    before = {name: ds.bytes_read() for name, ds in datasets.items()}
+    before = {name: bytes_read(ds) for name, ds in datasets.items()}
     times = {name: [] for name in datasets}
     for k in range(params["cached_draws"]):
         for name, ds in datasets.items():
@@ -175,7 +178,7 @@ def phase_cached(params: dict, caches: dict[str, str], factors: dict) -> dict:
             ds[k % len(ds)]
             times[name].append(time.perf_counter() - start)
     return {name: {"getitem_s": statistics.median(times[name]), "getitem_all_s": times[name],
-                   "bytes_per_draw": (datasets[name].bytes_read() - before[name]) / len(times[name]),
+                   "bytes_per_draw": (bytes_read(datasets[name]) - before[name]) / len(times[name]),
                    "peak_rss_mb": _peak_rss_mb()} for name in datasets}
 
 

@@ -55,7 +55,7 @@ def _serve_from_memory(ds) -> None:
     run = ds.run(0)
     arrays = {name: run.read(name) for name in layout_arrays(ds.neighbor_layout)}
     run.read_many = lambda reads: [_from_memory(arrays[n], s, e) for n, s, e in reads]
-    run.read = lambda name, selection=slice(None), empty=None: arrays[name][selection]
+    run.read = lambda name, selection=slice(None), allocate=None: arrays[name][selection]
 
 
 def _timed(ds, epoch: int) -> float:

@@ -38,10 +38,14 @@ def part_of(array: str) -> str:
 
 
 def bytes_by_part(dataset) -> dict[str, int]:
-    """Chunk bytes read so far by this process, per part."""
+    """Bytes read so far by this process's chunk readers of the dataset's open runs, per part."""
+    from domino_pipeline.store.cache_format import layout_arrays
+
     totals = dict.fromkeys(PARTS, 0)
-    for run in dataset._open.values():
-        for name, reader in run._readers.items():
+    for index in dataset.open_run_indices():
+        run = dataset.run(index)
+        for name in layout_arrays(dataset.neighbor_layout):
+            reader = run.reader(name)
             if reader is not None:
                 totals[part_of(name)] += reader.bytes_read
     return totals
@@ -51,7 +55,7 @@ def measure(cache: Path, params: dict, draws: int) -> dict[str, dict]:
     from domino_pipeline import CachedDoMINODataset
 
     sizes = {k: params[k] for k in ("surface_points", "volume_points", "geometry_points")}
-    sets = {law: CachedDoMINODataset(cache, model_type="combined", scaling_factors=None, count_bytes=True,
+    sets = {law: CachedDoMINODataset(cache, model_type="combined", scaling_factors=None,
                                      **sizes, **changes) for law, changes in LAWS.items()}
     for ds in sets.values():
         for epoch in range(3):  # warm-up: opens the run, reads metadata, fills the page cache

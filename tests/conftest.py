@@ -114,3 +114,35 @@ def s3_features_cache(s3_server, features_cache_dir: Path) -> str:
     url = f"s3://{s3_server.bucket()}/features"
     upload_folder(features_cache_dir, url)
     return url
+
+
+# ---- honest markers: a test that trains, builds a cache or predicts in a subprocess is slow ----
+
+SLOW_ENTRY_POINTS = ("train.py", "cache_data.py", "predict.py", "torch.distributed.run", "torchrun")
+_running_slow = {"now": True}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _running_slow["now"] = item.get_closest_marker("slow") is not None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _entry_points_only_in_slow_tests():
+    """Refuse, in a test not marked slow (its fixtures included), a subprocess that runs one
+    of SLOW_ENTRY_POINTS: `make test-fast` stays fast by construction."""
+    import subprocess
+
+    original = subprocess.Popen.__init__
+
+    def guarded(self, args, *rest, **kwargs):
+        words = [str(a) for a in (args if isinstance(args, (list, tuple)) else [args])]
+        named = [w for w in words if Path(w).name in SLOW_ENTRY_POINTS or w in SLOW_ENTRY_POINTS]
+        if named and not _running_slow["now"]:
+            raise RuntimeError(f"a test not marked slow runs {named[0]} in a subprocess: "
+                               "mark it @pytest.mark.slow")
+        original(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = guarded
+    yield
+    subprocess.Popen.__init__ = original

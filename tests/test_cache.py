@@ -199,7 +199,7 @@ def test_diff_settings_lists_nested_differences():
 
 
 def test_byte_counting_counts_the_chunks_read(cache_dir):
-    run = CacheRun(generation(cache_dir, "run_1"), count_bytes=True)
+    run = CacheRun(generation(cache_dir, "run_1"))
     rows = min(ARRAYS["volume_fields"].chunk_rows, run.attrs["counts"]["volume"])
     run.read("volume_fields", slice(0, 10))
     small = run.bytes_read

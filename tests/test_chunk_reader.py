@@ -231,7 +231,7 @@ def test_other_selections_are_left_to_zarr(run_path):
 
 
 def test_bytes_read_count_metadata_indexes_and_inner_chunks(run_path):
-    run = CacheRun(run_path, count_bytes=True)
+    run = CacheRun(run_path)
     opened = run.bytes_read
     run.read("points", slice(0, 20))  # inner chunks 0 and 1 of shard 0
     metadata = (run_path / "points" / "zarr.json").stat().st_size

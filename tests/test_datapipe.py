@@ -166,7 +166,7 @@ def _surface_reads_of_a_draw(cache, surface_points: int, window_factor: int) -> 
     metadata is read before, and its one shard index is left out), the bytes of one inner chunk
     of each, and the surface rows."""
     ds = _cached(cache, model_type="surface", surface_points=surface_points,
-                 surface_window_factor=window_factor, count_bytes=True)
+                 surface_window_factor=window_factor)
     run = ds.run(0)
     names = [n for n in layout_arrays(ds.neighbor_layout)
              if n.startswith("surface_") and n != "surface_grid_sdf"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from cache_fixtures import OVERRIDES, build_tiny_cache
+from cache_fixtures import OVERRIDES, build_tiny_cache, tiny_settings
 
 from domino_pipeline.compute.scaling import compute_scaling_factors, load_scaling_factors
 from domino_pipeline.inputs.runs import DEFAULT_OPTIONS, list_runs
@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 SHORT_TIMEOUT_S = 1.0
 SLOW_RANK_DELAY_S = 4.0
+GRID = (64, 32, 32)  # the torchrun build's grid: a run's grid SDFs take a good part of a second
 VARIABLES = {"surface": [("pMeanTrim", "scalar"), ("wallShearStressMeanTrim", "vector")],
              "volume": [("UMeanTrim", "vector"), ("pMeanTrim", "scalar"), ("nutMeanTrim", "scalar")]}
 
@@ -80,22 +81,26 @@ def test_control_the_same_wait_on_the_short_collective_timeout_fails(tiny_proces
 def test_torchrun_build_writes_the_manifest_when_one_rank_finishes_long_before_the_other(
         tiny_processed_dir, tmp_path):
     processed, cache = tmp_path / "processed", tmp_path / "cache"
-    for source, name in (("run_1", "run_1"), ("run_2", "run_2"), ("run_1", "run_3")):
-        shutil.copytree(tiny_processed_dir / f"{source}.zarr", processed / f"{name}.zarr")
-    # run_2 (rank 1's only run) is current already: rank 1 is done at once, rank 0 builds two
-    reference = build_tiny_cache(processed, tmp_path / "reference")
-    shutil.copytree(reference / "run_2", cache / "run_2")
+    names = [f"run_{i:02d}" for i in range(1, 16)]
+    for i, name in enumerate(names):
+        shutil.copytree(tiny_processed_dir / f"run_{i % 2 + 1}.zarr", processed / f"{name}.zarr")
+    # rank 1's runs (every second) are current already: rank 1 is done at once, rank 0 builds
+    # eight, on a grid large enough that they take longer than the collective timeout
+    reference = build_tiny_cache(processed, tmp_path / "reference", tiny_settings(interp_res=GRID))
+    for name in names[1::2]:
+        shutil.copytree(reference / name, cache / name)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                "cache_data.py", "--config-name=cached", f"data.processed_dir={processed}",
-               f"cache.dir={cache}", *OVERRIDES, f"distributed.timeout_s={SHORT_TIMEOUT_S}"]
+               f"cache.dir={cache}", *OVERRIDES, f"geometry.interp_res=[{','.join(map(str, GRID))}]",
+               f"distributed.timeout_s={SHORT_TIMEOUT_S}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
-    assert "1 runs: 0 built, 1 skipped" in out and "2 runs: 2 built, 0 skipped" in out
-    assert out.index("rank 1 done") < out.index("2 runs: 2 built")  # rank 1 left while rank 0 built
-    per_run_s = float(out.split("2 runs: 2 built")[1].split(" s per built run")[0].split(", ")[-1])
-    assert 2 * per_run_s > SHORT_TIMEOUT_S  # rank 0 built for longer than any collective may wait
+    assert "7 runs: 0 built, 7 skipped" in out and "8 runs: 8 built, 0 skipped" in out
+    assert out.index("rank 1 done") < out.index("8 runs: 8 built")  # rank 1 left while rank 0 built
+    per_run_s = float(out.split("8 runs: 8 built")[1].split(" s per built run")[0].split(", ")[-1])
+    assert 8 * per_run_s > SHORT_TIMEOUT_S  # rank 0 built for longer than any collective may wait
     assert out.count("manifest: ") == 1
-    assert sorted(read_manifest(cache)["runs"]) == ["run_1", "run_2", "run_3"]
+    assert sorted(read_manifest(cache)["runs"]) == names
     assert not list((cache / ".ranks").glob("*/rank-*.json"))  # the job's records are gone

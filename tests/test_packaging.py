@@ -49,9 +49,10 @@ def _requires(wheel: zipfile.ZipFile) -> list[Requirement]:
 
 
 def _pins() -> dict[str, str]:
-    lines = (ROOT / "requirements.txt").read_text().splitlines()
-    pins = [line.split("==") for line in lines if "==" in line and not line.startswith("#")]
-    return {name.split("[")[0].strip().lower(): version.strip() for name, version in pins}  # moto[server]: moto
+    """requirements.txt's pinned versions by distribution name."""
+    lines = [line.split("#", 1)[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
+    requirements = [Requirement(line) for line in lines if line]
+    return {r.name.lower(): str(r.specifier).removeprefix("==") for r in requirements}
 
 
 def _imported_distributions() -> set[str]:

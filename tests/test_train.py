@@ -390,6 +390,7 @@ def first_state(optimizer_state: dict) -> dict:
     return optimizer_state["state"][min(optimizer_state["state"])]
 
 
+@pytest.mark.slow
 def test_physicsnemos_load_checkpoint_finds_our_checkpoints(setup, three_epochs):
     """physicsnemo's own load_checkpoint, pointed at our checkpoint folder, loads the model,
     optimizer and scheduler of the last epoch and returns its 0-based index."""
@@ -434,6 +435,7 @@ def example_checkpoint(setup, folder: Path, epoch: int, steps: int) -> torch.nn.
     return model
 
 
+@pytest.mark.slow
 def test_an_example_checkpoint_resumes_here_with_its_optimizer_state(setup):
     folder, out = setup["work"] / "example_checkpoint", setup["work"] / "resumed_example"
     example_checkpoint(setup, folder, epoch=1, steps=5)
@@ -449,6 +451,7 @@ def test_an_example_checkpoint_resumes_here_with_its_optimizer_state(setup):
     assert "all 3 epochs are done" in again.stdout
 
 
+@pytest.mark.slow
 def test_an_example_checkpoint_with_this_runs_scheduler_kind_loads_it(setup, tmp_path):
     from physicsnemo.utils.checkpoint import save_checkpoint
 

@@ -64,8 +64,7 @@ class CachedDoMINODataset(EpochDataset):
                  geometry_points: int = 300_000, scaling_factors: dict | str | os.PathLike | None = "manifest",
                  seed: int = 0, expected: dict | None = None, surface_window_factor: int | None = 8,
                  volume_window_factor: int | None = 8, exact: bool = False,
-                 sources: dict[str, str] | None = None, max_open_runs: int = 8,
-                 count_bytes: bool = False) -> None:
+                 sources: dict[str, str] | None = None, max_open_runs: int = 8) -> None:
         law = SamplingLaw(surface_window_factor=surface_window_factor,
                           volume_window_factor=volume_window_factor, exact=exact)
         self.cache_dir = cache_dir if is_url(cache_dir) else Path(cache_dir)
@@ -94,10 +93,8 @@ class CachedDoMINODataset(EpochDataset):
         self.run_paths = [run_path(self.cache_dir, n, e) for n, e in zip(names, entries)]
         self.run_metadata = [e.get("metadata_sha256") for e in entries]
         self.run_sources = [(n, {"source": e.get("source")}) for n, e in zip(names, entries)]
-        self.count_bytes = count_bytes
         self.max_open_runs = max(1, int(max_open_runs))
         self._open: OrderedDict[int, CacheRun] = OrderedDict()
-        self._bytes_closed = 0
         self._pid = os.getpid()
 
     def __len__(self) -> int:
@@ -123,8 +120,8 @@ class CachedDoMINODataset(EpochDataset):
         if index in self._open:
             self._open.move_to_end(index)
             return self._open[index]
-        run = CacheRun(self.run_paths[index], count_bytes=self.count_bytes,
-                       metadata=self.run_metadata[index], entry=self.run_sources[index])
+        run = CacheRun(self.run_paths[index], metadata=self.run_metadata[index],
+                       entry=self.run_sources[index])
         if run.attrs.get("settings_fingerprint") != self.fingerprint:
             raise StaleCacheError(
                 f"{run.path}: built with other settings than the manifest records:\n  "
@@ -132,17 +129,12 @@ class CachedDoMINODataset(EpochDataset):
         self._open[index] = run
         while len(self._open) > self.max_open_runs:
             _, closed = self._open.popitem(last=False)
-            self._bytes_closed += closed.bytes_read
             closed.close()
         return run
 
     def open_run_indices(self) -> list[int]:
         """The indices of the runs this process holds open, least recently used first."""
         return list(self._open) if self._pid == os.getpid() else []
-
-    def bytes_read(self) -> int:
-        """Bytes this process has read from the cache (with ``count_bytes=True``)."""
-        return self._bytes_closed + sum(run.bytes_read for run in self._open.values())
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         run = self.run(index)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.storage import LocalStore, WrapperStore
+from zarr.storage import LocalStore
 
 from domino_pipeline.compute.settings import neighbor_layout_of
 from domino_pipeline.store.byte_source import (
@@ -48,20 +48,6 @@ from domino_pipeline.store.shard_index import CHECKSUM_BYTES, ShardIndexError, c
 CACHE_ARRAYS = tuple(ARRAYS) + tuple(NEIGHBOR_FEATURE_ARRAYS)  # every array a run may hold
 
 
-class CountingStore(WrapperStore):
-    """A store that counts the bytes it returns (chunks and metadata), for the benchmark."""
-
-    def __init__(self, store) -> None:
-        super().__init__(store)
-        self.bytes_read = 0
-
-    async def get(self, key, prototype, byte_range=None):
-        buffer = await self._store.get(key, prototype, byte_range)
-        if buffer is not None:
-            self.bytes_read += len(buffer)
-        return buffer
-
-
 class CacheRun:
     """One cache run generation opened read-only: its attributes and checked reads of its arrays.
 
@@ -76,7 +62,7 @@ class CacheRun:
     process; ``close`` releases its file descriptors.
     """
 
-    def __init__(self, location: str | os.PathLike, *, count_bytes: bool = False,
+    def __init__(self, location: str | os.PathLike, *,
                  metadata: str | None = None, entry: tuple[str, dict] | None = None) -> None:
         self.remote = is_url(location)
         self.path = str(location).rstrip("/") if self.remote else Path(location)
@@ -91,7 +77,6 @@ class CacheRun:
         if self.attrs.get("format_version") != FORMAT_VERSION:
             raise CacheError(f"{self.path}: format_version {self.attrs.get('format_version')}, "
                              f"this reader reads {FORMAT_VERSION}")
-        self.count_bytes = count_bytes
         self._group = None
         self.store = None
         self._arrays: dict[str, zarr.Array] = {}
@@ -185,8 +170,7 @@ class CacheRun:
                 from obstore.store import from_url
                 self.store = zarr.storage.ObjectStore(from_url(self.path), read_only=True)
             else:
-                local = LocalStore(str(self.path), read_only=True)
-                self.store = CountingStore(local) if self.count_bytes else local
+                self.store = LocalStore(str(self.path), read_only=True)
             try:
                 self._group = zarr.open_group(store=self.store, mode="r", zarr_format=3)
             except Exception as err:  # zarr raises several types for unreadable metadata
@@ -195,12 +179,9 @@ class CacheRun:
 
     @property
     def bytes_read(self) -> int:
-        """Bytes read so far, metadata (``zarr.json``) and shard indexes included, chunk
-        checksums included; only with ``count_bytes=True``, else 0."""
-        if not self.count_bytes:
-            return 0
-        zarr_bytes = self.store.bytes_read if isinstance(self.store, CountingStore) else 0
-        return zarr_bytes + sum(r.bytes_read for r in self._readers.values() if r)
+        """Bytes the direct chunk readers have read so far: array metadata, shard indexes and
+        chunks with their checksums (reads left to zarr-python are not counted)."""
+        return sum(r.bytes_read for r in self._readers.values() if r)
 
     def array(self, name: str) -> zarr.Array:
         """The named array (metadata only), or CacheError naming the run and the array."""
@@ -262,27 +243,27 @@ class CacheRun:
                 self._resident[name] = array.assemble(Ellipsis, chunks, views)
 
     def read(self, name: str, selection: Any = slice(None),
-             empty: Allocator = np.empty) -> np.ndarray:
+             allocate: Allocator = np.empty) -> np.ndarray:
         """``array[selection]`` (orthogonal indexing for index arrays): from memory for a kept
         array, through the run's source where ``ChunkedArray`` reads the layout and the
         selection, else with zarr-python; a failed checksum, a missing or unreadable chunk
-        raises CacheError naming the run and the array. ``empty(shape, dtype)`` allocates the
+        raises CacheError naming the run and the array. ``allocate(shape, dtype)`` allocates the
         result (batch_transfer.output_array puts it where a DataLoader worker's batch travels)."""
-        return self.read_many([(name, selection, empty)])[0]
+        return self.read_many([(name, selection, allocate)])[0]
 
     def read_many(self, reads: list[tuple[str, Any, Allocator]]) -> list[np.ndarray]:
-        """``read`` of every (name, selection, empty) triple, the direct ones fetched together
+        """``read`` of every (name, selection, allocate) triple, the direct ones fetched together
         (the missing shard indexes in one wave, the chunks in one more)."""
         out: list[np.ndarray | None] = [None] * len(reads)
         direct = []
-        for i, (name, selection, empty) in enumerate(reads):
+        for i, (name, selection, allocate) in enumerate(reads):
             reader = self.reader(name)
             if name in self._resident and reader.supports(selection):
-                out[i] = _from_memory(self._resident[name], selection, empty)
+                out[i] = _from_memory(self._resident[name], selection, allocate)
             elif reader is not None and reader.supports(selection):
                 direct.append(i)
             else:
-                out[i] = self._read_zarr(name, selection, empty)
+                out[i] = self._read_zarr(name, selection, allocate)
         what = f"array {reads[direct[0]][0]!r}" if len(direct) == 1 else "an array"
         with self._naming_errors(what):
             got = read_many([(self.reader(reads[i][0]), reads[i][1], reads[i][2]) for i in direct])
@@ -290,16 +271,16 @@ class CacheRun:
             out[i] = data
         return out
 
-    def _read_zarr(self, name: str, selection: Any, empty: Allocator) -> np.ndarray:
+    def _read_zarr(self, name: str, selection: Any, allocate: Allocator) -> np.ndarray:
         array = self.array(name)
         with self._naming_errors(f"array {name!r}"):
             if isinstance(selection, np.ndarray):
                 data = array.get_orthogonal_selection(selection)
             else:
                 data = array[selection]
-        if empty is np.empty:
+        if allocate is np.empty:
             return data
-        out = empty(data.shape, data.dtype)
+        out = allocate(data.shape, data.dtype)
         out[...] = data
         return out
 
@@ -333,14 +314,14 @@ class _NamingErrors:
         raise CacheError(f"{path}: {what} is corrupt or unreadable: {err}") from err
 
 
-def _from_memory(array: np.ndarray, selection: Any, empty: Allocator) -> np.ndarray:
-    """``array[selection]`` (rows) into a new array from ``empty``."""
+def _from_memory(array: np.ndarray, selection: Any, allocate: Allocator) -> np.ndarray:
+    """``array[selection]`` (rows) into a new array from ``allocate``."""
     if isinstance(selection, np.ndarray):
-        out = empty((len(selection), *array.shape[1:]), array.dtype)
+        out = allocate((len(selection), *array.shape[1:]), array.dtype)
         np.take(array, selection, axis=0, out=out)
         return out
     data = array[selection]
-    out = empty(data.shape, data.dtype)
+    out = allocate(data.shape, data.dtype)
     out[...] = data
     return out
 

@@ -127,22 +127,22 @@ class ChunkedArray:
             return selection.step in (None, 1)
         return isinstance(selection, np.ndarray) and selection.ndim == 1 and selection.dtype.kind in "iu"
 
-    def read(self, selection: Any, empty: Allocator = np.empty) -> np.ndarray:
+    def read(self, selection: Any, allocate: Allocator = np.empty) -> np.ndarray:
         """``array[selection]`` for a selection ``supports`` accepts: slices clip like numpy's,
         index arrays gather rows (orthogonal indexing, as zarr's ``get_orthogonal_selection``).
-        ``empty(shape, dtype)`` allocates the result."""
-        return read_many([(self, selection, empty)])[0]
+        ``allocate(shape, dtype)`` allocates the result."""
+        return read_many([(self, selection, allocate)])[0]
 
-    def rows(self, start: int, stop: int, empty: Allocator = np.empty) -> np.ndarray:
-        """Rows ``start:stop`` (a new array from ``empty``)."""
+    def rows(self, start: int, stop: int, allocate: Allocator = np.empty) -> np.ndarray:
+        """Rows ``start:stop`` (a new array from ``allocate``)."""
         if not 0 <= start <= stop <= len(self):
             raise IndexError(f"{self.name}: rows {start}:{stop} out of range for {len(self)} rows")
-        return self.read(slice(start, stop), empty)
+        return self.read(slice(start, stop), allocate)
 
-    def take(self, indices: np.ndarray, empty: Allocator = np.empty) -> np.ndarray:
+    def take(self, indices: np.ndarray, allocate: Allocator = np.empty) -> np.ndarray:
         """The rows at ``indices`` (1-D integers, any order, repeats allowed, negative counting
-        from the end; a new array from ``empty``), reading each touched chunk once."""
-        return self.read(self._checked(indices), empty)
+        from the end; a new array from ``allocate``), reading each touched chunk once."""
+        return self.read(self._checked(indices), allocate)
 
     def prefetch(self, selection: Any) -> None:
         """Read the shard indexes ``selection`` needs (one wave), so that its read is one
@@ -252,23 +252,23 @@ class ChunkedArray:
             self.chunk_rows, *self.row_shape)
 
     def assemble(self, selection: Any, chunks: np.ndarray, data: list[memoryview | None],
-                 empty: Allocator = np.empty) -> np.ndarray:
+                 allocate: Allocator = np.empty) -> np.ndarray:
         """``array[selection]`` from the fetched bytes ``data`` of ``chunks`` (``chunks(selection)``)."""
         arrays = {int(c): self.chunk_array(c, d) for c, d in zip(chunks, data)}
         if selection is Ellipsis or isinstance(selection, slice):
             start, stop, _ = (slice(None) if selection is Ellipsis else selection).indices(len(self))
-            return self._rows(start, max(start, stop), arrays, empty)
-        return self._take(self._checked(selection), arrays, empty)
+            return self._rows(start, max(start, stop), arrays, allocate)
+        return self._take(self._checked(selection), arrays, allocate)
 
-    def _rows(self, start: int, stop: int, arrays: dict[int, np.ndarray], empty: Allocator) -> np.ndarray:
-        out = empty((stop - start, *self.row_shape), self.dtype)
+    def _rows(self, start: int, stop: int, arrays: dict[int, np.ndarray], allocate: Allocator) -> np.ndarray:
+        out = allocate((stop - start, *self.row_shape), self.dtype)
         for chunk, rows in arrays.items():
             first = chunk * self.chunk_rows
             lo, hi = max(start, first), min(stop, first + self.chunk_rows)
             out[lo - start:hi - start] = rows[lo - first:hi - first]
         return out
 
-    def _take(self, indices: np.ndarray, arrays: dict[int, np.ndarray], empty: Allocator) -> np.ndarray:
+    def _take(self, indices: np.ndarray, arrays: dict[int, np.ndarray], allocate: Allocator) -> np.ndarray:
         chunks = indices // self.chunk_rows
         order = None
         if np.any(chunks[1:] < chunks[:-1]):  # group by chunk; a radix sort for small chunk ids
@@ -276,7 +276,7 @@ class ChunkedArray:
                                kind="stable")
             indices, chunks = indices[order], chunks[order]
         shape = (len(indices), *self.row_shape)
-        out = empty(shape, self.dtype) if order is None else np.empty(shape, self.dtype)
+        out = allocate(shape, self.dtype) if order is None else np.empty(shape, self.dtype)
         bounds = np.searchsorted(chunks, np.arange(self._chunk_count + 1))
         for chunk in np.flatnonzero(bounds[1:] > bounds[:-1]):
             a, b = bounds[chunk], bounds[chunk + 1]
@@ -284,7 +284,7 @@ class ChunkedArray:
             np.take(arrays[int(chunk)], local, axis=0, out=out[a:b], mode="clip")  # clip: unbuffered
         if order is None:
             return out
-        result = empty(shape, self.dtype)
+        result = allocate(shape, self.dtype)
         result[order] = out
         return result
 
@@ -307,9 +307,9 @@ class ChunkedArray:
 
 
 def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[np.ndarray]:
-    """``array[selection]`` of every (array, selection, empty) triple, the arrays sharing one
+    """``array[selection]`` of every (array, selection, allocate) triple, the arrays sharing one
     source: the missing shard indexes in one wave, then every inner chunk in one more;
-    ``empty(shape, dtype)`` allocates each result."""
+    ``allocate(shape, dtype)`` allocates each result."""
     if not reads:
         return []
     source = reads[0][0].source
@@ -321,8 +321,8 @@ def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[np.ndarr
     requests = [array.chunk_requests(c) for (array, _, _), c in zip(reads, chunks)]
     fetched = iter(source.fetch([r for group in requests for r in group]))
     data = [[next(fetched)[0] for _ in group] for group in requests]
-    return [array.assemble(selection, c, d, empty)
-            for (array, selection, empty), c, d in zip(reads, chunks, data)]
+    return [array.assemble(selection, c, d, allocate)
+            for (array, selection, allocate), c, d in zip(reads, chunks, data)]
 
 
 def _verify(name: str, where: str, data: memoryview, checksum: memoryview) -> None:
