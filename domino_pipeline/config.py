@@ -50,6 +50,13 @@ def check_at_least(section: str, config: Any, names: tuple[str, ...], minimum: f
             raise ValueError(f"{section}.{name} must be at least {minimum}, not {getattr(config, name)}")
 
 
+def check_box(key: str, box: dict[str, list[float]]) -> None:
+    """A box is {min: [x, y, z], max: [x, y, z]} with min below max on every axis."""
+    lo, hi = box.get("min"), box.get("max")
+    if set(box) != {"min", "max"} or len(lo) != 3 or len(hi) != 3 or not all(a < b for a, b in zip(lo, hi)):
+        raise ValueError(f"{key} must be {{min: [x, y, z], max: [x, y, z]}} with min < max, not {box}")
+
+
 def check_device(key: str, device: str) -> None:
     """auto, cpu, cuda or cuda:<index>."""
     if device not in DEVICES and not (device.startswith("cuda:") and device[5:].isdigit()):
@@ -127,6 +134,8 @@ class GeometryConfig:
     device: str
 
     def __post_init__(self) -> None:
+        check_box("geometry.bounding_box_volume", self.bounding_box_volume)
+        check_box("geometry.bounding_box_surface", self.bounding_box_surface)
         check_choice("geometry.neighbor_layout", self.neighbor_layout, NEIGHBOR_LAYOUTS)
         check_device("geometry.device", self.device)
 
@@ -178,10 +187,8 @@ class LossConfig:
     area_scaling_factor: float
 
     def __post_init__(self) -> None:
+        check_at_least("loss", self, tuple(loss_weight_key(term) for term in LOSS_TERMS), 0)
         check_choice("loss.type", self.type, LOSS_TYPES)
-        for term in LOSS_TERMS:
-            if self.weight(term) < 0:
-                raise ValueError(f"loss.{loss_weight_key(term)} must be 0 or more, not {self.weight(term)}")
         if self.area_scaling_factor <= 0:
             raise ValueError(f"loss.area_scaling_factor must be positive, not {self.area_scaling_factor}")
 

@@ -123,3 +123,9 @@ def _paths(values: dict, prefix: str = ""):
         yield prefix + key
         if isinstance(value, dict):
             yield from _paths(value, prefix + key + ".")
+
+
+@pytest.mark.parametrize("box", ["{min:[0,0,0],max:[1,1]}", "{min:[0,0,0],max:[1,-1,1]}", "{lo:[0,0,0],max:[1,1,1]}"])
+def test_a_bounding_box_that_is_not_min_below_max_in_3d_is_refused(box):
+    with pytest.raises(ValueError, match=r"geometry.bounding_box_volume must be \{min: \[x, y, z\], max"):
+        typed_config(f"geometry.bounding_box_volume={box}")

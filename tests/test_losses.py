@@ -145,7 +145,7 @@ def test_the_default_is_the_plain_mean_squared_error_and_weights_multiply():
 def test_config_errors_name_the_key():
     with pytest.raises(ValueError, match="loss.type must be one of"):
         replace(DEFAULTS.loss, type="l1")
-    with pytest.raises(ValueError, match="loss.area_weight must be 0 or more"):
+    with pytest.raises(ValueError, match="loss.area_weight must be at least 0"):
         replace(DEFAULTS.loss, area_weight=-1)
     with pytest.raises(ValueError, match=r"unknown keys \['surf_loss_scaling'\]"):
         typed_config("+loss.surf_loss_scaling=5")
