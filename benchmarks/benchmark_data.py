@@ -17,13 +17,16 @@ import platform
 import resource
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-CONFIG = Path(__file__).resolve().parents[1] / "conf" / "config.yaml"
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the entry points (process_data.py, synthetic_data.py), as from the repository; spawned children inherit it
+CONFIG = ROOT / "conf" / "config.yaml"
 
 
 def _kib_to_mib(kib: int) -> float:

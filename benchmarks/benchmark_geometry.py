@@ -48,6 +48,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # synthetic_data.py, as from the repository
 K = 7
 # brute_knn_size: on CUDA without cuML, physicsnemo's knn forms an N x N distance matrix
 # (1M points: 4 TB), so there it is compared with Warp at this size only (20k: 1.6 GB).
