@@ -86,7 +86,8 @@ def summarize_build(results: list[RunResult]) -> str:
     lines = [summarize(results, STATUSES, named=("stale", "failed"))
              + f"; {mb:.1f} MB written, {per_run:.2f} s per built run"]
     if any(r.status == "stale" for r in results):
-        lines.append("stale runs were built with other settings: rerun with cache.rebuild=true")
+        lines.append("stale runs (reasons above: other settings, or a changed processed run): "
+                     "rerun with cache.rebuild=true")
     forms = sorted({r.format for r in results if r.format})
     if forms:
         lines.append("run formats: " + ", ".join(
