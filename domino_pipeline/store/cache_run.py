@@ -82,6 +82,7 @@ class CacheRun:
         self._arrays: dict[str, zarr.Array] = {}
         self._readers: dict[str, ChunkedArray | None] = {}
         self._resident: dict[str, np.ndarray] = {}
+        self._kept: set[tuple[tuple[str, ...], tuple[str, ...]]] = set()  # keep() calls already done
         try:
             if entry is not None:
                 self._check_metadata(*entry)
@@ -222,11 +223,15 @@ class CacheRun:
     def keep(self, resident: list[str], indexed: list[str]) -> None:
         """Read, in one wave, the ``resident`` arrays whole (kept with the run: every draw
         reads them) and every shard index of the ``indexed`` arrays; nothing once done."""
+        asked = (tuple(resident), tuple(indexed))
+        if asked in self._kept:  # every draw calls it: no per-chunk work after the first
+            return
         whole = [(n, self.reader(n)) for n in resident if n not in self._resident and self.reader(n)]
         shards = [(a, s, Request(a.prefix + a.key(s))) for _, a in whole for s in range(a.shard_count)]
         readers = [r for r in map(self.reader, indexed) if r is not None]
         tails = [(a, s, r) for a in readers for s, r in a.index_requests(a.chunks(Ellipsis))]
         if not shards and not tails:
+            self._kept.add(asked)
             return
         with self._naming_errors("a kept array"):
             results = self.source.fetch([r for *_, r in shards + tails])
@@ -241,6 +246,7 @@ class CacheRun:
                 chunks = array.chunks(Ellipsis)
                 views = [objects[r.key][r.start:r.start + r.length] for r in array.chunk_requests(chunks)]
                 self._resident[name] = array.assemble(Ellipsis, chunks, views)
+        self._kept.add(asked)
 
     def read(self, name: str, selection: Any = slice(None),
              allocate: Allocator = np.empty) -> np.ndarray:
