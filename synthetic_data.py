@@ -23,7 +23,7 @@ suction over the roof, wall shear along the flow, and a wake deficit behind the 
     python synthetic_data.py --preset demo --runs 6 --seed 0 --out outputs/demo/raw
     python synthetic_data.py --preset bench --runs 1 --out /tmp/bench --surface-cells 500000
     python synthetic_data.py --preset full --runs 1 --volume-points 150000000 --out /tmp/full
-    python synthetic_data.py --preset tiny --runs 1 --data-mode appended-base64 --compressor zlib --out /tmp/z
+    python synthetic_data.py --preset tiny --runs 1 --data-mode appended-raw --compressor none --header-bits 64 --out /tmp/z
 """
 
 from __future__ import annotations
@@ -561,10 +561,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stl-triangles", type=int)
     parser.add_argument("--surface-cells", type=int)
     parser.add_argument("--volume-points", type=int)
-    parser.add_argument("--data-mode", default="appended-raw", choices=DATA_MODES,
-                        help="how the VTP and VTU store arrays (default: appended raw binary)")
-    parser.add_argument("--compressor", default="none", choices=sorted(COMPRESSORS))
-    parser.add_argument("--header-bits", type=int, default=64, choices=(32, 64))
+    default = Encoding()
+    parser.add_argument("--data-mode", default=default.mode, choices=DATA_MODES,
+                        help="how the VTP and VTU store arrays (default: as VTK's XML writers, "
+                             "appended base64 in zlib blocks with UInt32 headers)")
+    parser.add_argument("--compressor", default=default.compressor, choices=sorted(COMPRESSORS))
+    parser.add_argument("--header-bits", type=int, default=default.header_bits, choices=(32, 64))
     args = parser.parse_args(argv)
     with refusals_in_one_line():  # an output folder that cannot be written, a bad size: one line
         runs = generate_runs(

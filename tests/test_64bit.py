@@ -86,7 +86,7 @@ def test_writer_refuses_a_uint32_header_for_a_4_gib_array(tmp_path: Path) -> Non
     arrays = [VtkArray("PointData", "p", "f4", 2**30)]
     with pytest.raises(ValueError, match="needs a UInt64 header"):
         VtkBlockWriter(tmp_path / "v.vtu", "UnstructuredGrid", {"NumberOfPoints": 2**30, "NumberOfCells": 0},
-                       arrays, Encoding(header_bits=32))
+                       arrays, Encoding("appended-raw", "none", 32))
     assert not list(tmp_path.iterdir()) or all(p.name.startswith(".") for p in tmp_path.iterdir())
 
 

@@ -65,7 +65,7 @@ def test_short_array_is_an_error_and_leaves_no_file(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("mode,compressor", [("appended-base64", "zlib"), ("binary", "lz4")])
+@pytest.mark.parametrize("mode,compressor", [("appended-raw", "none"), ("binary", "lz4")])
 def test_synthetic_run_in_another_encoding_holds_the_same_values(
     tiny_raw_dir: Path, tmp_path: Path, mode: str, compressor: str
 ) -> None:
@@ -75,3 +75,19 @@ def test_synthetic_run_in_another_encoding_holds_the_same_values(
         np.testing.assert_array_equal(default.points, other.points)
         for key in default.cell_data.keys():
             np.testing.assert_array_equal(default.cell_data[key], other.cell_data[key])
+
+
+def test_default_encoding_is_vtks_xml_writer_default(tmp_path: Path) -> None:
+    import vtk
+
+    writer = vtk.vtkXMLUnstructuredGridWriter()
+    default = Encoding()
+    assert (default.mode, default.header_bits, default.block_bytes, default.level) == (
+        "appended-base64" if writer.GetEncodeAppendedData() else "appended-raw",
+        {writer.UInt32: 32, writer.UInt64: 64}[writer.GetHeaderType()], writer.GetBlockSize(),
+        writer.GetCompressionLevel())
+    assert COMPRESSORS[default.compressor] == type(writer.GetCompressor()).__name__
+    assert writer.GetDataMode() == writer.Appended
+    generate_runs(tmp_path, 1, preset="tiny", seed=0)
+    head = (tmp_path / "run_1" / "volume_1.vtu").read_bytes()[:300]
+    assert b'header_type="UInt32" compressor="vtkZLibDataCompressor"' in head

@@ -22,7 +22,9 @@ import os
 import shutil
 import zlib
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -35,12 +37,15 @@ _VTK_TYPES = {"f4": "Float32", "f8": "Float64", "i8": "Int64", "i4": "Int32", "u
 
 @dataclass(frozen=True)
 class Encoding:
-    """How the arrays are stored: data mode, compressor, header integer size, block size."""
+    """How the arrays are stored: data mode, compressor, header integer size, block size. The
+    defaults are those of VTK's XML writers (``vtkXMLWriter``): appended base64 data in zlib
+    blocks of 32 KiB at level 5, UInt32 headers."""
 
-    mode: str = "appended-raw"
-    compressor: str = "none"
-    header_bits: int = 64
-    block_bytes: int = 1 << 15  # VTK's default compression block
+    mode: str = "appended-base64"
+    compressor: str = "zlib"
+    header_bits: int = 32
+    block_bytes: int = 1 << 15
+    level: int = 5
 
     def __post_init__(self) -> None:
         if self.mode not in DATA_MODES:
@@ -51,14 +56,28 @@ class Encoding:
             raise ValueError(f"header of {self.header_bits} bits, expected 32 or 64")
 
 
-def _compress(name: str, data: bytes) -> bytes:
+def _compress(name: str, level: int, data: bytes) -> bytes:
     if name == "zlib":
-        return zlib.compress(data)
+        return zlib.compress(data, level)
     if name == "lzma":
         return lzma.compress(data)
     import lz4.block  # only needed for lz4 files
 
     return lz4.block.compress(data, store_size=False)
+
+
+def _compressed_blocks(name: str, level: int, blocks: list[bytes]) -> list[bytes]:
+    """``blocks`` compressed, on all cores when there are many (the compressors release the GIL)."""
+    if len(blocks) < _PARALLEL_BLOCKS:
+        return [_compress(name, level, block) for block in blocks]
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0)))
+    return list(_POOL.map(partial(_compress, name, level), blocks))
+
+
+_PARALLEL_BLOCKS = 16
+_POOL: ThreadPoolExecutor | None = None
 
 
 class _Base64Stream:
@@ -103,21 +122,20 @@ class _ArraySpool:
         self.pending += data
         size = self.encoding.block_bytes
         full = len(self.pending) - len(self.pending) % size
-        for start in range(0, full, size):
-            self._block(self.pending[start:start + size])
+        self._blocks([self.pending[start:start + size] for start in range(0, full, size)])
         self.pending = self.pending[full:]
 
-    def _block(self, data: bytes) -> None:
-        packed = _compress(self.encoding.compressor, data)
-        self.block_sizes.append(len(packed))
-        self.sink.write(packed)
+    def _blocks(self, blocks: list[bytes]) -> None:
+        for packed in _compressed_blocks(self.encoding.compressor, self.encoding.level, blocks):
+            self.block_sizes.append(len(packed))
+            self.sink.write(packed)
 
     def finish(self) -> bytes:
         """Close the spool; return the encoded bytes that precede it (the array's header)."""
         if self.written != self.n_bytes:
             raise ValueError(f"{self.path.name}: {self.written} bytes written, expected {self.n_bytes}")
         if self.pending:
-            self._block(self.pending)
+            self._blocks([self.pending])
         if self.sink is not self.file:
             self.sink.close()
         self.file.close()
