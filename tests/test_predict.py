@@ -4,6 +4,7 @@ VTP, STL-only runs, batching that does not change the result; the force integrat
 from __future__ import annotations
 
 import csv
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 import pyvista as pv
 import torch
+from conftest import import_benchmark
 from omegaconf import OmegaConf
 from test_train import TINY
 
@@ -32,6 +34,9 @@ REFERENCE_AREA = 2.0
 # synthetic_data.py's runs: normals out of the car, wall shear on the car
 SYNTHETIC_FORCES = ["forces.normals=out_of_body", "forces.wall_shear=on_body", f"forces.reference_area={REFERENCE_AREA}",
                     "forces.reference_area_per_run=false"]
+# a tiny combined model: its volume ball queries sized for the tiny runs
+COMBINED = ("model_type=combined", "model.geometry_rep.geo_conv.volume_neighbors_in_radius=[8,8,16,16]",
+            "model.geometry_local.volume_neighbors_in_radius=[8,16]")
 
 
 def tiny_model_config(*extra: str):
@@ -190,8 +195,7 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     )
     from domino_pipeline.inference.run_inputs import load_processed, point_cloud
 
-    cfg = tiny_model_config("model_type=combined", "model.geometry_rep.geo_conv.volume_neighbors_in_radius=[8,8,16,16]",
-                            "model.geometry_local.volume_neighbors_in_radius=[8,16]")
+    cfg = tiny_model_config(*COMBINED)
     torch.manual_seed(1)
     model = build_model("combined", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu")).eval()
     run = load_processed(tiny_processed_dir / "run_1.zarr", volume=True)
@@ -218,29 +222,67 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     assert volume.point_data["UMeanTrim_pred"].shape == (count, 3) and "nutMeanTrim" in volume.point_data
 
 
-def test_the_surface_branch_with_one_geometry_encoding_equals_the_forward_pass(model_and_factors, tiny_processed_dir):
+def _encoded_against_forward(model: torch.nn.Module, cfg, run, parts: tuple[str, ...], batches) -> None:
+    """Each batch's outputs through ``EncodedDoMINO`` (one geometry encoding for the run) equal
+    those of ``model(batch)``, the volume's drawn from the same seed."""
     from domino_pipeline.compute.settings import settings_from_config
     from domino_pipeline.config import load_config
     from domino_pipeline.inference.full_resolution import (
         BatchItems,
-        SurfaceBranch,
+        EncodedDoMINO,
         prepare_run,
     )
+
+    assert EncodedDoMINO.supports(model)
+    settings = settings_from_config(load_config(cfg).geometry, load_config(cfg).variables)
+    items = BatchItems(prepare_run(run.arrays, settings, parts=parts, source="run_1"), settings,
+                       parts=parts, geometry_points=400)
+    encoded = EncodedDoMINO(model)
+    with torch.no_grad():
+        for rows, window in batches:  # the second batch reuses the first's encodings
+            batch = items.item(rows, window)
+            torch.manual_seed(3)
+            volume, surface = model(batch)
+            if "volume" in parts:
+                torch.manual_seed(3)
+                torch.testing.assert_close(encoded.volume(batch), volume, rtol=0, atol=1e-6)
+            if "surface" in parts:
+                torch.testing.assert_close(encoded.surface(batch), surface, rtol=0, atol=1e-6)
+
+
+def test_one_geometry_encoding_per_run_equals_the_forward_pass(model_and_factors, tiny_processed_dir):
     from domino_pipeline.inference.run_inputs import load_processed
     from domino_pipeline.inference.trained_model import load_trained_model
 
-    cfg = tiny_model_config()
     model, _ = load_trained_model(model_and_factors["model"], torch.device("cpu"))
-    assert SurfaceBranch.supports(model)
-    settings = settings_from_config(load_config(cfg).geometry, load_config(cfg).variables)
     run = load_processed(tiny_processed_dir / "run_1.zarr", volume=False)
-    items = BatchItems(prepare_run(run.arrays, settings, parts=("surface",), source="run_1"), settings,
-                       parts=("surface",), geometry_points=400)
-    branch = SurfaceBranch(model)
-    with torch.no_grad():
-        for rows in (np.arange(0, 500), np.arange(500, 700)):  # the second batch reuses the first's encoding
-            batch = items.item(rows, None)
-            torch.testing.assert_close(branch(batch), model(batch)[1], rtol=0, atol=1e-6)
+    _encoded_against_forward(model, tiny_model_config(), run, ("surface",),
+                             [(np.arange(0, 500), None), (np.arange(500, 700), None)])
+
+
+@pytest.mark.parametrize("combine", [False, True])
+def test_one_geometry_encoding_per_run_equals_the_forward_pass_of_a_combined_model(tiny_processed_dir, combine):
+    from domino_pipeline.inference.run_inputs import load_processed
+
+    cfg = tiny_model_config(*COMBINED, f"model.combine_volume_surface={str(combine).lower()}")
+    torch.manual_seed(1)
+    model = build_model("combined", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu")).eval()
+    run = load_processed(tiny_processed_dir / "run_1.zarr", volume=True)
+    _encoded_against_forward(model, cfg, run, ("surface", "volume"),
+                             [(np.arange(0, 500), (0, 300)), (np.arange(500, 700), (300, 400))])
+
+
+def test_the_full_run_benchmark_reads_the_surface_progress_bar():
+    from domino_pipeline.inference.predict_runs import progress_bar
+
+    stream = io.StringIO()
+    with progress_bar("run_1", "surface", 8_800_000, file=stream) as bar:
+        for done in (8192, 3_700_000):
+            bar.update(done - bar.n)
+            bar.refresh()
+    output = stream.getvalue()
+    assert "cells/s" in output
+    assert import_benchmark("benchmark_full_run")._cells_done(output.encode()) == (3_700_000, 8_800_000)
 
 
 def test_relative_l2_per_cell_and_area_weighted():

@@ -5,20 +5,21 @@ through the training path's own preprocessing (``prepare_rows``: box filters, no
 centre of mass; ``grid_sdf``; ``all_surface_neighbors``, as the cache build; ``volume_sdf``) and every batch through the
 training path's own item builder (``build_item``), so the model sees what it was trained on:
 
-    prepared = prepare_run(arrays, settings, parts=("surface",))
-    scaled = predict_part(model, prepared, settings, part="surface", batch_points=8192,
-                          geometry_points=300_000, device=device)       # (kept rows, C), model units
+    prepared = prepare_run(arrays, settings, parts=("surface",), source=name)
+    items = BatchItems(prepared, settings, parts=("surface",), geometry_points=300_000)
+    scaled = predict_part(part_forward(model), items, part="surface", batch_points=8192,
+                          device=device)                               # (kept rows, C), model units
     fields = rows_to_mesh(unscale_fields(scaled, factors, "surface"), prepared.surface_rows, n_cells)
 
 Memory: the run's arrays, its surface kNN (N x (K-1) int32) and the model's activations for one
 batch of ``batch_points`` points. The geometry points are the first ``geometry_points`` of the STL
 vertices in the stored random order: a uniform subset of the size training used.
 
-The geometry encoding (ball queries of the geometry points into the grid, grid convolutions) is
-the same for every batch of a run. For a surface-only DoMINO of the physicsnemo version this
-was written against, ``SurfaceBranch`` computes it once per run and runs only the per-point part
-of ``DoMINO.forward`` per batch (the test suite compares it with ``model(batch)``); any other model
-runs the whole forward pass per batch.
+The geometry encodings (ball queries of the geometry points into the grids, grid convolutions)
+are the same for every batch of a run. For a DoMINO of the physicsnemo version this was written
+against, ``EncodedDoMINO`` computes them once per run and runs only the per-point part of
+``DoMINO.forward`` per batch (the test suite compares it with ``model(batch)``, surface-only and
+combined); any other model runs the whole forward pass per batch.
 
 A model with both heads needs both kinds of input in every batch: the other part is filled with
 one row (the first surface cell, or one volume point) whose prediction is dropped.
@@ -120,10 +121,12 @@ class BatchItems:
         return {key: value.unsqueeze(0) for key, value in item.items()}
 
 
-class SurfaceBranch:
-    """DoMINO's surface branch in two steps: the geometry encoding once, the per-point part per
-    batch. Mirrors ``DoMINO.forward`` of physicsnemo ``SUPPORTED_PHYSICSNEMO`` for a model without
-    a volume head."""
+class EncodedDoMINO:
+    """DoMINO's forward pass in two steps: the geometry encodings (ball queries of the geometry
+    points into the grids, grid convolutions, the combined UNets) once per run, then only the
+    per-point part per batch. Mirrors ``DoMINO.forward`` of physicsnemo ``SUPPORTED_PHYSICSNEMO``
+    for surface, volume and combined models; ``surface(batch)`` / ``volume(batch)`` equal the
+    surface / volume output of ``model(batch)`` (the test suite compares them)."""
 
     SUPPORTED_PHYSICSNEMO = ("2.2.2",)
 
@@ -131,32 +134,73 @@ class SurfaceBranch:
     def supports(cls, model: torch.nn.Module) -> bool:
         import physicsnemo
 
-        return (type(model).__name__ == "DoMINO" and physicsnemo.__version__ in cls.SUPPORTED_PHYSICSNEMO
-                and model.output_features_vol is None and model.output_features_surf is not None)
+        return type(model).__name__ == "DoMINO" and physicsnemo.__version__ in cls.SUPPORTED_PHYSICSNEMO
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self.encoding: torch.Tensor | None = None
+        self.encodings: dict[str, torch.Tensor] | None = None
 
-    def _geometry_encoding(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        low, high = batch["surface_min_max"][:, 0].unsqueeze(1), batch["surface_min_max"][:, 1].unsqueeze(1)
-        geometry = 2.0 * (batch["geometry_coordinates"] - low) / (high - low) - 1
-        return self.model.geo_rep_surface(geometry, batch["surf_grid"], batch["sdf_surf_grid"])
+    def _encodings(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        model, geometry = self.model, batch["geometry_coordinates"]
+        encodings = {}
+        if model.output_features_vol is not None:
+            encodings["volume"] = model.geo_rep_volume(_in_box(geometry, batch.get("volume_min_max")),
+                                                       batch["grid"], batch["sdf_grid"])
+        if model.output_features_surf is not None:
+            encodings["surface"] = model.geo_rep_surface(_in_box(geometry, batch.get("surface_min_max")),
+                                                         batch["surf_grid"], batch["sdf_surf_grid"])
+        if len(encodings) == 2 and model.combined_vol_surf:
+            both = torch.cat((encodings["volume"], encodings["surface"]), axis=1)
+            encodings = {"surface": model.combined_unet_surf(both), "volume": model.combined_unet_vol(both)}
+        return encodings
 
-    def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The surface output (B, N, C) of ``batch``; the geometry encoding of the first batch is
-        reused for the next ones (the same run: the same geometry points and grids)."""
+    def encoding(self, batch: dict[str, torch.Tensor], part: str) -> torch.Tensor:
+        """The run's geometry encoding for ``part``: computed from the first batch, reused for the
+        next ones (the same run: the same geometry points and grids)."""
+        if self.encodings is None:
+            self.encodings = self._encodings(batch)
+        return self.encodings[part]
+
+    def surface(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The surface output (B, N, C) of ``batch``."""
         model = self.model
-        if self.encoding is None:
-            self.encoding = self._geometry_encoding(batch)
         node_encoding = model.fc_p_surf(batch["pos_surface_center_of_mass"])
         centers = batch["surface_mesh_centers"]
-        local_encoding = model.surface_local_geo_encodings(0.5 * self.encoding, centers, batch["surf_grid"])
+        local_encoding = model.surface_local_geo_encodings(0.5 * self.encoding(batch, "surface"), centers,
+                                                           batch["surf_grid"])
         return model.solution_calculator_surf(
             centers, local_encoding, node_encoding, batch["surface_mesh_neighbors"], batch["surface_normals"],
             batch["surface_neighbors_normals"], batch["surface_areas"].unsqueeze(-1),
             batch["surface_neighbors_areas"].unsqueeze(-1), batch["global_params_values"],
             batch["global_params_reference"])
+
+    def volume(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The volume output (B, N, C) of ``batch``."""
+        model = self.model
+        encoding = self.encoding(batch, "volume")
+        node_encoding = model.fc_p_vol(self._volume_node_features(batch))
+        centers = batch["volume_mesh_centers"]
+        local_encoding = model.volume_local_geo_encodings(0.5 * encoding, centers, batch["grid"])
+        return model.solution_calculator_vol(centers, local_encoding, node_encoding, batch["global_params_values"],
+                                             batch["global_params_reference"])
+
+    def _volume_node_features(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        from physicsnemo.models.domino.geometry_rep import scale_sdf
+
+        if not self.model.use_sdf_in_basis_func:
+            return batch["pos_volume_center_of_mass"]
+        sdf = batch["sdf_nodes"]
+        scaled = [scale_sdf(sdf, scaling) for scaling in self.model.sdf_scaling_factor]
+        return torch.cat((sdf, *scaled, batch["pos_volume_closest"], batch["pos_volume_center_of_mass"]), dim=-1)
+
+
+def _in_box(points: torch.Tensor, min_max: torch.Tensor | None) -> torch.Tensor:
+    """``points`` mapped to [-1, 1] in the box ``min_max`` (B, 2, 3), as DoMINO maps the geometry
+    points per head; unchanged without a box."""
+    if min_max is None:
+        return points
+    low, high = min_max[:, 0].unsqueeze(1), min_max[:, 1].unsqueeze(1)
+    return 2.0 * (points - low) / (high - low) - 1
 
 
 def row_batches(count: int, batch_points: int) -> list[tuple[int, int]]:
@@ -166,23 +210,32 @@ def row_batches(count: int, batch_points: int) -> list[tuple[int, int]]:
     return [(start, min(start + batch_points, count)) for start in range(0, count, batch_points)]
 
 
+Forward = Callable[[dict[str, torch.Tensor], str], torch.Tensor]
+
+
+def part_forward(model: torch.nn.Module) -> Forward:
+    """``forward(batch, part)``: the model's ``part`` output (B, N, C) for a batch of one run;
+    through ``EncodedDoMINO`` (the geometry encodings once per run) where it supports the model,
+    else the whole forward pass per batch. Make one per run."""
+    if EncodedDoMINO.supports(model):
+        encoded = EncodedDoMINO(model)
+        return lambda batch, part: encoded.surface(batch) if part == "surface" else encoded.volume(batch)
+    return lambda batch, part: predictions_by_target(model(batch))[f"{part}_fields"]
+
+
 @torch.no_grad()
-def predict_part(model: torch.nn.Module, items: BatchItems, *, part: str, batch_points: int,
+def predict_part(forward: Forward, items: BatchItems, *, part: str, batch_points: int,
                  device: torch.device, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
-    """The model's output (scaled units) for every kept row of ``part``, in the prepared row order."""
+    """The model's output (scaled units) for every kept row of ``part``, in the prepared row
+    order; ``forward``: the run's ``part_forward``."""
     prepared = items.prepared
     count = len(prepared.surface_areas) if part == "surface" else len(prepared.volume_coordinates)
-    branch = SurfaceBranch(model) if part == "surface" and SurfaceBranch.supports(model) else None
     outputs = []
     for index, (start, stop) in enumerate(row_batches(count, batch_points)):
         surface_rows = np.arange(start, stop) if part == "surface" else (np.arange(1) if "surface" in items.parts else None)
         volume_window = (start, stop) if part == "volume" else ((0, 1) if "volume" in items.parts else None)
         batch = {key: value.to(device) for key, value in items.item(surface_rows, volume_window).items()}
-        if branch is not None:
-            output = branch(batch)
-        else:
-            output = predictions_by_target(model(batch))[f"{part}_fields"]
-        outputs.append(output[0].float().cpu().numpy())
+        outputs.append(forward(batch, part)[0].float().cpu().numpy())
         if progress is not None:
             progress(index + 1, stop)
     return np.concatenate(outputs).astype(np.float32)
