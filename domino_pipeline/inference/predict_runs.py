@@ -66,6 +66,9 @@ def predict_run(model: torch.nn.Module, run: PredictionRun, settings: Preprocess
         raise ValueError(f"{run.name}: predict.volume=true, but the model has no volume head (it predicts {parts})")
     prepared = prepare_run(run.arrays, settings, parts=parts, source=run.name)
     steps = {"prepare": time.perf_counter() - start}
+    if progress:
+        knn = f" and the surface kNN of {len(prepared.surface_areas):,} cells" if "surface" in parts else ""
+        tqdm.write(f"{run.name}: the grid SDFs{knn}, once per run ...")
     items = BatchItems(prepared, settings, parts=parts, geometry_points=geometry_points)
     steps["geometry"] = time.perf_counter() - start - steps["prepare"]
     torch.manual_seed(seed)  # DoMINO draws its volume sampling noise from the global generator

@@ -1,0 +1,25 @@
+"""benchmarks/benchmark_predict.py on a tiny run: every step timed, the per-row figures consistent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import import_benchmark
+from test_predict import COMBINED
+from test_train import TINY
+
+
+def test_the_predict_benchmark_times_every_step_on_a_tiny_run(tiny_processed_dir: Path):
+    benchmark = import_benchmark("benchmark_predict")
+    args = benchmark.argparse.Namespace(run=tiny_processed_dir / "run_1.zarr", model_type="combined", batches=2,
+                                        volume_batches=2, batch_points=500, set=[*TINY, *COMBINED[1:]], json=None)
+    result = benchmark.measure(args)
+    assert {"load_s", "prepare_s", "geometry_s", "peak_rss_mb"} <= set(result)
+    for part in ("surface", "volume"):
+        figures = result[part]
+        assert figures["batches_run"] == 2
+        assert figures["s_per_million_rows"] == figures["batch_s_median"] / 500 * 1e6
+    surface = result["surface"]
+    once = result["prepare_s"] + result["geometry_s"] + surface["first_batch_s"] - surface["batch_s_median"]
+    assert surface["whole_run_s_estimated"] == once + surface["rows"] * surface["s_per_million_rows"] / 1e6
+    assert "whole surface, estimated" in benchmark.table(result)
