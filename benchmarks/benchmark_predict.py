@@ -118,7 +118,7 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True, help="a processed <run>.zarr")
     parser.add_argument("--model-type", default="surface", choices=("surface", "volume", "combined"))
@@ -127,7 +127,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-points", type=int, default=8192)
     parser.add_argument("--set", nargs="*", default=[], help="config overrides (dotlist)")
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = arguments().parse_args(argv)
     result = measure(args)
     print(table(result))
     if args.json:

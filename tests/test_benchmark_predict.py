@@ -11,8 +11,9 @@ from test_train import TINY
 
 def test_the_predict_benchmark_times_every_step_on_a_tiny_run(tiny_processed_dir: Path):
     benchmark = import_benchmark("benchmark_predict")
-    args = benchmark.argparse.Namespace(run=tiny_processed_dir / "run_1.zarr", model_type="combined", batches=2,
-                                        volume_batches=2, batch_points=500, set=[*TINY, *COMBINED[1:]], json=None)
+    args = benchmark.arguments().parse_args(["--run", str(tiny_processed_dir / "run_1.zarr"), "--model-type", "combined",
+                                             "--batches", "2", "--volume-batches", "2", "--batch-points", "500",
+                                             "--set", *TINY, *COMBINED[1:]])
     result = benchmark.measure(args)
     assert {"load_s", "prepare_s", "geometry_s", "peak_rss_mb"} <= set(result)
     for part in ("surface", "volume"):
