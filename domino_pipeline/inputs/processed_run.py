@@ -85,26 +85,29 @@ def _chunking(
 
 def write_processed_run(
     path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
-    streamed: "StreamedRows | None" = None,
+    streamed: "Sequence[StreamedRows]" = (),
 ) -> Path:
     """Validate ``arrays`` and write them with ``attrs`` as ``path`` atomically; return the path.
 
-    ``streamed`` writes further arrays (the volume's) from blocks of rows, so that they are
-    never held whole; its ``attrs()`` (bounds, say, known once every row is seen) join ``attrs``.
-    The group is built under a hidden temporary name and renamed into place when complete.
+    Each of ``streamed`` writes further arrays (the surface's, the volume's) from blocks of rows,
+    so that they are never held whole; their ``attrs()`` (bounds, say, known once every row is
+    seen) join ``attrs``, in order. The group is built under a hidden temporary name and renamed
+    into place when complete.
     """
     path = Path(path)
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
-    later = () if streamed is None else tuple(streamed.shapes)
+    later = {name: shape for rows in streamed for name, shape in rows.shapes.items()}
     validate_arrays(arrays, path, required=[n for n in ARRAY_NAMES if n not in later])
-    if streamed is not None:
-        check_shapes({**{n: tuple(v.shape) for n, v in arrays.items()}, **streamed.shapes}, path)
+    if later:
+        check_shapes({**{n: tuple(v.shape) for n, v in arrays.items()}, **later}, path)
     with atomic_directory(path) as tmp:
         group = zarr.create_group(store=str(tmp), zarr_format=3)
         for name in ARRAY_NAMES:
             if name in arrays:
                 _create_array(group, name, arrays[name].shape, arrays[name].dtype)[...] = arrays[name]
-        extra = {} if streamed is None else streamed.write(group, path)
+        extra = {}
+        for rows in streamed:
+            extra |= rows.write(group, path)
         # write_id: a rewrite with new values but the same shapes still changes the group's
         # metadata, which is what a cache's source fingerprint hashes.
         group.attrs.update({"format": FORMAT, "format_version": FORMAT_VERSION,
