@@ -63,7 +63,8 @@ from domino_pipeline.run_report import RunResult, summarize
 
 # ----------------------------------------------------------------------------- one run
 
-BLOCK_ROWS = 1 << 21  # surface cells and volume rows read, checked and scaled at a time
+VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read, checked and scaled at a time
+SURFACE_BLOCK_CELLS = 1 << 18  # surface cells at a time (VTK's filters hold some 400 bytes a cell)
 
 
 def _bounds(points: np.ndarray) -> list[list[float]]:
@@ -71,11 +72,13 @@ def _bounds(points: np.ndarray) -> list[list[float]]:
 
 
 def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options: ProcessOptions,
-                block_rows: int = BLOCK_ROWS) -> tuple[Path, list[str]]:
+                block_rows: int = VOLUME_BLOCK_ROWS,
+                surface_block: int = SURFACE_BLOCK_CELLS) -> tuple[Path, list[str]]:
     """Read one DrivAerML run folder and write it as a processed Zarr group at ``out_path``.
 
-    The boundary surface and the volume are read and written ``block_rows`` cells or rows at a
-    time, so memory does not grow with them (the STL is read whole). Returns the written path
+    The volume is read and written ``block_rows`` rows at a time and the boundary surface
+    ``surface_block`` cells at a time, so memory does not grow with them (the STL is read
+    whole). Returns the written path
     and notes (such as a volume-source fallback). Raises FileNotFoundError or RunError naming
     the file and the problem.
     """
@@ -112,7 +115,7 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
     volume_divisors = field_divisors(options.volume_variables, *refs)
     streamed = [
         _streamed_rows(surface_shapes(surface.n_cells, len(surface_divisors)),
-                       _scaled(surface.blocks(block_rows), surface_divisors), bounds, "surface"),
+                       _scaled(surface.blocks(surface_block), surface_divisors), bounds, "surface"),
         _streamed_rows({"volume_mesh_centers": (volume.n_rows, 3),
                         "volume_fields": (volume.n_rows, len(volume_divisors))},
                        _scaled(volume.blocks(block_rows), volume_divisors), bounds, "volume"),

@@ -96,7 +96,7 @@ def test_streamed_surface_equals_vtk_whole_file(tiny_raw_dir: Path, tmp_path: Pa
     assert set(np.diff(vtk_to_numpy(mesh.GetPolys().GetOffsetsArray())).tolist()) == {3, 4, 5}
     run = _run_with_surface(tiny_raw_dir, tmp_path / "raw", mesh, mode, compressor, header)
     assert open_surface(run / "boundary_1.vtp", SURFACE).file is not None  # read by cells
-    process_run(run, tmp_path / "run_1.zarr", PROCESS_OPTIONS, block_rows=97)
+    process_run(run, tmp_path / "run_1.zarr", PROCESS_OPTIONS, surface_block=97)
     _assert_surface_equal(run, tmp_path / "run_1.zarr")
 
 
@@ -104,7 +104,7 @@ def test_ascii_surface_falls_back_to_vtk_with_a_warning(tiny_raw_dir: Path, tmp_
     run = _run_with_surface(tiny_raw_dir, tmp_path / "raw", mixed_surface(np.random.default_rng(12)),
                             "ascii", "none", 32)
     with pytest.warns(WholeFileFallback, match="inline ascii.*reading it whole with VTK.*GiB of memory"):
-        process_run(run, tmp_path / "run_1.zarr", PROCESS_OPTIONS, block_rows=97)
+        process_run(run, tmp_path / "run_1.zarr", PROCESS_OPTIONS, surface_block=97)
     _assert_surface_equal(run, tmp_path / "run_1.zarr")
 
 
@@ -113,7 +113,7 @@ def test_a_non_finite_surface_point_is_named(tiny_raw_dir: Path, tmp_path: Path)
     mesh.points[[5, 9]] = np.nan
     run = _run_with_surface(tiny_raw_dir, tmp_path / "raw", mesh, "appended-base64", "zlib", 32)
     with pytest.raises(RunError, match=r"boundary_1\.vtp: 6 point coordinates are not finite"):
-        process_run(run, tmp_path / "run_1.zarr", PROCESS_OPTIONS, block_rows=97)
+        process_run(run, tmp_path / "run_1.zarr", PROCESS_OPTIONS, surface_block=97)
     with pytest.raises(RunError, match=r"boundary_1\.vtp: 6 point coordinates are not finite"):
         read_surface(run / "boundary_1.vtp", SURFACE)
     assert not (tmp_path / "run_1.zarr").exists()
@@ -133,7 +133,7 @@ def test_processed_run_from_streamed_reading_equals_vtk_whole_file_reading(
     streamed, whole = tmp_path / "streamed.zarr", tmp_path / "whole.zarr"
     with warnings.catch_warnings():
         warnings.simplefilter("error", WholeFileFallback)  # both files read by rows
-        process_run(tiny_raw_dir / "run_2", streamed, options, block_rows=1000)
+        process_run(tiny_raw_dir / "run_2", streamed, options, block_rows=1000, surface_block=500)
     with monkeypatch.context() as patch:
         _read_whole_with_vtk(patch)
         with pytest.warns(WholeFileFallback, match="read whole for this test") as fallbacks:

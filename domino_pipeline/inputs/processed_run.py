@@ -71,10 +71,11 @@ def _codec() -> BloscCodec:
     return BloscCodec(cname="zstd", clevel=5, shuffle="shuffle")
 
 
-def _chunking(
+def row_chunking(
     shape: tuple[int, ...], itemsize: int
 ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
-    """Row chunks of about CHUNK_BYTES and, for arrays of many chunks, shards of several."""
+    """(chunk shape, shard shape or None) of an array: row chunks of about CHUNK_BYTES and, for
+    arrays of more than CHUNKS_PER_SHARD chunks, shards of that many."""
     row_bytes = itemsize * int(np.prod(shape[1:], dtype=np.int64))
     rows = max(1, min(max(shape[0], 1), CHUNK_BYTES // max(row_bytes, 1)))
     chunks = (rows, *shape[1:])
@@ -117,7 +118,7 @@ def write_processed_run(
 
 
 def _create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype: np.dtype) -> zarr.Array:
-    chunks, shards = _chunking(shape, np.dtype(dtype).itemsize)
+    chunks, shards = row_chunking(shape, np.dtype(dtype).itemsize)
     return group.create_array(name, shape=shape, dtype=dtype, chunks=chunks, shards=shards,
                               compressors=_codec(), config={"write_empty_chunks": True})
 
