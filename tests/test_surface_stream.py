@@ -146,3 +146,13 @@ def test_processed_run_from_streamed_reading_equals_vtk_whole_file_reading(
     got_attrs, want_attrs = dict(open_processed_run(streamed).attrs), dict(open_processed_run(whole).attrs)
     assert got_attrs.pop("write_id") != want_attrs.pop("write_id")
     assert got_attrs == want_attrs
+
+
+def test_a_truncated_surface_is_named_unreadable(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    run = _run_with_surface(tiny_raw_dir, tmp_path / "raw", mixed_surface(np.random.default_rng(14)),
+                            "appended-raw", "zlib", 64)
+    vtp = run / "boundary_1.vtp"
+    vtp.write_bytes(vtp.read_bytes()[: vtp.stat().st_size * 3 // 4])
+    with pytest.raises(RunError, match=r"boundary_1\.vtp: unreadable \((truncated|compressed block)"):
+        process_run(run, tmp_path / "run_1.zarr", PROCESS_OPTIONS, surface_block=97)
+    assert not (tmp_path / "run_1.zarr").exists()

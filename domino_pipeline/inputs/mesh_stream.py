@@ -11,16 +11,27 @@ for random access by connectivity, and the connectivity of a block of cells.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from domino_pipeline.inputs.drivaerml_reader import RunError
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlError, VtkXmlFile
 
+T = TypeVar("T")
+
 
 class WholeFileFallback(UserWarning):
     """A file read whole with VTK because it cannot be read by rows."""
+
+
+def unreadable(err: VtkXmlError, path: Path) -> RunError:
+    """``<path>: unreadable (<problem>)``, the line VTK's reading gives a bad file, for an error
+    of the block reader."""
+    problem = str(err).splitlines()[0].removeprefix(f"{path}: ").removeprefix(f"{Path(path)}: ")
+    return RunError(f"{path}: unreadable ({problem})")
 
 
 def open_rows(path: Path) -> VtkXmlFile:
@@ -29,7 +40,16 @@ def open_rows(path: Path) -> VtkXmlFile:
     try:
         return VtkXmlFile.open(path)
     except VtkXmlError as err:
-        raise RunError(str(err).splitlines()[0]) from err
+        raise unreadable(err, path) from err
+
+
+def read_errors_named(blocks: Iterator[T], path: Path) -> Iterator[T]:
+    """``blocks``, a read error of the block reader (truncated or corrupt data) raised as
+    RunError ``<path>: unreadable (<problem>)``."""
+    try:
+        yield from blocks
+    except VtkXmlError as err:
+        raise unreadable(err, path) from err
 
 
 def require_rows(file: VtkXmlFile, path: Path, n_rows: int) -> None:

@@ -27,6 +27,7 @@ import pyvista as pv
 from vtkmodules.util.numpy_support import numpy_to_vtkIdTypeArray
 from vtkmodules.vtkCommonDataModel import vtkCellArray
 
+from domino_pipeline.inputs import mesh_stream
 from domino_pipeline.inputs.drivaerml_reader import (
     SURFACE_ARRAYS,
     field_columns,
@@ -35,13 +36,6 @@ from domino_pipeline.inputs.drivaerml_reader import (
     require_finite_points,
     require_names,
     surface_geometry,
-)
-from domino_pipeline.inputs.mesh_stream import (
-    cell_vertices,
-    fall_back_to_vtk,
-    open_rows,
-    points_table,
-    require_rows,
 )
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 
@@ -65,21 +59,24 @@ class SurfaceStream:
             for start in range(0, self.n_cells, cells):
                 yield tuple(whole[name][start:start + cells] for name in SURFACE_ARRAYS)
             return
+        yield from mesh_stream.read_errors_named(self._read_blocks(self.file, cells), self.path)
+
+    def _read_blocks(self, file: VtkXmlFile, cells: int) -> Iterator[SurfaceBlock]:
         with tempfile.TemporaryDirectory(prefix="surface_points_") as tmp:
-            points = points_table(self.file, Path(tmp), cells)
+            points = mesh_stream.points_table(file, Path(tmp), cells)
             require_finite_points(sum(nonfinite(points[start:start + cells])
                                       for start in range(0, len(points), cells)), self.path)
             for start in range(0, self.n_cells, cells):
                 stop = min(start + cells, self.n_cells)
-                data = {name: self.file.read("CellData", name, start, stop) for name in self.variables}
+                data = {name: file.read("CellData", name, start, stop) for name in self.variables}
                 fields = field_columns(data, self.variables, self.path, "cell")
-                yield (*surface_geometry(block_mesh(self.file, points, start, stop)), fields)
+                yield (*surface_geometry(block_mesh(file, points, start, stop)), fields)
 
 
 def block_mesh(file: VtkXmlFile, points: np.ndarray, start: int, stop: int) -> pv.PolyData:
     """The polygons ``start:stop`` of a VTP as a mesh of those cells and the points they use
     (in the file's coordinate type, numbered anew)."""
-    begins, ends, ids = cell_vertices(file, "Polys", start, stop, len(points))
+    begins, ends, ids = mesh_stream.cell_vertices(file, "Polys", start, stop, len(points))
     used, local = np.unique(ids, return_inverse=True)
     polys = vtkCellArray()
     polys.SetData(numpy_to_vtkIdTypeArray(np.append(begins, ends[-1:]).astype(np.int64), deep=True),
@@ -96,12 +93,12 @@ def open_surface(path: Path, variables: Mapping[str, str]) -> SurfaceStream:
     RunError naming the file for a missing field or an empty file; a file that cannot be read by
     cells falls back to VTK with a WholeFileFallback warning.
     """
-    file = open_rows(path)
+    file = mesh_stream.open_rows(path)
     require_names(file.names("CellData"), variables, path, "cell")
-    require_rows(file, path, file.n_cells)
+    mesh_stream.require_rows(file, path, file.n_cells)
     reason = _unstreamable(file)
     if reason:
-        fall_back_to_vtk(file, path, reason)
+        mesh_stream.fall_back_to_vtk(file, path, reason)
         return SurfaceStream(Path(path), dict(variables), file.n_cells, None)
     return SurfaceStream(Path(path), dict(variables), file.n_cells, file)
 

@@ -49,6 +49,7 @@ from domino_pipeline.inputs.mesh_stream import (  # noqa: F401 (WholeFileFallbac
     fall_back_to_vtk,
     open_rows,
     points_table,
+    read_errors_named,
     require_rows,
 )
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
@@ -77,17 +78,20 @@ class VolumeStream:
         if self.file is None:
             yield from _whole_blocks(self, rows)
             return
+        yield from read_errors_named(self._read_blocks(self.file, rows), self.path)
+
+    def _read_blocks(self, file: VtkXmlFile, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         section = _SECTION[self.source]
         with tempfile.TemporaryDirectory(prefix="volume_points_") as tmp:
-            points = None if self.source == "points" else points_table(self.file, Path(tmp), rows)
+            points = None if self.source == "points" else points_table(file, Path(tmp), rows)
             for start in range(0, self.n_rows, rows):
                 stop = min(start + rows, self.n_rows)
-                data = {name: self.file.read(section, name, start, stop) for name in self.variables}
+                data = {name: file.read(section, name, start, stop) for name in self.variables}
                 fields = field_columns(data, self.variables, self.path, self.source[:-1])
                 if points is None:
-                    centres = self.file.read("Points", "Points", start, stop)
+                    centres = file.read("Points", "Points", start, stop)
                 else:
-                    centres = cell_centres(self.file, points, start, stop)
+                    centres = cell_centres(file, points, start, stop)
                 centres = np.asarray(centres, dtype=np.float32)
                 require_finite_points(nonfinite(centres), self.path)
                 yield centres, fields
