@@ -1,8 +1,8 @@
 """process_data's boundary surface, read and written a block of cells at a time, against VTK's
 whole-file reading of the same VTP (``read_surface``): every encoding VTK writes (appended raw or
 base64, inline binary; no compression, zlib, lz4, lzma; UInt32 and UInt64 headers), the
-whole-file fallback for inline ascii, and a whole processed run from streamed reading against
-the same run read whole with VTK."""
+whole-file fallback for inline ascii and for line cells, a truncated file named unreadable, and a
+whole processed run from streamed reading against the same run read whole with VTK."""
 
 from __future__ import annotations
 
@@ -100,10 +100,21 @@ def test_streamed_surface_equals_vtk_whole_file(tiny_raw_dir: Path, tmp_path: Pa
     _assert_surface_equal(run, tmp_path / "run_1.zarr")
 
 
-def test_ascii_surface_falls_back_to_vtk_with_a_warning(tiny_raw_dir: Path, tmp_path: Path) -> None:
-    run = _run_with_surface(tiny_raw_dir, tmp_path / "raw", mixed_surface(np.random.default_rng(12)),
-                            "ascii", "none", 32)
-    with pytest.warns(WholeFileFallback, match="inline ascii.*reading it whole with VTK.*GiB of memory"):
+def _with_a_line(mesh: pv.PolyData) -> pv.PolyData:
+    """``mesh`` with a line cell too (before the polygons in VTK's cell order), fields kept."""
+    lined = pv.PolyData(mesh.points, faces=mesh.faces, lines=[2, 0, 1])
+    for name in SURFACE:
+        lined.cell_data[name] = np.concatenate([mesh.cell_data[name][:1], mesh.cell_data[name]])
+    return lined
+
+
+@pytest.mark.parametrize("mode,change,reason", [("ascii", lambda mesh: mesh, "inline ascii"),
+                                                ("appended-raw", _with_a_line, "line cells besides polygons")])
+def test_unstreamable_surface_falls_back_to_vtk_with_a_warning(tiny_raw_dir: Path, tmp_path: Path, mode: str,
+                                                               change, reason: str) -> None:
+    run = _run_with_surface(tiny_raw_dir, tmp_path / "raw", change(mixed_surface(np.random.default_rng(12))),
+                            mode, "none", 32)
+    with pytest.warns(WholeFileFallback, match=f"{reason}.*reading it whole with VTK.*GiB of memory"):
         process_run(run, tmp_path / "run_1.zarr", PROCESS_OPTIONS, surface_block=97)
     _assert_surface_equal(run, tmp_path / "run_1.zarr")
 

@@ -109,7 +109,8 @@ def _unstreamable(file: VtkXmlFile) -> str:
         return f"it is {file.kind}, not PolyData"
     if not file.streamable:
         return "its data is inline ascii, which cannot be read by rows"
-    other = [kind for kind in ("Verts", "Lines", "Strips") if file.piece_counts.get(f"NumberOf{kind}", 0)]
+    other = [kind for section, kind in (("Verts", "vertex"), ("Lines", "line"), ("Strips", "strip"))
+             if file.piece_counts.get(f"NumberOf{section}", 0)]
     if other:
-        return f"it has {', '.join(other).lower()} cells besides polygons, which are not read by cells"
+        return f"it has {' and '.join(other)} cells besides polygons, which are not read by cells"
     return ""
