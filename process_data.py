@@ -9,9 +9,10 @@ as the DoMINO example does (``FIELD_SCALES``): with the stream velocity U, the a
 and, for nutMeanTrim, the car's length L (the largest extent of the STL) unless
 ``physics.reference_length`` gives one. The surface and the volume are read and written a block
 of cells or rows at a time (surface_stream.py, volume_stream.py); a file in an encoding that
-cannot be read so is read whole with VTK, after a warning naming the memory it takes. Runs are processed in parallel, each written atomically; finished runs are
-skipped on a rerun; a bad run gets one line naming the file and the problem, and the command
-exits non-zero when any run failed.
+cannot be read so is read whole with VTK, after a warning naming the memory it takes. Runs are
+processed in parallel, each written atomically; finished runs are skipped on a rerun; a bad run
+gets one line naming the file and the problem, and the command exits non-zero when any run
+failed.
 
     python process_data.py data.raw_dir=/data/drivaerml data.processed_dir=/data/processed
     python process_data.py --config-name=demo process.num_processes=2 process.overwrite=true
@@ -78,9 +79,8 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
 
     The volume is read and written ``block_rows`` rows at a time and the boundary surface
     ``surface_block`` cells at a time, so memory does not grow with them (the STL is read
-    whole). Returns the written path
-    and notes (such as a volume-source fallback). Raises FileNotFoundError or RunError naming
-    the file and the problem.
+    whole). Returns the written path and notes (such as a volume-source fallback). Raises
+    FileNotFoundError or RunError naming the file and the problem.
     """
     run_dir = Path(run_dir)
     files = run_files(run_dir)
