@@ -2,7 +2,8 @@
 
 The run goes through predict's own steps (``load_processed``, ``prepare_run``, ``BatchItems``:
 grid SDFs and the surface kNN, ``part_forward``: the geometry encodings on the first batch), then
-``--batches`` surface batches (and ``--volume-batches`` volume batches) of ``--batch-points``;
+``--batches`` surface batches (and ``--volume-batches`` volume batches) of ``--batch-points``,
+and ``--whole-forward-batches`` surface batches through ``model(batch)`` for comparison;
 the model is an untrained DoMINO of the config's size (weights do not change the cost). Prints a
 Markdown table, the seconds per million cells (median batch) and the whole run's estimate
 (once-per-run steps + cells x per-cell cost); peak RSS of the process; writes JSON.
@@ -73,6 +74,17 @@ def part_figures(seconds: list[float], batch_points: int, rows: int) -> dict:
             "s_per_million_rows": per_batch / batch_points * 1e6}
 
 
+def whole_forward_figures(model: torch.nn.Module, items: BatchItems, args: argparse.Namespace, encoded: dict) -> dict:
+    """Surface batches through ``model(batch)`` (the geometry encodings again in every batch, the
+    path of a model ``EncodedDoMINO`` does not support), beside the encoded ones of this run."""
+    forward = part_forward(model, encode_once=False)
+    windows = row_batches(encoded["rows"], args.batch_points)[:args.whole_forward_batches]
+    seconds = batch_seconds(forward, items, "surface", windows)
+    median = statistics.median(seconds)
+    return {"batches_run": len(seconds), "batch_s_median": median, "s_per_million_rows": median / args.batch_points * 1e6,
+            "ratio_to_encoded": median / encoded["batch_s_median"]}
+
+
 def measure(args: argparse.Namespace) -> dict:
     """One run's figures: the once-per-run steps, each part's batches, the peak RSS."""
     base = OmegaConf.load(ROOT / "conf" / "config.yaml")
@@ -94,6 +106,8 @@ def measure(args: argparse.Namespace) -> dict:
             seconds = batch_seconds(forward, items, part, row_batches(rows, args.batch_points)[:count])
             first_part = not any(name in result for name in ("surface", "volume"))  # its first batch encodes
             result[part] = part_figures(seconds, args.batch_points, rows) | {"with_encodings": first_part}
+    if args.whole_forward_batches and "surface" in result:
+        result["surface_whole_forward"] = whole_forward_figures(model, items, args, result["surface"])
     surface = result.get("surface")
     if surface:
         once = steps["prepare_s"] + steps["geometry_s"] + surface["first_batch_s"] - surface["batch_s_median"]
@@ -112,6 +126,10 @@ def table(result: dict) -> str:
             lines.append(f"| {part}: first batch{with_encodings} | {r['first_batch_s']:.1f} | |")
             lines.append(f"| {part}: batch of {result['batch_points']} (median of {r['batches_run'] - 1}) | "
                          f"{r['batch_s_median']:.1f} | {r['s_per_million_rows']:.0f} s per million of {r['rows']:,} |")
+    if "surface_whole_forward" in result:
+        r = result["surface_whole_forward"]
+        lines.append(f"| surface: batch of {result['batch_points']} through model(batch) (median of "
+                     f"{r['batches_run']}) | {r['batch_s_median']:.1f} | {r['ratio_to_encoded']:.1f}x the encoded batch |")
     if "surface" in result:
         lines.append(f"| whole surface, estimated | {result['surface']['whole_run_s_estimated']:.0f} | "
                      f"peak RSS {result['peak_rss_mb']} MB |")
@@ -124,6 +142,8 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--model-type", default="surface", choices=("surface", "volume", "combined"))
     parser.add_argument("--batches", type=int, default=3, help="surface batches (the first with the encodings)")
     parser.add_argument("--volume-batches", type=int, default=0)
+    parser.add_argument("--whole-forward-batches", type=int, default=0,
+                        help="then surface batches through model(batch), which encodes the geometry every batch")
     parser.add_argument("--batch-points", type=int, default=8192)
     parser.add_argument("--set", nargs="*", default=[], help="config overrides (dotlist)")
     parser.add_argument("--json", type=Path)

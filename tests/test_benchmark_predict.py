@@ -13,6 +13,7 @@ def test_the_predict_benchmark_times_every_step_on_a_tiny_run(tiny_processed_dir
     benchmark = import_benchmark("benchmark_predict")
     args = benchmark.arguments().parse_args(["--run", str(tiny_processed_dir / "run_1.zarr"), "--model-type", "combined",
                                              "--batches", "2", "--volume-batches", "2", "--batch-points", "500",
+                                             "--whole-forward-batches", "1",
                                              "--set", *TINY, *COMBINED[1:]])
     result = benchmark.measure(args)
     assert {"load_s", "prepare_s", "geometry_s", "peak_rss_mb"} <= set(result)
@@ -23,4 +24,5 @@ def test_the_predict_benchmark_times_every_step_on_a_tiny_run(tiny_processed_dir
     surface = result["surface"]
     once = result["prepare_s"] + result["geometry_s"] + surface["first_batch_s"] - surface["batch_s_median"]
     assert surface["whole_run_s_estimated"] == once + surface["rows"] * surface["s_per_million_rows"] / 1e6
-    assert "whole surface, estimated" in benchmark.table(result)
+    assert result["surface_whole_forward"]["batches_run"] == 1
+    assert "whole surface, estimated" in benchmark.table(result) and "model(batch)" in benchmark.table(result)

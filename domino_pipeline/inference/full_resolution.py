@@ -213,11 +213,11 @@ def row_batches(count: int, batch_points: int) -> list[tuple[int, int]]:
 Forward = Callable[[dict[str, torch.Tensor], str], torch.Tensor]
 
 
-def part_forward(model: torch.nn.Module) -> Forward:
+def part_forward(model: torch.nn.Module, *, encode_once: bool = True) -> Forward:
     """``forward(batch, part)``: the model's ``part`` output (B, N, C) for a batch of one run;
-    through ``EncodedDoMINO`` (the geometry encodings once per run) where it supports the model,
-    else the whole forward pass per batch. Make one per run."""
-    if EncodedDoMINO.supports(model):
+    through ``EncodedDoMINO`` (the geometry encodings once per run) where it supports the model
+    and ``encode_once``, else the whole forward pass per batch. Make one per run."""
+    if encode_once and EncodedDoMINO.supports(model):
         encoded = EncodedDoMINO(model)
         return lambda batch, part: encoded.surface(batch) if part == "surface" else encoded.volume(batch)
     return lambda batch, part: predictions_by_target(model(batch))[f"{part}_fields"]
