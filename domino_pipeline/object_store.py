@@ -1,0 +1,191 @@
+"""Locations on object storage: URLs, the one place object-store clients are made, and the
+small whole-object reads and listings that processed runs and caches both need.
+
+A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://``, ...).
+Clients are obstore stores made by ``make_store`` alone: credentials and endpoints come from
+each cloud's standard environment and config (for S3 the ``AWS_*`` variables and profiles,
+``AWS_ENDPOINT_URL`` for S3-compatible servers) and are never kept in anything this package
+writes; retries with backoff and a deadline are set here once. A client (a Rust runtime with
+threads) does not survive ``fork``: a process forked after its parent made one gets a one-line
+error instead of a hang. Zarr groups on object storage open through ``zarr_store`` (zarr's
+``ObjectStore`` over the same client).
+
+    store = shared_store("s3://bucket/processed")
+    objects = list_objects("s3://bucket/processed/run_1.zarr")   # {relative key: ObjectInfo}
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+URL_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "azure://")
+RETRIES = 8  # transient errors (5xx, dropped connections, timeouts) per request
+RETRY_DEADLINE = timedelta(seconds=120)
+REQUEST_TIMEOUT = "60s"
+
+
+def is_url(location: str | os.PathLike) -> bool:
+    """Whether ``location`` names an object-store prefix rather than a local path."""
+    return isinstance(location, str) and location.lower().startswith(URL_SCHEMES)
+
+
+def join(location: str | os.PathLike, *parts: str) -> str | Path:
+    """``location`` with ``parts`` appended: a URL stays a string ("/"-joined), a path a Path."""
+    if is_url(location):
+        return "/".join([str(location).rstrip("/"), *(p.strip("/") for p in parts)])
+    return Path(location).joinpath(*parts)
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """(``scheme://bucket``, the key prefix after it) of an object-store URL."""
+    scheme, rest = url.rstrip("/").split("://", 1)
+    bucket, _, key = rest.partition("/")
+    return f"{scheme}://{bucket}", key
+
+
+def name_of(location: str | os.PathLike) -> str:
+    """The last part of a location (a run folder's or a generation's name)."""
+    return str(location).rstrip("/").rsplit("/", 1)[-1] if is_url(location) else Path(location).name
+
+
+def as_location(location: str | os.PathLike) -> str | Path:
+    """A URL as a string without a trailing "/", anything else as a Path (``Path`` would fold
+    the URL's "//")."""
+    return str(location).rstrip("/") if is_url(location) else Path(location)
+
+
+_CLIENT_PID: list[int] = []  # the process that made an object-store client, once one has
+
+
+def make_store(url: str) -> Any:
+    """A new obstore client for the bucket (and key prefix) of ``url``, configured from the
+    environment, with retries (``RETRIES`` within ``RETRY_DEADLINE``) and timeouts. Refuses
+    in a process forked after its parent made a client."""
+    if _CLIENT_PID and _CLIENT_PID[0] != os.getpid():
+        raise RuntimeError(f"{url}: object storage cannot be read in a process forked after "
+                           "its parent read it; start DataLoader workers with "
+                           "multiprocessing_context='spawn' (CachedDoMINODataset.worker_context)")
+    from obstore.store import from_url
+
+    _CLIENT_PID[:] = [os.getpid()]
+    return from_url(url.rstrip("/"), retry_config={
+        "max_retries": RETRIES, "retry_timeout": RETRY_DEADLINE,
+        "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=5),
+                    "base": 2}},
+        client_options={"timeout": REQUEST_TIMEOUT, "connect_timeout": "10s",
+                        **({"allow_http": True} if _plain_http() else {})})
+
+
+def _plain_http() -> bool:
+    """Whether the S3 endpoint in the environment is plain http (a local test server)."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    return endpoint.startswith("http://")
+
+
+_STORES: dict[tuple[int, str], Any] = {}
+
+
+@atexit.register
+def _drop_stores() -> None:
+    """Drop this process's clients before the interpreter finalizes: their threads must not
+    outlive Python."""
+    _STORES.clear()
+
+
+def shared_store(url: str) -> Any:
+    """One client per process and URL (bucket or prefix); a forked process makes its own."""
+    key = (os.getpid(), str(url).rstrip("/"))
+    if key not in _STORES:
+        _STORES[key] = make_store(key[1])
+    return _STORES[key]
+
+
+def bucket_and_key(url: str) -> tuple[Any, str]:
+    """The shared client of the bucket holding URL ``url``, and the object key there."""
+    root, key = split_url(url)
+    return shared_store(root), key
+
+
+def zarr_store(url: str) -> Any:
+    """A read-only zarr store of the Zarr group (or array) at URL ``url``."""
+    from zarr.storage import ObjectStore
+
+    return ObjectStore(shared_store(url), read_only=True)
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a listing says of an object: its size and version (e-tag, last-modified time)."""
+
+    size: int
+    e_tag: str | None
+    last_modified: str
+
+
+def list_objects(url: str) -> dict[str, ObjectInfo]:
+    """Every object under the URL prefix ``url`` (recursively), by key relative to it."""
+    store, key = bucket_and_key(url)
+    prefix = key.rstrip("/") + "/" if key else ""
+    import obstore
+
+    return {o["path"][len(prefix):]: ObjectInfo(o["size"], o.get("e_tag"), str(o.get("last_modified")))
+            for batch in obstore.list(store, prefix or None) for o in batch}
+
+
+def read_bytes(location: str | os.PathLike, start: int | None = None, length: int | None = None
+               ) -> bytes | None:
+    """The bytes of a file or object (``length`` of them from ``start``; ``start`` None and a
+    ``length``: the last ``length``); None when it is absent."""
+    if not is_url(location):
+        return _read_file(Path(location), start, length)
+    import obstore
+
+    store, key = bucket_and_key(str(location))
+    options = {}
+    if length is not None:
+        options = {"range": {"suffix": length} if start is None else (start, start + length)}
+    try:
+        return bytes(obstore.get(store, key, options=options).bytes())
+    except FileNotFoundError:
+        return None
+
+
+def _read_file(path: Path, start: int | None, length: int | None) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            if length is not None:
+                size = os.fstat(handle.fileno()).st_size
+                handle.seek(max(size - length, 0) if start is None else start)
+            return handle.read(-1 if length is None else length)
+    except FileNotFoundError:
+        return None
+
+
+def exists(location: str | os.PathLike) -> bool:
+    """Whether a file, folder, object or non-empty prefix is at ``location``."""
+    if not is_url(location):
+        return Path(location).exists()
+    import obstore
+
+    store, key = bucket_and_key(str(location))
+    try:
+        obstore.head(store, key)
+        return True
+    except FileNotFoundError:
+        found = obstore.list_with_delimiter(store, key.rstrip("/") + "/")
+        return bool(found["objects"] or found["common_prefixes"])
+
+
+def list_folder(url: str) -> tuple[list[str], list[str]]:
+    """(the sub-prefix names, the object names) directly under the URL prefix ``url``."""
+    import obstore
+
+    store, key = bucket_and_key(url)
+    found = obstore.list_with_delimiter(store, key.rstrip("/") + "/" if key else None)
+    return ([p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"]],
+            [o["path"].rsplit("/", 1)[-1] for o in found["objects"]])
