@@ -208,9 +208,6 @@ def main(config: PipelineConfig) -> int:
     runs, cache_dir = list_runs(config.data.processed_dir), join(config.cache.dir)
     if config.cache.validate:
         return _validate(runs, cache_dir, settings) if rank == 0 else 0
-    if is_url(cache_dir) and job is not None:
-        raise CacheError(f"{cache_dir}: a cache on object storage is built by one process; run "
-                         "cache_data.py without torchrun, or build locally and upload")
     if not is_url(cache_dir):
         cache_dir.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(cache_dir)  # on every rank: those of live writers stay

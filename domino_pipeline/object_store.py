@@ -137,6 +137,18 @@ def list_objects(url: str) -> dict[str, ObjectInfo]:
             for batch in obstore.list(store, prefix or None) for o in batch}
 
 
+def head(url: str) -> ObjectInfo | None:
+    """The size and version of the object at URL ``url``; None when it is absent."""
+    import obstore
+
+    store, key = bucket_and_key(url)
+    try:
+        meta = obstore.head(store, key)
+    except FileNotFoundError:
+        return None
+    return ObjectInfo(meta["size"], meta.get("e_tag"), str(meta.get("last_modified")))
+
+
 def read_bytes(location: str | os.PathLike, start: int | None = None, length: int | None = None
                ) -> bytes | None:
     """The bytes of a file or object (``length`` of them from ``start``; ``start`` None and a
@@ -170,15 +182,10 @@ def exists(location: str | os.PathLike) -> bool:
     """Whether a file, folder, object or non-empty prefix is at ``location``."""
     if not is_url(location):
         return Path(location).exists()
-    import obstore
-
-    store, key = bucket_and_key(str(location))
-    try:
-        obstore.head(store, key)
+    if head(str(location)) is not None:
         return True
-    except FileNotFoundError:
-        found = obstore.list_with_delimiter(store, key.rstrip("/") + "/")
-        return bool(found["objects"] or found["common_prefixes"])
+    folders, objects = list_folder(str(location))
+    return bool(folders or objects)
 
 
 def list_folder(url: str) -> tuple[list[str], list[str]]:
