@@ -19,7 +19,7 @@ from __future__ import annotations
 import atexit
 import os
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +124,7 @@ class ObjectInfo:
 
     size: int
     e_tag: str | None
-    last_modified: str
+    last_modified: datetime | None
 
 
 def list_objects(url: str) -> dict[str, ObjectInfo]:
@@ -133,7 +133,7 @@ def list_objects(url: str) -> dict[str, ObjectInfo]:
     prefix = key.rstrip("/") + "/" if key else ""
     import obstore
 
-    return {o["path"][len(prefix):]: ObjectInfo(o["size"], o.get("e_tag"), str(o.get("last_modified")))
+    return {o["path"][len(prefix):]: ObjectInfo(o["size"], o.get("e_tag"), o.get("last_modified"))
             for batch in obstore.list(store, prefix or None) for o in batch}
 
 
@@ -146,7 +146,7 @@ def head(url: str) -> ObjectInfo | None:
         meta = obstore.head(store, key)
     except FileNotFoundError:
         return None
-    return ObjectInfo(meta["size"], meta.get("e_tag"), str(meta.get("last_modified")))
+    return ObjectInfo(meta["size"], meta.get("e_tag"), meta.get("last_modified"))
 
 
 def read_bytes(location: str | os.PathLike, start: int | None = None, length: int | None = None
@@ -196,3 +196,13 @@ def list_folder(url: str) -> tuple[list[str], list[str]]:
     found = obstore.list_with_delimiter(store, key.rstrip("/") + "/" if key else None)
     return ([p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"]],
             [o["path"].rsplit("/", 1)[-1] for o in found["objects"]])
+
+
+def delete_objects(url: str, keys: list[str]) -> None:
+    """Delete the objects ``keys`` (relative to the URL prefix ``url``) in bulk requests."""
+    import obstore
+
+    store, key = bucket_and_key(url)
+    prefix = key.rstrip("/") + "/" if key else ""
+    for start in range(0, len(keys), 1000):  # S3's bulk delete takes at most 1000 keys
+        obstore.delete(store, [prefix + k for k in keys[start:start + 1000]])

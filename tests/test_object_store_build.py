@@ -25,7 +25,7 @@ from domino_pipeline.store.build import manifest_runs, write_scaling_factors
 from domino_pipeline.store.byte_source import Request, source_and_key
 from domino_pipeline.store.cache_format import layout_arrays
 from domino_pipeline.store.cache_run import CacheRun
-from domino_pipeline.store.manifest import read_manifest, run_path, write_manifest
+from domino_pipeline.store.manifest import read_manifest, read_manifest_version, run_path, write_manifest
 from domino_pipeline.store.object_cache import upload_folder
 from domino_pipeline.store.validate import validate_cache
 
@@ -209,7 +209,9 @@ def test_rank_records_on_s3_let_the_last_rank_finish_the_job_once(s3_server):
 
 @pytest.mark.slow
 def test_torchrun_builds_into_s3_and_the_last_rank_commits_the_manifest(
-        s3_server, tiny_processed_dir, cache_dir, tmp_path):
+        s3_server, tiny_processed_dir, cache_dir, tmp_path, monkeypatch):
+    marker = "MARKER-SECRET-91d07a"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", marker)
     url = f"s3://{s3_server.bucket()}/ranked"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                *_args(tiny_processed_dir, url, tmp_path / "hydra")[1:]]
@@ -223,3 +225,34 @@ def test_torchrun_builds_into_s3_and_the_last_rank_commits_the_manifest(
     source, key = source_and_key(url)
     left = [o["path"].rsplit("/", 1)[-1] for o in source.list_all(f"{key}/.ranks")]
     assert left == ["finished"]  # the records are gone, the job's claim stays
+    _assert_no_secret(marker, [url], tmp_path, out + result.stderr)
+
+
+def test_a_build_removes_the_generations_no_reader_needs(s3_server, cache_dir):
+    """After each upload: complete generations beyond the newest two that the manifest does not
+    name, and claimed prefixes never completed once untouched for the grace period."""
+    from cache_fixtures import generation
+
+    from domino_pipeline.store.object_cache import publish_generation
+
+    url, local = f"s3://{s3_server.bucket()}/collected", generation(cache_dir, "run_1")
+    for _ in range(2):
+        publish_generation(local, url, "run_1")
+    write_manifest(url, tiny_settings(), {"run_1": {"path": "run_1/g1.zarr"}})
+    publish_generation(local, url, "run_1")
+    assert sorted(_generation_objects(url, "run_1")) == ["g1.zarr", "g2.zarr", "g3.zarr"]  # g1: named
+    write_manifest(url, tiny_settings(), {"run_1": {"path": "run_1/g3.zarr"}},
+                   if_version=read_manifest_version(url)[1])
+    source, key = source_and_key(url)
+    source.put(f"{key}/run_1/g4.zarr/.claim", b"pid 1\n", mode="create")  # killed during its upload
+    source.put(f"{key}/run_1/g4.zarr/surface_areas/c/0", b"partial")
+    publish_generation(local, url, "run_1")  # g5; g4 is young: perhaps a live upload
+    assert sorted(_generation_objects(url, "run_1")) == ["g3.zarr", "g4.zarr", "g5.zarr"]
+    publish_generation(local, url, "run_1", abandoned_after_s=0.0)  # g6; g4 abandoned, g3 named
+    assert sorted(_generation_objects(url, "run_1")) == ["g3.zarr", "g5.zarr", "g6.zarr"]
+    write_manifest(url, tiny_settings(), {"run_1": {"path": "run_1/g6.zarr"}},
+                   if_version=read_manifest_version(url)[1])
+    publish_generation(local, url, "run_1")  # g7
+    assert sorted(_generation_objects(url, "run_1")) == ["g6.zarr", "g7.zarr"]
+    assert sorted(_generation_objects(url, "run_1")["g7.zarr"]) == sorted(
+        [".claim", *(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())])
