@@ -1,8 +1,9 @@
 """Build the DoMINO training cache: every processed run once, all the work except sampling.
 
-For each run of ``data.processed_dir`` (this project's processed Zarr groups or physicsnemo-curator
-output as it is: Zarr v2 or v3 groups, .npz files, and .npy dicts with ``data.allow_pickle=true``;
-the form is detected per run and named in the summary) it runs the one preprocessing (box filtering,
+For each run of ``data.processed_dir`` (a folder or an object-store URL, as ``cache.dir`` may
+be; this project's processed Zarr groups or physicsnemo-curator output as it is: Zarr v2 or v3
+groups, .npz files, and .npy dicts with ``data.allow_pickle=true``; the form is detected per
+run and named in the summary) it runs the one preprocessing (box filtering,
 normalisation, SDF of both grids, SDF and closest point of every kept volume point, kNN of every
 kept surface cell and, with ``geometry.neighbor_layout=features``, its neighbours' coordinates,
 normals and areas; the volume a block at a time) and writes the next generation of
