@@ -8,7 +8,7 @@ each cloud's standard environment and config (for S3 the ``AWS_*`` variables and
 writes; retries with backoff and a deadline are set here once. A client (a Rust runtime with
 threads) does not survive ``fork``: a process forked after its parent made one gets a one-line
 error instead of a hang. Zarr groups on object storage open through ``zarr_store`` (zarr's
-``ObjectStore`` over the same client).
+``ObjectStore`` over the bucket's client).
 
     store = shared_store("s3://bucket/processed")
     objects = list_objects("s3://bucket/processed/run_1.zarr")   # {relative key: ObjectInfo}
@@ -111,11 +111,13 @@ def bucket_and_key(url: str) -> tuple[Any, str]:
     return shared_store(root), key
 
 
-def zarr_store(url: str) -> Any:
-    """A read-only zarr store of the Zarr group (or array) at URL ``url``."""
+def zarr_store(url: str) -> tuple[Any, str]:
+    """A read-only zarr store over the bucket of URL ``url`` (one client per bucket, however
+    many groups are opened) and the path of the group (or array) in it."""
     from zarr.storage import ObjectStore
 
-    return ObjectStore(shared_store(url), read_only=True)
+    root, key = split_url(url)
+    return ObjectStore(shared_store(root), read_only=True), key
 
 
 @dataclass(frozen=True)

@@ -69,8 +69,9 @@ def _binary(path: Path | str) -> IO[bytes]:
 def read_zarr_group(path: Path | str) -> tuple[str, Mapping[str, Any], dict]:
     """(format "zarr-v2" | "zarr-v3", the group's arrays (lazy), its attributes); a URL is
     read through zarr's ObjectStore (object_store.zarr_store)."""
+    store, inside = zarr_store(path) if is_url(path) else (str(path), None)
     try:
-        group = zarr.open_group(store=zarr_store(path) if is_url(path) else str(path), mode="r")
+        group = zarr.open_group(store=store, path=inside, mode="r")
     except Exception as err:  # zarr raises several types for a missing or broken group
         raise ProcessedRunError(f"{path}: not a readable Zarr group ({type(err).__name__}: {err})") from err
     arrays = {name: group[name] for name in group.array_keys()}
