@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 from cache_fixtures import SAMPLES, tiny_settings
 from curator_fixtures import write_curator_npz, write_curator_zarr
@@ -127,3 +128,25 @@ def test_the_same_bytes_put_again_change_the_stat_fingerprint_only(s3_server, ti
     time.sleep(1.1)  # S3 modification times have one-second resolution
     _put(f"{run}/zarr.json", read_bytes(f"{run}/zarr.json"))
     assert stat_fingerprint(run) != stat and source_fingerprint(run) == digest
+
+
+def test_the_uncached_datapipe_reads_runs_on_s3_as_local_ones(s3_processed, tiny_processed_dir):
+    from test_datapipe import _uncached
+
+    remote, local = _uncached(s3_processed, seed=3), _uncached(tiny_processed_dir, seed=3)
+    assert len(remote) == len(local) == 2
+    a, b = remote[1], local[1]
+    assert sorted(a) == sorted(b)
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_process_data_refuses_to_write_to_a_url_in_one_line(tiny_raw_dir, capsys):
+    from conftest import yaml_config
+    from process_data import main
+
+    with pytest.raises(SystemExit, match="1"):
+        main(yaml_config(f"data.raw_dir={tiny_raw_dir}", "data.processed_dir=s3://bucket/processed"))
+    assert capsys.readouterr().err.strip() == (
+        "error: s3://bucket/processed: process_data.py writes to a local folder; upload the "
+        "processed runs there to read them from object storage")
