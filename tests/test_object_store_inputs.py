@@ -139,6 +139,7 @@ def test_the_uncached_datapipe_reads_runs_on_s3_as_local_ones(s3_processed, tiny
     assert sorted(a) == sorted(b)
     for key in a:
         assert torch.equal(a[key], b[key]), key
+    assert remote.worker_context == "spawn" and local.worker_context is None
 
 
 def test_process_data_refuses_to_write_to_a_url_in_one_line(tiny_raw_dir, capsys):

@@ -32,7 +32,7 @@ from domino_pipeline.inputs.runs import (
     run_name,
 )
 from domino_pipeline.loading.items import EpochDataset, build_item
-from domino_pipeline.object_store import as_location
+from domino_pipeline.object_store import as_location, is_url
 
 KNN_INDEXES_KEPT = 4  # runs whose surface kNN index a process keeps between draws
 
@@ -90,6 +90,12 @@ class DoMINODataPipe(EpochDataset):
 
     def __len__(self) -> int:
         return len(self.run_paths)
+
+    @property
+    def worker_context(self) -> str | None:
+        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for
+        processed runs on object storage (the client does not survive ``fork``), else None."""
+        return "spawn" if is_url(self.processed_dir) else None
 
     def __getstate__(self) -> dict:
         return self.__dict__ | {"_knn_indexes": OrderedDict()}  # device arrays stay in their process
