@@ -144,7 +144,10 @@ def _generation_objects(url: str, run: str) -> dict[str, list[str]]:
 def test_kill_9_during_an_upload_then_a_rerun_equals_a_clean_build(
         s3_server, tiny_processed_dir, cache_dir, tmp_path, attempt):
     url = f"s3://{s3_server.bucket()}/killed"
-    proxy = FaultProxy(s3_server.endpoint, slow_every=1, delay=0.25, slow_methods=("PUT",))
+    # every second PUT held 1 s: half the objects of an upload land at once, its group zarr.json
+    # (sent only once every other object is in) never before the delayed ones, so the kill
+    # below comes well before the commit is sent
+    proxy = FaultProxy(s3_server.endpoint, slow_every=2, delay=1.0, slow_methods=("PUT",))
     env = os.environ | {"AWS_ENDPOINT_URL": proxy.endpoint}
     builder = subprocess.Popen(_args(tiny_processed_dir, url, tmp_path / "hydra"), cwd=ROOT, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
