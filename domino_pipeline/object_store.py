@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import atexit
 import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -167,6 +169,14 @@ def read_bytes(location: str | os.PathLike, start: int | None = None, length: in
         return bytes(obstore.get(store, key, options=options).bytes())
     except FileNotFoundError:
         return None
+
+
+def read_in_order(locations: list[str], window: int = 8) -> Iterator[bytes | None]:
+    """``read_bytes`` of each location, in order, ``window`` fetched at once (the memory of
+    ``window`` objects at most)."""
+    with ThreadPoolExecutor(max_workers=window, thread_name_prefix="object-read") as pool:
+        for start in range(0, len(locations), window):
+            yield from pool.map(read_bytes, locations[start:start + window])
 
 
 def _read_file(path: Path, start: int | None, length: int | None) -> bytes | None:

@@ -50,7 +50,7 @@ from domino_pipeline.object_store import (
     list_folder,
     list_objects,
     name_of,
-    read_bytes,
+    read_in_order,
 )
 from domino_pipeline.inputs.processed_run import (
     ARRAY_NAMES,
@@ -364,12 +364,13 @@ def source_fingerprint(path: str | os.PathLike) -> str:
     Rewriting a run with other data changes it, whoever wrote it; a byte-for-byte copy
     elsewhere keeps it (from a folder to a bucket too)."""
     folder, files = _run_files(as_location(path))
+    remote = iter(read_in_order([where for _, where, _ in files if is_url(where)]))
     digest = hashlib.sha256()
     for name, location, _ in files:
         if folder:
             digest.update(name.encode() + b"\0")
         if is_url(location):
-            digest.update(read_bytes(location) or b"")
+            digest.update(next(remote) or b"")
         else:
             with open(location, "rb") as handle:
                 while block := handle.read(_HASH_BLOCK):
