@@ -116,24 +116,29 @@ def run_name(path: str | os.PathLike) -> str:
     return name
 
 
-def _describe(entries: list[tuple[str, bool, Path | str]]) -> str:
+def _describe(entries: list[tuple[str, str, Path | str]]) -> str:
     if not entries:
         return "nothing"
-    names = sorted(name + ("/" if folder else "") for name, folder, _ in entries)
+    names = sorted(name + ("/" if kind == "folder" else "") for name, kind, _ in entries)
     shown = ", ".join(names[:10])
     return shown + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
-def _entries(directory: Path | str) -> list[tuple[str, bool, Path | str]]:
-    """(name, is a folder, location) of everything directly in a folder or under a prefix,
-    hidden names left out; FileNotFoundError for a missing folder or an empty prefix."""
+def _kind(path: Path) -> str:
+    return "folder" if path.is_dir() else "file" if path.is_file() else "other"
+
+
+def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
+    """(name, "folder" | "file" | "other", location) of everything directly in a folder or
+    under a prefix, hidden names left out; FileNotFoundError for a missing folder or an empty
+    prefix."""
     if is_url(directory):
         folders, objects = list_folder(directory)
-        found = [(n, True, join(directory, n)) for n in folders] + [(n, False, join(directory, n)) for n in objects]
+        found = [(n, "folder", join(directory, n)) for n in folders] + [(n, "file", join(directory, n)) for n in objects]
         if not found:
             raise FileNotFoundError(f"{directory}: no such processed-data prefix (nothing there)")
     elif directory.is_dir():
-        found = [(p.name, p.is_dir(), p) for p in directory.iterdir()]
+        found = [(p.name, _kind(p), p) for p in directory.iterdir()]
     else:
         raise FileNotFoundError(f"{directory}: no such processed-data directory")
     return [entry for entry in found if not entry[0].startswith(".")]
@@ -149,8 +154,8 @@ def list_runs(directory: str | os.PathLike) -> list[Path | str]:
     """
     directory = as_location(directory)
     entries = _entries(directory)
-    runs = sorted((where for name, folder, where in entries if (name.endswith(".zarr") and folder)
-                   or (name.endswith((".npz", ".npy")) and not folder)), key=natural_key)
+    runs = sorted((where for name, kind, where in entries if (name.endswith(".zarr") and kind == "folder")
+                   or (name.endswith((".npz", ".npy")) and kind == "file")), key=natural_key)
     if not runs:
         raise NoRunsError(f"{directory}: no run found (expected <run>.zarr groups in Zarr v2 or v3, "
                           f"<run>.npz or <run>.npy files); it holds {_describe(entries)}")
