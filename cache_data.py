@@ -60,7 +60,8 @@ from domino_pipeline.store.manifest import (
     write_manifest,
 )
 from domino_pipeline.store.staleness import check_scaling_factors, manifest_records
-from domino_pipeline.store.rank_records import finish_rank
+from domino_pipeline.store.object_cache import ABANDONED_AFTER_S
+from domino_pipeline.store.rank_records import finish_rank, remove_finished_jobs
 from domino_pipeline.store.validate import validate_cache
 
 STATUSES = ("built", "skipped", "stale", "failed")
@@ -212,6 +213,8 @@ def main(config: PipelineConfig) -> int:
     if not is_url(cache_dir):
         cache_dir.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(cache_dir)  # on every rank: those of live writers stay
+    else:
+        remove_finished_jobs(cache_dir, ABANDONED_AFTER_S)
     results = build_cache(runs, cache_dir, settings, rebuild=config.cache.rebuild, rank=rank,
                           world_size=world_size, options=read_options_from_config(config.data, config.physics))
     print(summarize_build(results), flush=True)

@@ -194,7 +194,7 @@ def test_two_builders_at_once_lose_no_run(s3_server, tiny_processed_dir, cache_d
 
 
 def test_rank_records_on_s3_let_the_last_rank_finish_the_job_once(s3_server):
-    from domino_pipeline.store.rank_records import finish_rank
+    from domino_pipeline.store.rank_records import finish_rank, remove_finished_jobs
 
     url, calls = f"s3://{s3_server.bucket()}/ranks", []
     assert finish_rank(url, "job-a", 1, 3, {"failed": 1}, calls.append) is None
@@ -208,6 +208,11 @@ def test_rank_records_on_s3_let_the_last_rank_finish_the_job_once(s3_server):
     source.put(f"{key}/.ranks/job-b/finished", b"rank 0\n", mode="create")
     assert finish_rank(url, "job-b", 1, 2, {"failed": 0}, calls.append) is None
     assert len(calls) == 1
+    assert finish_rank(url, "job-c", 0, 2, {"failed": 0}, calls.append) is None  # unfinished
+    assert remove_finished_jobs(url, 3600.0) == []  # claimed just now
+    assert sorted(remove_finished_jobs(url, 0.0)) == ["job-a"]  # job-b's records are still there
+    assert [o["path"].rsplit("/", 1)[-1] for o in source.list_all(f"{key}/.ranks")] == [
+        "finished", "rank-0.json", "rank-1.json", "rank-0.json"]
 
 
 @pytest.mark.slow

@@ -11,18 +11,20 @@ record gone knows the last rank has done so. On object storage they are objects 
 create-only puts, and a rank that lists every record claims the job's end with a create-only
 put of ``<job>/finished``: when two ranks see every record at once, one claim wins. That small
 object stays, so a rank that listed the records just before they were removed cannot claim the
-job's end a second time.
+job's end a second time, until a later build removes it (``remove_finished_jobs``).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from domino_pipeline.atomic_store import exclusive_lock, read_json, write_json_atomic
+from domino_pipeline.object_store import delete_objects, list_objects
 from domino_pipeline.store.byte_source import ConflictError, Request, is_url, join, source_and_key
 
 RANKS_DIR = ".ranks"
@@ -72,3 +74,21 @@ def _finish_remote(folder: str, rank: int, world_size: int, record: dict,
     for name in names:
         source.delete(f"{key}/{name}")
     return result
+
+
+def remove_finished_jobs(cache_url: str, older_than_s: float) -> list[str]:
+    """Delete the ``finished`` claims of the cache's finished jobs (no record left) claimed
+    more than ``older_than_s`` ago; return those jobs. Records of unfinished jobs stay."""
+    folder = str(join(cache_url, RANKS_DIR))
+    by_job: dict[str, dict] = {}
+    for key, info in list_objects(folder).items():
+        job, _, name = key.partition("/")
+        by_job.setdefault(job, {})[name] = info
+    now, done = time.time(), []
+    for job, objects in by_job.items():
+        claim = objects.get(FINISHED)
+        if (len(objects) == 1 and claim is not None and claim.last_modified is not None
+                and now - claim.last_modified.timestamp() > older_than_s):
+            delete_objects(folder, [f"{job}/{FINISHED}"])
+            done.append(job)
+    return done
