@@ -1,7 +1,8 @@
 """Processed runs on object storage (an S3 server on 127.0.0.1, moto): listed, opened and
-loaded as from the local folder in every form; absent chunks named; fingerprints that equal
-the folder's bytes and change when an object is written again; a cache built from them equal
-to the local build, refused once they change."""
+loaded as from the local folder in every form, through transient errors too; absent chunks
+named; fingerprints that equal the folder's bytes and change when an object is written again;
+a cache built from them equal to the local build, refused once they change; the uncached
+datapipe over them."""
 
 from __future__ import annotations
 
@@ -151,3 +152,22 @@ def test_process_data_refuses_to_write_to_a_url_in_one_line(tiny_raw_dir, capsys
     assert capsys.readouterr().err.strip() == (
         "error: s3://bucket/processed: process_data.py writes to a local folder; upload the "
         "processed runs there to read them from object storage")
+
+
+def test_runs_on_s3_load_through_transient_errors_and_slow_responses(s3_server, s3_processed,
+                                                                    tiny_processed_dir, monkeypatch):
+    from s3_server import FaultProxy
+
+    from domino_pipeline import object_store
+    proxy = FaultProxy(s3_server.endpoint, fail_every=3, slow_every=5, delay=0.1)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        monkeypatch.setattr(object_store, "_STORES", {})  # new clients, through the proxy
+        [run, _] = list_runs(s3_processed)
+        names = ["stl_faces", "surface_fields", "volume_mesh_centers"]
+        loaded, expected = load_run(run, names), load_run(tiny_processed_dir / "run_1.zarr", names)
+        for name in names:
+            np.testing.assert_array_equal(loaded[name], expected[name], err_msg=name)
+        assert proxy.failed > 0 and proxy.delayed > 0
+    finally:
+        proxy.stop()
