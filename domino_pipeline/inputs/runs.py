@@ -40,6 +40,16 @@ import numpy as np
 from domino_pipeline.config import DataConfig, PhysicsConfig, TrainConfig
 from domino_pipeline.inputs.chunk_completeness import missing_chunks
 from domino_pipeline.inputs.curator_run import read_npy, read_npz, read_zarr_group
+from domino_pipeline.inputs.processed_run import (
+    ARRAY_NAMES,
+    ARRAY_SHAPES,
+    FORMAT,
+    FORMAT_VERSION,
+    ProcessedRunError,
+    check_shapes,
+    check_values,
+    natural_key,
+)
 from domino_pipeline.object_store import (
     ObjectInfo,
     as_location,
@@ -51,16 +61,6 @@ from domino_pipeline.object_store import (
     list_objects,
     name_of,
     read_in_order,
-)
-from domino_pipeline.inputs.processed_run import (
-    ARRAY_NAMES,
-    ARRAY_SHAPES,
-    FORMAT,
-    FORMAT_VERSION,
-    ProcessedRunError,
-    check_shapes,
-    check_values,
-    natural_key,
 )
 
 RUN_SUFFIXES = (".zarr", ".npz", ".npy")

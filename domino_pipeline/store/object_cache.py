@@ -89,25 +89,35 @@ def _named_generation(cache_url: str, name: str) -> str | None:
     return entry["path"].rsplit("/", 1)[-1] if entry else None
 
 
+def _generation_objects(cache_url: str, name: str) -> dict[str, dict]:
+    """The objects (key inside the generation: ObjectInfo) of each generation prefix of run
+    ``name``, complete or not, by generation folder name."""
+    found: dict[str, dict] = {}
+    for key, info in list_objects(str(join(cache_url, name))).items():
+        folder, _, rest = key.partition("/")
+        if GENERATION.match(folder):
+            found.setdefault(folder, {})[rest] = info
+    return found
+
+
+def untouched_for(objects: dict, seconds: float) -> bool:
+    """Whether no object of ``objects`` was written in the last ``seconds``."""
+    now = time.time()
+    return all(o.last_modified is not None and now - o.last_modified.timestamp() > seconds
+               for o in objects.values())
+
+
 def remove_old_generations(cache_url: str, name: str, *,
                            abandoned_after_s: float = ABANDONED_AFTER_S) -> list[str]:
     """Delete the generations of run ``name`` that no reader needs (module docstring); return
     their names. A complete generation loses its ``zarr.json`` first, so it is never listed
     half deleted."""
-    objects = list_objects(str(join(cache_url, name)))
-    by_generation: dict[str, dict] = {}
-    for key, info in objects.items():
-        folder, _, rest = key.partition("/")
-        if GENERATION.match(folder):
-            by_generation.setdefault(folder, {})[rest] = info
+    by_generation = _generation_objects(cache_url, name)
     complete = sorted((n for n, files in by_generation.items() if "zarr.json" in files),
                       key=lambda n: int(GENERATION.match(n).group(1)))
     keep = set(complete[-KEEP_GENERATIONS:]) | {_named_generation(cache_url, name)}
-    now = time.time()
-    old = [n for n in complete if n not in keep]
-    old += [n for n, files in by_generation.items() if n not in complete and all(
-        info.last_modified is not None and now - info.last_modified.timestamp() > abandoned_after_s
-        for info in files.values())]
+    old = [n for n in complete if n not in keep] + [
+        n for n, files in by_generation.items() if n not in complete and untouched_for(files, abandoned_after_s)]
     for generation in old:
         files = sorted(by_generation[generation], key=lambda f: f != "zarr.json")
         delete_objects(str(join(cache_url, name, generation)), files[:1])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -26,6 +25,7 @@ from typing import TypeVar
 from domino_pipeline.atomic_store import exclusive_lock, read_json, write_json_atomic
 from domino_pipeline.object_store import delete_objects, list_objects
 from domino_pipeline.store.byte_source import ConflictError, Request, is_url, join, source_and_key
+from domino_pipeline.store.object_cache import untouched_for
 
 RANKS_DIR = ".ranks"
 FINISHED = "finished"  # the object whose create-only put claims a job's end (object storage)
@@ -84,11 +84,8 @@ def remove_finished_jobs(cache_url: str, older_than_s: float) -> list[str]:
     for key, info in list_objects(folder).items():
         job, _, name = key.partition("/")
         by_job.setdefault(job, {})[name] = info
-    now, done = time.time(), []
-    for job, objects in by_job.items():
-        claim = objects.get(FINISHED)
-        if (len(objects) == 1 and claim is not None and claim.last_modified is not None
-                and now - claim.last_modified.timestamp() > older_than_s):
-            delete_objects(folder, [f"{job}/{FINISHED}"])
-            done.append(job)
+    done = [job for job, objects in by_job.items()
+            if list(objects) == [FINISHED] and untouched_for(objects, older_than_s)]
+    if done:
+        delete_objects(folder, [f"{job}/{FINISHED}" for job in done])
     return done
