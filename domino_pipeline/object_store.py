@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -61,6 +63,32 @@ def as_location(location: str | os.PathLike) -> str | Path:
     return str(location).rstrip("/") if is_url(location) else Path(location)
 
 
+class ObjectStoreError(OSError):
+    """A request to object storage that failed for good (after its retries), named by URL."""
+
+
+def _reason(err: Exception) -> str:
+    """The service's error code and message when its reply carries them (S3's XML), else the
+    first line of the client's message."""
+    text = str(err)
+    code, message = re.search(r"<Code>(.*?)</Code>", text), re.search(r"<Message>(.*?)</Message>", text)
+    if code:
+        return code.group(1) + (f": {message.group(1)}" if message else "")
+    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+
+
+@contextmanager
+def named_errors(url: str) -> Iterator[None]:
+    """Turn the object-store client's errors inside the block into one-line ObjectStoreErrors
+    naming ``url`` (a missing object stays a FileNotFoundError)."""
+    from obstore.exceptions import BaseError
+
+    try:
+        yield
+    except BaseError as err:
+        raise ObjectStoreError(f"{url}: {_reason(err)}") from err
+
+
 _CLIENT_PID: list[int] = []  # the process that made an object-store client, once one has
 
 
@@ -75,12 +103,13 @@ def make_store(url: str) -> Any:
     from obstore.store import from_url
 
     _CLIENT_PID[:] = [os.getpid()]
-    return from_url(url.rstrip("/"), retry_config={
-        "max_retries": RETRIES, "retry_timeout": RETRY_DEADLINE,
-        "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=5),
-                    "base": 2}},
-        client_options={"timeout": REQUEST_TIMEOUT, "connect_timeout": "10s",
-                        **({"allow_http": True} if _plain_http() else {})})
+    retries = {"max_retries": RETRIES, "retry_timeout": RETRY_DEADLINE,
+               "backoff": {"init_backoff": timedelta(milliseconds=50),
+                           "max_backoff": timedelta(seconds=5), "base": 2}}
+    options = {"timeout": REQUEST_TIMEOUT, "connect_timeout": "10s",
+               **({"allow_http": True} if _plain_http() else {})}
+    with named_errors(url):
+        return from_url(url.rstrip("/"), retry_config=retries, client_options=options)
 
 
 def _plain_http() -> bool:
@@ -137,8 +166,9 @@ def list_objects(url: str) -> dict[str, ObjectInfo]:
     prefix = key.rstrip("/") + "/" if key else ""
     import obstore
 
-    return {o["path"][len(prefix):]: ObjectInfo(o["size"], o.get("e_tag"), o.get("last_modified"))
-            for batch in obstore.list(store, prefix or None) for o in batch}
+    with named_errors(url):
+        return {o["path"][len(prefix):]: ObjectInfo(o["size"], o.get("e_tag"), o.get("last_modified"))
+                for batch in obstore.list(store, prefix or None) for o in batch}
 
 
 def head(url: str) -> ObjectInfo | None:
@@ -147,7 +177,8 @@ def head(url: str) -> ObjectInfo | None:
 
     store, key = bucket_and_key(url)
     try:
-        meta = obstore.head(store, key)
+        with named_errors(url):
+            meta = obstore.head(store, key)
     except FileNotFoundError:
         return None
     return ObjectInfo(meta["size"], meta.get("e_tag"), meta.get("last_modified"))
@@ -166,7 +197,8 @@ def read_bytes(location: str | os.PathLike, start: int | None = None, length: in
     if length is not None:
         options = {"range": {"suffix": length} if start is None else (start, start + length)}
     try:
-        return bytes(obstore.get(store, key, options=options).bytes())
+        with named_errors(str(location)):
+            return bytes(obstore.get(store, key, options=options).bytes())
     except FileNotFoundError:
         return None
 
@@ -205,7 +237,8 @@ def list_folder(url: str) -> tuple[list[str], list[str]]:
     import obstore
 
     store, key = bucket_and_key(url)
-    found = obstore.list_with_delimiter(store, key.rstrip("/") + "/" if key else None)
+    with named_errors(url):
+        found = obstore.list_with_delimiter(store, key.rstrip("/") + "/" if key else None)
     return ([p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"]],
             [o["path"].rsplit("/", 1)[-1] for o in found["objects"]])
 
@@ -217,4 +250,5 @@ def delete_objects(url: str, keys: list[str]) -> None:
     store, key = bucket_and_key(url)
     prefix = key.rstrip("/") + "/" if key else ""
     for start in range(0, len(keys), 1000):  # S3's bulk delete takes at most 1000 keys
-        obstore.delete(store, [prefix + k for k in keys[start:start + 1000]])
+        with named_errors(url):
+            obstore.delete(store, [prefix + k for k in keys[start:start + 1000]])

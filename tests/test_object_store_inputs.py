@@ -171,3 +171,14 @@ def test_runs_on_s3_load_through_transient_errors_and_slow_responses(s3_server, 
         assert proxy.failed > 0 and proxy.delayed > 0
     finally:
         proxy.stop()
+
+
+def test_a_missing_bucket_is_named_in_one_line(s3_server):
+    from domino_pipeline.entry_point import one_line
+    from domino_pipeline.object_store import ObjectStoreError
+
+    with pytest.raises(ObjectStoreError) as raised:
+        list_runs("s3://no-such-bucket-7f3/processed")
+    assert isinstance(raised.value, OSError)  # the entry points' one-line refusals
+    assert one_line(raised.value) == ("s3://no-such-bucket-7f3/processed: NoSuchBucket: "
+                                      "The specified bucket does not exist")
