@@ -61,23 +61,6 @@ def test_lattice_queries_in_blocks_of_one_index_match_brute_force():
         assert np.array_equal(np.concatenate([b[1] for b in blocks]), expected[1])
 
 
-def test_blocks_of_own_points_calibrate_once_and_match_brute_force(monkeypatch):
-    points = lattice(seed=2)
-    expected = brute_force(points, points[::2], 8)
-    calibrations, original = [], geometry._calibrate
-
-    def counting(search):
-        calibrations.append(1)
-        return original(search)
-
-    monkeypatch.setattr(geometry, "_calibrate", counting)
-    index = geometry.KnnIndex(points, device="cpu", backend="warp")
-    blocks = [index.query(8, points[::2][start:start + 40], own_points=True) for start in range(0, len(points[::2]), 40)]
-    assert len(blocks) > 3 and len(calibrations) == 1
-    assert np.array_equal(np.concatenate([b[0] for b in blocks]), expected[0])
-    assert np.array_equal(np.concatenate([b[1] for b in blocks]), expected[1])
-
-
 def test_squared_distance_is_exact_per_product_so_fused_multiply_add_changes_nothing():
     rng = np.random.default_rng(2)
     a = (rng.normal(size=(2000, 3)) * 10.0 ** rng.integers(-3, 4, (2000, 1))).astype(np.float32)

@@ -329,13 +329,9 @@ class KnnIndex:
         dim = _grid_dim(len(self.points))
         self.grid = wp.HashGrid(dim, dim, dim, device=self.device)
         self.grid_width: float | None = None
-        self.own_scales: dict[int, float] = {}  # per k: the calibrated start of queries at own points
 
-    def query(self, k: int, queries=None, *, own_points: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """``knn``'s result for ``queries`` (None: every point, each its own first neighbour).
-        ``own_points``: the queries are points of this index (a block of them), so the starting
-        radii calibrated for the first such query of this ``k`` serve the next ones (the result
-        is exact either way; calibrating costs a few hash grid builds)."""
+    def query(self, k: int, queries=None) -> tuple[np.ndarray, np.ndarray]:
+        """``knn``'s result for ``queries`` (None: every point, each its own first neighbour)."""
         k = _check_k(k, len(self.points))
         qry = None if queries is None else _as_points("queries", queries, allow_empty=True)
         if qry is not None and len(qry) == 0:
@@ -345,11 +341,7 @@ class KnnIndex:
         if k > MAX_K:
             raise ValueError(f"k={k} exceeds the Warp kNN limit MAX_K={MAX_K}; use backend='ckdtree'")
         search = _WarpKnnSearch(self, qry, k)
-        scale = self.own_scales.get(k) if own_points else None
-        if scale is None:
-            scale = _calibrate(search)
-        if own_points:
-            self.own_scales[k] = scale
+        scale = _calibrate(search)
         search.search(np.arange(len(search.query_order), dtype=np.int32), search.spacing * max(scale, 1e-6))
         return search.result()
 

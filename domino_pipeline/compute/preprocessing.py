@@ -66,7 +66,7 @@ def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
     index = surface_index(prepared, settings) if index is None else index
     points = prepared.surface_points
     queries = None if rows is None else points[rows]
-    indices, _ = index.query(settings.num_neighbors_surface, queries, own_points=True)
+    indices, _ = index.query(settings.num_neighbors_surface, queries)
     rows = np.arange(len(points)) if rows is None else np.asarray(rows)
     return drop_self(indices, rows).astype(np.int32)
 
