@@ -25,17 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
+import shutil
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark_scale import GRID, SAMPLES, _evict, _python, build, ensure_processed  # noqa: E402
+from s3_servers import start  # noqa: E402
 
 LATENCIES_MS = (0, 10, 30, 80)
 TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench",
@@ -66,16 +65,19 @@ def _timed(ds, epoch: int) -> float:
 
 
 def child_local(cache: Path, preset: str, n: int) -> dict:
-    """In-memory floor, warm and cold draws of the local cache, interleaved, medians (ms)."""
+    """In-memory floor, warm and cold draws of the local cache, medians (ms), each epoch's
+    three side by side: the in-memory draw, the disk draw once untimed (its bytes now in the
+    page cache) then timed (warm), then every cache file evicted and the draw again (cold)."""
     memory, disk = _dataset(cache, preset), _dataset(cache, preset)
     memory[0], disk[0]  # open the run, keep what every draw reads
     _serve_from_memory(memory)
     times = {"memory": [], "warm": [], "cold": []}
     for epoch in range(1, n + 1):
         times["memory"].append(_timed(memory, epoch))
+        _timed(disk, epoch)
         times["warm"].append(_timed(disk, epoch))
         _evict(cache)
-        times["cold"].append(_timed(disk, epoch + 1000))
+        times["cold"].append(_timed(disk, epoch))
     return {f"{k}_draw_ms": 1000 * statistics.median(v) for k, v in times.items()}
 
 
@@ -115,7 +117,20 @@ def child_remote(url: str, preset: str, n: int) -> dict:
         rows.append((ms, floor, *(a - b for a, b in zip(after, before))))
     median = lambda i: statistics.median(r[i] for r in rows)  # noqa: E731
     return first | {"draw_ms": median(0), "floor_ms": median(1), "waves": median(2),
-                    "requests": median(3), "mb_per_draw": median(4) / 1e6}
+                    "requests": median(3), "mb_per_draw": median(4) / 1e6,
+                    "rtt_ms": _round_trip_ms(source, ranges[0].key, n)}
+
+
+def _round_trip_ms(source, key: str, n: int) -> float:
+    """A wave of one 4 KB ranged GET of object ``key``, median of ``n``."""
+    from domino_pipeline.store.byte_source import Request
+
+    times = []
+    for _ in range(n):
+        started = time.perf_counter()
+        source.fetch([Request(key, 0, 4096)])
+        times.append(1000 * (time.perf_counter() - started))
+    return statistics.median(times)
 
 
 def child_workers(location: str, preset: str, workers: int, items: int) -> dict:
@@ -152,80 +167,74 @@ def _python_env(env: dict, *args: str) -> tuple[float, float, str]:
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start(command: list[str]) -> tuple[subprocess.Popen, str]:
-    """Start a server process that prints its endpoint on its first line."""
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+def _start_proxy(endpoint: str, latency_ms: int):
+    """The delaying proxy (s3_proxy.py) in its own process: (process, its endpoint)."""
+    import subprocess
+    proc = subprocess.Popen([sys.executable, "benchmarks/s3_proxy.py", endpoint, "--delay-ms", str(latency_ms)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
     return proc, proc.stdout.readline().strip()
 
 
-def start_moto() -> tuple[subprocess.Popen, str]:
-    """moto's S3 server in its own process on a free port: (process, endpoint)."""
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(endpoint + "/", timeout=1).close()
-            return proc, endpoint
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("moto server did not start")
-
-
-def upload(cache: Path, endpoint: str) -> str:
-    """The cache uploaded to a new bucket of the server at ``endpoint``; its URL."""
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/bench", method="PUT")).close()
-    env = TEST_CREDENTIALS | {"AWS_ENDPOINT_URL": endpoint}
+def upload(cache: Path, server) -> str:
+    """The cache uploaded to a new bucket of ``server``; its URL."""
+    server.bucket("bench")
+    env = TEST_CREDENTIALS | {"AWS_ENDPOINT_URL": server.endpoint}
     url = "s3://bench/cache"
     _python_env(env, "-c", f"from domino_pipeline.store.object_cache import upload_folder; "
                            f"upload_folder({str(cache)!r}, {url!r})")
     return url
 
 
-def measure(preset: str, work: Path, n: int, endpoint: str | None, items: int) -> dict:
-    """Every figure of the module docstring for one preset."""
-    cache = work / preset / "cache"
-    if not (cache / "manifest.json").is_file():
-        build(ensure_processed(work, preset), cache, "features", GRID[preset])
-    result = {"preset": preset, "local": _child(None, "--child-local", str(cache), preset, str(n))}
-    server = None
-    if endpoint is None:
-        server, endpoint = start_moto()
-    try:
-        url = upload(cache, endpoint)
-        result["remote"] = {}
-        for latency in LATENCIES_MS:
-            proxy, proxied = _start([sys.executable, "benchmarks/s3_proxy.py", endpoint,
-                                     "--delay-ms", str(latency)])
-            try:
-                env = TEST_CREDENTIALS | {"AWS_ENDPOINT_URL": proxied}
-                result["remote"][latency] = _child(env, "--child-remote", url, preset, str(n))
-            finally:
+def remote_figures(url: str, endpoint: str, preset: str, n: int) -> dict:
+    """``child_remote`` by added latency: 0 ms straight to the server, the others through the
+    delaying proxy."""
+    figures = {}
+    for latency in LATENCIES_MS:
+        proxy, proxied = (None, endpoint) if latency == 0 else _start_proxy(endpoint, latency)
+        try:
+            env = TEST_CREDENTIALS | {"AWS_ENDPOINT_URL": proxied}
+            figures[latency] = _child(env, "--child-remote", url, preset, str(n))
+        finally:
+            if proxy is not None:
                 proxy.kill()
                 proxy.wait()
-        env = TEST_CREDENTIALS | {"AWS_ENDPOINT_URL": endpoint}
-        result["workers"] = {f"{where} {w}": _child(env, "--child-workers", loc, preset, str(w), str(items))
-                             for where, loc in (("local", str(cache)), ("s3", url)) for w in (1, 2)}
+    return figures
+
+
+def measure(preset: str, work: Path, n: int, server_kind: str, items: int, cache: Path | None) -> dict:
+    """Every figure of the module docstring for one preset (``cache``: an existing cache to
+    read instead of building one under ``work``)."""
+    if cache is None:
+        cache = work / preset / "cache"
+        if not (cache / "manifest.json").is_file():
+            build(ensure_processed(work, preset), cache, "features", GRID[preset])
+    result = {"preset": preset, "server": server_kind,
+              "local": _child(None, "--child-local", str(cache), preset, str(n))}
+    data = work / "s3_server"
+    shutil.rmtree(data, ignore_errors=True)
+    try:
+        with start(server_kind, data) as server:
+            url = upload(cache, server)
+            result["remote"] = remote_figures(url, server.endpoint, preset, n)
+            env = TEST_CREDENTIALS | {"AWS_ENDPOINT_URL": server.endpoint}
+            result["workers"] = {f"{where} {w}": _child(env, "--child-workers", loc, preset, str(w), str(items))
+                                 for where, loc in (("local", str(cache)), ("s3", url)) for w in (1, 2)}
     finally:
-        if server is not None:
-            server.kill()
-            server.wait()
+        shutil.rmtree(data, ignore_errors=True)
     return result
 
 
 def model(result: dict) -> dict:
-    """draw(L) = draw(0) + waves x L against the measurements: (predicted ms, error) by L."""
+    """draw(L) = cpu + waves x (rtt + L) + MB / bandwidth against the measured draw times, its
+    constants measured apart from the draws: ``cpu`` the local warm draw (the same read path,
+    no network), ``rtt`` a wave of one 4 KB GET, ``bandwidth`` a draw's MB over its server floor
+    at 0 ms less one rtt. (predicted ms, error) by L, and the constants."""
     base = result["remote"][0]
-    out = {}
+    cpu, rtt = result["local"]["warm_draw_ms"], base["rtt_ms"]
+    bandwidth = base["mb_per_draw"] / max(base["floor_ms"] - rtt, 1e-3)  # MB per ms
+    out = {"constants": {"cpu_ms": cpu, "rtt_ms": rtt, "bandwidth_gb_s": bandwidth}}
     for latency, figures in result["remote"].items():
-        predicted = base["draw_ms"] + figures["waves"] * latency
+        predicted = cpu + figures["waves"] * (rtt + latency) + figures["mb_per_draw"] / bandwidth
         out[latency] = {"predicted_ms": predicted,
                         "error": abs(predicted - figures["draw_ms"]) / figures["draw_ms"]}
     return out
@@ -242,7 +251,7 @@ def checks(result: dict) -> list[str]:
         bound = remote[latency]["floor_ms"] + 2.5 * latency
         lines.append(f"draw at +{latency} ms {remote[latency]['draw_ms']:.0f} ms "
                      f"(<= floor + 2.5 L = {bound:.0f} ms)")
-    worst = max(f["error"] for f in fits.values())
+    worst = max(fits[latency]["error"] for latency in LATENCIES_MS)
     lines.append(f"latency model worst error {100 * worst:.0f}% (<= 25%)")
     return lines
 
@@ -267,7 +276,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/domino_objstore"))
     parser.add_argument("--draws", type=int, default=9)
     parser.add_argument("--items", type=int, default=20, help="items per worker-throughput measurement")
-    parser.add_argument("--endpoint", help="an S3 server to use instead of starting moto")
+    parser.add_argument("--server", default="seaweedfs", choices=("seaweedfs", "moto"),
+                        help="the S3 server started on 127.0.0.1 (seaweedfs: make bench-setup)")
+    parser.add_argument("--cache", type=Path, help="an existing cache to read (not written) instead of building one")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child-local", nargs=3, metavar=("CACHE", "PRESET", "N"))
     parser.add_argument("--child-remote", nargs=3, metavar=("URL", "PRESET", "N"))
@@ -283,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
         location, preset, workers, items = args.child_workers
         print(json.dumps(child_workers(location, preset, int(workers), int(items))))
         return
-    result = measure(args.preset, args.work, args.draws, args.endpoint, args.items)
+    result = measure(args.preset, args.work, args.draws, args.server, args.items, args.cache)
     result["model"] = model(result)
     result["checks"] = checks(result)
     print(table(result))

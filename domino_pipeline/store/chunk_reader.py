@@ -181,7 +181,24 @@ class ChunkedArray:
             start, stop, _ = selection.indices(len(self))
             return np.arange(start // self.chunk_rows, -(-stop // self.chunk_rows)) if stop > start \
                 else np.arange(0)
-        return np.unique(self._checked(selection) // self.chunk_rows)
+        return self._chunks_of(self._checked(selection))
+
+    def _chunks_of(self, rows: np.ndarray) -> np.ndarray:
+        """The inner chunks (ascending, once each) of checked row indices ``rows``; sorted rows,
+        a draw's usual, without a sort."""
+        chunks = rows // self.chunk_rows
+        if chunks.size and np.all(chunks[1:] >= chunks[:-1]):
+            return chunks[np.flatnonzero(np.diff(chunks, prepend=-1))]
+        return np.unique(chunks)
+
+    def plan(self, selection: Any) -> tuple[slice | np.ndarray, np.ndarray]:
+        """(the selection as rows: a slice with bounds, or checked int64 indices; the inner
+        chunks it touches): what ``assemble_rows`` and ``chunk_requests`` take."""
+        if selection is Ellipsis or isinstance(selection, slice):
+            start, stop, _ = (slice(None) if selection is Ellipsis else selection).indices(len(self))
+            return slice(start, max(start, stop)), self.chunks(slice(start, stop))
+        rows = self._checked(selection)
+        return rows, self._chunks_of(rows)
 
     def index_requests(self, chunks: np.ndarray) -> list[tuple[int, Request]]:
         """(shard, request for its index) of the shards of ``chunks`` whose index is not kept
@@ -222,19 +239,29 @@ class ChunkedArray:
 
     def chunk_requests(self, chunks: np.ndarray) -> list[Request]:
         """The byte range (data and checksum) of each of ``chunks``, from the kept indexes."""
-        requests = []
-        for chunk in chunks:
-            shard, inner = divmod(int(chunk), self.chunks_per_shard)
-            key = self.key(shard)
-            offset, nbytes = (int(v) for v in self._indexes[shard][inner])
-            where = f"inner chunk {inner} of shard {key}"
-            if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
-                raise CorruptChunkError(self.name, f"{where} is missing (every chunk is written)")
-            if nbytes != self.chunk_nbytes + CHECKSUM_BYTES:
-                raise CorruptChunkError(self.name, f"{where} has {nbytes} bytes, expected "
-                                        f"{self.chunk_nbytes + CHECKSUM_BYTES}")
-            requests.append(Request(self.prefix + key, offset, nbytes))
+        chunks = np.asarray(chunks, dtype=np.int64)
+        shards, inner = np.divmod(chunks, self.chunks_per_shard)
+        requests: list[Request] = []
+        for shard in np.unique(shards).tolist():
+            picked = inner[shards == shard]
+            entries = self._indexes[shard][picked]
+            bad = np.flatnonzero(entries[:, 1] != self.chunk_nbytes + CHECKSUM_BYTES)
+            if bad.size:
+                self._refuse_entry(shard, int(picked[bad[0]]), entries[bad[0]])
+            key = self.prefix + self.key(shard)
+            nbytes = self.chunk_nbytes + CHECKSUM_BYTES
+            requests += [Request(key, offset, nbytes) for offset in entries[:, 0].tolist()]
         return requests
+
+    def _refuse_entry(self, shard: int, inner: int, entry: np.ndarray) -> None:
+        """CorruptChunkError for the index entry (offset, nbytes) of an inner chunk that was not
+        written or has the wrong size."""
+        offset, nbytes = (int(v) for v in entry)
+        where = f"inner chunk {inner} of shard {self.key(shard)}"
+        if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
+            raise CorruptChunkError(self.name, f"{where} is missing (every chunk is written)")
+        raise CorruptChunkError(self.name, f"{where} has {nbytes} bytes, expected "
+                                f"{self.chunk_nbytes + CHECKSUM_BYTES}")
 
     def chunk_array(self, chunk: int, data: memoryview | None) -> np.ndarray:
         """Inner chunk ``chunk`` as (chunk_rows, *row_shape), a view of its fetched bytes
@@ -254,11 +281,15 @@ class ChunkedArray:
     def assemble(self, selection: Any, chunks: np.ndarray, data: list[memoryview | None],
                  allocate: Allocator = np.empty) -> np.ndarray:
         """``array[selection]`` from the fetched bytes ``data`` of ``chunks`` (``chunks(selection)``)."""
-        arrays = {int(c): self.chunk_array(c, d) for c, d in zip(chunks, data)}
-        if selection is Ellipsis or isinstance(selection, slice):
-            start, stop, _ = (slice(None) if selection is Ellipsis else selection).indices(len(self))
-            return self._rows(start, max(start, stop), arrays, allocate)
-        return self._take(self._checked(selection), arrays, allocate)
+        return self.assemble_rows(self.plan(selection)[0], chunks, data, allocate)
+
+    def assemble_rows(self, rows: slice | np.ndarray, chunks: np.ndarray, data: list[memoryview | None],
+                      allocate: Allocator = np.empty) -> np.ndarray:
+        """``assemble`` of a planned selection ``rows`` (``plan``'s first item)."""
+        arrays = {c: self.chunk_array(c, d) for c, d in zip(chunks.tolist(), data)}
+        if isinstance(rows, slice):
+            return self._rows(rows.start, rows.stop, arrays, allocate)
+        return self._take(rows, arrays, allocate)
 
     def _rows(self, start: int, stop: int, arrays: dict[int, np.ndarray], allocate: Allocator) -> np.ndarray:
         out = allocate((stop - start, *self.row_shape), self.dtype)
@@ -299,7 +330,9 @@ class ChunkedArray:
             bad = indices[(indices < -len(self)) | (indices >= len(self))][0]
             raise IndexError(f"{self.name}: row {bad} out of range for {len(self)} rows")
         indices = indices.astype(np.int64)  # a copy: the caller's array is never changed
-        return np.where(indices < 0, indices + len(self), indices)
+        if indices.size and indices.min() < 0:
+            indices[indices < 0] += len(self)
+        return indices
 
     def key(self, shard: int) -> str:
         """The object of shard ``shard``, relative to the array: ``c/<shard>/0/...``."""
@@ -313,16 +346,29 @@ def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[np.ndarr
     if not reads:
         return []
     source = reads[0][0].source
-    chunks = [array.chunks(selection) for array, selection, _ in reads]
-    wanted = [(array, shard, request) for (array, _, _), c in zip(reads, chunks)
+    plans = _plans(reads)
+    wanted = [(array, shard, request) for (array, _, _), (_, c) in zip(reads, plans)
               for shard, request in array.index_requests(c)]
     for (array, shard, _), result in zip(wanted, source.fetch([r for _, _, r in wanted])):
         array.set_index(shard, result)
-    requests = [array.chunk_requests(c) for (array, _, _), c in zip(reads, chunks)]
+    requests = [array.chunk_requests(c) for (array, _, _), (_, c) in zip(reads, plans)]
     fetched = iter(source.fetch([r for group in requests for r in group]))
     data = [[next(fetched)[0] for _ in group] for group in requests]
-    return [array.assemble(selection, c, d, allocate)
-            for (array, selection, allocate), c, d in zip(reads, chunks, data)]
+    return [array.assemble_rows(rows, c, d, allocate)
+            for (array, _, allocate), (rows, c), d in zip(reads, plans, data)]
+
+
+def _plans(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[tuple[slice | np.ndarray, np.ndarray]]:
+    """``array.plan(selection)`` of every read, made once for the reads that share a selection
+    object, a length and a chunking (a draw's rows of several arrays)."""
+    made: dict[tuple[int, int, int], tuple[slice | np.ndarray, np.ndarray]] = {}
+    plans = []
+    for array, selection, _ in reads:
+        key = (id(selection), len(array), array.chunk_rows)
+        if key not in made:
+            made[key] = array.plan(selection)
+        plans.append(made[key])
+    return plans
 
 
 def _verify(name: str, where: str, data: memoryview, checksum: memoryview) -> None:

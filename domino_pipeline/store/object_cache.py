@@ -12,6 +12,7 @@ from domino_pipeline.store.byte_source import ConflictError, join, source_and_ke
 from domino_pipeline.store.cache_format import GENERATION
 from domino_pipeline.store.manifest import MANIFEST
 
+UPLOAD_BATCH_BYTES = 256 << 20
 CLAIM = ".claim"  # the object whose create-only put claims a generation number
 
 
@@ -26,10 +27,24 @@ def upload_folder(folder: str | os.PathLike, location: str) -> int:
     files.sort(key=lambda p: p.relative_to(folder).as_posix() == MANIFEST)
     if not files:
         return 0
-    items = [(f"{prefix}/{p.relative_to(folder).as_posix()}", p.read_bytes()) for p in files]
-    source.put_many(items[:-1])
-    source.put(*items[-1])
+    keys = [f"{prefix}/{p.relative_to(folder).as_posix()}" for p in files]
+    _put_in_batches(source, list(zip(keys[:-1], files[:-1])))
+    source.put(keys[-1], files[-1].read_bytes())
     return len(files)
+
+
+def _put_in_batches(source, items: list[tuple[str, Path]]) -> None:
+    """Upload each (key, file), several at a time, holding at most about ``UPLOAD_BATCH_BYTES``
+    of them in memory (a full-size run is gigabytes)."""
+    batch: list[tuple[str, bytes]] = []
+    held = 0
+    for key, path in items:
+        batch.append((key, path.read_bytes()))
+        held += len(batch[-1][1])
+        if held >= UPLOAD_BATCH_BYTES:
+            source.put_many(batch)
+            batch, held = [], 0
+    source.put_many(batch)
 
 
 def _generation_numbers(source, folder_key: str) -> list[int]:
