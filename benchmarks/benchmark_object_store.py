@@ -53,7 +53,8 @@ def _serve_from_memory(ds) -> None:
 
     run = ds.run(0)
     arrays = {name: run.read(name) for name in layout_arrays(ds.neighbor_layout)}
-    run.read_many = lambda reads: [_from_memory(arrays[n], s, e) for n, s, e in reads]
+    run.read_many = lambda reads, staged=None: [_from_memory(arrays[n], s, e) for n, s, e in reads]
+    run.stage = lambda spans: {}
     run.read = lambda name, selection=slice(None), allocate=None: arrays[name][selection]
 
 
@@ -66,19 +67,35 @@ def _timed(ds, epoch: int) -> float:
 
 def child_local(cache: Path, preset: str, n: int) -> dict:
     """In-memory floor, warm and cold draws of the local cache, medians (ms), each epoch's
-    three side by side: the in-memory draw, the disk draw once untimed (its bytes now in the
-    page cache) then timed (warm), then every cache file evicted and the draw again (cold)."""
+    side by side: the in-memory draw, the disk draw once untimed (its bytes now in the page
+    cache) then timed (warm), the I/O floor (the warm draw's byte ranges read again as one
+    wave, nothing checked or decoded), then every cache file evicted and the draw again (cold)."""
     memory, disk = _dataset(cache, preset), _dataset(cache, preset)
     memory[0], disk[0]  # open the run, keep what every draw reads
     _serve_from_memory(memory)
-    times = {"memory": [], "warm": [], "cold": []}
+    source = disk.run(0).source
+    seen = _recording(source)
+    times = {"memory": [], "warm": [], "io_floor": [], "cold": []}
     for epoch in range(1, n + 1):
         times["memory"].append(_timed(memory, epoch))
         _timed(disk, epoch)
+        del seen[:]
         times["warm"].append(_timed(disk, epoch))
+        times["io_floor"].append(_fetch_timed(source, seen))
         _evict(cache)
         times["cold"].append(_timed(disk, epoch))
-    return {f"{k}_draw_ms": 1000 * statistics.median(v) for k, v in times.items()}
+    return {f"{k}_draw_ms" if k != "io_floor" else "io_floor_ms": 1000 * statistics.median(v)
+            for k, v in times.items()}
+
+
+def _fetch_timed(source, waves: list) -> float:
+    """Seconds to fetch every ranged request of the recorded ``waves`` again, as one wave."""
+    from domino_pipeline.store.byte_source import Request
+
+    ranges = [Request(r.key, r.start, r.length) for wave in waves for r in wave if r.start is not None]
+    started = time.perf_counter()
+    source.fetch(ranges)
+    return time.perf_counter() - started
 
 
 def _recording(source) -> list:
@@ -95,7 +112,7 @@ def _recording(source) -> list:
 def child_remote(url: str, preset: str, n: int) -> dict:
     """Waves, requests, MB and time per draw from object storage (first and steady, medians),
     and the server floor: each steady draw's byte ranges fetched as one batch."""
-    from domino_pipeline.store.byte_source import Request, shared_source, split_url
+    from domino_pipeline.store.byte_source import shared_source, split_url
 
     ds = _dataset(url, preset)
     source = shared_source(split_url(url)[0])
@@ -111,9 +128,7 @@ def child_remote(url: str, preset: str, n: int) -> dict:
         ms = 1000 * _timed(ds, epoch)
         after = (source.waves, source.requests, source.bytes)
         ranges = [r for wave in seen for r in wave if r.start is not None]
-        started = time.perf_counter()
-        source.fetch([Request(r.key, r.start, r.length) for r in ranges])
-        floor = 1000 * (time.perf_counter() - started)
+        floor = 1000 * _fetch_timed(source, seen)
         rows.append((ms, floor, *(a - b for a, b in zip(after, before))))
     median = lambda i: statistics.median(r[i] for r in rows)  # noqa: E731
     return first | {"draw_ms": median(0), "floor_ms": median(1), "waves": median(2),
@@ -226,11 +241,11 @@ def measure(preset: str, work: Path, n: int, server_kind: str, items: int, cache
 
 def model(result: dict) -> dict:
     """draw(L) = cpu + waves x (rtt + L) + MB / bandwidth against the measured draw times, its
-    constants measured apart from the draws: ``cpu`` the local warm draw (the same read path,
-    no network), ``rtt`` a wave of one 4 KB GET, ``bandwidth`` a draw's MB over its server floor
-    at 0 ms less one rtt. (predicted ms, error) by L, and the constants."""
-    base = result["remote"][0]
-    cpu, rtt = result["local"]["warm_draw_ms"], base["rtt_ms"]
+    constants measured apart from the draws: ``cpu`` a local warm draw's work besides reading
+    (the warm draw less its I/O floor), ``rtt`` a wave of one 4 KB GET, ``bandwidth`` a draw's
+    MB over its server floor at 0 ms less one rtt. (predicted ms, error) by L, and the constants."""
+    base, local = result["remote"][0], result["local"]
+    cpu, rtt = local["warm_draw_ms"] - local["io_floor_ms"], base["rtt_ms"]
     bandwidth = base["mb_per_draw"] / max(base["floor_ms"] - rtt, 1e-3)  # MB per ms
     out = {"constants": {"cpu_ms": cpu, "rtt_ms": rtt, "bandwidth_gb_s": bandwidth}}
     for latency, figures in result["remote"].items():
@@ -264,8 +279,11 @@ def table(result: dict) -> str:
             f"{r['waves']:.0f} | {r['first_waves']} | {r['requests']:.0f} | {r['mb_per_draw']:.2f} |"
             for lat, r in result["remote"].items()]
     local = result["local"]
-    rows.append(f"\nlocal: in-memory {local['memory_draw_ms']:.1f} ms, warm {local['warm_draw_ms']:.1f} ms, "
-                f"cold {local['cold_draw_ms']:.1f} ms")
+    rows.append(f"\nlocal: in-memory {local['memory_draw_ms']:.1f} ms, warm {local['warm_draw_ms']:.1f} ms "
+                f"(I/O floor {local['io_floor_ms']:.1f} ms), cold {local['cold_draw_ms']:.1f} ms")
+    constants = result["model"]["constants"]
+    rows.append(f"model constants: cpu {constants['cpu_ms']:.1f} ms, rtt {constants['rtt_ms']:.1f} ms, "
+                f"bandwidth {constants['bandwidth_gb_s']:.2f} GB/s")
     rows.append("draws/s: " + ", ".join(f"{k} workers {v['draws_per_s']:.1f}" for k, v in result["workers"].items()))
     return "\n".join([head, *rows])
 

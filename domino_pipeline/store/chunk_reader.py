@@ -339,23 +339,54 @@ class ChunkedArray:
         return "/".join(["c", str(shard)] + ["0"] * (len(self.shape) - 1))
 
 
-def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[np.ndarray]:
+Staged = dict["ChunkedArray", dict[int, memoryview | None]]  # array -> inner chunk -> its bytes
+
+
+def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
     """``array[selection]`` of every (array, selection, allocate) triple, the arrays sharing one
-    source: the missing shard indexes in one wave, then every inner chunk in one more;
+    source: those whose chunks are all in ``staged`` (``fetch_chunks``) from there, first; the
+    others' missing shard indexes in one wave, then their inner chunks in one more.
     ``allocate(shape, dtype)`` allocates each result."""
     if not reads:
         return []
-    source = reads[0][0].source
+    staged = staged or {}
     plans = _plans(reads)
-    wanted = [(array, shard, request) for (array, _, _), (_, c) in zip(reads, plans)
-              for shard, request in array.index_requests(c)]
-    for (array, shard, _), result in zip(wanted, source.fetch([r for _, _, r in wanted])):
+    out: list[np.ndarray | None] = [None] * len(reads)
+    rest = []
+    for i, ((array, _, allocate), (rows, chunks)) in enumerate(zip(reads, plans)):
+        have = staged.get(array, {})
+        numbers = chunks.tolist()
+        if all(c in have for c in numbers):
+            out[i] = array.assemble_rows(rows, chunks, [have[c] for c in numbers], allocate)
+        else:
+            rest.append(i)
+    fetched = fetch_chunks([(reads[i][0], plans[i][1]) for i in rest])  # staged bytes are used up
+    for i in rest:
+        array, _, allocate = reads[i]
+        rows, chunks = plans[i]
+        out[i] = array.assemble_rows(rows, chunks, [fetched[array][c] for c in chunks.tolist()], allocate)
+    return out  # type: ignore[return-value]
+
+
+def fetch_chunks(wanted: list[tuple[ChunkedArray, np.ndarray]]) -> Staged:
+    """The bytes of the inner chunks of every (array, chunks) pair, the arrays sharing one
+    source: the missing shard indexes in one wave, then the chunks in one more. Locally the
+    bytes are views valid until the source's next fetch."""
+    if not wanted:
+        return {}
+    source = wanted[0][0].source
+    indexes = [(array, shard, request) for array, chunks in wanted
+               for shard, request in array.index_requests(chunks)]
+    for (array, shard, _), result in zip(indexes, source.fetch([r for _, _, r in indexes])):
         array.set_index(shard, result)
-    requests = [array.chunk_requests(c) for (array, _, _), (_, c) in zip(reads, plans)]
-    fetched = iter(source.fetch([r for group in requests for r in group]))
-    data = [[next(fetched)[0] for _ in group] for group in requests]
-    return [array.assemble_rows(rows, c, d, allocate)
-            for (array, _, allocate), (rows, c), d in zip(reads, plans, data)]
+    requests = [array.chunk_requests(chunks) for array, chunks in wanted]
+    results = iter(source.fetch([r for group in requests for r in group]))
+    staged: Staged = {}
+    for (array, chunks), group in zip(wanted, requests):
+        have = staged.setdefault(array, {})
+        for chunk, _ in zip(chunks.tolist(), group):
+            have[chunk] = next(results)[0]
+    return staged
 
 
 def _plans(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[tuple[slice | np.ndarray, np.ndarray]]:
