@@ -7,9 +7,12 @@ cell data; the volume VTU gives points with point data, or cell centres with cel
 and the uncached datapipe put rows in a random order themselves). Fields are non-dimensionalised
 as the DoMINO example does (``FIELD_SCALES``): with the stream velocity U, the air density rho
 and, for nutMeanTrim, the car's length L (the largest extent of the STL) unless
-``physics.reference_length`` gives one. Runs are processed in parallel, each written atomically; finished runs are
-skipped on a rerun; a bad run gets one line naming the file and the problem, and the command
-exits non-zero when any run failed.
+``physics.reference_length`` gives one. The surface and the volume are read and written a block
+of cells or rows at a time (surface_stream.py, volume_stream.py); a file in an encoding that
+cannot be read so is read whole with VTK, after a warning naming the memory it takes. Runs are
+processed in parallel, each written atomically; finished runs are skipped on a rerun; a bad run
+gets one line naming the file and the problem, and the command exits non-zero when any run
+failed.
 
     python process_data.py data.raw_dir=/data/drivaerml data.processed_dir=/data/processed
     python process_data.py --config-name=demo process.num_processes=2 process.overwrite=true
@@ -22,6 +25,7 @@ import ctypes.util
 import multiprocessing
 import os
 import signal
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -34,10 +38,10 @@ from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.concat_bytes import part_paths
 from domino_pipeline.inputs.drivaerml_reader import (
+    SURFACE_ARRAYS,
     RunError,
     drop_zero_area,
     read_stl_triangles,
-    read_surface,
     run_files,
     stl_defects,
 )
@@ -54,12 +58,14 @@ from domino_pipeline.inputs.processed_run import (
     open_processed_run,
     write_processed_run,
 )
-from domino_pipeline.inputs.volume_stream import VolumeStream, open_volume
+from domino_pipeline.inputs.surface_stream import open_surface
+from domino_pipeline.inputs.volume_stream import open_volume
 from domino_pipeline.run_report import RunResult, summarize
 
 # ----------------------------------------------------------------------------- one run
 
 VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read, checked and scaled at a time
+SURFACE_BLOCK_CELLS = 1 << 18  # surface cells at a time (VTK's filters hold some 400 bytes a cell)
 
 
 def _bounds(points: np.ndarray) -> list[list[float]]:
@@ -67,26 +73,25 @@ def _bounds(points: np.ndarray) -> list[list[float]]:
 
 
 def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options: ProcessOptions,
-                block_rows: int = VOLUME_BLOCK_ROWS) -> tuple[Path, list[str]]:
+                block_rows: int = VOLUME_BLOCK_ROWS,
+                surface_block: int = SURFACE_BLOCK_CELLS) -> tuple[Path, list[str]]:
     """Read one DrivAerML run folder and write it as a processed Zarr group at ``out_path``.
 
-    The volume is read and written ``block_rows`` rows at a time, so memory does not grow with
-    it (the STL and the boundary surface are read whole). Returns the written path and notes
-    (such as a volume-source fallback). Raises FileNotFoundError or RunError naming the file and
-    the problem.
+    The volume is read and written ``block_rows`` rows at a time and the boundary surface
+    ``surface_block`` cells at a time, so memory does not grow with them (the STL is read
+    whole). Returns the written path and notes (such as a volume-source fallback). Raises
+    FileNotFoundError or RunError naming the file and the problem.
     """
     run_dir = Path(run_dir)
     files = run_files(run_dir)
     stl, dropped = drop_zero_area(read_stl_triangles(files.stl))
-    arrays = stl | read_surface(files.surface, options.surface_variables)
+    surface = open_surface(files.surface, options.surface_variables)
     volume = open_volume(files.volume, options.volume_variables, options.volume_source)
-    notes = stl_defects(arrays["stl_faces"], arrays["stl_areas"], files.stl, dropped) + volume.notes
-    length = car_length(arrays["stl_coordinates"]) if options.reference_length is None else options.reference_length
+    notes = stl_defects(stl["stl_faces"], stl["stl_areas"], files.stl, dropped) + volume.notes
+    length = car_length(stl["stl_coordinates"]) if options.reference_length is None else options.reference_length
     refs = (options.stream_velocity, options.air_density, length)
-    arrays["surface_fields"] = arrays["surface_fields"] / field_divisors(options.surface_variables, *refs)
     params = np.array([options.stream_velocity, options.air_density], dtype=np.float32)
-    arrays["global_params_values"] = params
-    arrays["global_params_reference"] = params.copy()
+    arrays = stl | {"global_params_values": params, "global_params_reference": params.copy()}
     attrs = {
         "filename": files.name,
         **options.recorded(),
@@ -94,9 +99,9 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
         "nut_length_scale": float(length),
         "volume_source": volume.source,
         "counts": {
-            "stl_points": len(arrays["stl_coordinates"]),
-            "stl_triangles": len(arrays["stl_centers"]),
-            "surface_cells": len(arrays["surface_mesh_centers"]),
+            "stl_points": len(stl["stl_coordinates"]),
+            "stl_triangles": len(stl["stl_centers"]),
+            "surface_cells": surface.n_cells,
             "volume_points": volume.n_rows,
         },
         "sources": {
@@ -105,9 +110,16 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
                             ("volume", files.volume))
         },
     }
-    bounds = {"stl": _bounds(arrays["stl_coordinates"]),
-              "surface": _bounds(arrays["surface_mesh_centers"])}
-    streamed = _volume_rows(volume, field_divisors(options.volume_variables, *refs), bounds, block_rows)
+    bounds = {"stl": _bounds(stl["stl_coordinates"])}
+    surface_divisors = field_divisors(options.surface_variables, *refs)
+    volume_divisors = field_divisors(options.volume_variables, *refs)
+    streamed = [
+        _streamed_rows(surface_shapes(surface.n_cells, len(surface_divisors)),
+                       _scaled(surface.blocks(surface_block), surface_divisors), bounds, "surface"),
+        _streamed_rows({"volume_mesh_centers": (volume.n_rows, 3),
+                        "volume_fields": (volume.n_rows, len(volume_divisors))},
+                       _scaled(volume.blocks(block_rows), volume_divisors), bounds, "volume"),
+    ]
     return write_processed_run(out_path, arrays, attrs, streamed), notes
 
 
@@ -116,28 +128,35 @@ def source_bytes(path: Path) -> int:
     return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in part_paths(path))
 
 
-def _volume_rows(volume: VolumeStream, divisors: np.ndarray, bounds: dict, block_rows: int) -> StreamedRows:
-    """The volume's rows as streamed arrays, fields divided by ``divisors``; the bounds of the
-    positions are gathered on the way and stored with the others in ``bounds``."""
+def surface_shapes(n_cells: int, n_fields: int) -> dict[str, tuple[int, ...]]:
+    """The shapes of the surface arrays (SURFACE_ARRAYS) of ``n_cells`` cells."""
+    return dict(zip(SURFACE_ARRAYS, ((n_cells, 3), (n_cells, 3), (n_cells,), (n_cells, n_fields))))
+
+
+def _scaled(blocks: Iterator[tuple[np.ndarray, ...]], divisors: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
+    """The blocks with their last array (the raw fields) divided by ``divisors``."""
+    for *rows, fields in blocks:
+        yield (*rows, fields / divisors)
+
+
+def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np.ndarray, ...]],
+                   bounds: dict, key: str) -> StreamedRows:
+    """Arrays ``shapes`` written from ``blocks``; the bounds of the first (the positions) are
+    gathered on the way and stored as ``bounds[key]`` once every row is seen."""
+    positions = next(iter(shapes))
     low = np.full(3, np.inf)
     high = -low
 
-    def blocks():
-        for centres, fields in volume.blocks(block_rows):
-            yield centres, fields / divisors
-
     def observe(name: str, rows: np.ndarray) -> None:
-        if name == "volume_mesh_centers" and len(rows):
+        if name == positions and len(rows):
             np.minimum(low, rows.min(axis=0), out=low)
             np.maximum(high, rows.max(axis=0), out=high)
 
     def attrs() -> dict:
-        volume_bounds = [np.float32(low).tolist(), np.float32(high).tolist()]
-        return {"bounds": {**bounds, "volume": volume_bounds}}
+        bounds[key] = [np.float32(low).tolist(), np.float32(high).tolist()]
+        return {"bounds": bounds}
 
-    shapes = {"volume_mesh_centers": (volume.n_rows, 3),
-              "volume_fields": (volume.n_rows, len(divisors))}
-    return StreamedRows(shapes, blocks(), observe, attrs)
+    return StreamedRows(shapes, blocks, observe, attrs)
 
 
 def _process_one(run_dir: Path, out_path: Path, options: ProcessOptions) -> RunResult:

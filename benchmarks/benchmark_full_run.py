@@ -6,8 +6,8 @@ processed and cached (``features`` layout), so that each stage's peak memory at 
 compared side by side; the ``--model-run`` one (default: the small one; their inputs do not
 grow with the volume) is drawn from warm and cold, trained on for one step and predicted on
 (surface). Each stage runs in a child process (``wait4``, or psutil sampling, gives its peak
-RSS). ``--cache-budget-s`` / ``--predict-budget-s`` stop the large cache build after its first
-volume shard / the prediction after a few batches once that time has passed, a documented part
+RSS). ``--cache-budget-s`` / ``--predict-budget-s`` stop the large cache build after two
+volume shards / the prediction after a few batches once that time has passed, a documented part
 of the stage. Each stage's figures are kept in ``<work>/steps/`` as soon as it finishes, so an
 interrupted benchmark resumes. Prints a Markdown table and the acceptance checks; writes JSON
 (docs/scaling.md: the measured run).
@@ -89,10 +89,10 @@ def _watched(args: list[str], output, tick) -> tuple[float, int, int]:
 def cache(work: Path, budget_s: float | None = None) -> dict:
     """cache_data.py (``features`` layout, DoMINO's default 128 x 64 x 64 grid) on the run.
 
-    With ``budget_s``, the build is stopped once that time has passed and at least one volume
-    shard is written: the figures then cover the passes over the whole volume (counting and
-    dealing its rows) and that many of its shards (SDF, closest point, write); with two or more,
-    the total time is extrapolated from the time per shard. Peak RSS is sampled every 0.5 s
+    With ``budget_s``, the build is stopped once that time has passed and at least two volume
+    shards are written: the figures then cover the passes over the whole volume (counting and
+    dealing its rows) and that many of its shards (SDF, closest point, write), and the total
+    time is extrapolated from the time per shard. Peak RSS is sampled every 0.5 s
     (psutil)."""
     target = work / "cache"
     shutil.rmtree(target, ignore_errors=True)
@@ -103,7 +103,7 @@ def cache(work: Path, budget_s: float | None = None) -> dict:
     def tick(elapsed: float) -> bool:
         written = len(list(target.glob("run_1/.g*.tmp*/volume_sdf/c/*")))
         shard_times.extend([elapsed] * (written - len(shard_times)))
-        return budget_s is not None and elapsed > budget_s and bool(shard_times)
+        return budget_s is not None and elapsed > budget_s and len(shard_times) >= 2
 
     wall, peak, returncode = _watched(args, subprocess.DEVNULL, tick)
     if returncode not in (0, -9):

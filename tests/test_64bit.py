@@ -15,6 +15,7 @@ import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
 
 from domino_pipeline.compute.volume_order import VOLUME_BLOCK_ROWS, bucket_sizes, deal_block, labels_rng
+from domino_pipeline.inputs.processed_run import row_chunking
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 from domino_pipeline.inputs.vtk_xml_writer import ArraySpec as VtkArray
 from domino_pipeline.inputs.vtk_xml_writer import Encoding, VtkBlockWriter
@@ -162,6 +163,23 @@ def test_150m_point_volume_layout_is_what_the_format_says(tmp_path: Path) -> Non
     assert reader.chunks_per_shard == 512 and reader.key(35) == "c/35"
     assert -(-int(sizes[-1]) // 8192) == 391
     assert 36 * 4 * VOLUME_BLOCK_ROWS * 4 > 2**31  # the volume arrays' bytes: beyond 2^31
+
+
+def test_150m_point_processed_run_layout_is_what_the_format_says(tmp_path: Path) -> None:
+    """process_data's volume arrays for a 150M-point run: about 1 MiB row chunks, 64 to a shard
+    (27 shards of positions, 45 of five field columns: 3 GB, beyond 2^31 bytes); the last rows,
+    3 GB into the array, written and read back through zarr with that layout."""
+    n = 150_000_000
+    assert row_chunking((n, 3), 4) == ((87_381, 3), (5_592_384, 3))
+    assert row_chunking((n, 5), 4) == ((52_428, 5), (3_355_392, 5))
+    assert -(-n // 5_592_384) == 27 and -(-n // 3_355_392) == 45 and n * 5 * 4 > 2**31
+    chunks, shards = row_chunking((n, 5), 4)
+    array = zarr.create_array(store=str(tmp_path / "volume_fields"), shape=(n, 5), dtype="float32",
+                              chunks=chunks, shards=shards, fill_value=0)
+    values = np.arange(50, dtype=np.float32).reshape(10, 5)
+    array[n - 10:] = values
+    assert sorted(p.name for p in (tmp_path / "volume_fields" / "c").iterdir()) == ["44"]
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "volume_fields"))[n - 10:], values)
 
 
 @pytest.mark.slow

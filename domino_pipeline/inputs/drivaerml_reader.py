@@ -114,10 +114,19 @@ def read_arrays(
     mesh = pv.wrap(reader.GetOutput())
     if mesh.n_points == 0 or mesh.n_cells == 0:
         raise RunError(f"{path}: empty ({mesh.n_points} points, {mesh.n_cells} cells)")
-    bad = int(np.size(mesh.points) - np.count_nonzero(np.isfinite(mesh.points)))
+    require_finite_points(nonfinite(mesh.points), path)
+    return mesh
+
+
+def nonfinite(values: np.ndarray) -> int:
+    """How many of ``values`` are NaN or infinite."""
+    return int(np.size(values) - np.count_nonzero(np.isfinite(values)))
+
+
+def require_finite_points(bad: int, path: Path) -> None:
+    """RunError naming ``path`` when ``bad`` (of its point coordinates) are not finite."""
     if bad:
         raise RunError(f"{path}: {bad} point coordinates are not finite (NaN or Inf)")
-    return mesh
 
 
 def read_mesh(
@@ -129,7 +138,8 @@ def read_mesh(
     return read_arrays(open_reader(path), path, point_arrays, cell_arrays)
 
 
-def _require(available: list[str], names: Collection[str], path: Path, where: str) -> None:
+def require_names(available: list[str], names: Collection[str], path: Path, where: str) -> None:
+    """RunError naming ``path`` and the ``names`` missing from its ``where`` (point, cell) arrays."""
     missing = [name for name in names if name not in available]
     if missing:
         raise RunError(f"{path}: no {where} data {missing} (has {sorted(available)})")
@@ -214,30 +224,36 @@ def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path, dropped: int =
     return ([f"note: {path}: dropped {dropped} zero-area triangles"] if dropped else []) + notes
 
 
-def read_surface(path: Path, variables: Mapping[str, str]) -> dict[str, np.ndarray]:
-    """Boundary cell centres, unit normals (from the cell winding), areas and raw fields.
+SURFACE_ARRAYS = ("surface_mesh_centers", "surface_normals", "surface_areas", "surface_fields")
 
-    Centres are VTK's cell centres, as the physicsnemo-curator ETL computes them: the vertex
-    mean for triangles and quads, the parametric centre for larger polygons.
-    """
+
+def read_surface(path: Path, variables: Mapping[str, str]) -> dict[str, np.ndarray]:
+    """Boundary cell centres, unit normals (from the cell winding), areas and raw fields
+    (SURFACE_ARRAYS), the whole file read with VTK."""
     reader = open_reader(path)
-    _require(array_names(reader)["cells"], variables, path, "cell")
+    require_names(array_names(reader)["cells"], variables, path, "cell")
     mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=list(variables))
     if not isinstance(mesh, pv.PolyData):
         mesh = mesh.extract_surface()
     fields = field_columns(mesh.cell_data, variables, path, "cell")
+    return dict(zip(SURFACE_ARRAYS, (*surface_geometry(mesh), fields)))
+
+
+def surface_geometry(mesh: pv.PolyData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cell centres, unit normals (from the cell winding) and areas of a polygon mesh, float32.
+
+    Centres are VTK's cell centres, as the physicsnemo-curator ETL computes them: the vertex
+    mean for triangles and quads, the parametric centre for larger polygons. Each cell's values
+    depend on its own vertices only, so a mesh of some of a file's cells gives those cells' values.
+    """
     normals = mesh.compute_normals(
         cell_normals=True, point_normals=False, split_vertices=False,
         consistent_normals=False, auto_orient_normals=False,
     ).cell_data["Normals"]
     normals = normals / np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-30)
     areas = mesh.compute_cell_sizes(length=False, area=True, volume=False).cell_data["Area"]
-    return {
-        "surface_mesh_centers": np.asarray(mesh.cell_centers().points, dtype=np.float32),
-        "surface_normals": np.asarray(normals, dtype=np.float32),
-        "surface_areas": np.asarray(areas, dtype=np.float32),
-        "surface_fields": fields,
-    }
+    return (np.asarray(mesh.cell_centers().points, dtype=np.float32),
+            np.asarray(normals, dtype=np.float32), np.asarray(areas, dtype=np.float32))
 
 
 def volume_source_used(

@@ -71,10 +71,11 @@ def _codec() -> BloscCodec:
     return BloscCodec(cname="zstd", clevel=5, shuffle="shuffle")
 
 
-def _chunking(
+def row_chunking(
     shape: tuple[int, ...], itemsize: int
 ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
-    """Row chunks of about CHUNK_BYTES and, for arrays of many chunks, shards of several."""
+    """(chunk shape, shard shape or None) of an array: row chunks of about CHUNK_BYTES and, for
+    arrays of more than CHUNKS_PER_SHARD chunks, shards of that many."""
     row_bytes = itemsize * int(np.prod(shape[1:], dtype=np.int64))
     rows = max(1, min(max(shape[0], 1), CHUNK_BYTES // max(row_bytes, 1)))
     chunks = (rows, *shape[1:])
@@ -85,26 +86,29 @@ def _chunking(
 
 def write_processed_run(
     path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
-    streamed: "StreamedRows | None" = None,
+    streamed: "Sequence[StreamedRows]" = (),
 ) -> Path:
     """Validate ``arrays`` and write them with ``attrs`` as ``path`` atomically; return the path.
 
-    ``streamed`` writes further arrays (the volume's) from blocks of rows, so that they are
-    never held whole; its ``attrs()`` (bounds, say, known once every row is seen) join ``attrs``.
-    The group is built under a hidden temporary name and renamed into place when complete.
+    Each of ``streamed`` writes further arrays (the surface's, the volume's) from blocks of rows,
+    so that they are never held whole; their ``attrs()`` (bounds, say, known once every row is
+    seen) join ``attrs``, in order. The group is built under a hidden temporary name and renamed
+    into place when complete.
     """
     path = Path(path)
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
-    later = () if streamed is None else tuple(streamed.shapes)
+    later = {name: shape for rows in streamed for name, shape in rows.shapes.items()}
     validate_arrays(arrays, path, required=[n for n in ARRAY_NAMES if n not in later])
-    if streamed is not None:
-        check_shapes({**{n: tuple(v.shape) for n, v in arrays.items()}, **streamed.shapes}, path)
+    if later:
+        check_shapes({**{n: tuple(v.shape) for n, v in arrays.items()}, **later}, path)
     with atomic_directory(path) as tmp:
         group = zarr.create_group(store=str(tmp), zarr_format=3)
         for name in ARRAY_NAMES:
             if name in arrays:
                 _create_array(group, name, arrays[name].shape, arrays[name].dtype)[...] = arrays[name]
-        extra = {} if streamed is None else streamed.write(group, path)
+        extra = {}
+        for rows in streamed:
+            extra |= rows.write(group, path)
         # write_id: a rewrite with new values but the same shapes still changes the group's
         # metadata, which is what a cache's source fingerprint hashes.
         group.attrs.update({"format": FORMAT, "format_version": FORMAT_VERSION,
@@ -114,7 +118,7 @@ def write_processed_run(
 
 
 def _create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype: np.dtype) -> zarr.Array:
-    chunks, shards = _chunking(shape, np.dtype(dtype).itemsize)
+    chunks, shards = row_chunking(shape, np.dtype(dtype).itemsize)
     return group.create_array(name, shape=shape, dtype=dtype, chunks=chunks, shards=shards,
                               compressors=_codec(), config={"write_empty_chunks": True})
 

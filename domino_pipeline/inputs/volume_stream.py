@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import tempfile
-import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,20 +38,27 @@ from domino_pipeline.inputs.drivaerml_reader import (
     VOLUME_SOURCES,
     RunError,
     field_columns,
+    nonfinite,
     read_volume,
+    require_finite_points,
     volume_source_used,
 )
-from domino_pipeline.inputs.vtk_xml_stream import VtkXmlError, VtkXmlFile
+from domino_pipeline.inputs.mesh_stream import (  # noqa: F401 (WholeFileFallback: re-exported)
+    WholeFileFallback,
+    cell_vertices,
+    fall_back_to_vtk,
+    open_rows,
+    points_table,
+    read_errors_named,
+    require_rows,
+)
+from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 
 # VTK's fixed-size linear cells (vertex, line, triangle, pixel, quad, tetra, voxel, hexahedron,
 # wedge, pyramid), whose centres are read by rows
 _CELLS = {1: vtkVertex, 3: vtkLine, 5: vtkTriangle, 8: vtkPixel, 9: vtkQuad, 10: vtkTetra,
           11: vtkVoxel, 12: vtkHexahedron, 13: vtkWedge, 14: vtkPyramid}
 _SECTION = {"points": "PointData", "cells": "CellData"}
-
-
-class WholeFileFallback(UserWarning):
-    """A file read whole with VTK because it cannot be read by rows."""
 
 
 @dataclass
@@ -72,21 +78,22 @@ class VolumeStream:
         if self.file is None:
             yield from _whole_blocks(self, rows)
             return
+        yield from read_errors_named(self._read_blocks(self.file, rows), self.path)
+
+    def _read_blocks(self, file: VtkXmlFile, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         section = _SECTION[self.source]
         with tempfile.TemporaryDirectory(prefix="volume_points_") as tmp:
-            points = None if self.source == "points" else _points_table(self.file, Path(tmp), rows)
+            points = None if self.source == "points" else points_table(file, Path(tmp), rows)
             for start in range(0, self.n_rows, rows):
                 stop = min(start + rows, self.n_rows)
-                data = {name: self.file.read(section, name, start, stop) for name in self.variables}
+                data = {name: file.read(section, name, start, stop) for name in self.variables}
                 fields = field_columns(data, self.variables, self.path, self.source[:-1])
                 if points is None:
-                    centres = self.file.read("Points", "Points", start, stop)
+                    centres = file.read("Points", "Points", start, stop)
                 else:
-                    centres = cell_centres(self.file, points, start, stop)
+                    centres = cell_centres(file, points, start, stop)
                 centres = np.asarray(centres, dtype=np.float32)
-                bad = int(centres.size - np.count_nonzero(np.isfinite(centres)))
-                if bad:
-                    raise RunError(f"{self.path}: {bad} point coordinates are not finite (NaN or Inf)")
+                require_finite_points(nonfinite(centres), self.path)
                 yield centres, fields
 
 
@@ -106,22 +113,14 @@ def open_volume(path: Path, variables: Mapping[str, str], source: str) -> Volume
     and a note says so (as ``read_volume``). A file that cannot be streamed falls back to VTK
     with a WholeFileFallback warning.
     """
-    try:
-        file = VtkXmlFile.open(path)
-    except VtkXmlError as err:
-        raise RunError(str(err).splitlines()[0]) from err
+    file = open_rows(path)
     available = {s: file.names(_SECTION[s]) for s in VOLUME_SOURCES}
     source, notes = volume_source_used(available, variables, source, path)
     n_rows = file.n_points if source == "points" else file.n_cells
-    if n_rows == 0 or file.n_points == 0 or file.n_cells == 0:
-        raise RunError(f"{path}: empty ({file.n_points} points, {file.n_cells} cells)")
+    require_rows(file, path, n_rows)
     reason = _unstreamable(file, source)
-    if reason and not Path(path).is_file():
-        raise RunError(f"{path}: {reason}; join its .part pieces with cat to read it with VTK")
     if reason:
-        warnings.warn(f"{path}: {reason}; reading it whole with VTK, which takes about "
-                      f"{file.whole_file_bytes() / 2**30:.1f} GiB of memory", WholeFileFallback,
-                      stacklevel=2)
+        fall_back_to_vtk(file, path, reason)
         return VolumeStream(Path(path), dict(variables), source, n_rows, notes, None)
     return VolumeStream(Path(path), dict(variables), source, n_rows, notes, file)
 
@@ -140,23 +139,6 @@ def _unstreamable(file: VtkXmlFile, source: str) -> str:
     return ""
 
 
-def _points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
-    """The file's points for random access by cell connectivity, without holding them in memory:
-    a memory map of the file's raw points, or of a temporary file they are decoded into."""
-    entry = file.entry("Points", "Points")
-    shape = (file.n_points, entry.components)
-    span = file.raw_span("Points", "Points")
-    piece = file.source.single_file(*span) if span else None
-    if piece is not None:
-        return np.memmap(piece[0], dtype=entry.dtype, mode="r", offset=piece[1], shape=shape)
-    table = np.memmap(tmp / "points.f", dtype=entry.dtype.newbyteorder("="), mode="w+", shape=shape)
-    for start in range(0, file.n_points, rows):
-        stop = min(start + rows, file.n_points)
-        table[start:stop] = file.read("Points", "Points", start, stop)
-    table.flush()
-    return table
-
-
 @functools.cache
 def centre_weights(cell_type: int) -> np.ndarray:
     """The weights of a cell type's vertices at its parametric centre, from VTK's own cell
@@ -171,13 +153,8 @@ def centre_weights(cell_type: int) -> np.ndarray:
 
 def cell_centres(file: VtkXmlFile, points: np.ndarray, start: int, stop: int) -> np.ndarray:
     """Centres (float64) of cells ``start:stop``, reading only their connectivity and types."""
-    ends = file.read("Cells", "offsets", start, stop)[:, 0].astype(np.int64)
-    first = int(file.read("Cells", "offsets", start - 1, start)[0, 0]) if start else 0
+    begins, ends, ids = cell_vertices(file, "Cells", start, stop, len(points))
     types = file.read("Cells", "types", start, stop)[:, 0]
-    begins = np.concatenate([[first], ends[:-1]])
-    ids = file.read("Cells", "connectivity", first, int(ends[-1]))[:, 0]
-    if ids.size and (ids.min() < 0 or ids.max() >= len(points)):
-        raise RunError(f"{file.path}: cell connectivity outside the {len(points)} points")
     centres = np.empty((stop - start, 3))
     for cell_type in np.unique(types):
         weights = centre_weights(int(cell_type))
@@ -185,6 +162,6 @@ def cell_centres(file: VtkXmlFile, points: np.ndarray, start: int, stop: int) ->
         if np.any(ends[cells] - begins[cells] != len(weights)):
             raise RunError(f"{file.path}: cells of type {cell_type} with other than {len(weights)} "
                            f"vertices among cells {start}..{stop}")
-        vertex = ids[(begins[cells] - first)[:, None] + np.arange(len(weights))]
+        vertex = ids[begins[cells][:, None] + np.arange(len(weights))]
         centres[cells] = np.einsum("k,mkd->md", weights, np.asarray(points[vertex], dtype=np.float64))
     return centres

@@ -1,0 +1,98 @@
+"""What the block readers of a run's VTU volume and VTP surface share: opening a VTK XML file
+for reading by rows, the warning when a file must be read whole with VTK instead, a points table
+for random access by connectivity, and the connectivity of a block of cells.
+
+    file = open_rows(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        points = points_table(file, Path(tmp), 1 << 20)
+        begins, ends, ids = cell_vertices(file, "Polys", 0, 1000)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from domino_pipeline.inputs.drivaerml_reader import RunError
+from domino_pipeline.inputs.vtk_xml_stream import VtkXmlError, VtkXmlFile
+
+T = TypeVar("T")
+
+
+class WholeFileFallback(UserWarning):
+    """A file read whole with VTK because it cannot be read by rows."""
+
+
+def unreadable(err: VtkXmlError, path: Path) -> RunError:
+    """``<path>: unreadable (<problem>)``, the line VTK's reading gives a bad file, for an error
+    of the block reader."""
+    problem = str(err).splitlines()[0].removeprefix(f"{path}: ").removeprefix(f"{Path(path)}: ")
+    return RunError(f"{path}: unreadable ({problem})")
+
+
+def open_rows(path: Path) -> VtkXmlFile:
+    """The header of a VTU or VTP file (or its ``.part`` pieces); RunError naming the file when
+    it cannot be parsed."""
+    try:
+        return VtkXmlFile.open(path)
+    except VtkXmlError as err:
+        raise unreadable(err, path) from err
+
+
+def read_errors_named(blocks: Iterator[T], path: Path) -> Iterator[T]:
+    """``blocks``, a read error of the block reader (truncated or corrupt data) raised as
+    RunError ``<path>: unreadable (<problem>)``."""
+    try:
+        yield from blocks
+    except VtkXmlError as err:
+        raise unreadable(err, path) from err
+
+
+def require_rows(file: VtkXmlFile, path: Path, n_rows: int) -> None:
+    """RunError when the file, or the rows to be read from it, are empty (as VTK's reading says)."""
+    if n_rows == 0 or file.n_points == 0 or file.n_cells == 0:
+        raise RunError(f"{path}: empty ({file.n_points} points, {file.n_cells} cells)")
+
+
+def fall_back_to_vtk(file: VtkXmlFile, path: Path, reason: str) -> None:
+    """Warn (WholeFileFallback) that ``path`` is read whole with VTK, and about how much memory
+    that takes; RunError for ``.part`` pieces, which VTK cannot read."""
+    if not Path(path).is_file():
+        raise RunError(f"{path}: {reason}; join its .part pieces with cat to read it with VTK")
+    warnings.warn(f"{path}: {reason}; reading it whole with VTK, which takes about "
+                  f"{file.whole_file_bytes() / 2**30:.1f} GiB of memory", WholeFileFallback, stacklevel=3)
+
+
+def points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
+    """The file's points for random access by cell connectivity, without holding them in memory:
+    a memory map of the file's raw points, or of a file in ``tmp`` they are decoded into,
+    ``rows`` at a time."""
+    entry = file.entry("Points", "Points")
+    shape = (file.n_points, entry.components)
+    span = file.raw_span("Points", "Points")
+    piece = file.source.single_file(*span) if span else None
+    if piece is not None:
+        return np.memmap(piece[0], dtype=entry.dtype, mode="r", offset=piece[1], shape=shape)
+    table = np.memmap(tmp / "points.f", dtype=entry.dtype.newbyteorder("="), mode="w+", shape=shape)
+    for start in range(0, file.n_points, rows):
+        stop = min(start + rows, file.n_points)
+        table[start:stop] = file.read("Points", "Points", start, stop)
+    table.flush()
+    return table
+
+
+def cell_vertices(file: VtkXmlFile, section: str, start: int, stop: int,
+                  n_points: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cells ``start:stop`` of ``section`` ("Cells" of a VTU, "Polys" of a VTP): where each
+    cell's vertex ids begin and end in ``ids`` (int64), and ``ids``, the point ids of those cells
+    only; RunError when an id lies outside the ``n_points`` points."""
+    ends = file.read(section, "offsets", start, stop)[:, 0].astype(np.int64)
+    first = int(file.read(section, "offsets", start - 1, start)[0, 0]) if start else 0
+    ids = file.read(section, "connectivity", first, int(ends[-1]))[:, 0]
+    if ids.size and (ids.min() < 0 or ids.max() >= n_points):
+        raise RunError(f"{file.path}: cell connectivity outside the {n_points} points")
+    return np.concatenate([[0], ends[:-1] - first]), ends - first, ids
