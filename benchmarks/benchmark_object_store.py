@@ -229,7 +229,9 @@ def measure(preset: str, work: Path, n: int, server_kind: str, items: int, cache
     shutil.rmtree(data, ignore_errors=True)
     try:
         with start(server_kind, data) as server:
+            started = time.perf_counter()
             url = upload(cache, server)
+            result["upload_s"] = time.perf_counter() - started
             result["remote"] = remote_figures(url, server.endpoint, preset, n)
             env = TEST_CREDENTIALS | {"AWS_ENDPOINT_URL": server.endpoint}
             result["workers"] = {f"{where} {w}": _child(env, "--child-workers", loc, preset, str(w), str(items))
@@ -254,6 +256,46 @@ def model(result: dict) -> dict:
         out[latency] = {"predicted_ms": predicted,
                         "error": abs(predicted - figures["draw_ms"]) / figures["draw_ms"]}
     return out
+
+
+GPUS, WORKERS_PER_GPU, RUNS = 8, 12, 484
+STEP_S = (0.16, 0.5, 1.0)  # seconds per training step (batch 1: one draw per GPU per step)
+REAL_RTT_MS = (10, 30)  # a request's round trip to a cloud object store
+
+
+def projection(result: dict) -> dict:
+    """One 8-GPU node (one draw per GPU per step): GB/s and GETs/s it reads at each step time, a
+    draw steady (its run open) and a draw that opens its run (the usual case with hundreds of
+    runs and ``max_open_runs`` 8); the draws/s 12 workers per GPU supply by the latency model
+    at a cloud round trip; GETs per epoch of 484 runs."""
+    base, constants = result["remote"][0], result["model"]["constants"]
+    kinds = {"steady": (base["mb_per_draw"], base["requests"], base["waves"]),
+             "run opened": (base["first_mb"], base["first_requests"], base["first_waves"])}
+    out = {"per_step": [], "supply": [], "epoch_requests": {}}
+    for kind, (mb, requests, waves) in kinds.items():
+        for step in STEP_S:
+            out["per_step"].append({"draw": kind, "step_s": step, "node_gb_s": GPUS * mb / step / 1000,
+                                    "node_requests_s": GPUS * requests / step})
+        for rtt in REAL_RTT_MS:
+            draw_ms = constants["cpu_ms"] + waves * rtt + mb / constants["bandwidth_gb_s"]
+            out["supply"].append({"draw": kind, "rtt_ms": rtt, "draw_ms": draw_ms,
+                                  "draws_s_per_gpu": WORKERS_PER_GPU * 1000 / draw_ms})
+        out["epoch_requests"][kind] = RUNS * requests
+    return out
+
+
+def projection_table(projected: dict) -> str:
+    """The projection as two Markdown tables and a line."""
+    rows = ["| draw | step s | node GB/s | node GETs/s |", "|---|---|---|---|"]
+    rows += [f"| {r['draw']} | {r['step_s']} | {r['node_gb_s']:.2f} | {r['node_requests_s']:.0f} |"
+             for r in projected["per_step"]]
+    rows += ["", "| draw | round trip ms | draw ms (model) | draws/s per GPU, 12 workers |", "|---|---|---|---|"]
+    rows += [f"| {r['draw']} | {r['rtt_ms']} | {r['draw_ms']:.0f} | {r['draws_s_per_gpu']:.0f} |"
+             for r in projected["supply"]]
+    epoch = projected["epoch_requests"]
+    rows.append(f"\nGETs per epoch of {RUNS} runs: {epoch['steady']:.0f} with runs open, "
+                f"{epoch['run opened']:.0f} when every draw opens its run")
+    return "\n".join(rows)
 
 
 def checks(result: dict) -> list[str]:
@@ -316,7 +358,9 @@ def main(argv: list[str] | None = None) -> None:
     result = measure(args.preset, args.work, args.draws, args.server, args.items, args.cache)
     result["model"] = model(result)
     result["checks"] = checks(result)
+    result["projection"] = projection(result)
     print(table(result))
+    print(projection_table(result["projection"]))
     print("\n".join(result["checks"]))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

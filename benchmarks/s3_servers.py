@@ -11,6 +11,7 @@ it), fast enough that the client, not the server, decides a draw's time; or moto
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -83,8 +84,8 @@ class S3Server:
 
 class SeaweedFS(S3Server):
     """``weed server`` (master, volume server, filer and S3 gateway in one process) bound to
-    127.0.0.1 on free ports, its data and log under ``folder``. Without configured identities
-    the gateway accepts any credentials."""
+    127.0.0.1 on free ports, its data and log under ``folder``. Started without identities (no
+    ``AWS_*`` variables in its environment), its gateway accepts any credentials."""
 
     def __init__(self, folder: Path) -> None:
         weed = weed_binary()
@@ -100,8 +101,9 @@ class SeaweedFS(S3Server):
                    "-filer", f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
                    "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}"]
         self.log = folder / "weed.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}  # else it makes them its admin
         with self.log.open("w") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         self.endpoint = f"http://127.0.0.1:{s3}"
         self._wait_ready(f"SeaweedFS (log: {self.log})")
 
