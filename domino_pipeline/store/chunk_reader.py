@@ -83,6 +83,7 @@ class ChunkedArray:
         self.shape, self.dtype, self.chunk_rows = shape, dtype, chunk_rows
         self.chunks_per_shard = shard_rows // chunk_rows
         self.row_shape = shape[1:]
+        self._chunk_shape = (chunk_rows, *self.row_shape)
         self.chunk_nbytes = chunk_rows * math.prod(self.row_shape) * dtype.itemsize
         self.index_nbytes = self.chunks_per_shard * INDEX_ENTRY_BYTES
         self.bytes_read = metadata_bytes
@@ -187,8 +188,9 @@ class ChunkedArray:
         """The inner chunks (ascending, once each) of checked row indices ``rows``; sorted rows,
         a draw's usual, without a sort."""
         chunks = rows // self.chunk_rows
-        if chunks.size and np.all(chunks[1:] >= chunks[:-1]):
-            return chunks[np.flatnonzero(np.diff(chunks, prepend=-1))]
+        steps = np.diff(chunks)
+        if steps.size and steps.min() >= 0:
+            return chunks[np.flatnonzero(np.concatenate(([1], steps)))]
         return np.unique(chunks)
 
     def plan(self, selection: Any) -> tuple[slice | np.ndarray, np.ndarray]:
@@ -266,17 +268,23 @@ class ChunkedArray:
     def chunk_array(self, chunk: int, data: memoryview | None) -> np.ndarray:
         """Inner chunk ``chunk`` as (chunk_rows, *row_shape), a view of its fetched bytes
         ``data`` after checking their size and CRC32C."""
+        nbytes = self.chunk_nbytes
+        if data is None or len(data) != nbytes + CHECKSUM_BYTES:
+            self._refuse_chunk(chunk, data)
+        self.bytes_read += nbytes + CHECKSUM_BYTES
+        if crc32c.crc32c(data[:nbytes]) != int.from_bytes(data[nbytes:], "little"):
+            shard, inner = divmod(int(chunk), self.chunks_per_shard)
+            _verify(self.name, f"inner chunk {inner} of shard {self.key(shard)}", data[:nbytes], data[nbytes:])
+        return np.frombuffer(data, self.dtype, nbytes // self.dtype.itemsize).reshape(self._chunk_shape)
+
+    def _refuse_chunk(self, chunk: int, data: memoryview | None) -> None:
+        """CorruptChunkError for a chunk whose fetched bytes are absent or short."""
         shard, inner = divmod(int(chunk), self.chunks_per_shard)
-        where = f"inner chunk {inner} of shard {self.key(shard)}"
-        expected = self.chunk_nbytes + CHECKSUM_BYTES
         if data is None:
             raise CorruptChunkError(self.name, f"shard {self.key(shard)} is missing")
         self.bytes_read += len(data)
-        if len(data) != expected:
-            raise CorruptChunkError(self.name, f"{where} ended after {len(data)} of {expected} bytes")
-        _verify(self.name, where, data[:self.chunk_nbytes], data[self.chunk_nbytes:])
-        return np.frombuffer(data, self.dtype, self.chunk_nbytes // self.dtype.itemsize).reshape(
-            self.chunk_rows, *self.row_shape)
+        raise CorruptChunkError(self.name, f"inner chunk {inner} of shard {self.key(shard)} ended after "
+                                f"{len(data)} of {self.chunk_nbytes + CHECKSUM_BYTES} bytes")
 
     def assemble(self, selection: Any, chunks: np.ndarray, data: list[memoryview | None],
                  allocate: Allocator = np.empty) -> np.ndarray:
@@ -308,11 +316,14 @@ class ChunkedArray:
             indices, chunks = indices[order], chunks[order]
         shape = (len(indices), *self.row_shape)
         out = allocate(shape, self.dtype) if order is None else np.empty(shape, self.dtype)
-        bounds = np.searchsorted(chunks, np.arange(self._chunk_count + 1))
-        for chunk in np.flatnonzero(bounds[1:] > bounds[:-1]):
-            a, b = bounds[chunk], bounds[chunk + 1]
+        touched = np.fromiter(arrays, dtype=np.int64, count=len(arrays))  # ascending, as planned
+        starts = np.searchsorted(chunks, touched).tolist()
+        ends = np.searchsorted(chunks, touched, side="right").tolist()
+        if sum(ends) - sum(starts) != len(indices):
+            raise ValueError(f"{self.name}: the chunks given do not hold every row asked for")
+        for chunk, a, b in zip(touched.tolist(), starts, ends):
             local = indices[a:b] - chunk * self.chunk_rows
-            np.take(arrays[int(chunk)], local, axis=0, out=out[a:b], mode="clip")  # clip: unbuffered
+            np.take(arrays[chunk], local, axis=0, out=out[a:b], mode="clip")  # clip: unbuffered
         if order is None:
             return out
         result = allocate(shape, self.dtype)
