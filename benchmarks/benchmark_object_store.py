@@ -15,8 +15,9 @@ writes nothing there), then measures, each in a fresh process:
   draw), the draw time, the server floor (the same byte ranges fetched as one concurrent batch,
   nothing decoded) and a wave of one 4 KB GET;
 * draws/s with 1 and 2 DataLoader workers, locally and from the server;
-* a latency model, draw(L) = cpu + waves x (rtt + L) + MB / bandwidth, its constants from the
-  0 ms row, checked against the draws with added latency, and its projection to one 8-GPU
+* a latency model, draw = cpu + waves x rtt + MB / bandwidth (rtt measured on each row's
+  network, the others from the 0 ms row), checked against the draws with added latency, and
+  its projection (rtt = this server's + a cloud round trip) to one 8-GPU
   node with 12 workers per GPU (GB/s, GETs/s, GETs per epoch of 484 runs).
 
 Prints Markdown tables and the acceptance checks; writes JSON. Run it at normal priority while
@@ -92,19 +93,18 @@ def child_local(cache: Path, preset: str, n: int) -> dict:
         times["io_floor"].append(_fetch_timed(source, seen))
         _evict(cache)
         times["cold"].append(_timed(disk, epoch))
-    return {f"{k}_draw_ms" if k != "io_floor" else "io_floor_ms": 1000 * statistics.median(v)
-            for k, v in times.items()}
+    paired = {"warm_over_memory": statistics.median(w / m for w, m in zip(times["warm"], times["memory"])),
+              "cold_over_warm": statistics.median(c / w for c, w in zip(times["cold"], times["warm"]))}
+    return paired | {f"{k}_draw_ms" if k != "io_floor" else "io_floor_ms": 1000 * statistics.median(v)
+                     for k, v in times.items()}
 
 
 def local_figures(cache: Path, preset: str, n: int, repeats: int) -> dict:
     """``child_local`` in ``repeats`` fresh processes, one after another: the median of each
-    figure and of each ratio over the repeats, and every repeat's figures."""
+    figure (the ratios: of each repeat's median of its per-epoch ratios) over the repeats, and
+    every repeat's figures."""
     runs = [_child(None, "--child-local", str(cache), preset, str(n)) for _ in range(repeats)]
-    ratios = [{"warm_over_memory": r["warm_draw_ms"] / r["memory_draw_ms"],
-               "cold_over_warm": r["cold_draw_ms"] / r["warm_draw_ms"]} for r in runs]
-    median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-    return median | {key: statistics.median(r[key] for r in ratios) for key in ratios[0]} | {
-        "repeats": [r | q for r, q in zip(runs, ratios)]}
+    return {key: statistics.median(r[key] for r in runs) for key in runs[0]} | {"repeats": runs}
 
 
 def _fetch_timed(source, waves: list) -> float:
@@ -130,7 +130,8 @@ def _recording(source) -> list:
 
 def child_remote(url: str, preset: str, n: int) -> dict:
     """Waves, requests, MB and time per draw from object storage (first and steady, medians),
-    and the server floor: each steady draw's byte ranges fetched as one batch."""
+    and the server floor: each steady draw's byte ranges fetched as one batch right after it
+    (also the median of each draw's ratio to, and excess over, its own floor)."""
     from domino_pipeline.store.byte_source import shared_source, split_url
 
     ds = _dataset(url, preset)
@@ -152,6 +153,8 @@ def child_remote(url: str, preset: str, n: int) -> dict:
     median = lambda i: statistics.median(r[i] for r in rows)  # noqa: E731
     return first | {"draw_ms": median(0), "floor_ms": median(1), "waves": median(2),
                     "requests": median(3), "mb_per_draw": median(4) / 1e6,
+                    "draw_over_floor": statistics.median(r[0] / r[1] for r in rows),
+                    "draw_less_floor_ms": statistics.median(r[0] - r[1] for r in rows),
                     "rtt_ms": _round_trip_ms(source, ranges[0].key, n)}
 
 
@@ -262,17 +265,17 @@ def measure(preset: str, work: Path, n: int, server_kind: str, items: int, cache
 
 
 def model(result: dict) -> dict:
-    """draw(L) = cpu + waves x (rtt + L) + MB / bandwidth against the measured draw times. Its
-    constants come from the 0 ms row: ``rtt`` a wave of one 4 KB GET, ``bandwidth`` a draw's MB
-    over its server floor less one rtt, ``cpu`` the draw's own work (draw less floor); the
-    rows with added latency check it. (predicted ms, error) by L, and the constants."""
+    """draw = cpu + waves x rtt + MB / bandwidth against the measured draw times, ``rtt`` the
+    round trip measured on each row's network (a wave of one 4 KB GET: the server's own plus
+    the added latency and the proxy's), ``cpu`` (the draw's own work: the median of each draw
+    less its floor) and ``bandwidth`` (a draw's MB over its floor less one rtt) from the 0 ms
+    row; the rows with added latency check it. (predicted ms, error) by L, and the constants."""
     base = result["remote"][0]
-    rtt = base["rtt_ms"]
-    bandwidth = base["mb_per_draw"] / max(base["floor_ms"] - rtt, 1e-3)  # MB per ms = GB/s
-    cpu = base["draw_ms"] - base["floor_ms"]
-    out = {"constants": {"cpu_ms": cpu, "rtt_ms": rtt, "bandwidth_gb_s": bandwidth}}
+    bandwidth = base["mb_per_draw"] / max(base["floor_ms"] - base["rtt_ms"], 1e-3)  # MB per ms = GB/s
+    cpu = base["draw_less_floor_ms"]
+    out = {"constants": {"cpu_ms": cpu, "rtt_ms": base["rtt_ms"], "bandwidth_gb_s": bandwidth}}
     for latency, figures in result["remote"].items():
-        predicted = cpu + figures["waves"] * (rtt + latency) + figures["mb_per_draw"] / bandwidth
+        predicted = cpu + figures["waves"] * figures["rtt_ms"] + figures["mb_per_draw"] / bandwidth
         out[latency] = {"predicted_ms": predicted,
                         "error": abs(predicted - figures["draw_ms"]) / figures["draw_ms"]}
     return out
@@ -297,7 +300,7 @@ def projection(result: dict) -> dict:
             out["per_step"].append({"draw": kind, "step_s": step, "node_gb_s": GPUS * mb / step / 1000,
                                     "node_requests_s": GPUS * requests / step})
         for rtt in REAL_RTT_MS:
-            draw_ms = constants["cpu_ms"] + waves * rtt + mb / constants["bandwidth_gb_s"]
+            draw_ms = constants["cpu_ms"] + waves * (constants["rtt_ms"] + rtt) + mb / constants["bandwidth_gb_s"]
             out["supply"].append({"draw": kind, "rtt_ms": rtt, "draw_ms": draw_ms,
                                   "draws_s_per_gpu": WORKERS_PER_GPU * 1000 / draw_ms})
         out["epoch_requests"][kind] = RUNS * requests
@@ -325,11 +328,12 @@ def checks(result: dict) -> list[str]:
     lines = [f"local warm / in-memory {local['warm_over_memory']:.2f}x (<= 2; repeats {each('warm_over_memory')})",
              f"local cold / warm {local['cold_over_warm']:.2f}x (<= 2; repeats {each('cold_over_warm')})",
              f"steady waves per draw {remote[0]['waves']:.0f} (<= 2); first draw {remote[0]['first_waves']} (<= 4)",
-             f"draw / server floor at 0 ms {remote[0]['draw_ms'] / remote[0]['floor_ms']:.2f}x (<= 1.5)"]
+             f"draw / server floor at 0 ms {remote[0]['draw_over_floor']:.2f}x (<= 1.5; medians "
+             f"{remote[0]['draw_ms']:.1f} / {remote[0]['floor_ms']:.1f} ms)"]
     for latency in LATENCIES_MS[1:]:
-        bound = remote[latency]["floor_ms"] + 2.5 * latency
-        lines.append(f"draw at +{latency} ms {remote[latency]['draw_ms']:.0f} ms "
-                     f"(<= floor + 2.5 L = {bound:.0f} ms)")
+        r = remote[latency]
+        lines.append(f"draw at +{latency} ms {r['draw_ms']:.0f} ms, floor {r['floor_ms']:.0f} ms: draw - floor "
+                     f"{r['draw_less_floor_ms']:.1f} ms (<= 2.5 L = {2.5 * latency:.0f} ms)")
     worst = max(fits[latency]["error"] for latency in LATENCIES_MS[1:])
     lines.append(f"latency model worst error at +10/30/80 ms {100 * worst:.0f}% (<= 25%)")
     return lines
@@ -337,10 +341,11 @@ def checks(result: dict) -> list[str]:
 
 def table(result: dict) -> str:
     """One Markdown table of the remote figures by added latency, then the local ones."""
-    head = ("| added ms | draw ms | floor ms | model ms | waves | first-draw waves | requests | MB/draw |\n"
-            "|---|---|---|---|---|---|---|---|")
-    rows = [f"| {lat} | {r['draw_ms']:.1f} | {r['floor_ms']:.1f} | {result['model'][lat]['predicted_ms']:.1f} | "
-            f"{r['waves']:.0f} | {r['first_waves']} | {r['requests']:.0f} | {r['mb_per_draw']:.2f} |"
+    head = ("| added ms | draw ms | floor ms | rtt ms | model ms | waves | first-draw waves | requests | "
+            "first-draw requests | MB/draw | first-draw MB |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = [f"| {lat} | {r['draw_ms']:.1f} | {r['floor_ms']:.1f} | {r['rtt_ms']:.1f} | "
+            f"{result['model'][lat]['predicted_ms']:.1f} | {r['waves']:.0f} | {r['first_waves']} | "
+            f"{r['requests']:.0f} | {r['first_requests']} | {r['mb_per_draw']:.2f} | {r['first_mb']:.2f} |"
             for lat, r in result["remote"].items()]
     local = result["local"]
     rows.append(f"\nlocal: in-memory {local['memory_draw_ms']:.1f} ms, warm {local['warm_draw_ms']:.1f} ms "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,6 +33,10 @@ class FaultProxy:
 
             def log_message(self, *args) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()  # headers and body go out in separate writes: no Nagle delay
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def _forward(self) -> None:
                 with proxy._lock:
