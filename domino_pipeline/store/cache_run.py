@@ -268,7 +268,8 @@ class CacheRun:
         for name, parts in spans.items():
             reader = self.reader(name)
             if reader is not None and name not in self._resident:
-                wanted.append((reader, np.unique(np.concatenate([reader.chunks(slice(a, b)) for a, b in parts]))))
+                chunks = [reader.chunks(slice(a, b)) for a, b in parts]
+                wanted.append((reader, chunks[0] if len(chunks) == 1 else np.unique(np.concatenate(chunks))))
         with self._naming_errors("an array"):
             return fetch_chunks(wanted)
 

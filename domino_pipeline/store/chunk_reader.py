@@ -244,8 +244,9 @@ class ChunkedArray:
         chunks = np.asarray(chunks, dtype=np.int64)
         shards, inner = np.divmod(chunks, self.chunks_per_shard)
         requests: list[Request] = []
-        for shard in np.unique(shards).tolist():
-            picked = inner[shards == shard]
+        one = shards.size and shards.min() == shards.max()  # the chunks of one shard: the usual
+        for shard in [int(shards[0])] if one else np.unique(shards).tolist():
+            picked = inner if one else inner[shards == shard]
             entries = self._indexes[shard][picked]
             bad = np.flatnonzero(entries[:, 1] != self.chunk_nbytes + CHECKSUM_BYTES)
             if bad.size:
