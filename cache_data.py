@@ -1,8 +1,9 @@
 """Build the DoMINO training cache: every processed run once, all the work except sampling.
 
-For each run of ``data.processed_dir`` (this project's processed Zarr groups or physicsnemo-curator
-output as it is: Zarr v2 or v3 groups, .npz files, and .npy dicts with ``data.allow_pickle=true``;
-the form is detected per run and named in the summary) it runs the one preprocessing (box filtering,
+For each run of ``data.processed_dir`` (a folder or an object-store URL, as ``cache.dir`` may
+be; this project's processed Zarr groups or physicsnemo-curator output as it is: Zarr v2 or v3
+groups, .npz files, and .npy dicts with ``data.allow_pickle=true``; the form is detected per
+run and named in the summary) it runs the one preprocessing (box filtering,
 normalisation, SDF of both grids, SDF and closest point of every kept volume point, kNN of every
 kept surface cell and, with ``geometry.neighbor_layout=features``, its neighbours' coordinates,
 normals and areas; the volume a block at a time) and writes the next generation of
@@ -59,7 +60,8 @@ from domino_pipeline.store.manifest import (
     write_manifest,
 )
 from domino_pipeline.store.staleness import check_scaling_factors, manifest_records
-from domino_pipeline.store.rank_records import finish_rank
+from domino_pipeline.store.object_cache import ABANDONED_AFTER_S
+from domino_pipeline.store.rank_records import finish_rank, remove_finished_jobs
 from domino_pipeline.store.validate import validate_cache
 
 STATUSES = ("built", "skipped", "stale", "failed")
@@ -208,12 +210,11 @@ def main(config: PipelineConfig) -> int:
     runs, cache_dir = list_runs(config.data.processed_dir), join(config.cache.dir)
     if config.cache.validate:
         return _validate(runs, cache_dir, settings) if rank == 0 else 0
-    if is_url(cache_dir) and job is not None:
-        raise CacheError(f"{cache_dir}: a cache on object storage is built by one process; run "
-                         "cache_data.py without torchrun, or build locally and upload")
     if not is_url(cache_dir):
         cache_dir.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(cache_dir)  # on every rank: those of live writers stay
+    else:
+        remove_finished_jobs(cache_dir, ABANDONED_AFTER_S)
     results = build_cache(runs, cache_dir, settings, rebuild=config.cache.rebuild, rank=rank,
                           world_size=world_size, options=read_options_from_config(config.data, config.physics))
     print(summarize_build(results), flush=True)

@@ -37,12 +37,12 @@ from domino_pipeline.loading.items import (
     constant_grid,
     parts_of,
 )
-from domino_pipeline.store.byte_source import join
+from domino_pipeline.object_store import as_location, exists, is_url, join
 from domino_pipeline.store.manifest import manifest_scaling_factors
 
 __all__ = [
     "CachedDoMINODataset", "MODEL_TYPES", "build_item", "collate_items", "constant_grid",
-    "dataset_from_config", "parts_of", "scaling_factors_path",
+    "dataset_from_config", "parts_of", "scaling_factors_of", "scaling_factors_path",
     "DoMINODataPipe",  # noqa: F822 (from __getattr__, on first use)
 ]
 
@@ -73,8 +73,11 @@ def _typed(config: PipelineConfig | DictConfig) -> PipelineConfig:
     return config if isinstance(config, PipelineConfig) else load_config(config)
 
 
-def _factors(config: PipelineConfig) -> dict:
-    """The scaling factors the config asks for (the cache's own checked against its manifest)."""
+def scaling_factors_of(config: PipelineConfig | DictConfig) -> dict:
+    """The scaling factors the config asks for, read and checked: ``sampling.scaling_factors``
+    when given, else the cache's own (local or on object storage) checked against its manifest,
+    else train.py's ``<output_dir>/scaling_factors.json``."""
+    config = _typed(config)
     sampling = config.sampling
     if sampling.scaling_factors is None and config.cache.enabled:
         return manifest_scaling_factors(config.cache.dir, normalization=sampling.normalization)
@@ -96,7 +99,7 @@ def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str 
     law = sampling_law(sampling, validation=not train)
     common = dict(runs=runs, model_type=config.model_type, surface_points=sampling.surface_points,
                   volume_points=sampling.volume_points, geometry_points=sampling.geometry_points,
-                  scaling_factors=_factors(config), seed=config.seed + (0 if train else 1),
+                  scaling_factors=scaling_factors_of(config), seed=config.seed + (0 if train else 1),
                   surface_window_factor=law.surface_window_factor,
                   volume_window_factor=law.volume_window_factor, exact=law.exact)
     if config.cache.enabled:
@@ -117,9 +120,9 @@ def _sources(cache: CacheConfig, data: DataConfig, runs: Sequence[str | os.PathL
     """The stat fingerprints (file names, sizes, times) of the processed runs a cached dataset
     draws from, so that runs written again since the cache was built are refused; None when
     ``cache.check_sources`` is false or there are no processed runs here (a machine that holds
-    only the cache)."""
-    processed = Path(data.processed_dir)
-    if not cache.check_sources or not processed.is_dir():
+    only the cache). Processed runs on object storage are fingerprinted from their listing."""
+    processed = as_location(data.processed_dir)
+    if not cache.check_sources or not (exists(processed) if is_url(processed) else processed.is_dir()):
         return None
     wanted = None if runs is None else {run_name(r) for r in runs}
     return {run_name(p): stat_fingerprint(p) for p in list_runs(processed)

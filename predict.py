@@ -27,8 +27,7 @@ import json
 import sys
 from pathlib import Path
 
-from datapipe import scaling_factors_path
-from domino_pipeline.compute.scaling import load_scaling_factors
+from datapipe import scaling_factors_of
 from domino_pipeline.compute.settings import settings_from_config
 from domino_pipeline.config import DataConfig, PipelineConfig, PredictConfig
 from domino_pipeline.entry_point import entry_point
@@ -91,8 +90,7 @@ def main(config: PipelineConfig) -> None:
     variables = {"surface": config.variables.surface, "volume": config.variables.volume}
     model, parameters = load_trained_model(options.checkpoint, device)
     check_data_fits_model(settings.fingerprinted(), parameters, "the config")
-    factors = load_scaling_factors(scaling_factors_path(config), config.sampling.normalization,  # train.py's
-                                   allow_pickle=config.data.allow_pickle)
+    factors = scaling_factors_of(config)  # train.py's: the cache's (a local folder or a URL), checked
     physics = Physics(config.physics.stream_velocity, config.physics.air_density, config.physics.reference_length)
     out_dir = Path(options.out_dir)
     records = []

@@ -60,6 +60,7 @@ from domino_pipeline.inputs.processed_run import (
 )
 from domino_pipeline.inputs.surface_stream import open_surface
 from domino_pipeline.inputs.volume_stream import open_volume
+from domino_pipeline.object_store import is_url
 from domino_pipeline.run_report import RunResult, summarize
 
 # ----------------------------------------------------------------------------- one run
@@ -257,6 +258,9 @@ def settings_differences(out: Path, options: ProcessOptions) -> list[str]:
 @entry_point
 def main(config: PipelineConfig) -> int:
     """Process the runs of data.raw_dir into data.processed_dir; the exit code."""
+    if is_url(config.data.processed_dir):
+        raise ValueError(f"{config.data.processed_dir}: process_data.py writes to a local folder; "
+                         "upload the processed runs there to read them from object storage")
     options = ProcessOptions.from_config(config.physics, config.variables, config.process)
     results = process_all(config.data.raw_dir, config.data.processed_dir, options,
                           num_processes=config.process.num_processes, overwrite=config.process.overwrite)

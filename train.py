@@ -34,6 +34,7 @@ from datapipe import dataset_from_config, parts_of, scaling_factors_path
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.runs import list_runs, read_options_from_config, split_from_config
+from domino_pipeline.object_store import name_of
 from domino_pipeline.training import distributed
 from domino_pipeline.training.checkpoint_policy import RunFiles, TrainingState
 from domino_pipeline.training.distributed import DistInfo
@@ -127,7 +128,7 @@ def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
         output_dir.mkdir(parents=True, exist_ok=True)
     train_runs, val_runs, factors = split_and_scale(config, info)
     log = RunLog(output_dir, enabled=info.is_main)
-    log.write_json("split.json", {"train": [r.name for r in train_runs], "val": [r.name for r in val_runs]})
+    log.write_json("split.json", {"train": [name_of(r) for r in train_runs], "val": [name_of(r) for r in val_runs]})
     # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;
     # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
     torch.manual_seed(config.seed + info.rank)

@@ -146,3 +146,15 @@ def test_the_manifest_commit_is_a_conditional_put(s3_server, cache_dir):
     with pytest.raises(ConflictError, match="changed by another writer"):
         write_manifest(url, settings, {}, if_version=None)  # "create", but one exists
     assert sorted(read_manifest(url)["runs"]) == ["run_1", "run_2"]
+
+
+def test_predict_reads_the_scaling_factors_of_a_cache_on_s3(cache_dir, s3_cache):
+    """predict.py's factors (datapipe.scaling_factors_of): the cache's own, read from its URL and
+    checked against its manifest, equal to the local cache's."""
+    from conftest import typed_config
+    from datapipe import scaling_factors_of
+
+    from domino_pipeline.store.manifest import manifest_scaling_factors
+    remote = scaling_factors_of(typed_config("cache.enabled=true", f"cache.dir={s3_cache}"))
+    assert remote == manifest_scaling_factors(cache_dir, normalization=remote["normalization"])
+    assert remote["runs"] == ["run_1", "run_2"]

@@ -1,6 +1,7 @@
 """cache_data.py building into object storage (an S3 server on 127.0.0.1, moto): the same cache
-as a local build, validated object by object; a kill -9 during an upload then a rerun; two
-builders at once; credentials written nowhere."""
+as a local build, validated object by object; train.py and predict.py on it, with the
+processed runs on object storage too; a kill -9 during an upload then a rerun; two builders at
+once; credentials written nowhere."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 from cache_fixtures import OVERRIDES, SAMPLES, tiny_settings
 from s3_server import FaultProxy
+from test_predict import SYNTHETIC_FORCES
 from test_train import TINY
 
 from domino_pipeline.inputs.runs import list_runs
@@ -23,7 +25,8 @@ from domino_pipeline.store.build import manifest_runs, write_scaling_factors
 from domino_pipeline.store.byte_source import Request, source_and_key
 from domino_pipeline.store.cache_format import layout_arrays
 from domino_pipeline.store.cache_run import CacheRun
-from domino_pipeline.store.manifest import read_manifest, run_path, write_manifest
+from domino_pipeline.store.manifest import read_manifest, read_manifest_version, run_path, write_manifest
+from domino_pipeline.store.object_cache import upload_folder
 from domino_pipeline.store.validate import validate_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,36 +75,55 @@ def test_a_cache_built_on_s3_reads_as_the_local_build(s3_server, tiny_processed_
 
 
 @pytest.mark.slow
-def test_the_command_lines_build_validate_and_train_on_an_s3_cache_and_write_no_secret(
-        s3_server, tiny_processed_dir, cache_dir, tmp_path, monkeypatch):
+def test_the_command_lines_build_validate_train_and_predict_on_s3_and_write_no_secret(
+        s3_server, tiny_raw_dir, tiny_processed_dir, cache_dir, tmp_path, monkeypatch):
+    """Processed runs and the cache both on S3: cache_data.py builds and validates, train.py
+    trains, predict.py takes the cache's scaling factors; the secret is in nothing written."""
     marker = "MARKER-SECRET-5f1c9e"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", marker)
+    processed = f"s3://{s3_server.bucket('processed')}/runs"
+    upload_folder(tiny_processed_dir, processed)
     url = f"s3://{s3_server.bucket()}/cli"
-    built = subprocess.run(_args(tiny_processed_dir, url, tmp_path / "hydra"), cwd=ROOT,
+    built = subprocess.run(_args(processed, url, tmp_path / "hydra"), cwd=ROOT,
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr
     assert "2 runs: 2 built" in built.stdout
-    checked = subprocess.run(_args(tiny_processed_dir, url, tmp_path / "hydra", "cache.validate=true"),
+    checked = subprocess.run(_args(processed, url, tmp_path / "hydra", "cache.validate=true"),
                              cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "2 runs validated, 0 with problems" in checked.stdout
     assert_same_as(url, cache_dir)
-    trained = subprocess.run([sys.executable, "train.py", "--config-name=cached", f"data.processed_dir={tiny_processed_dir}",
-                              f"cache.dir={url}", *TINY, "geometry.neighbor_layout=indices", "train.epochs=1",
-                              "train.num_workers=1", f"output_dir={tmp_path / 'train'}", f"hydra.run.dir={tmp_path / 'hydra'}"],
+    both = ["--config-name=cached", f"data.processed_dir={processed}", f"cache.dir={url}", *TINY,
+            "geometry.neighbor_layout=indices", f"hydra.run.dir={tmp_path / 'hydra'}"]
+    trained = subprocess.run([sys.executable, "train.py", *both, "train.epochs=1", "train.num_workers=1",
+                              f"output_dir={tmp_path / 'train'}"],
                              cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
     assert (tmp_path / "train" / "checkpoints").is_dir()
-    source, key = source_and_key(url)
-    objects = source.list_all(key)
-    assert len(objects) > 20
-    for obj in objects:
-        [(data, _)] = source.fetch([Request(obj["path"])])
-        assert marker.encode() not in bytes(data), obj["path"]
-    for path in tmp_path.rglob("*"):
+    predicted = subprocess.run([sys.executable, "predict.py", *both, *SYNTHETIC_FORCES,
+                                f"predict.checkpoint={tmp_path / 'train' / 'checkpoints' / 'model_last.mdlus'}",
+                                f"predict.runs=[{tiny_raw_dir / 'run_1'}]", "predict.plot=false",
+                                f"predict.out_dir={tmp_path / 'predicted'}"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert predicted.returncode == 0, predicted.stdout[-3000:] + predicted.stderr[-3000:]
+    assert (tmp_path / "predicted" / "predictions.csv").is_file()
+    written = built.stdout + built.stderr + checked.stdout + checked.stderr + trained.stdout + trained.stderr
+    _assert_no_secret(marker, [url, processed], tmp_path, written + predicted.stdout + predicted.stderr)
+
+
+def _assert_no_secret(marker: str, urls: list[str], folder: Path, printed: str) -> None:
+    """``marker`` is in no object under ``urls``, no file under ``folder``, nothing printed."""
+    for url in urls:
+        source, key = source_and_key(url)
+        objects = source.list_all(key)
+        assert len(objects) > 20
+        for obj in objects:
+            [(data, _)] = source.fetch([Request(obj["path"])])
+            assert marker.encode() not in bytes(data), obj["path"]
+    for path in folder.rglob("*"):
         if path.is_file():
             assert marker.encode() not in path.read_bytes(), path
-    assert marker not in built.stdout + built.stderr + checked.stdout + checked.stderr + trained.stdout + trained.stderr
+    assert marker not in printed
 
 
 REPEATS = int(os.environ.get("DOMINO_STORE_REPEATS", "1"))  # 5 for the acceptance runs
@@ -122,7 +144,10 @@ def _generation_objects(url: str, run: str) -> dict[str, list[str]]:
 def test_kill_9_during_an_upload_then_a_rerun_equals_a_clean_build(
         s3_server, tiny_processed_dir, cache_dir, tmp_path, attempt):
     url = f"s3://{s3_server.bucket()}/killed"
-    proxy = FaultProxy(s3_server.endpoint, slow_every=1, delay=0.25, slow_methods=("PUT",))
+    # every second PUT held 1 s: half the objects of an upload land at once, its group zarr.json
+    # (sent only once every other object is in) never before the delayed ones, so the kill
+    # below comes well before the commit is sent
+    proxy = FaultProxy(s3_server.endpoint, slow_every=2, delay=1.0, slow_methods=("PUT",))
     env = os.environ | {"AWS_ENDPOINT_URL": proxy.endpoint}
     builder = subprocess.Popen(_args(tiny_processed_dir, url, tmp_path / "hydra"), cwd=ROOT, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -166,3 +191,76 @@ def test_two_builders_at_once_lose_no_run(s3_server, tiny_processed_dir, cache_d
         assert builder.returncode == 0, output
     assert sorted(read_manifest(url)["runs"]) == ["run_1", "run_2"]
     assert_same_as(url, cache_dir)
+
+
+def test_rank_records_on_s3_let_the_last_rank_finish_the_job_once(s3_server):
+    from domino_pipeline.store.rank_records import finish_rank, remove_finished_jobs
+
+    url, calls = f"s3://{s3_server.bucket()}/ranks", []
+    assert finish_rank(url, "job-a", 1, 3, {"failed": 1}, calls.append) is None
+    assert finish_rank(url, "job-a", 0, 3, {"failed": 0}, calls.append) is None
+    assert finish_rank(url, "job-a", 2, 3, {"failed": 2}, lambda r: calls.append(r) or "done") == "done"
+    assert calls == [[{"failed": 0}, {"failed": 1}, {"failed": 2}]]
+    source, key = source_and_key(url)
+    assert [o["path"].rsplit("/", 1)[-1] for o in source.list_all(f"{key}/.ranks/job-a")] == ["finished"]
+    # two ranks that see every record at once: the one whose claim comes second does nothing
+    assert finish_rank(url, "job-b", 0, 2, {"failed": 0}, calls.append) is None
+    source.put(f"{key}/.ranks/job-b/finished", b"rank 0\n", mode="create")
+    assert finish_rank(url, "job-b", 1, 2, {"failed": 0}, calls.append) is None
+    assert len(calls) == 1
+    assert finish_rank(url, "job-c", 0, 2, {"failed": 0}, calls.append) is None  # unfinished
+    assert remove_finished_jobs(url, 3600.0) == []  # claimed just now
+    assert sorted(remove_finished_jobs(url, 0.0)) == ["job-a"]  # job-b's records are still there
+    assert [o["path"].rsplit("/", 1)[-1] for o in source.list_all(f"{key}/.ranks")] == [
+        "finished", "rank-0.json", "rank-1.json", "rank-0.json"]
+
+
+@pytest.mark.slow
+def test_torchrun_builds_into_s3_and_the_last_rank_commits_the_manifest(
+        s3_server, tiny_processed_dir, cache_dir, tmp_path, monkeypatch):
+    marker = "MARKER-SECRET-91d07a"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", marker)
+    url = f"s3://{s3_server.bucket()}/ranked"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               *_args(tiny_processed_dir, url, tmp_path / "hydra")[1:]]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert out.count("1 runs: 1 built") == 2  # each rank built its run
+    assert out.count("manifest: ") == 1 and out.count("the last rank to finish writes the manifest") == 1
+    assert_same_as(url, cache_dir)
+    source, key = source_and_key(url)
+    left = [o["path"].rsplit("/", 1)[-1] for o in source.list_all(f"{key}/.ranks")]
+    assert left == ["finished"]  # the records are gone, the job's claim stays
+    _assert_no_secret(marker, [url], tmp_path, out + result.stderr)
+
+
+def test_a_build_removes_the_generations_no_reader_needs(s3_server, cache_dir):
+    """After each upload: complete generations beyond the newest two that the manifest does not
+    name, and claimed prefixes never completed once untouched for the grace period."""
+    from cache_fixtures import generation
+
+    from domino_pipeline.store.object_cache import publish_generation
+
+    url, local = f"s3://{s3_server.bucket()}/collected", generation(cache_dir, "run_1")
+    for _ in range(2):
+        publish_generation(local, url, "run_1")
+    write_manifest(url, tiny_settings(), {"run_1": {"path": "run_1/g1.zarr"}})
+    publish_generation(local, url, "run_1")
+    assert sorted(_generation_objects(url, "run_1")) == ["g1.zarr", "g2.zarr", "g3.zarr"]  # g1: named
+    write_manifest(url, tiny_settings(), {"run_1": {"path": "run_1/g3.zarr"}},
+                   if_version=read_manifest_version(url)[1])
+    source, key = source_and_key(url)
+    source.put(f"{key}/run_1/g4.zarr/.claim", b"pid 1\n", mode="create")  # killed during its upload
+    source.put(f"{key}/run_1/g4.zarr/surface_areas/c/0", b"partial")
+    publish_generation(local, url, "run_1")  # g5; g4 is young: perhaps a live upload
+    assert sorted(_generation_objects(url, "run_1")) == ["g3.zarr", "g4.zarr", "g5.zarr"]
+    publish_generation(local, url, "run_1", abandoned_after_s=0.0)  # g6; g4 abandoned, g3 named
+    assert sorted(_generation_objects(url, "run_1")) == ["g3.zarr", "g5.zarr", "g6.zarr"]
+    write_manifest(url, tiny_settings(), {"run_1": {"path": "run_1/g6.zarr"}},
+                   if_version=read_manifest_version(url)[1])
+    publish_generation(local, url, "run_1")  # g7
+    assert sorted(_generation_objects(url, "run_1")) == ["g6.zarr", "g7.zarr"]
+    assert sorted(_generation_objects(url, "run_1")["g7.zarr"]) == sorted(
+        [".claim", *(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())])

@@ -3,7 +3,8 @@ deleted chunk file of a processed run would otherwise be cached as rows of zeros
 
 Works from the array's metadata and a listing of its folder (plus, for sharded Zarr v3 arrays,
 each shard's index: 16 bytes per inner chunk, never the data), for Zarr v2 (``.zarray``) and v3
-(``zarr.json``) arrays, sharded or not, any chunk key encoding. Writers that omit fill-valued
+(``zarr.json``) arrays, sharded or not, any chunk key encoding, in a local folder or under an
+object-store prefix (a URL: one listing, ranged reads of the shard indexes). Writers that omit fill-valued
 chunks on purpose are accepted only when the caller opts out (``data.allow_missing_chunks``).
 """
 
@@ -18,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from domino_pipeline.object_store import as_location, is_url, join, list_objects, read_bytes
+
 ABSENT = 2**64 - 1  # Zarr's shard index entry of an inner chunk that was not written
 _INDEX_ENTRY_BYTES, _CRC_BYTES = 16, 4
 
@@ -26,7 +29,7 @@ def missing_chunks(array_dir: str | os.PathLike, limit: int = 5) -> list[str]:
     """Up to ``limit`` keys of chunks (or ``<shard key> inner chunk <i>``) that the array's
     shape implies and its folder lacks; empty when whole. ValueError for metadata it cannot
     read."""
-    array_dir = Path(array_dir)
+    array_dir = as_location(array_dir)
     grid = _grid(array_dir)
     present = _listing(array_dir)
     missing: list[str] = []
@@ -35,20 +38,28 @@ def missing_chunks(array_dir: str | os.PathLike, limit: int = 5) -> list[str]:
         if key not in present:
             missing.append(key)
         elif grid["inner"] is not None:
-            missing += [f"{key} inner chunk {i}" for i in _unwritten_inner(array_dir / key, position, grid)]
+            missing += [f"{key} inner chunk {i}" for i in _unwritten_inner(join(array_dir, key), position, grid)]
         if len(missing) >= limit:
             return missing[:limit]
     return missing
 
 
-def _grid(array_dir: Path) -> dict[str, Any]:
+def _metadata(array_dir: Path | str, name: str) -> dict | None:
+    """The array's metadata file ``name`` parsed, or None when it has none."""
+    raw = read_bytes(join(array_dir, name))
+    return None if raw is None else json.loads(raw)
+
+
+def _grid(array_dir: Path | str) -> dict[str, Any]:
     """Shape, chunk (or shard) shape, key function and inner sharding of an array's metadata."""
-    if (array_dir / ".zarray").is_file():
-        meta = json.loads((array_dir / ".zarray").read_text())
+    meta = _metadata(array_dir, ".zarray")
+    if meta is not None:
         separator = meta.get("dimension_separator") or "."
         return {"shape": meta["shape"], "chunks": meta["chunks"], "inner": None,
                 "key": _keys(separator, None)}
-    meta = json.loads((array_dir / "zarr.json").read_text())
+    meta = _metadata(array_dir, "zarr.json")
+    if meta is None:
+        raise ValueError(f"{array_dir}: no .zarray or zarr.json")
     encoding = meta.get("chunk_key_encoding") or {"name": "default"}
     config = encoding.get("configuration") or {}
     default = encoding.get("name", "default") == "default"
@@ -67,8 +78,11 @@ def _keys(separator: str, prefix: str | None):
     return key
 
 
-def _listing(array_dir: Path) -> set[str]:
-    """Relative paths ("/"-joined) of every file under the array folder: one directory walk."""
+def _listing(array_dir: Path | str) -> set[str]:
+    """Relative paths ("/"-joined) of every file under the array folder: one directory walk
+    (one listing of a prefix)."""
+    if is_url(array_dir):
+        return set(list_objects(array_dir))
     found = set()
     for folder, _, files in os.walk(array_dir):
         relative = Path(folder).relative_to(array_dir).as_posix()
@@ -76,7 +90,7 @@ def _listing(array_dir: Path) -> set[str]:
     return found
 
 
-def _unwritten_inner(shard: Path, position: tuple[int, ...], grid: dict) -> list[int]:
+def _unwritten_inner(shard: Path | str, position: tuple[int, ...], grid: dict) -> list[int]:
     """Inner chunks of a shard that lie inside the array but whose index entry says absent;
     reads only the index (at the end or the start of the shard file)."""
     inner = grid["inner"]["chunk_shape"]
@@ -84,11 +98,8 @@ def _unwritten_inner(shard: Path, position: tuple[int, ...], grid: dict) -> list
     n = math.prod(per_axis)
     crc = any(c.get("name") == "crc32c" for c in grid["inner"].get("index_codecs", []) if isinstance(c, dict))
     nbytes = n * _INDEX_ENTRY_BYTES + (_CRC_BYTES if crc else 0)
-    size = shard.stat().st_size
     at_start = grid["inner"].get("index_location", "end") == "start"
-    with open(shard, "rb") as handle:
-        handle.seek(0 if at_start else max(size - nbytes, 0))
-        raw = handle.read(n * _INDEX_ENTRY_BYTES)
+    raw = (read_bytes(shard, 0 if at_start else None, nbytes) or b"")[:n * _INDEX_ENTRY_BYTES]
     if len(raw) < n * _INDEX_ENTRY_BYTES:
         return list(range(n))
     index = np.frombuffer(raw, dtype="<u8").reshape(n, 2)

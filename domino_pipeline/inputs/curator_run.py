@@ -25,12 +25,13 @@ import io
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import zarr
 
 from domino_pipeline.inputs.processed_run import ProcessedRunError
+from domino_pipeline.object_store import is_url, read_bytes, zarr_store
 
 # Globals a legacy .npy dict may name: numpy's array, dtype and scalar reconstructors (numpy 1
 # and 2 module names). Pickle opcodes build dicts, lists, strings and numbers without globals.
@@ -55,10 +56,22 @@ class NumpyOnlyUnpickler(pickle.Unpickler):
                                      "dtype or scalar")
 
 
-def read_zarr_group(path: Path) -> tuple[str, Mapping[str, Any], dict]:
-    """(format "zarr-v2" | "zarr-v3", the group's arrays (lazy), its attributes)."""
+def _binary(path: Path | str) -> IO[bytes]:
+    """A run file opened for reading: a local file, or an object fetched whole (a URL)."""
+    if not is_url(path):
+        return open(path, "rb")
+    data = read_bytes(path)
+    if data is None:
+        raise FileNotFoundError(f"{path}: no such object")
+    return io.BytesIO(data)
+
+
+def read_zarr_group(path: Path | str) -> tuple[str, Mapping[str, Any], dict]:
+    """(format "zarr-v2" | "zarr-v3", the group's arrays (lazy), its attributes); a URL is
+    read through zarr's ObjectStore (object_store.zarr_store)."""
+    store, inside = zarr_store(path) if is_url(path) else (str(path), None)
     try:
-        group = zarr.open_group(store=str(path), mode="r")
+        group = zarr.open_group(store=store, path=inside, mode="r")
     except Exception as err:  # zarr raises several types for a missing or broken group
         raise ProcessedRunError(f"{path}: not a readable Zarr group ({type(err).__name__}: {err})") from err
     arrays = {name: group[name] for name in group.array_keys()}
@@ -78,10 +91,11 @@ def _split_scalars(items: Mapping[str, Any]) -> tuple[dict[str, Any], dict]:
     return arrays, attrs
 
 
-def read_npz(path: Path) -> tuple[str, Mapping[str, Any], dict]:
-    """("npz", arrays, attributes) of an .npz file; object arrays are refused, not unpickled."""
+def read_npz(path: Path | str) -> tuple[str, Mapping[str, Any], dict]:
+    """("npz", arrays, attributes) of an .npz file (or object); object arrays are refused, not
+    unpickled."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        with _binary(path) as handle, np.load(handle, allow_pickle=False) as npz:
             items = {key: npz[key] for key in npz.files}
     except ValueError as err:  # an object array: numpy would need a pickle
         raise ProcessedRunError(f"{path}: holds an object array, which only a pickle could "
@@ -92,7 +106,7 @@ def read_npz(path: Path) -> tuple[str, Mapping[str, Any], dict]:
     return "npz", arrays, attrs
 
 
-def _npy_dtype(handle: io.BufferedReader, path: Path) -> np.dtype:
+def _npy_dtype(handle: IO[bytes], path: Path | str) -> np.dtype:
     """Read an .npy header; return the array's dtype (the handle is left at the data)."""
     try:
         version = np.lib.format.read_magic(handle)
@@ -117,9 +131,9 @@ def _legacy_dict(value: dict) -> dict[str, Any]:
     return out
 
 
-def read_npy(path: Path, *, allow_pickle: bool) -> tuple[str, Mapping[str, Any], dict]:
-    """("npy", arrays, attributes) of a legacy .npy dict, only when ``allow_pickle``."""
-    with open(path, "rb") as handle:
+def read_npy(path: Path | str, *, allow_pickle: bool) -> tuple[str, Mapping[str, Any], dict]:
+    """("npy", arrays, attributes) of a legacy .npy dict (file or object), only when ``allow_pickle``."""
+    with _binary(path) as handle:
         dtype = _npy_dtype(handle, path)
         if dtype != np.dtype(object):
             raise ProcessedRunError(f"{path}: a plain {dtype} array, not a run (a run's .npy file "

@@ -38,6 +38,7 @@ import zarr
 from zarr.codecs import BloscCodec
 
 from domino_pipeline.atomic_store import atomic_directory
+from domino_pipeline.object_store import name_of
 
 FORMAT = "drivaerml-processed"
 FORMAT_VERSION = 1
@@ -293,6 +294,6 @@ def load_processed_run(
     return {name: check_values(name, present[name][...], path, n_points) for name in names}
 
 
-def natural_key(path: Path) -> list[int | str]:
-    """Sort key that orders digits by value: run_2 before run_10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+def natural_key(path: Path | str) -> list[int | str]:
+    """Sort key that orders digits by value: run_2 before run_10 (paths and URLs alike)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name_of(path))]

@@ -16,8 +16,13 @@ come from the run's arrays; where a run lacks them, from its physics constants
 (``[stream_velocity, air_density]``, attributes ``physics_constants`` or the two top-level
 attributes); else from the config (``ReadOptions.global_params``).
 
-    for path in list_runs("/data/curated"):
+    for path in list_runs("/data/curated"):        # or a URL: "s3://bucket/curated"
         arrays = load_run(path, ["surface_mesh_centers", "surface_fields"])
+
+A processed-data folder may be an object-store prefix (object_store.py): its runs are then
+URLs (strings), Zarr groups read through zarr's ``ObjectStore``, .npz/.npy files fetched whole,
+and fingerprints made from the objects' bytes (``source_fingerprint``) and from their listing
+(``stat_fingerprint``: keys, sizes, e-tags, modification times).
 """
 
 from __future__ import annotations
@@ -44,6 +49,18 @@ from domino_pipeline.inputs.processed_run import (
     check_shapes,
     check_values,
     natural_key,
+)
+from domino_pipeline.object_store import (
+    ObjectInfo,
+    as_location,
+    exists,
+    head,
+    is_url,
+    join,
+    list_folder,
+    list_objects,
+    name_of,
+    read_in_order,
 )
 
 RUN_SUFFIXES = (".zarr", ".npz", ".npy")
@@ -84,7 +101,7 @@ def read_options_from_config(data: DataConfig, physics: PhysicsConfig) -> ReadOp
 class OpenedRun:
     """A run opened for reading: its form, its arrays (lazy where the form allows) and attributes."""
 
-    path: Path
+    path: Path | str  # a URL for a run on object storage
     format: str  # one of FORMATS
     arrays: Mapping[str, Any]
     attrs: dict
@@ -92,34 +109,53 @@ class OpenedRun:
 
 def run_name(path: str | os.PathLike) -> str:
     """The run's name: the file or folder name without its form's suffix (run_1.zarr: run_1)."""
-    name = Path(path).name
+    name = name_of(path)
     for suffix in RUN_SUFFIXES:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
 
 
-def _describe(entries: list[Path]) -> str:
+def _describe(entries: list[tuple[str, str, Path | str]]) -> str:
     if not entries:
         return "nothing"
-    names = sorted(p.name + ("/" if p.is_dir() else "") for p in entries)
+    names = sorted(name + ("/" if kind == "folder" else "") for name, kind, _ in entries)
     shown = ", ".join(names[:10])
     return shown + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
-def list_runs(directory: str | os.PathLike) -> list[Path]:
+def _kind(path: Path) -> str:
+    return "folder" if path.is_dir() else "file" if path.is_file() else "other"
+
+
+def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
+    """(name, "folder" | "file" | "other", location) of everything directly in a folder or
+    under a prefix, hidden names left out; FileNotFoundError for a missing folder or an empty
+    prefix."""
+    if is_url(directory):
+        folders, objects = list_folder(directory)
+        found = [(n, "folder", join(directory, n)) for n in folders] + [(n, "file", join(directory, n)) for n in objects]
+        if not found:
+            raise FileNotFoundError(f"{directory}: no such processed-data prefix (nothing there)")
+    elif directory.is_dir():
+        found = [(p.name, _kind(p), p) for p in directory.iterdir()]
+    else:
+        raise FileNotFoundError(f"{directory}: no such processed-data directory")
+    return [entry for entry in found if not entry[0].startswith(".")]
+
+
+def list_runs(directory: str | os.PathLike) -> list[Path | str]:
     """The runs in ``directory`` (``*.zarr`` folders, ``*.npz`` and ``*.npy`` files), naturally
     sorted (run_2 < run_10); hidden names (unfinished writers' temporaries) are never listed.
+    A URL lists the runs under that object-store prefix, as URLs.
 
     Raises FileNotFoundError for a missing folder, NoRunsError (naming what the folder holds) when
     it holds no run, and ValueError when two runs share a name in different forms.
     """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"{directory}: no such processed-data directory")
-    entries = [p for p in directory.iterdir() if not p.name.startswith(".")]
-    runs = sorted((p for p in entries if (p.suffix == ".zarr" and p.is_dir())
-                   or (p.suffix in (".npz", ".npy") and p.is_file())), key=natural_key)
+    directory = as_location(directory)
+    entries = _entries(directory)
+    runs = sorted((where for name, kind, where in entries if (name.endswith(".zarr") and kind == "folder")
+                   or (name.endswith((".npz", ".npy")) and kind == "file")), key=natural_key)
     if not runs:
         raise NoRunsError(f"{directory}: no run found (expected <run>.zarr groups in Zarr v2 or v3, "
                           f"<run>.npz or <run>.npy files); it holds {_describe(entries)}")
@@ -127,12 +163,12 @@ def list_runs(directory: str | os.PathLike) -> list[Path]:
     for path in runs:
         if run_name(path) in names:
             raise ValueError(f"{directory}: run {run_name(path)} is there twice: "
-                             f"{names[run_name(path)].name} and {path.name}; keep one")
+                             f"{name_of(names[run_name(path)])} and {name_of(path)}; keep one")
         names[run_name(path)] = path
     return runs
 
 
-def split_runs(runs: list[Path], val_fraction: float, seed: int) -> tuple[list[Path], list[Path]]:
+def split_runs(runs: list[Path | str], val_fraction: float, seed: int) -> tuple[list[Path | str], list[Path | str]]:
     """Deterministic train/validation split: a seeded permutation, the first ceil(f*n) runs validate
     (at least one when f > 0 and there are 2+ runs; never all of them)."""
     if not runs:
@@ -144,13 +180,14 @@ def split_runs(runs: list[Path], val_fraction: float, seed: int) -> tuple[list[P
     return train, val
 
 
-def split_from_config(runs: list[Path], train: TrainConfig, seed: int) -> tuple[list[Path], list[Path]]:
+def split_from_config(runs: list[Path | str], train: TrainConfig, seed: int
+                      ) -> tuple[list[Path | str], list[Path | str]]:
     """train.py's split of ``runs``: ``train.val_fraction``, seeded by ``train.split_seed``
     (None: the run's ``seed``). cache_data.py computes the scaling factors on its training runs."""
     return split_runs(runs, train.val_fraction, seed if train.split_seed is None else train.split_seed)
 
 
-def _zarr_run(path: Path) -> OpenedRun:
+def _zarr_run(path: Path | str) -> OpenedRun:
     form, arrays, attrs = read_zarr_group(path)
     found = attrs.get("format")
     if found == FORMAT:
@@ -166,14 +203,15 @@ def _zarr_run(path: Path) -> OpenedRun:
 def open_run(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) -> OpenedRun:
     """Open one run of any accepted form (module docstring); ProcessedRunError (a ValueError)
     naming the file for anything else, FileNotFoundError for a missing one."""
-    path = Path(path)
-    if not path.exists():
+    path = as_location(path)
+    if not exists(path):
         raise FileNotFoundError(f"{path}: no processed run there")
-    if path.suffix == ".zarr" or path.is_dir():
+    suffix = _suffix(path)
+    if suffix == ".zarr" or (suffix not in (".npz", ".npy") and _is_folder(path)):
         run = _zarr_run(path)
-    elif path.suffix == ".npz":
+    elif suffix == ".npz":
         run = OpenedRun(path, "curator-npz", *read_npz(path)[1:])
-    elif path.suffix == ".npy":
+    elif suffix == ".npy":
         run = OpenedRun(path, "curator-npy", *read_npy(path, allow_pickle=options.allow_pickle)[1:])
     else:
         raise ProcessedRunError(f"{path}: not a run (expected a .zarr group, .npz or .npy file)")
@@ -184,12 +222,23 @@ def open_run(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) ->
     return run
 
 
+def _suffix(path: Path | str) -> str:
+    """The run name's suffix (".zarr", ".npz", ...), for paths and URLs alike."""
+    name = name_of(path)
+    return name[name.rfind("."):] if "." in name else ""
+
+
+def _is_folder(path: Path | str) -> bool:
+    """Whether a run is a folder (a prefix with objects under it, for a URL)."""
+    return any(list_folder(path)) if is_url(path) else Path(path).is_dir()
+
+
 def run_format(path: str | os.PathLike) -> str:
     """The form of a run (one of FORMATS), read from its name and, for a Zarr group, its
     metadata only: cheap, for reports."""
-    path = Path(path)
-    if path.suffix in (".npz", ".npy"):
-        return f"curator-{path.suffix[1:]}"
+    path = as_location(path)
+    if _suffix(path) in (".npz", ".npy"):
+        return f"curator-{_suffix(path)[1:]}"
     return _zarr_run(path).format
 
 
@@ -273,7 +322,7 @@ def check_all_chunks(run: OpenedRun, allow_missing: bool = False) -> None:
         return
     for name in sorted(n for n in run.arrays if n in ARRAY_NAMES):
         try:
-            missing = missing_chunks(run.path / name, limit=6)
+            missing = missing_chunks(join(run.path, name), limit=6)
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise ProcessedRunError(f"{run.path}: array {name} ({run.format}): unreadable chunk "
                                     f"layout ({type(err).__name__}: {err})") from err
@@ -296,21 +345,41 @@ def _read_whole(run: OpenedRun, name: str, array: Any) -> np.ndarray:
     return data.reshape(_as_stored(name, tuple(array.shape)))
 
 
+def _run_files(path: Path | str) -> tuple[bool, list[tuple[str, Path | str, Any]]]:
+    """Whether the run is a folder (a prefix), and (name, location, what to stat) of each of
+    its files in name order: relative paths in a folder, the file's own name for a run file;
+    on object storage the listing's ``ObjectInfo`` stands for the stat. FileNotFoundError when
+    there is none."""
+    if is_url(path):
+        files = [(n, join(path, n), info) for n, info in sorted(list_objects(path).items())]
+        single = head(path) if not files else None
+        folder, files = single is None, files or [(name_of(path), path, single)]
+    else:
+        root, folder = Path(path), Path(path).is_dir()
+        found = sorted(p for p in root.rglob("*") if p.is_file()) if folder else [root]
+        files = [(p.relative_to(root).as_posix() if folder else p.name, p, p) for p in found if p.exists()]
+    if not files or files[0][2] is None:
+        raise FileNotFoundError(f"{path}: no processed run there (no files)")
+    return folder, files
+
+
 def source_fingerprint(path: str | os.PathLike) -> str:
     """SHA-256 of a run's stored bytes: every file of a run folder (relative path and contents,
-    metadata and chunks alike), or the run file. Rewriting a run with other data changes it,
-    whoever wrote it; a byte-for-byte copy elsewhere keeps it."""
-    root = Path(path)
-    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
-    if not files or not root.exists():
-        raise FileNotFoundError(f"{root}: no processed run there (no files)")
+    metadata and chunks alike), or the run file; the objects of a run on object storage alike.
+    Rewriting a run with other data changes it, whoever wrote it; a byte-for-byte copy
+    elsewhere keeps it (from a folder to a bucket too)."""
+    folder, files = _run_files(as_location(path))
+    remote = iter(read_in_order([where for _, where, _ in files if is_url(where)]))
     digest = hashlib.sha256()
-    for file in files:
-        if root.is_dir():
-            digest.update(file.relative_to(root).as_posix().encode() + b"\0")
-        with open(file, "rb") as handle:
-            while block := handle.read(_HASH_BLOCK):
-                digest.update(block)
+    for name, location, _ in files:
+        if folder:
+            digest.update(name.encode() + b"\0")
+        if is_url(location):
+            digest.update(next(remote) or b"")
+        else:
+            with open(location, "rb") as handle:
+                while block := handle.read(_HASH_BLOCK):
+                    digest.update(block)
         digest.update(b"\0")
     return digest.hexdigest()
 
@@ -319,16 +388,15 @@ def stat_fingerprint(path: str | os.PathLike) -> str:
     """SHA-256 of a run's file names, sizes, modification times, inode change times and inode
     numbers: cheap (no data read), and it changes whenever a file of the run is written again,
     even by a tool that keeps the size and restores the modification time: the kernel sets the
-    change time on every write, rename or ``utime`` and no copy tool can set it back. A cache
-    build hashes the bytes (``source_fingerprint``) only when this one differs from what it
-    recorded."""
-    root = Path(path)
-    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
-    if not root.exists():
-        raise FileNotFoundError(f"{root}: no processed run there (no files)")
+    change time on every write, rename or ``utime`` and no copy tool can set it back. On object
+    storage: the objects' keys, sizes, e-tags and modification times, from one listing (every
+    put makes a new modification time). A cache build hashes the bytes (``source_fingerprint``)
+    only when this one differs from what it recorded."""
     digest = hashlib.sha256()
-    for file in files:
-        info = file.stat()
-        name = file.relative_to(root).as_posix() if root.is_dir() else file.name
-        digest.update(f"{name}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\0{info.st_ino}\0".encode())
+    for name, _, stat in _run_files(as_location(path))[1]:
+        if isinstance(stat, ObjectInfo):
+            digest.update(f"{name}\0{stat.size}\0{stat.e_tag}\0{stat.last_modified}\0".encode())
+        else:
+            info = stat.stat()
+            digest.update(f"{name}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\0{info.st_ino}\0".encode())
     return digest.hexdigest()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -33,6 +32,7 @@ from domino_pipeline.inputs.runs import (
     run_name,
 )
 from domino_pipeline.loading.items import EpochDataset, build_item
+from domino_pipeline.object_store import as_location, is_url
 
 KNN_INDEXES_KEPT = 4  # runs whose surface kNN index a process keeps between draws
 
@@ -66,7 +66,7 @@ class DoMINODataPipe(EpochDataset):
         super().__init__(model_type=model_type, surface_points=surface_points,
                          volume_points=volume_points, geometry_points=geometry_points,
                          law=law, seed=seed, scaling_factors=scaling_factors)
-        self.processed_dir = Path(processed_dir)
+        self.processed_dir = as_location(processed_dir)  # a URL: runs read from object storage
         self.read_options = read_options
         all_runs = list_runs(self.processed_dir)
         if runs is None:
@@ -90,6 +90,12 @@ class DoMINODataPipe(EpochDataset):
 
     def __len__(self) -> int:
         return len(self.run_paths)
+
+    @property
+    def worker_context(self) -> str | None:
+        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for
+        processed runs on object storage (the client does not survive ``fork``), else None."""
+        return "spawn" if is_url(self.processed_dir) else None
 
     def __getstate__(self) -> dict:
         return self.__dict__ | {"_knn_indexes": OrderedDict()}  # device arrays stay in their process

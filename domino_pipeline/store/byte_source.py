@@ -11,11 +11,10 @@ and assembly into arrays stay with the caller, so both back ends share them.
     source = open_source("s3://bucket/cache")       # or a local folder, as a path
     [(data, size)] = source.fetch([Request("run_1/g1.zarr/zarr.json")])
 
-A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://``);
-credentials and endpoints come from each cloud's standard environment (for S3 the ``AWS_*``
-variables, ``AWS_ENDPOINT_URL`` for S3-compatible servers) and are never kept in anything this
-package writes. Sources are made per process (``open_source`` caches them by process id), since
-an object-store client does not survive a fork.
+A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://``); URLs,
+clients and credentials are object_store.py's (one place for the whole package, processed runs
+included). Sources are made per process (``shared_source`` caches them by process id), since an
+object-store client does not survive a fork.
 """
 
 from __future__ import annotations
@@ -24,38 +23,18 @@ import atexit
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
-URL_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "azure://")
-RETRIES = 8  # transient errors (5xx, dropped connections, timeouts) per request
-RETRY_DEADLINE = timedelta(seconds=120)
-REQUEST_TIMEOUT = "60s"
+from domino_pipeline.object_store import (  # noqa: F401  (re-exported: the store's names)
+    URL_SCHEMES,
+    is_url,
+    join,
+    make_store,
+    name_of,
+    split_url,
+)
+
 THREADS = 32  # objects fetched at once (a draw touches about a dozen)
-
-
-def is_url(location: str | os.PathLike) -> bool:
-    """Whether ``location`` names an object-store prefix rather than a local path."""
-    return isinstance(location, str) and location.lower().startswith(URL_SCHEMES)
-
-
-def join(location: str | os.PathLike, *parts: str) -> str | Path:
-    """``location`` with ``parts`` appended: a URL stays a string ("/"-joined), a path a Path."""
-    if is_url(location):
-        return "/".join([str(location).rstrip("/"), *(p.strip("/") for p in parts)])
-    return Path(location).joinpath(*parts)
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """(``scheme://bucket``, the key prefix after it) of an object-store URL."""
-    scheme, rest = url.rstrip("/").split("://", 1)
-    bucket, _, key = rest.partition("/")
-    return f"{scheme}://{bucket}", key
-
-
-def name_of(location: str | os.PathLike) -> str:
-    """The last part of a location (a run folder's or a generation's name)."""
-    return str(location).rstrip("/").rsplit("/", 1)[-1] if is_url(location) else Path(location).name
 
 
 @dataclass(frozen=True)
@@ -251,16 +230,10 @@ class ObjectSource(ByteSource):
     def __init__(self, url: str) -> None:
         super().__init__()
         import obstore
-        from obstore.store import from_url
 
         self.location = url.rstrip("/")
         self._obstore = obstore
-        self.store = from_url(self.location, retry_config={
-            "max_retries": RETRIES, "retry_timeout": RETRY_DEADLINE,
-            "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=5),
-                        "base": 2}},
-            client_options={"timeout": REQUEST_TIMEOUT, "connect_timeout": "10s",
-                            **({"allow_http": True} if _plain_http() else {})})
+        self.store = make_store(self.location)
         self._pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="object-source")
 
     def _fetch(self, requests, ranged, results) -> None:
@@ -351,12 +324,6 @@ class ObjectSource(ByteSource):
         self.store = None
 
 
-def _plain_http() -> bool:
-    """Whether the S3 endpoint in the environment is plain http (a local test server)."""
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
-    return endpoint.startswith("http://")
-
-
 _SOURCES: dict[tuple[int, str], ByteSource] = {}
 
 
@@ -396,20 +363,12 @@ def source_and_key(location: str | os.PathLike) -> tuple[ByteSource, str]:
     return shared_source(path.parent), path.name
 
 
-_CLIENT_PID: list[int] = []  # the process that started the object-store client, once it has
-
-
 def open_source(location: str | os.PathLike) -> ByteSource:
-    """A fresh source for ``location``: an ObjectSource for a URL, a LocalSource otherwise.
-    The object-store client (a Rust runtime with threads) does not survive ``fork``: a process
-    forked after its parent used one gets a one-line error here instead of a hang."""
+    """A fresh source for ``location``: an ObjectSource for a URL (its client made by
+    ``object_store.make_store``, which refuses in a process forked after its parent made one),
+    a LocalSource otherwise."""
     if not is_url(location):
         return LocalSource(location)
-    if _CLIENT_PID and _CLIENT_PID[0] != os.getpid():
-        raise RuntimeError(f"{location}: object storage cannot be read in a process forked after "
-                           "its parent read it; start DataLoader workers with "
-                           "multiprocessing_context='spawn' (CachedDoMINODataset.worker_context)")
-    _CLIENT_PID[:] = [os.getpid()]
     return ObjectSource(str(location))
 
 

@@ -1,19 +1,29 @@
-"""A cache on object storage: uploading a local cache folder, listing and checking what a
-prefix holds. The manifest is uploaded last: it is the commit that makes the runs it names
-readable."""
+"""A cache on object storage: uploading a local cache folder or one run generation, and
+removing the generations no reader needs. The manifest is uploaded last: it is the commit
+that makes the runs it names readable.
+
+After each upload of a run generation, the build removes that run's older generations as a
+local build does (run_writer.py): complete ones beyond the newest ``KEEP_GENERATIONS`` that the
+manifest does not name, and claimed prefixes never completed (a builder killed during its
+upload) once nothing under them has been written for ``ABANDONED_AFTER_S``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
+from domino_pipeline.object_store import delete_objects, list_objects
 from domino_pipeline.store.byte_source import ConflictError, join, source_and_key
-from domino_pipeline.store.cache_format import GENERATION
-from domino_pipeline.store.manifest import MANIFEST
+from domino_pipeline.store.cache_format import GENERATION, CacheError
+from domino_pipeline.store.manifest import MANIFEST, read_manifest
+from domino_pipeline.store.run_writer import KEEP_GENERATIONS
 
 UPLOAD_BATCH_BYTES = 256 << 20
 CLAIM = ".claim"  # the object whose create-only put claims a generation number
+ABANDONED_AFTER_S = 3600.0  # an unfinished generation untouched this long: its builder is gone
 
 
 def upload_folder(folder: str | os.PathLike, location: str) -> int:
@@ -66,12 +76,13 @@ def claim_generation(cache_url: str, name: str) -> tuple[int, str]:
             number += 1
 
 
-def publish_generation(local: str | os.PathLike, cache_url: str, name: str) -> str:
+def publish_generation(local: str | os.PathLike, cache_url: str, name: str, *,
+                       abandoned_after_s: float = ABANDONED_AFTER_S) -> str:
     """Upload the local run generation ``local`` as the next generation of run ``name`` under
     ``cache_url``: every object under its own claimed prefix, the group's ``zarr.json`` (its
     ``generation`` attribute set to the claimed number) last, so the generation is listed only
-    once whole; return its URL. An interrupted upload leaves a prefix no listing or manifest
-    names."""
+    once whole; then remove the run's old generations (``remove_old_generations``); return its
+    URL. An interrupted upload leaves a prefix no listing or manifest names."""
     local = Path(local)
     number, url = claim_generation(cache_url, name)
     source, key = source_and_key(url)
@@ -80,4 +91,50 @@ def publish_generation(local: str | os.PathLike, cache_url: str, name: str) -> s
     group = json.loads((local / "zarr.json").read_bytes())
     group.setdefault("attributes", {})["generation"] = number
     source.put(f"{key}/zarr.json", json.dumps(group, indent=2).encode(), mode="create")
+    remove_old_generations(cache_url, name, abandoned_after_s=abandoned_after_s)
     return url
+
+
+def _named_generation(cache_url: str, name: str) -> str | None:
+    """The generation folder name ("g<N>.zarr") the manifest names for run ``name``, if any."""
+    try:
+        entry = read_manifest(cache_url)["runs"].get(name)
+    except (CacheError, FileNotFoundError):
+        return None
+    return entry["path"].rsplit("/", 1)[-1] if entry else None
+
+
+def _generation_objects(cache_url: str, name: str) -> dict[str, dict]:
+    """The objects (key inside the generation: ObjectInfo) of each generation prefix of run
+    ``name``, complete or not, by generation folder name."""
+    found: dict[str, dict] = {}
+    for key, info in list_objects(str(join(cache_url, name))).items():
+        folder, _, rest = key.partition("/")
+        if GENERATION.match(folder):
+            found.setdefault(folder, {})[rest] = info
+    return found
+
+
+def untouched_for(objects: dict, seconds: float) -> bool:
+    """Whether no object of ``objects`` was written in the last ``seconds``."""
+    now = time.time()
+    return all(o.last_modified is not None and now - o.last_modified.timestamp() > seconds
+               for o in objects.values())
+
+
+def remove_old_generations(cache_url: str, name: str, *,
+                           abandoned_after_s: float = ABANDONED_AFTER_S) -> list[str]:
+    """Delete the generations of run ``name`` that no reader needs (module docstring); return
+    their names. A complete generation loses its ``zarr.json`` first, so it is never listed
+    half deleted."""
+    by_generation = _generation_objects(cache_url, name)
+    complete = sorted((n for n, files in by_generation.items() if "zarr.json" in files),
+                      key=lambda n: int(GENERATION.match(n).group(1)))
+    keep = set(complete[-KEEP_GENERATIONS:]) | {_named_generation(cache_url, name)}
+    old = [n for n in complete if n not in keep] + [
+        n for n, files in by_generation.items() if n not in complete and untouched_for(files, abandoned_after_s)]
+    for generation in old:
+        files = sorted(by_generation[generation], key=lambda f: f != "zarr.json")
+        delete_objects(str(join(cache_url, name, generation)), files[:1])
+        delete_objects(str(join(cache_url, name, generation)), files[1:])
+    return old

@@ -3,34 +3,47 @@
 Under torchrun each rank builds its share of the runs; ranks finish at very different times
 (runs already current, fast failures, smaller runs, DrivAerML runs of tens of minutes), so no
 rank waits in a collective. Each writes a small record of its outcome to
-``<cache>/.ranks/<job>/rank-<r>.json``; under a lock, the rank that finds every rank's record
-there is the last one: it alone finishes the job (writes the manifest) and removes the records.
-A rank that finds its own record gone knows the last rank has done so.
+``<cache>/.ranks/<job>/rank-<r>.json``; the rank that finds every rank's record there is the
+last one: it alone finishes the job (writes the manifest) and removes the records.
+
+Locally the records are files and the check runs under a lock; a rank that finds its own
+record gone knows the last rank has done so. On object storage they are objects written with
+create-only puts, and a rank that lists every record claims the job's end with a create-only
+put of ``<job>/finished``: when two ranks see every record at once, one claim wins. That small
+object stays, so a rank that listed the records just before they were removed cannot claim the
+job's end a second time, until a later build removes it (``remove_finished_jobs``).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from domino_pipeline.atomic_store import exclusive_lock, read_json, write_json_atomic
+from domino_pipeline.object_store import delete_objects, list_objects
+from domino_pipeline.store.byte_source import ConflictError, Request, is_url, join, source_and_key
+from domino_pipeline.store.object_cache import untouched_for
 
 RANKS_DIR = ".ranks"
+FINISHED = "finished"  # the object whose create-only put claims a job's end (object storage)
 T = TypeVar("T")
 
 
-def job_folder(cache_dir: str | Path, job: str) -> Path:
-    """Where the ranks of job ``job`` leave their records."""
-    return Path(cache_dir) / RANKS_DIR / job
+def job_folder(cache_dir: str | Path, job: str) -> Path | str:
+    """Where the ranks of job ``job`` leave their records (a folder, or a URL prefix)."""
+    return join(cache_dir, RANKS_DIR, job)
 
 
 def finish_rank(cache_dir: str | Path, job: str, rank: int, world_size: int, record: dict,
                 on_last: Callable[[list[dict]], T]) -> T | None:
     """Leave this rank's ``record``; when it is the last of the ``world_size`` ranks of ``job``,
     return ``on_last(records in rank order)`` and remove the job's records; else None."""
-    folder = job_folder(cache_dir, job)
+    if is_url(cache_dir):
+        return _finish_remote(str(job_folder(cache_dir, job)), rank, world_size, record, on_last)
+    folder = Path(job_folder(cache_dir, job))
     mine = folder / f"rank-{rank}.json"
     folder.mkdir(parents=True, exist_ok=True)
     write_json_atomic(mine, record)
@@ -41,3 +54,38 @@ def finish_rank(cache_dir: str | Path, job: str, rank: int, world_size: int, rec
         result = on_last([read_json(p, "no rank record") for p in paths])
         shutil.rmtree(folder, ignore_errors=True)
     return result
+
+
+def _finish_remote(folder: str, rank: int, world_size: int, record: dict,
+                   on_last: Callable[[list[dict]], T]) -> T | None:
+    """``finish_rank`` on object storage: create-only puts, a listing, a create-only claim."""
+    source, key = source_and_key(folder)
+    names = [f"rank-{r}.json" for r in range(world_size)]
+    source.put(f"{key}/{names[rank]}", json.dumps(record).encode(), mode="create")
+    listed = {o["path"].rsplit("/", 1)[-1] for o in source.list(key)[1]}
+    if not listed.issuperset(names):
+        return None  # another rank is still building; the last one lists every record
+    try:
+        source.put(f"{key}/{FINISHED}", f"rank {rank}\n".encode(), mode="create")
+    except ConflictError:
+        return None  # another rank saw every record too, and finishes the job
+    fetched = source.fetch([Request(f"{key}/{name}") for name in names])
+    result = on_last([json.loads(bytes(data)) for data, _ in fetched])
+    for name in names:
+        source.delete(f"{key}/{name}")
+    return result
+
+
+def remove_finished_jobs(cache_url: str, older_than_s: float) -> list[str]:
+    """Delete the ``finished`` claims of the cache's finished jobs (no record left) claimed
+    more than ``older_than_s`` ago; return those jobs. Records of unfinished jobs stay."""
+    folder = str(join(cache_url, RANKS_DIR))
+    by_job: dict[str, dict] = {}
+    for key, info in list_objects(folder).items():
+        job, _, name = key.partition("/")
+        by_job.setdefault(job, {})[name] = info
+    done = [job for job, objects in by_job.items()
+            if list(objects) == [FINISHED] and untouched_for(objects, older_than_s)]
+    if done:
+        delete_objects(folder, [f"{job}/{FINISHED}" for job in done])
+    return done

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.inputs.runs import run_name, source_fingerprint, stat_fingerprint
-from domino_pipeline.store.byte_source import name_of
+from domino_pipeline.store.byte_source import is_url, name_of
 from domino_pipeline.store.cache_format import (
     CacheError,
     current_generation,
@@ -34,7 +34,8 @@ def current_source(processed_path: Path, recorded: dict | None = None, *, full: 
         fingerprint = recorded["fingerprint"]
     else:
         fingerprint = source_fingerprint(processed_path)
-    return {"path": str(Path(processed_path).resolve()), "fingerprint": fingerprint, "stat": stat}
+    where = processed_path if is_url(processed_path) else str(Path(processed_path).resolve())
+    return {"path": where, "fingerprint": fingerprint, "stat": stat}
 
 
 def stale_reasons(run: CacheRun, settings: PreprocessSettings, source: str) -> list[str]:

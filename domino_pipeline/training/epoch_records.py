@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from domino_pipeline.object_store import name_of
 from domino_pipeline.training.training_loop import EpochResult
 
 
@@ -29,14 +30,14 @@ def peak_memory_mb(device: torch.device) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, "cpu_peak_rss"
 
 
-def rank_summary(result: EpochResult, indices: list[int], runs: list[Path], device: torch.device) -> dict[str, Any]:
+def rank_summary(result: EpochResult, indices: list[int], runs: list[Path | str], device: torch.device) -> dict[str, Any]:
     """This rank's part of an epoch record: timings, loss sums, memory, and the runs it trained on."""
     memory, kind = peak_memory_mb(device)
     seen = indices[: result.samples]
     return {
         "loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches, "samples": result.samples,
         "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
-        "peak_memory_mb": memory, "memory_kind": kind, "runs": [runs[i].name for i in seen],
+        "peak_memory_mb": memory, "memory_kind": kind, "runs": [name_of(runs[i]) for i in seen],
     }
 
 

@@ -1,0 +1,254 @@
+"""Locations on object storage: URLs, the one place object-store clients are made, and the
+small whole-object reads and listings that processed runs and caches both need.
+
+A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://``, ...).
+Clients are obstore stores made by ``make_store`` alone: credentials and endpoints come from
+each cloud's standard environment and config (for S3 the ``AWS_*`` variables and profiles,
+``AWS_ENDPOINT_URL`` for S3-compatible servers) and are never kept in anything this package
+writes; retries with backoff and a deadline are set here once. A client (a Rust runtime with
+threads) does not survive ``fork``: a process forked after its parent made one gets a one-line
+error instead of a hang. Zarr groups on object storage open through ``zarr_store`` (zarr's
+``ObjectStore`` over the bucket's client).
+
+    store = shared_store("s3://bucket/processed")
+    objects = list_objects("s3://bucket/processed/run_1.zarr")   # {relative key: ObjectInfo}
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+URL_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "azure://")
+RETRIES = 8  # transient errors (5xx, dropped connections, timeouts) per request
+RETRY_DEADLINE = timedelta(seconds=120)
+REQUEST_TIMEOUT = "60s"
+
+
+def is_url(location: str | os.PathLike) -> bool:
+    """Whether ``location`` names an object-store prefix rather than a local path."""
+    return isinstance(location, str) and location.lower().startswith(URL_SCHEMES)
+
+
+def join(location: str | os.PathLike, *parts: str) -> str | Path:
+    """``location`` with ``parts`` appended: a URL stays a string ("/"-joined), a path a Path."""
+    if is_url(location):
+        return "/".join([str(location).rstrip("/"), *(p.strip("/") for p in parts)])
+    return Path(location).joinpath(*parts)
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """(``scheme://bucket``, the key prefix after it) of an object-store URL."""
+    scheme, rest = url.rstrip("/").split("://", 1)
+    bucket, _, key = rest.partition("/")
+    return f"{scheme}://{bucket}", key
+
+
+def name_of(location: str | os.PathLike) -> str:
+    """The last part of a location (a run folder's or a generation's name)."""
+    return str(location).rstrip("/").rsplit("/", 1)[-1] if is_url(location) else Path(location).name
+
+
+def as_location(location: str | os.PathLike) -> str | Path:
+    """A URL as a string without a trailing "/", anything else as a Path (``Path`` would fold
+    the URL's "//")."""
+    return str(location).rstrip("/") if is_url(location) else Path(location)
+
+
+class ObjectStoreError(OSError):
+    """A request to object storage that failed for good (after its retries), named by URL."""
+
+
+def _reason(err: Exception) -> str:
+    """The service's error code and message when its reply carries them (S3's XML), else the
+    first line of the client's message."""
+    text = str(err)
+    code, message = re.search(r"<Code>(.*?)</Code>", text), re.search(r"<Message>(.*?)</Message>", text)
+    if code:
+        return code.group(1) + (f": {message.group(1)}" if message else "")
+    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+
+
+@contextmanager
+def named_errors(url: str) -> Iterator[None]:
+    """Turn the object-store client's errors inside the block into one-line ObjectStoreErrors
+    naming ``url`` (a missing object stays a FileNotFoundError)."""
+    from obstore.exceptions import BaseError
+
+    try:
+        yield
+    except BaseError as err:
+        raise ObjectStoreError(f"{url}: {_reason(err)}") from err
+
+
+_CLIENT_PID: list[int] = []  # the process that made an object-store client, once one has
+
+
+def make_store(url: str) -> Any:
+    """A new obstore client for the bucket (and key prefix) of ``url``, configured from the
+    environment, with retries (``RETRIES`` within ``RETRY_DEADLINE``) and timeouts. Refuses
+    in a process forked after its parent made a client."""
+    if _CLIENT_PID and _CLIENT_PID[0] != os.getpid():
+        raise RuntimeError(f"{url}: object storage cannot be read in a process forked after "
+                           "its parent read it; start DataLoader workers with "
+                           "multiprocessing_context='spawn' (CachedDoMINODataset.worker_context)")
+    from obstore.store import from_url
+
+    _CLIENT_PID[:] = [os.getpid()]
+    retries = {"max_retries": RETRIES, "retry_timeout": RETRY_DEADLINE,
+               "backoff": {"init_backoff": timedelta(milliseconds=50),
+                           "max_backoff": timedelta(seconds=5), "base": 2}}
+    options = {"timeout": REQUEST_TIMEOUT, "connect_timeout": "10s",
+               **({"allow_http": True} if _plain_http() else {})}
+    with named_errors(url):
+        return from_url(url.rstrip("/"), retry_config=retries, client_options=options)
+
+
+def _plain_http() -> bool:
+    """Whether the S3 endpoint in the environment is plain http (a local test server)."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    return endpoint.startswith("http://")
+
+
+_STORES: dict[tuple[int, str], Any] = {}
+
+
+@atexit.register
+def _drop_stores() -> None:
+    """Drop this process's clients before the interpreter finalizes: their threads must not
+    outlive Python."""
+    _STORES.clear()
+
+
+def shared_store(url: str) -> Any:
+    """One client per process and URL (bucket or prefix); a forked process makes its own."""
+    key = (os.getpid(), str(url).rstrip("/"))
+    if key not in _STORES:
+        _STORES[key] = make_store(key[1])
+    return _STORES[key]
+
+
+def bucket_and_key(url: str) -> tuple[Any, str]:
+    """The shared client of the bucket holding URL ``url``, and the object key there."""
+    root, key = split_url(url)
+    return shared_store(root), key
+
+
+def zarr_store(url: str) -> tuple[Any, str]:
+    """A read-only zarr store over the bucket of URL ``url`` (one client per bucket, however
+    many groups are opened) and the path of the group (or array) in it."""
+    from zarr.storage import ObjectStore
+
+    root, key = split_url(url)
+    return ObjectStore(shared_store(root), read_only=True), key
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a listing says of an object: its size and version (e-tag, last-modified time)."""
+
+    size: int
+    e_tag: str | None
+    last_modified: datetime | None
+
+
+def list_objects(url: str) -> dict[str, ObjectInfo]:
+    """Every object under the URL prefix ``url`` (recursively), by key relative to it."""
+    store, key = bucket_and_key(url)
+    prefix = key.rstrip("/") + "/" if key else ""
+    import obstore
+
+    with named_errors(url):
+        return {o["path"][len(prefix):]: ObjectInfo(o["size"], o.get("e_tag"), o.get("last_modified"))
+                for batch in obstore.list(store, prefix or None) for o in batch}
+
+
+def head(url: str) -> ObjectInfo | None:
+    """The size and version of the object at URL ``url``; None when it is absent."""
+    import obstore
+
+    store, key = bucket_and_key(url)
+    try:
+        with named_errors(url):
+            meta = obstore.head(store, key)
+    except FileNotFoundError:
+        return None
+    return ObjectInfo(meta["size"], meta.get("e_tag"), meta.get("last_modified"))
+
+
+def read_bytes(location: str | os.PathLike, start: int | None = None, length: int | None = None
+               ) -> bytes | None:
+    """The bytes of a file or object (``length`` of them from ``start``; ``start`` None and a
+    ``length``: the last ``length``); None when it is absent."""
+    if not is_url(location):
+        return _read_file(Path(location), start, length)
+    import obstore
+
+    store, key = bucket_and_key(str(location))
+    options = {}
+    if length is not None:
+        options = {"range": {"suffix": length} if start is None else (start, start + length)}
+    try:
+        with named_errors(str(location)):
+            return bytes(obstore.get(store, key, options=options).bytes())
+    except FileNotFoundError:
+        return None
+
+
+def read_in_order(locations: list[str], window: int = 8) -> Iterator[bytes | None]:
+    """``read_bytes`` of each location, in order, ``window`` fetched at once (the memory of
+    ``window`` objects at most)."""
+    with ThreadPoolExecutor(max_workers=window, thread_name_prefix="object-read") as pool:
+        for start in range(0, len(locations), window):
+            yield from pool.map(read_bytes, locations[start:start + window])
+
+
+def _read_file(path: Path, start: int | None, length: int | None) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            if length is not None:
+                size = os.fstat(handle.fileno()).st_size
+                handle.seek(max(size - length, 0) if start is None else start)
+            return handle.read(-1 if length is None else length)
+    except FileNotFoundError:
+        return None
+
+
+def exists(location: str | os.PathLike) -> bool:
+    """Whether a file, folder, object or non-empty prefix is at ``location``."""
+    if not is_url(location):
+        return Path(location).exists()
+    if head(str(location)) is not None:
+        return True
+    folders, objects = list_folder(str(location))
+    return bool(folders or objects)
+
+
+def list_folder(url: str) -> tuple[list[str], list[str]]:
+    """(the sub-prefix names, the object names) directly under the URL prefix ``url``."""
+    import obstore
+
+    store, key = bucket_and_key(url)
+    with named_errors(url):
+        found = obstore.list_with_delimiter(store, key.rstrip("/") + "/" if key else None)
+    return ([p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"]],
+            [o["path"].rsplit("/", 1)[-1] for o in found["objects"]])
+
+
+def delete_objects(url: str, keys: list[str]) -> None:
+    """Delete the objects ``keys`` (relative to the URL prefix ``url``) in bulk requests."""
+    import obstore
+
+    store, key = bucket_and_key(url)
+    prefix = key.rstrip("/") + "/" if key else ""
+    for start in range(0, len(keys), 1000):  # S3's bulk delete takes at most 1000 keys
+        with named_errors(url):
+            obstore.delete(store, [prefix + k for k in keys[start:start + 1000]])
