@@ -87,7 +87,7 @@ def publish_generation(local: str | os.PathLike, cache_url: str, name: str, *,
     number, url = claim_generation(cache_url, name)
     source, key = source_and_key(url)
     files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
-    source.put_many([(f"{key}/{f}", (local / f).read_bytes()) for f in files if f != "zarr.json"])
+    _put_in_batches(source, [(f"{key}/{f}", local / f) for f in files if f != "zarr.json"])
     group = json.loads((local / "zarr.json").read_bytes())
     group.setdefault("attributes", {})["generation"] = number
     source.put(f"{key}/zarr.json", json.dumps(group, indent=2).encode(), mode="create")
