@@ -8,8 +8,10 @@
 Give the same config as training (the bounding boxes, grid, variables and scaling factors the
 model was trained with). `predict.checkpoint` is a physicsnemo `.mdlus` (this project's
 model_best / model_last, or any DoMINO saved with `Module.save`) or this project's checkpoint.pt.
-`predict.runs` takes raw DrivAerML run folders, processed `<run>.zarr` groups or `.stl` files;
-`predict.split=val` adds the validation runs of `<predict.train_dir>/split.json`.
+`predict.runs` takes raw DrivAerML run folders, processed `<run>.zarr` groups (local, or URLs:
+`s3://bucket/processed/run_7.zarr`, gs://, az://) or `.stl` files; `predict.split=val` adds the
+validation runs of `<predict.train_dir>/split.json` (from `data.processed_dir`, a folder or a URL,
+where `data.raw_dir` has no folder of the run).
 
 For each run, in `predict.out_dir`: `<run>_surface.vtp` with the predicted arrays `<name>_pred`
 beside the true `<name>` (physical units, as in the source files), `<run>_volume.vtu` when asked,
@@ -23,7 +25,6 @@ domino_pipeline/inference/forces.py.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -38,28 +39,17 @@ from domino_pipeline.inference.predict_runs import (
     write_run_outputs,
 )
 from domino_pipeline.inference.report import format_table, write_csv
-from domino_pipeline.inference.run_inputs import Physics, load_run
+from domino_pipeline.inference.run_inputs import Physics, load_run, split_runs_of
 from domino_pipeline.inference.trained_model import load_trained_model
+from domino_pipeline.object_store import as_location
 from domino_pipeline.training.distributed import resolve_train_device
 from domino_pipeline.training.domino_model import check_data_fits_model, variable_names
 
-def split_runs_of(train_dir: Path, split: str, raw_dir: Path, processed_dir: Path) -> list[Path]:
-    """The runs train.py put in ``split``: each run's raw folder when there is one, else its processed run."""
-    path = train_dir / "split.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no split; train with output_dir={train_dir} first, or list predict.runs")
-    names = json.loads(path.read_text())[split]
-    if not names:
-        raise ValueError(f"{path}: the {split} split is empty")
-    return [raw_dir / name.removesuffix(".zarr") if (raw_dir / name.removesuffix(".zarr")).is_dir()
-            else processed_dir / name for name in names]
-
-
-def runs_to_predict(options: PredictConfig, data: DataConfig) -> list[Path]:
-    """The runs of ``predict.runs`` and of ``predict.split``."""
-    runs = [Path(run) for run in options.runs]
+def runs_to_predict(options: PredictConfig, data: DataConfig) -> list[Path | str]:
+    """The runs of ``predict.runs`` and of ``predict.split`` (paths, and URLs of processed runs)."""
+    runs = [as_location(run) for run in options.runs]
     if options.split is not None:
-        runs += split_runs_of(Path(options.train_dir), options.split, Path(data.raw_dir), Path(data.processed_dir))
+        runs += split_runs_of(Path(options.train_dir), options.split, data.raw_dir, data.processed_dir)
     if not runs:
         raise ValueError("nothing to predict: give predict.runs=[...] or predict.split=val")
     return runs

@@ -37,9 +37,7 @@ def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    held = hold_temporary(tmp)  # the caller writes into ``tmp``; replacing the folder would drop the lock
+    tmp, held = _new_temporary(final)  # the caller writes into ``tmp``; replacing the folder would drop the lock
     try:
         yield tmp
         if final.exists():
@@ -54,6 +52,29 @@ def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
         raise
     finally:
         os.close(held)
+
+
+@contextmanager
+def temporary_directory(parent: str | os.PathLike, name: str) -> Iterator[Path]:
+    """Yield a new hidden temporary folder in ``parent`` (made if absent), named after ``name``
+    and this process, locked while the block runs and removed after it. One left by a process
+    that died (``kill -9`` included) is stale: ``remove_stale_temporaries(parent)`` removes it."""
+    parent = Path(parent)
+    parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp, held = _new_temporary(parent / name)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.close(held)
+
+
+def _new_temporary(final: Path) -> tuple[Path, int]:
+    """A new hidden temporary folder beside ``final`` (this process's pid in its name) and the
+    descriptor that holds its lock."""
+    tmp = final.parent / f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    return tmp, hold_temporary(tmp)
 
 
 def hold_temporary(path: Path) -> int:

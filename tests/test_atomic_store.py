@@ -20,6 +20,7 @@ from domino_pipeline.atomic_store import (
     exclusive_lock,
     read_json,
     remove_stale_temporaries,
+    temporary_directory,
     write_json_atomic,
 )
 
@@ -103,6 +104,18 @@ def test_temporaries_of_dead_writers_are_removed_and_of_live_ones_kept(tmp_path)
     kept.mkdir()
     assert sorted(remove_stale_temporaries(tmp_path)) == sorted([dead, dead_file])
     assert live.is_dir() and kept.is_dir() and not dead.exists() and not dead_file.exists()
+
+
+def test_a_temporary_directory_is_held_while_in_use_and_removed_after_it(tmp_path):
+    with pytest.raises(RuntimeError, match="failed"):
+        with temporary_directory(tmp_path / "staging", "run_1") as tmp:
+            (tmp / "data").write_bytes(b"x")
+            old = time.time() - 3600
+            os.utime(tmp, (old, old))
+            assert tmp.name.startswith(f".run_1.tmp-{os.getpid()}-")
+            assert remove_stale_temporaries(tmp_path / "staging") == [] and tmp.is_dir()  # held
+            raise RuntimeError("failed")
+    assert list((tmp_path / "staging").iterdir()) == []
 
 
 WRITER = """

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -72,6 +73,29 @@ def test_a_cache_built_on_s3_reads_as_the_local_build(s3_server, tiny_processed_
     for index in range(2):
         a, b = local[index], remote[index]
         assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
+
+
+def test_a_build_on_s3_removes_the_staging_folders_of_killed_builds_only(
+        s3_server, tiny_processed_dir, tmp_path, monkeypatch):
+    from cache_data import build_cache
+    from domino_pipeline.atomic_store import hold_temporary
+    from domino_pipeline.store.build import staging_root
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    root = staging_root()
+    killed = root / ".run_1.tmp-4194305-abcd1234"  # above Linux's largest pid: no process has it
+    (killed / "run_1").mkdir(parents=True)
+    (killed / "run_1" / "chunk").write_bytes(bytes(1 << 16))
+    live = root / f".run_2.tmp-{os.getppid()}-abcd1234"
+    live.mkdir()
+    held = hold_temporary(live)  # a build still running
+    try:
+        url = f"s3://{s3_server.bucket()}/staged"
+        results = build_cache(list_runs(tiny_processed_dir)[:1], url, tiny_settings(), rebuild=False)
+        assert [r.status for r in results] == ["built"], results
+        assert list(root.iterdir()) == [live]  # the killed build's gone, this build's own too
+    finally:
+        os.close(held)
 
 
 @pytest.mark.slow
@@ -148,7 +172,9 @@ def test_kill_9_during_an_upload_then_a_rerun_equals_a_clean_build(
     # (sent only once every other object is in) never before the delayed ones, so the kill
     # below comes well before the commit is sent
     proxy = FaultProxy(s3_server.endpoint, slow_every=2, delay=1.0, slow_methods=("PUT",))
-    env = os.environ | {"AWS_ENDPOINT_URL": proxy.endpoint}
+    (tmp_path / "tmp").mkdir()  # the builders' TMPDIR
+    staging = tmp_path / "tmp" / f"domino-cache-staging-{os.getuid()}"
+    env = os.environ | {"AWS_ENDPOINT_URL": proxy.endpoint, "TMPDIR": str(tmp_path / "tmp")}
     builder = subprocess.Popen(_args(tiny_processed_dir, url, tmp_path / "hydra"), cwd=ROOT, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -166,9 +192,12 @@ def test_kill_9_during_an_upload_then_a_rerun_equals_a_clean_build(
         proxy.stop()
     with pytest.raises(FileNotFoundError):
         read_manifest(url)  # nothing is committed
+    assert [p.name.split(".tmp-")[0] for p in staging.iterdir()] == [".run_1"]  # the killed build's
     rerun = subprocess.run(_args(tiny_processed_dir, url, tmp_path / "hydra"), cwd=ROOT,
+                           env=os.environ | {"TMPDIR": str(tmp_path / "tmp")},
                            capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
+    assert list(staging.iterdir()) == []  # removed by the rerun
     assert_same_as(url, cache_dir)
     manifest = read_manifest(url)
     assert manifest["runs"]["run_1"]["path"] == "run_1/g2.zarr"  # the killed upload: no manifest names it

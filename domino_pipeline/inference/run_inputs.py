@@ -8,8 +8,9 @@ mesh the surface rows are the cells of (where predictions are written), and what
 - a raw folder: the boundary VTP's cells, with its fields as truth; the volume VTU's points when
   asked; the published coefficients and reference area (force_mom_<i>.csv, geo_ref_<i>.csv)
   where the folder has them. The written VTP is the run's own, every array kept.
-- a processed run (``<run>.zarr``): its cell centres and fields; it keeps no cell connectivity, so
-  the written "mesh" is a point cloud with one vertex cell per surface cell.
+- a processed run (``<run>.zarr``, a local folder or an ``s3://``, ``gs://``, ``az://`` URL, read
+  through inputs/runs.py): its cell centres and fields; it keeps no cell connectivity, so the
+  written "mesh" is a point cloud with one vertex cell per surface cell.
 - an STL alone: its triangles are the surface cells (centres, areas, normals from the winding,
   oriented the way the training data's normals point); nothing is true.
 """
@@ -17,6 +18,7 @@ mesh the surface rows are the cells of (where predictions are written), and what
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,11 +36,14 @@ from domino_pipeline.inputs.drivaerml_reader import (
     run_files,
 )
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
-from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
+from domino_pipeline.inputs.processed_run import ProcessedRunError
 from domino_pipeline.inputs.published_forces import (
     published_coefficients,
     published_reference_area,
 )
+from domino_pipeline.inputs.runs import load_run as load_run_arrays
+from domino_pipeline.inputs.runs import open_run, run_name
+from domino_pipeline.object_store import as_location, is_url, join, name_of
 
 KINDS = ("raw", "processed", "stl")
 
@@ -85,7 +90,13 @@ class PredictionRun:
 
 
 def run_kind(path: str | os.PathLike) -> str:
-    """"stl" for an .stl file, "processed" for a <run>.zarr group, "raw" for a run folder."""
+    """"stl" for an .stl file, "processed" for a <run>.zarr group, "raw" for a run folder; a URL
+    is a processed run (object storage holds processed runs only)."""
+    if is_url(path):
+        if name_of(path).lower().endswith(".stl"):
+            raise ValueError(f"{path}: an STL file on object storage; copy it to a local folder "
+                             "(object storage is read for processed runs only)")
+        return "processed"
     path = Path(path)
     if path.suffix.lower() == ".stl":
         return "stl"
@@ -94,6 +105,21 @@ def run_kind(path: str | os.PathLike) -> str:
     if path.is_dir():
         return "raw"
     raise FileNotFoundError(f"{path}: neither an STL file, a processed run (.zarr) nor a run folder")
+
+
+def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike,
+                  processed_dir: str | os.PathLike) -> list[Path | str]:
+    """The runs train.py put in ``split`` (``<train_dir>/split.json``): each run's raw folder
+    when a local ``raw_dir`` has one, else its processed run (a URL under a URL ``processed_dir``)."""
+    path = train_dir / "split.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no split; train with output_dir={train_dir} first, or list predict.runs")
+    names = json.loads(path.read_text())[split]
+    if not names:
+        raise ValueError(f"{path}: the {split} split is empty")
+    raw = None if is_url(raw_dir) else Path(raw_dir)
+    return [raw / run_name(name) if raw is not None and (raw / run_name(name)).is_dir()
+            else join(processed_dir, name) for name in names]
 
 
 def load_run(path: str | os.PathLike, *, variables: Mapping[str, Mapping[str, str]], physics: Physics,
@@ -105,7 +131,7 @@ def load_run(path: str | os.PathLike, *, variables: Mapping[str, Mapping[str, st
     if kind == "raw":
         return load_raw_run(Path(path), variables, physics, volume, volume_source)
     if kind == "processed":
-        return load_processed(Path(path), volume)
+        return load_processed(path, volume)
     if volume:
         raise ValueError(f"{path}: an STL alone has no volume points to predict at; set predict.volume=false")
     return load_stl(Path(path), variables, physics, normals_out_of_body)
@@ -133,19 +159,25 @@ def load_raw_run(run_dir: Path, variables: Mapping[str, Mapping[str, str]], phys
     return run
 
 
-def load_processed(path: Path, volume: bool) -> PredictionRun:
-    """A processed run: its arrays as stored; the surface "mesh" is a point cloud of cell centres."""
-    attrs = open_processed_run(path).attrs
+def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
+    """A processed run (a folder or a URL): its arrays as stored; the surface "mesh" is a point
+    cloud of cell centres."""
+    opened = open_run(as_location(path))
+    if opened.format != "processed":
+        raise ProcessedRunError(f"{opened.path}: a {opened.format} run; predict.py reads the runs "
+                                "process_data.py writes (their attributes name the fields)")
+    attrs = opened.attrs
     length = attrs.get("nut_length_scale", attrs.get("reference_length"))
     physics = Physics(float(attrs["stream_velocity"]), float(attrs["air_density"]),
                       None if length is None else float(length))
     names = ["stl_coordinates", "stl_faces", "stl_centers", "stl_areas", "surface_mesh_centers", "surface_normals",
              "surface_areas", "surface_fields", "global_params_values", "global_params_reference"]
-    arrays = load_processed_run(path, names + (["volume_mesh_centers", "volume_fields"] if volume else []))
+    arrays = load_run_arrays(opened.path, names + (["volume_mesh_centers", "volume_fields"] if volume else []),
+                             opened=opened)
     physics = physics.for_car(arrays["stl_coordinates"])
     divisors = {part: physics.divisors(attrs[f"{part}_variables"]) for part in ("surface", "volume")}
     vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
-    run = PredictionRun(name=path.name.removesuffix(".zarr"), kind="processed", arrays=arrays,
+    run = PredictionRun(name=run_name(opened.path), kind="processed", arrays=arrays,
                         surface_mesh=point_cloud(arrays["surface_mesh_centers"], "poly"), has_truth=True,
                         divisors=divisors, cell_vector_areas=vector_areas,
                         true_surface=arrays["surface_fields"].astype(np.float64))

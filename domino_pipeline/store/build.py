@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from domino_pipeline.atomic_store import remove_stale_temporaries, temporary_directory
 from domino_pipeline.compute.preprocessing import VOLUME_ARRAYS, plan_run
 from domino_pipeline.compute.scaling import (
     checked_scaling_factors,
@@ -118,10 +120,18 @@ def _build(processed_path: Path, cache_dir: Path | str, settings: PreprocessSett
     if not is_url(cache_dir):
         path, form = build_run(processed_path, cache_dir, settings, source, options)
         return directory_bytes(path), form
-    with tempfile.TemporaryDirectory(prefix="domino-cache-staging-") as staging:
-        path, form = build_run(processed_path, Path(staging), settings, source, options)
+    root = staging_root()
+    remove_stale_temporaries(root)  # the staging folders of builds killed before they removed theirs
+    with temporary_directory(root, run_name(processed_path)) as staging:
+        path, form = build_run(processed_path, staging, settings, source, options)
         publish_generation(path, cache_dir, run_name(processed_path))
         return directory_bytes(path), form
+
+
+def staging_root() -> Path:
+    """Where builds into object storage stage their runs before the upload: one folder per user
+    under the system's temporary folder (``TMPDIR``), holding only those staging folders."""
+    return Path(tempfile.gettempdir()) / f"domino-cache-staging-{os.getuid()}"
 
 
 def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> dict[str, dict]:
