@@ -1,13 +1,14 @@
 # The two commands a fresh machine needs (Python 3.11):
 #   make demo   set up, then run the whole pipeline on the synthetic demo dataset, ending with predictions
 #   make test   set up, then run the test suite (make test-fast: the unit tests only, under a minute)
+#   make bench-setup   add what the benchmarks need (requirements-bench.txt: SeaweedFS's S3 server)
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO := outputs/demo
 
-.PHONY: setup test test-fast install-check demo gpu-check clean-demo
+.PHONY: setup test test-fast bench-setup install-check demo gpu-check clean-demo
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +24,9 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
+
+bench-setup: $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-bench.txt
 
 INSTALL_CHECK := outputs/install-check
 install-check:   # `pip install .` into a fresh environment: only domino_pipeline, with its dependencies

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+COPY_BYTES = 1 << 20
 
 
 class FaultProxy:
@@ -31,6 +34,10 @@ class FaultProxy:
             def log_message(self, *args) -> None:
                 pass
 
+            def setup(self) -> None:
+                super().setup()  # headers and body go out in separate writes: no Nagle delay
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
             def _forward(self) -> None:
                 with proxy._lock:
                     proxy._count += 1
@@ -45,22 +52,40 @@ class FaultProxy:
                 if slow_every and n % slow_every == 0 and self.command in slow_methods:
                     proxy.delayed += 1
                     time.sleep(delay)
-                upstream_conn = http.client.HTTPConnection(host, int(port), timeout=60)
-                upstream_conn.request(self.command, self.path, body=body or None,
-                                      headers={k: v for k, v in self.headers.items()})
-                reply = upstream_conn.getresponse()
-                data = reply.read()
+                reply = self._upstream(body)
                 self.send_response(reply.status)
-                head = self.command == "HEAD"
                 for key, value in reply.getheaders():
-                    if key.lower() not in ("transfer-encoding", "connection") and (
-                            head or key.lower() != "content-length"):
+                    if key.lower() not in ("transfer-encoding", "connection"):
                         self.send_header(key, value)
-                if not head:
+                if self.command == "HEAD":
+                    self.end_headers()
+                    reply.read()
+                    return
+                data = reply.read() if reply.getheader("Content-Length") is None else None
+                if data is not None:
                     self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
-                upstream_conn.close()
+                if data is not None:
+                    self.wfile.write(data)
+                    return
+                while chunk := reply.read(COPY_BYTES):  # streamed: large GETs are not held whole
+                    self.wfile.write(chunk)
+
+            def _upstream(self, body: bytes) -> http.client.HTTPResponse:
+                """The upstream reply, over this client connection's own kept-alive upstream
+                connection (a new one if the server closed it)."""
+                try:
+                    return self._request(body)
+                except (http.client.HTTPException, ConnectionError):
+                    self._conn = None
+                    return self._request(body)
+
+            def _request(self, body: bytes) -> http.client.HTTPResponse:
+                if getattr(self, "_conn", None) is None:
+                    self._conn = http.client.HTTPConnection(host, int(port), timeout=60)
+                self._conn.request(self.command, self.path, body=body or None,
+                                   headers={k: v for k, v in self.headers.items()})
+                return self._conn.getresponse()
 
             do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _forward
 

@@ -21,5 +21,5 @@ def test_the_benchmark_runs_on_tiny_data(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert sorted(result["remote"]) == ["0", "10", "30", "80"]
-    assert all(r["waves"] >= 2 and r["mb_per_draw"] > 0 for r in result["remote"].values())
+    assert all(r["waves"] >= 1 and r["mb_per_draw"] > 0 for r in result["remote"].values())
     assert result["local"]["warm_draw_ms"] > 0 and len(result["checks"]) == 8

@@ -56,8 +56,11 @@ def test_dataloader_workers_read_s3_as_one_process_does(cache_dir, s3_cache):
             _same_items(local[index], item)
 
 
-def test_a_steady_draw_is_two_request_waves_and_a_first_draw_four(s3_features_cache):
-    ds = CachedDoMINODataset(s3_features_cache, model_type="combined", **SAMPLES)
+@pytest.mark.parametrize("exact, steady, first", [(False, 1, 3), (True, 2, 4)])
+def test_a_steady_draw_is_one_request_wave_and_a_first_draw_three(s3_features_cache, exact, steady, first):
+    """Windowed draws fetch their windows and the areas in one wave; a draw taking all of a
+    part's rows (exact) reads the areas, then the chosen rows."""
+    ds = CachedDoMINODataset(s3_features_cache, model_type="combined", exact=exact, **SAMPLES)
     source = shared_source(split_url(s3_features_cache)[0])
     waves = []
     for epoch in range(6):
@@ -65,7 +68,7 @@ def test_a_steady_draw_is_two_request_waves_and_a_first_draw_four(s3_features_ca
         before = source.waves
         ds[1]
         waves.append(source.waves - before)
-    assert waves[0] <= 4 and waves[1:] == [2] * 5, waves  # windows that wrap past the last row too
+    assert waves == [first] + [steady] * 5, waves  # windows that wrap past the last row too
 
 
 def test_a_cache_built_with_other_settings_is_refused(s3_cache):

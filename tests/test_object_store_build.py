@@ -293,3 +293,25 @@ def test_a_build_removes_the_generations_no_reader_needs(s3_server, cache_dir):
     assert sorted(_generation_objects(url, "run_1")) == ["g6.zarr", "g7.zarr"]
     assert sorted(_generation_objects(url, "run_1")["g7.zarr"]) == sorted(
         [".claim", *(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())])
+
+
+def test_an_upload_holds_a_bounded_batch_of_files_in_memory(tmp_path, monkeypatch):
+    from domino_pipeline.store import object_cache
+
+    for i in range(5):
+        (tmp_path / f"f{i}").write_bytes(bytes([i]) * 100)
+    (tmp_path / "manifest.json").write_bytes(b"{}")
+    batches, singles = [], []
+
+    class Recorder:
+        def put_many(self, items):
+            batches.append([(key, len(data)) for key, data in items])
+
+        def put(self, key, data, **kwargs):
+            singles.append(key)
+    monkeypatch.setattr(object_cache, "source_and_key", lambda location: (Recorder(), "pre"))
+    monkeypatch.setattr(object_cache, "UPLOAD_BATCH_BYTES", 250)
+    assert object_cache.upload_folder(tmp_path, "s3://bucket/pre") == 6
+    assert [len(b) for b in batches] == [3, 2]  # 300 bytes reach the bound; the rest after
+    assert sorted(k for b in batches for k, _ in b) == [f"pre/f{i}" for i in range(5)]
+    assert singles == ["pre/manifest.json"]  # last, alone: the commit

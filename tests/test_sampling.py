@@ -26,6 +26,7 @@ from domino_pipeline.compute.sampling import (
     choose_weighted,
     cyclic_window,
     draw_rng,
+    part_window,
     read_window,
     sample_draw,
     sampling_law,
@@ -336,3 +337,22 @@ def test_volume_pairs_of_stored_neighbours_follow_the_window_law(factor):
     exact = next_row_given_row(n, points, trials, SamplingLaw(exact=True))
     assert abs(exact - (points - 1) / (n - 1)) < 1e-3
     assert measured > 20 * exact  # what an O(sample) read costs: a window of w rows gives ~ k / w
+
+
+@pytest.mark.parametrize("epoch", range(8))
+def test_part_window_is_the_window_a_draw_takes_its_rows_from(epoch):
+    law = SamplingLaw(surface_window_factor=4, volume_window_factor=2)
+    counts = {"geometry": 50, "surface": 1000, "volume": 900}
+    seen = []
+
+    def read_areas(a: int, b: int) -> np.ndarray:
+        seen.append((a, b))
+        return np.ones(b - a, dtype=np.float32)
+    draw = sample_draw(3, epoch, 7, counts=counts, geometry_points=10, surface_points=100,
+                       volume_points=200, read_surface_areas=read_areas, law=law)
+    for part, rows, points in (("surface", draw.surface_rows, 100), ("volume", draw.volume_rows, 200)):
+        start, width = part_window(3, epoch, 7, part, counts[part], points, law)
+        assert width == law.window(part, points, counts[part]) < counts[part]
+        assert np.all((rows - start) % counts[part] < width), part
+    start, width = part_window(3, epoch, 7, "surface", 1000, 100, law)
+    assert seen[0][0] == start and sum(b - a for a, b in seen) == width

@@ -115,6 +115,18 @@ def cyclic_window(rng: np.random.Generator, n_rows: int, width: int) -> tuple[in
     return int(rng.integers(0, n_rows)), width
 
 
+def part_window(seed: int, epoch: int, index: int, part: str, n_rows: int, points: int,
+                law: SamplingLaw) -> tuple[int, int]:
+    """(start, width) of the cyclic window the draw (seed, epoch, index) takes ``part``'s rows
+    from: the first numbers of that part's stream, as ``draw_surface`` / ``draw_volume`` take
+    them, so a reader can fetch the window before the rows are chosen."""
+    return _window(draw_rng(seed, epoch, index, part), part, n_rows, points, law)
+
+
+def _window(rng: np.random.Generator, part: str, n_rows: int, points: int, law: SamplingLaw) -> tuple[int, int]:
+    return cyclic_window(rng, n_rows, law.window(part, points, n_rows))
+
+
 def window_rows(start: int, width: int, n_rows: int) -> np.ndarray:
     """The stored rows of a cyclic window, in window order (int64)."""
     return (start + np.arange(width, dtype=np.int64)) % n_rows
@@ -143,7 +155,7 @@ def draw_surface(rng: np.random.Generator, n_rows: int, points: int,
                  read_areas: Callable[[int, int], np.ndarray], law: SamplingLaw) -> np.ndarray:
     """Area-weighted rows of a cyclic window (the whole surface when exact); sorted."""
     _check_enough(n_rows, points, "surface cells")
-    start, width = cyclic_window(rng, n_rows, law.window("surface", points, n_rows))
+    start, width = _window(rng, "surface", n_rows, points, law)
     taken = choose_weighted(rng, read_window(read_areas, start, width, n_rows), points)
     return np.sort(window_rows(start, width, n_rows)[taken])
 
@@ -151,7 +163,7 @@ def draw_surface(rng: np.random.Generator, n_rows: int, points: int,
 def draw_volume(rng: np.random.Generator, n_rows: int, points: int, law: SamplingLaw) -> np.ndarray:
     """Uniform rows of a cyclic window (all rows when exact); sorted."""
     _check_enough(n_rows, points, "volume points")
-    start, width = cyclic_window(rng, n_rows, law.window("volume", points, n_rows))
+    start, width = _window(rng, "volume", n_rows, points, law)
     if width == n_rows:
         return choose_uniform(rng, n_rows, points, "volume points")
     local = rng.choice(width, points, replace=False, shuffle=False)

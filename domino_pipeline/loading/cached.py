@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError
+from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError, part_window
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_of
 from domino_pipeline.inputs.runs import run_name
@@ -142,12 +142,14 @@ class CachedDoMINODataset(EpochDataset):
         counts = run.attrs["counts"]
         resident = self._resident_arrays()
         run.keep(resident, self._indexed_arrays(resident))
+        epoch = self.epoch
+        staged = run.stage(self._window_spans(index, epoch, counts))
         try:
-            draw = self._draw(index, counts, self._areas_reader(run, counts["surface"]))
+            draw = self._draw(index, counts, self._areas_reader(run, counts["surface"], staged), epoch)
         except TooFewPointsError as err:
             raise TooFewPointsError(f"{run.path}: {err}") from err
         reads = self._reads(draw)
-        drawn = dict(zip([name for name, _, _ in reads], run.read_many(reads)))
+        drawn = dict(zip([name for name, _, _ in reads], run.read_many(reads, staged)))
         if draw.surface_rows is not None and self.neighbor_layout != "features":
             gathered = _gather_neighbors(run, draw.surface_rows, drawn.pop("surface_neighbors"))
             drawn |= {f"surface_{name}": data for name, data in gathered.items()}
@@ -162,10 +164,37 @@ class CachedDoMINODataset(EpochDataset):
             volume=None if draw.volume_rows is None else _part(drawn, "volume_"),
             scaling_factors=self.scaling_factors)
 
-    def _areas_reader(self, run: CacheRun, n_rows: int):
-        """``read(a, b)``: surface areas of rows a..b-1. A window that wraps past the last row is
-        asked for in two spans, its end then its start: both are fetched at the first call, in
-        one wave."""
+    def _window_spans(self, index: int, epoch: int, counts: dict) -> dict[str, list[tuple[int, int]]]:
+        """The rows each row array of the draw comes from, known before its rows are chosen:
+        its part's cyclic window (one span, or two where it wraps past the last row), so that
+        the areas the surface sampling weighs and every row the draw reads come in one wave.
+        Nothing where a drawn part takes all its rows (they are then read as chosen)."""
+        spans = {}
+        for part, points in (("surface", self.surface_points), ("volume", self.volume_points)):
+            if part not in self.parts:
+                continue
+            n_rows = counts[part]
+            start, width = part_window(self.seed, epoch, index, part, n_rows, points, self.law)
+            if width >= n_rows:
+                return {}
+            window = [(start, min(start + width, n_rows))] + ([(0, start + width - n_rows)]
+                                                            if start + width > n_rows else [])
+            spans |= {name: window for name in self._row_arrays(part)}
+        return spans
+
+    def _row_arrays(self, part: str) -> list[str]:
+        """The arrays read at a draw's rows of ``part`` (its window's arrays)."""
+        if part == "volume":
+            return [f"volume_{n}" for n in ("coordinates", "fields", "sdf", "closest")]
+        if self.neighbor_layout != "features":
+            return ["surface_areas", "surface_fields", "surface_neighbors"]
+        return ["surface_fields"] + [f"surface_{n}" for n in NEIGHBOR_FEATURES] + \
+            [f"surface_neighbor_{n}" for n in NEIGHBOR_FEATURES]
+
+    def _areas_reader(self, run: CacheRun, n_rows: int, staged):
+        """``read(a, b)``: surface areas of rows a..b-1 (from ``staged`` where it holds them). A
+        window that wraps past the last row is asked for in two spans, its end then its start:
+        both are read at the first call, in one wave."""
         width = self.law.window("surface", self.surface_points, n_rows)
         pending: dict[tuple[int, int], np.ndarray] = {}
 
@@ -175,10 +204,10 @@ class CachedDoMINODataset(EpochDataset):
             if b == n_rows and 0 < a and width > n_rows - a:
                 rest = (0, width - (n_rows - a))
                 end, start = run.read_many([("surface_areas", slice(a, b), np.empty),
-                                            ("surface_areas", slice(*rest), np.empty)])
+                                            ("surface_areas", slice(*rest), np.empty)], staged)
                 pending[rest] = start
                 return end
-            return run.read("surface_areas", slice(a, b))
+            return run.read_many([("surface_areas", slice(a, b), np.empty)], staged)[0]
         return read
 
     def _grid_arrays(self) -> list[str]:

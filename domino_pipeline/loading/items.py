@@ -139,9 +139,9 @@ class EpochDataset(Dataset):
         return tuple(None if fields is None else unscale_fields(fields, self.scaling_factors, kind)
                      for fields, kind in ((volume_fields, "volume"), (surface_fields, "surface")))
 
-    def _draw(self, index: int, counts: dict, read_areas) -> Draw:
+    def _draw(self, index: int, counts: dict, read_areas, epoch: int | None = None) -> Draw:
         return sample_draw(
-            self.seed, self.epoch, index, counts=counts, geometry_points=self.geometry_points,
+            self.seed, self.epoch if epoch is None else epoch, index, counts=counts, geometry_points=self.geometry_points,
             surface_points=self.surface_points if "surface" in self.parts else None,
             volume_points=self.volume_points if "volume" in self.parts else None,
             read_surface_areas=read_areas, law=self.law)

@@ -256,7 +256,7 @@ class ObjectSource(ByteSource):
                 results[i] = (None, None)
             return
         for m, buffer in zip(merged, buffers):
-            view = memoryview(bytes(buffer))
+            view = memoryview(buffer)  # obstore's own buffer, not copied
             self.bytes += len(view)
             for i, part in _split(view, m, ranges).items():
                 results[members[i]] = (part, None)
@@ -266,7 +266,7 @@ class ObjectSource(ByteSource):
         options = {} if request.length is None else {"range": {"suffix": request.length}}
         try:
             got = self._obstore.get(self.store, request.key, options=options)
-            data = memoryview(bytes(got.bytes()))
+            data = memoryview(got.bytes())
         except FileNotFoundError:
             results[i] = (None, None)
             return

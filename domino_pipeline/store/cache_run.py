@@ -39,6 +39,8 @@ from domino_pipeline.store.chunk_reader import (
     Allocator,
     ChunkedArray,
     CorruptChunkError,
+    Staged,
+    fetch_chunks,
     read_many,
     supported_layout,
 )
@@ -257,9 +259,24 @@ class CacheRun:
         result (batch_transfer.output_array puts it where a DataLoader worker's batch travels)."""
         return self.read_many([(name, selection, allocate)])[0]
 
-    def read_many(self, reads: list[tuple[str, Any, Allocator]]) -> list[np.ndarray]:
+    def stage(self, spans: dict[str, list[tuple[int, int]]]) -> Staged:
+        """Fetch, in one wave, the inner chunks that hold rows [a, b) of each named array for
+        every (a, b) of ``spans`` (a draw's windows, before its rows are chosen), for
+        ``read_many(..., staged=)``; arrays kept whole or left to zarr-python are left out.
+        Locally the bytes are valid until the run's next read."""
+        wanted = []
+        for name, parts in spans.items():
+            reader = self.reader(name)
+            if reader is not None and name not in self._resident:
+                chunks = [reader.chunks(slice(a, b)) for a, b in parts]
+                wanted.append((reader, chunks[0] if len(chunks) == 1 else np.unique(np.concatenate(chunks))))
+        with self._naming_errors("an array"):
+            return fetch_chunks(wanted)
+
+    def read_many(self, reads: list[tuple[str, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
         """``read`` of every (name, selection, allocate) triple, the direct ones fetched together
-        (the missing shard indexes in one wave, the chunks in one more)."""
+        (the missing shard indexes in one wave, the chunks in one more), or taken from
+        ``staged`` (``stage``) where it holds every chunk they need."""
         out: list[np.ndarray | None] = [None] * len(reads)
         direct = []
         for i, (name, selection, allocate) in enumerate(reads):
@@ -272,7 +289,7 @@ class CacheRun:
                 out[i] = self._read_zarr(name, selection, allocate)
         what = f"array {reads[direct[0]][0]!r}" if len(direct) == 1 else "an array"
         with self._naming_errors(what):
-            got = read_many([(self.reader(reads[i][0]), reads[i][1], reads[i][2]) for i in direct])
+            got = read_many([(self.reader(reads[i][0]), reads[i][1], reads[i][2]) for i in direct], staged)
         for i, data in zip(direct, got):
             out[i] = data
         return out

@@ -83,6 +83,7 @@ class ChunkedArray:
         self.shape, self.dtype, self.chunk_rows = shape, dtype, chunk_rows
         self.chunks_per_shard = shard_rows // chunk_rows
         self.row_shape = shape[1:]
+        self._chunk_shape = (chunk_rows, *self.row_shape)
         self.chunk_nbytes = chunk_rows * math.prod(self.row_shape) * dtype.itemsize
         self.index_nbytes = self.chunks_per_shard * INDEX_ENTRY_BYTES
         self.bytes_read = metadata_bytes
@@ -181,7 +182,25 @@ class ChunkedArray:
             start, stop, _ = selection.indices(len(self))
             return np.arange(start // self.chunk_rows, -(-stop // self.chunk_rows)) if stop > start \
                 else np.arange(0)
-        return np.unique(self._checked(selection) // self.chunk_rows)
+        return self._chunks_of(self._checked(selection))
+
+    def _chunks_of(self, rows: np.ndarray) -> np.ndarray:
+        """The inner chunks (ascending, once each) of checked row indices ``rows``; sorted rows,
+        a draw's usual, without a sort."""
+        chunks = rows // self.chunk_rows
+        steps = np.diff(chunks)
+        if steps.size and steps.min() >= 0:
+            return chunks[np.flatnonzero(np.concatenate(([1], steps)))]
+        return np.unique(chunks)
+
+    def plan(self, selection: Any) -> tuple[slice | np.ndarray, np.ndarray]:
+        """(the selection as rows: a slice with bounds, or checked int64 indices; the inner
+        chunks it touches): what ``assemble_rows`` and ``chunk_requests`` take."""
+        if selection is Ellipsis or isinstance(selection, slice):
+            start, stop, _ = (slice(None) if selection is Ellipsis else selection).indices(len(self))
+            return slice(start, max(start, stop)), self.chunks(slice(start, stop))
+        rows = self._checked(selection)
+        return rows, self._chunks_of(rows)
 
     def index_requests(self, chunks: np.ndarray) -> list[tuple[int, Request]]:
         """(shard, request for its index) of the shards of ``chunks`` whose index is not kept
@@ -222,43 +241,64 @@ class ChunkedArray:
 
     def chunk_requests(self, chunks: np.ndarray) -> list[Request]:
         """The byte range (data and checksum) of each of ``chunks``, from the kept indexes."""
-        requests = []
-        for chunk in chunks:
-            shard, inner = divmod(int(chunk), self.chunks_per_shard)
-            key = self.key(shard)
-            offset, nbytes = (int(v) for v in self._indexes[shard][inner])
-            where = f"inner chunk {inner} of shard {key}"
-            if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
-                raise CorruptChunkError(self.name, f"{where} is missing (every chunk is written)")
-            if nbytes != self.chunk_nbytes + CHECKSUM_BYTES:
-                raise CorruptChunkError(self.name, f"{where} has {nbytes} bytes, expected "
-                                        f"{self.chunk_nbytes + CHECKSUM_BYTES}")
-            requests.append(Request(self.prefix + key, offset, nbytes))
+        chunks = np.asarray(chunks, dtype=np.int64)
+        shards, inner = np.divmod(chunks, self.chunks_per_shard)
+        requests: list[Request] = []
+        one = shards.size and shards.min() == shards.max()  # the chunks of one shard: the usual
+        for shard in [int(shards[0])] if one else np.unique(shards).tolist():
+            picked = inner if one else inner[shards == shard]
+            entries = self._indexes[shard][picked]
+            bad = np.flatnonzero(entries[:, 1] != self.chunk_nbytes + CHECKSUM_BYTES)
+            if bad.size:
+                self._refuse_entry(shard, int(picked[bad[0]]), entries[bad[0]])
+            key = self.prefix + self.key(shard)
+            nbytes = self.chunk_nbytes + CHECKSUM_BYTES
+            requests += [Request(key, offset, nbytes) for offset in entries[:, 0].tolist()]
         return requests
+
+    def _refuse_entry(self, shard: int, inner: int, entry: np.ndarray) -> None:
+        """CorruptChunkError for the index entry (offset, nbytes) of an inner chunk that was not
+        written or has the wrong size."""
+        offset, nbytes = (int(v) for v in entry)
+        where = f"inner chunk {inner} of shard {self.key(shard)}"
+        if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
+            raise CorruptChunkError(self.name, f"{where} is missing (every chunk is written)")
+        raise CorruptChunkError(self.name, f"{where} has {nbytes} bytes, expected "
+                                f"{self.chunk_nbytes + CHECKSUM_BYTES}")
 
     def chunk_array(self, chunk: int, data: memoryview | None) -> np.ndarray:
         """Inner chunk ``chunk`` as (chunk_rows, *row_shape), a view of its fetched bytes
         ``data`` after checking their size and CRC32C."""
+        nbytes = self.chunk_nbytes
+        if data is None or len(data) != nbytes + CHECKSUM_BYTES:
+            self._refuse_chunk(chunk, data)
+        self.bytes_read += nbytes + CHECKSUM_BYTES
+        if crc32c.crc32c(data[:nbytes]) != int.from_bytes(data[nbytes:], "little"):
+            shard, inner = divmod(int(chunk), self.chunks_per_shard)
+            _verify(self.name, f"inner chunk {inner} of shard {self.key(shard)}", data[:nbytes], data[nbytes:])
+        return np.frombuffer(data, self.dtype, nbytes // self.dtype.itemsize).reshape(self._chunk_shape)
+
+    def _refuse_chunk(self, chunk: int, data: memoryview | None) -> None:
+        """CorruptChunkError for a chunk whose fetched bytes are absent or short."""
         shard, inner = divmod(int(chunk), self.chunks_per_shard)
-        where = f"inner chunk {inner} of shard {self.key(shard)}"
-        expected = self.chunk_nbytes + CHECKSUM_BYTES
         if data is None:
             raise CorruptChunkError(self.name, f"shard {self.key(shard)} is missing")
         self.bytes_read += len(data)
-        if len(data) != expected:
-            raise CorruptChunkError(self.name, f"{where} ended after {len(data)} of {expected} bytes")
-        _verify(self.name, where, data[:self.chunk_nbytes], data[self.chunk_nbytes:])
-        return np.frombuffer(data, self.dtype, self.chunk_nbytes // self.dtype.itemsize).reshape(
-            self.chunk_rows, *self.row_shape)
+        raise CorruptChunkError(self.name, f"inner chunk {inner} of shard {self.key(shard)} ended after "
+                                f"{len(data)} of {self.chunk_nbytes + CHECKSUM_BYTES} bytes")
 
     def assemble(self, selection: Any, chunks: np.ndarray, data: list[memoryview | None],
                  allocate: Allocator = np.empty) -> np.ndarray:
         """``array[selection]`` from the fetched bytes ``data`` of ``chunks`` (``chunks(selection)``)."""
-        arrays = {int(c): self.chunk_array(c, d) for c, d in zip(chunks, data)}
-        if selection is Ellipsis or isinstance(selection, slice):
-            start, stop, _ = (slice(None) if selection is Ellipsis else selection).indices(len(self))
-            return self._rows(start, max(start, stop), arrays, allocate)
-        return self._take(self._checked(selection), arrays, allocate)
+        return self.assemble_rows(self.plan(selection)[0], chunks, data, allocate)
+
+    def assemble_rows(self, rows: slice | np.ndarray, chunks: np.ndarray, data: list[memoryview | None],
+                      allocate: Allocator = np.empty) -> np.ndarray:
+        """``assemble`` of a planned selection ``rows`` (``plan``'s first item)."""
+        arrays = {c: self.chunk_array(c, d) for c, d in zip(chunks.tolist(), data)}
+        if isinstance(rows, slice):
+            return self._rows(rows.start, rows.stop, arrays, allocate)
+        return self._take(rows, arrays, allocate)
 
     def _rows(self, start: int, stop: int, arrays: dict[int, np.ndarray], allocate: Allocator) -> np.ndarray:
         out = allocate((stop - start, *self.row_shape), self.dtype)
@@ -277,11 +317,14 @@ class ChunkedArray:
             indices, chunks = indices[order], chunks[order]
         shape = (len(indices), *self.row_shape)
         out = allocate(shape, self.dtype) if order is None else np.empty(shape, self.dtype)
-        bounds = np.searchsorted(chunks, np.arange(self._chunk_count + 1))
-        for chunk in np.flatnonzero(bounds[1:] > bounds[:-1]):
-            a, b = bounds[chunk], bounds[chunk + 1]
+        touched = np.fromiter(arrays, dtype=np.int64, count=len(arrays))  # ascending, as planned
+        starts = np.searchsorted(chunks, touched).tolist()
+        ends = np.searchsorted(chunks, touched, side="right").tolist()
+        if sum(ends) - sum(starts) != len(indices):
+            raise ValueError(f"{self.name}: the chunks given do not hold every row asked for")
+        for chunk, a, b in zip(touched.tolist(), starts, ends):
             local = indices[a:b] - chunk * self.chunk_rows
-            np.take(arrays[int(chunk)], local, axis=0, out=out[a:b], mode="clip")  # clip: unbuffered
+            np.take(arrays[chunk], local, axis=0, out=out[a:b], mode="clip")  # clip: unbuffered
         if order is None:
             return out
         result = allocate(shape, self.dtype)
@@ -299,30 +342,76 @@ class ChunkedArray:
             bad = indices[(indices < -len(self)) | (indices >= len(self))][0]
             raise IndexError(f"{self.name}: row {bad} out of range for {len(self)} rows")
         indices = indices.astype(np.int64)  # a copy: the caller's array is never changed
-        return np.where(indices < 0, indices + len(self), indices)
+        if indices.size and indices.min() < 0:
+            indices[indices < 0] += len(self)
+        return indices
 
     def key(self, shard: int) -> str:
         """The object of shard ``shard``, relative to the array: ``c/<shard>/0/...``."""
         return "/".join(["c", str(shard)] + ["0"] * (len(self.shape) - 1))
 
 
-def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[np.ndarray]:
+Staged = dict["ChunkedArray", dict[int, memoryview | None]]  # array -> inner chunk -> its bytes
+
+
+def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
     """``array[selection]`` of every (array, selection, allocate) triple, the arrays sharing one
-    source: the missing shard indexes in one wave, then every inner chunk in one more;
+    source: those whose chunks are all in ``staged`` (``fetch_chunks``) from there, first; the
+    others' missing shard indexes in one wave, then their inner chunks in one more.
     ``allocate(shape, dtype)`` allocates each result."""
     if not reads:
         return []
-    source = reads[0][0].source
-    chunks = [array.chunks(selection) for array, selection, _ in reads]
-    wanted = [(array, shard, request) for (array, _, _), c in zip(reads, chunks)
-              for shard, request in array.index_requests(c)]
-    for (array, shard, _), result in zip(wanted, source.fetch([r for _, _, r in wanted])):
+    staged = staged or {}
+    plans = _plans(reads)
+    out: list[np.ndarray | None] = [None] * len(reads)
+    rest = []
+    for i, ((array, _, allocate), (rows, chunks)) in enumerate(zip(reads, plans)):
+        have = staged.get(array, {})
+        numbers = chunks.tolist()
+        if all(c in have for c in numbers):
+            out[i] = array.assemble_rows(rows, chunks, [have[c] for c in numbers], allocate)
+        else:
+            rest.append(i)
+    fetched = fetch_chunks([(reads[i][0], plans[i][1]) for i in rest])  # staged bytes are used up
+    for i in rest:
+        array, _, allocate = reads[i]
+        rows, chunks = plans[i]
+        out[i] = array.assemble_rows(rows, chunks, [fetched[array][c] for c in chunks.tolist()], allocate)
+    return out  # type: ignore[return-value]
+
+
+def fetch_chunks(wanted: list[tuple[ChunkedArray, np.ndarray]]) -> Staged:
+    """The bytes of the inner chunks of every (array, chunks) pair, the arrays sharing one
+    source: the missing shard indexes in one wave, then the chunks in one more. Locally the
+    bytes are views valid until the source's next fetch."""
+    if not wanted:
+        return {}
+    source = wanted[0][0].source
+    indexes = [(array, shard, request) for array, chunks in wanted
+               for shard, request in array.index_requests(chunks)]
+    for (array, shard, _), result in zip(indexes, source.fetch([r for _, _, r in indexes])):
         array.set_index(shard, result)
-    requests = [array.chunk_requests(c) for (array, _, _), c in zip(reads, chunks)]
-    fetched = iter(source.fetch([r for group in requests for r in group]))
-    data = [[next(fetched)[0] for _ in group] for group in requests]
-    return [array.assemble(selection, c, d, allocate)
-            for (array, selection, allocate), c, d in zip(reads, chunks, data)]
+    requests = [array.chunk_requests(chunks) for array, chunks in wanted]
+    results = iter(source.fetch([r for group in requests for r in group]))
+    staged: Staged = {}
+    for (array, chunks), group in zip(wanted, requests):
+        have = staged.setdefault(array, {})
+        for chunk, _ in zip(chunks.tolist(), group):
+            have[chunk] = next(results)[0]
+    return staged
+
+
+def _plans(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[tuple[slice | np.ndarray, np.ndarray]]:
+    """``array.plan(selection)`` of every read, made once for the reads that share a selection
+    object, a length and a chunking (a draw's rows of several arrays)."""
+    made: dict[tuple[int, int, int], tuple[slice | np.ndarray, np.ndarray]] = {}
+    plans = []
+    for array, selection, _ in reads:
+        key = (id(selection), len(array), array.chunk_rows)
+        if key not in made:
+            made[key] = array.plan(selection)
+        plans.append(made[key])
+    return plans
 
 
 def _verify(name: str, where: str, data: memoryview, checksum: memoryview) -> None:

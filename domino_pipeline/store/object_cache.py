@@ -21,6 +21,7 @@ from domino_pipeline.store.cache_format import GENERATION, CacheError
 from domino_pipeline.store.manifest import MANIFEST, read_manifest
 from domino_pipeline.store.run_writer import KEEP_GENERATIONS
 
+UPLOAD_BATCH_BYTES = 256 << 20
 CLAIM = ".claim"  # the object whose create-only put claims a generation number
 ABANDONED_AFTER_S = 3600.0  # an unfinished generation untouched this long: its builder is gone
 
@@ -36,10 +37,24 @@ def upload_folder(folder: str | os.PathLike, location: str) -> int:
     files.sort(key=lambda p: p.relative_to(folder).as_posix() == MANIFEST)
     if not files:
         return 0
-    items = [(f"{prefix}/{p.relative_to(folder).as_posix()}", p.read_bytes()) for p in files]
-    source.put_many(items[:-1])
-    source.put(*items[-1])
+    keys = [f"{prefix}/{p.relative_to(folder).as_posix()}" for p in files]
+    _put_in_batches(source, list(zip(keys[:-1], files[:-1])))
+    source.put(keys[-1], files[-1].read_bytes())
     return len(files)
+
+
+def _put_in_batches(source, items: list[tuple[str, Path]]) -> None:
+    """Upload each (key, file), several at a time, holding at most about ``UPLOAD_BATCH_BYTES``
+    of them in memory (a full-size run is gigabytes)."""
+    batch: list[tuple[str, bytes]] = []
+    held = 0
+    for key, path in items:
+        batch.append((key, path.read_bytes()))
+        held += len(batch[-1][1])
+        if held >= UPLOAD_BATCH_BYTES:
+            source.put_many(batch)
+            batch, held = [], 0
+    source.put_many(batch)
 
 
 def _generation_numbers(source, folder_key: str) -> list[int]:
@@ -72,7 +87,7 @@ def publish_generation(local: str | os.PathLike, cache_url: str, name: str, *,
     number, url = claim_generation(cache_url, name)
     source, key = source_and_key(url)
     files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
-    source.put_many([(f"{key}/{f}", (local / f).read_bytes()) for f in files if f != "zarr.json"])
+    _put_in_batches(source, [(f"{key}/{f}", local / f) for f in files if f != "zarr.json"])
     group = json.loads((local / "zarr.json").read_bytes())
     group.setdefault("attributes", {})["generation"] = number
     source.put(f"{key}/zarr.json", json.dumps(group, indent=2).encode(), mode="create")
