@@ -71,12 +71,12 @@ def predict_run(model: torch.nn.Module, run: PredictionRun, settings: Preprocess
         tqdm.write(f"{run.name}: the grid SDFs{knn}, once per run ...")
     items = BatchItems(prepared, settings, parts=parts, geometry_points=geometry_points)
     steps["geometry"] = time.perf_counter() - start - steps["prepare"]
-    torch.manual_seed(seed)  # DoMINO draws its volume sampling noise from the global generator
     forward = part_forward(model)
     results: dict[str, np.ndarray | None] = {"surface": None, "volume": None}
     for part in ("surface", "volume"):
         if part in parts and (part == "surface" or volume):
             begun = time.perf_counter()
+            torch.manual_seed(seed)  # DoMINO's volume noise: the global generator, seeded per part
             total = len(prepared.surface_areas) if part == "surface" else len(prepared.volume_coordinates)
             with progress_bar(run.name, part, total, enabled=progress) as bar:
                 scaled = predict_part(forward, items, part=part, batch_points=batch_points, device=device,
