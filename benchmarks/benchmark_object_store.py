@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", type=Path, help="an existing cache to read (not written) instead of building one")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--local-only", action="store_true",
-                        help="measure and print the local draws only (no server; no JSON written)")
+                        help="measure the local draws only (no server); --json then holds just those")
     parser.add_argument("--child-local", nargs=3, metavar=("CACHE", "PRESET", "N"))
     parser.add_argument("--child-remote", nargs=3, metavar=("URL", "PRESET", "N"))
     parser.add_argument("--child-workers", nargs=4, metavar=("LOCATION", "PRESET", "WORKERS", "ITEMS"))
@@ -418,7 +418,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.local_only:
         local = local_figures(_cache(args.preset, args.work, args.cache), args.preset, args.draws,
                               args.local_repeats)
-        print("\n".join([local_line(local), *local_checks(local)]))
+        result = {"preset": args.preset, "local": local, "checks": local_checks(local)}
+        print("\n".join([local_line(local), *result["checks"]]))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
         return
     result = measure(args.preset, args.work, args.draws, args.server, args.items, args.cache,
                          args.local_repeats)
