@@ -26,6 +26,7 @@ background jobs run under ``nice``, and repeat it where a ratio sits near its bo
     make bench-setup    # SeaweedFS's weed binary, once
     python benchmarks/benchmark_object_store.py --preset full --cache /data/full/cache \
         --work /tmp/objstore --json docs/benchmark_object_store.json
+    python benchmarks/benchmark_object_store.py --preset full --cache /data/full/cache --local-only   # about a minute
     python benchmarks/benchmark_object_store.py --preset tiny --draws 3 --work /tmp/objstore_tiny   # smoke
 """
 
