@@ -6,8 +6,8 @@ writes nothing there), then measures, each in a fresh process:
 
 * local (``--local-repeats`` processes in turn): the same draws served from arrays in memory
   (the floor: the same rows, the same item code), warm from the page cache, the I/O floor (the
-  warm draw's byte ranges read again, nothing checked or decoded), and cold (every cache file
-  evicted first);
+  warm draw's byte ranges read again and each CRC32C computed, nothing assembled), and cold
+  (every cache file unmapped and evicted first);
 * object storage: the cache uploaded to an S3 server started on 127.0.0.1 in a temporary folder
   (SeaweedFS, ``make bench-setup``; or moto's server, ``--server moto``) and read straight
   from it, then with 10 / 30 / 80 ms added to every request by a delaying proxy (s3_proxy.py,
@@ -26,6 +26,7 @@ background jobs run under ``nice``, and repeat it where a ratio sits near its bo
     make bench-setup    # SeaweedFS's weed binary, once
     python benchmarks/benchmark_object_store.py --preset full --cache /data/full/cache \
         --work /tmp/objstore --json docs/benchmark_object_store.json
+    python benchmarks/benchmark_object_store.py --preset full --cache /data/full/cache --local-only   # about a minute
     python benchmarks/benchmark_object_store.py --preset tiny --draws 3 --work /tmp/objstore_tiny   # smoke
 """
 
@@ -62,6 +63,7 @@ def _serve_from_memory(ds) -> None:
 
     run = ds.run(0)
     arrays = {name: run.read(name) for name in layout_arrays(ds.neighbor_layout)}
+    run.source.close()  # unmap the files read: an eviction must reach their pages
     run.read_many = lambda reads, staged=None: [_from_memory(arrays[n], s, e) for n, s, e in reads]
     run.stage = lambda spans: {}
     run.read = lambda name, selection=slice(None), allocate=None: arrays[name][selection]
@@ -77,8 +79,11 @@ def _timed(ds, epoch: int) -> float:
 def child_local(cache: Path, preset: str, n: int) -> dict:
     """In-memory floor, warm and cold draws of the local cache, medians (ms), each epoch's
     side by side: the in-memory draw, the disk draw once untimed (its bytes now in the page
-    cache) then timed (warm), the I/O floor (the warm draw's byte ranges read again as one
-    wave, nothing checked or decoded), then every cache file evicted and the draw again (cold)."""
+    cache) then, its files unmapped, timed (warm: the pages a worker has not touched yet are
+    mapped again as it reads them), the I/O floor (the warm draw's byte ranges read again as one
+    wave and each CRC32C computed, nothing assembled: locally the reads are views of mapped
+    files, so the checksum pass is what touches their bytes), then every cache file unmapped
+    and evicted and the draw again (cold)."""
     memory, disk = _dataset(cache, preset), _dataset(cache, preset)
     memory[0], disk[0]  # open the run, keep what every draw reads
     _serve_from_memory(memory)
@@ -88,9 +93,11 @@ def child_local(cache: Path, preset: str, n: int) -> dict:
     for epoch in range(1, n + 1):
         times["memory"].append(_timed(memory, epoch))
         _timed(disk, epoch)
+        source.close()
         del seen[:]
         times["warm"].append(_timed(disk, epoch))
-        times["io_floor"].append(_fetch_timed(source, seen))
+        times["io_floor"].append(_fetch_timed(source, seen, checksum=True))
+        source.close()  # a mapped page cannot be evicted; the next draw opens the files again
         _evict(cache)
         times["cold"].append(_timed(disk, epoch))
     paired = {"warm_over_memory": statistics.median(w / m for w, m in zip(times["warm"], times["memory"])),
@@ -107,13 +114,18 @@ def local_figures(cache: Path, preset: str, n: int, repeats: int) -> dict:
     return {key: statistics.median(r[key] for r in runs) for key in runs[0]} | {"repeats": runs}
 
 
-def _fetch_timed(source, waves: list) -> float:
-    """Seconds to fetch every ranged request of the recorded ``waves`` again, as one wave."""
+def _fetch_timed(source, waves: list, checksum: bool = False) -> float:
+    """Seconds to fetch every ranged request of the recorded ``waves`` again, as one wave (and,
+    with ``checksum``, compute each one's CRC32C)."""
+    import crc32c
+
     from domino_pipeline.store.byte_source import Request
 
     ranges = [Request(r.key, r.start, r.length) for wave in waves for r in wave if r.start is not None]
     started = time.perf_counter()
-    source.fetch(ranges)
+    for data, _ in source.fetch(ranges):
+        if checksum:
+            crc32c.crc32c(data)
     return time.perf_counter() - started
 
 
@@ -245,10 +257,7 @@ def measure(preset: str, work: Path, n: int, server_kind: str, items: int, cache
             local_repeats: int) -> dict:
     """Every figure of the module docstring for one preset (``cache``: an existing cache to
     read instead of building one under ``work``)."""
-    if cache is None:
-        cache = work / preset / "cache"
-        if not (cache / "manifest.json").is_file():
-            build(ensure_processed(work, preset), cache, "features", GRID[preset])
+    cache = _cache(preset, work, cache)
     result = {"preset": preset, "server": server_kind,
               "local": local_figures(cache, preset, n, local_repeats)}
     data = work / "s3_server"
@@ -265,6 +274,15 @@ def measure(preset: str, work: Path, n: int, server_kind: str, items: int, cache
     finally:
         shutil.rmtree(data, ignore_errors=True)
     return result
+
+
+def _cache(preset: str, work: Path, cache: Path | None) -> Path:
+    """``cache`` if given, else the preset's cache under ``work`` (built there if missing)."""
+    if cache is None:
+        cache = work / preset / "cache"
+        if not (cache / "manifest.json").is_file():
+            build(ensure_processed(work, preset), cache, "features", GRID[preset])
+    return cache
 
 
 def model(result: dict) -> dict:
@@ -328,13 +346,11 @@ def projection_table(projected: dict) -> str:
 
 def checks(result: dict) -> list[str]:
     """The acceptance lines: figure, bound, whether it holds."""
-    local, remote, fits = result["local"], result["remote"], result["model"]
-    each = lambda key: ", ".join(f"{r[key]:.2f}" for r in local["repeats"])  # noqa: E731
-    lines = [f"local warm / in-memory {local['warm_over_memory']:.2f}x (<= 2; repeats {each('warm_over_memory')})",
-             f"local cold / warm {local['cold_over_warm']:.2f}x (<= 2; repeats {each('cold_over_warm')})",
-             f"steady waves per draw {remote[0]['waves']:.0f} (<= 2); first draw {remote[0]['first_waves']} (<= 4)",
-             f"draw / server floor at 0 ms {remote[0]['draw_over_floor']:.2f}x (<= 1.5; medians "
-             f"{remote[0]['draw_ms']:.1f} / {remote[0]['floor_ms']:.1f} ms)"]
+    remote, fits = result["remote"], result["model"]
+    lines = local_checks(result["local"]) + [
+        f"steady waves per draw {remote[0]['waves']:.0f} (<= 2); first draw {remote[0]['first_waves']} (<= 4)",
+        f"draw / server floor at 0 ms {remote[0]['draw_over_floor']:.2f}x (<= 1.5; medians "
+        f"{remote[0]['draw_ms']:.1f} / {remote[0]['floor_ms']:.1f} ms)"]
     for latency in LATENCIES_MS[1:]:
         r = remote[latency]
         lines.append(f"draw at +{latency} ms {r['draw_ms']:.0f} ms, floor {r['floor_ms']:.0f} ms: draw - floor "
@@ -342,6 +358,19 @@ def checks(result: dict) -> list[str]:
     worst = max(fits[latency]["error"] for latency in LATENCIES_MS)
     lines.append(f"latency model worst error {100 * worst:.0f}% (<= 25%)")
     return lines
+
+
+def local_checks(local: dict) -> list[str]:
+    """The local acceptance lines: warm over in-memory, cold over warm, with every repeat's."""
+    each = lambda key: ", ".join(f"{r[key]:.2f}" for r in local["repeats"])  # noqa: E731
+    return [f"local warm / in-memory {local['warm_over_memory']:.2f}x (<= 2; repeats {each('warm_over_memory')})",
+            f"local cold / warm {local['cold_over_warm']:.2f}x (<= 2; repeats {each('cold_over_warm')})"]
+
+
+def local_line(local: dict) -> str:
+    """The local draw times, one line."""
+    return (f"local: in-memory {local['memory_draw_ms']:.1f} ms, warm {local['warm_draw_ms']:.1f} ms "
+            f"(I/O floor {local['io_floor_ms']:.1f} ms), cold {local['cold_draw_ms']:.1f} ms")
 
 
 def table(result: dict) -> str:
@@ -352,9 +381,7 @@ def table(result: dict) -> str:
             f"{result['model'][lat]['predicted_ms']:.1f} | {r['waves']:.0f} | {r['first_waves']} | "
             f"{r['requests']:.0f} | {r['first_requests']} | {r['mb_per_draw']:.2f} | {r['first_mb']:.2f} |"
             for lat, r in result["remote"].items()]
-    local = result["local"]
-    rows.append(f"\nlocal: in-memory {local['memory_draw_ms']:.1f} ms, warm {local['warm_draw_ms']:.1f} ms "
-                f"(I/O floor {local['io_floor_ms']:.1f} ms), cold {local['cold_draw_ms']:.1f} ms")
+    rows.append("\n" + local_line(result["local"]))
     constants = result["model"]["constants"]
     rows.append(f"model constants: cpu {constants['cpu_ms']:.1f} ms, rtt {constants['rtt_ms']:.1f} ms, "
                 f"bandwidth {constants['bandwidth_gb_s']:.2f} GB/s")
@@ -373,6 +400,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the S3 server started on 127.0.0.1 (seaweedfs: make bench-setup)")
     parser.add_argument("--cache", type=Path, help="an existing cache to read (not written) instead of building one")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--local-only", action="store_true",
+                        help="measure the local draws only (no server); --json then holds just those")
     parser.add_argument("--child-local", nargs=3, metavar=("CACHE", "PRESET", "N"))
     parser.add_argument("--child-remote", nargs=3, metavar=("URL", "PRESET", "N"))
     parser.add_argument("--child-workers", nargs=4, metavar=("LOCATION", "PRESET", "WORKERS", "ITEMS"))
@@ -386,6 +415,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.child_workers:
         location, preset, workers, items = args.child_workers
         print(json.dumps(child_workers(location, preset, int(workers), int(items))))
+        return
+    if args.local_only:
+        local = local_figures(_cache(args.preset, args.work, args.cache), args.preset, args.draws,
+                              args.local_repeats)
+        result = {"preset": args.preset, "local": local, "checks": local_checks(local)}
+        print("\n".join([local_line(local), *result["checks"]]))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
         return
     result = measure(args.preset, args.work, args.draws, args.server, args.items, args.cache,
                          args.local_repeats)

@@ -36,6 +36,32 @@ def test_one_wave_reads_ranges_tails_whole_files_and_names_the_absent(tmp_path):
     source.close()
 
 
+def test_a_file_that_shrinks_or_grows_between_waves_is_read_as_it_now_is(tmp_path):
+    path = tmp_path / "shard"
+    path.write_bytes(bytes(range(200)))
+    source = LocalSource(tmp_path)
+    assert bytes(source.fetch([Request("shard", 100, 50)])[0][0]) == bytes(range(100, 150))
+    with open(path, "r+b") as f:  # truncated in place, as an interrupted rewrite leaves it
+        f.truncate(120)
+    assert bytes(source.fetch([Request("shard", 100, 50)])[0][0]) == bytes(range(100, 120))
+    assert bytes(source.fetch([Request("shard", 130, 5)])[0][0]) == b""
+    path.write_bytes(bytes(range(250)) * 2)
+    assert bytes(source.fetch([Request("shard", 400, 20)])[0][0]) == (bytes(range(250)) * 2)[400:420]
+    source.close()
+
+
+def test_empty_files_and_closed_sources(tmp_path):
+    (tmp_path / "empty").write_bytes(b"")
+    (tmp_path / "full").write_bytes(b"0123456789")
+    source = LocalSource(tmp_path)
+    assert bytes(source.fetch([Request("empty", 0, 4)])[0][0]) == b""
+    kept = source.fetch([Request("full", 2, 3)])[0][0]
+    source.close()
+    assert bytes(kept) == b"234"  # a result taken before close stays readable
+    assert bytes(source.fetch([Request("empty", 0, 4)])[0][0]) == b""  # reopened on use
+    source.close()
+
+
 def test_locations_are_paths_or_urls():
     assert is_url("s3://bucket/cache") and is_url("gs://b/c") and is_url("az://c/p")
     assert not is_url("outputs/cache") and not is_url(Path("s3:/x"))

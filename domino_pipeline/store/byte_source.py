@@ -2,8 +2,8 @@
 
 A reader knows every byte range it needs before it reads (the shard indexes give each inner
 chunk's offset and length), so it hands a whole list of requests to ``ByteSource.fetch`` and
-gets them back together: one *wave*. Locally a wave is ``pread`` on file descriptors kept per
-source (after one ``POSIX_FADV_WILLNEED`` per range, so a cold disk serves them in parallel);
+gets them back together: one *wave*. Locally a wave is views of files mapped read-only, kept
+per source (after one ``POSIX_FADV_WILLNEED`` per range, so a cold disk serves them in parallel);
 on object storage it is concurrent ranged GETs through obstore (retries with backoff and a
 deadline included). Adjacent ranges of one object are coalesced first. Checksums, error naming
 and assembly into arrays stay with the caller, so both back ends share them.
@@ -20,6 +20,7 @@ object-store client does not survive a fork.
 from __future__ import annotations
 
 import atexit
+import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -125,8 +126,11 @@ def _split(buffer: memoryview, merged, ranges) -> dict[int, memoryview]:
 
 
 class LocalSource(ByteSource):
-    """A local folder: ``pread`` on descriptors kept open until ``close``. The ranged results
-    of a wave are views of one reused buffer: valid until the next ``fetch``."""
+    """A local folder: descriptors kept open until ``close``; ranged reads are views of each
+    file mapped read-only (no copy out of the page cache: a warm draw's bytes go straight to
+    the checksum and the gather). A mapping covers the file's size when it was mapped and is
+    made again when a wave finds that size changed, so a range past the end comes back short,
+    as a ``pread`` would. Results stay valid while the caller holds them."""
 
     def __init__(self, root: str | os.PathLike) -> None:
         super().__init__()
@@ -134,7 +138,7 @@ class LocalSource(ByteSource):
         self.location = str(self.root)
         self._prefix = str(self.root) + os.sep
         self._fds: dict[str, int | None] = {}
-        self._buffer = bytearray(0)
+        self._maps: dict[str, memoryview] = {}
 
     def _fd(self, key: str) -> int | None:
         if key not in self._fds:
@@ -144,39 +148,34 @@ class LocalSource(ByteSource):
                 return None
         return self._fds[key]
 
+    def _mapped(self, key: str, fd: int) -> memoryview:
+        """File ``key`` (open as ``fd``) mapped whole, kept until its size changes."""
+        size = os.fstat(fd).st_size
+        view = self._maps.get(key)
+        if view is None or len(view) != size:
+            view = memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_READ)) if size else memoryview(b"")
+            self._maps[key] = view
+        return view
+
     def _fetch(self, requests, ranged, results) -> None:
-        plans = []
         for key, members in ranged.items():
             fd = self._fd(key)
             ranges = [(requests[i].start, requests[i].length) for i in members]
+            view = None if fd is None else self._mapped(key, fd)
             for merged in coalesce(ranges):
-                if fd is not None:
-                    os.posix_fadvise(fd, merged[0], merged[1], os.POSIX_FADV_WILLNEED)
-                plans.append((fd, members, ranges, merged))
-        buffer = self._wave_buffer(sum(m[1] for *_, m in plans))
-        at = 0
-        for fd, members, ranges, merged in plans:
-            self.requests += 1
-            if fd is None:
-                for i in merged[2]:
-                    results[members[i]] = (None, None)
-                continue
-            view = buffer[at:at + merged[1]]
-            at += merged[1]
-            got = _pread_into(fd, view, merged[0])
-            self.bytes += got
-            for i, part in _split(view[:got], merged, ranges).items():
-                results[members[i]] = (part, None)
+                self.requests += 1
+                if view is None:
+                    for i in merged[2]:
+                        results[members[i]] = (None, None)
+                    continue
+                os.posix_fadvise(fd, merged[0], merged[1], os.POSIX_FADV_WILLNEED)
+                part = view[merged[0]:merged[0] + merged[1]]
+                self.bytes += len(part)
+                for i, member in _split(part, merged, ranges).items():
+                    results[members[i]] = (member, None)
         for i, request in enumerate(requests):
             if results[i] is None:
                 results[i] = self._whole_or_tail(request)
-
-    def _wave_buffer(self, nbytes: int) -> memoryview:
-        """One buffer for a wave's ranges, reused by the next wave (so the caller copies what
-        it keeps before fetching again): no fresh pages to fault in per draw."""
-        if len(self._buffer) < nbytes:
-            self._buffer = bytearray(nbytes)
-        return memoryview(self._buffer)
 
     def _whole_or_tail(self, request: Request) -> Result:
         fd = self._fd(request.key)
@@ -200,6 +199,9 @@ class LocalSource(ByteSource):
             return None
 
     def close(self) -> None:
+        for view in self._maps.values():
+            view.release()  # the mapping itself goes when the caller's views of it do
+        self._maps.clear()
         for fd in self._fds.values():
             if fd is not None:
                 os.close(fd)

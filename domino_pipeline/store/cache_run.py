@@ -263,7 +263,7 @@ class CacheRun:
         """Fetch, in one wave, the inner chunks that hold rows [a, b) of each named array for
         every (a, b) of ``spans`` (a draw's windows, before its rows are chosen), for
         ``read_many(..., staged=)``; arrays kept whole or left to zarr-python are left out.
-        Locally the bytes are valid until the run's next read."""
+        Locally the bytes are views of the run's mapped files."""
         wanted = []
         for name, parts in spans.items():
             reader = self.reader(name)

@@ -12,7 +12,7 @@ missing inner chunk is corruption here, never a silent fill value.
 
 A read is planned before it is made: the selection gives the inner chunks it touches, the shard
 indexes (read once, kept) give their byte ranges, and ``read_many`` fetches the ranges of
-several arrays of a run in one wave of a ``ByteSource`` (byte_source.py: ``pread`` locally,
+several arrays of a run in one wave of a ``ByteSource`` (byte_source.py: mapped files locally,
 concurrent ranged GETs on object storage), then checks every checksum and assembles the
 arrays. ``ChunkedArray.open`` returns None for any other layout; the caller then uses
 zarr-python.
@@ -383,7 +383,7 @@ def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged |
 def fetch_chunks(wanted: list[tuple[ChunkedArray, np.ndarray]]) -> Staged:
     """The bytes of the inner chunks of every (array, chunks) pair, the arrays sharing one
     source: the missing shard indexes in one wave, then the chunks in one more. Locally the
-    bytes are views valid until the source's next fetch."""
+    bytes are views of the mapped files."""
     if not wanted:
         return {}
     source = wanted[0][0].source
