@@ -12,12 +12,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _weed_installed() -> bool:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from s3_servers import weed_binary
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return weed_binary() is not None
+
+
 @pytest.mark.slow
-def test_the_benchmark_runs_on_tiny_data(tmp_path):
+@pytest.mark.parametrize("server", ["moto", "seaweedfs"])
+def test_the_benchmark_runs_on_tiny_data(tmp_path, server):
+    if server == "seaweedfs" and not _weed_installed():
+        pytest.skip("SeaweedFS is a benchmark dependency (make bench-setup), not a test one")
     out = tmp_path / "object_store.json"
     done = subprocess.run([sys.executable, "benchmarks/benchmark_object_store.py", "--preset", "tiny",
                            "--draws", "2", "--items", "2", "--work", str(tmp_path / "work"),
-                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+                           "--server", server, "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert sorted(result["remote"]) == ["0", "10", "30", "80"]
