@@ -132,13 +132,19 @@ def window_rows(start: int, width: int, n_rows: int) -> np.ndarray:
     return (start + np.arange(width, dtype=np.int64)) % n_rows
 
 
+def window_spans(start: int, width: int, n_rows: int) -> list[tuple[int, int]]:
+    """The [a, b) row spans of a cyclic window, in window order: one, or two where it wraps."""
+    stop = start + width
+    return [(start, stop)] if stop <= n_rows else [(start, n_rows), (0, stop - n_rows)]
+
+
 def read_window(read: Callable[[int, int], np.ndarray], start: int, width: int,
                 n_rows: int) -> np.ndarray:
     """The values of a cyclic window from ``read(a, b)`` (rows a..b-1): one or two spans."""
-    stop = start + width
-    if stop <= n_rows:
-        return np.asarray(read(start, stop))
-    return np.concatenate([read(start, n_rows), read(0, stop - n_rows)])
+    spans = window_spans(start, width, n_rows)
+    if len(spans) == 1:
+        return np.asarray(read(*spans[0]))
+    return np.concatenate([read(a, b) for a, b in spans])
 
 
 def choose_weighted(rng: np.random.Generator, weights: np.ndarray, size: int) -> np.ndarray:

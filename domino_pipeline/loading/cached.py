@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError, part_window
+from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError, part_window, window_spans
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_of
 from domino_pipeline.inputs.runs import run_name
@@ -31,6 +31,7 @@ from domino_pipeline.store.cache_format import (
     layout_arrays,
 )
 from domino_pipeline.store.cache_run import CacheRun
+from domino_pipeline.store.chunk_reader import Allocator
 from domino_pipeline.store.manifest import manifest_scaling_factors, read_manifest, run_path
 
 
@@ -177,19 +178,22 @@ class CachedDoMINODataset(EpochDataset):
             start, width = part_window(self.seed, epoch, index, part, n_rows, points, self.law)
             if width >= n_rows:
                 return {}
-            window = [(start, min(start + width, n_rows))] + ([(0, start + width - n_rows)]
-                                                            if start + width > n_rows else [])
-            spans |= {name: window for name in self._row_arrays(part)}
+            names = [name for name, _ in self._row_arrays(part)]
+            if part == "surface" and "surface_areas" not in names:  # read by the areas reader
+                names.append("surface_areas")
+            spans |= {name: window_spans(start, width, n_rows) for name in names}
         return spans
 
-    def _row_arrays(self, part: str) -> list[str]:
-        """The arrays read at a draw's rows of ``part`` (its window's arrays)."""
+    def _row_arrays(self, part: str) -> list[tuple[str, Allocator]]:
+        """The arrays a draw reads at its rows of ``part``, with their allocators: the surface's
+        with their neighbours as the layout stores them (in ``indices``: the neighbour indices,
+        gathered after)."""
         if part == "volume":
-            return [f"volume_{n}" for n in ("coordinates", "fields", "sdf", "closest")]
+            return [(f"volume_{n}", np.empty) for n in ("coordinates", "fields", "sdf", "closest")]
         if self.neighbor_layout != "features":
-            return ["surface_areas", "surface_fields", "surface_neighbors"]
-        return ["surface_fields"] + [f"surface_{n}" for n in NEIGHBOR_FEATURES] + \
-            [f"surface_neighbor_{n}" for n in NEIGHBOR_FEATURES]
+            return [("surface_fields", np.empty), ("surface_neighbors", np.empty)]
+        return [("surface_fields", np.empty)] + [(f"surface_{n}", output_array) for n in NEIGHBOR_FEATURES] + \
+            [(f"surface_neighbor_{n}", output_array) for n in NEIGHBOR_FEATURES]
 
     def _areas_reader(self, run: CacheRun, n_rows: int, staged):
         """``read(a, b)``: surface areas of rows a..b-1 (from ``staged`` where it holds them). A
@@ -229,17 +233,9 @@ class CachedDoMINODataset(EpochDataset):
         volume rows."""
         reads = [(name, Ellipsis, output_array) for name in self._grid_arrays()]
         reads.append(("geometry_coordinates", draw.geometry_rows, output_array))
-        if draw.surface_rows is not None:
-            rows = draw.surface_rows
-            reads.append(("surface_fields", rows, np.empty))
-            if self.neighbor_layout == "features":
-                reads += [(f"surface_{n}", rows, output_array) for n in NEIGHBOR_FEATURES]
-                reads += [(f"surface_neighbor_{n}", rows, output_array) for n in NEIGHBOR_FEATURES]
-            else:
-                reads.append(("surface_neighbors", rows, np.empty))
-        if draw.volume_rows is not None:
-            reads += [(f"volume_{n}", draw.volume_rows, np.empty)
-                      for n in ("coordinates", "fields", "sdf", "closest")]
+        for part, rows in (("surface", draw.surface_rows), ("volume", draw.volume_rows)):
+            if rows is not None:
+                reads += [(name, rows, allocate) for name, allocate in self._row_arrays(part)]
         return reads
 
 
