@@ -171,6 +171,16 @@ def list_objects(url: str) -> dict[str, ObjectInfo]:
                 for batch in obstore.list(store, prefix or None) for o in batch}
 
 
+def objects_by_folder(url: str) -> dict[str, dict[str, ObjectInfo]]:
+    """``list_objects(url)`` grouped by the first part of each key (the folder directly under
+    ``url`` that holds it), keyed within it by the rest."""
+    grouped: dict[str, dict[str, ObjectInfo]] = {}
+    for key, info in list_objects(url).items():
+        folder, _, rest = key.partition("/")
+        grouped.setdefault(folder, {})[rest] = info
+    return grouped
+
+
 def head(url: str) -> ObjectInfo | None:
     """The size and version of the object at URL ``url``; None when it is absent."""
     import obstore

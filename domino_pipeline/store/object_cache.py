@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from domino_pipeline.object_store import delete_objects, list_objects
+from domino_pipeline.object_store import delete_objects, objects_by_folder
 from domino_pipeline.store.byte_source import ConflictError, join, source_and_key
 from domino_pipeline.store.cache_format import GENERATION, CacheError
 from domino_pipeline.store.manifest import MANIFEST, read_manifest
@@ -107,12 +107,8 @@ def _named_generation(cache_url: str, name: str) -> str | None:
 def _generation_objects(cache_url: str, name: str) -> dict[str, dict]:
     """The objects (key inside the generation: ObjectInfo) of each generation prefix of run
     ``name``, complete or not, by generation folder name."""
-    found: dict[str, dict] = {}
-    for key, info in list_objects(str(join(cache_url, name))).items():
-        folder, _, rest = key.partition("/")
-        if GENERATION.match(folder):
-            found.setdefault(folder, {})[rest] = info
-    return found
+    return {folder: objects for folder, objects in objects_by_folder(str(join(cache_url, name))).items()
+            if GENERATION.match(folder)}
 
 
 def untouched_for(objects: dict, seconds: float) -> bool:

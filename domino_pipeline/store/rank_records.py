@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from domino_pipeline.atomic_store import exclusive_lock, read_json, write_json_atomic
-from domino_pipeline.object_store import delete_objects, list_objects
+from domino_pipeline.object_store import delete_objects, objects_by_folder
 from domino_pipeline.store.byte_source import ConflictError, Request, is_url, join, source_and_key
 from domino_pipeline.store.object_cache import untouched_for
 
@@ -80,11 +80,7 @@ def remove_finished_jobs(cache_url: str, older_than_s: float) -> list[str]:
     """Delete the ``finished`` claims of the cache's finished jobs (no record left) claimed
     more than ``older_than_s`` ago; return those jobs. Records of unfinished jobs stay."""
     folder = str(join(cache_url, RANKS_DIR))
-    by_job: dict[str, dict] = {}
-    for key, info in list_objects(folder).items():
-        job, _, name = key.partition("/")
-        by_job.setdefault(job, {})[name] = info
-    done = [job for job, objects in by_job.items()
+    done = [job for job, objects in objects_by_folder(folder).items()
             if list(objects) == [FINISHED] and untouched_for(objects, older_than_s)]
     if done:
         delete_objects(folder, [f"{job}/{FINISHED}" for job in done])
