@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -70,14 +70,16 @@ def _compressed_blocks(name: str, level: int, blocks: list[bytes]) -> list[bytes
     """``blocks`` compressed, on all cores when there are many (the compressors release the GIL)."""
     if len(blocks) < _PARALLEL_BLOCKS:
         return [_compress(name, level, block) for block in blocks]
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0)))
-    return list(_POOL.map(partial(_compress, name, level), blocks))
+    return list(_pool().map(partial(_compress, name, level), blocks))
 
 
 _PARALLEL_BLOCKS = 16
-_POOL: ThreadPoolExecutor | None = None
+
+
+@cache
+def _pool() -> ThreadPoolExecutor:
+    """The compression threads, one per core of this process, made at first use."""
+    return ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0)))
 
 
 class _Base64Stream:
