@@ -16,10 +16,10 @@ where `data.raw_dir` has no folder of the run).
 For each run, in `predict.out_dir`: `<run>_surface.vtp` with the predicted arrays `<name>_pred`
 beside the true `<name>` (physical units, as in the source files), `<run>_volume.vtu` when asked,
 `<run>_pressure.png`; for all runs `predictions.csv`: drag and lift coefficients predicted and
-true (integrated over the cells in physical units, with the free stream of `physics.free_stream_*`),
-the published ones where a raw run folder has `force_mom_<i>.csv`, the reference area used (the
-run's `geo_ref_<i>.csv` aRef where it has one and `forces.reference_area_per_run`, else
-`forces.reference_area`), relative L2 per variable. The table is printed too. Conventions:
+true (integrated over the cells in physical units, with the dataset profile's flow, `dataset.flow`),
+the published ones where a raw run folder has them (`dataset.coefficients`), the reference area
+used (the run's own where it has one and `forces.reference_area_per_run`, else
+`dataset.references.area`), relative L2 per variable. The table is printed too. Conventions:
 domino_pipeline/inference/forces.py.
 """
 
@@ -74,7 +74,7 @@ def print_table(records: list[dict], columns: list[str]) -> None:
 @entry_point
 def main(config: PipelineConfig) -> None:
     """Predict every run asked for; write and print the table."""
-    options, forces = config.predict, ForceSettings.from_config(config.forces, config.physics)
+    options, forces = config.predict, ForceSettings.from_config(config.forces, config.dataset)
     device = resolve_train_device(options.device, 0)
     settings = settings_from_config(config.geometry, config.variables)
     variables = {"surface": config.variables.surface, "volume": config.variables.volume}
@@ -85,8 +85,7 @@ def main(config: PipelineConfig) -> None:
     out_dir = Path(options.out_dir)
     records = []
     for path in runs_to_predict(options, config.data):
-        run = load_run(path, variables=variables, physics=physics, volume=options.volume,
-                       normals_out_of_body=forces.convention.normals == "out_of_body",
+        run = load_run(path, dataset=config.dataset, physics=physics, volume=options.volume,
                        volume_source=config.process.volume_source)
         prediction = predict_run(model, run, settings, scaling_factors=factors,
                                  geometry_points=config.sampling.geometry_points, batch_points=options.batch_points,
@@ -106,7 +105,8 @@ def main(config: PipelineConfig) -> None:
           f"{'kinematic fields' if stream.kinematic else f'density {stream.density} kg/m^3'}, normals "
           f"{forces.convention.normals}, wall shear {forces.convention.wall_shear}; table: {csv_path}")
     if any(r.get("cd_true", 1.0) < 0 for r in records):
-        print("warning: a true drag coefficient is negative: check forces.normals and forces.wall_shear", file=sys.stderr)
+        print("warning: a true drag coefficient is negative: check dataset.flow.normals and dataset.flow.wall_shear",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":

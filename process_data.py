@@ -1,18 +1,10 @@
-"""DrivAerML run folders -> one processed ``<run>.zarr`` per run (layout: processed_run.py).
+"""Raw run folders -> one processed ``<run>.zarr`` per run (domino_pipeline/inputs/process_runs.py).
 
-Per run ``run_<i>/``: the STL (triangulated if needed) gives stl_*; the boundary VTP (polygon
-cells with any vertex counts) gives cell centres, unit normals, areas and the wall fields from
-cell data; the volume VTU gives points with point data, or cell centres with cell data
-(``process.volume_source``), in the file's order, as physicsnemo-curator writes them (the cache
-and the uncached datapipe put rows in a random order themselves). Fields are non-dimensionalised
-as the DoMINO example does (``FIELD_SCALES``): with the stream velocity U, the air density rho
-and, for nutMeanTrim, the car's length L (the largest extent of the STL) unless
-``physics.reference_length`` gives one. The surface and the volume are read and written a block
-of cells or rows at a time (surface_stream.py, volume_stream.py); a file in an encoding that
-cannot be read so is read whole with VTK, after a warning naming the memory it takes. Runs are
-processed in parallel, each written atomically; finished runs are skipped on a rerun; a bad run
-gets one line naming the file and the problem, and the command exits non-zero when any run
-failed.
+The dataset profile (``dataset=drivaerml|ahmedml|windsorml|...``, conf/dataset/) says where each run
+folder's files are and which field plays which role; fields are made dimensionless by role with
+``physics``. Runs are processed in parallel (``process.num_processes``), each written atomically;
+finished runs are skipped on a rerun; a bad run gets one line naming the file and the problem, and
+the command exits non-zero when any run failed.
 
     python process_data.py data.raw_dir=/data/drivaerml data.processed_dir=/data/processed
     python process_data.py --config-name=demo process.num_processes=2 process.overwrite=true
@@ -20,239 +12,16 @@ failed.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import multiprocessing
-import os
-import signal
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
-from pathlib import Path
-
-import numpy as np
-from tqdm import tqdm
-
-from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
-from domino_pipeline.inputs.concat_bytes import part_paths
-from domino_pipeline.inputs.drivaerml_reader import (
-    SURFACE_ARRAYS,
-    RunError,
-    drop_zero_area,
-    read_stl_triangles,
-    run_files,
-    stl_defects,
-)
-from domino_pipeline.inputs.nondimensional import (  # noqa: F401 (FIELD_SCALES: re-exported)
-    FIELD_SCALES,
-    car_length,
-    field_divisors,
-)
 from domino_pipeline.inputs.process_options import ProcessOptions
-from domino_pipeline.inputs.processed_run import (
-    ProcessedRunError,
-    StreamedRows,
-    natural_key,
-    open_processed_run,
-    write_processed_run,
+from domino_pipeline.inputs.process_runs import (  # noqa: F401 (the stage's functions, re-exported)
+    process_all,
+    process_run,
+    settings_differences,
 )
-from domino_pipeline.inputs.surface_stream import open_surface
-from domino_pipeline.inputs.volume_stream import open_volume
 from domino_pipeline.object_store import is_url
-from domino_pipeline.run_report import RunResult, summarize
-
-# ----------------------------------------------------------------------------- one run
-
-VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read, checked and scaled at a time
-SURFACE_BLOCK_CELLS = 1 << 18  # surface cells at a time (VTK's filters hold some 400 bytes a cell)
-
-
-def _bounds(points: np.ndarray) -> list[list[float]]:
-    return [points.min(axis=0).tolist(), points.max(axis=0).tolist()]
-
-
-def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options: ProcessOptions,
-                block_rows: int = VOLUME_BLOCK_ROWS,
-                surface_block: int = SURFACE_BLOCK_CELLS) -> tuple[Path, list[str]]:
-    """Read one DrivAerML run folder and write it as a processed Zarr group at ``out_path``.
-
-    The volume is read and written ``block_rows`` rows at a time and the boundary surface
-    ``surface_block`` cells at a time, so memory does not grow with them (the STL is read
-    whole). Returns the written path and notes (such as a volume-source fallback). Raises
-    FileNotFoundError or RunError naming the file and the problem.
-    """
-    run_dir = Path(run_dir)
-    files = run_files(run_dir)
-    stl, dropped = drop_zero_area(read_stl_triangles(files.stl))
-    surface = open_surface(files.surface, options.surface_variables)
-    volume = open_volume(files.volume, options.volume_variables, options.volume_source)
-    notes = stl_defects(stl["stl_faces"], stl["stl_areas"], files.stl, dropped) + volume.notes
-    length = car_length(stl["stl_coordinates"]) if options.reference_length is None else options.reference_length
-    refs = (options.stream_velocity, options.air_density, length)
-    params = np.array([options.stream_velocity, options.air_density], dtype=np.float32)
-    arrays = stl | {"global_params_values": params, "global_params_reference": params.copy()}
-    attrs = {
-        "filename": files.name,
-        **options.recorded(),
-        "physics_constants": {"stream_velocity": options.stream_velocity, "air_density": options.air_density},
-        "nut_length_scale": float(length),
-        "volume_source": volume.source,
-        "counts": {
-            "stl_points": len(stl["stl_coordinates"]),
-            "stl_triangles": len(stl["stl_centers"]),
-            "surface_cells": surface.n_cells,
-            "volume_points": volume.n_rows,
-        },
-        "sources": {
-            kind: {"name": p.name, "bytes": source_bytes(p)}
-            for kind, p in (("stl", files.stl), ("surface", files.surface),
-                            ("volume", files.volume))
-        },
-    }
-    bounds = {"stl": _bounds(stl["stl_coordinates"])}
-    surface_divisors = field_divisors(options.surface_variables, *refs)
-    volume_divisors = field_divisors(options.volume_variables, *refs)
-    streamed = [
-        _streamed_rows(surface_shapes(surface.n_cells, len(surface_divisors)),
-                       _scaled(surface.blocks(surface_block), surface_divisors), bounds, "surface"),
-        _streamed_rows({"volume_mesh_centers": (volume.n_rows, 3),
-                        "volume_fields": (volume.n_rows, len(volume_divisors))},
-                       _scaled(volume.blocks(block_rows), volume_divisors), bounds, "volume"),
-    ]
-    return write_processed_run(out_path, arrays, attrs, streamed), notes
-
-
-def source_bytes(path: Path) -> int:
-    """The size of a source file, or of its ``.part`` pieces together."""
-    return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in part_paths(path))
-
-
-def surface_shapes(n_cells: int, n_fields: int) -> dict[str, tuple[int, ...]]:
-    """The shapes of the surface arrays (SURFACE_ARRAYS) of ``n_cells`` cells."""
-    return dict(zip(SURFACE_ARRAYS, ((n_cells, 3), (n_cells, 3), (n_cells,), (n_cells, n_fields))))
-
-
-def _scaled(blocks: Iterator[tuple[np.ndarray, ...]], divisors: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
-    """The blocks with their last array (the raw fields) divided by ``divisors``."""
-    for *rows, fields in blocks:
-        yield (*rows, fields / divisors)
-
-
-def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np.ndarray, ...]],
-                   bounds: dict, key: str) -> StreamedRows:
-    """Arrays ``shapes`` written from ``blocks``; the bounds of the first (the positions) are
-    gathered on the way and stored as ``bounds[key]`` once every row is seen."""
-    positions = next(iter(shapes))
-    low = np.full(3, np.inf)
-    high = -low
-
-    def observe(name: str, rows: np.ndarray) -> None:
-        if name == positions and len(rows):
-            np.minimum(low, rows.min(axis=0), out=low)
-            np.maximum(high, rows.max(axis=0), out=high)
-
-    def attrs() -> dict:
-        bounds[key] = [np.float32(low).tolist(), np.float32(high).tolist()]
-        return {"bounds": bounds}
-
-    return StreamedRows(shapes, blocks, observe, attrs)
-
-
-def _process_one(run_dir: Path, out_path: Path, options: ProcessOptions) -> RunResult:
-    """Process one run in a worker, as the run's only writer; failures come back as a result,
-    not an exception."""
-    try:
-        with exclusive_lock(out_path.parent / ".locks" / f"{out_path.name}.lock", f"processed run {out_path}"):
-            _, notes = process_run(run_dir, out_path, options)
-    except (RunError, OSError, ValueError, MemoryError) as err:
-        return RunResult(run_dir.name, "failed", str(err).splitlines()[0] or type(err).__name__)
-    except Exception as err:  # a reader library's own error: still one run's failure, not the batch's
-        first = str(err).splitlines()[0] if str(err) else ""
-        return RunResult(run_dir.name, "failed", f"{run_dir}: {type(err).__name__}: {first}")
-    return RunResult(run_dir.name, "processed", notes=notes)
-
-
-# ----------------------------------------------------------------------------- the batch
-
-
-def die_with_parent(parent: int) -> None:
-    """In a pool worker: be killed when the process that started the pool dies (Linux
-    ``PR_SET_PDEATHSIG``), so that a killed batch leaves no worker writing behind it."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the pool's own shutdown is all there is
-        return
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(1)
-
-
-def find_runs(raw_dir: str | os.PathLike) -> list[Path]:
-    """``run_*`` folders in ``raw_dir``, naturally sorted."""
-    raw_dir = Path(raw_dir)
-    if not raw_dir.is_dir():
-        raise FileNotFoundError(f"{raw_dir}: no such raw-data directory")
-    return sorted((p for p in raw_dir.glob("run_*") if p.is_dir()), key=natural_key)
-
-
-def _run_pool(jobs: list[tuple[Path, Path]], options: ProcessOptions, num_processes: int) -> list[RunResult]:
-    """Process ``jobs`` in a spawn pool (or in this process for one worker) with a progress bar."""
-    bar = tqdm(total=len(jobs), desc="processing runs", unit="run", disable=not jobs)
-    results = []
-    if num_processes <= 1 or len(jobs) <= 1:
-        for run_dir, out in jobs:
-            results.append(_process_one(run_dir, out, options))
-            bar.update()
-        bar.close()
-        return results
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(num_processes, len(jobs)), mp_context=context,
-                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
-        futures = {pool.submit(_process_one, r, o, options): r for r, o in jobs}
-        for future in as_completed(futures):
-            try:
-                results.append(future.result())
-            except BrokenProcessPool:
-                results.append(RunResult(futures[future].name, "failed", "worker process died"))
-            bar.update()
-    bar.close()
-    return results
-
-
-def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, options: ProcessOptions, *,
-                num_processes: int = 1, overwrite: bool = False) -> list[RunResult]:
-    """Process every run folder of ``raw_dir`` into ``processed_dir``; return one result per run.
-
-    Finished runs are skipped unless ``overwrite`` (refused when processed with other
-    ``options``); temporaries left by killed writers are removed first.
-    """
-    processed_dir = Path(processed_dir)
-    processed_dir.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(processed_dir)
-    results, jobs = [], []
-    for run_dir in find_runs(raw_dir):
-        out = processed_dir / f"{run_dir.name}.zarr"
-        if out.exists() and not overwrite:
-            differences = settings_differences(out, options)
-            results.append(RunResult(run_dir.name, "skipped", "already processed") if not differences else
-                           RunResult(run_dir.name, "failed", f"{out}: processed with other settings "
-                                     f"({'; '.join(differences)}); rerun with process.overwrite=true"))
-        else:
-            jobs.append((run_dir, out))
-    results += _run_pool(jobs, options, num_processes)
-    return sorted(results, key=lambda r: natural_key(Path(r.name)))
-
-
-def settings_differences(out: Path, options: ProcessOptions) -> list[str]:
-    """``key: stored X, configured Y`` for each recorded setting of the processed run ``out``
-    that differs from ``options``; an unreadable run is one difference."""
-    try:
-        attrs = open_processed_run(out).attrs
-    except (ProcessedRunError, OSError, ValueError) as err:
-        return [f"unreadable: {err}"]
-    return options.differences(attrs)
+from domino_pipeline.run_report import summarize
 
 
 @entry_point
@@ -261,7 +30,7 @@ def main(config: PipelineConfig) -> int:
     if is_url(config.data.processed_dir):
         raise ValueError(f"{config.data.processed_dir}: process_data.py writes to a local folder; "
                          "upload the processed runs there to read them from object storage")
-    options = ProcessOptions.from_config(config.physics, config.variables, config.process)
+    options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
     results = process_all(config.data.raw_dir, config.data.processed_dir, options,
                           num_processes=config.process.num_processes, overwrite=config.process.overwrite)
     print(summarize(results, ("processed", "skipped", "failed")), flush=True)

@@ -36,6 +36,7 @@ import numpy as np
 import pyvista as pv
 from tqdm import tqdm
 
+from domino_pipeline.dataset_profile import DatasetConfig, profile_from_file
 from domino_pipeline.entry_point import refusals_in_one_line
 from domino_pipeline.inputs.vtk_xml_writer import (
     COMPRESSORS,
@@ -46,8 +47,9 @@ from domino_pipeline.inputs.vtk_xml_writer import (
     unstructured_grid_arrays,
 )
 
-GROUND_Z = -0.318469  # DrivAerML ground plane, m
-STREAM_VELOCITY = 38.89  # DrivAerML free stream along +x, m/s
+PROFILES = Path(__file__).resolve().parent / "conf" / "dataset"
+GROUND_Z = -0.318469  # the synthetic ground plane, m (DrivAerML's lies within 1 mm of it)
+STREAM_VELOCITY = 38.889  # DrivAerML's free stream along +x, m/s
 VOLUME_BOX = ((-3.5, -2.25, GROUND_Z), (8.5, 2.25, 3.0))
 # Volume points keep this distance from the smooth body, so that none falls inside the faceted STL.
 WALL_MARGIN = 0.04
@@ -234,55 +236,105 @@ def boundary_mesh(
     return vertices, quads[~split], triangles
 
 
-def vector_areas(vertices: np.ndarray, cells: np.ndarray) -> np.ndarray:
-    """Area times unit normal (Newell's method) of same-size polygons (C, k), float64."""
+def face_geometry(vertices: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Centres and area vectors (area times unit normal) of same-size polygons (C, k), float64,
+    as OpenFOAM defines a face's: triangles from each edge to the vertex mean, the area vector
+    their sum, the centre their centroids weighted by their areas along the face normal."""
     p = vertices[cells].astype(np.float64)
-    return 0.5 * np.cross(p, np.roll(p, -1, axis=1)).sum(axis=1)
+    estimate = p.mean(axis=1, keepdims=True)
+    triangles = 0.5 * np.cross(p - estimate, np.roll(p, -1, axis=1) - estimate)
+    area_vector = triangles.sum(axis=1)
+    unit = area_vector / np.maximum(np.linalg.norm(area_vector, axis=1, keepdims=True), 1e-300)
+    weights = np.einsum("ckd,cd->ck", triangles, unit)
+    centroids = (p + np.roll(p, -1, axis=1) + estimate) / 3.0
+    centres = np.einsum("ck,ckd->cd", weights, centroids) / weights.sum(axis=1, keepdims=True)
+    return centres, area_vector
 
 
 def polygon_geometry(vertices: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Vertex-mean centres and unit normals (Newell's method) of same-size polygons (C, k)."""
-    area_vector = vector_areas(vertices, cells)
+    """Centres (face_geometry's) and unit normals of same-size polygons (C, k)."""
+    centres, area_vector = face_geometry(vertices, cells)
     norm = np.linalg.norm(area_vector, axis=1, keepdims=True)
-    return vertices[cells].mean(axis=1), area_vector / np.maximum(norm, 1e-30)
+    return centres, area_vector / np.maximum(norm, 1e-30)
 
 
-def published_forces(
-    vertices: np.ndarray, cell_groups: list[np.ndarray], fields: dict[str, np.ndarray], length: float,
-    u_inf: float = STREAM_VELOCITY,
-) -> dict[str, dict[str, float]]:
-    """What DrivAerML publishes beside a run, for this body: the force coefficients of its wall
-    fields (kinematic: F / (0.5 U^2 aRef)), normals out of the body, shear on it) with the
-    variant's frontal area, and that area. A closed body covers its projection on the y-z plane
-    twice, so aRef = 0.5 sum |n_x| A. ``fields`` run over the cells of ``cell_groups`` in order."""
-    terms, start = np.zeros(4), 0
-    for cells in cell_groups:
-        terms += _force_terms(vertices, cells, {k: v[start:start + len(cells)] for k, v in fields.items()})
-        start += len(cells)
-    return _published(terms, length, u_inf)
+@dataclass(frozen=True)
+class ForceReferences:
+    """The references a published coefficient uses: area (m^2), length (m), moment centre (m)."""
+
+    area: float
+    length: float
+    centre: tuple[float, float, float]
 
 
-def _force_terms(vertices: np.ndarray, cells: np.ndarray, fields: dict[str, np.ndarray]) -> np.ndarray:
-    """The force (x, y, z) of same-size ``cells`` and their sum of |n_x| A: sums over any
-    split of the cells add up to the body's."""
-    area_vectors = vector_areas(vertices, cells)
+def run_references(shape: CarShape, frontal_area: float) -> ForceReferences:
+    """A body's own references, as DrivAerML states a variant's: its frontal area, its
+    wheelbase (here 0.6 of the length, front axle at 0.2) and the centre between the axles on
+    the ground."""
+    wheelbase = 0.6 * shape.length
+    return ForceReferences(frontal_area, wheelbase, (shape.x_nose + 0.5 * shape.length, 0.0, GROUND_Z))
+
+
+def force_terms(vertices: np.ndarray, cells: np.ndarray, fields: dict[str, np.ndarray]) -> np.ndarray:
+    """The force on the body (3), its moment about the origin (3) and the sum of |n_x| A (1) of
+    same-size ``cells`` with their wall fields (by role: normals out of the body, shear on it):
+    sums over any split of the cells add up to the body's."""
+    centres, area_vectors = face_geometry(vertices, cells)
     areas = np.linalg.norm(area_vectors, axis=1)
-    pressure = fields["pMeanTrim"].astype(np.float64)
-    shear = fields["wallShearStressMeanTrim"].astype(np.float64)
-    force = (-pressure[:, None] * area_vectors + shear * areas[:, None]).sum(axis=0)
-    return np.append(force, np.abs(area_vectors[:, 0]).sum())
+    pressure = fields["pressure"].astype(np.float64)
+    shear = fields["wall_shear_stress"].astype(np.float64)
+    forces = -pressure[:, None] * area_vectors + shear * areas[:, None]
+    moments = np.cross(centres, forces)
+    return np.concatenate([forces.sum(axis=0), moments.sum(axis=0), [np.abs(area_vectors[:, 0]).sum()]])
 
 
-def _published(terms: np.ndarray, length: float, u_inf: float = STREAM_VELOCITY) -> dict[str, dict[str, float]]:
-    force, a_ref = terms[:3], 0.5 * float(terms[3])
-    scale = 1.0 / (0.5 * u_inf**2 * a_ref)
-    return {"force_mom": {"Cd": force[0] * scale, "Cl": force[2] * scale, "Cs": force[1] * scale},
-            "geo_ref": {"lRef": length, "aRef": a_ref}}
+def moment_about(terms: np.ndarray, centre: tuple[float, float, float]) -> np.ndarray:
+    """``force_terms`` with the moment taken about ``centre`` instead: M_c = M_0 - c x F."""
+    moved = terms.copy()
+    moved[3:6] -= np.cross(np.asarray(centre, dtype=np.float64), terms[:3])
+    return moved
 
 
-def write_one_row_csv(path: Path, values: dict[str, float]) -> None:
+def coefficients(terms: np.ndarray, references: ForceReferences, u_inf: float = STREAM_VELOCITY) -> dict[str, float]:
+    """The coefficients OpenFOAM's forceCoeffs writes of a kinematic force and moment (drag +x,
+    side +y, lift +z, pitch about +y): Cd, Cl, Cs, the moments, and the front and rear lift
+    Clf = Cl/2 + CmPitch, Clr = Cl/2 - CmPitch."""
+    q_area = 0.5 * u_inf**2 * references.area
+    force, moment = terms[:3] / q_area, terms[3:6] / (q_area * references.length)
+    return {"cd": force[0], "cs": force[1], "cl": force[2], "cm_roll": moment[0], "cm_pitch": moment[1],
+            "cm_yaw": moment[2], "clf": 0.5 * force[2] + moment[1], "clr": 0.5 * force[2] - moment[1]}
+
+
+def write_one_row_csv(path: Path, values: dict[str, float | str]) -> None:
     """A header and one row, ``name, name`` / ``value, value`` (a space after each comma)."""
-    path.write_text(", ".join(values) + "\n" + ", ".join(f"{v:.9g}" for v in values.values()) + "\n")
+    text = [v if isinstance(v, str) else f"{v:.9g}" for v in values.values()]
+    path.write_text(", ".join(values) + "\n" + ", ".join(text) + "\n")
+
+
+def _vector_text(vector: tuple[float, float, float]) -> str:
+    """A vector as the published references write it, OpenFOAM's way: ``(x y z)``."""
+    return "(" + " ".join(f"{v:.9g}" for v in vector) + ")"
+
+
+def write_published(run_dir: Path, index: int, profile: DatasetConfig, terms: np.ndarray, shape: CarShape) -> None:
+    """The coefficient and reference files the profile says a run publishes, with its columns,
+    over the body's own references and over the profile's constant ones. A closed body covers
+    its projection on the y-z plane twice, so its frontal area is 0.5 sum |n_x| A."""
+    own = run_references(shape, 0.5 * float(terms[6]))
+    constant = ForceReferences(profile.references.area, profile.references.length, tuple(profile.references.centre))
+    columns = profile.coefficients.columns
+    for pattern, refs in ((profile.coefficients.own, own), (profile.coefficients.constant, constant)):
+        if pattern is not None:
+            values = coefficients(moment_about(terms, refs.centre), refs)
+            write_one_row_csv(run_dir / pattern.replace("{index}", str(index)),
+                              {column: values[name] for name, column in columns.items()})
+    if profile.references.file is not None:
+        row: dict[str, float | str] = {}
+        for key, refs in (("columns", own), ("constant_columns", constant)):
+            for quantity, column in getattr(profile.references, key).items():
+                value = getattr(refs, quantity)
+                row[column] = _vector_text(value) if quantity == "centre" else value
+        write_one_row_csv(run_dir / profile.references.file.replace("{index}", str(index)), row)
 
 
 # ----------------------------------------------------------------------------- flow fields
@@ -291,7 +343,7 @@ def write_one_row_csv(path: Path, values: dict[str, float]) -> None:
 def surface_fields(
     shape: CarShape, centres: np.ndarray, normals: np.ndarray, u_inf: float = STREAM_VELOCITY
 ) -> dict[str, np.ndarray]:
-    """Kinematic wall fields of the boundary cells, float32, keyed by their DrivAerML names."""
+    """Kinematic wall fields of the boundary cells (normals out of the body), float32, by role."""
     q = 0.5 * u_inf**2
     nx, nz = normals[:, 0], normals[:, 2]
     s = np.clip((centres[:, 0] - shape.x_nose) / shape.length, 0.0, 1.0)
@@ -305,10 +357,10 @@ def surface_fields(
     wall_shear = q * cf[:, None] * tangent
     fluctuation = (0.03 * q * (1.0 + 4.0 * np.maximum(nx, 0.0) + 2.0 * np.exp(-s / 0.05))) ** 2
     return {
-        "pMeanTrim": (q * cp).astype(np.float32),
-        "CpMeanTrim": cp.astype(np.float32),
-        "pPrime2MeanTrim": fluctuation.astype(np.float32),
-        "wallShearStressMeanTrim": wall_shear.astype(np.float32),
+        "pressure": (q * cp).astype(np.float32),
+        "pressure_coefficient": cp.astype(np.float32),
+        "pressure_fluctuation": fluctuation.astype(np.float32),
+        "wall_shear_stress": wall_shear.astype(np.float32),
     }
 
 
@@ -346,7 +398,7 @@ def _wake(shape: CarShape, points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def volume_fields(
     shape: CarShape, points: np.ndarray, u_inf: float = STREAM_VELOCITY
 ) -> dict[str, np.ndarray]:
-    """Kinematic flow fields at volume points, float32, keyed by their DrivAerML names."""
+    """Kinematic flow fields at volume points, float32, by role."""
     perturbation = _doublet_perturbation(shape, points)
     weight, deficit = _wake(shape, points)
     potential_cp = 1.0 - np.sum((perturbation + np.array([1.0, 0.0, 0.0])) ** 2, axis=1)
@@ -357,11 +409,12 @@ def volume_fields(
     cp = (1.0 - weight) * potential_cp - 0.25 * weight  # Bernoulli outside, base pressure inside
     nut = 1e-5 + 2e-3 * deficit + 1e-4 * np.exp(-np.abs(points[:, 2] - GROUND_Z) / 0.05)
     return {
-        "UMeanTrim": (u_inf * velocity).astype(np.float32),
-        "pMeanTrim": (0.5 * u_inf**2 * cp).astype(np.float32),
-        "nutMeanTrim": nut.astype(np.float32),
-        "CpMeanTrim": cp.astype(np.float32),
-        "magUMeanNormTrim": speed.astype(np.float32),
+        "velocity": (u_inf * velocity).astype(np.float32),
+        "pressure": (0.5 * u_inf**2 * cp).astype(np.float32),
+        "turbulent_viscosity": nut.astype(np.float32),
+        "pressure_coefficient": cp.astype(np.float32),
+        "total_pressure_coefficient": (cp + speed**2).astype(np.float32),
+        "normalised_speed": speed.astype(np.float32),
     }
 
 
@@ -440,40 +493,59 @@ def write_ascii_stl(path: Path, vertices: np.ndarray, faces: np.ndarray, name: s
         out.write(f"endsolid {name}\n")
 
 
-def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Generator,
-                   encoding: Encoding = Encoding()) -> dict[str, dict[str, float]]:
-    """Write the boundary VTP (quads first, then triangles) with its wall fields as cell data,
-    a block of cells at a time; return its published forces (``published_forces``)."""
+def _named(values: dict[str, np.ndarray], names: dict[str, str]) -> dict[str, np.ndarray]:
+    """Fields by role -> fields by the profile's names (roles it does not name are left out)."""
+    return {names[role]: column for role, column in values.items() if role in names}
+
+
+def _widths(names: dict[str, str], kinds: dict[str, np.ndarray]) -> dict[str, int]:
+    """{name: components} of the fields the profile names, in the generator's order."""
+    return {names[role]: (1 if column.ndim == 1 else column.shape[1]) for role, column in kinds.items() if role in names}
+
+
+def write_boundary(path: Path, shape: CarShape, n_cells: int, rng: np.random.Generator, profile: DatasetConfig,
+                   encoding: Encoding = Encoding(), areas_path: Path | None = None) -> np.ndarray:
+    """Write the boundary VTP (quads first, then triangles) with its wall fields as cell data
+    (the profile's names), a block of cells at a time, and each cell's area to ``areas_path``
+    (.npy float32) when given; return its ``force_terms``."""
     vertices, quads, triangles = boundary_mesh(shape, n_cells, rng)
     n_cells = len(quads) + len(triangles)
-    fields = {"pMeanTrim": 1, "CpMeanTrim": 1, "pPrime2MeanTrim": 1, "wallShearStressMeanTrim": 3}
-    specs = polydata_arrays(len(vertices), n_cells, quads.size + triangles.size, fields)
+    names = profile.file_fields("surface")
+    sample = surface_fields(shape, np.zeros((1, 3)), np.array([[1.0, 0.0, 0.0]]))
+    specs = polydata_arrays(len(vertices), n_cells, quads.size + triangles.size, _widths(names, sample))
     counts = {"NumberOfPoints": len(vertices), "NumberOfVerts": 0, "NumberOfLines": 0,
               "NumberOfStrips": 0, "NumberOfPolys": n_cells}
-    terms = np.zeros(4)
+    areas = None if areas_path is None else np.lib.format.open_memmap(areas_path, "w+", np.float32, (n_cells,))
+    terms, done = np.zeros(7), 0
     with VtkBlockWriter(path, "PolyData", counts, specs, encoding) as vtp:
         vtp.append("Points", "Points", vertices)
         end = 0
         for group in (quads, triangles):
             for start in range(0, len(group), CELL_BLOCK):
                 cells = group[start:start + CELL_BLOCK]
-                centres, normals = polygon_geometry(vertices, cells)
-                values = surface_fields(shape, centres, normals)
-                for name, column in values.items():
+                centres, area_vectors = face_geometry(vertices, cells)
+                values = surface_fields(shape, centres, area_vectors / np.linalg.norm(area_vectors, axis=1)[:, None])
+                for name, column in _named(values, names).items():
                     vtp.append("CellData", name, column)
-                terms += _force_terms(vertices, cells, values)
+                terms += force_terms(vertices, cells, values)
+                if areas is not None:
+                    areas[done:done + len(cells)] = np.linalg.norm(area_vectors, axis=1)
+                done += len(cells)
                 vtp.append("Polys", "connectivity", cells)
                 offsets = end + cells.shape[1] * np.arange(1, len(cells) + 1)
                 vtp.append("Polys", "offsets", offsets)
                 end = int(offsets[-1])
-    return _published(terms, shape.length)
+    if areas is not None:
+        areas.flush()
+    return terms
 
 
-def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Generator,
+def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Generator, profile: DatasetConfig,
                  encoding: Encoding = Encoding()) -> None:
-    """Write the volume VTU block by block: one VTK_VERTEX cell per point, fields as point and
-    cell data. Memory stays at one block of points whatever ``n_points``."""
-    fields = {"UMeanTrim": 3, "pMeanTrim": 1, "nutMeanTrim": 1, "CpMeanTrim": 1, "magUMeanNormTrim": 1}
+    """Write the volume VTU block by block: one VTK_VERTEX cell per point, fields (the profile's
+    names) as point and cell data. Memory stays at one block of points whatever ``n_points``."""
+    names = profile.file_fields("volume")
+    fields = _widths(names, volume_fields(shape, np.zeros((1, 3))))
     seed = np.random.SeedSequence(int(rng.integers(2**63)))
     specs = unstructured_grid_arrays(n_points, n_points, n_points, fields, fields)
     progress = n_points >= _PROGRESS_MIN_POINTS
@@ -483,7 +555,7 @@ def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Gene
         start = 0
         for block in volume_blocks(shape, n_points, seed):
             points = block.astype(np.float32)
-            for name, values in volume_fields(shape, points.astype(np.float64)).items():
+            for name, values in _named(volume_fields(shape, points.astype(np.float64)), names).items():
                 vtu.append("PointData", name, values)
                 vtu.append("CellData", name, values)
             ids = np.arange(start, start + len(points), dtype=np.int64)
@@ -495,6 +567,15 @@ def write_volume(path: Path, shape: CarShape, n_points: int, rng: np.random.Gene
             bar.update(len(points))
 
 
+def load_profile(name: str) -> DatasetConfig:
+    """The dataset profile conf/dataset/<name>.yaml, whose layout and names the runs are written in."""
+    path = PROFILES / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in PROFILES.glob("*.yaml"))
+        raise ValueError(f"unknown dataset {name!r}; the profiles are {known}")
+    return profile_from_file(path)
+
+
 def generate_run(
     run_dir: Path,
     index: int,
@@ -503,26 +584,31 @@ def generate_run(
     surface_cells: int,
     volume_points: int,
     encoding: Encoding = Encoding(),
+    profile: DatasetConfig | None = None,
 ) -> Path:
-    """Write the STL, boundary VTP and volume VTU of run ``index`` into ``run_dir``; return it.
+    """Write the STL, boundary surface, volume VTU and published files of run ``index`` into
+    ``run_dir`` in the layout and names of ``profile`` (default: DrivAerML's); return it.
 
     The VTP and VTU are stored in ``encoding``; the VTU is written block by block.
 
     The body shape and every random draw come from ``np.random.default_rng([seed, index])``.
     """
+    profile = load_profile("drivaerml") if profile is None else profile
     rng = np.random.default_rng([seed, index])
     shape = random_shape(rng)
     run_dir.mkdir(parents=True, exist_ok=True)
     large = max(surface_cells, volume_points) >= _PROGRESS_MIN_POINTS
+    name = {key: getattr(profile.files, key) and getattr(profile.files, key).replace("{index}", str(index))
+            for key in ("stl", "surface", "volume", "surface_areas")}
     with tqdm(total=3, desc=f"{run_dir.name}", unit="file", disable=not large, leave=False) as bar:
         vertices, faces = stl_mesh(shape, stl_triangles)
-        write_ascii_stl(run_dir / f"drivaer_{index}.stl", vertices, faces, f"drivaer_{index}")
+        write_ascii_stl(run_dir / name["stl"], vertices, faces, Path(name["stl"]).stem)
         bar.update()
-        published = write_boundary(run_dir / f"boundary_{index}.vtp", shape, surface_cells, rng, encoding)
-        for name, values in published.items():
-            write_one_row_csv(run_dir / f"{name}_{index}.csv", values)
+        areas = run_dir / name["surface_areas"] if name["surface_areas"] else None
+        terms = write_boundary(run_dir / name["surface"], shape, surface_cells, rng, profile, encoding, areas)
+        write_published(run_dir, index, profile, terms, shape)
         bar.update()
-        write_volume(run_dir / f"volume_{index}.vtu", shape, volume_points, rng, encoding)
+        write_volume(run_dir / name["volume"], shape, volume_points, rng, profile, encoding)
         bar.update()
     return run_dir
 

@@ -22,7 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from omegaconf import OmegaConf
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the entry points (process_data.py, synthetic_data.py), as from the repository; spawned children inherit it
@@ -38,6 +37,7 @@ def _run_stage(stage: str, preset: str, work: Path, repeat: int, conn) -> None:
     import process_data
     import synthetic_data
     from domino_pipeline.config import load_config
+    from domino_pipeline.config_files import compose_files
     from domino_pipeline.inputs.process_options import ProcessOptions
 
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -45,8 +45,8 @@ def _run_stage(stage: str, preset: str, work: Path, repeat: int, conn) -> None:
     if stage == "generate":
         synthetic_data.generate_runs(work / f"raw_{repeat}", 1, preset=preset, seed=0)
     else:
-        config = load_config(OmegaConf.load(CONFIG))
-        options = ProcessOptions.from_config(config.physics, config.variables, config.process)
+        config = load_config(compose_files(CONFIG.parent, CONFIG.stem))
+        options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
         process_data.process_run(work / "raw_0" / "run_1", work / f"run_1_{repeat}.zarr", options)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

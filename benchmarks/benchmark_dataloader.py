@@ -65,7 +65,7 @@ def process_options():
     from domino_pipeline.inputs.process_options import ProcessOptions
 
     config, _ = settings_for({"interp_res": (128, 64, 64)})
-    return ProcessOptions.from_config(config.physics, config.variables, config.process)
+    return ProcessOptions.from_config(config.dataset, config.physics, config.process)
 
 
 def fewest_stl_points(processed: Path) -> int:
@@ -79,12 +79,12 @@ def fewest_stl_points(processed: Path) -> int:
 
 def settings_for(params: dict):
     """Our preprocessing settings: conf/config.yaml with the preset's grid."""
-    from omegaconf import OmegaConf
-
     from domino_pipeline.compute.settings import settings_from_config
     from domino_pipeline.config import load_config
 
-    cfg = OmegaConf.load(ROOT / "conf" / "config.yaml")
+    from domino_pipeline.config_files import compose_files
+
+    cfg = compose_files(ROOT / "conf", "config")
     cfg.geometry.interp_res = list(params["interp_res"])
     config = load_config(cfg)
     return config, settings_from_config(config.geometry, config.variables)
@@ -146,6 +146,7 @@ def phase_uncached(params: dict, processed: str, factors: dict) -> dict:
                         bounding_box_volume=settings.bounding_box_volume,
                         bounding_box_surface=settings.bounding_box_surface, interp_res=settings.interp_res,
                         num_neighbors_surface=settings.num_neighbors_surface,
+                        surface_variables=settings.surface_variables, volume_variables=settings.volume_variables,
                         scaling_factors=factors, device="cpu")
     times = _timed_draws(ds, params["uncached_draws"], warmup=0)
     return {"getitem_s": statistics.median(times), "getitem_all_s": times, "peak_rss_mb": _peak_rss_mb()}

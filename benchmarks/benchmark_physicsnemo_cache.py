@@ -50,7 +50,9 @@ def config_defaults(config_path: str | Path = CONFIG_PATH) -> dict[str, Any]:
     """
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(config_path)
+    from domino_pipeline.config_files import compose_files
+
+    cfg = compose_files(Path(config_path).parent, Path(config_path).stem)
     return {
         "model_type": str(cfg.model_type),
         "surface_points": int(cfg.sampling.surface_points),

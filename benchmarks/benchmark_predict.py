@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 
 from domino_pipeline.compute.settings import settings_from_config
 from domino_pipeline.config import load_config
+from domino_pipeline.config_files import compose_files
 from domino_pipeline.inference.full_resolution import (
     BatchItems,
     model_parts,
@@ -87,8 +88,7 @@ def whole_forward_figures(model: torch.nn.Module, items: BatchItems, args: argpa
 
 def measure(args: argparse.Namespace) -> dict:
     """One run's figures: the once-per-run steps, each part's batches, the peak RSS."""
-    base = OmegaConf.load(ROOT / "conf" / "config.yaml")
-    base.pop("defaults", None)
+    base = compose_files(ROOT / "conf", "config")
     merged = OmegaConf.merge(base, OmegaConf.from_dotlist([f"model_type={args.model_type}", *args.set]))
     config = load_config(merged)
     settings = settings_from_config(config.geometry, config.variables)

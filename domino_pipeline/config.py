@@ -17,7 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from domino_pipeline.config_section import check_type, from_section
+from domino_pipeline.config_section import check_choice, check_type, from_section
+from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.example_keys import check_example_keys
 
 MODEL_TYPES = ("surface", "volume", "combined")
@@ -28,19 +29,11 @@ NORMALIZATIONS = ("min_max", "mean_std")
 SCHEDULERS = ("cosine", "step")
 AMP_CHOICES = ("bf16", "fp16", "none")
 SPLITS = ("train", "val")
-NORMALS = ("into_body", "out_of_body")
-WALL_SHEAR = ("on_fluid", "on_body")
 LOSS_TYPES = ("mse", "rmse")
 LOSS_TERMS = ("volume", "surface", "surface_area", "integral")
 SURFACE_TERMS = ("surface", "surface_area", "integral")
 # Keys Hydra itself adds to a config loaded from a file (not sections of ours)
 HYDRA_KEYS = ("defaults", "hydra")
-
-
-def check_choice(key: str, value: Any, choices: tuple) -> None:
-    """Refuse ``value`` for ``key`` unless it is one of ``choices``, listing them."""
-    if value not in choices:
-        raise ValueError(f"{key} must be one of {list(choices)}, not {value!r}")
 
 
 def check_at_least(section: str, config: Any, names: tuple[str, ...], minimum: float) -> None:
@@ -75,21 +68,15 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class PhysicsConfig:
-    """``physics:`` the non-dimensionalisation references, and the flow the force coefficients
-    refer to (inference/forces.py)."""
+    """``physics:`` the references that make fields dimensionless (the flow itself, and how the
+    files state it, is the dataset profile's: ``dataset.flow``)."""
 
     stream_velocity: float
     air_density: float
     reference_length: float | None  # None: each car's length
-    kinematic: bool                 # the files' pressure and wall shear are divided by the density
-    free_stream_velocity: float     # m/s, U_inf of the force coefficients
-    free_stream_density: float      # kg/m^3, rho_inf of the force coefficients when not kinematic
 
     def __post_init__(self) -> None:
         check_scaling_references(self.stream_velocity, self.air_density, self.reference_length)
-        if min(self.free_stream_velocity, self.free_stream_density) <= 0:
-            raise ValueError("physics: free_stream_velocity and free_stream_density must be positive, not "
-                             f"{self.free_stream_velocity}, {self.free_stream_density}")
 
 
 def check_scaling_references(stream_velocity: float, air_density: float, reference_length: float | None) -> None:
@@ -102,10 +89,16 @@ def check_scaling_references(stream_velocity: float, air_density: float, referen
 
 @dataclass(frozen=True)
 class VariablesConfig:
-    """``variables:`` the field names of each part and their kind (scalar | vector), in column order."""
+    """The field names of each part and their kind (scalar | vector), in column order: the
+    dataset profile's ``dataset.fields`` (``PipelineConfig.variables``)."""
 
     surface: dict[str, str]
     volume: dict[str, str]
+
+    @classmethod
+    def of(cls, dataset: DatasetConfig) -> VariablesConfig:
+        """The variables of a dataset profile's fields."""
+        return cls(surface=dataset.variables("surface"), volume=dataset.variables("volume"))
 
 
 @dataclass(frozen=True)
@@ -286,22 +279,10 @@ class PredictConfig:
 
 @dataclass(frozen=True)
 class ForcesConfig:
-    """``forces:`` drag and lift: reference area, the data's conventions, variables, directions."""
+    """``forces:`` how predict.py reports drag and lift (the conventions, directions and
+    references are the dataset profile's)."""
 
-    reference_area: float
-    reference_area_per_run: bool  # a raw run folder's geo_ref_<i>.csv aRef where it has one
-    normals: str
-    wall_shear: str
-    pressure: str
-    wall_shear_stress: str
-    drag_direction: list[float]
-    lift_direction: list[float]
-
-    def __post_init__(self) -> None:
-        check_choice("forces.normals", self.normals, NORMALS)
-        check_choice("forces.wall_shear", self.wall_shear, WALL_SHEAR)
-        if self.reference_area <= 0:
-            raise ValueError(f"forces.reference_area must be positive, not {self.reference_area}")
+    reference_area_per_run: bool  # a run's own reference area where it publishes one; else the profile's constant one
 
 
 @dataclass(frozen=True)
@@ -320,7 +301,7 @@ class DistributedConfig:
 
 
 SECTIONS = {
-    "data": DataConfig, "physics": PhysicsConfig, "variables": VariablesConfig, "process": ProcessConfig,
+    "dataset": DatasetConfig, "data": DataConfig, "physics": PhysicsConfig, "process": ProcessConfig,
     "geometry": GeometryConfig, "sampling": SamplingConfig, "cache": CacheConfig, "loss": LossConfig,
     "train": TrainConfig, "distributed": DistributedConfig, "predict": PredictConfig, "forces": ForcesConfig,
 }
@@ -337,9 +318,9 @@ class PipelineConfig:
     seed: int
     output_dir: str
     model: dict[str, Any]
+    dataset: DatasetConfig
     data: DataConfig
     physics: PhysicsConfig
-    variables: VariablesConfig
     process: ProcessConfig
     geometry: GeometryConfig
     sampling: SamplingConfig
@@ -352,6 +333,11 @@ class PipelineConfig:
 
     def __post_init__(self) -> None:
         check_choice("model_type", self.model_type, MODEL_TYPES)
+
+    @property
+    def variables(self) -> VariablesConfig:
+        """The field names and kinds of each part, from the dataset profile."""
+        return VariablesConfig.of(self.dataset)
 
     def as_dict(self) -> dict[str, Any]:
         """The resolved config as plain JSON values (recorded in checkpoints and cache manifests)."""

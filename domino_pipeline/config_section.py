@@ -29,9 +29,12 @@ def from_section(cls: type[T], section: DictConfig | Mapping[str, Any], name: st
 
 def check_type(key: str, value: Any, hint: Any) -> Any:
     """``value`` if it is of type ``hint`` (float from int; ``X | None``, ``list[...]`` and
-    ``dict[...]`` checked at the top level), else a ValueError naming ``key``."""
+    ``dict[...]`` checked at the top level; a mapping where a dataclass is asked for becomes that
+    dataclass, through ``from_section``), else a ValueError naming ``key``."""
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     for option in options:
+        if dataclasses.is_dataclass(option) and isinstance(value, Mapping):
+            return from_section(option, value, key)
         origin = typing.get_origin(option) or option
         if option is type(None) and value is None:
             return None
@@ -41,6 +44,12 @@ def check_type(key: str, value: Any, hint: Any) -> Any:
             return value
         if origin in (str, bool, list, dict) and isinstance(value, origin):
             return value
-    names = " or ".join("null" if o is type(None) else getattr(typing.get_origin(o) or o, "__name__", str(o))
-                        for o in options)
+    names = " or ".join("null" if o is type(None) else "a mapping" if dataclasses.is_dataclass(o)
+                        else getattr(typing.get_origin(o) or o, "__name__", str(o)) for o in options)
     raise ValueError(f"{key} must be {names}, not {value!r}")
+
+
+def check_choice(key: str, value: Any, choices: tuple) -> None:
+    """Refuse ``value`` for ``key`` unless it is one of ``choices``, listing them."""
+    if value not in choices:
+        raise ValueError(f"{key} must be one of {list(choices)}, not {value!r}")

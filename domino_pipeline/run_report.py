@@ -18,13 +18,18 @@ class RunResult:
     seconds: float = 0.0
     bytes: int = 0
     format: str = ""  # the input run's form (inputs/runs.FORMATS), where it could be read
+    detail: str = ""  # a traceback, for a failure that is not bad input but a fault of the program
 
 
 def summarize(results: Sequence[RunResult], statuses: Sequence[str], *,
               named: Sequence[str] = ("failed",)) -> str:
     """One line per run whose status is in ``named`` (with its message) and per note, then the
     count of runs in each of ``statuses``."""
-    lines = [f"{r.status.upper()} {r.name}: {r.message}" for r in results if r.status in named]
+    lines = []
+    for r in results:
+        if r.status in named:
+            lines.append(f"{r.status.upper()} {r.name}: {r.message}")
+            lines += [f"    {line}" for line in r.detail.splitlines()]
     lines += [f"note {r.name}: {note}" for r in results for note in r.notes]
     counts = ", ".join(f"{sum(r.status == s for r in results)} {s}" for s in statuses)
     lines.append(f"{len(results)} runs: {counts}")

@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from domino_pipeline.config import PipelineConfig, load_config
+from domino_pipeline.config_files import compose_files
 from domino_pipeline.inputs.process_options import ProcessOptions
 from process_data import process_all
 from synthetic_data import generate_runs
@@ -21,11 +22,10 @@ TINY_SEED = 0
 
 
 def yaml_config(*overrides: str, name: str = "config") -> DictConfig:
-    """conf/<name>.yaml (with the files its ``defaults`` name before it) and dotted overrides,
-    as Hydra composes them (no interpolation resolved yet; "+key=value" adds a key, as in Hydra)."""
-    files = {"config": ["config"], "cached": ["config", "cached"], "demo": ["config", "cached", "demo"]}[name]
-    merged = OmegaConf.merge(*(OmegaConf.load(ROOT / "conf" / f"{f}.yaml") for f in files))
-    return OmegaConf.merge(merged, OmegaConf.from_dotlist([o.lstrip("+") for o in overrides]))
+    """conf/<name>.yaml (with the files and the dataset profile its ``defaults`` name) and dotted
+    overrides, as Hydra composes them (config_files.compose_files: no interpolation resolved yet;
+    "+key=value" adds a key; "dataset=<name>" chooses the profile)."""
+    return compose_files(ROOT / "conf", name, overrides)
 
 
 def typed_config(*overrides: str, name: str = "config") -> PipelineConfig:
@@ -35,7 +35,10 @@ def typed_config(*overrides: str, name: str = "config") -> PipelineConfig:
 
 # process_run's options from the default config, as process_data.py builds them
 DEFAULTS = typed_config()
-PROCESS_OPTIONS = ProcessOptions.from_config(DEFAULTS.physics, DEFAULTS.variables, DEFAULTS.process)
+PROCESS_OPTIONS = ProcessOptions.from_config(DEFAULTS.dataset, DEFAULTS.physics, DEFAULTS.process)
+# the default profile's variables, as DoMINODataPipe's keyword arguments
+VARIABLES = {"surface_variables": tuple(DEFAULTS.variables.surface.items()),
+             "volume_variables": tuple(DEFAULTS.variables.volume.items())}
 
 
 def import_benchmark(name: str):

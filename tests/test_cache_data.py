@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import VARIABLES
 from cache_fixtures import (
     OVERRIDES,
     SURFACE_VARIABLES,
@@ -224,7 +225,8 @@ def test_curator_output_builds_the_cache_of_the_processed_runs(curator_dir, tiny
             assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     common = dict(model_type="surface", seed=3, surface_points=128, geometry_points=300, scaling_factors=factors,
                   bounding_box_volume=((-3.5, -2.25, -0.32), (8.5, 2.25, 3.0)),
-                  bounding_box_surface=((-1.5, -1.4, -0.32), (5.0, 1.4, 1.4)), interp_res=(16, 8, 8), device="cpu")
+                  bounding_box_surface=((-1.5, -1.4, -0.32), (5.0, 1.4, 1.4)), interp_res=(16, 8, 8), device="cpu",
+                  **VARIABLES)
     a, b = DoMINODataPipe(curator_dir, **common)[1], DoMINODataPipe(tiny_processed_dir, **common)[1]
     assert all(torch.equal(a[k], b[k]) for k in a)
 

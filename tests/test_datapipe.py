@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import zarr
+from conftest import VARIABLES, yaml_config
 from cache_fixtures import (
     BOX_SURFACE,
     BOX_VOLUME,
@@ -60,7 +61,7 @@ def factors(tiny_processed_dir):
 
 def _uncached(processed_dir, **kw):
     args = dict(bounding_box_volume=BOX_VOLUME, bounding_box_surface=BOX_SURFACE, interp_res=INTERP_RES,
-                device="cpu", **SAMPLES)
+                device="cpu", **VARIABLES, **SAMPLES)
     args.update(kw)
     return DoMINODataPipe(processed_dir, **args)
 
@@ -310,7 +311,7 @@ def test_uncached_on_cuda_refuses_workers(tiny_processed_dir):
 
 
 def test_dataset_from_config_picks_the_cached_or_uncached_dataset(tiny_processed_dir, cache_dir, factors, tmp_path):
-    cfg = OmegaConf.load("conf/config.yaml")
+    cfg = yaml_config()
     factors_path = save_scaling_factors(tmp_path / "factors.json", factors)
     OmegaConf.update(cfg, "data.processed_dir", str(tiny_processed_dir))
     OmegaConf.update(cfg, "cache.dir", str(cache_dir))

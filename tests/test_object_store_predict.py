@@ -14,6 +14,7 @@ import pyvista as pv
 import torch
 from test_object_store_inputs import s3_processed  # noqa: F401  (the fixture)
 from test_predict import SYNTHETIC_FORCES, model_and_factors, tiny_model_config  # noqa: F401
+from conftest import DEFAULTS
 from test_train import TINY
 
 import predict
@@ -93,7 +94,7 @@ def _csv_rows(path: Path) -> dict[str, dict[str, str]]:
 
 
 def test_a_missing_bucket_or_run_is_named_in_one_line(s3_processed):
-    options = dict(variables={}, physics=None, volume=False, normals_out_of_body=True)
+    options = dict(dataset=DEFAULTS.dataset, physics=None, volume=False)
     with pytest.raises(ObjectStoreError) as raised:
         load_run("s3://no-such-bucket-4c1/processed/run_1.zarr", **options)
     assert one_line(raised.value).startswith("s3://no-such-bucket-4c1/processed/run_1.zarr") and \

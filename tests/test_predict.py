@@ -17,6 +17,7 @@ from conftest import import_benchmark
 from omegaconf import OmegaConf
 from test_train import TINY
 
+from domino_pipeline.config_files import compose_files
 from domino_pipeline.training.domino_model import build_model
 from domino_pipeline.compute.scaling import (
     compute_scaling_factors,
@@ -32,7 +33,8 @@ from domino_pipeline.inputs.runs import list_runs
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_AREA = 2.0
 # synthetic_data.py's runs: normals out of the car, wall shear on the car
-SYNTHETIC_FORCES = ["forces.normals=out_of_body", "forces.wall_shear=on_body", f"forces.reference_area={REFERENCE_AREA}",
+SYNTHETIC_FORCES = ["dataset.flow.normals=out_of_body", "dataset.flow.wall_shear=on_body",
+                    f"dataset.references.area={REFERENCE_AREA}",
                     "forces.reference_area_per_run=false"]
 # a tiny combined model: its volume ball queries sized for the tiny runs
 COMBINED = ("model_type=combined", "model.geometry_rep.geo_conv.volume_neighbors_in_radius=[8,8,16,16]",
@@ -40,8 +42,7 @@ COMBINED = ("model_type=combined", "model.geometry_rep.geo_conv.volume_neighbors
 
 
 def tiny_model_config(*extra: str):
-    base = OmegaConf.load(ROOT / "conf" / "config.yaml")
-    base.pop("defaults", None)
+    base = compose_files(ROOT / "conf", "config")
     return OmegaConf.merge(base, OmegaConf.from_dotlist([*TINY, *extra]))
 
 
@@ -109,9 +110,9 @@ def test_predict_writes_the_surface_with_predicted_arrays_beside_the_true_ones(p
 
 @pytest.mark.slow
 def test_the_true_drag_is_the_integral_of_the_raw_vtp(predicted, tiny_raw_dir):
-    physics = OmegaConf.load(ROOT / "conf" / "config.yaml").physics
+    flow = compose_files(ROOT / "conf", "config").dataset.flow
     row = read_csv(predicted["out"] / "predictions.csv")["run_1"]
-    expected = independent_drag(tiny_raw_dir / "run_1" / "boundary_1.vtp", physics.free_stream_velocity)
+    expected = independent_drag(tiny_raw_dir / "run_1" / "boundary_1.vtp", flow.velocity)
     assert expected > 0.05  # a car's drag, with the synthetic runs' convention
     assert float(row["cd_true"]) == pytest.approx(expected, rel=1e-6)
     assert int(row["cells"]) == pv.read(str(tiny_raw_dir / "run_1" / "boundary_1.vtp")).n_cells
@@ -210,10 +211,12 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     lo, hi = (np.asarray(b) for b in settings.bounding_box_volume)
     inside = np.all((run.arrays["volume_mesh_centers"] > lo) & (run.arrays["volume_mesh_centers"] < hi), axis=1)
     assert np.isfinite(prediction.volume[inside]).all() and np.isnan(prediction.volume[~inside]).all()
-    variables = OmegaConf.to_container(cfg.variables)
+    config = load_config(cfg)
+    variables = {"surface": config.variables.surface, "volume": config.variables.volume}
     record = run_record(run, prediction, variables=variables,
                         forces=ForceSettings(reference_area=2.0, convention=ForceConvention("out_of_body", "on_body"),
-                                             free_stream=FreeStream(38.89, 1.205)))
+                                             free_stream=FreeStream(38.89, 1.205), pressure="pMeanTrim",
+                                             wall_shear_stress="wallShearStressMeanTrim"))
     assert np.isfinite(record["rel_l2_volume_UMeanTrim_x"]) and np.isfinite(record["cd_true"])
     out = model_and_factors["work"] / "combined"
     write_run_outputs(run, prediction, variables=variables, out_dir=out, plot=False, record=record, pressure="pMeanTrim")
@@ -302,8 +305,10 @@ def test_volume_batches_share_one_warp_mesh_and_match_the_whole_run(tiny_process
     from domino_pipeline.inference.full_resolution import BatchItems, prepare_run, row_batches
     from domino_pipeline.inference.run_inputs import load_processed
 
-    cfg = tiny_model_config()
-    settings = settings_from_config(cfg.geometry, cfg.variables)
+    from domino_pipeline.config import load_config
+
+    config = load_config(tiny_model_config())
+    settings = settings_from_config(config.geometry, config.variables)
     run = load_processed(tiny_processed_dir / "run_1.zarr", volume=True)
     prepared = prepare_run(run.arrays, settings, parts=("volume",), source="run_1")
     built, original = [], geometry.SdfMesh.__init__

@@ -191,8 +191,9 @@ def test_missing_surface_field_is_named(tiny_raw_dir: Path, tmp_path: Path) -> N
     ("change", "message"),
     [
         ({"volume_source": "faces"}, r"process.volume_source must be one of \['points', 'cells'\], not 'faces'"),
-        ({"volume_variables": {"TMeanTrim": "scalar"}}, "no non-dimensionalisation for TMeanTrim"),
-        ({"surface_variables": {"pMeanTrim": "tensor"}}, "pMeanTrim: kind 'tensor'"),
+        ({"volume_fields": {"temperature": "TMeanTrim"}}, r"unknown roles \['temperature'\]"),
+        ({"surface_fields": {"pressure": "pMeanTrim", "pressure_coefficient": "pMeanTrim"}},
+         r"\['pMeanTrim'\] given more than one role"),
     ],
 )
 def test_bad_settings_stop_before_any_run(
@@ -320,16 +321,20 @@ def test_benchmark_script_runs_on_tiny(tmp_path: Path) -> None:
     assert figures["stages"]["process"]["peak_mib"] >= figures["stages"]["process"]["baseline_mib"]
 
 
-def test_an_unexpected_reader_error_fails_only_that_run(tmp_path: Path, monkeypatch) -> None:
-    import process_data
-
+def test_an_unexpected_error_fails_only_that_run_and_keeps_its_traceback(tmp_path: Path, monkeypatch) -> None:
     def explode(run_dir, out_path, options):
         raise RuntimeError("vtkXMLReader: bad block\nmore detail")
 
-    monkeypatch.setattr(process_data, "process_run", explode)
-    result = process_data._process_one(tmp_path / "run_7", tmp_path / "out" / "run_7.zarr", PROCESS_OPTIONS)
+    from domino_pipeline.inputs import process_runs
+    from domino_pipeline.run_report import summarize
+
+    monkeypatch.setattr(process_runs, "process_run", explode)
+    result = process_runs._process_one(tmp_path / "run_7", tmp_path / "out" / "run_7.zarr", PROCESS_OPTIONS)
     assert result.status == "failed"
-    assert "run_7" in result.message and "RuntimeError: vtkXMLReader: bad block" in result.message
+    assert "run_7" in result.message and "internal error RuntimeError: vtkXMLReader: bad block" in result.message
+    assert "Traceback (most recent call last)" in result.detail and "in explode" in result.detail
+    lines = summarize([result], ("failed",)).splitlines()
+    assert lines[0].startswith("FAILED run_7: ") and lines[1] == "    Traceback (most recent call last):"
 
 
 def test_a_run_processed_with_other_settings_is_reported_not_reused(tiny_raw_dir: Path, tmp_path: Path) -> None:

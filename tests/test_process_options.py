@@ -11,9 +11,9 @@ from conftest import DEFAULTS, PROCESS_OPTIONS, typed_config
 from domino_pipeline.inputs.process_options import ProcessOptions
 
 
-def test_the_options_come_from_the_physics_variables_and_process_sections():
+def test_the_options_come_from_the_dataset_profile_and_the_physics_and_process_sections():
     config = typed_config("physics.reference_length=4.5", "process.volume_source=cells")
-    options = ProcessOptions.from_config(config.physics, config.variables, config.process)
+    options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
     assert (options.stream_velocity, options.air_density, options.reference_length) == (30.0, 1.205, 4.5)
     assert options.volume_source == "cells" and options.surface_variables == DEFAULTS.variables.surface
 
@@ -26,14 +26,17 @@ def test_what_a_run_records_is_what_a_rerun_compares():
     assert changed.differences(recorded) == ["air_density: stored 1.205, configured 1.0",
                                              "volume_source: stored 'points', configured 'cells'"]
     assert PROCESS_OPTIONS.reference_length is None  # the default: stored None, as a run without attributes
-    assert PROCESS_OPTIONS.differences({}) == [f"{key}: stored None, configured {value!r}"
-                                               for key, value in vars(PROCESS_OPTIONS).items() if value is not None]
+    recorded_keys = [key for key in vars(PROCESS_OPTIONS) if key != "dataset"]
+    assert PROCESS_OPTIONS.differences({}) == [f"{key}: stored None, configured {getattr(PROCESS_OPTIONS, key)!r}"
+                                               for key in recorded_keys if getattr(PROCESS_OPTIONS, key) is not None]
+    assert recorded["surface_field_roles"] == dict(DEFAULTS.dataset.fields.surface)
+    assert recorded["surface_variables"] == DEFAULTS.variables.surface  # for the readers of processed runs
 
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"stream_velocity": 0.0}, "stream_velocity, air_density and reference_length"),
     ({"reference_length": -1.0}, "stream_velocity, air_density and reference_length"),
-    ({"volume_variables": {"TMeanTrim": "scalar"}}, "no non-dimensionalisation for TMeanTrim"),
+    ({"volume_fields": {"temperature": "TMeanTrim"}}, r"unknown roles \['temperature'\]"),
     ({"volume_source": "faces"}, r"process.volume_source must be one of \['points', 'cells'\]"),
 ])
 def test_options_that_would_fail_every_run_are_refused(change, message):

@@ -73,7 +73,7 @@ def _expected_surface(run: Path) -> dict[str, np.ndarray]:
     """The surface as VTK reads the whole file, scaled as process_data scales it."""
     whole = read_surface(run / "boundary_1.vtp", SURFACE)
     length = car_length(read_stl(run / "drivaer_1.stl")["stl_coordinates"])
-    divisors = field_divisors(SURFACE, PROCESS_OPTIONS.stream_velocity, PROCESS_OPTIONS.air_density, length)
+    divisors = field_divisors(PROCESS_OPTIONS.surface_fields, PROCESS_OPTIONS.stream_velocity, PROCESS_OPTIONS.air_density, length)
     return whole | {"surface_fields": whole["surface_fields"] / divisors}
 
 

@@ -18,6 +18,7 @@ from conftest import PROCESS_OPTIONS, typed_config
 from omegaconf import OmegaConf
 
 from domino_pipeline.config import load_config
+from domino_pipeline.config_files import compose_files
 from domino_pipeline.inputs.runs import DEFAULT_OPTIONS, split_runs
 from domino_pipeline.training import checkpointing
 from domino_pipeline.training.checkpoint_policy import check_same_model
@@ -318,8 +319,7 @@ def test_train_refuses_a_cache_with_another_grid_before_the_first_step(setup):
 
 def tiny_config(paths: dict[str, Path], *extra: str):
     """conf/cached.yaml with the tests' overrides, as train.py would resolve it."""
-    base = OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "config.yaml"), OmegaConf.load(ROOT / "conf" / "cached.yaml"))
-    base.pop("defaults", None)
+    base = compose_files(ROOT / "conf", "cached")
     return OmegaConf.merge(base, OmegaConf.from_dotlist([*common_overrides(paths), *extra]))
 
 

@@ -53,7 +53,7 @@ def _expected_volume(run: Path, source: str) -> dict[str, np.ndarray]:
     """The volume as VTK reads the whole file, scaled as process_data scales it."""
     whole, _, _ = read_volume(run / "volume_1.vtu", VOLUME, source)
     length = car_length(load_stl_points(run))
-    divisors = field_divisors(VOLUME, PROCESS_OPTIONS.stream_velocity, PROCESS_OPTIONS.air_density, length)
+    divisors = field_divisors(PROCESS_OPTIONS.volume_fields, PROCESS_OPTIONS.stream_velocity, PROCESS_OPTIONS.air_density, length)
     return {"volume_mesh_centers": whole["volume_mesh_centers"],
             "volume_fields": whole["volume_fields"] / divisors}
 

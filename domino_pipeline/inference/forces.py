@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from domino_pipeline.config import NORMALS, WALL_SHEAR, ForcesConfig, PhysicsConfig, check_choice
+from domino_pipeline.config import ForcesConfig, check_choice
+from domino_pipeline.dataset_profile import NORMALS, WALL_SHEAR, DatasetConfig
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class FreeStream:
 
     def __post_init__(self) -> None:
         if not (self.velocity > 0 and self.density > 0):
-            raise ValueError(f"physics.free_stream_velocity and free_stream_density must be positive, not "
+            raise ValueError(f"dataset.flow.velocity and density must be positive, not "
                              f"{self.velocity} and {self.density}")
 
     @property
@@ -65,8 +66,8 @@ class ForceConvention:
     wall_shear: str = "on_fluid"  # DrivAerML (OpenFOAM wallShearStress): the stress on the fluid
 
     def __post_init__(self) -> None:
-        check_choice("forces.normals", self.normals, NORMALS)
-        check_choice("forces.wall_shear", self.wall_shear, WALL_SHEAR)
+        check_choice("dataset.flow.normals", self.normals, NORMALS)
+        check_choice("dataset.flow.wall_shear", self.wall_shear, WALL_SHEAR)
 
     @property
     def outward_sign(self) -> float:
@@ -147,27 +148,31 @@ def _unit(direction: Sequence[float]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ForceSettings:
-    """The `forces:` section (reference area, the data's convention, which surface variables are
-    the pressure and the wall shear, the drag and lift directions) and the free stream."""
+    """How predict.py integrates drag and lift: the dataset profile's flow (conventions, free
+    stream, directions), which surface variables are the pressure and the wall shear (the fields
+    playing those roles), the constant reference area, and whether a run's own one is preferred."""
 
     reference_area: float
     convention: ForceConvention
     free_stream: FreeStream
-    reference_area_per_run: bool = True  # a run's geo_ref_<i>.csv aRef, where it has one
-    pressure: str = "pMeanTrim"
-    wall_shear_stress: str = "wallShearStressMeanTrim"
+    pressure: str
+    wall_shear_stress: str
+    reference_area_per_run: bool = True  # a run's own reference area, where it has one
     drag_direction: tuple[float, float, float] = (1.0, 0.0, 0.0)
     lift_direction: tuple[float, float, float] = (0.0, 0.0, 1.0)
 
     @classmethod
-    def from_config(cls, forces: ForcesConfig, physics: PhysicsConfig) -> ForceSettings:
-        """The settings of the ``forces`` section, with the free stream of the ``physics`` section."""
-        free_stream = FreeStream(velocity=physics.free_stream_velocity, density=physics.free_stream_density,
-                                 kinematic=physics.kinematic)
-        return cls(reference_area=forces.reference_area, reference_area_per_run=forces.reference_area_per_run,
-                   convention=ForceConvention(normals=forces.normals, wall_shear=forces.wall_shear),
-                   free_stream=free_stream, pressure=forces.pressure, wall_shear_stress=forces.wall_shear_stress,
-                   drag_direction=tuple(forces.drag_direction), lift_direction=tuple(forces.lift_direction))
+    def from_config(cls, forces: ForcesConfig, dataset: DatasetConfig) -> ForceSettings:
+        """The settings of the ``forces`` section and the ``dataset`` profile. A profile whose flow
+        speed comes from each run's files (``dataset.flow.velocity: null``) takes 1 m/s until a run
+        gives its own."""
+        flow = dataset.flow
+        free_stream = FreeStream(velocity=flow.velocity or 1.0, density=flow.density, kinematic=flow.kinematic)
+        return cls(reference_area=dataset.references.area, reference_area_per_run=forces.reference_area_per_run,
+                   convention=ForceConvention(normals=flow.normals, wall_shear=flow.wall_shear),
+                   free_stream=free_stream, pressure=dataset.field("surface", "pressure"),
+                   wall_shear_stress=dataset.field("surface", "wall_shear_stress"),
+                   drag_direction=tuple(flow.drag_direction), lift_direction=tuple(flow.lift_direction))
 
     def columns(self, variables: dict[str, str]) -> tuple[int, slice]:
         """The column of the pressure and the columns of the wall shear in the surface fields."""
@@ -178,7 +183,7 @@ class ForceSettings:
         for name, kind in ((self.pressure, "scalar"), (self.wall_shear_stress, "vector")):
             if starts.get(name, (0, None))[1] != kind:
                 raise ValueError(f"forces: {name!r} must be a {kind} surface variable; the surface variables are "
-                                 f"{variables}")
+                                 f"{variables} (dataset.fields.surface)")
         first = starts[self.wall_shear_stress][0]
         return starts[self.pressure][0], slice(first, first + 3)
 

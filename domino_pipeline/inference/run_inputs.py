@@ -5,9 +5,9 @@ Each becomes a ``PredictionRun``: the arrays in the processed-run layout (stl_*,
 volume_* when asked, global_params_*; fields non-dimensional, as process_data.py stores them), the
 mesh the surface rows are the cells of (where predictions are written), and what is true:
 
-- a raw folder: the boundary VTP's cells, with its fields as truth; the volume VTU's points when
-  asked; the published coefficients and reference area (force_mom_<i>.csv, geo_ref_<i>.csv)
-  where the folder has them. The written VTP is the run's own, every array kept.
+- a raw folder (its files found through the dataset profile): the boundary surface's cells, with
+  its fields as truth; the volume VTU's points when asked; the published coefficients and
+  reference area (``dataset.coefficients``, ``dataset.references``) where the folder has them. The written VTP is the run's own, every array kept.
 - a processed run (``<run>.zarr``, a local folder or an ``s3://``, ``gs://``, ``az://`` URL, read
   through inputs/runs.py): its cell centres and fields; it keeps no cell connectivity, so the
   written "mesh" is a point cloud with one vertex cell per surface cell.
@@ -28,19 +28,17 @@ import numpy as np
 import pyvista as pv
 
 from domino_pipeline.inference.forces import mesh_vector_areas
+from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.drivaerml_reader import (
     read_mesh,
     read_stl,
     read_surface,
     read_volume,
-    run_files,
 )
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.processed_run import ProcessedRunError
-from domino_pipeline.inputs.published_forces import (
-    published_coefficients,
-    published_reference_area,
-)
+from domino_pipeline.inputs.published_forces import read_published
+from domino_pipeline.inputs.run_folder import run_files
 from domino_pipeline.inputs.runs import load_run as load_run_arrays
 from domino_pipeline.inputs.runs import open_run, run_name
 from domino_pipeline.object_store import as_location, is_url, join, name_of
@@ -62,10 +60,11 @@ class Physics:
             return self
         return dataclasses.replace(self, reference_length=car_length(stl_vertices))
 
-    def divisors(self, variables: Mapping[str, str], dtype: type = np.float32) -> np.ndarray:
+    def divisors(self, fields: Mapping[str, str], dtype: type = np.float32) -> np.ndarray:
+        """The divisors of fields given as role -> name (nondimensional.field_divisors)."""
         if self.reference_length is None:
             raise ValueError("the length scale is per car: call Physics.for_car first")
-        return field_divisors(variables, self.stream_velocity, self.air_density, self.reference_length, dtype)
+        return field_divisors(fields, self.stream_velocity, self.air_density, self.reference_length, dtype)
 
     def global_params(self) -> np.ndarray:
         return np.array([self.stream_velocity, self.air_density], dtype=np.float32)
@@ -84,8 +83,8 @@ class PredictionRun:
     cell_vector_areas: np.ndarray              # (Ns, 3) float64: area x unit normal, oriented as the data's normals
     true_surface: np.ndarray | None            # (Ns, C) float64 non-dimensional true fields, for the forces
     volume_mesh: pv.DataSet | None = None      # its points are the volume rows, in order
-    reference_area: float | None = None        # the variant's own A_ref (geo_ref_<i>.csv), when published
-    published: dict[str, float] | None = None  # {"cd", "cl"} of force_mom_<i>.csv, when published
+    reference_area: float | None = None        # the run's own A_ref, when published
+    published: dict[str, float] | None = None  # {"cd", "cl"} over the run's own references, when published
     notes: list[str] = field(default_factory=list)
 
 
@@ -122,41 +121,53 @@ def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike,
             else join(processed_dir, name) for name in names]
 
 
-def load_run(path: str | os.PathLike, *, variables: Mapping[str, Mapping[str, str]], physics: Physics,
-             volume: bool, normals_out_of_body: bool, volume_source: str = "points") -> PredictionRun:
-    """Read ``path`` (any of ``KINDS``) for prediction. ``variables``: {"surface": ..., "volume":
-    ...}; ``volume``: read the volume points too; ``normals_out_of_body``: how the training data's
-    surface normals point (an STL's are oriented so)."""
+def load_run(path: str | os.PathLike, *, dataset: DatasetConfig, physics: Physics, volume: bool,
+             volume_source: str = "points") -> PredictionRun:
+    """Read ``path`` (any of ``KINDS``) for prediction, its files and fields named by the
+    ``dataset`` profile; ``volume``: read the volume points too. An STL's normals are oriented
+    as the profile says the data's are."""
     kind = run_kind(path)
     if kind == "raw":
-        return load_raw_run(Path(path), variables, physics, volume, volume_source)
+        return load_raw_run(Path(path), dataset, physics, volume, volume_source)
     if kind == "processed":
         return load_processed(path, volume)
     if volume:
         raise ValueError(f"{path}: an STL alone has no volume points to predict at; set predict.volume=false")
-    return load_stl(Path(path), variables, physics, normals_out_of_body)
+    return load_stl(Path(path), dataset, physics, dataset.flow.normals == "out_of_body")
 
 
-def load_raw_run(run_dir: Path, variables: Mapping[str, Mapping[str, str]], physics: Physics, volume: bool,
+def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume: bool,
                  volume_source: str = "points") -> PredictionRun:
-    """A DrivAerML run folder: STL, boundary VTP (cells and true fields), volume VTU when asked."""
-    files = run_files(run_dir)
+    """A raw run folder: STL, boundary surface (cells and true fields), volume VTU when asked."""
+    files = run_files(run_dir, dataset, "all" if volume else "surface")
+    variables = {part: dataset.variables(part) for part in ("surface", "volume")}
+    fields = {part: getattr(dataset.fields, part) for part in ("surface", "volume")}
     arrays = read_stl(files.stl) | read_surface(files.surface, variables["surface"])
     physics = physics.for_car(arrays["stl_coordinates"])
-    divisors = {part: physics.divisors(variables[part]) for part in ("surface", "volume")}
-    true_surface = arrays["surface_fields"].astype(np.float64) / physics.divisors(variables["surface"], np.float64)
+    divisors = {part: physics.divisors(fields[part]) for part in ("surface", "volume")}
+    true_surface = arrays["surface_fields"].astype(np.float64) / physics.divisors(fields["surface"], np.float64)
     arrays["surface_fields"] = arrays["surface_fields"] / divisors["surface"]
     arrays["global_params_values"] = arrays["global_params_reference"] = physics.global_params()
     mesh = _polydata(read_mesh(files.surface))
+    published = read_published(run_dir, files.index, dataset)
+    own = published.own_references
     run = PredictionRun(name=run_dir.name, kind="raw", arrays=arrays, surface_mesh=mesh, has_truth=True,
                         divisors=divisors, cell_vector_areas=mesh_vector_areas(mesh), true_surface=true_surface,
-                        reference_area=published_reference_area(run_dir), published=published_coefficients(run_dir))
+                        reference_area=own.area if own else None,
+                        published=_drag_and_lift(published.own) if own else None)
     if volume:
         volume_arrays, source, run.notes = read_volume(files.volume, variables["volume"], volume_source)
         arrays["volume_mesh_centers"] = volume_arrays["volume_mesh_centers"]
         arrays["volume_fields"] = volume_arrays["volume_fields"] / divisors["volume"]
         run.volume_mesh = point_cloud(arrays["volume_mesh_centers"], "unstructured")
     return run
+
+
+def _drag_and_lift(coefficients: dict[str, float] | None) -> dict[str, float] | None:
+    """{"cd", "cl"} of published coefficients that have both, else None."""
+    if coefficients is None or not {"cd", "cl"} <= set(coefficients):
+        return None
+    return {name: coefficients[name] for name in ("cd", "cl")}
 
 
 def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
@@ -175,7 +186,10 @@ def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
     arrays = load_run_arrays(opened.path, names + (["volume_mesh_centers", "volume_fields"] if volume else []),
                              opened=opened)
     physics = physics.for_car(arrays["stl_coordinates"])
-    divisors = {part: physics.divisors(attrs[f"{part}_variables"]) for part in ("surface", "volume")}
+    if "surface_field_roles" not in attrs:
+        raise ProcessedRunError(f"{opened.path}: processed before dataset profiles (no field roles recorded); "
+                                "process it again with process_data.py")
+    divisors = {part: physics.divisors(attrs[f"{part}_field_roles"]) for part in ("surface", "volume")}
     vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
     run = PredictionRun(name=run_name(opened.path), kind="processed", arrays=arrays,
                         surface_mesh=point_cloud(arrays["surface_mesh_centers"], "poly"), has_truth=True,
@@ -186,21 +200,21 @@ def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
     return run
 
 
-def load_stl(path: Path, variables: Mapping[str, Mapping[str, str]], physics: Physics,
-             normals_out_of_body: bool) -> PredictionRun:
+def load_stl(path: Path, dataset: DatasetConfig, physics: Physics, normals_out_of_body: bool) -> PredictionRun:
     """An STL alone: its triangles are the surface cells; fields unknown (zeros)."""
+    fields = {part: getattr(dataset.fields, part) for part in ("surface", "volume")}
     arrays = read_stl(path)
     physics = physics.for_car(arrays["stl_coordinates"])
     faces = arrays["stl_faces"].reshape(-1, 3)
     vector_areas = triangle_vector_areas(arrays["stl_coordinates"], faces, out_of_body=normals_out_of_body)
     normals = vector_areas / np.maximum(np.linalg.norm(vector_areas, axis=1, keepdims=True), 1e-30)
-    width = len(physics.divisors(variables["surface"]))
+    width = len(physics.divisors(fields["surface"]))
     arrays |= {"surface_mesh_centers": arrays["stl_centers"], "surface_normals": normals.astype(np.float32),
                "surface_areas": arrays["stl_areas"],
                "surface_fields": np.zeros((len(faces), width), dtype=np.float32),
                "global_params_values": physics.global_params(), "global_params_reference": physics.global_params()}
     mesh = pv.PolyData(arrays["stl_coordinates"], np.column_stack([np.full(len(faces), 3), faces]).ravel())
-    divisors = {part: physics.divisors(variables[part]) for part in ("surface", "volume")}
+    divisors = {part: physics.divisors(fields[part]) for part in ("surface", "volume")}
     return PredictionRun(name=path.stem, kind="stl", arrays=arrays, surface_mesh=mesh, has_truth=False,
                          divisors=divisors, cell_vector_areas=vector_areas, true_surface=None)
 

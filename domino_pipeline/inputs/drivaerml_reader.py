@@ -1,14 +1,12 @@
-"""Read DrivAerML run folders: STL, boundary VTP and volume VTU files to numpy arrays.
+"""Read a raw run's meshes whole with VTK: STL, boundary VTP and volume VTU files to numpy arrays.
 
 Works on the published files (ASCII multi-solid STLs, polygon cells with mixed vertex counts,
 volume fields as point data or cell data) and on the synthetic runs of synthetic_data.py. Only the
 named arrays are read from the VTP and VTU, and every read error becomes one RunError line naming
 the file and the problem.
 
-    files = run_files(Path("/data/drivaerml/run_1"))
-    stl = read_stl(files.stl)
-    surface = read_surface(files.surface, {"pMeanTrim": "scalar",
-                                           "wallShearStressMeanTrim": "vector"})
+    stl = read_stl(files.stl)                   # files: run_folder.run_files(run_dir, profile)
+    surface = read_surface(files.surface, profile.variables("surface"))
 """
 
 from __future__ import annotations
@@ -29,35 +27,6 @@ from domino_pipeline.variables import variable_width
 
 class RunError(ValueError):
     """A run folder whose files are missing, unreadable or lack a field."""
-
-
-@dataclass(frozen=True)
-class RunFiles:
-    """The three files of one DrivAerML run folder."""
-
-    name: str
-    stl: Path
-    surface: Path
-    volume: Path
-
-
-def run_files(run_dir: Path) -> RunFiles:
-    """The run's files by their DrivAerML names; raise FileNotFoundError naming a missing one.
-
-    The volume may be published as ``volume_<i>.vtu.part1``, ``.part2``, ...: its path is then
-    the joined name, which the streaming reader opens piece by piece."""
-    index = run_dir.name.removeprefix("run_")
-    files = RunFiles(
-        run_dir.name,
-        run_dir / f"drivaer_{index}.stl",
-        run_dir / f"boundary_{index}.vtp",
-        run_dir / f"volume_{index}.vtu",
-    )
-    for path in (files.stl, files.surface, files.volume):
-        pieces = path == files.volume and any(run_dir.glob(f"{path.name}.part*"))
-        if not path.is_file() and not pieces:  # the volume's .part pieces are read as one file
-            raise FileNotFoundError(f"{path}: missing file")
-    return files
 
 
 _READERS = {".stl": vtkSTLReader, ".vtp": vtkXMLPolyDataReader,

@@ -1,7 +1,7 @@
-"""The options of processing one DrivAerML run, in one place: what process_data.py passes to each
-run, checks before any run starts, and compares with what a processed run recorded.
+"""The options of processing one run, in one place: what process_data.py passes to each run, checks
+before any run starts, and compares with what a processed run recorded.
 
-    options = ProcessOptions.from_config(config.physics, config.variables, config.process)
+    options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
 """
 
 from __future__ import annotations
@@ -13,19 +13,24 @@ from domino_pipeline.config import (
     VOLUME_SOURCES,
     PhysicsConfig,
     ProcessConfig,
-    VariablesConfig,
     check_choice,
     check_scaling_references,
 )
+from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.nondimensional import field_divisors
+from domino_pipeline.variables import variables_of
+
 
 @dataclass(frozen=True)
 class ProcessOptions:
     """How every run is read and made dimensionless; settings that would fail every run are
-    refused on construction (ValueError)."""
+    refused on construction (ValueError). ``surface_fields`` / ``volume_fields``: role -> the
+    field's name in the files, in column order (the dataset profile's)."""
 
-    surface_variables: dict[str, str]
-    volume_variables: dict[str, str]
+    dataset: DatasetConfig = field(metadata={"recorded": False})  # the files' names; its name is recorded apart
+    # recorded under names no array has (a reader of attributes may take those for arrays)
+    surface_fields: dict[str, str] = field(metadata={"recorded_as": "surface_field_roles"})
+    volume_fields: dict[str, str] = field(metadata={"recorded_as": "volume_field_roles"})
     stream_velocity: float
     air_density: float
     reference_length: float | None  # None: each car's length
@@ -35,23 +40,40 @@ class ProcessOptions:
     def __post_init__(self) -> None:
         check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)
         check_scaling_references(self.stream_velocity, self.air_density, self.reference_length)
-        for variables in (self.surface_variables, self.volume_variables):
-            field_divisors(variables, self.stream_velocity, self.air_density, 1.0)
+        for part in ("surface", "volume"):
+            field_divisors(getattr(self, f"{part}_fields"), self.stream_velocity, self.air_density, 1.0)
 
     @classmethod
-    def from_config(cls, physics: PhysicsConfig, variables: VariablesConfig, process: ProcessConfig) -> ProcessOptions:
-        """The options of the ``physics``, ``variables`` and ``process`` sections."""
-        return cls(surface_variables=dict(variables.surface), volume_variables=dict(variables.volume),
+    def from_config(cls, dataset: DatasetConfig, physics: PhysicsConfig, process: ProcessConfig) -> ProcessOptions:
+        """The options of the ``dataset`` profile and the ``physics`` and ``process`` sections."""
+        return cls(dataset=dataset, surface_fields=dict(dataset.fields.surface), volume_fields=dict(dataset.fields.volume),
                    stream_velocity=physics.stream_velocity, air_density=physics.air_density,
                    reference_length=physics.reference_length, volume_source=process.volume_source)
 
+    @property
+    def surface_variables(self) -> dict[str, str]:
+        """{field name: kind} of the surface fields, in column order."""
+        return variables_of(self.surface_fields)
+
+    @property
+    def volume_variables(self) -> dict[str, str]:
+        """{field name: kind} of the volume fields, in column order."""
+        return variables_of(self.volume_fields)
+
     def recorded(self) -> dict[str, Any]:
-        """The options as a processed run's attributes record them (a rerun compares them)."""
-        return {f.metadata.get("recorded_as", f.name): getattr(self, f.name) for f in fields(self)}
+        """The options as a processed run's attributes record them (a rerun compares them), with
+        the variables ({name: kind}) the readers of processed runs take."""
+        options = {f.metadata.get("recorded_as", f.name): getattr(self, f.name) for f in _recorded()}
+        return options | {"surface_variables": self.surface_variables, "volume_variables": self.volume_variables}
 
     def differences(self, attrs: dict[str, Any]) -> list[str]:
         """``key: stored X, configured Y`` for each option that a processed run's ``attrs`` record
         otherwise."""
-        stored = {f.name: attrs.get(f.metadata.get("recorded_as", f.name)) for f in fields(self)}
+        stored = {f.name: attrs.get(f.metadata.get("recorded_as", f.name)) for f in _recorded()}
         return [f"{key}: stored {stored[key]!r}, configured {getattr(self, key)!r}"
                 for key in stored if stored[key] != getattr(self, key)]
+
+
+def _recorded() -> list:
+    """The fields of ProcessOptions that a processed run records."""
+    return [f for f in fields(ProcessOptions) if f.metadata.get("recorded", True)]

@@ -1,61 +1,141 @@
-"""The force coefficients and reference values a DrivAerML run folder publishes beside its meshes.
+"""The force coefficients and reference values a run folder publishes beside its meshes, read
+through the dataset profile (``dataset.coefficients``, ``dataset.references``).
 
-    run_<i>/force_mom_<i>.csv   one row: Cd, Cl, Cs, ... (coefficients with the variant's own A_ref)
-    run_<i>/geo_ref_<i>.csv     one row: lRef, aRef, ... (the variant's wheelbase and frontal area)
+DrivAerML, for example, publishes per run:
 
-Columns are found by name, case-insensitive, surrounding spaces ignored (the published headers
-put a space after each comma); other columns are kept out of the way.
+    force_mom_<i>.csv           one row: Cd, Cl, Clf, Clr, Cs over the variant's own references
+    force_mom_constref_<i>.csv  the same over the constant references
+    geo_ref_<i>.csv             one row: lRef, aRef, forcesCoR "(x y z)", lRefRef, aRefRef, forcesCoRRef
 
-    published_coefficients(Path("run_7"))  # {"cd": 0.30, "cl": -0.05} or None without the file
-    published_reference_area(Path("run_7"))  # 2.22 or None
+Columns are found by name, case-insensitive, surrounding spaces ignored (published headers put a
+space after each comma, or not); a vector is three numbers in one field, in parentheses or not.
+
+    published = read_published(Path("run_7"), "7", profile)
+    published.own["cd"], published.own_references.area
 """
 
 from __future__ import annotations
 
 import csv
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
-FORCE_FILE = "force_mom_{index}.csv"
-GEOMETRY_REFERENCE_FILE = "geo_ref_{index}.csv"
-COEFFICIENTS = ("cd", "cl")
+from domino_pipeline.dataset_profile import DatasetConfig, ReferencesProfile
 
 
-def run_index(run_dir: Path) -> str:
-    """The ``<i>`` of a ``run_<i>`` folder."""
-    return run_dir.name.removeprefix("run_")
+@dataclass(frozen=True)
+class References:
+    """What coefficients are made dimensionless with: area (m^2), length (m), the moments' centre (m)."""
+
+    area: float
+    length: float
+    centre: tuple[float, float, float]
 
 
-def read_first_row(path: Path) -> dict[str, float]:
-    """The first data row of a one-row CSV, keyed by lower-case column name; ValueError naming
-    the file when it has no data row or a value is not a number."""
+@dataclass(frozen=True)
+class Published:
+    """A run's published coefficients (COEFFICIENTS keys it publishes) over its own references
+    and over the constant ones (None: not published), and those references (``own_references``
+    None: the run has no file of its own)."""
+
+    own: dict[str, float] | None
+    constant: dict[str, float] | None
+    own_references: References | None
+    constant_references: References
+
+    def references(self, which: str) -> References | None:
+        """The references of ``which`` ("own" or "constant")."""
+        return self.own_references if which == "own" else self.constant_references
+
+
+def read_first_row(path: Path) -> dict[str, str]:
+    """The first data row of a one-row CSV, keyed by lower-case column name (surrounding spaces
+    dropped), as strings; ValueError naming the file when it has no such row."""
     with open(path, newline="") as file:
-        rows = list(csv.reader(file, skipinitialspace=True))
+        rows = [row for row in csv.reader(file, skipinitialspace=True) if row]
     if len(rows) < 2 or len(rows[1]) != len(rows[0]):
         raise ValueError(f"{path}: expected a header and one row of as many values, got {rows[:2]}")
+    return {name.strip().lower(): value.strip() for name, value in zip(rows[0], rows[1])}
+
+
+def _number(row: dict[str, str], column: str, path: Path) -> float:
+    text = _cell(row, column, path)
     try:
-        return {name.strip().lower(): float(value) for name, value in zip(rows[0], rows[1])}
-    except ValueError as error:
-        raise ValueError(f"{path}: {error}") from None
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{path}: column {column} holds {text!r}, not a number") from None
 
 
-def published_coefficients(run_dir: Path) -> dict[str, float] | None:
-    """``{"cd", "cl"}`` of the run's ``force_mom_<i>.csv``; None when the run has none."""
-    path = run_dir / FORCE_FILE.format(index=run_index(run_dir))
-    if not path.is_file():
+def _vector(row: dict[str, str], columns: str | list[str], path: Path) -> tuple[float, float, float]:
+    """Three numbers: from three columns, or from one holding ``(x y z)`` / ``x y z``."""
+    if isinstance(columns, list):
+        values = [_number(row, column, path) for column in columns]
+    else:
+        text = _cell(row, columns, path)
+        try:
+            values = [float(v) for v in re.split(r"[\s,]+", text.strip().strip("()[]").strip())]
+        except ValueError:
+            values = []
+    if len(values) != 3:
+        raise ValueError(f"{path}: column {columns} must hold 3 numbers (x y z), not {row.get(str(columns).lower())!r}")
+    return values[0], values[1], values[2]
+
+
+def _cell(row: dict[str, str], column: str, path: Path) -> str:
+    if column.lower() not in row:
+        raise ValueError(f"{path}: no column {column}; columns {sorted(row)}")
+    return row[column.lower()]
+
+
+def _run_file(run_dir: Path, pattern: str | None, index: str) -> Path | None:
+    """The run's file of ``pattern`` (with ``{index}``), or None when not published or absent."""
+    if pattern is None:
         return None
-    row = read_first_row(path)
-    missing = [name for name in COEFFICIENTS if name not in row]
-    if missing:
-        raise ValueError(f"{path}: no column {missing}; columns {sorted(row)}")
-    return {name: row[name] for name in COEFFICIENTS}
+    matches = sorted(run_dir.glob(pattern.replace("{index}", index)))
+    return matches[0] if len(matches) == 1 and matches[0].is_file() else None
 
 
-def published_reference_area(run_dir: Path) -> float | None:
-    """The variant's frontal area aRef (m^2) of the run's ``geo_ref_<i>.csv``; None without one."""
-    path = run_dir / GEOMETRY_REFERENCE_FILE.format(index=run_index(run_dir))
-    if not path.is_file():
-        return None
+def read_coefficients(path: Path, columns: dict[str, str]) -> dict[str, float]:
+    """The coefficients of a one-row CSV, by the profile's column names; ValueError naming the file
+    when the file lacks one."""
     row = read_first_row(path)
-    if not row.get("aref", 0.0) > 0:
-        raise ValueError(f"{path}: needs a positive aRef column; got {row}")
-    return row["aref"]
+    return {name: _number(row, column, path) for name, column in columns.items()}
+
+
+def read_references(path: Path, profile: ReferencesProfile, which: str = "own") -> References:
+    """A run's own (``which`` "own") or constant ("constant") references from its references
+    file, by the profile's columns (``columns``, ``constant_columns``); quantities the profile
+    names no column for are the profile's constant ones."""
+    row = read_first_row(path)
+    columns = profile.columns if which == "own" else profile.constant_columns
+    return References(
+        area=_number(row, columns["area"], path) if "area" in columns else profile.area,
+        length=_number(row, columns["length"], path) if "length" in columns else profile.length,
+        centre=_vector(row, columns["centre"], path) if "centre" in columns else tuple(profile.centre),
+    )
+
+
+def constant_references(profile: ReferencesProfile) -> References:
+    """The dataset's constant references."""
+    return References(profile.area, profile.length, tuple(profile.centre))
+
+
+def read_published(run_dir: Path, index: str, profile: DatasetConfig) -> Published:
+    """What run ``run_dir`` (number ``index``) publishes; absent files give None. The values must
+    be positive where they are references (ValueError naming the file otherwise)."""
+    coefficients, references = profile.coefficients, profile.references
+    own, constant = (_run_file(run_dir, pattern, index) for pattern in (coefficients.own, coefficients.constant))
+    reference_file = _run_file(run_dir, references.file, index)
+    own_references = read_references(reference_file, references) if reference_file else None
+    if own_references is not None and not (own_references.area > 0 and own_references.length > 0):
+        raise ValueError(f"{reference_file}: the reference area and length must be positive, not "
+                         f"{own_references.area} and {own_references.length}")
+    constant_refs = (read_references(reference_file, references, "constant") if reference_file
+                     else constant_references(references))
+    return Published(
+        own=read_coefficients(own, coefficients.columns) if own else None,
+        constant=read_coefficients(constant, coefficients.columns) if constant else None,
+        own_references=own_references,
+        constant_references=constant_refs,
+    )

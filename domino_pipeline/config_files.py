@@ -1,0 +1,72 @@
+"""The configuration files composed as Hydra composes them, without Hydra: for tests, benchmarks and
+tools that build a config in-process many times (Hydra's ``compose`` takes ~0.15 s each).
+
+Follows this project's ``defaults`` lists only: config names (``- config``), config-group choices
+(``- dataset: drivaerml``) and ``_self_``; overrides are dotted ``key=value`` (``+key=value`` adds a
+key) and group choices (``dataset=ahmedml``). tests/test_config.py checks the result against Hydra's.
+
+    cfg = compose_files(CONF, "demo", ["dataset=ahmedml", "train.epochs=1"])
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from domino_pipeline.config import HYDRA_KEYS
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def _defaults(path: Path) -> list:
+    """The ``defaults`` list of a config file (empty when it has none)."""
+    return list(OmegaConf.load(path).get("defaults", []))
+
+
+def _compose(conf_dir: Path, name: str, choices: dict[str, str]) -> DictConfig:
+    """``name`` merged after the configs and group choices its defaults list names (``_self_``
+    where the list puts it, else last), without Hydra's own keys."""
+    own = OmegaConf.load(conf_dir / f"{name}.yaml")
+    parts: list[DictConfig] = []
+    entries = _defaults(conf_dir / f"{name}.yaml")
+    if "_self_" not in entries:
+        entries.append("_self_")
+    for entry in entries:
+        if entry == "_self_":
+            parts.append(own)
+        elif isinstance(entry, str):
+            parts.append(_compose(conf_dir, entry, choices))
+        else:
+            group, choice = next(iter(OmegaConf.to_container(entry).items()))
+            if group.startswith("override "):
+                continue  # Hydra's own groups (hydra/job_logging)
+            chosen = choices.get(group, choice)
+            path = conf_dir / group / f"{chosen}.yaml"
+            if not path.is_file():
+                known = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+                raise ValueError(f"{group}={chosen}: no such {group}; the {group} choices are {known}")
+            parts.append(OmegaConf.create({group: OmegaConf.load(path)}))
+    merged = OmegaConf.merge(*parts)
+    for key in HYDRA_KEYS:
+        merged.pop(key, None)
+    return merged
+
+
+def compose_files(conf_dir: str | os.PathLike = CONF, name: str = "config",
+                  overrides: Sequence[str] = ()) -> DictConfig:
+    """conf/<name>.yaml with the files and group choices its defaults name, then ``overrides``;
+    interpolations are left unresolved, as Hydra leaves them."""
+    conf_dir = Path(conf_dir)
+    groups = {p.name for p in conf_dir.iterdir() if p.is_dir()}
+    choices = {}
+    dotted = []
+    for override in overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if key in groups:
+            choices[key] = value
+        else:
+            dotted.append(override.lstrip("+"))
+    return OmegaConf.merge(_compose(conf_dir, name, choices), OmegaConf.from_dotlist(dotted))

@@ -1,0 +1,207 @@
+"""A dataset profile: everything that differs between datasets, as one typed config section.
+
+``dataset:`` is a Hydra config group (conf/dataset/<name>.yaml; ``dataset=ahmedml`` on any command,
+DrivAerML's the default). A profile says where a run folder's files are, which field plays which
+role, how the flow and the published coefficients are stated; the code reads every dataset
+through it, so a new dataset is one new profile file.
+
+File names are patterns relative to a run folder: ``{index}`` is the run's number (the part of
+the folder name that ``run_folders``' ``{index}`` stands for), and ``*``, ``?`` and ``[...]`` match
+as in a shell glob; a pattern must match exactly one file (``resolve``). A volume published in
+pieces (``<name>.00.part``, ``<name>.01.part``, ... or ``<name>.part1``, ...) is found by its
+whole name.
+
+    profile = config.dataset
+    profile.variables("surface")   # {"pMeanTrim": "scalar", "wallShearStressMeanTrim": "vector"}
+    profile.field("surface", "pressure")   # "pMeanTrim"
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from omegaconf import OmegaConf
+
+from domino_pipeline.config_section import check_choice, from_section
+from domino_pipeline.variables import PARTS, check_roles, roles_of, variables_of
+
+NORMALS = ("into_body", "out_of_body")
+WALL_SHEAR = ("on_fluid", "on_body")
+COEFFICIENT_FORMATS = ("csv", "openfoam")
+# The coefficients the pipeline integrates and compares with the published ones
+COEFFICIENTS = ("cd", "cl", "cs", "clf", "clr", "cm_roll", "cm_pitch", "cm_yaw")
+REFERENCE_QUANTITIES = ("area", "length", "centre")
+
+
+@dataclass(frozen=True)
+class RunFilesProfile:
+    """``dataset.files``: the patterns of a run folder's files (module docstring)."""
+
+    stl: str
+    surface: str                    # the body's boundary cells: a VTP, or a VTU of polygon cells
+    volume: str                     # a VTU, one file or its pieces
+    surface_areas: str | None  # the solver's own area of each surface row (.npy, in file order); None: none published
+
+
+@dataclass(frozen=True)
+class FieldsProfile:
+    """``dataset.fields``: per part, role -> the field's name in the files, in column order."""
+
+    surface: dict[str, str]
+    volume: dict[str, str]
+
+    def __post_init__(self) -> None:
+        for part in PARTS:
+            check_roles(f"dataset.fields.{part}", getattr(self, part))
+
+
+@dataclass(frozen=True)
+class OtherFieldsProfile:
+    """``dataset.other_fields``: per part, role -> name of further fields the files hold, which
+    ``dataset.fields`` may take in (the synthetic generator writes them too)."""
+
+    surface: dict[str, str]
+    volume: dict[str, str]
+
+    def __post_init__(self) -> None:
+        for part in PARTS:
+            check_roles(f"dataset.other_fields.{part}", getattr(self, part))
+
+
+@dataclass(frozen=True)
+class FlowProfile:
+    """``dataset.flow``: the flow the published coefficients refer to, and how the files state it."""
+
+    velocity: float | None    # m/s, U_inf; None: each run's coefficient file gives it
+    density: float            # kg/m^3, rho_inf of the coefficients when the fields are not kinematic
+    kinematic: bool           # pressure and wall shear divided by the density (m^2/s^2)
+    normals: str              # how the boundary cells' normals point: into_body | out_of_body
+    wall_shear: str           # what the wall shear acts on: on_fluid | on_body
+    drag_direction: list[float]
+    lift_direction: list[float]
+
+    def __post_init__(self) -> None:
+        check_choice("dataset.flow.normals", self.normals, NORMALS)
+        check_choice("dataset.flow.wall_shear", self.wall_shear, WALL_SHEAR)
+        if (self.velocity is not None and self.velocity <= 0) or self.density <= 0:
+            raise ValueError(f"dataset.flow: velocity and density must be positive, not "
+                             f"{self.velocity} and {self.density}")
+        for key in ("drag_direction", "lift_direction"):
+            vector = getattr(self, key)
+            if len(vector) != 3 or not any(vector):
+                raise ValueError(f"dataset.flow.{key} needs 3 values, not all zero; got {vector}")
+
+
+@dataclass(frozen=True)
+class ReferencesProfile:
+    """``dataset.references``: the reference area, length and moment centre of the coefficients.
+
+    ``area``, ``length``, ``centre``: the dataset's constant references (one for every run);
+    ``file``: a run's own references, ``columns`` naming each quantity's column(s) in it (a
+    centre: three columns, or one holding three numbers), ``constant_columns`` those of the
+    constant references where the file repeats them; None: every run has the constant ones."""
+
+    area: float               # m^2
+    length: float             # m
+    centre: list[float]       # m, the point the moments are taken about
+    file: str | None
+    format: str
+    columns: dict[str, str | list[str]]
+    constant_columns: dict[str, str | list[str]]
+
+    def __post_init__(self) -> None:
+        check_choice("dataset.references.format", self.format, COEFFICIENT_FORMATS)
+        if self.area <= 0 or self.length <= 0 or len(self.centre) != 3:
+            raise ValueError(f"dataset.references: area and length must be positive and the centre 3 "
+                             f"values, not {self.area}, {self.length}, {self.centre}")
+        for key in ("columns", "constant_columns"):
+            unknown = sorted(set(getattr(self, key)) - set(REFERENCE_QUANTITIES))
+            if unknown:
+                raise ValueError(f"dataset.references.{key}: unknown quantities {unknown}; "
+                                 f"known: {list(REFERENCE_QUANTITIES)}")
+
+
+@dataclass(frozen=True)
+class CoefficientsProfile:
+    """``dataset.coefficients``: the coefficient files each run publishes (patterns; None: not
+    published), over its own references and over the constant ones, and each coefficient's
+    column (COEFFICIENTS; a dataset publishes some of them)."""
+
+    own: str | None
+    constant: str | None
+    format: str
+    columns: dict[str, str]
+
+    def __post_init__(self) -> None:
+        check_choice("dataset.coefficients.format", self.format, COEFFICIENT_FORMATS)
+        unknown = sorted(set(self.columns) - set(COEFFICIENTS))
+        if unknown:
+            raise ValueError(f"dataset.coefficients.columns: unknown coefficients {unknown}; "
+                             f"known: {list(COEFFICIENTS)}")
+
+
+@dataclass(frozen=True)
+class BoundingBoxesProfile:
+    """``dataset.bounding_boxes``: the dataset's volume and surface boxes ({min: [x, y, z], max:
+    [x, y, z]}), which ``geometry.bounding_box_*`` follow unless set themselves."""
+
+    volume: dict[str, list[float]]
+    surface: dict[str, list[float]]
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    """``dataset:`` one dataset's profile (conf/dataset/<name>.yaml)."""
+
+    name: str
+    run_folders: str          # the run folders' names, with {index}: run_{index}
+    files: RunFilesProfile
+    fields: FieldsProfile
+    other_fields: OtherFieldsProfile
+    flow: FlowProfile
+    references: ReferencesProfile
+    coefficients: CoefficientsProfile
+    bounding_boxes: BoundingBoxesProfile
+
+    def __post_init__(self) -> None:
+        if self.run_folders.count("{index}") != 1:
+            raise ValueError(f"dataset.run_folders must hold {{index}} once, not {self.run_folders!r}")
+
+    def variables(self, part: str) -> dict[str, str]:
+        """{field name: kind} of ``part``'s fields, in column order."""
+        return variables_of(getattr(self.fields, part))
+
+    def roles(self, part: str) -> dict[str, str]:
+        """{field name: role} of ``part``'s fields."""
+        return roles_of(getattr(self.fields, part))
+
+    def file_fields(self, part: str) -> dict[str, str]:
+        """role -> name of every field the files hold of ``part`` (``fields`` and ``other_fields``)."""
+        return getattr(self.other_fields, part) | getattr(self.fields, part)
+
+    def field(self, part: str, role: str) -> str:
+        """The name of the field of ``part`` that plays ``role``; ValueError naming the profile key
+        when the profile gives none."""
+        names = getattr(self.fields, part)
+        if role not in names:
+            raise ValueError(f"dataset {self.name}: no {part} field plays the role {role} "
+                             f"(set dataset.fields.{part}.{role}); its {part} fields are {names}")
+        return names[role]
+
+    def run_index(self, folder_name: str) -> str | None:
+        """The ``{index}`` of a run folder's name, or None when the name is not a run folder's."""
+        head, _, tail = self.run_folders.partition("{index}")
+        match = re.fullmatch(re.escape(head) + r"(\w+?)" + re.escape(tail), folder_name)
+        return match.group(1) if match else None
+
+    def folder_glob(self) -> str:
+        """A glob that matches every run folder's name."""
+        return self.run_folders.replace("{index}", "*")
+
+
+def profile_from_file(path: str | os.PathLike) -> DatasetConfig:
+    """The profile of a conf/dataset/<name>.yaml file, typed and checked (for tools that run
+    outside Hydra, such as the synthetic generator)."""
+    return from_section(DatasetConfig, OmegaConf.load(path), "dataset")

@@ -1,0 +1,98 @@
+"""A raw run folder's files, found through the dataset profile's patterns (dataset_profile.py).
+
+    runs = find_runs(Path("/data/drivaerml"), profile)          # run_1, run_2, ... naturally sorted
+    files = run_files(runs[0], profile)                        # RunFiles(stl=..., surface=..., volume=...)
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.inputs.concat_bytes import part_paths
+from domino_pipeline.inputs.processed_run import natural_key
+
+PROCESS_PARTS = ("all", "surface", "volume")  # which of a run's meshes are read (the STL always is)
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The files of one run folder; ``volume`` (or ``surface``) is None when not read, and
+    ``surface_areas`` when the run publishes none."""
+
+    name: str
+    index: str
+    stl: Path
+    surface: Path | None
+    volume: Path | None
+    surface_areas: Path | None = None
+
+    def sources(self) -> dict[str, Path]:
+        """The meshes read, by kind (stl, surface, volume)."""
+        found = {"stl": self.stl, "surface": self.surface, "volume": self.volume}
+        return {kind: path for kind, path in found.items() if path is not None}
+
+
+def run_index(run_dir: Path, profile: DatasetConfig) -> str:
+    """The ``{index}`` of a run folder; ValueError when its name is not the profile's."""
+    index = profile.run_index(run_dir.name)
+    if index is None:
+        raise ValueError(f"{run_dir}: not a run folder of dataset {profile.name} "
+                         f"(dataset.run_folders is {profile.run_folders})")
+    return index
+
+
+def find_runs(raw_dir: str | os.PathLike, profile: DatasetConfig) -> list[Path]:
+    """The run folders in ``raw_dir`` (named as ``dataset.run_folders`` says), naturally sorted."""
+    raw_dir = Path(raw_dir)
+    if not raw_dir.is_dir():
+        raise FileNotFoundError(f"{raw_dir}: no such raw-data directory")
+    runs = [p for p in raw_dir.glob(profile.folder_glob()) if p.is_dir() and profile.run_index(p.name)]
+    return sorted(runs, key=natural_key)
+
+
+def _whole_or_pieces(path: Path) -> bool:
+    """True when ``path`` is a file, or is published as ``.part`` pieces."""
+    return path.is_file() or bool(part_paths(path))
+
+
+def resolve(run_dir: Path, pattern: str, index: str, key: str) -> Path:
+    """The one file of ``run_dir`` that ``pattern`` (with ``{index}``) names; FileNotFoundError
+    naming the pattern and the profile key ``key`` when none or several match."""
+    name = pattern.replace("{index}", index)
+    if not glob.has_magic(name):
+        path = run_dir / name
+        if not _whole_or_pieces(path):
+            raise FileNotFoundError(f"{path}: missing file ({key})")
+        return path
+    matches = sorted(p for p in run_dir.glob(name) if p.is_file())
+    if len(matches) != 1:
+        found = [p.name for p in matches] or "none"
+        raise FileNotFoundError(f"{run_dir / name}: expected one file matching {key}, found {found}")
+    return matches[0]
+
+
+def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunFiles:
+    """The run's files by the profile's patterns; FileNotFoundError naming a missing one.
+
+    ``parts`` (PROCESS_PARTS): "surface" or "volume" leaves the other mesh out (its file need not
+    exist). A volume published as ``<name>.00.part``, ``.01.part``, ... (or ``.part1``, ...) is found
+    by its whole name, which the streaming reader opens piece by piece."""
+    if parts not in PROCESS_PARTS:
+        raise ValueError(f"process.parts must be one of {list(PROCESS_PARTS)}, not {parts!r}")
+    index = run_index(run_dir, profile)
+    files = profile.files
+    areas = None
+    if files.surface_areas is not None and parts != "volume":
+        candidate = run_dir / files.surface_areas.replace("{index}", index)
+        areas = candidate if candidate.is_file() else None
+    return RunFiles(
+        name=run_dir.name, index=index,
+        stl=resolve(run_dir, files.stl, index, "dataset.files.stl"),
+        surface=resolve(run_dir, files.surface, index, "dataset.files.surface") if parts != "volume" else None,
+        volume=resolve(run_dir, files.volume, index, "dataset.files.volume") if parts != "surface" else None,
+        surface_areas=areas,
+    )
