@@ -21,12 +21,12 @@ and its checksums instead of building.
     python cache_data.py --config-name=cached data.processed_dir=/data/processed cache.dir=/data/cache
     torchrun --nproc_per_node=2 cache_data.py --config-name=cached    # ranks split the runs;
                                      # the last to finish writes the manifest, no rank waits
+    srun --ntasks=16 python cache_data.py --config-name=cached        # the same, Slurm's tasks
     python cache_data.py --config-name=demo cache.validate=true
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,7 @@ from domino_pipeline.inputs.runs import (
     run_name,
     split_from_config,
 )
+from domino_pipeline.launch import launch_environment
 from domino_pipeline.run_report import RunResult, summarize
 from domino_pipeline.store.build import (
     cache_run,
@@ -163,14 +164,14 @@ def _manifest_lists(cache_dir: Path, entries: dict, settings: PreprocessSettings
 
 
 def _rank_and_job(config: PipelineConfig) -> tuple[int, int, str | None]:
-    """(rank, world size, the job's id) under torchrun; (0, 1, None) in one process, where
-    torch is not loaded (about 700 MB of memory)."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size == 1:
+    """(rank, world size, the job's id) under torchrun or srun; (0, 1, None) in one process,
+    where torch is not loaded (about 700 MB of memory)."""
+    launch = launch_environment()
+    if launch.world_size == 1:
         return 0, 1, None
     from domino_pipeline.training.distributed import job_id
 
-    return int(os.environ["RANK"]), world_size, job_id(config.distributed.timeout_s)
+    return launch.rank, launch.world_size, job_id(launch, config.distributed.timeout_s)
 
 
 def _validate(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> int:
@@ -201,10 +202,10 @@ def _finish(config: PipelineConfig, runs: list[Path], cache_dir: Path, settings:
 def main(config: PipelineConfig) -> int:
     """Build (or validate) cache.dir from data.processed_dir; the exit code.
 
-    Under torchrun no rank waits for another: each builds its share and leaves a record, and
-    the last to finish writes the manifest (rank_records.py) and exits with the code of the
-    whole build; the others exit 0 (their failures are printed and counted there), so that
-    torchrun does not stop a rank that is still building."""
+    Under torchrun or srun no rank waits for another: each builds its share and leaves a
+    record, and the last to finish writes the manifest (rank_records.py) and exits with the code
+    of the whole build; the others exit 0 (their failures are printed and counted there), so
+    that the launcher does not stop a rank that is still building."""
     rank, world_size, job = _rank_and_job(config)
     settings = settings_from_config(config.geometry, config.variables)  # device: one GPU per rank
     runs, cache_dir = list_runs(config.data.processed_dir), join(config.cache.dir)

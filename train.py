@@ -3,9 +3,10 @@
 One CPU or GPU:
     python train.py                                  # uncached DoMINODataPipe (num_workers 0)
     python cache_data.py --config-name=cached && python train.py --config-name=cached
-DDP under torchrun (one process per GPU; NCCL on GPUs, gloo on CPUs):
+DDP under torchrun or Slurm's srun (one process per GPU; NCCL on GPUs, gloo on CPUs):
     torchrun --standalone --nproc_per_node=8 train.py --config-name=cached
     torchrun --standalone --nproc_per_node=2 train.py --config-name=demo train.device=cpu
+    srun --nodes=4 --ntasks-per-node=8 --gpus-per-node=8 python train.py --config-name=cached
 Any setting is one override away, e.g. `model_type=combined train.epochs=50 output_dir=/runs/a`.
 
 Everything a run writes goes to `output_dir`: checkpoints/checkpoint.pt (resumed from automatically),
@@ -34,6 +35,7 @@ from datapipe import dataset_from_config, parts_of, scaling_factors_path
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.runs import list_runs, read_options_from_config, split_from_config
+from domino_pipeline.launch import launch_environment
 from domino_pipeline.object_store import name_of
 from domino_pipeline.training import distributed
 from domino_pipeline.training.checkpoint_policy import RunFiles, TrainingState
@@ -148,8 +150,9 @@ def describe(trainer: Trainer, config: PipelineConfig) -> str:
     """The run's first console line: model, devices, runs, data and loss."""
     parameters = sum(p.numel() for p in trainer.state.model.parameters())
     data = trainer.data
-    return (f"DoMINO {config.model_type}: {parameters:,} parameters on {trainer.info.device} x "
-            f"{trainer.info.world_size}; {len(data.train_runs)} training / {len(data.val_runs)} validation runs; "
+    info = trainer.info
+    return (f"DoMINO {config.model_type}: {parameters:,} parameters on {info.device} x {info.world_size} "
+            f"({info.launcher}); {len(data.train_runs)} training / {len(data.val_runs)} validation runs; "
             f"{'cache ' + config.cache.dir if config.cache.enabled else 'uncached datapipe'}; "
             f"loss {trainer.objective.description}")
 
@@ -157,7 +160,7 @@ def describe(trainer: Trainer, config: PipelineConfig) -> str:
 @entry_point
 def main(config: PipelineConfig) -> int | None:
     """Train; 128 + the signal's number when a signal stopped it."""
-    info = distributed.init_distributed(config.train.device, config.distributed.timeout_s)
+    info = distributed.init_distributed(launch_environment(), config.train.device, config.distributed.timeout_s)
     if info.device.type == "cpu" and config.train.cpu_threads > 0:
         torch.set_num_threads(config.train.cpu_threads)
     try:

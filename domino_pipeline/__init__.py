@@ -10,8 +10,8 @@
 
 A module imports only its own stage, the stages listed before it, and the ground floor:
 the modules directly in this package (atomic files and JSON, object-store locations and
-clients, the typed config and its sections, devices, entry-point refusals, run reports,
-variable widths), which import no stage. tests/test_layout.py checks the order.
+clients, the typed config and its sections, the launch environment (ranks under torchrun or
+srun), devices, entry-point refusals, run reports, variable widths), which import no stage. tests/test_layout.py checks the order.
 
 The entry points (process_data.py, cache_data.py, train.py, predict.py, datapipe.py) live at the
 repository root and run from its folder; only this package is installed. Its public names are

@@ -287,9 +287,9 @@ class ForcesConfig:
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    """``distributed:`` how long the ranks of a torchrun job wait for one another (seconds):
-    ``timeout_s`` for training's collectives, ``work_timeout_s`` for waits behind per-rank work
-    of unknown length (scaling factors computed in parts)."""
+    """``distributed:`` how long the ranks of a torchrun or srun job wait for one another, in
+    seconds: ``timeout_s`` for training's collectives, ``work_timeout_s`` for waits behind
+    per-rank work of unknown length (scaling factors computed in parts)."""
 
     timeout_s: float
     work_timeout_s: float

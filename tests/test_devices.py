@@ -11,6 +11,7 @@ import warp as wp
 
 from domino_pipeline.compute import geometry
 from domino_pipeline.devices import cuda_index
+from domino_pipeline.launch import launch_environment
 from domino_pipeline.training import checkpointing, distributed
 
 
@@ -21,15 +22,27 @@ def test_a_rank_uses_its_own_visible_device_or_the_only_one(visible, rank, expec
 
 
 @pytest.mark.parametrize(("visible", "rank", "match"),
-                         [(2, 3, "LOCAL_RANK=3 but only 2 CUDA devices are visible"),
+                         [(2, 3, "local rank 3 but only 2 CUDA devices are visible"),
                           (0, 0, "no CUDA device is visible")])
 def test_a_rank_without_a_device_is_refused(visible, rank, match):
     with pytest.raises(ValueError, match=match):
         cuda_index(visible, rank)
 
 
-def _simulate_gpus(monkeypatch, count: int, local_rank: int) -> None:
-    monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+# The variables of a process of local rank {rank} in an 8-process job on two machines, per launcher.
+LAUNCH_VARIABLES = {
+    "torchrun": {"RANK": "{global_rank}", "WORLD_SIZE": "8", "LOCAL_RANK": "{rank}",
+                 "MASTER_ADDR": "node01", "MASTER_PORT": "29500"},
+    "slurm": {"SLURM_PROCID": "{global_rank}", "SLURM_NTASKS": "8", "SLURM_LOCALID": "{rank}",
+              "SLURM_JOB_NODELIST": "node[01-02]", "SLURM_JOB_ID": "4242"},
+}
+
+
+def _simulate_gpus(monkeypatch, count: int, local_rank: int, launcher: str = "torchrun") -> None:
+    for name in (*LAUNCH_VARIABLES["torchrun"], *LAUNCH_VARIABLES["slurm"], "SLURM_STEP_NODELIST"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in LAUNCH_VARIABLES[launcher].items():
+        monkeypatch.setenv(name, value.format(rank=local_rank, global_rank=4 + local_rank))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
     monkeypatch.setattr(wp, "is_cuda_available", lambda: True)
@@ -37,20 +50,22 @@ def _simulate_gpus(monkeypatch, count: int, local_rank: int) -> None:
     monkeypatch.setattr(wp, "get_device", lambda name: name)
 
 
+@pytest.mark.parametrize("launcher", sorted(LAUNCH_VARIABLES))
 @pytest.mark.parametrize(("count", "local_rank"), [(4, 0), (4, 3), (1, 0), (1, 3)])
-def test_torch_and_warp_pick_the_same_gpu(monkeypatch, count, local_rank):
-    _simulate_gpus(monkeypatch, count, local_rank)
-    torch_device = distributed.resolve_train_device("auto", local_rank)
-    assert torch_device.type == "cuda"
+def test_torch_and_warp_pick_the_same_gpu(monkeypatch, count, local_rank, launcher):
+    _simulate_gpus(monkeypatch, count, local_rank, launcher)
+    torch_device = distributed.resolve_train_device("auto", launch_environment().local_rank)
+    assert torch_device.type == "cuda" and torch_device.index == (local_rank if count > 1 else 0)
     assert geometry.resolve_device("auto") == f"cuda:{torch_device.index}"
     assert geometry.resolve_device("cuda") == f"cuda:{torch_device.index}"
 
 
-def test_torch_and_warp_refuse_the_same_missing_gpu(monkeypatch):
-    _simulate_gpus(monkeypatch, 2, 3)
-    with pytest.raises(ValueError, match="LOCAL_RANK=3 but only 2"):
-        distributed.resolve_train_device("auto", 3)
-    with pytest.raises(ValueError, match="LOCAL_RANK=3 but only 2"):
+@pytest.mark.parametrize("launcher", sorted(LAUNCH_VARIABLES))
+def test_torch_and_warp_refuse_the_same_missing_gpu(monkeypatch, launcher):
+    _simulate_gpus(monkeypatch, 2, 3, launcher)
+    with pytest.raises(ValueError, match="local rank 3 but only 2"):
+        distributed.resolve_train_device("auto", launch_environment().local_rank)
+    with pytest.raises(ValueError, match="local rank 3 but only 2"):
         geometry.resolve_device("cuda")
 
 

@@ -1,7 +1,9 @@
-"""Process-group setup for one process or many under torchrun, and the few collectives training needs.
+"""Process-group setup for one process or many under torchrun or srun, and the few collectives
+training needs.
 
-One process (`python train.py`) and DDP (`torchrun --nproc_per_node=N train.py`) share the same
-code: without torchrun's environment the world has size 1 and every collective is a no-op.
+One process (`python train.py`) and DDP (`torchrun --nproc_per_node=N train.py`, `srun python
+train.py`) share the same code: the job's shape is a ``launch.Launch`` (the one rule for ranks,
+``launch_environment``); in a world of size 1 every collective is a no-op.
 Backend: NCCL on CUDA, gloo on the CPU. Each rank's GPU follows ``devices.cuda_index``, the rule
 Warp follows too.
 
@@ -10,7 +12,6 @@ training's collectives (a step, a checkpoint, a validation), ``work_timeout_s`` 
 per-rank work of unknown length, which run in their own gloo group (``work_group``).
 """
 
-import os
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,16 +21,18 @@ import torch
 import torch.distributed as dist
 
 from domino_pipeline.devices import cuda_index
+from domino_pipeline.launch import Launch
 
 
 @dataclass(frozen=True)
 class DistInfo:
-    """Where this process sits in the job: rank, world size and its torch device."""
+    """Where this process sits in the job: rank, world size, its torch device and what started it."""
 
     rank: int
     local_rank: int
     world_size: int
     device: torch.device
+    launcher: str = "single"
 
     @property
     def is_main(self) -> bool:
@@ -53,20 +56,25 @@ def resolve_train_device(name: str, local_rank: int) -> torch.device:
     return torch.device("cuda", cuda_index(torch.cuda.device_count(), local_rank))
 
 
-def init_distributed(device_name: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
-    """Join torchrun's process group when launched by it, with ``timeout_s`` for its
-    collectives; otherwise describe a single process."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = resolve_train_device(device_name, local_rank)
+def init_distributed(launch: Launch, device_name: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
+    """Join the job's process group when ``launch`` has more than one process, with
+    ``timeout_s`` for its collectives; otherwise describe a single process."""
+    device = resolve_train_device(device_name, launch.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if world_size > 1 and not dist.is_initialized():
+    if launch.world_size > 1 and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None,
-                                timeout=timedelta(seconds=timeout_s))
-    return DistInfo(rank=rank, local_rank=local_rank, world_size=world_size, device=device)
+        join_group(launch, backend, timeout_s, device_id=device if device.type == "cuda" else None)
+    return DistInfo(rank=launch.rank, local_rank=launch.local_rank, world_size=launch.world_size,
+                    device=device, launcher=launch.launcher)
+
+
+def join_group(launch: Launch, backend: str, timeout_s: float, device_id: torch.device | None = None) -> None:
+    """``init_process_group`` at ``launch``'s rendezvous (torchrun's ``env://``, Slurm's rank 0
+    by ``tcp://``), with its rank and world size given, not read again from the environment."""
+    dist.init_process_group(backend=backend, init_method=launch.init_method, rank=launch.rank,
+                            world_size=launch.world_size, timeout=timedelta(seconds=timeout_s),
+                            device_id=device_id)
 
 
 def work_group(timeout_s: float) -> Any:
@@ -78,21 +86,20 @@ def work_group(timeout_s: float) -> Any:
     return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
 
 
-def job_id(timeout_s: float) -> str:
-    """One id shared by every rank of this torchrun job (rank 0's random one, broadcast), for
-    files the ranks write about the job; then the process group is left again, so that the
-    ranks' work that follows has no collective to time out. A fresh id in a single process."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+def job_id(launch: Launch, timeout_s: float) -> str:
+    """One id shared by every rank of this job (rank 0's random one, broadcast), for files the
+    ranks write about the job; then the process group is left again, so that the ranks' work
+    that follows has no collective to time out. A fresh id in a single process."""
     chosen = [uuid.uuid4().hex]
-    if world_size > 1:
-        dist.init_process_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+    if launch.world_size > 1:
+        join_group(launch, "gloo", timeout_s)
         dist.broadcast_object_list(chosen, src=0)
         dist.destroy_process_group()
     return chosen[0]
 
 
 def shutdown_distributed() -> None:
-    """Leave the process group (if any) so torchrun sees a clean exit."""
+    """Leave the process group (if any) so the launcher sees a clean exit."""
     if dist.is_initialized():
         dist.destroy_process_group()
 
