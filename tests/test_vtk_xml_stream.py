@@ -5,6 +5,7 @@ lz4 and lzma blocks, UInt32 and UInt64 headers, and files split into ``.part`` p
 from __future__ import annotations
 
 import itertools
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,9 @@ from vtkmodules.vtkIOXML import (
     vtkXMLUnstructuredGridWriter,
 )
 
+from domino_pipeline.inputs.concat_bytes import PieceError, file_pieces, file_present, piece_path
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlError, VtkXmlFile
+from synthetic_data import split_into_pieces
 
 MODES = ["appended-raw", "appended-base64", "binary"]
 COMPRESSORS = ["none", "zlib", "lz4", "lzma"]
@@ -115,17 +118,64 @@ def test_boundary_rows_equal_vtk_reader(tmp_path: Path, mode: str, compressor: s
 
 
 @pytest.mark.parametrize("mode", ["appended-raw", "appended-base64", "binary"])
-def test_part_pieces_read_as_one_stream(tmp_path: Path, mode: str) -> None:
+@pytest.mark.parametrize("naming,pieces", [("00.part", 2), ("00.part", 3), ("part1", 11)])
+def test_pieces_read_as_one_stream(tmp_path: Path, mode: str, naming: str, pieces: int) -> None:
     whole = write(mixed_grid(np.random.default_rng(2)), tmp_path / "whole.vtu", mode, "zlib", 64)
-    data = whole.read_bytes()
     run = tmp_path / "run_1"
     run.mkdir()
-    cuts = [0, 700, len(data) // 3, len(data) // 3 + 5, 2 * len(data) // 3, len(data)]
-    for k in range(len(cuts) - 1):  # part10 after part9: pieces are ordered by number
-        (run / f"volume_1.vtu.part{[1, 2, 3, 9, 10][k]}").write_bytes(data[cuts[k]:cuts[k + 1]])
+    size = whole.stat().st_size
+    cuts = [700] + [size * k // pieces + 5 * k for k in range(1, pieces - 1)]  # part10 after part9
+    shutil.copy(whole, run / "volume_1.vtu")
+    split_into_pieces(run / "volume_1.vtu", cuts, naming)
     source = VtkXmlFile.open(run / "volume_1.vtu")
-    assert len(source.source.paths) == 5
+    assert [p.name for p in source.source.paths] == [piece_path(Path("volume_1.vtu"), k, naming).name
+                                                     for k in range(pieces)]
     assert_same_as_vtk(source, vtk_read(whole), block=41)
+
+
+def test_pieces_of_any_width_in_numeric_order(tmp_path: Path) -> None:
+    whole = write(mixed_grid(np.random.default_rng(2)), tmp_path / "whole.vtu", "appended-raw", "none", 64)
+    data = whole.read_bytes()
+    cuts = [0, 900, 2000, 3100, len(data)]
+    for k in range(4):  # 3-digit numbers: .000.part ... .003.part
+        (tmp_path / f"volume_1.vtu.{k:03d}.part").write_bytes(data[cuts[k]:cuts[k + 1]])
+    source = VtkXmlFile.open(tmp_path / "volume_1.vtu")
+    assert len(source.source.paths) == 4 and file_present(tmp_path / "volume_1.vtu")
+    assert_same_as_vtk(source, vtk_read(whole), block=53)
+
+
+@pytest.mark.parametrize("names,message", [
+    ([".00.part", ".02.part"], r"volume_1\.vtu\.01\.part: missing piece \(the next piece present is volume_1\.vtu\.02\.part\)"),
+    ([".01.part", ".02.part"], r"volume_1\.vtu\.00\.part: missing piece"),
+    ([".part2"], r"volume_1\.vtu\.part1: missing piece \(the next piece present is volume_1\.vtu\.part2\)"),
+    ([".part1", ".part3"], r"volume_1\.vtu\.part2: missing piece"),
+    ([".00.part", ".part1"], r"volume_1\.vtu: pieces in two namings \(volume_1\.vtu\.00\.part and volume_1\.vtu\.part1\)"),
+    (["", ".00.part", ".01.part"], r"volume_1\.vtu: both the whole file and pieces of it \(volume_1\.vtu\.00\.part, \.\.\.\)"),
+    ([".00.part", ".1.part", ".01.part"], r"volume_1\.vtu\.1\.part: the same piece number as volume_1\.vtu\.01\.part"),
+])
+def test_pieces_that_do_not_make_one_file_are_named(tmp_path: Path, names: list[str], message: str) -> None:
+    for suffix in names:
+        (tmp_path / f"volume_1.vtu{suffix}").write_bytes(b"x")
+    assert file_present(tmp_path / "volume_1.vtu")
+    with pytest.raises(PieceError, match=message):
+        file_pieces(tmp_path / "volume_1.vtu")
+    with pytest.raises(PieceError, match=message):
+        VtkXmlFile.open(tmp_path / "volume_1.vtu")
+
+
+def test_presence_by_name_without_opening(tmp_path: Path) -> None:
+    path = tmp_path / "volume_1.vtu"
+    assert not file_present(path) and not file_present(tmp_path / "nowhere" / "volume_1.vtu")
+    (tmp_path / "volume_1.vtu.part").write_bytes(b"")  # no number: not a piece
+    (tmp_path / "volume_1.vtu.00.part.tmp").write_bytes(b"")
+    assert not file_present(path)
+    with pytest.raises(FileNotFoundError, match=r"volume_1\.vtu: missing file"):
+        file_pieces(path)
+    (tmp_path / "volume_1.vtu.part1").write_bytes(b"")
+    assert file_present(path) and file_pieces(path) == [tmp_path / "volume_1.vtu.part1"]
+    (tmp_path / "volume_1.vtu.part1").unlink()
+    path.write_bytes(b"")
+    assert file_present(path) and file_pieces(path) == [path]
 
 
 def test_ascii_is_reported_not_streamable(tmp_path: Path) -> None:
@@ -142,7 +192,7 @@ def test_corrupt_block_and_missing_array_are_one_line_errors(tmp_path: Path) -> 
     source = VtkXmlFile.open(path)
     with pytest.raises(VtkXmlError, match="no PointData array nope"):
         source.read("PointData", "nope", 0, 1)
-    start = source._decoder(source.entry("CellData", "U")).data_at
+    start = source._array(source.entry("CellData", "U")).data_at
     data = bytearray(path.read_bytes())
     data[start + 10:start + 60] = b"\x00" * 50
     path.write_bytes(bytes(data))

@@ -24,6 +24,7 @@ from vtkmodules.vtkIOGeometry import vtkSTLReader
 from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
 
 from domino_pipeline.config import VOLUME_SOURCES
+from domino_pipeline.inputs.concat_bytes import file_present
 from domino_pipeline.variables import variable_width
 
 
@@ -44,8 +45,9 @@ class RunFiles:
 def run_files(run_dir: Path) -> RunFiles:
     """The run's files by their DrivAerML names; raise FileNotFoundError naming a missing one.
 
-    The volume may be published as ``volume_<i>.vtu.part1``, ``.part2``, ...: its path is then
-    the joined name, which the streaming reader opens piece by piece."""
+    The volume may be published in pieces (``volume_<i>.vtu.00.part``, ``.01.part``, ... or
+    ``.part1``, ``.part2``, ...: ``concat_bytes.file_pieces``): its path is then the joined
+    name, which the streaming reader opens piece by piece."""
     index = run_dir.name.removeprefix("run_")
     files = RunFiles(
         run_dir.name,
@@ -54,8 +56,8 @@ def run_files(run_dir: Path) -> RunFiles:
         run_dir / f"volume_{index}.vtu",
     )
     for path in (files.stl, files.surface, files.volume):
-        pieces = path == files.volume and any(run_dir.glob(f"{path.name}.part*"))
-        if not path.is_file() and not pieces:  # the volume's .part pieces are read as one file
+        pieces = path == files.volume and file_present(path)
+        if not path.is_file() and not pieces:  # the volume's pieces are read as one file
             raise FileNotFoundError(f"{path}: missing file")
     return files
 
