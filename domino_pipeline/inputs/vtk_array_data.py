@@ -60,7 +60,7 @@ class ArrayData:
         if self.end > limit:
             raise VtkXmlError(f"{where}: its header describes {self.n_bytes} bytes of data, which "
                               f"would end at {source.where(self.end)}, past the end of {self.region} "
-                              f"(a truncated file{' or piece' if len(source.paths) > 1 else ''}?)")
+                              f"(a truncated file or piece?)")
 
     # ------------------------------------------------------------------ header
 

@@ -103,6 +103,7 @@ class VtkXmlFile:
         self.header_dtype = np.dtype("<u4")
         self.compressor = ""
         self.appended_encoding = "raw"
+        self.appended_start = 0
         self._data: dict[tuple[str, str], ArrayData] = {}
         try:
             self._parse()
@@ -194,7 +195,7 @@ class VtkXmlFile:
         tail_at = max(start, self.source.size - _TAIL)
         closing = _CLOSING.search(self.source.read(tail_at, self.source.size - tail_at))
         if closing is None:
-            piece = f" (or its last piece, {self.source.paths[-1].name})" if len(self.source.paths) > 1 else ""
+            piece = f" (or its last piece, {self.source.paths[-1].name})" if self.in_pieces else ""
             raise VtkXmlError(f"the file{piece} is truncated: it does not end with </AppendedData> and </VTKFile>")
         return tail_at + closing.start()
 
@@ -206,6 +207,11 @@ class VtkXmlFile:
             if stripped or not head:
                 break
         return position
+
+    @property
+    def in_pieces(self) -> bool:
+        """True when the file is read from pieces, not from one file of its own name."""
+        return self.source.paths != [self.path]
 
     # ------------------------------------------------------------------ checks
 
@@ -237,6 +243,11 @@ class VtkXmlFile:
         the piece fix that array's size (uncompressed): a file or piece cut short shows here,
         before the arrays behind the cut are read from the wrong place."""
         appended = [e for e in self.arrays.values() if e.data_format == "appended"]
+        for entry in appended:
+            if entry.position > entry.limit:
+                raise VtkXmlError(f"{entry.label}: its appended offset {entry.position - self.appended_start} "
+                                  f"lies past the end of the {entry.limit - self.appended_start} bytes of "
+                                  f"appended data")
         if not appended or self.compressor:
             return
         last = max(appended, key=lambda e: e.position)
@@ -247,11 +258,11 @@ class VtkXmlFile:
         raw = self.header_dtype.itemsize + rows * last.row_bytes
         end = last.position + (4 * -(-raw // 3) if self.appended_encoding == "base64" else raw)
         if end > last.limit:
-            piece = " or one of its pieces" if len(self.source.paths) > 1 else ""
+            cut = "a piece of the file" if self.in_pieces else "the file"
             raise VtkXmlError(f"{count} {rows * last.row_bytes} bytes of {last.label}, the last array of "
                               f"the appended data, which would end at {self.source.where(end)}, past the end "
-                              f"of the appended data at {self.source.where(last.limit)}: the file{piece} "
-                              f"is truncated")
+                              f"of the appended data at {self.source.where(last.limit)}: {cut} is truncated, "
+                              f"or a count is wrong")
 
     def _expected_rows(self, entry: ArrayEntry) -> tuple[str, int] | None:
         """(the count that fixes ``entry``'s rows, in words, and its value); None when none does."""
@@ -437,4 +448,5 @@ class _HeaderParser:
                 raise VtkXmlError(f"{entry.label} is appended but there is no AppendedData")
             start, end, _ = self.appended
             self.file.placed(entry, start + entry.position, end)
-        self.file.appended_encoding = self.appended[2] if self.appended else "raw"
+        if self.appended:
+            self.file.appended_start, _, self.file.appended_encoding = self.appended

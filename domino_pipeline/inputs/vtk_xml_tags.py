@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from domino_pipeline.inputs.concat_bytes import ConcatBytes
 
-_CHUNK = 1 << 24
+_FIRST_CHUNK, _CHUNK = 1 << 16, 1 << 24  # bytes read at first (a header), at most (inline data)
 _MAX_TAG = 1 << 20  # bytes a tag (or comment) may span
 _NAME = rb"[A-Za-z_:][-A-Za-z0-9_.:]*"
 _TAG = re.compile(rb"<(/?)(" + _NAME + rb")((?:\s+" + _NAME + rb"\s*=\s*(?:\"[^\"<]*\"|'[^'<]*'))*)\s*(/?)>")
@@ -54,6 +54,7 @@ class _Window:
 
     def __init__(self, source: ConcatBytes) -> None:
         self.source, self.base, self.data = source, 0, b""
+        self.chunk = _FIRST_CHUNK
 
     def _extend(self, keep: int) -> bool:
         """Drop the bytes before ``keep`` and read the next chunk; False at the end of the stream."""
@@ -61,10 +62,11 @@ class _Window:
         if max(end, keep) >= self.source.size:
             return False
         if keep >= end:
-            self.data = self.source.read(keep, _CHUNK)
+            self.data = self.source.read(keep, self.chunk)
         else:
-            self.data = self.data[keep - self.base:] + self.source.read(end, _CHUNK)
+            self.data = self.data[keep - self.base:] + self.source.read(end, self.chunk)
         self.base = keep
+        self.chunk = min(4 * self.chunk, _CHUNK)
         return True
 
     def find(self, needle: bytes, start: int) -> int:
