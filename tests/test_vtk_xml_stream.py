@@ -307,15 +307,23 @@ def test_a_foam_to_vtk_style_file_reads_as_vtk_reads_it(tmp_path: Path, appended
     np.testing.assert_array_equal(source.read("FieldData", "TimeValue", 0, 1)[:, 0], mesh.field_data["TimeValue"])
 
 
-def test_entities_and_a_nameless_points_array_read_as_vtk_reads_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("points_name", [b"", b'Name="Position" '])
+@pytest.mark.parametrize("mode", ["appended-raw", "binary"])
+def test_entities_string_arrays_and_any_points_name_read_as_vtk_reads_them(
+    tmp_path: Path, points_name: bytes, mode: str
+) -> None:
     grid = mixed_grid(np.random.default_rng(9))
-    data = write(grid, tmp_path / "vtk.vtu", "appended-raw", "none", 32).read_bytes()
-    data = data.replace(b'Name="Points" ', b"", 1).replace(b'Name="p"', b'Name="p&amp;&#x71;&lt;"', 1)
+    grid.field_data["case"] = np.array(["motorBike", "run 1"])  # a String array
+    data = write(grid, tmp_path / "vtk.vtu", mode, "none", 32).read_bytes()
+    assert b'type="String"' in data
+    data = data.replace(b'Name="Points" ', points_name, 1).replace(b'Name="p"', b'Name="p&amp;&#x71;&lt;"', 1)
     path = tmp_path / "volume_1.vtu"
     path.write_bytes(data)
     mesh = vtk_read(path)
     source = VtkXmlFile.open(path)
     assert "p&q<" in mesh.point_data and "p&q<" in source.names("PointData")
+    assert source.names("FieldData") == [] and list(mesh.field_data["case"]) == ["motorBike", "run 1"]
+    del mesh.field_data["case"]
     assert_same_as_vtk(source, mesh)
 
 

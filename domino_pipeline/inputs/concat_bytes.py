@@ -38,7 +38,8 @@ def _numbered_pieces(path: Path) -> dict[str, list[tuple[int, Path]]]:
     """The files beside ``path`` named as its pieces: (number, path) by naming, in name order."""
     found: dict[str, list[tuple[int, Path]]] = {naming: [] for naming in _PATTERNS}
     try:
-        names = sorted(entry.name for entry in os.scandir(path.parent) if entry.name.startswith(path.name + "."))
+        names = sorted(entry.name for entry in os.scandir(path.parent)
+                       if entry.name.startswith(path.name + ".") and entry.is_file())
     except (FileNotFoundError, NotADirectoryError):
         return found
     for name in names:

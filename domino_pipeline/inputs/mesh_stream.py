@@ -63,9 +63,9 @@ def require_rows(file: VtkXmlFile, path: Path, n_rows: int) -> None:
 
 def fall_back_to_vtk(file: VtkXmlFile, path: Path, reason: str) -> None:
     """Warn (WholeFileFallback) that ``path`` is read whole with VTK, and about how much memory
-    that takes; RunError for ``.part`` pieces, which VTK cannot read."""
+    that takes; RunError for a file in pieces, which VTK cannot read."""
     if not Path(path).is_file():
-        raise RunError(f"{path}: {reason}; join its .part pieces with cat to read it with VTK")
+        raise RunError(f"{path}: {reason}; join its pieces with cat to read it with VTK")
     warnings.warn(f"{path}: {reason}; reading it whole with VTK, which takes about "
                   f"{file.whole_file_bytes() / 2**30:.1f} GiB of memory", WholeFileFallback, stacklevel=3)
 
