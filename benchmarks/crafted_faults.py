@@ -373,6 +373,15 @@ def raw_huge_lz4_block(run: Path) -> tuple[Path, str]:
     return path, "bytes cannot decompress to the 2147483648 bytes its header claims"
 
 
+def raw_huge_lzma_block(run: Path) -> tuple[Path, str]:
+    """lzma blocks claiming 2**40 bytes each (lzma is decompressed incrementally, so the sizes
+    are checked against the rows alone)."""
+    path, at = _compressed_points(run, "lzma")
+    count = int(np.frombuffer(path.read_bytes()[at:at + 8], "<u8")[0])
+    _poke(path, at + 8, np.array([2**40, 0], "<u8"))
+    return path, f"bytes of Points data, the array holds {count * 2**40}"
+
+
 def raw_block_sizes_short(run: Path) -> tuple[Path, str]:
     """A last block 4 bytes shorter: blocks x block size no longer the array's rows x 12 bytes."""
     path, at = _compressed_points(run)
@@ -425,6 +434,7 @@ RAW_CRAFTS = {
     "2**40 compressed blocks": raw_huge_block_count,
     "zlib blocks of 2**40 bytes": raw_huge_block_size,
     "lz4 blocks of 2**31 bytes": raw_huge_lz4_block,
+    "lzma blocks of 2**40 bytes": raw_huge_lzma_block,
     "block sizes short of the rows": raw_block_sizes_short,
     "cell offsets that fall": raw_falling_offsets,
     "cell offsets past the connectivity": raw_offsets_past_connectivity,
