@@ -38,6 +38,7 @@ from tqdm import tqdm
 
 from domino_pipeline.dataset_profile import DatasetConfig, profile_from_file
 from domino_pipeline.entry_point import refusals_in_one_line
+from domino_pipeline.inputs.concat_bytes import piece_path
 from domino_pipeline.inputs.vtk_xml_writer import (
     COMPRESSORS,
     DATA_MODES,
@@ -574,6 +575,28 @@ def load_profile(name: str) -> DatasetConfig:
         known = sorted(p.stem for p in PROFILES.glob("*.yaml"))
         raise ValueError(f"unknown dataset {name!r}; the profiles are {known}")
     return profile_from_file(path)
+
+
+def split_into_pieces(path: Path, cuts: list[int], naming: str = "00.part") -> list[Path]:
+    """Split the written file ``path`` at the byte offsets ``cuts`` into pieces, as DrivAerML
+    publishes its volumes (``<name>.00.part``, ``<name>.01.part``, ...; naming "part1":
+    ``<name>.part1``, ...), and remove the whole file; return the pieces. A cut may fall
+    anywhere, inside an array's data too; the bytes are copied a MiB at a time."""
+    path = Path(path)
+    size = path.stat().st_size
+    bounds = [0, *cuts, size]
+    if any(b <= a for a, b in zip(bounds, bounds[1:])):
+        raise ValueError(f"{path}: cuts {cuts} must rise strictly inside its {size} bytes")
+    pieces = [piece_path(path, k, naming) for k in range(len(bounds) - 1)]
+    with open(path, "rb") as whole:
+        for piece, start, stop in zip(pieces, bounds, bounds[1:]):
+            with open(piece, "wb") as out:
+                while start < stop:
+                    chunk = whole.read(min(1 << 20, stop - start))
+                    out.write(chunk)
+                    start += len(chunk)
+    path.unlink()
+    return pieces
 
 
 def generate_run(

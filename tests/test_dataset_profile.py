@@ -67,7 +67,7 @@ def test_run_folders_and_files_are_found_by_the_patterns(tmp_path: Path) -> None
     run = tmp_path / "run_2"
     with pytest.raises(FileNotFoundError, match=r"run_2/drivaer_2.stl: missing file \(dataset.files.stl\)"):
         run_files(run, profile)
-    for name in ("drivaer_2.stl", "boundary_2.vtp", "volume_2.vtu.part1", "volume_2.vtu.part2"):
+    for name in ("drivaer_2.stl", "boundary_2.vtp", "volume_2.vtu.00.part", "volume_2.vtu.01.part"):
         (run / name).write_bytes(b"x")
     files = run_files(run, profile)
     assert (files.index, files.volume.name, files.surface_areas) == ("2", "volume_2.vtu", None)

@@ -1,9 +1,12 @@
-"""Bad processed inputs named at their source: a corrupt compressed chunk or zarr.json, integer
-coordinates, a body outside the box, a changed volume source on a rerun."""
+"""Bad inputs named at their source: a corrupt compressed chunk or zarr.json, integer
+coordinates, a body outside the box, a changed volume source on a rerun; raw VTU and VTP files
+with crafted headers (crafted_faults.RAW_CRAFTS), each failing its run in one line naming the
+file, in little memory, with nothing written."""
 
 from __future__ import annotations
 
 import shutil
+import tracemalloc
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,12 +14,13 @@ import numpy as np
 import pytest
 import zarr
 from cache_fixtures import tiny_settings
-from conftest import PROCESS_OPTIONS
+from conftest import PROCESS_OPTIONS, import_benchmark
 
 from domino_pipeline.compute.rows import prepare_rows
 from domino_pipeline.inputs.processed_run import ProcessedRunError
 from domino_pipeline.inputs.runs import load_run
 from domino_pipeline.store.build import cache_run
+from domino_pipeline.run_report import summarize
 from process_data import process_all
 
 
@@ -124,3 +128,31 @@ def test_missing_chunks_reads_v2_keys_of_either_separator(tmp_path):
         (path / separator.join(["3", "1"])).unlink()
         (path / separator.join(["0", "0"])).unlink()
         assert missing_chunks(path) == [separator.join(["0", "0"]), separator.join(["3", "1"])]
+
+
+RAW_CRAFTS = import_benchmark("crafted_faults").RAW_CRAFTS
+PEAK_BYTES = 200 * 2**20  # a crafted header must not make the reader allocate more than this
+PIECE_FAULTS = ("gap in the pieces", "pieces in two namings")
+
+
+@pytest.mark.parametrize("fault", sorted(RAW_CRAFTS))
+def test_a_crafted_raw_file_fails_its_run_in_one_line(tiny_raw_dir, tmp_path, fault):
+    raw = tmp_path / "raw"
+    shutil.copytree(tiny_raw_dir / "run_1", raw / "run_1")
+    named, phrase = RAW_CRAFTS[fault](raw / "run_1")
+    tracemalloc.start()
+    try:
+        results = process_all(raw, tmp_path / "processed", PROCESS_OPTIONS)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    (result,) = results
+    line = summarize(results, ("processed", "failed")).splitlines()[0]
+    assert result.status == "failed" and line == f"FAILED run_1: {result.message}"
+    assert result.message.startswith(f"{named}: ") and phrase in result.message, result.message
+    if fault not in PIECE_FAULTS:  # those name the piece or the pieces, which are not one file
+        assert result.message.startswith(f"{named}: unreadable (")
+    assert "\n" not in result.message and "Traceback" not in result.message
+    assert peak < PEAK_BYTES, f"{fault}: {peak / 2**20:.0f} MiB allocated"
+    left = [p.name for p in (tmp_path / "processed").iterdir() if p.name != ".locks"]
+    assert left == []  # no processed run, no temporary

@@ -1,6 +1,8 @@
 """process_data's volume, read and written block by block, against VTK's whole-file reading of
-the same VTU: points with point data and cell centres with cell data, in several encodings, and
-the whole-file fallback for what cannot be streamed."""
+the same VTU: points with point data and cell centres with cell data, in several encodings, the
+whole-file fallback for what cannot be streamed, and a volume split into pieces at a byte inside
+an array's data (``.00.part``/``.01.part`` and ``.part1``/``.part2``) read bit for bit as the
+whole file."""
 
 from __future__ import annotations
 
@@ -11,14 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pyvista as pv
-from conftest import PROCESS_OPTIONS
+from conftest import PROCESS_OPTIONS, import_benchmark
 from test_vtk_xml_stream import write
 
-from domino_pipeline.inputs.drivaerml_reader import read_volume
+from domino_pipeline.inputs.concat_bytes import piece_path
+from domino_pipeline.inputs.drivaerml_reader import RunError, read_volume
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
-from domino_pipeline.inputs.volume_stream import WholeFileFallback
+from domino_pipeline.inputs.volume_stream import WholeFileFallback, open_volume
+from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 from process_data import process_run
+from synthetic_data import split_into_pieces
+
+crafted = import_benchmark("crafted_faults")
 
 VOLUME = PROCESS_OPTIONS.volume_variables
 
@@ -96,3 +103,64 @@ def test_unstreamable_volume_falls_back_to_vtk_with_a_warning(
     want = _expected_volume(run, "cells")
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
+
+
+def _cut_inside(path: Path, section: str, name: str) -> int:
+    """A byte offset inside the encoded data of an array, off any 4-byte boundary."""
+    file = VtkXmlFile.open(path)
+    data = file._array(file.entry(section, name))
+    return (data.data_at + data.end) // 2 | 1
+
+
+def _all_blocks(path: Path, source: str, rows: int = 1500) -> list[np.ndarray]:
+    volume = open_volume(path, VOLUME, source)
+    assert volume.source == source
+    return [np.concatenate(parts) for parts in zip(*volume.blocks(rows))]
+
+
+@pytest.mark.parametrize("naming", ["00.part", "part1"])
+@pytest.mark.parametrize("encoding", ["synthetic", "appended-raw"])
+@pytest.mark.parametrize("section,name", [("Points", "Points"), ("CellData", "pMeanTrim")])
+def test_a_volume_split_inside_an_array_reads_bit_for_bit_as_the_whole(
+    tiny_raw_dir: Path, tmp_path: Path, naming: str, encoding: str, section: str, name: str
+) -> None:
+    whole = tmp_path / "whole" / "volume_1.vtu"
+    whole.parent.mkdir()
+    shutil.copy(tiny_raw_dir / "run_1" / "volume_1.vtu", whole)
+    if encoding != "synthetic":  # the synthetic default is appended base64 in zlib blocks
+        crafted.vtk_rewrite(whole, encoding)
+    run = tmp_path / "raw" / "run_1"
+    shutil.copytree(tiny_raw_dir / "run_1", run)
+    shutil.copy(whole, run / "volume_1.vtu")
+    pieces = split_into_pieces(run / "volume_1.vtu", [_cut_inside(whole, section, name)], naming)
+    assert [p.name for p in pieces] == [piece_path(Path("volume_1.vtu"), k, naming).name for k in range(2)]
+    for source in ("points", "cells"):
+        for got, want in zip(_all_blocks(run / "volume_1.vtu", source), _all_blocks(whole, source)):
+            assert got.tobytes() == want.tobytes()
+    out = tmp_path / "run_1.zarr"
+    process_run(run, out, replace(PROCESS_OPTIONS, volume_source="cells"), block_rows=1500)
+    got = load_processed_run(out, ["volume_mesh_centers", "volume_fields"])
+    want = _expected_volume_of(whole, run, "cells")
+    np.testing.assert_array_equal(got["volume_mesh_centers"], want["volume_mesh_centers"])
+    np.testing.assert_array_equal(got["volume_fields"], want["volume_fields"])
+    assert open_processed_run(out).attrs["sources"]["volume"]["bytes"] == whole.stat().st_size
+
+
+def _expected_volume_of(whole: Path, run: Path, source: str) -> dict[str, np.ndarray]:
+    """The volume of the whole file as VTK reads it (cell centres: VTK's vtkCellCenters),
+    scaled as process_data scales it."""
+    arrays, _, _ = read_volume(whole, VOLUME, source)
+    divisors = field_divisors(VOLUME, PROCESS_OPTIONS.stream_velocity, PROCESS_OPTIONS.air_density,
+                              car_length(load_stl_points(run)))
+    return {"volume_mesh_centers": arrays["volume_mesh_centers"], "volume_fields": arrays["volume_fields"] / divisors}
+
+
+def test_a_missing_second_piece_is_named(tiny_raw_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run_1"
+    shutil.copytree(tiny_raw_dir / "run_1", run)
+    first, second = split_into_pieces(run / "volume_1.vtu", [_cut_inside(run / "volume_1.vtu", "Points", "Points")])
+    second.unlink()
+    with pytest.raises(RunError, match=r"volume_1\.vtu: unreadable \(the file \(or its last piece, "
+                                       r"volume_1\.vtu\.00\.part\) is truncated"):
+        process_run(run, tmp_path / "run_1.zarr", PROCESS_OPTIONS)
+    assert not (tmp_path / "run_1.zarr").exists()

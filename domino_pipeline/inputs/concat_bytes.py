@@ -1,5 +1,14 @@
-"""One read-only byte stream over a file published in pieces (``volume_1.vtu.part1``, ``.part2``,
-...), read in sequence without joining them on disk; positions are 64-bit throughout."""
+"""A file published whole or in pieces, and one read-only byte stream over its pieces.
+
+DrivAerML publishes each volume in pieces cut at byte offsets (``volume_1.vtu.00.part``,
+``volume_1.vtu.01.part``); other downloads name them ``volume_1.vtu.part1``, ``.part2``, ...
+``file_pieces`` finds a file's pieces by exactly one of the two conventions, in order, and
+refuses gaps, mixes and a whole file beside pieces; ``ConcatBytes`` reads them in sequence as
+one stream, without joining them on disk. Positions are 64-bit throughout.
+
+    stream = ConcatBytes(file_pieces(Path("run_1/volume_1.vtu")))
+    head = stream.read(0, 4096)
+"""
 
 from __future__ import annotations
 
@@ -8,13 +17,95 @@ import os
 import re
 from pathlib import Path
 
+# how the k-th piece (from 0) of a file is named after the file's own name
+PIECE_NAMINGS = {"00.part": lambda k: f".{k:02d}.part", "part1": lambda k: f".part{k + 1}"}
+_PATTERNS = {"00.part": re.compile(r"\.(\d+)\.part"), "part1": re.compile(r"\.part(\d+)")}
+_FIRST = {"00.part": 0, "part1": 1}
 
-def part_paths(path: Path) -> list[Path]:
-    """The ``<path>.part<k>`` pieces of ``path`` in numeric order of k (empty when none)."""
-    pattern = re.compile(re.escape(path.name) + r"\.part(\d+)$")
-    found = [(int(m.group(1)), p) for p in path.parent.glob(f"{path.name}.part*")
-             if (m := pattern.match(p.name))]
-    return [p for _, p in sorted(found)]
+
+class PieceError(ValueError):
+    """A file's pieces that do not make one file: a gap, a mix of namings, a whole file beside them."""
+
+
+def piece_path(path: Path, k: int, naming: str) -> Path:
+    """The path of piece ``k`` (from 0) of ``path`` in ``naming`` ("00.part" or "part1")."""
+    if naming not in PIECE_NAMINGS:
+        raise ValueError(f"piece naming {naming!r}, expected one of {sorted(PIECE_NAMINGS)}")
+    return path.with_name(path.name + PIECE_NAMINGS[naming](k))
+
+
+def _numbered_pieces(path: Path) -> dict[str, list[tuple[int, Path]]]:
+    """The files beside ``path`` named as its pieces: (number, path) by naming, in name order."""
+    found: dict[str, list[tuple[int, Path]]] = {naming: [] for naming in _PATTERNS}
+    try:
+        names = sorted(entry.name for entry in os.scandir(path.parent)
+                       if entry.name.startswith(path.name + ".") and entry.is_file())
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    for name in names:
+        for naming, pattern in _PATTERNS.items():
+            match = pattern.fullmatch(name, len(path.name))
+            if match:
+                found[naming].append((int(match.group(1)), path.parent / name))
+    return found
+
+
+def _by_number(numbered: list[tuple[int, Path]]) -> dict[int, Path]:
+    """``numbered`` by number; PieceError for two pieces of one number (``.1.part``, ``.01.part``)."""
+    pieces: dict[int, Path] = {}
+    for number, piece in numbered:
+        if number in pieces:
+            raise PieceError(f"{piece}: the same piece number as {pieces[number].name}")
+        pieces[number] = piece
+    return pieces
+
+
+def file_present(path: Path) -> bool:
+    """True when ``path`` exists whole or as any pieces (checked by name only: whether they make
+    one file is ``file_pieces``'s to say)."""
+    path = Path(path)
+    return path.is_file() or any(_numbered_pieces(path).values())
+
+
+def file_pieces(path: Path) -> list[Path]:
+    """The files that hold ``path``, in order: ``[path]`` itself, or its pieces
+    ``<name>.00.part``, ``<name>.01.part``, ... (from 0, any width) or ``<name>.part1``,
+    ``<name>.part2``, ... (from 1). FileNotFoundError when there are none; PieceError naming the
+    file or piece and the problem for a gap, a first piece of another number, both namings, or
+    both the whole file and pieces."""
+    path = Path(path)
+    found = {naming: _by_number(numbered) for naming, numbered in _numbered_pieces(path).items() if numbered}
+    firsts = [pieces[min(pieces)].name for pieces in found.values()]
+    if path.is_file():
+        if found:
+            raise PieceError(f"{path}: both the whole file and pieces of it ({firsts[0]}, ...) are present; keep one")
+        return [path]
+    if not found:
+        raise FileNotFoundError(f"{path}: missing file (and no {path.name}.00.part or {path.name}.part1 pieces)")
+    if len(found) > 1:
+        raise PieceError(f"{path}: pieces in two namings ({' and '.join(firsts)}); keep one")
+    (naming, pieces), = found.items()
+    return _in_sequence(path, naming, pieces)
+
+
+def _in_sequence(path: Path, naming: str, pieces: dict[int, Path]) -> list[Path]:
+    """``pieces`` in order of number; PieceError naming the first one missing from the sequence."""
+    numbers = sorted(pieces)
+    for k, number in enumerate(numbers):
+        expected = _FIRST[naming] + k
+        if number != expected:
+            missing = _missing_name(path, naming, expected, pieces[number])
+            raise PieceError(f"{path.parent / missing}: missing piece (the next piece present is "
+                             f"{pieces[number].name})")
+    return [pieces[number] for number in numbers]
+
+
+def _missing_name(path: Path, naming: str, number: int, like: Path) -> str:
+    """The name piece ``number`` would have, its digits as wide as those of ``like``."""
+    if naming == "part1":
+        return f"{path.name}.part{number}"
+    width = len(_PATTERNS[naming].fullmatch(like.name, len(path.name)).group(1))
+    return f"{path.name}.{number:0{width}d}.part"
 
 
 class ConcatBytes:
@@ -55,6 +146,14 @@ class ConcatBytes:
         if position + n <= self.starts[index + 1]:
             return self.paths[index], position - self.starts[index]
         return None
+
+    def where(self, position: int) -> str:
+        """Where byte ``position`` of the stream lies, in words: ``byte N`` of a single file,
+        ``byte N (byte M of <piece>)`` of pieces."""
+        if len(self.paths) == 1 or not 0 <= position < self.size:
+            return f"byte {position}"
+        index = bisect.bisect_right(self.starts, position) - 1
+        return f"byte {position} (byte {position - self.starts[index]} of {self.paths[index].name})"
 
     def close(self) -> None:
         """Close the open pieces."""

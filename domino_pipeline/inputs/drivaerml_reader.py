@@ -22,6 +22,7 @@ from vtkmodules.vtkIOGeometry import vtkSTLReader
 from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
 
 from domino_pipeline.config import VOLUME_SOURCES
+from domino_pipeline.inputs.concat_bytes import file_present
 from domino_pipeline.variables import variable_width
 
 

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from domino_pipeline.inputs.concat_bytes import PieceError
 from domino_pipeline.inputs.drivaerml_reader import RunError
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlError, VtkXmlFile
 
@@ -35,12 +36,14 @@ def unreadable(err: VtkXmlError, path: Path) -> RunError:
 
 
 def open_rows(path: Path) -> VtkXmlFile:
-    """The header of a VTU or VTP file (or its ``.part`` pieces); RunError naming the file when
-    it cannot be parsed."""
+    """The header of a VTU or VTP file (or its pieces), checked; RunError naming the file when
+    it cannot be parsed or its header does not fit its data, or naming the piece that is wrong."""
     try:
         return VtkXmlFile.open(path)
     except VtkXmlError as err:
         raise unreadable(err, path) from err
+    except PieceError as err:
+        raise RunError(str(err)) from err
 
 
 def read_errors_named(blocks: Iterator[T], path: Path) -> Iterator[T]:
@@ -60,9 +63,9 @@ def require_rows(file: VtkXmlFile, path: Path, n_rows: int) -> None:
 
 def fall_back_to_vtk(file: VtkXmlFile, path: Path, reason: str) -> None:
     """Warn (WholeFileFallback) that ``path`` is read whole with VTK, and about how much memory
-    that takes; RunError for ``.part`` pieces, which VTK cannot read."""
+    that takes; RunError for a file in pieces, which VTK cannot read."""
     if not Path(path).is_file():
-        raise RunError(f"{path}: {reason}; join its .part pieces with cat to read it with VTK")
+        raise RunError(f"{path}: {reason}; join its pieces with cat to read it with VTK")
     warnings.warn(f"{path}: {reason}; reading it whole with VTK, which takes about "
                   f"{file.whole_file_bytes() / 2**30:.1f} GiB of memory", WholeFileFallback, stacklevel=3)
 
@@ -92,7 +95,23 @@ def cell_vertices(file: VtkXmlFile, section: str, start: int, stop: int,
     only; RunError when an id lies outside the ``n_points`` points."""
     ends = file.read(section, "offsets", start, stop)[:, 0].astype(np.int64)
     first = int(file.read(section, "offsets", start - 1, start)[0, 0]) if start else 0
+    require_rising(ends, first, start, file, section)
     ids = file.read(section, "connectivity", first, int(ends[-1]))[:, 0]
     if ids.size and (ids.min() < 0 or ids.max() >= n_points):
         raise RunError(f"{file.path}: cell connectivity outside the {n_points} points")
     return np.concatenate([[0], ends[:-1] - first]), ends - first, ids
+
+
+def require_rising(ends: np.ndarray, first: int, start: int, file: VtkXmlFile, section: str) -> None:
+    """VtkXmlError unless the cell offsets ``ends`` of cells ``start...`` (after ``first``, the
+    end of the cell before them) never decrease and stay within the connectivity."""
+    steps = np.diff(ends, prepend=first)
+    if steps.size and steps.min() < 0:
+        cell = int(np.argmax(steps < 0))
+        before = int(ends[cell - 1]) if cell else first
+        raise VtkXmlError(f"{file.path}: {section} offsets decrease at cell {start + cell} "
+                          f"({int(ends[cell])} after {before})")
+    n_ids = file.rows(section, "connectivity")
+    if ends.size and ends[-1] > n_ids:
+        raise VtkXmlError(f"{file.path}: {section} offsets reach {int(ends[-1])}, past the {n_ids} "
+                          f"entries of {section} connectivity")

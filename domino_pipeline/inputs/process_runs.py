@@ -33,7 +33,7 @@ import numpy as np
 from tqdm import tqdm
 
 from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
-from domino_pipeline.inputs.concat_bytes import part_paths
+from domino_pipeline.inputs.concat_bytes import file_pieces
 from domino_pipeline.inputs.drivaerml_reader import (
     SURFACE_ARRAYS,
     RunError,
@@ -114,8 +114,8 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
 
 
 def source_bytes(path: Path) -> int:
-    """The size of a source file, or of its ``.part`` pieces together."""
-    return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in part_paths(path))
+    """The size of a source file, or of its pieces together."""
+    return sum(p.stat().st_size for p in file_pieces(path))
 
 
 def surface_shapes(n_cells: int, n_fields: int) -> dict[str, tuple[int, ...]]:

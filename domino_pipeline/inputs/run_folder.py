@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from domino_pipeline.dataset_profile import DatasetConfig
-from domino_pipeline.inputs.concat_bytes import part_paths
+from domino_pipeline.inputs.concat_bytes import file_present
 from domino_pipeline.inputs.processed_run import natural_key
 
 PROCESS_PARTS = ("all", "surface", "volume")  # which of a run's meshes are read (the STL always is)
@@ -54,18 +54,13 @@ def find_runs(raw_dir: str | os.PathLike, profile: DatasetConfig) -> list[Path]:
     return sorted(runs, key=natural_key)
 
 
-def _whole_or_pieces(path: Path) -> bool:
-    """True when ``path`` is a file, or is published as ``.part`` pieces."""
-    return path.is_file() or bool(part_paths(path))
-
-
 def resolve(run_dir: Path, pattern: str, index: str, key: str) -> Path:
     """The one file of ``run_dir`` that ``pattern`` (with ``{index}``) names; FileNotFoundError
     naming the pattern and the profile key ``key`` when none or several match."""
     name = pattern.replace("{index}", index)
     if not glob.has_magic(name):
         path = run_dir / name
-        if not _whole_or_pieces(path):
+        if not file_present(path):
             raise FileNotFoundError(f"{path}: missing file ({key})")
         return path
     matches = sorted(p for p in run_dir.glob(name) if p.is_file())
