@@ -150,7 +150,7 @@ def _expected_volume_of(whole: Path, run: Path, source: str) -> dict[str, np.nda
     """The volume of the whole file as VTK reads it (cell centres: VTK's vtkCellCenters),
     scaled as process_data scales it."""
     arrays, _, _ = read_volume(whole, VOLUME, source)
-    divisors = field_divisors(VOLUME, PROCESS_OPTIONS.stream_velocity, PROCESS_OPTIONS.air_density,
+    divisors = field_divisors(PROCESS_OPTIONS.volume_fields, PROCESS_OPTIONS.stream_velocity, PROCESS_OPTIONS.air_density,
                               car_length(load_stl_points(run)))
     return {"volume_mesh_centers": arrays["volume_mesh_centers"], "volume_fields": arrays["volume_fields"] / divisors}
 
