@@ -1,8 +1,9 @@
 """DrivAerML run folders -> one processed ``<run>.zarr`` per run (layout: processed_run.py).
 
 Per run ``run_<i>/``: the STL (triangulated if needed) gives stl_*; the boundary VTP (polygon
-cells with any vertex counts) gives cell centres, unit normals, areas and the wall fields from
-cell data; the volume VTU gives points with point data, or cell centres with cell data
+cells with any vertex counts) gives cell centres, unit normals, areas (OpenFOAM's face geometry,
+``cell_geometry``) and the wall fields from cell data; the volume VTU gives points with point
+data, or cell centres (OpenFOAM's volume centroids, polyhedra included) with cell data
 (``process.volume_source``), in the file's order, as physicsnemo-curator writes them (the cache
 and the uncached datapipe put rows in a random order themselves). Fields are non-dimensionalised
 as the DoMINO example does (``FIELD_SCALES``): with the stream velocity U, the air density rho
@@ -66,7 +67,7 @@ from domino_pipeline.run_report import RunResult, summarize
 # ----------------------------------------------------------------------------- one run
 
 VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read, checked and scaled at a time
-SURFACE_BLOCK_CELLS = 1 << 18  # surface cells at a time (VTK's filters hold some 400 bytes a cell)
+SURFACE_BLOCK_CELLS = 1 << 18  # surface cells read at a time (their geometry is computed cell_geometry.CHUNK_CELLS at a time)
 
 
 def _bounds(points: np.ndarray) -> list[list[float]]:

@@ -149,3 +149,13 @@ def test_corrupt_block_and_missing_array_are_one_line_errors(tmp_path: Path) -> 
     source = VtkXmlFile.open(path)
     with pytest.raises(VtkXmlError, match="corrupt|holds"):
         read_in_blocks(source, "CellData", "U", source.n_cells, 100)
+
+
+@pytest.mark.parametrize("mode", ["binary", "appended-base64"])
+def test_attributes_in_single_quotes_are_read(tmp_path: Path, mode: str) -> None:
+    """foamToVTK writes its XML attributes in single quotes (base64 data holds no quote)."""
+    path = write(mixed_grid(np.random.default_rng(2)), tmp_path / "volume_1.vtu", mode, "zlib", 64)
+    single = tmp_path / "single.vtu"
+    single.write_bytes(path.read_bytes().replace(b'"', b"'"))
+    assert b'"' not in single.read_bytes()
+    assert_same_as_vtk(VtkXmlFile.open(single), vtk_read(path))

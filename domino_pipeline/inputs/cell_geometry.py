@@ -125,22 +125,36 @@ def polygon_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
 
 
 def _triangles(corners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Centres and area vectors of triangles (m, 3, 3)."""
-    p0, p1, p2 = corners[:, 0], corners[:, 1], corners[:, 2]
-    return (p0 + p1 + p2) / 3.0, 0.5 * np.cross(p1 - p0, p2 - p0)
+    """Centres and area vectors (m, 3) of triangles (m, 3, 3)."""
+    p0, p1, p2 = np.ascontiguousarray(corners.transpose(1, 2, 0))  # each (3, m)
+    return ((p0 + p1 + p2) / 3.0).T, (0.5 * _cross(p1 - p0, p2 - p0)).T
 
 
 def _fans(corners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Centres and area vectors of polygons (m, k, 3) from the triangles about their vertex means."""
-    estimate = corners.sum(axis=1) / corners.shape[1]
-    following = np.roll(corners, -1, axis=1)
-    doubled = np.cross(following - corners, estimate[:, None] - corners)  # twice each triangle's area vector
-    weights = np.linalg.norm(doubled, axis=2)
-    total = weights.sum(axis=1)
-    moment = (weights[..., None] * (corners + following + estimate[:, None])).sum(axis=1)
+    """Centres and area vectors (m, 3) of polygons (m, k, 3) from the triangles about their
+    vertex means, summed vertex after vertex as OpenFOAM sums them."""
+    p = np.ascontiguousarray(corners.transpose(1, 2, 0))  # (k, 3, m): each vertex's coordinates contiguous
+    k = len(p)
+    estimate = p[0].copy()
+    for i in range(1, k):
+        estimate += p[i]
+    estimate /= k
+    vector, moment, total = np.zeros_like(estimate), np.zeros_like(estimate), np.zeros(estimate.shape[1])
+    for i in range(k):
+        this, following = p[i], p[(i + 1) % k]
+        doubled = _cross(following - this, estimate - this)  # twice the triangle's area vector
+        weight = np.sqrt(doubled[0] ** 2 + doubled[1] ** 2 + doubled[2] ** 2)
+        vector += doubled
+        total += weight
+        moment += weight * (this + following + estimate)
     some = total >= ROOTVSMALL
-    centres = np.where(some[:, None], moment / (3.0 * np.where(some, total, 1.0))[:, None], estimate)
-    return centres, np.where(some[:, None], 0.5 * doubled.sum(axis=1), 0.0)
+    centres = np.where(some, moment / (3.0 * np.where(some, total, 1.0)), estimate)
+    return centres.T, np.where(some, 0.5 * vector, 0.0).T
+
+
+def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cross products of vectors stored by component, (3, m) x (3, m)."""
+    return np.stack([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]])
 
 
 def polygon_vector_areas(points: np.ndarray, offsets: np.ndarray, connectivity: np.ndarray) -> np.ndarray:

@@ -34,8 +34,8 @@ _TYPES = {"Int8": "i1", "UInt8": "u1", "Int16": "i2", "UInt16": "u2", "Int32": "
           "UInt32": "u4", "Int64": "i8", "UInt64": "u8", "Float32": "f4", "Float64": "f8"}
 _SECTIONS = ("PointData", "CellData", "Points", "Cells", "Verts", "Lines", "Strips", "Polys",
              "FieldData")
-_TAG = re.compile(rb"<(/?)([A-Za-z_]+)((?:[^>\"]|\"[^\"]*\")*?)(/?)>")
-_ATTR = re.compile(rb"([A-Za-z_]+)=\"([^\"]*)\"")
+_TAG = re.compile(rb"<(/?)([A-Za-z_]+)((?:[^>\"']|\"[^\"]*\"|'[^']*')*?)(/?)>")
+_ATTR = re.compile(rb"([A-Za-z_]+)=(?:\"([^\"]*)\"|'([^']*)')")  # XML allows either quote (foamToVTK writes ')
 _SCAN_BYTES = 1 << 24
 
 
@@ -56,7 +56,7 @@ class ArrayEntry:
 
 
 def _attrs(text: bytes) -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in _ATTR.findall(text)}
+    return {k.decode(): (double or single).decode() for k, double, single in _ATTR.findall(text)}
 
 
 def _scan_tags(source: ConcatBytes):
