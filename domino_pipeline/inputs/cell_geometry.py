@@ -8,7 +8,8 @@ VTK's filters define these otherwise: ``vtkCellSizeFilter`` triangulates a warpe
 cell's parametric centre, a fixed weighting of its vertices, which is not the volume centroid of
 a distorted hexahedron, wedge or pyramid, nor of a polyhedron. The definitions here are those of
 OpenFOAM's ``primitiveMeshTools::makeFaceCentresAndAreas`` and ``makeCellCentresAndVols``
-(OpenFOAM.com v1906 to v2212 alike):
+(OpenFOAM.com, v1906 to v2212 alike, the releases DrivAerML's tools come from; the Foundation's
+openfoam.org releases weight a face's triangles by their areas projected on its normal instead):
 
 - a triangle: centre the vertex mean, area vector half the cross product of two edges;
 - a polygon of n != 3 vertices: about its vertex mean m, the n triangles (p_i, p_i+1, m); area
