@@ -239,14 +239,13 @@ def boundary_mesh(
 
 def face_geometry(vertices: np.ndarray, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Centres and area vectors (area times unit normal) of same-size polygons (C, k), float64,
-    as OpenFOAM defines a face's: triangles from each edge to the vertex mean, the area vector
-    their sum, the centre their centroids weighted by their areas along the face normal."""
+    as OpenFOAM (v1912) defines a face's: triangles from each edge to the vertex mean, the area
+    vector their sum, the centre their centroids weighted by their areas."""
     p = vertices[cells].astype(np.float64)
     estimate = p.mean(axis=1, keepdims=True)
     triangles = 0.5 * np.cross(p - estimate, np.roll(p, -1, axis=1) - estimate)
     area_vector = triangles.sum(axis=1)
-    unit = area_vector / np.maximum(np.linalg.norm(area_vector, axis=1, keepdims=True), 1e-300)
-    weights = np.einsum("ckd,cd->ck", triangles, unit)
+    weights = np.linalg.norm(triangles, axis=2)
     centroids = (p + np.roll(p, -1, axis=1) + estimate) / 3.0
     centres = np.einsum("ck,ckd->cd", weights, centroids) / weights.sum(axis=1, keepdims=True)
     return centres, area_vector

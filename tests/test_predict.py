@@ -23,11 +23,8 @@ from domino_pipeline.compute.scaling import (
     compute_scaling_factors,
     save_scaling_factors,
 )
-from domino_pipeline.inference.forces import (
-    ForceConvention,
-    force_coefficients,
-    polygon_vector_areas,
-)
+from domino_pipeline.inference.forces import ForceConvention, force_coefficients
+from domino_pipeline.inputs.cell_geometry import polygon_vector_areas
 from domino_pipeline.inputs.runs import list_runs
 
 ROOT = Path(__file__).resolve().parents[1]

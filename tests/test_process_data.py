@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pyvista as pv
+from cell_references import openfoam_face, shoelace
 from conftest import PROCESS_OPTIONS, import_benchmark
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
@@ -42,12 +43,13 @@ def _polygons(mesh: pv.PolyData) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def _newell(mesh: pv.PolyData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Vertex-mean centres, unit normals and areas by Newell's vector area, per cell."""
+    """OpenFOAM's face centres (one polygon at a time, ``cell_references``), unit normals and
+    areas by Newell's vector area, per cell."""
     points = np.asarray(mesh.points, dtype=np.float64)
     centres, area_vectors = np.zeros((mesh.n_cells, 3)), np.zeros((mesh.n_cells, 3))
     for cells, ids in _polygons(mesh):
         p = points[ids]
-        centres[cells] = p.mean(axis=1)
+        centres[cells] = [openfoam_face(corners)[0] for corners in p]
         area_vectors[cells] = 0.5 * np.cross(p, np.roll(p, -1, axis=1)).sum(axis=1)
     areas = np.linalg.norm(area_vectors, axis=1)
     return centres, area_vectors / areas[:, None], areas
@@ -151,7 +153,10 @@ def test_polygons_with_any_vertex_count(tmp_path: Path) -> None:
     np.testing.assert_allclose(surface["surface_areas"], areas, rtol=1e-5)
     np.testing.assert_allclose(surface["surface_normals"], normals, atol=1e-6)
     np.testing.assert_allclose(surface["surface_fields"][:, 0], [0, 1, 2])
-    np.testing.assert_allclose(surface["surface_mesh_centers"][1:], centres[1:], atol=1e-6)
+    np.testing.assert_allclose(surface["surface_mesh_centers"], centres, atol=1e-6)
+    area, centroid = shoelace(np.array(hexagon)[:, :2])  # the planar convex hexagon's own centroid
+    assert surface["surface_areas"][0] == pytest.approx(area, rel=1e-6)
+    np.testing.assert_allclose(surface["surface_mesh_centers"][0], [*centroid, 0.0], atol=1e-6)
 
 
 def test_volume_cells_and_fallback_to_the_other_source(tiny_raw_dir: Path, tmp_path: Path) -> None:

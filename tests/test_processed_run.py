@@ -157,3 +157,26 @@ def test_missing_chunks_finds_absent_shards_and_inner_chunks(tmp_path):
     shard.write_bytes(bytes(raw))
     (tmp_path / "run.zarr" / "a" / "c" / "2" / "0").unlink()
     assert missing_chunks(tmp_path / "run.zarr" / "a") == ["c/1/0 inner chunk 2", "c/2/0"]
+
+
+def test_a_run_of_an_earlier_format_is_refused_with_what_differs_and_how_to_reprocess(
+    copied_run: Path, tiny_raw_dir: Path
+) -> None:
+    from conftest import PROCESS_OPTIONS
+
+    from domino_pipeline.inputs.runs import open_run
+    from process_data import process_all
+
+    zarr.open_group(str(copied_run), mode="r+").attrs["format_version"] = 1
+    message = (r"run_1\.zarr: format_version 1, this reader reads 2 \(surface areas, normals and centres by "
+               r"VTK's filters.*\); reprocess it with process_data\.py process\.overwrite=true")
+    with pytest.raises(ProcessedRunError, match=message):
+        load_processed_run(copied_run)
+    with pytest.raises(ProcessedRunError, match=message):
+        open_run(copied_run)
+    results = {r.name: r for r in process_all(tiny_raw_dir, copied_run.parent, PROCESS_OPTIONS)}
+    assert results["run_1"].status == "failed" and "format_version 1" in results["run_1"].message
+    assert results["run_2"].status == "processed"
+    zarr.open_group(str(copied_run), mode="r+").attrs["format_version"] = 3
+    with pytest.raises(ProcessedRunError, match=r"run_1\.zarr: format_version 3, this reader reads 2$"):
+        load_processed_run(copied_run)

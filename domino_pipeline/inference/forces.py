@@ -36,6 +36,7 @@ import numpy as np
 
 from domino_pipeline.config import ForcesConfig, check_choice
 from domino_pipeline.dataset_profile import NORMALS, WALL_SHEAR, DatasetConfig
+from domino_pipeline.inputs.cell_geometry import polygon_vector_areas
 
 
 @dataclass(frozen=True)
@@ -111,24 +112,9 @@ def force_coefficients(pressure: np.ndarray, wall_shear: np.ndarray, vector_area
             "cl": float(coefficient * force @ _unit(lift_direction))}
 
 
-def polygon_vector_areas(points: np.ndarray, offsets: np.ndarray, connectivity: np.ndarray) -> np.ndarray:
-    """Each polygon's vector area (N, 3) in float64, ``0.5 sum_k v_k x v_k+1`` (Newell's method:
-    the area times the unit normal of the cell's winding, exact for any planar polygon and the
-    integral of the normal over any fan triangulation of a non-planar one). Polygons as VTK
-    stores them: ``connectivity[offsets[i]:offsets[i+1]]`` are cell i's point ids."""
-    points = np.asarray(points, dtype=np.float64)
-    counts = np.diff(offsets)
-    vector_areas = np.zeros((len(counts), 3))
-    for count in np.unique(counts):
-        cells = np.flatnonzero(counts == count)
-        ids = connectivity[offsets[cells][:, None] + np.arange(count)]
-        corners = points[ids]
-        vector_areas[cells] = 0.5 * np.cross(corners, np.roll(corners, -1, axis=1)).sum(axis=1)
-    return vector_areas
-
-
 def mesh_vector_areas(mesh) -> np.ndarray:
-    """``polygon_vector_areas`` of a pyvista PolyData made of polygons only."""
+    """``cell_geometry.polygon_vector_areas`` (OpenFOAM's face area vectors) of a pyvista
+    PolyData made of polygons only."""
     from vtkmodules.util.numpy_support import vtk_to_numpy
 
     if mesh.n_cells != mesh.GetPolys().GetNumberOfCells():

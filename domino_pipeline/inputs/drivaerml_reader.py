@@ -22,7 +22,7 @@ from vtkmodules.vtkIOGeometry import vtkSTLReader
 from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
 
 from domino_pipeline.config import VOLUME_SOURCES
-from domino_pipeline.inputs.concat_bytes import file_present
+from domino_pipeline.inputs.cell_geometry import grid_cell_centres, polydata_geometry
 from domino_pipeline.variables import variable_width
 
 
@@ -199,31 +199,15 @@ SURFACE_ARRAYS = ("surface_mesh_centers", "surface_normals", "surface_areas", "s
 
 def read_surface(path: Path, variables: Mapping[str, str]) -> dict[str, np.ndarray]:
     """Boundary cell centres, unit normals (from the cell winding), areas and raw fields
-    (SURFACE_ARRAYS), the whole file read with VTK."""
+    (SURFACE_ARRAYS), the whole file read with VTK; the geometry is OpenFOAM's
+    (``cell_geometry.polydata_geometry``)."""
     reader = open_reader(path)
     require_names(array_names(reader)["cells"], variables, path, "cell")
     mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=list(variables))
     if not isinstance(mesh, pv.PolyData):
         mesh = mesh.extract_surface()
     fields = field_columns(mesh.cell_data, variables, path, "cell")
-    return dict(zip(SURFACE_ARRAYS, (*surface_geometry(mesh), fields)))
-
-
-def surface_geometry(mesh: pv.PolyData) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Cell centres, unit normals (from the cell winding) and areas of a polygon mesh, float32.
-
-    Centres are VTK's cell centres, as the physicsnemo-curator ETL computes them: the vertex
-    mean for triangles and quads, the parametric centre for larger polygons. Each cell's values
-    depend on its own vertices only, so a mesh of some of a file's cells gives those cells' values.
-    """
-    normals = mesh.compute_normals(
-        cell_normals=True, point_normals=False, split_vertices=False,
-        consistent_normals=False, auto_orient_normals=False,
-    ).cell_data["Normals"]
-    normals = normals / np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-30)
-    areas = mesh.compute_cell_sizes(length=False, area=True, volume=False).cell_data["Area"]
-    return (np.asarray(mesh.cell_centers().points, dtype=np.float32),
-            np.asarray(normals, dtype=np.float32), np.asarray(areas, dtype=np.float32))
+    return dict(zip(SURFACE_ARRAYS, (*polydata_geometry(mesh, path), fields)))
 
 
 def volume_source_used(
@@ -247,7 +231,8 @@ def volume_source_used(
 def read_volume(
     path: Path, variables: Mapping[str, str], source: str
 ) -> tuple[dict[str, np.ndarray], str, list[str]]:
-    """Volume points and raw fields from ``source`` ("points" or "cells").
+    """Volume points and raw fields from ``source`` ("points" or "cells": the cells' centres,
+    ``cell_geometry.grid_cell_centres``).
 
     When the VTU lacks a requested field at that source but has all of them at the other one,
     the other is used and a note says so. Returns the arrays, the source used and the notes.
@@ -260,6 +245,6 @@ def read_volume(
     else:
         mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=list(variables))
         fields = field_columns(mesh.cell_data, variables, path, "cell")
-        centres = mesh.cell_centers().points
+        centres = grid_cell_centres(mesh, path)
     return {"volume_mesh_centers": np.asarray(centres, dtype=np.float32),
             "volume_fields": fields}, source, notes

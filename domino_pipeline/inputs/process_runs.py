@@ -2,8 +2,9 @@
 
 Per run (files found through the dataset profile, run_folder.py): the STL (triangulated if needed)
 gives stl_*; the boundary surface (polygon cells with any vertex counts) gives cell centres, unit
-normals, areas and the wall fields from cell data; the volume VTU gives points with point data, or
-cell centres with cell data (``process.volume_source``), in the file's order, as
+normals, areas (OpenFOAM's face geometry, cell_geometry.py) and the wall fields from cell data; the
+volume VTU gives points with point data, or cell centres (OpenFOAM's volume centroids, polyhedra
+included) with cell data (``process.volume_source``), in the file's order, as
 physicsnemo-curator writes them (the cache and the uncached datapipe put rows in a random order
 themselves). Fields are made dimensionless by role (nondimensional.py): with the stream velocity U,
 the air density rho and, for the turbulent viscosity, the car's length L (the largest extent of the
@@ -58,7 +59,7 @@ from domino_pipeline.run_report import RunResult
 # ----------------------------------------------------------------------------- one run
 
 VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read, checked and scaled at a time
-SURFACE_BLOCK_CELLS = 1 << 18  # surface cells at a time (VTK's filters hold some 400 bytes a cell)
+SURFACE_BLOCK_CELLS = 1 << 18  # surface cells read at a time (their geometry is computed cell_geometry.CHUNK_CELLS at a time)
 
 
 def _bounds(points: np.ndarray) -> list[list[float]]:

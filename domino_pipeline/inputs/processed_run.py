@@ -8,6 +8,9 @@
     volume_mesh_centers (Nv, 3)   volume_fields (Nv, Fv)     (volume rows in the source file's order)
     global_params_values (P,)     global_params_reference (P,)
 
+Surface areas, normals and centres are OpenFOAM's face geometry and volume cell centres its
+cell centroids (``cell_geometry``), since format_version 2.
+
 Arrays are chunked in about 1 MiB row blocks (sharded when large) and compressed with Blosc zstd
 level 5 and byte shuffle; every chunk is written, fill-valued ones too (attribute
 ``all_chunks_written``), so a missing one is an error, not zeros. Group attributes: format,
@@ -41,7 +44,10 @@ from domino_pipeline.atomic_store import atomic_directory
 from domino_pipeline.object_store import name_of
 
 FORMAT = "drivaerml-processed"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# What the runs of each earlier format_version hold otherwise, for the line that refuses them
+OLDER_FORMATS = {1: "surface areas, normals and centres by VTK's filters and volume cell centres at VTK's "
+                    "parametric centres, not OpenFOAM's face and cell geometry"}
 CHUNK_BYTES = 1 << 20
 CHUNKS_PER_SHARD = 64
 
@@ -262,12 +268,19 @@ def open_processed_run(path: str | os.PathLike) -> zarr.Group:
     if group.attrs.get("format") != FORMAT:
         found = group.attrs.get("format")
         raise ProcessedRunError(f"{path}: not a {FORMAT} group (format={found})")
-    if group.attrs.get("format_version") != FORMAT_VERSION:
-        raise ProcessedRunError(
-            f"{path}: format_version {group.attrs.get('format_version')}, "
-            f"this reader reads {FORMAT_VERSION}"
-        )
+    check_format_version(group.attrs, path)
     return group
+
+
+def check_format_version(attrs: Mapping[str, Any], path: str | os.PathLike) -> None:
+    """ProcessedRunError naming ``path`` when a processed run's ``attrs`` record another
+    format_version than this reader's; for an earlier one, what differs and how to reprocess."""
+    found = attrs.get("format_version")
+    if found == FORMAT_VERSION:
+        return
+    older = f" ({OLDER_FORMATS[found]}); reprocess it with process_data.py process.overwrite=true" \
+        if found in OLDER_FORMATS else ""
+    raise ProcessedRunError(f"{path}: format_version {found}, this reader reads {FORMAT_VERSION}{older}")
 
 
 def load_processed_run(

@@ -44,8 +44,8 @@ from domino_pipeline.inputs.processed_run import (
     ARRAY_NAMES,
     ARRAY_SHAPES,
     FORMAT,
-    FORMAT_VERSION,
     ProcessedRunError,
+    check_format_version,
     check_shapes,
     check_values,
     natural_key,
@@ -191,9 +191,7 @@ def _zarr_run(path: Path | str) -> OpenedRun:
     form, arrays, attrs = read_zarr_group(path)
     found = attrs.get("format")
     if found == FORMAT:
-        if attrs.get("format_version") != FORMAT_VERSION:
-            raise ProcessedRunError(f"{path}: format_version {attrs.get('format_version')}, "
-                                    f"this reader reads {FORMAT_VERSION}")
+        check_format_version(attrs, path)
         return OpenedRun(path, "processed", arrays, attrs)
     if found is not None:
         raise ProcessedRunError(f"{path}: a {found!r} group, not a processed run")

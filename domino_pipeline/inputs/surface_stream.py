@@ -3,12 +3,12 @@ bounded memory.
 
 DrivAerML's boundary holds ~8.8M polygon cells (quads and triangles); VTK reads it whole. Here
 a block of cells is read from the file's connectivity, offsets and cell data, its points are
-taken from a points table (``mesh_stream.points_table``), and its geometry is computed by the
-same VTK filters as ``drivaerml_reader.read_surface`` on a mesh of those cells only: each
-cell's values depend on its own vertices, so the rows equal the whole-file ones exactly. A file
-this reader cannot read by cells (inline ascii data; vertex, line or strip cells, which come
-before or after the polygons in cell order) is read whole with VTK, after a warning naming the
-memory that takes.
+taken from a points table (``mesh_stream.points_table``), and its geometry is OpenFOAM's face
+geometry (``cell_geometry.surface_geometry``), as ``drivaerml_reader.read_surface`` computes it
+for the whole file: each cell's values depend on its own vertices, so the rows equal the
+whole-file ones exactly. A file this reader cannot read by cells (inline ascii data; vertex or
+line cells, which come before the polygons in cell order) is read whole with VTK, after a
+warning naming the memory that takes; triangle strips are refused.
 
     surface = open_surface(files.surface, {"pMeanTrim": "scalar"})
     for centres, normals, areas, fields in surface.blocks(1 << 20):
@@ -23,19 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyvista as pv
-from vtkmodules.util.numpy_support import numpy_to_vtkIdTypeArray
-from vtkmodules.vtkCommonDataModel import vtkCellArray
 
 from domino_pipeline.inputs import mesh_stream
+from domino_pipeline.inputs.cell_geometry import CellGeometryError, require_no_strips, surface_geometry
 from domino_pipeline.inputs.drivaerml_reader import (
     SURFACE_ARRAYS,
+    RunError,
     field_columns,
     nonfinite,
     read_surface,
     require_finite_points,
     require_names,
-    surface_geometry,
 )
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 
@@ -70,30 +68,22 @@ class SurfaceStream:
                 stop = min(start + cells, self.n_cells)
                 data = {name: file.read("CellData", name, start, stop) for name in self.variables}
                 fields = field_columns(data, self.variables, self.path, "cell")
-                yield (*surface_geometry(block_mesh(file, points, start, stop)), fields)
-
-
-def block_mesh(file: VtkXmlFile, points: np.ndarray, start: int, stop: int) -> pv.PolyData:
-    """The polygons ``start:stop`` of a VTP as a mesh of those cells and the points they use
-    (in the file's coordinate type, numbered anew)."""
-    begins, ends, ids = mesh_stream.cell_vertices(file, "Polys", start, stop, len(points))
-    used, local = np.unique(ids, return_inverse=True)
-    polys = vtkCellArray()
-    polys.SetData(numpy_to_vtkIdTypeArray(np.append(begins, ends[-1:]).astype(np.int64), deep=True),
-                  numpy_to_vtkIdTypeArray(local.astype(np.int64), deep=True))
-    mesh = pv.PolyData()
-    mesh.points = np.asarray(points[used])
-    mesh.SetPolys(polys)
-    return mesh
+                begins, ends, ids = mesh_stream.cell_vertices(file, "Polys", start, stop, len(points))
+                try:
+                    geometry = surface_geometry(points, begins, ends, ids)
+                except CellGeometryError as err:
+                    raise RunError(f"{self.path}: {err} among cells {start}..{stop}") from err
+                yield (*geometry, fields)
 
 
 def open_surface(path: Path, variables: Mapping[str, str]) -> SurfaceStream:
     """The boundary surface of ``path`` (a VTP) as blocks of cells with the fields ``variables``.
 
-    RunError naming the file for a missing field or an empty file; a file that cannot be read by
-    cells falls back to VTK with a WholeFileFallback warning.
+    RunError naming the file for a missing field or an empty file, CellGeometryError for triangle
+    strips; a file that cannot be read by cells falls back to VTK with a WholeFileFallback warning.
     """
     file = mesh_stream.open_rows(path)
+    require_no_strips(file.piece_counts.get("NumberOfStrips", 0), path)
     require_names(file.names("CellData"), variables, path, "cell")
     mesh_stream.require_rows(file, path, file.n_cells)
     reason = _unstreamable(file)
@@ -109,7 +99,7 @@ def _unstreamable(file: VtkXmlFile) -> str:
         return f"it is {file.kind}, not PolyData"
     if not file.streamable:
         return "its data is inline ascii, which cannot be read by rows"
-    other = [kind for section, kind in (("Verts", "vertex"), ("Lines", "line"), ("Strips", "strip"))
+    other = [kind for section, kind in (("Verts", "vertex"), ("Lines", "line"))
              if file.piece_counts.get(f"NumberOf{section}", 0)]
     if other:
         return f"it has {' and '.join(other)} cells besides polygons, which are not read by cells"

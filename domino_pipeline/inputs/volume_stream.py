@@ -1,10 +1,13 @@
 """A run's volume VTU as blocks of rows (positions and raw fields), in bounded memory.
 
-Rows are the VTU's points with point data, or its cells' centres with cell data (VTK's
-parametric centre: a fixed weighting of each cell type's vertices, taken from VTK's cells), in
-file order, as ``drivaerml_reader.read_volume`` reads them whole with VTK. A file this reader
-cannot read by rows (inline ascii data, other cell types when centres are asked for) is read
-whole with VTK instead, after a warning naming the memory that takes.
+Rows are the VTU's points with point data, or its cells' centres with cell data, in file order,
+as ``drivaerml_reader.read_volume`` reads them whole with VTK. A cell's centre is OpenFOAM's:
+the volume centroid of a 3-D cell (tetra, voxel, hexahedron, wedge, pyramid, polyhedron), VTK's
+parametric centre (the vertex mean) of a vertex, line, triangle, pixel or quad
+(``cell_geometry``). A block's cells are read from the file's connectivity, types and polyhedron
+faces, their points from a points table (``mesh_stream.points_table``), never the whole file. A
+file this reader cannot read by rows (inline ascii data, other cell types when centres are
+asked for) is read whole with VTK instead, after a warning naming the memory that takes.
 
     volume = open_volume(files.volume, {"UMeanTrim": "vector", "pMeanTrim": "scalar"}, "points")
     for centres, fields in volume.blocks(1 << 21):
@@ -13,7 +16,6 @@ whole with VTK instead, after a warning naming the memory that takes.
 
 from __future__ import annotations
 
-import functools
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,19 +23,14 @@ from pathlib import Path
 
 import numpy as np
 
-from vtkmodules.vtkCommonDataModel import (
-    vtkHexahedron,
-    vtkLine,
-    vtkPixel,
-    vtkPyramid,
-    vtkQuad,
-    vtkTetra,
-    vtkTriangle,
-    vtkVertex,
-    vtkVoxel,
-    vtkWedge,
+from domino_pipeline.inputs.cell_geometry import (
+    CELL_TYPES,
+    POLYHEDRON,
+    CellBlock,
+    CellGeometryError,
+    Faces,
+    cell_centres,
 )
-
 from domino_pipeline.inputs.drivaerml_reader import (
     VOLUME_SOURCES,
     RunError,
@@ -52,12 +49,10 @@ from domino_pipeline.inputs.mesh_stream import (  # noqa: F401 (WholeFileFallbac
     read_errors_named,
     require_rows,
 )
+from domino_pipeline.inputs.polyhedron_faces import PolyhedronFaces
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 
-# VTK's fixed-size linear cells (vertex, line, triangle, pixel, quad, tetra, voxel, hexahedron,
-# wedge, pyramid), whose centres are read by rows
-_CELLS = {1: vtkVertex, 3: vtkLine, 5: vtkTriangle, 8: vtkPixel, 9: vtkQuad, 10: vtkTetra,
-          11: vtkVoxel, 12: vtkHexahedron, 13: vtkWedge, 14: vtkPyramid}
+GEOMETRY_CELLS = 1 << 16  # cells whose connectivity and faces are read at a time
 _SECTION = {"points": "PointData", "cells": "CellData"}
 
 
@@ -84,6 +79,7 @@ class VolumeStream:
         section = _SECTION[self.source]
         with tempfile.TemporaryDirectory(prefix="volume_points_") as tmp:
             points = None if self.source == "points" else points_table(file, Path(tmp), rows)
+            faces = None if points is None else PolyhedronFaces.open(file)
             for start in range(0, self.n_rows, rows):
                 stop = min(start + rows, self.n_rows)
                 data = {name: file.read(section, name, start, stop) for name in self.variables}
@@ -91,7 +87,7 @@ class VolumeStream:
                 if points is None:
                     centres = file.read("Points", "Points", start, stop)
                 else:
-                    centres = cell_centres(file, points, start, stop)
+                    centres = block_centres(file, points, faces, start, stop)
                 centres = np.asarray(centres, dtype=np.float32)
                 require_finite_points(nonfinite(centres), self.path)
                 yield centres, fields
@@ -126,42 +122,45 @@ def open_volume(path: Path, variables: Mapping[str, str], source: str) -> Volume
 
 
 def _unstreamable(file: VtkXmlFile, source: str) -> str:
-    """Why ``file`` cannot be read by rows for ``source`` ("" when it can)."""
+    """Why ``file`` cannot be read by rows for ``source`` ("" when it can); RunError for
+    polyhedra without face arrays."""
     if not file.streamable:
         return "its data is inline ascii, which cannot be read by rows"
     if source == "cells":
-        rows, step = file.rows("Cells", "types"), 1 << 24
+        rows, step, types = file.rows("Cells", "types"), 1 << 24, set()
         for start in range(0, rows, step):
-            types = np.unique(file.read("Cells", "types", start, min(start + step, rows)))
-            other = sorted(set(types.tolist()) - set(_CELLS))
-            if other:
-                return f"cell types {other} have no fixed vertex count, so their centres are not read by rows"
+            types |= set(np.unique(file.read("Cells", "types", start, min(start + step, rows))).tolist())
+        other = sorted(types - CELL_TYPES)
+        if other:
+            return f"cell types {other} are not read by rows"
+        if POLYHEDRON in types and PolyhedronFaces.open(file) is None:
+            raise RunError(f"{file.path}: polyhedron cells but no faces arrays (faces and faceoffsets, "
+                           "or polyhedron_to_faces and face_connectivity)")
     return ""
 
 
-@functools.cache
-def centre_weights(cell_type: int) -> np.ndarray:
-    """The weights of a cell type's vertices at its parametric centre, from VTK's own cell
-    (the centre VTK's vtkCellCenters computes)."""
-    cell = _CELLS[cell_type]()
-    centre = [0.0, 0.0, 0.0]
-    cell.GetParametricCenter(centre)
-    weights = [0.0] * cell.GetNumberOfPoints()
-    cell.InterpolateFunctions(centre, weights)
-    return np.array(weights)
+def block_centres(file: VtkXmlFile, points: np.ndarray, faces: PolyhedronFaces | None,
+                  start: int, stop: int) -> np.ndarray:
+    """Centres (float64) of cells ``start:stop`` (``cell_geometry.cell_centres``), reading only
+    their connectivity, types and faces, ``GEOMETRY_CELLS`` at a time."""
+    return np.concatenate([_centres(file, points, faces, a, min(a + GEOMETRY_CELLS, stop))
+                           for a in range(start, stop, GEOMETRY_CELLS)])
 
 
-def cell_centres(file: VtkXmlFile, points: np.ndarray, start: int, stop: int) -> np.ndarray:
-    """Centres (float64) of cells ``start:stop``, reading only their connectivity and types."""
+def _centres(file: VtkXmlFile, points: np.ndarray, faces: PolyhedronFaces | None,
+             start: int, stop: int) -> np.ndarray:
     begins, ends, ids = cell_vertices(file, "Cells", start, stop, len(points))
     types = file.read("Cells", "types", start, stop)[:, 0]
-    centres = np.empty((stop - start, 3))
-    for cell_type in np.unique(types):
-        weights = centre_weights(int(cell_type))
-        cells = np.flatnonzero(types == cell_type)
-        if np.any(ends[cells] - begins[cells] != len(weights)):
-            raise RunError(f"{file.path}: cells of type {cell_type} with other than {len(weights)} "
-                           f"vertices among cells {start}..{stop}")
-        vertex = ids[begins[cells][:, None] + np.arange(len(weights))]
-        centres[cells] = np.einsum("k,mkd->md", weights, np.asarray(points[vertex], dtype=np.float64))
-    return centres
+    try:
+        block_faces = None if faces is None else faces.read(start, stop)
+        if block_faces is not None:
+            _require_point_ids(block_faces, len(points), file)
+        return cell_centres(points, CellBlock(types, begins, ends, ids, block_faces))
+    except CellGeometryError as err:
+        raise RunError(f"{file.path}: {err} among cells {start}..{stop}") from err
+
+
+def _require_point_ids(faces: Faces, n_points: int, file: VtkXmlFile) -> None:
+    ids = faces.point_ids()
+    if ids.size and (ids.min() < 0 or ids.max() >= n_points):
+        raise RunError(f"{file.path}: polyhedron faces outside the {n_points} points")
