@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 # how the k-th piece (from 0) of a file is named after the file's own name
@@ -34,28 +35,32 @@ def piece_path(path: Path, k: int, naming: str) -> Path:
     return path.with_name(path.name + PIECE_NAMINGS[naming](k))
 
 
-def _numbered_pieces(path: Path) -> dict[str, list[tuple[int, Path]]]:
-    """The files beside ``path`` named as its pieces: (number, path) by naming, in name order."""
-    found: dict[str, list[tuple[int, Path]]] = {naming: [] for naming in _PATTERNS}
-    try:
-        names = sorted(entry.name for entry in os.scandir(path.parent)
-                       if entry.name.startswith(path.name + ".") and entry.is_file())
-    except (FileNotFoundError, NotADirectoryError):
-        return found
-    for name in names:
+def _numbered_pieces(name: str, names: Iterable[str]) -> dict[str, list[tuple[int, str]]]:
+    """The names among ``names`` (a folder's file names) that name pieces of file ``name``:
+    (number, name) by naming, in name order."""
+    found: dict[str, list[tuple[int, str]]] = {naming: [] for naming in _PATTERNS}
+    for other in sorted(n for n in names if n.startswith(name + ".")):
         for naming, pattern in _PATTERNS.items():
-            match = pattern.fullmatch(name, len(path.name))
+            match = pattern.fullmatch(other, len(name))
             if match:
-                found[naming].append((int(match.group(1)), path.parent / name))
+                found[naming].append((int(match.group(1)), other))
     return found
 
 
-def _by_number(numbered: list[tuple[int, Path]]) -> dict[int, Path]:
+def _folder_names(folder: Path) -> list[str]:
+    """The names of the files in ``folder`` (none when it is absent)."""
+    try:
+        return [entry.name for entry in os.scandir(folder) if entry.is_file()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _by_number(numbered: list[tuple[int, str]], folder: str) -> dict[int, str]:
     """``numbered`` by number; PieceError for two pieces of one number (``.1.part``, ``.01.part``)."""
-    pieces: dict[int, Path] = {}
+    pieces: dict[int, str] = {}
     for number, piece in numbered:
         if number in pieces:
-            raise PieceError(f"{piece}: the same piece number as {pieces[number].name}")
+            raise PieceError(f"{folder}/{piece}: the same piece number as {pieces[number]}")
         pieces[number] = piece
     return pieces
 
@@ -64,7 +69,12 @@ def file_present(path: Path) -> bool:
     """True when ``path`` exists whole or as any pieces (checked by name only: whether they make
     one file is ``file_pieces``'s to say)."""
     path = Path(path)
-    return path.is_file() or any(_numbered_pieces(path).values())
+    return path.is_file() or present_among(path.name, _folder_names(path.parent))
+
+
+def present_among(name: str, names: Collection[str]) -> bool:
+    """True when file ``name`` is among a folder's file ``names`` whole or as any pieces."""
+    return name in names or any(_numbered_pieces(name, names).values())
 
 
 def file_pieces(path: Path) -> list[Path]:
@@ -74,38 +84,49 @@ def file_pieces(path: Path) -> list[Path]:
     file or piece and the problem for a gap, a first piece of another number, both namings, or
     both the whole file and pieces."""
     path = Path(path)
-    found = {naming: _by_number(numbered) for naming, numbered in _numbered_pieces(path).items() if numbered}
-    firsts = [pieces[min(pieces)].name for pieces in found.values()]
+    names = set(_folder_names(path.parent))
     if path.is_file():
+        names.add(path.name)
+    return [path.parent / name for name in pieces_among(path.name, names, str(path.parent))]
+
+
+def pieces_among(name: str, names: Collection[str], folder: str) -> list[str]:
+    """``file_pieces`` by name: the names among ``names`` (the file names in ``folder``, which
+    errors name) that hold file ``name``, in order."""
+    found = {naming: _by_number(numbered, folder)
+             for naming, numbered in _numbered_pieces(name, names).items() if numbered}
+    firsts = [pieces[min(pieces)] for pieces in found.values()]
+    if name in names:
         if found:
-            raise PieceError(f"{path}: both the whole file and pieces of it ({firsts[0]}, ...) are present; keep one")
-        return [path]
+            raise PieceError(f"{folder}/{name}: both the whole file and pieces of it ({firsts[0]}, ...) "
+                             "are present; keep one")
+        return [name]
     if not found:
-        raise FileNotFoundError(f"{path}: missing file (and no {path.name}.00.part or {path.name}.part1 pieces)")
+        raise FileNotFoundError(f"{folder}/{name}: missing file (and no {name}.00.part or {name}.part1 pieces)")
     if len(found) > 1:
-        raise PieceError(f"{path}: pieces in two namings ({' and '.join(firsts)}); keep one")
+        raise PieceError(f"{folder}/{name}: pieces in two namings ({' and '.join(firsts)}); keep one")
     (naming, pieces), = found.items()
-    return _in_sequence(path, naming, pieces)
+    return _in_sequence(name, folder, naming, pieces)
 
 
-def _in_sequence(path: Path, naming: str, pieces: dict[int, Path]) -> list[Path]:
+def _in_sequence(name: str, folder: str, naming: str, pieces: dict[int, str]) -> list[str]:
     """``pieces`` in order of number; PieceError naming the first one missing from the sequence."""
     numbers = sorted(pieces)
     for k, number in enumerate(numbers):
         expected = _FIRST[naming] + k
         if number != expected:
-            missing = _missing_name(path, naming, expected, pieces[number])
-            raise PieceError(f"{path.parent / missing}: missing piece (the next piece present is "
-                             f"{pieces[number].name})")
+            missing = _missing_name(name, naming, expected, pieces[number])
+            raise PieceError(f"{folder}/{missing}: missing piece (the next piece present is "
+                             f"{pieces[number]})")
     return [pieces[number] for number in numbers]
 
 
-def _missing_name(path: Path, naming: str, number: int, like: Path) -> str:
+def _missing_name(name: str, naming: str, number: int, like: str) -> str:
     """The name piece ``number`` would have, its digits as wide as those of ``like``."""
     if naming == "part1":
-        return f"{path.name}.part{number}"
-    width = len(_PATTERNS[naming].fullmatch(like.name, len(path.name)).group(1))
-    return f"{path.name}.{number:0{width}d}.part"
+        return f"{name}.part{number}"
+    width = len(_PATTERNS[naming].fullmatch(like, len(name)).group(1))
+    return f"{name}.{number:0{width}d}.part"
 
 
 class ConcatBytes:

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from domino_pipeline.inputs.concat_bytes import ConcatBytes
-from domino_pipeline.inputs.vtk_array_data import COMPRESSORS
-from domino_pipeline.inputs.vtk_xml_tags import Tag, VtkXmlError, scan_tags
+from domino_pipeline.inputs.vtk_array_data import COMPRESSORS, ArrayData
+from domino_pipeline.inputs.vtk_xml_tags import Tag, TagScanner, VtkXmlError
 
 _TYPES = {"Int8": "i1", "UInt8": "u1", "Int16": "i2", "UInt16": "u2", "Int32": "i4",
           "UInt32": "u4", "Int64": "i8", "UInt64": "u8", "Float32": "f4", "Float64": "f8"}
@@ -91,8 +91,9 @@ class VtkXmlHeader:
         self.compressor = ""
         self.appended_encoding = "raw"
         self.appended_start = 0
-        parser = _HeaderParser(self)
-        for tag in scan_tags(self.source, stop="AppendedData"):
+        scanner = TagScanner(self.source, stop="AppendedData")
+        parser = _HeaderParser(self, scanner)
+        for tag in scanner:
             parser.take(tag)
         parser.finish()
 
@@ -223,8 +224,8 @@ class _HeaderParser:
     """The header's tags taken in order into a VtkXmlHeader: where each element may stand, the
     arrays of each section, where inline arrays end and where the appended data lies."""
 
-    def __init__(self, file: VtkXmlHeader) -> None:
-        self.file = file
+    def __init__(self, file: VtkXmlHeader, scanner: TagScanner) -> None:
+        self.file, self.scanner = file, scanner
         self.open: list[str] = []
         self.pieces = 0
         self.inline: ArrayEntry | None = None  # an inline array whose text ends at the next tag
@@ -286,8 +287,23 @@ class _HeaderParser:
             return
         if entry.data_format != "appended" and not tag.empty:
             self.inline = entry
+            if entry.data_format == "binary":
+                self._skip_inline(entry, tag)
         elif entry.data_format != "appended":
             self.file.placed(entry, tag.end, tag.end)
+
+    def _skip_inline(self, entry: ArrayEntry, tag: Tag) -> None:
+        """Let the scan skip the inline binary text of ``entry`` unread, to where its own header
+        says it ends (a DrivAerML volume is gigabytes of it); a header that cannot say leaves
+        the text to be scanned, and checked against the header later."""
+        source = self.file.source
+        start = self.file.skip_space(tag.end, source.size)
+        try:
+            data = ArrayData(source, start, source.size, True, self.file.header_dtype,
+                             self.file.compressor, entry.label)
+        except VtkXmlError:
+            return
+        self.scanner.skip_to(data.end)
 
     def finish(self) -> None:
         """Check what the whole header holds; place the appended arrays in the appended data."""

@@ -5,10 +5,11 @@ and entity references in values; comments (``<!-- ... -->``, whatever they hold)
 declaration and other processing instructions, DOCTYPE and CDATA sections are skipped. Tags must
 nest: a closing tag that does not close the open element, an unclosed tag, quote or comment, or a
 stream that ends inside an element is a VtkXmlError. The text between tags (inline array data)
-is skipped, never kept; scanning stops after the tag named ``stop`` (``AppendedData``, after
+is skipped, never kept (and not even read where the caller knows where it ends:
+``TagScanner.skip_to``); scanning stops after the tag named ``stop`` (``AppendedData``, after
 which raw bytes follow).
 
-    for tag in scan_tags(stream, stop="AppendedData"):
+    for tag in TagScanner(stream, stop="AppendedData"):
         print(tag.name, tag.attrs, tag.start, tag.end)
 """
 
@@ -68,6 +69,10 @@ class _Window:
         self.base = keep
         self.chunk = min(4 * self.chunk, _CHUNK)
         return True
+
+    def rebase(self, position: int) -> None:
+        """Forget the window and read on from ``position``, in small chunks again."""
+        self.base, self.data, self.chunk = position, b"", _FIRST_CHUNK
 
     def find(self, needle: bytes, start: int) -> int:
         """The stream position of ``needle`` at or after ``start``; -1 when there is none."""
@@ -150,25 +155,53 @@ def _skip(window: _Window, start: int) -> int | None:
     return None
 
 
-def scan_tags(source: ConcatBytes, stop: str) -> Iterator[Tag]:
-    """Every tag of ``source`` in order, up to and including the first start tag named
-    ``stop``; VtkXmlError for tags that do not nest or a stream that ends inside an element."""
-    window, position, open_tags, text_stop = _Window(source), 0, [], None
-    while (start := window.find(b"<", position)) >= 0:
-        text_stop = start if text_stop is None else text_stop
-        skipped = _skip(window, start)
-        if skipped is not None:
-            position = skipped
-            continue
-        tag = _read_tag(window, start, text_stop)
-        position, text_stop = tag.end, None
-        _nest(open_tags, tag)
-        yield tag
-        if tag.name == stop and not tag.closing:
-            return
-    if open_tags:
-        raise VtkXmlError(f"the file ends inside <{open_tags[-1].name}> (opened at byte "
-                          f"{open_tags[-1].start}): it is truncated")
+class TagScanner:
+    """Every tag of ``source`` in order (iterate), up to and including the first start tag named
+    ``stop``; VtkXmlError for tags that do not nest or a stream that ends inside an element.
+
+    ``skip_to(position)``, called while a tag is being handled, resumes the scan at ``position``
+    instead of after the tag, when whitespace and a tag follow there: a caller that knows where
+    an element's text ends (inline array data of known length) skips the text unread. Where no
+    tag follows, the skip is ignored and the text is scanned."""
+
+    def __init__(self, source: ConcatBytes, stop: str) -> None:
+        self.source, self.stop = source, stop
+        self._skip: int | None = None
+
+    def skip_to(self, position: int) -> None:
+        """Resume after the tag being handled at ``position`` (see the class docstring)."""
+        self._skip = position
+
+    def _landing(self, window: _Window, after: int) -> int:
+        """Where the scan resumes after the tag that ended at ``after``."""
+        skip, self._skip = self._skip, None
+        if skip is None or skip <= after:
+            return after
+        window.rebase(skip)
+        head = window.bytes_at(skip, 4096)
+        if head.lstrip()[:1] == b"<":
+            return skip
+        window.rebase(after)  # not where the text ends: scan it
+        return after
+
+    def __iter__(self) -> Iterator[Tag]:
+        window, position, open_tags, text_stop = _Window(self.source), 0, [], None
+        while (start := window.find(b"<", position)) >= 0:
+            text_stop = start if text_stop is None else text_stop
+            skipped = _skip(window, start)
+            if skipped is not None:
+                position = skipped
+                continue
+            tag = _read_tag(window, start, text_stop)
+            position, text_stop = tag.end, None
+            _nest(open_tags, tag)
+            yield tag
+            if tag.name == self.stop and not tag.closing:
+                return
+            position = self._landing(window, position)
+        if open_tags:
+            raise VtkXmlError(f"the file ends inside <{open_tags[-1].name}> (opened at byte "
+                              f"{open_tags[-1].start}): it is truncated")
 
 
 def _nest(open_tags: list[Tag], tag: Tag) -> None:
