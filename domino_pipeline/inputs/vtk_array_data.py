@@ -132,7 +132,7 @@ class ArrayData:
             raise VtkXmlError(f"{self.where}: its data is cut off by the end of the file (a truncated file?)")
         return data
 
-    def read(self, start: int, stop: int) -> bytes:
+    def read(self, start: int, stop: int) -> bytes | memoryview:
         """Decoded data bytes ``start:stop`` of the array (0 <= start <= stop <= n_bytes)."""
         if start >= stop:
             return b""
@@ -140,24 +140,56 @@ class ArrayData:
             skip = self.size if self.base64 else 0
             return self._stream_bytes(self.data_at, start + skip, stop + skip)
         first, last = start // self.block_size, (stop - 1) // self.block_size
-        parts = [self._block(b) for b in range(first, last + 1)]
-        joined = parts[0] if len(parts) == 1 else b"".join(parts)
         base = first * self.block_size
-        return joined[start - base: stop - base]
+        if first == last:
+            return self._block(first)[start - base: stop - base]
+        return memoryview(self._blocks(first, last))[start - base: stop - base]
+
+    def stream_span(self, start: int, stop: int) -> tuple[int, int]:
+        """(first, end) stream positions of the encoded bytes that ``read(start, stop)`` reads."""
+        if self.blocks is None:
+            skip = self.size if self.base64 else 0
+            first, end = start + skip, stop + skip
+        else:
+            first = int(self.block_starts[start // self.block_size])
+            end = int(self.block_starts[(stop - 1) // self.block_size + 1])
+        if self.base64:
+            first, end = 4 * (first // 3), 4 * -(-end // 3)
+        return self.data_at + first, self.data_at + end
+
+    def _blocks(self, first: int, last: int) -> bytearray:
+        """Blocks ``first..last`` decompressed into one buffer, their encoded bytes read (and
+        base64-decoded) in one go."""
+        begin, end = int(self.block_starts[first]), int(self.block_starts[last + 1])
+        packed = memoryview(self._stream_bytes(self.data_at, begin, end))
+        out = bytearray(int(self.raw_sizes[first:last + 1].sum()))
+        at = 0
+        for index in range(first, last + 1):
+            a, b = int(self.block_starts[index]) - begin, int(self.block_starts[index + 1]) - begin
+            data = self._decompressed(index, packed[a:b])
+            out[at:at + len(data)] = data
+            at += len(data)
+        self._cache = (last, data)
+        return out
 
     def _block(self, index: int) -> bytes:
         if self._cache is not None and self._cache[0] == index:
             return self._cache[1]
         begin, end = int(self.block_starts[index]), int(self.block_starts[index + 1])
+        data = self._decompressed(index, self._stream_bytes(self.data_at, begin, end))
+        self._cache = (index, data)
+        return data
+
+    def _decompressed(self, index: int, packed) -> bytes:
+        """Block ``index`` decompressed from its bytes ``packed``; VtkXmlError when it is corrupt."""
         size = int(self.raw_sizes[index])
         try:
-            data = self.decompress(self._stream_bytes(self.data_at, begin, end), size)
+            data = self.decompress(packed, size)
         except (zlib.error, lzma.LZMAError, ValueError) as err:
             raise VtkXmlError(f"{self.where}: compressed block {index} is corrupt ({err})") from err
         if len(data) != size:
             raise VtkXmlError(f"{self.where}: compressed block {index} holds {len(data)} bytes, "
                               f"expected {size}")
-        self._cache = (index, data)
         return data
 
 
