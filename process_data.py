@@ -7,6 +7,9 @@ finished runs are skipped on a rerun; a bad run gets one line naming the file an
 the command exits non-zero when any run failed.
 
     python process_data.py data.raw_dir=/data/drivaerml data.processed_dir=/data/processed
+    python process_data.py data.raw_dir=s3://caemldatasets/drivaer/dataset data.runs=[1,2,5-10] \
+        data.processed_dir=/data/processed      # read from the public bucket, unsigned, no local copy
+    python process_data.py data.raw_dir=hf://datasets/neashton/drivaerml data.runs=[1] data.processed_dir=/data/processed
     python process_data.py --config-name=demo process.num_processes=2 process.overwrite=true
 """
 
@@ -16,10 +19,13 @@ from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.process_runs import (  # noqa: F401 (the stage's functions, re-exported)
+    fetch_summary,
     process_all,
     process_run,
     settings_differences,
 )
+from domino_pipeline.inputs.raw_reading import RemoteAccess
+from domino_pipeline.inputs.remote_runs import is_remote
 from domino_pipeline.object_store import is_url
 from domino_pipeline.run_report import summarize
 
@@ -31,9 +37,13 @@ def main(config: PipelineConfig) -> int:
         raise ValueError(f"{config.data.processed_dir}: process_data.py writes to a local folder; "
                          "upload the processed runs there to read them from object storage")
     options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
+    access = RemoteAccess(anonymous=config.data.anonymous, verify=config.data.verify_checksums)
     results = process_all(config.data.raw_dir, config.data.processed_dir, options,
-                          num_processes=config.process.num_processes, overwrite=config.process.overwrite)
+                          num_processes=config.process.num_processes, overwrite=config.process.overwrite,
+                          runs=config.data.runs, access=access)
     print(summarize(results, ("processed", "skipped", "failed")), flush=True)
+    if is_remote(config.data.raw_dir):
+        print(fetch_summary(results), flush=True)
     return 1 if any(r.status == "failed" for r in results) else 0
 
 

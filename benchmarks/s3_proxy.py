@@ -19,13 +19,18 @@ COPY_BYTES = 1 << 20
 class FaultProxy:
     """Forwards HTTP requests to ``upstream``; answers every ``fail_every``-th GET with 503
     (without forwarding it) and delays every ``slow_every``-th request (of ``slow_methods``)
-    by ``delay`` seconds. ``failed`` and ``delayed`` count what it did."""
+    by ``delay`` seconds. ``failed`` and ``delayed`` count what it did. Setting ``drop_after``
+    resets the connection of the next GET whose body is longer, after that many bytes of it
+    (``dropped`` counts them). ``requests`` logs (method, path, Range header, whether it
+    carried an Authorization header) of every request."""
 
     def __init__(self, upstream: str, *, fail_every: int = 0, slow_every: int = 0,
                  delay: float = 0.0, slow_methods: tuple[str, ...] = ("GET", "PUT", "HEAD")) -> None:
         host, port = upstream.removeprefix("http://").split(":")
         proxy = self
-        self.failed = self.delayed = self._count = 0
+        self.failed = self.delayed = self.dropped = self._count = 0
+        self.drop_after: int | None = None
+        self.requests: list[tuple[str, str, str | None, bool]] = []
         self._lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
@@ -42,6 +47,8 @@ class FaultProxy:
                 with proxy._lock:
                     proxy._count += 1
                     n = proxy._count
+                    proxy.requests.append((self.command, self.path, self.headers.get("Range"),
+                                           "Authorization" in self.headers))
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 if fail_every and self.command == "GET" and n % fail_every == 0:
                     proxy.failed += 1
@@ -68,8 +75,29 @@ class FaultProxy:
                 if data is not None:
                     self.wfile.write(data)
                     return
-                while chunk := reply.read(COPY_BYTES):  # streamed: large GETs are not held whole
-                    self.wfile.write(chunk)
+                cut = self._cut(int(reply.getheader("Content-Length")))
+                sent = 0
+                while chunk := reply.read(COPY_BYTES if cut is None else min(COPY_BYTES, cut - sent)):
+                    self.wfile.write(chunk)  # streamed: large GETs are not held whole
+                    sent += len(chunk)
+                    if cut is not None and sent >= cut:
+                        self._reset()
+                        return
+
+            def _cut(self, length: int) -> int | None:
+                """Where to reset this GET's body (``drop_after``, once), None to send it whole."""
+                with proxy._lock:
+                    if self.command != "GET" or proxy.drop_after is None or length <= proxy.drop_after:
+                        return None
+                    cut, proxy.drop_after = proxy.drop_after, None
+                    proxy.dropped += 1
+                    return cut
+
+            def _reset(self) -> None:
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                self._conn = None  # its upstream reply was not read to the end
 
             def _upstream(self, body: bytes) -> http.client.HTTPResponse:
                 """The upstream reply, over this client connection's own kept-alive upstream

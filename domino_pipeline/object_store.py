@@ -5,7 +5,11 @@ A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://`
 Clients are obstore stores made by ``make_store`` alone: credentials and endpoints come from
 each cloud's standard environment and config (for S3 the ``AWS_*`` variables and profiles,
 ``AWS_ENDPOINT_URL`` for S3-compatible servers) and are never kept in anything this package
-writes; retries with backoff and a deadline are set here once. A client (a Rust runtime with
+writes; retries with backoff and a deadline are set here once (a connection dropped during a
+GET is resumed at the byte it reached). A public bucket is read with unsigned requests (the AWS
+CLI's ``--no-sign-request``): ``anonymous=True``, which ``anonymous_for`` chooses by itself
+where the environment holds no credentials for that cloud. ``http(s)://`` URLs (a Hugging
+Face dataset's resolve URLs, hub.py) are read by ranged GETs through obstore's HTTP store. A client (a Rust runtime with
 threads) does not survive ``fork``: a process forked after its parent made one gets a one-line
 error instead of a hang. Zarr groups on object storage open through ``zarr_store`` (zarr's
 ``ObjectStore`` over the bucket's client).
@@ -28,6 +32,17 @@ from pathlib import Path
 from typing import Any
 
 URL_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "azure://")
+HTTP_SCHEMES = ("http://", "https://")
+# the environment variables, per cloud, that give a client credentials (object_store reads them)
+CREDENTIAL_VARIABLES = {
+    "s3": ("AWS_ACCESS_KEY_ID", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+           "AWS_CONTAINER_CREDENTIALS_FULL_URI"),
+    "gs": ("GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH",
+           "GOOGLE_SERVICE_ACCOUNT_KEY"),
+    "az": ("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_ACCESS_KEY", "AZURE_STORAGE_SAS_KEY",
+           "AZURE_STORAGE_SAS_TOKEN", "AZURE_CLIENT_SECRET", "AZURE_FEDERATED_TOKEN_FILE", "AZURE_STORAGE_TOKEN"),
+}
+_CLOUD = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az", "abfss": "az", "azure": "az"}
 RETRIES = 8  # transient errors (5xx, dropped connections, timeouts) per request
 RETRY_DEADLINE = timedelta(seconds=120)
 REQUEST_TIMEOUT = "60s"
@@ -92,10 +107,28 @@ def named_errors(url: str) -> Iterator[None]:
 _CLIENT_PID: list[int] = []  # the process that made an object-store client, once one has
 
 
-def make_store(url: str) -> Any:
+def has_credentials(url: str) -> bool:
+    """Whether the environment gives a client of ``url``'s cloud credentials (CREDENTIAL_VARIABLES;
+    Google's default credentials file too)."""
+    cloud = _CLOUD.get(url.split("://", 1)[0].lower())
+    if cloud is None:
+        return False
+    if any(os.environ.get(name) for name in CREDENTIAL_VARIABLES[cloud]):
+        return True
+    return cloud == "gs" and (Path.home() / ".config/gcloud/application_default_credentials.json").is_file()
+
+
+def anonymous_for(url: str, setting: bool | None) -> bool:
+    """Whether ``url`` is read with unsigned requests: ``setting``, or where it is None, when
+    the environment holds no credentials for its cloud (a public bucket needs none)."""
+    return (not has_credentials(url)) if setting is None else bool(setting)
+
+
+def make_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None) -> Any:
     """A new obstore client for the bucket (and key prefix) of ``url``, configured from the
-    environment, with retries (``RETRIES`` within ``RETRY_DEADLINE``) and timeouts. Refuses
-    in a process forked after its parent made a client."""
+    environment, with retries (``RETRIES`` within ``RETRY_DEADLINE``) and timeouts; unsigned
+    requests where ``anonymous``; an ``http(s)://`` URL gets an HTTP client sending ``headers``.
+    Refuses in a process forked after its parent made a client."""
     if _CLIENT_PID and _CLIENT_PID[0] != os.getpid():
         raise RuntimeError(f"{url}: object storage cannot be read in a process forked after "
                            "its parent read it; start DataLoader workers with "
@@ -107,9 +140,15 @@ def make_store(url: str) -> Any:
                "backoff": {"init_backoff": timedelta(milliseconds=50),
                            "max_backoff": timedelta(seconds=5), "base": 2}}
     options = {"timeout": REQUEST_TIMEOUT, "connect_timeout": "10s",
-               **({"allow_http": True} if _plain_http() else {})}
+               **({"allow_http": True} if _plain_http() or url.startswith("http://") else {})}
     with named_errors(url):
-        return from_url(url.rstrip("/"), retry_config=retries, client_options=options)
+        if url.lower().startswith(HTTP_SCHEMES):
+            from obstore.store import HTTPStore
+
+            return HTTPStore.from_url(url.rstrip("/"), retry_config=retries,
+                                      client_options={**options, **({"default_headers": headers} if headers else {})})
+        return from_url(url.rstrip("/"), retry_config=retries, client_options=options,
+                        **({"skip_signature": True} if anonymous else {}))
 
 
 def _plain_http() -> bool:
@@ -118,7 +157,7 @@ def _plain_http() -> bool:
     return endpoint.startswith("http://")
 
 
-_STORES: dict[tuple[int, str], Any] = {}
+_STORES: dict[tuple, Any] = {}
 
 
 @atexit.register
@@ -128,18 +167,19 @@ def _drop_stores() -> None:
     _STORES.clear()
 
 
-def shared_store(url: str) -> Any:
-    """One client per process and URL (bucket or prefix); a forked process makes its own."""
-    key = (os.getpid(), str(url).rstrip("/"))
+def shared_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None) -> Any:
+    """One client per process, URL (bucket or prefix) and ``make_store`` options; a forked
+    process makes its own."""
+    key = (os.getpid(), str(url).rstrip("/"), anonymous, tuple(sorted((headers or {}).items())))
     if key not in _STORES:
-        _STORES[key] = make_store(key[1])
+        _STORES[key] = make_store(key[1], anonymous=anonymous, headers=headers)
     return _STORES[key]
 
 
-def bucket_and_key(url: str) -> tuple[Any, str]:
+def bucket_and_key(url: str, *, anonymous: bool = False) -> tuple[Any, str]:
     """The shared client of the bucket holding URL ``url``, and the object key there."""
     root, key = split_url(url)
-    return shared_store(root), key
+    return shared_store(root, anonymous=anonymous), key
 
 
 def zarr_store(url: str) -> tuple[Any, str]:
@@ -242,15 +282,22 @@ def exists(location: str | os.PathLike) -> bool:
     return bool(folders or objects)
 
 
-def list_folder(url: str) -> tuple[list[str], list[str]]:
+def list_folder(url: str, *, anonymous: bool = False) -> tuple[list[str], list[str]]:
     """(the sub-prefix names, the object names) directly under the URL prefix ``url``."""
+    folders, objects = folder_contents(url, anonymous=anonymous)
+    return folders, list(objects)
+
+
+def folder_contents(url: str, *, anonymous: bool = False) -> tuple[list[str], dict[str, ObjectInfo]]:
+    """(the sub-prefix names, {object name: ObjectInfo}) directly under the URL prefix ``url``."""
     import obstore
 
-    store, key = bucket_and_key(url)
+    store, key = bucket_and_key(url, anonymous=anonymous)
     with named_errors(url):
         found = obstore.list_with_delimiter(store, key.rstrip("/") + "/" if key else None)
     return ([p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"]],
-            [o["path"].rsplit("/", 1)[-1] for o in found["objects"]])
+            {o["path"].rsplit("/", 1)[-1]: ObjectInfo(o["size"], o.get("e_tag"), o.get("last_modified"))
+             for o in found["objects"]})
 
 
 def delete_objects(url: str, keys: list[str]) -> None:

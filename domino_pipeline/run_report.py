@@ -18,6 +18,7 @@ class RunResult:
     seconds: float = 0.0
     bytes: int = 0
     format: str = ""  # the input run's form (inputs/runs.FORMATS), where it could be read
+    source_bytes: int = 0  # the bytes of the input files read (process_data.py of remote runs; ``bytes``: those fetched)
     detail: str = ""  # a traceback, for a failure that is not bad input but a fault of the program
 
 

@@ -327,7 +327,7 @@ def test_benchmark_script_runs_on_tiny(tmp_path: Path) -> None:
 
 
 def test_an_unexpected_error_fails_only_that_run_and_keeps_its_traceback(tmp_path: Path, monkeypatch) -> None:
-    def explode(run_dir, out_path, options):
+    def explode(run_dir, out_path, options, **kwargs):
         raise RuntimeError("vtkXMLReader: bad block\nmore detail")
 
     from domino_pipeline.inputs import process_runs

@@ -168,6 +168,10 @@ class ConcatBytes:
             return self.paths[index], position - self.starts[index]
         return None
 
+    def prepare(self, file, keys: list[tuple[str, str]]) -> None:
+        """Nothing: local arrays are read where they lie (a remote stream stages them first:
+        remote_bytes.RemoteBytes.prepare)."""
+
     def where(self, position: int) -> str:
         """Where byte ``position`` of the stream lies, in words: ``byte N`` of a single file,
         ``byte N (byte M of <piece>)`` of pieces."""

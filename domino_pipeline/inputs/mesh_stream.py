@@ -10,6 +10,7 @@ for random access by connectivity, and the connectivity of a block of cells.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,11 +36,13 @@ def unreadable(err: VtkXmlError, path: Path) -> RunError:
     return RunError(f"{path}: unreadable ({problem})")
 
 
-def open_rows(path: Path) -> VtkXmlFile:
+def open_rows(path, source=None) -> VtkXmlFile:
     """The header of a VTU or VTP file (or its pieces), checked; RunError naming the file when
-    it cannot be parsed or its header does not fit its data, or naming the piece that is wrong."""
+    it cannot be parsed or its header does not fit its data, or naming the piece that is wrong.
+    ``source``: the file's bytes when they are not ``path``'s on local disk (a remote file's
+    RemoteBytes; ``path`` then names it)."""
     try:
-        return VtkXmlFile.open(path)
+        return VtkXmlFile.open(path) if source is None else VtkXmlFile(source, path)
     except VtkXmlError as err:
         raise unreadable(err, path) from err
     except PieceError as err:
@@ -63,7 +66,9 @@ def require_rows(file: VtkXmlFile, path: Path, n_rows: int) -> None:
 
 def fall_back_to_vtk(file: VtkXmlFile, path: Path, reason: str) -> None:
     """Warn (WholeFileFallback) that ``path`` is read whole with VTK, and about how much memory
-    that takes; RunError for a file in pieces, which VTK cannot read."""
+    that takes; RunError for a file in pieces, which VTK cannot read, or a remote one."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise RunError(f"{path}: {reason}; download it to read it with VTK")
     if not Path(path).is_file():
         raise RunError(f"{path}: {reason}; join its pieces with cat to read it with VTK")
     warnings.warn(f"{path}: {reason}; reading it whole with VTK, which takes about "
@@ -72,12 +77,11 @@ def fall_back_to_vtk(file: VtkXmlFile, path: Path, reason: str) -> None:
 
 def points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
     """The file's points for random access by cell connectivity, without holding them in memory:
-    a memory map of the file's raw points, or of a file in ``tmp`` they are decoded into,
-    ``rows`` at a time."""
+    a memory map of the file's raw points (a remote file's staged ones too), or of a file in
+    ``tmp`` they are decoded into, ``rows`` at a time."""
     entry = file.entry("Points", "Points")
     shape = (file.n_points, entry.components)
-    span = file.raw_span("Points", "Points")
-    piece = file.source.single_file(*span) if span else None
+    piece = file.raw_file("Points", "Points")
     if piece is not None:
         return np.memmap(piece[0], dtype=entry.dtype, mode="r", offset=piece[1], shape=shape)
     table = np.memmap(tmp / "points.f", dtype=entry.dtype.newbyteorder("="), mode="w+", shape=shape)
@@ -86,6 +90,13 @@ def points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
         table[start:stop] = file.read("Points", "Points", start, stop)
     table.flush()
     return table
+
+
+def prepare_rows(file: VtkXmlFile, keys: list[tuple[str, str]]) -> None:
+    """Make ready the arrays ``keys`` ((section, name)) that a block reader will read from
+    ``file``: nothing for a local file; a remote file's are fetched and decoded into local
+    temporary files, in one pass (its stream's ``prepare``)."""
+    file.source.prepare(file, keys)
 
 
 def cell_vertices(file: VtkXmlFile, section: str, start: int, stop: int,

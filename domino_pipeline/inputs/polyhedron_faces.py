@@ -40,11 +40,14 @@ class PolyhedronFaces:
     @classmethod
     def open(cls, file: VtkXmlFile) -> PolyhedronFaces | None:
         """The faces of ``file``'s polyhedra, None when it has no face arrays."""
+        layout = cls.array_names(file)
+        return cls(file, layout) if layout else None
+
+    @staticmethod
+    def array_names(file: VtkXmlFile) -> tuple[str, ...]:
+        """The Cells arrays of the face layout ``file`` has (CURRENT, else LEGACY, else none)."""
         names = set(file.names("Cells"))
-        for layout in (CURRENT, LEGACY):
-            if names.issuperset(layout):
-                return cls(file, layout)
-        return None
+        return next((layout for layout in (CURRENT, LEGACY) if names.issuperset(layout)), ())
 
     def _read(self, name: str, start: int, stop: int) -> np.ndarray:
         return self.file.read("Cells", name, start, stop)[:, 0].astype(np.int64)

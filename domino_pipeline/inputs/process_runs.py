@@ -24,8 +24,9 @@ import ctypes.util
 import multiprocessing
 import os
 import signal
+import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -34,7 +35,6 @@ import numpy as np
 from tqdm import tqdm
 
 from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
-from domino_pipeline.inputs.concat_bytes import file_pieces
 from domino_pipeline.inputs.drivaerml_reader import (
     SURFACE_ARRAYS,
     RunError,
@@ -51,10 +51,14 @@ from domino_pipeline.inputs.processed_run import (
     open_processed_run,
     write_processed_run,
 )
-from domino_pipeline.inputs.run_folder import find_runs, run_files
+from domino_pipeline.inputs.raw_reading import LocalReading, RemoteAccess, RemoteReading, run_reading
+from domino_pipeline.inputs.fetch_progress import FetchBars
+from domino_pipeline.inputs.remote_runs import RemoteFile, RemoteRun, find_remote_runs, is_remote, remote_run_files
+from domino_pipeline.inputs.run_folder import RunFiles, find_runs, run_files
 from domino_pipeline.inputs.surface_stream import open_surface
 from domino_pipeline.inputs.volume_stream import open_volume
 from domino_pipeline.run_report import RunResult
+from domino_pipeline.run_selection import select_runs
 
 # ----------------------------------------------------------------------------- one run
 
@@ -66,21 +70,34 @@ def _bounds(points: np.ndarray) -> list[list[float]]:
     return [points.min(axis=0).tolist(), points.max(axis=0).tolist()]
 
 
-def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options: ProcessOptions,
-                block_rows: int = VOLUME_BLOCK_ROWS,
-                surface_block: int = SURFACE_BLOCK_CELLS) -> tuple[Path, list[str]]:
+def process_run(run_dir: str | os.PathLike | RemoteRun | RunFiles, out_path: str | os.PathLike, options: ProcessOptions,
+                block_rows: int = VOLUME_BLOCK_ROWS, surface_block: int = SURFACE_BLOCK_CELLS, *,
+                access: RemoteAccess = RemoteAccess(),
+                progress: Callable[[int], None] | None = None) -> tuple[Path, list[str]]:
     """Read one DrivAerML run folder and write it as a processed Zarr group at ``out_path``.
 
     The volume is read and written ``block_rows`` rows at a time and the boundary surface
     ``surface_block`` cells at a time, so memory does not grow with them (the STL is read
-    whole). Returns the written path and notes (such as a volume-source fallback). Raises
-    FileNotFoundError or RunError naming the file and the problem.
+    whole). A RemoteRun (or its files, listed) is read from where it is published (raw_reading.py, ``access``; each
+    byte fetched told to ``progress``). Returns the written path and notes (such as a
+    volume-source fallback). Raises FileNotFoundError or RunError naming the file and the problem.
     """
-    run_dir = Path(run_dir)
-    files = run_files(run_dir, options.dataset)
-    stl, dropped = drop_zero_area(read_stl_triangles(files.stl))
-    surface = open_surface(files.surface, options.surface_variables)
-    volume = open_volume(files.volume, options.volume_variables, options.volume_source)
+    if isinstance(run_dir, RunFiles):
+        files = run_dir
+    elif isinstance(run_dir, RemoteRun):
+        files = remote_run_files(run_dir, options.dataset)
+    else:
+        files = run_files(Path(run_dir), options.dataset)
+    with run_reading(files, Path(out_path), access, progress) as reading:
+        return _process_files(files, reading, Path(out_path), options, block_rows, surface_block)
+
+
+def _process_files(files: RunFiles, reading: LocalReading | RemoteReading, out_path: Path,
+                   options: ProcessOptions, block_rows: int, surface_block: int) -> tuple[Path, list[str]]:
+    """process_run's work on a run's ``files``, read through ``reading``."""
+    stl, dropped = drop_zero_area(read_stl_triangles(reading.stl(files.stl)))
+    surface = open_surface(files.surface, options.surface_variables, reading.open(files.surface))
+    volume = open_volume(files.volume, options.volume_variables, options.volume_source, reading.open(files.volume))
     notes = stl_defects(stl["stl_faces"], stl["stl_areas"], files.stl, dropped) + volume.notes
     length = car_length(stl["stl_coordinates"]) if options.reference_length is None else options.reference_length
     refs = (options.stream_velocity, options.air_density, length)
@@ -99,7 +116,7 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
             "surface_cells": surface.n_cells,
             "volume_points": volume.n_rows,
         },
-        "sources": {kind: {"name": p.name, "bytes": source_bytes(p)} for kind, p in files.sources().items()},
+        "sources": {kind: reading.record(p) for kind, p in files.sources().items()},
     }
     bounds = {"stl": _bounds(stl["stl_coordinates"])}
     surface_divisors = field_divisors(options.surface_fields, *refs)
@@ -112,11 +129,6 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
                        _scaled(volume.blocks(block_rows), volume_divisors), bounds, "volume"),
     ]
     return write_processed_run(out_path, arrays, attrs, streamed), notes
-
-
-def source_bytes(path: Path) -> int:
-    """The size of a source file, or of its pieces together."""
-    return sum(p.stat().st_size for p in file_pieces(path))
 
 
 def surface_shapes(n_cells: int, n_fields: int) -> dict[str, tuple[int, ...]]:
@@ -150,27 +162,60 @@ def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np
     return StreamedRows(shapes, blocks, observe, attrs)
 
 
-def _process_one(run_dir: Path, out_path: Path, options: ProcessOptions) -> RunResult:
-    """Process one run in a worker, as the run's only writer; failures come back as a result,
-    not an exception."""
+def _process_one(run: Path | RunFiles, out_path: Path, options: ProcessOptions,
+                 access: RemoteAccess = RemoteAccess(), report: Callable | None = None) -> RunResult:
+    """Process one run (a local folder, or a remote run's files) in a worker, as the run's only
+    writer; failures come back as a result, not an exception. A remote run's bytes are told to
+    ``report`` (in a pool worker: the parent's progress queue) as ``(run, total, bytes)``."""
+    report = report or (_PROGRESS[0].put if _PROGRESS else None)
+    name, fetched, started = run.name, [0], time.monotonic()
+    total = remote_bytes_of(run)
+
+    def progress(n: int) -> None:
+        fetched[0] += n
+        if report is not None:
+            report((name, None, n))
+
+    if report is not None and total:
+        report((name, total, 0))
     try:
         with exclusive_lock(out_path.parent / ".locks" / f"{out_path.name}.lock", f"processed run {out_path}"):
-            _, notes = process_run(run_dir, out_path, options)
+            _, notes = process_run(run, out_path, options, access=access, progress=progress)
+        result = RunResult(name, "processed", notes=notes)
     except (RunError, OSError, ValueError, MemoryError) as err:  # bad input: one line naming the file
-        return RunResult(run_dir.name, "failed", str(err).splitlines()[0] or type(err).__name__)
+        result = RunResult(name, "failed", str(err).splitlines()[0] or type(err).__name__)
     except Exception as err:  # a fault of the program or a library: one run's failure, with its traceback
         first = str(err).splitlines()[0] if str(err) else ""
-        return RunResult(run_dir.name, "failed", f"{run_dir}: internal error {type(err).__name__}: {first}",
-                         detail=traceback.format_exc())
-    return RunResult(run_dir.name, "processed", notes=notes)
+        result = RunResult(name, "failed", f"{run_location(run)}: internal error {type(err).__name__}: {first}",
+                           detail=traceback.format_exc())
+    if report is not None and total:
+        report((name, -1, 0))
+    result.seconds, result.bytes, result.source_bytes = time.monotonic() - started, fetched[0], total
+    return result
+
+
+def run_location(run: Path | RunFiles) -> str:
+    """A run folder's path, or a remote run's URL."""
+    return str(run) if isinstance(run, (str, os.PathLike)) else str(run.stl).rsplit("/", 1)[0]
+
+
+def remote_bytes_of(run: Path | RunFiles) -> int:
+    """The bytes of a remote run's files (0 for a local run)."""
+    if isinstance(run, (str, os.PathLike)):
+        return 0
+    return sum(f.size for f in run.sources().values() if isinstance(f, RemoteFile))
 
 
 # ----------------------------------------------------------------------------- the batch
 
+_PROGRESS: list = []  # in a pool worker: the queue of the parent's progress bars
 
-def die_with_parent(parent: int) -> None:
+
+def die_with_parent(parent: int, progress=None) -> None:
     """In a pool worker: be killed when the process that started the pool dies (Linux
-    ``PR_SET_PDEATHSIG``), so that a killed batch leaves no worker writing behind it."""
+    ``PR_SET_PDEATHSIG``), so that a killed batch leaves no worker writing behind it; report
+    fetched bytes to the queue ``progress``."""
+    _PROGRESS[:] = [progress] if progress is not None else []
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -180,52 +225,96 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _run_pool(jobs: list[tuple[Path, Path]], options: ProcessOptions, num_processes: int) -> list[RunResult]:
-    """Process ``jobs`` in a spawn pool (or in this process for one worker) with a progress bar."""
+def _run_pool(jobs: list[tuple[Path | RunFiles, Path]], options: ProcessOptions, num_processes: int,
+              access: RemoteAccess = RemoteAccess()) -> list[RunResult]:
+    """Process ``jobs`` in a spawn pool (or in this process for one worker) with a progress bar
+    (and one per remote run being fetched: its MB/s and time left)."""
     bar = tqdm(total=len(jobs), desc="processing runs", unit="run", disable=not jobs)
     results = []
+    bars = FetchBars(enabled=bool(jobs) and not bar.disable)
     if num_processes <= 1 or len(jobs) <= 1:
-        for run_dir, out in jobs:
-            results.append(_process_one(run_dir, out, options))
+        for run, out in jobs:
+            results.append(_process_one(run, out, options, access, bars.take))
             bar.update()
         bar.close()
         return results
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(num_processes, len(jobs)), mp_context=context,
-                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
-        futures = {pool.submit(_process_one, r, o, options): r for r, o in jobs}
-        for future in as_completed(futures):
-            try:
-                results.append(future.result())
-            except BrokenProcessPool:
-                results.append(RunResult(futures[future].name, "failed", "worker process died"))
-            bar.update()
+    queue = context.Queue()
+    listener = bars.listen(queue)
+    try:
+        with ProcessPoolExecutor(min(num_processes, len(jobs)), mp_context=context,
+                                 initializer=die_with_parent, initargs=(os.getpid(), queue)) as pool:
+            futures = {pool.submit(_process_one, r, o, options, access): r for r, o in jobs}
+            for future in as_completed(futures):
+                try:
+                    results.append(future.result())
+                except BrokenProcessPool:
+                    results.append(RunResult(futures[future].name, "failed", "worker process died"))
+                bar.update()
+    finally:
+        queue.put(None)
+        listener.join()
     bar.close()
     return results
 
 
 def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, options: ProcessOptions, *,
-                num_processes: int = 1, overwrite: bool = False) -> list[RunResult]:
-    """Process every run folder of ``raw_dir`` into ``processed_dir``; return one result per run.
+                num_processes: int = 1, overwrite: bool = False, runs: list | str | None = None,
+                access: RemoteAccess = RemoteAccess()) -> list[RunResult]:
+    """Process the run folders of ``raw_dir`` (a local folder, or an object-store or Hub URL:
+    remote_runs.py) into ``processed_dir``; return one result per run. ``runs`` selects some
+    (run_selection.py).
 
     Finished runs are skipped unless ``overwrite`` (refused when processed with other
-    ``options``); temporaries left by killed writers are removed first.
+    ``options``), before anything of them is listed or fetched; temporaries left by killed
+    writers are removed first.
     """
     processed_dir = Path(processed_dir)
     processed_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(processed_dir)
     results, jobs = [], []
-    for run_dir in find_runs(raw_dir, options.dataset):
-        out = processed_dir / f"{run_dir.name}.zarr"
+    for run in _selected_runs(raw_dir, options, runs, access):
+        out = processed_dir / f"{run.name}.zarr"
         if out.exists() and not overwrite:
             differences = settings_differences(out, options)
-            results.append(RunResult(run_dir.name, "skipped", "already processed") if not differences else
-                           RunResult(run_dir.name, "failed", f"{out}: processed with other settings "
+            results.append(RunResult(run.name, "skipped", "already processed") if not differences else
+                           RunResult(run.name, "failed", f"{out}: processed with other settings "
                                      f"({'; '.join(differences)}); rerun with process.overwrite=true"))
+        elif isinstance(run, RemoteRun):
+            listed = _listed(run, options)
+            results += [listed] if isinstance(listed, RunResult) else []
+            jobs += [] if isinstance(listed, RunResult) else [(listed, out)]
         else:
-            jobs.append((run_dir, out))
-    results += _run_pool(jobs, options, num_processes)
+            jobs.append((run, out))
+    results += _run_pool(jobs, options, num_processes, access)
     return sorted(results, key=lambda r: natural_key(Path(r.name)))
+
+
+def _selected_runs(raw_dir: str | os.PathLike, options: ProcessOptions, runs: list | str | None,
+                   access: RemoteAccess) -> list[Path | RemoteRun]:
+    """The run folders of ``raw_dir`` (local or remote) that the selection ``runs`` takes."""
+    found = (find_remote_runs(str(raw_dir), options.dataset, access.anonymous) if is_remote(raw_dir)
+             else find_runs(raw_dir, options.dataset))
+    chosen = set(select_runs([run.name for run in found], runs))
+    return [run for run in found if run.name in chosen]
+
+
+def _listed(run: RemoteRun, options: ProcessOptions) -> RunFiles | RunResult:
+    """A remote run's files, listed; a failed result naming what is missing or wrong."""
+    try:
+        return remote_run_files(run, options.dataset)
+    except (OSError, ValueError) as err:
+        return RunResult(run.name, "failed", str(err).splitlines()[0])
+
+
+def fetch_summary(results: list[RunResult]) -> str:
+    """The line that sums up what the runs fetched: bytes, over the bytes of their files, and MB/s."""
+    fetched = sum(r.bytes for r in results)
+    files = sum(r.source_bytes for r in results if r.status != "skipped")
+    seconds = sum(r.seconds for r in results if r.source_bytes)
+    ratio = f" ({fetched / files:.3f} of their bytes)" if files else ""
+    rate = f", {fetched / seconds / 1e6:.1f} MB/s per run" if seconds else ""
+    return f"fetched {fetched / 1e9:.3f} GB for {files / 1e9:.3f} GB of the runs' files{ratio}{rate}"
 
 
 def settings_differences(out: Path, options: ProcessOptions) -> list[str]:

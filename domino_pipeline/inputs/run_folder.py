@@ -6,13 +6,15 @@
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from domino_pipeline.dataset_profile import DatasetConfig
-from domino_pipeline.inputs.concat_bytes import file_present
+from domino_pipeline.inputs.concat_bytes import present_among
 from domino_pipeline.inputs.processed_run import natural_key
 
 PROCESS_PARTS = ("all", "surface", "volume")  # which of a run's meshes are read (the STL always is)
@@ -57,16 +59,28 @@ def find_runs(raw_dir: str | os.PathLike, profile: DatasetConfig) -> list[Path]:
 def resolve(run_dir: Path, pattern: str, index: str, key: str) -> Path:
     """The one file of ``run_dir`` that ``pattern`` (with ``{index}``) names; FileNotFoundError
     naming the pattern and the profile key ``key`` when none or several match."""
+    if "/" in pattern:  # a pattern into sub-folders: matched against paths relative to the run
+        names = [p.relative_to(run_dir).as_posix() for p in run_dir.glob(pattern.replace("{index}", index))
+                 if p.is_file()]
+    else:
+        try:
+            names = [entry.name for entry in os.scandir(run_dir) if entry.is_file()]
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+    return run_dir / resolve_name(names, pattern, index, key, str(run_dir))
+
+
+def resolve_name(names: Collection[str], pattern: str, index: str, key: str, folder: str) -> str:
+    """``resolve`` among a folder's file ``names`` (``folder`` names it in errors): the one name
+    that ``pattern`` matches, a file published in pieces by its whole name."""
     name = pattern.replace("{index}", index)
     if not glob.has_magic(name):
-        path = run_dir / name
-        if not file_present(path):
-            raise FileNotFoundError(f"{path}: missing file ({key})")
-        return path
-    matches = sorted(p for p in run_dir.glob(name) if p.is_file())
+        if not present_among(name, names):
+            raise FileNotFoundError(f"{folder}/{name}: missing file ({key})")
+        return name
+    matches = sorted(fnmatch.filter(names, name))
     if len(matches) != 1:
-        found = [p.name for p in matches] or "none"
-        raise FileNotFoundError(f"{run_dir / name}: expected one file matching {key}, found {found}")
+        raise FileNotFoundError(f"{folder}/{name}: expected one file matching {key}, found {matches or 'none'}")
     return matches[0]
 
 

@@ -44,7 +44,7 @@ SurfaceBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 class SurfaceStream:
     """The cells of a run's boundary surface: ``n_cells`` and ``blocks(cells)``."""
 
-    path: Path
+    path: Path  # or a remote file (remote_runs.RemoteFile), which names it
     variables: Mapping[str, str]
     n_cells: int
     file: VtkXmlFile | None = None  # None: read whole with VTK
@@ -76,13 +76,14 @@ class SurfaceStream:
                 yield (*geometry, fields)
 
 
-def open_surface(path: Path, variables: Mapping[str, str]) -> SurfaceStream:
-    """The boundary surface of ``path`` (a VTP) as blocks of cells with the fields ``variables``.
+def open_surface(path, variables: Mapping[str, str], file: VtkXmlFile | None = None) -> SurfaceStream:
+    """The boundary surface of ``path`` (a VTP) as blocks of cells with the fields ``variables``;
+    ``file``: its header opened already (a remote file's, named by ``path``).
 
     RunError naming the file for a missing field or an empty file, CellGeometryError for triangle
     strips; a file that cannot be read by cells falls back to VTK with a WholeFileFallback warning.
     """
-    file = mesh_stream.open_rows(path)
+    file = mesh_stream.open_rows(path) if file is None else file
     require_no_strips(file.piece_counts.get("NumberOfStrips", 0), path)
     require_names(file.names("CellData"), variables, path, "cell")
     mesh_stream.require_rows(file, path, file.n_cells)
@@ -90,7 +91,14 @@ def open_surface(path: Path, variables: Mapping[str, str]) -> SurfaceStream:
     if reason:
         mesh_stream.fall_back_to_vtk(file, path, reason)
         return SurfaceStream(Path(path), dict(variables), file.n_cells, None)
-    return SurfaceStream(Path(path), dict(variables), file.n_cells, file)
+    mesh_stream.prepare_rows(file, surface_arrays(variables))
+    return SurfaceStream(path, dict(variables), file.n_cells, file)
+
+
+def surface_arrays(variables: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The arrays (section, name) that the blocks of a surface with the fields ``variables`` read."""
+    return [("Points", "Points"), ("Polys", "offsets"), ("Polys", "connectivity"),
+            *(("CellData", name) for name in variables)]
 
 
 def _unstreamable(file: VtkXmlFile) -> str:

@@ -46,6 +46,7 @@ from domino_pipeline.inputs.mesh_stream import (  # noqa: F401 (WholeFileFallbac
     fall_back_to_vtk,
     open_rows,
     points_table,
+    prepare_rows,
     read_errors_named,
     require_rows,
 )
@@ -60,7 +61,7 @@ _SECTION = {"points": "PointData", "cells": "CellData"}
 class VolumeStream:
     """The rows of a run's volume: ``n_rows`` and ``blocks(rows)``; ``source`` is the one used."""
 
-    path: Path
+    path: Path  # or a remote file (remote_runs.RemoteFile), which names it
     variables: Mapping[str, str]
     source: str
     n_rows: int
@@ -102,23 +103,37 @@ def _whole_blocks(volume: VolumeStream, rows: int) -> Iterator[tuple[np.ndarray,
                whole["volume_fields"][start:start + rows])
 
 
-def open_volume(path: Path, variables: Mapping[str, str], source: str) -> VolumeStream:
-    """The volume of ``path`` (a VTU or its ``.part`` pieces) as rows of ``source``.
+def open_volume(path, variables: Mapping[str, str], source: str, file: VtkXmlFile | None = None) -> VolumeStream:
+    """The volume of ``path`` (a VTU or its ``.part`` pieces) as rows of ``source``; ``file``:
+    its header opened already (a remote file's, named by ``path``).
 
     When a requested field is not ``source`` data but all are the other one's, the other is used
     and a note says so (as ``read_volume``). A file that cannot be streamed falls back to VTK
     with a WholeFileFallback warning.
     """
-    file = open_rows(path)
+    file = open_rows(path) if file is None else file
     available = {s: file.names(_SECTION[s]) for s in VOLUME_SOURCES}
     source, notes = volume_source_used(available, variables, source, path)
     n_rows = file.n_points if source == "points" else file.n_cells
     require_rows(file, path, n_rows)
+    if file.streamable:
+        prepare_rows(file, volume_arrays(file, variables, source))
     reason = _unstreamable(file, source)
     if reason:
         fall_back_to_vtk(file, path, reason)
         return VolumeStream(Path(path), dict(variables), source, n_rows, notes, None)
-    return VolumeStream(Path(path), dict(variables), source, n_rows, notes, file)
+    return VolumeStream(path, dict(variables), source, n_rows, notes, file)
+
+
+def volume_arrays(file: VtkXmlFile, variables: Mapping[str, str], source: str) -> list[tuple[str, str]]:
+    """The arrays (section, name) that the blocks of rows of ``source`` read (cells: their
+    connectivity, types and the polyhedron faces the file has)."""
+    fields = [(_SECTION[source], name) for name in variables]
+    if source == "points":
+        return [("Points", "Points"), *fields]
+    cells = [("Cells", name) for name in ("connectivity", "offsets", "types")]
+    faces = [("Cells", name) for name in PolyhedronFaces.array_names(file)]
+    return [("Points", "Points"), *cells, *faces, *fields]
 
 
 def _unstreamable(file: VtkXmlFile, source: str) -> str:

@@ -18,6 +18,7 @@ larger than the others, zlib and lz4 blocks too small to decompress to their siz
 from __future__ import annotations
 
 import base64
+import copy
 import lzma
 import zlib
 
@@ -144,6 +145,20 @@ class ArrayData:
         if first == last:
             return self._block(first)[start - base: stop - base]
         return memoryview(self._blocks(first, last))[start - base: stop - base]
+
+    def bound_to(self, source) -> ArrayData:
+        """This array read from another stream holding the same bytes at the same positions
+        (a window of a remote file being staged)."""
+        other = copy.copy(self)
+        other.source, other._cache = source, None
+        return other
+
+    def local_file(self):
+        """(local file, offset) of the decoded data when it lies raw in one file (uncompressed,
+        not base64), for memory mapping; None otherwise."""
+        if self.base64 or self.blocks is not None:
+            return None
+        return self.source.single_file(self.data_at, self.n_bytes)
 
     def stream_span(self, start: int, stop: int) -> tuple[int, int]:
         """(first, end) stream positions of the encoded bytes that ``read(start, stop)`` reads."""

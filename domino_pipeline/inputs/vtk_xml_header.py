@@ -186,7 +186,7 @@ class VtkXmlHeader:
     @property
     def in_pieces(self) -> bool:
         """True when the file is read from pieces, not from one file of its own name."""
-        return self.source.paths != [self.path]
+        return len(self.source.paths) > 1 or self.source.paths[0].name != self.path.name
 
     def expected_rows(self, entry: ArrayEntry) -> tuple[str, int] | None:
         """(the count that fixes ``entry``'s rows, in words, and its value); None when none does."""

@@ -55,7 +55,8 @@ class VtkXmlFile(VtkXmlHeader):
 
     @classmethod
     def open(cls, path: Path) -> "VtkXmlFile":
-        """Open ``path`` or its pieces (``concat_bytes.file_pieces``) as one stream."""
+        """Open ``path`` or its pieces (``concat_bytes.file_pieces``) as one stream (a remote
+        file: ``VtkXmlFile(RemoteBytes(...), file)``)."""
         path = Path(path)
         return cls(ConcatBytes(file_pieces(path)), path)
 
@@ -168,12 +169,26 @@ class VtkXmlFile(VtkXmlHeader):
         return self._data[key]
 
     def raw_span(self, section: str, name: str) -> tuple[int, int] | None:
-        """(stream position, bytes) of an uncompressed raw array's data, for memory mapping;
-        None when the array is encoded or compressed."""
+        """(stream position, bytes) of an uncompressed raw array's data; None when the array is
+        encoded or compressed."""
         data = self._array(self.entry(section, name))
         if data.base64 or data.blocks is not None:
             return None
         return data.data_at, data.n_bytes
+
+    def raw_file(self, section: str, name: str) -> tuple[Path, int] | None:
+        """(local file, offset) of an array's decoded data when it lies raw in one local file (an
+        uncompressed raw array of a local file, a staged array of a remote one), for memory
+        mapping; None otherwise."""
+        return self._array(self.entry(section, name)).local_file()
+
+    def array_data(self, section: str, name: str) -> ArrayData:
+        """The data of an array (VtkXmlError when it is inline ascii)."""
+        return self._array(self.entry(section, name))
+
+    def use_staged(self, section: str, name: str, data) -> None:
+        """Read the array from ``data`` (array_staging.StagedArray: the same decoded bytes) from now on."""
+        self._data[(section, name)] = data
 
     def whole_file_bytes(self) -> int:
         """About how many bytes VTK's reader holds to read this file whole (its decoded arrays)."""

@@ -1,0 +1,118 @@
+"""How one run's raw files are read: where they lie on local disk, or from where they are
+published (remote_runs.py), through the same block readers.
+
+A remote run is read into a hidden temporary folder beside its processed run (removed after it,
+and by ``remove_stale_temporaries`` after a killed one): the STL, small, fetched whole (it is
+parsed by VTK); the boundary's and the volume's needed arrays decoded there by one sequential
+pass over each file (array_staging.py), never the files themselves. Every byte fetched is
+counted (``fetched``) and reported to ``progress``; each file's record (its URL, size and
+published checksum or ETag, and what was checked) goes into the processed run's ``sources``.
+
+    with run_reading(files, out_path, RemoteAccess(), progress=None) as reading:
+        stl = read_stl_triangles(reading.stl(files.stl))
+        surface = open_surface(files.surface, variables, reading.open(files.surface))
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from domino_pipeline.atomic_store import temporary_directory
+from domino_pipeline.inputs.concat_bytes import file_pieces
+from domino_pipeline.inputs.mesh_stream import open_rows
+from domino_pipeline.inputs.remote_bytes import CHUNK_BYTES, IN_FLIGHT, FetchCounter, RemoteBytes
+from domino_pipeline.inputs.remote_runs import RemoteFile
+from domino_pipeline.inputs.run_folder import RunFiles
+from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
+
+
+@dataclass(frozen=True)
+class RemoteAccess:
+    """How remote raw files are read: ``anonymous`` (unsigned requests; None: where the
+    environment holds no credentials), ``verify`` (hash every piece whose checksum its source
+    publishes; False: fetch only the bytes the readers need, sizes checked), and the sweeps'
+    read-ahead (GETs of ``chunk_bytes``, ``in_flight`` at once)."""
+
+    anonymous: bool | None = None
+    verify: bool = True
+    chunk_bytes: int = CHUNK_BYTES
+    in_flight: int = IN_FLIGHT
+
+    def __post_init__(self) -> None:
+        if self.chunk_bytes < 1 or self.in_flight < 1:
+            raise ValueError(f"remote reads need chunk_bytes and in_flight of at least 1, not "
+                             f"{self.chunk_bytes} and {self.in_flight}")
+
+
+class LocalReading:
+    """A local run folder's files, read where they lie."""
+
+    fetched = 0
+
+    def stl(self, path: Path) -> Path:
+        """The STL to parse: the file itself."""
+        return path
+
+    def open(self, path: Path) -> VtkXmlFile:
+        """The VTU or VTP (or its pieces) opened for reading by rows (mesh_stream.open_rows)."""
+        return open_rows(path)
+
+    def record(self, path: Path) -> dict:
+        """What the processed run records of the file: its name and size."""
+        return {"name": path.name, "bytes": sum(p.stat().st_size for p in file_pieces(path))}
+
+
+class RemoteReading:
+    """A remote run's files (module docstring), read into the temporary folder ``staging``."""
+
+    def __init__(self, staging: Path, access: RemoteAccess, progress: Callable[[int], None] | None) -> None:
+        self.staging, self.access = staging, access
+        self.counter = FetchCounter(progress=progress)
+
+    @property
+    def fetched(self) -> int:
+        """Bytes fetched so far."""
+        return self.counter.bytes
+
+    def _stream(self, file: RemoteFile) -> RemoteBytes:
+        return RemoteBytes(file, self.counter, staging=self.staging / file.name.replace(os.sep, "_"),
+                           verify=self.access.verify, chunk_bytes=self.access.chunk_bytes,
+                           in_flight=self.access.in_flight)
+
+    def stl(self, file: RemoteFile) -> Path:
+        """The STL fetched whole into the temporary folder (its pieces' checksums checked)."""
+        path = self.staging / file.name
+        with open(path, "wb") as out:
+            for _, data in self._stream(file).sweep([(0, file.size)] if file.size else [], verify=self.access.verify):
+                out.write(data)
+        return path
+
+    def open(self, file: RemoteFile) -> VtkXmlFile:
+        """The VTU or VTP opened for reading by rows over ranged GETs (its header read); its
+        arrays are staged when a block reader prepares them (mesh_stream.prepare_rows)."""
+        return open_rows(file, self._stream(file))
+
+    def record(self, file: RemoteFile) -> dict:
+        """What the processed run records of the file: name, size, URL, each piece's URL, size
+        and published checksum or ETag, and what reading it checked."""
+        pieces = [{"url": p.url, "bytes": p.size,
+                   **({"checksum": p.checksum} if p.checksum else {"etag": p.version} if p.version else {})}
+                  for p in file.pieces]
+        checked = sorted({p.checksum.partition(":")[0] for p in file.pieces if p.checksum}) if self.access.verify else []
+        return {"name": file.name, "bytes": file.size, "url": file.url, "pieces": pieces,
+                "checked": "+".join(["size", *checked])}
+
+
+@contextmanager
+def run_reading(files: RunFiles, out_path: Path, access: RemoteAccess,
+                progress: Callable[[int], None] | None = None) -> Iterator[LocalReading | RemoteReading]:
+    """The reading of ``files`` (a local or a remote run's) for the processed run ``out_path``."""
+    if not isinstance(files.stl, RemoteFile):
+        yield LocalReading()
+        return
+    with temporary_directory(Path(out_path).parent, f"{Path(out_path).name}.raw") as staging:
+        yield RemoteReading(staging, access, progress)

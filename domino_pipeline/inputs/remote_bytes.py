@@ -1,0 +1,293 @@
+"""A remote file's bytes (its pieces on object storage or the Hub) as one read-only stream, read
+two ways, never held or stored whole:
+
+- ``read(position, n)``, ConcatBytes's interface, for the few reads that parse a file (the
+  header's tags, each array's header, the closing tags): ranged GETs of at least ``MIN_READ``
+  bytes, each kept until the file's arrays are staged, so that no byte is fetched twice;
+- ``sweep(ranges)``, one pass in stream order over the ranges a reader needs: a read-ahead of
+  ``in_flight`` concurrent ranged GETs of ``chunk_bytes`` each runs ahead of the consumer
+  (bytes in flight bounded by their product), so the network and the decoding overlap; bytes
+  kept from ``read`` are served again, not fetched.
+
+Every GET checks the object's size against the listing (and an S3 object's ETag, with
+``If-Match``): an object changed since it was listed is an error naming it. A piece whose
+listing publishes a checksum (remote_runs.py) and that the sweep covers whole is hashed in
+order, in a thread of its own, as its bytes arrive, and compared at its end: a mismatch is a
+ChecksumError naming the piece. Transient failures are retried with backoff, and a connection
+dropped during a GET is resumed at the byte it reached, by the object-store client
+(object_store.make_store).
+
+    stream = RemoteBytes(file, counter)
+    head = stream.read(0, 4096)
+    for position, data in stream.sweep([(0, stream.size)], verify=True):
+        ...
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from domino_pipeline.inputs.remote_runs import RemoteFile, RemoteObject
+from domino_pipeline.object_store import ObjectStoreError, named_errors
+
+CHUNK_BYTES = 8 << 20  # one ranged GET of a sweep
+IN_FLIGHT = 8  # GETs of a sweep at once: 64 MiB in flight
+MIN_READ = 16 << 10  # the least a parsing read fetches (nearby small reads share it)
+KEPT_BYTES = 64 << 20  # bytes of parsing reads kept (the oldest are dropped beyond it)
+_HASHES = {"sha256": "SHA-256", "md5": "MD5", "git-sha1": "git blob SHA-1"}
+
+
+class ChecksumError(ValueError):
+    """A piece whose bytes do not hash to the checksum its listing publishes."""
+
+
+@dataclass
+class FetchCounter:
+    """Bytes fetched (every GET's, counted as they arrive, from any thread); ``progress(n)`` is
+    told of each."""
+
+    bytes: int = 0
+    progress: Callable[[int], None] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.bytes += n
+            if self.progress is not None:
+                self.progress(n)
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One step of a sweep: bytes ``lo:hi`` of piece ``piece`` at stream ``position``; ``kept``
+    holds them when a parsing read fetched them already."""
+
+    position: int
+    piece: int
+    lo: int
+    hi: int
+    kept: memoryview | None = None
+
+
+class RemoteBytes:
+    """Positional reads and sweeps (module docstring) over the pieces of ``file``; ``counter``
+    counts the bytes fetched. ``staging`` and ``verify`` are for ``prepare``."""
+
+    def __init__(self, file: RemoteFile, counter: FetchCounter, *, staging: Path | None = None,
+                 verify: bool = True, chunk_bytes: int = CHUNK_BYTES, in_flight: int = IN_FLIGHT) -> None:
+        self.file, self.counter, self.staging, self.verify = file, counter, staging, verify
+        self.chunk_bytes, self.in_flight = chunk_bytes, in_flight
+        self.paths = [PurePosixPath(piece.key) for piece in file.pieces]
+        self.starts = [0]
+        for piece in file.pieces:
+            self.starts.append(self.starts[-1] + piece.size)
+        self.size = self.starts[-1]
+        self._kept: list[tuple[int, memoryview]] = []  # (stream position, bytes) of parsing reads
+        self._sealed = False
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, position: int, n: int) -> bytes:
+        """Up to ``n`` bytes from ``position`` (fewer only at the end of the stream)."""
+        if self._sealed:
+            raise RuntimeError(f"{self.file.url}: read at byte {position} after its arrays were staged")
+        stop = min(position + n, self.size)
+        if position >= stop:
+            return b""
+        for start, data in self._kept:
+            if start <= position and stop <= start + len(data):
+                return bytes(data[position - start:stop - start])
+        data = self._fetch(position, min(max(stop, position + MIN_READ), self.size))
+        self._keep(position, data)
+        return bytes(data[:stop - position])
+
+    def _keep(self, position: int, data: memoryview) -> None:
+        self._kept.append((position, data))
+        while sum(len(d) for _, d in self._kept) > KEPT_BYTES and len(self._kept) > 1:
+            self._kept.pop(0)
+
+    def _fetch(self, start: int, stop: int) -> memoryview:
+        """Stream bytes ``start:stop``, from each piece they lie in."""
+        parts = [self._get(i, lo, hi) for i, lo, hi in self._pieces_of(start, stop)]
+        return parts[0] if len(parts) == 1 else memoryview(b"".join(parts))
+
+    def _pieces_of(self, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
+        """(piece, from, to) of the stream bytes ``start:stop``, piece by piece."""
+        index = bisect.bisect_right(self.starts, start) - 1
+        while start < stop:
+            end = min(stop, self.starts[index + 1])
+            yield index, start - self.starts[index], end - self.starts[index]
+            start, index = end, index + 1
+
+    def _get(self, index: int, lo: int, hi: int) -> memoryview:
+        """Bytes ``lo:hi`` of piece ``index`` by one ranged GET, checked against its listing."""
+        import obstore
+        from obstore.exceptions import PreconditionError
+
+        piece = self.file.pieces[index]
+        options = {"range": (lo, hi), **({"if_match": piece.version} if piece.version else {})}
+        try:
+            with named_errors(piece.url):
+                got = obstore.get(self.file.origin.store(), piece.key, options=options)
+                data = memoryview(got.bytes())
+        except PreconditionError:
+            raise ObjectStoreError(f"{piece.url}: changed since it was listed (its ETag is no longer "
+                                   f"{piece.version})") from None
+        size = got.meta["size"]
+        if size != piece.size or len(data) != hi - lo:
+            raise ObjectStoreError(f"{piece.url}: {size} bytes now ({len(data)} of bytes {lo}..{hi} came), "
+                                   f"{piece.size} when it was listed")
+        self.counter.add(len(data))
+        return data
+
+    # ------------------------------------------------------------------ sweeps
+
+    def sweep(self, ranges: list[tuple[int, int]], *, verify: bool) -> Iterator[tuple[int, memoryview]]:
+        """(stream position, bytes) over ``ranges`` (rising, disjoint (start, stop) pairs), in
+        order, read ahead (module docstring). With ``verify``, each piece with a published
+        checksum that ``ranges`` cover whole is hashed and checked at its end."""
+        items = self._plan(ranges)
+        covered = {i: sum(item.hi - item.lo for item in items if item.piece == i) for i in range(len(self.paths))}
+        checked = {i for i, piece in enumerate(self.file.pieces)
+                   if verify and piece.checksum and covered[i] == piece.size}
+        with ThreadPoolExecutor(self.in_flight, thread_name_prefix="sweep") as pool, \
+                _Hashing({i: self.file.pieces[i] for i in checked}, self.in_flight) as hashing:
+            ahead: deque[tuple[_Item, Future | None]] = deque()
+            upcoming = iter(items)
+            try:
+                for item in upcoming:
+                    ahead.append((item, None if item.kept is not None else
+                                  pool.submit(self._get, item.piece, item.lo, item.hi)))
+                    if len(ahead) >= self.in_flight:
+                        yield self._next(ahead, hashing)
+                while ahead:
+                    yield self._next(ahead, hashing)
+            finally:
+                for _, future in ahead:
+                    if future is not None:
+                        future.cancel()
+
+    def _next(self, ahead: deque, hashing: _Hashing) -> tuple[int, memoryview]:
+        item, future = ahead.popleft()
+        data = item.kept if future is None else future.result()
+        hashing.update(item.piece, data, last=item.hi == self.file.pieces[item.piece].size)
+        return item.position, data
+
+    def _plan(self, ranges: list[tuple[int, int]]) -> list[_Item]:
+        """The sweep's steps over ``ranges``: kept bytes where parsing reads fetched them, else
+        GETs of at most ``chunk_bytes``, none across a piece's end."""
+        items = []
+        for start, stop in ranges:
+            for position, end, kept in self._kept_or_not(start, stop):
+                for index, lo, hi in self._pieces_of(position, end):
+                    at = self.starts[index] + lo
+                    if kept is not None:
+                        items.append(_Item(at, index, lo, hi, kept[at - position:at - position + hi - lo]))
+                        continue
+                    for a in range(lo, hi, self.chunk_bytes):
+                        items.append(_Item(self.starts[index] + a, index, a, min(a + self.chunk_bytes, hi)))
+        return items
+
+    def _kept_or_not(self, start: int, stop: int) -> Iterator[tuple[int, int, memoryview | None]]:
+        """(from, to, kept bytes or None) covering ``start:stop`` in order."""
+        spans = sorted((s, s + len(d), d) for s, d in self._kept if s < stop and s + len(d) > start)
+        position = start
+        for s, e, data in spans:
+            if e <= position:
+                continue
+            if s > position:
+                yield position, s, None
+                position = s
+            end = min(e, stop)
+            yield position, end, data[position - s:end - s]
+            position = end
+        if position < stop:
+            yield position, stop, None
+
+    # ------------------------------------------------------------------ the stream
+
+    def prepare(self, file, keys: list[tuple[str, str]]) -> None:
+        """Stage the arrays ``keys`` of the VtkXmlFile ``file`` read from this stream: one sweep
+        decodes them into ``staging`` (array_staging.py), over the whole of each piece whose
+        checksum is checked (``verify``), else over their bytes only; then seal the stream."""
+        from domino_pipeline.inputs.array_staging import stage_arrays
+
+        whole = [(self.starts[i], self.starts[i + 1]) for i, piece in enumerate(self.file.pieces)
+                 if self.verify and piece.checksum]
+        stage_arrays(file, keys, self.staging, self, whole, verify=self.verify)
+        self._sealed = True
+        self._kept.clear()
+
+    def piece_end(self, position: int) -> int:
+        """The stream position where the piece holding byte ``position`` ends."""
+        return self.starts[min(bisect.bisect_right(self.starts, position), len(self.starts) - 1)]
+
+    def single_file(self, position: int, n: int) -> None:
+        """None: a remote stream has no local file to map."""
+        return None
+
+    def where(self, position: int) -> str:
+        """Where byte ``position`` of the stream lies, in words (ConcatBytes.where)."""
+        if len(self.paths) == 1 or not 0 <= position < self.size:
+            return f"byte {position}"
+        index = bisect.bisect_right(self.starts, position) - 1
+        return f"byte {position} (byte {position - self.starts[index]} of {self.paths[index].name})"
+
+    def close(self) -> None:
+        """Drop the bytes kept."""
+        self._kept.clear()
+
+
+class _Hashing:
+    """The checked pieces' hashes, updated in order in a thread of their own (at most
+    ``backlog`` updates queued); a piece's digest is compared at its last bytes."""
+
+    def __init__(self, pieces: dict[int, RemoteObject], backlog: int) -> None:
+        self.pieces, self.backlog = pieces, backlog
+        self.hashes = {i: _new_hash(piece) for i, piece in pieces.items()}
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="hash")
+        self.queued: deque[Future] = deque()
+
+    def update(self, index: int, data: memoryview, *, last: bool) -> None:
+        if index not in self.hashes:
+            return
+        self.queued.append(self.pool.submit(self.hashes[index].update, data))
+        while len(self.queued) > self.backlog:
+            self.queued.popleft().result()
+        if last:
+            while self.queued:
+                self.queued.popleft().result()
+            self._compare(index)
+
+    def _compare(self, index: int) -> None:
+        piece = self.pieces[index]
+        kind, _, expected = piece.checksum.partition(":")
+        digest = self.hashes[index].hexdigest()
+        if digest != expected.lower():
+            raise ChecksumError(f"{piece.url}: its {_HASHES[kind]} is {digest}, its listing says {expected}: "
+                                "the object is corrupt or changed")
+
+    def __enter__(self) -> _Hashing:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _new_hash(piece: RemoteObject):
+    """A hash object of the kind of ``piece``'s checksum (git's blob hash primed with its header)."""
+    kind = piece.checksum.partition(":")[0]
+    if kind == "sha256":
+        return hashlib.sha256()
+    if kind == "md5":
+        return hashlib.md5(usedforsecurity=False)
+    if kind == "git-sha1":
+        return hashlib.sha1(b"blob %d\0" % piece.size, usedforsecurity=False)
+    raise ValueError(f"{piece.url}: unknown checksum kind {kind!r}")

@@ -1,0 +1,164 @@
+"""Raw run folders where they are published: an object-store prefix (``s3://``, ``gs://``,
+``az://``) or a Hugging Face dataset folder (``hf://datasets/<owner>/<name>``), found by
+listing, their files resolved by the dataset profile's patterns as on local disk
+(run_folder.resolve_name), each file's pieces with the size and, where the source publishes
+one, the checksum that reading them is checked against.
+
+A listing's checksums: the Hub's SHA-256 of a file kept in LFS (``lfs.oid``) or the git blob's
+SHA-1 of any other file (``oid``); an S3 ETag that is a plain MD5 (32 hex digits; one ending in
+``-<parts>`` comes from a multipart upload and is no digest of the content, so such an object is
+checked by size only). GCS and Azure ETags are opaque: sizes only.
+
+    runs = find_remote_runs("s3://caemldatasets/drivaer/dataset", profile, anonymous=None)
+    files = remote_run_files(runs[0], profile)       # RunFiles whose files are RemoteFiles
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.hub import HubFolder, is_hub, token_headers, tree
+from domino_pipeline.inputs.concat_bytes import pieces_among
+from domino_pipeline.inputs.processed_run import natural_key
+from domino_pipeline.inputs.run_folder import PROCESS_PARTS, RunFiles, resolve_name
+from domino_pipeline.object_store import anonymous_for, folder_contents, is_url, shared_store, split_url
+
+_MD5 = re.compile(r"[0-9a-f]{32}")
+
+
+def is_remote(location: str | os.PathLike) -> bool:
+    """Whether a raw-data location is an object-store or Hub URL rather than a local folder."""
+    return is_url(location) or is_hub(location)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where objects are read from, in a form that crosses to worker processes: the URL of the
+    store (``s3://bucket``, or the Hub repository's resolve URL) and whether requests are
+    unsigned. ``store()`` is this process's client."""
+
+    store_url: str
+    anonymous: bool
+    hub: bool = False
+
+    def store(self):
+        """This process's obstore client of the origin (object_store.shared_store)."""
+        headers = token_headers(self.anonymous) if self.hub else None
+        return shared_store(self.store_url, anonymous=self.anonymous, headers=headers)
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    """One listed object: its URL (for messages and records), its key in the origin's store,
+    its size, its published checksum (``sha256:<hex>``, ``md5:<hex>``, ``git-sha1:<hex>``, or
+    None) and version (an S3 ETag that every ranged GET must match, or None)."""
+
+    url: str
+    key: str
+    size: int
+    checksum: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A file of a remote run folder: its name, its URL, and the objects (pieces, in order)
+    that hold it."""
+
+    name: str
+    url: str
+    pieces: tuple[RemoteObject, ...]
+    origin: Origin
+
+    @property
+    def size(self) -> int:
+        """The file's bytes (its pieces' together)."""
+        return sum(piece.size for piece in self.pieces)
+
+    def __str__(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True)
+class RemoteRun:
+    """A run folder on object storage or the Hub: its name and URL, and where it is read."""
+
+    name: str
+    url: str
+    origin: Origin
+
+
+def _listing(url: str, anonymous: bool) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
+    """(the origin, the sub-folder names, the objects by name) directly under folder ``url``."""
+    if is_hub(url):
+        return _hub_listing(HubFolder.parse(url), anonymous)
+    root, prefix = split_url(url)
+    folders, infos = folder_contents(url, anonymous=anonymous)
+    md5 = root.lower().startswith(("s3://", "s3a://"))
+    base = f"{prefix.rstrip('/')}/" if prefix else ""
+    objects = {name: RemoteObject(f"{url.rstrip('/')}/{name}", base + name, info.size,
+                                  _md5_checksum(info.e_tag) if md5 else None, info.e_tag)
+               for name, info in infos.items()}
+    return Origin(root, anonymous), folders, objects
+
+
+def _md5_checksum(e_tag: str | None) -> str | None:
+    """``md5:<hex>`` of an S3 ETag that is a plain MD5 digest, else None."""
+    tag = (e_tag or "").strip('"').lower()
+    return f"md5:{tag}" if _MD5.fullmatch(tag) else None
+
+
+def _hub_listing(folder: HubFolder, anonymous: bool) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
+    entries = tree(folder, anonymous=anonymous)
+    folders = [e["path"].rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory"]
+    objects = {}
+    for entry in entries:
+        if entry.get("type") != "file":
+            continue
+        name = entry["path"].rsplit("/", 1)[-1]
+        lfs = entry.get("lfs")
+        checksum = f"sha256:{lfs['oid']}" if lfs else f"git-sha1:{entry['oid']}" if entry.get("oid") else None
+        objects[name] = RemoteObject(folder.child(name).url, entry["path"], int(entry["size"]), checksum)
+    return Origin(folder.resolve_base, anonymous, hub=True), folders, objects
+
+
+def find_remote_runs(raw_url: str, profile: DatasetConfig, anonymous: bool | None) -> list[RemoteRun]:
+    """The run folders directly under ``raw_url`` (named as ``dataset.run_folders`` says),
+    naturally sorted; ``anonymous`` None: unsigned requests where the environment holds no
+    credentials (object_store.anonymous_for). FileNotFoundError when nothing is listed there."""
+    raw_url = raw_url.rstrip("/")
+    # the Hub: HF_TOKEN is sent where it is set, unless anonymous (a public dataset needs none)
+    unsigned = bool(anonymous) if is_hub(raw_url) else anonymous_for(raw_url, anonymous)
+    origin, folders, objects = _listing(raw_url, unsigned)
+    if not folders and not objects:
+        raise FileNotFoundError(f"{raw_url}: no such raw-data prefix (nothing is listed there)")
+    runs = [RemoteRun(name, f"{raw_url}/{name}", origin) for name in folders if profile.run_index(name)]
+    return sorted(runs, key=lambda run: natural_key(run.name))
+
+
+def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all") -> RunFiles:
+    """The run's files by the profile's patterns (run_folder.run_files, here among the run
+    folder's listed objects), each a RemoteFile; FileNotFoundError naming a missing one."""
+    if parts not in PROCESS_PARTS:
+        raise ValueError(f"process.parts must be one of {list(PROCESS_PARTS)}, not {parts!r}")
+    index = profile.run_index(run.name)
+    if index is None:
+        raise ValueError(f"{run.url}: not a run folder of dataset {profile.name} "
+                         f"(dataset.run_folders is {profile.run_folders})")
+    origin, _, objects = _listing(run.url, run.origin.anonymous)
+
+    def remote(pattern: str, key: str) -> RemoteFile:
+        name = resolve_name(objects, pattern, index, key, run.url)
+        pieces = pieces_among(name, objects, run.url)
+        return RemoteFile(name, f"{run.url}/{name}", tuple(objects[p] for p in pieces), origin)
+
+    files = profile.files
+    return RunFiles(
+        name=run.name, index=index,
+        stl=remote(files.stl, "dataset.files.stl"),
+        surface=remote(files.surface, "dataset.files.surface") if parts != "volume" else None,
+        volume=remote(files.volume, "dataset.files.volume") if parts != "surface" else None,
+    )
