@@ -21,15 +21,17 @@ class FaultProxy:
     (without forwarding it) and delays every ``slow_every``-th request (of ``slow_methods``)
     by ``delay`` seconds. ``failed`` and ``delayed`` count what it did. Setting ``drop_after``
     resets the connection of the next GET whose body is longer, after that many bytes of it
-    (``dropped`` counts them). ``requests`` logs (method, path, Range header, whether it
+    (``dropped`` counts them); setting ``flip_at`` changes that byte of the next GET whose body
+    is longer (``flipped`` counts them). ``requests`` logs (method, path, Range header, whether it
     carried an Authorization header) of every request."""
 
     def __init__(self, upstream: str, *, fail_every: int = 0, slow_every: int = 0,
                  delay: float = 0.0, slow_methods: tuple[str, ...] = ("GET", "PUT", "HEAD")) -> None:
         host, port = upstream.removeprefix("http://").split(":")
         proxy = self
-        self.failed = self.delayed = self.dropped = self._count = 0
+        self.failed = self.delayed = self.dropped = self.flipped = self._count = 0
         self.drop_after: int | None = None
+        self.flip_at: int | None = None
         self.requests: list[tuple[str, str, str | None, bool]] = []
         self._lock = threading.Lock()
 
@@ -75,9 +77,13 @@ class FaultProxy:
                 if data is not None:
                     self.wfile.write(data)
                     return
-                cut = self._cut(int(reply.getheader("Content-Length")))
+                length = int(reply.getheader("Content-Length"))
+                cut, flip = self._cut(length), self._flip(length)
                 sent = 0
                 while chunk := reply.read(COPY_BYTES if cut is None else min(COPY_BYTES, cut - sent)):
+                    if flip is not None and sent <= flip < sent + len(chunk):
+                        chunk = bytearray(chunk)
+                        chunk[flip - sent] ^= 0x01
                     self.wfile.write(chunk)  # streamed: large GETs are not held whole
                     sent += len(chunk)
                     if cut is not None and sent >= cut:
@@ -92,6 +98,15 @@ class FaultProxy:
                     cut, proxy.drop_after = proxy.drop_after, None
                     proxy.dropped += 1
                     return cut
+
+            def _flip(self, length: int) -> int | None:
+                """The byte of this GET's body to change (``flip_at``, once), None for none."""
+                with proxy._lock:
+                    if self.command != "GET" or proxy.flip_at is None or length <= proxy.flip_at:
+                        return None
+                    flip, proxy.flip_at = proxy.flip_at, None
+                    proxy.flipped += 1
+                    return flip
 
             def _reset(self) -> None:
                 self.wfile.flush()

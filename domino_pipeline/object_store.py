@@ -85,10 +85,14 @@ class ObjectStoreError(OSError):
 def _reason(err: Exception) -> str:
     """The service's error code and message when its reply carries them (S3's XML), else the
     first line of the client's message."""
+    from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+
     text = str(err)
     code, message = re.search(r"<Code>(.*?)</Code>", text), re.search(r"<Message>(.*?)</Message>", text)
     if code:
         return code.group(1) + (f": {message.group(1)}" if message else "")
+    if isinstance(err, (PermissionDeniedError, UnauthenticatedError)):  # a reply without an XML body
+        return "access denied (HTTP 403)" if isinstance(err, PermissionDeniedError) else "unauthenticated (HTTP 401)"
     return text.strip().splitlines()[0] if text.strip() else type(err).__name__
 
 

@@ -1,9 +1,10 @@
 """An S3 server on 127.0.0.1 for the object-storage tests (moto's server mode), buckets made
-by plain HTTP, and (from benchmarks/s3_proxy.py) a small proxy in front of it that fails or
+by plain HTTP (public ones, that unsigned requests may read, with a bucket policy), and (from benchmarks/s3_proxy.py) a small proxy in front of it that fails or
 delays some requests."""
 
 from __future__ import annotations
 
+import json
 import sys
 import urllib.request
 import uuid
@@ -34,6 +35,22 @@ class MotoServer:
         """A new empty bucket's name."""
         name = f"{prefix}-{uuid.uuid4().hex[:12]}"
         urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{name}", method="PUT")).close()
+        return name
+
+    def public_bucket(self, prefix: str = "public") -> str:
+        """A new empty bucket whose objects anyone may list and read (a bucket policy granting
+        s3:ListBucket and s3:GetObject to every principal, as a public dataset's bucket has):
+        its name. Without the policy, moto refuses unsigned GETs."""
+        import boto3
+
+        name = self.bucket(prefix)
+        client = boto3.client("s3", endpoint_url=self.endpoint, region_name=CREDENTIALS["AWS_REGION"],
+                              aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                              aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+        policy = {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject", "s3:ListBucket"],
+            "Resource": [f"arn:aws:s3:::{name}", f"arn:aws:s3:::{name}/*"]}]}
+        client.put_bucket_policy(Bucket=name, Policy=json.dumps(policy))
         return name
 
     def stop(self) -> None:

@@ -32,7 +32,7 @@ class FetchBars:
                 taken = set(self.positions.values())
                 self.positions[name] = next(p for p in range(1, len(taken) + 2) if p not in taken)
                 self.bars[name] = tqdm(total=total, desc=f"fetching {name}", unit="B", unit_scale=True,
-                                       unit_divisor=1 << 20, position=self.positions[name], leave=False)
+                                       unit_divisor=1024, position=self.positions[name], leave=False)
             elif total == -1 and name in self.bars:
                 self.bars.pop(name).close()
                 self.positions.pop(name)

@@ -104,9 +104,13 @@ class RemoteBytes:
         for start, data in self._kept:
             if start <= position and stop <= start + len(data):
                 return bytes(data[position - start:stop - start])
-        data = self._fetch(position, min(max(stop, position + MIN_READ), self.size))
-        self._keep(position, data)
-        return bytes(data[:stop - position])
+        parts = []
+        for start, end, kept in self._kept_or_not(position, min(max(stop, position + MIN_READ), self.size)):
+            if kept is None:  # only the bytes not kept already are fetched
+                kept = self._fetch(start, end)
+                self._keep(start, kept)
+            parts.append(kept)
+        return b"".join(parts)[:stop - position]
 
     def _keep(self, position: int, data: memoryview) -> None:
         self._kept.append((position, data))
@@ -129,7 +133,7 @@ class RemoteBytes:
     def _get(self, index: int, lo: int, hi: int) -> memoryview:
         """Bytes ``lo:hi`` of piece ``index`` by one ranged GET, checked against its listing."""
         import obstore
-        from obstore.exceptions import PreconditionError
+        from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
         piece = self.file.pieces[index]
         options = {"range": (lo, hi), **({"if_match": piece.version} if piece.version else {})}
@@ -140,6 +144,12 @@ class RemoteBytes:
         except PreconditionError:
             raise ObjectStoreError(f"{piece.url}: changed since it was listed (its ETag is no longer "
                                    f"{piece.version})") from None
+        except ObjectStoreError as err:
+            denied = isinstance(err.__cause__, (PermissionDeniedError, UnauthenticatedError))
+            if denied and self.file.origin.anonymous:
+                raise ObjectStoreError(f"{err} to unsigned requests (data.anonymous=false signs them with "
+                                       "the environment's credentials)") from err
+            raise
         size = got.meta["size"]
         if size != piece.size or len(data) != hi - lo:
             raise ObjectStoreError(f"{piece.url}: {size} bytes now ({len(data)} of bytes {lo}..{hi} came), "
