@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,19 +20,21 @@ COPY_BYTES = 1 << 20
 class FaultProxy:
     """Forwards HTTP requests to ``upstream``; answers every ``fail_every``-th GET with 503
     (without forwarding it) and delays every ``slow_every``-th request (of ``slow_methods``)
-    by ``delay`` seconds. ``failed`` and ``delayed`` count what it did. Setting ``drop_after``
+    by ``delay`` seconds (all three may be changed while it runs). ``failed`` and ``delayed``
+    count what it did. Setting ``drop_after``
     resets the connection of the next GET whose body is longer, after that many bytes of it
-    (``dropped`` counts them); setting ``flip_at`` changes that byte of the next GET whose body
-    is longer (``flipped`` counts them). ``requests`` logs (method, path, Range header, whether it
+    (``dropped`` counts them); setting ``flip_at`` to (text, n) changes byte n of the body of
+    the next GET whose path holds the text (``flipped`` counts them). ``requests`` logs (method, path, Range header, whether it
     carried an Authorization header) of every request."""
 
     def __init__(self, upstream: str, *, fail_every: int = 0, slow_every: int = 0,
                  delay: float = 0.0, slow_methods: tuple[str, ...] = ("GET", "PUT", "HEAD")) -> None:
         host, port = upstream.removeprefix("http://").split(":")
         proxy = self
+        self.fail_every, self.slow_every, self.delay = fail_every, slow_every, delay
         self.failed = self.delayed = self.dropped = self.flipped = self._count = 0
         self.drop_after: int | None = None
-        self.flip_at: int | None = None
+        self.flip_at: tuple[str, int] | None = None
         self.requests: list[tuple[str, str, str | None, bool]] = []
         self._lock = threading.Lock()
 
@@ -52,15 +55,15 @@ class FaultProxy:
                     proxy.requests.append((self.command, self.path, self.headers.get("Range"),
                                            "Authorization" in self.headers))
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if fail_every and self.command == "GET" and n % fail_every == 0:
+                if proxy.fail_every and self.command == "GET" and n % proxy.fail_every == 0:
                     proxy.failed += 1
                     self.send_response(503)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                if slow_every and n % slow_every == 0 and self.command in slow_methods:
+                if proxy.slow_every and n % proxy.slow_every == 0 and self.command in slow_methods:
                     proxy.delayed += 1
-                    time.sleep(delay)
+                    time.sleep(proxy.delay)
                 reply = self._upstream(body)
                 self.send_response(reply.status)
                 for key, value in reply.getheaders():
@@ -102,9 +105,12 @@ class FaultProxy:
             def _flip(self, length: int) -> int | None:
                 """The byte of this GET's body to change (``flip_at``, once), None for none."""
                 with proxy._lock:
-                    if self.command != "GET" or proxy.flip_at is None or length <= proxy.flip_at:
+                    if self.command != "GET" or proxy.flip_at is None:
                         return None
-                    flip, proxy.flip_at = proxy.flip_at, None
+                    text, flip = proxy.flip_at
+                    if text not in self.path or length <= flip:
+                        return None
+                    proxy.flip_at = None
                     proxy.flipped += 1
                     return flip
 
@@ -132,7 +138,7 @@ class FaultProxy:
 
             do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _forward
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -141,6 +147,14 @@ class FaultProxy:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A server that does not print the tracebacks of clients that hung up mid-reply."""
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -120,9 +120,11 @@ def test_runs_read_unsigned_from_a_public_bucket_equal_the_local_ones(public_buc
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir() if p.name != ".locks")  # no staging left
 
 
-def test_without_checksums_only_the_arrays_read_are_fetched(public_bucket, unsigned, tiny_processed_dir, tmp_path):
+def test_without_checksums_only_the_arrays_read_are_fetched_through_transient_errors(public_bucket, unsigned, tiny_processed_dir, tmp_path):
     access = RemoteAccess(verify=False, chunk_bytes=1 << 16)
+    unsigned.fail_every = 4  # every fourth GET answered 503: retried with backoff
     [result] = process_all(f"s3://{public_bucket}/{PREFIX}", tmp_path, PROCESS_OPTIONS, runs=[2], access=access)
+    assert unsigned.failed > 0 and result.status == "processed", result.message
     assert_same_run(tmp_path / "run_2.zarr", tiny_processed_dir / "run_2.zarr")
     assert result.bytes < 0.9 * result.source_bytes  # the volume's other arrays stay where they are
     assert zarr.open_group(str(tmp_path / "run_2.zarr"), mode="r").attrs["sources"]["volume"]["checked"] == "size"
@@ -189,7 +191,7 @@ def test_a_changed_byte_in_a_piece_is_named(hub, public_bucket, unsigned, tmp_pa
     assert result.status == "failed"
     assert result.message.startswith(f"hf://datasets/owner/drivaerml/{piece}: its SHA-256 is ")
     assert "its listing says" in result.message and not (tmp_path / "hub" / "run_1.zarr").exists()
-    unsigned.flip_at = 5000  # the next GET longer than that: the STL's first chunk
+    unsigned.flip_at = ("run_2/drivaer_2.stl", 5000)  # a byte of the STL's first GET
     [result] = process_all(f"s3://{public_bucket}/{PREFIX}", tmp_path / "s3", PROCESS_OPTIONS, runs=[2], access=SMALL)
     assert unsigned.flipped == 1 and result.status == "failed"
     assert f"s3://{public_bucket}/{PREFIX}/run_2/drivaer_2.stl: its MD5 is " in result.message

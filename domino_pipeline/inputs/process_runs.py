@@ -39,7 +39,6 @@ from domino_pipeline.inputs.drivaerml_reader import (
     SURFACE_ARRAYS,
     RunError,
     drop_zero_area,
-    read_stl_triangles,
     stl_defects,
 )
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
@@ -95,9 +94,13 @@ def process_run(run_dir: str | os.PathLike | RemoteRun | RunFiles, out_path: str
 def _process_files(files: RunFiles, reading: LocalReading | RemoteReading, out_path: Path,
                    options: ProcessOptions, block_rows: int, surface_block: int) -> tuple[Path, list[str]]:
     """process_run's work on a run's ``files``, read through ``reading``."""
-    stl, dropped = drop_zero_area(read_stl_triangles(reading.stl(files.stl)))
-    surface = open_surface(files.surface, options.surface_variables, reading.open(files.surface))
-    volume = open_volume(files.volume, options.volume_variables, options.volume_source, reading.open(files.volume))
+    def open_meshes():
+        return (open_surface(files.surface, options.surface_variables, reading.open(files.surface)),
+                open_volume(files.volume, options.volume_variables, options.volume_source, reading.open(files.volume)))
+
+    with reading.alongside(open_meshes) as meshes:  # a remote run's meshes are staged meanwhile
+        stl, dropped = drop_zero_area(reading.stl_triangles(files.stl))
+        surface, volume = meshes()
     notes = stl_defects(stl["stl_faces"], stl["stl_areas"], files.stl, dropped) + volume.notes
     length = car_length(stl["stl_coordinates"]) if options.reference_length is None else options.reference_length
     refs = (options.stream_velocity, options.air_density, length)

@@ -2,32 +2,42 @@
 published (remote_runs.py), through the same block readers.
 
 A remote run is read into a hidden temporary folder beside its processed run (removed after it,
-and by ``remove_stale_temporaries`` after a killed one): the STL, small, fetched whole (it is
-parsed by VTK); the boundary's and the volume's needed arrays decoded there by one sequential
-pass over each file (array_staging.py), never the files themselves. Every byte fetched is
-counted (``fetched``) and reported to ``progress``; each file's record (its URL, size and
-published checksum or ETag, and what was checked) goes into the processed run's ``sources``.
+and by ``remove_stale_temporaries`` after a killed one): the STL, small, fetched whole (VTK
+parses it from a file; it is removed once parsed); the boundary's and the volume's needed
+arrays decoded there by one sequential pass over each file (array_staging.py), never the files
+themselves, in a thread of their own while the STL is fetched and parsed (``alongside``). Every
+byte fetched is counted (``fetched``) and reported to ``progress``; each file's record (its URL,
+size and published checksum or ETag, and what was checked) goes into the processed run's
+``sources``.
 
     with run_reading(files, out_path, RemoteAccess(), progress=None) as reading:
-        stl = read_stl_triangles(reading.stl(files.stl))
-        surface = open_surface(files.surface, variables, reading.open(files.surface))
+        with reading.alongside(lambda: open_surface(files.surface, variables, reading.open(files.surface))) as surface:
+            stl = reading.stl_triangles(files.stl)
+            surface = surface()
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
 
 from domino_pipeline.atomic_store import temporary_directory
 from domino_pipeline.inputs.concat_bytes import file_pieces
+from domino_pipeline.inputs.drivaerml_reader import RunError, read_stl_triangles
 from domino_pipeline.inputs.mesh_stream import open_rows
 from domino_pipeline.inputs.remote_bytes import CHUNK_BYTES, IN_FLIGHT, FetchCounter, RemoteBytes
 from domino_pipeline.inputs.remote_runs import RemoteFile
 from domino_pipeline.inputs.run_folder import RunFiles
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -53,9 +63,9 @@ class LocalReading:
 
     fetched = 0
 
-    def stl(self, path: Path) -> Path:
-        """The STL to parse: the file itself."""
-        return path
+    def stl_triangles(self, path: Path) -> dict[str, np.ndarray]:
+        """The STL's triangles (drivaerml_reader.read_stl_triangles)."""
+        return read_stl_triangles(path)
 
     def open(self, path: Path) -> VtkXmlFile:
         """The VTU or VTP (or its pieces) opened for reading by rows (mesh_stream.open_rows)."""
@@ -64,6 +74,11 @@ class LocalReading:
     def record(self, path: Path) -> dict:
         """What the processed run records of the file: its name and size."""
         return {"name": path.name, "bytes": sum(p.stat().st_size for p in file_pieces(path))}
+
+    @contextmanager
+    def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
+        """``task``'s result, computed when asked for (local files need no head start)."""
+        yield task
 
 
 class RemoteReading:
@@ -83,18 +98,37 @@ class RemoteReading:
                            verify=self.access.verify, chunk_bytes=self.access.chunk_bytes,
                            in_flight=self.access.in_flight)
 
-    def stl(self, file: RemoteFile) -> Path:
-        """The STL fetched whole into the temporary folder (its pieces' checksums checked)."""
+    def stl_triangles(self, file: RemoteFile) -> dict[str, np.ndarray]:
+        """The STL's triangles, the file fetched whole into the temporary folder first (its
+        pieces' checksums checked) and parsed there; errors name its URL."""
         path = self.staging / file.name
         with open(path, "wb") as out:
             for _, data in self._stream(file).sweep([(0, file.size)] if file.size else [], verify=self.access.verify):
                 out.write(data)
-        return path
+        try:
+            return read_stl_triangles(path)
+        except RunError as err:
+            raise RunError(str(err).replace(str(path), file.url)) from err
+        finally:
+            path.unlink()
 
     def open(self, file: RemoteFile) -> VtkXmlFile:
         """The VTU or VTP opened for reading by rows over ranged GETs (its header read); its
         arrays are staged when a block reader prepares them (mesh_stream.prepare_rows)."""
         return open_rows(file, self._stream(file))
+
+    @contextmanager
+    def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
+        """Run ``task`` in a thread while the block runs (the meshes' arrays are staged while
+        the STL is fetched and parsed: the network and the decoding overlap both); yield the
+        function that waits for its result. Leaving the block early stops the task's fetching."""
+        with ThreadPoolExecutor(1, thread_name_prefix="staging") as pool:
+            future = pool.submit(task)
+            try:
+                yield future.result
+            except BaseException:
+                self.counter.stop.set()
+                raise
 
     def record(self, file: RemoteFile) -> dict:
         """What the processed run records of the file: name, size, URL, each piece's URL, size

@@ -48,6 +48,10 @@ class ChecksumError(ValueError):
     """A piece whose bytes do not hash to the checksum its listing publishes."""
 
 
+class FetchStopped(RuntimeError):
+    """Fetching was stopped (``FetchCounter.stop``): the run it was for failed already."""
+
+
 @dataclass
 class FetchCounter:
     """Bytes fetched (every GET's, counted as they arrive, from any thread); ``progress(n)`` is
@@ -55,6 +59,7 @@ class FetchCounter:
 
     bytes: int = 0
     progress: Callable[[int], None] | None = None
+    stop: threading.Event = field(default_factory=threading.Event, repr=False)  # set: fetch no more
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, n: int) -> None:
@@ -132,6 +137,8 @@ class RemoteBytes:
 
     def _get(self, index: int, lo: int, hi: int) -> memoryview:
         """Bytes ``lo:hi`` of piece ``index`` by one ranged GET, checked against its listing."""
+        if self.counter.stop.is_set():
+            raise FetchStopped(f"{self.file.url}: reading stopped")
         import obstore
         from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
