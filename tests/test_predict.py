@@ -185,7 +185,8 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     from domino_pipeline.compute.scaling import load_scaling_factors
     from domino_pipeline.compute.settings import settings_from_config
     from domino_pipeline.config import load_config
-    from domino_pipeline.inference.forces import ForceSettings, FreeStream
+    from domino_pipeline.inference.forces import ForceSettings
+    from domino_pipeline.inputs.published_forces import References
     from domino_pipeline.inference.predict_runs import (
         predict_run,
         run_record,
@@ -211,9 +212,9 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     config = load_config(cfg)
     variables = {"surface": config.variables.surface, "volume": config.variables.volume}
     record = run_record(run, prediction, variables=variables,
-                        forces=ForceSettings(reference_area=2.0, convention=ForceConvention("out_of_body", "on_body"),
-                                             free_stream=FreeStream(38.89, 1.205), pressure="pMeanTrim",
-                                             wall_shear_stress="wallShearStressMeanTrim"))
+                        forces=ForceSettings(References(2.0, 2.8, (1.4, 0.0, -0.3)), velocity=38.89,
+                                             convention=ForceConvention("out_of_body", "on_body"),
+                                             pressure="pMeanTrim", wall_shear_stress="wallShearStressMeanTrim"))
     assert np.isfinite(record["rel_l2_volume_UMeanTrim_x"]) and np.isfinite(record["cd_true"])
     out = model_and_factors["work"] / "combined"
     write_run_outputs(run, prediction, variables=variables, out_dir=out, plot=False, record=record, pressure="pMeanTrim")
