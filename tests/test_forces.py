@@ -7,7 +7,6 @@ bodies simple enough to integrate by hand; the published files' readers."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -146,6 +146,15 @@ def test_a_cut_or_empty_forcecoeffs_file_is_refused_by_name(tmp_path: Path) -> N
         read_published(run, "1", PROFILE)
 
 
+def test_a_profile_without_a_speed_must_say_where_each_run_states_it() -> None:
+    with pytest.raises(ValueError, match=r"dataset.flow.velocity is null \(each run's file gives it\), so "
+                                         r"dataset.references.file and dataset.references.columns.velocity"):
+        typed_config("dataset=openfoam", "dataset.references.file=null")
+    with pytest.raises(ValueError, match=r"dataset.references.constant_columns: the velocity is the run's own"):
+        typed_config("dataset=openfoam", "+dataset.references.constant_columns.velocity=magUInf")
+    assert typed_config("dataset=openfoam", "dataset.references.file=null", "dataset.flow.velocity=40").dataset
+
+
 def test_an_unknown_field_name_is_refused_naming_the_profile_key(tmp_path: Path) -> None:
     averaged = typed_config("dataset=openfoam", "dataset.fields.surface.pressure=pMeanTrim").dataset
     assert averaged.fields.surface == {"pressure": "pMeanTrim", "wall_shear_stress": "wallShearStress"}  # one key
@@ -173,7 +182,8 @@ def assert_openfoams(record: dict, name: str) -> None:
     true, published = coefficient_columns("own", "true"), coefficient_columns("own", "published")
     for key, column in OPENFOAM_NAMES.items():
         assert record[published[key]] == values[column]
-        assert coefficients_agree(record[true[key]], values[column], values["Cd"]), (key, record[true[key]], values[column])
+        got = record[true[key]]
+        assert coefficients_agree(got, values[column], values["Cd"]), (key, got, values[column])
 
 
 def assert_constant_references(record: dict, name: str) -> None:
@@ -183,15 +193,16 @@ def assert_constant_references(record: dict, name: str) -> None:
     printed, (_, header) = openfoam_printed(name), openfoam_coefficients(name)
     refs = PROFILE.references
     q = 0.5 * header["magUInf"] ** 2
-    force, moment = printed["force"], printed["moment"] - np.cross(np.array(refs.centre) - header["CofR"], printed["force"])
-    expected = {"cd": force[0], "cs": force[1], "cl": force[2]}
-    expected = {k: v / (q * refs.area) for k, v in expected.items()}
+    force = printed["force"]
+    moment = printed["moment"] - np.cross(np.array(refs.centre) - header["CofR"], force)
+    expected = {k: f / (q * refs.area) for k, f in zip(("cd", "cs", "cl"), force)}
     expected |= {k: m / (q * refs.area * refs.length) for k, m in zip(("cm_roll", "cm_pitch", "cm_yaw"), moment)}
     expected |= {"clf": expected["cl"] / 2 + expected["cm_pitch"], "clr": expected["cl"] / 2 - expected["cm_pitch"]}
     true = coefficient_columns("constant", "true")
     assert record["a_ref_constref"] == refs.area and record["l_ref_constref"] == refs.length
     for key in COEFFICIENTS:
-        assert coefficients_agree(record[true[key]], expected[key], expected["cd"]), (key, record[true[key]], expected[key])
+        got = record[true[key]]
+        assert coefficients_agree(got, expected[key], expected["cd"]), (key, got, expected[key])
 
 
 @pytest.mark.parametrize("name", RUNS)
@@ -257,8 +268,8 @@ def test_reading_cell_centres_by_blocks_keeps_memory_flat_in_the_volume_size() -
     assert [r["rows"] for r in blocks] == [27699, 7936] and all(r["streamed"] for r in blocks)
     assert abs(blocks[0]["peak_rss_mb"] - blocks[1]["peak_rss_mb"]) < 5
     assert whole["peak_rss_mb"] - blocks[0]["peak_rss_mb"] > 10
-    np.testing.assert_allclose(blocks[0]["mean_centre"], np.load(FIXTURE / "run_1/reference/cell_centers.npy").mean(axis=0),
-                               rtol=0, atol=1e-6)
+    reference = np.load(FIXTURE / "run_1" / "reference" / "cell_centers.npy")
+    np.testing.assert_allclose(blocks[0]["mean_centre"], reference.mean(axis=0), rtol=0, atol=1e-6)
 
 
 # ---- the boxes ----

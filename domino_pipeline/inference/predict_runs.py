@@ -112,7 +112,7 @@ def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapp
     return record
 
 
-# the columns of each reference set: <coefficient>_<kind> over the run's own, <coefficient>_constref_<kind> over the constant
+# each reference set's columns: <coefficient>_<kind> over the run's own, <coefficient>_constref_<kind> over the constant
 REFERENCE_SET_COLUMNS = {"own": "", "constant": "_constref"}
 
 
@@ -161,8 +161,8 @@ def _coefficients_record(run: PredictionRun, loads: dict[str, Loads], forces: Fo
             values = forces.coefficients(summed, chosen.references, free_stream)
             record |= {column: values[name] for name, column in coefficient_columns(which, kind).items()}
         if chosen.published:
-            record |= {column: chosen.published[name] for name, column in coefficient_columns(which, "published").items()
-                       if name in chosen.published}
+            published = coefficient_columns(which, "published")
+            record |= {column: chosen.published[name] for name, column in published.items() if name in chosen.published}
     return record
 
 
