@@ -34,6 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
+from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.concat_bytes import file_pieces
 from domino_pipeline.inputs.drivaerml_reader import (
     SURFACE_ARRAYS,
@@ -51,7 +52,8 @@ from domino_pipeline.inputs.processed_run import (
     open_processed_run,
     write_processed_run,
 )
-from domino_pipeline.inputs.run_folder import find_runs, run_files
+from domino_pipeline.inputs.published_forces import read_published
+from domino_pipeline.inputs.run_folder import find_runs, profile_field_hints, run_files
 from domino_pipeline.inputs.surface_stream import open_surface
 from domino_pipeline.inputs.volume_stream import open_volume
 from domino_pipeline.run_report import RunResult
@@ -79,8 +81,10 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
     run_dir = Path(run_dir)
     files = run_files(run_dir, options.dataset)
     stl, dropped = drop_zero_area(read_stl_triangles(files.stl))
-    surface = open_surface(files.surface, options.surface_variables)
-    volume = open_volume(files.volume, options.volume_variables, options.volume_source)
+    with profile_field_hints(options.surface_fields, "surface"):
+        surface = open_surface(files.surface, options.surface_variables)
+    with profile_field_hints(options.volume_fields, "volume"):
+        volume = open_volume(files.volume, options.volume_variables, options.volume_source)
     notes = stl_defects(stl["stl_faces"], stl["stl_areas"], files.stl, dropped) + volume.notes
     length = car_length(stl["stl_coordinates"]) if options.reference_length is None else options.reference_length
     refs = (options.stream_velocity, options.air_density, length)
@@ -100,6 +104,7 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
             "volume_points": volume.n_rows,
         },
         "sources": {kind: {"name": p.name, "bytes": source_bytes(p)} for kind, p in files.sources().items()},
+        "published": published_record(run_dir, files.index, options.dataset),
     }
     bounds = {"stl": _bounds(stl["stl_coordinates"])}
     surface_divisors = field_divisors(options.surface_fields, *refs)
@@ -112,6 +117,13 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
                        _scaled(volume.blocks(block_rows), volume_divisors), bounds, "volume"),
     ]
     return write_processed_run(out_path, arrays, attrs, streamed), notes
+
+
+def published_record(run_dir: Path, index: str, dataset: DatasetConfig) -> dict:
+    """The coefficients and references the run folder publishes (``published_forces.read_published``),
+    as the processed run's attributes keep them: a prediction from the processed run reports what
+    one from the raw folder does."""
+    return read_published(run_dir, index, dataset).as_attrs()
 
 
 def source_bytes(path: Path) -> int:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.concat_bytes import file_present
+from domino_pipeline.inputs.drivaerml_reader import MissingFieldError
 from domino_pipeline.inputs.processed_run import natural_key
 
 PROCESS_PARTS = ("all", "surface", "volume")  # which of a run's meshes are read (the STL always is)
@@ -91,3 +94,15 @@ def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunF
         volume=resolve(run_dir, files.volume, index, "dataset.files.volume") if parts != "surface" else None,
         surface_areas=areas,
     )
+
+
+@contextmanager
+def profile_field_hints(fields: Mapping[str, str], part: str) -> Iterator[None]:
+    """Within: a file that lacks a field of ``part`` (MissingFieldError) is refused with the
+    profile key that names it, ``fields`` being the profile's role -> name of ``part``
+    (``...: no cell data pMean (has ['p', ...]); set dataset.fields.surface.pressure to one of them``)."""
+    try:
+        yield
+    except MissingFieldError as err:
+        keys = {name: f"dataset.fields.{part}.{role}" for role, name in fields.items()}
+        raise err.hinted(keys) from None
