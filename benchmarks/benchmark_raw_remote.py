@@ -14,8 +14,9 @@ measurement in a fresh process, in turn, ``--repeats`` times (medians):
   decoded by plain base64 and zlib calls, nothing else (and the STL parsed by VTK from a file
   in the page cache, which processing does too).
 
-Reported: MB/s of the run's file bytes, the client's CPU seconds (the server's, on the same
-cores, are not counted but slow it), bytes fetched over the files' bytes, peak RSS, each
+Reported: MB/s of the run's file bytes, the client's CPU seconds and those of the server (and
+proxy) processes meanwhile (they run on the same cores here, a remote server would not), bytes
+fetched over the files' bytes, peak RSS, each
 against local disk; the block readers' MB/s (arrays decoded inside processing) against the
 floor; a projection for a whole DrivAerML run (49.9 GB of files, 160M volume points) over a
 1 GB/s link; and ``--kill-trials`` times: a run killed (SIGKILL) during its download, then
@@ -209,20 +210,35 @@ class DelayProxy:
 # ----------------------------------------------------------------------------- the runs
 
 
-def measure(raw: Path, work: Path, endpoint: str, repeats: int) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """The CPU seconds (user + system) process ``pid`` has used so far (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _with_servers_cpu(figures_of, pids: list[int]) -> dict:
+    """``figures_of()`` with ``server_cpu_s``: the CPU the server processes ``pids`` used meanwhile."""
+    before = sum(cpu_seconds(pid) for pid in pids)
+    figures = figures_of()
+    return figures | {"server_cpu_s": sum(cpu_seconds(pid) for pid in pids) - before}
+
+
+def measure(raw: Path, work: Path, server, repeats: int) -> dict:
     """Every mode ``repeats`` times in turn; the list of figures of each."""
-    url = f"s3://{BUCKET}/{PREFIX}"
+    url, endpoint = f"s3://{BUCKET}/{PREFIX}", server.endpoint
     proxy = DelayProxy(endpoint, 30.0)
     rows: dict[str, list[dict]] = {"local disk": [], "SeaweedFS": [], "SeaweedFS +30 ms": [], "floor": []}
     env = os.environ | {"PYTHONPATH": str(ROOT)}
+    servers = [server.process.pid]
     try:
         for k in range(repeats):
-            rows["local disk"].append(_run_child("process", {"raw": str(raw), "out": str(work / "out_local"),
-                                                             "anonymous": True}, env))
-            rows["SeaweedFS"].append(_run_child("process", {"raw": url, "out": str(work / "out_s3"),
-                                                            "anonymous": True}, _env(endpoint)))
-            rows["SeaweedFS +30 ms"].append(_run_child("process", {"raw": url, "out": str(work / "out_s3_30"),
-                                                                   "anonymous": True}, _env(proxy.endpoint)))
+            rows["local disk"].append(_with_servers_cpu(lambda: _run_child(
+                "process", {"raw": str(raw), "out": str(work / "out_local"), "anonymous": True}, env), servers))
+            rows["SeaweedFS"].append(_with_servers_cpu(lambda: _run_child(
+                "process", {"raw": url, "out": str(work / "out_s3"), "anonymous": True}, _env(endpoint)), servers))
+            rows["SeaweedFS +30 ms"].append(_with_servers_cpu(lambda: _run_child(
+                "process", {"raw": url, "out": str(work / "out_s3_30"), "anonymous": True}, _env(proxy.endpoint)),
+                servers + [proxy.process.pid]))
             rows["floor"].append(_run_child("floor", {"run_dir": str(raw / "run_1")}, env))
             print(f"repeat {k + 1}/{repeats}: " + ", ".join(
                 f"{name} {r[-1].get('seconds', r[-1].get('decode_seconds')):.2f} s" for name, r in rows.items()),
@@ -309,7 +325,8 @@ def summarize(rows: dict, files: int, kills: list[dict]) -> dict:
     table = {}
     for name in ("local disk", "SeaweedFS", "SeaweedFS +30 ms"):
         m = median[name]
-        table[name] = {"seconds": m["seconds"], "cpu_s": m["cpu_s"], "mb_per_s": files / m["seconds"] / 1e6,
+        table[name] = {"seconds": m["seconds"], "cpu_s": m["cpu_s"], "server_cpu_s": m["server_cpu_s"],
+                       "mb_per_s": files / m["seconds"] / 1e6,
                        "fetched_over_files": m["fetched"] / files, "peak_mib": m["peak_mib"],
                        "vs_local_throughput": local["seconds"] / m["seconds"],
                        "vs_local_rss": m["peak_mib"] / local["peak_mib"]}
@@ -346,10 +363,12 @@ def projection(median: dict, files: int) -> dict:
 
 def print_report(report: dict, files: int, points: int) -> None:
     print(f"\none run, {points:,} volume points, {files / 1e6:.1f} MB of files; medians")
-    print("| mode | s | client CPU s | MB/s of files | fetched / file bytes | peak RSS MiB | throughput vs local | RSS vs local |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| mode | s | client CPU s | server CPU s | MB/s of files | fetched / file bytes | peak RSS MiB | "
+          "throughput vs local | RSS vs local |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, t in report["table"].items():
-        print(f"| {name} | {t['seconds']:.2f} | {t['cpu_s']:.1f} | {t['mb_per_s']:.1f} | {t['fetched_over_files']:.4f} | "
+        print(f"| {name} | {t['seconds']:.2f} | {t['cpu_s']:.1f} | {t['server_cpu_s']:.1f} | {t['mb_per_s']:.1f} | "
+              f"{t['fetched_over_files']:.4f} | "
               f"{t['peak_mib']:.0f} | {t['vs_local_throughput']:.2f} | {t['vs_local_rss']:.2f} |")
     b = report["block_reader"]
     print(f"\nblock readers inside processing: {b['block_reader_mb_per_s']:.0f} MB/s of encoded array bytes; "
@@ -397,7 +416,7 @@ def main(argv: list[str] | None = None) -> None:
         upload(raw, server.endpoint, BUCKET)
         for key, value in saved.items():
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
-        rows = measure(raw, args.work, server.endpoint, args.repeats)
+        rows = measure(raw, args.work, server, args.repeats)
         kills = kill_trials(args.work, server.endpoint, args.kill_trials)
     points = json.loads((args.work / "out_local" / "run_1.zarr" / "zarr.json").read_text())["attributes"]["counts"]["volume_points"]
     for runs in rows.values():

@@ -286,10 +286,10 @@ class PredictConfig:
 
 @dataclass(frozen=True)
 class ForcesConfig:
-    """``forces:`` how predict.py reports drag and lift (the conventions, directions and
-    references are the dataset profile's)."""
+    """``forces:`` how predict.py reports the force and moment coefficients (the conventions,
+    directions and references are the dataset profile's)."""
 
-    reference_area_per_run: bool  # a run's own reference area where it publishes one; else the profile's constant one
+    reference_area_per_run: bool  # a run's own references where it publishes them; else the constant ones
 
 
 @dataclass(frozen=True)

@@ -204,9 +204,9 @@ class ObjectInfo:
     last_modified: datetime | None
 
 
-def list_objects(url: str) -> dict[str, ObjectInfo]:
+def list_objects(url: str, *, anonymous: bool = False) -> dict[str, ObjectInfo]:
     """Every object under the URL prefix ``url`` (recursively), by key relative to it."""
-    store, key = bucket_and_key(url)
+    store, key = bucket_and_key(url, anonymous=anonymous)
     prefix = key.rstrip("/") + "/" if key else ""
     import obstore
 

@@ -174,8 +174,14 @@ def test_volume_cells_and_fallback_to_the_other_source(tiny_raw_dir: Path, tmp_p
     _, notes = process_run(run_dir, tmp_path / "fallback.zarr", PROCESS_OPTIONS)
     assert len(notes) == 1
     assert "volume_1.vtu: fields ['UMeanTrim'," in notes[0] and "using cells" in notes[0]
-    grid.cell_data.remove("nutMeanTrim")
+    nut = grid.cell_data.pop("nutMeanTrim")
     grid.save(run_dir / "volume_1.vtu")
+    message = (r"volume_1.vtu: no point or cell data nutMeanTrim \(has \['CpMeanTrim', .*\]\); "
+               r"set dataset.fields.volume.turbulent_viscosity to one of them")
+    with pytest.raises(RunError, match=message):
+        process_run(run_dir, tmp_path / "none.zarr", PROCESS_OPTIONS)
+    grid.point_data["nutMeanTrim"] = np.full(grid.n_points, float(nut.mean()), dtype=np.float32)
+    grid.save(run_dir / "volume_1.vtu")  # each field in one of the two, but neither has all three
     message = r"volume_1.vtu: fields \['UMeanTrim', .* not all of .* cells data either"
     with pytest.raises(RunError, match=message):
         process_run(run_dir, tmp_path / "none.zarr", PROCESS_OPTIONS)
@@ -187,7 +193,8 @@ def test_missing_surface_field_is_named(tiny_raw_dir: Path, tmp_path: Path) -> N
     mesh = pv.read(run_dir / "boundary_2.vtp")
     mesh.cell_data.remove("wallShearStressMeanTrim")
     mesh.save(run_dir / "boundary_2.vtp")
-    message = r"boundary_2.vtp: no cell data \['wallShearStressMeanTrim'\]"
+    message = (r"boundary_2.vtp: no cell data wallShearStressMeanTrim \(has \['CpMeanTrim', 'pMeanTrim', "
+               r"'pPrime2MeanTrim'\]\); set dataset.fields.surface.wall_shear_stress to one of them")
     with pytest.raises(RunError, match=message):
         process_run(run_dir, tmp_path / "run_2.zarr", PROCESS_OPTIONS)
 

@@ -298,34 +298,25 @@ def test_a_run_killed_during_its_download_is_fetched_again_and_no_finished_run_i
 
 @pytest.mark.parametrize("volume_source", ["cells", "points"])
 def test_openfoam_output_read_from_the_hub_equals_the_local_reading(volume_source, tmp_path, monkeypatch):
-    """foamToVTK's own files (inline base64, polyhedra with legacy faces: DrivAerML's form),
-    the volume in pieces on the Hub, processed as cell centres or points: as from local disk."""
-    import dataclasses
+    """foamToVTK's own files (inline base64, polyhedra with legacy faces: DrivAerML's form) and
+    forceCoeffs' coefficient.dat on the Hub, through the openfoam profile, processed as cell
+    centres or points: as from local disk, published coefficients included."""
+    from conftest import typed_config
 
     from domino_pipeline.inputs.process_options import ProcessOptions
-    profile = dataclasses.replace(
-        PROCESS_OPTIONS.dataset, files=dataclasses.replace(
-            PROCESS_OPTIONS.dataset.files, stl="body.stl", surface="boundary.vtp", volume="internal.vtu",
-            surface_areas=None),
-        fields=dataclasses.replace(PROCESS_OPTIONS.dataset.fields,
-                                   surface={"pressure": "p", "wall_shear_stress": "wallShearStress"},
-                                   volume={"velocity": "U", "pressure": "p", "turbulent_viscosity": "nut"}))
-    options = dataclasses.replace(PROCESS_OPTIONS, dataset=profile, surface_fields=dict(profile.fields.surface),
-                                  volume_fields=dict(profile.fields.volume), volume_source=volume_source)
-    assert isinstance(options, ProcessOptions)
-    published = tmp_path / "published"
-    for run in ("run_1", "run_2"):
-        shutil.copytree(ROOT / "tests" / "data" / "openfoam" / run, published / run, ignore=shutil.ignore_patterns("reference"))
-        volume = published / run / "internal.vtu"
-        split_into_pieces(volume, [volume.stat().st_size // 3, volume.stat().st_size // 2])
-    local = process_all(ROOT / "tests" / "data" / "openfoam", tmp_path / "local", options)
+    config = typed_config("dataset=openfoam", f"process.volume_source={volume_source}")
+    options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
+    fixture = ROOT / "tests" / "data" / "openfoam"
+    local = process_all(fixture, tmp_path / "local", options)
     assert _processed(local) == ["run_1", "run_2"]
     monkeypatch.delenv("HF_TOKEN", raising=False)
     with HubServer() as server:
-        server.add("owner/openfoam", published)
+        server.add("owner/openfoam", fixture)
         monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
         remote = process_all("hf://datasets/owner/openfoam", tmp_path / "remote", options, access=SMALL)
     assert _processed(remote) == ["run_1", "run_2"]
     for run in ("run_1", "run_2"):
         assert_same_run(tmp_path / "remote" / f"{run}.zarr", tmp_path / "local" / f"{run}.zarr")
+    published = zarr.open_group(str(tmp_path / "remote" / "run_1.zarr"), mode="r").attrs["published"]
+    assert published["own"]["cd"] > 0  # coefficient.dat fetched whole and read
     assert all(1.0 <= r.bytes / r.source_bytes <= 1.05 for r in remote)

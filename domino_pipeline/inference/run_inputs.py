@@ -7,9 +7,11 @@ mesh the surface rows are the cells of (where predictions are written), and what
 
 - a raw folder (its files found through the dataset profile): the boundary surface's cells, with
   its fields as truth; the volume VTU's points when asked; the published coefficients and
-  reference area (``dataset.coefficients``, ``dataset.references``) where the folder has them. The written VTP is the run's own, every array kept.
+  references (``dataset.coefficients``, ``dataset.references``) where the folder has them. The
+  written VTP is the run's own, every array kept.
 - a processed run (``<run>.zarr``, a local folder or an ``s3://``, ``gs://``, ``az://`` URL, read
-  through inputs/runs.py): its cell centres and fields; it keeps no cell connectivity, so the
+  through inputs/runs.py): its cell centres and fields, and the published coefficients and
+  references its attributes recorded from the raw folder; it keeps no cell connectivity, so the
   written "mesh" is a point cloud with one vertex cell per surface cell.
 - an STL alone: its triangles are the surface cells (centres, areas, normals from the winding,
   oriented the way the training data's normals point); nothing is true.
@@ -37,8 +39,8 @@ from domino_pipeline.inputs.drivaerml_reader import (
 )
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.processed_run import ProcessedRunError
-from domino_pipeline.inputs.published_forces import read_published
-from domino_pipeline.inputs.run_folder import run_files
+from domino_pipeline.inputs.published_forces import Published, read_published
+from domino_pipeline.inputs.run_folder import profile_field_hints, run_files
 from domino_pipeline.inputs.runs import load_run as load_run_arrays
 from domino_pipeline.inputs.runs import open_run, run_name
 from domino_pipeline.object_store import as_location, is_url, join, name_of
@@ -81,10 +83,10 @@ class PredictionRun:
     has_truth: bool
     divisors: dict[str, np.ndarray]            # per part: physical = non-dimensional * divisor
     cell_vector_areas: np.ndarray              # (Ns, 3) float64: area x unit normal, oriented as the data's normals
+    cell_centres: np.ndarray                   # (Ns, 3) float64: the cells' centres (OpenFOAM's face centres), for the moments
     true_surface: np.ndarray | None            # (Ns, C) float64 non-dimensional true fields, for the forces
     volume_mesh: pv.DataSet | None = None      # its points are the volume rows, in order
-    reference_area: float | None = None        # the run's own A_ref, when published
-    published: dict[str, float] | None = None  # {"cd", "cl"} over the run's own references, when published
+    published: Published | None = None         # the published coefficients and references, where known
     notes: list[str] = field(default_factory=list)
 
 
@@ -142,37 +144,31 @@ def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume
     files = run_files(run_dir, dataset, "all" if volume else "surface")
     variables = {part: dataset.variables(part) for part in ("surface", "volume")}
     fields = {part: getattr(dataset.fields, part) for part in ("surface", "volume")}
-    arrays = read_stl(files.stl) | read_surface(files.surface, variables["surface"])
+    with profile_field_hints(fields["surface"], "surface"):
+        arrays = read_stl(files.stl) | read_surface(files.surface, variables["surface"])
     physics = physics.for_car(arrays["stl_coordinates"])
     divisors = {part: physics.divisors(fields[part]) for part in ("surface", "volume")}
     true_surface = arrays["surface_fields"].astype(np.float64) / physics.divisors(fields["surface"], np.float64)
     arrays["surface_fields"] = arrays["surface_fields"] / divisors["surface"]
     arrays["global_params_values"] = arrays["global_params_reference"] = physics.global_params()
     mesh = _polydata(read_mesh(files.surface))
-    published = read_published(run_dir, files.index, dataset)
-    own = published.own_references
     run = PredictionRun(name=run_dir.name, kind="raw", arrays=arrays, surface_mesh=mesh, has_truth=True,
-                        divisors=divisors, cell_vector_areas=mesh_vector_areas(mesh), true_surface=true_surface,
-                        reference_area=own.area if own else None,
-                        published=_drag_and_lift(published.own) if own else None)
+                        divisors=divisors, cell_vector_areas=mesh_vector_areas(mesh),
+                        cell_centres=arrays["surface_mesh_centers"].astype(np.float64), true_surface=true_surface,
+                        published=read_published(run_dir, files.index, dataset))
     if volume:
-        volume_arrays, source, run.notes = read_volume(files.volume, variables["volume"], volume_source)
+        with profile_field_hints(fields["volume"], "volume"):
+            volume_arrays, source, run.notes = read_volume(files.volume, variables["volume"], volume_source)
         arrays["volume_mesh_centers"] = volume_arrays["volume_mesh_centers"]
         arrays["volume_fields"] = volume_arrays["volume_fields"] / divisors["volume"]
         run.volume_mesh = point_cloud(arrays["volume_mesh_centers"], "unstructured")
     return run
 
 
-def _drag_and_lift(coefficients: dict[str, float] | None) -> dict[str, float] | None:
-    """{"cd", "cl"} of published coefficients that have both, else None."""
-    if coefficients is None or not {"cd", "cl"} <= set(coefficients):
-        return None
-    return {name: coefficients[name] for name in ("cd", "cl")}
-
-
 def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
-    """A processed run (a folder or a URL): its arrays as stored; the surface "mesh" is a point
-    cloud of cell centres."""
+    """A processed run (a folder or a URL): its arrays as stored, and the published coefficients
+    and references it recorded (none for a run processed before they were recorded); the
+    surface "mesh" is a point cloud of cell centres."""
     opened = open_run(as_location(path))
     if opened.format != "processed":
         raise ProcessedRunError(f"{opened.path}: a {opened.format} run; predict.py reads the runs "
@@ -194,7 +190,9 @@ def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
     run = PredictionRun(name=run_name(opened.path), kind="processed", arrays=arrays,
                         surface_mesh=point_cloud(arrays["surface_mesh_centers"], "poly"), has_truth=True,
                         divisors=divisors, cell_vector_areas=vector_areas,
-                        true_surface=arrays["surface_fields"].astype(np.float64))
+                        cell_centres=arrays["surface_mesh_centers"].astype(np.float64),
+                        true_surface=arrays["surface_fields"].astype(np.float64),
+                        published=Published.from_attrs(attrs["published"]) if attrs.get("published") else None)
     if volume:
         run.volume_mesh = point_cloud(arrays["volume_mesh_centers"], "unstructured")
     return run
@@ -216,7 +214,8 @@ def load_stl(path: Path, dataset: DatasetConfig, physics: Physics, normals_out_o
     mesh = pv.PolyData(arrays["stl_coordinates"], np.column_stack([np.full(len(faces), 3), faces]).ravel())
     divisors = {part: physics.divisors(fields[part]) for part in ("surface", "volume")}
     return PredictionRun(name=path.stem, kind="stl", arrays=arrays, surface_mesh=mesh, has_truth=False,
-                         divisors=divisors, cell_vector_areas=vector_areas, true_surface=None)
+                         divisors=divisors, cell_vector_areas=vector_areas,
+                         cell_centres=arrays["stl_centers"].astype(np.float64), true_surface=None)
 
 
 def triangle_vector_areas(vertices: np.ndarray, faces: np.ndarray, *, out_of_body: bool) -> np.ndarray:

@@ -50,10 +50,10 @@ from domino_pipeline.inputs.processed_run import (
     open_processed_run,
     write_processed_run,
 )
-from domino_pipeline.inputs.raw_reading import LocalReading, RemoteAccess, RemoteReading, run_reading
 from domino_pipeline.inputs.fetch_progress import FetchBars
+from domino_pipeline.inputs.raw_reading import LocalReading, RemoteAccess, RemoteReading, run_reading
 from domino_pipeline.inputs.remote_runs import RemoteFile, RemoteRun, find_remote_runs, is_remote, remote_run_files
-from domino_pipeline.inputs.run_folder import RunFiles, find_runs, run_files
+from domino_pipeline.inputs.run_folder import RunFiles, find_runs, profile_field_hints, run_files
 from domino_pipeline.inputs.surface_stream import open_surface
 from domino_pipeline.inputs.volume_stream import open_volume
 from domino_pipeline.run_report import RunResult
@@ -77,9 +77,10 @@ def process_run(run_dir: str | os.PathLike | RemoteRun | RunFiles, out_path: str
 
     The volume is read and written ``block_rows`` rows at a time and the boundary surface
     ``surface_block`` cells at a time, so memory does not grow with them (the STL is read
-    whole). A RemoteRun (or its files, listed) is read from where it is published (raw_reading.py, ``access``; each
-    byte fetched told to ``progress``). Returns the written path and notes (such as a
-    volume-source fallback). Raises FileNotFoundError or RunError naming the file and the problem.
+    whole). A RemoteRun (or its files, listed) is read from where it is published
+    (raw_reading.py, ``access``; each byte fetched told to ``progress``). Returns the written
+    path and notes (such as a volume-source fallback). Raises FileNotFoundError or RunError
+    naming the file and the problem.
     """
     if isinstance(run_dir, RunFiles):
         files = run_dir
@@ -95,8 +96,12 @@ def _process_files(files: RunFiles, reading: LocalReading | RemoteReading, out_p
                    options: ProcessOptions, block_rows: int, surface_block: int) -> tuple[Path, list[str]]:
     """process_run's work on a run's ``files``, read through ``reading``."""
     def open_meshes():
-        return (open_surface(files.surface, options.surface_variables, reading.open(files.surface)),
-                open_volume(files.volume, options.volume_variables, options.volume_source, reading.open(files.volume)))
+        with profile_field_hints(options.surface_fields, "surface"):
+            surface = open_surface(files.surface, options.surface_variables, reading.open(files.surface))
+        with profile_field_hints(options.volume_fields, "volume"):
+            volume = open_volume(files.volume, options.volume_variables, options.volume_source,
+                                 reading.open(files.volume))
+        return surface, volume
 
     with reading.alongside(open_meshes) as meshes:  # a remote run's meshes are staged meanwhile
         stl, dropped = drop_zero_area(reading.stl_triangles(files.stl))
@@ -120,6 +125,7 @@ def _process_files(files: RunFiles, reading: LocalReading | RemoteReading, out_p
             "volume_points": volume.n_rows,
         },
         "sources": {kind: reading.record(p) for kind, p in files.sources().items()},
+        "published": reading.published(files, options.dataset).as_attrs(),
     }
     bounds = {"stl": _bounds(stl["stl_coordinates"])}
     surface_divisors = field_divisors(options.surface_fields, *refs)
@@ -199,14 +205,14 @@ def _process_one(run: Path | RunFiles, out_path: Path, options: ProcessOptions,
 
 def run_location(run: Path | RunFiles) -> str:
     """A run folder's path, or a remote run's URL."""
-    return str(run) if isinstance(run, (str, os.PathLike)) else str(run.stl).rsplit("/", 1)[0]
+    return str(run) if isinstance(run, (str, os.PathLike)) else str(run.folder)
 
 
 def remote_bytes_of(run: Path | RunFiles) -> int:
-    """The bytes of a remote run's files (0 for a local run)."""
+    """The bytes of a remote run's files read (meshes and published files; 0 for a local run)."""
     if isinstance(run, (str, os.PathLike)):
         return 0
-    return sum(f.size for f in run.sources().values() if isinstance(f, RemoteFile))
+    return sum(f.size for f in [*run.sources().values(), *run.published] if isinstance(f, RemoteFile))
 
 
 # ----------------------------------------------------------------------------- the batch

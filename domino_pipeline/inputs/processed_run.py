@@ -16,8 +16,9 @@ level 5 and byte shuffle; every chunk is written, fill-valued ones too (attribut
 ``all_chunks_written``), so a missing one is an error, not zeros. Group attributes: format,
 format_version, filename, stream_velocity,
 air_density (also as curator's physics_constants), reference_length (as configured; null: the
-car's length), nut_length_scale (the L used), counts, bounds, field column names and the source
-files.
+car's length), nut_length_scale (the L used), counts, bounds, field column names, the source
+files and ``published`` (the coefficients and references the run folder publishes,
+``published_forces.Published.as_attrs``).
 
     from domino_pipeline.inputs.processed_run import load_processed_run
     run = load_processed_run("outputs/demo/processed/run_1.zarr", ["surface_mesh_centers", "surface_fields"])

@@ -3,7 +3,8 @@ published (remote_runs.py), through the same block readers.
 
 A remote run is read into a hidden temporary folder beside its processed run (removed after it,
 and by ``remove_stale_temporaries`` after a killed one): the STL, small, fetched whole (VTK
-parses it from a file; it is removed once parsed); the boundary's and the volume's needed
+parses it from a file; it is removed once parsed) and the files of published coefficients and
+references, small, fetched whole; the boundary's and the volume's needed
 arrays decoded there by one sequential pass over each file (array_staging.py), never the files
 themselves, in a thread of their own while the STL is fetched and parsed (``alongside``). Every
 byte fetched is counted (``fetched``) and reported to ``progress``; each file's record (its URL,
@@ -30,7 +31,9 @@ import numpy as np
 
 from domino_pipeline.atomic_store import temporary_directory
 from domino_pipeline.inputs.concat_bytes import file_pieces
+from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.drivaerml_reader import RunError, read_stl_triangles
+from domino_pipeline.inputs.published_forces import Published, read_published
 from domino_pipeline.inputs.mesh_stream import open_rows
 from domino_pipeline.inputs.remote_bytes import CHUNK_BYTES, IN_FLIGHT, FetchCounter, RemoteBytes
 from domino_pipeline.inputs.remote_runs import RemoteFile
@@ -75,6 +78,10 @@ class LocalReading:
         """What the processed run records of the file: its name and size."""
         return {"name": path.name, "bytes": sum(p.stat().st_size for p in file_pieces(path))}
 
+    def published(self, files: RunFiles, profile: DatasetConfig) -> Published:
+        """What the run folder publishes (published_forces.read_published)."""
+        return read_published(Path(files.folder), files.index, profile)
+
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
         """``task``'s result, computed when asked for (local files need no head start)."""
@@ -116,6 +123,23 @@ class RemoteReading:
         """The VTU or VTP opened for reading by rows over ranged GETs (its header read); its
         arrays are staged when a block reader prepares them (mesh_stream.prepare_rows)."""
         return open_rows(file, self._stream(file))
+
+    def published(self, files: RunFiles, profile: DatasetConfig) -> Published:
+        """What the run publishes (published_forces.read_published), its files fetched whole into
+        the temporary folder first; errors name their URLs."""
+        folder = self.staging / "published"
+        for file in files.published:
+            (folder / file.name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / file.name).write_bytes(self._whole(file))
+        try:
+            return read_published(folder, files.index, profile)
+        except (ValueError, OSError) as err:
+            raise type(err)(str(err).replace(str(folder), str(files.folder))) from err
+
+    def _whole(self, file: RemoteFile) -> bytes:
+        """A small file's bytes, fetched whole (its checksum checked)."""
+        sweep = self._stream(file).sweep([(0, file.size)] if file.size else [], verify=self.access.verify)
+        return b"".join(bytes(data) for _, data in sweep)
 
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:

@@ -15,8 +15,10 @@ checked by size only). GCS and Azure ETags are opaque: sizes only.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from domino_pipeline.dataset_profile import DatasetConfig
@@ -24,7 +26,14 @@ from domino_pipeline.hub import HubFolder, is_hub, token_headers, tree
 from domino_pipeline.inputs.concat_bytes import pieces_among
 from domino_pipeline.inputs.processed_run import natural_key
 from domino_pipeline.inputs.run_folder import PROCESS_PARTS, RunFiles, resolve_name
-from domino_pipeline.object_store import anonymous_for, folder_contents, is_url, shared_store, split_url
+from domino_pipeline.object_store import (
+    anonymous_for,
+    folder_contents,
+    is_url,
+    list_objects,
+    shared_store,
+    split_url,
+)
 
 _MD5 = re.compile(r"[0-9a-f]{32}")
 
@@ -91,12 +100,16 @@ class RemoteRun:
     origin: Origin
 
 
-def _listing(url: str, anonymous: bool) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
-    """(the origin, the sub-folder names, the objects by name) directly under folder ``url``."""
+def _listing(url: str, anonymous: bool, recursive: bool = False) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
+    """(the origin, the sub-folder names, the objects by path from ``url``) under folder
+    ``url``: those directly in it, or every one (``recursive``; no folders then)."""
     if is_hub(url):
-        return _hub_listing(HubFolder.parse(url), anonymous)
+        return _hub_listing(HubFolder.parse(url), anonymous, recursive)
     root, prefix = split_url(url)
-    folders, infos = folder_contents(url, anonymous=anonymous)
+    if recursive:
+        folders, infos = [], list_objects(url, anonymous=anonymous)
+    else:
+        folders, infos = folder_contents(url, anonymous=anonymous)
     md5 = root.lower().startswith(("s3://", "s3a://"))
     base = f"{prefix.rstrip('/')}/" if prefix else ""
     objects = {name: RemoteObject(f"{url.rstrip('/')}/{name}", base + name, info.size,
@@ -111,14 +124,15 @@ def _md5_checksum(e_tag: str | None) -> str | None:
     return f"md5:{tag}" if _MD5.fullmatch(tag) else None
 
 
-def _hub_listing(folder: HubFolder, anonymous: bool) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
-    entries = tree(folder, anonymous=anonymous)
-    folders = [e["path"].rsplit("/", 1)[-1] for e in entries if e.get("type") == "directory"]
+def _hub_listing(folder: HubFolder, anonymous: bool, recursive: bool) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
+    entries = tree(folder, recursive=recursive, anonymous=anonymous)
+    inside = len(folder.path) + 1 if folder.path else 0
+    folders = [e["path"][inside:] for e in entries if e.get("type") == "directory" and not recursive]
     objects = {}
     for entry in entries:
         if entry.get("type") != "file":
             continue
-        name = entry["path"].rsplit("/", 1)[-1]
+        name = entry["path"][inside:]
         lfs = entry.get("lfs")
         checksum = f"sha256:{lfs['oid']}" if lfs else f"git-sha1:{entry['oid']}" if entry.get("oid") else None
         objects[name] = RemoteObject(folder.child(name).url, entry["path"], int(entry["size"]), checksum)
@@ -141,18 +155,20 @@ def find_remote_runs(raw_url: str, profile: DatasetConfig, anonymous: bool | Non
 
 def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all") -> RunFiles:
     """The run's files by the profile's patterns (run_folder.run_files, here among the run
-    folder's listed objects), each a RemoteFile; FileNotFoundError naming a missing one."""
+    folder's listed objects), each a RemoteFile, and the files of its published coefficients
+    and references (``published``); FileNotFoundError naming a missing mesh."""
     if parts not in PROCESS_PARTS:
         raise ValueError(f"process.parts must be one of {list(PROCESS_PARTS)}, not {parts!r}")
     index = profile.run_index(run.name)
     if index is None:
         raise ValueError(f"{run.url}: not a run folder of dataset {profile.name} "
                          f"(dataset.run_folders is {profile.run_folders})")
-    origin, _, objects = _listing(run.url, run.origin.anonymous)
+    origin, _, objects = _listing(run.url, run.origin.anonymous, recursive=True)
 
     def remote(pattern: str, key: str) -> RemoteFile:
-        name = resolve_name(objects, pattern, index, key, run.url)
-        pieces = pieces_among(name, objects, run.url)
+        names = objects if "/" in pattern else [n for n in objects if "/" not in n]  # as in the folder
+        name = resolve_name(names, pattern, index, key, run.url)
+        pieces = pieces_among(name, names, run.url)
         return RemoteFile(name, f"{run.url}/{name}", tuple(objects[p] for p in pieces), origin)
 
     files = profile.files
@@ -161,4 +177,16 @@ def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all")
         stl=remote(files.stl, "dataset.files.stl"),
         surface=remote(files.surface, "dataset.files.surface") if parts != "volume" else None,
         volume=remote(files.volume, "dataset.files.volume") if parts != "surface" else None,
+        folder=run.url,
+        published=tuple(RemoteFile(name, f"{run.url}/{name}", (objects[name],), origin)
+                        for name in published_names(objects, profile, index)),
     )
+
+
+def published_names(names: Collection[str], profile: DatasetConfig, index: str) -> list[str]:
+    """The paths among ``names`` (relative to a run folder) that the profile's published files
+    (``dataset.coefficients.own``, ``.constant``, ``dataset.references.file``) match."""
+    patterns = [p.replace("{index}", index) for p in (profile.coefficients.own, profile.coefficients.constant,
+                                                      profile.references.file) if p]
+    return sorted({name for name in names for pattern in patterns
+                   if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern.replace("**/", ""))})

@@ -9,12 +9,14 @@ from __future__ import annotations
 import fnmatch
 import glob
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.concat_bytes import present_among
+from domino_pipeline.inputs.drivaerml_reader import MissingFieldError
 from domino_pipeline.inputs.processed_run import natural_key
 
 PROCESS_PARTS = ("all", "surface", "volume")  # which of a run's meshes are read (the STL always is)
@@ -23,7 +25,9 @@ PROCESS_PARTS = ("all", "surface", "volume")  # which of a run's meshes are read
 @dataclass(frozen=True)
 class RunFiles:
     """The files of one run folder; ``volume`` (or ``surface``) is None when not read, and
-    ``surface_areas`` when the run publishes none."""
+    ``surface_areas`` when the run publishes none. ``folder``: the run folder (a remote run's
+    URL); ``published``: a remote run's files of published coefficients and references (a
+    local run's are found where they lie: published_forces.read_published)."""
 
     name: str
     index: str
@@ -31,6 +35,8 @@ class RunFiles:
     surface: Path | None
     volume: Path | None
     surface_areas: Path | None = None
+    folder: Path | str | None = None
+    published: tuple = ()
 
     def sources(self) -> dict[str, Path]:
         """The meshes read, by kind (stl, surface, volume)."""
@@ -103,5 +109,17 @@ def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunF
         stl=resolve(run_dir, files.stl, index, "dataset.files.stl"),
         surface=resolve(run_dir, files.surface, index, "dataset.files.surface") if parts != "volume" else None,
         volume=resolve(run_dir, files.volume, index, "dataset.files.volume") if parts != "surface" else None,
-        surface_areas=areas,
+        surface_areas=areas, folder=run_dir,
     )
+
+
+@contextmanager
+def profile_field_hints(fields: Mapping[str, str], part: str) -> Iterator[None]:
+    """Within: a file that lacks a field of ``part`` (MissingFieldError) is refused with the
+    profile key that names it, ``fields`` being the profile's role -> name of ``part``
+    (``...: no cell data pMean (has ['p', ...]); set dataset.fields.surface.pressure to one of them``)."""
+    try:
+        yield
+    except MissingFieldError as err:
+        keys = {name: f"dataset.fields.{part}.{role}" for role, name in fields.items()}
+        raise err.hinted(keys) from None
