@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from domino_pipeline.config_section import check_choice, check_type, from_section
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.example_keys import check_example_keys
-from domino_pipeline.run_selection import parse_selection
+from domino_pipeline.run_selection import check_spec
 
 MODEL_TYPES = ("surface", "volume", "combined")
 DEVICES = ("auto", "cpu", "cuda")
@@ -65,12 +65,12 @@ class DataConfig:
     processed_dir: str      # processed runs, or physicsnemo-curator output as it is
     allow_pickle: bool      # also read legacy .npy dict runs (restricted unpickler)
     allow_missing_chunks: bool  # accept Zarr runs lacking chunks (read as fill values) from writers that omit them on purpose
-    runs: list | str | None  # the runs taken (run_selection.py): null: all; [1, 2, "5-10"]
+    runs: list[int | str] | None  # process_data.py: run numbers, ranges "a-b", run names; None: all
     anonymous: bool | None  # remote raw_dir: unsigned requests (true), signed (false), null: unsigned where no credentials are set
     verify_checksums: bool  # remote raw_dir: hash every piece whose checksum the source publishes (all its bytes are then fetched)
 
     def __post_init__(self) -> None:
-        parse_selection(self.runs)
+        check_spec(self.runs)
 
 
 @dataclass(frozen=True)

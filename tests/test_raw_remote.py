@@ -31,7 +31,6 @@ from domino_pipeline.inputs.process_runs import fetch_summary, process_all
 from domino_pipeline.inputs.raw_reading import RemoteAccess
 from domino_pipeline.inputs.remote_runs import find_remote_runs, remote_run_files
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
-from domino_pipeline.run_selection import select_runs
 
 PREFIX = "drivaer/dataset"
 SMALL = RemoteAccess(chunk_bytes=1 << 16, in_flight=4)  # tiny files still take several GETs each
@@ -214,25 +213,6 @@ def test_remote_runs_are_listed_selected_and_missing_files_named(public_bucket, 
     with pytest.raises(FileNotFoundError, match=r"hf://datasets/owner/drivaerml/run_1/flow_1\.vtu: missing file "
                                                 r"\(dataset\.files\.volume\)"):
         remote_run_files(run, type(profile)(**{**profile.__dict__, "files": other}))
-
-
-@pytest.mark.parametrize("spec, expected", [
-    (None, ["run_1", "run_2", "run_5", "run_10"]),
-    ([1, "5-10"], ["run_1", "run_5", "run_10"]),
-    ("[2, 4-6]", ["run_2", "run_5"]),
-    ("1,10", ["run_1", "run_10"]),
-])
-def test_runs_are_selected_by_number_and_range(spec, expected):
-    assert select_runs(["run_1", "run_2", "run_5", "run_10"], spec) == expected
-
-
-def test_a_selection_naming_absent_runs_or_nonsense_is_refused():
-    with pytest.raises(ValueError, match=r"data.runs names runs \[3\], which are not among the 2 runs found"):
-        select_runs(["run_1", "run_2"], [1, 3])
-    with pytest.raises(ValueError, match=r"data.runs: 'a-b' is not a run number or a range like 5-10"):
-        select_runs(["run_1"], ["a-b"])
-    with pytest.raises(ValueError, match=r"data.runs: the range '9-2' runs backwards"):
-        select_runs(["run_1"], "9-2")
 
 
 def test_opening_an_inline_binary_file_reads_its_header_not_its_data(tmp_path):

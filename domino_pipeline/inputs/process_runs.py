@@ -268,7 +268,7 @@ def _run_pool(jobs: list[tuple[Path | RunFiles, Path]], options: ProcessOptions,
 
 
 def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, options: ProcessOptions, *,
-                num_processes: int = 1, overwrite: bool = False, runs: list | str | None = None,
+                num_processes: int = 1, overwrite: bool = False, runs: list | None = None,
                 access: RemoteAccess = RemoteAccess()) -> list[RunResult]:
     """Process the run folders of ``raw_dir`` (a local folder, or an object-store or Hub URL:
     remote_runs.py) into ``processed_dir``; return one result per run. ``runs`` selects some
@@ -299,12 +299,12 @@ def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, op
     return sorted(results, key=lambda r: natural_key(Path(r.name)))
 
 
-def _selected_runs(raw_dir: str | os.PathLike, options: ProcessOptions, runs: list | str | None,
+def _selected_runs(raw_dir: str | os.PathLike, options: ProcessOptions, runs: list | None,
                    access: RemoteAccess) -> list[Path | RemoteRun]:
     """The run folders of ``raw_dir`` (local or remote) that the selection ``runs`` takes."""
     found = (find_remote_runs(str(raw_dir), options.dataset, access.anonymous) if is_remote(raw_dir)
              else find_runs(raw_dir, options.dataset))
-    chosen = set(select_runs([run.name for run in found], runs))
+    chosen = set(select_runs([run.name for run in found], runs, None, source=str(raw_dir)))
     return [run for run in found if run.name in chosen]
 
 
