@@ -32,7 +32,7 @@ from domino_pipeline.inference.run_inputs import Physics, load_processed, load_r
 from domino_pipeline.inputs.drivaerml_reader import RunError
 from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.process_runs import process_all, process_run
-from domino_pipeline.inputs.processed_run import load_processed_run
+from domino_pipeline.inputs.runs import load_run
 from domino_pipeline.inputs.published_forces import read_published
 from domino_pipeline.inputs.run_folder import run_files
 
@@ -233,7 +233,7 @@ def test_processed_areas_normals_and_centres_are_openfoams_faces(processed: Path
     faces = [openfoam_face(mesh.points[ids]) for ids in polygons(mesh)]
     centres, vectors = (np.array(column) for column in zip(*faces))
     areas = np.linalg.norm(vectors, axis=1)
-    run = load_processed_run(processed / f"{name}.zarr", ["surface_areas", "surface_normals", "surface_mesh_centers"])
+    run = load_run(processed / f"{name}.zarr", ["surface_areas", "surface_normals", "surface_mesh_centers"])
     float32 = np.finfo(np.float32).eps
     np.testing.assert_allclose(run["surface_areas"], areas, rtol=float32, atol=0)
     np.testing.assert_allclose(run["surface_normals"], vectors / areas[:, None], rtol=0, atol=float32)
@@ -252,7 +252,7 @@ def test_volume_cell_centres_are_openfoams(processed: Path, name: str) -> None:
     reference = np.load(FIXTURE / name / "reference" / "cell_centers.npy")
     grid = pv.read(FIXTURE / name / "internal.vtu")
     size = np.cbrt(np.abs(grid.compute_cell_sizes(length=False, area=False, volume=True).cell_data["Volume"]))
-    centres = load_processed_run(processed / f"{name}.zarr", ["volume_mesh_centers"])["volume_mesh_centers"]
+    centres = load_run(processed / f"{name}.zarr", ["volume_mesh_centers"])["volume_mesh_centers"]
     assert centres.shape == reference.shape == (grid.n_cells, 3) and 42 in grid.celltypes
     assert (np.linalg.norm(centres - reference, axis=1) / size).max() < 1e-5
 
@@ -276,7 +276,7 @@ def test_reading_cell_centres_by_blocks_keeps_memory_flat_in_the_volume_size() -
 
 def test_the_profiles_boxes_hold_the_fixtures_bodies_and_a_smaller_box_is_reported(processed: Path) -> None:
     settings = settings_from_config(CONFIG.geometry, CONFIG.variables)
-    arrays = {name: load_processed_run(processed / f"{name}.zarr", ["stl_coordinates", "surface_mesh_centers",
+    arrays = {name: load_run(processed / f"{name}.zarr", ["stl_coordinates", "surface_mesh_centers",
                                                                     "surface_areas"]) for name in RUNS}
     assert [box_notes(arrays[name], settings) for name in RUNS] == [[], []]
     (low, high), (surface_low, surface_high) = settings.bounding_box_volume, settings.bounding_box_surface

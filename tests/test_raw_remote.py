@@ -17,7 +17,6 @@ import time
 import urllib.parse
 from pathlib import Path
 
-import numpy as np
 import pytest
 import zarr
 
@@ -211,7 +210,7 @@ def test_remote_runs_are_listed_selected_and_missing_files_named(public_bucket, 
     profile = PROCESS_OPTIONS.dataset
     other = type(profile.files)(**{**profile.files.__dict__, "volume": "flow_{index}.vtu"})
     with pytest.raises(FileNotFoundError, match=r"hf://datasets/owner/drivaerml/run_1/flow_1\.vtu: missing file "
-                                                r"\(dataset\.files\.volume\)"):
+                                                r"\(dataset\.files\.volume; process\.parts=surface leaves"):
         remote_run_files(run, type(profile)(**{**profile.__dict__, "files": other}))
 
 

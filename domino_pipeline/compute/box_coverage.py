@@ -37,13 +37,9 @@ def vertices_outside(vertices: np.ndarray, box) -> int:
     return int(len(vertices) - np.all((vertices >= lo) & (vertices <= hi), axis=1).sum())
 
 
-def box_notes(arrays: Mapping[str, np.ndarray], settings: PreprocessSettings) -> list[str]:
-    """Notes on the boxes of a run (its STL and surface arrays): the share of the boundary cells
-    (and of their area) each box leaves out, and the share of the STL's vertices outside each
-    box; nothing for a box that holds the whole body."""
-    centres, areas = arrays["surface_mesh_centers"], arrays["surface_areas"]
+def _cell_notes(centres: np.ndarray, areas: np.ndarray, settings: PreprocessSettings) -> list[str]:
+    """The share of the boundary cells (and of their area) each box leaves out."""
     total = float(np.asarray(areas, dtype=np.float64).sum())
-    vertices = arrays["stl_coordinates"]
     notes = []
     for box, cells in ((settings.bounding_box_volume, "the volume box drops {} of the boundary cells ({} of the area)"),
                        (settings.bounding_box_surface, "{} of the boundary cells ({} of the area) lie outside the "
@@ -51,6 +47,17 @@ def box_notes(arrays: Mapping[str, np.ndarray], settings: PreprocessSettings) ->
         count, area = cells_outside(centres, areas, box)
         if count:
             notes.append(cells.format(_percent(count, len(centres)), _percent(area, total)))
+    return notes
+
+
+def box_notes(arrays: Mapping[str, np.ndarray], settings: PreprocessSettings) -> list[str]:
+    """Notes on the boxes of a run (its STL and surface arrays): the share of the boundary cells
+    (and of their area) each box leaves out, and the share of the STL's vertices outside each
+    box; nothing for a box that holds the whole body."""
+    vertices = arrays["stl_coordinates"]
+    notes = []
+    if "surface_mesh_centers" in arrays:  # a run of the volume part alone has no boundary cells
+        notes += _cell_notes(arrays["surface_mesh_centers"], arrays["surface_areas"], settings)
     for box, name in ((settings.bounding_box_volume, "volume"), (settings.bounding_box_surface, "surface")):
         outside = vertices_outside(vertices, box)
         if outside:

@@ -21,11 +21,12 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from domino_pipeline.config import PROCESS_PARTS, check_choice
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.hub import HubFolder, is_hub, token_headers, tree
 from domino_pipeline.inputs.concat_bytes import pieces_among
 from domino_pipeline.inputs.processed_run import natural_key
-from domino_pipeline.inputs.run_folder import PROCESS_PARTS, RunFiles, resolve_name
+from domino_pipeline.inputs.run_folder import RunFiles, resolve_name
 from domino_pipeline.object_store import (
     anonymous_for,
     folder_contents,
@@ -157,8 +158,7 @@ def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all")
     """The run's files by the profile's patterns (run_folder.run_files, here among the run
     folder's listed objects), each a RemoteFile, and the files of its published coefficients
     and references (``published``); FileNotFoundError naming a missing mesh."""
-    if parts not in PROCESS_PARTS:
-        raise ValueError(f"process.parts must be one of {list(PROCESS_PARTS)}, not {parts!r}")
+    check_choice("process.parts", parts, PROCESS_PARTS)
     index = profile.run_index(run.name)
     if index is None:
         raise ValueError(f"{run.url}: not a run folder of dataset {profile.name} "

@@ -14,12 +14,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from domino_pipeline.config import PROCESS_PARTS, check_choice
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.concat_bytes import present_among
 from domino_pipeline.inputs.drivaerml_reader import MissingFieldError
 from domino_pipeline.inputs.processed_run import natural_key
 
-PROCESS_PARTS = ("all", "surface", "volume")  # which of a run's meshes are read (the STL always is)
+# What the error for a missing mesh adds: the setting that leaves it out
+LEAVE_OUT = {"dataset.files.volume": "process.parts=surface leaves the volume out",
+             "dataset.files.surface": "process.parts=volume leaves the surface out"}
 
 
 @dataclass(frozen=True)
@@ -82,12 +85,19 @@ def resolve_name(names: Collection[str], pattern: str, index: str, key: str, fol
     name = pattern.replace("{index}", index)
     if not glob.has_magic(name):
         if not present_among(name, names):
-            raise FileNotFoundError(f"{folder}/{name}: missing file ({key})")
+            raise FileNotFoundError(f"{folder}/{name}: missing file ({_described(key)})")
         return name
     matches = sorted(fnmatch.filter(names, name))
-    if len(matches) != 1:
-        raise FileNotFoundError(f"{folder}/{name}: expected one file matching {key}, found {matches or 'none'}")
+    if not matches:
+        raise FileNotFoundError(f"{folder}/{name}: no file matches ({_described(key)})")
+    if len(matches) > 1:
+        raise FileNotFoundError(f"{folder}/{name}: expected one file matching {key}, found {matches}")
     return matches[0]
+
+
+def _described(key: str) -> str:
+    """The profile key of a missing file, with the setting that leaves that mesh out."""
+    return f"{key}; {LEAVE_OUT[key]}" if key in LEAVE_OUT else key
 
 
 def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunFiles:
@@ -96,8 +106,7 @@ def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunF
     ``parts`` (PROCESS_PARTS): "surface" or "volume" leaves the other mesh out (its file need not
     exist). A volume published as ``<name>.00.part``, ``.01.part``, ... (or ``.part1``, ...) is found
     by its whole name, which the streaming reader opens piece by piece."""
-    if parts not in PROCESS_PARTS:
-        raise ValueError(f"process.parts must be one of {list(PROCESS_PARTS)}, not {parts!r}")
+    check_choice("process.parts", parts, PROCESS_PARTS)
     index = run_index(run_dir, profile)
     files = profile.files
     areas = None

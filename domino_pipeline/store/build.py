@@ -25,13 +25,15 @@ from domino_pipeline.compute.scaling import (
     save_scaling_factors,
 )
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.inputs.processed_run import ARRAY_NAMES, check_values
+from domino_pipeline.config import parts_setting
+from domino_pipeline.inputs.processed_run import arrays_for, check_values
 from domino_pipeline.inputs.runs import (
     DEFAULT_OPTIONS,
     NamedArray,
     ReadOptions,
     load_run,
     open_run,
+    require_parts,
     run_format,
     run_name,
 )
@@ -54,20 +56,21 @@ FACTORS_FILE = "scaling_factors.json"
 
 def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, source: dict,
               options: ReadOptions = DEFAULT_OPTIONS) -> tuple[Path, str, list[str]]:
-    """Write the next generation of the processed run's cache run; return its path, the run's
-    form and notes on what the boxes leave out of it (``box_coverage.box_notes``). The STL and
-    the surface are held in memory, the volume is read and written a block at a time (lazily
-    where the run's form allows it)."""
+    """Write the next generation of the processed run's cache run, of the parts
+    ``settings.parts`` names; return its path, the run's form and notes on what the boxes leave
+    out of it (``box_coverage.box_notes``). The STL and the surface are held in memory, the
+    volume is read and written a block at a time (lazily where the run's form allows it); a part
+    left out is never read."""
     name = run_name(processed_path)
     opened = open_run(processed_path, options)
-    arrays = load_run(processed_path, [n for n in ARRAY_NAMES if n not in VOLUME_ARRAYS],
-                      options=options, opened=opened)
-    volume = {n: NamedArray(opened, n) for n in VOLUME_ARRAYS if n in opened.arrays}
-    missing = [n for n in VOLUME_ARRAYS if n not in volume]
+    require_parts(opened, settings.parts, f"a cache of process.parts={parts_setting(settings.parts)}")
+    wanted = [n for n in arrays_for(settings.parts) if n not in VOLUME_ARRAYS]
+    arrays = load_run(processed_path, wanted, options=options, opened=opened)
+    missing = [n for n in VOLUME_ARRAYS if "volume" in settings.parts and n not in opened.arrays]
     if missing:
         raise ValueError(f"{processed_path}: missing arrays {missing} ({opened.format})")
-    statistics = run_statistics({"surface_fields": arrays["surface_fields"], **volume},
-                                source=str(processed_path))
+    volume = {n: NamedArray(opened, n) for n in VOLUME_ARRAYS if "volume" in settings.parts}
+    statistics = run_statistics({**arrays, **volume}, parts=settings.parts, source=str(processed_path))
     notes = box_notes(arrays, settings)
     plan = plan_run(arrays, volume, settings, source=str(processed_path),
                     scratch_dir=run_folder(cache_dir, name),
@@ -76,8 +79,8 @@ def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
     attrs = {"settings": settings.fingerprinted(), "settings_fingerprint": settings.fingerprint(),
              "source": source, "fingerprint": run_fingerprint(settings.fingerprint(), source["fingerprint"]),
              "counts": plan.counts, "scalars": plan.scalars | {"field_statistics": statistics}}
-    with RunWriter(cache_dir, name, plan.shapes, attrs,
-                   neighbor_layout=settings.neighbor_layout) as writer:
+    with RunWriter(cache_dir, name, plan.shapes, attrs, neighbor_layout=settings.neighbor_layout,
+                   parts=settings.parts) as writer:
         for array, start, rows in plan.pieces:
             writer.write_rows(array, start, rows)
     return writer.path, opened.format, notes
@@ -153,6 +156,7 @@ def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: Pre
     """Write ``<cache_dir>/scaling_factors.json`` from the target statistics the builds of the
     training runs recorded; return its manifest record (file, SHA-256, runs, variables)."""
     variables = {"surface": settings.surface_variables, "volume": settings.volume_variables}
+    variables = {part: variables[part] for part in settings.parts}
     statistics = [CacheRun(current_generation(run_folder(cache_dir, run_name(p)))).attrs["scalars"]
                   ["field_statistics"] for p in train_runs]
     factors = merge_statistics(statistics, [run_name(p) for p in train_runs],
