@@ -195,6 +195,14 @@ def test_a_changed_byte_in_a_piece_is_named(hub, public_bucket, unsigned, tmp_pa
     assert f"s3://{public_bucket}/{PREFIX}/run_2/drivaer_2.stl: its MD5 is " in result.message
 
 
+def test_an_etag_is_a_checksum_only_when_it_is_a_plain_md5():
+    from domino_pipeline.inputs.remote_runs import _md5_checksum
+
+    assert _md5_checksum('"174ac9a4f023a557a68ab0417355970e"') == "md5:174ac9a4f023a557a68ab0417355970e"
+    assert _md5_checksum('"67697355489d2004c75eb412929cb432-19"') is None  # a multipart upload's
+    assert _md5_checksum(None) is None and _md5_checksum('"0x8DC1"') is None
+
+
 def test_remote_runs_are_listed_selected_and_missing_files_named(public_bucket, unsigned, hub):
     for url in (f"s3://{public_bucket}/{PREFIX}", "hf://datasets/owner/drivaerml"):
         runs = find_remote_runs(url, PROCESS_OPTIONS.dataset, anonymous=None)
@@ -299,3 +307,36 @@ def test_openfoam_output_read_from_the_hub_equals_the_local_reading(volume_sourc
     published = zarr.open_group(str(tmp_path / "remote" / "run_1.zarr"), mode="r").attrs["published"]
     assert published["own"]["cd"] > 0  # coefficient.dat fetched whole and read
     assert all(1.0 <= r.bytes / r.source_bytes <= 1.05 for r in remote)
+
+
+def test_hub_urls_name_a_folder_at_a_revision(monkeypatch):
+    from domino_pipeline.hub import HubFolder
+
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    folder = HubFolder.parse("hf://datasets/neashton/drivaerml@refs%2Fpr%2F3/run_1")
+    assert (folder.repo_type, folder.repo_id, folder.revision, folder.path) == (
+        "datasets", "neashton/drivaerml", "refs/pr/3", "run_1")
+    assert folder.url == "hf://datasets/neashton/drivaerml@refs%2Fpr%2F3/run_1"
+    assert folder.tree_url == "http://127.0.0.1:9/api/datasets/neashton/drivaerml/tree/refs%2Fpr%2F3/run_1"
+    assert folder.resolve_base == "http://127.0.0.1:9/datasets/neashton/drivaerml/resolve/refs%2Fpr%2F3"
+    assert HubFolder.parse("hf://datasets/o/n").child("run_2").url == "hf://datasets/o/n/run_2"
+    with pytest.raises(ValueError, match=r"hf://datasets/only: expected hf://datasets/<owner>/<name>"):
+        HubFolder.parse("hf://datasets/only")
+
+
+def test_fetch_bars_follow_each_run_from_its_start_to_its_end():
+    from domino_pipeline.inputs.fetch_progress import FetchBars
+
+    bars = FetchBars(enabled=True)
+    bars.take(("run_1", 1000, 0))
+    bars.take(("run_2", 500, 0))
+    bars.take(("run_1", None, 400))
+    bars.take(("run_1", None, 600))
+    assert bars.bars["run_1"].n == 1000 and bars.bars["run_1"].total == 1000
+    assert sorted(bars.positions.values()) == [1, 2]
+    bars.take(("run_1", -1, 0))
+    bars.take(("run_3", 10, 0))  # takes the position run_1 left
+    assert sorted(bars.bars) == ["run_2", "run_3"] and bars.positions["run_3"] == 1
+    for name in list(bars.bars):
+        bars.take((name, -1, 0))
+    assert not bars.bars
