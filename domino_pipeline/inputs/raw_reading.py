@@ -30,17 +30,18 @@ from typing import TypeVar
 import numpy as np
 
 from domino_pipeline.atomic_store import temporary_directory
-from domino_pipeline.inputs.concat_bytes import file_pieces
 from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.inputs.concat_bytes import file_pieces
 from domino_pipeline.inputs.drivaerml_reader import RunError, read_stl_triangles
-from domino_pipeline.inputs.published_forces import Published, read_published
 from domino_pipeline.inputs.mesh_stream import open_rows
+from domino_pipeline.inputs.published_forces import Published, read_published
 from domino_pipeline.inputs.remote_bytes import CHUNK_BYTES, IN_FLIGHT, FetchCounter, RemoteBytes
 from domino_pipeline.inputs.remote_runs import RemoteFile
 from domino_pipeline.inputs.run_folder import RunFiles
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 
 T = TypeVar("T")
+HUB_CHUNK_BYTES, HUB_IN_FLIGHT = 32 << 20, 4  # the Hub's sweeps: fewer, larger GETs
 
 
 @dataclass(frozen=True)
@@ -48,17 +49,24 @@ class RemoteAccess:
     """How remote raw files are read: ``anonymous`` (unsigned requests; None: where the
     environment holds no credentials), ``verify`` (hash every piece whose checksum its source
     publishes; False: fetch only the bytes the readers need, sizes checked), and the sweeps'
-    read-ahead (GETs of ``chunk_bytes``, ``in_flight`` at once)."""
+    read-ahead (GETs of ``chunk_bytes``, ``in_flight`` at once; None: the origin's default,
+    ``read_ahead``)."""
 
     anonymous: bool | None = None
     verify: bool = True
-    chunk_bytes: int = CHUNK_BYTES
-    in_flight: int = IN_FLIGHT
+    chunk_bytes: int | None = None
+    in_flight: int | None = None
 
     def __post_init__(self) -> None:
-        if self.chunk_bytes < 1 or self.in_flight < 1:
+        if min(self.chunk_bytes or 1, self.in_flight or 1) < 1:
             raise ValueError(f"remote reads need chunk_bytes and in_flight of at least 1, not "
                              f"{self.chunk_bytes} and {self.in_flight}")
+
+    def read_ahead(self, hub: bool) -> tuple[int, int]:
+        """(bytes per GET, GETs at once) of a sweep: as set, else 8 MiB x 8 from a bucket and
+        32 MiB x 4 from the Hub (fewer requests against its rate limits)."""
+        chunk, in_flight = (HUB_CHUNK_BYTES, HUB_IN_FLIGHT) if hub else (CHUNK_BYTES, IN_FLIGHT)
+        return self.chunk_bytes or chunk, self.in_flight or in_flight
 
 
 class LocalReading:
@@ -101,9 +109,9 @@ class RemoteReading:
         return self.counter.bytes
 
     def _stream(self, file: RemoteFile) -> RemoteBytes:
+        chunk_bytes, in_flight = self.access.read_ahead(file.origin.hub)
         return RemoteBytes(file, self.counter, staging=self.staging / file.name.replace(os.sep, "_"),
-                           verify=self.access.verify, chunk_bytes=self.access.chunk_bytes,
-                           in_flight=self.access.in_flight)
+                           verify=self.access.verify, chunk_bytes=chunk_bytes, in_flight=in_flight)
 
     def stl_triangles(self, file: RemoteFile) -> dict[str, np.ndarray]:
         """The STL's triangles, the file fetched whole into the temporary folder first (its
