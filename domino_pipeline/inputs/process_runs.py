@@ -43,6 +43,7 @@ from domino_pipeline.inputs.drivaerml_reader import (
     drop_zero_area,
     stl_defects,
 )
+from domino_pipeline.inputs.fetch_progress import FetchBars
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.processed_run import (
@@ -52,7 +53,6 @@ from domino_pipeline.inputs.processed_run import (
     processed_in_memory,
     write_processed_run,
 )
-from domino_pipeline.inputs.fetch_progress import FetchBars
 from domino_pipeline.inputs.raw_reading import LocalReading, RemoteAccess, RemoteReading, run_reading
 from domino_pipeline.inputs.remote_runs import RemoteFile, RemoteRun, find_remote_runs, is_remote, remote_run_files
 from domino_pipeline.inputs.run_folder import RunFiles, find_runs, profile_field_hints, run_files
