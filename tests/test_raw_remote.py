@@ -147,8 +147,8 @@ def test_a_private_bucket_refuses_unsigned_reads_in_one_line(s3_server, unsigned
 def test_runs_read_from_the_hub_equal_the_local_ones(hub, tiny_processed_dir, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     hub.requests.clear()
-    results = process_all("hf://datasets/owner/drivaerml", tmp_path, PROCESS_OPTIONS, access=SMALL)
-    assert _processed(results) == ["run_1", "run_2"]
+    results = process_all("hf://datasets/owner/drivaerml", tmp_path, PROCESS_OPTIONS, access=SMALL, num_processes=2)
+    assert _processed(results) == ["run_1", "run_2"]  # two worker processes, their bytes on the parent's bars
     for name in ("run_1", "run_2"):
         assert_same_run(tmp_path / f"{name}.zarr", tiny_processed_dir / f"{name}.zarr")
     assert all(1.0 <= r.bytes / r.source_bytes <= 1.05 for r in results)
@@ -283,15 +283,15 @@ def test_a_run_killed_during_its_download_is_fetched_again_and_no_finished_run_i
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".locks")) == ["run_1.zarr", "run_2.zarr"]
 
 
-@pytest.mark.parametrize("volume_source", ["cells", "points"])
-def test_openfoam_output_read_from_the_hub_equals_the_local_reading(volume_source, tmp_path, monkeypatch):
+def test_openfoam_output_read_from_the_hub_equals_the_local_reading(tmp_path, monkeypatch):
     """foamToVTK's own files (inline base64, polyhedra with legacy faces: DrivAerML's form) and
     forceCoeffs' coefficient.dat on the Hub, through the openfoam profile, processed as cell
-    centres or points: as from local disk, published coefficients included."""
+    centres (connectivity, types and faces staged): as from local disk, published coefficients
+    included."""
     from conftest import typed_config
 
     from domino_pipeline.inputs.process_options import ProcessOptions
-    config = typed_config("dataset=openfoam", f"process.volume_source={volume_source}")
+    config = typed_config("dataset=openfoam", "process.volume_source=cells")
     options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
     fixture = ROOT / "tests" / "data" / "openfoam"
     local = process_all(fixture, tmp_path / "local", options)
