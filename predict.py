@@ -101,8 +101,9 @@ def main(config: PipelineConfig) -> None:
     csv_path = write_csv(records, columns, out_dir / "predictions.csv")
     print_table(records, columns)
     stream = forces.free_stream
-    print(f"drag/lift: reference area a_ref (m^2), free stream {stream.velocity} m/s, "
-          f"{'kinematic fields' if stream.kinematic else f'density {stream.density} kg/m^3'}, normals "
+    fields = ("coefficient fields (dynamic pressure 1)" if forces.fields_are_coefficients else
+              "kinematic fields" if stream.kinematic else f"density {stream.density} kg/m^3")
+    print(f"drag/lift: reference area a_ref (m^2), free stream {stream.velocity} m/s, {fields}, normals "
           f"{forces.convention.normals}, wall shear {forces.convention.wall_shear}; table: {csv_path}")
     if any(r.get("cd_true", 1.0) < 0 for r in records):
         print("warning: a true drag coefficient is negative: check dataset.flow.normals and dataset.flow.wall_shear",

@@ -16,11 +16,15 @@ reference. DrivAerML's pressure and wall shear are kinematic (divided by the den
 there F is a force per density and rho_inf is 1, so neither density enters its coefficients.
 
 Data sets state their normals and shear the other way round, which ``ForceConvention`` records:
-DrivAerML's boundary VTPs are OpenFOAM boundary output, whose face normals point out of the fluid
-domain, i.e. into the car, and whose ``wallShearStress`` is the stress on the fluid; there
-``F = sum (p n - tau) A``, the formula of physicsnemo's DoMINO example (test.py) and of
-``physicsnemo.metrics.cae.cfd.compute_force_coefficients``. The synthetic runs of
-synthetic_data.py have normals out of the car and the shear on the car.
+DrivAerML's and AhmedML's boundary VTPs are OpenFOAM boundary output, whose face normals point out
+of the fluid domain, i.e. into the car, and whose ``wallShearStress`` is the stress on the fluid;
+there ``F = sum (p n - tau) A``, the formula of physicsnemo's DoMINO example (test.py) and of
+``physicsnemo.metrics.cae.cfd.compute_force_coefficients``. synthetic_data.py writes each
+dataset's own convention.
+
+A dataset whose surface fields are already coefficients (WindsorML's pressure and skin friction
+coefficients, the roles ``pressure_coefficient`` and ``skin_friction_coefficient``) integrates
+them the same way with a dynamic pressure of 1: ``C = sum (-cp n + cf) A . e / A_ref``.
 
 A_ref: DrivAerML publishes each variant's frontal area (``geo_ref_<i>.csv``, aRef) and its force
 coefficients with it (``force_mom_<i>.csv``); predict.py takes a run's aRef when the run folder
@@ -37,6 +41,7 @@ import numpy as np
 from domino_pipeline.config import ForcesConfig, check_choice
 from domino_pipeline.dataset_profile import NORMALS, WALL_SHEAR, DatasetConfig
 from domino_pipeline.inputs.cell_geometry import polygon_vector_areas
+from domino_pipeline.variables import VARIABLE_WIDTH
 
 
 @dataclass(frozen=True)
@@ -132,11 +137,17 @@ def _unit(direction: Sequence[float]) -> np.ndarray:
     return vector / np.linalg.norm(vector)
 
 
+# The surface roles integrated into forces: physical stresses, or coefficients (q = 1)
+STRESS_ROLES = ("pressure", "wall_shear_stress")
+COEFFICIENT_ROLES = ("pressure_coefficient", "skin_friction_coefficient")
+
+
 @dataclass(frozen=True)
 class ForceSettings:
     """How predict.py integrates drag and lift: the dataset profile's flow (conventions, free
     stream, directions), which surface variables are the pressure and the wall shear (the fields
-    playing those roles), the constant reference area, and whether a run's own one is preferred."""
+    playing those roles; or the pressure and skin friction coefficients, ``fields_are_coefficients``),
+    the constant reference area, and whether a run's own one is preferred."""
 
     reference_area: float
     convention: ForceConvention
@@ -146,26 +157,37 @@ class ForceSettings:
     reference_area_per_run: bool = True  # a run's own reference area, where it has one
     drag_direction: tuple[float, float, float] = (1.0, 0.0, 0.0)
     lift_direction: tuple[float, float, float] = (0.0, 0.0, 1.0)
+    fields_are_coefficients: bool = False  # pressure and wall shear are cp and cf: the dynamic pressure is 1
 
     @classmethod
     def from_config(cls, forces: ForcesConfig, dataset: DatasetConfig) -> ForceSettings:
-        """The settings of the ``forces`` section and the ``dataset`` profile. A profile whose flow
-        speed comes from each run's files (``dataset.flow.velocity: null``) takes 1 m/s until a run
-        gives its own."""
+        """The settings of the ``forces`` section and the ``dataset`` profile: its surface fields
+        playing the roles pressure and wall_shear_stress, or else pressure_coefficient and
+        skin_friction_coefficient. A profile whose flow speed comes from each run's files
+        (``dataset.flow.velocity: null``) takes 1 m/s until a run gives its own."""
         flow = dataset.flow
         free_stream = FreeStream(velocity=flow.velocity or 1.0, density=flow.density, kinematic=flow.kinematic)
+        coefficients = not all(dataset.has_field("surface", role) for role in STRESS_ROLES) and all(
+            dataset.has_field("surface", role) for role in COEFFICIENT_ROLES)
+        pressure, shear = COEFFICIENT_ROLES if coefficients else STRESS_ROLES
         return cls(reference_area=dataset.references.area, reference_area_per_run=forces.reference_area_per_run,
                    convention=ForceConvention(normals=flow.normals, wall_shear=flow.wall_shear),
-                   free_stream=free_stream, pressure=dataset.field("surface", "pressure"),
-                   wall_shear_stress=dataset.field("surface", "wall_shear_stress"),
+                   free_stream=free_stream, pressure=dataset.field("surface", pressure),
+                   wall_shear_stress=dataset.field("surface", shear), fields_are_coefficients=coefficients,
                    drag_direction=tuple(flow.drag_direction), lift_direction=tuple(flow.lift_direction))
+
+    @property
+    def dynamic_pressure(self) -> float:
+        """What the integrated force is divided by besides A_ref: 0.5 rho U^2 in the fields'
+        units, or 1 for coefficient fields."""
+        return 1.0 if self.fields_are_coefficients else self.free_stream.dynamic_pressure
 
     def columns(self, variables: dict[str, str]) -> tuple[int, slice]:
         """The column of the pressure and the columns of the wall shear in the surface fields."""
         starts, start = {}, 0
         for name, kind in variables.items():
             starts[name] = (start, kind)
-            start += 1 if kind == "scalar" else 3
+            start += VARIABLE_WIDTH[kind]
         for name, kind in ((self.pressure, "scalar"), (self.wall_shear_stress, "vector")):
             if starts.get(name, (0, None))[1] != kind:
                 raise ValueError(f"forces: {name!r} must be a {kind} surface variable; the surface variables are "
@@ -183,6 +205,6 @@ class ForceSettings:
         with these vector areas and areas."""
         pressure, shear = self.columns(variables)
         return force_coefficients(fields[:, pressure], fields[:, shear], vector_areas, areas,
-                                  reference_area=reference_area, dynamic_pressure=self.free_stream.dynamic_pressure,
+                                  reference_area=reference_area, dynamic_pressure=self.dynamic_pressure,
                                   convention=self.convention, drag_direction=self.drag_direction,
                                   lift_direction=self.lift_direction)

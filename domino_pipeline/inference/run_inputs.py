@@ -5,9 +5,12 @@ Each becomes a ``PredictionRun``: the arrays in the processed-run layout (stl_*,
 volume_* when asked, global_params_*; fields non-dimensional, as process_data.py stores them), the
 mesh the surface rows are the cells of (where predictions are written), and what is true:
 
-- a raw folder (its files found through the dataset profile): the boundary surface's cells, with
-  its fields as truth; the volume VTU's points when asked; the published coefficients and
-  reference area (``dataset.coefficients``, ``dataset.references``) where the folder has them. The written VTP is the run's own, every array kept.
+- a raw folder (its files found through the dataset profile): the boundary surface's rows (cells
+  or points, ``dataset.surface_rows``), with its fields as truth; the volume's rows when asked
+  (read by blocks, its pieces too); the published coefficients and reference area
+  (``dataset.coefficients``, ``dataset.references``) where the folder has them: over the run's
+  own references where it publishes them, else over the constant ones. The written VTP is the
+  run's own surface (a surface VTU as the same PolyData), every array kept.
 - a processed run (``<run>.zarr``, a local folder or an ``s3://``, ``gs://``, ``az://`` URL, read
   through inputs/runs.py): its cell centres and fields; it keeps no cell connectivity, so the
   written "mesh" is a point cloud with one vertex cell per surface cell.
@@ -30,17 +33,20 @@ import pyvista as pv
 from domino_pipeline.inference.forces import mesh_vector_areas
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.drivaerml_reader import (
+    SurfaceRows,
     read_mesh,
     read_stl,
     read_surface,
-    read_volume,
 )
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.processed_run import ProcessedRunError
-from domino_pipeline.inputs.published_forces import read_published
+from domino_pipeline.inputs.published_forces import Published, read_published
 from domino_pipeline.inputs.run_folder import run_files
 from domino_pipeline.inputs.runs import load_run as load_run_arrays
 from domino_pipeline.inputs.runs import open_run, run_name
+from domino_pipeline.inputs.volume_stream import open_volume
+
+VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read at a time
 from domino_pipeline.object_store import as_location, is_url, join, name_of
 
 KINDS = ("raw", "processed", "stl")
@@ -83,9 +89,10 @@ class PredictionRun:
     cell_vector_areas: np.ndarray              # (Ns, 3) float64: area x unit normal, oriented as the data's normals
     true_surface: np.ndarray | None            # (Ns, C) float64 non-dimensional true fields, for the forces
     volume_mesh: pv.DataSet | None = None      # its points are the volume rows, in order
-    reference_area: float | None = None        # the run's own A_ref, when published
-    published: dict[str, float] | None = None  # {"cd", "cl"} over the run's own references, when published
+    reference_area: float | None = None        # the A_ref of ``published``: the run's own, when published
+    published: dict[str, float] | None = None  # {"cd", "cl"} the run publishes over ``reference_area`` (own) or the constant references
     notes: list[str] = field(default_factory=list)
+    surface_location: str = "cells"            # the surface rows are the mesh's cells or its points
 
 
 def run_kind(path: str | os.PathLike) -> str:
@@ -142,25 +149,45 @@ def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume
     files = run_files(run_dir, dataset, "all" if volume else "surface")
     variables = {part: dataset.variables(part) for part in ("surface", "volume")}
     fields = {part: getattr(dataset.fields, part) for part in ("surface", "volume")}
-    arrays = read_stl(files.stl) | read_surface(files.surface, variables["surface"])
+    rows = dataset.surface_rows
+    surface_rows = SurfaceRows(rows.location, rows.normals, files.surface_areas if rows.location == "points" else None)
+    arrays = read_stl(files.stl) | read_surface(files.surface, variables["surface"], dataset.arrays("surface"),
+                                                surface_rows)
     physics = physics.for_car(arrays["stl_coordinates"])
     divisors = {part: physics.divisors(fields[part]) for part in ("surface", "volume")}
     true_surface = arrays["surface_fields"].astype(np.float64) / physics.divisors(fields["surface"], np.float64)
     arrays["surface_fields"] = arrays["surface_fields"] / divisors["surface"]
     arrays["global_params_values"] = arrays["global_params_reference"] = physics.global_params()
-    mesh = _polydata(read_mesh(files.surface))
-    published = read_published(run_dir, files.index, dataset)
-    own = published.own_references
+    mesh = surface_polydata(read_mesh(files.surface))
+    if rows.location == "cells":
+        vector_areas = mesh_vector_areas(mesh)
+    else:
+        vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
+    area, coefficients = _published_pair(read_published(run_dir, files.index, dataset))
     run = PredictionRun(name=run_dir.name, kind="raw", arrays=arrays, surface_mesh=mesh, has_truth=True,
-                        divisors=divisors, cell_vector_areas=mesh_vector_areas(mesh), true_surface=true_surface,
-                        reference_area=own.area if own else None,
-                        published=_drag_and_lift(published.own) if own else None)
+                        divisors=divisors, cell_vector_areas=vector_areas, true_surface=true_surface,
+                        reference_area=area, published=coefficients, surface_location=rows.location)
     if volume:
-        volume_arrays, source, run.notes = read_volume(files.volume, variables["volume"], volume_source)
-        arrays["volume_mesh_centers"] = volume_arrays["volume_mesh_centers"]
-        arrays["volume_fields"] = volume_arrays["volume_fields"] / divisors["volume"]
+        arrays["volume_mesh_centers"], raw, run.notes = _read_volume(files.volume, dataset, volume_source)
+        arrays["volume_fields"] = raw / divisors["volume"]
         run.volume_mesh = point_cloud(arrays["volume_mesh_centers"], "unstructured")
     return run
+
+
+def _read_volume(path: Path, dataset: DatasetConfig, source: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The volume's rows (positions, raw fields) read by blocks (a file in pieces too), and notes."""
+    stream = open_volume(path, dataset.variables("volume"), source, dataset.arrays("volume"))
+    blocks = list(stream.blocks(VOLUME_BLOCK_ROWS))
+    return (np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks]), stream.notes)
+
+
+def _published_pair(published: Published) -> tuple[float | None, dict[str, float] | None]:
+    """The reference area and the {"cd", "cl"} a run publishes over it: over its own references
+    where it publishes them (area: its own), else over the constant ones (area: None, so the
+    constant area applies)."""
+    if published.own_references is not None:
+        return published.own_references.area, _drag_and_lift(published.own)
+    return None, _drag_and_lift(published.constant)
 
 
 def _drag_and_lift(coefficients: dict[str, float] | None) -> dict[str, float] | None:
@@ -237,5 +264,14 @@ def point_cloud(points: np.ndarray, kind: str) -> pv.DataSet:
     return pv.UnstructuredGrid({pv.CellType.VERTEX: np.arange(len(points)).reshape(-1, 1)}, points)
 
 
-def _polydata(mesh: pv.DataSet) -> pv.PolyData:
-    return mesh if isinstance(mesh, pv.PolyData) else mesh.extract_surface()
+def surface_polydata(mesh: pv.DataSet) -> pv.PolyData:
+    """A surface as PolyData with its points, cells and arrays in their order: a VTU of polygon
+    cells becomes the PolyData of the same polygons (VTK's surface filter would renumber them)."""
+    if isinstance(mesh, pv.PolyData):
+        return mesh
+    poly = pv.PolyData(np.asarray(mesh.points), faces=np.asarray(mesh.cells))
+    for name in mesh.point_data.keys():
+        poly.point_data[name] = mesh.point_data[name]
+    for name in mesh.cell_data.keys():
+        poly.cell_data[name] = mesh.cell_data[name]
+    return poly

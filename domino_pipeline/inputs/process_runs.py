@@ -52,7 +52,7 @@ from domino_pipeline.inputs.processed_run import (
     write_processed_run,
 )
 from domino_pipeline.inputs.run_folder import find_runs, run_files
-from domino_pipeline.inputs.surface_stream import open_surface
+from domino_pipeline.inputs.surface_stream import SurfaceRows, open_surface
 from domino_pipeline.inputs.volume_stream import open_volume
 from domino_pipeline.run_report import RunResult
 
@@ -79,8 +79,9 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
     run_dir = Path(run_dir)
     files = run_files(run_dir, options.dataset)
     stl, dropped = drop_zero_area(read_stl_triangles(files.stl))
-    surface = open_surface(files.surface, options.surface_variables)
-    volume = open_volume(files.volume, options.volume_variables, options.volume_source)
+    surface = open_surface(files.surface, options.surface_variables, options.surface_arrays,
+                           surface_rows(options, files.surface_areas))
+    volume = open_volume(files.volume, options.volume_variables, options.volume_source, options.volume_arrays)
     notes = stl_defects(stl["stl_faces"], stl["stl_areas"], files.stl, dropped) + volume.notes
     length = car_length(stl["stl_coordinates"]) if options.reference_length is None else options.reference_length
     refs = (options.stream_velocity, options.air_density, length)
@@ -112,6 +113,13 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
                        _scaled(volume.blocks(block_rows), volume_divisors), bounds, "volume"),
     ]
     return write_processed_run(out_path, arrays, attrs, streamed), notes
+
+
+def surface_rows(options: ProcessOptions, published_areas: Path | None) -> SurfaceRows:
+    """What a surface row is under ``options``; point rows take a run's published per-point
+    areas (``dataset.files.surface_areas``) where it has them."""
+    points = options.surface_location == "points"
+    return SurfaceRows(options.surface_location, options.surface_normals, published_areas if points else None)
 
 
 def source_bytes(path: Path) -> int:
