@@ -137,7 +137,7 @@ def write_boundary(path: Path, mesh: BoundaryMesh, shape: CarShape, run: RunLayo
     normals array (``dataset.surface_rows.normals``), and each row's area to ``areas_path`` (.npy
     float32). Returns the force over q and the frontal area of the rows the profile reads."""
     profile = run.profile
-    vertices = run.frame.vectors(mesh.vertices)
+    vertices = run.frame.vectors(mesh.vertices).astype(np.float32).astype(np.float64)  # as written
     where, location = profile.field_data.surface, profile.surface_rows.location
     point_values, normals, dual = (_point_values(mesh, vertices, shape, run) if "points" in where
                                    else (None, None, None))
@@ -172,7 +172,8 @@ def _point_values(mesh: BoundaryMesh, vertices: np.ndarray, shape: CarShape,
                   run: RunLayout) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """The wall fields at the boundary's points (the fields at each point with its normal), its
     outward unit normals and dual areas (dataset frame)."""
-    normals, dual = point_weights(vertices, mesh.offsets, mesh.connectivity)
+    normals, dual = (a.astype(np.float32).astype(np.float64) for a in  # as written
+                     point_weights(vertices, mesh.offsets, mesh.connectivity))
     values = surface_fields(shape, mesh.vertices, run.frame.to_body(normals), float(run.profile.flow.velocity))
     return oriented(values, run), normals, dual
 

@@ -29,10 +29,8 @@ from domino_pipeline.inputs.runs import list_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE_AREA = 2.0
-# synthetic_data.py's runs: normals out of the car, wall shear on the car
-SYNTHETIC_FORCES = ["dataset.flow.normals=out_of_body", "dataset.flow.wall_shear=on_body",
-                    f"dataset.references.area={REFERENCE_AREA}",
-                    "forces.reference_area_per_run=false"]
+# one constant reference area; the conventions are the profile's (the synthetic runs are DrivAerML's)
+CONSTANT_AREA = [f"dataset.references.area={REFERENCE_AREA}", "forces.reference_area_per_run=false"]
 # a tiny combined model: its volume ball queries sized for the tiny runs
 COMBINED = ("model_type=combined", "model.geometry_rep.geo_conv.volume_neighbors_in_radius=[8,8,16,16]",
             "model.geometry_local.volume_neighbors_in_radius=[8,16]")
@@ -58,12 +56,14 @@ def model_and_factors(tiny_processed_dir: Path, tmp_path_factory) -> dict[str, P
 def predict_command(paths: dict[str, Path], runs: list[Path], out: Path, *extra: str) -> list[str]:
     return [sys.executable, "predict.py", *TINY, f"sampling.scaling_factors={paths['factors']}",
             f"predict.checkpoint={paths['model']}", f"predict.runs=[{','.join(map(str, runs))}]",
-            f"predict.out_dir={out}", *SYNTHETIC_FORCES, *extra]
+            f"predict.out_dir={out}", *CONSTANT_AREA, *extra]
 
 
 def independent_drag(vtp: Path, free_stream_velocity: float) -> float:
     """C_d of a raw VTP: each cell's vector area as a sum over a fan of triangles, one cell at a
-    time; kinematic pressure and shear over 0.5 U^2; normals out of the car, shear on it."""
+    time; kinematic pressure and shear over 0.5 U^2; OpenFOAM's orientation, as DrivAerML's:
+    normals (the winding) into the car, the shear on the fluid, so the force on the car is
+    sum(p A_n - tau |A|)."""
     mesh = pv.read(str(vtp))
     pressure = np.asarray(mesh.cell_data["pMeanTrim"], dtype=np.float64)
     shear_x = np.asarray(mesh.cell_data["wallShearStressMeanTrim"], dtype=np.float64)[:, 0]
@@ -72,7 +72,7 @@ def independent_drag(vtp: Path, free_stream_velocity: float) -> float:
         corners = np.asarray(mesh.get_cell(i).points, dtype=np.float64)
         vector_area = sum(0.5 * np.cross(corners[k] - corners[0], corners[k + 1] - corners[0])
                           for k in range(1, len(corners) - 1))
-        force_x += -pressure[i] * vector_area[0] + shear_x[i] * np.linalg.norm(vector_area)
+        force_x += pressure[i] * vector_area[0] - shear_x[i] * np.linalg.norm(vector_area)
     return force_x / (0.5 * free_stream_velocity**2) / REFERENCE_AREA
 
 
@@ -110,7 +110,7 @@ def test_the_true_drag_is_the_integral_of_the_raw_vtp(predicted, tiny_raw_dir):
     flow = compose_files(ROOT / "conf", "config").dataset.flow
     row = read_csv(predicted["out"] / "predictions.csv")["run_1"]
     expected = independent_drag(tiny_raw_dir / "run_1" / "boundary_1.vtp", flow.velocity)
-    assert expected > 0.05  # a car's drag, with the synthetic runs' convention
+    assert expected > 0.05  # a car's drag, with the profile's convention
     assert float(row["cd_true"]) == pytest.approx(expected, rel=1e-6)
     assert int(row["cells"]) == pv.read(str(tiny_raw_dir / "run_1" / "boundary_1.vtp")).n_cells
     assert int(row["cells_not_predicted"]) == 0 and float(row["a_ref"]) == REFERENCE_AREA
@@ -211,7 +211,7 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     config = load_config(cfg)
     variables = {"surface": config.variables.surface, "volume": config.variables.volume}
     record = run_record(run, prediction, variables=variables,
-                        forces=ForceSettings(reference_area=2.0, convention=ForceConvention("out_of_body", "on_body"),
+                        forces=ForceSettings(reference_area=2.0, convention=ForceConvention(),
                                              free_stream=FreeStream(38.89, 1.205), pressure="pMeanTrim",
                                              wall_shear_stress="wallShearStressMeanTrim"))
     assert np.isfinite(record["rel_l2_volume_UMeanTrim_x"]) and np.isfinite(record["cd_true"])
