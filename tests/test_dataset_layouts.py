@@ -315,3 +315,12 @@ def test_a_composed_field_must_have_one_array_per_component() -> None:
         config("windsorml", "dataset.fields.volume.pressure=[a,b,c]")
     with pytest.raises(ValueError, match=r"\['cfxavg'\] given more than one role"):
         config("windsorml", "dataset.fields.surface.pressure_coefficient=cfxavg")
+
+
+def test_the_point_rows_benchmark_compares_both_ways_with_a_reference() -> None:
+    from conftest import import_benchmark
+
+    results = import_benchmark("surface_point_rows").main(["--cells", "2000", "--reference-cells", "20000"])
+    assert [r["way"] for r in results] == ["points", "cells"]
+    for r in results:
+        assert 0 < r["relative_error"]["cd"] < 0.05 and r["cd"] > 0

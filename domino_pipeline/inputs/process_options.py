@@ -6,7 +6,7 @@ before any run starts, and compares with what a processed run recorded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from domino_pipeline.config import (
@@ -84,9 +84,14 @@ class ProcessOptions:
     def differences(self, attrs: dict[str, Any]) -> list[str]:
         """``key: stored X, configured Y`` for each option that a processed run's ``attrs`` record
         otherwise."""
-        stored = {f.name: attrs.get(f.metadata.get("recorded_as", f.name)) for f in _recorded()}
+        stored = {f.name: attrs.get(f.metadata.get("recorded_as", f.name), _unrecorded(f)) for f in _recorded()}
         return [f"{key}: stored {stored[key]!r}, configured {getattr(self, key)!r}"
                 for key in stored if stored[key] != getattr(self, key)]
+
+
+def _unrecorded(option) -> Any:
+    """What a run processed before ``option`` was recorded was processed with: its default."""
+    return None if option.default is MISSING else option.default
 
 
 def _recorded() -> list:
