@@ -24,7 +24,7 @@ import domino_pipeline.inputs.volume_stream as volume_stream
 from domino_pipeline.inputs.drivaerml_reader import SURFACE_ARRAYS, RunError, read_stl, read_surface
 from domino_pipeline.inputs.mesh_stream import WholeFileFallback
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
-from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
+from domino_pipeline.inputs.runs import load_run, open_run
 from domino_pipeline.inputs.surface_stream import open_surface
 from process_data import process_run
 from synthetic_data import join_pieces
@@ -79,11 +79,11 @@ def _expected_surface(run: Path) -> dict[str, np.ndarray]:
 
 
 def _assert_surface_equal(run: Path, out: Path) -> None:
-    got = load_processed_run(out, list(SURFACE_ARRAYS))
+    got = load_run(out, list(SURFACE_ARRAYS))
     want = _expected_surface(run)
     for name in SURFACE_ARRAYS:
         np.testing.assert_array_equal(got[name], want[name].astype(np.float32), err_msg=name)
-    attrs = open_processed_run(out).attrs
+    attrs = open_run(out).attrs
     centres = want["surface_mesh_centers"]
     assert attrs["bounds"]["surface"] == [centres.min(0).tolist(), centres.max(0).tolist()]
     assert attrs["counts"]["surface_cells"] == len(centres)
@@ -154,11 +154,11 @@ def test_processed_run_from_streamed_reading_equals_vtk_whole_file_reading(
         with pytest.warns(WholeFileFallback, match="read whole for this test") as fallbacks:
             process_run(run, whole, options)
     assert sorted(Path(str(w.message).split(":")[0]).suffix for w in fallbacks) == [".vtp", ".vtu"]
-    got, want = load_processed_run(streamed), load_processed_run(whole)
+    got, want = load_run(streamed), load_run(whole)
     assert got.keys() == want.keys()
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-    got_attrs, want_attrs = dict(open_processed_run(streamed).attrs), dict(open_processed_run(whole).attrs)
+    got_attrs, want_attrs = dict(open_run(streamed).attrs), dict(open_run(whole).attrs)
     assert got_attrs.pop("write_id") != want_attrs.pop("write_id")
     assert got_attrs == want_attrs
 

@@ -6,7 +6,7 @@ before any run starts, and compares with what a processed run recorded.
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from domino_pipeline.config import (
@@ -15,6 +15,7 @@ from domino_pipeline.config import (
     ProcessConfig,
     check_choice,
     check_scaling_references,
+    parts_named,
 )
 from domino_pipeline.dataset_profile import LOCATIONS, DatasetConfig
 from domino_pipeline.inputs.nondimensional import field_divisors
@@ -36,13 +37,17 @@ class ProcessOptions:
     reference_length: float | None  # None: each car's length
     # points | cells; recorded as the source asked for (a run also records the one it fell back to)
     volume_source: str = field(metadata={"recorded_as": "volume_source_requested"})
-    # what a surface row is (dataset.surface_rows): cells | points, and the point normals' array
-    surface_location: str = "cells"
+    # all | surface | volume: the meshes read besides the STL; runs processed before it have all
+    parts: str = field(default="all", metadata={"absent": "all"})
+    # what a surface row is (dataset.surface_rows): cells | points, and the point normals' array;
+    # runs processed before they were recorded have cells
+    surface_location: str = field(default="cells", metadata={"absent": "cells"})
     surface_normals: str | None = None
 
     def __post_init__(self) -> None:
         check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)
         check_choice("dataset.surface_rows.location", self.surface_location, LOCATIONS)
+        parts_named(self.parts)
         check_scaling_references(self.stream_velocity, self.air_density, self.reference_length)
         for part in ("surface", "volume"):
             field_divisors(getattr(self, f"{part}_fields"), self.stream_velocity, self.air_density, 1.0)
@@ -53,7 +58,8 @@ class ProcessOptions:
         return cls(dataset=dataset, surface_fields=dict(dataset.fields.surface), volume_fields=dict(dataset.fields.volume),
                    stream_velocity=physics.stream_velocity, air_density=physics.air_density,
                    reference_length=physics.reference_length, volume_source=process.volume_source,
-                   surface_location=dataset.surface_rows.location, surface_normals=dataset.surface_rows.normals)
+                   parts=process.parts, surface_location=dataset.surface_rows.location,
+                   surface_normals=dataset.surface_rows.normals)
 
     @property
     def surface_variables(self) -> dict[str, str]:
@@ -84,14 +90,10 @@ class ProcessOptions:
     def differences(self, attrs: dict[str, Any]) -> list[str]:
         """``key: stored X, configured Y`` for each option that a processed run's ``attrs`` record
         otherwise."""
-        stored = {f.name: attrs.get(f.metadata.get("recorded_as", f.name), _unrecorded(f)) for f in _recorded()}
+        stored = {f.name: attrs.get(f.metadata.get("recorded_as", f.name), f.metadata.get("absent"))
+                  for f in _recorded()}
         return [f"{key}: stored {stored[key]!r}, configured {getattr(self, key)!r}"
                 for key in stored if stored[key] != getattr(self, key)]
-
-
-def _unrecorded(option) -> Any:
-    """What a run processed before ``option`` was recorded was processed with: its default."""
-    return None if option.default is MISSING else option.default
 
 
 def _recorded() -> list:
