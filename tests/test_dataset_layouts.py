@@ -20,12 +20,12 @@ from vtkmodules.util.numpy_support import vtk_to_numpy
 
 import domino_pipeline.inputs.surface_stream as surface_stream
 from domino_pipeline.inference.forces import ForceSettings
-from domino_pipeline.inference.predict_runs import RunPrediction, run_record
+from domino_pipeline.inference.predict_runs import RunPrediction, coefficient_columns, run_record
 from domino_pipeline.inference.run_inputs import Physics, load_raw_run
 from domino_pipeline.inputs.drivaerml_reader import RunError, field_columns
 from domino_pipeline.inputs.mesh_stream import WholeFileFallback
 from domino_pipeline.inputs.process_options import ProcessOptions
-from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
+from domino_pipeline.inputs.runs import load_run, open_run
 from domino_pipeline.inputs.published_forces import read_published
 from process_data import process_run
 from synthetic_data import join_pieces
@@ -169,7 +169,9 @@ def test_the_integrated_coefficients_are_the_published_ones(tiny_dataset_dir, na
 
 
 @pytest.mark.parametrize("name", DATASETS)
-def test_the_pipelines_true_drag_and_lift_are_the_published_ones(tiny_dataset_dir, name: str) -> None:
+def test_the_pipelines_true_coefficients_are_the_published_ones(tiny_dataset_dir, name: str) -> None:
+    """predict.py's record of a prediction equal to the truth: every published coefficient, over
+    the run's own references where it publishes them and over the constant ones."""
     c = config(name)
     forces = ForceSettings.from_config(c.forces, c.dataset)
     variables = {"surface": c.variables.surface, "volume": c.variables.volume}
@@ -178,16 +180,20 @@ def test_the_pipelines_true_drag_and_lift_are_the_published_ones(tiny_dataset_di
     record = run_record(run, RunPrediction(surface=run.true_surface, volume=None, seconds=0.0), variables=variables,
                         forces=forces)
     published = read_published(run_dir, str(FIRST[name]), c.dataset)
-    expected = published.own if published.own_references else published.constant
-    assert record["a_ref"] == (published.own_references or published.constant_references).area
-    for key in ("cd", "cl"):
-        assert record[f"{key}_true"] == pytest.approx(expected[key], rel=TOLERANCE)
-        assert record[f"{key}_published"] == expected[key]
+    own = published.own_references is not None
+    assert record["a_ref"] == (published.own_references if own else published.constant_references).area
+    assert record["a_ref_constref"] == c.dataset.references.area
+    for which, values in (("own", published.own if own else published.constant), ("constant", published.constant)):
+        true, shown = coefficient_columns(which, "true"), coefficient_columns(which, "published")
+        assert set(values) == set(c.dataset.coefficients.columns)
+        for key, value in values.items():
+            assert record[shown[key]] == value
+            assert record[true[key]] == pytest.approx(value, rel=TOLERANCE, abs=1e-5 * values["cd"]), (which, key)
 
 
 def _processed(run_dir: Path, out: Path, options: ProcessOptions, **blocks) -> dict[str, np.ndarray]:
     process_run(run_dir, out, options, **blocks)
-    return load_processed_run(out)
+    return load_run(out)
 
 
 def test_a_volume_in_pieces_processes_bit_for_bit_as_the_whole_file(tiny_raw_dir: Path, tmp_path: Path) -> None:
@@ -201,7 +207,7 @@ def test_a_volume_in_pieces_processes_bit_for_bit_as_the_whole_file(tiny_raw_dir
     assert pieces.keys() == joined.keys()
     for key in pieces:
         assert pieces[key].tobytes() == joined[key].tobytes(), key
-    attrs = [dict(open_processed_run(tmp_path / f"{n}.zarr").attrs) for n in ("pieces", "whole")]
+    attrs = [dict(open_run(tmp_path / f"{n}.zarr").attrs) for n in ("pieces", "whole")]
     assert attrs[0].pop("write_id") != attrs[1].pop("write_id")
     assert attrs[0] == attrs[1]
 
@@ -223,7 +229,7 @@ def test_windsorml_points_are_the_rows_with_the_published_areas_and_normals(tiny
     for key in SURFACE:
         np.testing.assert_allclose(got[key], expected[key], rtol=1e-6, atol=1e-7, err_msg=key)
     assert got["surface_fields"].shape == (mesh.n_points, 4)  # cp and the skin friction's 3 components
-    assert open_processed_run(tmp_path / "run_0.zarr").attrs["surface_variables"] == {
+    assert open_run(tmp_path / "run_0.zarr").attrs["surface_variables"] == {
         "cpavg": "scalar", "skin_friction_coefficient": "vector"}
 
 

@@ -1,8 +1,8 @@
 """Each dataset end to end in its own published layout, read through its profile alone:
-``synthetic_data.py --dataset X`` writes tiny runs, process_data.py, cache_data.py, train.py (one
-epoch; AhmedML's model predicts the volume too) and predict.py on the raw validation run, whose
-true drag and lift are the published ones and whose predictions land on the surface rows the
-dataset has (cells, or WindsorML's points)."""
+``synthetic_data.py --dataset X`` writes tiny runs, then process_data.py, cache_data.py, train.py
+(one epoch; AhmedML's model predicts the volume too) and predict.py, their entry points run in
+this process, on the raw validation run, whose true drag and lift are the published ones and
+whose predictions land on the surface rows the dataset has (cells, or WindsorML's points)."""
 
 from __future__ import annotations
 
@@ -14,44 +14,50 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pyvista as pv
-from conftest import ROOT, typed_config
+from conftest import typed_config, yaml_config
 from test_predict import COMBINED
 from test_train import TINY, run
 
-from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
+from domino_pipeline.inputs.runs import load_run, open_run
 
 PYTHON = sys.executable
-CASES = [("ahmedml", "combined"), ("windsorml", "surface")]  # DrivAerML's chain: test_train.py, test_predict.py
+CASES = [("drivaerml", "surface"), ("ahmedml", "combined"), ("windsorml", "surface")]
 
 
 def _overrides(name: str, model_type: str, work: Path) -> list[str]:
     return [f"dataset={name}", f"data.raw_dir={work / 'raw'}", f"data.processed_dir={work / 'processed'}",
-            f"cache.dir={work / 'cache'}", f"sampling.scaling_factors={work / 'scaling_factors.json'}",
-            f"output_dir={work / 'train'}", *TINY, *(COMBINED if model_type == "combined" else [f"model_type={model_type}"]),
-            "process.num_processes=1"]
+            f"cache.dir={work / 'cache'}", f"output_dir={work / 'train'}", *TINY,
+            *(COMBINED if model_type == "combined" else [f"model_type={model_type}"]), "process.num_processes=1",
+            "train.epochs=1", "train.val_fraction=0.5"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,model_type", CASES)
 def test_a_dataset_runs_through_the_pipeline_in_its_own_layout(tmp_path: Path, name: str, model_type: str) -> None:
+    import cache_data
+    import predict
+    import process_data
+    import train
+
     profile = typed_config(f"dataset={name}").dataset
     common = _overrides(name, model_type, tmp_path)
     run([PYTHON, "synthetic_data.py", "--dataset", name, "--preset", "tiny", "--runs", "2", "--seed", "0",
          "--out", str(tmp_path / "raw"), "--volume-points", "3000"])
-    run([PYTHON, "process_data.py", *common])
+    process_data.main(yaml_config(*common))
     for processed in sorted((tmp_path / "processed").glob("run_*.zarr")):
-        attrs = open_processed_run(processed).attrs
+        attrs = open_run(processed).attrs
         assert attrs["dataset"] == name and attrs["surface_variables"] == profile.variables("surface")
-        assert load_processed_run(processed, ["volume_fields"])["volume_fields"].shape[1] == \
+        assert load_run(processed, ["volume_fields"])["volume_fields"].shape[1] == \
             sum({"scalar": 1, "vector": 3}[k] for k in profile.variables("volume").values())
-    run([PYTHON, "cache_data.py", "--config-name=cached", *common])
-    run([PYTHON, "train.py", "--config-name=cached", *common, "train.epochs=1", "train.val_fraction=0.5"])
+    for stage in (cache_data, train):
+        stage.main(yaml_config(*common, name="cached"))
     [epoch] = [r for r in map(json.loads, (tmp_path / "train" / "epochs.jsonl").read_text().splitlines())
                if r["kind"] == "epoch"]
     assert np.isfinite(epoch["train_loss"]) and np.isfinite(epoch["val_loss"])
     volume = ["predict.volume=true"] if model_type == "combined" else []
     out = tmp_path / "predictions"
-    run([PYTHON, "predict.py", *common, "predict.split=val", f"predict.out_dir={out}", "predict.plot=false", *volume])
+    predict.main(yaml_config(*common, "predict.split=val", f"predict.out_dir={out}", "predict.plot=false", *volume,
+                             name="cached"))
     _check_predictions(out, tmp_path / "raw", profile, bool(volume))
 
 

@@ -56,7 +56,7 @@ def test_a_profile_with_an_unknown_role_or_key_is_refused() -> None:
 
 
 def test_an_unknown_profile_is_named_with_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"dataset=nosuch: no such dataset; the dataset choices are \['ahmedml', 'drivaerml', 'windsorml'\]"):
+    with pytest.raises(ValueError, match=r"dataset=nosuch: no such dataset; the dataset choices are \['ahmedml', 'drivaerml', 'openfoam', 'windsorml'\]"):
         yaml_config("dataset=nosuch")
 
 

@@ -12,6 +12,7 @@ the file and the problem.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
