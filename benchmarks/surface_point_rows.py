@@ -10,8 +10,8 @@ The fields are the synthetic generator's smooth wall fields on a Windsor-sized b
 (synthetic/fields.py, in coefficient units), sampled at the points of a boundary mesh of
 ``--cells`` cells; the reference integrates the same fields at the cell centres of a mesh of
 ``--reference-cells`` cells. The meshes' raised edge midpoints (warped polygons, which change
-the body itself) are left out unless ``--warp`` gives their share of the edges. Printed: drag and lift coefficients (A_ref 0.112 m^2) and each
-way's relative error.
+the body itself) are left out unless ``--warp`` gives their share of the edges. Printed: drag
+and lift coefficients (A_ref 0.112 m^2) and each way's relative error.
 
     python benchmarks/surface_point_rows.py --cells 3000 20000 100000 --reference-cells 2000000
 """
@@ -27,7 +27,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # synthetic/, as from the repository
 
-from synthetic import body  # noqa: E402
 from synthetic.body import boundary_mesh, random_shape  # noqa: E402
 from synthetic.faces import by_size, point_weights, ragged_face_geometry  # noqa: E402
 from synthetic.fields import surface_fields  # noqa: E402
@@ -41,18 +40,18 @@ def _coefficients(centres: np.ndarray, vectors: np.ndarray, cp: np.ndarray, cf: 
     return {"cd": float(force[0]), "cl": float(force[2])}
 
 
-def reference(shape, cells: int, rng: np.random.Generator) -> dict[str, float]:
+def reference(shape, cells: int, rng: np.random.Generator, warp: float) -> dict[str, float]:
     """The fields at the cell centres of a fine mesh, each with its cell's normal."""
-    mesh = boundary_mesh(shape, cells, rng)
+    mesh = boundary_mesh(shape, cells, rng, warp)
     centres, vectors = ragged_face_geometry(mesh.vertices, mesh.offsets, mesh.connectivity)
     fields = surface_fields(shape, centres, vectors / np.linalg.norm(vectors, axis=1, keepdims=True), 1.0)
     return _coefficients(centres, vectors, fields["pressure_coefficient"].astype(np.float64),
                          fields["skin_friction_coefficient"].astype(np.float64))
 
 
-def both_ways(shape, cells: int, rng: np.random.Generator) -> dict[str, dict[str, float]]:
+def both_ways(shape, cells: int, rng: np.random.Generator, warp: float) -> dict[str, dict[str, float]]:
     """Point rows with dual areas, and point data averaged to the cells."""
-    mesh = boundary_mesh(shape, cells, rng)
+    mesh = boundary_mesh(shape, cells, rng, warp)
     normals, dual = point_weights(mesh.vertices, mesh.offsets, mesh.connectivity)
     fields = surface_fields(shape, mesh.vertices, normals, 1.0)
     cp, cf = fields["pressure_coefficient"].astype(np.float64), fields["skin_friction_coefficient"].astype(np.float64)
@@ -73,14 +72,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--warp", type=float, default=0.0, help="share of the edges given a raised midpoint")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    body.WARP_FRACTION = args.warp
     shape = random_shape(np.random.default_rng(args.seed), LAYOUTS["windsorml"].shapes)
-    truth = reference(shape, args.reference_cells, np.random.default_rng(args.seed + 1))
+    truth = reference(shape, args.reference_cells, np.random.default_rng(args.seed + 1), args.warp)
     print(f"reference ({args.reference_cells:,} cells): cd {truth['cd']:.6f}, cl {truth['cl']:.6f}")
     print(f"{'cells':>9} {'points':>9}  {'way':>6}  {'cd':>9} {'error':>9}  {'cl':>9} {'error':>9}")
     results = []
     for cells in args.cells:
-        ways = both_ways(shape, cells, np.random.default_rng(args.seed + 2))
+        ways = both_ways(shape, cells, np.random.default_rng(args.seed + 2), args.warp)
         for way in ("points", "cells"):
             got = ways[way]
             errors = {k: abs(got[k] - truth[k]) / abs(truth[k]) for k in ("cd", "cl")}

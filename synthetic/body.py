@@ -227,16 +227,17 @@ class BoundaryMesh:
         return self.offsets[start:stop + 1] - first, self.connectivity[first:last]
 
 
-def boundary_mesh(shape: CarShape, n_cells: int, rng: np.random.Generator) -> BoundaryMesh:
+def boundary_mesh(shape: CarShape, n_cells: int, rng: np.random.Generator,
+                  warp_fraction: float = WARP_FRACTION) -> BoundaryMesh:
     """The finer boundary surface of about ``n_cells`` cells: quads, triangles (a random share of
-    the quads split), and warped pentagons and hexagons beside the edges split by a raised
-    midpoint (module docstring); watertight and wound outward."""
+    the quads split), and warped pentagons and hexagons beside ``warp_fraction`` of the edges
+    along the body, split by a raised midpoint (module docstring); watertight and wound outward."""
     stations, sectors = _grid_size(n_cells / (1.0 + SPLIT_FRACTION))
     vertices, ring_ids = body_grid(shape, stations, sectors)
     quads, fans = _grid_cells(ring_ids, len(vertices))
     rings = len(ring_ids) - 1
     split = rng.random(len(quads)) < SPLIT_FRACTION
-    warped = _warped_edges(split.reshape(rings, sectors), rng)
+    warped = _warped_edges(split.reshape(rings, sectors), rng, warp_fraction)
     midpoints = _raised_midpoints(shape, vertices, ring_ids, warped, stations)
     mid_ids = np.full(warped.shape, -1, dtype=np.int64)
     mid_ids[warped] = len(vertices) + np.arange(int(warped.sum()))
@@ -249,11 +250,12 @@ def boundary_mesh(shape: CarShape, n_cells: int, rng: np.random.Generator) -> Bo
     return _ragged(vertices, groups, keys)
 
 
-def _warped_edges(split: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _warped_edges(split: np.ndarray, rng: np.random.Generator, fraction: float) -> np.ndarray:
     """(rings, sectors) True where the edge along the body at (ring, sector) gets a raised
-    midpoint: a random share of the edges whose two quads (sectors j - 1 and j) are not split."""
+    midpoint: a random share ``fraction`` of the edges whose two quads (sectors j - 1 and j) are
+    not split."""
     both = ~split & ~np.roll(split, 1, axis=1)
-    return both & (rng.random(split.shape) < WARP_FRACTION)
+    return both & (rng.random(split.shape) < fraction)
 
 
 def _raised_midpoints(shape: CarShape, vertices: np.ndarray, ring_ids: np.ndarray, warped: np.ndarray,
