@@ -9,6 +9,7 @@ import pytest
 from conftest import DEFAULTS, PROCESS_OPTIONS, typed_config
 
 from domino_pipeline.inputs.process_options import ProcessOptions
+from domino_pipeline.inputs.processed_run import arrays_for
 
 
 def test_the_options_come_from_the_dataset_profile_and_the_physics_and_process_sections():
@@ -37,6 +38,8 @@ def test_what_a_run_records_is_what_a_rerun_compares():
     assert surface_only.differences(surface_only.recorded()) == []
     assert replace(PROCESS_OPTIONS, surface_location="points").differences(recorded) == [
         "surface_location: stored 'cells', configured 'points'"]
+    # physicsnemo's reader takes an attribute named as an array for that array
+    assert not set(recorded) & set(arrays_for(("surface", "volume")))
     assert recorded["surface_field_roles"] == dict(DEFAULTS.dataset.fields.surface)
     assert recorded["surface_variables"] == DEFAULTS.variables.surface  # for the readers of processed runs
 

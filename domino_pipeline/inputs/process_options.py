@@ -40,9 +40,9 @@ class ProcessOptions:
     # all | surface | volume: the meshes read besides the STL; runs processed before it have all
     parts: str = field(default="all", metadata={"absent": "all"})
     # what a surface row is (dataset.surface_rows): cells | points, and the point normals' array;
-    # runs processed before they were recorded have cells
-    surface_location: str = field(default="cells", metadata={"absent": "cells"})
-    surface_normals: str | None = None
+    # runs processed before they were recorded have cells; recorded under names no array has
+    surface_location: str = field(default="cells", metadata={"absent": "cells", "recorded_as": "surface_row_location"})
+    surface_normals: str | None = field(default=None, metadata={"recorded_as": "surface_row_normals"})
 
     def __post_init__(self) -> None:
         check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)
