@@ -126,8 +126,9 @@ def main(config: PipelineConfig) -> None:
     csv_path = write_csv(records, columns, out_dir / "predictions.csv")
     print_table(records, columns)
     speed = f"{forces.velocity} m/s" if forces.velocity is not None else "each run's own (u_inf)"
-    print(f"coefficients: reference area a_ref (m^2) and length l_ref (m), free stream {speed}, "
-          f"{'kinematic fields' if forces.kinematic else f'density {forces.density} kg/m^3'}, normals "
+    fields = ("coefficient fields (dynamic pressure 1)" if forces.fields_are_coefficients else
+              "kinematic fields" if forces.kinematic else f"density {forces.density} kg/m^3")
+    print(f"coefficients: reference area a_ref (m^2) and length l_ref (m), free stream {speed}, {fields}, normals "
           f"{forces.convention.normals}, wall shear {forces.convention.wall_shear}; every coefficient, over the "
           f"run's own and the constant references (_constref): {csv_path}")
     if any(r.get("cd_true", 1.0) < 0 for r in records):

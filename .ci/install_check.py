@@ -11,7 +11,8 @@ from importlib.metadata import PackageNotFoundError, distribution, version
 
 from packaging.requirements import Requirement
 
-ENTRY_POINTS = ("datapipe", "train", "predict", "process_data", "cache_data", "synthetic_data")
+# the entry points, and the synthetic generator's internals (synthetic/): the repository's, not installed
+ENTRY_POINTS = ("datapipe", "train", "predict", "process_data", "cache_data", "synthetic_data", "synthetic")
 
 
 def problems() -> list[str]:

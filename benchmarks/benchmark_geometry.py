@@ -81,9 +81,8 @@ def write_inputs(scratch: Path, sizes: dict, seed: int) -> dict[str, Path]:
 
 
 def _surface_centres(sd, shape, n_cells: int, rng: np.random.Generator) -> np.ndarray:
-    vertices, quads, triangles = sd.boundary_mesh(shape, n_cells, rng)
-    centres = [sd.polygon_geometry(vertices, cells)[0] for cells in (quads, triangles)]
-    return np.concatenate(centres).astype(np.float32)
+    mesh = sd.boundary_mesh(shape, n_cells, rng)
+    return sd.ragged_face_geometry(mesh.vertices, mesh.offsets, mesh.connectivity)[0].astype(np.float32)
 
 
 def _grid(box, resolution) -> np.ndarray:

@@ -104,7 +104,7 @@ def child_floor(run_dir: str) -> dict:
     import base64
     import zlib
 
-    from domino_pipeline.inputs.drivaerml_reader import read_stl_triangles
+    from domino_pipeline.inputs.drivaerml_reader import SurfaceRows, read_stl_triangles
     from domino_pipeline.inputs.run_folder import run_files
     from domino_pipeline.inputs.surface_stream import surface_arrays
     from domino_pipeline.inputs.volume_stream import open_rows, volume_arrays
@@ -112,8 +112,8 @@ def child_floor(run_dir: str) -> dict:
     options = _options()
     files = run_files(Path(run_dir), options.dataset)
     spans = []
-    for path, keys in ((files.surface, lambda f: surface_arrays(options.surface_variables)),
-                       (files.volume, lambda f: volume_arrays(f, options.volume_variables, options.volume_source))):
+    for path, keys in ((files.surface, lambda f: surface_arrays(f, list(options.surface_variables), SurfaceRows())),
+                       (files.volume, lambda f: volume_arrays(f, list(options.volume_variables), options.volume_source))):
         file = open_rows(path)
         for key in keys(file):
             data = file.array_data(*key)

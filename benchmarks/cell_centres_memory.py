@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from domino_pipeline.inputs.cell_geometry import solid_faces  # noqa: E402
-from domino_pipeline.inputs.vtk_xml_writer import ArraySpec, Encoding, VtkBlockWriter  # noqa: E402
+from synthetic.vtk_xml_writer import ArraySpec, Encoding, VtkBlockWriter  # noqa: E402
 
 
 def hexahedral_grid(side: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

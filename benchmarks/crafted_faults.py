@@ -221,7 +221,10 @@ def _poke(path: Path, at: int, values: np.ndarray) -> None:
 
 
 def _volume(run: Path, **encoding) -> Path:
-    return vtk_rewrite(run / f"volume_{run.name.removeprefix('run_')}.vtu", **encoding)
+    """The run's volume as one file (its pieces joined, as DrivAerML's are published), rewritten."""
+    from synthetic_data import join_pieces
+
+    return vtk_rewrite(join_pieces(run / f"volume_{run.name.removeprefix('run_')}.vtu"), **encoding)
 
 
 def _boundary(run: Path, **encoding) -> Path:

@@ -6,8 +6,8 @@ On a boundary VTP: per-cell relative area differences, centre shifts over the ce
 (sqrt of its area), normal angles, and both total areas. ``--warp`` moves every point by up to
 that fraction of its cells' size along a random direction, and ``--edge-points`` gives that
 share of the polygons a raised point on one or two edges (pentagons, hexagons): warped,
-non-planar cells, as OpenFOAM's boundary layers have them (the synthetic generator's are
-nearly planar quads and triangles). ``--hexahedra`` adds warped hexahedra (each vertex of a unit
+non-planar cells, as OpenFOAM's boundary layers have them (the synthetic generator's boundary
+has some warped pentagons and hexagons of its own among nearly planar quads and triangles). ``--hexahedra`` adds warped hexahedra (each vertex of a unit
 cube moved up to ``--distortion``): VTK's parametric centre against the volume centroid, over
 the cell's diagonal.
 

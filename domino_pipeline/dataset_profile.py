@@ -12,8 +12,13 @@ pieces (``<name>.00.part``, ``<name>.01.part``, ... or ``<name>.part1``, ...) is
 whole name.
 
     profile = config.dataset
+A field is one array of the files, or a vector given as one scalar array per component
+(``skin_friction_coefficient: [cfxavg, cfyavg, cfzavg]``), which becomes one variable named after
+its role (variables.py). The surface's rows are its cells or its points (``surface_rows``).
+
     profile.variables("surface")   # {"pMeanTrim": "scalar", "wallShearStressMeanTrim": "vector"}
     profile.field("surface", "pressure")   # "pMeanTrim"
+    profile.arrays("surface")      # {"pMeanTrim": ["pMeanTrim"], "wallShearStressMeanTrim": [...]}
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dataclasses import dataclass
 from omegaconf import OmegaConf
 
 from domino_pipeline.config_section import check_choice, from_section
-from domino_pipeline.variables import PARTS, check_roles, roles_of, variables_of
+from domino_pipeline.variables import PARTS, FieldName, arrays_of, check_roles, column_name, roles_of, variables_of
 
 NORMALS = ("into_body", "out_of_body")
 WALL_SHEAR = ("on_fluid", "on_body")
@@ -33,6 +38,7 @@ COEFFICIENT_FORMATS = ("csv", "openfoam")
 # The coefficients the pipeline integrates and compares with the published ones
 COEFFICIENTS = ("cd", "cl", "cs", "clf", "clr", "cm_roll", "cm_pitch", "cm_yaw")
 REFERENCE_QUANTITIES = ("area", "length", "centre", "velocity")  # velocity: the run's free stream (own columns only)
+LOCATIONS = ("cells", "points")
 
 
 @dataclass(frozen=True)
@@ -47,10 +53,11 @@ class RunFilesProfile:
 
 @dataclass(frozen=True)
 class FieldsProfile:
-    """``dataset.fields``: per part, role -> the field's name in the files, in column order."""
+    """``dataset.fields``: per part, role -> the field's name in the files (or its components'
+    names), in column order."""
 
-    surface: dict[str, str]
-    volume: dict[str, str]
+    surface: dict[str, FieldName]
+    volume: dict[str, FieldName]
 
     def __post_init__(self) -> None:
         for part in PARTS:
@@ -62,12 +69,49 @@ class OtherFieldsProfile:
     """``dataset.other_fields``: per part, role -> name of further fields the files hold, which
     ``dataset.fields`` may take in (the synthetic generator writes them too)."""
 
-    surface: dict[str, str]
-    volume: dict[str, str]
+    surface: dict[str, FieldName]
+    volume: dict[str, FieldName]
 
     def __post_init__(self) -> None:
         for part in PARTS:
             check_roles(f"dataset.other_fields.{part}", getattr(self, part))
+
+
+@dataclass(frozen=True)
+class SurfaceRowsProfile:
+    """``dataset.surface_rows``: what one row of the processed surface is.
+
+    ``location`` cells: a boundary cell, at its polygon's centre, with its unit normal (as the
+    polygon is wound) and area, its fields from cell data. points: a boundary point, with its
+    unit normal (the point data array ``normals``; None: the normalised sum of the area vectors
+    of the cells around it) and its area (the run's ``files.surface_areas``, or the point's
+    barycentric dual area: the share of each cell around it nearest to it), its fields from
+    point data."""
+
+    location: str
+    normals: str | None
+
+    def __post_init__(self) -> None:
+        check_choice("dataset.surface_rows.location", self.location, LOCATIONS)
+        if self.normals is not None and self.location != "points":
+            raise ValueError("dataset.surface_rows.normals names a point data array: set it only with "
+                             f"location: points (the location is {self.location})")
+
+
+@dataclass(frozen=True)
+class FieldDataProfile:
+    """``dataset.field_data``: where each part's files hold the fields: cells, points, or both
+    (the synthetic generator writes them there; the surface is read at ``surface_rows.location``)."""
+
+    surface: list[str]
+    volume: list[str]
+
+    def __post_init__(self) -> None:
+        for part in PARTS:
+            where = getattr(self, part)
+            if not where or any(w not in LOCATIONS for w in where) or len(set(where)) != len(where):
+                raise ValueError(f"dataset.field_data.{part} must list some of {list(LOCATIONS)} once each, "
+                                 f"not {where}")
 
 
 @dataclass(frozen=True)
@@ -81,6 +125,7 @@ class FlowProfile:
     wall_shear: str           # what the wall shear acts on: on_fluid | on_body
     drag_direction: list[float]
     lift_direction: list[float]
+    side_direction: list[float]    # the side force's; the pitching moment is about it
 
     def __post_init__(self) -> None:
         check_choice("dataset.flow.normals", self.normals, NORMALS)
@@ -88,7 +133,7 @@ class FlowProfile:
         if (self.velocity is not None and self.velocity <= 0) or self.density <= 0:
             raise ValueError(f"dataset.flow: velocity and density must be positive, not "
                              f"{self.velocity} and {self.density}")
-        for key in ("drag_direction", "lift_direction"):
+        for key in ("drag_direction", "lift_direction", "side_direction"):
             vector = getattr(self, key)
             if len(vector) != 3 or not any(vector):
                 raise ValueError(f"dataset.flow.{key} needs 3 values, not all zero; got {vector}")
@@ -166,6 +211,8 @@ class DatasetConfig:
     files: RunFilesProfile
     fields: FieldsProfile
     other_fields: OtherFieldsProfile
+    surface_rows: SurfaceRowsProfile
+    field_data: FieldDataProfile
     flow: FlowProfile
     references: ReferencesProfile
     coefficients: CoefficientsProfile
@@ -174,30 +221,42 @@ class DatasetConfig:
     def __post_init__(self) -> None:
         if self.run_folders.count("{index}") != 1:
             raise ValueError(f"dataset.run_folders must hold {{index}} once, not {self.run_folders!r}")
+        if self.surface_rows.location not in self.field_data.surface:
+            raise ValueError(f"dataset.surface_rows.location is {self.surface_rows.location}, but the surface "
+                             f"files hold their fields at {self.field_data.surface} (dataset.field_data.surface)")
         if self.flow.velocity is None and (self.references.file is None or "velocity" not in self.references.columns):
             raise ValueError("dataset.flow.velocity is null (each run's file gives it), so dataset.references.file "
                              "and dataset.references.columns.velocity must name that file and its column")
 
     def variables(self, part: str) -> dict[str, str]:
-        """{field name: kind} of ``part``'s fields, in column order."""
+        """{variable name: kind} of ``part``'s fields, in column order."""
         return variables_of(getattr(self.fields, part))
 
+    def arrays(self, part: str) -> dict[str, list[str]]:
+        """{variable name: the arrays of the files it is read from} of ``part``'s fields."""
+        return arrays_of(getattr(self.fields, part))
+
     def roles(self, part: str) -> dict[str, str]:
-        """{field name: role} of ``part``'s fields."""
+        """{variable name: role} of ``part``'s fields."""
         return roles_of(getattr(self.fields, part))
 
-    def file_fields(self, part: str) -> dict[str, str]:
+    def file_fields(self, part: str) -> dict[str, FieldName]:
         """role -> name of every field the files hold of ``part`` (``fields`` and ``other_fields``)."""
         return getattr(self.other_fields, part) | getattr(self.fields, part)
 
+    def has_field(self, part: str, role: str) -> bool:
+        """Whether a field of ``part`` plays ``role``."""
+        return role in getattr(self.fields, part)
+
     def field(self, part: str, role: str) -> str:
-        """The name of the field of ``part`` that plays ``role``; ValueError naming the profile key
-        when the profile gives none."""
+        """The variable name of the field of ``part`` that plays ``role`` (the array's name, or the
+        role's for a field composed of scalar arrays); ValueError naming the profile key when the
+        profile gives none."""
         names = getattr(self.fields, part)
         if role not in names:
             raise ValueError(f"dataset {self.name}: no {part} field plays the role {role} "
                              f"(set dataset.fields.{part}.{role}); its {part} fields are {names}")
-        return names[role]
+        return column_name(role, names[role])
 
     def run_index(self, folder_name: str) -> str | None:
         """The ``{index}`` of a run folder's name, or None when the name is not a run folder's."""

@@ -60,6 +60,21 @@ def tiny_raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_dataset_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """``tiny_dataset_dir(name)``: two tiny synthetic runs of dataset ``name`` (drivaerml,
+    ahmedml, windsorml) in its published layout, written once per session. Do not modify."""
+    made = {"drivaerml": tiny_raw_dir}
+
+    def runs_of(name: str) -> Path:
+        if name not in made:
+            made[name] = tmp_path_factory.mktemp(f"tiny_{name}")
+            generate_runs(made[name], TINY_RUNS, preset="tiny", seed=TINY_SEED, dataset=name)
+        return made[name]
+
+    return runs_of
+
+
+@pytest.fixture(scope="session")
 def tiny_processed_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``tiny_raw_dir`` processed with the default config: run_1.zarr, run_2.zarr. Read only."""
     out = tmp_path_factory.mktemp("tiny_processed")

@@ -17,8 +17,8 @@ from zarr.codecs import BytesCodec, Crc32cCodec
 from domino_pipeline.compute.volume_order import VOLUME_BLOCK_ROWS, bucket_sizes, deal_block, labels_rng
 from domino_pipeline.inputs.processed_run import row_chunking
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
-from domino_pipeline.inputs.vtk_xml_writer import ArraySpec as VtkArray
-from domino_pipeline.inputs.vtk_xml_writer import Encoding, VtkBlockWriter
+from synthetic.vtk_xml_writer import ArraySpec as VtkArray
+from synthetic.vtk_xml_writer import Encoding, VtkBlockWriter
 from domino_pipeline.store.cache_format import ARRAYS
 from domino_pipeline.store.chunk_reader import ChunkedArray
 

@@ -32,11 +32,11 @@ from domino_pipeline.inputs.published_forces import (
 )
 from process_data import process_all
 
-DEMO = typed_config(name="demo")  # DrivAerML's profile, with the flow conventions the demo's synthetic runs have
+DEMO = typed_config(name="demo")  # DrivAerML's profile, whose layout and conventions the synthetic runs have
 PROFILE = DEMO.dataset
 FORCES = ForceSettings.from_config(DEMO.forces, PROFILE)
 VARIABLES = {part: PROFILE.variables(part) for part in ("surface", "volume")}
-SYNTHETIC = ForceConvention(normals="out_of_body", wall_shear="on_body")
+OUTWARD = ForceConvention(normals="out_of_body", wall_shear="on_body")  # for bodies integrated by hand
 TOLERANCE = 1e-3  # the acceptance bound: integrated against published within 0.1%
 # A coefficient near zero (the side force, a roll or yaw moment) is a difference of terms of the
 # size of the drag's, each rounded to float32 (6e-8 of itself) in the fields and the geometry;
@@ -118,7 +118,7 @@ def test_the_coefficients_divide_by_the_free_stream_not_the_scaling_reference():
     for stream, expected in ((FreeStream(38.89, 1.2, kinematic=True), 1 / (0.5 * 38.89**2 * 2.0)),
                              (FreeStream(38.89, 1.2, kinematic=False), 1 / (0.5 * 1.2 * 38.89**2 * 2.0))):
         got = force_coefficients(pressure, shear, vector_areas, areas, reference_area=2.0,
-                                 dynamic_pressure=stream.dynamic_pressure, convention=SYNTHETIC)
+                                 dynamic_pressure=stream.dynamic_pressure, convention=OUTWARD)
         assert got == pytest.approx({"cd": expected, "cl": 0.0})
     with pytest.raises(ValueError, match="dataset.flow.velocity and density must be positive"):
         FreeStream(0.0, 1.2)
@@ -129,7 +129,7 @@ def test_the_moments_are_taken_about_the_centre_along_the_axes_forcecoeffs_uses(
     lift acts behind the centre, so it pitches the nose down (M_y = (x - c) x F . y = -1) and is
     all rear lift; a side push above the centre rolls and yaws by hand-computed amounts."""
     lifted = surface_loads(np.array([1.0]), np.zeros((1, 3)), np.array([[0.0, 0.0, -1.0]]), np.ones(1),
-                           np.array([[2.0, 0.0, 0.0]]), SYNTHETIC)  # outward normal -z: pressure pushes +z
+                           np.array([[2.0, 0.0, 0.0]]), OUTWARD)  # outward normal -z: pressure pushes +z
     np.testing.assert_allclose(lifted.force, [0, 0, 1])
     np.testing.assert_allclose(lifted.moment, [0, -2, 0])  # about the origin: (2, 0, 0) x (0, 0, 1)
     got = coefficients(lifted, References(area=1.0, length=2.0, centre=(1.0, 0.0, 0.0)), dynamic_pressure=1.0)

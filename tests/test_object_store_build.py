@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from cache_fixtures import OVERRIDES, SAMPLES, tiny_settings
 from s3_server import FaultProxy
-from test_predict import SYNTHETIC_FORCES
 from test_train import TINY
 
 from domino_pipeline.inputs.runs import list_runs
@@ -124,7 +123,7 @@ def test_the_command_lines_build_validate_train_and_predict_on_s3_and_write_no_s
                              cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
     assert (tmp_path / "train" / "checkpoints").is_dir()
-    predicted = subprocess.run([sys.executable, "predict.py", *both, *SYNTHETIC_FORCES,
+    predicted = subprocess.run([sys.executable, "predict.py", *both,
                                 f"predict.checkpoint={tmp_path / 'train' / 'checkpoints' / 'model_last.mdlus'}",
                                 f"predict.runs=[{tiny_raw_dir / 'run_1'}]", "predict.plot=false",
                                 f"predict.out_dir={tmp_path / 'predicted'}"],

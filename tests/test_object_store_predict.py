@@ -13,7 +13,7 @@ import pytest
 import pyvista as pv
 import torch
 from test_object_store_inputs import s3_processed  # noqa: F401  (the fixture)
-from test_predict import SYNTHETIC_FORCES, model_and_factors, tiny_model_config  # noqa: F401
+from test_predict import model_and_factors, tiny_model_config  # noqa: F401
 from conftest import DEFAULTS
 from test_train import TINY
 
@@ -71,7 +71,7 @@ def test_predict_py_on_the_val_split_on_s3_writes_what_the_local_runs_give(
     _write_split(tmp_path / "train", ["run_2.zarr"])
     common = [*TINY, f"sampling.scaling_factors={model_and_factors['factors']}",
               f"predict.checkpoint={model_and_factors['model']}", "predict.device=cpu", "predict.plot=false",
-              f"data.raw_dir={tmp_path / 'no_raw'}", *SYNTHETIC_FORCES]
+              f"data.raw_dir={tmp_path / 'no_raw'}"]
     predict.main(yaml_config(*common, f"data.processed_dir={s3_processed}", f"predict.train_dir={tmp_path / 'train'}",
                              "predict.split=val", f"predict.out_dir={tmp_path / 'remote'}"))
     predict.main(yaml_config(*common, f"predict.runs=[{tiny_processed_dir / 'run_2.zarr'}]",

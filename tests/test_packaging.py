@@ -34,6 +34,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
                     ignore=shutil.ignore_patterns("__pycache__"))
     for script in ENTRY_POINTS:  # present, as in the repository, yet not to be packaged
         shutil.copy(ROOT / script, src)
+    shutil.copytree(ROOT / "synthetic", src / "synthetic", ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                            "-q", "-w", str(out), str(src)], capture_output=True, text=True, timeout=300)
@@ -56,8 +57,10 @@ def _pins() -> dict[str, str]:
 
 
 def _imported_distributions() -> set[str]:
-    """The distributions whose modules the package and the entry points import."""
-    files = [*ROOT.joinpath("domino_pipeline").rglob("*.py"), *(ROOT / s for s in ENTRY_POINTS)]
+    """The distributions whose modules the package, the entry points and the generator's
+    internals (synthetic/, not installed) import."""
+    files = [*ROOT.joinpath("domino_pipeline").rglob("*.py"), *ROOT.joinpath("synthetic").rglob("*.py"),
+             *(ROOT / s for s in ENTRY_POINTS)]
     names = set()
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):

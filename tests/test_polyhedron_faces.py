@@ -23,7 +23,7 @@ from domino_pipeline.inputs.drivaerml_reader import RunError, read_volume
 from domino_pipeline.inputs.polyhedron_faces import PolyhedronFaces
 from domino_pipeline.inputs.volume_stream import open_volume
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
-from domino_pipeline.inputs.vtk_xml_writer import ArraySpec, Encoding, VtkBlockWriter
+from synthetic.vtk_xml_writer import ArraySpec, Encoding, VtkBlockWriter
 
 VARIABLES = {"p": "scalar"}
 

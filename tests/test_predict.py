@@ -28,10 +28,8 @@ from domino_pipeline.inputs.cell_geometry import polygon_vector_areas
 from domino_pipeline.inputs.runs import list_runs
 
 ROOT = Path(__file__).resolve().parents[1]
-# the orientation of synthetic_data.py's runs, as the demo's config states it
-SYNTHETIC_FLOW = compose_files(ROOT / "conf", "demo").dataset.flow
-SYNTHETIC_FORCES = [f"dataset.flow.normals={SYNTHETIC_FLOW.normals}",
-                    f"dataset.flow.wall_shear={SYNTHETIC_FLOW.wall_shear}"]
+# the orientation of synthetic_data.py's DrivAerML runs: the profile's (OpenFOAM's, as published)
+PROFILE_FLOW = compose_files(ROOT / "conf", "demo").dataset.flow
 # a tiny combined model: its volume ball queries sized for the tiny runs
 COMBINED = ("model_type=combined", "model.geometry_rep.geo_conv.volume_neighbors_in_radius=[8,8,16,16]",
             "model.geometry_local.volume_neighbors_in_radius=[8,16]")
@@ -57,7 +55,7 @@ def model_and_factors(tiny_processed_dir: Path, tmp_path_factory) -> dict[str, P
 def predict_command(paths: dict[str, Path], runs: list[Path], out: Path, *extra: str) -> list[str]:
     return [sys.executable, "predict.py", *TINY, f"sampling.scaling_factors={paths['factors']}",
             f"predict.checkpoint={paths['model']}", f"predict.runs=[{','.join(map(str, runs))}]",
-            f"predict.out_dir={out}", *SYNTHETIC_FORCES, *extra]
+            f"predict.out_dir={out}", *extra]
 
 
 def own_area(run_dir: Path) -> float:
@@ -68,9 +66,9 @@ def own_area(run_dir: Path) -> float:
 
 def independent_drag(vtp: Path, free_stream_velocity: float, reference_area: float) -> float:
     """C_d of a raw VTP: each cell's vector area as a sum over a fan of triangles, one cell at a
-    time; kinematic pressure and shear over 0.5 U^2; normals and shear as SYNTHETIC_FLOW says."""
-    outward = 1.0 if SYNTHETIC_FLOW.normals == "out_of_body" else -1.0
-    on_body = 1.0 if SYNTHETIC_FLOW.wall_shear == "on_body" else -1.0
+    time; kinematic pressure and shear over 0.5 U^2; normals and shear as PROFILE_FLOW says."""
+    outward = 1.0 if PROFILE_FLOW.normals == "out_of_body" else -1.0
+    on_body = 1.0 if PROFILE_FLOW.wall_shear == "on_body" else -1.0
     mesh = pv.read(str(vtp))
     pressure = np.asarray(mesh.cell_data["pMeanTrim"], dtype=np.float64)
     shear_x = np.asarray(mesh.cell_data["wallShearStressMeanTrim"], dtype=np.float64)[:, 0]
@@ -221,7 +219,7 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     variables = {"surface": config.variables.surface, "volume": config.variables.volume}
     record = run_record(run, prediction, variables=variables,
                         forces=ForceSettings(References(2.0, 2.8, (1.4, 0.0, -0.3)), velocity=38.89,
-                                             convention=ForceConvention("out_of_body", "on_body"),
+                                             convention=ForceConvention(),
                                              pressure="pMeanTrim", wall_shear_stress="wallShearStressMeanTrim"))
     assert np.isfinite(record["rel_l2_volume_UMeanTrim_x"]) and np.isfinite(record["cd_true"])
     out = model_and_factors["work"] / "combined"

@@ -24,6 +24,7 @@ from domino_pipeline.inputs.drivaerml_reader import RunError, read_stl, read_sur
 from domino_pipeline.inputs.runs import load_run, open_run
 from domino_pipeline.inputs.runs import list_runs
 from process_data import process_all, process_run
+from synthetic_data import join_pieces
 
 ROOT = Path(__file__).resolve().parents[1]
 U = PROCESS_OPTIONS.stream_velocity
@@ -63,13 +64,20 @@ def _ascii_stl_triangles(path: Path) -> np.ndarray:
 
 
 def _copy_run(src_root: Path, src: int, dst_root: Path, dst: int) -> Path:
-    """Copy run_<src> to run_<dst>, renaming its files the DrivAerML way."""
+    """Copy run_<src> to run_<dst>, renaming its files the DrivAerML way; the volume (published
+    in pieces) joined into one file."""
     target = dst_root / f"run_{dst}"
     target.mkdir(parents=True)
-    for stem, suffix in (("drivaer", "stl"), ("boundary", "vtp"), ("volume", "vtu")):
+    for stem, suffix in (("drivaer", "stl"), ("boundary", "vtp")):
         source = src_root / f"run_{src}" / f"{stem}_{src}.{suffix}"
         shutil.copy(source, target / f"{stem}_{dst}.{suffix}")
+    join_pieces(src_root / f"run_{src}" / f"volume_{src}.vtu", target / f"volume_{dst}.vtu")
     return target
+
+
+def _whole_volume(raw_dir: Path, index: int, tmp: Path) -> pv.UnstructuredGrid:
+    """The run's volume read by VTK (which reads one file: its pieces joined first)."""
+    return pv.read(join_pieces(raw_dir / f"run_{index}" / f"volume_{index}.vtu", tmp / f"volume_{index}.vtu"))
 
 
 def _command(raw: Path, processed: Path, tmp: Path, *extra: str) -> list[str]:
@@ -115,11 +123,11 @@ def test_surface_matches_an_independent_recomputation(
 
 
 def test_volume_rows_are_the_vtu_points_and_nut_is_scaled_by_the_car_length(
-    tiny_raw_dir: Path, tiny_processed_dir: Path
+    tiny_raw_dir: Path, tiny_processed_dir: Path, tmp_path: Path
 ) -> None:
     """As the curator writes them: file order; nutMeanTrim / (U L), L the largest STL extent."""
     run = load_run(tiny_processed_dir / "run_1.zarr")
-    grid = pv.read(tiny_raw_dir / "run_1" / "volume_1.vtu")
+    grid = _whole_volume(tiny_raw_dir, 1, tmp_path)
     points = np.asarray(grid.points, dtype=np.float32)
     triangles = _ascii_stl_triangles(tiny_raw_dir / "run_1" / "drivaer_1.stl").reshape(-1, 3)
     length = (triangles.max(axis=0) - triangles.min(axis=0)).max()
@@ -137,7 +145,7 @@ def test_volume_rows_are_the_vtu_points_and_nut_is_scaled_by_the_car_length(
 def test_a_configured_reference_length_replaces_the_car_length(tiny_raw_dir: Path, tmp_path: Path) -> None:
     process_run(tiny_raw_dir / "run_1", tmp_path / "l2.zarr", replace(PROCESS_OPTIONS, reference_length=2.0))
     fixed = load_run(tmp_path / "l2.zarr", ["volume_fields"])["volume_fields"]
-    grid = pv.read(tiny_raw_dir / "run_1" / "volume_1.vtu")
+    grid = _whole_volume(tiny_raw_dir, 1, tmp_path)
     np.testing.assert_allclose(fixed[:, 4], grid.point_data["nutMeanTrim"] / (U * 2.0), rtol=1e-5)
 
 

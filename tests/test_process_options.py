@@ -9,6 +9,7 @@ import pytest
 from conftest import DEFAULTS, PROCESS_OPTIONS, typed_config
 
 from domino_pipeline.inputs.process_options import ProcessOptions
+from domino_pipeline.inputs.processed_run import arrays_for
 
 
 def test_the_options_come_from_the_dataset_profile_and_the_physics_and_process_sections():
@@ -26,7 +27,8 @@ def test_what_a_run_records_is_what_a_rerun_compares():
     assert changed.differences(recorded) == ["air_density: stored 1.205, configured 1.0",
                                              "volume_source: stored 'points', configured 'cells'"]
     assert PROCESS_OPTIONS.reference_length is None  # the default: stored None, as a run without attributes
-    recorded_keys = [key for key in vars(PROCESS_OPTIONS) if key not in ("dataset", "parts")]
+    later = ("parts", "surface_location", "surface_normals")  # recorded later: a run without them had the defaults
+    recorded_keys = [key for key in vars(PROCESS_OPTIONS) if key != "dataset" and key not in later]
     assert PROCESS_OPTIONS.differences({}) == [f"{key}: stored None, configured {getattr(PROCESS_OPTIONS, key)!r}"
                                                for key in recorded_keys if getattr(PROCESS_OPTIONS, key) is not None]
     # a run processed before process.parts existed holds every part: "all", as the default
@@ -34,6 +36,10 @@ def test_what_a_run_records_is_what_a_rerun_compares():
     surface_only = replace(PROCESS_OPTIONS, parts="surface")
     assert "parts: stored 'all', configured 'surface'" in surface_only.differences({})
     assert surface_only.differences(surface_only.recorded()) == []
+    assert replace(PROCESS_OPTIONS, surface_location="points").differences(recorded) == [
+        "surface_location: stored 'cells', configured 'points'"]
+    # physicsnemo's reader takes an attribute named as an array for that array
+    assert not set(recorded) & set(arrays_for(("surface", "volume")))
     assert recorded["surface_field_roles"] == dict(DEFAULTS.dataset.fields.surface)
     assert recorded["surface_variables"] == DEFAULTS.variables.surface  # for the readers of processed runs
 

@@ -27,6 +27,7 @@ from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.runs import load_run, open_run
 from domino_pipeline.inputs.surface_stream import open_surface
 from process_data import process_run
+from synthetic_data import join_pieces
 
 SURFACE = PROCESS_OPTIONS.surface_variables
 
@@ -63,8 +64,8 @@ def _run_with_surface(tiny_raw_dir: Path, tmp: Path, mesh: pv.PolyData, mode: st
                       header: int) -> Path:
     run = tmp / "run_1"
     run.mkdir(parents=True)
-    for name in ("drivaer_1.stl", "volume_1.vtu"):
-        shutil.copy(tiny_raw_dir / "run_1" / name, run / name)
+    shutil.copy(tiny_raw_dir / "run_1" / "drivaer_1.stl", run / "drivaer_1.stl")
+    join_pieces(tiny_raw_dir / "run_1" / "volume_1.vtu", run / "volume_1.vtu")
     write(mesh, run / "boundary_1.vtp", mode, compressor, header)
     return run
 
@@ -142,13 +143,16 @@ def test_processed_run_from_streamed_reading_equals_vtk_whole_file_reading(
 ) -> None:
     options = replace(PROCESS_OPTIONS, volume_source=source)
     streamed, whole = tmp_path / "streamed.zarr", tmp_path / "whole.zarr"
+    run = tmp_path / "raw" / "run_2"  # the volume joined: VTK reads one file
+    shutil.copytree(tiny_raw_dir / "run_2", run)
+    join_pieces(run / "volume_2.vtu")
     with warnings.catch_warnings():
         warnings.simplefilter("error", WholeFileFallback)  # both files read by rows
-        process_run(tiny_raw_dir / "run_2", streamed, options, block_rows=1000, surface_block=500)
+        process_run(run, streamed, options, block_rows=1000, surface_block=500)
     with monkeypatch.context() as patch:
         _read_whole_with_vtk(patch)
         with pytest.warns(WholeFileFallback, match="read whole for this test") as fallbacks:
-            process_run(tiny_raw_dir / "run_2", whole, options)
+            process_run(run, whole, options)
     assert sorted(Path(str(w.message).split(":")[0]).suffix for w in fallbacks) == [".vtp", ".vtu"]
     got, want = load_run(streamed), load_run(whole)
     assert got.keys() == want.keys()

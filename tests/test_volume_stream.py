@@ -23,7 +23,7 @@ from domino_pipeline.inputs.runs import load_run, open_run
 from domino_pipeline.inputs.volume_stream import WholeFileFallback, open_volume
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 from process_data import process_run
-from synthetic_data import split_into_pieces
+from synthetic_data import join_pieces, split_into_pieces
 
 crafted = import_benchmark("crafted_faults")
 
@@ -126,11 +126,11 @@ def test_a_volume_split_inside_an_array_reads_bit_for_bit_as_the_whole(
 ) -> None:
     whole = tmp_path / "whole" / "volume_1.vtu"
     whole.parent.mkdir()
-    shutil.copy(tiny_raw_dir / "run_1" / "volume_1.vtu", whole)
+    join_pieces(tiny_raw_dir / "run_1" / "volume_1.vtu", whole)
     if encoding != "synthetic":  # the synthetic default is appended base64 in zlib blocks
         crafted.vtk_rewrite(whole, encoding)
     run = tmp_path / "raw" / "run_1"
-    shutil.copytree(tiny_raw_dir / "run_1", run)
+    shutil.copytree(tiny_raw_dir / "run_1", run, ignore=shutil.ignore_patterns("volume_1.vtu*"))
     shutil.copy(whole, run / "volume_1.vtu")
     pieces = split_into_pieces(run / "volume_1.vtu", [_cut_inside(whole, section, name)], naming)
     assert [p.name for p in pieces] == [piece_path(Path("volume_1.vtu"), k, naming).name for k in range(2)]
@@ -158,6 +158,7 @@ def _expected_volume_of(whole: Path, run: Path, source: str) -> dict[str, np.nda
 def test_a_missing_second_piece_is_named(tiny_raw_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "run_1"
     shutil.copytree(tiny_raw_dir / "run_1", run)
+    join_pieces(run / "volume_1.vtu")
     first, second = split_into_pieces(run / "volume_1.vtu", [_cut_inside(run / "volume_1.vtu", "Points", "Points")])
     second.unlink()
     with pytest.raises(RunError, match=r"volume_1\.vtu: unreadable \(the file \(or its last piece, "

@@ -12,14 +12,14 @@ import pyvista as pv
 from test_vtk_xml_stream import vtk_read
 
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
-from domino_pipeline.inputs.vtk_xml_writer import (
+from synthetic.vtk_xml_writer import (
     COMPRESSORS,
     DATA_MODES,
     Encoding,
     VtkBlockWriter,
     unstructured_grid_arrays,
 )
-from synthetic_data import generate_runs
+from synthetic_data import generate_runs, join_pieces
 
 FIELDS = {"UMeanTrim": 3, "pMeanTrim": 1}
 
@@ -69,9 +69,11 @@ def test_short_array_is_an_error_and_leaves_no_file(tmp_path: Path) -> None:
 def test_synthetic_run_in_another_encoding_holds_the_same_values(
     tiny_raw_dir: Path, tmp_path: Path, mode: str, compressor: str
 ) -> None:
-    generate_runs(tmp_path, 1, preset="tiny", seed=0, encoding=Encoding(mode, compressor))
+    generate_runs(tmp_path / "other", 1, preset="tiny", seed=0, encoding=Encoding(mode, compressor))
     for name in ("boundary_1.vtp", "volume_1.vtu"):
-        default, other = vtk_read(tiny_raw_dir / "run_1" / name), vtk_read(tmp_path / "run_1" / name)
+        default, other = (join_pieces(raw / "run_1" / name, tmp_path / f"{label}_{name}")
+                          for label, raw in (("default", tiny_raw_dir), ("other", tmp_path / "other")))
+        default, other = vtk_read(default), vtk_read(other)
         np.testing.assert_array_equal(default.points, other.points)
         for key in default.cell_data.keys():
             np.testing.assert_array_equal(default.cell_data[key], other.cell_data[key])
@@ -89,5 +91,5 @@ def test_default_encoding_is_vtks_xml_writer_default(tmp_path: Path) -> None:
     assert COMPRESSORS[default.compressor] == type(writer.GetCompressor()).__name__
     assert writer.GetDataMode() == writer.Appended
     generate_runs(tmp_path, 1, preset="tiny", seed=0)
-    head = (tmp_path / "run_1" / "volume_1.vtu").read_bytes()[:300]
+    head = (tmp_path / "run_1" / "volume_1.vtu.00.part").read_bytes()[:300]
     assert b'header_type="UInt32" compressor="vtkZLibDataCompressor"' in head

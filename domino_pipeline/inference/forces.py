@@ -14,8 +14,9 @@ directions), with q = 0.5 rho_inf U_inf^2, the reference area A_ref and length l
     CmRoll = M . e_drag / (q A_ref l_ref)   CmPitch = M . e_side / (...)   CmYaw = M . e_lift / (...)
     Clf = Cl / 2 + CmPitch         Clr = Cl / 2 - CmPitch             (front and rear lift)
 
-with e_side = e_lift x e_drag (+y for drag +x and lift +z): roll about the drag direction, pitch
-about the side one, yaw about the lift one. The fields are the physical ones, as the source
+with e_side the profile's side direction (OpenFOAM's forceCoeffs takes e_lift x e_drag: +y for
+drag +x and lift +z; WindsorML, y up, states +z): roll about the drag direction, pitch about the
+side one, yaw about the lift one. The fields are the physical ones, as the source
 files hold them: process_data.py stores p / (rho U^2) with the *scaling* references (config
 ``physics.stream_velocity``, ``physics.air_density``; the DoMINO example's 30 m/s and 1.205
 kg/m^3), and the caller multiplies them back before integrating. The coefficients use the
@@ -27,7 +28,12 @@ Data sets state their normals and shear the other way round, which ``ForceConven
 OpenFOAM's boundary output (foamToVTK, DrivAerML's VTPs) has face normals pointing out of the
 fluid domain, i.e. into the body, and ``wallShearStress`` is the stress on the fluid; there
 ``f_i = (p n - tau) A``, the formula of OpenFOAM's forces function object, physicsnemo's DoMINO
-example (test.py) and ``physicsnemo.metrics.cae.cfd.compute_force_coefficients``.
+example (test.py) and ``physicsnemo.metrics.cae.cfd.compute_force_coefficients``. WindsorML's
+point normals point out of the body and its skin friction is the stress on it.
+
+A dataset whose surface fields are already coefficients (WindsorML's pressure and skin friction
+coefficients, the roles ``pressure_coefficient`` and ``skin_friction_coefficient``) integrates
+them the same way with q = 1: ``C = sum (-cp n + cf) A . e / A_ref``.
 
 References: a run's own (its references file: DrivAerML's ``geo_ref_<i>.csv``, OpenFOAM's
 coefficient.dat header), or the profile's constant ``dataset.references``; predict.py reports
@@ -45,6 +51,7 @@ from domino_pipeline.config import ForcesConfig, check_choice
 from domino_pipeline.dataset_profile import COEFFICIENTS, NORMALS, WALL_SHEAR, DatasetConfig
 from domino_pipeline.inputs.cell_geometry import polygon_vector_areas
 from domino_pipeline.inputs.published_forces import Published, References, constant_references
+from domino_pipeline.variables import VARIABLE_WIDTH
 
 
 @dataclass(frozen=True)
@@ -136,16 +143,17 @@ def surface_loads(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np
 
 @dataclass(frozen=True)
 class Directions:
-    """The drag and lift directions of the coefficients (``dataset.flow``); the side direction is
-    lift x drag, as OpenFOAM's forceCoeffs takes it."""
+    """The drag, lift and side directions of the coefficients (``dataset.flow``); the side
+    direction None: lift x drag, as OpenFOAM's forceCoeffs takes it."""
 
     drag: tuple[float, float, float] = (1.0, 0.0, 0.0)
     lift: tuple[float, float, float] = (0.0, 0.0, 1.0)
+    side: tuple[float, float, float] | None = None
 
     def axes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Unit (drag, side, lift) vectors."""
         drag, lift = _unit(self.drag), _unit(self.lift)
-        return drag, _unit(np.cross(lift, drag)), lift
+        return drag, _unit(np.cross(lift, drag) if self.side is None else self.side), lift
 
 
 def coefficients(loads: Loads, references: References, dynamic_pressure: float,
@@ -209,12 +217,18 @@ class ReferenceSet:
     published: dict[str, float] | None
 
 
+# The surface roles integrated into forces: physical stresses, or coefficients (q = 1)
+STRESS_ROLES = ("pressure", "wall_shear_stress")
+COEFFICIENT_ROLES = ("pressure_coefficient", "skin_friction_coefficient")
+
+
 @dataclass(frozen=True)
 class ForceSettings:
     """How predict.py integrates the coefficients: the dataset profile's flow (conventions, the
     free stream or None when each run's file gives it, the directions), which surface variables
-    are the pressure and the wall shear (the fields playing those roles), the constant
-    references, and whether a run's own ones are preferred."""
+    are the pressure and the wall shear (the fields playing those roles; or the pressure and skin
+    friction coefficients, ``fields_are_coefficients``), the constant references, and whether a
+    run's own ones are preferred."""
 
     constant_references: References
     convention: ForceConvention
@@ -225,25 +239,33 @@ class ForceSettings:
     kinematic: bool = True
     reference_area_per_run: bool = True  # a run's own references, where it has them
     directions: Directions = Directions()
+    fields_are_coefficients: bool = False  # pressure and wall shear are cp and cf: the dynamic pressure is 1
 
     @classmethod
     def from_config(cls, forces: ForcesConfig, dataset: DatasetConfig) -> ForceSettings:
-        """The settings of the ``forces`` section and the ``dataset`` profile."""
+        """The settings of the ``forces`` section and the ``dataset`` profile: its surface fields
+        playing the roles pressure and wall_shear_stress, or else pressure_coefficient and
+        skin_friction_coefficient."""
         flow = dataset.flow
+        coefficient_fields = not all(dataset.has_field("surface", role) for role in STRESS_ROLES) and all(
+            dataset.has_field("surface", role) for role in COEFFICIENT_ROLES)
+        pressure, shear = COEFFICIENT_ROLES if coefficient_fields else STRESS_ROLES
         return cls(constant_references=constant_references(dataset.references),
                    convention=ForceConvention(normals=flow.normals, wall_shear=flow.wall_shear),
-                   pressure=dataset.field("surface", "pressure"),
-                   wall_shear_stress=dataset.field("surface", "wall_shear_stress"),
+                   pressure=dataset.field("surface", pressure),
+                   wall_shear_stress=dataset.field("surface", shear),
                    velocity=flow.velocity, density=flow.density, kinematic=flow.kinematic,
                    reference_area_per_run=forces.reference_area_per_run,
-                   directions=Directions(tuple(flow.drag_direction), tuple(flow.lift_direction)))
+                   directions=Directions(tuple(flow.drag_direction), tuple(flow.lift_direction),
+                                         tuple(flow.side_direction)),
+                   fields_are_coefficients=coefficient_fields)
 
     def columns(self, variables: dict[str, str]) -> tuple[int, slice]:
         """The column of the pressure and the columns of the wall shear in the surface fields."""
         starts, start = {}, 0
         for name, kind in variables.items():
             starts[name] = (start, kind)
-            start += 1 if kind == "scalar" else 3
+            start += VARIABLE_WIDTH[kind]
         for name, kind in ((self.pressure, "scalar"), (self.wall_shear_stress, "vector")):
             if starts.get(name, (0, None))[1] != kind:
                 raise ValueError(f"forces: {name!r} must be a {kind} surface variable; the surface variables are "
@@ -277,5 +299,7 @@ class ForceSettings:
         return surface_loads(fields[:, pressure], fields[:, shear], vector_areas, areas, centres, self.convention)
 
     def coefficients(self, loads: Loads, references: References, free_stream: FreeStream) -> dict[str, float]:
-        """Every coefficient of ``loads`` over ``references`` in ``free_stream``."""
-        return coefficients(loads, references, free_stream.dynamic_pressure, self.directions)
+        """Every coefficient of ``loads`` over ``references`` in ``free_stream`` (a dynamic
+        pressure of 1 for coefficient fields)."""
+        dynamic_pressure = 1.0 if self.fields_are_coefficients else free_stream.dynamic_pressure
+        return coefficients(loads, references, dynamic_pressure, self.directions)

@@ -175,8 +175,8 @@ def write_run_outputs(run: PredictionRun, prediction: RunPrediction, *, variable
         mesh = run.surface_mesh.copy()
         if run.kind == "processed":  # the raw VTP carries its own true arrays
             add_arrays(mesh, run.arrays["surface_fields"] * run.divisors["surface"], variables["surface"], where="cells")
-        add_arrays(mesh, prediction.surface * run.divisors["surface"], variables["surface"], where="cells",
-                   suffix=PREDICTED_SUFFIX)
+        add_arrays(mesh, prediction.surface * run.divisors["surface"], variables["surface"],
+                   where=run.surface_location, suffix=PREDICTED_SUFFIX)
         paths.append(write_mesh(mesh, out_dir / f"{run.name}_surface.vtp"))
         if plot:
             paths.append(_plot(run, prediction.surface, variables, out_dir, record, pressure))

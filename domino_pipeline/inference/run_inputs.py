@@ -7,10 +7,11 @@ mesh the surface rows are the cells of (where predictions are written), and what
 
 - a raw folder (its files found through the dataset profile), read as process_data.py reads it
   (the surface and, when asked, the volume a block at a time) into the arrays it would store:
-  the boundary surface's cells, with its fields as truth; the volume's rows when asked (a folder
+  the boundary surface's rows (cells or points, ``dataset.surface_rows``), with its fields as
+  truth; the volume's rows when asked (a folder
   without a volume is predicted on its surface); the published coefficients and references
   (``dataset.coefficients``, ``dataset.references``) where the folder has them. The written VTP
-  is the run's own, every array kept.
+  is the run's own surface (a surface VTU as the same PolyData), every array kept.
 - a processed run (``<run>.zarr``, a local folder or an ``s3://``, ``gs://``, ``az://`` URL, read
   through inputs/runs.py): its cell centres and fields, and the published coefficients and
   references its attributes recorded from the raw folder; it keeps no cell connectivity, so the
@@ -87,6 +88,7 @@ class PredictionRun:
     volume_mesh: pv.DataSet | None = None      # its points are the volume rows, in order
     published: Published | None = None         # the published coefficients and references, where known
     notes: list[str] = field(default_factory=list)
+    surface_location: str = "cells"            # the surface rows are the mesh's cells or its points
 
 
 def run_kind(path: str | os.PathLike) -> str:
@@ -142,16 +144,22 @@ def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume
     """A raw run folder read as process_data.py reads it (``process_runs.process_in_memory``:
     the STL whole, the boundary surface and, when asked, the volume a block at a time) into the
     arrays it would store, with the coefficients and references the folder publishes; the VTP
-    read whole as well, every array kept, to write the predictions onto its cells."""
+    read whole as well, every array kept, to write the predictions onto its rows (cells or points)."""
+    rows = dataset.surface_rows
     options = ProcessOptions(dataset=dataset, surface_fields=dict(dataset.fields.surface),
                              volume_fields=dict(dataset.fields.volume), stream_velocity=physics.stream_velocity,
                              air_density=physics.air_density, reference_length=physics.reference_length,
-                             volume_source=volume_source, parts="all" if volume else "surface")
+                             volume_source=volume_source, parts="all" if volume else "surface",
+                             surface_location=rows.location, surface_normals=rows.normals)
     arrays, attrs, notes = process_in_memory(run_dir, options)
     files = run_files(run_dir, dataset, options.parts)
-    mesh = _polydata(read_mesh(files.surface))
-    run = _prediction_run(run_dir.name, "raw", arrays, attrs, (mesh, mesh_vector_areas(mesh)), volume, run_dir)
-    run.notes = notes
+    mesh = surface_polydata(read_mesh(files.surface))
+    if rows.location == "cells":
+        vector_areas = mesh_vector_areas(mesh)
+    else:
+        vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
+    run = _prediction_run(run_dir.name, "raw", arrays, attrs, (mesh, vector_areas), volume, run_dir)
+    run.notes, run.surface_location = notes, rows.location
     return run
 
 
@@ -233,5 +241,14 @@ def point_cloud(points: np.ndarray, kind: str) -> pv.DataSet:
     return pv.UnstructuredGrid({pv.CellType.VERTEX: np.arange(len(points)).reshape(-1, 1)}, points)
 
 
-def _polydata(mesh: pv.DataSet) -> pv.PolyData:
-    return mesh if isinstance(mesh, pv.PolyData) else mesh.extract_surface()
+def surface_polydata(mesh: pv.DataSet) -> pv.PolyData:
+    """A surface as PolyData with its points, cells and arrays in their order: a VTU of polygon
+    cells becomes the PolyData of the same polygons (VTK's surface filter would renumber them)."""
+    if isinstance(mesh, pv.PolyData):
+        return mesh
+    poly = pv.PolyData(np.asarray(mesh.points), faces=np.asarray(mesh.cells))
+    for name in mesh.point_data.keys():
+        poly.point_data[name] = mesh.point_data[name]
+    for name in mesh.cell_data.keys():
+        poly.cell_data[name] = mesh.cell_data[name]
+    return poly

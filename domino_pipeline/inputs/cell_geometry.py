@@ -26,8 +26,16 @@ triangle and quad cells of a volume keep VTK's parametric centre (``centre_weigh
 them is the vertex mean. Everything is float64 inside; each cell's values depend on its own
 vertices only, so a block of a file's cells gets the values the whole file gives them.
 
+A surface given by its points (WindsorML's fields are point data) weights each point by its
+barycentric dual area: of each polygon around it, the part nearer to it than to the other
+vertices along the polygon's edges, i.e. the halves of the two triangles (p_i-1, p_i, m) and
+(p_i, p_i+1, m) about the vertex mean m that touch it (a third of a triangle; a quarter of a
+parallelogram); its normal is the normalised sum of its polygons' area vectors
+(``polygon_vertex_shares``).
+
     centres, normals, areas = surface_geometry(points, begins, ends, ids)
     centres = cell_centres(points, CellBlock(types, begins, ends, ids, faces))
+    vertex, share, vector = polygon_vertex_shares(points, begins, ends, ids)
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ POINT_WEIGHTED = {1: vtkVertex, 3: vtkLine, 5: vtkTriangle, 8: vtkPixel, 9: vtkQ
 # VTK's fixed-size 3-D cells, whose faces come from VTK's own cell
 SOLID = {10: vtkTetra, 11: vtkVoxel, 12: vtkHexahedron, 13: vtkWedge, 14: vtkPyramid}
 CELL_TYPES = frozenset(POINT_WEIGHTED) | frozenset(SOLID) | {POLYHEDRON}
+SURFACE_CELL_TYPES = frozenset({5, 7, 9})  # VTK_TRIANGLE, VTK_POLYGON, VTK_QUAD: a surface VTU's cells
 
 
 class CellGeometryError(ValueError):
@@ -182,6 +191,29 @@ def surface_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
         normals.append(vector / np.maximum(area, 1e-30)[:, None])
         areas.append(area)
     return tuple(np.concatenate(part).astype(np.float32) for part in (centres, normals, areas))
+
+
+def polygon_vertex_shares(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
+                          ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every vertex of every polygon (module docstring): its point id (m,), its share of the
+    polygon's area, its barycentric dual area there (m,), and the polygon's area vector (m, 3),
+    float64; summed by point id they give each point's dual area and the sum of its polygons'
+    area vectors. Computed a vertex count at a time."""
+    counts = np.asarray(ends) - np.asarray(begins)
+    if counts.size and counts.min() < 3:
+        raise CellGeometryError(f"{int(np.count_nonzero(counts < 3))} polygons with fewer than 3 vertices")
+    _, vectors = polygon_geometry(points, begins, ends, ids)
+    vertex, share, vector = [np.zeros(0, np.int64)], [np.zeros(0)], [np.zeros((0, 3))]
+    for count in np.unique(counts):
+        rows = np.flatnonzero(counts == count)
+        corner_ids = ids[begins[rows][:, None] + np.arange(count)]
+        corners = np.asarray(points[corner_ids], dtype=np.float64)
+        mean = corners.mean(axis=1, keepdims=True)
+        fan = 0.5 * np.linalg.norm(np.cross(corners - mean, np.roll(corners, -1, axis=1) - mean), axis=2)
+        vertex.append(corner_ids.ravel())
+        share.append((0.5 * (fan + np.roll(fan, 1, axis=1))).ravel())
+        vector.append(np.repeat(vectors[rows], count, axis=0))
+    return np.concatenate(vertex).astype(np.int64), np.concatenate(share), np.concatenate(vector)
 
 
 def _chunks(n: int) -> list[tuple[int, int]]:

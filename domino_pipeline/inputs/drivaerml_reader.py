@@ -12,16 +12,25 @@ the file and the problem.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyvista as pv
+from vtkmodules.util.numpy_support import vtk_to_numpy
 from vtkmodules.vtkCommonCore import vtkLogger
 from vtkmodules.vtkIOGeometry import vtkSTLReader
 from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
 
 from domino_pipeline.config import VOLUME_SOURCES
-from domino_pipeline.inputs.cell_geometry import grid_cell_centres, polydata_geometry
+from domino_pipeline.inputs.cell_geometry import (
+    SURFACE_CELL_TYPES,
+    CellGeometryError,
+    grid_cell_centres,
+    polydata_geometry,
+    polygon_vertex_shares,
+    surface_geometry,
+)
 from domino_pipeline.variables import variable_width
 
 
@@ -131,25 +140,53 @@ def require_names(available: list[str], names: Collection[str], path: Path, wher
         raise MissingFieldError(path, where, missing, available)
 
 
+def source_arrays(variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None) -> list[str]:
+    """The arrays of the files that the ``variables`` are read from, in order: for each, those
+    ``arrays`` gives (one, or one scalar per component), else the array of its own name."""
+    return [array for name in variables for array in (arrays or {}).get(name, [name])]
+
+
 def field_columns(
-    data: Mapping, variables: Mapping[str, str], path: Path, where: str
+    data: Mapping, variables: Mapping[str, str], path: Path, where: str,
+    arrays: Mapping[str, list[str]] | None = None,
 ) -> np.ndarray:
-    """Stack the named fields of ``data`` (point or cell data) as float32 columns, in order."""
+    """Stack the fields ``variables`` ({name: kind}) of ``data`` (point or cell data, by array
+    name) as float32 columns, in order; a variable that ``arrays`` composes of one scalar array per
+    component is assembled from them."""
     columns = []
     for name, kind in variables.items():
         width = variable_width(name, kind)
-        if name not in data:
-            raise MissingFieldError(path, where, [name], data.keys())
-        values = np.asarray(data[name], dtype=np.float32)
-        values = values.reshape(len(values), -1)
-        bad = int(values.size - np.count_nonzero(np.isfinite(values)))
-        if bad:
-            raise RunError(f"{path}: {where} data {name} has {bad} non-finite values (NaN or Inf)")
-        if values.shape[1] != width:
-            raise RunError(f"{path}: {where} data {name} has {values.shape[1]} components, "
-                           f"expected {width} ({kind})")
-        columns.append(values)
+        sources = (arrays or {}).get(name, [name])
+        if len(sources) == 1:
+            columns.append(_array_columns(data, sources[0], width, kind, path, where))
+        elif len(sources) == width:
+            columns += [_array_columns(data, source, 1, f"one component of {kind} {name}", path, where)
+                        for source in sources]
+        else:
+            raise RunError(f"{path}: {kind} {name} needs 1 or {width} arrays, not {sources}")
     return np.concatenate(columns, axis=1)
+
+
+def _array_columns(data: Mapping, name: str, width: int, what: str, path: Path, where: str) -> np.ndarray:
+    """Array ``name`` of ``data`` as float32 columns (n, width); RunError when it is missing, has
+    another width, or non-finite values."""
+    if name not in data:
+        raise MissingFieldError(path, where, [name], data.keys())
+    values = np.asarray(data[name], dtype=np.float32)
+    values = values.reshape(len(values), -1)
+    bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+    if bad:
+        raise RunError(f"{path}: {where} data {name} has {bad} non-finite values (NaN or Inf)")
+    if values.shape[1] != width:
+        raise RunError(f"{path}: {where} data {name} has {values.shape[1]} components, expected {width} ({what})")
+    return values
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """``vectors`` (n, 3) scaled to unit length in float64, as float32 (a zero vector stays zero)."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    norm = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.maximum(norm, 1e-30)).astype(np.float32)
 
 
 ZERO_HEIGHT = 1e-6  # triangle height / longest edge below which a triangle has no area (float32: 1.2e-7)
@@ -213,23 +250,100 @@ def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path, dropped: int =
 SURFACE_ARRAYS = ("surface_mesh_centers", "surface_normals", "surface_areas", "surface_fields")
 
 
-def read_surface(path: Path, variables: Mapping[str, str]) -> dict[str, np.ndarray]:
-    """Boundary cell centres, unit normals (from the cell winding), areas and raw fields
-    (SURFACE_ARRAYS), the whole file read with VTK; the geometry is OpenFOAM's
-    (``cell_geometry.polydata_geometry``)."""
+@dataclass(frozen=True)
+class SurfaceRows:
+    """What a row of the surface is: a boundary cell or point (``location``, the profile's
+    ``surface_rows``); for points, the point data array of unit normals (``normals``; None: from
+    the cells) and the run's published areas (``areas``, an .npy of one area per point; None:
+    their barycentric dual areas, ``cell_geometry.polygon_vertex_shares``)."""
+
+    location: str = "cells"
+    normals: str | None = None
+    areas: Path | None = None
+
+
+def read_surface(path: Path, variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None,
+                 rows: SurfaceRows = SurfaceRows()) -> dict[str, np.ndarray]:
+    """Boundary rows (``rows``: cells or points): centres, unit normals, areas and raw fields
+    (SURFACE_ARRAYS), the whole file (a VTP, or a VTU of polygon cells) read with VTK; a cell's
+    geometry is OpenFOAM's (``cell_geometry``), as surface_stream.py computes it by blocks."""
     reader = open_reader(path)
-    require_names(array_names(reader)["cells"], variables, path, "cell")
-    mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=list(variables))
-    if not isinstance(mesh, pv.PolyData):
-        mesh = mesh.extract_surface()
-    fields = field_columns(mesh.cell_data, variables, path, "cell")
-    return dict(zip(SURFACE_ARRAYS, (*polydata_geometry(mesh, path), fields)))
+    where = "cell" if rows.location == "cells" else "point"
+    wanted = source_arrays(variables, arrays)
+    require_names(array_names(reader)[f"{where}s"], wanted + ([rows.normals] if rows.normals else []), path, where)
+    if rows.location == "cells":
+        mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=wanted)
+        fields = field_columns(mesh.cell_data, variables, path, "cell", arrays)
+        geometry = polydata_geometry(mesh, path) if isinstance(mesh, pv.PolyData) else _grid_geometry(mesh, path)
+        return dict(zip(SURFACE_ARRAYS, (*geometry, fields)))
+    mesh = read_arrays(reader, path, point_arrays=wanted + ([rows.normals] if rows.normals else []), cell_arrays=[])
+    fields = field_columns(mesh.point_data, variables, path, "point", arrays)
+    vectors, areas = _point_weights(mesh, path) if rows.normals is None or rows.areas is None else (None, None)
+    if rows.normals is not None:
+        vectors = field_columns(mesh.point_data, {rows.normals: "vector"}, path, "point")
+    if rows.areas is not None:
+        areas = np.asarray(published_areas(rows.areas, mesh.n_points))
+    return dict(zip(SURFACE_ARRAYS, (np.asarray(mesh.points, np.float32), unit_rows(vectors),
+                                     np.asarray(areas, np.float32), fields)))
+
+
+def published_areas(path: Path, n_points: int) -> np.ndarray:
+    """The published per-point areas of ``path`` (.npy, one per point), memory-mapped; RunError
+    naming the file when they are not one finite positive number per point."""
+    try:
+        areas = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise RunError(f"{path}: unreadable ({err})") from err
+    if areas.shape != (n_points,):
+        raise RunError(f"{path}: {areas.shape[0] if areas.ndim == 1 else areas.shape} areas, expected one "
+                       f"per surface point ({n_points})")
+    step = 1 << 22
+    bad = sum(int(np.count_nonzero(~(np.isfinite(areas[s:s + step]) & (areas[s:s + step] > 0))))
+              for s in range(0, n_points, step))
+    if bad:
+        raise RunError(f"{path}: {bad} areas are not finite and positive")
+    return areas
+
+
+def surface_cells(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(begins, ends, point ids) of a surface's polygons: a PolyData's polygons, or the cells of
+    an UnstructuredGrid, which must all be triangles, polygons and quads (RunError otherwise)."""
+    if isinstance(mesh, pv.PolyData):
+        cells = mesh.GetPolys()
+    else:
+        other = sorted(set(np.unique(np.asarray(mesh.celltypes)).tolist()) - SURFACE_CELL_TYPES)
+        if other:
+            raise RunError(f"{path}: cell types {other} on a boundary surface, which holds triangles, polygons "
+                           f"and quads (VTK types {sorted(SURFACE_CELL_TYPES)})")
+        cells = mesh.GetCells()
+    offsets = vtk_to_numpy(cells.GetOffsetsArray()).astype(np.int64)
+    return offsets[:-1], offsets[1:], vtk_to_numpy(cells.GetConnectivityArray()).astype(np.int64)
+
+
+def _grid_geometry(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``surface_geometry`` of every cell of a surface VTU read whole, in its cell order."""
+    begins, ends, ids = surface_cells(mesh, path)
+    try:
+        return surface_geometry(np.asarray(mesh.points), begins, ends, ids)
+    except CellGeometryError as err:
+        raise CellGeometryError(f"{path}: {err}") from err
+
+
+def _point_weights(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Per point of a surface read whole: the sum of its polygons' area vectors and its dual area."""
+    begins, ends, ids = surface_cells(mesh, path)
+    try:
+        vertex, share, vector = polygon_vertex_shares(np.asarray(mesh.points), begins, ends, ids)
+    except CellGeometryError as err:
+        raise CellGeometryError(f"{path}: {err}") from err
+    areas = np.bincount(vertex, weights=share, minlength=mesh.n_points)
+    return np.stack([np.bincount(vertex, weights=vector[:, d], minlength=mesh.n_points) for d in range(3)], 1), areas
 
 
 def volume_source_used(
-    available: Mapping[str, Collection[str]], variables: Mapping[str, str], source: str, path: Path
+    available: Mapping[str, Collection[str]], variables: Collection[str], source: str, path: Path
 ) -> tuple[str, list[str]]:
-    """The source ("points" or "cells") to read ``variables`` from, given the array names
+    """The source ("points" or "cells") to read the arrays ``variables`` from, given the array names
     ``available`` per source, and notes: the other source, with a note, when the requested one
     lacks a field and the other has them all; RunError when neither has them all."""
     if source not in VOLUME_SOURCES:
@@ -248,7 +362,7 @@ def volume_source_used(
 
 
 def read_volume(
-    path: Path, variables: Mapping[str, str], source: str
+    path: Path, variables: Mapping[str, str], source: str, arrays: Mapping[str, list[str]] | None = None
 ) -> tuple[dict[str, np.ndarray], str, list[str]]:
     """Volume points and raw fields from ``source`` ("points" or "cells": the cells' centres,
     ``cell_geometry.grid_cell_centres``).
@@ -257,13 +371,14 @@ def read_volume(
     the other is used and a note says so. Returns the arrays, the source used and the notes.
     """
     reader = open_reader(path)
-    source, notes = volume_source_used(array_names(reader), variables, source, path)
+    wanted = source_arrays(variables, arrays)
+    source, notes = volume_source_used(array_names(reader), wanted, source, path)
     if source == "points":
-        mesh = read_arrays(reader, path, point_arrays=list(variables), cell_arrays=[])
-        fields, centres = field_columns(mesh.point_data, variables, path, "point"), mesh.points
+        mesh = read_arrays(reader, path, point_arrays=wanted, cell_arrays=[])
+        fields, centres = field_columns(mesh.point_data, variables, path, "point", arrays), mesh.points
     else:
-        mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=list(variables))
-        fields = field_columns(mesh.cell_data, variables, path, "cell")
+        mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=wanted)
+        fields = field_columns(mesh.cell_data, variables, path, "cell", arrays)
         centres = grid_cell_centres(mesh, path)
     return {"volume_mesh_centers": np.asarray(centres, dtype=np.float32),
             "volume_fields": fields}, source, notes

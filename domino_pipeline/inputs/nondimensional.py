@@ -12,11 +12,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH, check_roles
+from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH, FieldName, check_roles
 
 
 def field_divisors(
-    fields: Mapping[str, str],
+    fields: Mapping[str, FieldName],
     stream_velocity: float,
     air_density: float,
     reference_length: float,
@@ -28,7 +28,7 @@ def field_divisors(
     """
     check_roles("fields", fields)
     rho_u2 = air_density * stream_velocity**2
-    scales = {"rho_u2": rho_u2, "rho_u2_squared": rho_u2**2, "u": stream_velocity,
+    scales = {"rho_u2": rho_u2, "rho_u2_squared": rho_u2**2, "u": stream_velocity, "u2": stream_velocity**2,
               "u_l": stream_velocity * reference_length, "u_per_l": stream_velocity / reference_length, "one": 1.0}
     divisors = []
     for role in fields:

@@ -17,9 +17,9 @@ from domino_pipeline.config import (
     check_scaling_references,
     parts_named,
 )
-from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.dataset_profile import LOCATIONS, DatasetConfig
 from domino_pipeline.inputs.nondimensional import field_divisors
-from domino_pipeline.variables import variables_of
+from domino_pipeline.variables import FieldName, arrays_of, variables_of
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ class ProcessOptions:
 
     dataset: DatasetConfig = field(metadata={"recorded": False})  # the files' names; its name is recorded apart
     # recorded under names no array has (a reader of attributes may take those for arrays)
-    surface_fields: dict[str, str] = field(metadata={"recorded_as": "surface_field_roles"})
-    volume_fields: dict[str, str] = field(metadata={"recorded_as": "volume_field_roles"})
+    surface_fields: dict[str, FieldName] = field(metadata={"recorded_as": "surface_field_roles"})
+    volume_fields: dict[str, FieldName] = field(metadata={"recorded_as": "volume_field_roles"})
     stream_velocity: float
     air_density: float
     reference_length: float | None  # None: each car's length
@@ -39,9 +39,14 @@ class ProcessOptions:
     volume_source: str = field(metadata={"recorded_as": "volume_source_requested"})
     # all | surface | volume: the meshes read besides the STL; runs processed before it have all
     parts: str = field(default="all", metadata={"absent": "all"})
+    # what a surface row is (dataset.surface_rows): cells | points, and the point normals' array;
+    # runs processed before they were recorded have cells; recorded under names no array has
+    surface_location: str = field(default="cells", metadata={"absent": "cells", "recorded_as": "surface_row_location"})
+    surface_normals: str | None = field(default=None, metadata={"recorded_as": "surface_row_normals"})
 
     def __post_init__(self) -> None:
         check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)
+        check_choice("dataset.surface_rows.location", self.surface_location, LOCATIONS)
         parts_named(self.parts)
         check_scaling_references(self.stream_velocity, self.air_density, self.reference_length)
         for part in ("surface", "volume"):
@@ -53,7 +58,8 @@ class ProcessOptions:
         return cls(dataset=dataset, surface_fields=dict(dataset.fields.surface), volume_fields=dict(dataset.fields.volume),
                    stream_velocity=physics.stream_velocity, air_density=physics.air_density,
                    reference_length=physics.reference_length, volume_source=process.volume_source,
-                   parts=process.parts)
+                   parts=process.parts, surface_location=dataset.surface_rows.location,
+                   surface_normals=dataset.surface_rows.normals)
 
     @property
     def surface_variables(self) -> dict[str, str]:
@@ -64,6 +70,16 @@ class ProcessOptions:
     def volume_variables(self) -> dict[str, str]:
         """{field name: kind} of the volume fields, in column order."""
         return variables_of(self.volume_fields)
+
+    @property
+    def surface_arrays(self) -> dict[str, list[str]]:
+        """{variable name: the arrays it is read from} of the surface fields."""
+        return arrays_of(self.surface_fields)
+
+    @property
+    def volume_arrays(self) -> dict[str, list[str]]:
+        """{variable name: the arrays it is read from} of the volume fields."""
+        return arrays_of(self.volume_fields)
 
     def recorded(self) -> dict[str, Any]:
         """The options as a processed run's attributes record them (a rerun compares them), with

@@ -57,7 +57,7 @@ from domino_pipeline.inputs.raw_reading import LocalReading, RemoteAccess, Remot
 from domino_pipeline.inputs.remote_runs import RemoteFile, RemoteRun, find_remote_runs, is_remote, remote_run_files
 from domino_pipeline.inputs.run_folder import RunFiles, find_runs, profile_field_hints, run_files
 from domino_pipeline.inputs.runs import open_run
-from domino_pipeline.inputs.surface_stream import SurfaceStream, open_surface
+from domino_pipeline.inputs.surface_stream import SurfaceRows, SurfaceStream, open_surface
 from domino_pipeline.inputs.volume_stream import VolumeStream, open_volume
 from domino_pipeline.run_report import RunResult
 from domino_pipeline.run_selection import select_runs
@@ -128,11 +128,12 @@ def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, blo
         surface = volume = None
         if files.surface is not None:
             with profile_field_hints(options.surface_fields, "surface"):
-                surface = open_surface(files.surface, options.surface_variables, reading.open(files.surface))
+                surface = open_surface(files.surface, options.surface_variables, options.surface_arrays,
+                                       surface_rows(options, files.surface_areas, reading), reading.open(files.surface))
         if files.volume is not None:
             with profile_field_hints(options.volume_fields, "volume"):
                 volume = open_volume(files.volume, options.volume_variables, options.volume_source,
-                                     reading.open(files.volume))
+                                     options.volume_arrays, reading.open(files.volume))
         return surface, volume
 
     with reading.alongside(open_meshes) as meshes:
@@ -177,6 +178,13 @@ def _counts(stl: dict[str, np.ndarray], surface: SurfaceStream | None, volume: V
         counts["volume_points"] = volume.n_rows
     return counts
 
+
+def surface_rows(options: ProcessOptions, published_areas, reading: LocalReading | RemoteReading) -> SurfaceRows:
+    """What a surface row is under ``options``; point rows take a run's published per-point
+    areas (``dataset.files.surface_areas``, a remote run's fetched by ``reading``) where it has them."""
+    points = options.surface_location == "points" and published_areas is not None
+    return SurfaceRows(options.surface_location, options.surface_normals,
+                       reading.local(published_areas) if points else None)
 
 def surface_shapes(n_cells: int, n_fields: int) -> dict[str, tuple[int, ...]]:
     """The shapes of the surface arrays (SURFACE_ARRAYS) of ``n_cells`` cells."""

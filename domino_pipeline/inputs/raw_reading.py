@@ -82,6 +82,10 @@ class LocalReading:
         """The VTU or VTP (or its pieces) opened for reading by rows (mesh_stream.open_rows)."""
         return open_rows(path)
 
+    def local(self, path: Path) -> Path:
+        """A small file where it can be read whole: where it lies."""
+        return path
+
     def record(self, path: Path) -> dict:
         """What the processed run records of the file: its name and size."""
         return {"name": path.name, "bytes": sum(p.stat().st_size for p in file_pieces(path))}
@@ -143,6 +147,12 @@ class RemoteReading:
             return read_published(folder, files.index, profile)
         except (ValueError, OSError) as err:
             raise type(err)(str(err).replace(str(folder), str(files.folder))) from err
+
+    def local(self, file: RemoteFile) -> Path:
+        """A small file fetched whole into the temporary folder (its checksum checked)."""
+        path = self.staging / file.name.replace(os.sep, "_")
+        path.write_bytes(self._whole(file))
+        return path
 
     def _whole(self, file: RemoteFile) -> bytes:
         """A small file's bytes, fetched whole (its checksum checked)."""

@@ -172,11 +172,13 @@ def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all")
         return RemoteFile(name, f"{run.url}/{name}", tuple(objects[p] for p in pieces), origin)
 
     files = profile.files
+    areas = files.surface_areas.replace("{index}", index) if files.surface_areas and parts != "volume" else None
     return RunFiles(
         name=run.name, index=index,
         stl=remote(files.stl, "dataset.files.stl"),
         surface=remote(files.surface, "dataset.files.surface") if parts != "volume" else None,
         volume=remote(files.volume, "dataset.files.volume") if parts != "surface" else None,
+        surface_areas=RemoteFile(areas, f"{run.url}/{areas}", (objects[areas],), origin) if areas in objects else None,
         folder=run.url,
         published=tuple(RemoteFile(name, f"{run.url}/{name}", (objects[name],), origin)
                         for name in published_names(objects, profile, index)),

@@ -123,12 +123,13 @@ def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunF
 
 
 @contextmanager
-def profile_field_hints(fields: Mapping[str, str], part: str) -> Iterator[None]:
+def profile_field_hints(fields: Mapping[str, str | list[str]], part: str) -> Iterator[None]:
     """Within: a file that lacks a field of ``part`` (MissingFieldError) is refused with the
     profile key that names it, ``fields`` being the profile's role -> name of ``part``
     (``...: no cell data pMean (has ['p', ...]); set dataset.fields.surface.pressure to one of them``)."""
     try:
         yield
     except MissingFieldError as err:
-        keys = {name: f"dataset.fields.{part}.{role}" for role, name in fields.items()}
+        keys = {array: f"dataset.fields.{part}.{role}" for role, name in fields.items()
+                for array in ([name] if isinstance(name, str) else name)}
         raise err.hinted(keys) from None

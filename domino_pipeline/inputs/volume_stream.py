@@ -38,6 +38,7 @@ from domino_pipeline.inputs.drivaerml_reader import (
     nonfinite,
     read_volume,
     require_finite_points,
+    source_arrays,
     volume_source_used,
 )
 from domino_pipeline.inputs.mesh_stream import (  # noqa: F401 (WholeFileFallback: re-exported)
@@ -67,6 +68,7 @@ class VolumeStream:
     n_rows: int
     notes: list[str] = field(default_factory=list)
     file: VtkXmlFile | None = None  # None: read whole with VTK
+    arrays: Mapping[str, list[str]] | None = None  # variable -> the arrays it is read from
     _whole: dict[str, np.ndarray] | None = None
 
     def blocks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -83,8 +85,9 @@ class VolumeStream:
             faces = None if points is None else PolyhedronFaces.open(file)
             for start in range(0, self.n_rows, rows):
                 stop = min(start + rows, self.n_rows)
-                data = {name: file.read(section, name, start, stop) for name in self.variables}
-                fields = field_columns(data, self.variables, self.path, self.source[:-1])
+                data = {name: file.read(section, name, start, stop)
+                        for name in source_arrays(self.variables, self.arrays)}
+                fields = field_columns(data, self.variables, self.path, self.source[:-1], self.arrays)
                 if points is None:
                     centres = file.read("Points", "Points", start, stop)
                 else:
@@ -97,15 +100,17 @@ class VolumeStream:
 def _whole_blocks(volume: VolumeStream, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     whole = volume._whole
     if whole is None:
-        whole, _, _ = read_volume(volume.path, volume.variables, volume.source)
+        whole, _, _ = read_volume(volume.path, volume.variables, volume.source, volume.arrays)
     for start in range(0, len(whole["volume_mesh_centers"]), rows):
         yield (whole["volume_mesh_centers"][start:start + rows],
                whole["volume_fields"][start:start + rows])
 
 
-def open_volume(path, variables: Mapping[str, str], source: str, file: VtkXmlFile | None = None) -> VolumeStream:
-    """The volume of ``path`` (a VTU or its ``.part`` pieces) as rows of ``source``; ``file``:
-    its header opened already (a remote file's, named by ``path``).
+def open_volume(path, variables: Mapping[str, str], source: str, arrays: Mapping[str, list[str]] | None = None,
+                file: VtkXmlFile | None = None) -> VolumeStream:
+    """The volume of ``path`` (a VTU or its ``.part`` pieces) as rows of ``source``, the
+    ``variables`` read from ``arrays`` (default: the arrays of their names); ``file``: its header
+    opened already (a remote file's, named by ``path``).
 
     When a requested field is not ``source`` data but all are the other one's, the other is used
     and a note says so (as ``read_volume``). A file that cannot be streamed falls back to VTK
@@ -113,22 +118,22 @@ def open_volume(path, variables: Mapping[str, str], source: str, file: VtkXmlFil
     """
     file = open_rows(path) if file is None else file
     available = {s: file.names(_SECTION[s]) for s in VOLUME_SOURCES}
-    source, notes = volume_source_used(available, variables, source, path)
+    source, notes = volume_source_used(available, source_arrays(variables, arrays), source, path)
     n_rows = file.n_points if source == "points" else file.n_cells
     require_rows(file, path, n_rows)
     if file.streamable:
-        prepare_rows(file, volume_arrays(file, variables, source))
+        prepare_rows(file, volume_arrays(file, source_arrays(variables, arrays), source))
     reason = _unstreamable(file, source)
     if reason:
         fall_back_to_vtk(file, path, reason)
-        return VolumeStream(Path(path), dict(variables), source, n_rows, notes, None)
-    return VolumeStream(path, dict(variables), source, n_rows, notes, file)
+        return VolumeStream(Path(path), dict(variables), source, n_rows, notes, None, arrays)
+    return VolumeStream(path, dict(variables), source, n_rows, notes, file, arrays)
 
 
-def volume_arrays(file: VtkXmlFile, variables: Mapping[str, str], source: str) -> list[tuple[str, str]]:
-    """The arrays (section, name) that the blocks of rows of ``source`` read (cells: their
-    connectivity, types and the polyhedron faces the file has)."""
-    fields = [(_SECTION[source], name) for name in variables]
+def volume_arrays(file: VtkXmlFile, names: list[str], source: str) -> list[tuple[str, str]]:
+    """The arrays (section, name) that the blocks of rows of ``source`` with the data arrays
+    ``names`` read (cells: their connectivity, types and the polyhedron faces the file has)."""
+    fields = [(_SECTION[source], name) for name in names]
     if source == "points":
         return [("Points", "Points"), *fields]
     cells = [("Cells", name) for name in ("connectivity", "offsets", "types")]

@@ -160,6 +160,7 @@ class ArraySpec:
     dtype: str
     rows: int
     components: int = 1
+    information: str = ""  # XML elements inside the DataArray after its data (VTK's <InformationKey>s)
 
 
 _SECTIONS = {"UnstructuredGrid": ("PointData", "CellData", "Points", "Cells"),
@@ -207,7 +208,10 @@ class VtkBlockWriter:
                     out.write(self._data_array(spec, offsets[key] if appended else None).encode())
                     if not appended:
                         self._move_data(out, prefixes[key], self.spools[key].path)
+                        out.write(f"\n          {spec.information}".encode() if spec.information else b"")
                         out.write(b"\n        </DataArray>\n")
+                    elif spec.information:
+                        out.write(f"          {spec.information}\n        </DataArray>\n".encode())
                 out.write(f"      </{section}>\n".encode())
             out.write(f"    </Piece>\n  </{self.kind}>\n".encode())
             if appended:
@@ -236,7 +240,8 @@ class VtkBlockWriter:
 
     def _data_array(self, spec: ArraySpec, offset: int | None) -> str:
         components = f' NumberOfComponents="{spec.components}"' if spec.components > 1 else ""
-        where = f'format="appended" offset="{offset}"/>\n' if offset is not None else 'format="binary">\n'
+        closing = ">" if spec.information else "/>"
+        where = f'format="appended" offset="{offset}"{closing}\n' if offset is not None else 'format="binary">\n'
         return (f'        <DataArray type="{_VTK_TYPES[spec.dtype]}" Name="{spec.name}"'
                 f'{components} {where}')
 
