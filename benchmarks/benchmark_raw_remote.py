@@ -152,15 +152,13 @@ def _run_child(kind: str, args: dict, env: dict | None = None) -> dict:
 
 def make_run(work: Path, preset: str, volume_points: int | None, data_mode: str, compressor: str) -> Path:
     """The synthetic run (made once): run_1 in DrivAerML's layout, its volume in two pieces."""
-    from synthetic_data import generate_runs, split_into_pieces
-    from domino_pipeline.inputs.vtk_xml_writer import Encoding
+    from synthetic_data import generate_runs
+    from synthetic.vtk_xml_writer import Encoding
 
     raw = work / "raw"
     if (raw / "run_1").is_dir():
         return raw
     generate_runs(raw / ".making", 1, preset, 0, Encoding(data_mode, compressor), volume_points=volume_points)
-    volume = raw / ".making" / "run_1" / "volume_1.vtu"
-    split_into_pieces(volume, [volume.stat().st_size // 2])
     os.rename(raw / ".making" / "run_1", raw / "run_1")
     return raw
 
