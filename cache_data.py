@@ -15,7 +15,9 @@ on one cache take turns per run. Beside the cache it writes ``scaling_factors.js
 scaling factors over the training runs of train.py's split (``train.val_fraction``,
 ``train.split_seed``), from statistics each run's build records (uniformly drawn volume rows), and
 the manifest records the file's SHA-256, so ``CachedDoMINODataset`` finds and checks them by
-default. ``cache.validate=true`` checks an existing cache against the config, the processed runs
+default. Runs the quality checks reject (``data.quality``, from ``<processed_dir>/statistics.csv``;
+domino_pipeline/inputs/run_quality.py) are left out and named in the summary, as train.py leaves
+them out; ``data.quality.include=[run_37]`` takes one back, ``data.quality.enabled=false`` all. ``cache.validate=true`` checks an existing cache against the config, the processed runs
 and its checksums instead of building.
 
     python cache_data.py --config-name=cached data.processed_dir=/data/processed cache.dir=/data/cache
@@ -36,6 +38,7 @@ from domino_pipeline.atomic_store import remove_stale_temporaries
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
+from domino_pipeline.inputs.run_quality import select_runs
 from domino_pipeline.inputs.runs import (
     DEFAULT_OPTIONS,
     ReadOptions,
@@ -208,7 +211,8 @@ def main(config: PipelineConfig) -> int:
     that the launcher does not stop a rank that is still building."""
     rank, world_size, job = _rank_and_job(config)
     settings = settings_from_config(config.geometry, config.variables)  # device: one GPU per rank
-    runs, cache_dir = list_runs(config.data.processed_dir), join(config.cache.dir)
+    selection = select_runs(list_runs(config.data.processed_dir), config.data, config.dataset)
+    runs, cache_dir = selection.require_some(config.data.processed_dir), join(config.cache.dir)
     if config.cache.validate:
         return _validate(runs, cache_dir, settings) if rank == 0 else 0
     if not is_url(cache_dir):
@@ -219,6 +223,8 @@ def main(config: PipelineConfig) -> int:
     results = build_cache(runs, cache_dir, settings, rebuild=config.cache.rebuild, rank=rank,
                           world_size=world_size, options=read_options_from_config(config.data, config.physics))
     print(summarize_build(results), flush=True)
+    if rank == 0:
+        print(selection.summary(), flush=True)
     record = {status: sum(r.status == status for r in results) for status in ("stale", "failed")}
     if job is None:
         return _finish(config, runs, cache_dir, settings, [record])

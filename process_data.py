@@ -4,7 +4,11 @@ The dataset profile (``dataset=drivaerml|ahmedml|windsorml|...``, conf/dataset/)
 folder's files are and which field plays which role; fields are made dimensionless by role with
 ``physics``. Runs are processed in parallel (``process.num_processes``), each written atomically;
 finished runs are skipped on a rerun; a bad run gets one line naming the file and the problem, and
-the command exits non-zero when any run failed.
+the command exits non-zero when any run failed. Each run's statistics are gathered while it is
+streamed (``process.statistics``) and the folder's table written as
+``<processed_dir>/statistics.csv``, with the runs the quality checks would leave out of
+cache_data.py and train.py (``data.quality``; domino_pipeline/inputs/run_quality.py);
+benchmarks/dataset_report.py plots it.
 
     python process_data.py data.raw_dir=/data/drivaerml data.processed_dir=/data/processed
     python process_data.py --config-name=demo process.num_processes=2 process.overwrite=true
@@ -20,6 +24,9 @@ from domino_pipeline.inputs.process_runs import (  # noqa: F401 (the stage's fun
     process_run,
     settings_differences,
 )
+from domino_pipeline.inputs.run_quality import select_runs
+from domino_pipeline.inputs.runs import list_runs, read_options_from_config
+from domino_pipeline.inputs.statistics_table import write_statistics_table
 from domino_pipeline.object_store import is_url
 from domino_pipeline.run_report import summarize
 
@@ -34,7 +41,18 @@ def main(config: PipelineConfig) -> int:
     results = process_all(config.data.raw_dir, config.data.processed_dir, options,
                           num_processes=config.process.num_processes, overwrite=config.process.overwrite)
     print(summarize(results, ("processed", "skipped", "failed")), flush=True)
+    if config.process.statistics and any(r.status != "failed" for r in results):
+        print(quality_summary(config), flush=True)
     return 1 if any(r.status == "failed" for r in results) else 0
+
+
+def quality_summary(config: PipelineConfig) -> str:
+    """Write the processed folder's statistics table; the lines naming where, and the runs the
+    quality checks would leave out."""
+    table = write_statistics_table(config.data.processed_dir, config.dataset,
+                                   read_options_from_config(config.data, config.physics), config.data.raw_dir)
+    selection = select_runs(list_runs(config.data.processed_dir), config.data, config.dataset)
+    return f"statistics: {table}\n{selection.summary()}"
 
 
 if __name__ == "__main__":

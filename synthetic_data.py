@@ -675,6 +675,9 @@ def main(argv: list[str] | None = None) -> None:
                              "appended base64 in zlib blocks with UInt32 headers)")
     parser.add_argument("--compressor", default=default.compressor, choices=sorted(COMPRESSORS))
     parser.add_argument("--header-bits", type=int, default=default.header_bits, choices=(32, 64))
+    parser.add_argument("--defects", help="inject known defects into the written runs (synthetic_defects.py): "
+                                          "all, or name[:run],... of scaled_fields, foreign_boundary, "
+                                          "reversed_boundary, truncated_volume, foreign_forces, offset_field")
     args = parser.parse_args(argv)
     with refusals_in_one_line():  # an output folder that cannot be written, a bad size: one line
         runs = generate_runs(
@@ -687,6 +690,10 @@ def main(argv: list[str] | None = None) -> None:
             surface_cells=args.surface_cells,
             volume_points=args.volume_points,
         )
+        if args.defects:
+            from synthetic_defects import inject_defects, parse_defects
+            injected = inject_defects(args.out, parse_defects(args.defects, args.runs), load_profile("drivaerml"))
+            print(f"injected {len(injected)} defects: {injected}")
     print(f"wrote {len(runs)} {args.preset} runs to {args.out}")
 
 

@@ -57,13 +57,53 @@ def check_device(key: str, device: str) -> None:
 
 
 @dataclass(frozen=True)
+class CuratorLimitsConfig:
+    """``data.quality.curator:`` physicsnemo-curator's per-run checks of its DoMINO ETL: a
+    dimensionless velocity component or pressure whose largest magnitude, over the values
+    within mean +- ``sigma`` standard deviations, exceeds ``velocity_max`` / ``pressure_max``."""
+
+    enabled: bool
+    sigma: float
+    velocity_max: float
+    pressure_max: float
+
+    def __post_init__(self) -> None:
+        check_positive("data.quality.curator", self, ("sigma", "velocity_max", "pressure_max"))
+
+
+@dataclass(frozen=True)
+class QualityConfig:
+    """``data.quality:`` which processed runs cache_data.py and train.py leave out, from the
+    processed folder's statistics table (inputs/run_quality.py)."""
+
+    enabled: bool                 # false: every run is used
+    include: list[str]            # runs used even when rejected
+    robust_threshold: float       # |value - median| / (1.4826 MAD) across the runs above which a statistic is an outlier
+    coefficient_tolerance: float  # integrated against published Cd and Cl, relative
+    curator: CuratorLimitsConfig
+
+    def __post_init__(self) -> None:
+        check_positive("data.quality", self, ("robust_threshold", "coefficient_tolerance"))
+        if not all(isinstance(name, str) for name in self.include):
+            raise ValueError(f"data.quality.include must list run names, not {self.include}")
+
+
+def check_positive(section: str, config: Any, names: tuple[str, ...]) -> None:
+    """Refuse any of the fields ``names`` of ``config`` that is not positive."""
+    for name in names:
+        if not getattr(config, name) > 0:
+            raise ValueError(f"{section}.{name} must be positive, not {getattr(config, name)}")
+
+
+@dataclass(frozen=True)
 class DataConfig:
-    """``data:`` where the runs are."""
+    """``data:`` where the runs are, and which of them are used."""
 
     raw_dir: str            # run_<i>/ folders as published
     processed_dir: str      # processed runs, or physicsnemo-curator output as it is
     allow_pickle: bool      # also read legacy .npy dict runs (restricted unpickler)
     allow_missing_chunks: bool  # accept Zarr runs lacking chunks (read as fill values) from writers that omit them on purpose
+    quality: QualityConfig
 
 
 @dataclass(frozen=True)
@@ -108,6 +148,7 @@ class ProcessConfig:
     num_processes: int
     volume_source: str
     overwrite: bool
+    statistics: bool        # gather each run's statistics while processing it (data quality)
 
     def __post_init__(self) -> None:
         check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)

@@ -26,9 +26,10 @@ def test_what_a_run_records_is_what_a_rerun_compares():
     assert changed.differences(recorded) == ["air_density: stored 1.205, configured 1.0",
                                              "volume_source: stored 'points', configured 'cells'"]
     assert PROCESS_OPTIONS.reference_length is None  # the default: stored None, as a run without attributes
-    recorded_keys = [key for key in vars(PROCESS_OPTIONS) if key != "dataset"]
+    recorded_keys = [key for key in vars(PROCESS_OPTIONS) if key not in ("dataset", "statistics")]
     assert PROCESS_OPTIONS.differences({}) == [f"{key}: stored None, configured {getattr(PROCESS_OPTIONS, key)!r}"
                                                for key in recorded_keys if getattr(PROCESS_OPTIONS, key) is not None]
+    assert replace(PROCESS_OPTIONS, statistics=False).differences(recorded) == []  # no array changes
     assert recorded["surface_field_roles"] == dict(DEFAULTS.dataset.fields.surface)
     assert recorded["surface_variables"] == DEFAULTS.variables.surface  # for the readers of processed runs
 

@@ -25,91 +25,27 @@ synthetic_data.py have normals out of the car and the shear on the car.
 A_ref: DrivAerML publishes each variant's frontal area (``geo_ref_<i>.csv``, aRef) and its force
 coefficients with it (``force_mom_<i>.csv``); predict.py takes a run's aRef when the run folder
 has one (``forces.reference_area_per_run``), else the constant ``forces.reference_area``.
+
+The integration itself (``FreeStream``, ``ForceConvention``, ``surface_force``,
+``force_coefficients``) lives in domino_pipeline/force_integration.py, which process_data.py's
+per-run statistics use too; this module adds predict.py's settings and mesh helpers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from domino_pipeline.config import ForcesConfig, check_choice
-from domino_pipeline.dataset_profile import NORMALS, WALL_SHEAR, DatasetConfig
+from domino_pipeline.config import ForcesConfig
+from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.force_integration import (  # noqa: F401 (the integration, re-exported)
+    ForceConvention,
+    FreeStream,
+    force_coefficients,
+    surface_force,
+)
 from domino_pipeline.inputs.cell_geometry import polygon_vector_areas
-
-
-@dataclass(frozen=True)
-class FreeStream:
-    """The flow the coefficients refer to: its speed, its density, and whether the pressure and
-    wall shear are kinematic (already divided by the density, as DrivAerML's are)."""
-
-    velocity: float            # m/s
-    density: float             # kg/m^3; unused when kinematic
-    kinematic: bool = True
-
-    def __post_init__(self) -> None:
-        if not (self.velocity > 0 and self.density > 0):
-            raise ValueError(f"dataset.flow.velocity and density must be positive, not "
-                             f"{self.velocity} and {self.density}")
-
-    @property
-    def dynamic_pressure(self) -> float:
-        """0.5 rho_inf U_inf^2 in the fields' units (rho_inf = 1 for kinematic fields)."""
-        return 0.5 * (1.0 if self.kinematic else self.density) * self.velocity**2
-
-
-@dataclass(frozen=True)
-class ForceConvention:
-    """Which way a data set's surface normals point, and on what its wall shear stress acts."""
-
-    normals: str = "into_body"   # DrivAerML (OpenFOAM): into the car
-    wall_shear: str = "on_fluid"  # DrivAerML (OpenFOAM wallShearStress): the stress on the fluid
-
-    def __post_init__(self) -> None:
-        check_choice("dataset.flow.normals", self.normals, NORMALS)
-        check_choice("dataset.flow.wall_shear", self.wall_shear, WALL_SHEAR)
-
-    @property
-    def outward_sign(self) -> float:
-        """+1 when the normals point out of the car, -1 when into it."""
-        return 1.0 if self.normals == "out_of_body" else -1.0
-
-    @property
-    def shear_on_body_sign(self) -> float:
-        """+1 when the wall shear is the stress on the car, -1 when on the fluid."""
-        return 1.0 if self.wall_shear == "on_body" else -1.0
-
-
-def surface_force(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
-                  convention: ForceConvention) -> np.ndarray:
-    """The force on the car (3,), in the units of pressure x area, summed in float64.
-
-    ``pressure`` (N,), ``wall_shear`` (N, 3), ``vector_areas`` (N, 3): each cell's area times its
-    unit normal (oriented as ``convention.normals`` says), ``areas`` (N,).
-    """
-    pressure, areas = np.asarray(pressure, np.float64), np.asarray(areas, np.float64)
-    vector_areas, wall_shear = np.asarray(vector_areas, np.float64), np.asarray(wall_shear, np.float64)
-    if not (pressure.shape == areas.shape == vector_areas.shape[:1] == wall_shear.shape[:1]) or vector_areas.shape[1:] != (3,):
-        raise ValueError(f"surface_force: pressure {pressure.shape}, wall_shear {wall_shear.shape}, vector areas "
-                         f"{vector_areas.shape} and areas {areas.shape} must describe the same N cells")
-    outward = convention.outward_sign * vector_areas
-    shear_on_body = convention.shear_on_body_sign * wall_shear
-    return (-pressure[:, None] * outward + shear_on_body * areas[:, None]).sum(axis=0)
-
-
-def force_coefficients(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray, *,
-                       reference_area: float, dynamic_pressure: float, convention: ForceConvention,
-                       drag_direction: Sequence[float] = (1.0, 0.0, 0.0),
-                       lift_direction: Sequence[float] = (0.0, 0.0, 1.0)) -> dict[str, float]:
-    """``{"cd", "cl"}``: F.e / (dynamic_pressure A_ref), with ``dynamic_pressure`` (0.5 rho U^2)
-    in the units of ``pressure``."""
-    if reference_area <= 0:
-        raise ValueError(f"the reference area must be positive, not {reference_area}")
-    force = surface_force(pressure, wall_shear, vector_areas, areas, convention)
-    coefficient = 1.0 / (dynamic_pressure * reference_area)
-    return {"cd": float(coefficient * force @ _unit(drag_direction)),
-            "cl": float(coefficient * force @ _unit(lift_direction))}
 
 
 def mesh_vector_areas(mesh) -> np.ndarray:
@@ -123,13 +59,6 @@ def mesh_vector_areas(mesh) -> np.ndarray:
     polys = mesh.GetPolys()
     return polygon_vector_areas(np.asarray(mesh.points), vtk_to_numpy(polys.GetOffsetsArray()).astype(np.int64),
                                 vtk_to_numpy(polys.GetConnectivityArray()).astype(np.int64))
-
-
-def _unit(direction: Sequence[float]) -> np.ndarray:
-    vector = np.asarray(direction, dtype=np.float64)
-    if vector.shape != (3,) or not np.linalg.norm(vector) > 0:
-        raise ValueError(f"a force direction needs 3 values, not all zero; got {list(direction)}")
-    return vector / np.linalg.norm(vector)
 
 
 @dataclass(frozen=True)

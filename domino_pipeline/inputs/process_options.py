@@ -36,6 +36,8 @@ class ProcessOptions:
     reference_length: float | None  # None: each car's length
     # points | cells; recorded as the source asked for (a run also records the one it fell back to)
     volume_source: str = field(metadata={"recorded_as": "volume_source_requested"})
+    # gather each run's statistics on the way (run_statistics.py); they change no array
+    statistics: bool = field(default=True, metadata={"recorded": False})
 
     def __post_init__(self) -> None:
         check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)
@@ -48,7 +50,8 @@ class ProcessOptions:
         """The options of the ``dataset`` profile and the ``physics`` and ``process`` sections."""
         return cls(dataset=dataset, surface_fields=dict(dataset.fields.surface), volume_fields=dict(dataset.fields.volume),
                    stream_velocity=physics.stream_velocity, air_density=physics.air_density,
-                   reference_length=physics.reference_length, volume_source=process.volume_source)
+                   reference_length=physics.reference_length, volume_source=process.volume_source,
+                   statistics=process.statistics)
 
     @property
     def surface_variables(self) -> dict[str, str]:

@@ -52,6 +52,7 @@ from domino_pipeline.inputs.processed_run import (
     write_processed_run,
 )
 from domino_pipeline.inputs.run_folder import find_runs, run_files
+from domino_pipeline.inputs.run_statistics import RunStatistics, start_run_statistics
 from domino_pipeline.inputs.surface_stream import open_surface
 from domino_pipeline.inputs.volume_stream import open_volume
 from domino_pipeline.run_report import RunResult
@@ -81,7 +82,6 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
     stl, dropped = drop_zero_area(read_stl_triangles(files.stl))
     surface = open_surface(files.surface, options.surface_variables)
     volume = open_volume(files.volume, options.volume_variables, options.volume_source)
-    notes = stl_defects(stl["stl_faces"], stl["stl_areas"], files.stl, dropped) + volume.notes
     length = car_length(stl["stl_coordinates"]) if options.reference_length is None else options.reference_length
     refs = (options.stream_velocity, options.air_density, length)
     params = np.array([options.stream_velocity, options.air_density], dtype=np.float32)
@@ -104,12 +104,19 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
     bounds = {"stl": _bounds(stl["stl_coordinates"])}
     surface_divisors = field_divisors(options.surface_fields, *refs)
     volume_divisors = field_divisors(options.volume_fields, *refs)
+    statistics = start_run_statistics(options, run_dir, files.index, stl, dropped, surface_divisors,
+                                      volume_divisors) \
+        if options.statistics else None
+    cell_quality = None if statistics is None else statistics.surface.cells.add
+    notes = stl_defects(stl["stl_faces"], stl["stl_areas"], files.stl, dropped,
+                        None if statistics is None else statistics.stl) + volume.notes
     streamed = [
         _streamed_rows(surface_shapes(surface.n_cells, len(surface_divisors)),
-                       _scaled(surface.blocks(surface_block), surface_divisors), bounds, "surface"),
+                       _scaled(surface.blocks(surface_block, cell_quality), surface_divisors), bounds, "surface",
+                       statistics),
         _streamed_rows({"volume_mesh_centers": (volume.n_rows, 3),
                         "volume_fields": (volume.n_rows, len(volume_divisors))},
-                       _scaled(volume.blocks(block_rows), volume_divisors), bounds, "volume"),
+                       _scaled(volume.blocks(block_rows), volume_divisors), bounds, "volume", statistics),
     ]
     return write_processed_run(out_path, arrays, attrs, streamed), notes
 
@@ -131,21 +138,25 @@ def _scaled(blocks: Iterator[tuple[np.ndarray, ...]], divisors: np.ndarray) -> I
 
 
 def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np.ndarray, ...]],
-                   bounds: dict, key: str) -> StreamedRows:
+                   bounds: dict, key: str, statistics: RunStatistics | None = None) -> StreamedRows:
     """Arrays ``shapes`` written from ``blocks``; the bounds of the first (the positions) are
-    gathered on the way and stored as ``bounds[key]`` once every row is seen."""
+    gathered on the way and stored as ``bounds[key]`` once every row is seen, and every block is
+    shown to the part ``key`` of ``statistics``, whose summary is stored after each part."""
     positions = next(iter(shapes))
     low = np.full(3, np.inf)
     high = -low
+    part = None if statistics is None else getattr(statistics, key)
 
     def observe(name: str, rows: np.ndarray) -> None:
         if name == positions and len(rows):
             np.minimum(low, rows.min(axis=0), out=low)
             np.maximum(high, rows.max(axis=0), out=high)
+        if part is not None:
+            part.observe(name, rows)
 
     def attrs() -> dict:
         bounds[key] = [np.float32(low).tolist(), np.float32(high).tolist()]
-        return {"bounds": bounds}
+        return {"bounds": bounds} | ({} if statistics is None else {"statistics": statistics.summary()})
 
     return StreamedRows(shapes, blocks, observe, attrs)
 

@@ -18,7 +18,7 @@ warning naming the memory that takes; triangle strips are refused.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +38,7 @@ from domino_pipeline.inputs.drivaerml_reader import (
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 
 SurfaceBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+CellsObserver = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
 
 
 @dataclass
@@ -49,17 +50,19 @@ class SurfaceStream:
     n_cells: int
     file: VtkXmlFile | None = None  # None: read whole with VTK
 
-    def blocks(self, cells: int) -> Iterator[SurfaceBlock]:
+    def blocks(self, cells: int, on_cells: CellsObserver | None = None) -> Iterator[SurfaceBlock]:
         """(centres (n, 3), unit normals (n, 3), areas (n,), raw fields (n, F)), float32, of
-        ``cells`` cells at a time, in file order."""
+        ``cells`` cells at a time, in file order. ``on_cells(points, begins, ends, ids, centres,
+        areas)`` is shown each block's polygons (their point ids are ``ids[begins[i]:ends[i]]``)
+        with their geometry, as for cell_quality.CellQuality.add; not when the file is read whole."""
         if self.file is None:
             whole = read_surface(self.path, self.variables)
             for start in range(0, self.n_cells, cells):
                 yield tuple(whole[name][start:start + cells] for name in SURFACE_ARRAYS)
             return
-        yield from mesh_stream.read_errors_named(self._read_blocks(self.file, cells), self.path)
+        yield from mesh_stream.read_errors_named(self._read_blocks(self.file, cells, on_cells), self.path)
 
-    def _read_blocks(self, file: VtkXmlFile, cells: int) -> Iterator[SurfaceBlock]:
+    def _read_blocks(self, file: VtkXmlFile, cells: int, on_cells: CellsObserver | None) -> Iterator[SurfaceBlock]:
         with tempfile.TemporaryDirectory(prefix="surface_points_") as tmp:
             points = mesh_stream.points_table(file, Path(tmp), cells)
             require_finite_points(sum(nonfinite(points[start:start + cells])
@@ -73,6 +76,8 @@ class SurfaceStream:
                     geometry = surface_geometry(points, begins, ends, ids)
                 except CellGeometryError as err:
                     raise RunError(f"{self.path}: {err} among cells {start}..{stop}") from err
+                if on_cells is not None:
+                    on_cells(points, begins, ends, ids, geometry[0], geometry[2])
                 yield (*geometry, fields)
 
 

@@ -1,0 +1,90 @@
+"""Per-column count, minimum, maximum, mean and standard deviation of a stream of row blocks, in
+one pass and float64, without holding the rows.
+
+Each block's mean and sum of squared deviations (M2) are computed about the block's own mean and
+merged into the running ones by Chan, Golub and LeVeque's pairwise update of Welford's recurrence:
+
+    n = n_a + n_b     d = mean_b - mean_a     mean = mean_a + d n_b / n
+    M2 = M2_a + M2_b + d^2 n_a n_b / n        std = sqrt(M2 / n)   (the population std, numpy's ddof=0)
+
+which does not lose the precision that summing x and x^2 loses when the mean is large against the
+spread. Non-finite values (NaN, inf) are counted per column and left out of the other statistics.
+
+    moments = ColumnMoments(3)
+    for block in blocks:
+        moments.add(block)
+    moments.summary(["x", "y", "z"])    # {"x": {"min": .., "max": .., "mean": .., "std": .., "nonfinite": 0}, ...}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class ColumnMoments:
+    """The running statistics of each of ``width`` columns."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.count = np.zeros(width, dtype=np.int64)
+        self.mean = np.zeros(width)
+        self.m2 = np.zeros(width)
+        self.low = np.full(width, np.inf)
+        self.high = np.full(width, -np.inf)
+        self.nonfinite = np.zeros(width, dtype=np.int64)
+
+    def add(self, rows: np.ndarray) -> None:
+        """Take in a block of rows (n, width), or (n,) for one column."""
+        rows = np.asarray(rows, dtype=np.float64).reshape(len(rows), self.width)
+        if not len(rows):
+            return
+        finite = np.isfinite(rows)
+        if finite.all():
+            count = np.full(self.width, len(rows), dtype=np.int64)
+            mean = rows.mean(axis=0)
+            m2 = ((rows - mean) ** 2).sum(axis=0)
+            low, high = rows.min(axis=0), rows.max(axis=0)
+        else:
+            count, mean, m2, low, high = _masked_moments(rows, finite)
+            self.nonfinite += len(rows) - count
+        self._merge(count, mean, m2)
+        np.minimum(self.low, low, out=self.low)
+        np.maximum(self.high, high, out=self.high)
+
+    def _merge(self, count: np.ndarray, mean: np.ndarray, m2: np.ndarray) -> None:
+        total = self.count + count
+        safe = np.maximum(total, 1)
+        delta = mean - self.mean
+        self.mean = self.mean + delta * count / safe
+        self.m2 = self.m2 + m2 + delta**2 * self.count * count / safe
+        self.count = total
+
+    @property
+    def std(self) -> np.ndarray:
+        """The population standard deviation of each column (NaN for a column of no values)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.count > 0, np.sqrt(self.m2 / np.maximum(self.count, 1)), np.nan)
+
+    def summary(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
+        """{column name: {min, max, mean, std, nonfinite}}, NaN where a column had no finite value."""
+        if len(names) != self.width:
+            raise ValueError(f"{len(names)} names {list(names)} for {self.width} columns")
+        empty = self.count == 0
+        low, high = np.where(empty, np.nan, self.low), np.where(empty, np.nan, self.high)
+        mean, std = np.where(empty, np.nan, self.mean), self.std
+        return {name: {"min": float(low[j]), "max": float(high[j]), "mean": float(mean[j]),
+                       "std": float(std[j]), "nonfinite": int(self.nonfinite[j])}
+                for j, name in enumerate(names)}
+
+
+def _masked_moments(rows: np.ndarray, finite: np.ndarray) -> tuple[np.ndarray, ...]:
+    """count, mean, M2, min, max of each column over its finite values only."""
+    count = finite.sum(axis=0)
+    values = np.where(finite, rows, 0.0)
+    mean = values.sum(axis=0) / np.maximum(count, 1)
+    m2 = (np.where(finite, rows - mean, 0.0) ** 2).sum(axis=0)
+    low = np.where(finite, rows, np.inf).min(axis=0)
+    high = np.where(finite, rows, -np.inf).max(axis=0)
+    return count, mean, m2, low, high

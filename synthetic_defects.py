@@ -1,0 +1,145 @@
+"""Known defects injected into synthetic runs already written (synthetic_data.py), so that the data
+quality checks (domino_pipeline/inputs/run_quality.py) and their report have known answers.
+
+Each defect rewrites files of one run folder, named by the dataset profile; the file stays valid
+and plausible on its own, the run is wrong as a run:
+
+| defect | what it does to run i |
+|---|---|
+| ``scaled_fields`` | every field of its boundary and volume files times 10 |
+| ``foreign_boundary`` | its boundary file (and surface areas) replaced by another run's |
+| ``reversed_boundary`` | every boundary polygon wound the other way (normals flipped) |
+| ``truncated_volume`` | its volume cut to the first 10% of its cells and their points |
+| ``foreign_forces`` | its force coefficient files replaced by another run's |
+| ``offset_field`` | its boundary pressure shifted by one free-stream dynamic pressure (Cp + 1) |
+
+The other run is the next one of the folder (the last takes the first). Meshes are read and
+written with VTK (pyvista), at the small sizes tests use; ``<out>/defects.json`` records which
+run got which defect.
+
+    python synthetic_data.py --preset tiny --runs 30 --out /tmp/raw --defects all
+    python synthetic_data.py --preset tiny --runs 8 --out /tmp/raw --defects reversed_boundary:3,scaled_fields:5
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+import pyvista as pv
+
+from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.inputs.run_folder import find_runs, run_files
+
+SCALE = 10.0
+KEEP_FRACTION = 0.1
+DEFECTS_FILE = "defects.json"
+
+
+def _scaled(mesh: pv.DataSet) -> pv.DataSet:
+    for data in (mesh.point_data, mesh.cell_data):
+        for name in list(data):
+            data[name] = np.asarray(data[name]) * np.asarray(SCALE, dtype=data[name].dtype)
+    return mesh
+
+
+def scaled_fields(run_dir: Path, profile: DatasetConfig, donor: Path) -> None:
+    """Every field of the boundary and volume files times SCALE."""
+    files = run_files(run_dir, profile)
+    for path in (files.surface, files.volume):
+        _scaled(pv.read(path)).save(path)
+
+
+def foreign_boundary(run_dir: Path, profile: DatasetConfig, donor: Path) -> None:
+    """The boundary file (and the surface areas, if published) of ``donor`` under this run's names."""
+    mine, theirs = run_files(run_dir, profile), run_files(donor, profile)
+    shutil.copyfile(theirs.surface, mine.surface)
+    if mine.surface_areas is not None and theirs.surface_areas is not None:
+        shutil.copyfile(theirs.surface_areas, mine.surface_areas)
+
+
+def reversed_boundary(run_dir: Path, profile: DatasetConfig, donor: Path) -> None:
+    """Every boundary polygon's vertices in the reverse order (its cell data unchanged)."""
+    path = run_files(run_dir, profile).surface
+    mesh = pv.read(path)
+    faces = mesh.faces.copy()
+    start = 0
+    while start < len(faces):
+        n = faces[start]
+        faces[start + 1:start + 1 + n] = faces[start + 1:start + 1 + n][::-1]
+        start += n + 1
+    mesh.faces = faces
+    mesh.save(path)
+
+
+def truncated_volume(run_dir: Path, profile: DatasetConfig, donor: Path) -> None:
+    """The volume's first KEEP_FRACTION of cells, with their points and both kinds of data."""
+    path = run_files(run_dir, profile).volume
+    grid = pv.read(path)
+    kept = grid.extract_cells(np.arange(max(1, int(KEEP_FRACTION * grid.n_cells))))
+    for data in (kept.point_data, kept.cell_data):
+        for name in ("vtkOriginalPointIds", "vtkOriginalCellIds"):
+            if name in data:
+                del data[name]
+    kept.save(path)
+
+
+def foreign_forces(run_dir: Path, profile: DatasetConfig, donor: Path) -> None:
+    """The force coefficient files of ``donor`` under this run's names."""
+    index, other = (profile.run_index(p.name) for p in (run_dir, donor))
+    for pattern in (profile.coefficients.own, profile.coefficients.constant):
+        if pattern is not None:
+            shutil.copyfile(donor / pattern.replace("{index}", other), run_dir / pattern.replace("{index}", index))
+
+
+def offset_field(run_dir: Path, profile: DatasetConfig, donor: Path) -> None:
+    """The boundary pressure plus one free-stream dynamic pressure, in the file's units."""
+    path = run_files(run_dir, profile).surface
+    mesh = pv.read(path)
+    name = profile.field("surface", "pressure")
+    density = 1.0 if profile.flow.kinematic else profile.flow.density
+    dtype = mesh.cell_data[name].dtype
+    mesh.cell_data[name] = mesh.cell_data[name] + np.asarray(0.5 * density * profile.flow.velocity**2, dtype=dtype)
+    mesh.save(path)
+
+
+DEFECTS: dict[str, Callable[[Path, DatasetConfig, Path], None]] = {
+    "scaled_fields": scaled_fields, "foreign_boundary": foreign_boundary, "reversed_boundary": reversed_boundary,
+    "truncated_volume": truncated_volume, "foreign_forces": foreign_forces, "offset_field": offset_field,
+}
+
+
+def parse_defects(text: str, n_runs: int) -> dict[int, str]:
+    """run number -> defect from ``all`` (each defect once, on runs spread over the folder) or
+    ``name[:run],...`` (a name without a run takes the next spread place); ValueError naming an
+    unknown defect or a run outside 1..n_runs."""
+    names = list(DEFECTS) if text.strip() == "all" else [part.strip() for part in text.split(",") if part.strip()]
+    spread = iter(2 + k * n_runs // max(len(names), 1) for k in range(len(names)))
+    chosen: dict[int, str] = {}
+    for entry in names:
+        name, _, run = entry.partition(":")
+        if name not in DEFECTS:
+            raise ValueError(f"unknown defect {name!r}; the defects are {list(DEFECTS)} (or all)")
+        place = int(run) if run else min(next(spread), n_runs)
+        if not 1 <= place <= n_runs or place in chosen:
+            raise ValueError(f"defect {entry!r}: run {place} is not one of 1..{n_runs} without a defect")
+        chosen[place] = name
+    return chosen
+
+
+def inject_defects(out_dir: Path, defects: Mapping[int, str], profile: DatasetConfig) -> dict[str, str]:
+    """Apply ``defects`` (run number -> defect) to the runs of ``out_dir``; write and return
+    ``defects.json`` ({run folder name: defect})."""
+    runs = find_runs(out_dir, profile)
+    by_number = {int(profile.run_index(r.name)): r for r in runs}
+    order = sorted(by_number)
+    done = {}
+    for number, name in sorted(defects.items()):
+        donor = by_number[order[(order.index(number) + 1) % len(order)]]
+        DEFECTS[name](by_number[number], profile, donor)
+        done[by_number[number].name] = name
+    (Path(out_dir) / DEFECTS_FILE).write_text(json.dumps(done, indent=2) + "\n")
+    return done
