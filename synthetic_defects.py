@@ -17,7 +17,7 @@ The other run is the next one of the folder (the last takes the first). Meshes a
 written with VTK (pyvista), at the small sizes tests use; ``<out>/defects.json`` records which
 run got which defect.
 
-    python synthetic_data.py --preset tiny --runs 30 --out /tmp/raw --defects all
+    python synthetic_data.py --preset tiny --runs 30 --out /tmp/raw --defects all    # runs 3, 8, 13, 18, 23, 28
     python synthetic_data.py --preset tiny --runs 8 --out /tmp/raw --defects reversed_boundary:3,scaled_fields:5
 """
 
@@ -113,21 +113,30 @@ DEFECTS: dict[str, Callable[[Path, DatasetConfig, Path], None]] = {
 
 
 def parse_defects(text: str, n_runs: int) -> dict[int, str]:
-    """run number -> defect from ``all`` (each defect once, on runs spread over the folder) or
-    ``name[:run],...`` (a name without a run takes the next spread place); ValueError naming an
-    unknown defect or a run outside 1..n_runs."""
-    names = list(DEFECTS) if text.strip() == "all" else [part.strip() for part in text.split(",") if part.strip()]
-    spread = iter(2 + k * n_runs // max(len(names), 1) for k in range(len(names)))
-    chosen: dict[int, str] = {}
-    for entry in names:
-        name, _, run = entry.partition(":")
+    """run number -> defect from ``all`` (each defect once) or ``name[:run],...``; a defect without
+    a run goes to the middle of its share of the folder (30 runs, all: runs 3, 8, 13, 18, 23, 28),
+    or the first run still without one. ValueError naming an unknown defect, a run outside
+    1..n_runs or one given two defects."""
+    entries = [(name, run) for name, _, run in (part.strip().partition(":") for part in
+               (DEFECTS if text.strip() == "all" else text.split(",")) if part.strip())]
+    for name, _ in entries:
         if name not in DEFECTS:
             raise ValueError(f"unknown defect {name!r}; the defects are {list(DEFECTS)} (or all)")
-        place = int(run) if run else min(next(spread), n_runs)
-        if not 1 <= place <= n_runs or place in chosen:
-            raise ValueError(f"defect {entry!r}: run {place} is not one of 1..{n_runs} without a defect")
-        chosen[place] = name
-    return chosen
+    chosen: dict[int, str] = {}
+    for name, run in entries:
+        if run and (not 1 <= int(run) <= n_runs or int(run) in chosen):
+            raise ValueError(f"defect {name}:{run}: run {run} is not one of 1..{n_runs} without a defect")
+        if run:
+            chosen[int(run)] = name
+    for k, (name, run) in enumerate(entries):
+        if not run:
+            middle = 1 + (2 * k + 1) * n_runs // (2 * len(entries))
+            free = [middle] + [r for r in range(1, n_runs + 1) if r not in chosen]
+            place = next((r for r in free if r not in chosen and r <= n_runs), None)
+            if place is None:
+                raise ValueError(f"{len(entries)} defects for {n_runs} runs: one defect per run")
+            chosen[place] = name
+    return dict(sorted(chosen.items()))
 
 
 def inject_defects(out_dir: Path, defects: Mapping[int, str], profile: DatasetConfig) -> dict[str, str]:

@@ -264,7 +264,7 @@ class Selection:
         lines = [f"quality: {note}" for note in self.notes]
         if self.excluded:
             named = ", ".join(f"{run} ({'; '.join(reasons)})" for run, reasons in self.excluded.items())
-            lines.append(f"{len(self.excluded)} runs excluded by quality: {named}")
+            lines.append(f"{len(self.excluded)} run{'s' * (len(self.excluded) != 1)} excluded by quality: {named}")
         for run, reasons in self.included.items():
             lines.append(f"quality: {run} used though rejected (data.quality.include): {'; '.join(reasons)}")
         if self.unchecked:
