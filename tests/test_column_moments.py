@@ -53,3 +53,12 @@ def test_a_column_without_values_has_none_and_names_must_fit():
     assert np.isnan(moments.summary(["a", "b"])["a"]["mean"])
     with pytest.raises(ValueError, match=r"1 names \['a'\] for 2 columns"):
         moments.summary(["a"])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(50,), (50, 1), (50, 3)])
+def test_the_rows_given_are_left_as_they_were(dtype, shape):
+    rows = np.random.default_rng(2).normal(size=shape).astype(dtype)
+    before = rows.copy()
+    ColumnMoments(1 if len(shape) == 1 else shape[1]).add(rows)
+    np.testing.assert_array_equal(rows, before)

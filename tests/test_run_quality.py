@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DEFAULTS, typed_config
+import matplotlib.pyplot as plt
+from conftest import DEFAULTS, import_benchmark, typed_config
 
 from domino_pipeline.force_integration import ForceConvention
 from domino_pipeline.inputs.process_options import ProcessOptions
@@ -89,9 +90,12 @@ def test_cache_and_training_selection_names_every_excluded_run(defective):
     runs = list_runs(defective["processed"])
     selection = select_runs(runs, replace(SYNTHETIC.data, processed_dir=str(defective["processed"])), SYNTHETIC.dataset)
     assert len(selection.kept) == N_RUNS - 6 and set(selection.excluded) == set(defective["defects"])
-    line = selection.summary().splitlines()[0]
-    assert line.startswith("6 runs excluded by quality: run_3 (surface pMeanTrim min ")
+    line, *details = selection.summary().splitlines()
+    assert line.startswith("6 runs excluded by quality: run_3 (Cd ") and "more below), run_8 (Cd " in line
     assert "run_18 (volume count 800, 900 sigma)" in line and "run_23 (Cd " in line
+    every = {d.split(":")[0].strip(): d.split(": ", 1)[1] for d in details}  # every reason of those with more than 2
+    assert "run_18" not in every and every["run_3"] == "; ".join(selection.excluded["run_3"])
+    assert len(selection.excluded["run_3"]) > 20  # every field scaled: every field's statistics are off
     quality = replace(SYNTHETIC.data.quality, include=["run_18", "run_99"])
     data = replace(SYNTHETIC.data, processed_dir=str(defective["processed"]), quality=quality)
     taken_back = select_runs(runs, data, SYNTHETIC.dataset)
@@ -144,11 +148,13 @@ def test_coefficient_mismatches_measure_lift_against_drag():
     convention = ForceConvention("into_body", "on_fluid")
     # into the body, on the fluid: F = P - S = (30, 0, 1)
     row = _row(0.30, 0.0, [31.0, 0.0, 1.0], [1.0, 0.0, 0.0])
-    assert coefficient_mismatches(row, flow, convention, 0.02) == ["Cl 0.01 vs published 0 (own references)"]
-    assert coefficient_mismatches(row, flow, convention, 0.04) == []  # 0.01 / 0.30 < 4%
-    assert coefficient_mismatches(_row(0.3, 0.01, [31.0, 0, 1.0], [1.0, 0, 0]), flow, convention, 0.02) == []
-    assert coefficient_mismatches(_row(0.27, 0.01, [31.0, 0, 1.0], [1.0, 0, 0]), flow, convention, 0.02) == \
-        ["Cd 0.3 vs published 0.27 (own references)"]
+    assert coefficient_mismatches(row, flow, convention, 0.02) == {"own": "Cl 0.01 vs published 0 (own references)"}
+    assert coefficient_mismatches(row, flow, convention, 0.04) == {}  # 0.01 / 0.30 < 4%
+    assert coefficient_mismatches(_row(0.3, 0.01, [31.0, 0, 1.0], [1.0, 0, 0]), flow, convention, 0.02) == {}
+    assert coefficient_mismatches(_row(0.27, 0.05, [31.0, 0, 1.0], [1.0, 0, 0]), flow, convention, 0.02) == \
+        {"own": "Cd 0.3 vs published 0.27, Cl 0.01 vs published 0.05 (own references)"}
+    assert coefficient_mismatches(_row(0.3, 0.01, [-31.0, 0, -1.0], [1.0, 0, 0]), flow,
+                                  ForceConvention("out_of_body", "on_fluid"), 0.02) == {}
 
 
 def test_the_curator_clip_is_the_band_when_values_lie_beyond_it():
@@ -168,3 +174,17 @@ def test_unreadable_and_unchecked_runs(tmp_path):
     assert "no statistics.csv in" in selection.summary()
     with pytest.raises(ValueError, match=r"every run is excluded by quality \(1 run excluded by quality: run_1 \(x\)"):
         Selection([], excluded={"run_1": ["x"]}).require_some(tmp_path)
+
+
+def test_the_report_draws_and_names_every_rejected_run(defective, tmp_path):
+    dataset_report = import_benchmark("dataset_report")
+    out = tmp_path / "report"
+    code = dataset_report.main(["--out", str(out), f"data.processed_dir={defective['processed']}",
+                                f"data.raw_dir={defective['raw']}", "dataset.flow.normals=out_of_body",
+                                "dataset.flow.wall_shear=on_body"])
+    result = json.loads((out / "quality.json").read_text())
+    assert code == 0 and set(result["rejected"]) == set(defective["defects"])
+    assert set(result["named_in_figure"]) == set(defective["defects"])  # each marked where it is wrong
+    image = plt.imread(out / "dataset_report.png")
+    assert image.shape[0] > 500 and image.shape[1] > 1000
+    assert read_statistics_table(out) == read_statistics_table(defective["processed"])

@@ -48,8 +48,7 @@ def test_field_and_position_statistics_are_numpys_over_the_stored_arrays(process
         assert statistics[part]["fields"][name] == pytest.approx(_column_statistics(fields[:, j]), rel=1e-9, abs=1e-15)
     positions = arrays["surface_mesh_centers" if part == "surface" else "volume_mesh_centers"]
     for j, axis in enumerate("xyz"):
-        assert statistics[part]["positions"][axis] == pytest.approx(_column_statistics(positions[:, j]), rel=1e-9,
-                                                                    abs=1e-12)
+        assert statistics[part]["positions"][axis] == {"min": positions[:, j].min(), "max": positions[:, j].max()}
 
 
 def test_surface_areas_volume_and_force_sums_are_numpys(processed):
@@ -84,11 +83,13 @@ def test_the_cell_quality_is_the_raw_polygons(processed, tiny_raw_dir):
     mesh = pv.read(tiny_raw_dir / "run_1" / "boundary_1.vtp")
     offsets, ids = vtk_to_numpy(mesh.GetPolys().GetOffsetsArray()), vtk_to_numpy(mesh.GetPolys().GetConnectivityArray())
     non_planarity, aspect = polygon_quality(np.asarray(mesh.points), offsets[:-1], offsets[1:], ids,
-                                            arrays["surface_mesh_centers"], arrays["surface_areas"])
+                                            arrays["surface_mesh_centers"], arrays["surface_normals"],
+                                            arrays["surface_areas"])
     cells = statistics["surface"]["cells"]
     assert cells["aspect_ratio_max"] == pytest.approx(aspect.max()) and cells["aspect_ratio_mean"] == pytest.approx(aspect.mean())
-    assert cells["non_planarity_max"] == pytest.approx(non_planarity.max(), abs=1e-7)
-    assert 0 <= cells["non_planarity_mean"] < 1e-3 and cells["zero_edge_cells"] == 0
+    assert cells["non_planarity_max"] == pytest.approx(non_planarity.max(), rel=1e-6)
+    assert cells["non_planarity_mean"] == pytest.approx(non_planarity.mean(), rel=1e-5)
+    assert 0 < cells["non_planarity_max"] < 0.05 and cells["zero_edge_cells"] == 0  # smooth body, fine grid
 
 
 def test_published_and_integrated_coefficients(processed, tiny_raw_dir):
@@ -103,9 +104,12 @@ def test_published_and_integrated_coefficients(processed, tiny_raw_dir):
             assert statistics["forces"][which][name] == pytest.approx(-statistics["published"][which][name], rel=1e-5)
 
 
-def test_processing_without_statistics_stores_none(tiny_raw_dir, tmp_path):
+def test_processing_without_statistics_stores_none_and_the_same_arrays(tiny_raw_dir, tiny_processed_dir, tmp_path):
     process_run(tiny_raw_dir / "run_1", tmp_path / "run_1.zarr", replace(PROCESS_OPTIONS, statistics=False))
     assert "statistics" not in open_processed_run(tmp_path / "run_1.zarr").attrs
+    without, with_statistics = (load_processed_run(p / "run_1.zarr") for p in (tmp_path, tiny_processed_dir))
+    for name, array in with_statistics.items():
+        np.testing.assert_array_equal(without[name], array, err_msg=name)
 
 
 def test_an_unreadable_published_file_is_recorded_not_raised(tiny_raw_dir, tmp_path):

@@ -2,21 +2,21 @@
 
 Two measures per polygon, each dimensionless:
 
-- non-planarity: ``1 - flatness``, with OpenFOAM's face flatness (checkMesh's
-  ``primitiveMeshTools::faceFlatness``): the magnitude of the face's area vector over the sum of
-  the magnitudes of the triangles (p_i, p_i+1, c) about its centre c. 0 for a flat convex polygon
-  (and for every triangle); it grows as the polygon warps out of its plane or folds over itself.
-  checkMesh warns about faces of flatness below 0.8, i.e. non-planarity above 0.2.
+- non-planarity (warp): the largest distance of a polygon's vertices from the plane through its
+  centre c normal to its unit normal n, over the square root of its area A:
+  ``max_i |(p_i - c) . n| / sqrt(A)``. 0 for a flat polygon and for every triangle; a unit square
+  with one corner lifted by h (and the opposite one lowered by h) has about h.
 - aspect ratio: the longest edge over the shortest (Verdict's edge ratio): 1 for a square or an
   equilateral triangle, large for a sliver. A polygon with an edge of zero length has none (inf),
   and is counted apart.
 
-``CellQuality`` gathers their maximum and mean over a run's blocks; the centres and areas are the
-ones the block's geometry already has (cell_geometry.surface_geometry), so only the triangle fans
-and the edges are computed here.
+The centres, normals and areas are the ones the block's geometry already has
+(cell_geometry.surface_geometry), so only the vertices are gathered here; the arithmetic is in
+float32, the precision of the stored rows, a vertex count at a time with the vertices' components
+contiguous (a few array passes per vertex).
 
     quality = CellQuality()
-    quality.add(points, begins, ends, ids, centres, areas)   # per block
+    quality.add(points, begins, ends, ids, centres, normals, areas)   # per block
     quality.summary()   # {"non_planarity_max": .., "non_planarity_mean": .., "aspect_ratio_max": .., ...}
 """
 
@@ -26,26 +26,39 @@ import numpy as np
 
 
 def polygon_quality(points: np.ndarray, begins: np.ndarray, ends: np.ndarray, ids: np.ndarray,
-                    centres: np.ndarray, areas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                    centres: np.ndarray, normals: np.ndarray, areas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(non-planarity (n,), aspect ratio (n,)) of the polygons whose point ids are
-    ``ids[begins[i]:ends[i]]`` in ``points``, with their ``centres`` (n, 3) and ``areas`` (n,)
-    (the magnitudes of their area vectors), computed a vertex count at a time in float64."""
-    counts = np.asarray(ends) - np.asarray(begins)
-    non_planarity, aspect = np.zeros(len(counts)), np.zeros(len(counts))
-    for count in np.unique(counts):
+    ``ids[begins[i]:ends[i]]`` in ``points``, with their ``centres`` (n, 3), unit ``normals``
+    (n, 3) and ``areas`` (n,)."""
+    begins = np.asarray(begins)
+    counts = np.asarray(ends) - begins
+    non_planarity, aspect = np.zeros(len(counts), np.float32), np.zeros(len(counts), np.float32)
+    for count in np.unique(counts).tolist():
         rows = np.flatnonzero(counts == count)
-        corners = np.asarray(points[ids[np.asarray(begins)[rows][:, None] + np.arange(count)]], dtype=np.float64)
-        following = np.roll(corners, -1, axis=1)
-        edges = np.linalg.norm(following - corners, axis=2)
+        corners = np.asarray(points)[ids[begins[rows][None, :] + np.arange(count)[:, None]]]  # (k, m, 3)
+        corners = corners.astype(np.float32, copy=False).transpose(0, 2, 1)  # (k, 3, m)
+        longest, shortest = np.zeros(len(rows), np.float32), np.full(len(rows), np.inf, np.float32)
+        for i in range(count):
+            edge = corners[(i + 1) % count] - corners[i]
+            squared = np.einsum("ij,ij->j", edge, edge)
+            np.maximum(longest, squared, out=longest)
+            np.minimum(shortest, squared, out=shortest)
         with np.errstate(divide="ignore", invalid="ignore"):
-            aspect[rows] = edges.max(axis=1) / edges.min(axis=1)
+            aspect[rows] = np.sqrt(longest / shortest)
         if count > 3:
-            apex = np.asarray(centres[rows], dtype=np.float64)[:, None, :]
-            fans = 0.5 * np.linalg.norm(np.cross(following - corners, apex - corners), axis=2).sum(axis=1)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                flatness = np.where(fans > 0, np.asarray(areas[rows], np.float64) / fans, 1.0)
-            non_planarity[rows] = np.clip(1.0 - flatness, 0.0, 1.0)
+            non_planarity[rows] = _warp(corners, np.asarray(centres)[rows].T, np.asarray(normals)[rows].T,
+                                        np.asarray(areas)[rows])
     return non_planarity, aspect
+
+
+def _warp(corners: np.ndarray, centres: np.ndarray, normals: np.ndarray, areas: np.ndarray) -> np.ndarray:
+    """The largest vertex distance from each polygon's plane over sqrt(area): corners (k, 3, m),
+    centres and normals (3, m), areas (m,)."""
+    height = np.zeros(corners.shape[2], np.float32)
+    for corner in corners:
+        np.maximum(height, np.abs(np.einsum("ij,ij->j", corner - centres, normals)), out=height)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(areas > 0, height / np.sqrt(np.maximum(areas, 0)), 0.0).astype(np.float32)
 
 
 class CellQuality:
@@ -58,11 +71,11 @@ class CellQuality:
         self.non_planarity_max = self.aspect_max = 0.0
 
     def add(self, points: np.ndarray, begins: np.ndarray, ends: np.ndarray, ids: np.ndarray,
-            centres: np.ndarray, areas: np.ndarray) -> None:
+            centres: np.ndarray, normals: np.ndarray, areas: np.ndarray) -> None:
         """Take in one block of polygons (``polygon_quality``'s arguments)."""
         if not len(begins):
             return
-        non_planarity, aspect = polygon_quality(points, begins, ends, ids, centres, areas)
+        non_planarity, aspect = polygon_quality(points, begins, ends, ids, centres, normals, areas)
         finite = np.isfinite(aspect)
         self.cells += len(begins)
         self.sized += int(finite.sum())

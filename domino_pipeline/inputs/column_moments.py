@@ -18,6 +18,7 @@ spread. Non-finite values (NaN, inf) are counted per column and left out of the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,17 +38,19 @@ class ColumnMoments:
 
     def add(self, rows: np.ndarray) -> None:
         """Take in a block of rows (n, width), or (n,) for one column."""
-        rows = np.asarray(rows, dtype=np.float64).reshape(len(rows), self.width)
+        rows = np.asarray(rows).reshape(len(rows), self.width)
         if not len(rows):
             return
-        finite = np.isfinite(rows)
-        if finite.all():
+        columns = np.array(rows.T, dtype=np.float64, order="C")  # a copy, each column contiguous: fast reductions
+        total = columns.sum(axis=1)
+        if np.isfinite(total).all():  # a finite sum of float32 or moderate float64 values: every value finite
             count = np.full(self.width, len(rows), dtype=np.int64)
-            mean = rows.mean(axis=0)
-            m2 = ((rows - mean) ** 2).sum(axis=0)
-            low, high = rows.min(axis=0), rows.max(axis=0)
+            mean = total / len(rows)
+            low, high = columns.min(axis=1), columns.max(axis=1)
+            columns -= mean[:, None]
+            m2 = np.einsum("ij,ij->i", columns, columns)
         else:
-            count, mean, m2, low, high = _masked_moments(rows, finite)
+            count, mean, m2, low, high = _masked_moments(columns, np.isfinite(columns))
             self.nonfinite += len(rows) - count
         self._merge(count, mean, m2)
         np.minimum(self.low, low, out=self.low)
@@ -79,12 +82,34 @@ class ColumnMoments:
                 for j, name in enumerate(names)}
 
 
-def _masked_moments(rows: np.ndarray, finite: np.ndarray) -> tuple[np.ndarray, ...]:
-    """count, mean, M2, min, max of each column over its finite values only."""
-    count = finite.sum(axis=0)
-    values = np.where(finite, rows, 0.0)
-    mean = values.sum(axis=0) / np.maximum(count, 1)
-    m2 = (np.where(finite, rows - mean, 0.0) ** 2).sum(axis=0)
-    low = np.where(finite, rows, np.inf).min(axis=0)
-    high = np.where(finite, rows, -np.inf).max(axis=0)
+def _masked_moments(columns: np.ndarray, finite: np.ndarray) -> tuple[np.ndarray, ...]:
+    """count, mean, M2, min, max of each column (a row of ``columns``) over its finite values."""
+    count = finite.sum(axis=1)
+    mean = np.where(finite, columns, 0.0).sum(axis=1) / np.maximum(count, 1)
+    deviations = np.where(finite, columns - mean[:, None], 0.0)
+    m2 = np.einsum("ij,ij->i", deviations, deviations)
+    low = np.where(finite, columns, np.inf).min(axis=1)
+    high = np.where(finite, columns, -np.inf).max(axis=1)
     return count, mean, m2, low, high
+
+
+class ColumnBounds:
+    """The running minimum and maximum of each of ``width`` columns (positions: their bounding
+    box), in the rows' own dtype; non-finite values are ``ColumnMoments``' to count."""
+
+    def __init__(self, width: int) -> None:
+        self.low, self.high = np.full(width, np.inf), np.full(width, -np.inf)
+        self.count = 0
+
+    def add(self, rows: np.ndarray) -> None:
+        """Take in a block of rows (n, width)."""
+        if len(rows):
+            np.minimum(self.low, np.min(rows, axis=0), out=self.low)
+            np.maximum(self.high, np.max(rows, axis=0), out=self.high)
+            self.count += len(rows)
+
+    def summary(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
+        """{column name: {min, max}}, NaN before any row."""
+        empty = self.count == 0
+        return {name: {"min": math.nan if empty else float(self.low[j]), "max": math.nan if empty else float(self.high[j])}
+                for j, name in enumerate(names)}

@@ -12,7 +12,7 @@ Three checks, each a reason of its own:
   ``MINIMUM_SCALE``. A run with
   ``|z| > data.quality.robust_threshold`` is rejected for it (``surface pMeanTrim max 1.4e+01, 41
   sigma``). Where every run but a few has the same value (``s`` is 0), a different value is an
-  outlier whatever its size.
+  outlier whatever its size. Scores need ``MIN_SCORED_RUNS`` runs at least.
 - integrated against published coefficients: the drag and lift the run's surface fields give
   (its force sums under the profile's normal and shear conventions, ``dataset.flow``) over each
   reference area it publishes coefficients for, against those coefficients; a run is rejected
@@ -68,6 +68,8 @@ SCORED = (
 # another, so that their gap's spread is the meshes' rounding: 0.1% of the car's extent is the unit.
 MINIMUM_SCALE = {"consistency.surface_stl_bounds_gap": 1e-3}
 COEFFICIENTS = ("cd", "cl")
+OTHER_REFERENCES_WEIGHT = 1e12  # the constant references' mismatch, shown after the own ones' and the strongest score
+MIN_SCORED_RUNS = 8  # fewer runs, and their median absolute deviation says little
 
 
 @dataclass
@@ -80,9 +82,23 @@ class QualityVerdicts:
     checked: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     convention: ForceConvention | None = None
+    _weights: dict[str, list[float]] = field(default_factory=dict, repr=False)
 
-    def reject(self, run: str, reason: str) -> None:
+    def reject(self, run: str, reason: str, weight: float = math.inf) -> None:
+        """Add a reason to reject ``run``, its ``weight`` a score's |z| (a failed comparison or
+        limit outweighs every score); ``strongest_first`` orders them."""
         self.rejected.setdefault(run, []).append(reason)
+        self._weights.setdefault(run, []).append(weight)
+
+    def strongest_first(self) -> None:
+        """Each run's reasons by weight, the strongest first (ties in the order found)."""
+        for run, reasons in self.rejected.items():
+            order = sorted(range(len(reasons)), key=lambda k: -self._weights[run][k])
+            self.rejected[run] = [reasons[k] for k in order]
+
+    def flagged(self, column: str, threshold: float) -> set[str]:
+        """The runs whose score of ``column`` is beyond ``threshold``."""
+        return {run for run, scores in self.scores.items() if abs(scores.get(column, 0.0)) > threshold}
 
 
 def scored_columns(rows: Sequence[Mapping]) -> list[str]:
@@ -113,6 +129,10 @@ def label(column: str) -> str:
 
 
 def _score(rows: Sequence[Mapping], threshold: float, verdicts: QualityVerdicts) -> None:
+    if len(rows) < MIN_SCORED_RUNS:
+        verdicts.notes.append(f"robust scores not computed: {len(rows)} runs with statistics, "
+                              f"at least {MIN_SCORED_RUNS} needed")
+        return
     names = [row["run"] for row in rows]
     for column in scored_columns(rows):
         values = [row.get(column) for row in rows]
@@ -123,25 +143,25 @@ def _score(rows: Sequence[Mapping], threshold: float, verdicts: QualityVerdicts)
             verdicts.scores.setdefault(name, {})[column] = float(score)
             if abs(score) > threshold:
                 spread = f"{abs(score):.0f} sigma" if np.isfinite(score) else f"median {median:.4g}, no spread"
-                verdicts.reject(name, f"{label(column)} {value:.4g}, {spread}")
+                verdicts.reject(name, f"{label(column)} {value:.4g}, {spread}", abs(score))
 
 
 def coefficient_mismatches(row: Mapping, flow: FlowProfile, convention: ForceConvention,
-                           tolerance: float) -> list[str]:
-    """The reasons ``Cd 0.61 vs published 0.27 (own references)`` a table row's integrated
-    coefficients under ``convention`` disagree with the published ones beyond ``tolerance``."""
+                           tolerance: float) -> dict[str, str]:
+    """{reference set: reason} for each set of published coefficients (``own``, ``constant``) a
+    table row's integrated ones under ``convention`` disagree with beyond ``tolerance``:
+    ``Cd 0.61 vs published 0.27 (own references)``, Cl alike, both when both disagree."""
     statistics = unflatten(row)
-    integrated = integrated_coefficients(statistics, flow, convention)
-    reasons = []
-    for which, found in integrated.items():
+    reasons = {}
+    for which, found in integrated_coefficients(statistics, flow, convention).items():
         published = (statistics.get("published") or {}).get(which) or {}
         if not {"cd", "cl"} <= set(published):
             continue
         scale = max(abs(published["cd"]), 1e-12)
-        for name in COEFFICIENTS:
-            if abs(found[name] - published[name]) > tolerance * max(scale, abs(published[name])):
-                reasons.append(f"{name.capitalize()} {found[name]:.3g} vs published {published[name]:.3g} "
-                               f"({which} references)")
+        wrong = [f"{name.capitalize()} {found[name]:.3g} vs published {published[name]:.3g}" for name in COEFFICIENTS
+                 if abs(found[name] - published[name]) > tolerance * max(scale, abs(published[name]))]
+        if wrong:
+            reasons[which] = f"{', '.join(wrong)} ({which} references)"
     return reasons
 
 
@@ -176,8 +196,8 @@ def _check_coefficients(rows: Sequence[Mapping], flow: FlowProfile, tolerance: f
     for row in rows:
         if row.get("published.error"):
             verdicts.reject(row["run"], f"published coefficients unreadable: {row['published.error']}")
-        for reason in coefficient_mismatches(row, flow, verdicts.convention, tolerance):
-            verdicts.reject(row["run"], reason)
+        for which, reason in coefficient_mismatches(row, flow, verdicts.convention, tolerance).items():
+            verdicts.reject(row["run"], reason, math.inf if which == "own" else OTHER_REFERENCES_WEIGHT)
 
 
 def _check_curator_limits(rows: Sequence[Mapping], quality: QualityConfig, dataset: DatasetConfig,
@@ -218,6 +238,7 @@ def judge(rows: Sequence[Mapping], quality: QualityConfig, dataset: DatasetConfi
     _check_coefficients(rows, dataset.flow, quality.coefficient_tolerance, verdicts)
     if quality.curator.enabled:
         _check_curator_limits(rows, quality, dataset, verdicts)
+    verdicts.strongest_first()
     return verdicts
 
 
@@ -241,6 +262,15 @@ def _lists(value):
     return {k: _lists(v) for k, v in value.items()}
 
 
+SHOWN_REASONS = 2  # reasons per run on the summary's first line; every one on a line below
+
+
+def short(reasons: Sequence[str]) -> str:
+    """The strongest reasons of a run, and how many more there are."""
+    more = len(reasons) - SHOWN_REASONS
+    return "; ".join(reasons[:SHOWN_REASONS]) + (f"; {more} more below" if more > 0 else "")
+
+
 @dataclass
 class Selection:
     """The runs to use, the runs ``excluded`` (name -> reasons), those ``included`` despite
@@ -260,11 +290,14 @@ class Selection:
         return self.kept
 
     def summary(self) -> str:
-        """The lines a stage prints: the excluded runs with every reason, then the rest."""
+        """The lines a stage prints: the excluded runs with their strongest reasons on one line,
+        every reason of those with more on a line each below, then the rest."""
         lines = [f"quality: {note}" for note in self.notes]
         if self.excluded:
-            named = ", ".join(f"{run} ({'; '.join(reasons)})" for run, reasons in self.excluded.items())
+            named = ", ".join(f"{run} ({short(reasons)})" for run, reasons in self.excluded.items())
             lines.append(f"{len(self.excluded)} run{'s' * (len(self.excluded) != 1)} excluded by quality: {named}")
+            lines += [f"    {run}: {'; '.join(reasons)}" for run, reasons in self.excluded.items()
+                      if len(reasons) > SHOWN_REASONS]
         for run, reasons in self.included.items():
             lines.append(f"quality: {run} used though rejected (data.quality.include): {'; '.join(reasons)}")
         if self.unchecked:

@@ -4,8 +4,8 @@ as the processed run's ``statistics`` attribute and collected into the processed
 
     {"version": 1,
      "stl": {"points", "triangles", "dropped_triangles", "open_edges", "non_manifold_edges",
-             "degenerate_triangles", "area", "enclosed_volume", "positions": {"x": {min, max, mean, std, nonfinite}, ..}},
-     "surface": {"count", "positions", "fields": {column: {min, max, mean, std, nonfinite}},
+             "degenerate_triangles", "area", "enclosed_volume", "positions": {"x": {min, max}, "y": .., "z": ..}},
+     "surface": {"count", "positions" (the bounding box, as the STL's), "fields": {column: {min, max, mean, std, nonfinite}},
                  "area": {min, max, mean, total}, "enclosed_volume",
                  "force_sums": {"pressure": [3], "shear": [3]}, "cells": {cell_quality's}},
      "volume": {"count", "positions", "fields"},
@@ -49,7 +49,7 @@ from domino_pipeline.force_integration import (
     force_sums,
 )
 from domino_pipeline.inputs.cell_quality import CellQuality
-from domino_pipeline.inputs.column_moments import ColumnMoments
+from domino_pipeline.inputs.column_moments import ColumnBounds, ColumnMoments
 from domino_pipeline.inputs.drivaerml_reader import stl_defect_counts
 from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.published_forces import Published, read_published
@@ -82,7 +82,7 @@ class PartStatistics:
     def __init__(self, columns: list[str], *, surface: bool, divisors: np.ndarray | None = None,
                  roles: Mapping[str, int | slice] | None = None) -> None:
         self.columns, self.surface = list(columns), surface
-        self.positions, self.fields = ColumnMoments(3), ColumnMoments(len(columns))
+        self.positions, self.fields = ColumnBounds(3), ColumnMoments(len(columns))
         self.divisors = None if divisors is None else np.asarray(divisors, np.float64)
         roles = roles or {}
         self.force_columns = (roles["pressure"], roles["wall_shear_stress"]) \
@@ -94,7 +94,7 @@ class PartStatistics:
 
     @property
     def count(self) -> int:
-        return int(self.positions.count[0])
+        return self.positions.count
 
     def observe(self, name: str, rows: np.ndarray) -> None:
         """Take in one array of a block (processed_run.StreamedRows' observer): the block is
@@ -166,7 +166,7 @@ class RunStatistics:
         triangles were dropped."""
         vertices = np.asarray(stl["stl_coordinates"], np.float64)
         triangles = np.asarray(stl["stl_faces"]).reshape(-1, 3)
-        positions = ColumnMoments(3)
+        positions = ColumnBounds(3)
         positions.add(vertices)
         self.stl = {"points": len(vertices), "triangles": len(triangles), "dropped_triangles": int(dropped),
                     **stl_defect_counts(np.asarray(stl["stl_faces"]), np.asarray(stl["stl_areas"])),
@@ -201,8 +201,10 @@ def enclosed_volume(vertices: np.ndarray, triangles: np.ndarray) -> float:
     triangle surface encloses, positive when wound outward."""
     if not len(triangles):
         return 0.0
-    a, b, c = (vertices[triangles[:, k]] for k in range(3))
-    return float(np.einsum("ij,ij->", a, np.cross(b, c))) / 6.0
+    corners = np.asarray(vertices, np.float64).T  # (3, V): each coordinate contiguous
+    a, b, c = (corners[:, triangles[:, k]] for k in range(3))
+    return float(np.sum(a[0] * (b[1] * c[2] - b[2] * c[1]) + a[1] * (b[2] * c[0] - b[0] * c[2])
+                        + a[2] * (b[0] * c[1] - b[1] * c[0]))) / 6.0
 
 
 def consistency(statistics: Mapping[str, Any]) -> dict[str, float | None]:

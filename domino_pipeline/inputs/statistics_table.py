@@ -111,9 +111,12 @@ def write_statistics_table(processed_dir: str | os.PathLike, profile: DatasetCon
     table (atomically); return the table's path."""
     if is_url(processed_dir):
         raise ValueError(f"{processed_dir}: the statistics table is written into a local processed folder")
-    path = Path(table_location(processed_dir))
-    write_bytes_atomic(path, table_text(collect_statistics(processed_dir, profile, options, raw_dir)).encode())
-    return path
+    return save_table(table_location(processed_dir), collect_statistics(processed_dir, profile, options, raw_dir))
+
+
+def save_table(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Write ``rows`` as a table at the local ``path`` (atomically); return the path."""
+    return write_bytes_atomic(path, table_text(rows).encode())
 
 
 def table_text(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -38,7 +38,7 @@ from domino_pipeline.inputs.drivaerml_reader import (
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 
 SurfaceBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-CellsObserver = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
+CellsObserver = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
 
 
 @dataclass
@@ -53,7 +53,7 @@ class SurfaceStream:
     def blocks(self, cells: int, on_cells: CellsObserver | None = None) -> Iterator[SurfaceBlock]:
         """(centres (n, 3), unit normals (n, 3), areas (n,), raw fields (n, F)), float32, of
         ``cells`` cells at a time, in file order. ``on_cells(points, begins, ends, ids, centres,
-        areas)`` is shown each block's polygons (their point ids are ``ids[begins[i]:ends[i]]``)
+        normals, areas)`` is shown each block's polygons (their point ids are ``ids[begins[i]:ends[i]]``)
         with their geometry, as for cell_quality.CellQuality.add; not when the file is read whole."""
         if self.file is None:
             whole = read_surface(self.path, self.variables)
@@ -77,7 +77,7 @@ class SurfaceStream:
                 except CellGeometryError as err:
                     raise RunError(f"{self.path}: {err} among cells {start}..{stop}") from err
                 if on_cells is not None:
-                    on_cells(points, begins, ends, ids, geometry[0], geometry[2])
+                    on_cells(points, begins, ends, ids, *geometry)
                 yield (*geometry, fields)
 
 
