@@ -33,30 +33,34 @@ def polygon_quality(points: np.ndarray, begins: np.ndarray, ends: np.ndarray, id
     begins = np.asarray(begins)
     counts = np.asarray(ends) - begins
     non_planarity, aspect = np.zeros(len(counts), np.float32), np.zeros(len(counts), np.float32)
-    for count in np.unique(counts).tolist():
-        rows = np.flatnonzero(counts == count)
-        corners = np.asarray(points)[ids[begins[rows][None, :] + np.arange(count)[:, None]]]  # (k, m, 3)
-        corners = corners.astype(np.float32, copy=False).transpose(0, 2, 1)  # (k, 3, m)
-        longest, shortest = np.zeros(len(rows), np.float32), np.full(len(rows), np.inf, np.float32)
+    present = np.flatnonzero(np.bincount(counts)) if len(counts) else []
+    for count in present.tolist():
+        rows = slice(None) if len(present) == 1 else np.flatnonzero(counts == count)
+        # (3, k, m): each coordinate of each vertex contiguous over the polygons
+        gathered = np.asarray(points)[ids[begins[rows][None, :] + np.arange(count)[:, None]]]  # (k, m, 3)
+        corners = np.ascontiguousarray(gathered.transpose(2, 0, 1), dtype=np.float32)
+        longest, shortest = np.zeros(corners.shape[2], np.float32), np.full(corners.shape[2], np.inf, np.float32)
         for i in range(count):
-            edge = corners[(i + 1) % count] - corners[i]
-            squared = np.einsum("ij,ij->j", edge, edge)
+            edge = corners[:, (i + 1) % count] - corners[:, i]
+            squared = edge[0] * edge[0] + edge[1] * edge[1] + edge[2] * edge[2]
             np.maximum(longest, squared, out=longest)
             np.minimum(shortest, squared, out=shortest)
         with np.errstate(divide="ignore", invalid="ignore"):
             aspect[rows] = np.sqrt(longest / shortest)
         if count > 3:
-            non_planarity[rows] = _warp(corners, np.asarray(centres)[rows].T, np.asarray(normals)[rows].T,
+            non_planarity[rows] = _warp(corners, np.asarray(centres).T[:, rows], np.asarray(normals).T[:, rows],
                                         np.asarray(areas)[rows])
     return non_planarity, aspect
 
 
 def _warp(corners: np.ndarray, centres: np.ndarray, normals: np.ndarray, areas: np.ndarray) -> np.ndarray:
-    """The largest vertex distance from each polygon's plane over sqrt(area): corners (k, 3, m),
+    """The largest vertex distance from each polygon's plane over sqrt(area): corners (3, k, m),
     centres and normals (3, m), areas (m,)."""
     height = np.zeros(corners.shape[2], np.float32)
-    for corner in corners:
-        np.maximum(height, np.abs(np.einsum("ij,ij->j", corner - centres, normals)), out=height)
+    for i in range(corners.shape[1]):
+        offset = corners[:, i] - centres
+        np.maximum(height, np.abs(offset[0] * normals[0] + offset[1] * normals[1] + offset[2] * normals[2]),
+                   out=height)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(areas > 0, height / np.sqrt(np.maximum(areas, 0)), 0.0).astype(np.float32)
 

@@ -104,8 +104,9 @@ class ColumnBounds:
     def add(self, rows: np.ndarray) -> None:
         """Take in a block of rows (n, width)."""
         if len(rows):
-            np.minimum(self.low, np.min(rows, axis=0), out=self.low)
-            np.maximum(self.high, np.max(rows, axis=0), out=self.high)
+            columns = np.ascontiguousarray(np.asarray(rows).T)  # reducing (n, 3) along rows is ten times slower
+            np.minimum(self.low, columns.min(axis=1), out=self.low)
+            np.maximum(self.high, columns.max(axis=1), out=self.high)
             self.count += len(rows)
 
     def summary(self, names: Sequence[str]) -> dict[str, dict[str, float]]:

@@ -34,6 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
+from domino_pipeline.inputs.column_moments import ColumnBounds
 from domino_pipeline.inputs.concat_bytes import file_pieces
 from domino_pipeline.inputs.drivaerml_reader import (
     SURFACE_ARRAYS,
@@ -143,19 +144,17 @@ def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np
     gathered on the way and stored as ``bounds[key]`` once every row is seen, and every block is
     shown to the part ``key`` of ``statistics``, whose summary is stored after each part."""
     positions = next(iter(shapes))
-    low = np.full(3, np.inf)
-    high = -low
     part = None if statistics is None else getattr(statistics, key)
+    box = ColumnBounds(3) if part is None else part.positions  # the statistics gather the bounds too
 
     def observe(name: str, rows: np.ndarray) -> None:
-        if name == positions and len(rows):
-            np.minimum(low, rows.min(axis=0), out=low)
-            np.maximum(high, rows.max(axis=0), out=high)
         if part is not None:
             part.observe(name, rows)
+        elif name == positions:
+            box.add(rows)
 
     def attrs() -> dict:
-        bounds[key] = [np.float32(low).tolist(), np.float32(high).tolist()]
+        bounds[key] = [np.float32(box.low).tolist(), np.float32(box.high).tolist()]
         return {"bounds": bounds} | ({} if statistics is None else {"statistics": statistics.summary()})
 
     return StreamedRows(shapes, blocks, observe, attrs)

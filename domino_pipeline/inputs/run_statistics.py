@@ -15,7 +15,8 @@ as the processed run's ``statistics`` attribute and collected into the processed
 
 Field statistics are of the fields as stored (dimensionless, processed_run.py's columns); the
 non-finite count is of what the reader gave (a processed run refuses non-finite values, so there
-it is 0). ``enclosed_volume`` is ``1/3 sum (c . n) A`` over the cells (triangles for the STL),
+it is 0). ``enclosed_volume`` is ``1/3 sum (c . n) A`` over the cells (``1/6 sum a . (b x c)`` over the
+STL's triangles),
 the divergence theorem's volume of a closed surface: positive when the normals point out of it,
 negative when into it. ``force_sums`` are force_integration.force_sums of the physical fields
 (the stored ones times their divisors) and the normals as the file orients them, so that the
@@ -197,14 +198,18 @@ class RunStatistics:
 
 
 def enclosed_volume(vertices: np.ndarray, triangles: np.ndarray) -> float:
-    """``1/6 sum v0 . (v1 x v2)`` over the triangles: the volume a closed, consistently wound
-    triangle surface encloses, positive when wound outward."""
+    """``1/6 sum (a - o) . ((b - o) x (c - o))`` over the triangles (a, b, c), o the vertices'
+    bounding-box centre: the volume a closed, consistently wound triangle surface encloses,
+    positive when wound outward. The products are formed in float32 about o (each term's
+    rounding is then the coordinates' own) and summed in float64."""
     if not len(triangles):
         return 0.0
-    corners = np.asarray(vertices, np.float64).T  # (3, V): each coordinate contiguous
+    vertices = np.asarray(vertices, np.float32)
+    origin = 0.5 * (vertices.min(axis=0) + vertices.max(axis=0))
+    corners = np.ascontiguousarray((vertices - origin).T)  # (3, V): each coordinate contiguous
     a, b, c = (corners[:, triangles[:, k]] for k in range(3))
-    return float(np.sum(a[0] * (b[1] * c[2] - b[2] * c[1]) + a[1] * (b[2] * c[0] - b[0] * c[2])
-                        + a[2] * (b[0] * c[1] - b[1] * c[0]))) / 6.0
+    triple = a[0] * (b[1] * c[2] - b[2] * c[1]) + a[1] * (b[2] * c[0] - b[0] * c[2]) + a[2] * (b[0] * c[1] - b[1] * c[0])
+    return float(np.sum(triple, dtype=np.float64)) / 6.0
 
 
 def consistency(statistics: Mapping[str, Any]) -> dict[str, float | None]:
