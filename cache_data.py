@@ -15,10 +15,11 @@ on one cache take turns per run. Beside the cache it writes ``scaling_factors.js
 scaling factors over the training runs of train.py's split (``train.val_fraction``,
 ``train.split_seed``), from statistics each run's build records (uniformly drawn volume rows), and
 the manifest records the file's SHA-256, so ``CachedDoMINODataset`` finds and checks them by
-default. Runs the quality checks reject (``data.quality``, from ``<processed_dir>/statistics.csv``;
-domino_pipeline/inputs/run_quality.py) are left out and named in the summary, as train.py leaves
-them out; ``data.quality.include=[run_37]`` takes one back, ``data.quality.enabled=false`` all. ``cache.validate=true`` checks an existing cache against the config, the processed runs
-and its checksums instead of building.
+default. ``cache.validate=true`` checks an existing cache against the config, the processed runs
+and its checksums instead of building. Runs the quality checks reject (``data.quality``, from
+``<processed_dir>/statistics.csv``; domino_pipeline/inputs/run_quality.py) are left out and named
+in the summary, as train.py leaves them out; ``data.quality.include=[run_37]`` takes one back,
+``data.quality.enabled=false`` all.
 
     python cache_data.py --config-name=cached data.processed_dir=/data/processed cache.dir=/data/cache
     torchrun --nproc_per_node=2 cache_data.py --config-name=cached    # ranks split the runs;

@@ -89,8 +89,8 @@ def measure(run_dir: Path, work: Path, options: ProcessOptions, repeats: int) ->
             times[key].append(wall)
             if key == "on":
                 times["hooks"].append(hooks)
-            print(f"repeat {repeat + 1}: statistics {key:3s} {wall:7.2f} s" + (f" ({hooks:.2f} s in them)" if key == "on" else ""),
-                  flush=True)
+            inside = f" ({hooks:.2f} s in them)" if key == "on" else ""
+            print(f"repeat {repeat + 1}: statistics {key:3s} {wall:7.2f} s{inside}", flush=True)
     off, on, hooks = (statistics.median(times[k]) for k in ("off", "on", "hooks"))
     on_share = [h / w for h, w in zip(times["hooks"], times["on"])]
     return {"run": str(run_dir), "repeats": repeats, "seconds": times, "median_off_s": off, "median_on_s": on,

@@ -151,7 +151,8 @@ def draw_report(rows: Sequence[Mapping], config: PipelineConfig, verdicts: Quali
     figure, grid = plt.subplots(n_rows, COLUMNS, figsize=(4 * COLUMNS, 2.8 * n_rows), squeeze=False)
     named: set[str] = set()
     for axes, column in zip(grid.flat, columns):
-        named |= set(draw_panel(axes, rows, column, flagged_runs(column, verdicts, config.data.quality.robust_threshold)))
+        flagged = flagged_runs(column, verdicts, config.data.quality.robust_threshold)
+        named |= set(draw_panel(axes, rows, column, flagged))
     for axes in list(grid.flat)[len(columns):]:
         axes.axis("off")
     excluded = ", ".join(verdicts.rejected) or "none"

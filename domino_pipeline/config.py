@@ -78,7 +78,7 @@ class QualityConfig:
 
     enabled: bool                 # false: every run is used
     include: list[str]            # runs used even when rejected
-    robust_threshold: float       # |value - median| / (1.4826 MAD) across the runs above which a statistic is an outlier
+    robust_threshold: float       # |value - median| / (1.4826 MAD) across runs above which a statistic rejects
     coefficient_tolerance: float  # integrated against published Cd and Cl, relative
     curator: CuratorLimitsConfig
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,8 +56,8 @@ def defective(tmp_path_factory) -> dict:
     options = ProcessOptions.from_config(SYNTHETIC.dataset, SYNTHETIC.physics, SYNTHETIC.process)
     results = process_all(work / "raw", work / "processed", options, num_processes=1)
     assert all(r.status == "processed" for r in results), [r for r in results if r.status != "processed"]
-    write_statistics_table(work / "processed", SYNTHETIC.dataset, read_options_from_config(SYNTHETIC.data, SYNTHETIC.physics),
-                           work / "raw")
+    write_statistics_table(work / "processed", SYNTHETIC.dataset,
+                           read_options_from_config(SYNTHETIC.data, SYNTHETIC.physics), work / "raw")
     return {"processed": work / "processed", "raw": work / "raw", "defects": defects,
             "rows": read_statistics_table(work / "processed")}
 

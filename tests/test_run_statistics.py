@@ -86,7 +86,8 @@ def test_the_cell_quality_is_the_raw_polygons(processed, tiny_raw_dir):
                                             arrays["surface_mesh_centers"], arrays["surface_normals"],
                                             arrays["surface_areas"])
     cells = statistics["surface"]["cells"]
-    assert cells["aspect_ratio_max"] == pytest.approx(aspect.max()) and cells["aspect_ratio_mean"] == pytest.approx(aspect.mean())
+    assert cells["aspect_ratio_max"] == pytest.approx(aspect.max())
+    assert cells["aspect_ratio_mean"] == pytest.approx(aspect.mean())
     assert cells["non_planarity_max"] == pytest.approx(non_planarity.max(), rel=1e-6)
     assert cells["non_planarity_mean"] == pytest.approx(non_planarity.mean(), rel=1e-5)
     assert 0 < cells["non_planarity_max"] < 0.05 and cells["zero_edge_cells"] == 0  # smooth body, fine grid

@@ -49,7 +49,8 @@ def test_foreign_boundary_and_forces_are_the_next_runs_files(raw):
     assert filecmp.cmp(run / "boundary_1.vtp", donor / "boundary_2.vtp", shallow=False)
     assert filecmp.cmp(run / "boundary_cell_area_1.npy", donor / "boundary_cell_area_2.npy", shallow=False)
     run, donor = _apply(raw, "foreign_forces")
-    for own, other in (("force_mom_1.csv", "force_mom_2.csv"), ("force_mom_constref_1.csv", "force_mom_constref_2.csv")):
+    for own, other in (("force_mom_1.csv", "force_mom_2.csv"),
+                       ("force_mom_constref_1.csv", "force_mom_constref_2.csv")):
         assert filecmp.cmp(run / own, donor / other, shallow=False)
 
 

@@ -112,5 +112,5 @@ class ColumnBounds:
     def summary(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
         """{column name: {min, max}}, NaN before any row."""
         empty = self.count == 0
-        return {name: {"min": math.nan if empty else float(self.low[j]), "max": math.nan if empty else float(self.high[j])}
-                for j, name in enumerate(names)}
+        return {name: {"min": math.nan if empty else float(self.low[j]),
+                       "max": math.nan if empty else float(self.high[j])} for j, name in enumerate(names)}

@@ -5,7 +5,8 @@ as the processed run's ``statistics`` attribute and collected into the processed
     {"version": 1,
      "stl": {"points", "triangles", "dropped_triangles", "open_edges", "non_manifold_edges",
              "degenerate_triangles", "area", "enclosed_volume", "positions": {"x": {min, max}, "y": .., "z": ..}},
-     "surface": {"count", "positions" (the bounding box, as the STL's), "fields": {column: {min, max, mean, std, nonfinite}},
+     "surface": {"count", "positions" (the bounding box, as the STL's),
+                 "fields": {column: {min, max, mean, std, nonfinite}},
                  "area": {min, max, mean, total}, "enclosed_volume",
                  "force_sums": {"pressure": [3], "shear": [3]}, "cells": {cell_quality's}},
      "volume": {"count", "positions", "fields"},
@@ -114,15 +115,16 @@ class PartStatistics:
         if not self.surface or normals is None or areas is None:
             return
         areas64 = np.asarray(areas, np.float64)
-        vector_areas = np.asarray(normals, np.float64) * areas64[:, None]
+        vector_areas = np.array(np.asarray(normals).T, np.float64) * areas64  # (3, n): each component contiguous
         self.areas.add(areas64)
-        self.enclosed += float(np.einsum("ij,ij->", np.asarray(positions, np.float64), vector_areas)) / 3.0
+        self.enclosed += float(np.einsum("ij,ij->", np.array(np.asarray(positions).T, np.float64), vector_areas)) / 3.0
         if self.force_columns is not None:
-            physical = np.asarray(fields, np.float64) * self.divisors
-            pressure, shear = force_sums(physical[:, self.force_columns[0]], physical[:, self.force_columns[1]],
-                                         vector_areas, areas64)
-            self.pressure_sum += pressure
-            self.shear_sum += shear
+            pressure, shear = self.force_columns
+            pressure_sum, shear_sum = force_sums(
+                np.asarray(fields)[:, pressure].astype(np.float64) * self.divisors[pressure],
+                np.asarray(fields)[:, shear].astype(np.float64) * self.divisors[shear], vector_areas.T, areas64)
+            self.pressure_sum += pressure_sum
+            self.shear_sum += shear_sum
 
     def summary(self) -> dict[str, Any]:
         """The part's statistics (module docstring)."""
@@ -208,7 +210,8 @@ def enclosed_volume(vertices: np.ndarray, triangles: np.ndarray) -> float:
     origin = 0.5 * (vertices.min(axis=0) + vertices.max(axis=0))
     corners = np.ascontiguousarray((vertices - origin).T)  # (3, V): each coordinate contiguous
     a, b, c = (corners[:, triangles[:, k]] for k in range(3))
-    triple = a[0] * (b[1] * c[2] - b[2] * c[1]) + a[1] * (b[2] * c[0] - b[0] * c[2]) + a[2] * (b[0] * c[1] - b[1] * c[0])
+    triple = (a[0] * (b[1] * c[2] - b[2] * c[1]) + a[1] * (b[2] * c[0] - b[0] * c[2])
+              + a[2] * (b[0] * c[1] - b[1] * c[0]))
     return float(np.sum(triple, dtype=np.float64)) / 6.0
 
 
