@@ -26,7 +26,7 @@ from domino_pipeline.inputs.process_runs import (  # noqa: F401 (the stage's fun
 )
 from domino_pipeline.inputs.run_quality import select_runs
 from domino_pipeline.inputs.runs import list_runs, read_options_from_config
-from domino_pipeline.inputs.statistics_table import write_statistics_table
+from domino_pipeline.inputs.statistics_table import read_statistics_table, write_statistics_table
 from domino_pipeline.object_store import is_url
 from domino_pipeline.run_report import summarize
 
@@ -51,8 +51,11 @@ def quality_summary(config: PipelineConfig) -> str:
     quality checks would leave out."""
     table = write_statistics_table(config.data.processed_dir, config.dataset,
                                    read_options_from_config(config.data, config.physics), config.data.raw_dir)
+    rows = read_statistics_table(config.data.processed_dir)
+    passed = sum(bool(row.get("source")) for row in rows)
     selection = select_runs(list_runs(config.data.processed_dir), config.data, config.dataset)
-    return f"statistics: {table}\n{selection.summary()}"
+    return (f"statistics: {table} ({len(rows) - passed} runs from their attributes, {passed} from a pass "
+            f"over their arrays)\n{selection.summary()}")
 
 
 if __name__ == "__main__":

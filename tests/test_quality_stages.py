@@ -43,6 +43,7 @@ def folder(tmp_path_factory) -> dict[str, Path]:
 
 def test_process_data_writes_the_table_and_names_the_rejected_run(folder):
     assert (folder["processed"] / "statistics.csv").is_file()
+    assert "(3 runs from their attributes, 0 from a pass over their arrays)" in folder["process_output"]
     assert "1 run excluded by quality: run_2 (Cd " in folder["process_output"]
     assert "robust scores not computed: 3 runs with statistics, at least 8 needed" in folder["process_output"]
 
