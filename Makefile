@@ -1,6 +1,6 @@
 # The two commands a fresh machine needs (Python 3.11):
 #   make demo   set up, then run the whole pipeline on the synthetic demo dataset, ending with predictions
-#   make test   set up, then run the test suite (make test-fast: the unit tests only, under a minute)
+#   make test   set up, then run the test suite (make test-fast: the unit tests only, on both cores, under a minute)
 #   make bench-setup   add what the benchmarks need (requirements-bench.txt: SeaweedFS's S3 server)
 PYTHON ?= python3.11
 VENV := .venv
@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n 2 -m "not slow" tests
 
 bench-setup: $(STAMP)
 	$(PY) -m pip install --quiet -r requirements-bench.txt

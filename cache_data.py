@@ -16,16 +16,19 @@ scaling factors over the training runs of train.py's split (``train.val_fraction
 ``train.split_seed``), from statistics each run's build records (uniformly drawn volume rows), and
 the manifest records the file's SHA-256, so ``CachedDoMINODataset`` finds and checks them by
 default. ``cache.validate=true`` checks an existing cache against the config, the processed runs
-and its checksums instead of building. Runs the quality checks reject (``data.quality``, from
-``<processed_dir>/statistics.csv``; domino_pipeline/inputs/run_quality.py) are left out and named
-in the summary, as train.py leaves them out; ``data.quality.include=[run_37]`` takes one back,
-``data.quality.enabled=false`` all.
+and its checksums instead of building. ``process.parts=surface`` builds a cache of the STL and the
+surface only (no volume read, no volume work; its factors are the surface's), for a surface model;
+``process.parts=volume`` one without the surface rows; the manifest records the parts. Runs the
+quality checks reject (``data.quality``, from ``<processed_dir>/statistics.csv``;
+domino_pipeline/inputs/run_quality.py) are left out and named in the summary, as train.py leaves
+them out; ``data.quality.include=[run_37]`` takes one back, ``data.quality.enabled=false`` all.
 
     python cache_data.py --config-name=cached data.processed_dir=/data/processed cache.dir=/data/cache
     torchrun --nproc_per_node=2 cache_data.py --config-name=cached    # ranks split the runs;
                                      # the last to finish writes the manifest, no rank waits
     srun --ntasks=16 python cache_data.py --config-name=cached        # the same, Slurm's tasks
     python cache_data.py --config-name=demo cache.validate=true
+    python cache_data.py --config-name=cached process.parts=surface    # surface-only processed runs
 """
 
 from __future__ import annotations
@@ -211,7 +214,8 @@ def main(config: PipelineConfig) -> int:
     of the whole build; the others exit 0 (their failures are printed and counted there), so
     that the launcher does not stop a rank that is still building."""
     rank, world_size, job = _rank_and_job(config)
-    settings = settings_from_config(config.geometry, config.variables)  # device: one GPU per rank
+    settings = settings_from_config(config.geometry, config.variables,  # device: one GPU per rank
+                                    parts=config.process.part_names)
     selection = select_runs(list_runs(config.data.processed_dir), config.data, config.dataset)
     runs, cache_dir = selection.require_some(config.data.processed_dir), join(config.cache.dir)
     if config.cache.validate:

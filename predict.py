@@ -15,12 +15,13 @@ where `data.raw_dir` has no folder of the run).
 
 For each run, in `predict.out_dir`: `<run>_surface.vtp` with the predicted arrays `<name>_pred`
 beside the true `<name>` (physical units, as in the source files), `<run>_volume.vtu` when asked,
-`<run>_pressure.png`; for all runs `predictions.csv`: drag and lift coefficients predicted and
-true (integrated over the cells in physical units, with the dataset profile's flow, `dataset.flow`),
-the published ones where a raw run folder has them (`dataset.coefficients`), the reference area
-used (the run's own where it has one and `forces.reference_area_per_run`, else
-`dataset.references.area`), relative L2 per variable. The table is printed too. Conventions:
-domino_pipeline/inference/forces.py.
+`<run>_pressure.png`; for all runs `predictions.csv`: the force and moment coefficients (Cd, Cs,
+Cl, CmRoll, CmPitch, CmYaw, Clf, Clr) predicted and true (integrated over the cells in physical
+units, with the dataset profile's flow, `dataset.flow`), the published ones where the run has
+them (`dataset.coefficients`; a processed run keeps those of its raw folder), over the run's own
+references (where it has them and `forces.reference_area_per_run`) and over the constant ones
+(`dataset.references`, columns `_constref`), relative L2 per variable. The table printed shows
+Cd, Cl, Clf and Clr over the run's own references. Conventions: domino_pipeline/inference/forces.py.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ from domino_pipeline.compute.settings import settings_from_config
 from domino_pipeline.config import DataConfig, PipelineConfig, PredictConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inference.forces import ForceSettings
+from domino_pipeline.dataset_profile import COEFFICIENTS
 from domino_pipeline.inference.predict_runs import (
+    REFERENCE_SET_COLUMNS,
+    coefficient_columns,
     predict_run,
     run_record,
     write_run_outputs,
@@ -55,20 +59,39 @@ def runs_to_predict(options: PredictConfig, data: DataConfig) -> list[Path | str
     return runs
 
 
+PRINTED_COEFFICIENTS = ("cd", "cl", "clf", "clr")  # of the run's own references; the CSV has every one
+
+
 def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
-    columns = ["run", "cells", "a_ref", "cd_pred", "cd_true", "cd_published", "cl_pred", "cl_true", "cl_published"]
-    columns = [c for c in columns if not c.endswith("_published") or any(c in r for r in records)]
+    """Every column of the CSV: the references, each coefficient predicted, true and published
+    over the run's own references and over the constant ones, the errors."""
+    columns = ["run", "cells", "u_inf"]
+    for which in ("own", "constant"):
+        suffix = REFERENCE_SET_COLUMNS[which]
+        columns += [f"a_ref{suffix}", f"l_ref{suffix}"]
+        columns += [column for name in COEFFICIENTS for kind in ("pred", "true", "published")
+                    for column in [coefficient_columns(which, kind)[name]]]
+    columns = [c for c in columns if c == "run" or any(c in r for r in records)]
     columns += [f"rel_l2_area_{name}" for name in surface_names] + [f"rel_l2_{name}" for name in surface_names]
     columns += sorted({key for r in records for key in r if key.startswith("rel_l2_volume_")})
     return columns + ["cells_not_predicted", "seconds"]
 
 
+def printed_columns(records: list[dict], columns: list[str]) -> list[str]:
+    """The printed table's: drag, lift, front and rear lift over the run's own references and the
+    area-weighted relative L2 errors."""
+    coefficients = {coefficient_columns("own", kind)[name] for name in PRINTED_COEFFICIENTS
+                    for kind in ("pred", "true", "published")}
+    shown = [c for c in columns if c in ("run", "cells", "a_ref", "seconds") or c in coefficients
+             or c.startswith("rel_l2_area_")]
+    return [c for c in shown if c != "cells_not_predicted" or any(r.get(c) for r in records)]
+
+
 def print_table(records: list[dict], columns: list[str]) -> None:
-    """Drag, lift and the area-weighted relative L2 errors (the CSV has every column)."""
-    shown = [c for c in columns if not c.startswith("rel_l2_") or c.startswith("rel_l2_area_")]
-    shown = [c for c in shown if c != "cells_not_predicted" or any(r.get(c) for r in records)]
+    """The printed columns (the CSV has every column)."""
+    shown = printed_columns(records, columns)
     print(format_table(records, shown, {c: c.removeprefix("rel_l2_area_") for c in shown}))
-    print("columns after the lift: relative L2 error per variable over the surface, area-weighted")
+    print("columns after the coefficients: relative L2 error per variable over the surface, area-weighted")
 
 
 @entry_point
@@ -96,14 +119,17 @@ def main(config: PipelineConfig) -> None:
         steps = ", ".join(f"{step} {seconds:.1f} s" for step, seconds in prediction.steps.items())
         print(f"{run.name}: {record.get('cells', 0):,} cells in {prediction.seconds:.1f} s ({steps}) -> "
               + ", ".join(str(p) for p in written), flush=True)
+        for note in run.notes:
+            print(f"note {note}", flush=True)
         records.append(record)
     columns = table_columns(records, variable_names(variables["surface"]))
     csv_path = write_csv(records, columns, out_dir / "predictions.csv")
     print_table(records, columns)
-    stream = forces.free_stream
-    print(f"drag/lift: reference area a_ref (m^2), free stream {stream.velocity} m/s, "
-          f"{'kinematic fields' if stream.kinematic else f'density {stream.density} kg/m^3'}, normals "
-          f"{forces.convention.normals}, wall shear {forces.convention.wall_shear}; table: {csv_path}")
+    speed = f"{forces.velocity} m/s" if forces.velocity is not None else "each run's own (u_inf)"
+    print(f"coefficients: reference area a_ref (m^2) and length l_ref (m), free stream {speed}, "
+          f"{'kinematic fields' if forces.kinematic else f'density {forces.density} kg/m^3'}, normals "
+          f"{forces.convention.normals}, wall shear {forces.convention.wall_shear}; every coefficient, over the "
+          f"run's own and the constant references (_constref): {csv_path}")
     if any(r.get("cd_true", 1.0) < 0 for r in records):
         print("warning: a true drag coefficient is negative: check dataset.flow.normals and dataset.flow.wall_shear",
               file=sys.stderr)

@@ -94,9 +94,9 @@ def run_benchmark(preset: str, repeats: int, work: Path) -> dict:
 
 
 def _counts(work: Path) -> dict[str, int]:
-    from domino_pipeline.inputs.processed_run import open_processed_run
+    from domino_pipeline.inputs.runs import open_run
 
-    return dict(open_processed_run(work / "run_1_0.zarr").attrs["counts"])
+    return dict(open_run(work / "run_1_0.zarr").attrs["counts"])
 
 
 def format_table(result: dict) -> str:

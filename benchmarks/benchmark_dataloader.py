@@ -71,10 +71,10 @@ def process_options():
 def fewest_stl_points(processed: Path) -> int:
     """The smallest STL vertex count among the processed runs (a draw takes at most that many
     geometry points without replacement)."""
-    from domino_pipeline.inputs.processed_run import open_processed_run
+    from domino_pipeline.inputs.runs import open_run
     from domino_pipeline.inputs.runs import list_runs
 
-    return min(open_processed_run(p)["stl_coordinates"].shape[0] for p in list_runs(processed))
+    return min(open_run(p).arrays["stl_coordinates"].shape[0] for p in list_runs(processed))
 
 
 def settings_for(params: dict):

@@ -90,13 +90,11 @@ def double_volume(processed: Path, out: Path) -> Path:
     import numpy as np
     import zarr
 
-    from domino_pipeline.inputs.processed_run import (
-        load_processed_run,
-        write_processed_run,
-    )
+    from domino_pipeline.inputs.processed_run import write_processed_run
+    from domino_pipeline.inputs.runs import load_run
 
     if not (out / "run_1.zarr").is_dir():
-        arrays = load_processed_run(processed / "run_1.zarr")
+        arrays = load_run(processed / "run_1.zarr")
         for name in ("volume_mesh_centers", "volume_fields"):
             nudge = np.float32(1e-4) if name == "volume_mesh_centers" else np.float32(0)
             arrays[name] = np.concatenate([arrays[name], arrays[name] + nudge])

@@ -1,6 +1,6 @@
 """Peak memory and time of reading a VTU's cell centres by blocks (``volume_stream``, what
-process_data.py does for ``process.volume_source=cells``), on volumes of N and 4N cells: the
-peak should not grow with the volume.
+process_data.py does for ``process.volume_source=cells``), on volumes of N and 4N cells (or on
+given VTU files, ``--vtu``): the peak should not grow with the volume.
 
 Each volume is a warped structured grid of hexahedra, every ``--polyhedra``-th cell written as a
 VTK_POLYHEDRON of its six faces in foamToVTK's faces / faceoffsets layout, with one cell field;
@@ -8,6 +8,7 @@ it is read in a fresh process, ``--rows`` rows at a time, and that process's pea
 
     python benchmarks/cell_centres_memory.py --cells 250000 --rows 65536
     python benchmarks/cell_centres_memory.py --cells 2000 --rows 512   # smoke
+    python benchmarks/cell_centres_memory.py --rows 512 --vtu tests/data/openfoam/run_*/internal.vtu   # given files
 """
 
 from __future__ import annotations
@@ -95,6 +96,13 @@ def read_centres(path: Path, rows: int) -> dict:
             "mean_centre": (total / volume.n_rows).tolist()}
 
 
+def measure_file(path: Path, rows: int) -> dict:
+    """Read the cell centres of the VTU ``path`` in a fresh process, ``rows`` rows at a time."""
+    out = subprocess.run([sys.executable, __file__, "--read", str(path), "--rows", str(rows)],
+                         check=True, capture_output=True, text=True).stdout
+    return {"file": str(path), "file_mb": path.stat().st_size / 2**20, **json.loads(out)}
+
+
 def measure(cells: int, rows: int, every: int, seed: int) -> list[dict]:
     """Write volumes of about ``cells`` and 4x ``cells`` cells and read each in a fresh process."""
     results = []
@@ -103,9 +111,7 @@ def measure(cells: int, rows: int, every: int, seed: int) -> list[dict]:
             side = max(2, round((factor * cells) ** (1 / 3)))
             path = Path(tmp) / f"volume_{factor}.vtu"
             n = write_volume(path, side, every, np.random.default_rng(seed))
-            out = subprocess.run([sys.executable, __file__, "--read", str(path), "--rows", str(rows)],
-                                 check=True, capture_output=True, text=True).stdout
-            results.append({"cells": n, "file_mb": path.stat().st_size / 2**20, **json.loads(out)})
+            results.append({"cells": n, **measure_file(path, rows)})
     return results
 
 
@@ -118,11 +124,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--read", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--vtu", type=Path, nargs="+", help="measure these VTU files instead (foamToVTK's, say)")
     args = parser.parse_args(argv)
     if args.read:
         print(json.dumps(read_centres(args.read, args.rows)))
         return []
-    results = measure(args.cells, args.rows, args.polyhedra, args.seed)
+    if args.vtu:
+        results = [{"cells": r["rows"], **r} for r in (measure_file(path, args.rows) for path in args.vtu)]
+    else:
+        results = measure(args.cells, args.rows, args.polyhedra, args.seed)
     print("| cells | file MiB | rows a block | seconds | peak RSS MiB |\n|---|---|---|---|---|")
     for r in results:
         print(f"| {r['cells']} | {r['file_mb']:.1f} | {args.rows} | {r['seconds']:.2f} | {r['peak_rss_mb']:.0f} |")

@@ -76,7 +76,7 @@ def with_coefficients(rows: Sequence[Mapping], config: PipelineConfig, verdicts:
     found = []
     for row in rows:
         row = dict(row)
-        coefficients = integrated_coefficients(unflatten(row), flow, convention) if flow.velocity else {}
+        coefficients = integrated_coefficients(unflatten(row), flow, convention)
         which = "own" if "own" in coefficients else "constant"
         if which in coefficients:
             row["integrated.cd"] = coefficients[which]["cd"]

@@ -20,10 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 from domino_pipeline.config_section import check_choice, check_type, from_section
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.example_keys import check_example_keys
+from domino_pipeline.variables import PARTS  # the meshes of a run besides its STL, which every stage reads
 
 MODEL_TYPES = ("surface", "volume", "combined")
 DEVICES = ("auto", "cpu", "cuda")
 VOLUME_SOURCES = ("points", "cells")  # VTU points with point data | cell centres with cell data
+PROCESS_PARTS = ("all", "surface", "volume")  # process.parts: which of them every stage reads and keeps
 NEIGHBOR_LAYOUTS = ("indices", "features")
 NORMALIZATIONS = ("min_max", "mean_std")
 SCHEDULERS = ("cosine", "step")
@@ -141,18 +143,39 @@ class VariablesConfig:
         return cls(surface=dataset.variables("surface"), volume=dataset.variables("volume"))
 
 
+def parts_named(setting: str) -> tuple[str, ...]:
+    """The parts (of PARTS) a ``process.parts`` value names: "all" is both."""
+    check_choice("process.parts", setting, PROCESS_PARTS)
+    return PARTS if setting == "all" else (setting,)
+
+
+def parts_setting(parts: tuple[str, ...] | list[str]) -> str:
+    """The ``process.parts`` value that names ``parts`` (the inverse of ``parts_named``)."""
+    chosen = tuple(part for part in PARTS if part in parts)
+    if not chosen or len(chosen) != len(tuple(parts)):
+        raise ValueError(f"parts must be some of {list(PARTS)}, not {list(parts)}")
+    return "all" if chosen == PARTS else chosen[0]
+
+
 @dataclass(frozen=True)
 class ProcessConfig:
-    """``process:`` process_data.py's batch."""
+    """``process:`` process_data.py's batch, and which parts of a run every stage reads."""
 
     num_processes: int
     volume_source: str
     overwrite: bool
+    parts: str              # all | surface | volume: the STL and these meshes are read, processed, cached
     statistics: bool        # gather each run's statistics while processing it (data quality)
 
     def __post_init__(self) -> None:
         check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)
+        check_choice("process.parts", self.parts, PROCESS_PARTS)
         check_at_least("process", self, ("num_processes",), 1)
+
+    @property
+    def part_names(self) -> tuple[str, ...]:
+        """The parts ``parts`` names ("all": surface and volume)."""
+        return parts_named(self.parts)
 
 
 @dataclass(frozen=True)
@@ -320,10 +343,10 @@ class PredictConfig:
 
 @dataclass(frozen=True)
 class ForcesConfig:
-    """``forces:`` how predict.py reports drag and lift (the conventions, directions and
-    references are the dataset profile's)."""
+    """``forces:`` how predict.py reports the force and moment coefficients (the conventions,
+    directions and references are the dataset profile's)."""
 
-    reference_area_per_run: bool  # a run's own reference area where it publishes one; else the profile's constant one
+    reference_area_per_run: bool  # a run's own references where it publishes them; else the constant ones
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ WALL_SHEAR = ("on_fluid", "on_body")
 COEFFICIENT_FORMATS = ("csv", "openfoam")
 # The coefficients the pipeline integrates and compares with the published ones
 COEFFICIENTS = ("cd", "cl", "cs", "clf", "clr", "cm_roll", "cm_pitch", "cm_yaw")
-REFERENCE_QUANTITIES = ("area", "length", "centre")
+REFERENCE_QUANTITIES = ("area", "length", "centre", "velocity")  # velocity: the run's free stream (own columns only)
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,11 @@ class ReferencesProfile:
 
     ``area``, ``length``, ``centre``: the dataset's constant references (one for every run);
     ``file``: a run's own references, ``columns`` naming each quantity's column(s) in it (a
-    centre: three columns, or one holding three numbers), ``constant_columns`` those of the
-    constant references where the file repeats them; None: every run has the constant ones."""
+    centre: three columns, or one holding three numbers; ``velocity``: the free stream the run's
+    coefficients refer to, where the file states it), ``constant_columns`` those of the
+    constant references where the file repeats them; None: every run has the constant ones.
+    ``format``: csv (a header and one row) or openfoam (forceCoeffs' ``coefficient.dat``: the
+    ``# key : value`` header lines and the last line's columns)."""
 
     area: float               # m^2
     length: float             # m
@@ -121,6 +124,9 @@ class ReferencesProfile:
             if unknown:
                 raise ValueError(f"dataset.references.{key}: unknown quantities {unknown}; "
                                  f"known: {list(REFERENCE_QUANTITIES)}")
+        if "velocity" in self.constant_columns:
+            raise ValueError("dataset.references.constant_columns: the velocity is the run's own "
+                             "(dataset.references.columns.velocity), not a constant reference")
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,9 @@ class DatasetConfig:
     def __post_init__(self) -> None:
         if self.run_folders.count("{index}") != 1:
             raise ValueError(f"dataset.run_folders must hold {{index}} once, not {self.run_folders!r}")
+        if self.flow.velocity is None and (self.references.file is None or "velocity" not in self.references.columns):
+            raise ValueError("dataset.flow.velocity is null (each run's file gives it), so dataset.references.file "
+                             "and dataset.references.columns.velocity must name that file and its column")
 
     def variables(self, part: str) -> dict[str, str]:
         """{field name: kind} of ``part``'s fields, in column order."""

@@ -1,6 +1,6 @@
-"""The force on a car from its surface pressure and wall shear, and its drag and lift coefficients:
-the integration that predict.py's reports (inference/forces.py) and the per-run statistics of
-process_data.py (inputs/run_statistics.py) share.
+"""How a data set states its flow and force conventions, and the force on a body from sums over its
+surface cells: what predict.py's reports (inference/forces.py, which adds moments and every
+coefficient) and the per-run statistics of process_data.py (inputs/run_statistics.py) share.
 
 The force the flow exerts on the car, summed over the surface cells i with area A_i:
 
@@ -68,7 +68,8 @@ class ForceConvention:
         return 1.0 if self.wall_shear == "on_body" else -1.0
 
     def force(self, pressure_sum: np.ndarray, shear_sum: np.ndarray) -> np.ndarray:
-        """The force on the car (3,) from ``force_sums``' two sums."""
+        """The force on the body from ``force_sums``' two sums (3,), or of each cell from its
+        ``p n A`` and ``tau A`` (N, 3)."""
         return -self.outward_sign * np.asarray(pressure_sum, np.float64) \
             + self.shear_on_body_sign * np.asarray(shear_sum, np.float64)
 
@@ -85,16 +86,9 @@ def force_sums(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.nd
     vector_areas, wall_shear = np.asarray(vector_areas, np.float64), np.asarray(wall_shear, np.float64)
     if not (pressure.shape == areas.shape == vector_areas.shape[:1] == wall_shear.shape[:1]) \
             or vector_areas.shape[1:] != (3,) or wall_shear.shape[1:] != (3,):
-        raise ValueError(f"surface_force: pressure {pressure.shape}, wall_shear {wall_shear.shape}, vector areas "
+        raise ValueError(f"force_sums: pressure {pressure.shape}, wall_shear {wall_shear.shape}, vector areas "
                          f"{vector_areas.shape} and areas {areas.shape} must describe the same N cells")
     return pressure @ vector_areas, areas @ wall_shear
-
-
-def surface_force(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
-                  convention: ForceConvention) -> np.ndarray:
-    """The force on the car (3,), in the units of pressure x area, summed in float64 (arguments
-    as ``force_sums``'s, the normals oriented as ``convention.normals`` says)."""
-    return convention.force(*force_sums(pressure, wall_shear, vector_areas, areas))
 
 
 def coefficients_of_force(force: np.ndarray, *, reference_area: float, dynamic_pressure: float,
@@ -106,19 +100,6 @@ def coefficients_of_force(force: np.ndarray, *, reference_area: float, dynamic_p
     coefficient = 1.0 / (dynamic_pressure * reference_area)
     return {"cd": float(coefficient * np.asarray(force) @ unit(drag_direction)),
             "cl": float(coefficient * np.asarray(force) @ unit(lift_direction))}
-
-
-def force_coefficients(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray, *,
-                       reference_area: float, dynamic_pressure: float, convention: ForceConvention,
-                       drag_direction: Sequence[float] = (1.0, 0.0, 0.0),
-                       lift_direction: Sequence[float] = (0.0, 0.0, 1.0)) -> dict[str, float]:
-    """``{"cd", "cl"}``: F.e / (dynamic_pressure A_ref), with ``dynamic_pressure`` (0.5 rho U^2)
-    in the units of ``pressure``."""
-    if reference_area <= 0:
-        raise ValueError(f"the reference area must be positive, not {reference_area}")
-    force = surface_force(pressure, wall_shear, vector_areas, areas, convention)
-    return coefficients_of_force(force, reference_area=reference_area, dynamic_pressure=dynamic_pressure,
-                                 drag_direction=drag_direction, lift_direction=lift_direction)
 
 
 def unit(direction: Sequence[float]) -> np.ndarray:

@@ -9,10 +9,10 @@ import numpy as np
 import zarr
 
 from cache_data import build_cache
-from domino_pipeline.compute.settings import PreprocessSettings, neighbor_layout_of
+from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.inputs.runs import list_runs
 from domino_pipeline.store.build import manifest_runs, write_scaling_factors
-from domino_pipeline.store.cache_format import current_generation, layout_arrays
+from domino_pipeline.store.cache_format import current_generation, layout_arrays, settings_arrays
 from domino_pipeline.store.manifest import write_manifest
 from domino_pipeline.store.run_writer import RunWriter
 
@@ -74,12 +74,12 @@ def write_run(cache_dir: Path, name: str, contents: dict, settings: PreprocessSe
 
 def read_cache_arrays(cache_dir: Path) -> dict[str, dict[str, np.ndarray]]:
     """Every array of the newest generation of every run of a cache (those of its neighbour
-    layout), for array-by-array comparisons."""
+    layout and parts), for array-by-array comparisons."""
     runs = sorted(p.name for p in Path(cache_dir).iterdir() if current_generation(p) is not None)
     out = {}
     for run in runs:
         group = zarr.open_group(str(generation(cache_dir, run)), mode="r")
-        names = layout_arrays(neighbor_layout_of(group.attrs["settings"]))
+        names = settings_arrays(group.attrs["settings"])
         out[run] = {name: group[name][...] for name in names}
     return out
 

@@ -23,8 +23,7 @@ from datapipe import CachedDoMINODataset
 from domino_pipeline.compute.preprocessing import preprocess_run
 from domino_pipeline.compute.scaling import run_statistics
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES
-from domino_pipeline.inputs.processed_run import load_processed_run
-from domino_pipeline.inputs.runs import list_runs, source_fingerprint
+from domino_pipeline.inputs.runs import list_runs, load_run, source_fingerprint
 from domino_pipeline.store.cache_format import (
     ARRAYS,
     NEIGHBOR_FEATURE_ARRAYS,
@@ -40,7 +39,7 @@ from domino_pipeline.store.manifest import read_manifest
 
 def test_runs_hold_what_preprocessing_computes(cache_dir, tiny_processed_dir):
     path = list_runs(tiny_processed_dir)[0]
-    arrays = load_processed_run(path)
+    arrays = load_run(path)
     expected = preprocess_run(arrays, tiny_settings())
     expected["scalars"]["field_statistics"] = run_statistics(arrays)  # for the scaling factors
     run = CacheRun(generation(cache_dir, path.stem))
@@ -105,8 +104,8 @@ def test_a_features_run_adds_its_neighbours_features_chunked_by_rows(features_ca
 
 
 def test_writing_a_layout_without_its_arrays_is_refused(tiny_processed_dir, tmp_path):
-    contents = preprocess_run(load_processed_run(list_runs(tiny_processed_dir)[0]), tiny_settings())
-    with pytest.raises(ValueError, match=r"run run_1: the 'features' neighbour layout needs arrays "
+    contents = preprocess_run(load_run(list_runs(tiny_processed_dir)[0]), tiny_settings())
+    with pytest.raises(ValueError, match=r"run run_1: the 'features' neighbour layout of parts \['surface', 'volume'\] needs arrays "
                                          r"\['surface_neighbor_areas'"):
         write_run(tmp_path, "run_1", contents, tiny_settings(neighbor_layout="features"))
     assert not (tmp_path / "run_1").exists() or not list((tmp_path / "run_1").iterdir())

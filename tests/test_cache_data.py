@@ -192,11 +192,11 @@ def curator_dir(tiny_processed_dir, tmp_path_factory) -> Path:
     keeps them too)."""
     from curator_fixtures import write_curator_npz, write_curator_zarr
 
-    from domino_pipeline.inputs.processed_run import load_processed_run
+    from domino_pipeline.inputs.runs import load_run
 
     out = tmp_path_factory.mktemp("curator")
-    write_curator_zarr(out / "run_1.zarr", load_processed_run(tiny_processed_dir / "run_1.zarr"))
-    write_curator_npz(out / "run_2.npz", load_processed_run(tiny_processed_dir / "run_2.zarr"))
+    write_curator_zarr(out / "run_1.zarr", load_run(tiny_processed_dir / "run_1.zarr"))
+    write_curator_npz(out / "run_2.npz", load_run(tiny_processed_dir / "run_2.zarr"))
     return out
 
 
@@ -234,13 +234,13 @@ def test_curator_output_builds_the_cache_of_the_processed_runs(curator_dir, tiny
 def test_rewriting_a_curator_run_makes_its_cache_run_stale(curator_dir, tiny_processed_dir, tmp_path):
     from curator_fixtures import write_curator_zarr
 
-    from domino_pipeline.inputs.processed_run import load_processed_run
+    from domino_pipeline.inputs.runs import load_run
 
     curated = tmp_path / "curated"
     shutil.copytree(curator_dir, curated)
     cache = tmp_path / "cache"
     assert _run(curated, cache).returncode == 0
-    arrays = load_processed_run(tiny_processed_dir / "run_1.zarr")
+    arrays = load_run(tiny_processed_dir / "run_1.zarr")
     shutil.rmtree(curated / "run_1.zarr")
     write_curator_zarr(curated / "run_1.zarr", dict(arrays, surface_fields=arrays["surface_fields"] * 2))
     again = _run(curated, cache)

@@ -98,10 +98,10 @@ def test_a_deleted_chunk_of_a_processed_run_is_named_not_read_as_zeros(tiny_raw_
 def test_a_deleted_chunk_of_a_curator_run_is_named_unless_allowed(tiny_processed_dir, tmp_path, zarr_format):
     from curator_fixtures import write_curator_zarr
 
-    from domino_pipeline.inputs.processed_run import load_processed_run
+    from domino_pipeline.inputs.runs import load_run
     from domino_pipeline.inputs.runs import ReadOptions
 
-    run = write_curator_zarr(tmp_path / "run_1.zarr", load_processed_run(tiny_processed_dir / "run_1.zarr"),
+    run = write_curator_zarr(tmp_path / "run_1.zarr", load_run(tiny_processed_dir / "run_1.zarr"),
                              zarr_format=zarr_format)
     whole = load_run(run, ["volume_fields"])["volume_fields"]
     chunk = sorted(p for p in (run / "volume_fields").rglob("*") if p.is_file() and not p.name.startswith((".", "zarr")))[0]

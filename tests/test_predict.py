@@ -28,11 +28,10 @@ from domino_pipeline.inputs.cell_geometry import polygon_vector_areas
 from domino_pipeline.inputs.runs import list_runs
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE_AREA = 2.0
-# synthetic_data.py's runs: normals out of the car, wall shear on the car
-SYNTHETIC_FORCES = ["dataset.flow.normals=out_of_body", "dataset.flow.wall_shear=on_body",
-                    f"dataset.references.area={REFERENCE_AREA}",
-                    "forces.reference_area_per_run=false"]
+# the orientation of synthetic_data.py's runs, as the demo's config states it
+SYNTHETIC_FLOW = compose_files(ROOT / "conf", "demo").dataset.flow
+SYNTHETIC_FORCES = [f"dataset.flow.normals={SYNTHETIC_FLOW.normals}",
+                    f"dataset.flow.wall_shear={SYNTHETIC_FLOW.wall_shear}"]
 # a tiny combined model: its volume ball queries sized for the tiny runs
 COMBINED = ("model_type=combined", "model.geometry_rep.geo_conv.volume_neighbors_in_radius=[8,8,16,16]",
             "model.geometry_local.volume_neighbors_in_radius=[8,16]")
@@ -61,9 +60,17 @@ def predict_command(paths: dict[str, Path], runs: list[Path], out: Path, *extra:
             f"predict.out_dir={out}", *SYNTHETIC_FORCES, *extra]
 
 
-def independent_drag(vtp: Path, free_stream_velocity: float) -> float:
+def own_area(run_dir: Path) -> float:
+    """The run's own reference area, aRef of its geo_ref_<i>.csv."""
+    with open(run_dir / f"geo_ref_{run_dir.name.removeprefix('run_')}.csv") as file:
+        return float(next(csv.DictReader(file, skipinitialspace=True))["aRef"])
+
+
+def independent_drag(vtp: Path, free_stream_velocity: float, reference_area: float) -> float:
     """C_d of a raw VTP: each cell's vector area as a sum over a fan of triangles, one cell at a
-    time; kinematic pressure and shear over 0.5 U^2; normals out of the car, shear on it."""
+    time; kinematic pressure and shear over 0.5 U^2; normals and shear as SYNTHETIC_FLOW says."""
+    outward = 1.0 if SYNTHETIC_FLOW.normals == "out_of_body" else -1.0
+    on_body = 1.0 if SYNTHETIC_FLOW.wall_shear == "on_body" else -1.0
     mesh = pv.read(str(vtp))
     pressure = np.asarray(mesh.cell_data["pMeanTrim"], dtype=np.float64)
     shear_x = np.asarray(mesh.cell_data["wallShearStressMeanTrim"], dtype=np.float64)[:, 0]
@@ -72,8 +79,8 @@ def independent_drag(vtp: Path, free_stream_velocity: float) -> float:
         corners = np.asarray(mesh.get_cell(i).points, dtype=np.float64)
         vector_area = sum(0.5 * np.cross(corners[k] - corners[0], corners[k + 1] - corners[0])
                           for k in range(1, len(corners) - 1))
-        force_x += -pressure[i] * vector_area[0] + shear_x[i] * np.linalg.norm(vector_area)
-    return force_x / (0.5 * free_stream_velocity**2) / REFERENCE_AREA
+        force_x += -pressure[i] * outward * vector_area[0] + on_body * shear_x[i] * np.linalg.norm(vector_area)
+    return force_x / (0.5 * free_stream_velocity**2) / reference_area
 
 
 @pytest.fixture(scope="module")
@@ -109,12 +116,13 @@ def test_predict_writes_the_surface_with_predicted_arrays_beside_the_true_ones(p
 def test_the_true_drag_is_the_integral_of_the_raw_vtp(predicted, tiny_raw_dir):
     flow = compose_files(ROOT / "conf", "config").dataset.flow
     row = read_csv(predicted["out"] / "predictions.csv")["run_1"]
-    expected = independent_drag(tiny_raw_dir / "run_1" / "boundary_1.vtp", flow.velocity)
+    area = own_area(tiny_raw_dir / "run_1")
+    expected = independent_drag(tiny_raw_dir / "run_1" / "boundary_1.vtp", flow.velocity, area)
     assert expected > 0.05  # a car's drag, with the synthetic runs' convention
     assert float(row["cd_true"]) == pytest.approx(expected, rel=1e-6)
     assert int(row["cells"]) == pv.read(str(tiny_raw_dir / "run_1" / "boundary_1.vtp")).n_cells
-    assert int(row["cells_not_predicted"]) == 0 and float(row["a_ref"]) == REFERENCE_AREA
-    assert float(row["cd_published"]) > 0  # the run's force_mom_1.csv, beside the integrated ones
+    assert int(row["cells_not_predicted"]) == 0 and float(row["a_ref"]) == area
+    assert float(row["cd_published"]) == pytest.approx(expected, rel=1e-3)  # the run's force_mom_1.csv
     for name in ("pMeanTrim", "wallShearStressMeanTrim_x", "wallShearStressMeanTrim_y", "wallShearStressMeanTrim_z"):
         assert np.isfinite(float(row[f"rel_l2_{name}"]))
 
@@ -185,7 +193,8 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     from domino_pipeline.compute.scaling import load_scaling_factors
     from domino_pipeline.compute.settings import settings_from_config
     from domino_pipeline.config import load_config
-    from domino_pipeline.inference.forces import ForceSettings, FreeStream
+    from domino_pipeline.inference.forces import ForceSettings
+    from domino_pipeline.inputs.published_forces import References
     from domino_pipeline.inference.predict_runs import (
         predict_run,
         run_record,
@@ -211,9 +220,9 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     config = load_config(cfg)
     variables = {"surface": config.variables.surface, "volume": config.variables.volume}
     record = run_record(run, prediction, variables=variables,
-                        forces=ForceSettings(reference_area=2.0, convention=ForceConvention("out_of_body", "on_body"),
-                                             free_stream=FreeStream(38.89, 1.205), pressure="pMeanTrim",
-                                             wall_shear_stress="wallShearStressMeanTrim"))
+                        forces=ForceSettings(References(2.0, 2.8, (1.4, 0.0, -0.3)), velocity=38.89,
+                                             convention=ForceConvention("out_of_body", "on_body"),
+                                             pressure="pMeanTrim", wall_shear_stress="wallShearStressMeanTrim"))
     assert np.isfinite(record["rel_l2_volume_UMeanTrim_x"]) and np.isfinite(record["cd_true"])
     out = model_and_factors["work"] / "combined"
     write_run_outputs(run, prediction, variables=variables, out_dir=out, plot=False, record=record, pressure="pMeanTrim")

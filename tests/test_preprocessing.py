@@ -21,13 +21,12 @@ from domino_pipeline.compute.preprocessing import (
 from domino_pipeline.compute.rows import drop_self, make_grid, normalize, prepare_rows
 from domino_pipeline.compute.settings import neighbor_layout_of, settings_from_config
 from domino_pipeline.config import load_config
-from domino_pipeline.inputs.processed_run import load_processed_run
-from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.inputs.runs import list_runs, load_run
 
 
 @pytest.fixture(scope="module")
 def run_arrays(tiny_processed_dir):
-    return load_processed_run(list_runs(tiny_processed_dir)[0])
+    return load_run(list_runs(tiny_processed_dir)[0])
 
 
 def _toy_arrays(n_surface=400, n_volume=600, seed=0):

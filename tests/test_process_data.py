@@ -21,7 +21,7 @@ from conftest import PROCESS_OPTIONS, import_benchmark
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
 from domino_pipeline.inputs.drivaerml_reader import RunError, read_stl, read_surface
-from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
+from domino_pipeline.inputs.runs import load_run, open_run
 from domino_pipeline.inputs.runs import list_runs
 from process_data import process_all, process_run
 
@@ -78,7 +78,7 @@ def _command(raw: Path, processed: Path, tmp: Path, *extra: str) -> list[str]:
 
 
 def test_stl_matches_the_ascii_file(tiny_raw_dir: Path, tiny_processed_dir: Path) -> None:
-    run = load_processed_run(tiny_processed_dir / "run_1.zarr")
+    run = load_run(tiny_processed_dir / "run_1.zarr")
     triangles = _ascii_stl_triangles(tiny_raw_dir / "run_1" / "drivaer_1.stl")
     stored = run["stl_coordinates"][run["stl_faces"].reshape(-1, 3)]
     np.testing.assert_allclose(stored, triangles, atol=1e-5)
@@ -102,7 +102,7 @@ def test_multi_solid_ascii_stl_reads_as_one_body(tiny_raw_dir: Path, tmp_path: P
 def test_surface_matches_an_independent_recomputation(
     tiny_raw_dir: Path, tiny_processed_dir: Path
 ) -> None:
-    run = load_processed_run(tiny_processed_dir / "run_2.zarr")
+    run = load_run(tiny_processed_dir / "run_2.zarr")
     mesh = pv.read(tiny_raw_dir / "run_2" / "boundary_2.vtp")
     centres, normals, areas = _newell(mesh)
     np.testing.assert_allclose(run["surface_mesh_centers"], centres, atol=1e-5)
@@ -118,7 +118,7 @@ def test_volume_rows_are_the_vtu_points_and_nut_is_scaled_by_the_car_length(
     tiny_raw_dir: Path, tiny_processed_dir: Path
 ) -> None:
     """As the curator writes them: file order; nutMeanTrim / (U L), L the largest STL extent."""
-    run = load_processed_run(tiny_processed_dir / "run_1.zarr")
+    run = load_run(tiny_processed_dir / "run_1.zarr")
     grid = pv.read(tiny_raw_dir / "run_1" / "volume_1.vtu")
     points = np.asarray(grid.points, dtype=np.float32)
     triangles = _ascii_stl_triangles(tiny_raw_dir / "run_1" / "drivaer_1.stl").reshape(-1, 3)
@@ -130,13 +130,13 @@ def test_volume_rows_are_the_vtu_points_and_nut_is_scaled_by_the_car_length(
     )
     np.testing.assert_array_equal(run["volume_mesh_centers"], points)
     np.testing.assert_allclose(run["volume_fields"], fields, rtol=1e-5)
-    attrs = open_processed_run(tiny_processed_dir / "run_1.zarr").attrs
+    attrs = open_run(tiny_processed_dir / "run_1.zarr").attrs
     assert attrs["reference_length"] is None and abs(attrs["nut_length_scale"] - length) < 1e-5
 
 
 def test_a_configured_reference_length_replaces_the_car_length(tiny_raw_dir: Path, tmp_path: Path) -> None:
     process_run(tiny_raw_dir / "run_1", tmp_path / "l2.zarr", replace(PROCESS_OPTIONS, reference_length=2.0))
-    fixed = load_processed_run(tmp_path / "l2.zarr", ["volume_fields"])["volume_fields"]
+    fixed = load_run(tmp_path / "l2.zarr", ["volume_fields"])["volume_fields"]
     grid = pv.read(tiny_raw_dir / "run_1" / "volume_1.vtu")
     np.testing.assert_allclose(fixed[:, 4], grid.point_data["nutMeanTrim"] / (U * 2.0), rtol=1e-5)
 
@@ -166,7 +166,7 @@ def test_volume_cells_and_fallback_to_the_other_source(tiny_raw_dir: Path, tmp_p
     assert notes == []
     grid = pv.read(run_dir / "volume_1.vtu")
     centres = np.asarray(grid.cell_centers().points, dtype=np.float32)
-    cells = load_processed_run(tmp_path / "cells.zarr", ["volume_mesh_centers"])
+    cells = load_run(tmp_path / "cells.zarr", ["volume_mesh_centers"])
     np.testing.assert_array_equal(np.sort(cells["volume_mesh_centers"], axis=0),
                                   np.sort(centres, axis=0))
     grid.point_data.clear()
@@ -174,8 +174,14 @@ def test_volume_cells_and_fallback_to_the_other_source(tiny_raw_dir: Path, tmp_p
     _, notes = process_run(run_dir, tmp_path / "fallback.zarr", PROCESS_OPTIONS)
     assert len(notes) == 1
     assert "volume_1.vtu: fields ['UMeanTrim'," in notes[0] and "using cells" in notes[0]
-    grid.cell_data.remove("nutMeanTrim")
+    nut = grid.cell_data.pop("nutMeanTrim")
     grid.save(run_dir / "volume_1.vtu")
+    message = (r"volume_1.vtu: no point or cell data nutMeanTrim \(has \['CpMeanTrim', .*\]\); "
+               r"set dataset.fields.volume.turbulent_viscosity to one of them")
+    with pytest.raises(RunError, match=message):
+        process_run(run_dir, tmp_path / "none.zarr", PROCESS_OPTIONS)
+    grid.point_data["nutMeanTrim"] = np.full(grid.n_points, float(nut.mean()), dtype=np.float32)
+    grid.save(run_dir / "volume_1.vtu")  # each field in one of the two, but neither has all three
     message = r"volume_1.vtu: fields \['UMeanTrim', .* not all of .* cells data either"
     with pytest.raises(RunError, match=message):
         process_run(run_dir, tmp_path / "none.zarr", PROCESS_OPTIONS)
@@ -187,7 +193,8 @@ def test_missing_surface_field_is_named(tiny_raw_dir: Path, tmp_path: Path) -> N
     mesh = pv.read(run_dir / "boundary_2.vtp")
     mesh.cell_data.remove("wallShearStressMeanTrim")
     mesh.save(run_dir / "boundary_2.vtp")
-    message = r"boundary_2.vtp: no cell data \['wallShearStressMeanTrim'\]"
+    message = (r"boundary_2.vtp: no cell data wallShearStressMeanTrim \(has \['CpMeanTrim', 'pMeanTrim', "
+               r"'pPrime2MeanTrim'\]\); set dataset.fields.surface.wall_shear_stress to one of them")
     with pytest.raises(RunError, match=message):
         process_run(run_dir, tmp_path / "run_2.zarr", PROCESS_OPTIONS)
 
@@ -217,10 +224,10 @@ def test_volume_parts_are_read_as_one_file(tiny_raw_dir: Path, tmp_path: Path) -
     (run_dir / "volume_1.vtu.part2").write_bytes(data[1000:])
     process_run(run_dir, tmp_path / "parts.zarr", PROCESS_OPTIONS)
     process_run(tiny_raw_dir / "run_1", tmp_path / "whole.zarr", PROCESS_OPTIONS)
-    parts, whole = (load_processed_run(tmp_path / f"{n}.zarr") for n in ("parts", "whole"))
+    parts, whole = (load_run(tmp_path / f"{n}.zarr") for n in ("parts", "whole"))
     for name in whole:
         np.testing.assert_array_equal(parts[name], whole[name])
-    assert open_processed_run(tmp_path / "parts.zarr").attrs["sources"]["volume"]["bytes"] == len(data)
+    assert open_run(tmp_path / "parts.zarr").attrs["sources"]["volume"]["bytes"] == len(data)
 
 
 def test_finished_runs_are_skipped_unless_overwrite(tiny_raw_dir: Path, tmp_path: Path) -> None:
@@ -250,7 +257,7 @@ def test_bad_runs_are_named_and_good_runs_processed(tiny_raw_dir: Path, tmp_path
     assert "4 runs: 2 processed, 0 skipped, 2 failed" in done.stdout
     assert [p.name for p in list_runs(processed)] == ["run_1.zarr", "run_2.zarr"]
     for path in list_runs(processed):
-        load_processed_run(path)
+        load_run(path)
 
 
 def _listed(processed: Path) -> list[Path]:
@@ -276,13 +283,13 @@ def test_killed_run_leaves_nothing_partial_and_rerun_finishes(
     while not _listed(processed) and time.monotonic() < deadline:
         time.sleep(0.005)
     for path in _listed(processed):  # whatever is listed while the writer runs is whole
-        load_processed_run(path)
+        load_run(path)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     finished = list_runs(processed)
     assert 1 <= len(finished) < n_runs
     for path in finished:
-        load_processed_run(path)
+        load_run(path)
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{n_runs - len(finished)} processed, {len(finished)} skipped, 0 failed" in done.stdout
@@ -426,5 +433,5 @@ def test_zero_area_triangles_are_dropped_counted_and_leave_no_edge_warnings(tiny
     assert any("non-manifold" in n for n in stl_defects(raw["stl_faces"], raw["stl_areas"], source))
     _, notes = process_run(run_dir, tmp_path / "run_1.zarr", PROCESS_OPTIONS)
     assert notes == [f"note: {source}: dropped 3 zero-area triangles"], notes
-    stored = load_processed_run(tmp_path / "run_1.zarr")
+    stored = load_run(tmp_path / "run_1.zarr")
     assert len(stored["stl_areas"]) == len(clean["stl_areas"]) and stored["stl_areas"].min() > 0

@@ -26,9 +26,14 @@ def test_what_a_run_records_is_what_a_rerun_compares():
     assert changed.differences(recorded) == ["air_density: stored 1.205, configured 1.0",
                                              "volume_source: stored 'points', configured 'cells'"]
     assert PROCESS_OPTIONS.reference_length is None  # the default: stored None, as a run without attributes
-    recorded_keys = [key for key in vars(PROCESS_OPTIONS) if key not in ("dataset", "statistics")]
+    recorded_keys = [key for key in vars(PROCESS_OPTIONS) if key not in ("dataset", "parts", "statistics")]
     assert PROCESS_OPTIONS.differences({}) == [f"{key}: stored None, configured {getattr(PROCESS_OPTIONS, key)!r}"
                                                for key in recorded_keys if getattr(PROCESS_OPTIONS, key) is not None]
+    # a run processed before process.parts existed holds every part: "all", as the default
+    assert recorded["parts"] == "all" and "parts" not in " ".join(PROCESS_OPTIONS.differences({}))
+    surface_only = replace(PROCESS_OPTIONS, parts="surface")
+    assert "parts: stored 'all', configured 'surface'" in surface_only.differences({})
+    assert surface_only.differences(surface_only.recorded()) == []
     assert replace(PROCESS_OPTIONS, statistics=False).differences(recorded) == []  # no array changes
     assert recorded["surface_field_roles"] == dict(DEFAULTS.dataset.fields.surface)
     assert recorded["surface_variables"] == DEFAULTS.variables.surface  # for the readers of processed runs
@@ -39,6 +44,7 @@ def test_what_a_run_records_is_what_a_rerun_compares():
     ({"reference_length": -1.0}, "stream_velocity, air_density and reference_length"),
     ({"volume_fields": {"temperature": "TMeanTrim"}}, r"unknown roles \['temperature'\]"),
     ({"volume_source": "faces"}, r"process.volume_source must be one of \['points', 'cells'\]"),
+    ({"parts": "stl"}, r"process.parts must be one of \['all', 'surface', 'volume'\], not 'stl'"),
 ])
 def test_options_that_would_fail_every_run_are_refused(change, message):
     with pytest.raises(ValueError, match=message):

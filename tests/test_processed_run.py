@@ -12,10 +12,9 @@ import zarr
 from domino_pipeline.inputs.processed_run import (
     ARRAY_NAMES,
     ProcessedRunError,
-    load_processed_run,
-    open_processed_run,
     write_processed_run,
 )
+from domino_pipeline.inputs.runs import load_run, open_run
 
 
 def _arrays(rng: np.random.Generator, n_volume: int = 50) -> dict[str, np.ndarray]:
@@ -47,23 +46,23 @@ def copied_run(tiny_processed_dir: Path, tmp_path: Path) -> Path:
 def test_round_trip_keeps_values_and_makes_faces_int32(tmp_path: Path) -> None:
     arrays = _arrays(np.random.default_rng(0))
     write_processed_run(tmp_path / "run_1.zarr", arrays, {"filename": "run_1"})
-    loaded = load_processed_run(tmp_path / "run_1.zarr")
+    loaded = load_run(tmp_path / "run_1.zarr")
     assert list(loaded) == list(ARRAY_NAMES)
     assert loaded["stl_faces"].dtype == np.int32
     for name, value in arrays.items():
         np.testing.assert_array_equal(loaded[name], value)
-    assert open_processed_run(tmp_path / "run_1.zarr").attrs["filename"] == "run_1"
+    assert open_run(tmp_path / "run_1.zarr").attrs["filename"] == "run_1"
 
 
 def test_partial_load_reads_only_the_named_arrays(tiny_processed_dir: Path) -> None:
-    loaded = load_processed_run(tiny_processed_dir / "run_1.zarr", ["surface_areas", "stl_faces"])
+    loaded = load_run(tiny_processed_dir / "run_1.zarr", ["surface_areas", "stl_faces"])
     assert list(loaded) == ["surface_areas", "stl_faces"]
 
 
 def test_large_arrays_are_sharded_one_mib_chunks_blosc_zstd(tmp_path: Path) -> None:
     arrays = _arrays(np.random.default_rng(1), n_volume=200_000)  # 4 MB of volume fields
     write_processed_run(tmp_path / "run_1.zarr", arrays, {})
-    fields = open_processed_run(tmp_path / "run_1.zarr")["volume_fields"]
+    fields = open_run(tmp_path / "run_1.zarr").arrays["volume_fields"]
     assert fields.chunks[0] * 5 * 4 <= 1 << 20 and fields.chunks[0] * 5 * 4 > 1 << 19
     codecs = str(fields.metadata.to_dict()["codecs"])
     assert "zstd" in codecs and "'clevel': 5" in codecs and "'shuffle': 'shuffle'" in codecs
@@ -81,15 +80,15 @@ def test_invalid_arrays_are_not_written(tmp_path: Path) -> None:
 def test_missing_array_is_named(copied_run: Path) -> None:
     shutil.rmtree(copied_run / "surface_fields")
     with pytest.raises(ProcessedRunError, match=r"run_1.zarr: missing arrays \['surface_fields'\]"):
-        load_processed_run(copied_run)
-    assert "surface_areas" in load_processed_run(copied_run, ["surface_areas"])
+        load_run(copied_run)
+    assert "surface_areas" in load_run(copied_run, ["surface_areas"])
 
 
 def test_nan_is_named(copied_run: Path) -> None:
     group = zarr.open_group(str(copied_run), mode="r+")
     group["volume_fields"][7, 2] = np.nan
     with pytest.raises(ProcessedRunError, match="run_1.zarr: array volume_fields has 1 non-finite"):
-        load_processed_run(copied_run)
+        load_run(copied_run)
 
 
 @pytest.mark.parametrize(
@@ -106,21 +105,21 @@ def test_wrong_shape_is_named(copied_run: Path, name: str, shape, message: str) 
     del group[name]
     group.create_array(name, shape=shape, dtype=np.float32)[...] = 1.0
     with pytest.raises(ProcessedRunError, match=message):
-        load_processed_run(copied_run)
+        load_run(copied_run)
 
 
 def test_face_indices_out_of_range_are_rejected(copied_run: Path) -> None:
     group = zarr.open_group(str(copied_run), mode="r+")
     group["stl_faces"][0] = group["stl_coordinates"].shape[0]
     with pytest.raises(ProcessedRunError, match="stl_faces indexes outside"):
-        load_processed_run(copied_run, ["stl_faces", "stl_coordinates"])
+        load_run(copied_run, ["stl_faces", "stl_coordinates"])
 
 
 def test_missing_run_and_unknown_array(tmp_path: Path, tiny_processed_dir: Path) -> None:
     with pytest.raises(FileNotFoundError, match="run_9.zarr: no processed run"):
-        load_processed_run(tmp_path / "run_9.zarr")
+        load_run(tmp_path / "run_9.zarr")
     with pytest.raises(ValueError, match="unknown arrays"):
-        load_processed_run(tiny_processed_dir / "run_1.zarr", ["surface_pressure"])
+        load_run(tiny_processed_dir / "run_1.zarr", ["surface_pressure"])
 
 
 def test_a_rewrite_with_other_values_changes_the_cache_source_fingerprint(tmp_path: Path) -> None:
@@ -164,14 +163,13 @@ def test_a_run_of_an_earlier_format_is_refused_with_what_differs_and_how_to_repr
 ) -> None:
     from conftest import PROCESS_OPTIONS
 
-    from domino_pipeline.inputs.runs import open_run
     from process_data import process_all
 
     zarr.open_group(str(copied_run), mode="r+").attrs["format_version"] = 1
     message = (r"run_1\.zarr: format_version 1, this reader reads 2 \(surface areas, normals and centres by "
                r"VTK's filters.*\); reprocess it with process_data\.py process\.overwrite=true")
     with pytest.raises(ProcessedRunError, match=message):
-        load_processed_run(copied_run)
+        load_run(copied_run)
     with pytest.raises(ProcessedRunError, match=message):
         open_run(copied_run)
     results = {r.name: r for r in process_all(tiny_raw_dir, copied_run.parent, PROCESS_OPTIONS)}
@@ -179,4 +177,4 @@ def test_a_run_of_an_earlier_format_is_refused_with_what_differs_and_how_to_repr
     assert results["run_2"].status == "processed"
     zarr.open_group(str(copied_run), mode="r+").attrs["format_version"] = 3
     with pytest.raises(ProcessedRunError, match=r"run_1\.zarr: format_version 3, this reader reads 2$"):
-        load_processed_run(copied_run)
+        load_run(copied_run)

@@ -23,8 +23,7 @@ from domino_pipeline.inputs.run_quality import (
     robust_scores,
     select_runs,
 )
-from domino_pipeline.inputs.processed_run import load_processed_run
-from domino_pipeline.inputs.runs import list_runs, read_options_from_config
+from domino_pipeline.inputs.runs import list_runs, load_run, read_options_from_config
 from domino_pipeline.inputs.statistics_table import read_statistics_table, write_statistics_table
 from process_data import process_all
 from synthetic_data import generate_runs
@@ -112,7 +111,7 @@ def test_the_curator_limits_reject_the_scaled_run_only(defective):
     scaled = next(run for run, defect in defective["defects"].items() if defect == "scaled_fields")
     assert list(verdicts.rejected) == [scaled]
     # the curator's own computation on the stored array: |values| within mean +- 7 std, their max
-    fields = load_processed_run(defective["processed"] / f"{scaled}.zarr", ["volume_fields"])["volume_fields"]
+    fields = load_run(defective["processed"] / f"{scaled}.zarr", ["volume_fields"])["volume_fields"]
     u = fields[:, 0].astype(np.float64)
     largest = np.abs(u[np.abs(u - u.mean()) <= 7 * u.std()]).max()
     assert f"volume UMeanTrim_x |max| {largest:.3g} > 3.5 (physicsnemo-curator's limit)" in verdicts.rejected[scaled]

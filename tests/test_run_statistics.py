@@ -17,9 +17,8 @@ from vtkmodules.util.numpy_support import vtk_to_numpy
 from domino_pipeline.inputs.array_statistics import statistics_of_run
 from domino_pipeline.inputs.cell_quality import polygon_quality
 from domino_pipeline.inputs.nondimensional import field_divisors
-from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
+from domino_pipeline.inputs.runs import load_run, open_run
 from domino_pipeline.inputs.published_forces import read_published
-from domino_pipeline.inputs.runs import open_run
 from domino_pipeline.inputs.statistics_table import flatten
 from domino_pipeline.variables import column_names
 from process_data import process_run
@@ -29,8 +28,8 @@ from process_data import process_run
 def processed(tiny_processed_dir: Path) -> tuple[dict, dict, dict]:
     """run_1's arrays, attributes and statistics."""
     path = tiny_processed_dir / "run_1.zarr"
-    attrs = dict(open_processed_run(path).attrs)
-    return load_processed_run(path), attrs, attrs["statistics"]
+    attrs = dict(open_run(path).attrs)
+    return load_run(path), attrs, attrs["statistics"]
 
 
 def _column_statistics(values: np.ndarray) -> dict:
@@ -107,19 +106,10 @@ def test_published_and_integrated_coefficients(processed, tiny_raw_dir):
 
 def test_processing_without_statistics_stores_none_and_the_same_arrays(tiny_raw_dir, tiny_processed_dir, tmp_path):
     process_run(tiny_raw_dir / "run_1", tmp_path / "run_1.zarr", replace(PROCESS_OPTIONS, statistics=False))
-    assert "statistics" not in open_processed_run(tmp_path / "run_1.zarr").attrs
-    without, with_statistics = (load_processed_run(p / "run_1.zarr") for p in (tmp_path, tiny_processed_dir))
+    assert "statistics" not in open_run(tmp_path / "run_1.zarr").attrs
+    without, with_statistics = (load_run(p / "run_1.zarr") for p in (tmp_path, tiny_processed_dir))
     for name, array in with_statistics.items():
         np.testing.assert_array_equal(without[name], array, err_msg=name)
-
-
-def test_an_unreadable_published_file_is_recorded_not_raised(tiny_raw_dir, tmp_path):
-    raw = tmp_path / "run_1"
-    shutil.copytree(tiny_raw_dir / "run_1", raw)
-    (raw / "force_mom_1.csv").write_text("Cd, Cl\nx, 1\n")
-    process_run(raw, tmp_path / "run_1.zarr", PROCESS_OPTIONS)
-    error = open_processed_run(tmp_path / "run_1.zarr").attrs["statistics"]["published"]["error"]
-    assert error.endswith("force_mom_1.csv: column Cd holds 'x', not a number")
 
 
 @pytest.mark.parametrize("form", ["zarr", "npz"])
@@ -133,4 +123,4 @@ def test_a_pass_over_a_curator_run_gives_the_streamed_statistics(processed, tiny
     cells = [key for key in want if key.startswith("surface.cells.")]
     assert cells and set(flatten(got)) == set(want) - set(cells)  # no polygons stored: no cell quality
     for key, value in flatten(got).items():
-        assert value == pytest.approx(want[key], rel=1e-6, abs=1e-12), key
+        assert value == (None if want[key] is None else pytest.approx(want[key], rel=1e-6, abs=1e-12)), key

@@ -13,11 +13,7 @@ import numpy as np
 import pytest
 from curator_fixtures import write_curator_npz, write_curator_zarr, write_legacy_npy
 
-from domino_pipeline.inputs.processed_run import (
-    ARRAY_NAMES,
-    ProcessedRunError,
-    load_processed_run,
-)
+from domino_pipeline.inputs.processed_run import ARRAY_NAMES, ProcessedRunError
 from domino_pipeline.inputs.runs import (
     NoRunsError,
     ReadOptions,
@@ -34,7 +30,7 @@ from domino_pipeline.inputs.runs import (
 @pytest.fixture(scope="module")
 def source(tiny_processed_dir: Path) -> dict[str, np.ndarray]:
     """The arrays of a run processed by process_data.py."""
-    return load_processed_run(tiny_processed_dir / "run_1.zarr")
+    return load_run(tiny_processed_dir / "run_1.zarr")
 
 
 WRITERS = {

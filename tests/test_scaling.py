@@ -21,8 +21,7 @@ from domino_pipeline.compute.scaling import (
     uniform_rows,
     unscale_fields,
 )
-from domino_pipeline.inputs.processed_run import load_processed_run
-from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.inputs.runs import list_runs, load_run
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +30,7 @@ def runs(tiny_processed_dir):
 
 
 def _stacked(runs, name, rows=None):
-    return np.concatenate([load_processed_run(r, [name])[name][:rows].astype(np.float64) for r in runs])
+    return np.concatenate([load_run(r, [name])[name][:rows].astype(np.float64) for r in runs])
 
 
 def test_factors_match_numpy_over_all_runs(runs):
@@ -69,7 +68,7 @@ def test_statistics_are_the_same_in_memory_and_on_disk(runs):
     """The cache build sums the arrays it holds in memory, train.py reads them from the run:
     the same blocks, the same sums, so both give the same factors bit for bit."""
     lazy = compute_scaling_factors(runs, max_volume_rows_per_run=500)
-    loaded = [load_processed_run(r, ["surface_fields", "volume_fields"]) for r in runs]
+    loaded = [load_run(r, ["surface_fields", "volume_fields"]) for r in runs]
     stats = [run_statistics(arrays, max_volume_rows=500) for arrays in loaded]
     assert merge_statistics(stats, ["run_1", "run_2"]) == lazy
 
@@ -149,7 +148,7 @@ def test_the_configured_normalization_overrides_the_stored_one(runs, tmp_path):
     assert load_scaling_factors(path)["normalization"] == "min_max"
     factors = load_scaling_factors(path, "mean_std")
     assert factors["normalization"] == "mean_std"
-    fields = load_processed_run(runs[0], ["surface_fields"])["surface_fields"]
+    fields = load_run(runs[0], ["surface_fields"])["surface_fields"]
     mean, std = np.asarray(factors["surface"]["mean"]), np.asarray(factors["surface"]["std"])
     np.testing.assert_allclose(scale_fields(fields, factors, "surface"), (fields - mean) / std, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="normalization"):

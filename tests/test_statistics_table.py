@@ -12,8 +12,8 @@ from conftest import DEFAULTS
 from curator_fixtures import write_curator_npz
 
 import domino_pipeline.inputs.statistics_table as statistics_table
-from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
-from domino_pipeline.inputs.runs import DEFAULT_OPTIONS
+from domino_pipeline.inputs.run_quality import judge
+from domino_pipeline.inputs.runs import DEFAULT_OPTIONS, load_run, open_run
 from domino_pipeline.inputs.statistics_table import (
     TABLE_NAME,
     flatten,
@@ -28,7 +28,7 @@ def folder(tiny_processed_dir: Path, tmp_path: Path) -> Path:
     out = tmp_path / "processed"
     out.mkdir()
     shutil.copytree(tiny_processed_dir / "run_1.zarr", out / "run_1.zarr")
-    write_curator_npz(out / "run_2.npz", load_processed_run(tiny_processed_dir / "run_2.zarr"))
+    write_curator_npz(out / "run_2.npz", load_run(tiny_processed_dir / "run_2.zarr"))
     return out
 
 
@@ -38,10 +38,10 @@ def test_rows_round_trip_exactly_and_passes_fill_in_other_forms(folder, tiny_pro
     first, second = read_statistics_table(folder)
     assert (first["run"], first["format"], second["run"], second["format"]) == \
         ("run_1", "processed", "run_2", "curator-npz")
-    stored = flatten(open_processed_run(folder / "run_1.zarr").attrs["statistics"])
+    stored = flatten(open_run(folder / "run_1.zarr").attrs["statistics"])
     assert {k: v for k, v in first.items() if v is not None and k not in ("run", "format")} == \
         {k: float(v) for k, v in stored.items() if v is not None}
-    streamed = flatten(open_processed_run(tiny_processed_dir / "run_2.zarr").attrs["statistics"])
+    streamed = flatten(open_run(tiny_processed_dir / "run_2.zarr").attrs["statistics"])
     assert second["source"] and second["published.own.cd"] == streamed["published.own.cd"]  # from the raw folder
     assert second["surface.fields.pMeanTrim.std"] == pytest.approx(streamed["surface.fields.pMeanTrim.std"], rel=1e-9)
     assert second.get("surface.cells.aspect_ratio_max") is None  # no polygons stored
@@ -62,6 +62,17 @@ def test_unchanged_runs_are_not_passed_over_again(folder, monkeypatch):
     after = read_statistics_table(folder)[1]
     assert calls == [1] and after["volume.fields.pMeanTrim.std"] == pytest.approx(
         2 * before[1]["volume.fields.pMeanTrim.std"], rel=1e-9)
+
+
+def test_an_unreadable_published_file_is_a_reason_to_reject(folder, tiny_raw_dir, tmp_path):
+    raw = tmp_path / "raw"
+    shutil.copytree(tiny_raw_dir / "run_2", raw / "run_2")
+    (raw / "run_2" / "force_mom_2.csv").write_text("Cd, Cl\nx, 1\n")
+    write_statistics_table(folder, DEFAULTS.dataset, DEFAULT_OPTIONS, raw)
+    row = read_statistics_table(folder)[1]
+    assert row["published.error"].endswith("force_mom_2.csv: column Cd holds 'x', not a number")
+    verdicts = judge([row], DEFAULTS.data.quality, DEFAULTS.dataset)
+    assert verdicts.rejected["run_2"][0].startswith("published coefficients unreadable: ")
 
 
 def test_an_unreadable_run_gets_a_row_naming_the_problem(folder):

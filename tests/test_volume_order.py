@@ -13,8 +13,7 @@ from domino_pipeline.compute.preprocessing import (
 )
 from domino_pipeline.compute.rows import normalize
 from domino_pipeline.compute.volume_order import bucket_sizes, volume_order
-from domino_pipeline.inputs.processed_run import load_processed_run
-from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.inputs.runs import list_runs, load_run
 
 
 def test_volume_order_is_a_permutation_of_the_kept_rows():
@@ -39,7 +38,7 @@ def test_every_source_row_lands_anywhere_with_equal_chance():
 
 
 def test_the_streamed_build_stores_the_in_memory_order(tiny_processed_dir, tmp_path):
-    arrays = load_processed_run(list_runs(tiny_processed_dir)[0])
+    arrays = load_run(list_runs(tiny_processed_dir)[0])
     settings = tiny_settings()
     centers = arrays["volume_mesh_centers"]
     inside = np.all((centers > np.float32(settings.bounding_box_volume[0]))

@@ -19,7 +19,7 @@ from test_vtk_xml_stream import write
 from domino_pipeline.inputs.concat_bytes import piece_path
 from domino_pipeline.inputs.drivaerml_reader import RunError, read_volume
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
-from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
+from domino_pipeline.inputs.runs import load_run, open_run
 from domino_pipeline.inputs.volume_stream import WholeFileFallback, open_volume
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 from process_data import process_run
@@ -79,11 +79,11 @@ def test_streamed_volume_equals_vtk_whole_file(tiny_raw_dir: Path, tmp_path: Pat
     run = _run_with_volume(tiny_raw_dir, tmp_path / "raw", grid, mode, compressor)
     out = tmp_path / "run_1.zarr"
     process_run(run, out, replace(PROCESS_OPTIONS, volume_source=source), block_rows=97)
-    got = load_processed_run(out, ["volume_mesh_centers", "volume_fields"])
+    got = load_run(out, ["volume_mesh_centers", "volume_fields"])
     want = _expected_volume(run, source)
     np.testing.assert_allclose(got["volume_mesh_centers"], want["volume_mesh_centers"], rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(got["volume_fields"], want["volume_fields"])
-    attrs = open_processed_run(out).attrs
+    attrs = open_run(out).attrs
     centres = want["volume_mesh_centers"]
     np.testing.assert_allclose(attrs["bounds"]["volume"], [centres.min(0), centres.max(0)], rtol=1e-6)
     assert attrs["counts"]["volume_points"] == len(centres) == (grid.n_points if source == "points" else grid.n_cells)
@@ -99,7 +99,7 @@ def test_unstreamable_volume_falls_back_to_vtk_with_a_warning(
     out = tmp_path / "run_1.zarr"
     with pytest.warns(WholeFileFallback, match=f"{reason}.*reading it whole with VTK.*GiB of memory"):
         process_run(run, out, replace(PROCESS_OPTIONS, volume_source="cells"))
-    got = load_processed_run(out, ["volume_mesh_centers", "volume_fields"])
+    got = load_run(out, ["volume_mesh_centers", "volume_fields"])
     want = _expected_volume(run, "cells")
     for name in want:
         np.testing.assert_array_equal(got[name], want[name])
@@ -139,11 +139,11 @@ def test_a_volume_split_inside_an_array_reads_bit_for_bit_as_the_whole(
             assert got.tobytes() == want.tobytes()
     out = tmp_path / "run_1.zarr"
     process_run(run, out, replace(PROCESS_OPTIONS, volume_source="cells"), block_rows=1500)
-    got = load_processed_run(out, ["volume_mesh_centers", "volume_fields"])
+    got = load_run(out, ["volume_mesh_centers", "volume_fields"])
     want = _expected_volume_of(whole, run, "cells")
     np.testing.assert_array_equal(got["volume_mesh_centers"], want["volume_mesh_centers"])
     np.testing.assert_array_equal(got["volume_fields"], want["volume_fields"])
-    assert open_processed_run(out).attrs["sources"]["volume"]["bytes"] == whole.stat().st_size
+    assert open_run(out).attrs["sources"]["volume"]["bytes"] == whole.stat().st_size
 
 
 def _expected_volume_of(whole: Path, run: Path, source: str) -> dict[str, np.ndarray]:

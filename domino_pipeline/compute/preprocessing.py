@@ -11,7 +11,9 @@ surface cells, signed distance of volume points) only for the rows the draw samp
    (exact kNN in physical coordinates, the cell itself dropped) and the signed distance and
    closest STL point of the requested volume rows (in normalised coordinates, as DoMINO does).
 
-A cache build holds the STL and the surface in memory but streams the volume: ``plan_run``
+A cache holds the parts ``settings.parts`` names (``process.parts``): a surface-only build never
+reads the volume and computes none of its work (no volume grid SDF, no volume order, SDF or closest
+point). A cache build holds the STL and the surface in memory but streams the volume: ``plan_run``
 deals the volume rows into buckets (volume_order.py) in a first pass over the source and
 computes and yields one bucket at a time in a second, so its memory does not grow with the
 volume. ``preprocess_run`` assembles the same pieces in memory. Targets stay unscaled here;
@@ -135,50 +137,65 @@ def _as_float32(name: str, block: np.ndarray) -> np.ndarray:
 def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: PreprocessSettings, *,
              source: str = "run", scratch_dir: str | os.PathLike | None = None,
              check: Check = _as_float32, block_rows: int = VOLUME_BLOCK_ROWS) -> RunPlan:
-    """Plan one cache run. ``arrays``: the STL, surface and global-parameter arrays in memory;
-    ``volume``: ``volume_mesh_centers`` and ``volume_fields``, anything sliceable by rows (Zarr
-    arrays are read block by block); ``check(name, block)`` validates each block read and
-    returns it as float32; ``scratch_dir``: where the first volume pass keeps its buckets (in
-    memory when None)."""
-    prepared = prepare_rows(arrays, settings, parts=("surface",), source=source)
+    """Plan one cache run of the parts ``settings.parts`` names. ``arrays``: the STL, surface
+    (when asked) and global-parameter arrays in memory; ``volume``: ``volume_mesh_centers`` and
+    ``volume_fields`` (when asked; never read otherwise), anything sliceable by rows (Zarr arrays
+    are read block by block); ``check(name, block)`` validates each block read and returns it as
+    float32; ``scratch_dir``: where the first volume pass keeps its buckets (in memory when
+    None)."""
+    parts = settings.parts
+    prepared = prepare_rows(arrays, settings, parts=("surface",) if "surface" in parts else (), source=source)
     prepared.surface_rows = None  # the input row of each kept cell: for predictions, not for a cache
-    n_volume = _count_inside(volume["volume_mesh_centers"], settings, check, block_rows, source)
-    width = {"surface": prepared.surface_fields.shape[1], "volume": volume["volume_fields"].shape[1]}
-    if width["volume"] != settings.width("volume"):
-        raise ValueError(f"{source}: volume_fields has {width['volume']} columns; the configured "
-                         f"variables need {settings.width('volume')}")
-    shapes = _shapes(prepared, n_volume, width["volume"], settings)
-    counts = {"geometry": len(prepared.geometry_coordinates), "surface": len(prepared.surface_areas),
-              "volume": n_volume}
+    counts = {"geometry": len(prepared.geometry_coordinates)}
+    if "surface" in parts:
+        counts["surface"] = len(prepared.surface_areas)
+    if "volume" in parts:
+        counts["volume"] = _count_inside(volume["volume_mesh_centers"], settings, check, block_rows, source)
+        if volume["volume_fields"].shape[1] != settings.width("volume"):
+            raise ValueError(f"{source}: volume_fields has {volume['volume_fields'].shape[1]} columns; the "
+                             f"configured variables need {settings.width('volume')}")
     scalars = {"center_of_mass": prepared.center_of_mass.tolist(),
                "global_params_values": prepared.global_params_values.tolist(),
                "global_params_reference": prepared.global_params_reference.tolist()}
-    pieces = _pieces(prepared, volume, settings, n_volume, check, scratch_dir, block_rows)
-    return RunPlan(shapes=shapes, counts=counts, scalars=scalars, pieces=pieces)
+    pieces = _pieces(prepared, volume, settings, counts.get("volume", 0), check, scratch_dir, block_rows)
+    return RunPlan(shapes=_shapes(prepared, counts, settings), counts=counts, scalars=scalars, pieces=pieces)
 
 
-def _shapes(prepared: PreparedRun, n_volume: int, volume_width: int,
-            settings: PreprocessSettings) -> dict[str, tuple[int, ...]]:
-    ns, k = len(prepared.surface_areas), settings.num_neighbors_surface - 1
-    shapes = {
-        "geometry_coordinates": prepared.geometry_coordinates.shape,
-        "surface_grid_sdf": tuple(settings.interp_res), "volume_grid_sdf": tuple(settings.interp_res),
-        "surface_coordinates": (ns, 3), "surface_normals": (ns, 3), "surface_areas": (ns,),
-        "surface_fields": prepared.surface_fields.shape, "surface_neighbors": (ns, k),
-        "volume_coordinates": (n_volume, 3), "volume_fields": (n_volume, volume_width),
-        "volume_sdf": (n_volume,), "volume_closest": (n_volume, 3),
-    }
-    if settings.neighbor_layout == "features":
-        shapes |= {"surface_neighbor_coordinates": (ns, k, 3), "surface_neighbor_normals": (ns, k, 3),
-                   "surface_neighbor_areas": (ns, k)}
+def _shapes(prepared: PreparedRun, counts: dict[str, int], settings: PreprocessSettings) -> dict[str, tuple[int, ...]]:
+    """The shape of every array of the run (those of the parts in ``counts``)."""
+    shapes = {"geometry_coordinates": prepared.geometry_coordinates.shape,
+              "surface_grid_sdf": tuple(settings.interp_res)}
+    if "surface" in counts:
+        ns, k = counts["surface"], settings.num_neighbors_surface - 1
+        shapes |= {"surface_coordinates": (ns, 3), "surface_normals": (ns, 3), "surface_areas": (ns,),
+                   "surface_fields": prepared.surface_fields.shape, "surface_neighbors": (ns, k)}
+        if settings.neighbor_layout == "features":
+            shapes |= {"surface_neighbor_coordinates": (ns, k, 3), "surface_neighbor_normals": (ns, k, 3),
+                       "surface_neighbor_areas": (ns, k)}
+    if "volume" in counts:
+        nv = counts["volume"]
+        shapes |= {"volume_grid_sdf": tuple(settings.interp_res), "volume_coordinates": (nv, 3),
+                   "volume_fields": (nv, settings.width("volume")), "volume_sdf": (nv,), "volume_closest": (nv, 3)}
     return shapes
 
 
 def _pieces(prepared: PreparedRun, volume: Mapping, settings: PreprocessSettings, n_volume: int,
             check: Check, scratch_dir, block_rows: int) -> Iterator[tuple[str, int, np.ndarray]]:
+    """Every piece of the run, the grids first, then the surface's, then the volume's (of the
+    parts ``settings.parts`` names)."""
     yield "geometry_coordinates", 0, prepared.geometry_coordinates
     yield "surface_grid_sdf", 0, grid_sdf(prepared, settings, "surface")
-    yield "volume_grid_sdf", 0, grid_sdf(prepared, settings, "volume")
+    if "volume" in settings.parts:
+        yield "volume_grid_sdf", 0, grid_sdf(prepared, settings, "volume")
+    if "surface" in settings.parts:
+        yield from _surface_pieces(prepared, settings)
+    if "volume" in settings.parts:
+        yield from _volume_pieces(prepared, volume, settings, n_volume, check, scratch_dir, block_rows)
+
+
+def _surface_pieces(prepared: PreparedRun, settings: PreprocessSettings) -> Iterator[tuple[str, int, np.ndarray]]:
+    """The surface rows, their neighbours (and in ``features`` their neighbours' features); the
+    prepared surface rows are let go once written."""
     for name in ("coordinates", "normals", "areas", "fields"):
         yield f"surface_{name}", 0, getattr(prepared, f"surface_{name}")
     neighbors = all_surface_neighbors(prepared, settings)
@@ -191,6 +208,11 @@ def _pieces(prepared: PreparedRun, volume: Mapping, settings: PreprocessSettings
     neighbors = gathered = None  # the surface is written: its rows need not stay for the volume
     for name in ("points", "coordinates", "normals", "areas", "fields"):
         setattr(prepared, f"surface_{name}", None)
+
+
+def _volume_pieces(prepared: PreparedRun, volume: Mapping, settings: PreprocessSettings, n_volume: int,
+                   check: Check, scratch_dir, block_rows: int) -> Iterator[tuple[str, int, np.ndarray]]:
+    """The volume rows in stored order, bucket by bucket, with their SDF and closest STL point."""
     mesh = volume_mesh(prepared, settings)
     for start, coordinates, fields in _volume_buckets(volume, settings, n_volume, check,
                                                       scratch_dir, block_rows):
@@ -287,7 +309,7 @@ def preprocess_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, 
                    source: str = "run", block_rows: int = VOLUME_BLOCK_ROWS) -> dict[str, np.ndarray | dict]:
     """Everything but sampling, for every kept row, in memory: ``plan_run``'s pieces assembled
     into the arrays of one cache run (and its ``scalars``)."""
-    volume = {name: arrays[name] for name in VOLUME_ARRAYS}
+    volume = {name: arrays[name] for name in VOLUME_ARRAYS} if "volume" in settings.parts else {}
     plan = plan_run(arrays, volume, settings, source=source, block_rows=block_rows)
     contents = {name: None for name in plan.shapes}
     for name, start, rows in plan.pieces:

@@ -1,8 +1,9 @@
 """Target scaling factors: computed once over the training runs, saved as JSON, applied per draw.
 
 Targets are stored unscaled in the processed runs and in the cache, so changing the factors never
-invalidates a cache. The factors file holds, for the surface and the volume targets, the
-per-variable ``min``, ``max``, ``mean`` and ``std`` (all four, so either normalisation can be
+invalidates a cache. The factors file holds, for the surface and the volume targets (only those
+of the parts the runs hold: a surface-only cache or processed folder gives surface factors only),
+the per-variable ``min``, ``max``, ``mean`` and ``std`` (all four, so either normalisation can be
 chosen later) and the ``normalization`` that ``scale_fields`` applies:
 
 - ``min_max``: ``2 (x - min) / (max - min) - 1`` (DoMINO's convention, values in [-1, 1]);
@@ -97,13 +98,14 @@ def _stream_rows(array, rows: np.ndarray | None) -> Iterator[np.ndarray]:
             yield np.asarray(array[start:stop])[wanted - start]
 
 
-def run_statistics(fields: Mapping[str, object], *, max_volume_rows: int | None = MAX_VOLUME_ROWS,
-                   source: str = "run") -> dict[str, dict]:
-    """Per-run sums of ``fields`` ("surface_fields", "volume_fields": arrays in memory or lazy
-    Zarr arrays), the volume limited to ``max_volume_rows`` uniformly drawn rows: what
-    ``merge_statistics`` turns into factors. The cache build records them for every run."""
+def run_statistics(fields: Mapping[str, object], *, parts: Sequence[str] = KINDS,
+                   max_volume_rows: int | None = MAX_VOLUME_ROWS, source: str = "run") -> dict[str, dict]:
+    """Per-run sums of ``fields`` ("surface_fields", "volume_fields" of the ``parts`` asked:
+    arrays in memory or lazy Zarr arrays), the volume limited to ``max_volume_rows`` uniformly
+    drawn rows: what ``merge_statistics`` turns into factors. The cache build records them for
+    every run."""
     stats = {}
-    for kind in KINDS:
+    for kind in (k for k in KINDS if k in parts):
         name = f"{kind}_fields"
         if name not in fields:
             raise ValueError(f"{source}: array {name!r} is missing")
@@ -121,19 +123,23 @@ def run_statistics(fields: Mapping[str, object], *, max_volume_rows: int | None 
 
 def merge_statistics(per_run: Sequence[dict], run_names: Sequence[str], *, normalization: str = "min_max",
                      variables: Mapping[str, Sequence] | None = None) -> dict:
-    """Scaling factors from ``run_statistics`` of several runs, in their order."""
+    """Scaling factors from ``run_statistics`` of several runs, in their order: of the parts
+    (surface, volume) every run has statistics of."""
     _check_normalization(normalization)
     if not per_run:
         raise ValueError("scaling factors need at least one run")
-    totals = {kind: _RunningStats() for kind in KINDS}
+    kinds = [kind for kind in KINDS if all(kind in stats for stats in per_run)]
+    if not kinds:
+        raise ValueError(f"scaling factors: runs {list(run_names)} have no part (surface, volume) in common")
+    totals = {kind: _RunningStats() for kind in kinds}
     for stats in per_run:
-        for kind in KINDS:
+        for kind in kinds:
             part = stats[kind]
             totals[kind].merge(part["n"], part["lo"], part["hi"], part["s1"], part["s2"])
     factors = {"normalization": normalization, "runs": list(run_names)}
     if variables is not None:
-        factors["variables"] = {kind: [list(v) for v in variables[kind]] for kind in KINDS}
-    factors.update({kind: totals[kind].result() for kind in KINDS})
+        factors["variables"] = {kind: [list(v) for v in variables[kind]] for kind in kinds}
+    factors.update({kind: totals[kind].result() for kind in kinds})
     return factors
 
 
@@ -146,7 +152,7 @@ def compute_scaling_factors(
     variables: Mapping[str, Sequence] | None = None,
 ) -> dict:
     """Statistics of ``surface_fields`` and ``volume_fields`` over the given runs (any form
-    runs.py reads; ``options``: its ReadOptions).
+    runs.py reads; ``options``: its ReadOptions), of the parts they hold (``runs.run_parts``).
 
     Streams run by run and block by block. The volume of each run contributes at most
     ``max_volume_rows_per_run`` rows, drawn uniformly (``uniform_rows``). ``variables``
@@ -168,34 +174,49 @@ def processed_run_statistics(path: str | os.PathLike, *, options=None,
                              max_volume_rows: int | None = MAX_VOLUME_ROWS) -> dict[str, dict]:
     """``run_statistics`` of one processed run (any form runs.py reads), streamed from disk:
     one run's share of ``compute_scaling_factors``, for ranks that compute it in parts."""
-    from domino_pipeline.inputs.runs import ReadOptions, open_run
+    from domino_pipeline.inputs.runs import ReadOptions, open_run, run_parts
 
     run = open_run(path, options or ReadOptions())
-    return run_statistics(run.arrays, max_volume_rows=max_volume_rows, source=str(path))
+    return run_statistics(run.arrays, parts=run_parts(run), max_volume_rows=max_volume_rows, source=str(path))
 
 
-def check_factors_match(factors: dict | None, surface_variables, volume_variables, source: str) -> None:
-    """Refuse (ValueError naming ``source``) factors computed for other target variables: the
-    recorded variables where the factors have them, else the column counts."""
+def check_factors_match(factors: dict | None, surface_variables, volume_variables, source: str,
+                        parts: Sequence[str] = ()) -> None:
+    """Refuse (ValueError naming ``source``) factors computed for other target variables (the
+    recorded variables where the factors have them, else the column counts), or without the
+    ``parts`` asked for."""
     if factors is None:
         return
+    kinds = factor_kinds(factors)
+    absent = [part for part in parts if part not in kinds]
+    if absent:
+        raise ValueError(f"{source}: the scaling factors have no {' and '.join(absent)} part (computed from "
+                         f"runs or a cache of the {' and '.join(kinds)} only); the model needs {list(parts)}")
     expected = {"surface": [list(v) for v in surface_variables],
                 "volume": [list(v) for v in volume_variables]}
+    expected = {kind: expected[kind] for kind in kinds}
     recorded = factors.get("variables")
     if recorded is not None and recorded != expected:
         raise ValueError(f"{source}: scaling factors were computed for variables {recorded}, "
                          f"not {expected}; recompute them (cache_data.py writes them)")
-    for kind in KINDS:
+    for kind in kinds:
         width = sum(VARIABLE_WIDTH[k] for _, k in expected[kind])
         if len(factors[kind]["min"]) != width:
             raise ValueError(f"{source}: {kind} scaling factors have {len(factors[kind]['min'])} "
                              f"columns; the configured {kind} variables have {width}")
 
 
+def factor_kinds(factors: dict) -> list[str]:
+    """The parts (surface, volume) a factors dict holds factors of."""
+    return [kind for kind in KINDS if kind in factors]
+
+
 def _validate_factors(factors: dict, source: str) -> dict:
-    """Check the structure of a factors dict; return it."""
+    """Check the structure of a factors dict (factors of one part or both); return it."""
     _check_normalization(factors.get("normalization", ""))
-    for kind in KINDS:
+    if not factor_kinds(factors):
+        raise ValueError(f"{source}: scaling factors need {KINDS[0]!r} or {KINDS[1]!r} with {_STAT_NAMES}")
+    for kind in factor_kinds(factors):
         part = factors.get(kind)
         if not isinstance(part, dict) or any(k not in part for k in _STAT_NAMES):
             raise ValueError(f"{source}: scaling factors need {kind!r} with {_STAT_NAMES}")
@@ -242,6 +263,8 @@ def _affine(factors: dict, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """Return (offset, scale) with scaled = (x - offset) / scale."""
     if kind not in KINDS:
         raise ValueError(f"unknown field kind {kind!r}; expected one of {KINDS}")
+    if kind not in factors:
+        raise ValueError(f"the scaling factors have no {kind} part (they hold {factor_kinds(factors)})")
     part = factors[kind]
     if factors["normalization"] == "min_max":
         lo, hi = np.asarray(part["min"]), np.asarray(part["max"])

@@ -12,10 +12,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from domino_pipeline.config import NEIGHBOR_LAYOUTS, GeometryConfig, VariablesConfig, check_choice
+from domino_pipeline.config import (
+    NEIGHBOR_LAYOUTS,
+    PARTS,
+    GeometryConfig,
+    VariablesConfig,
+    check_choice,
+    parts_setting,
+)
 from domino_pipeline.variables import VARIABLE_WIDTH
-
-PARTS = ("surface", "volume")
 # The version of the code that computes a cache's contents (rows.py, volume_order.py,
 # preprocessing.py, geometry.py, ../variables.py and this module), part of every settings fingerprint, so that a
 # cache built by other code is stale. tests/test_code_version.py fails when that code changes
@@ -26,7 +31,7 @@ PREPROCESS_CODE_VERSION = 2
 NEIGHBOR_FEATURES = ("coordinates", "normals", "areas")
 # Settings that fingerprinted() leaves out at these values, so caches built before the setting
 # existed keep their fingerprint; where absent, a cache's settings have these values.
-IMPLICIT_DEFAULTS = {"neighbor_layout": "indices"}
+IMPLICIT_DEFAULTS = {"neighbor_layout": "indices", "parts": list(PARTS)}
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class PreprocessSettings:
     volume_variables: tuple[tuple[str, str], ...]
     permutation_seed: int = 0
     neighbor_layout: str = "indices"  # one of NEIGHBOR_LAYOUTS
+    parts: tuple[str, ...] = PARTS  # the parts a cache holds (process.parts): surface, volume or both
     device: str = "auto"
 
     def __post_init__(self) -> None:
@@ -58,6 +64,9 @@ class PreprocessSettings:
             if bad:
                 raise ValueError(f"{kind} variables {bad}: kind must be one of {list(VARIABLE_WIDTH)}")
         check_choice("neighbor_layout", self.neighbor_layout, NEIGHBOR_LAYOUTS)
+        if tuple(self.parts) != tuple(p for p in PARTS if p in self.parts):
+            raise ValueError(f"parts must be some of {list(PARTS)} in that order; got {list(self.parts)}")
+        parts_setting(self.parts)
 
     def width(self, part: str) -> int:
         """Number of target columns of ``part``."""
@@ -70,10 +79,11 @@ class PreprocessSettings:
         settings = asdict(self)
         del settings["device"]
         settings["code_version"] = PREPROCESS_CODE_VERSION
+        settings = json.loads(json.dumps(settings))  # tuples -> lists, as stored in JSON
         for key, value in IMPLICIT_DEFAULTS.items():
             if settings[key] == value:
                 del settings[key]
-        return json.loads(json.dumps(settings))  # tuples -> lists, as stored in JSON
+        return settings
 
     def fingerprint(self) -> str:
         """A SHA-256 of ``fingerprinted()``."""
@@ -87,6 +97,12 @@ def neighbor_layout_of(fingerprinted: dict) -> str:
     return (IMPLICIT_DEFAULTS | fingerprinted)["neighbor_layout"]
 
 
+def parts_of(fingerprinted: dict) -> tuple[str, ...]:
+    """The parts a cache holds, from its settings in their ``PreprocessSettings.fingerprinted()``
+    form (a cache's settings)."""
+    return tuple((IMPLICIT_DEFAULTS | fingerprinted)["parts"])
+
+
 def parse_box(box) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(min, max) from a {"min", "max"} mapping (a Hydra box) or a (min, max) pair."""
     if hasattr(box, "keys"):
@@ -96,8 +112,9 @@ def parse_box(box) -> tuple[tuple[float, ...], tuple[float, ...]]:
 
 
 def settings_from_config(geometry: GeometryConfig, variables: VariablesConfig, *,
-                         device: str | None = None) -> PreprocessSettings:
-    """The settings of the ``geometry`` and ``variables`` sections (``device``: another device)."""
+                         device: str | None = None, parts: tuple[str, ...] = PARTS) -> PreprocessSettings:
+    """The settings of the ``geometry`` and ``variables`` sections (``device``: another device;
+    ``parts``: those a cache holds, ``process.parts``)."""
     return PreprocessSettings(
         bounding_box_volume=parse_box(geometry.bounding_box_volume),
         bounding_box_surface=parse_box(geometry.bounding_box_surface),
@@ -107,5 +124,6 @@ def settings_from_config(geometry: GeometryConfig, variables: VariablesConfig, *
         volume_variables=tuple(variables.volume.items()),
         permutation_seed=geometry.permutation_seed,
         neighbor_layout=geometry.neighbor_layout,
+        parts=tuple(parts),
         device=geometry.device if device is None else device,
     )

@@ -1,51 +1,143 @@
-"""Drag and lift coefficients from surface pressure and wall shear, integrated over the cells.
+"""Force and moment coefficients from surface pressure and wall shear, integrated over the cells.
 
-The force the flow exerts on the car, summed over the surface cells i with area A_i:
+The force the flow exerts on the body and its moment about the reference centre c, summed over
+the surface cells i with area A_i and centre x_i:
 
-    F = sum_i (-p_i n_i + tau_i) A_i        n_i: unit normal pointing out of the car, into the fluid
-                                            tau_i: wall shear stress the fluid exerts on the car
+    f_i = (-p_i n_i + tau_i) A_i            n_i: unit normal pointing out of the body, into the fluid
+                                            tau_i: wall shear stress the fluid exerts on the body
+    F = sum_i f_i                           M = sum_i (x_i - c) x f_i
 
-    C_d = F . e_drag / (0.5 rho_inf U_inf^2 A_ref)      C_l = F . e_lift / (0.5 rho_inf U_inf^2 A_ref)
+and, as OpenFOAM's forceCoeffs writes them (v1912; the dataset profile's ``dataset.flow``
+directions), with q = 0.5 rho_inf U_inf^2, the reference area A_ref and length l_ref:
 
-with the flow along +x (e_drag = +x) and lift along +z. The fields are the physical ones, as the
-source files hold them: process_data.py stores p / (rho U^2) with the *scaling* references
-(config ``physics.stream_velocity``, ``physics.air_density``; the DoMINO example's 30 m/s and
-1.205 kg/m^3), and the caller multiplies them back before integrating. The coefficients use the
-*flow's* free stream (``FreeStream``: DrivAerML's 38.89 m/s), which need not be the scaling
-reference. DrivAerML's pressure and wall shear are kinematic (divided by the density, m^2/s^2):
-there F is a force per density and rho_inf is 1, so neither density enters its coefficients.
+    Cd = F . e_drag / (q A_ref)    Cs = F . e_side / (q A_ref)    Cl = F . e_lift / (q A_ref)
+    CmRoll = M . e_drag / (q A_ref l_ref)   CmPitch = M . e_side / (...)   CmYaw = M . e_lift / (...)
+    Clf = Cl / 2 + CmPitch         Clr = Cl / 2 - CmPitch             (front and rear lift)
+
+with e_side = e_lift x e_drag (+y for drag +x and lift +z): roll about the drag direction, pitch
+about the side one, yaw about the lift one. The fields are the physical ones, as the source
+files hold them: process_data.py stores p / (rho U^2) with the *scaling* references (config
+``physics.stream_velocity``, ``physics.air_density``; the DoMINO example's 30 m/s and 1.205
+kg/m^3), and the caller multiplies them back before integrating. The coefficients use the
+*flow's* free stream (``FreeStream``: DrivAerML's 38.889 m/s, or each OpenFOAM run's magUInf),
+which need not be the scaling reference. Kinematic fields (divided by the density, m^2/s^2, as
+incompressible OpenFOAM solvers write them) give a force per density, and rho_inf is 1.
 
 Data sets state their normals and shear the other way round, which ``ForceConvention`` records:
-DrivAerML's boundary VTPs are OpenFOAM boundary output, whose face normals point out of the fluid
-domain, i.e. into the car, and whose ``wallShearStress`` is the stress on the fluid; there
-``F = sum (p n - tau) A``, the formula of physicsnemo's DoMINO example (test.py) and of
-``physicsnemo.metrics.cae.cfd.compute_force_coefficients``. The synthetic runs of
-synthetic_data.py have normals out of the car and the shear on the car.
+OpenFOAM's boundary output (foamToVTK, DrivAerML's VTPs) has face normals pointing out of the
+fluid domain, i.e. into the body, and ``wallShearStress`` is the stress on the fluid; there
+``f_i = (p n - tau) A``, the formula of OpenFOAM's forces function object, physicsnemo's DoMINO
+example (test.py) and ``physicsnemo.metrics.cae.cfd.compute_force_coefficients``.
 
-A_ref: DrivAerML publishes each variant's frontal area (``geo_ref_<i>.csv``, aRef) and its force
-coefficients with it (``force_mom_<i>.csv``); predict.py takes a run's aRef when the run folder
-has one (``forces.reference_area_per_run``), else the constant ``forces.reference_area``.
+References: a run's own (its references file: DrivAerML's ``geo_ref_<i>.csv``, OpenFOAM's
+coefficient.dat header), or the profile's constant ``dataset.references``; predict.py reports
+both (``forces.reference_area_per_run`` chooses which the first set of columns uses).
 
-The integration itself (``FreeStream``, ``ForceConvention``, ``surface_force``,
-``force_coefficients``) lives in domino_pipeline/force_integration.py, which process_data.py's
-per-run statistics use too; this module adds predict.py's settings and mesh helpers.
+``FreeStream`` and ``ForceConvention`` (the signs of the normals and of the shear) live in
+domino_pipeline/force_integration.py, which process_data.py's per-run statistics use too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from domino_pipeline.config import ForcesConfig
-from domino_pipeline.dataset_profile import DatasetConfig
-from domino_pipeline.force_integration import (  # noqa: F401 (the integration, re-exported)
-    ForceConvention,
-    FreeStream,
-    force_coefficients,
-    surface_force,
-)
+from domino_pipeline.dataset_profile import COEFFICIENTS, DatasetConfig
+from domino_pipeline.force_integration import ForceConvention, FreeStream, unit
 from domino_pipeline.inputs.cell_geometry import polygon_vector_areas
+from domino_pipeline.inputs.published_forces import Published, References, constant_references
+
+
+def cell_forces(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
+                convention: ForceConvention) -> np.ndarray:
+    """The force on the body of each cell (N, 3), float64, in the units of pressure x area.
+
+    ``pressure`` (N,), ``wall_shear`` (N, 3), ``vector_areas`` (N, 3): each cell's area times its
+    unit normal (oriented as ``convention.normals`` says), ``areas`` (N,).
+    """
+    pressure, areas = np.asarray(pressure, np.float64), np.asarray(areas, np.float64)
+    vector_areas, wall_shear = np.asarray(vector_areas, np.float64), np.asarray(wall_shear, np.float64)
+    if not (pressure.shape == areas.shape == vector_areas.shape[:1] == wall_shear.shape[:1]) or vector_areas.shape[1:] != (3,):
+        raise ValueError(f"the force integration: pressure {pressure.shape}, wall_shear {wall_shear.shape}, vector areas "
+                         f"{vector_areas.shape} and areas {areas.shape} must describe the same N cells")
+    return convention.force(pressure[:, None] * vector_areas, wall_shear * areas[:, None])
+
+
+def surface_force(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
+                  convention: ForceConvention) -> np.ndarray:
+    """The force on the body (3,), summed in float64 (``cell_forces``)."""
+    return cell_forces(pressure, wall_shear, vector_areas, areas, convention).sum(axis=0)
+
+
+@dataclass(frozen=True)
+class Loads:
+    """The force on a body (3,) and its moment about the origin (3,), float64."""
+
+    force: np.ndarray
+    moment: np.ndarray
+
+    def moment_about(self, centre: Sequence[float]) -> np.ndarray:
+        """The moment about ``centre``: M_c = M_0 - c x F."""
+        return self.moment - np.cross(np.asarray(centre, dtype=np.float64), self.force)
+
+
+def surface_loads(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
+                  centres: np.ndarray, convention: ForceConvention) -> Loads:
+    """The force and moment (about the origin) of cells with ``centres`` (N, 3) (``cell_forces``)."""
+    forces = cell_forces(pressure, wall_shear, vector_areas, areas, convention)
+    centres = np.asarray(centres, dtype=np.float64)
+    if centres.shape != forces.shape:
+        raise ValueError(f"surface_loads: centres {centres.shape} for {len(forces)} cells")
+    return Loads(forces.sum(axis=0), np.cross(centres, forces).sum(axis=0))
+
+
+@dataclass(frozen=True)
+class Directions:
+    """The drag and lift directions of the coefficients (``dataset.flow``); the side direction is
+    lift x drag, as OpenFOAM's forceCoeffs takes it."""
+
+    drag: tuple[float, float, float] = (1.0, 0.0, 0.0)
+    lift: tuple[float, float, float] = (0.0, 0.0, 1.0)
+
+    def axes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Unit (drag, side, lift) vectors."""
+        drag, lift = unit(self.drag), unit(self.lift)
+        return drag, unit(np.cross(lift, drag)), lift
+
+
+def coefficients(loads: Loads, references: References, dynamic_pressure: float,
+                 directions: Directions = Directions()) -> dict[str, float]:
+    """Every coefficient of COEFFICIENTS (module docstring) of ``loads`` over ``references``, with
+    ``dynamic_pressure`` (0.5 rho U^2) in the units of the pressure the loads were summed from."""
+    if not (references.area > 0 and references.length > 0):
+        raise ValueError(f"the reference area and length must be positive, not {references.area} and "
+                         f"{references.length}")
+    drag, side, lift = directions.axes()
+    per_force = 1.0 / (dynamic_pressure * references.area)
+    per_moment = per_force / references.length
+    moment = loads.moment_about(references.centre)
+    values = {"cd": loads.force @ drag * per_force, "cs": loads.force @ side * per_force,
+              "cl": loads.force @ lift * per_force, "cm_roll": moment @ drag * per_moment,
+              "cm_pitch": moment @ side * per_moment, "cm_yaw": moment @ lift * per_moment}
+    values |= {"clf": 0.5 * values["cl"] + values["cm_pitch"], "clr": 0.5 * values["cl"] - values["cm_pitch"]}
+    return {name: float(values[name]) for name in COEFFICIENTS}
+
+
+def force_coefficients(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray, *,
+                       reference_area: float, dynamic_pressure: float, convention: ForceConvention,
+                       drag_direction: Sequence[float] = (1.0, 0.0, 0.0),
+                       lift_direction: Sequence[float] = (0.0, 0.0, 1.0)) -> dict[str, float]:
+    """``{"cd", "cl"}`` alone (no moments: no cell centres needed): F.e / (dynamic_pressure A_ref),
+    with ``dynamic_pressure`` (0.5 rho U^2) in the units of ``pressure``."""
+    if reference_area <= 0:
+        raise ValueError(f"the reference area must be positive, not {reference_area}")
+    force = surface_force(pressure, wall_shear, vector_areas, areas, convention)
+    coefficient = 1.0 / (dynamic_pressure * reference_area)
+    return {"cd": float(coefficient * force @ unit(drag_direction)),
+            "cl": float(coefficient * force @ unit(lift_direction))}
 
 
 def mesh_vector_areas(mesh) -> np.ndarray:
@@ -62,32 +154,42 @@ def mesh_vector_areas(mesh) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ForceSettings:
-    """How predict.py integrates drag and lift: the dataset profile's flow (conventions, free
-    stream, directions), which surface variables are the pressure and the wall shear (the fields
-    playing those roles), the constant reference area, and whether a run's own one is preferred."""
+class ReferenceSet:
+    """The references one set of a run's coefficients is taken over, and the published
+    coefficients over them (None: none published)."""
 
-    reference_area: float
+    references: References
+    published: dict[str, float] | None
+
+
+@dataclass(frozen=True)
+class ForceSettings:
+    """How predict.py integrates the coefficients: the dataset profile's flow (conventions, the
+    free stream or None when each run's file gives it, the directions), which surface variables
+    are the pressure and the wall shear (the fields playing those roles), the constant
+    references, and whether a run's own ones are preferred."""
+
+    constant_references: References
     convention: ForceConvention
-    free_stream: FreeStream
     pressure: str
     wall_shear_stress: str
-    reference_area_per_run: bool = True  # a run's own reference area, where it has one
-    drag_direction: tuple[float, float, float] = (1.0, 0.0, 0.0)
-    lift_direction: tuple[float, float, float] = (0.0, 0.0, 1.0)
+    velocity: float | None = None        # m/s; None: each run's own (its references file)
+    density: float = 1.0                 # kg/m^3; unused when kinematic
+    kinematic: bool = True
+    reference_area_per_run: bool = True  # a run's own references, where it has them
+    directions: Directions = Directions()
 
     @classmethod
     def from_config(cls, forces: ForcesConfig, dataset: DatasetConfig) -> ForceSettings:
-        """The settings of the ``forces`` section and the ``dataset`` profile. A profile whose flow
-        speed comes from each run's files (``dataset.flow.velocity: null``) takes 1 m/s until a run
-        gives its own."""
+        """The settings of the ``forces`` section and the ``dataset`` profile."""
         flow = dataset.flow
-        free_stream = FreeStream(velocity=flow.velocity or 1.0, density=flow.density, kinematic=flow.kinematic)
-        return cls(reference_area=dataset.references.area, reference_area_per_run=forces.reference_area_per_run,
+        return cls(constant_references=constant_references(dataset.references),
                    convention=ForceConvention(normals=flow.normals, wall_shear=flow.wall_shear),
-                   free_stream=free_stream, pressure=dataset.field("surface", "pressure"),
+                   pressure=dataset.field("surface", "pressure"),
                    wall_shear_stress=dataset.field("surface", "wall_shear_stress"),
-                   drag_direction=tuple(flow.drag_direction), lift_direction=tuple(flow.lift_direction))
+                   velocity=flow.velocity, density=flow.density, kinematic=flow.kinematic,
+                   reference_area_per_run=forces.reference_area_per_run,
+                   directions=Directions(tuple(flow.drag_direction), tuple(flow.lift_direction)))
 
     def columns(self, variables: dict[str, str]) -> tuple[int, slice]:
         """The column of the pressure and the columns of the wall shear in the surface fields."""
@@ -102,16 +204,31 @@ class ForceSettings:
         first = starts[self.wall_shear_stress][0]
         return starts[self.pressure][0], slice(first, first + 3)
 
-    def area_for(self, run_reference_area: float | None) -> float:
-        """The reference area of a run whose own (geo_ref) area is ``run_reference_area``."""
-        return run_reference_area if self.reference_area_per_run and run_reference_area else self.reference_area
+    def free_stream(self, published: Published | None) -> FreeStream | None:
+        """The free stream of a run that publishes ``published``: the profile's speed, or the run's
+        own where the profile gives none (None when neither does)."""
+        velocity = self.velocity if self.velocity is not None else (published.velocity if published else None)
+        return None if velocity is None else FreeStream(velocity, self.density, self.kinematic)
 
-    def coefficients(self, fields: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
-                     variables: dict[str, str], reference_area: float) -> dict[str, float]:
-        """``{"cd", "cl"}`` of physical surface fields (N, C), in the source files' units, on cells
-        with these vector areas and areas."""
+    def reference_sets(self, published: Published | None) -> dict[str, ReferenceSet]:
+        """``own``: the run's own references and coefficients where it has them and
+        ``reference_area_per_run``, else the constant ones; ``constant``: the constant ones (the
+        run's references file's, else the profile's)."""
+        if published is None:
+            constant = ReferenceSet(self.constant_references, None)
+            return {"own": constant, "constant": constant}
+        constant = ReferenceSet(published.constant_references, published.constant)
+        if self.reference_area_per_run and published.own_references is not None:
+            return {"own": ReferenceSet(published.own_references, published.own), "constant": constant}
+        return {"own": constant, "constant": constant}
+
+    def loads(self, fields: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray, centres: np.ndarray,
+              variables: dict[str, str]) -> Loads:
+        """The force and moment of physical surface fields (N, C), in the source files' units, on
+        cells with these vector areas, areas and centres."""
         pressure, shear = self.columns(variables)
-        return force_coefficients(fields[:, pressure], fields[:, shear], vector_areas, areas,
-                                  reference_area=reference_area, dynamic_pressure=self.free_stream.dynamic_pressure,
-                                  convention=self.convention, drag_direction=self.drag_direction,
-                                  lift_direction=self.lift_direction)
+        return surface_loads(fields[:, pressure], fields[:, shear], vector_areas, areas, centres, self.convention)
+
+    def coefficients(self, loads: Loads, references: References, free_stream: FreeStream) -> dict[str, float]:
+        """Every coefficient of ``loads`` over ``references`` in ``free_stream``."""
+        return coefficients(loads, references, free_stream.dynamic_pressure, self.directions)

@@ -1,5 +1,5 @@
 """One run through prediction: the model over every cell (and volume point), the errors against
-the truth, drag and lift, and the files people look at.
+the truth, the force and moment coefficients, and the files people look at.
 
     prediction = predict_run(model, run, settings, scaling_factors=factors, geometry_points=300_000,
                              batch_points=8192, device=device)
@@ -21,7 +21,8 @@ from tqdm import tqdm
 
 from domino_pipeline.compute.scaling import unscale_fields
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.inference.forces import ForceSettings
+from domino_pipeline.dataset_profile import COEFFICIENTS
+from domino_pipeline.inference.forces import ForceSettings, Loads
 from domino_pipeline.inference.full_resolution import (
     BatchItems,
     model_parts,
@@ -99,9 +100,9 @@ def progress_bar(run_name: str, part: str, total: int, *, enabled: bool = True, 
 
 def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapping[str, Mapping[str, str]],
                forces: ForceSettings) -> dict[str, Any]:
-    """The run's row of the table: cells, drag and lift predicted (and true), relative L2 per variable,
-    per cell (``rel_l2_<name>``) and area-weighted (``rel_l2_area_<name>``: cells count by their
-    area, as in training, which samples cells in proportion to their area)."""
+    """The run's row of the table: cells, the coefficients predicted (and true, and published),
+    relative L2 per variable, per cell (``rel_l2_<name>``) and area-weighted (``rel_l2_area_<name>``:
+    cells count by their area, as in training, which samples cells in proportion to their area)."""
     record: dict[str, Any] = {"run": run.name, "kind": run.kind, "seconds": prediction.seconds}
     if prediction.surface is not None:
         record |= _surface_record(run, prediction.surface, dict(variables["surface"]), forces)
@@ -111,28 +112,57 @@ def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapp
     return record
 
 
+# each reference set's columns: <coefficient>_<kind> over the run's own, <coefficient>_constref_<kind> over the constant
+REFERENCE_SET_COLUMNS = {"own": "", "constant": "_constref"}
+
+
+def coefficient_columns(which: str, kind: str) -> dict[str, str]:
+    """{coefficient: column} of the reference set ``which`` (own, constant) and ``kind`` (pred,
+    true, published): ``cd_pred``, ``cd_constref_true``, ..."""
+    return {name: f"{name}{REFERENCE_SET_COLUMNS[which]}_{kind}" for name in COEFFICIENTS}
+
+
 def _surface_record(run: PredictionRun, predicted: np.ndarray, variables: dict[str, str],
                     forces: ForceSettings) -> dict[str, Any]:
-    """Drag and lift over every cell (a cell without prediction adds nothing), from the fields in
-    physical units, beside the published ones where the run has them; and the errors."""
+    """The coefficients over every cell (a cell without prediction adds nothing), from the fields
+    in physical units, over the run's own references and over the constant ones, beside the
+    published ones where the run has them; and the errors."""
     vector_areas = run.cell_vector_areas
     areas = np.linalg.norm(vector_areas, axis=1)
     to_physical = run.divisors["surface"].astype(np.float64)
     missing = ~np.all(np.isfinite(predicted), axis=1)
-    reference_area = forces.area_for(run.reference_area)
-    coefficients = forces.coefficients(np.where(missing[:, None], 0.0, predicted) * to_physical, vector_areas, areas,
-                                       variables, reference_area)
-    record = {"cells": len(predicted), "cells_not_predicted": int(missing.sum()), "a_ref": reference_area,
-              "cd_pred": coefficients["cd"], "cl_pred": coefficients["cl"]}
-    if run.published is not None:
-        record |= {"cd_published": run.published["cd"], "cl_published": run.published["cl"]}
+    record = {"cells": len(predicted), "cells_not_predicted": int(missing.sum())}
+    loads = {"pred": forces.loads(np.where(missing[:, None], 0.0, predicted) * to_physical, vector_areas, areas,
+                                  run.cell_centres, variables)}
     if run.has_truth:
-        truth = forces.coefficients(run.true_surface * to_physical, vector_areas, areas, variables, reference_area)
-        record |= {"cd_true": truth["cd"], "cl_true": truth["cl"]}
+        loads["true"] = forces.loads(run.true_surface * to_physical, vector_areas, areas, run.cell_centres, variables)
+    record |= _coefficients_record(run, loads, forces)
+    if run.has_truth:
         names = variable_names(variables)
         record |= {f"rel_l2_{name}": float(e) for name, e in zip(names, relative_l2(predicted, run.true_surface))}
         weighted = relative_l2(predicted, run.true_surface, weights=areas)
         record |= {f"rel_l2_area_{name}": float(e) for name, e in zip(names, weighted)}
+    return record
+
+
+def _coefficients_record(run: PredictionRun, loads: dict[str, Loads], forces: ForceSettings) -> dict[str, Any]:
+    """Each reference set's references (``a_ref``, ``l_ref``), coefficients of ``loads`` (pred,
+    true) and the published ones; none (a note instead) without a free-stream speed."""
+    free_stream = forces.free_stream(run.published)
+    if free_stream is None:
+        run.notes.append(f"{run.name}: no coefficients: dataset.flow.velocity is null and the run states no "
+                         "free-stream speed (dataset.references.columns.velocity)")
+        return {}
+    record: dict[str, Any] = {"u_inf": free_stream.velocity}
+    for which, chosen in forces.reference_sets(run.published).items():
+        suffix = REFERENCE_SET_COLUMNS[which]
+        record |= {f"a_ref{suffix}": chosen.references.area, f"l_ref{suffix}": chosen.references.length}
+        for kind, summed in loads.items():
+            values = forces.coefficients(summed, chosen.references, free_stream)
+            record |= {column: values[name] for name, column in coefficient_columns(which, kind).items()}
+        if chosen.published:
+            published = coefficient_columns(which, "published")
+            record |= {column: chosen.published[name] for name, column in published.items() if name in chosen.published}
     return record
 
 
@@ -165,8 +195,11 @@ def _plot(run: PredictionRun, predicted: np.ndarray, variables: Mapping[str, Map
     scale = split_columns(run.divisors["surface"][None], variables["surface"])[pressure]
     predicted_p = split_columns(predicted, variables["surface"])[pressure] * scale
     true_p = split_columns(run.arrays["surface_fields"], variables["surface"])[pressure] * scale if run.has_truth else None
-    title = f"{run.name}: Cd predicted {record['cd_pred']:.4f}, Cl predicted {record['cl_pred']:.4f}"
-    if run.has_truth:
+    if "cd_pred" not in record:
+        title = f"{run.name}: surface pressure"
+    else:
+        title = f"{run.name}: Cd predicted {record['cd_pred']:.4f}, Cl predicted {record['cl_pred']:.4f}"
+    if run.has_truth and "cd_true" in record:
         title += f" | Cd true {record['cd_true']:.4f}, Cl true {record['cl_true']:.4f}"
     return plot_surface_pressure(run.arrays["surface_mesh_centers"], predicted_p, true_p,
                                  out_dir / f"{run.name}_pressure.png", title)

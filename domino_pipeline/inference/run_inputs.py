@@ -5,11 +5,15 @@ Each becomes a ``PredictionRun``: the arrays in the processed-run layout (stl_*,
 volume_* when asked, global_params_*; fields non-dimensional, as process_data.py stores them), the
 mesh the surface rows are the cells of (where predictions are written), and what is true:
 
-- a raw folder (its files found through the dataset profile): the boundary surface's cells, with
-  its fields as truth; the volume VTU's points when asked; the published coefficients and
-  reference area (``dataset.coefficients``, ``dataset.references``) where the folder has them. The written VTP is the run's own, every array kept.
+- a raw folder (its files found through the dataset profile), read as process_data.py reads it
+  (the surface and, when asked, the volume a block at a time) into the arrays it would store:
+  the boundary surface's cells, with its fields as truth; the volume's rows when asked (a folder
+  without a volume is predicted on its surface); the published coefficients and references
+  (``dataset.coefficients``, ``dataset.references``) where the folder has them. The written VTP
+  is the run's own, every array kept.
 - a processed run (``<run>.zarr``, a local folder or an ``s3://``, ``gs://``, ``az://`` URL, read
-  through inputs/runs.py): its cell centres and fields; it keeps no cell connectivity, so the
+  through inputs/runs.py): its cell centres and fields, and the published coefficients and
+  references its attributes recorded from the raw folder; it keeps no cell connectivity, so the
   written "mesh" is a point cloud with one vertex cell per surface cell.
 - an STL alone: its triangles are the surface cells (centres, areas, normals from the winding,
   oriented the way the training data's normals point); nothing is true.
@@ -29,18 +33,15 @@ import pyvista as pv
 
 from domino_pipeline.inference.forces import mesh_vector_areas
 from domino_pipeline.dataset_profile import DatasetConfig
-from domino_pipeline.inputs.drivaerml_reader import (
-    read_mesh,
-    read_stl,
-    read_surface,
-    read_volume,
-)
+from domino_pipeline.inputs.drivaerml_reader import read_mesh, read_stl
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
-from domino_pipeline.inputs.processed_run import ProcessedRunError
-from domino_pipeline.inputs.published_forces import read_published
+from domino_pipeline.inputs.process_options import ProcessOptions
+from domino_pipeline.inputs.process_runs import process_in_memory
+from domino_pipeline.inputs.processed_run import ProcessedRunError, arrays_for
+from domino_pipeline.inputs.published_forces import Published
 from domino_pipeline.inputs.run_folder import run_files
 from domino_pipeline.inputs.runs import load_run as load_run_arrays
-from domino_pipeline.inputs.runs import open_run, run_name
+from domino_pipeline.inputs.runs import open_run, require_parts, run_name
 from domino_pipeline.object_store import as_location, is_url, join, name_of
 
 KINDS = ("raw", "processed", "stl")
@@ -81,10 +82,10 @@ class PredictionRun:
     has_truth: bool
     divisors: dict[str, np.ndarray]            # per part: physical = non-dimensional * divisor
     cell_vector_areas: np.ndarray              # (Ns, 3) float64: area x unit normal, oriented as the data's normals
+    cell_centres: np.ndarray                   # (Ns, 3) float64: the cells' centres (OpenFOAM's face centres), for the moments
     true_surface: np.ndarray | None            # (Ns, C) float64 non-dimensional true fields, for the forces
     volume_mesh: pv.DataSet | None = None      # its points are the volume rows, in order
-    reference_area: float | None = None        # the run's own A_ref, when published
-    published: dict[str, float] | None = None  # {"cd", "cl"} over the run's own references, when published
+    published: Published | None = None         # the published coefficients and references, where known
     notes: list[str] = field(default_factory=list)
 
 
@@ -138,63 +139,57 @@ def load_run(path: str | os.PathLike, *, dataset: DatasetConfig, physics: Physic
 
 def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume: bool,
                  volume_source: str = "points") -> PredictionRun:
-    """A raw run folder: STL, boundary surface (cells and true fields), volume VTU when asked."""
-    files = run_files(run_dir, dataset, "all" if volume else "surface")
-    variables = {part: dataset.variables(part) for part in ("surface", "volume")}
-    fields = {part: getattr(dataset.fields, part) for part in ("surface", "volume")}
-    arrays = read_stl(files.stl) | read_surface(files.surface, variables["surface"])
-    physics = physics.for_car(arrays["stl_coordinates"])
-    divisors = {part: physics.divisors(fields[part]) for part in ("surface", "volume")}
-    true_surface = arrays["surface_fields"].astype(np.float64) / physics.divisors(fields["surface"], np.float64)
-    arrays["surface_fields"] = arrays["surface_fields"] / divisors["surface"]
-    arrays["global_params_values"] = arrays["global_params_reference"] = physics.global_params()
+    """A raw run folder read as process_data.py reads it (``process_runs.process_in_memory``:
+    the STL whole, the boundary surface and, when asked, the volume a block at a time) into the
+    arrays it would store, with the coefficients and references the folder publishes; the VTP
+    read whole as well, every array kept, to write the predictions onto its cells."""
+    options = ProcessOptions(dataset=dataset, surface_fields=dict(dataset.fields.surface),
+                             volume_fields=dict(dataset.fields.volume), stream_velocity=physics.stream_velocity,
+                             air_density=physics.air_density, reference_length=physics.reference_length,
+                             volume_source=volume_source, parts="all" if volume else "surface")
+    arrays, attrs, notes = process_in_memory(run_dir, options)
+    files = run_files(run_dir, dataset, options.parts)
     mesh = _polydata(read_mesh(files.surface))
-    published = read_published(run_dir, files.index, dataset)
-    own = published.own_references
-    run = PredictionRun(name=run_dir.name, kind="raw", arrays=arrays, surface_mesh=mesh, has_truth=True,
-                        divisors=divisors, cell_vector_areas=mesh_vector_areas(mesh), true_surface=true_surface,
-                        reference_area=own.area if own else None,
-                        published=_drag_and_lift(published.own) if own else None)
-    if volume:
-        volume_arrays, source, run.notes = read_volume(files.volume, variables["volume"], volume_source)
-        arrays["volume_mesh_centers"] = volume_arrays["volume_mesh_centers"]
-        arrays["volume_fields"] = volume_arrays["volume_fields"] / divisors["volume"]
-        run.volume_mesh = point_cloud(arrays["volume_mesh_centers"], "unstructured")
+    run = _prediction_run(run_dir.name, "raw", arrays, attrs, (mesh, mesh_vector_areas(mesh)), volume, run_dir)
+    run.notes = notes
     return run
 
 
-def _drag_and_lift(coefficients: dict[str, float] | None) -> dict[str, float] | None:
-    """{"cd", "cl"} of published coefficients that have both, else None."""
-    if coefficients is None or not {"cd", "cl"} <= set(coefficients):
-        return None
-    return {name: coefficients[name] for name in ("cd", "cl")}
-
-
 def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
-    """A processed run (a folder or a URL): its arrays as stored; the surface "mesh" is a point
-    cloud of cell centres."""
+    """A processed run (a folder or a URL): its arrays as stored, and the published coefficients
+    and references it recorded (none for a run processed before they were recorded); the
+    surface "mesh" is a point cloud of cell centres."""
     opened = open_run(as_location(path))
     if opened.format != "processed":
         raise ProcessedRunError(f"{opened.path}: a {opened.format} run; predict.py reads the runs "
                                 "process_data.py writes (their attributes name the fields)")
-    attrs = opened.attrs
+    require_parts(opened, ("surface", "volume") if volume else ("surface",),
+                  "predict.volume=true" if volume else "predict.py (the surface it writes predictions onto)")
+    arrays = load_run_arrays(opened.path, arrays_for(("surface", "volume") if volume else ("surface",)),
+                             opened=opened)
+    vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
+    mesh = point_cloud(arrays["surface_mesh_centers"], "poly")
+    return _prediction_run(run_name(opened.path), "processed", arrays, opened.attrs, (mesh, vector_areas), volume,
+                           opened.path)
+
+
+def _prediction_run(name: str, kind: str, arrays: dict[str, np.ndarray], attrs: Mapping, surface: tuple,
+                    volume: bool, where: Path | str) -> PredictionRun:
+    """The run to predict of a processed run's ``arrays`` and attributes (the fields' roles and
+    the references that made them non-dimensional); ``surface``: (the mesh whose cells are the
+    surface rows, their vector areas)."""
+    if "surface_field_roles" not in attrs:
+        raise ProcessedRunError(f"{where}: processed before dataset profiles (no field roles recorded); "
+                                "process it again with process_data.py")
     length = attrs.get("nut_length_scale", attrs.get("reference_length"))
     physics = Physics(float(attrs["stream_velocity"]), float(attrs["air_density"]),
-                      None if length is None else float(length))
-    names = ["stl_coordinates", "stl_faces", "stl_centers", "stl_areas", "surface_mesh_centers", "surface_normals",
-             "surface_areas", "surface_fields", "global_params_values", "global_params_reference"]
-    arrays = load_run_arrays(opened.path, names + (["volume_mesh_centers", "volume_fields"] if volume else []),
-                             opened=opened)
-    physics = physics.for_car(arrays["stl_coordinates"])
-    if "surface_field_roles" not in attrs:
-        raise ProcessedRunError(f"{opened.path}: processed before dataset profiles (no field roles recorded); "
-                                "process it again with process_data.py")
+                      None if length is None else float(length)).for_car(arrays["stl_coordinates"])
     divisors = {part: physics.divisors(attrs[f"{part}_field_roles"]) for part in ("surface", "volume")}
-    vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
-    run = PredictionRun(name=run_name(opened.path), kind="processed", arrays=arrays,
-                        surface_mesh=point_cloud(arrays["surface_mesh_centers"], "poly"), has_truth=True,
-                        divisors=divisors, cell_vector_areas=vector_areas,
-                        true_surface=arrays["surface_fields"].astype(np.float64))
+    mesh, vector_areas = surface
+    run = PredictionRun(name=name, kind=kind, arrays=arrays, surface_mesh=mesh, has_truth=True, divisors=divisors,
+                        cell_vector_areas=vector_areas, cell_centres=arrays["surface_mesh_centers"].astype(np.float64),
+                        true_surface=arrays["surface_fields"].astype(np.float64),
+                        published=Published.from_attrs(attrs["published"]) if attrs.get("published") else None)
     if volume:
         run.volume_mesh = point_cloud(arrays["volume_mesh_centers"], "unstructured")
     return run
@@ -216,7 +211,8 @@ def load_stl(path: Path, dataset: DatasetConfig, physics: Physics, normals_out_o
     mesh = pv.PolyData(arrays["stl_coordinates"], np.column_stack([np.full(len(faces), 3), faces]).ravel())
     divisors = {part: physics.divisors(fields[part]) for part in ("surface", "volume")}
     return PredictionRun(name=path.stem, kind="stl", arrays=arrays, surface_mesh=mesh, has_truth=False,
-                         divisors=divisors, cell_vector_areas=vector_areas, true_surface=None)
+                         divisors=divisors, cell_vector_areas=vector_areas,
+                         cell_centres=arrays["stl_centers"].astype(np.float64), true_surface=None)
 
 
 def triangle_vector_areas(vertices: np.ndarray, faces: np.ndarray, *, out_of_body: bool) -> np.ndarray:

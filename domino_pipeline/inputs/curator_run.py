@@ -106,6 +106,15 @@ def read_npz(path: Path | str) -> tuple[str, Mapping[str, Any], dict]:
     return "npz", arrays, attrs
 
 
+def npz_names(path: Path | str) -> list[str]:
+    """The keys of an .npz file (or object), from its listing: no array is read."""
+    try:
+        with _binary(path) as handle, np.load(handle, allow_pickle=False) as npz:
+            return list(npz.files)
+    except (OSError, EOFError, ValueError) as err:
+        raise ProcessedRunError(f"{path}: not a readable .npz file ({err})") from err
+
+
 def _npy_dtype(handle: IO[bytes], path: Path | str) -> np.dtype:
     """Read an .npy header; return the array's dtype (the handle is left at the data)."""
     try:

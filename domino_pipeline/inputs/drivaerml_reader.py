@@ -12,7 +12,6 @@ the file and the problem.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +27,22 @@ from domino_pipeline.variables import variable_width
 
 class RunError(ValueError):
     """A run folder whose files are missing, unreadable or lack a field."""
+
+
+class MissingFieldError(RunError):
+    """Fields a file lacks: ``missing`` among its ``where`` data (point, cell), which holds the
+    arrays ``available``; ``hinted`` adds the profile keys that name them."""
+
+    def __init__(self, path: Path, where: str, missing: Collection[str], available: Collection[str],
+                 hint: str = "") -> None:
+        self.path, self.where, self.missing, self.available = Path(path), where, list(missing), sorted(available)
+        super().__init__(f"{path}: no {where} data {', '.join(self.missing)} (has {self.available}){hint}")
+
+    def hinted(self, keys: Mapping[str, str | None]) -> MissingFieldError:
+        """This error, its line ending with the profile keys (``keys``: field name -> key) to set."""
+        named = [keys[name] for name in self.missing if keys.get(name)]
+        hint = f"; set {' and '.join(named)} to one of them" if named else ""
+        return MissingFieldError(self.path, self.where, self.missing, self.available, hint)
 
 
 _READERS = {".stl": vtkSTLReader, ".vtp": vtkXMLPolyDataReader,
@@ -109,10 +124,11 @@ def read_mesh(
 
 
 def require_names(available: list[str], names: Collection[str], path: Path, where: str) -> None:
-    """RunError naming ``path`` and the ``names`` missing from its ``where`` (point, cell) arrays."""
+    """MissingFieldError naming ``path`` and the ``names`` missing from its ``where`` (point,
+    cell) arrays."""
     missing = [name for name in names if name not in available]
     if missing:
-        raise RunError(f"{path}: no {where} data {missing} (has {sorted(available)})")
+        raise MissingFieldError(path, where, missing, available)
 
 
 def field_columns(
@@ -123,7 +139,7 @@ def field_columns(
     for name, kind in variables.items():
         width = variable_width(name, kind)
         if name not in data:
-            raise RunError(f"{path}: no {where} data {name} (has {sorted(data.keys())})")
+            raise MissingFieldError(path, where, [name], data.keys())
         values = np.asarray(data[name], dtype=np.float32)
         values = values.reshape(len(values), -1)
         bad = int(values.size - np.count_nonzero(np.isfinite(values)))
@@ -237,6 +253,9 @@ def volume_source_used(
     if not missing:
         return source, []
     other = next(s for s in VOLUME_SOURCES if s != source)
+    absent = [name for name in missing if name not in available[other]]
+    if absent:
+        raise MissingFieldError(path, "point or cell", absent, {*available[source], *available[other]})
     if any(name not in available[other] for name in variables):
         raise RunError(f"{path}: fields {missing} missing as {source} data, and not all of "
                        f"{list(variables)} are {other} data either")

@@ -15,6 +15,7 @@ from domino_pipeline.config import (
     ProcessConfig,
     check_choice,
     check_scaling_references,
+    parts_named,
 )
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.nondimensional import field_divisors
@@ -36,11 +37,14 @@ class ProcessOptions:
     reference_length: float | None  # None: each car's length
     # points | cells; recorded as the source asked for (a run also records the one it fell back to)
     volume_source: str = field(metadata={"recorded_as": "volume_source_requested"})
+    # all | surface | volume: the meshes read besides the STL; runs processed before it have all
+    parts: str = field(default="all", metadata={"absent": "all"})
     # gather each run's statistics on the way (run_statistics.py); they change no array
     statistics: bool = field(default=True, metadata={"recorded": False})
 
     def __post_init__(self) -> None:
         check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)
+        parts_named(self.parts)
         check_scaling_references(self.stream_velocity, self.air_density, self.reference_length)
         for part in ("surface", "volume"):
             field_divisors(getattr(self, f"{part}_fields"), self.stream_velocity, self.air_density, 1.0)
@@ -51,7 +55,7 @@ class ProcessOptions:
         return cls(dataset=dataset, surface_fields=dict(dataset.fields.surface), volume_fields=dict(dataset.fields.volume),
                    stream_velocity=physics.stream_velocity, air_density=physics.air_density,
                    reference_length=physics.reference_length, volume_source=process.volume_source,
-                   statistics=process.statistics)
+                   parts=process.parts, statistics=process.statistics)
 
     @property
     def surface_variables(self) -> dict[str, str]:
@@ -72,7 +76,8 @@ class ProcessOptions:
     def differences(self, attrs: dict[str, Any]) -> list[str]:
         """``key: stored X, configured Y`` for each option that a processed run's ``attrs`` record
         otherwise."""
-        stored = {f.name: attrs.get(f.metadata.get("recorded_as", f.name)) for f in _recorded()}
+        stored = {f.name: attrs.get(f.metadata.get("recorded_as", f.name), f.metadata.get("absent"))
+                  for f in _recorded()}
         return [f"{key}: stored {stored[key]!r}, configured {getattr(self, key)!r}"
                 for key in stored if stored[key] != getattr(self, key)]
 

@@ -1,6 +1,7 @@
 """Raw run folders -> one processed ``<run>.zarr`` per run (layout: processed_run.py): process_data.py's work.
 
-Per run (files found through the dataset profile, run_folder.py): the STL (triangulated if needed)
+Per run (files found through the dataset profile, run_folder.py; the meshes ``process.parts``
+names, a mesh left out never opened): the STL (triangulated if needed)
 gives stl_*; the boundary surface (polygon cells with any vertex counts) gives cell centres, unit
 normals, areas (OpenFOAM's face geometry, cell_geometry.py) and the wall fields from cell data; the
 volume VTU gives points with point data, or cell centres (OpenFOAM's volume centroids, polyhedra
@@ -28,6 +29,7 @@ import traceback
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +37,7 @@ from tqdm import tqdm
 
 from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
 from domino_pipeline.inputs.column_moments import ColumnBounds
+from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.concat_bytes import file_pieces
 from domino_pipeline.inputs.drivaerml_reader import (
     SURFACE_ARRAYS,
@@ -49,13 +52,15 @@ from domino_pipeline.inputs.processed_run import (
     ProcessedRunError,
     StreamedRows,
     natural_key,
-    open_processed_run,
+    processed_in_memory,
     write_processed_run,
 )
-from domino_pipeline.inputs.run_folder import find_runs, run_files
+from domino_pipeline.inputs.published_forces import Published, read_published
+from domino_pipeline.inputs.run_folder import find_runs, profile_field_hints, run_files
 from domino_pipeline.inputs.run_statistics import RunStatistics, start_run_statistics
-from domino_pipeline.inputs.surface_stream import open_surface
-from domino_pipeline.inputs.volume_stream import open_volume
+from domino_pipeline.inputs.runs import open_run
+from domino_pipeline.inputs.surface_stream import SurfaceStream, open_surface
+from domino_pipeline.inputs.volume_stream import VolumeStream, open_volume
 from domino_pipeline.run_report import RunResult
 
 # ----------------------------------------------------------------------------- one run
@@ -78,11 +83,46 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
     whole). Returns the written path and notes (such as a volume-source fallback). Raises
     FileNotFoundError or RunError naming the file and the problem.
     """
+    contents = read_run(run_dir, options, block_rows, surface_block)
+    return write_processed_run(out_path, contents.arrays, contents.attrs, contents.streamed), contents.notes
+
+
+def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions, block_rows: int = VOLUME_BLOCK_ROWS,
+                      surface_block: int = SURFACE_BLOCK_CELLS) -> tuple[dict[str, np.ndarray], dict, list[str]]:
+    """The arrays and attributes ``process_run`` would write for ``run_dir``, in memory (the
+    surface and the volume read as ``process_run`` reads them, a block at a time), and its notes."""
+    contents = read_run(run_dir, options, block_rows, surface_block)
+    arrays, attrs = processed_in_memory(run_dir, contents.arrays, contents.attrs, contents.streamed)
+    return arrays, attrs, contents.notes
+
+
+@dataclass
+class RunContents:
+    """A raw run opened for processing: the STL's arrays and the global parameters (in memory),
+    the group attributes, the surface's and the volume's arrays as StreamedRows (read a block at
+    a time as they are consumed) and notes."""
+
+    arrays: dict[str, np.ndarray]
+    attrs: dict
+    streamed: list[StreamedRows]
+    notes: list[str]
+
+
+def read_run(run_dir: str | os.PathLike, options: ProcessOptions, block_rows: int = VOLUME_BLOCK_ROWS,
+             surface_block: int = SURFACE_BLOCK_CELLS) -> RunContents:
+    """Open a raw run folder for processing: the STL read (triangulated, zero-area triangles
+    dropped), the surface and the volume opened (their headers read) if ``options.parts`` asks
+    for them; a mesh left out is never opened."""
     run_dir = Path(run_dir)
-    files = run_files(run_dir, options.dataset)
+    files = run_files(run_dir, options.dataset, options.parts)
     stl, dropped = drop_zero_area(read_stl_triangles(files.stl))
-    surface = open_surface(files.surface, options.surface_variables)
-    volume = open_volume(files.volume, options.volume_variables, options.volume_source)
+    surface = volume = None
+    if files.surface is not None:
+        with profile_field_hints(options.surface_fields, "surface"):
+            surface = open_surface(files.surface, options.surface_variables)
+    if files.volume is not None:
+        with profile_field_hints(options.volume_fields, "volume"):
+            volume = open_volume(files.volume, options.volume_variables, options.volume_source)
     length = car_length(stl["stl_coordinates"]) if options.reference_length is None else options.reference_length
     refs = (options.stream_velocity, options.air_density, length)
     params = np.array([options.stream_velocity, options.air_density], dtype=np.float32)
@@ -93,33 +133,49 @@ def process_run(run_dir: str | os.PathLike, out_path: str | os.PathLike, options
         **options.recorded(),
         "physics_constants": {"stream_velocity": options.stream_velocity, "air_density": options.air_density},
         "nut_length_scale": float(length),
-        "volume_source": volume.source,
-        "counts": {
-            "stl_points": len(stl["stl_coordinates"]),
-            "stl_triangles": len(stl["stl_centers"]),
-            "surface_cells": surface.n_cells,
-            "volume_points": volume.n_rows,
-        },
+        "volume_source": volume.source if volume else None,
+        "counts": _counts(stl, surface, volume),
         "sources": {kind: {"name": p.name, "bytes": source_bytes(p)} for kind, p in files.sources().items()},
+        "published": published_record(run_dir, files.index, options.dataset),
     }
     bounds = {"stl": _bounds(stl["stl_coordinates"])}
     surface_divisors = field_divisors(options.surface_fields, *refs)
     volume_divisors = field_divisors(options.volume_fields, *refs)
-    statistics = start_run_statistics(options, run_dir, files.index, stl, dropped, surface_divisors,
-                                      volume_divisors) \
+    statistics = start_run_statistics(options, stl, dropped, Published.from_attrs(attrs["published"]),
+                                      surface_divisors if surface is not None else None,
+                                      volume_divisors if volume is not None else None) \
         if options.statistics else None
-    cell_quality = None if statistics is None else statistics.surface.cells.add
     notes = stl_defects(stl["stl_faces"], stl["stl_areas"], files.stl, dropped,
-                        None if statistics is None else statistics.stl) + volume.notes
-    streamed = [
-        _streamed_rows(surface_shapes(surface.n_cells, len(surface_divisors)),
-                       _scaled(surface.blocks(surface_block, cell_quality), surface_divisors), bounds, "surface",
-                       statistics),
-        _streamed_rows({"volume_mesh_centers": (volume.n_rows, 3),
-                        "volume_fields": (volume.n_rows, len(volume_divisors))},
-                       _scaled(volume.blocks(block_rows), volume_divisors), bounds, "volume", statistics),
-    ]
-    return write_processed_run(out_path, arrays, attrs, streamed), notes
+                        None if statistics is None else statistics.stl) + (volume.notes if volume else [])
+    streamed = []
+    if surface is not None:
+        cell_quality = None if statistics is None else statistics.surface.cells.add
+        streamed.append(_streamed_rows(surface_shapes(surface.n_cells, len(surface_divisors)),
+                                       _scaled(surface.blocks(surface_block, cell_quality), surface_divisors),
+                                       bounds, "surface", statistics))
+    if volume is not None:
+        streamed.append(_streamed_rows({"volume_mesh_centers": (volume.n_rows, 3),
+                                        "volume_fields": (volume.n_rows, len(volume_divisors))},
+                                       _scaled(volume.blocks(block_rows), volume_divisors), bounds, "volume",
+                                       statistics))
+    return RunContents(arrays, attrs, streamed, notes)
+
+
+def _counts(stl: dict[str, np.ndarray], surface: SurfaceStream | None, volume: VolumeStream | None) -> dict[str, int]:
+    """The row counts a processed run records: of the STL, and of the parts read."""
+    counts = {"stl_points": len(stl["stl_coordinates"]), "stl_triangles": len(stl["stl_centers"])}
+    if surface is not None:
+        counts["surface_cells"] = surface.n_cells
+    if volume is not None:
+        counts["volume_points"] = volume.n_rows
+    return counts
+
+
+def published_record(run_dir: Path, index: str, dataset: DatasetConfig) -> dict:
+    """The coefficients and references the run folder publishes (``published_forces.read_published``),
+    as the processed run's attributes keep them: a prediction from the processed run reports what
+    one from the raw folder does."""
+    return read_published(run_dir, index, dataset).as_attrs()
 
 
 def source_bytes(path: Path) -> int:
@@ -242,7 +298,9 @@ def settings_differences(out: Path, options: ProcessOptions) -> list[str]:
     """``key: stored X, configured Y`` for each recorded setting of the processed run ``out``
     that differs from ``options``; an unreadable run is one difference."""
     try:
-        attrs = open_processed_run(out).attrs
+        run = open_run(out)
     except (ProcessedRunError, OSError, ValueError) as err:
         return [f"unreadable: {err}"]
-    return options.differences(attrs)
+    if run.format != "processed":
+        return [f"not written by process_data.py (a {run.format} run)"]
+    return options.differences(run.attrs)

@@ -16,19 +16,20 @@ level 5 and byte shuffle; every chunk is written, fill-valued ones too (attribut
 ``all_chunks_written``), so a missing one is an error, not zeros. Group attributes: format,
 format_version, filename, stream_velocity,
 air_density (also as curator's physics_constants), reference_length (as configured; null: the
-car's length), nut_length_scale (the L used), counts, bounds, field column names and the source
-files.
+car's length), nut_length_scale (the L used), counts, bounds, field column names, the source
+files, ``parts`` (``process.parts``: "all"; "surface", a run without volume arrays; "volume",
+one without surface arrays; absent in runs written before it: "all") and ``published`` (the
+coefficients and references the run folder publishes, ``published_forces.Published.as_attrs``).
 
-    from domino_pipeline.inputs.processed_run import load_processed_run
-    run = load_processed_run("outputs/demo/processed/run_1.zarr", ["surface_mesh_centers", "surface_fields"])
+runs.py reads this layout (``open_run``, ``load_run``) and physicsnemo-curator's forms of the same
+arrays (Zarr v2 or v3 groups, .npz, .npy):
 
-The same arrays in physicsnemo-curator's forms (Zarr v2 or v3 groups, .npz, .npy) are read by
-runs.py, which lists and loads runs of every accepted form, this one included.
+    from domino_pipeline.inputs.runs import load_run
+    run = load_run("outputs/demo/processed/run_1.zarr", ["surface_mesh_centers", "surface_fields"])
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import uuid
@@ -41,6 +42,7 @@ import zarr
 from zarr.codecs import BloscCodec
 
 from domino_pipeline.atomic_store import atomic_directory
+from domino_pipeline.config import PARTS, parts_named
 from domino_pipeline.object_store import name_of
 
 FORMAT = "drivaerml-processed"
@@ -68,6 +70,16 @@ ARRAY_SHAPES: dict[str, tuple[str | int | None, ...]] = {
     "global_params_reference": ("global_params",),
 }
 ARRAY_NAMES: tuple[str, ...] = tuple(ARRAY_SHAPES)
+# The arrays of each part (config.PARTS); the STL's and the global parameters belong to every run
+PART_ARRAYS: dict[str, tuple[str, ...]] = {part: tuple(n for n in ARRAY_NAMES if n.startswith(f"{part}_"))
+                                           for part in PARTS}
+
+
+def arrays_for(parts: Sequence[str]) -> list[str]:
+    """The arrays (in ARRAY_NAMES order) of a run that holds ``parts``: the STL's, the global
+    parameters and those of each part."""
+    left_out = {name for part in PARTS if part not in parts for name in PART_ARRAYS[part]}
+    return [name for name in ARRAY_NAMES if name not in left_out]
 
 
 class ProcessedRunError(ValueError):
@@ -99,15 +111,12 @@ def write_processed_run(
 
     Each of ``streamed`` writes further arrays (the surface's, the volume's) from blocks of rows,
     so that they are never held whole; their ``attrs()`` (bounds, say, known once every row is
-    seen) join ``attrs``, in order. The group is built under a hidden temporary name and renamed
-    into place when complete.
+    seen) join ``attrs``, in order. The arrays of the parts ``attrs["parts"]`` names (default
+    "all") are required. The group is built under a hidden temporary name and renamed into place
+    when complete.
     """
     path = Path(path)
-    arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
-    later = {name: shape for rows in streamed for name, shape in rows.shapes.items()}
-    validate_arrays(arrays, path, required=[n for n in ARRAY_NAMES if n not in later])
-    if later:
-        check_shapes({**{n: tuple(v.shape) for n, v in arrays.items()}, **later}, path)
+    arrays = _checked_arrays(path, arrays, attrs, streamed)
     with atomic_directory(path) as tmp:
         group = zarr.create_group(store=str(tmp), zarr_format=3)
         for name in ARRAY_NAMES:
@@ -116,12 +125,49 @@ def write_processed_run(
         extra = {}
         for rows in streamed:
             extra |= rows.write(group, path)
-        # write_id: a rewrite with new values but the same shapes still changes the group's
-        # metadata, which is what a cache's source fingerprint hashes.
-        group.attrs.update({"format": FORMAT, "format_version": FORMAT_VERSION,
-                            "write_id": uuid.uuid4().hex, "all_chunks_written": True,
-                            **attrs, **extra})
+        group.attrs.update(_group_attrs(attrs, extra))
     return path
+
+
+def processed_in_memory(
+    where: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
+    streamed: "Sequence[StreamedRows]" = (),
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays and attributes ``write_processed_run`` would store, in memory instead (each of
+    ``streamed`` read a block of rows at a time into whole arrays, checked as they are written):
+    the same validation, the same values. ``where`` names the run in errors."""
+    where = Path(where)
+    arrays = dict(_checked_arrays(where, arrays, attrs, streamed))
+    extra = {}
+    for rows in streamed:
+        collected, more = rows.collect(where)
+        arrays |= collected
+        extra |= more
+    return {name: arrays[name] for name in ARRAY_NAMES if name in arrays}, _group_attrs(attrs, extra)
+
+
+def _checked_arrays(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
+                    streamed: "Sequence[StreamedRows]") -> dict[str, np.ndarray]:
+    """``arrays`` contiguous, after checking them and the shapes ``streamed`` will write against
+    the layout: names, shapes and the arrays of the recorded parts."""
+    arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
+    later = {name: shape for rows in streamed for name, shape in rows.shapes.items()}
+    required = arrays_for(parts_named(attrs.get("parts", "all")))
+    other = [name for name in [*arrays, *later] if name in ARRAY_SHAPES and name not in required]
+    if other:
+        raise ProcessedRunError(f"{path}: arrays {other} given, but the run records parts={attrs.get('parts')!r}")
+    validate_arrays(arrays, path, required=[n for n in required if n not in later])
+    if later:
+        check_shapes({**{n: tuple(v.shape) for n, v in arrays.items()}, **later}, path)
+    return arrays
+
+
+def _group_attrs(attrs: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The group attributes of a processed run: the format's, then ``attrs``, then ``extra``."""
+    # write_id: a rewrite with new values but the same shapes still changes the group's
+    # metadata, which is what a cache's source fingerprint hashes.
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "write_id": uuid.uuid4().hex,
+            "all_chunks_written": True, **attrs, **extra}
 
 
 def _create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype: np.dtype) -> zarr.Array:
@@ -144,8 +190,18 @@ class StreamedRows:
 
     def write(self, group: zarr.Group, path: Path) -> dict[str, Any]:
         """Write every block into new arrays of ``group``; return ``attrs()``."""
-        writers = [_ShardWriter(_create_array(group, name, shape, np.float32), name)
-                   for name, shape in self.shapes.items()]
+        return self._drain([_ShardWriter(_create_array(group, name, shape, np.float32), name)
+                            for name, shape in self.shapes.items()], path)
+
+    def collect(self, path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Every block into whole float32 arrays in memory, checked as ``write`` checks them;
+        (the arrays by name, ``attrs()``)."""
+        writers = [_ShardWriter(np.empty(shape, dtype=np.float32), name) for name, shape in self.shapes.items()]
+        attrs = self._drain(writers, path)
+        return {writer.name: writer.array for writer in writers}, attrs
+
+    def _drain(self, writers: "list[_ShardWriter]", path: Path) -> dict[str, Any]:
+        """Every block, checked, into ``writers`` (one per array, in ``shapes`` order); ``attrs()``."""
         for block in self.blocks:
             for writer, rows in zip(writers, block):
                 rows = check_values(writer.name, np.asarray(rows), path, None)
@@ -158,18 +214,22 @@ class StreamedRows:
 
 
 class _ShardWriter:
-    """Appends rows to a Zarr array, writing whole shards (or chunks) as they fill."""
+    """Appends rows to a Zarr array, writing whole shards (or chunks) as they fill; or to a
+    numpy array, a block at a time."""
 
-    def __init__(self, array: zarr.Array, name: str) -> None:
+    def __init__(self, array: zarr.Array | np.ndarray, name: str) -> None:
         self.array, self.name = array, name
-        self.step = (array.shards or array.chunks)[0]
+        # rows written at a time: whole shards of a Zarr array; whatever came, into a numpy array
+        self.step = (array.shards or array.chunks)[0] if isinstance(array, zarr.Array) else None
         self.pending: list[np.ndarray] = []
         self.held = self.written = 0
 
     def append(self, rows: np.ndarray) -> None:
         self.pending.append(rows)
         self.held += len(rows)
-        while self.held >= self.step:
+        if self.step is None:
+            self._flush(self.held)
+        while self.step is not None and self.held >= self.step:
             self._flush(self.step)
 
     def _flush(self, n: int) -> None:
@@ -259,19 +319,6 @@ def validate_arrays(
     return {name: check_values(name, value, path, n_points) for name, value in arrays.items()}
 
 
-def open_processed_run(path: str | os.PathLike) -> zarr.Group:
-    """Open a processed run read-only, for partial reads of its arrays."""
-    path = Path(path)
-    if not (path / "zarr.json").is_file():
-        raise FileNotFoundError(f"{path}: no processed run (no zarr.json)")
-    group = zarr.open_group(store=str(path), mode="r")
-    if group.attrs.get("format") != FORMAT:
-        found = group.attrs.get("format")
-        raise ProcessedRunError(f"{path}: not a {FORMAT} group (format={found})")
-    check_format_version(group.attrs, path)
-    return group
-
-
 def check_format_version(attrs: Mapping[str, Any], path: str | os.PathLike) -> None:
     """ProcessedRunError naming ``path`` when a processed run's ``attrs`` record another
     format_version than this reader's; for an earlier one, what differs and how to reprocess."""
@@ -281,30 +328,6 @@ def check_format_version(attrs: Mapping[str, Any], path: str | os.PathLike) -> N
     older = f" ({OLDER_FORMATS[found]}); reprocess it with process_data.py process.overwrite=true" \
         if found in OLDER_FORMATS else ""
     raise ProcessedRunError(f"{path}: format_version {found}, this reader reads {FORMAT_VERSION}{older}")
-
-
-def load_processed_run(
-    path: str | os.PathLike, arrays: Sequence[str] | None = None
-) -> dict[str, np.ndarray]:
-    """Read ``arrays`` (default: all) of a processed run, validated; stl_faces comes as int32.
-
-    Shapes are checked across every array in the group, values only for those read. Raises
-    FileNotFoundError for a missing run and ProcessedRunError (a ValueError) naming the file and
-    array for a missing array, a wrong shape or a non-finite value.
-    """
-    path = Path(path)
-    names = list(ARRAY_NAMES if arrays is None else arrays)
-    unknown = sorted(set(names) - set(ARRAY_SHAPES))
-    if unknown:
-        raise ValueError(f"unknown arrays {unknown}; choose from {list(ARRAY_NAMES)}")
-    group = open_processed_run(path)
-    present = {name: group[name] for name in ARRAY_NAMES if name in group}
-    missing = [name for name in names if name not in present]
-    if missing:
-        raise ProcessedRunError(f"{path}: missing arrays {missing}")
-    check_shapes({name: tuple(array.shape) for name, array in present.items()}, path)
-    n_points = present["stl_coordinates"].shape[0] if "stl_coordinates" in present else None
-    return {name: check_values(name, present[name][...], path, n_points) for name in names}
 
 
 def natural_key(path: Path | str) -> list[int | str]:

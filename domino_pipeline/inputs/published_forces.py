@@ -1,7 +1,7 @@
 """The force coefficients and reference values a run folder publishes beside its meshes, read
 through the dataset profile (``dataset.coefficients``, ``dataset.references``).
 
-DrivAerML, for example, publishes per run:
+Two formats (``format``). ``csv``: a header and one row; DrivAerML, for example, publishes per run
 
     force_mom_<i>.csv           one row: Cd, Cl, Clf, Clr, Cs over the variant's own references
     force_mom_constref_<i>.csv  the same over the constant references
@@ -9,6 +9,11 @@ DrivAerML, for example, publishes per run:
 
 Columns are found by name, case-insensitive, surrounding spaces ignored (published headers put a
 space after each comma, or not); a vector is three numbers in one field, in parentheses or not.
+``openfoam``: the file OpenFOAM's forceCoeffs function object writes (``coefficient.dat``;
+``forceCoeffs.dat`` in older versions), whose ``# key : value`` header lines (``magUInf``,
+``lRef``, ``Aref``, ``CofR`` ...) and the columns of its last line (named by the comment line
+before the first value line: ``# Time Cd Cs Cl ...``) are read as one row: the coefficients of
+the last time, which is the time foamToVTK -latestTime exports.
 
     published = read_published(Path("run_7"), "7", profile)
     published.own["cd"], published.own_references.area
@@ -36,17 +41,37 @@ class References:
 @dataclass(frozen=True)
 class Published:
     """A run's published coefficients (COEFFICIENTS keys it publishes) over its own references
-    and over the constant ones (None: not published), and those references (``own_references``
-    None: the run has no file of its own)."""
+    and over the constant ones (None: not published), those references (``own_references``
+    None: the run has no file of its own), and the free-stream speed its file states (m/s; None:
+    the profile's ``dataset.flow.velocity``)."""
 
     own: dict[str, float] | None
     constant: dict[str, float] | None
     own_references: References | None
     constant_references: References
+    velocity: float | None = None
 
     def references(self, which: str) -> References | None:
         """The references of ``which`` ("own" or "constant")."""
         return self.own_references if which == "own" else self.constant_references
+
+    def as_attrs(self) -> dict:
+        """The record a processed run keeps in its attributes (plain JSON values)."""
+        def refs(value: References | None) -> dict | None:
+            return None if value is None else {"area": value.area, "length": value.length, "centre": list(value.centre)}
+
+        return {"own": self.own, "constant": self.constant, "own_references": refs(self.own_references),
+                "constant_references": refs(self.constant_references), "velocity": self.velocity}
+
+    @classmethod
+    def from_attrs(cls, record: dict) -> Published:
+        """The inverse of ``as_attrs``."""
+        def refs(value: dict | None) -> References | None:
+            return None if value is None else References(float(value["area"]), float(value["length"]),
+                                                         tuple(float(v) for v in value["centre"]))
+
+        return cls(own=record["own"], constant=record["constant"], own_references=refs(record["own_references"]),
+                   constant_references=refs(record["constant_references"]), velocity=record.get("velocity"))
 
 
 def read_first_row(path: Path) -> dict[str, str]:
@@ -57,6 +82,35 @@ def read_first_row(path: Path) -> dict[str, str]:
     if len(rows) < 2 or len(rows[1]) != len(rows[0]):
         raise ValueError(f"{path}: expected a header and one row of as many values, got {rows[:2]}")
     return {name.strip().lower(): value.strip() for name, value in zip(rows[0], rows[1])}
+
+
+def read_openfoam_row(path: Path) -> dict[str, str]:
+    """The header entries (``# key : value``) and the last line's values of a forceCoeffs file,
+    one row keyed by lower-case name, as strings; ValueError naming the file when it has no
+    values or its last line is cut short."""
+    header, names, last, comment = {}, None, None, None
+    with open(path) as file:
+        for line in file:
+            text = line.strip()
+            if text.startswith("#"):
+                comment = text.lstrip("#").strip()
+                key, colon, value = comment.partition(":")
+                if colon and key.strip():
+                    header[key.strip().lower()] = value.strip()
+            elif text:
+                names = comment.split() if names is None and comment else names
+                last = text.split()
+    if names is None or last is None:
+        raise ValueError(f"{path}: no values under a comment line naming the columns (a forceCoeffs file)")
+    if len(last) != len(names):
+        raise ValueError(f"{path}: the last line has {len(last)} values for the {len(names)} columns "
+                         f"{names} (a line cut short?)")
+    return header | {name.lower(): value for name, value in zip(names, last)}
+
+
+def read_row(path: Path, format: str) -> dict[str, str]:
+    """The one row of a published file of ``format`` (``csv`` or ``openfoam``)."""
+    return read_first_row(path) if format == "csv" else read_openfoam_row(path)
 
 
 def _number(row: dict[str, str], column: str, path: Path) -> float:
@@ -88,26 +142,43 @@ def _cell(row: dict[str, str], column: str, path: Path) -> str:
     return row[column.lower()]
 
 
-def _run_file(run_dir: Path, pattern: str | None, index: str) -> Path | None:
-    """The run's file of ``pattern`` (with ``{index}``), or None when not published or absent."""
+def _run_file(run_dir: Path, pattern: str | None, index: str, key: str) -> Path | None:
+    """The run's file of ``pattern`` (with ``{index}``; ``**`` reaches into subfolders), or None
+    when not published or absent; ValueError naming the profile ``key`` when several match."""
     if pattern is None:
         return None
-    matches = sorted(run_dir.glob(pattern.replace("{index}", index)))
-    return matches[0] if len(matches) == 1 and matches[0].is_file() else None
+    matches = sorted(p for p in run_dir.glob(pattern.replace("{index}", index)) if p.is_file())
+    if len(matches) > 1:
+        names = [str(p.relative_to(run_dir)) for p in matches]
+        raise ValueError(f"{run_dir}: {key} ({pattern}) matches {len(matches)} files {names}; keep one "
+                         f"(the one of the exported time) or set {key} to it")
+    return matches[0] if matches else None
 
 
-def read_coefficients(path: Path, columns: dict[str, str]) -> dict[str, float]:
-    """The coefficients of a one-row CSV, by the profile's column names; ValueError naming the file
-    when the file lacks one."""
-    row = read_first_row(path)
+def read_coefficients(path: Path, columns: dict[str, str], format: str = "csv") -> dict[str, float]:
+    """The coefficients of a published file of ``format``, by the profile's column names;
+    ValueError naming the file when the file lacks one."""
+    row = read_row(path, format)
     return {name: _number(row, column, path) for name, column in columns.items()}
+
+
+def read_velocity(path: Path, profile: ReferencesProfile) -> float | None:
+    """The free-stream speed a run's references file states (``columns.velocity``), or None
+    when the profile names no such column; ValueError naming the file unless positive."""
+    if "velocity" not in profile.columns:
+        return None
+    velocity = _number(read_row(path, profile.format), profile.columns["velocity"], path)
+    if not velocity > 0:
+        raise ValueError(f"{path}: the free-stream speed ({profile.columns['velocity']}) must be positive, "
+                         f"not {velocity}")
+    return velocity
 
 
 def read_references(path: Path, profile: ReferencesProfile, which: str = "own") -> References:
     """A run's own (``which`` "own") or constant ("constant") references from its references
     file, by the profile's columns (``columns``, ``constant_columns``); quantities the profile
     names no column for are the profile's constant ones."""
-    row = read_first_row(path)
+    row = read_row(path, profile.format)
     columns = profile.columns if which == "own" else profile.constant_columns
     return References(
         area=_number(row, columns["area"], path) if "area" in columns else profile.area,
@@ -125,8 +196,9 @@ def read_published(run_dir: Path, index: str, profile: DatasetConfig) -> Publish
     """What run ``run_dir`` (number ``index``) publishes; absent files give None. The values must
     be positive where they are references (ValueError naming the file otherwise)."""
     coefficients, references = profile.coefficients, profile.references
-    own, constant = (_run_file(run_dir, pattern, index) for pattern in (coefficients.own, coefficients.constant))
-    reference_file = _run_file(run_dir, references.file, index)
+    own, constant = (_run_file(run_dir, pattern, index, f"dataset.coefficients.{key}")
+                     for key, pattern in (("own", coefficients.own), ("constant", coefficients.constant)))
+    reference_file = _run_file(run_dir, references.file, index, "dataset.references.file")
     own_references = read_references(reference_file, references) if reference_file else None
     if own_references is not None and not (own_references.area > 0 and own_references.length > 0):
         raise ValueError(f"{reference_file}: the reference area and length must be positive, not "
@@ -134,8 +206,9 @@ def read_published(run_dir: Path, index: str, profile: DatasetConfig) -> Publish
     constant_refs = (read_references(reference_file, references, "constant") if reference_file
                      else constant_references(references))
     return Published(
-        own=read_coefficients(own, coefficients.columns) if own else None,
-        constant=read_coefficients(constant, coefficients.columns) if constant else None,
+        own=read_coefficients(own, coefficients.columns, coefficients.format) if own else None,
+        constant=read_coefficients(constant, coefficients.columns, coefficients.format) if constant else None,
         own_references=own_references,
         constant_references=constant_refs,
+        velocity=read_velocity(reference_file, references) if reference_file else None,
     )

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from domino_pipeline.config import PROCESS_PARTS, check_choice
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.concat_bytes import file_present
+from domino_pipeline.inputs.drivaerml_reader import MissingFieldError
 from domino_pipeline.inputs.processed_run import natural_key
 
-PROCESS_PARTS = ("all", "surface", "volume")  # which of a run's meshes are read (the STL always is)
+# What the error for a missing mesh adds: the setting that leaves it out
+LEAVE_OUT = {"dataset.files.volume": "process.parts=surface leaves the volume out",
+             "dataset.files.surface": "process.parts=volume leaves the surface out"}
 
 
 @dataclass(frozen=True)
@@ -61,13 +67,20 @@ def resolve(run_dir: Path, pattern: str, index: str, key: str) -> Path:
     if not glob.has_magic(name):
         path = run_dir / name
         if not file_present(path):
-            raise FileNotFoundError(f"{path}: missing file ({key})")
+            raise FileNotFoundError(f"{path}: missing file ({_described(key)})")
         return path
     matches = sorted(p for p in run_dir.glob(name) if p.is_file())
-    if len(matches) != 1:
-        found = [p.name for p in matches] or "none"
+    if not matches:
+        raise FileNotFoundError(f"{run_dir / name}: no file matches ({_described(key)})")
+    if len(matches) > 1:
+        found = [p.name for p in matches]
         raise FileNotFoundError(f"{run_dir / name}: expected one file matching {key}, found {found}")
     return matches[0]
+
+
+def _described(key: str) -> str:
+    """The profile key of a missing file, with the setting that leaves that mesh out."""
+    return f"{key}; {LEAVE_OUT[key]}" if key in LEAVE_OUT else key
 
 
 def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunFiles:
@@ -76,8 +89,7 @@ def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunF
     ``parts`` (PROCESS_PARTS): "surface" or "volume" leaves the other mesh out (its file need not
     exist). A volume published as ``<name>.00.part``, ``.01.part``, ... (or ``.part1``, ...) is found
     by its whole name, which the streaming reader opens piece by piece."""
-    if parts not in PROCESS_PARTS:
-        raise ValueError(f"process.parts must be one of {list(PROCESS_PARTS)}, not {parts!r}")
+    check_choice("process.parts", parts, PROCESS_PARTS)
     index = run_index(run_dir, profile)
     files = profile.files
     areas = None
@@ -91,3 +103,15 @@ def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunF
         volume=resolve(run_dir, files.volume, index, "dataset.files.volume") if parts != "surface" else None,
         surface_areas=areas,
     )
+
+
+@contextmanager
+def profile_field_hints(fields: Mapping[str, str], part: str) -> Iterator[None]:
+    """Within: a file that lacks a field of ``part`` (MissingFieldError) is refused with the
+    profile key that names it, ``fields`` being the profile's role -> name of ``part``
+    (``...: no cell data pMean (has ['p', ...]); set dataset.fields.surface.pressure to one of them``)."""
+    try:
+        yield
+    except MissingFieldError as err:
+        keys = {name: f"dataset.fields.{part}.{role}" for role, name in fields.items()}
+        raise err.hinted(keys) from None

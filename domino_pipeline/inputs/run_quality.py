@@ -189,9 +189,6 @@ def _choose_convention(rows: Sequence[Mapping], flow: FlowProfile, tolerance: fl
 
 def _check_coefficients(rows: Sequence[Mapping], flow: FlowProfile, tolerance: float,
                         verdicts: QualityVerdicts) -> None:
-    if flow.velocity is None:
-        verdicts.notes.append("integrated coefficients not checked: dataset.flow.velocity is null")
-        return
     verdicts.convention = _choose_convention(rows, flow, tolerance, verdicts)
     for row in rows:
         if row.get("published.error"):

@@ -11,7 +11,8 @@ as the processed run's ``statistics`` attribute and collected into the processed
                  "force_sums": {"pressure": [3], "shear": [3]}, "cells": {cell_quality's}},
      "volume": {"count", "positions", "fields"},
      "consistency": {"surface_to_stl_volume", "surface_stl_bounds_gap"},
-     "published": {"own": {"cd", ..}, "own_area", "constant": {..}, "constant_area"} (or {"error": ..}),
+     "published": {"own": {"cd", ..}, "own_area", "constant": {..}, "constant_area", "velocity"}
+                  (or {"error": ..}),
      "forces": {"own": {"cd", "cl"}, "constant": {"cd", "cl"}}}
 
 Field statistics are of the fields as stored (dimensionless, processed_run.py's columns); the
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,7 +54,7 @@ from domino_pipeline.inputs.cell_quality import CellQuality
 from domino_pipeline.inputs.column_moments import ColumnBounds, ColumnMoments
 from domino_pipeline.inputs.drivaerml_reader import stl_defect_counts
 from domino_pipeline.inputs.process_options import ProcessOptions
-from domino_pipeline.inputs.published_forces import Published, read_published
+from domino_pipeline.inputs.published_forces import Published
 from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH, column_names
 
 STATISTICS_VERSION = 1
@@ -184,7 +184,7 @@ class RunStatistics:
         elif published is not None:
             self.published = {"own": published.own, "constant": published.constant,
                               "own_area": None if published.own_references is None else published.own_references.area,
-                              "constant_area": published.constant_references.area}
+                              "constant_area": published.constant_references.area, "velocity": published.velocity}
 
     def summary(self) -> dict[str, Any]:
         """The run's statistics (module docstring), as plain JSON values."""
@@ -232,14 +232,15 @@ def consistency(statistics: Mapping[str, Any]) -> dict[str, float | None]:
 def integrated_coefficients(statistics: Mapping[str, Any], flow: FlowProfile,
                             convention: ForceConvention) -> dict[str, dict[str, float]]:
     """{"own": {cd, cl}, "constant": {cd, cl}}: a run's force sums under ``convention`` over its
-    own and the constant reference areas (each where known), with ``flow``'s free stream and
-    directions; empty without force sums or a flow speed (``dataset.flow.velocity`` null)."""
+    own and the constant reference areas (each where known), with ``flow``'s free stream (its
+    speed, else the one the run publishes) and directions; empty without force sums or a speed."""
     sums = (statistics.get("surface") or {}).get("force_sums")
     published = statistics.get("published") or {}
-    if sums is None or flow.velocity is None:
+    velocity = flow.velocity or published.get("velocity")
+    if sums is None or not velocity:
         return {}
     force = convention.force(sums["pressure"], sums["shear"])
-    dynamic_pressure = FreeStream(flow.velocity, flow.density, flow.kinematic).dynamic_pressure
+    dynamic_pressure = FreeStream(velocity, flow.density, flow.kinematic).dynamic_pressure
     found = {}
     for which in ("own", "constant"):
         area = published.get(f"{which}_area")
@@ -262,16 +263,15 @@ def plain(value: Any) -> Any:
     return value
 
 
-def start_run_statistics(options: ProcessOptions, run_dir: Path, index: str, stl: Mapping[str, np.ndarray],
-                         dropped: int, surface_divisors: np.ndarray, volume_divisors: np.ndarray) -> RunStatistics:
-    """The statistics of run ``run_dir`` (number ``index``) that process_run is about to stream,
-    with its STL and what its folder publishes taken in already (a published file that cannot be read is recorded as an
-    error, for the quality check to name, not raised: processing does not need it)."""
-    statistics = RunStatistics.for_fields(options.dataset.flow, options.surface_fields, options.volume_fields,
+def start_run_statistics(options: ProcessOptions, stl: Mapping[str, np.ndarray], dropped: int,
+                         published: Published, surface_divisors: np.ndarray | None,
+                         volume_divisors: np.ndarray | None) -> RunStatistics:
+    """The statistics of a run that process_run is about to stream (a part's divisors None: the
+    part is not read), with its STL and what its folder publishes taken in already."""
+    statistics = RunStatistics.for_fields(options.dataset.flow,
+                                          None if surface_divisors is None else options.surface_fields,
+                                          None if volume_divisors is None else options.volume_fields,
                                           surface_divisors, volume_divisors)
     statistics.add_stl(stl, dropped)
-    try:
-        statistics.add_published(read_published(run_dir, index, options.dataset))
-    except (ValueError, OSError) as err:
-        statistics.add_published(None, error=str(err).splitlines()[0])
+    statistics.add_published(published)
     return statistics

@@ -11,7 +11,10 @@ A processed-data folder holds runs in any of these forms, detected per run (``op
 | ``curator-npy`` | ``run_<i>.npy`` (a pickled dict; opt-in) | physicsnemo's older example |
 
 ``load_run`` returns the arrays of processed_run.py's table, validated (shapes, finite values,
-integral face indices as int32), whatever the form. ``global_params_values`` / ``_reference``
+integral face indices as int32), whatever the form. A run holds the STL and one or both parts
+(surface, volume; ``run_parts``): a processed run those its ``parts`` attribute records
+(``process.parts``), a curator run those whose arrays it has; ``require_parts`` refuses a run
+without a part a stage needs, naming what is missing and why. ``global_params_values`` / ``_reference``
 come from the run's arrays; where a run lacks them, from its physics constants
 (``[stream_velocity, air_density]``, attributes ``physics_constants`` or the two top-level
 attributes); else from the config (``ReadOptions.global_params``).
@@ -37,14 +40,16 @@ from typing import Any
 
 import numpy as np
 
-from domino_pipeline.config import DataConfig, PhysicsConfig, TrainConfig
+from domino_pipeline.config import PARTS, DataConfig, PhysicsConfig, TrainConfig, parts_named, parts_setting
 from domino_pipeline.inputs.chunk_completeness import missing_chunks
-from domino_pipeline.inputs.curator_run import read_npy, read_npz, read_zarr_group
+from domino_pipeline.inputs.curator_run import npz_names, read_npy, read_npz, read_zarr_group
 from domino_pipeline.inputs.processed_run import (
     ARRAY_NAMES,
     ARRAY_SHAPES,
     FORMAT,
+    PART_ARRAYS,
     ProcessedRunError,
+    arrays_for,
     check_format_version,
     check_shapes,
     check_values,
@@ -264,22 +269,24 @@ def _global_params(run: OpenedRun, options: ReadOptions) -> np.ndarray:
 
 def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
              options: ReadOptions = DEFAULT_OPTIONS, opened: OpenedRun | None = None) -> dict[str, np.ndarray]:
-    """Read ``arrays`` (default: all of processed_run.ARRAY_NAMES) of a run of any accepted form,
-    validated, stl_faces as int32, the rest float32.
+    """Read ``arrays`` (default: all of processed_run.ARRAY_NAMES the run's parts have,
+    ``run_parts``) of a run of any accepted form, validated, stl_faces as int32, the rest float32.
 
     Shapes are checked across every array the run has, values only for those read. Raises
     FileNotFoundError for a missing run and ProcessedRunError (a ValueError) naming the file,
     its form and the array for a missing array, a wrong shape or a non-finite value.
     """
     run = opened if opened is not None else open_run(path, options)
-    names = list(ARRAY_NAMES if arrays is None else arrays)
+    names = arrays_for(run_parts(run)) if arrays is None else list(arrays)
     unknown = sorted(set(names) - set(ARRAY_SHAPES))
     if unknown:
         raise ValueError(f"unknown arrays {unknown}; choose from {list(ARRAY_NAMES)}")
     present = {name: run.arrays[name] for name in ARRAY_NAMES if name in run.arrays}
     missing = [n for n in names if n not in present and n not in GLOBAL_PARAMS]
     if missing:
-        raise ProcessedRunError(f"{run.path}: missing arrays {missing} ({run.format}; it holds "
+        lacking = [part for part in PARTS if set(PART_ARRAYS[part]) & set(missing) and part not in run_parts(run)]
+        why = _without(run.format, run_parts(run), lacking) if lacking else run.format
+        raise ProcessedRunError(f"{run.path}: missing arrays {missing} ({why}; it holds "
                                 f"{sorted(run.arrays)})")
     check_shapes({name: _as_stored(name, tuple(a.shape)) for name, a in present.items()}, run.path)
     n_points = present["stl_coordinates"].shape[0] if "stl_coordinates" in present else None
@@ -291,6 +298,55 @@ def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
             data = _global_params(run, options)
         loaded[name] = check_values(name, data, run.path, n_points)
     return loaded
+
+
+def run_parts(run: OpenedRun) -> tuple[str, ...]:
+    """The parts (config.PARTS) a run holds besides the STL: those a processed run records
+    (``parts``, "all" when it records none), those a curator run has arrays of (any: one it
+    lacks is then a missing array, named as such)."""
+    if run.format == "processed":
+        return parts_named(run.attrs.get("parts", "all"))
+    return _parts_with_arrays(run.arrays)
+
+
+def _parts_with_arrays(names) -> tuple[str, ...]:
+    """The parts of which ``names`` hold any array."""
+    return tuple(part for part in PARTS if any(name in names for name in PART_ARRAYS[part]))
+
+
+def stored_parts(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) -> tuple[str, tuple[str, ...]]:
+    """(the run's form, its ``run_parts``) from its metadata only (a Zarr group's attributes and
+    array names, an .npz file's listing; a legacy .npy dict is read whole)."""
+    path = as_location(path)
+    suffix = _suffix(path)
+    if suffix == ".npz":
+        return "curator-npz", _parts_with_arrays(npz_names(path))
+    run = open_run(path, options) if suffix == ".npy" else _zarr_run(path)
+    return run.format, run_parts(run)
+
+
+def require_parts(run: OpenedRun | str | os.PathLike, parts: Sequence[str], needed_by: str,
+                  options: ReadOptions = DEFAULT_OPTIONS) -> None:
+    """ProcessedRunError naming the run, the parts of ``parts`` it lacks, why (the
+    ``process.parts`` it was processed with, or its form) and what needs them (``needed_by``:
+    "model_type=combined", say), when it lacks any. ``run``: an opened run, or a run's path
+    (only its metadata read, ``stored_parts``)."""
+    if isinstance(run, OpenedRun):
+        path, form, held = run.path, run.format, run_parts(run)
+    else:
+        path = as_location(run)
+        form, held = stored_parts(path, options)
+    lacking = [part for part in parts if part not in held]
+    if lacking:
+        arrays = ", ".join(name for part in lacking for name in PART_ARRAYS[part])
+        raise ProcessedRunError(f"{path}: {_without(form, held, lacking)}; {needed_by} needs {arrays}")
+
+
+def _without(form: str, held: tuple[str, ...], lacking: Sequence[str]) -> str:
+    """``processed with process.parts=surface, without volume arrays``, or the form of a curator
+    run without them."""
+    how = f"processed with process.parts={parts_setting(held)}" if form == "processed" else f"a {form} run"
+    return f"{how}, without {' and '.join(lacking)} arrays"
 
 
 class NamedArray:

@@ -19,7 +19,8 @@ import torch
 
 from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError, part_window, window_spans
 from domino_pipeline.compute.scaling import check_factors_match
-from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_of
+from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_of, parts_of
+from domino_pipeline.config import parts_setting
 from domino_pipeline.inputs.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
 from domino_pipeline.loading.items import EpochDataset, build_item
@@ -78,13 +79,10 @@ class CachedDoMINODataset(EpochDataset):
         self.settings, self.fingerprint = manifest["settings"], manifest["fingerprint"]
         self.neighbor_layout = neighbor_layout_of(self.settings)
         if expected is not None:
-            differences = diff_settings(self.settings, expected)
-            if differences:
-                raise StaleCacheError(f"{self.cache_dir}: the cache was built with other settings; "
-                                      "rebuild it (cache_data.py cache.rebuild=true):\n  "
-                                      + "\n  ".join(differences))
+            _check_settings(self.cache_dir, self.settings, expected)
+        _check_parts(self.cache_dir, self.settings, model_type, self.parts)
         check_factors_match(self.scaling_factors, self.settings["surface_variables"],
-                            self.settings["volume_variables"], str(self.cache_dir))
+                            self.settings["volume_variables"], str(self.cache_dir), self.parts)
         names = list(manifest["runs"]) if runs is None else [run_name(r) for r in runs]
         missing = [n for n in names if n not in manifest["runs"]]
         if missing:
@@ -146,7 +144,8 @@ class CachedDoMINODataset(EpochDataset):
         epoch = self.epoch
         staged = run.stage(self._window_spans(index, epoch, counts))
         try:
-            draw = self._draw(index, counts, self._areas_reader(run, counts["surface"], staged), epoch)
+            areas = self._areas_reader(run, counts["surface"], staged) if "surface" in self.parts else None
+            draw = self._draw(index, counts, areas, epoch)
         except TooFewPointsError as err:
             raise TooFewPointsError(f"{run.path}: {err}") from err
         reads = self._reads(draw)
@@ -237,6 +236,30 @@ class CachedDoMINODataset(EpochDataset):
             if rows is not None:
                 reads += [(name, rows, allocate) for name, allocate in self._row_arrays(part)]
         return reads
+
+
+def _check_settings(cache_dir: Path | str, settings: dict, expected: dict) -> None:
+    """StaleCacheError listing every setting the cache was built with otherwise than
+    ``expected``; the parts it holds are ``_check_parts``'s to judge (a surface model reads a
+    cache of both parts as well as one of the surface alone)."""
+    differences = diff_settings(*({k: v for k, v in s.items() if k != "parts"} for s in (settings, expected)))
+    if differences:
+        raise StaleCacheError(f"{cache_dir}: the cache was built with other settings; "
+                              "rebuild it (cache_data.py cache.rebuild=true):\n  " + "\n  ".join(differences))
+
+
+def _check_parts(cache_dir: Path | str, settings: dict, model_type: str, needed: tuple[str, ...]) -> None:
+    """CacheError naming the parts and arrays a ``model_type`` model needs that the cache was
+    built without (``process.parts``)."""
+    held = parts_of(settings)
+    lacking = [part for part in needed if part not in held]
+    if not lacking:
+        return
+    layout = neighbor_layout_of(settings)
+    arrays = [name for name in layout_arrays(layout) if name not in layout_arrays(layout, held)]
+    raise CacheError(f"cache {cache_dir}: built without {' and '.join(lacking)} parts (process.parts="
+                     f"{parts_setting(held)}); model_type={model_type} needs {', '.join(arrays)}: "
+                     f"rebuild it with process.parts=all, or train model_type={parts_setting(held)}")
 
 
 def _part(drawn: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:

@@ -24,11 +24,13 @@ from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_
 from domino_pipeline.compute.sampling import Draw, SamplingLaw, TooFewPointsError
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import PreprocessSettings, parse_box
+from domino_pipeline.inputs.processed_run import arrays_for
 from domino_pipeline.inputs.runs import (
     DEFAULT_OPTIONS,
     ReadOptions,
     list_runs,
     load_run,
+    require_parts,
     run_name,
 )
 from domino_pipeline.loading.items import EpochDataset, build_item
@@ -84,8 +86,10 @@ class DoMINODataPipe(EpochDataset):
             permutation_seed=int(permutation_seed), device=geometry.resolve_device(device))
         self.settings = self.preprocess.fingerprinted()
         self._knn_indexes: OrderedDict[int, geometry.KnnIndex] = OrderedDict()
+        for path in self.run_paths:  # their metadata only: a run without a part the model needs is refused now
+            require_parts(path, self.parts, f"model_type={model_type}", read_options)
         check_factors_match(self.scaling_factors, self.preprocess.surface_variables,
-                            self.preprocess.volume_variables, str(self.processed_dir))
+                            self.preprocess.volume_variables, str(self.processed_dir), self.parts)
 
     def __len__(self) -> int:
         return len(self.run_paths)
@@ -110,13 +114,7 @@ class DoMINODataPipe(EpochDataset):
         return self._knn_indexes[index]
 
     def _arrays_needed(self) -> list[str]:
-        names = ["stl_coordinates", "stl_faces", "stl_centers", "stl_areas",
-                 "global_params_values", "global_params_reference"]
-        if "surface" in self.parts:
-            names += ["surface_mesh_centers", "surface_normals", "surface_areas", "surface_fields"]
-        if "volume" in self.parts:
-            names += ["volume_mesh_centers", "volume_fields"]
-        return names
+        return arrays_for(self.parts)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if self.preprocess.device.startswith("cuda") and get_worker_info() is not None:

@@ -16,6 +16,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from domino_pipeline.atomic_store import remove_stale_temporaries, temporary_directory
+from domino_pipeline.compute.box_coverage import box_notes
 from domino_pipeline.compute.preprocessing import VOLUME_ARRAYS, plan_run
 from domino_pipeline.compute.scaling import (
     checked_scaling_factors,
@@ -24,13 +25,15 @@ from domino_pipeline.compute.scaling import (
     save_scaling_factors,
 )
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.inputs.processed_run import ARRAY_NAMES, check_values
+from domino_pipeline.config import parts_setting
+from domino_pipeline.inputs.processed_run import arrays_for, check_values
 from domino_pipeline.inputs.runs import (
     DEFAULT_OPTIONS,
     NamedArray,
     ReadOptions,
     load_run,
     open_run,
+    require_parts,
     run_format,
     run_name,
 )
@@ -52,20 +55,23 @@ FACTORS_FILE = "scaling_factors.json"
 
 
 def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, source: dict,
-              options: ReadOptions = DEFAULT_OPTIONS) -> tuple[Path, str]:
-    """Write the next generation of the processed run's cache run; return its path and the
-    run's form. The STL and the surface are held in memory, the volume is read and written a
-    block at a time (lazily where the run's form allows it)."""
+              options: ReadOptions = DEFAULT_OPTIONS) -> tuple[Path, str, list[str]]:
+    """Write the next generation of the processed run's cache run, of the parts
+    ``settings.parts`` names; return its path, the run's form and notes on what the boxes leave
+    out of it (``box_coverage.box_notes``). The STL and the surface are held in memory, the
+    volume is read and written a block at a time (lazily where the run's form allows it); a part
+    left out is never read."""
     name = run_name(processed_path)
     opened = open_run(processed_path, options)
-    arrays = load_run(processed_path, [n for n in ARRAY_NAMES if n not in VOLUME_ARRAYS],
-                      options=options, opened=opened)
-    volume = {n: NamedArray(opened, n) for n in VOLUME_ARRAYS if n in opened.arrays}
-    missing = [n for n in VOLUME_ARRAYS if n not in volume]
+    require_parts(opened, settings.parts, f"a cache of process.parts={parts_setting(settings.parts)}")
+    wanted = [n for n in arrays_for(settings.parts) if n not in VOLUME_ARRAYS]
+    arrays = load_run(processed_path, wanted, options=options, opened=opened)
+    missing = [n for n in VOLUME_ARRAYS if "volume" in settings.parts and n not in opened.arrays]
     if missing:
         raise ValueError(f"{processed_path}: missing arrays {missing} ({opened.format})")
-    statistics = run_statistics({"surface_fields": arrays["surface_fields"], **volume},
-                                source=str(processed_path))
+    volume = {n: NamedArray(opened, n) for n in VOLUME_ARRAYS if "volume" in settings.parts}
+    statistics = run_statistics({**arrays, **volume}, parts=settings.parts, source=str(processed_path))
+    notes = box_notes(arrays, settings)
     plan = plan_run(arrays, volume, settings, source=str(processed_path),
                     scratch_dir=run_folder(cache_dir, name),
                     check=lambda array, block: check_values(array, block, processed_path, None))
@@ -73,11 +79,11 @@ def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
     attrs = {"settings": settings.fingerprinted(), "settings_fingerprint": settings.fingerprint(),
              "source": source, "fingerprint": run_fingerprint(settings.fingerprint(), source["fingerprint"]),
              "counts": plan.counts, "scalars": plan.scalars | {"field_statistics": statistics}}
-    with RunWriter(cache_dir, name, plan.shapes, attrs,
-                   neighbor_layout=settings.neighbor_layout) as writer:
+    with RunWriter(cache_dir, name, plan.shapes, attrs, neighbor_layout=settings.neighbor_layout,
+                   parts=settings.parts) as writer:
         for array, start, rows in plan.pieces:
             writer.write_rows(array, start, rows)
-    return writer.path, opened.format
+    return writer.path, opened.format, notes
 
 
 def _form(processed_path: Path) -> str:
@@ -107,25 +113,25 @@ def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
                 return RunResult(name, "skipped", "current", format=form)
             if state.built and not rebuild:
                 return RunResult(name, "stale", "; ".join(state.reasons), format=form)
-            written, form = _build(processed_path, cache_dir, settings, state.source, options)
+            written, form, notes = _build(processed_path, cache_dir, settings, state.source, options)
     except Exception as err:  # one bad run is reported and the others go on
         return RunResult(name, "failed", f"{processed_path}: {type(err).__name__}: {err}", format=form)
-    return RunResult(name, "built", seconds=time.time() - started, bytes=written, format=form)
+    return RunResult(name, "built", seconds=time.time() - started, bytes=written, format=form, notes=notes)
 
 
 def _build(processed_path: Path, cache_dir: Path | str, settings: PreprocessSettings, source: dict,
-           options: ReadOptions) -> tuple[int, str]:
+           options: ReadOptions) -> tuple[int, str, list[str]]:
     """``build_run`` into a local cache, or for object storage into a local staging folder
-    (one run at a time) whose generation is then uploaded; (bytes written, the run's form)."""
+    (one run at a time) whose generation is then uploaded; (bytes written, the run's form, notes)."""
     if not is_url(cache_dir):
-        path, form = build_run(processed_path, cache_dir, settings, source, options)
-        return directory_bytes(path), form
+        path, form, notes = build_run(processed_path, cache_dir, settings, source, options)
+        return directory_bytes(path), form, notes
     root = staging_root()
     remove_stale_temporaries(root)  # the staging folders of builds killed before they removed theirs
     with temporary_directory(root, run_name(processed_path)) as staging:
-        path, form = build_run(processed_path, staging, settings, source, options)
+        path, form, notes = build_run(processed_path, staging, settings, source, options)
         publish_generation(path, cache_dir, run_name(processed_path))
-        return directory_bytes(path), form
+        return directory_bytes(path), form, notes
 
 
 def staging_root() -> Path:
@@ -150,6 +156,7 @@ def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: Pre
     """Write ``<cache_dir>/scaling_factors.json`` from the target statistics the builds of the
     training runs recorded; return its manifest record (file, SHA-256, runs, variables)."""
     variables = {"surface": settings.surface_variables, "volume": settings.volume_variables}
+    variables = {part: variables[part] for part in settings.parts}
     statistics = [CacheRun(current_generation(run_folder(cache_dir, run_name(p)))).attrs["scalars"]
                   ["field_statistics"] for p in train_runs]
     factors = merge_statistics(statistics, [run_name(p) for p in train_runs],

@@ -18,7 +18,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from domino_pipeline.compute.settings import IMPLICIT_DEFAULTS, NEIGHBOR_LAYOUTS
+from domino_pipeline.compute.settings import (
+    IMPLICIT_DEFAULTS,
+    NEIGHBOR_LAYOUTS,
+    PARTS,
+    neighbor_layout_of,
+    parts_of,
+)
 from domino_pipeline.compute.volume_order import VOLUME_BLOCK_ROWS
 from domino_pipeline.store.byte_source import is_url, join, source_and_key
 
@@ -64,14 +70,27 @@ NEIGHBOR_FEATURE_ARRAYS: dict[str, ArraySpec] = {
 }
 
 
-def layout_arrays(neighbor_layout: str) -> dict[str, ArraySpec]:
-    """The arrays (name -> spec) a run of ``neighbor_layout`` holds: ARRAYS, plus
-    NEIGHBOR_FEATURE_ARRAYS in the "features" layout."""
+def layout_arrays(neighbor_layout: str, parts: tuple[str, ...] | list[str] = PARTS) -> dict[str, ArraySpec]:
+    """The arrays (name -> spec) a run of ``neighbor_layout`` holding ``parts`` holds: ARRAYS,
+    plus NEIGHBOR_FEATURE_ARRAYS in the "features" layout, less the arrays of a part left out
+    (``volume_grid_sdf`` goes with the volume; ``geometry_coordinates`` and ``surface_grid_sdf``,
+    which every item holds, stay)."""
     if neighbor_layout not in NEIGHBOR_LAYOUTS:
         raise ValueError(f"neighbor_layout must be one of {list(NEIGHBOR_LAYOUTS)}; got {neighbor_layout!r}")
-    if neighbor_layout == "features":
-        return ARRAYS | NEIGHBOR_FEATURE_ARRAYS
-    return dict(ARRAYS)
+    arrays = ARRAYS | NEIGHBOR_FEATURE_ARRAYS if neighbor_layout == "features" else dict(ARRAYS)
+    return {name: spec for name, spec in arrays.items() if array_part(name) in (None, *parts)}
+
+
+def array_part(name: str) -> str | None:
+    """The part (surface, volume) a cache array belongs to; None for those of every run."""
+    if name in ("geometry_coordinates", "surface_grid_sdf"):
+        return None
+    return name.split("_", 1)[0]
+
+
+def settings_arrays(fingerprinted: dict) -> dict[str, ArraySpec]:
+    """``layout_arrays`` of a cache's settings (their ``PreprocessSettings.fingerprinted()`` form)."""
+    return layout_arrays(neighbor_layout_of(fingerprinted), parts_of(fingerprinted))
 
 
 class CacheError(ValueError):

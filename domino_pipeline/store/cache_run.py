@@ -14,7 +14,6 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from domino_pipeline.compute.settings import neighbor_layout_of
 from domino_pipeline.store.byte_source import (
     ByteSource,
     LocalSource,
@@ -31,9 +30,9 @@ from domino_pipeline.store.cache_format import (
     NEIGHBOR_FEATURE_ARRAYS,
     CacheError,
     StaleCacheError,
-    layout_arrays,
     metadata_digest,
     metadata_files,
+    settings_arrays,
 )
 from domino_pipeline.store.chunk_reader import (
     Allocator,
@@ -97,7 +96,7 @@ class CacheRun:
         its index is read), counts equal to array lengths, grids of the settings' resolution,
         and against the manifest ``entry`` of run ``name`` that it was opened from."""
         settings = self.attrs.get("settings")
-        names = layout_arrays(neighbor_layout_of(settings if isinstance(settings, dict) else {}))
+        names = settings_arrays(settings if isinstance(settings, dict) else {})
         shapes = {}
         for array in names:
             try:

@@ -67,8 +67,9 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "settings": settings.fingerprinted(), "fingerprint": settings.fingerprint(),
+        "parts": list(settings.parts),  # what the settings say too, stated for readers of the file
         "arrays": {name: {"dtype": s.dtype, "chunk_rows": s.chunk_rows, "shard_rows": s.shard_rows}
-                   for name, s in layout_arrays(settings.neighbor_layout).items()},
+                   for name, s in layout_arrays(settings.neighbor_layout, settings.parts).items()},
         "runs": runs, "config": config or {},
     }
     if scaling_factors is not None:

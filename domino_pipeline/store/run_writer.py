@@ -28,6 +28,7 @@ import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
 
 from domino_pipeline.atomic_store import exclusive_lock, hold_temporary, remove_stale_temporaries
+from domino_pipeline.compute.settings import PARTS
 from domino_pipeline.store.cache_format import (
     FORMAT,
     FORMAT_VERSION,
@@ -69,12 +70,12 @@ class RunWriter:
     """
 
     def __init__(self, cache_dir: str | os.PathLike, name: str, shapes: dict[str, tuple[int, ...]],
-                 attrs: dict[str, Any], *, neighbor_layout: str) -> None:
-        self.specs = layout_arrays(neighbor_layout)
+                 attrs: dict[str, Any], *, neighbor_layout: str, parts: tuple[str, ...] = PARTS) -> None:
+        self.specs = layout_arrays(neighbor_layout, parts)
         missing = sorted(set(self.specs) - set(shapes))
         if missing:
-            raise ValueError(f"run {name}: the {neighbor_layout!r} neighbour layout needs arrays "
-                             f"{missing}, which the contents to write lack")
+            raise ValueError(f"run {name}: the {neighbor_layout!r} neighbour layout of parts {list(parts)} "
+                             f"needs arrays {missing}, which the contents to write lack")
         self.folder = run_folder(cache_dir, name)
         found = generations(self.folder)
         self.number = (found[-1][0] if found else 0) + 1

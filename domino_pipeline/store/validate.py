@@ -52,7 +52,7 @@ def validate_run(name: str, processed_path: Path | None, cache_dir: Path,
         return RunResult(name, "failed", f"{path}: stale: " + "; ".join(reasons))
     if entry.get("fingerprint") != run.attrs["fingerprint"]:
         return RunResult(name, "failed", f"{path}: recorded differently in manifest.json")
-    for array in layout_arrays(settings.neighbor_layout):
+    for array in layout_arrays(settings.neighbor_layout, settings.parts):
         read_in_blocks(run, array)
     return RunResult(name, "ok")
 
