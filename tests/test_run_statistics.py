@@ -124,3 +124,14 @@ def test_a_pass_over_a_curator_run_gives_the_streamed_statistics(processed, tiny
     assert cells and set(flatten(got)) == set(want) - set(cells)  # no polygons stored: no cell quality
     for key, value in flatten(got).items():
         assert value == (None if want[key] is None else pytest.approx(want[key], rel=1e-6, abs=1e-12)), key
+
+
+@pytest.mark.parametrize("parts", ["surface", "volume"])
+def test_a_run_processed_in_part_has_that_parts_statistics(processed, tiny_raw_dir, tmp_path, parts):
+    _, _, everything = processed
+    process_run(tiny_raw_dir / "run_1", tmp_path / "run_1.zarr", replace(PROCESS_OPTIONS, parts=parts))
+    statistics = open_run(tmp_path / "run_1.zarr").attrs["statistics"]
+    other = "volume" if parts == "surface" else "surface"
+    assert other not in statistics and statistics[parts]["count"] == everything[parts]["count"]
+    assert statistics["stl"] == everything["stl"]
+    assert (statistics["forces"] == everything["forces"]) == (parts == "surface")  # forces need the surface
