@@ -18,7 +18,10 @@ the manifest records the file's SHA-256, so ``CachedDoMINODataset`` finds and ch
 default. ``cache.validate=true`` checks an existing cache against the config, the processed runs
 and its checksums instead of building. ``process.parts=surface`` builds a cache of the STL and the
 surface only (no volume read, no volume work; its factors are the surface's), for a surface model;
-``process.parts=volume`` one without the surface rows; the manifest records the parts.
+``process.parts=volume`` one without the surface rows; the manifest records the parts. Runs the
+quality checks reject (``data.quality``, from ``<processed_dir>/statistics.csv``;
+domino_pipeline/inputs/run_quality.py) are left out and named in the summary, as train.py leaves
+them out; ``data.quality.include=[run_37]`` takes one back, ``data.quality.enabled=false`` all.
 
     python cache_data.py --config-name=cached data.processed_dir=/data/processed cache.dir=/data/cache
     torchrun --nproc_per_node=2 cache_data.py --config-name=cached    # ranks split the runs;
@@ -39,6 +42,7 @@ from domino_pipeline.atomic_store import remove_stale_temporaries
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
+from domino_pipeline.inputs.run_quality import quality_selection
 from domino_pipeline.inputs.runs import (
     DEFAULT_OPTIONS,
     ReadOptions,
@@ -212,7 +216,8 @@ def main(config: PipelineConfig) -> int:
     rank, world_size, job = _rank_and_job(config)
     settings = settings_from_config(config.geometry, config.variables,  # device: one GPU per rank
                                     parts=config.process.part_names)
-    runs, cache_dir = list_runs(config.data.processed_dir), join(config.cache.dir)
+    selection = quality_selection(list_runs(config.data.processed_dir), config.data, config.dataset)
+    runs, cache_dir = selection.require_some(config.data.processed_dir), join(config.cache.dir)
     if config.cache.validate:
         return _validate(runs, cache_dir, settings) if rank == 0 else 0
     if not is_url(cache_dir):
@@ -223,6 +228,8 @@ def main(config: PipelineConfig) -> int:
     results = build_cache(runs, cache_dir, settings, rebuild=config.cache.rebuild, rank=rank,
                           world_size=world_size, options=read_options_from_config(config.data, config.physics))
     print(summarize_build(results), flush=True)
+    if rank == 0:
+        print(selection.summary(), flush=True)
     record = {status: sum(r.status == status for r in results) for status in ("stale", "failed")}
     if job is None:
         return _finish(config, runs, cache_dir, settings, [record])

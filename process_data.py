@@ -4,7 +4,11 @@ The dataset profile (``dataset=drivaerml|ahmedml|windsorml|...``, conf/dataset/)
 folder's files are and which field plays which role; fields are made dimensionless by role with
 ``physics``. Runs are processed in parallel (``process.num_processes``), each written atomically;
 finished runs are skipped on a rerun; a bad run gets one line naming the file and the problem, and
-the command exits non-zero when any run failed.
+the command exits non-zero when any run failed. Each run's statistics are gathered while it is
+streamed (``process.statistics``) and the folder's table written as
+``<processed_dir>/statistics.csv``, with the runs the quality checks would leave out of
+cache_data.py and train.py (``data.quality``; domino_pipeline/inputs/run_quality.py);
+benchmarks/dataset_report.py plots it.
 
     python process_data.py data.raw_dir=/data/drivaerml data.processed_dir=/data/processed
     python process_data.py data.raw_dir=s3://caemldatasets/drivaer/dataset data.runs=[1,2,5-10] \
@@ -26,6 +30,7 @@ from domino_pipeline.inputs.process_runs import (  # noqa: F401 (the stage's fun
 )
 from domino_pipeline.inputs.raw_reading import RemoteAccess
 from domino_pipeline.inputs.remote_runs import is_remote
+from domino_pipeline.inputs.run_quality import quality_summary
 from domino_pipeline.object_store import is_url
 from domino_pipeline.run_report import summarize
 
@@ -44,6 +49,8 @@ def main(config: PipelineConfig) -> int:
     print(summarize(results, ("processed", "skipped", "failed")), flush=True)
     if is_remote(config.data.raw_dir):
         print(fetch_summary(results), flush=True)
+    if config.process.statistics and any(r.status != "failed" for r in results):
+        print(quality_summary(config.data, config.physics, config.dataset), flush=True)
     return 1 if any(r.status == "failed" for r in results) else 0
 
 

@@ -53,6 +53,7 @@ from synthetic.layouts import DATASETS, GROUND_Z, LAYOUTS, Frame, load_profile
 from synthetic.volume_points import Box
 from synthetic.volume_points import volume_points as _volume_points
 from synthetic.vtk_xml_writer import COMPRESSORS, DATA_MODES, Encoding
+from synthetic.defects import inject_defects, parse_defects
 from synthetic.writers import (
     RunLayout,
     join_pieces,
@@ -172,6 +173,9 @@ def main(argv: list[str] | None = None) -> None:
                              "as VTK's XML writers, appended base64 in zlib blocks with UInt32 headers)")
     parser.add_argument("--compressor", choices=sorted(COMPRESSORS))
     parser.add_argument("--header-bits", type=int, choices=(32, 64))
+    parser.add_argument("--defects", help="inject known defects into the written runs (synthetic/defects.py): "
+                                          "all, or name[:run],... of scaled_fields, foreign_boundary, "
+                                          "reversed_boundary, truncated_volume, foreign_forces, offset_field")
     args = parser.parse_args(argv)
     chosen = (args.data_mode, args.compressor, args.header_bits)
     encoding = None
@@ -183,6 +187,9 @@ def main(argv: list[str] | None = None) -> None:
         runs = generate_runs(args.out, args.runs, args.preset, args.seed, encoding, args.dataset,
                              stl_triangles=args.stl_triangles, surface_cells=args.surface_cells,
                              volume_points=args.volume_points)
+        if args.defects:
+            injected = inject_defects(args.out, parse_defects(args.defects, args.runs), load_profile(args.dataset))
+            print(f"injected {len(injected)} defects: {injected}")
     print(f"wrote {len(runs)} {args.preset} {args.dataset} runs to {args.out}")
 
 

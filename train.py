@@ -8,6 +8,8 @@ DDP under torchrun or Slurm's srun (one process per GPU; NCCL on GPUs, gloo on C
     torchrun --standalone --nproc_per_node=2 train.py --config-name=demo train.device=cpu
     srun --nodes=4 --ntasks-per-node=8 --gpus-per-node=8 python train.py --config-name=cached
 Any setting is one override away, e.g. `model_type=combined train.epochs=50 output_dir=/runs/a`.
+Runs the quality checks reject (`data.quality`: <processed_dir>/statistics.csv, written by
+process_data.py) are left out and named; `data.quality.include=[run_37]` takes one back.
 
 Everything a run writes goes to `output_dir`: checkpoints/checkpoint.pt (resumed from automatically),
 checkpoints/model_last.mdlus and model_best.mdlus (physicsnemo's format: the latest model and the one
@@ -34,6 +36,7 @@ from torch.utils.data import DistributedSampler
 from datapipe import dataset_from_config, parts_of, scaling_factors_path
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
+from domino_pipeline.inputs.run_quality import quality_selection
 from domino_pipeline.inputs.runs import list_runs, read_options_from_config, split_from_config
 from domino_pipeline.launch import launch_environment
 from domino_pipeline.object_store import name_of
@@ -81,7 +84,11 @@ def data_source(config: PipelineConfig) -> str:
 
 def split_and_scale(config: PipelineConfig, info: DistInfo) -> tuple[list[Path], list[Path], Path]:
     """The training and validation runs and their scaling factors' file, computed first when missing."""
-    train_runs, val_runs = split_from_config(list_runs(config.data.processed_dir), config.train, config.seed)
+    selection = quality_selection(list_runs(config.data.processed_dir), config.data, config.dataset)
+    if info.is_main:
+        print(selection.summary(), flush=True)
+    train_runs, val_runs = split_from_config(selection.require_some(config.data.processed_dir), config.train,
+                                             config.seed)
     path = scaling_factors_path(config)
     if isinstance(path, str):  # a cache on object storage: its factors, checked, kept beside the outputs
         from domino_pipeline.compute.scaling import save_scaling_factors

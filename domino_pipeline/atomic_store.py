@@ -88,12 +88,18 @@ def hold_temporary(path: Path) -> int:
 
 def write_json_atomic(path: str | os.PathLike, data: object) -> Path:
     """Write ``data`` as indented JSON to ``path`` via a hidden temporary file and a rename."""
+    return write_bytes_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a hidden temporary file and a rename: a reader sees the
+    old file or the new one, never a part."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.write(fd, (json.dumps(data, indent=2) + "\n").encode())
+        os.write(fd, data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -60,8 +60,47 @@ def check_device(key: str, device: str) -> None:
 
 
 @dataclass(frozen=True)
+class CuratorLimitsConfig:
+    """``data.quality.curator:`` physicsnemo-curator's per-run checks of its DoMINO ETL: a
+    dimensionless velocity component or pressure whose largest magnitude, over the values
+    within mean +- ``sigma`` standard deviations, exceeds ``velocity_max`` / ``pressure_max``."""
+
+    enabled: bool
+    sigma: float
+    velocity_max: float
+    pressure_max: float
+
+    def __post_init__(self) -> None:
+        check_positive("data.quality.curator", self, ("sigma", "velocity_max", "pressure_max"))
+
+
+@dataclass(frozen=True)
+class QualityConfig:
+    """``data.quality:`` which processed runs cache_data.py and train.py leave out, from the
+    processed folder's statistics table (inputs/run_quality.py)."""
+
+    enabled: bool                 # false: every run is used
+    include: list[str]            # runs used even when rejected
+    robust_threshold: float       # |value - median| / (1.4826 MAD) across runs above which a statistic rejects
+    coefficient_tolerance: float  # integrated against published Cd and Cl, relative
+    curator: CuratorLimitsConfig
+
+    def __post_init__(self) -> None:
+        check_positive("data.quality", self, ("robust_threshold", "coefficient_tolerance"))
+        if not all(isinstance(name, str) for name in self.include):
+            raise ValueError(f"data.quality.include must list run names, not {self.include}")
+
+
+def check_positive(section: str, config: Any, names: tuple[str, ...]) -> None:
+    """Refuse any of the fields ``names`` of ``config`` that is not positive."""
+    for name in names:
+        if not getattr(config, name) > 0:
+            raise ValueError(f"{section}.{name} must be positive, not {getattr(config, name)}")
+
+
+@dataclass(frozen=True)
 class DataConfig:
-    """``data:`` where the runs are."""
+    """``data:`` where the runs are, and which of them are used."""
 
     raw_dir: str            # run_<i>/ folders as published: a folder, an s3://, gs://, az:// prefix or hf://datasets/<owner>/<name>
     processed_dir: str      # processed runs, or physicsnemo-curator output as it is
@@ -70,6 +109,7 @@ class DataConfig:
     runs: list[int | str] | None  # process_data.py: run numbers, ranges "a-b", run names; None: all
     anonymous: bool | None  # remote raw_dir: unsigned requests (true), signed (false), null: unsigned where no credentials are set
     verify_checksums: bool  # remote raw_dir: hash every piece whose checksum the source publishes (all its bytes are then fetched)
+    quality: QualityConfig
 
     def __post_init__(self) -> None:
         check_spec(self.runs)
@@ -132,6 +172,7 @@ class ProcessConfig:
     volume_source: str
     overwrite: bool
     parts: str              # all | surface | volume: the STL and these meshes are read, processed, cached
+    statistics: bool        # gather each run's statistics while processing it (data quality)
 
     def __post_init__(self) -> None:
         check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)

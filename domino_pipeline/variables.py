@@ -50,6 +50,15 @@ def variable_width(name: str, kind: str) -> int:
     return VARIABLE_WIDTH[kind]
 
 
+def column_names(variables: Mapping[str, str]) -> list[str]:
+    """The column names of variables {name: kind}: a scalar keeps its name, a vector becomes
+    name_x, name_y, name_z (a symmetric tensor name_xx, name_xy, ...)."""
+    names = []
+    for name, kind in variables.items():
+        names += [name] if variable_width(name, kind) == 1 else [f"{name}_{axis}" for axis in COMPONENTS[kind]]
+    return names
+
+
 def check_roles(key: str, fields: Mapping[str, FieldName]) -> None:
     """Refuse a role -> field-name mapping with an unknown role, a name that is not a non-empty
     string (or, for a vector or tensor role, a list of one non-empty string per component), or

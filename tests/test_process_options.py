@@ -28,7 +28,7 @@ def test_what_a_run_records_is_what_a_rerun_compares():
                                              "volume_source: stored 'points', configured 'cells'"]
     assert PROCESS_OPTIONS.reference_length is None  # the default: stored None, as a run without attributes
     later = ("parts", "surface_location", "surface_normals")  # recorded later: a run without them had the defaults
-    recorded_keys = [key for key in vars(PROCESS_OPTIONS) if key != "dataset" and key not in later]
+    recorded_keys = [key for key in vars(PROCESS_OPTIONS) if key not in ("dataset", "statistics") and key not in later]
     assert PROCESS_OPTIONS.differences({}) == [f"{key}: stored None, configured {getattr(PROCESS_OPTIONS, key)!r}"
                                                for key in recorded_keys if getattr(PROCESS_OPTIONS, key) is not None]
     # a run processed before process.parts existed holds every part: "all", as the default
@@ -40,6 +40,7 @@ def test_what_a_run_records_is_what_a_rerun_compares():
         "surface_location: stored 'cells', configured 'points'"]
     # physicsnemo's reader takes an attribute named as an array for that array
     assert not set(recorded) & set(arrays_for(("surface", "volume")))
+    assert replace(PROCESS_OPTIONS, statistics=False).differences(recorded) == []  # no array changes
     assert recorded["surface_field_roles"] == dict(DEFAULTS.dataset.fields.surface)
     assert recorded["surface_variables"] == DEFAULTS.variables.surface  # for the readers of processed runs
 

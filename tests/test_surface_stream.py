@@ -25,6 +25,7 @@ from domino_pipeline.inputs.drivaerml_reader import SURFACE_ARRAYS, RunError, re
 from domino_pipeline.inputs.mesh_stream import WholeFileFallback
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.runs import load_run, open_run
+from domino_pipeline.inputs.statistics_table import flatten
 from domino_pipeline.inputs.surface_stream import open_surface
 from process_data import process_run
 from synthetic_data import join_pieces
@@ -160,7 +161,14 @@ def test_processed_run_from_streamed_reading_equals_vtk_whole_file_reading(
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     got_attrs, want_attrs = dict(open_run(streamed).attrs), dict(open_run(whole).attrs)
     assert got_attrs.pop("write_id") != want_attrs.pop("write_id")
+    got_statistics, want_statistics = got_attrs.pop("statistics"), want_attrs.pop("statistics")
     assert got_attrs == want_attrs
+    # the same statistics, merged over other blocks; the cells' quality needs the file's polygons
+    assert "cells" not in want_statistics["surface"] and got_statistics["surface"].pop("cells")
+    got_flat, want_flat = flatten(got_statistics), flatten(want_statistics)
+    assert {k for k, v in got_flat.items() if v is None} == {k for k, v in want_flat.items() if v is None}
+    assert {k: v for k, v in got_flat.items() if v is not None} == pytest.approx(
+        {k: v for k, v in want_flat.items() if v is not None}, rel=1e-9, abs=1e-12)
 
 
 def test_a_truncated_surface_is_named_unreadable(tiny_raw_dir: Path, tmp_path: Path) -> None:

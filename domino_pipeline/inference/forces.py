@@ -38,6 +38,9 @@ them the same way with q = 1: ``C = sum (-cp n + cf) A . e / A_ref``.
 References: a run's own (its references file: DrivAerML's ``geo_ref_<i>.csv``, OpenFOAM's
 coefficient.dat header), or the profile's constant ``dataset.references``; predict.py reports
 both (``forces.reference_area_per_run`` chooses which the first set of columns uses).
+
+``FreeStream`` and ``ForceConvention`` (the signs of the normals and of the shear) live in
+domino_pipeline/force_integration.py, which process_data.py's per-run statistics use too.
 """
 
 from __future__ import annotations
@@ -47,53 +50,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from domino_pipeline.config import ForcesConfig, check_choice
-from domino_pipeline.dataset_profile import COEFFICIENTS, NORMALS, WALL_SHEAR, DatasetConfig
+from domino_pipeline.config import ForcesConfig
+from domino_pipeline.dataset_profile import COEFFICIENTS, DatasetConfig
+from domino_pipeline.force_integration import ForceConvention, FreeStream, unit
 from domino_pipeline.inputs.cell_geometry import polygon_vector_areas
 from domino_pipeline.inputs.published_forces import Published, References, constant_references
 from domino_pipeline.variables import VARIABLE_WIDTH
-
-
-@dataclass(frozen=True)
-class FreeStream:
-    """The flow the coefficients refer to: its speed, its density, and whether the pressure and
-    wall shear are kinematic (already divided by the density, as DrivAerML's are)."""
-
-    velocity: float            # m/s
-    density: float             # kg/m^3; unused when kinematic
-    kinematic: bool = True
-
-    def __post_init__(self) -> None:
-        if not (self.velocity > 0 and self.density > 0):
-            raise ValueError(f"dataset.flow.velocity and density must be positive, not "
-                             f"{self.velocity} and {self.density}")
-
-    @property
-    def dynamic_pressure(self) -> float:
-        """0.5 rho_inf U_inf^2 in the fields' units (rho_inf = 1 for kinematic fields)."""
-        return 0.5 * (1.0 if self.kinematic else self.density) * self.velocity**2
-
-
-@dataclass(frozen=True)
-class ForceConvention:
-    """Which way a data set's surface normals point, and on what its wall shear stress acts."""
-
-    normals: str = "into_body"   # DrivAerML (OpenFOAM): into the car
-    wall_shear: str = "on_fluid"  # DrivAerML (OpenFOAM wallShearStress): the stress on the fluid
-
-    def __post_init__(self) -> None:
-        check_choice("dataset.flow.normals", self.normals, NORMALS)
-        check_choice("dataset.flow.wall_shear", self.wall_shear, WALL_SHEAR)
-
-    @property
-    def outward_sign(self) -> float:
-        """+1 when the normals point out of the car, -1 when into it."""
-        return 1.0 if self.normals == "out_of_body" else -1.0
-
-    @property
-    def shear_on_body_sign(self) -> float:
-        """+1 when the wall shear is the stress on the car, -1 when on the fluid."""
-        return 1.0 if self.wall_shear == "on_body" else -1.0
 
 
 def cell_forces(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
@@ -108,9 +70,7 @@ def cell_forces(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.n
     if not (pressure.shape == areas.shape == vector_areas.shape[:1] == wall_shear.shape[:1]) or vector_areas.shape[1:] != (3,):
         raise ValueError(f"the force integration: pressure {pressure.shape}, wall_shear {wall_shear.shape}, vector areas "
                          f"{vector_areas.shape} and areas {areas.shape} must describe the same N cells")
-    outward = convention.outward_sign * vector_areas
-    shear_on_body = convention.shear_on_body_sign * wall_shear
-    return -pressure[:, None] * outward + shear_on_body * areas[:, None]
+    return convention.force(pressure[:, None] * vector_areas, wall_shear * areas[:, None])
 
 
 def surface_force(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
@@ -152,8 +112,8 @@ class Directions:
 
     def axes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Unit (drag, side, lift) vectors."""
-        drag, lift = _unit(self.drag), _unit(self.lift)
-        return drag, _unit(np.cross(lift, drag) if self.side is None else self.side), lift
+        drag, lift = unit(self.drag), unit(self.lift)
+        return drag, unit(np.cross(lift, drag) if self.side is None else self.side), lift
 
 
 def coefficients(loads: Loads, references: References, dynamic_pressure: float,
@@ -184,8 +144,8 @@ def force_coefficients(pressure: np.ndarray, wall_shear: np.ndarray, vector_area
         raise ValueError(f"the reference area must be positive, not {reference_area}")
     force = surface_force(pressure, wall_shear, vector_areas, areas, convention)
     coefficient = 1.0 / (dynamic_pressure * reference_area)
-    return {"cd": float(coefficient * force @ _unit(drag_direction)),
-            "cl": float(coefficient * force @ _unit(lift_direction))}
+    return {"cd": float(coefficient * force @ unit(drag_direction)),
+            "cl": float(coefficient * force @ unit(lift_direction))}
 
 
 def mesh_vector_areas(mesh) -> np.ndarray:
@@ -199,13 +159,6 @@ def mesh_vector_areas(mesh) -> np.ndarray:
     polys = mesh.GetPolys()
     return polygon_vector_areas(np.asarray(mesh.points), vtk_to_numpy(polys.GetOffsetsArray()).astype(np.int64),
                                 vtk_to_numpy(polys.GetConnectivityArray()).astype(np.int64))
-
-
-def _unit(direction: Sequence[float]) -> np.ndarray:
-    vector = np.asarray(direction, dtype=np.float64)
-    if vector.shape != (3,) or not np.linalg.norm(vector) > 0:
-        raise ValueError(f"a force direction needs 3 values, not all zero; got {list(direction)}")
-    return vector / np.linalg.norm(vector)
 
 
 @dataclass(frozen=True)

@@ -232,18 +232,33 @@ def read_stl_triangles(path: Path) -> dict[str, np.ndarray]:
     }
 
 
-def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path, dropped: int = 0) -> list[str]:
+def stl_defect_counts(faces: np.ndarray, areas: np.ndarray) -> dict[str, int]:
+    """{open_edges, non_manifold_edges, degenerate_triangles} of an STL's triangles (flattened
+    ``faces``, ``areas``): edges used by one triangle (a hole), edges used by more than two, and
+    triangles of zero area."""
+    triangles = faces.reshape(-1, 3).astype(np.int64)
+    if not len(triangles):
+        return {"open_edges": 0, "non_manifold_edges": 0, "degenerate_triangles": 0}
+    edges = np.sort(np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]]), axis=1)
+    _, uses = np.unique(edges[:, 0] * (int(triangles.max()) + 1) + edges[:, 1], return_counts=True)
+    return {"open_edges": int((uses == 1).sum()), "non_manifold_edges": int((uses > 2).sum()),
+            "degenerate_triangles": int((np.asarray(areas) <= 0).sum())}
+
+
+_DEFECTS = {"open_edges": "open edges (the surface has holes: the SDF sign near them is unreliable)",
+            "non_manifold_edges": "non-manifold edges (shared by more than two triangles)",
+            "degenerate_triangles": "degenerate triangles (zero area)"}
+
+
+def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path, dropped: int = 0,
+                counts: dict[str, int] | None = None) -> list[str]:
     """Warnings about an STL's triangles (flattened ``faces``, ``areas``, after
     ``drop_zero_area`` dropped ``dropped``): open edges (used by one triangle: a hole, near
     which the winding-number sign of the SDF is unreliable), non-manifold edges (used by more
-    than two), any zero-area triangle left and the count dropped."""
-    triangles = faces.reshape(-1, 3).astype(np.int64)
-    edges = np.sort(np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]]), axis=1)
-    _, uses = np.unique(edges[:, 0] * (int(triangles.max()) + 1) + edges[:, 1], return_counts=True)
-    counts = {"open edges (the surface has holes: the SDF sign near them is unreliable)": int((uses == 1).sum()),
-              "non-manifold edges (shared by more than two triangles)": int((uses > 2).sum()),
-              "degenerate triangles (zero area)": int((areas <= 0).sum())}
-    notes = [f"warning: {path}: {n} {what}" for what, n in counts.items() if n]
+    than two), any zero-area triangle left and the count dropped. ``counts``: the triangles'
+    ``stl_defect_counts`` where the caller has them already."""
+    counts = stl_defect_counts(faces, areas) if counts is None else counts
+    notes = [f"warning: {path}: {counts[key]} {what}" for key, what in _DEFECTS.items() if counts[key]]
     return ([f"note: {path}: dropped {dropped} zero-area triangles"] if dropped else []) + notes
 
 

@@ -43,6 +43,8 @@ class ProcessOptions:
     # runs processed before they were recorded have cells; recorded under names no array has
     surface_location: str = field(default="cells", metadata={"absent": "cells", "recorded_as": "surface_row_location"})
     surface_normals: str | None = field(default=None, metadata={"recorded_as": "surface_row_normals"})
+    # gather each run's statistics on the way (run_statistics.py); they change no array
+    statistics: bool = field(default=True, metadata={"recorded": False})
 
     def __post_init__(self) -> None:
         check_choice("process.volume_source", self.volume_source, VOLUME_SOURCES)
@@ -59,7 +61,7 @@ class ProcessOptions:
                    stream_velocity=physics.stream_velocity, air_density=physics.air_density,
                    reference_length=physics.reference_length, volume_source=process.volume_source,
                    parts=process.parts, surface_location=dataset.surface_rows.location,
-                   surface_normals=dataset.surface_rows.normals)
+                   surface_normals=dataset.surface_rows.normals, statistics=process.statistics)
 
     @property
     def surface_variables(self) -> dict[str, str]:

@@ -37,6 +37,7 @@ import numpy as np
 from tqdm import tqdm
 
 from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
+from domino_pipeline.inputs.column_moments import ColumnBounds
 from domino_pipeline.inputs.drivaerml_reader import (
     SURFACE_ARRAYS,
     RunError,
@@ -53,9 +54,11 @@ from domino_pipeline.inputs.processed_run import (
     processed_in_memory,
     write_processed_run,
 )
+from domino_pipeline.inputs.published_forces import Published
 from domino_pipeline.inputs.raw_reading import LocalReading, RemoteAccess, RemoteReading, run_reading
 from domino_pipeline.inputs.remote_runs import RemoteFile, RemoteRun, find_remote_runs, is_remote, remote_run_files
 from domino_pipeline.inputs.run_folder import RunFiles, find_runs, profile_field_hints, run_files
+from domino_pipeline.inputs.run_statistics import RunStatistics, start_run_statistics
 from domino_pipeline.inputs.runs import open_run
 from domino_pipeline.inputs.surface_stream import SurfaceRows, SurfaceStream, open_surface
 from domino_pipeline.inputs.volume_stream import VolumeStream, open_volume
@@ -139,7 +142,6 @@ def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, blo
     with reading.alongside(open_meshes) as meshes:
         stl, dropped = drop_zero_area(reading.stl_triangles(files.stl))
         surface, volume = meshes()
-    notes = stl_defects(stl["stl_faces"], stl["stl_areas"], files.stl, dropped) + (volume.notes if volume else [])
     length = car_length(stl["stl_coordinates"]) if options.reference_length is None else options.reference_length
     refs = (options.stream_velocity, options.air_density, length)
     params = np.array([options.stream_velocity, options.air_density], dtype=np.float32)
@@ -156,16 +158,25 @@ def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, blo
         "published": reading.published(files, options.dataset).as_attrs(),
     }
     bounds = {"stl": _bounds(stl["stl_coordinates"])}
+    surface_divisors = field_divisors(options.surface_fields, *refs)
+    volume_divisors = field_divisors(options.volume_fields, *refs)
+    statistics = start_run_statistics(options, stl, dropped, Published.from_attrs(attrs["published"]),
+                                      surface_divisors if surface is not None else None,
+                                      volume_divisors if volume is not None else None) \
+        if options.statistics else None
+    notes = stl_defects(stl["stl_faces"], stl["stl_areas"], files.stl, dropped,
+                        None if statistics is None else statistics.stl) + (volume.notes if volume else [])
     streamed = []
     if surface is not None:
-        divisors = field_divisors(options.surface_fields, *refs)
-        streamed.append(_streamed_rows(surface_shapes(surface.n_cells, len(divisors)),
-                                       _scaled(surface.blocks(surface_block), divisors), bounds, "surface"))
+        cell_quality = None if statistics is None else statistics.surface.cells.add
+        streamed.append(_streamed_rows(surface_shapes(surface.n_cells, len(surface_divisors)),
+                                       _scaled(surface.blocks(surface_block, cell_quality), surface_divisors),
+                                       bounds, "surface", statistics))
     if volume is not None:
-        divisors = field_divisors(options.volume_fields, *refs)
         streamed.append(_streamed_rows({"volume_mesh_centers": (volume.n_rows, 3),
-                                        "volume_fields": (volume.n_rows, len(divisors))},
-                                       _scaled(volume.blocks(block_rows), divisors), bounds, "volume"))
+                                        "volume_fields": (volume.n_rows, len(volume_divisors))},
+                                       _scaled(volume.blocks(block_rows), volume_divisors), bounds, "volume",
+                                       statistics))
     return RunContents(arrays, attrs, streamed, notes)
 
 
@@ -198,21 +209,23 @@ def _scaled(blocks: Iterator[tuple[np.ndarray, ...]], divisors: np.ndarray) -> I
 
 
 def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np.ndarray, ...]],
-                   bounds: dict, key: str) -> StreamedRows:
+                   bounds: dict, key: str, statistics: RunStatistics | None = None) -> StreamedRows:
     """Arrays ``shapes`` written from ``blocks``; the bounds of the first (the positions) are
-    gathered on the way and stored as ``bounds[key]`` once every row is seen."""
+    gathered on the way and stored as ``bounds[key]`` once every row is seen, and every block is
+    shown to the part ``key`` of ``statistics``, whose summary is stored after each part."""
     positions = next(iter(shapes))
-    low = np.full(3, np.inf)
-    high = -low
+    part = None if statistics is None else getattr(statistics, key)
+    box = ColumnBounds(3) if part is None else part.positions  # the statistics gather the bounds too
 
     def observe(name: str, rows: np.ndarray) -> None:
-        if name == positions and len(rows):
-            np.minimum(low, rows.min(axis=0), out=low)
-            np.maximum(high, rows.max(axis=0), out=high)
+        if part is not None:
+            part.observe(name, rows)
+        elif name == positions:
+            box.add(rows)
 
     def attrs() -> dict:
-        bounds[key] = [np.float32(low).tolist(), np.float32(high).tolist()]
-        return {"bounds": bounds}
+        bounds[key] = [np.float32(box.low).tolist(), np.float32(box.high).tolist()]
+        return {"bounds": bounds} | ({} if statistics is None else {"statistics": statistics.summary()})
 
     return StreamedRows(shapes, blocks, observe, attrs)
 

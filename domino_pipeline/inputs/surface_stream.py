@@ -28,7 +28,7 @@ takes; triangle strips are refused.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +59,7 @@ from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 
 SurfaceBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 _DATA = {"cells": ("CellData", "cell"), "points": ("PointData", "point")}
+CellsObserver = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
 
 
 @dataclass
@@ -72,16 +73,18 @@ class SurfaceStream:
     arrays: Mapping[str, list[str]] | None = None  # variable -> the arrays it is read from
     rows: SurfaceRows = field(default_factory=SurfaceRows)
 
-    def blocks(self, cells: int) -> Iterator[SurfaceBlock]:
+    def blocks(self, cells: int, on_cells: CellsObserver | None = None) -> Iterator[SurfaceBlock]:
         """(centres (n, 3), unit normals (n, 3), areas (n,), raw fields (n, F)), float32, of
-        ``cells`` rows at a time, in file order."""
+        ``cells`` rows at a time, in file order. ``on_cells(points, begins, ends, ids, centres,
+        normals, areas)`` is shown each block's polygons (their point ids are ``ids[begins[i]:ends[i]]``)
+        with their geometry, as for cell_quality.CellQuality.add; only for cell rows read by rows."""
         if self.file is None:
             whole = read_surface(self.path, self.variables, self.arrays, self.rows)
             for start in range(0, self.n_cells, cells):
                 yield tuple(whole[name][start:start + cells] for name in SURFACE_ARRAYS)
             return
         read = self._cell_blocks if self.rows.location == "cells" else self._point_blocks
-        yield from mesh_stream.read_errors_named(read(self.file, cells), self.path)
+        yield from mesh_stream.read_errors_named(read(self.file, cells, on_cells), self.path)
 
     def _fields(self, file: VtkXmlFile, start: int, stop: int) -> np.ndarray:
         section, where = _DATA[self.rows.location]
@@ -89,7 +92,7 @@ class SurfaceStream:
         data = {name: file.read(section, name, start, stop) for name in names}
         return field_columns(data, self.variables, self.path, where, self.arrays)
 
-    def _cell_blocks(self, file: VtkXmlFile, cells: int) -> Iterator[SurfaceBlock]:
+    def _cell_blocks(self, file: VtkXmlFile, cells: int, on_cells: CellsObserver | None) -> Iterator[SurfaceBlock]:
         with tempfile.TemporaryDirectory(prefix="surface_points_") as tmp:
             points = self._points(file, Path(tmp), cells)
             for start in range(0, self.n_cells, cells):
@@ -100,9 +103,11 @@ class SurfaceStream:
                     geometry = surface_geometry(points, begins, ends, ids)
                 except CellGeometryError as err:
                     raise RunError(f"{self.path}: {err} among cells {start}..{stop}") from err
+                if on_cells is not None:
+                    on_cells(points, begins, ends, ids, *geometry)
                 yield (*geometry, fields)
 
-    def _point_blocks(self, file: VtkXmlFile, rows: int) -> Iterator[SurfaceBlock]:
+    def _point_blocks(self, file: VtkXmlFile, rows: int, on_cells: CellsObserver | None) -> Iterator[SurfaceBlock]:
         with tempfile.TemporaryDirectory(prefix="surface_points_") as tmp:
             sums = None
             if self.rows.normals is None or self.rows.areas is None:

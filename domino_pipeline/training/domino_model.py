@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from domino_pipeline.variables import COMPONENTS, VARIABLE_WIDTH
+from domino_pipeline.variables import column_names
 from domino_pipeline.loading.items import MODEL_TYPES
 
 INPUT_FEATURES = 3      # x, y, z of every point
@@ -33,12 +33,7 @@ DATA_BOUND_PARAMETERS = (
 def variable_names(variables: Mapping[str, str]) -> list[str]:
     """Output column names: a scalar keeps its name, a vector becomes name_x, name_y, name_z (a
     symmetric tensor name_xx, name_xy, ...)."""
-    names = []
-    for name, kind in variables.items():
-        if kind not in VARIABLE_WIDTH:
-            raise ValueError(f"variable {name!r}: kind must be one of {list(VARIABLE_WIDTH)}, not {kind!r}")
-        names += [name] if kind == "scalar" else [f"{name}_{axis}" for axis in COMPONENTS[kind]]
-    return names
+    return column_names(variables)
 
 
 def resolve_model_type(model_type: str, model_section: Mapping[str, Any]) -> str:

@@ -1,0 +1,110 @@
+"""How a data set states its flow and force conventions, and the force on a body from sums over its
+surface cells: what predict.py's reports (inference/forces.py, which adds moments and every
+coefficient) and the per-run statistics of process_data.py (inputs/run_statistics.py) share.
+
+The force the flow exerts on the car, summed over the surface cells i with area A_i:
+
+    F = sum_i (-p_i n_i + tau_i) A_i        n_i: unit normal pointing out of the car, into the fluid
+                                            tau_i: wall shear stress the fluid exerts on the car
+
+    C_d = F . e_drag / (0.5 rho_inf U_inf^2 A_ref)      C_l = F . e_lift / (0.5 rho_inf U_inf^2 A_ref)
+
+Data sets state their normals and shear either way round, which ``ForceConvention`` records. The
+sums ``P = sum p n A`` (normals as the files have them) and ``S = sum tau A`` (shear as the files
+have it) do not depend on the convention, so they can be gathered a block of cells at a time
+(``force_sums``) and turned into the force of any convention afterwards (``ForceConvention.force``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from domino_pipeline.config_section import check_choice
+from domino_pipeline.dataset_profile import NORMALS, WALL_SHEAR
+
+
+@dataclass(frozen=True)
+class FreeStream:
+    """The flow the coefficients refer to: its speed, its density, and whether the pressure and
+    wall shear are kinematic (already divided by the density, as DrivAerML's are)."""
+
+    velocity: float            # m/s
+    density: float             # kg/m^3; unused when kinematic
+    kinematic: bool = True
+
+    def __post_init__(self) -> None:
+        if not (self.velocity > 0 and self.density > 0):
+            raise ValueError(f"dataset.flow.velocity and density must be positive, not "
+                             f"{self.velocity} and {self.density}")
+
+    @property
+    def dynamic_pressure(self) -> float:
+        """0.5 rho_inf U_inf^2 in the fields' units (rho_inf = 1 for kinematic fields)."""
+        return 0.5 * (1.0 if self.kinematic else self.density) * self.velocity**2
+
+
+@dataclass(frozen=True)
+class ForceConvention:
+    """Which way a data set's surface normals point, and on what its wall shear stress acts."""
+
+    normals: str = "into_body"   # DrivAerML (OpenFOAM): into the car
+    wall_shear: str = "on_fluid"  # DrivAerML (OpenFOAM wallShearStress): the stress on the fluid
+
+    def __post_init__(self) -> None:
+        check_choice("dataset.flow.normals", self.normals, NORMALS)
+        check_choice("dataset.flow.wall_shear", self.wall_shear, WALL_SHEAR)
+
+    @property
+    def outward_sign(self) -> float:
+        """+1 when the normals point out of the car, -1 when into it."""
+        return 1.0 if self.normals == "out_of_body" else -1.0
+
+    @property
+    def shear_on_body_sign(self) -> float:
+        """+1 when the wall shear is the stress on the car, -1 when on the fluid."""
+        return 1.0 if self.wall_shear == "on_body" else -1.0
+
+    def force(self, pressure_sum: np.ndarray, shear_sum: np.ndarray) -> np.ndarray:
+        """The force on the body from ``force_sums``' two sums (3,), or of each cell from its
+        ``p n A`` and ``tau A`` (N, 3)."""
+        return -self.outward_sign * np.asarray(pressure_sum, np.float64) \
+            + self.shear_on_body_sign * np.asarray(shear_sum, np.float64)
+
+
+ALL_CONVENTIONS = tuple(ForceConvention(n, w) for n in NORMALS for w in WALL_SHEAR)
+
+
+def force_sums(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray,
+               areas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(sum p n A, sum tau A)``, each (3,) in float64, over N cells: ``pressure`` (N,),
+    ``wall_shear`` (N, 3), ``vector_areas`` (N, 3) (each cell's area times its unit normal, as the
+    files orient it), ``areas`` (N,). Sums over any split of the cells add up to the whole's."""
+    pressure, areas = np.asarray(pressure, np.float64), np.asarray(areas, np.float64)
+    vector_areas, wall_shear = np.asarray(vector_areas, np.float64), np.asarray(wall_shear, np.float64)
+    if not (pressure.shape == areas.shape == vector_areas.shape[:1] == wall_shear.shape[:1]) \
+            or vector_areas.shape[1:] != (3,) or wall_shear.shape[1:] != (3,):
+        raise ValueError(f"force_sums: pressure {pressure.shape}, wall_shear {wall_shear.shape}, vector areas "
+                         f"{vector_areas.shape} and areas {areas.shape} must describe the same N cells")
+    return pressure @ vector_areas, areas @ wall_shear
+
+
+def coefficients_of_force(force: np.ndarray, *, reference_area: float, dynamic_pressure: float,
+                          drag_direction: Sequence[float] = (1.0, 0.0, 0.0),
+                          lift_direction: Sequence[float] = (0.0, 0.0, 1.0)) -> dict[str, float]:
+    """``{"cd", "cl"}``: F.e / (dynamic_pressure A_ref)."""
+    if reference_area <= 0:
+        raise ValueError(f"the reference area must be positive, not {reference_area}")
+    coefficient = 1.0 / (dynamic_pressure * reference_area)
+    return {"cd": float(coefficient * np.asarray(force) @ unit(drag_direction)),
+            "cl": float(coefficient * np.asarray(force) @ unit(lift_direction))}
+
+
+def unit(direction: Sequence[float]) -> np.ndarray:
+    """``direction`` scaled to length 1; ValueError for a zero or malformed vector."""
+    vector = np.asarray(direction, dtype=np.float64)
+    if vector.shape != (3,) or not np.linalg.norm(vector) > 0:
+        raise ValueError(f"a force direction needs 3 values, not all zero; got {list(direction)}")
+    return vector / np.linalg.norm(vector)
