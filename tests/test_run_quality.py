@@ -31,7 +31,8 @@ from synthetic.defects import inject_defects, parse_defects
 
 N_RUNS = 30
 # synthetic_data.py's conventions: normals out of the car, wall shear on the car
-SYNTHETIC = typed_config("dataset.flow.normals=out_of_body", "dataset.flow.wall_shear=on_body")
+SYNTHETIC = DEFAULTS  # the generator writes DrivAerML's conventions (OpenFOAM's)
+OTHER = typed_config("dataset.flow.normals=out_of_body", "dataset.flow.wall_shear=on_body")
 # the words each defect's reasons must hold, and those they must not
 VOLUME = ["volume count", "volume UMeanTrim", "volume pMeanTrim", "volume nutMeanTrim"]
 SURFACE = ["surface pMeanTrim", "surface wallShearStressMeanTrim", "surface_to_stl_volume", "surface_stl_bounds_gap"]
@@ -77,10 +78,10 @@ def test_each_defect_is_rejected_for_its_reason_and_no_clean_run_is(defective):
 
 
 def test_a_profile_with_the_other_conventions_is_named_and_the_same_runs_rejected(defective):
-    verdicts = judge(defective["rows"], DEFAULTS.data.quality, DEFAULTS.dataset)  # DrivAerML's conventions
+    verdicts = judge(defective["rows"], OTHER.data.quality, OTHER.dataset)
     assert len(verdicts.notes) == 1 and verdicts.notes[0].startswith(
-        f"the published coefficients of {N_RUNS - 4} of {N_RUNS} runs fit normals out_of_body and wall shear on_body, "
-        "of 0 the profile's (into_body, on_fluid)")
+        f"the published coefficients of {N_RUNS - 4} of {N_RUNS} runs fit normals into_body and wall shear on_fluid, "
+        "of 0 the profile's (out_of_body, on_body)")
     assert set(verdicts.rejected) == set(defective["defects"])
 
 
@@ -178,8 +179,7 @@ def test_the_report_draws_and_names_every_rejected_run(defective, tmp_path):
     dataset_report = import_benchmark("dataset_report")
     out = tmp_path / "report"
     code = dataset_report.main(["--out", str(out), f"data.processed_dir={defective['processed']}",
-                                f"data.raw_dir={defective['raw']}", "dataset.flow.normals=out_of_body",
-                                "dataset.flow.wall_shear=on_body"])
+                                f"data.raw_dir={defective['raw']}"])
     result = json.loads((out / "quality.json").read_text())
     assert code == 0 and set(result["rejected"]) == set(defective["defects"])
     assert set(result["named_in_figure"]) == set(defective["defects"])  # each marked where it is wrong

@@ -6,6 +6,7 @@ from __future__ import annotations
 import filecmp
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import synthetic_data
 from domino_pipeline.inference.forces import mesh_vector_areas
 from domino_pipeline.inputs.drivaerml_reader import read_surface
 from synthetic.defects import DEFECTS, inject_defects, parse_defects
+from synthetic.writers import join_pieces
 
 PROFILE = DEFAULTS.dataset
 
@@ -28,6 +30,13 @@ def raw(tiny_raw_dir: Path, tmp_path: Path) -> Path:
     return tmp_path / "raw"
 
 
+def _read(path: Path) -> pv.DataSet:
+    """The mesh ``path``, joined from its pieces (into a temporary copy) where it is in pieces."""
+    with tempfile.TemporaryDirectory() as tmp:
+        mesh = pv.read(join_pieces(path, Path(tmp) / path.name))
+        return mesh
+
+
 def _apply(raw: Path, defect: str) -> tuple[Path, Path]:
     inject_defects(raw, {1: defect}, PROFILE)
     assert json.loads((raw / "defects.json").read_text()) == {"run_1": defect}
@@ -37,7 +46,7 @@ def _apply(raw: Path, defect: str) -> tuple[Path, Path]:
 def test_scaled_fields(raw, tiny_raw_dir):
     run, _ = _apply(raw, "scaled_fields")
     for name in ("boundary_1.vtp", "volume_1.vtu"):
-        before, after = pv.read(tiny_raw_dir / "run_1" / name), pv.read(run / name)
+        before, after = _read(tiny_raw_dir / "run_1" / name), _read(run / name)
         for data in ("point_data", "cell_data"):
             for field in getattr(before, data):
                 np.testing.assert_array_equal(getattr(after, data)[field], 10 * getattr(before, data)[field])
@@ -64,7 +73,7 @@ def test_reversed_boundary_flips_every_area_vector_and_keeps_the_fields(raw, tin
 
 def test_truncated_volume_keeps_a_tenth(raw, tiny_raw_dir):
     run, _ = _apply(raw, "truncated_volume")
-    before, after = pv.read(tiny_raw_dir / "run_1" / "volume_1.vtu"), pv.read(run / "volume_1.vtu")
+    before, after = _read(tiny_raw_dir / "run_1" / "volume_1.vtu"), _read(run / "volume_1.vtu")
     assert (after.n_points, after.n_cells) == (before.n_points // 10, before.n_cells // 10)
     np.testing.assert_array_equal(after.points, before.points[: after.n_points])
     np.testing.assert_array_equal(after.point_data["pMeanTrim"], before.point_data["pMeanTrim"][: after.n_points])
@@ -98,4 +107,5 @@ def test_the_command_line_injects_and_says_where(tmp_path, capsys):
     synthetic_data.main(["--preset", "tiny", "--runs", "3", "--out", str(tmp_path), "--defects", "truncated_volume:3",
                          "--volume-points", "2000"])
     assert "injected 1 defects: {'run_3': 'truncated_volume'}" in capsys.readouterr().out
-    assert pv.read(tmp_path / "run_3" / "volume_3.vtu").n_points == 200
+    assert (tmp_path / "run_3" / "volume_3.vtu.01.part").is_file()  # in pieces still, as published
+    assert _read(tmp_path / "run_3" / "volume_3.vtu").n_points == 200

@@ -55,7 +55,7 @@ from domino_pipeline.inputs.column_moments import ColumnBounds, ColumnMoments
 from domino_pipeline.inputs.drivaerml_reader import stl_defect_counts
 from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.published_forces import Published
-from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH, column_names
+from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH, FieldName, column_names, variables_of
 
 STATISTICS_VERSION = 1
 AXES = ("x", "y", "z")
@@ -152,15 +152,15 @@ class RunStatistics:
         self.published: dict[str, Any] = {}
 
     @classmethod
-    def for_fields(cls, flow: FlowProfile, surface_fields: Mapping[str, str] | None,
-                   volume_fields: Mapping[str, str] | None, surface_divisors: np.ndarray | None,
+    def for_fields(cls, flow: FlowProfile, surface_fields: Mapping[str, FieldName] | None,
+                   volume_fields: Mapping[str, FieldName] | None, surface_divisors: np.ndarray | None,
                    volume_divisors: np.ndarray | None) -> RunStatistics:
         """Statistics for parts with these role -> name fields (None: the part is not read) and
         column divisors."""
         def part(fields, divisors, surface):
             if fields is None:
                 return None
-            names = column_names({name: FIELD_ROLES[role][0] for role, name in fields.items()})
+            names = column_names(variables_of(fields))
             return PartStatistics(names, surface=surface, divisors=divisors, roles=field_columns(fields))
         return cls(flow, part(surface_fields, surface_divisors, True), part(volume_fields, volume_divisors, False))
 
