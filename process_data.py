@@ -2,12 +2,15 @@
 
 The dataset profile (``dataset=drivaerml|ahmedml|windsorml|...``, conf/dataset/) says where each run
 folder's files are and which field plays which role; fields are made dimensionless by role with
-``physics``. Runs are processed in parallel (``process.num_processes``), each written atomically;
-finished runs are skipped on a rerun; a bad run gets one line naming the file and the problem, and
-the command exits non-zero when any run failed.
+``physics``. Runs are processed in parallel (``process.num_processes`` at a time, in a local pool
+or on a Dask cluster: ``executor``), each written atomically; finished runs are skipped on a rerun;
+a bad run gets one line naming the file and the problem, and the command exits non-zero when any
+run failed. ``data.runs`` and ``data.shard`` choose the runs (the jobs of an array split them).
 
     python process_data.py data.raw_dir=/data/drivaerml data.processed_dir=/data/processed
     python process_data.py --config-name=demo process.num_processes=2 process.overwrite=true
+    python process_data.py data.runs=[1,2,5-10] data.shard=$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT
+    python process_data.py executor.kind=dask executor.address=tcp://scheduler:8786
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ def main(config: PipelineConfig) -> int:
                          "upload the processed runs there to read them from object storage")
     options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
     results = process_all(config.data.raw_dir, config.data.processed_dir, options,
-                          num_processes=config.process.num_processes, overwrite=config.process.overwrite)
+                          num_processes=config.process.num_processes, overwrite=config.process.overwrite,
+                          executor=config.executor, runs=config.data.runs, shard=config.data.shard)
     print(summarize(results, ("processed", "skipped", "failed")), flush=True)
     return 1 if any(r.status == "failed" for r in results) else 0
 

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from domino_pipeline.config_section import check_choice, check_type, from_section
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.example_keys import check_example_keys
+from domino_pipeline.run_selection import check_spec, parse_shard
 
 MODEL_TYPES = ("surface", "volume", "combined")
 DEVICES = ("auto", "cpu", "cuda")
@@ -29,6 +30,7 @@ NORMALIZATIONS = ("min_max", "mean_std")
 SCHEDULERS = ("cosine", "step")
 AMP_CHOICES = ("bf16", "fp16", "none")
 SPLITS = ("train", "val")
+EXECUTOR_KINDS = ("pool", "dask")  # worker processes on this machine | a dask.distributed cluster
 LOSS_TYPES = ("mse", "rmse")
 LOSS_TERMS = ("volume", "surface", "surface_area", "integral")
 SURFACE_TERMS = ("surface", "surface_area", "integral")
@@ -64,6 +66,13 @@ class DataConfig:
     processed_dir: str      # processed runs, or physicsnemo-curator output as it is
     allow_pickle: bool      # also read legacy .npy dict runs (restricted unpickler)
     allow_missing_chunks: bool  # accept Zarr runs lacking chunks (read as fill values) from writers that omit them on purpose
+    runs: list[int | str] | None  # process_data.py, cache_data.py: run numbers, ranges "a-b", run names; None: all
+    shard: str | None       # "<i>/<n>": every n-th of those runs from the i-th (run_selection.py); None: all
+
+    def __post_init__(self) -> None:
+        check_spec(self.runs)
+        if self.shard is not None:
+            parse_shard(self.shard)
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,21 @@ class ProcessConfig:
 
 
 @dataclass(frozen=True)
+class ExecutorConfig:
+    """``executor:`` where process_data.py and cache_data.py run their per-run tasks
+    (executors.py); how many at once is the stage's ``num_processes``."""
+
+    kind: str             # pool | dask
+    address: str | None   # dask: a running scheduler's address; None: a local cluster
+
+    def __post_init__(self) -> None:
+        check_choice("executor.kind", self.kind, EXECUTOR_KINDS)
+        if self.address is not None and self.kind != "dask":
+            raise ValueError(f"executor.address is a Dask scheduler's; set executor.kind=dask "
+                             f"to use {self.address!r}")
+
+
+@dataclass(frozen=True)
 class GeometryConfig:
     """``geometry:`` the per-run work a cache holds (``PreprocessSettings`` with the variables)."""
 
@@ -163,9 +187,10 @@ class CacheConfig:
     validate: bool
     check_sources: bool
     max_open_runs: int
+    num_processes: int    # runs built at once (the executor's pool or local Dask cluster)
 
     def __post_init__(self) -> None:
-        check_at_least("cache", self, ("max_open_runs",), 1)
+        check_at_least("cache", self, ("max_open_runs", "num_processes"), 1)
 
 
 @dataclass(frozen=True)
@@ -302,7 +327,7 @@ class DistributedConfig:
 
 SECTIONS = {
     "dataset": DatasetConfig, "data": DataConfig, "physics": PhysicsConfig, "process": ProcessConfig,
-    "geometry": GeometryConfig, "sampling": SamplingConfig, "cache": CacheConfig, "loss": LossConfig,
+    "executor": ExecutorConfig, "geometry": GeometryConfig, "sampling": SamplingConfig, "cache": CacheConfig, "loss": LossConfig,
     "train": TrainConfig, "distributed": DistributedConfig, "predict": PredictConfig, "forces": ForcesConfig,
 }
 TOP_LEVEL = {"model_type": str, "seed": int, "output_dir": str, "model": dict}
@@ -322,6 +347,7 @@ class PipelineConfig:
     data: DataConfig
     physics: PhysicsConfig
     process: ProcessConfig
+    executor: ExecutorConfig
     geometry: GeometryConfig
     sampling: SamplingConfig
     cache: CacheConfig

@@ -11,29 +11,24 @@ the air density rho and, for the turbulent viscosity, the car's length L (the la
 STL) unless ``physics.reference_length`` gives one. The surface and the volume are read and written
 a block of cells or rows at a time (surface_stream.py, volume_stream.py); a file in an encoding
 that cannot be read so is read whole with VTK, after a warning naming the memory it takes. Runs
-are processed in parallel, each written atomically; finished runs are skipped on a rerun; a bad
-run gets one line naming the file and the problem.
+are processed in parallel (executors.py: a local pool or Dask), each written atomically; finished
+runs are skipped on a rerun; a bad run gets one line naming the file and the problem.
 
     results = process_all(raw_dir, processed_dir, options, num_processes=2)
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import multiprocessing
 import os
-import signal
 import traceback
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
+from domino_pipeline.config import ExecutorConfig
+from domino_pipeline.executors import LOCAL_POOL, run_tasks
 from domino_pipeline.inputs.concat_bytes import file_pieces
 from domino_pipeline.inputs.drivaerml_reader import (
     SURFACE_ARRAYS,
@@ -55,6 +50,7 @@ from domino_pipeline.inputs.run_folder import find_runs, run_files
 from domino_pipeline.inputs.surface_stream import open_surface
 from domino_pipeline.inputs.volume_stream import open_volume
 from domino_pipeline.run_report import RunResult
+from domino_pipeline.run_selection import select_runs
 
 # ----------------------------------------------------------------------------- one run
 
@@ -150,11 +146,14 @@ def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np
     return StreamedRows(shapes, blocks, observe, attrs)
 
 
-def _process_one(run_dir: Path, out_path: Path, options: ProcessOptions) -> RunResult:
-    """Process one run in a worker, as the run's only writer; failures come back as a result,
-    not an exception."""
+def _process_one(run_dir: Path, out_path: Path, options: ProcessOptions, overwrite: bool = False) -> RunResult:
+    """Process one run in a worker, as the run's only writer (a run another writer finished
+    meanwhile is skipped, unless ``overwrite``); failures come back as a result, not an
+    exception."""
     try:
         with exclusive_lock(out_path.parent / ".locks" / f"{out_path.name}.lock", f"processed run {out_path}"):
+            if out_path.exists() and not overwrite:
+                return RunResult(run_dir.name, "skipped", "already processed")
             _, notes = process_run(run_dir, out_path, options)
     except (RunError, OSError, ValueError, MemoryError) as err:  # bad input: one line naming the file
         return RunResult(run_dir.name, "failed", str(err).splitlines()[0] or type(err).__name__)
@@ -168,45 +167,12 @@ def _process_one(run_dir: Path, out_path: Path, options: ProcessOptions) -> RunR
 # ----------------------------------------------------------------------------- the batch
 
 
-def die_with_parent(parent: int) -> None:
-    """In a pool worker: be killed when the process that started the pool dies (Linux
-    ``PR_SET_PDEATHSIG``), so that a killed batch leaves no worker writing behind it."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the pool's own shutdown is all there is
-        return
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(1)
-
-
-def _run_pool(jobs: list[tuple[Path, Path]], options: ProcessOptions, num_processes: int) -> list[RunResult]:
-    """Process ``jobs`` in a spawn pool (or in this process for one worker) with a progress bar."""
-    bar = tqdm(total=len(jobs), desc="processing runs", unit="run", disable=not jobs)
-    results = []
-    if num_processes <= 1 or len(jobs) <= 1:
-        for run_dir, out in jobs:
-            results.append(_process_one(run_dir, out, options))
-            bar.update()
-        bar.close()
-        return results
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(num_processes, len(jobs)), mp_context=context,
-                             initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
-        futures = {pool.submit(_process_one, r, o, options): r for r, o in jobs}
-        for future in as_completed(futures):
-            try:
-                results.append(future.result())
-            except BrokenProcessPool:
-                results.append(RunResult(futures[future].name, "failed", "worker process died"))
-            bar.update()
-    bar.close()
-    return results
-
-
 def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, options: ProcessOptions, *,
-                num_processes: int = 1, overwrite: bool = False) -> list[RunResult]:
-    """Process every run folder of ``raw_dir`` into ``processed_dir``; return one result per run.
+                num_processes: int = 1, overwrite: bool = False, executor: ExecutorConfig = LOCAL_POOL,
+                runs: list[int | str] | None = None, shard: str | None = None) -> list[RunResult]:
+    """Process the run folders of ``raw_dir`` that ``runs`` and ``shard`` choose (all by
+    default; run_selection.py) into ``processed_dir``, ``num_processes`` at a time on
+    ``executor``; return one result per run.
 
     Finished runs are skipped unless ``overwrite`` (refused when processed with other
     ``options``); temporaries left by killed writers are removed first.
@@ -214,17 +180,18 @@ def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, op
     processed_dir = Path(processed_dir)
     processed_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(processed_dir)
-    results, jobs = [], []
-    for run_dir in find_runs(raw_dir, options.dataset):
-        out = processed_dir / f"{run_dir.name}.zarr"
+    results, jobs = [], {}
+    run_dirs = {p.name: p for p in find_runs(raw_dir, options.dataset)}
+    for name in select_runs(list(run_dirs), runs, shard, source=str(raw_dir)):
+        run_dir, out = run_dirs[name], processed_dir / f"{name}.zarr"
         if out.exists() and not overwrite:
             differences = settings_differences(out, options)
             results.append(RunResult(run_dir.name, "skipped", "already processed") if not differences else
                            RunResult(run_dir.name, "failed", f"{out}: processed with other settings "
                                      f"({'; '.join(differences)}); rerun with process.overwrite=true"))
         else:
-            jobs.append((run_dir, out))
-    results += _run_pool(jobs, options, num_processes)
+            jobs[name] = (run_dir, out, options, overwrite)
+    results += run_tasks(_process_one, jobs, executor, workers=num_processes, progress="processing runs")
     return sorted(results, key=lambda r: natural_key(Path(r.name)))
 
 

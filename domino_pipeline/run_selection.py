@@ -1,0 +1,95 @@
+"""Which runs a stage takes: ``data.runs`` (run numbers, ranges of them, run names) and then
+``data.shard`` (``<i>/<n>``: every n-th of the chosen runs in natural order, from the i-th), so
+that the jobs of a job array, or of any scheduler, split a stage and never write the same run.
+
+    select_runs(["run_1", "run_2", "run_10"], [1, "5-10"], None)   # ["run_1", "run_10"]
+    select_runs(names, None, "1/4")                                # the 2nd, 6th, 10th, ... run
+
+A run's number is the last group of digits in its name (run_12: 12). Names in, names out, no
+dependency: any stage that lists runs (raw folders, processed runs, object-store prefixes) can
+use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+
+
+def select_runs(names: Sequence[str], spec: Sequence[int | str] | None, shard: str | None,
+                *, source: str = "the runs") -> list[str]:
+    """The names of ``names`` that ``spec`` chooses (all for None), then this ``shard``'s
+    share of them, in natural order (run_2 before run_10). ``source`` names where the runs were
+    listed, for errors: a number, a name or a range that matches no run is a ValueError (a
+    range need not be complete: DrivAerML has gaps), as are a malformed item or shard."""
+    ordered = sorted(names, key=name_key)
+    chosen = ordered if spec is None else _chosen(ordered, spec, source)
+    if shard is None:
+        return chosen
+    index, count = parse_shard(shard)
+    return chosen[index::count]
+
+
+def parse_shard(shard: str) -> tuple[int, int]:
+    """``"i/n"`` as (i, n) with 0 <= i < n; a ValueError saying the form otherwise."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(shard))
+    if not match or not int(match[1]) < int(match[2]):
+        raise ValueError(f"data.shard must be <i>/<n> with 0 <= i < n (as $SLURM_ARRAY_TASK_ID/"
+                         f"$SLURM_ARRAY_TASK_COUNT), not {shard!r}")
+    return int(match[1]), int(match[2])
+
+
+def check_spec(spec: Sequence[int | str] | None) -> None:
+    """Refuse a ``data.runs`` item that is neither a number, a range ``a-b`` (a <= b) nor a name."""
+    for item in spec or ():
+        _matcher(item)
+
+
+def run_number(name: str) -> int | None:
+    """The last group of digits in ``name`` as a number (run_12: 12); None without digits."""
+    digits = re.findall(r"\d+", name)
+    return int(digits[-1]) if digits else None
+
+
+def _chosen(ordered: list[str], spec: Sequence[int | str], source: str) -> list[str]:
+    """The runs that any item of ``spec`` matches; an item matching none is an error."""
+    keep = set()
+    for item in spec:
+        matched = {name for name in ordered if _matcher(item)(name)}
+        if not matched:
+            raise ValueError(f"data.runs: {item!r} matches no run of {source} "
+                             f"({_sample(ordered)})")
+        keep |= matched
+    return [name for name in ordered if name in keep]
+
+
+def _matcher(item: int | str):
+    """A test of a run name for one item of ``data.runs``."""
+    if isinstance(item, bool) or not isinstance(item, (int, str)):
+        raise ValueError(f"data.runs items are run numbers, ranges a-b or run names, not {item!r}")
+    if isinstance(item, int) or item.strip().isdigit():
+        number = int(item)
+        return lambda name: run_number(name) == number
+    bounds = _RANGE.match(item)
+    if bounds:
+        low, high = int(bounds[1]), int(bounds[2])
+        if low > high:
+            raise ValueError(f"data.runs: range {item!r} is empty (write it low-high)")
+        return lambda name: (n := run_number(name)) is not None and low <= n <= high
+    if not item.strip():
+        raise ValueError("data.runs: an empty item")
+    return lambda name: name == item
+
+
+def _sample(ordered: list[str]) -> str:
+    if not ordered:
+        return "none listed"
+    shown = ", ".join(ordered[:3]) + (f" ... {ordered[-1]}" if len(ordered) > 3 else "")
+    return f"{len(ordered)} listed: {shown}"
+
+
+def name_key(name: str) -> list[int | str]:
+    """Sort key that orders digits by value: run_2 before run_10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
