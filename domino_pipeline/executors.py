@@ -38,6 +38,17 @@ from domino_pipeline.config import ExecutorConfig
 from domino_pipeline.run_report import RunResult
 
 LOCAL_POOL = ExecutorConfig(kind="pool", address=None)
+# A local cluster's workers sample their own stacks every 10 ms (Dask's statistical profiler)
+# and check their event loop every 20 ms, CPU that runs compete for on a small machine
+# (benchmarks/benchmark_executors.py measures both executors). A run is one long task: neither
+# check pays for it; the memory monitor looks once a second. (A remote cluster's workers keep
+# their own settings: docs/scaling.md.)
+LOCAL_CLUSTER_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
 Task = Callable[..., RunResult]
 
 
@@ -103,8 +114,11 @@ def _dask_client(distributed: Any, executor: ExecutorConfig, workers: int) -> It
                   "workers now", flush=True)
             yield client
         return
-    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
+    import dask
+
+    with dask.config.set(LOCAL_CLUSTER_CONFIG), \
+            distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                     dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
         yield client
 
 
