@@ -7,7 +7,8 @@ Each run is one task, and a task is the run's only writer: it writes its run ato
 skips a run already written, so those writes, not the executor, are the record of what is done.
 A run whose worker dies is simply run again (Dask reschedules it, up to
 ``distributed.scheduler.allowed-failures`` times; a pool reports it failed and a rerun of the
-stage resumes). The results come back to this process, which shows the progress and returns
+stage resumes). Dask also runs again the tasks a lost worker had finished but not yet handed
+back: they find their run written and report it skipped, so no run is written twice. The results come back to this process, which shows the progress and returns
 them in the tasks' order, so the stage's summary is the same on either executor.
 
     results = run_tasks(process_one, {"run_1": (run_dir, out)}, executor, workers=4,

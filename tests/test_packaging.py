@@ -24,7 +24,7 @@ ENTRY_POINTS = ("process_data.py", "cache_data.py", "train.py", "predict.py", "d
 # Needed but never imported by name: torch.utils.tensorboard's writer.
 NOT_IMPORTED = {"tensorboard"}
 # Imported only where a setting asks for them, declared as an extra: executor.kind=dask.
-OPTIONAL = {"distributed": "dask"}
+OPTIONAL = {"dask": "dask", "distributed": "dask"}
 
 
 @pytest.fixture(scope="module")
