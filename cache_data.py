@@ -22,6 +22,10 @@ surface only (no volume read, no volume work; its factors are the surface's), fo
 quality checks reject (``data.quality``, from ``<processed_dir>/statistics.csv``;
 domino_pipeline/inputs/run_quality.py) are left out and named in the summary, as train.py leaves
 them out; ``data.quality.include=[run_37]`` takes one back, ``data.quality.enabled=false`` all.
+``cache.num_processes`` runs are built at once, in a local
+pool or on a Dask cluster (``executor``); ``data.runs`` and ``data.shard`` choose the runs built,
+so that the jobs of an array split them: each writes the manifest of every run built so far, and
+the last to finish writes the complete one with the scaling factors.
 
     python cache_data.py --config-name=cached data.processed_dir=/data/processed cache.dir=/data/cache
     torchrun --nproc_per_node=2 cache_data.py --config-name=cached    # ranks split the runs;
@@ -29,19 +33,22 @@ them out; ``data.quality.include=[run_37]`` takes one back, ``data.quality.enabl
     srun --ntasks=16 python cache_data.py --config-name=cached        # the same, Slurm's tasks
     python cache_data.py --config-name=demo cache.validate=true
     python cache_data.py --config-name=cached process.parts=surface    # surface-only processed runs
+    python cache_data.py --config-name=cached geometry.device=cpu cache.num_processes=8 \
+        data.shard=$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT     # a job of an array
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from domino_pipeline.atomic_store import remove_stale_temporaries
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
-from domino_pipeline.config import PipelineConfig
+from domino_pipeline.config import ExecutorConfig, PipelineConfig
 from domino_pipeline.entry_point import entry_point
+from domino_pipeline.executors import LOCAL_POOL, run_tasks
 from domino_pipeline.inputs.run_quality import quality_selection
 from domino_pipeline.inputs.runs import (
     DEFAULT_OPTIONS,
@@ -53,6 +60,7 @@ from domino_pipeline.inputs.runs import (
 )
 from domino_pipeline.launch import launch_environment
 from domino_pipeline.run_report import RunResult, summarize
+from domino_pipeline.run_selection import select_runs
 from domino_pipeline.store.build import (
     cache_run,
     manifest_runs,
@@ -76,16 +84,15 @@ STATUSES = ("built", "skipped", "stale", "failed")
 
 
 def build_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettings, *, rebuild: bool,
-                rank: int = 0, world_size: int = 1, options: ReadOptions = DEFAULT_OPTIONS) -> list[RunResult]:
-    """Build this rank's share of ``runs`` (every ``world_size``-th, from ``rank``)."""
+                rank: int = 0, world_size: int = 1, options: ReadOptions = DEFAULT_OPTIONS,
+                executor: ExecutorConfig = LOCAL_POOL, workers: int = 1) -> list[RunResult]:
+    """Build this rank's share of ``runs`` (every ``world_size``-th, from ``rank``), ``workers``
+    runs at a time on ``executor``."""
     mine = runs[rank::world_size]
-    results, records = [], manifest_records(cache_dir)  # the manifest, read once for the batch
-    bar = tqdm(mine, desc=f"cache rank {rank}", unit="run", position=rank, disable=not mine)
-    for path in bar:
-        results.append(cache_run(path, cache_dir, settings, rebuild=rebuild, options=options,
-                                 records=records))
-        bar.set_postfix(last=f"{results[-1].name}:{results[-1].status}")
-    return results
+    build = partial(cache_run, cache_dir=cache_dir, settings=settings, rebuild=rebuild, options=options,
+                    records=manifest_records(cache_dir))  # the manifest, read once for the batch
+    return run_tasks(build, {run_name(p): (p,) for p in mine}, executor, workers=workers,
+                     progress=f"cache rank {rank}", position=rank)
 
 
 def summarize_build(results: list[RunResult]) -> str:
@@ -153,7 +160,8 @@ def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str,
     train_runs, _ = split_from_config(runs, config.train, config.seed)
     absent = [run_name(p) for p in train_runs if run_name(p) not in entries]
     if absent:
-        print(f"scaling factors not written: training runs {absent} are not in the cache")
+        shown = ", ".join(absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+        print(f"scaling factors not written: training runs {shown} are not in the cache (yet)")
         return None
     record = write_scaling_factors(train_runs, cache_dir, settings, normalization=config.sampling.normalization)
     print(f"scaling factors: {join(cache_dir, record['path'])} ({len(train_runs)} training runs)")
@@ -205,6 +213,13 @@ def _finish(config: PipelineConfig, runs: list[Path], cache_dir: Path, settings:
     return 1 if stale or failed else 0
 
 
+def _chosen(runs: list[Path], config: PipelineConfig) -> list[Path]:
+    """The runs that ``data.runs`` and ``data.shard`` choose (the manifest lists them all)."""
+    names = set(select_runs([run_name(p) for p in runs], config.data.runs, config.data.shard,
+                            source=str(config.data.processed_dir)))
+    return [p for p in runs if run_name(p) in names]
+
+
 @entry_point
 def main(config: PipelineConfig) -> int:
     """Build (or validate) cache.dir from data.processed_dir; the exit code.
@@ -225,8 +240,9 @@ def main(config: PipelineConfig) -> int:
         remove_stale_temporaries(cache_dir)  # on every rank: those of live writers stay
     else:
         remove_finished_jobs(cache_dir, ABANDONED_AFTER_S)
-    results = build_cache(runs, cache_dir, settings, rebuild=config.cache.rebuild, rank=rank,
-                          world_size=world_size, options=read_options_from_config(config.data, config.physics))
+    results = build_cache(_chosen(runs, config), cache_dir, settings, rebuild=config.cache.rebuild, rank=rank,
+                          world_size=world_size, options=read_options_from_config(config.data, config.physics),
+                          executor=config.executor, workers=config.cache.num_processes)
     print(summarize_build(results), flush=True)
     if rank == 0:
         print(selection.summary(), flush=True)

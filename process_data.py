@@ -2,9 +2,10 @@
 
 The dataset profile (``dataset=drivaerml|ahmedml|windsorml|...``, conf/dataset/) says where each run
 folder's files are and which field plays which role; fields are made dimensionless by role with
-``physics``. Runs are processed in parallel (``process.num_processes``), each written atomically;
-finished runs are skipped on a rerun; a bad run gets one line naming the file and the problem, and
-the command exits non-zero when any run failed. Each run's statistics are gathered while it is
+``physics``. Runs are processed in parallel (``process.num_processes`` at a time, in a local pool
+or on a Dask cluster: ``executor``), each written atomically; finished runs are skipped on a rerun;
+a bad run gets one line naming the file and the problem, and the command exits non-zero when any
+run failed. ``data.runs`` and ``data.shard`` choose the runs (the jobs of an array split them). Each run's statistics are gathered while it is
 streamed (``process.statistics``) and the folder's table written as
 ``<processed_dir>/statistics.csv``, with the runs the quality checks would leave out of
 cache_data.py and train.py (``data.quality``; domino_pipeline/inputs/run_quality.py);
@@ -15,6 +16,8 @@ benchmarks/dataset_report.py plots it.
         data.processed_dir=/data/processed      # read from the public bucket, unsigned, no local copy
     python process_data.py data.raw_dir=hf://datasets/neashton/drivaerml data.runs=[1] data.processed_dir=/data/processed
     python process_data.py --config-name=demo process.num_processes=2 process.overwrite=true
+    python process_data.py data.runs=[1,2,5-10] data.shard=$SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT
+    python process_data.py executor.kind=dask executor.address=tcp://scheduler:8786
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def main(config: PipelineConfig) -> int:
     access = RemoteAccess(anonymous=config.data.anonymous, verify=config.data.verify_checksums)
     results = process_all(config.data.raw_dir, config.data.processed_dir, options,
                           num_processes=config.process.num_processes, overwrite=config.process.overwrite,
-                          runs=config.data.runs, access=access)
+                          executor=config.executor, runs=config.data.runs, shard=config.data.shard, access=access)
     print(summarize(results, ("processed", "skipped", "failed")), flush=True)
     if is_remote(config.data.raw_dir):
         print(fetch_summary(results), flush=True)

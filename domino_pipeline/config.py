@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from domino_pipeline.config_section import check_choice, check_type, from_section
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.example_keys import check_example_keys
-from domino_pipeline.run_selection import check_spec
+from domino_pipeline.run_selection import check_spec, parse_shard
 from domino_pipeline.variables import PARTS  # the meshes of a run besides its STL, which every stage reads
 
 MODEL_TYPES = ("surface", "volume", "combined")
@@ -32,6 +32,7 @@ NORMALIZATIONS = ("min_max", "mean_std")
 SCHEDULERS = ("cosine", "step")
 AMP_CHOICES = ("bf16", "fp16", "none")
 SPLITS = ("train", "val")
+EXECUTOR_KINDS = ("pool", "dask")  # worker processes on this machine | a dask.distributed cluster
 LOSS_TYPES = ("mse", "rmse")
 LOSS_TERMS = ("volume", "surface", "surface_area", "integral")
 SURFACE_TERMS = ("surface", "surface_area", "integral")
@@ -106,13 +107,16 @@ class DataConfig:
     processed_dir: str      # processed runs, or physicsnemo-curator output as it is
     allow_pickle: bool      # also read legacy .npy dict runs (restricted unpickler)
     allow_missing_chunks: bool  # accept Zarr runs lacking chunks (read as fill values) from writers that omit them on purpose
-    runs: list[int | str] | None  # process_data.py: run numbers, ranges "a-b", run names; None: all
+    runs: list[int | str] | None  # process_data.py, cache_data.py: run numbers, ranges "a-b", run names; None: all
+    shard: str | None       # "<i>/<n>": every n-th of those runs from the i-th (run_selection.py); None: all
     anonymous: bool | None  # remote raw_dir: unsigned requests (true), signed (false), null: unsigned where no credentials are set
     verify_checksums: bool  # remote raw_dir: hash every piece whose checksum the source publishes (all its bytes are then fetched)
     quality: QualityConfig
 
     def __post_init__(self) -> None:
         check_spec(self.runs)
+        if self.shard is not None:
+            parse_shard(self.shard)
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,21 @@ class ProcessConfig:
 
 
 @dataclass(frozen=True)
+class ExecutorConfig:
+    """``executor:`` where process_data.py and cache_data.py run their per-run tasks
+    (executors.py); how many at once is the stage's ``num_processes``."""
+
+    kind: str             # pool | dask
+    address: str | None   # dask: a running scheduler's address; None: a local cluster
+
+    def __post_init__(self) -> None:
+        check_choice("executor.kind", self.kind, EXECUTOR_KINDS)
+        if self.address is not None and self.kind != "dask":
+            raise ValueError(f"executor.address is a Dask scheduler's; set executor.kind=dask "
+                             f"to use {self.address!r}")
+
+
+@dataclass(frozen=True)
 class GeometryConfig:
     """``geometry:`` the per-run work a cache holds (``PreprocessSettings`` with the variables)."""
 
@@ -234,9 +253,10 @@ class CacheConfig:
     validate: bool
     check_sources: bool
     max_open_runs: int
+    num_processes: int    # runs built at once (the executor's pool or local Dask cluster)
 
     def __post_init__(self) -> None:
-        check_at_least("cache", self, ("max_open_runs",), 1)
+        check_at_least("cache", self, ("max_open_runs", "num_processes"), 1)
 
 
 @dataclass(frozen=True)
@@ -373,7 +393,7 @@ class DistributedConfig:
 
 SECTIONS = {
     "dataset": DatasetConfig, "data": DataConfig, "physics": PhysicsConfig, "process": ProcessConfig,
-    "geometry": GeometryConfig, "sampling": SamplingConfig, "cache": CacheConfig, "loss": LossConfig,
+    "executor": ExecutorConfig, "geometry": GeometryConfig, "sampling": SamplingConfig, "cache": CacheConfig, "loss": LossConfig,
     "train": TrainConfig, "distributed": DistributedConfig, "predict": PredictConfig, "forces": ForcesConfig,
 }
 TOP_LEVEL = {"model_type": str, "seed": int, "output_dir": str, "model": dict}
@@ -393,6 +413,7 @@ class PipelineConfig:
     data: DataConfig
     physics: PhysicsConfig
     process: ProcessConfig
+    executor: ExecutorConfig
     geometry: GeometryConfig
     sampling: SamplingConfig
     cache: CacheConfig

@@ -179,6 +179,25 @@ def test_torchrun_two_ranks_build_the_same_cache(tiny_processed_dir, reference_c
     assert sorted(read_manifest(cache)["runs"]) == ["run_1", "run_2"]
 
 
+def test_two_shards_side_by_side_build_the_same_cache_and_the_last_writes_it_whole(
+        tiny_processed_dir, reference_cache, tmp_path):
+    cache = tmp_path / "cache"
+    shards = [subprocess.Popen([sys.executable, *_args(tiny_processed_dir, cache, f"data.shard={i}/2")], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outputs = [shard.communicate(timeout=300) for shard in shards]
+    assert [shard.returncode for shard in shards] == [0, 0], outputs
+    for stdout, _ in outputs:  # each built its one run
+        assert "1 runs: 1 built, 0 skipped, 0 stale, 0 failed" in stdout, stdout
+    assert_same_cache(cache, reference_cache)
+    manifest = read_manifest(cache)
+    assert sorted(manifest["runs"]) == ["run_1", "run_2"]
+    assert_factors_are_train_pys(cache, manifest, tiny_processed_dir)
+    only = _run(tiny_processed_dir, tmp_path / "only", "data.runs=[2]")
+    assert only.returncode == 0 and "1 runs: 1 built" in only.stdout, only.stdout + only.stderr
+    assert "scaling factors not written: training runs run_1 are not in the cache (yet)" in only.stdout
+    assert sorted(read_manifest(tmp_path / "only")["runs"]) == ["run_2"]
+
+
 def test_a_missing_processed_directory_is_one_clear_line(tmp_path):
     result = _run(tmp_path / "nowhere", tmp_path / "cache")
     assert result.returncode == 1

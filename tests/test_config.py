@@ -78,6 +78,12 @@ def test_a_value_of_the_wrong_type_names_its_key(override, message):
     ("physics.air_density=0", "physics: stream_velocity, air_density and reference_length"),
     ("cache.max_open_runs=0", "cache.max_open_runs must be at least 1"),
     ("sampling.surface_points=0", "sampling.surface_points must be at least 1"),
+    ("executor.kind=ray", r"executor.kind must be one of \['pool', 'dask'\], not 'ray'"),
+    ("executor.address=tcp://h:8786", r"^executor.address is a Dask scheduler's; set executor.kind=dask"),
+    ("cache.num_processes=0", "cache.num_processes must be at least 1"),
+    ("data.shard=2/2", r"^data.shard must be <i>/<n> with 0 <= i < n"),
+    ("data.runs=[10-5]", r"^data.runs: range '10-5' is empty"),
+    ("data.runs=7", r"^data.runs must be list or null, not 7$"),
 ])
 def test_a_value_outside_the_choices_lists_them(override, message):
     with pytest.raises(ValueError, match=message):

@@ -23,6 +23,8 @@ ENTRY_POINTS = ("process_data.py", "cache_data.py", "train.py", "predict.py", "d
                 "synthetic_data.py")
 # Needed but never imported by name: torch.utils.tensorboard's writer.
 NOT_IMPORTED = {"tensorboard"}
+# Imported only where a setting asks for them, declared as an extra: executor.kind=dask.
+OPTIONAL = {"dask": "dask", "distributed": "dask"}
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +84,11 @@ def test_the_wheel_installs_only_the_package(wheel):
 
 def test_the_wheel_declares_every_imported_distribution(wheel):
     declared = {r.name.lower() for r in _requires(wheel) if r.marker is None}
-    assert _imported_distributions() | NOT_IMPORTED <= declared
+    assert (_imported_distributions() - set(OPTIONAL)) | NOT_IMPORTED <= declared
     assert declared - _imported_distributions() <= NOT_IMPORTED
+    extras = {(r.name.lower(), *sorted(r.extras), str(r.marker)) for r in _requires(wheel) if r.marker is not None}
+    for extra in OPTIONAL.values():  # dask[distributed] brings the distributed package
+        assert ("dask", "distributed", f'extra == "{extra}"') in extras, extras
 
 
 def test_each_declared_range_admits_the_tested_pin_and_stops_at_the_next_major(wheel):

@@ -12,31 +12,26 @@ the air density rho and, for the turbulent viscosity, the car's length L (the la
 STL) unless ``physics.reference_length`` gives one. The surface and the volume are read and written
 a block of cells or rows at a time (surface_stream.py, volume_stream.py); a file in an encoding
 that cannot be read so is read whole with VTK, after a warning naming the memory it takes. Runs
-are processed in parallel, each written atomically; finished runs are skipped on a rerun; a bad
-run gets one line naming the file and the problem.
+are processed in parallel (executors.py: a local pool or Dask), each written atomically; finished
+runs are skipped on a rerun; a bad run gets one line naming the file and the problem.
 
     results = process_all(raw_dir, processed_dir, options, num_processes=2)
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import multiprocessing
 import os
-import signal
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
+from domino_pipeline.config import ExecutorConfig
+from domino_pipeline.executors import LOCAL_POOL, report, run_tasks
 from domino_pipeline.inputs.column_moments import ColumnBounds
 from domino_pipeline.inputs.drivaerml_reader import (
     SURFACE_ARRAYS,
@@ -230,33 +225,35 @@ def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np
     return StreamedRows(shapes, blocks, observe, attrs)
 
 
-def _process_one(run: Path | RunFiles, out_path: Path, options: ProcessOptions,
-                 access: RemoteAccess = RemoteAccess(), report: Callable | None = None) -> RunResult:
+def _process_one(run: Path | RunFiles, out_path: Path, options: ProcessOptions, overwrite: bool = False,
+                 access: RemoteAccess = RemoteAccess()) -> RunResult:
     """Process one run (a local folder, or a remote run's files) in a worker, as the run's only
-    writer; failures come back as a result, not an exception. A remote run's bytes are told to
-    ``report`` (in a pool worker: the parent's progress queue) as ``(run, total, bytes)``."""
-    report = report or (_PROGRESS[0].put if _PROGRESS else None)
+    writer (a run another writer finished meanwhile is skipped, unless ``overwrite``); failures
+    come back as a result, not an exception. A remote run's bytes are reported
+    (executors.report) as ``(run, total, bytes)`` for the stage's progress bars."""
     name, fetched, started = run.name, [0], time.monotonic()
     total = remote_bytes_of(run)
 
     def progress(n: int) -> None:
         fetched[0] += n
-        if report is not None:
-            report((name, None, n))
+        report((name, None, n))
 
-    if report is not None and total:
+    if total:
         report((name, total, 0))
     try:
         with exclusive_lock(out_path.parent / ".locks" / f"{out_path.name}.lock", f"processed run {out_path}"):
-            _, notes = process_run(run, out_path, options, access=access, progress=progress)
-        result = RunResult(name, "processed", notes=notes)
+            if out_path.exists() and not overwrite:
+                result = RunResult(name, "skipped", "already processed")
+            else:
+                _, notes = process_run(run, out_path, options, access=access, progress=progress)
+                result = RunResult(name, "processed", notes=notes)
     except (RunError, OSError, ValueError, MemoryError) as err:  # bad input: one line naming the file
         result = RunResult(name, "failed", str(err).splitlines()[0] or type(err).__name__)
     except Exception as err:  # a fault of the program or a library: one run's failure, with its traceback
         first = str(err).splitlines()[0] if str(err) else ""
         result = RunResult(name, "failed", f"{run_location(run)}: internal error {type(err).__name__}: {first}",
                            detail=traceback.format_exc())
-    if report is not None and total:
+    if total:
         report((name, -1, 0))
     result.seconds, result.bytes, result.source_bytes = time.monotonic() - started, fetched[0], total
     return result
@@ -276,62 +273,14 @@ def remote_bytes_of(run: Path | RunFiles) -> int:
 
 # ----------------------------------------------------------------------------- the batch
 
-_PROGRESS: list = []  # in a pool worker: the queue of the parent's progress bars
-
-
-def die_with_parent(parent: int, progress=None) -> None:
-    """In a pool worker: be killed when the process that started the pool dies (Linux
-    ``PR_SET_PDEATHSIG``), so that a killed batch leaves no worker writing behind it; report
-    fetched bytes to the queue ``progress``."""
-    _PROGRESS[:] = [progress] if progress is not None else []
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the pool's own shutdown is all there is
-        return
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(1)
-
-
-def _run_pool(jobs: list[tuple[Path | RunFiles, Path]], options: ProcessOptions, num_processes: int,
-              access: RemoteAccess = RemoteAccess()) -> list[RunResult]:
-    """Process ``jobs`` in a spawn pool (or in this process for one worker) with a progress bar
-    (and one per remote run being fetched: its MB/s and time left)."""
-    bar = tqdm(total=len(jobs), desc="processing runs", unit="run", disable=not jobs)
-    results = []
-    bars = FetchBars(enabled=bool(jobs) and not bar.disable)
-    if num_processes <= 1 or len(jobs) <= 1:
-        for run, out in jobs:
-            results.append(_process_one(run, out, options, access, bars.take))
-            bar.update()
-        bar.close()
-        return results
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    listener = bars.listen(queue)
-    try:
-        with ProcessPoolExecutor(min(num_processes, len(jobs)), mp_context=context,
-                                 initializer=die_with_parent, initargs=(os.getpid(), queue)) as pool:
-            futures = {pool.submit(_process_one, r, o, options, access): r for r, o in jobs}
-            for future in as_completed(futures):
-                try:
-                    results.append(future.result())
-                except BrokenProcessPool:
-                    results.append(RunResult(futures[future].name, "failed", "worker process died"))
-                bar.update()
-    finally:
-        queue.put(None)
-        listener.join()
-    bar.close()
-    return results
-
 
 def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, options: ProcessOptions, *,
-                num_processes: int = 1, overwrite: bool = False, runs: list | None = None,
+                num_processes: int = 1, overwrite: bool = False, executor: ExecutorConfig = LOCAL_POOL,
+                runs: list[int | str] | None = None, shard: str | None = None,
                 access: RemoteAccess = RemoteAccess()) -> list[RunResult]:
     """Process the run folders of ``raw_dir`` (a local folder, or an object-store or Hub URL:
-    remote_runs.py) into ``processed_dir``; return one result per run. ``runs`` selects some
-    (run_selection.py).
+    remote_runs.py) that ``runs`` and ``shard`` choose (all by default; run_selection.py) into
+    ``processed_dir``, ``num_processes`` at a time on ``executor``; return one result per run.
 
     Finished runs are skipped unless ``overwrite`` (refused when processed with other
     ``options``), before anything of them is listed or fetched; temporaries left by killed
@@ -340,8 +289,8 @@ def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, op
     processed_dir = Path(processed_dir)
     processed_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(processed_dir)
-    results, jobs = [], []
-    for run in _selected_runs(raw_dir, options, runs, access):
+    results, jobs = [], {}
+    for run in _selected_runs(raw_dir, options, runs, shard, access):
         out = processed_dir / f"{run.name}.zarr"
         if out.exists() and not overwrite:
             differences = settings_differences(out, options)
@@ -351,19 +300,22 @@ def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, op
         elif isinstance(run, RemoteRun):
             listed = _listed(run, options)
             results += [listed] if isinstance(listed, RunResult) else []
-            jobs += [] if isinstance(listed, RunResult) else [(listed, out)]
+            if not isinstance(listed, RunResult):
+                jobs[run.name] = (listed, out, options, overwrite, access)
         else:
-            jobs.append((run, out))
-    results += _run_pool(jobs, options, num_processes, access)
+            jobs[run.name] = (run, out, options, overwrite, access)
+    bars = FetchBars(enabled=bool(jobs))
+    results += run_tasks(_process_one, jobs, executor, workers=num_processes, progress="processing runs",
+                         on_report=bars.take)
     return sorted(results, key=lambda r: natural_key(Path(r.name)))
 
 
-def _selected_runs(raw_dir: str | os.PathLike, options: ProcessOptions, runs: list | None,
+def _selected_runs(raw_dir: str | os.PathLike, options: ProcessOptions, runs: list | None, shard: str | None,
                    access: RemoteAccess) -> list[Path | RemoteRun]:
-    """The run folders of ``raw_dir`` (local or remote) that the selection ``runs`` takes."""
+    """The run folders of ``raw_dir`` (local or remote) that the selection ``runs`` and ``shard`` take."""
     found = (find_remote_runs(str(raw_dir), options.dataset, access.anonymous) if is_remote(raw_dir)
              else find_runs(raw_dir, options.dataset))
-    chosen = set(select_runs([run.name for run in found], runs, None, source=str(raw_dir)))
+    chosen = set(select_runs([run.name for run in found], runs, shard, source=str(raw_dir)))
     return [run for run in found if run.name in chosen]
 
 

@@ -31,7 +31,6 @@ arrays (Zarr v2 or v3 groups, .npz, .npy):
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -44,6 +43,7 @@ from zarr.codecs import BloscCodec
 from domino_pipeline.atomic_store import atomic_directory
 from domino_pipeline.config import PARTS, parts_named
 from domino_pipeline.object_store import name_of
+from domino_pipeline.run_selection import name_key
 
 FORMAT = "drivaerml-processed"
 FORMAT_VERSION = 2
@@ -332,4 +332,4 @@ def check_format_version(attrs: Mapping[str, Any], path: str | os.PathLike) -> N
 
 def natural_key(path: Path | str) -> list[int | str]:
     """Sort key that orders digits by value: run_2 before run_10 (paths and URLs alike)."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name_of(path))]
+    return name_key(name_of(path))

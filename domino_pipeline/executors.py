@@ -1,0 +1,209 @@
+"""Where the per-run tasks of process_data.py and cache_data.py run: a pool of worker processes
+on this machine (``executor.kind=pool``, the default), or a ``dask.distributed`` cluster
+(``executor.kind=dask``: the scheduler at ``executor.address``, or a local cluster when none is
+given).
+
+Each run is one task, and a task is the run's only writer: it writes its run atomically and
+skips a run already written, so those writes, not the executor, are the record of what is done.
+A run whose worker dies is simply run again (Dask reschedules it, up to
+``distributed.scheduler.allowed-failures`` times; a pool reports it failed and a rerun of the
+stage resumes). Dask also runs again the tasks a lost worker had finished but not yet handed
+back: they find their run written and report it skipped, so no run is written twice. The results come back to this process, which shows the progress and returns
+them in the tasks' order, so the stage's summary is the same on either executor.
+
+    results = run_tasks(process_one, {"run_1": (run_dir, out)}, executor, workers=4,
+                        progress="processing runs")
+
+A task may tell the stage how it progresses (``report(message)``, e.g. the bytes a remote run has
+fetched): in the pool the messages reach ``run_tasks``' ``on_report`` in this process; on Dask
+they are dropped (its dashboard shows the tasks).
+
+Dask is optional: it is imported only when ``executor.kind`` is ``dask``. Dask's workers import
+``function`` by name, so they need this package (the repository's folder on their path).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import multiprocessing
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from typing import Any
+
+from tqdm import tqdm
+
+from domino_pipeline.config import ExecutorConfig
+from domino_pipeline.run_report import RunResult
+
+LOCAL_POOL = ExecutorConfig(kind="pool", address=None)
+# A local cluster's workers sample their own stacks every 10 ms (Dask's statistical profiler)
+# and check their event loop every 20 ms, CPU that runs compete for on a small machine
+# (benchmarks/benchmark_executors.py measures both executors). A run is one long task: neither
+# check pays for it; the memory monitor looks once a second. (A remote cluster's workers keep
+# their own settings: docs/scaling.md.)
+LOCAL_CLUSTER_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
+Task = Callable[..., RunResult]
+_REPORTS: list[Callable[[Any], None]] = []  # in a task's process: where report() sends messages
+
+
+def report(message: Any) -> None:
+    """In a task: send ``message`` to the stage's ``on_report`` (nothing where none listens)."""
+    if _REPORTS:
+        _REPORTS[0](message)
+
+
+def run_tasks(function: Task, tasks: Mapping[str, tuple], executor: ExecutorConfig, *, workers: int,
+              progress: str, position: int = 0, on_report: Callable[[Any], None] | None = None) -> list[RunResult]:
+    """``function(*tasks[name])`` for every run ``name``, ``workers`` at a time (a local Dask
+    cluster's workers; a remote cluster has its own), with a progress bar named ``progress``;
+    the results in the order of ``tasks``. A task lost with its worker, or that raised, is a
+    failed result naming the cause. The tasks' ``report`` messages go to ``on_report`` (pool)."""
+    bar = tqdm(total=len(tasks), desc=progress, unit="run", position=position, disable=not tasks)
+    done: dict[str, RunResult] = {}
+    if executor.kind == "dask":
+        finished = _dask_results(function, tasks, executor, workers)
+    else:
+        finished = _pool_results(function, tasks, workers, on_report)
+    for name, result in finished:
+        done[name] = result
+        bar.update()
+        bar.set_postfix(last=f"{name}:{result.status}")
+    bar.close()
+    return [done[name] for name in tasks]
+
+
+def _pool_results(function: Task, tasks: Mapping[str, tuple], workers: int,
+                  on_report: Callable[[Any], None] | None) -> Iterator[tuple[str, RunResult]]:
+    """(name, result) as tasks finish, from a spawn pool of ``workers`` processes (in this
+    process for one worker or one task); the tasks' reports go to ``on_report`` through a queue."""
+    if workers <= 1 or len(tasks) <= 1:
+        _REPORTS[:] = [on_report] if on_report else []
+        try:
+            for name, args in tasks.items():
+                yield name, _checked(name, lambda: function(*args), BrokenProcessPool, "worker process died")
+        finally:
+            _REPORTS.clear()
+        return
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue() if on_report else None
+    listener = _listen(queue, on_report) if queue is not None else None
+    try:
+        with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=context,
+                                 initializer=die_with_parent, initargs=(os.getpid(), queue)) as pool:
+            futures = {pool.submit(function, *args): name for name, args in tasks.items()}
+            for future in as_completed(futures):
+                name = futures[future]
+                yield name, _checked(name, future.result, BrokenProcessPool, "worker process died")
+    finally:
+        if queue is not None:
+            queue.put(None)
+            listener.join()
+
+
+def _listen(queue: Any, on_report: Callable[[Any], None]) -> threading.Thread:
+    """A started thread that hands the messages of ``queue`` to ``on_report`` until it gets None."""
+    def run() -> None:
+        while (message := queue.get()) is not None:
+            on_report(message)
+
+    thread = threading.Thread(target=run, name="task-reports", daemon=True)
+    thread.start()
+    return thread
+
+
+def _dask_results(function: Task, tasks: Mapping[str, tuple], executor: ExecutorConfig,
+                  workers: int) -> Iterator[tuple[str, RunResult]]:
+    """(name, result) as tasks finish, from the Dask cluster; each result is let go as soon as
+    it is here, so that a worker lost later costs no finished run."""
+    distributed = _import_distributed()
+    lost = ("its worker process died each time it ran it (more often than the scheduler's "
+            "distributed.scheduler.allowed-failures)")
+    batch = uuid.uuid4().hex[:8]
+    with _warnings_only("distributed"), _dask_client(distributed, executor, workers) as client:
+        futures = {client.submit(function, *args, key=f"{name}-{batch}", pure=False): name
+                   for name, args in tasks.items()}
+        for future in distributed.as_completed(futures):
+            name = futures[future]
+            yield name, _checked(name, future.result, distributed.KilledWorker, lost)
+            future.release()
+
+
+@contextmanager
+def _dask_client(distributed: Any, executor: ExecutorConfig, workers: int) -> Iterator[Any]:
+    """A client of the scheduler at ``executor.address``, or of a local cluster of ``workers``
+    single-threaded worker processes (its dashboard on a free port: several stages may run
+    side by side)."""
+    if executor.address is not None:
+        with distributed.Client(executor.address) as client:
+            print(f"dask: scheduler {executor.address}, {len(client.scheduler_info()['workers'])} "
+                  "workers now", flush=True)
+            yield client
+        return
+    import dask
+
+    with dask.config.set(LOCAL_CLUSTER_CONFIG), \
+            distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                     dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
+        yield client
+
+
+@contextmanager
+def _warnings_only(logger: str) -> Iterator[None]:
+    """Let only warnings and errors of ``logger`` through meanwhile (an entry point logs INFO
+    to the terminal, and Dask's scheduler narrates every worker's start and stop)."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
+def _import_distributed() -> Any:
+    """``dask.distributed``, or an ImportError saying how to install it."""
+    try:
+        import distributed
+    except ImportError as err:
+        raise ImportError("executor.kind=dask needs dask.distributed: pip install 'dask[distributed]' "
+                          "(requirements.txt pins the tested version)") from err
+    return distributed
+
+
+def _checked(name: str, result: Callable[[], RunResult], killed: type[BaseException], lost: str) -> RunResult:
+    """The task's result; a failed one saying ``lost`` when its worker died (``killed``), or
+    naming the error when it raised."""
+    try:
+        return result()
+    except killed:
+        return RunResult(name, "failed", lost)
+    except Exception as err:  # a task returns its failures; anything else is the executor's or the program's
+        first = str(err).splitlines()[0] if str(err) else ""
+        return RunResult(name, "failed", f"task error {type(err).__name__}: {first}")
+
+
+def die_with_parent(parent: int, reports: Any = None) -> None:
+    """In a pool worker: be killed when the process that started the pool dies (Linux
+    ``PR_SET_PDEATHSIG``), so that a killed batch leaves no worker writing behind it (Dask's
+    local workers watch their parent themselves); send report() messages to the queue ``reports``."""
+    _REPORTS[:] = [reports.put] if reports is not None else []
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pool's own shutdown is all there is
+        return
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
