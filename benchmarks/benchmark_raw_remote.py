@@ -104,7 +104,8 @@ def child_floor(run_dir: str) -> dict:
     import base64
     import zlib
 
-    from domino_pipeline.inputs.drivaerml_reader import SurfaceRows, read_stl_triangles
+    from domino_pipeline.inputs.mesh_rows import SurfaceRows
+    from domino_pipeline.inputs.vtk_reader import read_stl_triangles
     from domino_pipeline.inputs.run_folder import run_files
     from domino_pipeline.inputs.surface_stream import surface_arrays
     from domino_pipeline.inputs.volume_stream import open_rows, volume_arrays

@@ -21,7 +21,8 @@ import domino_pipeline.inputs.surface_stream as surface_stream
 from domino_pipeline.inference.forces import ForceSettings
 from domino_pipeline.inference.predict_runs import RunPrediction, coefficient_columns, run_record
 from domino_pipeline.inference.run_inputs import Physics, load_raw_run
-from domino_pipeline.inputs.drivaerml_reader import RunError, field_columns
+from domino_pipeline.inputs.mesh_rows import field_columns
+from domino_pipeline.inputs.run_errors import RunError
 from domino_pipeline.inputs.mesh_stream import WholeFileFallback
 from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.runs import load_run, open_run

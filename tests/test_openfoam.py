@@ -29,7 +29,7 @@ from domino_pipeline.dataset_profile import COEFFICIENTS
 from domino_pipeline.inference.forces import ForceSettings
 from domino_pipeline.inference.predict_runs import RunPrediction, coefficient_columns, run_record
 from domino_pipeline.inference.run_inputs import Physics, load_processed, load_raw_run
-from domino_pipeline.inputs.drivaerml_reader import RunError
+from domino_pipeline.inputs.run_errors import RunError
 from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.process_runs import process_all, process_run
 from domino_pipeline.inputs.runs import load_run

@@ -19,7 +19,8 @@ from test_vtk_xml_stream import write
 import domino_pipeline.inputs.cell_geometry as cell_geometry
 import domino_pipeline.inputs.polyhedron_faces as polyhedron_faces
 import domino_pipeline.inputs.volume_stream as volume_stream
-from domino_pipeline.inputs.drivaerml_reader import RunError, read_volume
+from domino_pipeline.inputs.run_errors import RunError
+from domino_pipeline.inputs.vtk_reader import read_volume
 from domino_pipeline.inputs.polyhedron_faces import PolyhedronFaces
 from domino_pipeline.inputs.volume_stream import open_volume
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile

@@ -22,7 +22,7 @@ from curator_fixtures import write_curator_zarr
 from omegaconf import OmegaConf
 
 from domino_pipeline.compute.scaling import check_factors_match, compute_scaling_factors, scale_fields
-from domino_pipeline.inputs import concat_bytes, drivaerml_reader, surface_stream, volume_stream
+from domino_pipeline.inputs import concat_bytes, vtk_reader, surface_stream, volume_stream
 from domino_pipeline.inputs.process_runs import process_all, process_run
 from domino_pipeline.inputs.processed_run import (
     ProcessedRunError,
@@ -102,11 +102,11 @@ def test_a_missing_volume_stays_an_error_under_the_default_setting(surface_raw: 
 class Opened:
     """Every path opened while installed: by Python (os.open: the byte source's pread reader;
     builtins.open: numpy's files and the rest), by VTK's readers (through
-    drivaerml_reader.open_reader) and by the byte source itself (ConcatBytes)."""
+    vtk_reader.open_reader) and by the byte source itself (ConcatBytes)."""
 
     def __init__(self, monkeypatch) -> None:
         self.paths: list[str] = []
-        for module, name in ((os, "open"), (builtins, "open"), (drivaerml_reader, "open_reader")):
+        for module, name in ((os, "open"), (builtins, "open"), (vtk_reader, "open_reader")):
             monkeypatch.setattr(module, name, self._recording(getattr(module, name)))
         original = concat_bytes.ConcatBytes.__init__
 
@@ -311,8 +311,8 @@ def test_predicting_a_raw_run_equals_predicting_its_processed_run(tiny_raw_dir, 
 
     def whole(*args, **kwargs):
         raise AssertionError("a mesh read whole")
-    for module, name in ((drivaerml_reader, "read_volume"), (volume_stream, "read_volume"),
-                         (drivaerml_reader, "read_surface"), (surface_stream, "read_surface")):
+    for module, name in ((vtk_reader, "read_volume"), (volume_stream, "read_volume"),
+                         (vtk_reader, "read_surface"), (surface_stream, "read_surface")):
         monkeypatch.setattr(module, name, whole)  # a raw run's volume and surface are read in blocks
     profile = typed_config().dataset
     raw = load_run(tiny_raw_dir / "run_1", dataset=profile, physics=_physics(), volume=True)

@@ -21,7 +21,9 @@ from vtkmodules.util.numpy_support import vtk_to_numpy
 
 import domino_pipeline.inputs.surface_stream as surface_stream
 import domino_pipeline.inputs.volume_stream as volume_stream
-from domino_pipeline.inputs.drivaerml_reader import SURFACE_ARRAYS, RunError, read_stl, read_surface
+from domino_pipeline.inputs.mesh_rows import SURFACE_ARRAYS
+from domino_pipeline.inputs.run_errors import RunError
+from domino_pipeline.inputs.vtk_reader import read_stl, read_surface
 from domino_pipeline.inputs.mesh_stream import WholeFileFallback
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.runs import load_run, open_run

@@ -17,7 +17,8 @@ from conftest import PROCESS_OPTIONS, import_benchmark
 from test_vtk_xml_stream import write
 
 from domino_pipeline.inputs.concat_bytes import piece_path
-from domino_pipeline.inputs.drivaerml_reader import RunError, read_volume
+from domino_pipeline.inputs.run_errors import RunError
+from domino_pipeline.inputs.vtk_reader import read_volume
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.runs import load_run, open_run
 from domino_pipeline.inputs.volume_stream import WholeFileFallback, open_volume
@@ -66,7 +67,7 @@ def _expected_volume(run: Path, source: str) -> dict[str, np.ndarray]:
 
 
 def load_stl_points(run: Path) -> np.ndarray:
-    from domino_pipeline.inputs.drivaerml_reader import read_stl
+    from domino_pipeline.inputs.vtk_reader import read_stl
     return read_stl(run / "drivaer_1.stl")["stl_coordinates"]
 
 

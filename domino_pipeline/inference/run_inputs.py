@@ -34,7 +34,7 @@ import pyvista as pv
 
 from domino_pipeline.inference.forces import mesh_vector_areas
 from domino_pipeline.dataset_profile import DatasetConfig
-from domino_pipeline.inputs.drivaerml_reader import read_mesh, read_stl
+from domino_pipeline.inputs.vtk_reader import read_mesh, read_stl
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.process_runs import process_in_memory

@@ -19,7 +19,7 @@ from typing import TypeVar
 import numpy as np
 
 from domino_pipeline.inputs.concat_bytes import PieceError
-from domino_pipeline.inputs.drivaerml_reader import RunError
+from domino_pipeline.inputs.run_errors import RunError
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlError, VtkXmlFile
 
 T = TypeVar("T")

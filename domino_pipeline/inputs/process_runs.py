@@ -33,12 +33,9 @@ from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporarie
 from domino_pipeline.config import ExecutorConfig
 from domino_pipeline.executors import LOCAL_POOL, report, run_tasks
 from domino_pipeline.inputs.column_moments import ColumnBounds
-from domino_pipeline.inputs.drivaerml_reader import (
-    SURFACE_ARRAYS,
-    RunError,
-    drop_zero_area,
-    stl_defects,
-)
+from domino_pipeline.inputs.mesh_rows import SURFACE_ARRAYS
+from domino_pipeline.inputs.run_errors import RunError
+from domino_pipeline.inputs.vtk_reader import drop_zero_area, stl_defects
 from domino_pipeline.inputs.fetch_progress import FetchBars
 from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.process_options import ProcessOptions

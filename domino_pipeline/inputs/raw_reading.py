@@ -32,7 +32,8 @@ import numpy as np
 from domino_pipeline.atomic_store import temporary_directory
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.concat_bytes import file_pieces
-from domino_pipeline.inputs.drivaerml_reader import RunError, read_stl_triangles
+from domino_pipeline.inputs.run_errors import RunError
+from domino_pipeline.inputs.vtk_reader import read_stl_triangles
 from domino_pipeline.inputs.mesh_stream import open_rows
 from domino_pipeline.inputs.published_forces import Published, read_published
 from domino_pipeline.inputs.remote_bytes import CHUNK_BYTES, IN_FLIGHT, FetchCounter, RemoteBytes
@@ -75,7 +76,7 @@ class LocalReading:
     fetched = 0
 
     def stl_triangles(self, path: Path) -> dict[str, np.ndarray]:
-        """The STL's triangles (drivaerml_reader.read_stl_triangles)."""
+        """The STL's triangles (vtk_reader.read_stl_triangles)."""
         return read_stl_triangles(path)
 
     def open(self, path: Path) -> VtkXmlFile:

@@ -17,7 +17,7 @@ from pathlib import Path
 from domino_pipeline.config import PROCESS_PARTS, check_choice
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.concat_bytes import present_among
-from domino_pipeline.inputs.drivaerml_reader import MissingFieldError
+from domino_pipeline.inputs.run_errors import MissingFieldError
 from domino_pipeline.inputs.processed_run import natural_key
 
 # What the error for a missing mesh adds: the setting that leaves it out

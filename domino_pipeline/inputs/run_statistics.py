@@ -52,7 +52,7 @@ from domino_pipeline.force_integration import (
 )
 from domino_pipeline.inputs.cell_quality import CellQuality
 from domino_pipeline.inputs.column_moments import ColumnBounds, ColumnMoments
-from domino_pipeline.inputs.drivaerml_reader import stl_defect_counts
+from domino_pipeline.inputs.vtk_reader import stl_defect_counts
 from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.published_forces import Published
 from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH, FieldName, column_names, variables_of

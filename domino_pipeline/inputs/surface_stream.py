@@ -8,7 +8,7 @@ and quads (VTK types 5, 7, 9), as WindsorML publishes it.
 
 - cell rows: a cell's points are taken from a points table (``mesh_stream.points_table``) and its
   geometry is OpenFOAM's face geometry (``cell_geometry.surface_geometry``), as
-  ``drivaerml_reader.read_surface`` computes it for the whole file: each cell's values depend on
+  ``vtk_reader.read_surface`` computes it for the whole file: each cell's values depend on
   its own vertices, so the rows equal the whole-file ones exactly; its fields are cell data.
 - point rows: the point, its fields from point data, its unit normal from the point data array
   ``normals`` (renormalised) or else the normalised sum of its cells' area vectors, its area from
@@ -42,19 +42,19 @@ from domino_pipeline.inputs.cell_geometry import (
     require_no_strips,
     surface_geometry,
 )
-from domino_pipeline.inputs.drivaerml_reader import (
+from domino_pipeline.inputs.mesh_rows import (
     SURFACE_ARRAYS,
-    RunError,
     SurfaceRows,
     field_columns,
     nonfinite,
     published_areas,
-    read_surface,
     require_finite_points,
     require_names,
     source_arrays,
     unit_rows,
 )
+from domino_pipeline.inputs.run_errors import RunError
+from domino_pipeline.inputs.vtk_reader import read_surface
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
 
 SurfaceBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]

@@ -1,7 +1,7 @@
 """A run's volume VTU as blocks of rows (positions and raw fields), in bounded memory.
 
 Rows are the VTU's points with point data, or its cells' centres with cell data, in file order,
-as ``drivaerml_reader.read_volume`` reads them whole with VTK. A cell's centre is OpenFOAM's:
+as ``vtk_reader.read_volume`` reads them whole with VTK. A cell's centre is OpenFOAM's:
 the volume centroid of a 3-D cell (tetra, voxel, hexahedron, wedge, pyramid, polyhedron), VTK's
 parametric centre (the vertex mean) of a vertex, line, triangle, pixel or quad
 (``cell_geometry``). A block's cells are read from the file's connectivity, types and polyhedron
@@ -31,16 +31,9 @@ from domino_pipeline.inputs.cell_geometry import (
     Faces,
     cell_centres,
 )
-from domino_pipeline.inputs.drivaerml_reader import (
-    VOLUME_SOURCES,
-    RunError,
-    field_columns,
-    nonfinite,
-    read_volume,
-    require_finite_points,
-    source_arrays,
-    volume_source_used,
-)
+from domino_pipeline.inputs.mesh_rows import field_columns, nonfinite, require_finite_points, source_arrays
+from domino_pipeline.inputs.run_errors import RunError
+from domino_pipeline.inputs.vtk_reader import VOLUME_SOURCES, read_volume, volume_source_used
 from domino_pipeline.inputs.mesh_stream import (  # noqa: F401 (WholeFileFallback: re-exported)
     WholeFileFallback,
     cell_vertices,

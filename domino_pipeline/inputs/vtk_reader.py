@@ -12,7 +12,6 @@ the file and the problem.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,27 +30,18 @@ from domino_pipeline.inputs.cell_geometry import (
     polygon_vertex_shares,
     surface_geometry,
 )
-from domino_pipeline.variables import variable_width
-
-
-class RunError(ValueError):
-    """A run folder whose files are missing, unreadable or lack a field."""
-
-
-class MissingFieldError(RunError):
-    """Fields a file lacks: ``missing`` among its ``where`` data (point, cell), which holds the
-    arrays ``available``; ``hinted`` adds the profile keys that name them."""
-
-    def __init__(self, path: Path, where: str, missing: Collection[str], available: Collection[str],
-                 hint: str = "") -> None:
-        self.path, self.where, self.missing, self.available = Path(path), where, list(missing), sorted(available)
-        super().__init__(f"{path}: no {where} data {', '.join(self.missing)} (has {self.available}){hint}")
-
-    def hinted(self, keys: Mapping[str, str | None]) -> MissingFieldError:
-        """This error, its line ending with the profile keys (``keys``: field name -> key) to set."""
-        named = [keys[name] for name in self.missing if keys.get(name)]
-        hint = f"; set {' and '.join(named)} to one of them" if named else ""
-        return MissingFieldError(self.path, self.where, self.missing, self.available, hint)
+from domino_pipeline.inputs.mesh_rows import (
+    SURFACE_ARRAYS,
+    SurfaceRows,
+    field_columns,
+    nonfinite,
+    published_areas,
+    require_finite_points,
+    require_names,
+    source_arrays,
+    unit_rows,
+)
+from domino_pipeline.inputs.run_errors import MissingFieldError, RunError
 
 
 _READERS = {".stl": vtkSTLReader, ".vtp": vtkXMLPolyDataReader,
@@ -112,17 +102,6 @@ def read_arrays(
     return mesh
 
 
-def nonfinite(values: np.ndarray) -> int:
-    """How many of ``values`` are NaN or infinite."""
-    return int(np.size(values) - np.count_nonzero(np.isfinite(values)))
-
-
-def require_finite_points(bad: int, path: Path) -> None:
-    """RunError naming ``path`` when ``bad`` (of its point coordinates) are not finite."""
-    if bad:
-        raise RunError(f"{path}: {bad} point coordinates are not finite (NaN or Inf)")
-
-
 def read_mesh(
     path: Path,
     point_arrays: Collection[str] | None = None,
@@ -130,63 +109,6 @@ def read_mesh(
 ) -> pv.DataSet:
     """Read an STL, VTP or VTU file; read errors and empty results become RunError."""
     return read_arrays(open_reader(path), path, point_arrays, cell_arrays)
-
-
-def require_names(available: list[str], names: Collection[str], path: Path, where: str) -> None:
-    """MissingFieldError naming ``path`` and the ``names`` missing from its ``where`` (point,
-    cell) arrays."""
-    missing = [name for name in names if name not in available]
-    if missing:
-        raise MissingFieldError(path, where, missing, available)
-
-
-def source_arrays(variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None) -> list[str]:
-    """The arrays of the files that the ``variables`` are read from, in order: for each, those
-    ``arrays`` gives (one, or one scalar per component), else the array of its own name."""
-    return [array for name in variables for array in (arrays or {}).get(name, [name])]
-
-
-def field_columns(
-    data: Mapping, variables: Mapping[str, str], path: Path, where: str,
-    arrays: Mapping[str, list[str]] | None = None,
-) -> np.ndarray:
-    """Stack the fields ``variables`` ({name: kind}) of ``data`` (point or cell data, by array
-    name) as float32 columns, in order; a variable that ``arrays`` composes of one scalar array per
-    component is assembled from them."""
-    columns = []
-    for name, kind in variables.items():
-        width = variable_width(name, kind)
-        sources = (arrays or {}).get(name, [name])
-        if len(sources) == 1:
-            columns.append(_array_columns(data, sources[0], width, kind, path, where))
-        elif len(sources) == width:
-            columns += [_array_columns(data, source, 1, f"one component of {kind} {name}", path, where)
-                        for source in sources]
-        else:
-            raise RunError(f"{path}: {kind} {name} needs 1 or {width} arrays, not {sources}")
-    return np.concatenate(columns, axis=1)
-
-
-def _array_columns(data: Mapping, name: str, width: int, what: str, path: Path, where: str) -> np.ndarray:
-    """Array ``name`` of ``data`` as float32 columns (n, width); RunError when it is missing, has
-    another width, or non-finite values."""
-    if name not in data:
-        raise MissingFieldError(path, where, [name], data.keys())
-    values = np.asarray(data[name], dtype=np.float32)
-    values = values.reshape(len(values), -1)
-    bad = int(values.size - np.count_nonzero(np.isfinite(values)))
-    if bad:
-        raise RunError(f"{path}: {where} data {name} has {bad} non-finite values (NaN or Inf)")
-    if values.shape[1] != width:
-        raise RunError(f"{path}: {where} data {name} has {values.shape[1]} components, expected {width} ({what})")
-    return values
-
-
-def unit_rows(vectors: np.ndarray) -> np.ndarray:
-    """``vectors`` (n, 3) scaled to unit length in float64, as float32 (a zero vector stays zero)."""
-    vectors = np.asarray(vectors, dtype=np.float64)
-    norm = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return (vectors / np.maximum(norm, 1e-30)).astype(np.float32)
 
 
 ZERO_HEIGHT = 1e-6  # triangle height / longest edge below which a triangle has no area (float32: 1.2e-7)
@@ -262,21 +184,6 @@ def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path, dropped: int =
     return ([f"note: {path}: dropped {dropped} zero-area triangles"] if dropped else []) + notes
 
 
-SURFACE_ARRAYS = ("surface_mesh_centers", "surface_normals", "surface_areas", "surface_fields")
-
-
-@dataclass(frozen=True)
-class SurfaceRows:
-    """What a row of the surface is: a boundary cell or point (``location``, the profile's
-    ``surface_rows``); for points, the point data array of unit normals (``normals``; None: from
-    the cells) and the run's published areas (``areas``, an .npy of one area per point; None:
-    their barycentric dual areas, ``cell_geometry.polygon_vertex_shares``)."""
-
-    location: str = "cells"
-    normals: str | None = None
-    areas: Path | None = None
-
-
 def read_surface(path: Path, variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None,
                  rows: SurfaceRows = SurfaceRows()) -> dict[str, np.ndarray]:
     """Boundary rows (``rows``: cells or points): centres, unit normals, areas and raw fields
@@ -300,24 +207,6 @@ def read_surface(path: Path, variables: Mapping[str, str], arrays: Mapping[str, 
         areas = np.asarray(published_areas(rows.areas, mesh.n_points))
     return dict(zip(SURFACE_ARRAYS, (np.asarray(mesh.points, np.float32), unit_rows(vectors),
                                      np.asarray(areas, np.float32), fields)))
-
-
-def published_areas(path: Path, n_points: int) -> np.ndarray:
-    """The published per-point areas of ``path`` (.npy, one per point), memory-mapped; RunError
-    naming the file when they are not one finite positive number per point."""
-    try:
-        areas = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise RunError(f"{path}: unreadable ({err})") from err
-    if areas.shape != (n_points,):
-        raise RunError(f"{path}: {areas.shape[0] if areas.ndim == 1 else areas.shape} areas, expected one "
-                       f"per surface point ({n_points})")
-    step = 1 << 22
-    bad = sum(int(np.count_nonzero(~(np.isfinite(areas[s:s + step]) & (areas[s:s + step] > 0))))
-              for s in range(0, n_points, step))
-    if bad:
-        raise RunError(f"{path}: {bad} areas are not finite and positive")
-    return areas
 
 
 def surface_cells(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
