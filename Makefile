@@ -1,6 +1,6 @@
 # The two commands a fresh machine needs (Python 3.11):
 #   make demo   set up, then run the whole pipeline on the synthetic demo dataset, ending with predictions
-#   make test   set up, then run the test suite (make test-fast: the unit tests only, on both cores, under a minute)
+#   make test   set up, then run the test suite (make test-fast: the unit tests only, on both cores, about 3 minutes)
 #   make bench-setup   add what the benchmarks need (requirements-bench.txt: SeaweedFS's S3 server)
 PYTHON ?= python3.11
 VENV := .venv

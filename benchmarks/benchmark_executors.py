@@ -43,17 +43,17 @@ def process(kind: str, raw: Path, out: Path, workers: int, hydra_dir: Path) -> d
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"process_data.py on {kind} failed:\n{done.stdout}\n{done.stderr}")
-    return {"seconds": seconds, "load_before": load, "summary": done.stdout.strip().splitlines()[-1]}
+    return {"seconds": seconds, "load_before": load, "summary": next(line for line in done.stdout.splitlines() if " runs: " in line)}
 
 
 def differences(a: Path, b: Path) -> list[str]:
     """Runs of folder ``a`` whose arrays or attributes (write id aside) differ in ``b``."""
-    from domino_pipeline.inputs.processed_run import load_processed_run, open_processed_run
+    from domino_pipeline.inputs.runs import load_run, open_run
 
     found = []
     for run in sorted(p.name for p in a.glob("*.zarr")):
-        left, right = load_processed_run(a / run), load_processed_run(b / run)
-        attrs = [{k: v for k, v in open_processed_run(d / run).attrs.items() if k != "write_id"} for d in (a, b)]
+        left, right = load_run(a / run), load_run(b / run)
+        attrs = [{k: v for k, v in open_run(d / run).attrs.items() if k != "write_id"} for d in (a, b)]
         same = sorted(left) == sorted(right) and all(np.array_equal(left[n], right[n]) for n in left)
         if not same or attrs[0] != attrs[1]:
             found.append(run)

@@ -17,6 +17,7 @@ from conftest import PROCESS_OPTIONS
 from domino_pipeline.config import ExecutorConfig
 from domino_pipeline.executors import LOCAL_POOL, run_tasks
 from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.inputs.statistics_table import TABLE_NAME as STATISTICS_TABLE
 from domino_pipeline.run_report import RunResult
 from process_data import process_all
 from synthetic_data import generate_runs
@@ -33,7 +34,8 @@ def store_differences(a: Path, b: Path) -> list[str]:
     """The files of two stores (or folders of them) that differ: bytes, except the JSON
     metadata's VOLATILE attributes and lock files (a writer's pid); missing files count."""
     names = {p.relative_to(a) for p in a.rglob("*") if p.is_file()} | {p.relative_to(b) for p in b.rglob("*") if p.is_file()}
-    return [str(n) for n in sorted(names) if not n.name.endswith(".lock") and _content(a / n) != _content(b / n)]
+    return [str(n) for n in sorted(names) if not n.name.endswith(".lock") and n.name != STATISTICS_TABLE
+            and _content(a / n) != _content(b / n)]
 
 
 def _content(path: Path) -> object:
