@@ -196,6 +196,24 @@ def test_a_changed_byte_in_a_piece_is_named(hub, public_bucket, unsigned, tmp_pa
     assert f"s3://{public_bucket}/{PREFIX}/run_2/drivaer_2.stl: its MD5 is " in result.message
 
 
+def test_a_damaged_published_file_is_named_by_its_url_and_finished_runs_stay(hub, published_raw, tmp_path):
+    """A run whose force CSV is unreadable fails in one line naming the CSV's URL, not the
+    temporary copy it was read from; a run already processed is kept and skipped."""
+    folder = tmp_path / "dataset"
+    shutil.copytree(published_raw, folder)
+    (folder / "run_2" / "force_mom_2.csv").write_text("Cd, Cl\nnot, numbers\n")
+    hub.add("owner/damaged", folder)
+    out = tmp_path / "processed"
+    [first] = process_all("hf://datasets/owner/damaged", out, PROCESS_OPTIONS, runs=[1], access=SMALL)
+    assert first.status == "processed"
+    written = (out / "run_1.zarr" / "zarr.json").read_bytes()
+    results = process_all("hf://datasets/owner/damaged", out, PROCESS_OPTIONS, access=SMALL)
+    assert [r.status for r in results] == ["skipped", "failed"]
+    assert results[1].message.startswith("hf://datasets/owner/damaged/run_2/force_mom_2.csv: "), results[1].message
+    assert ".raw" not in results[1].message and not (out / "run_2.zarr").exists()
+    assert (out / "run_1.zarr" / "zarr.json").read_bytes() == written
+
+
 def test_an_etag_is_a_checksum_only_when_it_is_a_plain_md5():
     from domino_pipeline.inputs.remote_runs import _md5_checksum
 

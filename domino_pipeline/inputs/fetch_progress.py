@@ -1,6 +1,6 @@
 """Progress bars of the runs being fetched from where they are published: one per run, in
 bytes, with its MB/s and the time left, fed by messages ``(run, total, bytes)`` (total: a new
-run's bytes; -1: the run ended) from this process or, through a queue, from pool workers.
+run's bytes; -1: the run ended), from this process or from pool workers (executors.report).
 
     bars = FetchBars(enabled=True)
     bars.take(("run_1", 3_000_000, 0)); bars.take(("run_1", None, 65536)); bars.take(("run_1", -1, 0))
@@ -38,13 +38,3 @@ class FetchBars:
                 self.positions.pop(name)
             elif name in self.bars:
                 self.bars[name].update(n)
-
-    def listen(self, queue) -> threading.Thread:
-        """A started thread that takes the messages of ``queue`` until it gets None."""
-        def run() -> None:
-            while (message := queue.get()) is not None:
-                self.take(message)
-
-        thread = threading.Thread(target=run, name="fetch-progress", daemon=True)
-        thread.start()
-        return thread

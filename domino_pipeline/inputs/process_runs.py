@@ -71,7 +71,7 @@ def process_run(run_dir: str | os.PathLike | RemoteRun | RunFiles, out_path: str
                 block_rows: int = VOLUME_BLOCK_ROWS, surface_block: int = SURFACE_BLOCK_CELLS, *,
                 access: RemoteAccess = RemoteAccess(),
                 progress: Callable[[int], None] | None = None) -> tuple[Path, list[str]]:
-    """Read one DrivAerML run folder and write it as a processed Zarr group at ``out_path``.
+    """Read one raw run folder and write it as a processed Zarr group at ``out_path``.
 
     The volume is read and written ``block_rows`` rows at a time and the boundary surface
     ``surface_block`` cells at a time, so memory does not grow with them (the STL is read
@@ -189,6 +189,7 @@ def surface_rows(options: ProcessOptions, published_areas, reading: LocalReading
     return SurfaceRows(options.surface_location, options.surface_normals,
                        reading.local(published_areas) if points else None)
 
+
 def surface_shapes(n_cells: int, n_fields: int) -> dict[str, tuple[int, ...]]:
     """The shapes of the surface arrays (SURFACE_ARRAYS) of ``n_cells`` cells."""
     return dict(zip(SURFACE_ARRAYS, ((n_cells, 3), (n_cells, 3), (n_cells,), (n_cells, n_fields))))
@@ -294,11 +295,10 @@ def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, op
             results.append(RunResult(run.name, "skipped", "already processed") if not differences else
                            RunResult(run.name, "failed", f"{out}: processed with other settings "
                                      f"({'; '.join(differences)}); rerun with process.overwrite=true"))
+        elif isinstance(run, RemoteRun) and isinstance(listed := _listed(run, options), RunResult):
+            results.append(listed)
         elif isinstance(run, RemoteRun):
-            listed = _listed(run, options)
-            results += [listed] if isinstance(listed, RunResult) else []
-            if not isinstance(listed, RunResult):
-                jobs[run.name] = (listed, out, options, overwrite, access)
+            jobs[run.name] = (listed, out, options, overwrite, access)
         else:
             jobs[run.name] = (run, out, options, overwrite, access)
     bars = FetchBars(enabled=bool(jobs))

@@ -3,8 +3,8 @@ published (remote_runs.py), through the same block readers.
 
 A remote run is read into a hidden temporary folder beside its processed run (removed after it,
 and by ``remove_stale_temporaries`` after a killed one): the STL, small, fetched whole (VTK
-parses it from a file; it is removed once parsed) and the files of published coefficients and
-references, small, fetched whole; the boundary's and the volume's needed
+parses it from a file; it is removed once parsed), the files of published coefficients and
+references and the published surface areas, small, fetched whole (an error names their URL); the boundary's and the volume's needed
 arrays decoded there by one sequential pass over each file (array_staging.py), never the files
 themselves, in a thread of their own while the STL is fetched and parsed (``alongside``). Every
 byte fetched is counted (``fetched``) and reported to ``progress``; each file's record (its URL,
@@ -106,6 +106,7 @@ class RemoteReading:
 
     def __init__(self, staging: Path, access: RemoteAccess, progress: Callable[[int], None] | None) -> None:
         self.staging, self.access = staging, access
+        self.files = staging / "files"  # the small files fetched whole, where the run folder has them
         self.counter = FetchCounter(progress=progress)
 
     @property
@@ -120,15 +121,10 @@ class RemoteReading:
 
     def stl_triangles(self, file: RemoteFile) -> dict[str, np.ndarray]:
         """The STL's triangles, the file fetched whole into the temporary folder first (its
-        pieces' checksums checked) and parsed there; errors name its URL."""
-        path = self.staging / file.name
-        with open(path, "wb") as out:
-            for _, data in self._stream(file).sweep([(0, file.size)] if file.size else [], verify=self.access.verify):
-                out.write(data)
+        pieces' checksums checked), parsed there and removed."""
+        path = self.local(file)
         try:
             return read_stl_triangles(path)
-        except RunError as err:
-            raise RunError(str(err).replace(str(path), file.url)) from err
         finally:
             path.unlink()
 
@@ -139,26 +135,23 @@ class RemoteReading:
 
     def published(self, files: RunFiles, profile: DatasetConfig) -> Published:
         """What the run publishes (published_forces.read_published), its files fetched whole into
-        the temporary folder first; errors name their URLs."""
-        folder = self.staging / "published"
+        the temporary folder first."""
         for file in files.published:
-            (folder / file.name).parent.mkdir(parents=True, exist_ok=True)
-            (folder / file.name).write_bytes(self._whole(file))
-        try:
-            return read_published(folder, files.index, profile)
-        except (ValueError, OSError) as err:
-            raise type(err)(str(err).replace(str(folder), str(files.folder))) from err
+            self.local(file)
+        return read_published(self.files, files.index, profile)
 
     def local(self, file: RemoteFile) -> Path:
-        """A small file fetched whole into the temporary folder (its checksum checked)."""
-        path = self.staging / file.name.replace(os.sep, "_")
-        path.write_bytes(self._whole(file))
-        return path
+        """A small file fetched whole (its checksum checked) to its place in ``files``, the
+        temporary folder laid out as the run folder: its path."""
+        return self._fetch(file, self.files / file.name)
 
-    def _whole(self, file: RemoteFile) -> bytes:
-        """A small file's bytes, fetched whole (its checksum checked)."""
-        sweep = self._stream(file).sweep([(0, file.size)] if file.size else [], verify=self.access.verify)
-        return b"".join(bytes(data) for _, data in sweep)
+    def _fetch(self, file: RemoteFile, path: Path) -> Path:
+        """``file`` written to ``path``, a GET's chunk at a time (its checksum checked)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb") as out:
+            for _, data in self._stream(file).sweep([(0, file.size)] if file.size else [], verify=self.access.verify):
+                out.write(data)
+        return path
 
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
@@ -192,4 +185,23 @@ def run_reading(files: RunFiles, out_path: Path, access: RemoteAccess,
         yield LocalReading()
         return
     with temporary_directory(Path(out_path).parent, f"{Path(out_path).name}.raw") as staging:
-        yield RemoteReading(staging, access, progress)
+        reading = RemoteReading(staging, access, progress)
+        try:
+            yield reading
+        except (RunError, OSError, ValueError) as err:  # name the run's URL, not the temporary copy
+            renamed = _renamed(err, str(reading.files), str(files.folder))
+            if renamed is err:
+                raise
+            raise renamed from err
+
+
+def _renamed(err: Exception, old: str, new: str) -> Exception:
+    """``err`` with ``old`` in its message replaced by ``new`` (of its type where that takes a
+    message alone, else a RunError); ``err`` itself when its message has no ``old``."""
+    message = str(err).replace(old, new)
+    if message == str(err):
+        return err
+    try:
+        return type(err)(message)
+    except TypeError:
+        return RunError(message)
