@@ -60,7 +60,7 @@ from domino_pipeline.inputs.runs import (
 )
 from domino_pipeline.launch import launch_environment
 from domino_pipeline.run_report import RunResult, summarize
-from domino_pipeline.run_selection import select_runs
+from domino_pipeline.run_selection import select_items
 from domino_pipeline.store.build import (
     cache_run,
     manifest_runs,
@@ -213,13 +213,6 @@ def _finish(config: PipelineConfig, runs: list[Path], cache_dir: Path, settings:
     return 1 if stale or failed else 0
 
 
-def _chosen(runs: list[Path], config: PipelineConfig) -> list[Path]:
-    """The runs that ``data.runs`` and ``data.shard`` choose (the manifest lists them all)."""
-    names = set(select_runs([run_name(p) for p in runs], config.data.runs, config.data.shard,
-                            source=str(config.data.processed_dir)))
-    return [p for p in runs if run_name(p) in names]
-
-
 @entry_point
 def main(config: PipelineConfig) -> int:
     """Build (or validate) cache.dir from data.processed_dir; the exit code.
@@ -240,7 +233,9 @@ def main(config: PipelineConfig) -> int:
         remove_stale_temporaries(cache_dir)  # on every rank: those of live writers stay
     else:
         remove_finished_jobs(cache_dir, ABANDONED_AFTER_S)
-    results = build_cache(_chosen(runs, config), cache_dir, settings, rebuild=config.cache.rebuild, rank=rank,
+    chosen = select_items(runs, run_name, config.data.runs, config.data.shard,  # this job's share
+                          source=str(config.data.processed_dir))
+    results = build_cache(chosen, cache_dir, settings, rebuild=config.cache.rebuild, rank=rank,
                           world_size=world_size, options=read_options_from_config(config.data, config.physics),
                           executor=config.executor, workers=config.cache.num_processes)
     print(summarize_build(results), flush=True)

@@ -13,7 +13,10 @@ use it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 _RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 
@@ -30,6 +33,14 @@ def select_runs(names: Sequence[str], spec: Sequence[int | str] | None, shard: s
         return chosen
     index, count = parse_shard(shard)
     return chosen[index::count]
+
+
+def select_items(items: Sequence[T], name: Callable[[T], str], spec: Sequence[int | str] | None,
+                 shard: str | None, *, source: str = "the runs") -> list[T]:
+    """``select_runs`` of runs given as ``items`` (run folders, processed runs, remote runs),
+    each named by ``name``: the chosen items, in the order of ``items``."""
+    chosen = set(select_runs([name(item) for item in items], spec, shard, source=source))
+    return [item for item in items if name(item) in chosen]
 
 
 def parse_shard(shard: str) -> tuple[int, int]:

@@ -55,7 +55,7 @@ from domino_pipeline.inputs.runs import open_run
 from domino_pipeline.inputs.surface_stream import SurfaceRows, SurfaceStream, open_surface
 from domino_pipeline.inputs.volume_stream import VolumeStream, open_volume
 from domino_pipeline.run_report import RunResult
-from domino_pipeline.run_selection import select_runs
+from domino_pipeline.run_selection import select_items
 
 # ----------------------------------------------------------------------------- one run
 
@@ -312,8 +312,7 @@ def _selected_runs(raw_dir: str | os.PathLike, options: ProcessOptions, runs: li
     """The run folders of ``raw_dir`` (local or remote) that the selection ``runs`` and ``shard`` take."""
     found = (find_remote_runs(str(raw_dir), options.dataset, access.anonymous) if is_remote(raw_dir)
              else find_runs(raw_dir, options.dataset))
-    chosen = set(select_runs([run.name for run in found], runs, shard, source=str(raw_dir)))
-    return [run for run in found if run.name in chosen]
+    return select_items(found, lambda run: run.name, runs, shard, source=str(raw_dir))
 
 
 def _listed(run: RemoteRun, options: ProcessOptions) -> RunFiles | RunResult:
