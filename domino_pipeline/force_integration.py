@@ -82,13 +82,21 @@ def force_sums(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.nd
     """``(sum p n A, sum tau A)``, each (3,) in float64, over N cells: ``pressure`` (N,),
     ``wall_shear`` (N, 3), ``vector_areas`` (N, 3) (each cell's area times its unit normal, as the
     files orient it), ``areas`` (N,). Sums over any split of the cells add up to the whole's."""
+    pressure, wall_shear, vector_areas, areas = cell_arrays(pressure, wall_shear, vector_areas, areas, "force_sums")
+    return pressure @ vector_areas, areas @ wall_shear
+
+
+def cell_arrays(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
+                what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The four per-cell arrays of a force integration in float64; ValueError naming ``what``
+    when they do not describe the same N cells ((N,), (N, 3), (N, 3), (N,))."""
     pressure, areas = np.asarray(pressure, np.float64), np.asarray(areas, np.float64)
     vector_areas, wall_shear = np.asarray(vector_areas, np.float64), np.asarray(wall_shear, np.float64)
     if not (pressure.shape == areas.shape == vector_areas.shape[:1] == wall_shear.shape[:1]) \
             or vector_areas.shape[1:] != (3,) or wall_shear.shape[1:] != (3,):
-        raise ValueError(f"force_sums: pressure {pressure.shape}, wall_shear {wall_shear.shape}, vector areas "
+        raise ValueError(f"{what}: pressure {pressure.shape}, wall_shear {wall_shear.shape}, vector areas "
                          f"{vector_areas.shape} and areas {areas.shape} must describe the same N cells")
-    return pressure @ vector_areas, areas @ wall_shear
+    return pressure, wall_shear, vector_areas, areas
 
 
 def coefficients_of_force(force: np.ndarray, *, reference_area: float, dynamic_pressure: float,

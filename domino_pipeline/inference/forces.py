@@ -52,7 +52,7 @@ import numpy as np
 
 from domino_pipeline.config import ForcesConfig
 from domino_pipeline.dataset_profile import COEFFICIENTS, DatasetConfig
-from domino_pipeline.force_integration import ForceConvention, FreeStream, unit
+from domino_pipeline.force_integration import ForceConvention, FreeStream, cell_arrays, coefficients_of_force, unit
 from domino_pipeline.inputs.cell_geometry import polygon_vector_areas
 from domino_pipeline.inputs.published_forces import Published, References, constant_references
 from domino_pipeline.variables import VARIABLE_WIDTH
@@ -65,11 +65,8 @@ def cell_forces(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.n
     ``pressure`` (N,), ``wall_shear`` (N, 3), ``vector_areas`` (N, 3): each cell's area times its
     unit normal (oriented as ``convention.normals`` says), ``areas`` (N,).
     """
-    pressure, areas = np.asarray(pressure, np.float64), np.asarray(areas, np.float64)
-    vector_areas, wall_shear = np.asarray(vector_areas, np.float64), np.asarray(wall_shear, np.float64)
-    if not (pressure.shape == areas.shape == vector_areas.shape[:1] == wall_shear.shape[:1]) or vector_areas.shape[1:] != (3,):
-        raise ValueError(f"the force integration: pressure {pressure.shape}, wall_shear {wall_shear.shape}, vector areas "
-                         f"{vector_areas.shape} and areas {areas.shape} must describe the same N cells")
+    pressure, wall_shear, vector_areas, areas = cell_arrays(pressure, wall_shear, vector_areas, areas,
+                                                            "the force integration")
     return convention.force(pressure[:, None] * vector_areas, wall_shear * areas[:, None])
 
 
@@ -140,12 +137,9 @@ def force_coefficients(pressure: np.ndarray, wall_shear: np.ndarray, vector_area
                        lift_direction: Sequence[float] = (0.0, 0.0, 1.0)) -> dict[str, float]:
     """``{"cd", "cl"}`` alone (no moments: no cell centres needed): F.e / (dynamic_pressure A_ref),
     with ``dynamic_pressure`` (0.5 rho U^2) in the units of ``pressure``."""
-    if reference_area <= 0:
-        raise ValueError(f"the reference area must be positive, not {reference_area}")
-    force = surface_force(pressure, wall_shear, vector_areas, areas, convention)
-    coefficient = 1.0 / (dynamic_pressure * reference_area)
-    return {"cd": float(coefficient * force @ unit(drag_direction)),
-            "cl": float(coefficient * force @ unit(lift_direction))}
+    return coefficients_of_force(surface_force(pressure, wall_shear, vector_areas, areas, convention),
+                                 reference_area=reference_area, dynamic_pressure=dynamic_pressure,
+                                 drag_direction=drag_direction, lift_direction=lift_direction)
 
 
 def mesh_vector_areas(mesh) -> np.ndarray:
