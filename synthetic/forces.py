@@ -1,6 +1,7 @@
 """The forces the synthetic runs publish: sums over the boundary rows of the force on the body and
 its moment, and the coefficients OpenFOAM's forceCoeffs writes of them (and WindsorML publishes
-alike), in the directions the dataset profile gives.
+alike), in the directions the dataset profile gives. Written apart from the pipeline's own
+integration (domino_pipeline/inference/forces.py) on purpose: the tests compare the two.
 
     terms = force_terms(centres, area_vectors, cp, cf)         # per block; the sums add up
     values = coefficients(moment_about(terms, refs.centre), refs, directions)

@@ -95,5 +95,8 @@ def test_no_table_and_not_a_table(tmp_path):
     (tmp_path / TABLE_NAME).write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match=rf"{TABLE_NAME}: not a statistics table \(no run column\)"):
         read_statistics_table(tmp_path)
+    (tmp_path / TABLE_NAME).write_bytes(b"\xff\xfe\x00 not text")
+    with pytest.raises(ValueError, match=rf"{TABLE_NAME}: not a statistics table \('utf-8' codec can't decode"):
+        read_statistics_table(tmp_path)
     with pytest.raises(ValueError, match="s3://bucket/p: the statistics table is written into a local processed"):
         write_statistics_table("s3://bucket/p", DEFAULTS.dataset, DEFAULT_OPTIONS)

@@ -141,10 +141,13 @@ def read_statistics_table(processed_dir: str | os.PathLike) -> list[dict] | None
     data = read_bytes(location)
     if data is None:
         return None
-    reader = csv.DictReader(io.StringIO(data.decode()))
-    if reader.fieldnames is None or "run" not in reader.fieldnames:
-        raise ValueError(f"{location}: not a statistics table (no run column)")
-    return [{key: _value(key, text) for key, text in row.items()} for row in reader]
+    try:
+        reader = csv.DictReader(io.StringIO(data.decode()))
+        if reader.fieldnames is None or "run" not in reader.fieldnames:
+            raise ValueError(f"{location}: not a statistics table (no run column)")
+        return [{key: _value(key, text) for key, text in row.items()} for row in reader]
+    except (UnicodeDecodeError, csv.Error) as err:
+        raise ValueError(f"{location}: not a statistics table ({err})") from err
 
 
 def _value(key: str, text: str | None) -> Any:
