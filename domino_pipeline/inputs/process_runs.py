@@ -24,7 +24,8 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import ExitStack, closing
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -47,12 +48,13 @@ from domino_pipeline.inputs.processed_run import (
     write_processed_run,
 )
 from domino_pipeline.inputs.published_forces import Published
+from domino_pipeline.inputs.read_ahead import ReadAhead
 from domino_pipeline.inputs.raw_reading import LocalReading, RemoteAccess, RemoteReading, run_reading
 from domino_pipeline.inputs.remote_runs import RemoteFile, RemoteRun, find_remote_runs, is_remote, remote_run_files
 from domino_pipeline.inputs.run_folder import RunFiles, find_runs, profile_field_hints, run_files
 from domino_pipeline.inputs.run_statistics import RunStatistics, start_run_statistics
 from domino_pipeline.inputs.runs import open_run
-from domino_pipeline.inputs.surface_stream import SurfaceRows, SurfaceStream, open_surface
+from domino_pipeline.inputs.surface_stream import CellsObserver, SurfaceRows, SurfaceStream, open_surface
 from domino_pipeline.inputs.volume_stream import VolumeStream, open_volume
 from domino_pipeline.run_report import RunResult
 from domino_pipeline.run_selection import select_items
@@ -85,7 +87,8 @@ def process_run(run_dir: str | os.PathLike | RemoteRun | RunFiles, out_path: str
     files = run_dir if isinstance(run_dir, RunFiles) else run_files(Path(run_dir), options.dataset, options.parts)
     with run_reading(files, Path(out_path), access, progress) as reading:  # a remote run's temporaries live as long
         contents = read_run(files, options, block_rows, surface_block, reading)
-        return write_processed_run(out_path, contents.arrays, contents.attrs, contents.streamed), contents.notes
+        with closing(contents):
+            return write_processed_run(out_path, contents.arrays, contents.attrs, contents.streamed), contents.notes
 
 
 def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions, block_rows: int = VOLUME_BLOCK_ROWS,
@@ -93,7 +96,8 @@ def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions, block
     """The arrays and attributes ``process_run`` would write for ``run_dir``, in memory (the
     surface and the volume read as ``process_run`` reads them, a block at a time), and its notes."""
     contents = read_run(run_dir, options, block_rows, surface_block)
-    arrays, attrs = processed_in_memory(run_dir, contents.arrays, contents.attrs, contents.streamed)
+    with closing(contents):
+        arrays, attrs = processed_in_memory(run_dir, contents.arrays, contents.attrs, contents.streamed)
     return arrays, attrs, contents.notes
 
 
@@ -101,39 +105,63 @@ def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions, block
 class RunContents:
     """A raw run opened for processing: the STL's arrays and the global parameters (in memory),
     the group attributes, the surface's and the volume's arrays as StreamedRows (read a block at
-    a time as they are consumed) and notes."""
+    a time, a few blocks ahead in threads: read_ahead.py) and notes; ``close`` stops the reading
+    ahead (after the arrays are written, or when they will not be)."""
 
     arrays: dict[str, np.ndarray]
     attrs: dict
     streamed: list[StreamedRows]
     notes: list[str]
+    readers: ExitStack = field(default_factory=ExitStack)
+
+    def close(self) -> None:
+        """Stop the blocks' reading ahead and remove its temporary files."""
+        self.readers.close()
 
 
 def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, block_rows: int = VOLUME_BLOCK_ROWS,
              surface_block: int = SURFACE_BLOCK_CELLS,
              reading: LocalReading | RemoteReading | None = None) -> RunContents:
     """Open a raw run folder (or a run's files, a remote run's read through ``reading``:
-    raw_reading.py) for processing: the STL read (triangulated, zero-area triangles dropped),
-    the surface and the volume opened (their headers read; a remote one's arrays staged
-    meanwhile) if ``options.parts`` asks for them; a mesh left out is never opened."""
+    raw_reading.py) for processing: the surface and the volume opened (their headers read; a
+    remote one's arrays staged meanwhile) if ``options.parts`` asks for them, their blocks read
+    ahead while the STL is read (triangulated, zero-area triangles dropped); a mesh left out is
+    never opened. The caller closes the contents (RunContents.close)."""
     files = run_dir if isinstance(run_dir, RunFiles) else run_files(Path(run_dir), options.dataset, options.parts)
     reading = LocalReading() if reading is None else reading
+    readers = ExitStack()
 
-    def open_meshes() -> tuple[SurfaceStream | None, VolumeStream | None]:
-        surface = volume = None
+    def open_meshes() -> tuple[SurfaceStream | None, VolumeStream | None, ReadAhead | None, ReadAhead | None]:
+        surface = volume = surface_blocks = volume_blocks = None
         if files.surface is not None:
             with profile_field_hints(options.surface_fields, "surface"):
                 surface = open_surface(files.surface, options.surface_variables, options.surface_arrays,
                                        surface_rows(options, files.surface_areas, reading), reading.open(files.surface))
+            surface_blocks = readers.enter_context(closing(ReadAhead(_with_cells(surface, surface_block),
+                                                                     name="surface blocks")))
         if files.volume is not None:
             with profile_field_hints(options.volume_fields, "volume"):
                 volume = open_volume(files.volume, options.volume_variables, options.volume_source,
                                      options.volume_arrays, reading.open(files.volume))
-        return surface, volume
+            volume_blocks = readers.enter_context(closing(ReadAhead(volume.blocks(block_rows), name="volume blocks")))
+        return surface, volume, surface_blocks, volume_blocks
 
-    with reading.alongside(open_meshes) as meshes:
-        stl, dropped = drop_zero_area(reading.stl_triangles(files.stl))
-        surface, volume = meshes()
+    try:
+        with reading.alongside(open_meshes) as meshes:
+            stl, dropped = drop_zero_area(reading.stl_triangles(files.stl))
+            surface, volume, surface_blocks, volume_blocks = meshes()
+        contents = _contents(files, options, reading, stl, dropped, surface, volume, surface_blocks, volume_blocks)
+    except BaseException:
+        readers.close()
+        raise
+    contents.readers = readers
+    return contents
+
+
+def _contents(files: RunFiles, options: ProcessOptions, reading: LocalReading | RemoteReading,
+              stl: dict[str, np.ndarray], dropped: int, surface: SurfaceStream | None, volume: VolumeStream | None,
+              surface_blocks: "ReadAhead | None", volume_blocks: "ReadAhead | None") -> RunContents:
+    """The run's arrays, attributes and streamed rows, once its STL is read and its meshes open."""
     length = car_length(stl["stl_coordinates"]) if options.reference_length is None else options.reference_length
     refs = (options.stream_velocity, options.air_density, length)
     params = np.array([options.stream_velocity, options.air_density], dtype=np.float32)
@@ -162,14 +190,31 @@ def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, blo
     if surface is not None:
         cell_quality = None if statistics is None else statistics.surface.cells.add
         streamed.append(_streamed_rows(surface_shapes(surface.n_cells, len(surface_divisors)),
-                                       _scaled(surface.blocks(surface_block, cell_quality), surface_divisors),
+                                       _scaled(_cells_shown(surface_blocks, cell_quality), surface_divisors),
                                        bounds, "surface", statistics))
     if volume is not None:
         streamed.append(_streamed_rows({"volume_mesh_centers": (volume.n_rows, 3),
                                         "volume_fields": (volume.n_rows, len(volume_divisors))},
-                                       _scaled(volume.blocks(block_rows), volume_divisors), bounds, "volume",
-                                       statistics))
+                                       _scaled(volume_blocks, volume_divisors), bounds, "volume", statistics))
     return RunContents(arrays, attrs, streamed, notes)
+
+
+def _with_cells(surface: SurfaceStream, cells: int) -> Iterator[tuple[tuple[np.ndarray, ...], tuple | None]]:
+    """The surface's blocks of ``cells`` rows, each with the polygons it shows an observer of
+    cells (SurfaceStream.blocks' ``on_cells`` arguments, or None), to be shown later, where the
+    blocks are used (the statistics that take them are made once the STL is read)."""
+    shown: list[tuple] = []
+    for block in surface.blocks(cells, lambda *polygons: shown.append(polygons)):
+        yield block, (shown.pop() if shown else None)
+
+
+def _cells_shown(blocks: Iterator[tuple[tuple[np.ndarray, ...], tuple | None]],
+                 on_cells: CellsObserver | None) -> Iterator[tuple[np.ndarray, ...]]:
+    """The blocks of ``_with_cells``, their polygons shown to ``on_cells`` first."""
+    for block, polygons in blocks:
+        if on_cells is not None and polygons is not None:
+            on_cells(*polygons)
+        yield block
 
 
 def _counts(stl: dict[str, np.ndarray], surface: SurfaceStream | None, volume: VolumeStream | None) -> dict[str, int]:

@@ -12,7 +12,8 @@ Surface areas, normals and centres are OpenFOAM's face geometry and volume cell 
 cell centroids (``cell_geometry``), since format_version 2.
 
 Arrays are chunked in about 1 MiB row blocks (sharded when large) and compressed with Blosc zstd
-level 5 and byte shuffle; every chunk is written, fill-valued ones too (attribute
+level 1 and byte shuffle (on OpenFOAM's fields 0.5-1.3% larger than level 5, encoded 3-5x faster:
+docs/benchmarks.md); every chunk is written, fill-valued ones too (attribute
 ``all_chunks_written``), so a missing one is an error, not zeros. Group attributes: format,
 format_version, filename, stream_velocity,
 air_density (also as curator's physics_constants), reference_length (as configured; null: the
@@ -33,6 +34,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,7 @@ OLDER_FORMATS = {1: "surface areas, normals and centres by VTK's filters and vol
                     "parametric centres, not OpenFOAM's face and cell geometry"}
 CHUNK_BYTES = 1 << 20
 CHUNKS_PER_SHARD = 64
+CLEVEL = 1  # zstd level: the ratio of level 5 within 1.3% on solver fields, 3-5x faster to encode
 
 # Array name -> symbolic shape; a string is a length shared across arrays, an int is fixed, None
 # is any width (field columns). stl_faces is handled apart: its length is 3 * stl_triangles.
@@ -87,7 +90,7 @@ class ProcessedRunError(ValueError):
 
 
 def _codec() -> BloscCodec:
-    return BloscCodec(cname="zstd", clevel=5, shuffle="shuffle")
+    return BloscCodec(cname="zstd", clevel=CLEVEL, shuffle="shuffle")
 
 
 def row_chunking(
@@ -189,9 +192,11 @@ class StreamedRows:
         self.blocks, self.observe, self.attrs = blocks, observe, attrs
 
     def write(self, group: zarr.Group, path: Path) -> dict[str, Any]:
-        """Write every block into new arrays of ``group``; return ``attrs()``."""
-        return self._drain([_ShardWriter(_create_array(group, name, shape, np.float32), name)
-                            for name, shape in self.shapes.items()], path)
+        """Write every block into new arrays of ``group``, each shard compressed and written in a
+        thread while the next blocks are read; return ``attrs()``."""
+        with ThreadPoolExecutor(1, thread_name_prefix="shard-writes") as writes:
+            return self._drain([_ShardWriter(_create_array(group, name, shape, np.float32), name, writes)
+                                for name, shape in self.shapes.items()], path)
 
     def collect(self, path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Every block into whole float32 arrays in memory, checked as ``write`` checks them;
@@ -214,15 +219,16 @@ class StreamedRows:
 
 
 class _ShardWriter:
-    """Appends rows to a Zarr array, writing whole shards (or chunks) as they fill; or to a
-    numpy array, a block at a time."""
+    """Appends rows to a Zarr array, writing whole shards (or chunks) as they fill, by ``writes``
+    (one shard of each array in flight at a time); or to a numpy array, a block at a time."""
 
-    def __init__(self, array: zarr.Array | np.ndarray, name: str) -> None:
-        self.array, self.name = array, name
+    def __init__(self, array: zarr.Array | np.ndarray, name: str, writes: Executor | None = None) -> None:
+        self.array, self.name, self.writes = array, name, writes
         # rows written at a time: whole shards of a Zarr array; whatever came, into a numpy array
         self.step = (array.shards or array.chunks)[0] if isinstance(array, zarr.Array) else None
         self.pending: list[np.ndarray] = []
         self.held = self.written = 0
+        self.in_flight: Future | None = None
 
     def append(self, rows: np.ndarray) -> None:
         self.pending.append(rows)
@@ -234,14 +240,25 @@ class _ShardWriter:
 
     def _flush(self, n: int) -> None:
         joined = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
-        self.array[self.written:self.written + n] = joined[:n]
+        rows = slice(self.written, self.written + n)
+        if self.writes is None:
+            self.array[rows] = joined[:n]
+        else:
+            self._wait()
+            self.in_flight = self.writes.submit(self.array.__setitem__, rows, joined[:n])
         self.pending = [joined[n:]] if len(joined) > n else []
         self.held -= n
         self.written += n
 
+    def _wait(self) -> None:
+        if self.in_flight is not None:
+            self.in_flight.result()
+            self.in_flight = None
+
     def close(self, path: Path) -> None:
         if self.held:
             self._flush(self.held)
+        self._wait()
         if self.written != self.array.shape[0]:
             raise ProcessedRunError(f"{path}: array {self.name} got {self.written} rows, "
                                     f"expected {self.array.shape[0]}")

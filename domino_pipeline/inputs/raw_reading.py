@@ -97,8 +97,19 @@ class LocalReading:
 
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
-        """``task``'s result, computed when asked for (local files need no head start)."""
-        yield task
+        """Run ``task`` at once (opening local meshes takes no time, and their blocks are then
+        read ahead while the block runs); yield the function that gives its result, or raises
+        its error (so that an error of the block, the STL's, is raised first)."""
+        try:
+            result, error = task(), None
+        except Exception as err:
+            result, error = None, err
+
+        def outcome() -> T:
+            if error is not None:
+                raise error
+            return result
+        yield outcome
 
 
 class RemoteReading:
