@@ -25,7 +25,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -112,11 +112,11 @@ class RunContents:
     attrs: dict
     streamed: list[StreamedRows]
     notes: list[str]
-    readers: ExitStack = field(default_factory=ExitStack)
+    stop: Callable[[], None] = lambda: None
 
     def close(self) -> None:
-        """Stop the blocks' reading ahead and remove its temporary files."""
-        self.readers.close()
+        """Stop the blocks' reading ahead (a remote run's fetching first) and remove its temporary files."""
+        self.stop()
 
 
 def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, block_rows: int = VOLUME_BLOCK_ROWS,
@@ -130,6 +130,10 @@ def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, blo
     files = run_dir if isinstance(run_dir, RunFiles) else run_files(Path(run_dir), options.dataset, options.parts)
     reading = LocalReading() if reading is None else reading
     readers = ExitStack()
+
+    def stop() -> None:
+        reading.stop()  # a remote reader staging its arrays stops fetching, and so ends
+        readers.close()
 
     def open_meshes() -> tuple[SurfaceStream | None, VolumeStream | None, ReadAhead | None, ReadAhead | None]:
         surface = volume = surface_blocks = volume_blocks = None
@@ -152,9 +156,9 @@ def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, blo
             surface, volume, surface_blocks, volume_blocks = meshes()
         contents = _contents(files, options, reading, stl, dropped, surface, volume, surface_blocks, volume_blocks)
     except BaseException:
-        readers.close()
+        stop()
         raise
-    contents.readers = readers
+    contents.stop = stop
     return contents
 
 

@@ -95,6 +95,9 @@ class LocalReading:
         """What the run folder publishes (published_forces.read_published)."""
         return read_published(Path(files.folder), files.index, profile)
 
+    def stop(self) -> None:
+        """Nothing to stop: local files are not fetched."""
+
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
         """Run ``task`` at once (opening local meshes takes no time, and their blocks are then
@@ -166,9 +169,10 @@ class RemoteReading:
 
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
-        """Run ``task`` in a thread while the block runs (the meshes' arrays are staged while
-        the STL is fetched and parsed: the network and the decoding overlap both); yield the
-        function that waits for its result. Leaving the block early stops the task's fetching."""
+        """Run ``task`` in a thread while the block runs (the meshes' headers are fetched while
+        the STL is, and their arrays staged by the blocks' readers as it is parsed: the network
+        and the decoding overlap); yield the function that waits for its result. Leaving the
+        block early stops the task's fetching."""
         with ThreadPoolExecutor(1, thread_name_prefix="staging") as pool:
             future = pool.submit(task)
             try:
@@ -176,6 +180,10 @@ class RemoteReading:
             except BaseException:
                 self.counter.stop.set()
                 raise
+
+    def stop(self) -> None:
+        """Stop every fetch of the run (a reader staging its arrays ends with FetchStopped)."""
+        self.counter.stop.set()
 
     def record(self, file: RemoteFile) -> dict:
         """What the processed run records of the file: name, size, URL, each piece's URL, size

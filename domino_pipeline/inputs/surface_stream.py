@@ -83,6 +83,8 @@ class SurfaceStream:
             for start in range(0, self.n_cells, cells):
                 yield tuple(whole[name][start:start + cells] for name in SURFACE_ARRAYS)
             return
+        names = source_arrays(self.variables, self.arrays) + ([self.rows.normals] if self.rows.normals else [])
+        mesh_stream.prepare_rows(self.file, surface_arrays(self.file, names, self.rows))
         read = self._cell_blocks if self.rows.location == "cells" else self._point_blocks
         yield from mesh_stream.read_errors_named(read(self.file, cells, on_cells), self.path)
 
@@ -180,7 +182,6 @@ def open_surface(path, variables: Mapping[str, str], arrays: Mapping[str, list[s
     if reason:
         mesh_stream.fall_back_to_vtk(file, path, reason)
         return SurfaceStream(Path(path), dict(variables), n_rows, None, arrays, rows)
-    mesh_stream.prepare_rows(file, surface_arrays(file, names, rows))
     return SurfaceStream(path, dict(variables), n_rows, file, arrays, rows)
 
 

@@ -65,10 +65,12 @@ class VolumeStream:
     _whole: dict[str, np.ndarray] | None = None
 
     def blocks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(positions (n, 3) float32, raw fields (n, F) float32) of ``rows`` rows at a time."""
+        """(positions (n, 3) float32, raw fields (n, F) float32) of ``rows`` rows at a time; a
+        remote file's arrays are staged first (mesh_stream.prepare_rows), where the blocks are read."""
         if self.file is None:
             yield from _whole_blocks(self, rows)
             return
+        prepare_rows(self.file, volume_arrays(self.file, source_arrays(self.variables, self.arrays), self.source))
         yield from read_errors_named(self._read_blocks(self.file, rows), self.path)
 
     def _read_blocks(self, file: VtkXmlFile, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -114,8 +116,6 @@ def open_volume(path, variables: Mapping[str, str], source: str, arrays: Mapping
     source, notes = volume_source_used(available, source_arrays(variables, arrays), source, path)
     n_rows = file.n_points if source == "points" else file.n_cells
     require_rows(file, path, n_rows)
-    if file.streamable:
-        prepare_rows(file, volume_arrays(file, source_arrays(variables, arrays), source))
     reason = _unstreamable(file, source)
     if reason:
         fall_back_to_vtk(file, path, reason)
