@@ -12,12 +12,21 @@ file: for a DrivAerML volume read as points with three fields, 32 of its ~330 by
 A decoding error in a piece whose checksum is checked is reported as the checksum's mismatch
 when the piece's hash shows one (a changed byte is named as such, not as what it broke).
 
+When no piece is hashed whole (no checksum published, or none checked), each array is staged by
+its own sweep in a thread instead (``stage_growing``), all at once, and read while it grows: a
+block of rows is read as soon as every array has staged those rows, so that a volume's blocks are
+written while the rest of it is still fetched and decoded.
+
     stage_arrays(file, [("Points", "Points"), ("PointData", "p")], folder, stream, whole=[], verify=True)
+    staging = stage_growing(file, [("Points", "Points"), ("PointData", "p")], folder, stream)
+    ...  # read the file's blocks
+    staging.close()
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +64,58 @@ class StagedArray:
     def __del__(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
+
+
+class GrowingStagedArray(StagedArray):
+    """A StagedArray still being written by its sweep: a read waits until its bytes are staged,
+    or raises the error that ended the sweep."""
+
+    def __init__(self, path: Path, n_bytes: int) -> None:
+        super().__init__(path, n_bytes)
+        self._ready = 0
+        self._error: BaseException | None = None
+        self._changed = threading.Condition()
+
+    def advance(self, ready: int) -> None:
+        """The first ``ready`` bytes are staged (and flushed)."""
+        with self._changed:
+            self._ready = ready
+            self._changed.notify_all()
+
+    def fail(self, error: BaseException) -> None:
+        """The sweep ended with ``error``: raised by every read of bytes not staged."""
+        with self._changed:
+            self._error = error
+            self._changed.notify_all()
+
+    def _wait(self, stop: int) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._ready >= stop or self._error is not None)
+            if self._ready < stop:
+                raise self._error
+
+    def read(self, start: int, stop: int) -> bytes:
+        """Decoded bytes ``start:stop`` of the array, once they are staged."""
+        self._wait(stop)
+        return super().read(start, stop)
+
+    def local_file(self) -> tuple[Path, int]:
+        """(the file, 0), once the whole array is staged."""
+        self._wait(self.n_bytes)
+        return super().local_file()
+
+
+class Staging:
+    """The sweeps of ``stage_growing``, one thread per array: ``close`` waits for them."""
+
+    def __init__(self, threads: list[threading.Thread], stream) -> None:
+        self.threads, self.stream = threads, stream
+
+    def close(self) -> None:
+        """Wait for every sweep (a stopped fetch ends one at its next GET); drop the stream's kept bytes."""
+        for thread in self.threads:
+            thread.join()
+        self.stream.close()
 
 
 class _Window:
@@ -145,8 +206,35 @@ def stage_arrays(file, keys: list[tuple[str, str]], folder: Path, stream,
         file.use_staged(*key, array)
 
 
-def _stage(data: ArrayData, window: _Window, path: Path) -> StagedArray:
-    """Decode one array from the sweep into ``path``, a slab at a time."""
+def stage_growing(file, keys: list[tuple[str, str]], folder: Path, stream) -> Staging:
+    """Stage the arrays ``keys`` of ``file`` (whose stream is the RemoteBytes ``stream``) into
+    files in ``folder``, each by its own sweep in a thread, and make ``file`` read them as they
+    grow (GrowingStagedArray); no checksum is checked. The caller closes the Staging."""
+    arrays = sorted({key: file.array_data(*key) for key in keys}.items(), key=lambda kv: kv[1].position)
+    folder.mkdir(parents=True, exist_ok=True)
+    threads = []
+    for number, (key, data) in enumerate(arrays):
+        array = GrowingStagedArray(folder / f"array_{number}.bin", data.n_bytes)
+        file.use_staged(*key, array)
+        threads.append(threading.Thread(target=_sweep_one, args=(data, stream, array), daemon=True,
+                                        name=f"staging {key[1]}"))
+    for thread in threads:
+        thread.start()
+    return Staging(threads, stream)
+
+
+def _sweep_one(data: ArrayData, stream, array: GrowingStagedArray) -> None:
+    try:
+        window = _Window(stream.sweep([(data.position, data.end)], verify=False), stream)
+        _stage(data, window, array.path, array.advance)
+        window.finish()
+    except BaseException as err:  # raised by the reads that wait for these bytes
+        array.fail(err)
+
+
+def _stage(data: ArrayData, window: _Window, path: Path, staged=None) -> StagedArray:
+    """Decode one array from the sweep into ``path``, a slab at a time; ``staged(n)`` is told
+    each time the first ``n`` bytes are in the file."""
     reader = data.bound_to(window)
     step = SLAB_BYTES if data.blocks is None else data.block_size * max(1, SLAB_BYTES // data.block_size)
     with open(path, "wb") as out:
@@ -155,4 +243,7 @@ def _stage(data: ArrayData, window: _Window, path: Path) -> StagedArray:
             first, end = data.stream_span(start, stop)
             window.advance(end, keep=first)
             out.write(reader.read(start, stop))
+            if staged is not None:
+                out.flush()
+                staged(stop)
     return StagedArray(path, data.n_bytes)

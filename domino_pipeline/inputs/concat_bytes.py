@@ -169,8 +169,9 @@ class ConcatBytes:
         return None
 
     def prepare(self, file, keys: list[tuple[str, str]]) -> None:
-        """Nothing: local arrays are read where they lie (a remote stream stages them first:
-        remote_bytes.RemoteBytes.prepare)."""
+        """Nothing (None): local arrays are read where they lie (a remote stream stages them
+        first: remote_bytes.RemoteBytes.prepare)."""
+        return None
 
     def where(self, position: int) -> str:
         """Where byte ``position`` of the stream lies, in words: ``byte N`` of a single file,

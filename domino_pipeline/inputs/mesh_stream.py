@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -92,11 +93,18 @@ def points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
     return table
 
 
-def prepare_rows(file: VtkXmlFile, keys: list[tuple[str, str]]) -> None:
-    """Make ready the arrays ``keys`` ((section, name)) that a block reader will read from
-    ``file``: nothing for a local file; a remote file's are fetched and decoded into local
-    temporary files, in one pass (its stream's ``prepare``)."""
-    file.source.prepare(file, keys)
+@contextmanager
+def prepared_rows(file: VtkXmlFile, keys: list[tuple[str, str]]) -> Iterator[None]:
+    """Make ready the arrays ``keys`` ((section, name)) that a block reader reads from ``file``
+    inside the block: nothing for a local file; a remote file's are fetched and decoded into
+    local temporary files (its stream's ``prepare``), before the block or, where no checksum is
+    checked, while it reads them (their sweeps waited for when it ends)."""
+    staging = file.source.prepare(file, keys)
+    try:
+        yield
+    finally:
+        if staging is not None:
+            staging.close()
 
 
 def cell_vertices(file: VtkXmlFile, section: str, start: int, stop: int,

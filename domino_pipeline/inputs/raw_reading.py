@@ -144,7 +144,7 @@ class RemoteReading:
 
     def open(self, file: RemoteFile) -> VtkXmlFile:
         """The VTU or VTP opened for reading by rows over ranged GETs (its header read); its
-        arrays are staged when a block reader prepares them (mesh_stream.prepare_rows)."""
+        arrays are staged when a block reader prepares them (mesh_stream.prepared_rows)."""
         return open_rows(file, self._stream(file))
 
     def published(self, files: RunFiles, profile: DatasetConfig) -> Published:

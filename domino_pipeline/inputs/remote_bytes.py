@@ -230,17 +230,23 @@ class RemoteBytes:
 
     # ------------------------------------------------------------------ the stream
 
-    def prepare(self, file, keys: list[tuple[str, str]]) -> None:
-        """Stage the arrays ``keys`` of the VtkXmlFile ``file`` read from this stream: one sweep
-        decodes them into ``staging`` (array_staging.py), over the whole of each piece whose
-        checksum is checked (``verify``), else over their bytes only; then seal the stream."""
-        from domino_pipeline.inputs.array_staging import stage_arrays
+    def prepare(self, file, keys: list[tuple[str, str]]):
+        """Stage the arrays ``keys`` of the VtkXmlFile ``file`` read from this stream into
+        ``staging`` (array_staging.py) and seal the stream: one sweep over the whole of each piece
+        whose checksum is checked (``verify``), done before this returns (None); where none is,
+        a sweep per array over its bytes, in threads, read as they grow: the Staging to close
+        once the arrays are read."""
+        from domino_pipeline.inputs.array_staging import stage_arrays, stage_growing
 
         whole = [(self.starts[i], self.starts[i + 1]) for i, piece in enumerate(self.file.pieces)
                  if self.verify and piece.checksum]
+        if not whole:
+            self._sealed = True
+            return stage_growing(file, keys, self.staging, self)
         stage_arrays(file, keys, self.staging, self, whole, verify=self.verify)
         self._sealed = True
         self._kept.clear()
+        return None
 
     def piece_end(self, position: int) -> int:
         """The stream position where the piece holding byte ``position`` ends."""

@@ -84,9 +84,9 @@ class SurfaceStream:
                 yield tuple(whole[name][start:start + cells] for name in SURFACE_ARRAYS)
             return
         names = source_arrays(self.variables, self.arrays) + ([self.rows.normals] if self.rows.normals else [])
-        mesh_stream.prepare_rows(self.file, surface_arrays(self.file, names, self.rows))
         read = self._cell_blocks if self.rows.location == "cells" else self._point_blocks
-        yield from mesh_stream.read_errors_named(read(self.file, cells, on_cells), self.path)
+        with mesh_stream.prepared_rows(self.file, surface_arrays(self.file, names, self.rows)):
+            yield from mesh_stream.read_errors_named(read(self.file, cells, on_cells), self.path)
 
     def _fields(self, file: VtkXmlFile, start: int, stop: int) -> np.ndarray:
         section, where = _DATA[self.rows.location]

@@ -40,7 +40,7 @@ from domino_pipeline.inputs.mesh_stream import (  # noqa: F401 (WholeFileFallbac
     fall_back_to_vtk,
     open_rows,
     points_table,
-    prepare_rows,
+    prepared_rows,
     read_errors_named,
     require_rows,
 )
@@ -66,12 +66,12 @@ class VolumeStream:
 
     def blocks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(positions (n, 3) float32, raw fields (n, F) float32) of ``rows`` rows at a time; a
-        remote file's arrays are staged first (mesh_stream.prepare_rows), where the blocks are read."""
+        remote file's arrays are staged (mesh_stream.prepared_rows) where the blocks are read."""
         if self.file is None:
             yield from _whole_blocks(self, rows)
             return
-        prepare_rows(self.file, volume_arrays(self.file, source_arrays(self.variables, self.arrays), self.source))
-        yield from read_errors_named(self._read_blocks(self.file, rows), self.path)
+        with prepared_rows(self.file, volume_arrays(self.file, source_arrays(self.variables, self.arrays), self.source)):
+            yield from read_errors_named(self._read_blocks(self.file, rows), self.path)
 
     def _read_blocks(self, file: VtkXmlFile, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         section = _SECTION[self.source]
