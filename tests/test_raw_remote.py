@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -127,6 +128,7 @@ def test_without_checksums_only_the_arrays_read_are_fetched_through_transient_er
     assert_same_run(tmp_path / "run_2.zarr", tiny_processed_dir / "run_2.zarr")
     assert result.bytes < 0.9 * result.source_bytes  # the volume's other arrays stay where they are
     assert zarr.open_group(str(tmp_path / "run_2.zarr"), mode="r").attrs["sources"]["volume"]["checked"] == "size"
+    assert not [t.name for t in threading.enumerate() if t.name.startswith(("staging ", "surface blocks", "volume blocks"))]
 
 
 def test_a_private_bucket_refuses_unsigned_reads_in_one_line(s3_server, unsigned, published_raw, tmp_path):

@@ -100,3 +100,25 @@ def test_processing_leaves_no_reader_thread_whether_the_run_is_written_or_fails(
     assert failed.status == "failed" and stl.name in failed.message
     assert _reader_threads() == []
     assert [p.name for p in (tmp_path / "bad").iterdir()] == [".locks"]  # no run, no temporary one
+
+
+def test_a_growing_staged_array_is_read_as_its_bytes_are_staged_and_names_the_error_that_ends_it(tmp_path: Path) -> None:
+    from domino_pipeline.inputs.array_staging import GrowingStagedArray
+
+    path = tmp_path / "array.bin"
+    array = GrowingStagedArray(path, 8)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(array.read(2, 6)))
+    reader.start()
+    time.sleep(0.2)
+    assert got == []  # bytes 2..6 not staged yet
+    path.write_bytes(b"abcdef")
+    array.advance(6)
+    reader.join(5)
+    assert got == [b"cdef"]
+    array.fail(RuntimeError("s3://bucket/volume.vtu: reading stopped"))
+    assert array.read(0, 6) == b"abcdef"  # staged bytes stay readable
+    with pytest.raises(RuntimeError, match="reading stopped"):
+        array.read(4, 8)
+    with pytest.raises(RuntimeError, match="reading stopped"):
+        array.local_file()  # the whole array is never staged
