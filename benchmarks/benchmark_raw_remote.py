@@ -17,7 +17,8 @@ measurement in a fresh process, in turn, ``--repeats`` times (medians):
 Reported: MB/s of the run's file bytes, the client's CPU seconds and those of the server (and
 proxy) processes meanwhile (they run on the same cores here, a remote server would not), bytes
 fetched over the files' bytes, peak RSS, each
-against local disk; the block readers' MB/s (arrays decoded inside processing) against the
+against local disk; the block readers' MB/s (arrays decoded inside processing, in the threads
+that read blocks ahead: their seconds include waits for the GIL the writing holds) against the
 floor; a projection for a whole DrivAerML run (49.9 GB of files, 160M volume points) over a
 1 GB/s link; and ``--kill-trials`` times: a run killed (SIGKILL) during its download, then
 the batch run again: the killed run completes and equals a clean run, and the finished run is
@@ -347,7 +348,8 @@ def summarize(rows: dict, files: int, kills: list[dict]) -> dict:
 
 
 def projection(median: dict, files: int) -> dict:
-    """A whole DrivAerML run (points, three fields) on one core, over a 1 GB/s link: the
+    """A whole DrivAerML run (points, three fields) in one process (its reading threads on the
+    machine's cores, as here), over a 1 GB/s link: the
     processing time scaled from this run by volume points, the fetch at 1 GB/s, all bytes when
     checksums are verified, the arrays read only when not."""
     local = median["local disk"]
@@ -355,7 +357,7 @@ def projection(median: dict, files: int) -> dict:
     process_s = local["seconds"] * scale
     total = DRIVAERML["volume"] + DRIVAERML["boundary"] + DRIVAERML["stl"]
     needed = DRIVAERML["points"] * DRIVAERML["point_bytes"] * 4 / 3 + DRIVAERML["boundary"] + DRIVAERML["stl"]
-    return {"files_gb": total / 1e9, "processing_s_one_core": process_s,
+    return {"files_gb": total / 1e9, "processing_s_one_process": process_s,
             "fetch_verified_s_at_1GBps": total / 1e9, "fetch_unverified_s_at_1GBps": needed / 1e9,
             "run_s_verified": max(process_s, total / 1e9), "run_s_unverified": max(process_s, needed / 1e9)}
 
@@ -375,8 +377,8 @@ def print_report(report: dict, files: int, points: int) -> None:
           f"(ratio {b['block_reader_vs_floor']:.2f}); whole processing vs floor (+ STL parse): "
           f"{b['processing_vs_floor']:.2f}")
     p = report["projection"]
-    print(f"\nprojection, one DrivAerML run ({p['files_gb']:.1f} GB of files), one core, 1 GB/s link: processing "
-          f"{p['processing_s_one_core']:.0f} s; fetch {p['fetch_verified_s_at_1GBps']:.0f} s (checksums verified) or "
+    print(f"\nprojection, one DrivAerML run ({p['files_gb']:.1f} GB of files), one process, 1 GB/s link: processing "
+          f"{p['processing_s_one_process']:.0f} s; fetch {p['fetch_verified_s_at_1GBps']:.0f} s (checksums verified) or "
           f"{p['fetch_unverified_s_at_1GBps']:.1f} s (arrays read only); run {p['run_s_verified']:.0f} s / "
           f"{p['run_s_unverified']:.0f} s")
     print("\nchecks:")
