@@ -35,6 +35,15 @@ def test_the_files_compose_as_hydra_composes_them(name: str) -> None:
     assert OmegaConf.to_container(got, resolve=True) == OmegaConf.to_container(expected, resolve=True)
 
 
+def test_a_config_file_rewritten_between_two_compositions_is_read_anew(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("seed: 1\n")
+    assert compose_files(tmp_path, "config").seed == 1
+    (tmp_path / "config.yaml").write_text("seed: 2\n")  # same size, maybe the same mtime
+    assert compose_files(tmp_path, "config").seed == 2
+    compose_files(tmp_path, "config").seed = 3  # a composition is the caller's to change
+    assert compose_files(tmp_path, "config").seed == 2
+
+
 def test_a_field_name_is_one_override_and_the_variables_follow() -> None:
     config = typed_config("dataset.fields.surface.pressure=p", "dataset.fields.volume.velocity=U")
     assert config.dataset.fields.surface == {"pressure": "p", "wall_shear_stress": "wallShearStressMeanTrim"}
