@@ -41,6 +41,22 @@ VARIABLES = {"surface_variables": tuple(DEFAULTS.variables.surface.items()),
              "volume_variables": tuple(DEFAULTS.variables.volume.items())}
 
 
+def parametrize_tiered(argnames: str, cases: list, fast=None, fast_if=None, **kwargs):
+    """``pytest.mark.parametrize(argnames, cases, **kwargs)`` with every case marked slow but
+    ``fast`` (the first case when neither is given) or those ``fast_if(case)`` holds for:
+    `make test-fast` runs the representative or cheap cases, `make test` every case. A case of
+    several arguments is a tuple."""
+    several = "," in argnames
+    if fast_if is None:
+        fast = cases[0] if fast is None else fast
+        assert fast in cases, fast
+        fast_if = lambda case: case == fast  # noqa: E731
+
+    def slow(case):
+        return pytest.param(*(case if several else (case,)), marks=pytest.mark.slow)
+    return pytest.mark.parametrize(argnames, [case if fast_if(case) else slow(case) for case in cases], **kwargs)
+
+
 def import_benchmark(name: str):
     """Import the script ``benchmarks/<name>.py``. Benchmarks are scripts, not an installed
     package: their folder goes on ``sys.path``, as when one is run, so that the processes they

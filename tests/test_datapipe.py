@@ -5,6 +5,7 @@ reads its window, not the whole surface; bad input fails with the run named."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import zarr
-from conftest import VARIABLES, yaml_config
+from conftest import VARIABLES, parametrize_tiered, yaml_config
 from cache_fixtures import (
     BOX_SURFACE,
     BOX_VOLUME,
@@ -85,8 +86,8 @@ LAWS = {"default": {}, "exact": {"exact": True},
         "windows": {"surface_window_factor": 2, "volume_window_factor": 3}}
 
 
-@pytest.mark.parametrize("law", list(LAWS))
-@pytest.mark.parametrize("model_type", ["surface", "volume", "combined"])
+@parametrize_tiered("model_type,law", list(itertools.product(["surface", "volume", "combined"], LAWS)),
+                    fast=("combined", "windows"))
 def test_cached_equals_uncached(model_type, law, cache_dir, tiny_processed_dir, factors):
     common = dict(model_type=model_type, seed=5, scaling_factors=factors, **LAWS[law])
     cached = _cached(cache_dir, **common)
@@ -99,7 +100,7 @@ def test_cached_equals_uncached(model_type, law, cache_dir, tiny_processed_dir, 
             _assert_same_item(cached[index], uncached[index])
 
 
-@pytest.mark.parametrize("model_type", ["surface", "combined"])
+@parametrize_tiered("model_type", ["surface", "combined"], fast="combined")
 def test_the_features_layout_gives_the_same_items(model_type, cache_dir, features_cache_dir,
                                                   tiny_processed_dir, factors):
     common = dict(model_type=model_type, seed=5, scaling_factors=factors)
@@ -179,6 +180,7 @@ def _surface_reads_of_a_draw(cache, surface_points: int, window_factor: int) -> 
     return read, chunk_file, run.attrs["counts"]["surface"]
 
 
+@pytest.mark.slow
 def test_a_features_draw_reads_its_window_an_indices_draw_the_whole_surface(small_chunk_caches):
     points, factor = 64, 2
     window_chunks = -(-points * factor // SMALL_CHUNK) + 2  # the most chunks a cyclic window can touch

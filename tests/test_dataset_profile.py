@@ -8,7 +8,7 @@ from pathlib import Path
 
 import hydra
 import pytest
-from conftest import ROOT, typed_config, yaml_config
+from conftest import ROOT, parametrize_tiered, typed_config, yaml_config
 from omegaconf import OmegaConf
 
 from domino_pipeline.config_files import compose_files
@@ -27,7 +27,7 @@ def test_every_profile_loads_typed_and_names_its_roles(path: Path) -> None:
     assert profile.field("surface", role) == profile.fields.surface[role]
 
 
-@pytest.mark.parametrize("name", ["config", "cached", "demo"])
+@parametrize_tiered("name", ["config", "cached", "demo"])
 def test_the_files_compose_as_hydra_composes_them(name: str) -> None:
     with hydra.initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         expected = hydra.compose(config_name=name, overrides=["train.epochs=3"])
