@@ -1,6 +1,6 @@
 """The configuration files composed as Hydra composes them, without Hydra: for tests, benchmarks and
-tools that build a config in-process many times (Hydra's ``compose`` takes ~0.15 s each; a file
-is parsed once per content).
+tools that build a config in-process many times (Hydra's ``compose`` takes ~0.15 s each; a
+composition is made once per content of the folder's files).
 
 Follows this project's ``defaults`` lists only: config names (``- config``), config-group choices
 (``- dataset: drivaerml``) and ``_self_``; overrides are dotted ``key=value`` (``+key=value`` adds a
@@ -22,21 +22,10 @@ from domino_pipeline.config import HYDRA_KEYS
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
-_PARSED: dict[tuple[str, bytes], DictConfig] = {}
-
-
-def _load(path: Path) -> DictConfig:
-    """``OmegaConf.load(path)``, parsed once per path and content; only read: merging copies it."""
-    key = (str(path), path.read_bytes())
-    if key not in _PARSED:
-        _PARSED[key] = OmegaConf.load(path)
-    return _PARSED[key]
-
-
 def _compose(conf_dir: Path, name: str, choices: dict[str, str]) -> DictConfig:
     """``name`` merged after the configs and group choices its defaults list names (``_self_``
     where the list puts it, else last), without Hydra's own keys."""
-    own = _load(conf_dir / f"{name}.yaml")
+    own = OmegaConf.load(conf_dir / f"{name}.yaml")
     parts: list[DictConfig] = []
     entries = list(own.get("defaults", []))
     if "_self_" not in entries:
@@ -55,11 +44,14 @@ def _compose(conf_dir: Path, name: str, choices: dict[str, str]) -> DictConfig:
             if not path.is_file():
                 known = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
                 raise ValueError(f"{group}={chosen}: no such {group}; the {group} choices are {known}")
-            parts.append(OmegaConf.create({group: _load(path)}))
+            parts.append(OmegaConf.create({group: OmegaConf.load(path)}))
     merged = OmegaConf.merge(*parts)
     for key in HYDRA_KEYS:
         merged.pop(key, None)
     return merged
+
+
+_COMPOSED: dict[tuple, DictConfig] = {}
 
 
 def compose_files(conf_dir: str | os.PathLike = CONF, name: str = "config",
@@ -76,4 +68,8 @@ def compose_files(conf_dir: str | os.PathLike = CONF, name: str = "config",
             choices[key] = value
         else:
             dotted.append(override.lstrip("+"))
-    return OmegaConf.merge(_compose(conf_dir, name, choices), OmegaConf.from_dotlist(dotted))
+    key = (str(conf_dir), name, tuple(sorted(choices.items())),
+           tuple((str(p), p.read_bytes()) for p in sorted(conf_dir.rglob("*.yaml"))))
+    if key not in _COMPOSED:
+        _COMPOSED[key] = _compose(conf_dir, name, choices)
+    return OmegaConf.merge(_COMPOSED[key], OmegaConf.from_dotlist(dotted))  # a copy: the cached one stays
