@@ -12,8 +12,6 @@ from omegaconf import DictConfig
 from domino_pipeline.config import PipelineConfig, load_config
 from domino_pipeline.config_files import compose_files
 from domino_pipeline.inputs.process_options import ProcessOptions
-from process_data import process_all
-from synthetic_data import generate_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,6 +68,7 @@ def import_benchmark(name: str):
 @pytest.fixture(scope="session")
 def tiny_raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two tiny synthetic runs (run_1, run_2) in DrivAerML's folder layout. Do not modify."""
+    from synthetic_data import generate_runs  # here: the xdist controller loads this file too, needing no stage
     out = tmp_path_factory.mktemp("tiny_raw")
     generate_runs(out, TINY_RUNS, preset="tiny", seed=TINY_SEED)
     return out
@@ -79,6 +78,7 @@ def tiny_raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_dataset_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """``tiny_dataset_dir(name)``: two tiny synthetic runs of dataset ``name`` (drivaerml,
     ahmedml, windsorml) in its published layout, written once per session. Do not modify."""
+    from synthetic_data import generate_runs
     made = {"drivaerml": tiny_raw_dir}
 
     def runs_of(name: str) -> Path:
@@ -93,6 +93,7 @@ def tiny_dataset_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture(scope="session")
 def tiny_processed_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``tiny_raw_dir`` processed with the default config: run_1.zarr, run_2.zarr. Read only."""
+    from process_data import process_all
     out = tmp_path_factory.mktemp("tiny_processed")
     results = process_all(tiny_raw_dir, out, PROCESS_OPTIONS, num_processes=1)
     failed = [r for r in results if r.status != "processed"]
