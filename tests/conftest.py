@@ -151,6 +151,16 @@ def s3_features_cache(s3_server, features_cache_dir: Path) -> str:
     return url
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the imports left (torch, VTK, zarr: ~400,000 objects) is out of the garbage
+    collector's sight from here (``gc.freeze``): a full collection, during the tests and the
+    several pytest makes at its end, takes microseconds instead of ~0.2 s."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 # ---- honest markers: a test that trains, builds a cache or predicts in a subprocess is slow ----
 
 SLOW_ENTRY_POINTS = ("train.py", "cache_data.py", "predict.py", "torch.distributed.run", "torchrun")
