@@ -1,7 +1,12 @@
 # The two commands a fresh machine needs (Python 3.11):
 #   make demo   set up, then run the whole pipeline on the synthetic demo dataset, ending with predictions
-#   make test   set up, then run the test suite (make test-fast: the unit tests only, on both cores, about 3 minutes)
+#   make test   set up, then run the test suite (make test-fast: the unit tests only, on both cores, about 45 s)
 #   make bench-setup   add what the benchmarks need (requirements-bench.txt: SeaweedFS's S3 server)
+# The test tiers (the `slow` marker, pyproject.toml): make test-fast runs the unit tests, each test function
+# (all its cases together) under about 1 s on 2 cores, with no server, Dask cluster, benchmark run, wheel
+# build, import subprocess or dataset of several runs built for one test; make test (CI) runs every test,
+# the slow ones too: end-to-end runs of the stages, benchmarks, servers, training and prediction of
+# models, wheel builds, statistical law tests with many draws.
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python

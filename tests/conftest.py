@@ -12,8 +12,6 @@ from omegaconf import DictConfig
 from domino_pipeline.config import PipelineConfig, load_config
 from domino_pipeline.config_files import compose_files
 from domino_pipeline.inputs.process_options import ProcessOptions
-from process_data import process_all
-from synthetic_data import generate_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +39,22 @@ VARIABLES = {"surface_variables": tuple(DEFAULTS.variables.surface.items()),
              "volume_variables": tuple(DEFAULTS.variables.volume.items())}
 
 
+def parametrize_tiered(argnames: str, cases: list, fast=None, fast_if=None, **kwargs):
+    """``pytest.mark.parametrize(argnames, cases, **kwargs)`` with every case marked slow but
+    ``fast`` (the first case when neither is given) or those ``fast_if(case)`` holds for:
+    `make test-fast` runs the representative or cheap cases, `make test` every case. A case of
+    several arguments is a tuple."""
+    several = "," in argnames
+    if fast_if is None:
+        fast = cases[0] if fast is None else fast
+        assert fast in cases, fast
+        fast_if = lambda case: case == fast  # noqa: E731
+
+    def slow(case):
+        return pytest.param(*(case if several else (case,)), marks=pytest.mark.slow)
+    return pytest.mark.parametrize(argnames, [case if fast_if(case) else slow(case) for case in cases], **kwargs)
+
+
 def import_benchmark(name: str):
     """Import the script ``benchmarks/<name>.py``. Benchmarks are scripts, not an installed
     package: their folder goes on ``sys.path``, as when one is run, so that the processes they
@@ -54,6 +68,7 @@ def import_benchmark(name: str):
 @pytest.fixture(scope="session")
 def tiny_raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two tiny synthetic runs (run_1, run_2) in DrivAerML's folder layout. Do not modify."""
+    from synthetic_data import generate_runs  # here: the xdist controller loads this file too, needing no stage
     out = tmp_path_factory.mktemp("tiny_raw")
     generate_runs(out, TINY_RUNS, preset="tiny", seed=TINY_SEED)
     return out
@@ -63,6 +78,7 @@ def tiny_raw_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_dataset_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """``tiny_dataset_dir(name)``: two tiny synthetic runs of dataset ``name`` (drivaerml,
     ahmedml, windsorml) in its published layout, written once per session. Do not modify."""
+    from synthetic_data import generate_runs
     made = {"drivaerml": tiny_raw_dir}
 
     def runs_of(name: str) -> Path:
@@ -77,6 +93,7 @@ def tiny_dataset_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture(scope="session")
 def tiny_processed_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``tiny_raw_dir`` processed with the default config: run_1.zarr, run_2.zarr. Read only."""
+    from process_data import process_all
     out = tmp_path_factory.mktemp("tiny_processed")
     results = process_all(tiny_raw_dir, out, PROCESS_OPTIONS, num_processes=1)
     failed = [r for r in results if r.status != "processed"]
@@ -132,6 +149,16 @@ def s3_features_cache(s3_server, features_cache_dir: Path) -> str:
     url = f"s3://{s3_server.bucket()}/features"
     upload_folder(features_cache_dir, url)
     return url
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the imports left (torch, VTK, zarr: ~400,000 objects) is out of the garbage
+    collector's sight from here (``gc.freeze``): a full collection, during the tests and the
+    several pytest makes at its end, takes microseconds instead of ~0.2 s."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 # ---- honest markers: a test that trains, builds a cache or predicts in a subprocess is slow ----

@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import import_benchmark
+
+pytestmark = pytest.mark.slow
 
 
 def test_geometry_against_vtk_on_a_tiny_boundary(tiny_raw_dir: Path, tmp_path: Path) -> None:

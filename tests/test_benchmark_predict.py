@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import import_benchmark
 from test_predict import COMBINED
 from test_train import TINY
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_predict_benchmark_times_every_step_on_a_tiny_run(tiny_processed_dir: Path):

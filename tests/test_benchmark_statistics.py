@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import import_benchmark
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_statistics_benchmark_times_both_settings(tiny_raw_dir, tmp_path, capsys):

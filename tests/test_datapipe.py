@@ -5,15 +5,17 @@ reads its window, not the whole surface; bad input fails with the run named."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import shutil
+import traceback
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import zarr
-from conftest import VARIABLES, yaml_config
+from conftest import VARIABLES, parametrize_tiered, yaml_config
 from cache_fixtures import (
     BOX_SURFACE,
     BOX_VOLUME,
@@ -85,8 +87,8 @@ LAWS = {"default": {}, "exact": {"exact": True},
         "windows": {"surface_window_factor": 2, "volume_window_factor": 3}}
 
 
-@pytest.mark.parametrize("law", list(LAWS))
-@pytest.mark.parametrize("model_type", ["surface", "volume", "combined"])
+@parametrize_tiered("model_type,law", list(itertools.product(["surface", "volume", "combined"], LAWS)),
+                    fast=("combined", "windows"))
 def test_cached_equals_uncached(model_type, law, cache_dir, tiny_processed_dir, factors):
     common = dict(model_type=model_type, seed=5, scaling_factors=factors, **LAWS[law])
     cached = _cached(cache_dir, **common)
@@ -99,7 +101,7 @@ def test_cached_equals_uncached(model_type, law, cache_dir, tiny_processed_dir, 
             _assert_same_item(cached[index], uncached[index])
 
 
-@pytest.mark.parametrize("model_type", ["surface", "combined"])
+@parametrize_tiered("model_type", ["surface", "combined"], fast="combined")
 def test_the_features_layout_gives_the_same_items(model_type, cache_dir, features_cache_dir,
                                                   tiny_processed_dir, factors):
     common = dict(model_type=model_type, seed=5, scaling_factors=factors)
@@ -179,6 +181,7 @@ def _surface_reads_of_a_draw(cache, surface_points: int, window_factor: int) -> 
     return read, chunk_file, run.attrs["counts"]["surface"]
 
 
+@pytest.mark.slow
 def test_a_features_draw_reads_its_window_an_indices_draw_the_whole_surface(small_chunk_caches):
     points, factor = 64, 2
     window_chunks = -(-points * factor // SMALL_CHUNK) + 2  # the most chunks a cyclic window can touch
@@ -306,8 +309,11 @@ def test_missing_array_nan_and_too_few_points(tiny_processed_dir, cache_dir, tmp
 def test_uncached_on_cuda_refuses_workers(tiny_processed_dir):
     ds = _uncached(tiny_processed_dir)
     ds.preprocess = dataclasses.replace(ds.preprocess, device="cuda:0")  # as if on a GPU machine
-    with pytest.raises(RuntimeError, match="cannot run in DataLoader workers.*CachedDoMINODataset"):
-        next(iter(DataLoader(ds, batch_size=1, num_workers=1)))
+    batches = iter(DataLoader(ds, batch_size=1, num_workers=1))
+    with pytest.raises(RuntimeError, match="cannot run in DataLoader workers.*CachedDoMINODataset") as refused:
+        next(batches)
+    traceback.clear_frames(refused.tb)  # then del shuts its worker down; a garbage collection would wait 5 s on it
+    del batches
 
 
 def test_dataset_from_config_picks_the_cached_or_uncached_dataset(tiny_processed_dir, cache_dir, factors, tmp_path):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import hydra
 import pytest
-from conftest import ROOT, typed_config, yaml_config
+from conftest import ROOT, parametrize_tiered, typed_config, yaml_config
 from omegaconf import OmegaConf
 
 from domino_pipeline.config_files import compose_files
@@ -27,12 +27,21 @@ def test_every_profile_loads_typed_and_names_its_roles(path: Path) -> None:
     assert profile.field("surface", role) == profile.fields.surface[role]
 
 
-@pytest.mark.parametrize("name", ["config", "cached", "demo"])
+@parametrize_tiered("name", ["config", "cached", "demo"])
 def test_the_files_compose_as_hydra_composes_them(name: str) -> None:
     with hydra.initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         expected = hydra.compose(config_name=name, overrides=["train.epochs=3"])
     got = compose_files(ROOT / "conf", name, ["train.epochs=3"])
     assert OmegaConf.to_container(got, resolve=True) == OmegaConf.to_container(expected, resolve=True)
+
+
+def test_a_config_file_rewritten_between_two_compositions_is_read_anew(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("seed: 1\n")
+    assert compose_files(tmp_path, "config").seed == 1
+    (tmp_path / "config.yaml").write_text("seed: 2\n")  # same size, maybe the same mtime
+    assert compose_files(tmp_path, "config").seed == 2
+    compose_files(tmp_path, "config").seed = 3  # a composition is the caller's to change
+    assert compose_files(tmp_path, "config").seed == 2
 
 
 def test_a_field_name_is_one_override_and_the_variables_follow() -> None:

@@ -67,6 +67,7 @@ def test_an_example_key_on_the_command_line_is_named_with_ours(monkeypatch, caps
     assert refusal(capsys, train.main) == "error: model.volume_points_sample is sampling.volume_points here"
 
 
+@pytest.mark.slow
 def test_an_unknown_key_on_the_command_line_is_named_with_the_closest_one(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["train.py", "train.epoch=3"])
     assert refusal(capsys, train.main) == "error: train.epoch is not a setting; did you mean train.epochs?"

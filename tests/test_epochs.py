@@ -94,6 +94,7 @@ def epochs_of(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "epochs.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_to_the_same_weights_and_losses(tmp_path):
     whole = tiny_trainer(tmp_path / "whole")
     assert train_epochs(whole) is None

@@ -84,6 +84,7 @@ def test_dask_missing_is_an_error_saying_how_to_install_it(monkeypatch):
         run_tasks(_named, {"run_1": ("run_1", "processed")}, DASK, workers=1, progress="test")
 
 
+@pytest.mark.slow
 def test_a_local_dask_cluster_processes_the_pools_bits(raw_runs, pool_processed, tmp_path):
     results = process_all(raw_runs, tmp_path, PROCESS_OPTIONS, num_processes=2, executor=DASK, runs=["2-3"])
     assert [(r.name, r.status) for r in results] == [("run_2", "processed"), ("run_3", "processed")]
@@ -92,18 +93,18 @@ def test_a_local_dask_cluster_processes_the_pools_bits(raw_runs, pool_processed,
     assert sorted(p.name for p in tmp_path.iterdir()) == [".locks", "run_2.zarr", "run_3.zarr"]
 
 
-def test_the_comparison_sees_a_changed_value(pool_processed, tmp_path):
+def test_the_comparison_sees_a_changed_value(tiny_processed_dir, tmp_path):
     """store_differences itself: one byte of one chunk, and a changed attribute, are found."""
     import shutil
 
     copy = tmp_path / "copy"
-    shutil.copytree(pool_processed / "run_1.zarr", copy)
+    shutil.copytree(tiny_processed_dir / "run_1.zarr", copy)
     chunk = next(p for p in sorted(copy.rglob("*")) if p.is_file() and p.name != "zarr.json")
     chunk.write_bytes(bytes([chunk.read_bytes()[0] ^ 1]) + chunk.read_bytes()[1:])
     metadata = json.loads((copy / "zarr.json").read_text())
     metadata["attributes"]["nut_length_scale"] = 1.0
     (copy / "zarr.json").write_text(json.dumps(metadata))
-    assert store_differences(pool_processed / "run_1.zarr", copy) == sorted([str(chunk.relative_to(copy)), "zarr.json"])
+    assert store_differences(tiny_processed_dir / "run_1.zarr", copy) == sorted([str(chunk.relative_to(copy)), "zarr.json"])
 
 
 @pytest.mark.slow

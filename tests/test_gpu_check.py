@@ -78,6 +78,7 @@ def _processes_with(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_step_past_its_limit_is_killed_with_its_grandchildren():
     gpu_check = import_benchmark("gpu_check")
     marker = f"time.sleep(60.{os.getpid()})"

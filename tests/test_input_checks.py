@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import zarr
 from cache_fixtures import tiny_settings
-from conftest import PROCESS_OPTIONS, import_benchmark
+from conftest import PROCESS_OPTIONS, import_benchmark, parametrize_tiered
 
 from domino_pipeline.compute.rows import prepare_rows
 from domino_pipeline.inputs.processed_run import ProcessedRunError
@@ -137,7 +137,7 @@ PEAK_BYTES = 200 * 2**20  # a crafted header must not make the reader allocate m
 PIECE_FAULTS = ("gap in the pieces", "pieces in two namings")
 
 
-@pytest.mark.parametrize("fault", sorted(RAW_CRAFTS))
+@parametrize_tiered("fault", sorted(RAW_CRAFTS), fast_if=lambda fault: "lzma" not in fault)  # lzma: ~0.4 s
 def test_a_crafted_raw_file_fails_its_run_in_one_line(tiny_raw_dir, tmp_path, fault):
     raw = tmp_path / "raw"
     shutil.copytree(tiny_raw_dir / "run_1", raw / "run_1")

@@ -126,18 +126,22 @@ def loaded() -> dict[str, list[str]]:
     return dict(zip(statements, _modules_after(statements)))
 
 
+@pytest.mark.slow
 def test_importing_the_package_loads_no_stage_and_no_torch(loaded):
     assert loaded["import domino_pipeline"] == []
 
 
 @pytest.mark.parametrize("statement", READING)
+@pytest.mark.slow
 def test_the_cache_reader_imports_neither_warp_nor_the_model(loaded, statement):
     assert _heavy(loaded[statement]) == []
 
 
+@pytest.mark.slow
 def test_the_watch_sees_what_a_statement_loads(loaded):
     assert "domino_pipeline.loading.cached" in loaded[READING[0]] and "torch" in loaded[READING[0]]
 
 
+@pytest.mark.slow
 def test_the_uncached_datapipe_is_imported_on_first_use(loaded):
     assert "warp" in _heavy(loaded[UNCACHED])  # and in no statement before it

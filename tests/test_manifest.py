@@ -103,9 +103,8 @@ def test_a_rerun_with_nothing_new_writes_nothing_and_takes_no_lock(cache, tiny_p
     assert (cache / "manifest.json").stat().st_mtime_ns == before
 
 
-def test_a_dataset_keeps_few_runs_open(tiny_processed_dir, tmp_path):
-    cache = build_tiny_cache(tiny_processed_dir, tmp_path / "cache")
-    ds = CachedDoMINODataset(cache, max_open_runs=1, **SAMPLES)
+def test_a_dataset_keeps_few_runs_open(cache_dir):
+    ds = CachedDoMINODataset(cache_dir, max_open_runs=1, **SAMPLES)
     ds[0]
     first = ds.run(0)
     assert ds.open_run_indices() == [0]

@@ -23,6 +23,8 @@ from domino_pipeline.store.cache_format import CacheError, StaleCacheError
 from domino_pipeline.store.manifest import read_manifest, read_manifest_version, write_manifest
 from domino_pipeline.store.object_cache import upload_folder
 
+pytestmark = pytest.mark.slow
+
 
 def _same_items(a: dict, b: dict) -> None:
     assert sorted(a) == sorted(b)

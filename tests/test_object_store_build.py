@@ -57,6 +57,7 @@ def _args(processed: Path, url: str, hydra: Path, *extra: str) -> list[str]:
             f"cache.dir={url}", *OVERRIDES, f"hydra.run.dir={hydra}", "hydra.output_subdir=null", *extra]
 
 
+@pytest.mark.slow
 def test_a_cache_built_on_s3_reads_as_the_local_build(s3_server, tiny_processed_dir, cache_dir):
     from cache_data import build_cache
     url, settings = f"s3://{s3_server.bucket()}/built", tiny_settings()
@@ -74,6 +75,7 @@ def test_a_cache_built_on_s3_reads_as_the_local_build(s3_server, tiny_processed_
         assert all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
 
 
+@pytest.mark.slow
 def test_a_build_on_s3_removes_the_staging_folders_of_killed_builds_only(
         s3_server, tiny_processed_dir, tmp_path, monkeypatch):
     from cache_data import build_cache
@@ -221,6 +223,7 @@ def test_two_builders_at_once_lose_no_run(s3_server, tiny_processed_dir, cache_d
     assert_same_as(url, cache_dir)
 
 
+@pytest.mark.slow
 def test_rank_records_on_s3_let_the_last_rank_finish_the_job_once(s3_server):
     from domino_pipeline.store.rank_records import finish_rank, remove_finished_jobs
 
@@ -264,6 +267,7 @@ def test_torchrun_builds_into_s3_and_the_last_rank_commits_the_manifest(
     _assert_no_secret(marker, [url], tmp_path, out + result.stderr)
 
 
+@pytest.mark.slow
 def test_a_build_removes_the_generations_no_reader_needs(s3_server, cache_dir):
     """After each upload: complete generations beyond the newest two that the manifest does not
     name, and claimed prefixes never completed once untouched for the grace period."""

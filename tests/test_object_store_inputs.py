@@ -49,6 +49,7 @@ def upload_all(folder: Path, url: str) -> None:
         _put(f"{url}/{path.relative_to(folder).as_posix()}", path.read_bytes())
 
 
+@pytest.mark.slow
 def test_runs_on_s3_list_open_and_load_as_the_local_ones(s3_processed, tiny_processed_dir):
     remote, local = list_runs(s3_processed), list_runs(tiny_processed_dir)
     assert [run_name(r) for r in remote] == [run_name(r) for r in local] == ["run_1", "run_2"]
@@ -64,6 +65,7 @@ def test_runs_on_s3_list_open_and_load_as_the_local_ones(s3_processed, tiny_proc
 
 
 @pytest.mark.parametrize("form", ["curator-zarr-v2", "curator-zarr-v3", "curator-npz"])
+@pytest.mark.slow
 def test_curator_runs_on_s3_load_as_the_local_ones(s3_server, tiny_processed_dir, tmp_path, form):
     source = load_run(tiny_processed_dir / "run_1.zarr")
     writers = {"curator-zarr-v2": lambda: write_curator_zarr(tmp_path / "run_1.zarr", source, zarr_format=2),
@@ -80,6 +82,7 @@ def test_curator_runs_on_s3_load_as_the_local_ones(s3_server, tiny_processed_dir
     assert source_fingerprint(remote) == source_fingerprint(local)
 
 
+@pytest.mark.slow
 def test_an_absent_chunk_of_a_run_on_s3_is_named(s3_server, tiny_processed_dir):
     import obstore
 
@@ -95,6 +98,7 @@ def test_an_absent_chunk_of_a_run_on_s3_is_named(s3_server, tiny_processed_dir):
         list_runs(f"{url}/nothing")
 
 
+@pytest.mark.slow
 def test_a_cache_built_from_s3_runs_equals_the_local_build_and_refuses_once_they_change(
         s3_server, tiny_processed_dir, cache_dir):
     from cache_data import build_cache
@@ -121,6 +125,7 @@ def test_a_cache_built_from_s3_runs_equals_the_local_build_and_refuses_once_they
     assert [r.status for r in build_cache(runs, url, settings, rebuild=False)] == ["stale", "skipped"]
 
 
+@pytest.mark.slow
 def test_the_same_bytes_put_again_change_the_stat_fingerprint_only(s3_server, tiny_processed_dir):
     url = f"s3://{s3_server.bucket('again')}/runs"
     upload_folder(tiny_processed_dir, url)
@@ -131,6 +136,7 @@ def test_the_same_bytes_put_again_change_the_stat_fingerprint_only(s3_server, ti
     assert stat_fingerprint(run) != stat and source_fingerprint(run) == digest
 
 
+@pytest.mark.slow
 def test_the_uncached_datapipe_reads_runs_on_s3_as_local_ones(s3_processed, tiny_processed_dir):
     from test_datapipe import _uncached
 
@@ -154,6 +160,7 @@ def test_process_data_refuses_to_write_to_a_url_in_one_line(tiny_raw_dir, capsys
         "processed runs there to read them from object storage")
 
 
+@pytest.mark.slow
 def test_runs_on_s3_load_through_transient_errors_and_slow_responses(s3_server, s3_processed,
                                                                     tiny_processed_dir, monkeypatch):
     from s3_server import FaultProxy
@@ -173,6 +180,7 @@ def test_runs_on_s3_load_through_transient_errors_and_slow_responses(s3_server, 
         proxy.stop()
 
 
+@pytest.mark.slow
 def test_a_missing_bucket_is_named_in_one_line(s3_server):
     from domino_pipeline.entry_point import one_line
     from domino_pipeline.object_store import ObjectStoreError

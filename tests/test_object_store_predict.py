@@ -22,6 +22,8 @@ from domino_pipeline.entry_point import one_line
 from domino_pipeline.inference.run_inputs import load_processed, load_run, run_kind, split_runs_of
 from domino_pipeline.object_store import ObjectStoreError
 
+pytestmark = pytest.mark.slow
+
 
 def test_a_run_on_s3_predicts_as_the_same_run_from_the_folder(model_and_factors, s3_processed, tiny_processed_dir):
     from domino_pipeline.compute.scaling import load_scaling_factors

@@ -257,6 +257,7 @@ def test_volume_cell_centres_are_openfoams(processed: Path, name: str) -> None:
     assert (np.linalg.norm(centres - reference, axis=1) / size).max() < 1e-5
 
 
+@pytest.mark.slow
 def test_reading_cell_centres_by_blocks_keeps_memory_flat_in_the_volume_size() -> None:
     """benchmarks/cell_centres_memory.py on the fixture's volumes (27,699 and 7,936 cells), each
     read in a fresh process: by blocks of 512 rows the peak RSS is the same for both; read in one

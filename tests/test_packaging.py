@@ -75,6 +75,7 @@ def _imported_distributions() -> set[str]:
             for dist in owners.get(name, [])} - {"domino-pipeline"}
 
 
+@pytest.mark.slow
 def test_the_wheel_installs_only_the_package(wheel):
     tops = {name.split("/")[0] for name in wheel.namelist()}
     (info,) = {top for top in tops if top.endswith(".dist-info")}
@@ -82,6 +83,7 @@ def test_the_wheel_installs_only_the_package(wheel):
     assert "domino_pipeline/loading/cached.py" in wheel.namelist()
 
 
+@pytest.mark.slow
 def test_the_wheel_declares_every_imported_distribution(wheel):
     declared = {r.name.lower() for r in _requires(wheel) if r.marker is None}
     assert (_imported_distributions() - set(OPTIONAL)) | NOT_IMPORTED <= declared
@@ -91,6 +93,7 @@ def test_the_wheel_declares_every_imported_distribution(wheel):
         assert ("dask", "distributed", f'extra == "{extra}"') in extras, extras
 
 
+@pytest.mark.slow
 def test_each_declared_range_admits_the_tested_pin_and_stops_at_the_next_major(wheel):
     pins = _pins()
     for requirement in _requires(wheel):

@@ -135,6 +135,7 @@ def test_an_stl_alone_gets_predictions_on_its_triangles(predicted, tiny_raw_dir)
     assert row["cd_true"] == "" and np.isfinite(float(row["cd_pred"]))
 
 
+@pytest.mark.slow
 def test_batches_do_not_change_the_prediction(model_and_factors, tiny_processed_dir):
     from domino_pipeline.compute.scaling import load_scaling_factors
     from domino_pipeline.compute.settings import settings_from_config
@@ -187,6 +188,7 @@ def test_forces_on_a_cube():
         pytest.approx(force_coefficients(pressure, shear, vector_areas, areas, reference_area=1.0, convention=outward, **half)["cd"])
 
 
+@pytest.mark.slow
 def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny_processed_dir):
     from domino_pipeline.compute.scaling import load_scaling_factors
     from domino_pipeline.compute.settings import settings_from_config
@@ -257,6 +259,7 @@ def _encoded_against_forward(model: torch.nn.Module, cfg, run, parts: tuple[str,
                 torch.testing.assert_close(encoded.surface(batch), surface, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_one_geometry_encoding_per_run_equals_the_forward_pass(model_and_factors, tiny_processed_dir):
     from domino_pipeline.inference.run_inputs import load_processed
     from domino_pipeline.inference.trained_model import load_trained_model
@@ -268,6 +271,7 @@ def test_one_geometry_encoding_per_run_equals_the_forward_pass(model_and_factors
 
 
 @pytest.mark.parametrize("combine", [False, True])
+@pytest.mark.slow
 def test_one_geometry_encoding_per_run_equals_the_forward_pass_of_a_combined_model(tiny_processed_dir, combine):
     from domino_pipeline.inference.run_inputs import load_processed
 

@@ -102,6 +102,7 @@ def _processed(results) -> list[str]:
     return [r.name for r in results]
 
 
+@pytest.mark.slow
 def test_runs_read_unsigned_from_a_public_bucket_equal_the_local_ones(public_bucket, unsigned, tiny_processed_dir,
                                                                      tmp_path):
     results = process_all(f"s3://{public_bucket}/{PREFIX}", tmp_path, PROCESS_OPTIONS, access=SMALL)
@@ -120,6 +121,7 @@ def test_runs_read_unsigned_from_a_public_bucket_equal_the_local_ones(public_buc
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir() if p.name != ".locks")  # no staging left
 
 
+@pytest.mark.slow
 def test_without_checksums_only_the_arrays_read_are_fetched_through_transient_errors(public_bucket, unsigned, tiny_processed_dir, tmp_path):
     access = RemoteAccess(verify=False, chunk_bytes=1 << 16)
     unsigned.fail_every = 4  # every fourth GET answered 503: retried with backoff
@@ -131,6 +133,7 @@ def test_without_checksums_only_the_arrays_read_are_fetched_through_transient_er
     assert not [t.name for t in threading.enumerate() if t.name.startswith(("staging ", "surface blocks", "volume blocks"))]
 
 
+@pytest.mark.slow
 def test_a_private_bucket_refuses_unsigned_reads_in_one_line(s3_server, unsigned, published_raw, tmp_path):
     import boto3
 
@@ -147,6 +150,7 @@ def test_a_private_bucket_refuses_unsigned_reads_in_one_line(s3_server, unsigned
                               "requests (data.anonymous=false signs them with the environment's credentials)")
 
 
+@pytest.mark.slow
 def test_runs_read_from_the_hub_equal_the_local_ones(hub, tiny_processed_dir, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     hub.requests.clear()
@@ -164,6 +168,7 @@ def test_runs_read_from_the_hub_equal_the_local_ones(hub, tiny_processed_dir, tm
     assert any(path.startswith("/cdn/") for _, path, _, _ in hub.requests)  # LFS files via the redirect
 
 
+@pytest.mark.slow
 def test_a_connection_reset_mid_piece_resumes_at_its_byte(hub, public_bucket, unsigned, tiny_processed_dir, tmp_path):
     hub.requests.clear()
     hub.drop_after = 20_000  # the next long GET is cut after 20,000 bytes
@@ -182,6 +187,7 @@ def test_a_connection_reset_mid_piece_resumes_at_its_byte(hub, public_bucket, un
     assert_same_run(tmp_path / "s3" / "run_1.zarr", tiny_processed_dir / "run_1.zarr")
 
 
+@pytest.mark.slow
 def test_a_changed_byte_in_a_piece_is_named(hub, public_bucket, unsigned, tmp_path):
     piece = "run_1/volume_1.vtu.01.part"
     hub.corrupt("owner/drivaerml", piece, 1234)
@@ -198,6 +204,7 @@ def test_a_changed_byte_in_a_piece_is_named(hub, public_bucket, unsigned, tmp_pa
     assert f"s3://{public_bucket}/{PREFIX}/run_2/drivaer_2.stl: its MD5 is " in result.message
 
 
+@pytest.mark.slow
 def test_a_damaged_published_file_is_named_by_its_url_and_finished_runs_stay(hub, published_raw, tmp_path):
     """A run whose force CSV is unreadable fails in one line naming the CSV's URL, not the
     temporary copy it was read from; a run already processed is kept and skipped."""
@@ -224,6 +231,7 @@ def test_an_etag_is_a_checksum_only_when_it_is_a_plain_md5():
     assert _md5_checksum(None) is None and _md5_checksum('"0x8DC1"') is None
 
 
+@pytest.mark.slow
 def test_remote_runs_are_listed_selected_and_missing_files_named(public_bucket, unsigned, hub):
     for url in (f"s3://{public_bucket}/{PREFIX}", "hf://datasets/owner/drivaerml"):
         runs = find_remote_runs(url, PROCESS_OPTIONS.dataset, anonymous=None)
@@ -305,6 +313,7 @@ def test_a_run_killed_during_its_download_is_fetched_again_and_no_finished_run_i
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".locks")) == ["run_1.zarr", "run_2.zarr"]
 
 
+@pytest.mark.slow
 def test_openfoam_output_read_from_the_hub_equals_the_local_reading(tmp_path, monkeypatch):
     """foamToVTK's own files (inline base64, polyhedra with legacy faces: DrivAerML's form) and
     forceCoeffs' coefficient.dat on the Hub, through the openfoam profile, processed as cell

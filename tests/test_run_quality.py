@@ -62,6 +62,7 @@ def defective(tmp_path_factory) -> dict:
             "rows": read_statistics_table(work / "processed")}
 
 
+@pytest.mark.slow
 def test_each_defect_is_rejected_for_its_reason_and_no_clean_run_is(defective):
     verdicts = judge(defective["rows"], SYNTHETIC.data.quality, SYNTHETIC.dataset)
     assert sorted(defective["defects"].values()) == sorted(EXPECTED)
@@ -77,6 +78,7 @@ def test_each_defect_is_rejected_for_its_reason_and_no_clean_run_is(defective):
     assert worst < SYNTHETIC.data.quality.robust_threshold / 2  # a margin, not a near miss
 
 
+@pytest.mark.slow
 def test_a_profile_with_the_other_conventions_is_named_and_the_same_runs_rejected(defective):
     verdicts = judge(defective["rows"], OTHER.data.quality, OTHER.dataset)
     assert len(verdicts.notes) == 1 and verdicts.notes[0].startswith(
@@ -85,6 +87,7 @@ def test_a_profile_with_the_other_conventions_is_named_and_the_same_runs_rejecte
     assert set(verdicts.rejected) == set(defective["defects"])
 
 
+@pytest.mark.slow
 def test_cache_and_training_selection_names_every_excluded_run(defective):
     runs = list_runs(defective["processed"])
     selection = quality_selection(runs, replace(SYNTHETIC.data, processed_dir=str(defective["processed"])), SYNTHETIC.dataset)
@@ -105,6 +108,7 @@ def test_cache_and_training_selection_names_every_excluded_run(defective):
     assert off.kept == runs and off.summary() == "quality: checks off (data.quality.enabled=false)"
 
 
+@pytest.mark.slow
 def test_the_curator_limits_reject_the_scaled_run_only(defective):
     quality = replace(SYNTHETIC.data.quality, robust_threshold=1e9, coefficient_tolerance=1e9,
                       curator=replace(SYNTHETIC.data.quality.curator, enabled=True))
@@ -118,6 +122,7 @@ def test_the_curator_limits_reject_the_scaled_run_only(defective):
     assert f"volume UMeanTrim_x |max| {largest:.3g} > 3.5 (physicsnemo-curator's limit)" in verdicts.rejected[scaled]
 
 
+@pytest.mark.slow
 def test_the_defects_file_names_the_runs(defective):
     assert json.loads((defective["raw"] / "defects.json").read_text()) == defective["defects"]
 
@@ -175,6 +180,7 @@ def test_unreadable_and_unchecked_runs(tmp_path):
         Selection([], excluded={"run_1": ["x"]}).require_some(tmp_path)
 
 
+@pytest.mark.slow
 def test_the_report_draws_and_names_every_rejected_run(defective, tmp_path):
     dataset_report = import_benchmark("dataset_report")
     out = tmp_path / "report"

@@ -3,11 +3,12 @@ for open readers, an incomplete write places nothing, one writer per run at a ti
 
 from __future__ import annotations
 
+import shutil
 import threading
 
 import numpy as np
 import pytest
-from cache_fixtures import SAMPLES, build_tiny_cache, generation, tiny_settings
+from cache_fixtures import SAMPLES, generation, tiny_settings
 
 from datapipe import CachedDoMINODataset
 from domino_pipeline.inputs.runs import list_runs
@@ -22,8 +23,8 @@ def _item_equal(a: dict, b: dict) -> bool:
     return all(np.array_equal(a[k].numpy(), b[k].numpy()) for k in a)
 
 
-def test_a_rebuild_writes_a_new_generation_and_open_datasets_keep_theirs(tiny_processed_dir, tmp_path):
-    cache = build_tiny_cache(tiny_processed_dir, tmp_path / "cache")
+def test_a_rebuild_writes_a_new_generation_and_open_datasets_keep_theirs(tiny_processed_dir, cache_dir, tmp_path):
+    cache = shutil.copytree(cache_dir, tmp_path / "cache")
     runs = list_runs(tiny_processed_dir)
     before = CachedDoMINODataset(cache, model_type="combined", scaling_factors=None, **SAMPLES)
     first = before[0]

@@ -114,6 +114,7 @@ def test_too_few_rows_is_a_clear_error():
         _draw(surface_points=5001)
 
 
+@pytest.mark.slow
 def test_weighted_choice_matches_torch_multinomial_without_replacement():
     weights = np.array([1, 1, 2, 4, 8, 16, 0.5, 3], dtype=np.float32)
     trials, size = 20000, 3
@@ -224,6 +225,7 @@ def assert_tenths_within(hits: np.ndarray, probability: np.ndarray, trials: int,
 
 
 @pytest.mark.parametrize("points", [300, 900])  # a minority of the vertices, and nearly all
+@pytest.mark.slow
 def test_geometry_vertices_are_uniform_without_replacement(points):
     n, trials = 1000, 3000
     hits = inclusion_counts("geometry", n, points, trials, SamplingLaw())
@@ -236,6 +238,7 @@ def test_geometry_vertices_are_uniform_without_replacement(points):
 
 
 @pytest.mark.parametrize("law", [SamplingLaw(volume_window_factor=5), SamplingLaw(exact=True)])
+@pytest.mark.slow
 def test_volume_rows_are_uniform(law):
     n, points, trials = 2000, 40, 12000
     hits = inclusion_counts("volume", n, points, trials, law)
@@ -244,6 +247,7 @@ def test_volume_rows_are_uniform(law):
     assert_tenths_within(hits, uniform, trials)
 
 
+@pytest.mark.slow
 def test_successive_inclusion_reference_is_sound():
     w = np.array([1.0, 2.0, 3.0, 4.0])
     # two of four by enumeration of the ordered picks (a, b): w_a / W * w_b / (W - w_a)
@@ -261,6 +265,7 @@ def areas() -> np.ndarray:
     return np.random.default_rng(3).lognormal(sigma=1.2, size=40)
 
 
+@pytest.mark.slow
 def test_exact_surface_is_area_weighted_over_the_whole_surface(areas):
     points, trials = 5, 20000
     hits = inclusion_counts("surface", len(areas), points, trials, SamplingLaw(exact=True), areas)
@@ -269,6 +274,7 @@ def test_exact_surface_is_area_weighted_over_the_whole_surface(areas):
     assert hits.argmax() == areas.argmax()
 
 
+@pytest.mark.slow
 def test_windowed_surface_follows_the_cyclic_window_law(areas):
     points, factor, trials = 5, 2, 20000
     law = SamplingLaw(surface_window_factor=factor)
@@ -278,6 +284,7 @@ def test_windowed_surface_follows_the_cyclic_window_law(areas):
     assert_rows_follow(hits, windowed, trials, alternative=old)
 
 
+@pytest.mark.slow
 def test_windowed_surface_has_no_edge_in_the_stored_order():
     n, points, trials = 1000, 20, 6000
     hits = inclusion_counts("surface", n, points, trials, SamplingLaw(surface_window_factor=8))
@@ -286,6 +293,7 @@ def test_windowed_surface_has_no_edge_in_the_stored_order():
     assert_tenths_within(hits, uniform, trials)
 
 
+@pytest.mark.slow
 def test_windowed_surface_caps_the_largest_cells():
     """What the window costs: in a window of 2 x the sample, the largest cells are drawn at
     most at the window's rate, below the exact law's rate."""
@@ -326,6 +334,7 @@ def window_pair_probability(points: int, width: int) -> float:
 
 
 @pytest.mark.parametrize("factor", [1, 8])
+@pytest.mark.slow
 def test_volume_pairs_of_stored_neighbours_follow_the_window_law(factor):
     """A window of the sample itself draws stored neighbours together almost always; the
     default window of 8 x the sample 1 / 8 of the time. The exact law: (k - 1) / (n - 1)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import import_benchmark
 
 
@@ -33,6 +34,7 @@ def test_report_only_prints_the_table_and_the_verdict(tmp_path, capsys):
     assert "OUTSIDE the exact law's seed-to-seed range" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_sampling_reads_runs_on_tiny(tmp_path, capsys):
     sampling_reads = import_benchmark("sampling_reads")
     sampling_reads.main(["--preset", "tiny", "--work", str(tmp_path), "--draws", "2",

@@ -247,6 +247,7 @@ def test_scaling_factors_of_surface_only_runs_are_the_surface_ones(surface_proce
         scale_fields(np.zeros((1, 5)), factors, "volume")
 
 
+@pytest.mark.slow
 def test_volume_parts_fall_out_the_same_way(tiny_raw_dir: Path, cache_dir: Path, tmp_path: Path) -> None:
     from datapipe import CachedDoMINODataset
 
@@ -305,6 +306,7 @@ def _assert_same_run(got, want) -> None:
     np.testing.assert_array_equal(got.true_surface, want.true_surface)
 
 
+@pytest.mark.slow
 def test_predicting_a_raw_run_equals_predicting_its_processed_run(tiny_raw_dir, tiny_processed_dir, surface_model,
                                                                  monkeypatch) -> None:
     from domino_pipeline.inference.run_inputs import load_run
@@ -323,6 +325,7 @@ def test_predicting_a_raw_run_equals_predicting_its_processed_run(tiny_raw_dir, 
     np.testing.assert_array_equal(_predict(raw, surface_model, factors), _predict(processed, surface_model, factors))
 
 
+@pytest.mark.slow
 def test_a_raw_run_without_a_volume_is_predicted_on_its_surface(surface_raw, surface_processed, surface_model) -> None:
     from domino_pipeline.inference.run_inputs import load_run
 

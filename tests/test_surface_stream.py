@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pyvista as pv
-from conftest import PROCESS_OPTIONS
+from conftest import PROCESS_OPTIONS, parametrize_tiered
 from test_vtk_xml_stream import COMPRESSORS, HEADERS, MODES, write
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
@@ -92,8 +92,8 @@ def _assert_surface_equal(run: Path, out: Path) -> None:
     assert attrs["counts"]["surface_cells"] == len(centres)
 
 
-@pytest.mark.parametrize("header", HEADERS)
-@pytest.mark.parametrize("mode,compressor", list(itertools.product(MODES, COMPRESSORS)))
+@parametrize_tiered("mode,compressor,header", list(itertools.product(MODES, COMPRESSORS, HEADERS)),
+                    fast=("appended-base64", "zlib", 32))  # VTK's default
 def test_streamed_surface_equals_vtk_whole_file(tiny_raw_dir: Path, tmp_path: Path, mode: str,
                                                 compressor: str, header: int) -> None:
     mesh = mixed_surface(np.random.default_rng(11))
@@ -112,8 +112,8 @@ def _with_a_line(mesh: pv.PolyData) -> pv.PolyData:
     return lined
 
 
-@pytest.mark.parametrize("mode,change,reason", [("ascii", lambda mesh: mesh, "inline ascii"),
-                                                ("appended-raw", _with_a_line, "line cells besides polygons")])
+@parametrize_tiered("mode,change,reason", [("ascii", lambda mesh: mesh, "inline ascii"),
+                                           ("appended-raw", _with_a_line, "line cells besides polygons")])
 def test_unstreamable_surface_falls_back_to_vtk_with_a_warning(tiny_raw_dir: Path, tmp_path: Path, mode: str,
                                                                change, reason: str) -> None:
     run = _run_with_surface(tiny_raw_dir, tmp_path / "raw", change(mixed_surface(np.random.default_rng(12))),
@@ -140,7 +140,7 @@ def _read_whole_with_vtk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(volume_stream, "_unstreamable", lambda file, source: "read whole for this test")
 
 
-@pytest.mark.parametrize("source", ["points", "cells"])
+@parametrize_tiered("source", ["points", "cells"], fast="cells")
 def test_processed_run_from_streamed_reading_equals_vtk_whole_file_reading(
     tiny_raw_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
 ) -> None:

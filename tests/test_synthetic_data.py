@@ -255,6 +255,7 @@ def test_unknown_preset_size_and_dataset_are_rejected(tmp_path: Path) -> None:
         generate_runs(tmp_path, 1, preset="tiny", dataset="drivaer")
 
 
+@pytest.mark.slow
 def test_command_line_writes_the_run_folders(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "synthetic_data.py", "--dataset", "windsorml", "--preset", "tiny", "--runs", "2",

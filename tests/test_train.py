@@ -257,6 +257,7 @@ def test_relative_l2_error_per_variable():
     torch.testing.assert_close(relative_l2_per_variable(prediction, target), torch.tensor([1.0, 0.5]))
 
 
+@pytest.mark.slow
 def test_model_outputs_follow_the_configured_variables():
     model = build_model("combined", {"interp_res": [16, 8, 8]}, torch.device("cpu"),
                               {"surface": 1, "volume": 4})

@@ -4,6 +4,7 @@ memory or streamed through buckets (in memory or scratch files), and uniformly r
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from cache_fixtures import tiny_settings
 
 from domino_pipeline.compute.preprocessing import (
@@ -24,6 +25,7 @@ def test_volume_order_is_a_permutation_of_the_kept_rows():
     assert list(bucket_sizes(10, 4)) == [4, 4, 2] and list(bucket_sizes(8, 4)) == [4, 4]
 
 
+@pytest.mark.slow
 def test_every_source_row_lands_anywhere_with_equal_chance():
     """Over many seeds, each (source row, stored position) pair is hit about equally often:
     a block-wise deal that kept rows near their source block would fail this."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pyvista as pv
-from conftest import PROCESS_OPTIONS, import_benchmark
+from conftest import PROCESS_OPTIONS, import_benchmark, parametrize_tiered
 from test_vtk_xml_stream import write
 
 from domino_pipeline.inputs.concat_bytes import piece_path
@@ -71,9 +71,10 @@ def load_stl_points(run: Path) -> np.ndarray:
     return read_stl(run / "drivaer_1.stl")["stl_coordinates"]
 
 
-@pytest.mark.parametrize("source", ["points", "cells"])
-@pytest.mark.parametrize("mode,compressor", [("appended-raw", "none"), ("appended-base64", "zlib"),
-                                             ("binary", "lz4"), ("appended-raw", "lzma")])
+@parametrize_tiered("mode,compressor,source", [
+    (mode, compressor, source) for mode, compressor in [("appended-raw", "none"), ("appended-base64", "zlib"),
+                                                        ("binary", "lz4"), ("appended-raw", "lzma")]
+    for source in ("points", "cells")], fast=("appended-base64", "zlib", "points"))
 def test_streamed_volume_equals_vtk_whole_file(tiny_raw_dir: Path, tmp_path: Path, source: str,
                                                mode: str, compressor: str) -> None:
     grid = cfd_like_grid(np.random.default_rng(5))
@@ -90,8 +91,8 @@ def test_streamed_volume_equals_vtk_whole_file(tiny_raw_dir: Path, tmp_path: Pat
     assert attrs["counts"]["volume_points"] == len(centres) == (grid.n_points if source == "points" else grid.n_cells)
 
 
-@pytest.mark.parametrize("mode,polygons,reason", [("ascii", False, "inline ascii"),
-                                                  ("appended-raw", True, "cell types \\[7\\]")])
+@parametrize_tiered("mode,polygons,reason", [("ascii", False, "inline ascii"),
+                                             ("appended-raw", True, "cell types \\[7\\]")])
 def test_unstreamable_volume_falls_back_to_vtk_with_a_warning(
     tiny_raw_dir: Path, tmp_path: Path, mode: str, polygons: bool, reason: str
 ) -> None:
@@ -119,9 +120,9 @@ def _all_blocks(path: Path, source: str, rows: int = 1500) -> list[np.ndarray]:
     return [np.concatenate(parts) for parts in zip(*volume.blocks(rows))]
 
 
-@pytest.mark.parametrize("naming", ["00.part", "part1"])
-@pytest.mark.parametrize("encoding", ["synthetic", "appended-raw"])
-@pytest.mark.parametrize("section,name", [("Points", "Points"), ("CellData", "pMeanTrim")])
+@parametrize_tiered("section,name,encoding,naming", [
+    (section, name, encoding, naming) for section, name in [("Points", "Points"), ("CellData", "pMeanTrim")]
+    for encoding in ("synthetic", "appended-raw") for naming in ("00.part", "part1")])
 def test_a_volume_split_inside_an_array_reads_bit_for_bit_as_the_whole(
     tiny_raw_dir: Path, tmp_path: Path, naming: str, encoding: str, section: str, name: str
 ) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pyvista as pv
+from conftest import parametrize_tiered
 from test_vtk_xml_stream import vtk_read
 
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
@@ -24,8 +25,8 @@ from synthetic_data import generate_runs, join_pieces
 FIELDS = {"UMeanTrim": 3, "pMeanTrim": 1}
 
 
-@pytest.mark.parametrize("mode,compressor,bits",
-                         list(itertools.product(DATA_MODES, sorted(COMPRESSORS), (32, 64))))
+@parametrize_tiered("mode,compressor,bits", list(itertools.product(DATA_MODES, sorted(COMPRESSORS), (32, 64))),
+                    fast_if=lambda case: case[1] != "lzma")  # lzma: ~0.2 s a case
 def test_block_writer_is_read_by_vtk(tmp_path: Path, mode: str, compressor: str, bits: int) -> None:
     rng = np.random.default_rng(0)
     n, block = 1000, 77
@@ -79,10 +80,10 @@ def test_synthetic_run_in_another_encoding_holds_the_same_values(
             np.testing.assert_array_equal(default.cell_data[key], other.cell_data[key])
 
 
-def test_default_encoding_is_vtks_xml_writer_default(tmp_path: Path) -> None:
-    import vtk
+def test_default_encoding_is_vtks_xml_writer_default(tiny_raw_dir: Path) -> None:
+    from vtkmodules.vtkIOXML import vtkXMLUnstructuredGridWriter
 
-    writer = vtk.vtkXMLUnstructuredGridWriter()
+    writer = vtkXMLUnstructuredGridWriter()
     default = Encoding()
     assert (default.mode, default.header_bits, default.block_bytes, default.level) == (
         "appended-base64" if writer.GetEncodeAppendedData() else "appended-raw",
@@ -90,6 +91,5 @@ def test_default_encoding_is_vtks_xml_writer_default(tmp_path: Path) -> None:
         writer.GetCompressionLevel())
     assert COMPRESSORS[default.compressor] == type(writer.GetCompressor()).__name__
     assert writer.GetDataMode() == writer.Appended
-    generate_runs(tmp_path, 1, preset="tiny", seed=0)
-    head = (tmp_path / "run_1" / "volume_1.vtu.00.part").read_bytes()[:300]
+    head = (tiny_raw_dir / "run_1" / "volume_1.vtu.00.part").read_bytes()[:300]  # written in the default encoding
     assert b'header_type="UInt32" compressor="vtkZLibDataCompressor"' in head

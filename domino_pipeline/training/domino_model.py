@@ -80,10 +80,10 @@ def build_model(model_type: str, section: Mapping[str, Any], device: torch.devic
                 outputs: Mapping[str, int] | None = None) -> torch.nn.Module:
     """DoMINO with 3 input features, the volume / surface outputs the model type asks for
     (``outputs``: target columns per part, DrivAerML's 5 and 4 by default), 2 global parameters."""
+    model_type = resolve_model_type(model_type, section)  # before importing physicsnemo's models (seconds)
     from physicsnemo.models.domino import DoMINO
     from physicsnemo.models.domino.config import Config
 
-    model_type = resolve_model_type(model_type, section)
     outputs = {**DEFAULT_OUTPUTS, **(outputs or {})}
     model = DoMINO(
         input_features=INPUT_FEATURES,
