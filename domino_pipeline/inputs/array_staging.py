@@ -189,7 +189,7 @@ def stage_arrays(file, keys: list[tuple[str, str]], folder: Path, stream,
     """Decode the arrays ``keys`` ((section, name)) of the VtkXmlFile ``file``, whose stream is
     the RemoteBytes ``stream``, into files in ``folder`` in one sweep over their bytes and the
     spans ``whole`` (pieces read whole, to be hashed), and make ``file`` read them from there."""
-    arrays = sorted({key: file.array_data(*key) for key in keys}.items(), key=lambda kv: kv[1].position)
+    arrays = _in_stream_order(file, keys)
     ranges = merged([(data.position, data.end) for _, data in arrays] + whole)
     window = _Window(stream.sweep(ranges, verify=verify), stream)
     folder.mkdir(parents=True, exist_ok=True)
@@ -206,11 +206,16 @@ def stage_arrays(file, keys: list[tuple[str, str]], folder: Path, stream,
         file.use_staged(*key, array)
 
 
+def _in_stream_order(file, keys: list[tuple[str, str]]) -> list[tuple[tuple[str, str], ArrayData]]:
+    """(key, ArrayData) of the arrays ``keys`` of ``file``, each once, in the order they lie in its stream."""
+    return sorted({key: file.array_data(*key) for key in keys}.items(), key=lambda kv: kv[1].position)
+
+
 def stage_growing(file, keys: list[tuple[str, str]], folder: Path, stream) -> Staging:
     """Stage the arrays ``keys`` of ``file`` (whose stream is the RemoteBytes ``stream``) into
     files in ``folder``, each by its own sweep in a thread, and make ``file`` read them as they
     grow (GrowingStagedArray); no checksum is checked. The caller closes the Staging."""
-    arrays = sorted({key: file.array_data(*key) for key in keys}.items(), key=lambda kv: kv[1].position)
+    arrays = _in_stream_order(file, keys)
     folder.mkdir(parents=True, exist_ok=True)
     threads = []
     for number, (key, data) in enumerate(arrays):

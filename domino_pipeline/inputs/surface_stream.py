@@ -83,7 +83,7 @@ class SurfaceStream:
             for start in range(0, self.n_cells, cells):
                 yield tuple(whole[name][start:start + cells] for name in SURFACE_ARRAYS)
             return
-        names = source_arrays(self.variables, self.arrays) + ([self.rows.normals] if self.rows.normals else [])
+        names = _array_names(self.variables, self.arrays, self.rows)
         read = self._cell_blocks if self.rows.location == "cells" else self._point_blocks
         with mesh_stream.prepared_rows(self.file, surface_arrays(self.file, names, self.rows)):
             yield from mesh_stream.read_errors_named(read(self.file, cells, on_cells), self.path)
@@ -134,6 +134,11 @@ class SurfaceStream:
         return points
 
 
+def _array_names(variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None, rows: SurfaceRows) -> list[str]:
+    """The data arrays the fields ``variables`` (and ``rows``' published normals) are read from."""
+    return source_arrays(variables, arrays) + ([rows.normals] if rows.normals else [])
+
+
 def cell_section(file: VtkXmlFile) -> str:
     """The section holding the surface's cells: Polys of a VTP, Cells of a VTU."""
     return "Polys" if file.kind == "PolyData" else "Cells"
@@ -174,7 +179,7 @@ def open_surface(path, variables: Mapping[str, str], arrays: Mapping[str, list[s
     file = mesh_stream.open_rows(path) if file is None else file
     require_no_strips(file.piece_counts.get("NumberOfStrips", 0), path)
     section, where = _DATA[rows.location]
-    names = source_arrays(variables, arrays) + ([rows.normals] if rows.normals else [])
+    names = _array_names(variables, arrays, rows)
     require_names(file.names(section), names, path, where)
     n_rows = file.n_cells if rows.location == "cells" else file.n_points
     mesh_stream.require_rows(file, path, n_rows)
