@@ -183,6 +183,21 @@ def upload(raw: Path, endpoint: str, bucket: str) -> None:
     for path in sorted(p for p in raw.rglob("*") if p.is_file() and not p.name.startswith(".")):
         obstore.put(store, f"{PREFIX}/{path.relative_to(raw).as_posix()}", path.read_bytes(),
                     attributes={"Content-Type": binary["content-type"]})
+    _public(endpoint, bucket)
+
+
+def _public(endpoint: str, bucket: str) -> None:
+    """Give ``bucket`` a public dataset's policy: anyone may list and read it. moto refuses
+    unsigned GETs without one (and signed PUTs with one: so it comes after the upload);
+    SeaweedFS started without identities lets anyone in either way."""
+    import urllib.request
+
+    policy = {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject", "s3:ListBucket"],
+        "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}?policy", method="PUT",
+                                                  data=json.dumps(policy).encode(),
+                                                  headers={"Content-Type": "application/json"})).close()
 
 
 def _bucket(server, name: str) -> None:
