@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from s3_proxy import FaultProxy  # noqa: E402
-from s3_servers import start  # noqa: E402
+from s3_servers import public_read_policy, start  # noqa: E402
 
 BUCKET, PREFIX = "caemldatasets", "drivaer/dataset"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1",
@@ -192,11 +192,8 @@ def _public(endpoint: str, bucket: str) -> None:
     SeaweedFS started without identities lets anyone in either way."""
     import urllib.request
 
-    policy = {"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject", "s3:ListBucket"],
-        "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}?policy", method="PUT",
-                                                  data=json.dumps(policy).encode(),
+                                                  data=json.dumps(public_read_policy(bucket)).encode(),
                                                   headers={"Content-Type": "application/json"})).close()
 
 

@@ -39,6 +39,13 @@ def free_ports(n: int) -> list[int]:
         return [s.getsockname()[1] for s in sockets]
 
 
+def public_read_policy(bucket: str) -> dict:
+    """A public dataset's bucket policy: anyone may list ``bucket`` and read its objects."""
+    return {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject", "s3:ListBucket"],
+        "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}
+
+
 class S3Server:
     """A server process answering S3 at ``endpoint``; a context manager that stops it."""
 

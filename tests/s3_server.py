@@ -12,6 +12,7 @@ from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from s3_proxy import FaultProxy  # noqa: E402,F401  (the benchmark's proxy, re-exported)
+from s3_servers import public_read_policy  # noqa: E402
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing-key-id", "AWS_SECRET_ACCESS_KEY": "testing-secret",
                "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
@@ -47,10 +48,7 @@ class MotoServer:
         client = boto3.client("s3", endpoint_url=self.endpoint, region_name=CREDENTIALS["AWS_REGION"],
                               aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
                               aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
-        policy = {"Version": "2012-10-17", "Statement": [{
-            "Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject", "s3:ListBucket"],
-            "Resource": [f"arn:aws:s3:::{name}", f"arn:aws:s3:::{name}/*"]}]}
-        client.put_bucket_policy(Bucket=name, Policy=json.dumps(policy))
+        client.put_bucket_policy(Bucket=name, Policy=json.dumps(public_read_policy(name)))
         return name
 
     def stop(self) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import benchmark_raw_remote as bench  # noqa: E402
 from s3_servers import SeaweedFS, weed_binary  # noqa: E402
 
 sys.path.remove(str(ROOT / "benchmarks"))
@@ -40,11 +41,6 @@ def test_the_benchmark_runs_on_tiny_data(tmp_path):
 def test_uploaded_multipart_text_is_stored_as_sent(tmp_path):
     """SeaweedFS gzips parts that look compressible unless told they are binary: the benchmark's
     upload must leave them as sent (else the server gunzips on every GET, on the client's cores)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import benchmark_raw_remote as bench
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
     run = tmp_path / "raw" / "run_1"
     run.mkdir(parents=True)
     numbers = (b"<DataArray>" + b"0123456789" * 100 + b"\n") * 12_000  # 12 MiB of text: multipart, compressible

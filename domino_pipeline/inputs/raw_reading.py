@@ -178,7 +178,7 @@ class RemoteReading:
             try:
                 yield future.result
             except BaseException:
-                self.counter.stop.set()
+                self.stop()
                 raise
 
     def stop(self) -> None:
