@@ -6,7 +6,8 @@ batches, the next ones travel as file descriptors that the main process fetches 
 over a socket; a worker killed meanwhile surfaces as ``ConnectionResetError``,
 ``ConnectionRefusedError``, ``FileNotFoundError`` or ``EOFError`` from that socket, before torch
 notices the death. ``checked_batches`` turns those (and torch's own "worker ... exited" errors)
-into ``WorkerDiedError`` naming the worker's index, pid and signal.
+into ``WorkerDiedError`` naming the worker's index, pid and signal; an error a worker raised
+keeps the message it had there (worker_errors.with_worker_message).
 
     for batch in checked_batches(loader):
         ...
@@ -19,6 +20,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from domino_pipeline.loading.worker_errors import raised_in_worker, with_worker_message
+
 SETTLE_S = 2.0  # how long a worker killed a moment ago may take to be seen as exited
 _TRANSFER_ERRORS = (ConnectionError, EOFError, FileNotFoundError, RuntimeError)
 
@@ -30,7 +33,8 @@ class WorkerDiedError(ChildProcessError):
 
 def checked_batches(loader: Iterable) -> Iterator:
     """The loader's batches; a batch lost to a dead worker raises WorkerDiedError naming it
-    instead of the socket error that lost it."""
+    instead of the socket error that lost it, and a worker's own error is raised with its
+    message."""
     iterator = iter(loader)
     while True:
         try:
@@ -38,10 +42,14 @@ def checked_batches(loader: Iterable) -> Iterator:
         except StopIteration:
             return
         except _TRANSFER_ERRORS as err:
+            if raised_in_worker(err):
+                raise with_worker_message(err)
             death = worker_deaths(iterator) if _may_be_a_death(err) else None
             if death is None:
                 raise
             raise WorkerDiedError(f"{death}; its batch was lost ({type(err).__name__}: {err})") from err
+        except Exception as err:
+            raise with_worker_message(err)
         yield batch
 
 

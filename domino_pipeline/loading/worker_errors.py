@@ -1,0 +1,56 @@
+"""An error raised in a DataLoader worker, given back its own message.
+
+torch raises a worker's error again in the main process as the same type, but with the message
+``Caught <Type> in DataLoader worker process <i>.`` followed by the worker's whole traceback,
+so that an entry point's one line (entry_point.one_line) would say only where it was caught.
+``with_worker_message`` gives such an error back the message it was raised with in the worker:
+the same line as with ``num_workers=0``.
+
+    try:
+        batch = next(iterator)
+    except Exception as err:
+        raise with_worker_message(err)
+"""
+
+from __future__ import annotations
+
+import re
+
+_CAUGHT = re.compile(r"Caught (?P<type>\w+) in DataLoader worker process \d+\.\nOriginal Traceback")
+
+
+def raised_in_worker(err: BaseException) -> bool:
+    """Whether torch raised ``err`` again from a DataLoader worker (its message says so)."""
+    return _CAUGHT.match(str(err)) is not None
+
+
+def with_worker_message(err: BaseException) -> BaseException:
+    """``err`` with the message it had in the worker (its args replaced), when torch re-raised
+    it from a DataLoader worker; ``err`` unchanged otherwise. An error torch could not make again
+    with a message alone (a RuntimeError then) keeps its type's name before the message."""
+    text = str(err)
+    caught = _CAUGHT.match(text)
+    message = worker_message(text) if caught else None
+    if message is None:
+        return err
+    if caught["type"] != type(err).__name__:
+        message = f"{caught['type']}: {message}"
+    err.args = (message,)
+    return err
+
+
+def worker_message(text: str) -> str | None:
+    """The message of the error that ended the traceback in ``text`` (after the exception's
+    possibly qualified type name), or None when ``text`` holds no traceback."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) 
+              if line.removeprefix("Original ").startswith("Traceback (most recent call last):")]
+    if not starts:
+        return None
+    rest = lines[starts[-1] + 1:]
+    while rest and (rest[0].startswith(" ") or not rest[0]):  # the frames and their source lines
+        rest = rest[1:]
+    if not rest:
+        return None
+    name, colon, first = rest[0].partition(": ")
+    return "\n".join([first, *rest[1:]]) if colon else ""
