@@ -45,7 +45,8 @@ def main(config: PipelineConfig) -> int:
         raise ValueError(f"{config.data.processed_dir}: process_data.py writes to a local folder; "
                          "upload the processed runs there to read them from object storage")
     options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
-    access = RemoteAccess(anonymous=config.data.anonymous, verify=config.data.verify_checksums)
+    access = RemoteAccess(anonymous=config.data.anonymous, verify=config.data.verify_checksums,
+                          retry_deadline_s=config.data.retry_deadline_s)
     results = process_all(config.data.raw_dir, config.data.processed_dir, options,
                           num_processes=config.process.num_processes, overwrite=config.process.overwrite,
                           executor=config.executor, runs=config.data.runs, shard=config.data.shard, access=access)

@@ -111,10 +111,12 @@ class DataConfig:
     shard: str | None       # "<i>/<n>": every n-th of those runs from the i-th (run_selection.py); None: all
     anonymous: bool | None  # remote raw_dir: unsigned requests (true), signed (false), null: unsigned where no credentials are set
     verify_checksums: bool  # remote raw_dir: hash every piece whose checksum the source publishes (all its bytes are then fetched)
+    retry_deadline_s: float  # remote raw_dir: seconds within which a failed request (refused, reset, 5xx) is retried
     quality: QualityConfig
 
     def __post_init__(self) -> None:
         check_spec(self.runs)
+        check_positive("data", self, ("retry_deadline_s",))
         if self.shard is not None:
             parse_shard(self.shard)
 

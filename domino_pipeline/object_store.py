@@ -5,8 +5,13 @@ A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://`
 Clients are obstore stores made by ``make_store`` alone: credentials and endpoints come from
 each cloud's standard environment and config (for S3 the ``AWS_*`` variables and profiles,
 ``AWS_ENDPOINT_URL`` for S3-compatible servers) and are never kept in anything this package
-writes; retries with backoff and a deadline are set here once (a connection dropped during a
-GET is resumed at the byte it reached). A public bucket is read with unsigned requests (the AWS
+writes; retries with backoff and a deadline are set here once: every request that fails
+transiently (a 5xx or 429 reply, a refused, reset or timed-out connection) is retried with
+jittered exponential backoff (100 ms growing to 5 s) until it succeeds or ``retry_deadline_s``
+(default ``RETRY_DEADLINE_S``, 60 s) has passed since it was first sent, at most ``RETRIES``
+times; a connection dropped during a GET is resumed at the byte it reached. A request that
+fails for good is one line naming its URL, the HTTP status and the service's error code (never
+its reply's body), or what failed on the way (``named_errors``). A public bucket is read with unsigned requests (the AWS
 CLI's ``--no-sign-request``): ``anonymous=True``, which ``anonymous_for`` chooses by itself
 where the environment holds no credentials for that cloud. ``http(s)://`` URLs (a Hugging
 Face dataset's resolve URLs, hub.py) are read by ranged GETs through obstore's HTTP store. A client (a Rust runtime with
@@ -43,9 +48,13 @@ CREDENTIAL_VARIABLES = {
            "AZURE_STORAGE_SAS_TOKEN", "AZURE_CLIENT_SECRET", "AZURE_FEDERATED_TOKEN_FILE", "AZURE_STORAGE_TOKEN"),
 }
 _CLOUD = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "abfs": "az", "abfss": "az", "azure": "az"}
-RETRIES = 8  # transient errors (5xx, dropped connections, timeouts) per request
-RETRY_DEADLINE = timedelta(seconds=120)
+RETRIES = 64  # at most, per request: the deadline ends them first (about 20 fill 60 s of backoff)
+RETRY_DEADLINE_S = 60.0  # seconds after a request is first sent past which it is not retried
 REQUEST_TIMEOUT = "60s"
+_STATUS_WORDS = {400: "bad request", 401: "unauthenticated", 403: "access denied", 404: "not found",
+                 405: "method not allowed", 409: "conflict", 412: "changed (precondition failed)",
+                 416: "range not satisfiable", 429: "too many requests", 500: "server error",
+                 501: "not implemented", 502: "bad gateway", 503: "unavailable", 504: "gateway timeout"}
 
 
 def is_url(location: str | os.PathLike) -> bool:
@@ -83,27 +92,47 @@ class ObjectStoreError(OSError):
 
 
 def _reason(err: Exception) -> str:
-    """The service's error code and message when its reply carries them (S3's XML), else the
-    first line of the client's message."""
-    from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+    """The problem in the project's words: for a reply, its HTTP status in words, the status and
+    the service's error code (S3's ``<Code>``), never the reply's body; for a request that got no
+    reply, what failed and after how many retries in how long; else the first line of the
+    client's message, without its repeated ``Generic ... error:`` prefixes."""
+    from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
     text = str(err)
-    code, message = re.search(r"<Code>(.*?)</Code>", text), re.search(r"<Message>(.*?)</Message>", text)
-    if code:
-        return code.group(1) + (f": {message.group(1)}" if message else "")
-    if isinstance(err, (PermissionDeniedError, UnauthenticatedError)):  # a reply without an XML body
-        return "access denied (HTTP 403)" if isinstance(err, PermissionDeniedError) else "unauthenticated (HTTP 401)"
-    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+    status, code = re.search(r"status code: (\d{3})", text), re.search(r"<Code>(.*?)</Code>", text)
+    kinds = ((PermissionDeniedError, 403), (UnauthenticatedError, 401), (PreconditionError, 412), (FileNotFoundError, 404))
+    number = int(status.group(1)) if status else next((n for kind, n in kinds if isinstance(err, kind)), None)
+    if number is None and code is None:
+        return _unanswered(text) or type(err).__name__
+    said = " ".join(str(part) for part in (f"HTTP {number}" if number else None, code and code.group(1)) if part)
+    return f"{_STATUS_WORDS.get(number, 'failed')} ({said})"
+
+
+def _unanswered(text: str) -> str:
+    """``<what failed>: <method> failed after <n> retries in <t> s`` from the client's message of a
+    request that got no reply, or its first line where it does not say so."""
+    first = re.sub(r"^(Generic \w+ error: )+", "", text.strip().splitlines()[0] if text.strip() else "")
+    performing = re.match(r"Error performing (\w+) \S+ in ([\d.]+)(ns|µs|ms|s)(?:, after (\d+) retries)?.*? - (.*)$",
+                          first)
+    if performing is None:
+        return first
+    method, took, unit, retries, cause = performing.groups()
+    seconds = float(took) * {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
+    cause = re.sub(r"^(HTTP error: |Generic \w+ error: )+", "", cause).strip()
+    refused = " (connection refused)" if "Connection refused" in text else ""
+    return f"{cause}{refused}: {method} failed after {retries or 0} retries in {seconds:.1f} s"
 
 
 @contextmanager
 def named_errors(url: str) -> Iterator[None]:
     """Turn the object-store client's errors inside the block into one-line ObjectStoreErrors
-    naming ``url`` (a missing object stays a FileNotFoundError)."""
+    naming ``url`` (``_reason``); a missing object stays a FileNotFoundError, named so too."""
     from obstore.exceptions import BaseError
 
     try:
         yield
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"{url}: {_reason(err)}") from err
     except BaseError as err:
         raise ObjectStoreError(f"{url}: {_reason(err)}") from err
 
@@ -128,9 +157,11 @@ def anonymous_for(url: str, setting: bool | None) -> bool:
     return (not has_credentials(url)) if setting is None else bool(setting)
 
 
-def make_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None) -> Any:
+def make_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None,
+               retry_deadline_s: float = RETRY_DEADLINE_S) -> Any:
     """A new obstore client for the bucket (and key prefix) of ``url``, configured from the
-    environment, with retries (``RETRIES`` within ``RETRY_DEADLINE``) and timeouts; unsigned
+    environment, with retries (module docstring: at most ``RETRIES`` within ``retry_deadline_s``
+    seconds of a request) and timeouts; unsigned
     requests where ``anonymous``; an ``http(s)://`` URL gets an HTTP client sending ``headers``.
     Refuses in a process forked after its parent made a client."""
     if _CLIENT_PID and _CLIENT_PID[0] != os.getpid():
@@ -140,9 +171,9 @@ def make_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | N
     from obstore.store import from_url
 
     _CLIENT_PID[:] = [os.getpid()]
-    retries = {"max_retries": RETRIES, "retry_timeout": RETRY_DEADLINE,
-               "backoff": {"init_backoff": timedelta(milliseconds=50),
-                           "max_backoff": timedelta(seconds=5), "base": 2}}
+    retries = {"max_retries": RETRIES, "retry_timeout": timedelta(seconds=retry_deadline_s),
+               "backoff": {"init_backoff": timedelta(milliseconds=100),  # each wait drawn up to 4x the last
+                           "max_backoff": timedelta(seconds=5), "base": 4}}
     options = {"timeout": REQUEST_TIMEOUT, "connect_timeout": "10s",
                **({"allow_http": True} if _plain_http() or url.startswith("http://") else {})}
     with named_errors(url):
@@ -171,19 +202,21 @@ def _drop_stores() -> None:
     _STORES.clear()
 
 
-def shared_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None) -> Any:
+def shared_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None,
+                 retry_deadline_s: float = RETRY_DEADLINE_S) -> Any:
     """One client per process, URL (bucket or prefix) and ``make_store`` options; a forked
     process makes its own."""
-    key = (os.getpid(), str(url).rstrip("/"), anonymous, tuple(sorted((headers or {}).items())))
+    key = (os.getpid(), str(url).rstrip("/"), anonymous, tuple(sorted((headers or {}).items())), retry_deadline_s)
     if key not in _STORES:
-        _STORES[key] = make_store(key[1], anonymous=anonymous, headers=headers)
+        _STORES[key] = make_store(key[1], anonymous=anonymous, headers=headers, retry_deadline_s=retry_deadline_s)
     return _STORES[key]
 
 
-def bucket_and_key(url: str, *, anonymous: bool = False) -> tuple[Any, str]:
+def bucket_and_key(url: str, *, anonymous: bool = False, retry_deadline_s: float = RETRY_DEADLINE_S
+                   ) -> tuple[Any, str]:
     """The shared client of the bucket holding URL ``url``, and the object key there."""
     root, key = split_url(url)
-    return shared_store(root, anonymous=anonymous), key
+    return shared_store(root, anonymous=anonymous, retry_deadline_s=retry_deadline_s), key
 
 
 def zarr_store(url: str) -> tuple[Any, str]:
@@ -204,9 +237,10 @@ class ObjectInfo:
     last_modified: datetime | None
 
 
-def list_objects(url: str, *, anonymous: bool = False) -> dict[str, ObjectInfo]:
+def list_objects(url: str, *, anonymous: bool = False, retry_deadline_s: float = RETRY_DEADLINE_S
+                 ) -> dict[str, ObjectInfo]:
     """Every object under the URL prefix ``url`` (recursively), by key relative to it."""
-    store, key = bucket_and_key(url, anonymous=anonymous)
+    store, key = bucket_and_key(url, anonymous=anonymous, retry_deadline_s=retry_deadline_s)
     prefix = key.rstrip("/") + "/" if key else ""
     import obstore
 
@@ -292,11 +326,12 @@ def list_folder(url: str, *, anonymous: bool = False) -> tuple[list[str], list[s
     return folders, list(objects)
 
 
-def folder_contents(url: str, *, anonymous: bool = False) -> tuple[list[str], dict[str, ObjectInfo]]:
+def folder_contents(url: str, *, anonymous: bool = False, retry_deadline_s: float = RETRY_DEADLINE_S
+                    ) -> tuple[list[str], dict[str, ObjectInfo]]:
     """(the sub-prefix names, {object name: ObjectInfo}) directly under the URL prefix ``url``."""
     import obstore
 
-    store, key = bucket_and_key(url, anonymous=anonymous)
+    store, key = bucket_and_key(url, anonymous=anonymous, retry_deadline_s=retry_deadline_s)
     with named_errors(url):
         found = obstore.list_with_delimiter(store, key.rstrip("/") + "/" if key else None)
     return ([p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"]],

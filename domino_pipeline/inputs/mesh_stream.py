@@ -30,10 +30,13 @@ class WholeFileFallback(UserWarning):
     """A file read whole with VTK because it cannot be read by rows."""
 
 
-def unreadable(err: VtkXmlError, path: Path) -> RunError:
+def unreadable(err: VtkXmlError, path) -> RunError:
     """``<path>: unreadable (<problem>)``, the line VTK's reading gives a bad file, for an error
-    of the block reader."""
-    problem = str(err).splitlines()[0].removeprefix(f"{path}: ").removeprefix(f"{Path(path)}: ")
+    of the block reader; ``path`` a local file's path or a remote file (named by its URL)."""
+    named = [f"{path}: "] + ([f"{Path(path)}: "] if isinstance(path, (str, os.PathLike)) else [])
+    problem = str(err).splitlines()[0]
+    for prefix in named:
+        problem = problem.removeprefix(prefix)
     return RunError(f"{path}: unreadable ({problem})")
 
 
@@ -98,8 +101,12 @@ def prepared_rows(file: VtkXmlFile, keys: list[tuple[str, str]]) -> Iterator[Non
     """Make ready the arrays ``keys`` ((section, name)) that a block reader reads from ``file``
     inside the block: nothing for a local file; a remote file's are fetched and decoded into
     local temporary files (its stream's ``prepare``), before the block or, where no checksum is
-    checked, while it reads them (their sweeps waited for when it ends)."""
-    staging = file.source.prepare(file, keys)
+    checked, while it reads them (their sweeps waited for when it ends). An error decoding
+    them is RunError ``<file>: unreadable (<problem>)``, as a block reader's."""
+    try:
+        staging = file.source.prepare(file, keys)
+    except VtkXmlError as err:
+        raise unreadable(err, file.path) from err
     try:
         yield
     finally:

@@ -200,7 +200,15 @@ def _contents(files: RunFiles, options: ProcessOptions, reading: LocalReading | 
         streamed.append(_streamed_rows({"volume_mesh_centers": (volume.n_rows, 3),
                                         "volume_fields": (volume.n_rows, len(volume_divisors))},
                                        _scaled(volume_blocks, volume_divisors), bounds, "volume", statistics))
+    streamed.append(_sources_at_end(files, reading))
     return RunContents(arrays, attrs, streamed, notes)
+
+
+def _sources_at_end(files: RunFiles, reading: LocalReading | RemoteReading) -> StreamedRows:
+    """No rows: the run's ``sources`` recorded again once every block is read (a remote file's
+    record then lists every stretch of it read)."""
+    return StreamedRows({}, iter(()), attrs=lambda: {"sources": {kind: reading.record(p)
+                                                                 for kind, p in files.sources().items()}})
 
 
 def _with_cells(surface: SurfaceStream, cells: int) -> Iterator[tuple[tuple[np.ndarray, ...], tuple | None]]:
@@ -359,7 +367,8 @@ def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, op
 def _selected_runs(raw_dir: str | os.PathLike, options: ProcessOptions, runs: list | None, shard: str | None,
                    access: RemoteAccess) -> list[Path | RemoteRun]:
     """The run folders of ``raw_dir`` (local or remote) that the selection ``runs`` and ``shard`` take."""
-    found = (find_remote_runs(str(raw_dir), options.dataset, access.anonymous) if is_remote(raw_dir)
+    found = (find_remote_runs(str(raw_dir), options.dataset, access.anonymous, access.retry_deadline_s)
+             if is_remote(raw_dir)
              else find_runs(raw_dir, options.dataset))
     return select_items(found, lambda run: run.name, runs, shard, source=str(raw_dir))
 

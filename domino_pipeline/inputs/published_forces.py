@@ -109,8 +109,12 @@ def read_openfoam_row(path: Path) -> dict[str, str]:
 
 
 def read_row(path: Path, format: str) -> dict[str, str]:
-    """The one row of a published file of ``format`` (``csv`` or ``openfoam``)."""
-    return read_first_row(path) if format == "csv" else read_openfoam_row(path)
+    """The one row of a published file of ``format`` (``csv`` or ``openfoam``); ValueError
+    naming the file when it is not text."""
+    try:
+        return read_first_row(path) if format == "csv" else read_openfoam_row(path)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not text (byte {err.start} is not {err.encoding})") from None
 
 
 def _number(row: dict[str, str], column: str, path: Path) -> float:

@@ -9,7 +9,9 @@ arrays decoded there by one sequential pass over each file (array_staging.py), n
 themselves, in a thread of their own while the STL is fetched and parsed (``alongside``). Every
 byte fetched is counted (``fetched``) and reported to ``progress``; each file's record (its URL,
 size and published checksum or ETag, and what was checked) goes into the processed run's
-``sources``.
+``sources``; where no published checksum of the file was checked (an S3 multipart upload's
+ETag is none), the record lists the stretches of the file read, each with the SHA-256 of its
+bytes (``read``), completed once every block is read.
 
     with run_reading(files, out_path, RemoteAccess(), progress=None) as reading:
         with reading.alongside(lambda: open_surface(files.surface, variables, reading.open(files.surface))) as surface:
@@ -40,6 +42,7 @@ from domino_pipeline.inputs.remote_bytes import CHUNK_BYTES, IN_FLIGHT, FetchCou
 from domino_pipeline.inputs.remote_runs import RemoteFile
 from domino_pipeline.inputs.run_folder import RunFiles
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
+from domino_pipeline.object_store import RETRY_DEADLINE_S
 
 T = TypeVar("T")
 HUB_CHUNK_BYTES, HUB_IN_FLIGHT = 32 << 20, 4  # the Hub's sweeps: fewer, larger GETs
@@ -51,17 +54,21 @@ class RemoteAccess:
     environment holds no credentials), ``verify`` (hash every piece whose checksum its source
     publishes; False: fetch only the bytes the readers need, sizes checked), and the sweeps'
     read-ahead (GETs of ``chunk_bytes``, ``in_flight`` at once; None: the origin's default,
-    ``read_ahead``)."""
+    ``read_ahead``), and ``retry_deadline_s``: the seconds within which a failed request
+    (listing or GET) is retried (object_store.make_store)."""
 
     anonymous: bool | None = None
     verify: bool = True
     chunk_bytes: int | None = None
     in_flight: int | None = None
+    retry_deadline_s: float = RETRY_DEADLINE_S
 
     def __post_init__(self) -> None:
         if min(self.chunk_bytes or 1, self.in_flight or 1) < 1:
             raise ValueError(f"remote reads need chunk_bytes and in_flight of at least 1, not "
                              f"{self.chunk_bytes} and {self.in_flight}")
+        if not self.retry_deadline_s > 0:
+            raise ValueError(f"data.retry_deadline_s must be positive, not {self.retry_deadline_s}")
 
     def read_ahead(self, hub: bool) -> tuple[int, int]:
         """(bytes per GET, GETs at once) of a sweep: as set, else 8 MiB x 8 from a bucket and
@@ -122,6 +129,7 @@ class RemoteReading:
         self.staging, self.access = staging, access
         self.files = staging / "files"  # the small files fetched whole, where the run folder has them
         self.counter = FetchCounter(progress=progress)
+        self.reads: dict[str, list[tuple[int, int, str]]] = {}  # by file URL: stretches read, their SHA-256
 
     @property
     def fetched(self) -> int:
@@ -129,9 +137,13 @@ class RemoteReading:
         return self.counter.bytes
 
     def _stream(self, file: RemoteFile) -> RemoteBytes:
+        """The file's bytes; the stretches read are recorded (``reads``) where no published
+        checksum of every piece is checked."""
         chunk_bytes, in_flight = self.access.read_ahead(file.origin.hub)
+        checked = self.access.verify and all(piece.checksum for piece in file.pieces)
+        reads = None if checked else self.reads.setdefault(file.url, [])
         return RemoteBytes(file, self.counter, staging=self.staging / file.name.replace(os.sep, "_"),
-                           verify=self.access.verify, chunk_bytes=chunk_bytes, in_flight=in_flight)
+                           verify=self.access.verify, chunk_bytes=chunk_bytes, in_flight=in_flight, reads=reads)
 
     def stl_triangles(self, file: RemoteFile) -> dict[str, np.ndarray]:
         """The STL's triangles, the file fetched whole into the temporary folder first (its
@@ -192,8 +204,11 @@ class RemoteReading:
                    **({"checksum": p.checksum} if p.checksum else {"etag": p.version} if p.version else {})}
                   for p in file.pieces]
         checked = sorted({p.checksum.partition(":")[0] for p in file.pieces if p.checksum}) if self.access.verify else []
+        reads = sorted(set(self.reads.get(file.url, [])))
         return {"name": file.name, "bytes": file.size, "url": file.url, "pieces": pieces,
-                "checked": "+".join(["size", *checked])}
+                "checked": "+".join(["size", *checked]),
+                **({"read": [{"bytes": [start, stop], "sha256": digest} for start, stop, digest in reads]}
+                   if reads else {})}
 
 
 @contextmanager

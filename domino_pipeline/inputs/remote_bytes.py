@@ -9,11 +9,15 @@ two ways, never held or stored whole:
   (bytes in flight bounded by their product), so the network and the decoding overlap; bytes
   kept from ``read`` are served again, not fetched.
 
-Every GET checks the object's size against the listing (and an S3 object's ETag, with
-``If-Match``): an object changed since it was listed is an error naming it. A piece whose
+Every GET checks the object's size and ETag (an S3 object's) against the listing, sending
+``If-Match`` and comparing the reply's ETag too (a server may ignore If-Match): an object
+changed since it was listed is an error naming it as changed. A piece whose
 listing publishes a checksum (remote_runs.py) and that the sweep covers whole is hashed in
 order, in a thread of its own, as its bytes arrive, and compared at its end: a mismatch is a
-ChecksumError naming the piece. Transient failures are retried with backoff, and a connection
+ChecksumError naming the piece. Where no checksum is checked, the bytes read may be recorded
+instead (``reads``): the SHA-256 of each stretch of the stream read (a parsing read's, a
+sweep's range), in a thread too, so that the processed run says which bytes it was made of.
+Transient failures are retried with backoff, and a connection
 dropped during a GET is resumed at the byte it reached, by the object-store client
 (object_store.make_store).
 
@@ -79,15 +83,18 @@ class _Item:
     lo: int
     hi: int
     kept: memoryview | None = None
+    span: int = 0  # the sweep's range it belongs to
 
 
 class RemoteBytes:
     """Positional reads and sweeps (module docstring) over the pieces of ``file``; ``counter``
-    counts the bytes fetched. ``staging`` and ``verify`` are for ``prepare``."""
+    counts the bytes fetched. ``staging`` and ``verify`` are for ``prepare``. ``reads``, when
+    given, gets (start, stop, SHA-256 hex digest) of every stretch of the stream read."""
 
     def __init__(self, file: RemoteFile, counter: FetchCounter, *, staging: Path | None = None,
-                 verify: bool = True, chunk_bytes: int = CHUNK_BYTES, in_flight: int = IN_FLIGHT) -> None:
-        self.file, self.counter, self.staging, self.verify = file, counter, staging, verify
+                 verify: bool = True, chunk_bytes: int = CHUNK_BYTES, in_flight: int = IN_FLIGHT,
+                 reads: list[tuple[int, int, str]] | None = None) -> None:
+        self.file, self.counter, self.staging, self.verify, self.reads = file, counter, staging, verify, reads
         self.chunk_bytes, self.in_flight = chunk_bytes, in_flight
         self.paths = [PurePosixPath(piece.key) for piece in file.pieces]
         self.starts = [0]
@@ -114,6 +121,8 @@ class RemoteBytes:
             if kept is None:  # only the bytes not kept already are fetched
                 kept = self._fetch(start, end)
                 self._keep(start, kept)
+                if self.reads is not None:
+                    self.reads.append((start, end, hashlib.sha256(kept).hexdigest()))
             parts.append(kept)
         return b"".join(parts)[:stop - position]
 
@@ -140,7 +149,6 @@ class RemoteBytes:
         if self.counter.stop.is_set():
             raise FetchStopped(f"{self.file.url}: reading stopped")
         import obstore
-        from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
         piece = self.file.pieces[index]
         options = {"range": (lo, hi), **({"if_match": piece.version} if piece.version else {})}
@@ -148,21 +156,26 @@ class RemoteBytes:
             with named_errors(piece.url):
                 got = obstore.get(self.file.origin.store(), piece.key, options=options)
                 data = memoryview(got.bytes())
-        except PreconditionError:
-            raise ObjectStoreError(f"{piece.url}: changed since it was listed (its ETag is no longer "
-                                   f"{piece.version})") from None
-        except ObjectStoreError as err:
-            denied = isinstance(err.__cause__, (PermissionDeniedError, UnauthenticatedError))
-            if denied and self.file.origin.anonymous:
-                raise ObjectStoreError(f"{err} to unsigned requests (data.anonymous=false signs them with "
-                                       "the environment's credentials)") from err
-            raise
-        size = got.meta["size"]
-        if size != piece.size or len(data) != hi - lo:
-            raise ObjectStoreError(f"{piece.url}: {size} bytes now ({len(data)} of bytes {lo}..{hi} came), "
-                                   f"{piece.size} when it was listed")
+        except (ObjectStoreError, FileNotFoundError) as err:
+            raise self._named(err, piece) from err
+        require_unchanged(piece, got.meta, lo, hi, len(data))
         self.counter.add(len(data))
         return data
+
+    def _named(self, err: OSError, piece: RemoteObject) -> OSError:
+        """A failed GET's error in the words of a listed object: changed or removed since it was
+        listed, or refused to unsigned requests (with the setting that signs them)."""
+        from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
+
+        if isinstance(err.__cause__, PreconditionError):
+            return ObjectStoreError(f"{piece.url}: changed since it was listed (its ETag is no longer "
+                                    f"{piece.version}: the server refused If-Match)")
+        if isinstance(err, FileNotFoundError):
+            return FileNotFoundError(f"{err}; it was listed, and has been removed since")
+        if isinstance(err.__cause__, (PermissionDeniedError, UnauthenticatedError)) and self.file.origin.anonymous:
+            return ObjectStoreError(f"{err} to unsigned requests (data.anonymous=false signs them with "
+                                    "the environment's credentials)")
+        return err
 
     # ------------------------------------------------------------------ sweeps
 
@@ -175,7 +188,8 @@ class RemoteBytes:
         checked = {i for i, piece in enumerate(self.file.pieces)
                    if verify and piece.checksum and covered[i] == piece.size}
         with ThreadPoolExecutor(self.in_flight, thread_name_prefix="sweep") as pool, \
-                _Hashing({i: self.file.pieces[i] for i in checked}, self.in_flight) as hashing:
+                _Hashing({i: self.file.pieces[i] for i in checked}, self.in_flight,
+                         ranges if self.reads is not None else [], self.reads) as hashing:
             ahead: deque[tuple[_Item, Future | None]] = deque()
             upcoming = iter(items)
             try:
@@ -195,21 +209,22 @@ class RemoteBytes:
         item, future = ahead.popleft()
         data = item.kept if future is None else future.result()
         hashing.update(item.piece, data, last=item.hi == self.file.pieces[item.piece].size)
+        hashing.update_span(item.span, data, end=item.position + len(data))
         return item.position, data
 
     def _plan(self, ranges: list[tuple[int, int]]) -> list[_Item]:
         """The sweep's steps over ``ranges``: kept bytes where parsing reads fetched them, else
         GETs of at most ``chunk_bytes``, none across a piece's end."""
         items = []
-        for start, stop in ranges:
+        for span, (start, stop) in enumerate(ranges):
             for position, end, kept in self._kept_or_not(start, stop):
                 for index, lo, hi in self._pieces_of(position, end):
                     at = self.starts[index] + lo
                     if kept is not None:
-                        items.append(_Item(at, index, lo, hi, kept[at - position:at - position + hi - lo]))
+                        items.append(_Item(at, index, lo, hi, kept[at - position:at - position + hi - lo], span))
                         continue
                     for a in range(lo, hi, self.chunk_bytes):
-                        items.append(_Item(self.starts[index] + a, index, a, min(a + self.chunk_bytes, hi)))
+                        items.append(_Item(self.starts[index] + a, index, a, min(a + self.chunk_bytes, hi), None, span))
         return items
 
     def _kept_or_not(self, start: int, stop: int) -> Iterator[tuple[int, int, memoryview | None]]:
@@ -269,25 +284,44 @@ class RemoteBytes:
 
 
 class _Hashing:
-    """The checked pieces' hashes, updated in order in a thread of their own (at most
-    ``backlog`` updates queued); a piece's digest is compared at its last bytes."""
+    """The checked pieces' hashes, and the SHA-256 of each of ``spans`` (a sweep's ranges) to
+    record in ``reads``, updated in order in a thread of their own (at most ``backlog`` updates
+    queued); a piece's digest is compared at its last bytes, a span's recorded at its end."""
 
-    def __init__(self, pieces: dict[int, RemoteObject], backlog: int) -> None:
-        self.pieces, self.backlog = pieces, backlog
+    def __init__(self, pieces: dict[int, RemoteObject], backlog: int, spans: list[tuple[int, int]] = (),
+                 reads: list[tuple[int, int, str]] | None = None) -> None:
+        self.pieces, self.backlog, self.spans, self.reads = pieces, backlog, spans, reads
         self.hashes = {i: _new_hash(piece) for i, piece in pieces.items()}
+        self.span_hashes = {i: hashlib.sha256() for i in range(len(spans))}
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="hash")
         self.queued: deque[Future] = deque()
 
     def update(self, index: int, data: memoryview, *, last: bool) -> None:
         if index not in self.hashes:
             return
-        self.queued.append(self.pool.submit(self.hashes[index].update, data))
+        self._queue(self.hashes[index].update, data)
+        if last:
+            self._drain()
+            self._compare(index)
+
+    def update_span(self, span: int, data: memoryview, *, end: int) -> None:
+        """Hash ``data``, the span's bytes up to stream position ``end``; record the span's
+        digest at its end."""
+        if span not in self.span_hashes:
+            return
+        self._queue(self.span_hashes[span].update, data)
+        if end == self.spans[span][1]:
+            self._drain()
+            self.reads.append((*self.spans[span], self.span_hashes.pop(span).hexdigest()))
+
+    def _queue(self, update: Callable[[memoryview], None], data: memoryview) -> None:
+        self.queued.append(self.pool.submit(update, data))
         while len(self.queued) > self.backlog:
             self.queued.popleft().result()
-        if last:
-            while self.queued:
-                self.queued.popleft().result()
-            self._compare(index)
+
+    def _drain(self) -> None:
+        while self.queued:
+            self.queued.popleft().result()
 
     def _compare(self, index: int) -> None:
         piece = self.pieces[index]
@@ -302,6 +336,26 @@ class _Hashing:
 
     def __exit__(self, *exc) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def require_unchanged(piece: RemoteObject, meta: dict, lo: int, hi: int, n_bytes: int) -> None:
+    """ObjectStoreError naming ``piece`` as changed since it was listed when a GET of its bytes
+    ``lo:hi`` answered another size or ETag (``meta``: the reply's), whether or not the server
+    honoured If-Match, or a number of bytes other than those asked for."""
+    now = meta.get("e_tag")
+    if piece.version and now and _bare(now) != _bare(piece.version):
+        raise ObjectStoreError(f"{piece.url}: changed since it was listed (its ETag was {piece.version} "
+                               f"then, {now} now)")
+    if meta["size"] != piece.size:
+        raise ObjectStoreError(f"{piece.url}: changed since it was listed ({piece.size} bytes then, "
+                               f"{meta['size']} now)")
+    if n_bytes != hi - lo:
+        raise ObjectStoreError(f"{piece.url}: {n_bytes} bytes came for bytes {lo}..{hi}")
+
+
+def _bare(e_tag: str) -> str:
+    """An ETag without its quotes and weak marker, for comparing."""
+    return e_tag.removeprefix("W/").strip('"')
 
 
 def _new_hash(piece: RemoteObject):

@@ -28,6 +28,7 @@ from domino_pipeline.inputs.concat_bytes import pieces_among
 from domino_pipeline.inputs.processed_run import natural_key
 from domino_pipeline.inputs.run_folder import RunFiles, resolve_name
 from domino_pipeline.object_store import (
+    RETRY_DEADLINE_S,
     anonymous_for,
     folder_contents,
     is_url,
@@ -47,17 +48,20 @@ def is_remote(location: str | os.PathLike) -> bool:
 @dataclass(frozen=True)
 class Origin:
     """Where objects are read from, in a form that crosses to worker processes: the URL of the
-    store (``s3://bucket``, or the Hub repository's resolve URL) and whether requests are
-    unsigned. ``store()`` is this process's client."""
+    store (``s3://bucket``, or the Hub repository's resolve URL), whether requests are
+    unsigned, and the seconds within which a failed request is retried. ``store()`` is this
+    process's client."""
 
     store_url: str
     anonymous: bool
     hub: bool = False
+    retry_deadline_s: float = RETRY_DEADLINE_S
 
     def store(self):
         """This process's obstore client of the origin (object_store.shared_store)."""
         headers = token_headers(self.anonymous) if self.hub else None
-        return shared_store(self.store_url, anonymous=self.anonymous, headers=headers)
+        return shared_store(self.store_url, anonymous=self.anonymous, headers=headers,
+                            retry_deadline_s=self.retry_deadline_s)
 
 
 @dataclass(frozen=True)
@@ -101,22 +105,23 @@ class RemoteRun:
     origin: Origin
 
 
-def _listing(url: str, anonymous: bool, recursive: bool = False) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
+def _listing(url: str, anonymous: bool, recursive: bool = False, retry_deadline_s: float = RETRY_DEADLINE_S
+             ) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
     """(the origin, the sub-folder names, the objects by path from ``url``) under folder
     ``url``: those directly in it, or every one (``recursive``; no folders then)."""
     if is_hub(url):
-        return _hub_listing(HubFolder.parse(url), anonymous, recursive)
+        return _hub_listing(HubFolder.parse(url), anonymous, recursive, retry_deadline_s)
     root, prefix = split_url(url)
     if recursive:
-        folders, infos = [], list_objects(url, anonymous=anonymous)
+        folders, infos = [], list_objects(url, anonymous=anonymous, retry_deadline_s=retry_deadline_s)
     else:
-        folders, infos = folder_contents(url, anonymous=anonymous)
+        folders, infos = folder_contents(url, anonymous=anonymous, retry_deadline_s=retry_deadline_s)
     md5 = root.lower().startswith(("s3://", "s3a://"))
     base = f"{prefix.rstrip('/')}/" if prefix else ""
     objects = {name: RemoteObject(f"{url.rstrip('/')}/{name}", base + name, info.size,
                                   _md5_checksum(info.e_tag) if md5 else None, info.e_tag)
                for name, info in infos.items()}
-    return Origin(root, anonymous), folders, objects
+    return Origin(root, anonymous, retry_deadline_s=retry_deadline_s), folders, objects
 
 
 def _md5_checksum(e_tag: str | None) -> str | None:
@@ -125,7 +130,8 @@ def _md5_checksum(e_tag: str | None) -> str | None:
     return f"md5:{tag}" if _MD5.fullmatch(tag) else None
 
 
-def _hub_listing(folder: HubFolder, anonymous: bool, recursive: bool) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
+def _hub_listing(folder: HubFolder, anonymous: bool, recursive: bool, retry_deadline_s: float
+                 ) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
     entries = tree(folder, recursive=recursive, anonymous=anonymous)
     inside = len(folder.path) + 1 if folder.path else 0
     folders = [e["path"][inside:] for e in entries if e.get("type") == "directory" and not recursive]
@@ -137,17 +143,19 @@ def _hub_listing(folder: HubFolder, anonymous: bool, recursive: bool) -> tuple[O
         lfs = entry.get("lfs")
         checksum = f"sha256:{lfs['oid']}" if lfs else f"git-sha1:{entry['oid']}" if entry.get("oid") else None
         objects[name] = RemoteObject(folder.child(name).url, entry["path"], int(entry["size"]), checksum)
-    return Origin(folder.resolve_base, anonymous, hub=True), folders, objects
+    return Origin(folder.resolve_base, anonymous, hub=True, retry_deadline_s=retry_deadline_s), folders, objects
 
 
-def find_remote_runs(raw_url: str, profile: DatasetConfig, anonymous: bool | None) -> list[RemoteRun]:
+def find_remote_runs(raw_url: str, profile: DatasetConfig, anonymous: bool | None,
+                     retry_deadline_s: float = RETRY_DEADLINE_S) -> list[RemoteRun]:
     """The run folders directly under ``raw_url`` (named as ``dataset.run_folders`` says),
     naturally sorted; ``anonymous`` None: unsigned requests where the environment holds no
-    credentials (object_store.anonymous_for). FileNotFoundError when nothing is listed there."""
+    credentials (object_store.anonymous_for); a failed request retried within
+    ``retry_deadline_s`` seconds. FileNotFoundError when nothing is listed there."""
     raw_url = raw_url.rstrip("/")
     # the Hub: HF_TOKEN is sent where it is set, unless anonymous (a public dataset needs none)
     unsigned = bool(anonymous) if is_hub(raw_url) else anonymous_for(raw_url, anonymous)
-    origin, folders, objects = _listing(raw_url, unsigned)
+    origin, folders, objects = _listing(raw_url, unsigned, retry_deadline_s=retry_deadline_s)
     if not folders and not objects:
         raise FileNotFoundError(f"{raw_url}: no such raw-data prefix (nothing is listed there)")
     runs = [RemoteRun(name, f"{raw_url}/{name}", origin) for name in folders if profile.run_index(name)]
@@ -163,7 +171,8 @@ def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all")
     if index is None:
         raise ValueError(f"{run.url}: not a run folder of dataset {profile.name} "
                          f"(dataset.run_folders is {profile.run_folders})")
-    origin, _, objects = _listing(run.url, run.origin.anonymous, recursive=True)
+    origin, _, objects = _listing(run.url, run.origin.anonymous, recursive=True,
+                                  retry_deadline_s=run.origin.retry_deadline_s)
 
     def remote(pattern: str, key: str) -> RemoteFile:
         names = objects if "/" in pattern else [n for n in objects if "/" not in n]  # as in the folder

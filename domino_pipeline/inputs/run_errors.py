@@ -18,9 +18,10 @@ class MissingFieldError(RunError):
     """Fields a file lacks: ``missing`` among its ``where`` data (point, cell), which holds the
     arrays ``available``; ``hinted`` adds the profile keys that name them."""
 
-    def __init__(self, path: Path, where: str, missing: Collection[str], available: Collection[str],
+    def __init__(self, path: Path | object, where: str, missing: Collection[str], available: Collection[str],
                  hint: str = "") -> None:
-        self.path, self.where, self.missing, self.available = Path(path), where, list(missing), sorted(available)
+        """``path``: a local file's path, or a remote file (its ``str`` is its URL)."""
+        self.path, self.where, self.missing, self.available = path, where, list(missing), sorted(available)
         super().__init__(f"{path}: no {where} data {', '.join(self.missing)} (has {self.available}){hint}")
 
     def hinted(self, keys: Mapping[str, str | None]) -> MissingFieldError:
