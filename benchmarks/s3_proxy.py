@@ -1,5 +1,7 @@
 """A small HTTP proxy in front of an S3 server on 127.0.0.1 that fails or delays requests: the
-tests' transient 5xx and slow responses, the benchmark's added latency per request.
+tests' transient 5xx, slow responses, cut and changed bodies, S3 error replies, objects replaced
+behind a server that ignores If-Match, outages of the endpoint; the benchmark's added latency
+per request.
 
     python benchmarks/s3_proxy.py http://127.0.0.1:5000 --delay-ms 30    # prints its endpoint
 """
@@ -25,7 +27,16 @@ class FaultProxy:
     resets the connection of the next GET whose body is longer, after that many bytes of it
     (``dropped`` counts them); setting ``flip_at`` to (text, n) changes byte n of the body of
     the next GET whose path holds the text (``flipped`` counts them). ``requests`` logs (method, path, Range header, whether it
-    carried an Authorization header) of every request."""
+    carried an Authorization header) of every request.
+
+    Faults of a changed world (each may be set while it runs): ``errors`` maps a text to
+    (HTTP status, S3 error code): every GET or HEAD whose path holds it is answered so, with an
+    S3 XML error body; ``replaced`` maps a text to another: a GET whose path holds the first is
+    answered with the object whose path holds the second instead, and its If-Match header is
+    dropped (a server that ignores it); ``outage_at`` = (text, n, seconds): the next GET whose
+    path holds the text sends ``n`` bytes of its body, then the endpoint is down for ``seconds``
+    (every open connection reset, new ones refused), then listens again on the same port
+    (``outages`` counts them)."""
 
     def __init__(self, upstream: str, *, fail_every: int = 0, slow_every: int = 0,
                  delay: float = 0.0, slow_methods: tuple[str, ...] = ("GET", "PUT", "HEAD")) -> None:
@@ -35,6 +46,11 @@ class FaultProxy:
         self.failed = self.delayed = self.dropped = self.flipped = self._count = 0
         self.drop_after: int | None = None
         self.flip_at: tuple[str, int] | None = None
+        self.errors: dict[str, tuple[int, str]] = {}
+        self.replaced: dict[str, str] = {}
+        self.outage_at: tuple[str, int, float] | None = None
+        self.outages = 0
+        self._connections: set[socket.socket] = set()
         self.requests: list[tuple[str, str, str | None, bool]] = []
         self._lock = threading.Lock()
 
@@ -47,6 +63,16 @@ class FaultProxy:
             def setup(self) -> None:
                 super().setup()  # headers and body go out in separate writes: no Nagle delay
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                with proxy._lock:
+                    proxy._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with proxy._lock:
+                    proxy._connections.discard(self.connection)
+                try:
+                    super().finish()
+                except OSError:
+                    pass
 
             def _forward(self) -> None:
                 with proxy._lock:
@@ -64,6 +90,11 @@ class FaultProxy:
                 if proxy.slow_every and n % proxy.slow_every == 0 and self.command in slow_methods:
                     proxy.delayed += 1
                     time.sleep(proxy.delay)
+                error = next((v for k, v in proxy.errors.items() if k in self.path), None)
+                if error is not None and self.command in ("GET", "HEAD"):
+                    self._s3_error(*error)
+                    return
+                self._replace()
                 reply = self._upstream(body)
                 self.send_response(reply.status)
                 for key, value in reply.getheaders():
@@ -81,7 +112,8 @@ class FaultProxy:
                     self.wfile.write(data)
                     return
                 length = int(reply.getheader("Content-Length"))
-                cut, flip = self._cut(length), self._flip(length)
+                cut, flip, outage = self._cut(length), self._flip(length), self._outage(length)
+                cut = outage[0] if outage else cut
                 sent = 0
                 while chunk := reply.read(COPY_BYTES if cut is None else min(COPY_BYTES, cut - sent)):
                     if flip is not None and sent <= flip < sent + len(chunk):
@@ -90,8 +122,41 @@ class FaultProxy:
                     self.wfile.write(chunk)  # streamed: large GETs are not held whole
                     sent += len(chunk)
                     if cut is not None and sent >= cut:
+                        if outage:
+                            proxy._down(outage[1])
                         self._reset()
                         return
+
+            def _s3_error(self, status: int, code: str) -> None:
+                """An S3 error reply: ``status``, an XML body with ``code``."""
+                xml = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>injected '
+                       f'{code}</Message><Resource>{self.path}</Resource><RequestId>1</RequestId></Error>').encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(xml)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(xml)
+
+            def _replace(self) -> None:
+                """Ask for the object that ``replaced`` puts in this one's place, If-Match dropped."""
+                for text, other in proxy.replaced.items():
+                    if text in self.path and self.command == "GET":
+                        self.path = self.path.replace(text, other)
+                        del self.headers["If-Match"]
+                        return
+
+            def _outage(self, length: int) -> tuple[int, float] | None:
+                """(bytes to send, seconds down) when this GET starts an outage (``outage_at``)."""
+                with proxy._lock:
+                    if self.command != "GET" or proxy.outage_at is None:
+                        return None
+                    text, after, seconds = proxy.outage_at
+                    if text not in self.path or length <= after:
+                        return None
+                    proxy.outage_at = None
+                    proxy.outages += 1
+                    return after, seconds
 
             def _cut(self, length: int) -> int | None:
                 """Where to reset this GET's body (``drop_after``, once), None to send it whole."""
@@ -115,8 +180,11 @@ class FaultProxy:
                     return flip
 
             def _reset(self) -> None:
-                self.wfile.flush()
-                self.connection.shutdown(socket.SHUT_RDWR)
+                try:
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:  # reset already (an outage)
+                    pass
                 self.close_connection = True
                 self._conn = None  # its upstream reply was not read to the end
 
@@ -138,11 +206,28 @@ class FaultProxy:
 
             do_GET = do_PUT = do_HEAD = do_POST = do_DELETE = _forward
 
-        self._server = _QuietServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._handler = Handler
+        self._listen(0)
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def _listen(self, port: int) -> None:
+        self._server = _QuietServer(("127.0.0.1", port), self._handler)
+        self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
+
+    def _down(self, seconds: float) -> None:
+        """Stop listening and reset every open connection; listen again after ``seconds``."""
+        port = self._server.server_address[1]
+        self._server.shutdown()
+        self._server.server_close()
+        with self._lock:
+            for connection in list(self._connections):
+                try:
+                    connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        threading.Timer(seconds, self._listen, args=(port,)).start()
 
     def stop(self) -> None:
         self._server.shutdown()
