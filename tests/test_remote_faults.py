@@ -161,3 +161,15 @@ def test_a_reply_of_another_etag_or_size_is_a_changed_object():
         require_unchanged(piece, {"size": 100, "e_tag": '"def-2"'}, 0, 10, 10)
     with pytest.raises(ObjectStoreError, match=r"changed since it was listed \(100 bytes then, 90 now\)"):
         require_unchanged(piece, {"size": 90, "e_tag": '"abc-2"'}, 0, 10, 10)
+
+
+def test_the_retry_deadline_is_configured_and_must_be_positive():
+    from conftest import typed_config
+
+    from domino_pipeline.inputs.raw_reading import RemoteAccess
+    assert typed_config().data.retry_deadline_s == 60
+    assert typed_config("data.retry_deadline_s=5").data.retry_deadline_s == 5
+    with pytest.raises(ValueError, match=r"data\.retry_deadline_s must be positive, not 0"):
+        typed_config("data.retry_deadline_s=0")
+    with pytest.raises(ValueError, match=r"data\.retry_deadline_s must be positive, not -1"):
+        RemoteAccess(retry_deadline_s=-1)

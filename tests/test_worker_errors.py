@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from cache_fixtures import OVERRIDES
 from domino_pipeline.compute.sampling import TooFewPointsError
+from domino_pipeline.entry_point import one_line
 from domino_pipeline.loading.worker_deaths import checked_batches
 from domino_pipeline.loading.worker_errors import worker_message
 
@@ -57,6 +58,7 @@ def _raised(num_workers: int, make) -> BaseException:
 def test_a_workers_error_keeps_its_type_and_message(make):
     direct, from_worker = _raised(0, make), _raised(1, make)
     assert type(from_worker) is type(direct) and str(from_worker) == str(direct)
+    assert one_line(from_worker) == one_line(direct)  # what an entry point prints
 
 
 @pytest.mark.slow

@@ -3,8 +3,8 @@
 torch raises a worker's error again in the main process as the same type, but with the message
 ``Caught <Type> in DataLoader worker process <i>.`` followed by the worker's whole traceback,
 so that an entry point's one line (entry_point.one_line) would say only where it was caught.
-``with_worker_message`` gives such an error back the message it was raised with in the worker:
-the same line as with ``num_workers=0``.
+``with_worker_message`` gives such an error back the message it was raised with in the worker
+(an OSError its errno, reason and file name too): the same line as with ``num_workers=0``.
 
     try:
         batch = next(iterator)
@@ -36,7 +36,17 @@ def with_worker_message(err: BaseException) -> BaseException:
     if caught["type"] != type(err).__name__:
         message = f"{caught['type']}: {message}"
     err.args = (message,)
+    if isinstance(err, OSError):
+        _restore_os_fields(err, message)
     return err
+
+
+def _restore_os_fields(err: OSError, message: str) -> None:
+    """An OSError's errno, reason and file name, from its message ``[Errno <n>] <reason>:
+    '<file>'`` (torch rebuilds it from a message alone)."""
+    fields = re.fullmatch(r"\[Errno (\d+)\] (.*?)(?:: '(.*)')?", message, flags=re.DOTALL)
+    if fields:
+        err.errno, err.strerror, err.filename = int(fields[1]), fields[2], fields[3]
 
 
 def worker_message(text: str) -> str | None:
