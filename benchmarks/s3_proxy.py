@@ -33,7 +33,7 @@ class FaultProxy:
     (HTTP status, S3 error code): every GET or HEAD whose path holds it is answered so, with an
     S3 XML error body; ``replaced`` maps a text to another: a GET whose path holds the first is
     answered with the object whose path holds the second instead, and its If-Match header is
-    dropped (a server that ignores it); ``outage_at`` = (text, n, seconds): the next GET whose
+    dropped (a server that ignores it) unless ``drop_if_match`` is False; ``outage_at`` = (text, n, seconds): the next GET whose
     path holds the text sends ``n`` bytes of its body, then the endpoint is down for ``seconds``
     (every open connection reset, new ones refused), then listens again on the same port
     (``outages`` counts them)."""
@@ -48,6 +48,7 @@ class FaultProxy:
         self.flip_at: tuple[str, int] | None = None
         self.errors: dict[str, tuple[int, str]] = {}
         self.replaced: dict[str, str] = {}
+        self.drop_if_match = True
         self.outage_at: tuple[str, int, float] | None = None
         self.outages = 0
         self._connections: set[socket.socket] = set()
@@ -139,11 +140,12 @@ class FaultProxy:
                     self.wfile.write(xml)
 
             def _replace(self) -> None:
-                """Ask for the object that ``replaced`` puts in this one's place, If-Match dropped."""
+                """Ask for the object that ``replaced`` puts in this one's place (If-Match dropped)."""
                 for text, other in proxy.replaced.items():
                     if text in self.path and self.command == "GET":
                         self.path = self.path.replace(text, other)
-                        del self.headers["If-Match"]
+                        if proxy.drop_if_match:
+                            del self.headers["If-Match"]
                         return
 
             def _outage(self, length: int) -> tuple[int, float] | None:

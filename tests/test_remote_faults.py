@@ -88,13 +88,15 @@ def _one_failure(code: int, output: str, out: Path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["damaged header", "replaced, If-Match ignored", "404", "403", "listing 403"])
+@pytest.mark.parametrize("case", ["damaged header", "replaced, If-Match ignored", "replaced, If-Match honoured",
+                                  "404", "403", "listing 403"])
 def test_a_fault_is_one_line_naming_the_url_and_the_problem(case, bucket, proxy, tmp_path):
     raw, prefix = f"s3://{bucket}/good", "good"
     if case == "damaged header":
         raw, prefix = f"s3://{bucket}/damaged", "damaged"
-    elif case == "replaced, If-Match ignored":
+    elif case.startswith("replaced"):
         proxy.replaced = {f"good/{VOLUME}": f"other/{VOLUME}"}
+        proxy.drop_if_match = case.endswith("ignored")
     elif case == "404":
         proxy.errors = {f"good/{VOLUME}": (404, "NoSuchKey")}
     elif case == "403":
@@ -106,6 +108,8 @@ def test_a_fault_is_one_line_naming_the_url_and_the_problem(case, bucket, proxy,
     expected = {
         "damaged header": f"FAILED run_1: {url}/volume_1.vtu: unreadable (Piece: NumberOfPoints='x",
         "replaced, If-Match ignored": f"FAILED run_1: {url}/volume_1.vtu.01.part: changed since it was listed (its ETag was",
+        "replaced, If-Match honoured": f"FAILED run_1: {url}/volume_1.vtu.01.part: changed since it was listed (its ETag "
+                                       "is no longer",
         "404": f"FAILED run_1: {url}/volume_1.vtu.01.part: not found (HTTP 404 NoSuchKey); it was listed, and has been "
                "removed since",
         "403": f"FAILED run_1: {url}/boundary_1.vtp: access denied (HTTP 403 AccessDenied) to unsigned requests",
