@@ -169,7 +169,7 @@ class RemoteBytes:
 
         if isinstance(err.__cause__, PreconditionError):
             return ObjectStoreError(f"{piece.url}: changed since it was listed (its ETag is no longer "
-                                    f"{piece.version}: the server refused If-Match)")
+                                    f"{piece.version}: HTTP 412 to If-Match)")
         if isinstance(err, FileNotFoundError):
             return FileNotFoundError(f"{err}; it was listed, and has been removed since")
         if isinstance(err.__cause__, (PermissionDeniedError, UnauthenticatedError)) and self.file.origin.anonymous:
