@@ -116,7 +116,7 @@ def test_train_prints_a_workers_error_as_without_workers(fault, tiny_processed_d
     else:
         _damage_chunks(cache)
     direct = _train_error(tiny_processed_dir, cache, tmp_path / "out0", 0, *extra)
-    with_workers = _train_error(tiny_processed_dir, cache, tmp_path / "out2", 2, *extra)
+    with_workers = _train_error(tiny_processed_dir, cache, tmp_path / "out1", 1, *extra)
     assert with_workers == direct and "DataLoader worker" not in with_workers
     expected = "fewer than the 100000 a draw needs" if fault == "too few STL vertices" else "surface_fields"
     assert str(cache) in direct and expected in direct, direct
