@@ -4,14 +4,16 @@ each with every reason; cache_data.py and train.py leave them out (``data.qualit
 Three checks, each a reason of its own:
 
 - robust scores: for each statistic of ``SCORED`` (counts, the field columns' 1% and 99%
-  quantiles, mean and std, the surface's area, the STL's defects, the surface's agreement with the STL), across the
-  runs that have it: ``z = (value - median) / s`` with ``s = 1.4826 MAD`` (the median absolute
+  quantiles and their trimmed mean and std, the surface's area, the STL's defects, the
+  surface's agreement with the STL), across the runs that have it: ``z = (value - median) / s`` with ``s = 1.4826 MAD`` (the median absolute
   deviation, which estimates the standard deviation of normal values and is not moved by a few
   outliers), at least ``RELATIVE_FLOOR`` of the median's magnitude (so that values all but
   equal across runs, such as counts, do not make rounding an outlier) and at least a statistic's
-  ``MINIMUM_SCALE``. The fields' extremes (min, max) are not scored: on a solver's mesh they are
-  single cells (a snapped corner, a skewed face) whose values differ from run to run by tens of
-  robust sigma in clean runs; the quantiles measure the same tails without them. A run with
+  ``MINIMUM_SCALE`` (a field's quantiles and trimmed mean: ``LOCATION_SCALE_OF_SPREAD`` of its
+  spread). The fields' min, max, mean and std over all cells are not scored: on a solver's mesh
+  the extremes are single cells (a snapped corner, a skewed face) whose values, and the std they
+  drive, differ from run to run by tens of robust sigma in clean runs; the quantiles and trimmed
+  moments measure the same tails and spread without them. A run with
   ``|z| > data.quality.robust_threshold`` is rejected for it (``surface pMeanTrim p99 1.4e+01, 41
   sigma``). Where every run but a few has the same value (``s`` is 0), a different value is an
   outlier whatever its size. Scores need ``MIN_SCORED_RUNS`` runs at least.
@@ -73,7 +75,7 @@ MINIMUM_SCALE = {"consistency.surface_stl_bounds_gap": 1e-3}
 # spread at least (the median over the runs of its trimmed std): where a field is bunched against a
 # bound (the stagnation pressure) or is all but zero by symmetry (the side shear's mean), clean
 # runs agree to far better than that, and a run off by 20 such units (0.4 of the field's spread)
-# is still rejected; an offset of the field by a dynamic pressure is 50 to 100 of them.
+# is still rejected (the synthetic defect's pressure offset by a dynamic pressure scores 110).
 LOCATION_SCALE_OF_SPREAD = 0.02
 LOCATION_STATISTICS = ("p01", "p99", "mean_trimmed")
 COEFFICIENTS = ("cd", "cl")
