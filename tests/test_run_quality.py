@@ -20,6 +20,7 @@ from domino_pipeline.inputs.run_quality import (
     clipped_magnitude,
     coefficient_mismatches,
     judge,
+    minimum_scale,
     robust_scores,
     quality_selection,
 )
@@ -137,6 +138,22 @@ def test_robust_scores():
     z, _, _ = robust_scores([0, 0, 0, 12])  # nothing to scale by: any other value is an outlier
     assert list(z) == [0, 0, 0, np.inf]
     assert robust_scores([None])[1] != robust_scores([None])[1]  # NaN
+
+
+def test_location_statistics_are_scored_in_a_fiftieth_of_the_fields_spread_at_least():
+    # ten runs whose pressure is bunched against the stagnation value: p99 all but equal, MAD 0
+    rows = [{"run": f"run_{i}", "version": 1.0, "surface.fields.p.p99": 0.7, "surface.fields.p.std_trimmed": 0.2 + 0.01 * i,
+             "surface.fields.p.mean_trimmed": -0.2} for i in range(10)]
+    spread = np.median([0.2 + 0.01 * i for i in range(10)])
+    assert minimum_scale("surface.fields.p.p99", rows) == pytest.approx(0.02 * spread)
+    assert minimum_scale("surface.fields.p.mean_trimmed", rows) == pytest.approx(0.02 * spread)
+    assert minimum_scale("surface.fields.p.std_trimmed", rows) == 0.0
+    assert minimum_scale("consistency.surface_stl_bounds_gap", rows) == 1e-3
+    rows[1]["surface.fields.p.p99"] = 0.69  # 0.01 below the others: 2 units, not a defect
+    rows[2]["surface.fields.p.mean_trimmed"] = 0.3  # offset by half a dynamic pressure: 100 units
+    verdicts = judge(rows, DEFAULTS.data.quality, DEFAULTS.dataset)
+    assert verdicts.scores["run_1"]["surface.fields.p.p99"] == pytest.approx(-0.01 / (0.02 * spread))
+    assert verdicts.rejected == {"run_2": [f"surface p mean_trimmed 0.3, {0.5 / (0.02 * spread):.0f} sigma"]}
 
 
 def _row(cd: float, cl: float, pressure: list[float], shear: list[float], area: float = 2.0) -> dict:

@@ -33,7 +33,14 @@ def processed(tiny_processed_dir: Path) -> tuple[dict, dict, dict]:
 
 def _column_statistics(values: np.ndarray) -> dict:
     values = values.astype(np.float64)
-    return {"min": values.min(), "max": values.max(), "mean": values.mean(), "std": values.std(), "nonfinite": 0}
+    return {"min": values.min(), "max": values.max(), "mean": values.mean(), "std": values.std(), "nonfinite": 0,
+            "p01": np.quantile(values, 0.01), "p99": np.quantile(values, 0.99), **_trimmed(values)}
+
+
+def _trimmed(values: np.ndarray) -> dict:
+    cut = len(values) // 100
+    inside = np.sort(values)[cut:len(values) - cut]
+    return {"mean_trimmed": inside.mean(), "std_trimmed": inside.std()}
 
 
 @pytest.mark.parametrize("part", ["surface", "volume"])

@@ -3,14 +3,18 @@ each with every reason; cache_data.py and train.py leave them out (``data.qualit
 
 Three checks, each a reason of its own:
 
-- robust scores: for each statistic of ``SCORED`` (counts, the field columns' min, max, mean and
-  std, the surface's area, the STL's defects, the surface's agreement with the STL), across the
-  runs that have it: ``z = (value - median) / s`` with ``s = 1.4826 MAD`` (the median absolute
+- robust scores: for each statistic of ``SCORED`` (counts, the field columns' 1% and 99%
+  quantiles and their trimmed mean and std, the surface's area, the STL's defects, the
+  surface's agreement with the STL), across the runs that have it: ``z = (value - median) / s`` with ``s = 1.4826 MAD`` (the median absolute
   deviation, which estimates the standard deviation of normal values and is not moved by a few
   outliers), at least ``RELATIVE_FLOOR`` of the median's magnitude (so that values all but
   equal across runs, such as counts, do not make rounding an outlier) and at least a statistic's
-  ``MINIMUM_SCALE``. A run with
-  ``|z| > data.quality.robust_threshold`` is rejected for it (``surface pMeanTrim max 1.4e+01, 41
+  ``MINIMUM_SCALE`` (a field's quantiles and trimmed mean: ``LOCATION_SCALE_OF_SPREAD`` of its
+  spread). The fields' min, max, mean and std over all cells are not scored: on a solver's mesh
+  the extremes are single cells (a snapped corner, a skewed face) whose values, and the std they
+  drive, differ from run to run by tens of robust sigma in clean runs; the quantiles and trimmed
+  moments measure the same tails and spread without them. A run with
+  ``|z| > data.quality.robust_threshold`` is rejected for it (``surface pMeanTrim p99 1.4e+01, 41
   sigma``). Where every run but a few has the same value (``s`` is 0), a different value is an
   outlier whatever its size. Scores need ``MIN_SCORED_RUNS`` runs at least.
 - integrated against published coefficients: the drag and lift the run's surface fields give
@@ -58,15 +62,22 @@ RELATIVE_FLOOR = 1e-3
 SCORED = (
     "stl.points", "stl.triangles", "stl.open_edges", "stl.non_manifold_edges", "stl.degenerate_triangles",
     "surface.count", "volume.count", "surface.area.total", "surface.area.mean",
-    "surface.fields.*.min", "surface.fields.*.max", "surface.fields.*.mean", "surface.fields.*.std",
-    "surface.fields.*.nonfinite", "volume.fields.*.min", "volume.fields.*.max", "volume.fields.*.mean",
-    "volume.fields.*.std", "volume.fields.*.nonfinite",
+    "surface.fields.*.p01", "surface.fields.*.p99", "surface.fields.*.mean_trimmed", "surface.fields.*.std_trimmed",
+    "surface.fields.*.nonfinite", "volume.fields.*.p01", "volume.fields.*.p99", "volume.fields.*.mean_trimmed",
+    "volume.fields.*.std_trimmed", "volume.fields.*.nonfinite",
     "consistency.surface_to_stl_volume", "consistency.surface_stl_bounds_gap",
 )
 # The smallest scale some statistics are measured in, whatever their spread across runs: the
 # surface's and the STL's bounding boxes agree to a few cells of either mesh, in one run as in
 # another, so that their gap's spread is the meshes' rounding: 0.1% of the car's extent is the unit.
 MINIMUM_SCALE = {"consistency.surface_stl_bounds_gap": 1e-3}
+# A field's location statistics (its quantiles and trimmed mean) are measured in a fiftieth of its
+# spread at least (the median over the runs of its trimmed std): where a field is bunched against a
+# bound (the stagnation pressure) or is all but zero by symmetry (the side shear's mean), clean
+# runs agree to far better than that, and a run off by 20 such units (0.4 of the field's spread)
+# is still rejected (the synthetic defect's pressure offset by a dynamic pressure scores 110).
+LOCATION_SCALE_OF_SPREAD = 0.02
+LOCATION_STATISTICS = ("p01", "p99", "mean_trimmed")
 COEFFICIENTS = ("cd", "cl")
 OTHER_REFERENCES_WEIGHT = 1e12  # the constant references' mismatch, shown after the own ones' and the strongest score
 MIN_SCORED_RUNS = 8  # fewer runs, and their median absolute deviation says little
@@ -122,6 +133,17 @@ def robust_scores(values: Sequence[float | None], minimum_scale: float = 0.0) ->
     return z, median, scale
 
 
+def minimum_scale(column: str, rows: Sequence[Mapping]) -> float:
+    """The smallest scale ``column`` is scored in: ``MINIMUM_SCALE``'s, or for a field's location
+    statistic ``LOCATION_SCALE_OF_SPREAD`` times the median of its trimmed std over ``rows``."""
+    field_column, _, statistic = column.rpartition(".")
+    if statistic not in LOCATION_STATISTICS:
+        return MINIMUM_SCALE.get(column, 0.0)
+    spreads = [row.get(f"{field_column}.std_trimmed") for row in rows]
+    spreads = [float(v) for v in spreads if v is not None and math.isfinite(float(v))]
+    return LOCATION_SCALE_OF_SPREAD * float(np.median(spreads)) if spreads else 0.0
+
+
 def label(column: str) -> str:
     """A statistic's name for a reason: ``surface.fields.pMeanTrim.max`` -> ``surface pMeanTrim max``."""
     parts = [p for p in column.split(".") if p not in ("fields", "consistency")]
@@ -136,7 +158,7 @@ def _score(rows: Sequence[Mapping], threshold: float, verdicts: QualityVerdicts)
     names = [row["run"] for row in rows]
     for column in scored_columns(rows):
         values = [row.get(column) for row in rows]
-        z, median, _ = robust_scores(values, MINIMUM_SCALE.get(column, 0.0))
+        z, median, _ = robust_scores(values, minimum_scale(column, rows))
         for name, value, score in zip(names, values, z):
             if np.isnan(score):
                 continue

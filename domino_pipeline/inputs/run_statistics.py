@@ -6,7 +6,7 @@ as the processed run's ``statistics`` attribute and collected into the processed
      "stl": {"points", "triangles", "dropped_triangles", "open_edges", "non_manifold_edges",
              "degenerate_triangles", "area", "enclosed_volume", "positions": {"x": {min, max}, "y": .., "z": ..}},
      "surface": {"count", "positions" (the bounding box, as the STL's),
-                 "fields": {column: {min, max, mean, std, nonfinite}},
+                 "fields": {column: {min, max, mean, std, nonfinite, p01, p99}},
                  "area": {min, max, mean, total}, "enclosed_volume",
                  "force_sums": {"pressure": [3], "shear": [3]}, "cells": {cell_quality's}},
      "volume": {"count", "positions", "fields"},
@@ -17,9 +17,10 @@ as the processed run's ``statistics`` attribute and collected into the processed
 
 Field statistics are of the fields as stored (dimensionless, processed_run.py's columns); the
 non-finite count is of what the reader gave (a processed run refuses non-finite values, so there
-it is 0). ``enclosed_volume`` is ``1/3 sum (c . n) A`` over the cells (``1/6 sum a . (b x c)`` over the
-STL's triangles),
-the divergence theorem's volume of a closed surface: positive when the normals point out of it,
+it is 0); ``p01`` and ``p99`` are the 1% and 99% quantiles (column_quantiles.py: exact up to
+65536 rows, from a sample of that many beyond), which a few cells' extremes do not move.
+``enclosed_volume`` is ``1/3 sum (c . n) A`` over the cells (``1/6 sum a . (b x c)`` over the
+STL's triangles), the divergence theorem's volume of a closed surface: positive when the normals point out of it,
 negative when into it. ``force_sums`` are force_integration.force_sums of the physical fields
 (the stored ones times their divisors) and the normals as the file orients them, so that the
 force of any convention can be formed later; ``forces`` are the coefficients they give with the
@@ -52,6 +53,7 @@ from domino_pipeline.force_integration import (
 )
 from domino_pipeline.inputs.cell_quality import CellQuality
 from domino_pipeline.inputs.column_moments import ColumnBounds, ColumnMoments
+from domino_pipeline.inputs.column_quantiles import ColumnQuantiles
 from domino_pipeline.inputs.vtk_reader import stl_defect_counts
 from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.published_forces import Published
@@ -85,6 +87,7 @@ class PartStatistics:
                  roles: Mapping[str, int | slice] | None = None) -> None:
         self.columns, self.surface = list(columns), surface
         self.positions, self.fields = ColumnBounds(3), ColumnMoments(len(columns))
+        self.quantiles = ColumnQuantiles(len(columns))
         self.divisors = None if divisors is None else np.asarray(divisors, np.float64)
         roles = roles or {}
         self.force_columns = (roles["pressure"], roles["wall_shear_stress"]) \
@@ -112,6 +115,7 @@ class PartStatistics:
         unit normals (n, 3) and areas (n,)."""
         self.positions.add(positions)
         self.fields.add(fields)
+        self.quantiles.add(fields)
         if not self.surface or normals is None or areas is None:
             return
         areas64 = np.asarray(areas, np.float64)
@@ -126,10 +130,15 @@ class PartStatistics:
             self.pressure_sum += pressure_sum
             self.shear_sum += shear_sum
 
+    def field_summary(self) -> dict[str, dict[str, float]]:
+        """Each field column's moments and quantiles (module docstring)."""
+        quantiles = self.quantiles.summary(self.columns)
+        return {name: {**moments, **quantiles[name]} for name, moments in self.fields.summary(self.columns).items()}
+
     def summary(self) -> dict[str, Any]:
         """The part's statistics (module docstring)."""
         found: dict[str, Any] = {"count": self.count, "positions": self.positions.summary(AXES),
-                                 "fields": self.fields.summary(self.columns)}
+                                 "fields": self.field_summary()}
         if self.surface and self.areas.count[0]:
             area = self.areas.summary(["area"])["area"]
             found["area"] = {"min": area["min"], "max": area["max"], "mean": area["mean"],

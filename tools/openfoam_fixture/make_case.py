@@ -36,7 +36,11 @@ FoamFile
 
 @dataclass(frozen=True)
 class Variant:
-    """Body shape, mesh resolution and run length of one fixture case."""
+    """Body shape, mesh resolution and run length of one case (the fixture's two variants, and
+    each body of tools/openfoam_family). ``cabin_exponent``: the cabin bump's profile
+    sin(pi t) ** cabin_exponent (small: a boxy cabin with steep screens, 1: a round one);
+    ``cabin_peak``: where the roof is highest, as a fraction of the cabin (below 0.5 a short
+    steep windscreen and a long rear slant); ``underside_lift``: how far the underside rises towards nose and tail (m)."""
 
     x_nose: float
     length: float
@@ -55,6 +59,9 @@ class Variant:
     surface_levels: tuple[int, int]
     box_level: int
     end_time: int
+    cabin_exponent: float = 0.6
+    underside_lift: float = 0.25
+    cabin_peak: float = 0.5
 
 
 VARIANTS = {
@@ -85,7 +92,9 @@ def _envelope(s: np.ndarray, v: Variant) -> np.ndarray:
 def _roof(s: np.ndarray, v: Variant) -> np.ndarray:
     """Top height along the body: belt line plus a smooth cabin bump."""
     t = np.clip((s - v.cabin_start) / (v.cabin_end - v.cabin_start), 0.0, 1.0)
-    return v.z_belt + (v.z_roof - v.z_belt) * np.sin(math.pi * t) ** 0.6
+    a = v.cabin_peak  # t = a maps to 0.5; a = 0.5 leaves t unchanged, bit for bit
+    t = np.where(t < a, 0.5 * t / a, 0.5 + 0.5 * (t - a) / (1.0 - a))
+    return v.z_belt + (v.z_roof - v.z_belt) * np.sin(math.pi * t) ** v.cabin_exponent
 
 
 def body_triangles(v: Variant) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -96,7 +105,7 @@ def body_triangles(v: Variant) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     s = 0.5 * (1.0 - np.cos(np.linspace(0.0, math.pi, v.n_along + 1)))[1:-1]
     env = _envelope(s, v)
     z_top = _roof(s, v)
-    z_bot = v.z_bottom + 0.25 * (1.0 - env)  # underside lifts towards nose and tail
+    z_bot = v.z_bottom + v.underside_lift * (1.0 - env)  # underside lifts towards nose and tail
     zc = 0.5 * (z_top + z_bot)
     half_h = 0.5 * (z_top - z_bot) * env
     half_w = 0.5 * v.width * env

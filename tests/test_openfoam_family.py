@@ -1,0 +1,169 @@
+"""tools/openfoam_family without OpenFOAM: the Latin hypercube, the convergence verdict on log and
+coefficient.dat texts, the resume bookkeeping, and a whole build whose OpenFOAM steps are
+stand-ins that write the files the real ones write."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools" / "openfoam_family"))
+import bookkeeping  # noqa: E402
+import build_family  # noqa: E402
+import convergence  # noqa: E402
+import sampling  # noqa: E402
+
+sys.path.remove(str(ROOT / "tools" / "openfoam_family"))
+
+
+def test_latin_hypercube_puts_one_point_in_each_stratum_of_each_column():
+    points = sampling.latin_hypercube(16, 5, np.random.default_rng(0))
+    assert points.shape == (16, 5) and ((points >= 0) & (points < 1)).all()
+    for column in points.T:
+        assert sorted(np.floor(column * 16).astype(int)) == list(range(16))
+    again = sampling.latin_hypercube(16, 5, np.random.default_rng(0))
+    np.testing.assert_array_equal(points, again)
+    assert not np.array_equal(points, sampling.latin_hypercube(16, 5, np.random.default_rng(1)))
+    with pytest.raises(ValueError, match="n and dims must be >= 1"):
+        sampling.latin_hypercube(0, 5, np.random.default_rng(0))
+
+
+def test_sampled_shapes_lie_in_their_ranges_and_make_closed_bodies():
+    shapes = sampling.sample_parameters(8, seed=3)
+    for p in sampling.PARAMETERS:
+        values = [s[p.field] for s in shapes]
+        assert p.low <= min(values) and max(values) <= p.high, p.field
+        assert max(values) - min(values) > 0.5 * (p.high - p.low)  # spread over the range, 8 strata
+    points, tris, _ = sampling.make_case.body_triangles(sampling.variant(shapes[0]))
+    edges = np.sort(np.concatenate([tris[:, [0, 1]], tris[:, [1, 2]], tris[:, [2, 0]]]), axis=1)
+    assert (np.unique(edges, axis=0, return_counts=True)[1] == 2).all()  # watertight
+    with pytest.raises(ValueError, match=r"unknown shape parameters \['wheels'\]"):
+        sampling.variant({**shapes[0], "wheels": 4.0})
+
+
+def test_derived_angles_of_a_symmetric_cabin_are_equal():
+    shape = {"z_roof": 1.3, "z_belt": 0.8, "cabin_start": 0.2, "cabin_end": 0.7, "cabin_peak": 0.5, "length": 2.0}
+    angles = sampling.derived_angles(shape)  # rise 0.5 over 0.5 m on each side: 45 degrees
+    assert angles == {"windscreen_angle_deg": 45.0, "slant_angle_deg": 45.0}
+
+
+def _log(residuals: list[dict[str, float]]) -> str:
+    lines = ["Starting time loop", ""]
+    for i, step in enumerate(residuals, start=1):
+        lines += [f"Time = {i}", ""]
+        for name, value in step.items():
+            lines.append(f"smoothSolver:  Solving for {name}, Initial residual = {value}, Final residual = 1e-9, "
+                         "No Iterations 2")
+        lines.append("ExecutionTime = 1 s  ClockTime = 1 s")
+    return "\n".join(lines) + "\nEnd\n"
+
+
+def _coefficients(cd: np.ndarray) -> str:
+    header = "# Force coefficients\n# magUInf           : 3.888900000000e+01\n#\n# Time              \tCd\tCs\tCl\n"
+    return header + "".join(f"{i + 1}\t{v:.12e}\t0\t{-0.1:.12e}\n" for i, v in enumerate(cd))
+
+
+def test_final_residuals_take_each_fields_first_solve_of_the_last_iteration():
+    log = _log([{"Ux": 1.0, "p": 0.5}, {"Ux": 2e-6, "p": 3e-6}])
+    log = log.replace("End", "GAMG:  Solving for p, Initial residual = 0.9, Final residual = 1e-9\nEnd")
+    assert convergence.final_residuals(log) == {"Ux": 2e-6, "p": 3e-6}
+    with pytest.raises(ValueError, match="no 'Time = ' iteration"):
+        convergence.final_residuals("nothing here")
+
+
+def test_a_flat_cd_and_small_residuals_converge_and_a_drifting_cd_does_not():
+    steps = [{"Ux": 1e-6, "p": 2e-6}] * 3
+    flat = 0.3 + 1e-3 * np.exp(-np.arange(500) / 30.0)
+    verdict = convergence.judge(_log(steps), _coefficients(flat))
+    assert verdict.converged and verdict.reason == "ok" and verdict.iterations == 500
+    assert verdict.cd == pytest.approx(flat[-1]) and verdict.cd_rel_range == pytest.approx(
+        (flat[-100:].max() - flat[-100:].min()) / flat[-100:].mean())
+    drifting = 0.3 + 0.01 * np.sin(np.arange(500) / 10.0)  # +-3% over the last 100 iterations
+    late = convergence.judge(_log([{"Ux": 1e-6, "p": 5e-3}]), _coefficients(drifting),
+                             convergence.Criteria(residual_tol=1e-4, cd_tol=0.005))
+    assert not late.converged
+    assert late.reason.startswith("p residual 5.00e-03 >= 0.0001; Cd varies ") and "over the last 20%" in late.reason
+
+
+def test_coefficient_columns_read_the_header_and_refuse_a_ragged_file():
+    columns = convergence.coefficient_columns(_coefficients(np.array([0.5, 0.4])))
+    assert list(columns) == ["Time", "Cd", "Cs", "Cl"]
+    np.testing.assert_array_equal(columns["Cd"], [0.5, 0.4])
+    with pytest.raises(ValueError, match="no column header"):
+        convergence.coefficient_columns("1 2 3\n")
+    with pytest.raises(ValueError, match="3 values per row, 4 column names"):
+        convergence.coefficient_columns("# Time Cd Cs Cl\n1 2 3\n")
+
+
+def test_bookkeeping_finishes_a_case_only_with_its_record_and_folder(tmp_path):
+    root, work = tmp_path / "family", tmp_path / "work"
+    for index, converged in ((1, True), (2, False)):
+        bookkeeping.staging_folder(root, index).mkdir(parents=True)
+        (bookkeeping.staging_folder(root, index) / "body.stl").write_text("x")
+        bookkeeping.commit_case(root, index, {"index": index, "converged": converged})
+    assert (root / "run_1" / "body.stl").is_file() and (root / "not_converged" / "run_2" / "body.stl").is_file()
+    bookkeeping.staging_folder(root, 3).mkdir()  # killed while staging
+    bookkeeping.write_atomic(bookkeeping.record_path(root, 4), json.dumps({"index": 4, "converged": True}))
+    assert bookkeeping.pending(root, [1, 2, 3, 4, 5]) == [3, 4, 5]  # 4: a record, no folder yet
+    (work / "case_3").mkdir(parents=True)
+    bookkeeping.clear_half_done(root, 3, work)
+    bookkeeping.clear_half_done(root, 4, work)
+    assert not bookkeeping.staging_folder(root, 3).exists() and not (work / "case_3").exists()
+    assert bookkeeping.read_record(root, 4) is None
+    assert sorted(p.name for p in root.iterdir()) == ["not_converged", "records", "run_1"]
+
+
+def _stand_in(calls: list, fail_index: int | None = None):
+    """run_step's stand-in: writes what each OpenFOAM step leaves that the build reads."""
+    def run_step(case: Path, log: str, command: list[str]) -> None:
+        index = int(case.name.split("_")[1])
+        calls.append((index, log))
+        if index == fail_index and log == "snappyHexMesh":
+            raise build_family.StepFailed(f"{case}/log.{log}: snappyHexMesh exited with 1")
+        (case / f"log.{log}").write_text({"snappyHexMesh": "Snapped mesh : cells:1234  faces:1",
+                                          "simpleFoam": _log([{"Ux": 1e-6, "p": 1e-6}])}.get(log, ""))
+        if log == "simpleFoam":
+            coefficients = case / "postProcessing/forceCoeffs1/0/coefficient.dat"
+            coefficients.parent.mkdir(parents=True)
+            drift = 0.05 * (index == 3) * np.sin(np.arange(100.0))
+            coefficients.write_text(_coefficients(0.2 + 0.01 * index + drift))
+        if log.startswith("foamToVTK"):
+            kind = log.split(".")[1]
+            name = "internal.vtu" if kind == "internal" else "boundary.vtp"
+            folder = case / f"VTK_{kind}" / "case_100"
+            folder.mkdir(parents=True)
+            (folder / name).write_text(name)
+    return run_step
+
+
+def test_a_build_resumes_without_redoing_finished_cases(tmp_path, monkeypatch):
+    root, work = tmp_path / "family", tmp_path / "work"
+    calls: list = []
+    monkeypatch.setattr(build_family, "run_step", _stand_in(calls, fail_index=4))
+    monkeypatch.setattr(sampling, "MESH", {**sampling.MESH, "n_along": 8, "n_around": 8})  # small STLs, fast
+    records = build_family.build(root, work, n=4, seed=0, jobs=2, keep=False)
+    assert sorted(p.name for p in root.iterdir()) == [
+        "convergence.csv", "family.json", "not_converged", "parameters.csv", "records", "run_1", "run_2"]
+    assert sorted(p.name for p in (root / "run_1").iterdir()) == ["body.stl", "boundary.vtp", "coefficient.dat",
+                                                                  "internal.vtu"]
+    assert [r["converged"] for r in records] == [True, True, False, False]
+    assert records[3]["reason"].endswith("snappyHexMesh exited with 1") and "Cd varies" in records[2]["reason"]
+    assert build_family.summary(records).startswith("2 of 4 cases converged; Cd min 0.2100, mean 0.2150, max 0.2200")
+    lines = (root / "parameters.csv").read_text().splitlines()
+    assert lines[0].startswith("run,length,width,") and [l.split(",")[0] for l in lines[1:]] == ["run_1", "run_2"]
+    assert len((root / "convergence.csv").read_text().splitlines()) == 5
+    # a kill while case 2 was being staged, after case 1 finished
+    (root / "run_2").rename(bookkeeping.staging_folder(root, 2))
+    calls.clear()
+    build_family.build(root, work, n=4, seed=0, jobs=2, keep=False)
+    assert {index for index, _ in calls} == {2} and (root / "run_2" / "body.stl").is_file()
+    calls.clear()
+    build_family.build(root, work, n=4, seed=0, jobs=1, keep=False)
+    assert calls == []
+    with pytest.raises(SystemExit, match="family built with other settings \\(n, seed differ\\)"):
+        build_family.build(root, work, n=5, seed=1, jobs=1, keep=False)

@@ -1,0 +1,89 @@
+"""The family's shape parameters, their ranges, and a seeded Latin hypercube over them.
+
+Each body is tools/openfoam_fixture's superellipse loft (make_case.Variant) with eleven shape
+parameters drawn from the ranges below and everything else (nose position, surface and mesh
+resolution, iterations) fixed by MESH, the family's one set of mesh and solver settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "openfoam_fixture"))
+import make_case  # noqa: E402  (the fixture's geometry and case writer, shared)
+
+
+@dataclass(frozen=True)
+class Range:
+    """One shape parameter: the make_case.Variant field it sets, its bounds and what it means."""
+
+    field: str
+    low: float
+    high: float
+    meaning: str
+
+
+PARAMETERS: tuple[Range, ...] = (
+    Range("length", 3.4, 4.2, "body length (m), nose at x = -0.7"),
+    Range("width", 1.6, 1.9, "body width (m)"),
+    Range("z_roof", 1.15, 1.50, "roof height above the ground (m)"),
+    Range("z_belt", 0.70, 0.90, "belt line height, where the cabin starts (m)"),
+    Range("z_bottom", 0.12, 0.22, "ground clearance of the flat underside (m)"),
+    Range("nose_exponent", 1.6, 4.0, "nose bluntness: planform superellipse exponent of the front half"),
+    Range("tail_exponent", 2.0, 10.0, "tail bluntness: planform exponent of the rear half (high: a cut-off tail)"),
+    Range("cabin_start", 0.15, 0.35, "windscreen foot, as a fraction of the length"),
+    Range("cabin_end", 0.70, 0.95, "rear window foot (slant end), as a fraction of the length"),
+    Range("cabin_peak", 0.3, 0.7, "roof's highest point, as a fraction of the cabin (sets windscreen against slant)"),
+    Range("cabin_exponent", 0.3, 1.0, "cabin profile sin(pi t)^e: small is boxy with steep screens"),
+)
+
+# The one set of mesh and solver settings of every body (fixture variant 2's mesh).
+MESH = dict(x_nose=-0.7, section_exponent=5.0, n_along=48, n_around=40, base_cells=(28, 12, 7),
+            surface_levels=(2, 3), box_level=1, end_time=500, underside_lift=0.25)
+
+
+def latin_hypercube(n: int, dims: int, rng: np.random.Generator) -> np.ndarray:
+    """(n, dims) points in [0, 1): each column has exactly one point in each of the n strata
+    [k/n, (k+1)/n), placed uniformly inside it, the strata permuted independently per column."""
+    if n < 1 or dims < 1:
+        raise ValueError(f"latin_hypercube: n and dims must be >= 1, got n={n}, dims={dims}")
+    strata = np.stack([rng.permutation(n) for _ in range(dims)], axis=1)
+    return (strata + rng.random((n, dims))) / n
+
+
+def sample_parameters(n: int, seed: int) -> list[dict[str, float]]:
+    """The shape parameters of ``n`` bodies: a Latin hypercube (seeded) scaled to PARAMETERS."""
+    unit = latin_hypercube(n, len(PARAMETERS), np.random.default_rng(seed))
+    low = np.array([p.low for p in PARAMETERS])
+    high = np.array([p.high for p in PARAMETERS])
+    values = low + unit * (high - low)
+    return [{p.field: round(float(v), 6) for p, v in zip(PARAMETERS, row)} for row in values]
+
+
+def variant(shape: dict[str, float]) -> make_case.Variant:
+    """The make_case.Variant of one body: its shape parameters with the family's MESH settings."""
+    unknown = set(shape) - {p.field for p in PARAMETERS}
+    if unknown:
+        raise ValueError(f"unknown shape parameters {sorted(unknown)}")
+    return make_case.Variant(**MESH, **shape)
+
+
+def derived_angles(shape: dict[str, float]) -> dict[str, float]:
+    """Mean windscreen and rear-window (slant) angles in degrees from the horizontal: the cabin's
+    rise z_roof - z_belt over the cabin's length in front of and behind the roof's peak."""
+    rise = shape["z_roof"] - shape["z_belt"]
+    cabin = (shape["cabin_end"] - shape["cabin_start"]) * shape["length"]
+    front, rear = shape["cabin_peak"] * cabin, (1.0 - shape["cabin_peak"]) * cabin
+    return {"windscreen_angle_deg": round(math.degrees(math.atan2(rise, front)), 3),
+            "slant_angle_deg": round(math.degrees(math.atan2(rise, rear)), 3)}
+
+
+def with_settings(v: make_case.Variant, **changes) -> make_case.Variant:
+    """``v`` with mesh or solver settings changed (the mesh-independence study's finer meshes)."""
+    return dataclasses.replace(v, **changes)
