@@ -8,11 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zarr
 from conftest import DEFAULTS
 from curator_fixtures import write_curator_npz
 
 import domino_pipeline.inputs.statistics_table as statistics_table
 from domino_pipeline.inputs.run_quality import judge
+from domino_pipeline.inputs.run_statistics import STATISTICS_VERSION
 from domino_pipeline.inputs.runs import DEFAULT_OPTIONS, load_run, open_run
 from domino_pipeline.inputs.statistics_table import (
     TABLE_NAME,
@@ -100,3 +102,17 @@ def test_no_table_and_not_a_table(tmp_path):
         read_statistics_table(tmp_path)
     with pytest.raises(ValueError, match="s3://bucket/p: the statistics table is written into a local processed"):
         write_statistics_table("s3://bucket/p", DEFAULTS.dataset, DEFAULT_OPTIONS)
+
+
+def test_statistics_of_an_older_version_are_gathered_again(folder):
+    group = zarr.open_group(folder / "run_1.zarr", mode="r+")
+    current = dict(group.attrs["statistics"])
+    older = {**current, "version": STATISTICS_VERSION - 1}
+    older["surface"] = {**older["surface"], "fields": {column: {k: v for k, v in values.items() if k in ("min", "max")}
+                                                       for column, values in older["surface"]["fields"].items()}}
+    group.attrs["statistics"] = older
+    write_statistics_table(folder, DEFAULTS.dataset, DEFAULT_OPTIONS)
+    row = read_statistics_table(folder)[0]
+    assert row["source"] and row["version"] == STATISTICS_VERSION  # from a pass over the arrays
+    assert row["surface.fields.pMeanTrim.p99"] == pytest.approx(
+        current["surface"]["fields"]["pMeanTrim"]["p99"], rel=1e-6)

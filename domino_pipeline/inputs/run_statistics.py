@@ -2,11 +2,11 @@
 as the processed run's ``statistics`` attribute and collected into the processed folder's table
 (statistics_table.py), where run_quality.py compares the runs with one another.
 
-    {"version": 1,
+    {"version": 2,
      "stl": {"points", "triangles", "dropped_triangles", "open_edges", "non_manifold_edges",
              "degenerate_triangles", "area", "enclosed_volume", "positions": {"x": {min, max}, "y": .., "z": ..}},
      "surface": {"count", "positions" (the bounding box, as the STL's),
-                 "fields": {column: {min, max, mean, std, nonfinite, p01, p99}},
+                 "fields": {column: {min, max, mean, std, nonfinite, p01, p99, mean_trimmed, std_trimmed}},
                  "area": {min, max, mean, total}, "enclosed_volume",
                  "force_sums": {"pressure": [3], "shear": [3]}, "cells": {cell_quality's}},
      "volume": {"count", "positions", "fields"},
@@ -59,7 +59,7 @@ from domino_pipeline.inputs.process_options import ProcessOptions
 from domino_pipeline.inputs.published_forces import Published
 from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH, FieldName, column_names, variables_of
 
-STATISTICS_VERSION = 1
+STATISTICS_VERSION = 2  # 2: the quantiles and trimmed moments that run_quality.py scores
 AXES = ("x", "y", "z")
 # the role of each streamed array in a part's block (processed_run.py's names)
 ARRAY_ROLES = {"surface_mesh_centers": "positions", "surface_normals": "normals", "surface_areas": "areas",

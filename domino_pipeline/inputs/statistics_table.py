@@ -34,7 +34,7 @@ from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.array_statistics import statistics_of_run
 from domino_pipeline.inputs.processed_run import ProcessedRunError
 from domino_pipeline.inputs.published_forces import read_published
-from domino_pipeline.inputs.run_statistics import AXES
+from domino_pipeline.inputs.run_statistics import AXES, STATISTICS_VERSION
 from domino_pipeline.inputs.runs import ReadOptions, list_runs, open_run, run_name, stat_fingerprint
 from domino_pipeline.object_store import is_url, join, read_bytes
 
@@ -72,11 +72,13 @@ def statistics_row(path: Path | str, profile: DatasetConfig, options: ReadOption
         run = open_run(path, options)
     except (ProcessedRunError, OSError, ValueError) as err:
         return {"run": name, "format": "", "error": str(err).splitlines()[0]}
-    if isinstance(run.attrs.get("statistics"), Mapping):
-        return {"run": name, "format": run.format, **flatten(run.attrs["statistics"])}
+    stored = run.attrs.get("statistics")
+    if isinstance(stored, Mapping) and stored.get("version") == STATISTICS_VERSION:
+        return {"run": name, "format": run.format, **flatten(stored)}
     source = stat_fingerprint(path)
     old = (previous or {}).get(name)
-    if old is not None and old.get("source") == source and not old.get("error"):
+    if old is not None and old.get("source") == source and not old.get("error") \
+            and old.get("version") == STATISTICS_VERSION:
         return dict(old)
     try:
         statistics = statistics_of_run(run, profile, options.global_params, *_published(name, profile, raw_dir))
