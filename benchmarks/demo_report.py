@@ -1,16 +1,21 @@
-"""Compare a cached and an uncached training run: epoch time split into data wait and compute.
+"""The demo's report: what the model learned, and what the cache bought.
 
-Reads the `epochs.jsonl` that train.py writes into each run's output_dir, prints the comparison
-table, writes it as JSON and draws a PNG (loss curves; per-epoch data wait and compute).
+Reads the `epochs.jsonl` that train.py writes into each run's output_dir and, with
+`--predictions`, predict.py's `predictions.csv` for the held-out runs. Prints the validation
+error per epoch (relative L2 of each surface variable on the validation draws), the held-out
+runs' predicted against true drag and lift with the area-weighted field errors, and the
+cached-against-uncached epoch times; writes them as JSON and draws a PNG (loss and validation
+error per epoch; predicted against true Cd and Cl; per-epoch data wait and compute).
 
     python benchmarks/demo_report.py --cached outputs/demo/surface --uncached outputs/demo/surface_uncached \
-        --out outputs/demo/report
+        --predictions outputs/demo/predictions/predictions.csv --out outputs/demo/report
 
 Each figure is the median over the run's epochs (the first epoch too when it is the only one):
 both runs are measured on the same machine in one `make demo`, so their ratio is what counts.
 """
 
 import argparse
+import csv
 import json
 import statistics
 import sys
@@ -23,6 +28,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 TIME_KEYS = ("data_wait_s", "compute_s", "epoch_s")
+VAL_PREFIX = "val_rel_l2/"
+COEFFICIENTS = ("cd", "cl")
 
 
 def read_epochs(run_dir: Path) -> list[dict[str, Any]]:
@@ -74,35 +81,138 @@ def format_table(cached: dict[str, float], uncached: dict[str, float], ratios: d
     return "\n".join(lines)
 
 
-def plot(cached: list[dict[str, Any]], uncached: list[dict[str, Any]], path: Path) -> None:
-    """Left: training (and validation) loss per epoch; right: each epoch's data wait and compute."""
-    figure, (losses, times) = plt.subplots(1, 2, figsize=(12, 4.5))
+def validation_errors(records: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per validation variable (``surface/pMeanTrim``, ...), its relative L2 error at each epoch."""
+    names = [key for key in records[-1] if key.startswith(VAL_PREFIX)]
+    return {key.removeprefix(VAL_PREFIX): [r.get(key, float("nan")) for r in records] for key in names}
+
+
+def format_validation(records: list[dict[str, Any]], errors: dict[str, list[float]]) -> str:
+    """Validation relative L2 per epoch, one row an epoch, one column a variable."""
+    names = {n: n.split("/")[-1] for n in errors}
+    header = f"{'epoch':>6}{'lr':>10}{'train loss':>12}" + "".join(f"{s:>{len(s) + 2}}" for s in names.values())
+    lines = [header, "-" * len(header)]
+    for i, record in enumerate(records):
+        lines.append(f"{record['epoch']:>6d}{record['lr']:>10.2e}{record['train_loss']:>12.5f}"
+                     + "".join(f"{errors[n][i]:>{len(s) + 2}.4f}" for n, s in names.items()))
+    return "\n".join(lines)
+
+
+def read_predictions(path: Path) -> list[dict[str, Any]]:
+    """predict.py's table: per run, predicted and true coefficients and the area-weighted relative
+    L2 error of each surface variable (its ``rel_l2_area_<name>`` columns)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no predictions table; run predict.py first")
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows:
+        raise ValueError(f"{path}: no predicted run")
+    missing = [f"{c}_{kind}" for c in COEFFICIENTS for kind in ("pred", "true") if f"{c}_{kind}" not in rows[0]]
+    if missing:
+        raise ValueError(f"{path}: columns {missing} missing; is it predict.py's predictions.csv?")
+    return rows
+
+
+def prediction_summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per run: predicted, true and the error in % of each coefficient, and each field's error."""
+    summary = []
+    for row in rows:
+        entry: dict[str, Any] = {"run": row["run"]}
+        for c in COEFFICIENTS:
+            predicted, true = float(row[f"{c}_pred"]), float(row[f"{c}_true"])
+            entry[c] = {"pred": predicted, "true": true, "error_pct": 100.0 * (predicted - true) / abs(true)}
+        entry["rel_l2_area"] = {key.removeprefix("rel_l2_area_"): float(value) for key, value in row.items()
+                                if key.startswith("rel_l2_area_") and value not in ("", None)}
+        summary.append(entry)
+    return summary
+
+
+def format_predictions(summary: list[dict[str, Any]]) -> str:
+    """The held-out runs: Cd and Cl predicted against true, and the area-weighted field errors."""
+    fields = list(summary[0]["rel_l2_area"])
+    header = (f"{'run':<10}" + "".join(f"{c + ' pred':>10}{c + ' true':>10}{'err %':>8}" for c in COEFFICIENTS)
+              + "".join(f"{'L2 ' + f:>{len(f) + 5}}" for f in fields))
+    lines = [header, "-" * len(header)]
+    for entry in summary:
+        lines.append(f"{entry['run']:<10}"
+                     + "".join(f"{entry[c]['pred']:>10.4f}{entry[c]['true']:>10.4f}{entry[c]['error_pct']:>+8.1f}"
+                               for c in COEFFICIENTS)
+                     + "".join(f"{entry['rel_l2_area'][f]:>{len(f) + 5}.4f}" for f in fields))
+    return "\n".join(lines)
+
+
+def plot(cached: list[dict[str, Any]], uncached: list[dict[str, Any]], predictions: list[dict[str, Any]] | None,
+         path: Path) -> None:
+    """Loss per epoch; validation error per epoch; predicted against true Cd and Cl of the
+    held-out runs; each epoch's data wait and compute."""
+    figure, axes = plt.subplots(2, 2, figsize=(12, 9))
+    _plot_losses(axes[0, 0], cached, uncached)
+    _plot_validation(axes[0, 1], cached)
+    _plot_coefficients(axes[1, 0], predictions)
+    _plot_times(axes[1, 1], cached, uncached)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _plot_losses(axis, cached: list[dict[str, Any]], uncached: list[dict[str, Any]]) -> None:
     for name, records, marker in (("cached", cached, "o"), ("uncached", uncached, "s")):
         epochs = [r["epoch"] for r in records]
-        losses.plot(epochs, [r["train_loss"] for r in records], marker=marker, label=f"{name} train")
+        axis.plot(epochs, [r["train_loss"] for r in records], marker=marker, label=f"{name} train")
         if all("val_loss" in r for r in records):
-            losses.plot(epochs, [r["val_loss"] for r in records], marker=marker, linestyle="--", label=f"{name} validation")
-    losses.set_xticks(sorted({r["epoch"] for r in cached + uncached}))
-    losses.set(xlabel="epoch", ylabel="loss (MSE, scaled targets)", title="Loss")
-    losses.legend()
+            axis.plot(epochs, [r["val_loss"] for r in records], marker=marker, linestyle="--", label=f"{name} validation")
+    axis.set_yscale("log")
+    axis.set(xlabel="epoch", ylabel="loss (MSE, scaled targets)", title="Loss")
+    axis.legend()
+
+
+def _plot_validation(axis, records: list[dict[str, Any]]) -> None:
+    epochs = [r["epoch"] for r in records]
+    for name, values in validation_errors(records).items():
+        axis.plot(epochs, values, marker=".", label=name.split("/")[-1])
+    axis.set_yscale("log")
+    axis.set(xlabel="epoch", ylabel="relative L2", title="Validation error (cached run)")
+    axis.legend(fontsize=8)
+
+
+def _plot_coefficients(axis, predictions: list[dict[str, Any]] | None) -> None:
+    if not predictions:
+        axis.set_axis_off()
+        axis.text(0.5, 0.5, "no predictions given", ha="center")
+        return
+    values = []
+    for c, marker in zip(COEFFICIENTS, ("o", "s")):
+        true = [e[c]["true"] for e in predictions]
+        predicted = [e[c]["pred"] for e in predictions]
+        axis.scatter(true, predicted, marker=marker, label=c.capitalize())
+        for entry, x, y in zip(predictions, true, predicted):
+            axis.annotate(entry["run"], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        values += true + predicted
+    low, high = min(values), max(values)
+    pad = 0.05 * (high - low or 1.0)
+    axis.plot([low - pad, high + pad], [low - pad, high + pad], color="grey", linewidth=1, label="y = x")
+    axis.set(xlabel="true (integrated from the run's fields)", ylabel="predicted",
+             title="Held-out runs: drag and lift coefficients")
+    axis.legend()
+
+
+def _plot_times(axis, cached: list[dict[str, Any]], uncached: list[dict[str, Any]]) -> None:
     labels = [f"cached {r['epoch']}" for r in cached] + [f"uncached {r['epoch']}" for r in uncached]
     records = cached + uncached
     wait = [r["data_wait_s"] for r in records]
     compute = [r["compute_s"] for r in records]
-    times.bar(labels, wait, label="waiting for data")
-    times.bar(labels, compute, bottom=wait, label="computing")
-    times.set(ylabel="seconds per epoch", title="Epoch time")
-    times.tick_params(axis="x", rotation=45)
-    times.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    axis.bar(labels, wait, label="waiting for data")
+    axis.bar(labels, compute, bottom=wait, label="computing")
+    axis.set(ylabel="seconds per epoch", title="Epoch time")
+    axis.tick_params(axis="x", rotation=60, labelsize=7)
+    axis.legend()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cached", type=Path, required=True, help="output_dir of the run on the cache")
     parser.add_argument("--uncached", type=Path, required=True, help="output_dir of the run on the datapipe")
+    parser.add_argument("--predictions", type=Path, help="predict.py's predictions.csv of the held-out runs")
     parser.add_argument("--out", type=Path, required=True, help="writes OUT.png and OUT.json")
     return parser.parse_args(argv)
 
@@ -110,9 +220,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     cached_records, uncached_records = read_epochs(args.cached), read_epochs(args.uncached)
+    predictions = prediction_summary(read_predictions(args.predictions)) if args.predictions else None
+    print(f"Validation error per epoch ({args.cached}): relative L2 on the validation draws")
+    print(format_validation(cached_records, validation_errors(cached_records)))
+    if predictions:
+        print(f"\nHeld-out runs ({args.predictions}): coefficients predicted against integrated from the true "
+              "fields; field errors relative L2, area-weighted over the whole surface")
+        print(format_predictions(predictions))
     cached, uncached = summarize(cached_records), summarize(uncached_records)
     ratios = comparison(cached, uncached)
-    print(f"Epoch time, cached ({args.cached}) against uncached ({args.uncached}); medians over epochs")
+    print(f"\nEpoch time, cached ({args.cached}) against uncached ({args.uncached}); medians over epochs")
     print(format_table(cached, uncached, ratios))
     print(
         f"epoch 1 training loss: cached {cached_records[0]['train_loss']:.6g}, uncached "
@@ -122,9 +239,11 @@ def main(argv: list[str] | None = None) -> None:
     report = {
         "cached": cached, "uncached": uncached, "uncached_over_cached": ratios,
         "first_epoch_train_loss": {"cached": cached_records[0]["train_loss"], "uncached": uncached_records[0]["train_loss"]},
+        "validation_rel_l2_per_epoch": validation_errors(cached_records),
+        "held_out": predictions,
     }
     args.out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    plot(cached_records, uncached_records, args.out.with_suffix(".png"))
+    plot(cached_records, uncached_records, predictions, args.out.with_suffix(".png"))
     print(f"wrote {args.out.with_suffix('.png')} and {args.out.with_suffix('.json')}")
 
 
