@@ -307,7 +307,7 @@ def cached_against_uncached(work: Path, overrides: list[str], main: dict, cap_s:
                                         "train.val_num_workers=0",
                                         f"sampling.scaling_factors={work / 'cache' / 'scaling_factors.json'}"], stop)
     cached_hit, uncached_hit = first_reaching(main, target), first_reaching(uncached, target)
-    return {
+    report = {
         "target_val_loss": target, "cap_s": cap,
         "cached": {"reached_s": cached_hit["at_s"], "epoch": cached_hit["epoch"], "wall_s": main["wall_s"],
                    "epochs_s_to_reach": epochs_seconds(main, cached_hit["epoch"])},
@@ -316,9 +316,16 @@ def cached_against_uncached(work: Path, overrides: list[str], main: dict, cap_s:
                      "epochs_s_to_reach": None if uncached_hit is None else epochs_seconds(uncached, uncached_hit["epoch"]),
                      "epochs_run": len(uncached["epochs"]), "wall_s": uncached["wall_s"],
                      "last_val_loss": uncached["epochs"][-1]["val_loss"] if uncached["epochs"] else None,
+                     "best_val_loss": min((r["val_loss"] for r in uncached["epochs"]), default=None),
                      "ended": ("reached the target" if uncached_hit is not None else
                                "cut at the time cap" if uncached["stopped"] else "ran all epochs without reaching it")},
     }
+    best = report["uncached"]["best_val_loss"]
+    if uncached_hit is None and best is not None:  # compare at the loss the uncached run did reach
+        hit = first_reaching(main, best)
+        report["cached"]["reached_uncached_best_s"] = None if hit is None else hit["at_s"]
+        report["uncached"]["reached_best_s"] = next(r["at_s"] for r in uncached["epochs"] if r["val_loss"] == best)
+    return report
 
 
 def epochs_seconds(result: dict, epoch: int) -> float:
@@ -407,6 +414,13 @@ def per_run_table(rows: list[dict], guesses: dict[str, dict]) -> str:
 
 def timing_text(timing: dict) -> str:
     c, u = timing["cached"], timing["uncached"]
+    if u["reached_s"] is None and c.get("reached_uncached_best_s") is not None:
+        return (f"time to the cached run's final validation loss {timing['target_val_loss']:.5f}: cached "
+                f"{c['reached_s']:.0f} s (epoch {c['epoch']}); the uncached run {u['ended']} after "
+                f"{u['epochs_run']} epochs, {u['wall_s']:.0f} s (cap {timing['cap_s']:.0f} s), its best validation "
+                f"loss {u['best_val_loss']:.5f} at {u['reached_best_s']:.0f} s; the cached run reached that loss at "
+                f"{c['reached_uncached_best_s']:.0f} s: uncached / cached "
+                f"{u['reached_best_s'] / c['reached_uncached_best_s']:.2f}x (times from train.py's start)")
     reached = f"{u['reached_s']:.0f} s (epoch {u['epoch']})" if u["reached_s"] is not None else "not reached"
     ratio = f"; uncached / cached {u['reached_s'] / c['reached_s']:.2f}x" if u["reached_s"] else ""
     epochs = (f"; training epochs alone {c['epochs_s_to_reach']:.0f} s cached, {u['epochs_s_to_reach']:.0f} s uncached"

@@ -119,3 +119,32 @@ def test_the_learning_benchmark_runs_end_to_end_on_eight_openfoam_bodies(tmp_pat
     ab = report["sampling_ab"]["arms"]
     assert set(ab) == {"default", "exact"} and all(math.isfinite(v) for arm in ab.values() for v in arm["3"].values())
     assert (tmp_path / "out.png").stat().st_size > 10_000
+
+
+def _run(losses: list[float], every_s: float, stopped: bool = False) -> dict:
+    epochs = [{"epoch": e, "val_loss": v, "epoch_s": every_s - 1, "at_s": 5 + e * every_s}
+              for e, v in enumerate(losses, start=1)]
+    return {"wall_s": epochs[-1]["at_s"] + 1, "stopped": stopped, "epochs": epochs}
+
+
+def test_an_uncached_run_cut_at_the_cap_is_compared_at_the_loss_it_reached(monkeypatch, tmp_path):
+    benchmark = import_benchmark("benchmark_learning")
+    cached = _run([0.5, 0.3, 0.2, 0.1], every_s=10)
+    asked = {}
+
+    def fake_train(work, name, overrides, stop):
+        asked["overrides"], asked["stop"] = overrides, stop
+        return _run([0.5, 0.3], every_s=40, stopped=True)
+
+    monkeypatch.setattr(benchmark, "train", fake_train)
+    timing = benchmark.cached_against_uncached(tmp_path, ["seed=1"], cached, cap_s=None)
+    assert "cache.enabled=false" in asked["overrides"] and timing["cap_s"] == 2 * cached["wall_s"]
+    assert timing["cached"] == {"reached_s": 45, "epoch": 4, "wall_s": 46, "epochs_s_to_reach": 36,
+                                "reached_uncached_best_s": 25}
+    assert timing["uncached"]["ended"] == "cut at the time cap" and timing["uncached"]["reached_best_s"] == 85
+    assert "uncached / cached 3.40x" in benchmark.timing_text(timing)
+    stop = asked["stop"]
+    assert not stop([{"epoch": 1, "val_loss": 0.3}], 10.0)          # neither at the target nor at the cap
+    assert stop([{"epoch": 1, "val_loss": 0.3}], 93.0)              # past the cap
+    assert stop([{"epoch": 2, "val_loss": 0.1}], 10.0)              # reached the target
+    assert not stop([{"epoch": 4, "val_loss": 0.3}], 93.0)          # the last epoch: it ends by itself
