@@ -125,7 +125,8 @@ def run_attributes(run: Path) -> dict:
 
 def fitted_overrides(runs: list[Path], overrides: list[str], notes: list[str]) -> list[str]:
     """Geometry points no more than the fewest STL vertices (a draw takes them without
-    replacement); a note for each run whose surface leaves the surface bounding box."""
+    replacement); notes: a surface window that spans whole bodies, and each run whose surface
+    leaves the surface bounding box."""
     config = typed_config(overrides)
     attributes = {run.name: run_attributes(run) for run in runs}
     fewest = min(a["counts"]["stl_points"] for a in attributes.values())
@@ -134,6 +135,11 @@ def fitted_overrides(runs: list[Path], overrides: list[str], notes: list[str]) -
         added.append(f"sampling.geometry_points={fewest}")
         notes.append(f"sampling.geometry_points={fewest}: the fewest STL vertices of a run "
                      f"(the config's {config.sampling.geometry_points} would exceed them)")
+    window = config.sampling.surface_window_factor
+    cells = min(a["counts"]["surface_cells"] for a in attributes.values())
+    if window is not None and window * config.sampling.surface_points >= cells:
+        notes.append(f"the default law's surface window ({window} x {config.sampling.surface_points} rows) spans "
+                     f"every body's whole surface ({cells} cells or more): both sampling laws draw from all of it")
     box_min, box_max = (np.array(config.geometry.bounding_box_surface[k]) for k in ("min", "max"))
     for name, a in attributes.items():
         low, high = np.array(a["bounds"]["surface"])
