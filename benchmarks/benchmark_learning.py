@@ -199,16 +199,18 @@ def watch_training(command: list[str], out: Path, stop: Callable[[list[dict], fl
 
 def train(work: Path, name: str, overrides: list[str],
           stop: Callable[[list[dict], float], bool] = lambda records, seconds: False) -> dict:
-    """One training run into ``work/train/<name>`` (reused when a finished one is there)."""
+    """One training run into ``work/train/<name>`` (reused when a finished one of the same
+    command is there; its predictions go when it is trained again)."""
     out = work / "train" / name
     done = out / "benchmark_run.json"
-    if done.is_file():
+    command = ["train.py", f"--config-name={CONFIG_NAME}", *overrides, f"output_dir={out}"]
+    if done.is_file() and json.loads(done.read_text()).get("command") == command:
         print(f"reusing {out}", flush=True)
         return json.loads(done.read_text())
     shutil.rmtree(out, ignore_errors=True)
-    command = ["train.py", f"--config-name={CONFIG_NAME}", *overrides, f"output_dir={out}"]
+    shutil.rmtree(work / "predictions" / name, ignore_errors=True)
     print(f"$ python {shlex.join(command)}", flush=True)
-    result = watch_training(command, out, stop) | {"output_dir": str(out)}
+    result = watch_training(command, out, stop) | {"output_dir": str(out), "command": command}
     done.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -319,7 +321,8 @@ def cached_against_uncached(work: Path, overrides: list[str], main: dict, cap_s:
                    "epochs_s_to_reach": epochs_seconds(main, cached_hit["epoch"])},
         "uncached": {"reached_s": None if uncached_hit is None else uncached_hit["at_s"],
                      "epoch": None if uncached_hit is None else uncached_hit["epoch"],
-                     "epochs_s_to_reach": None if uncached_hit is None else epochs_seconds(uncached, uncached_hit["epoch"]),
+                     "epochs_s_to_reach": (None if uncached_hit is None else
+                                           epochs_seconds(uncached, uncached_hit["epoch"])),
                      "epochs_run": len(uncached["epochs"]), "wall_s": uncached["wall_s"],
                      "last_val_loss": uncached["epochs"][-1]["val_loss"] if uncached["epochs"] else None,
                      "best_val_loss": min((r["val_loss"] for r in uncached["epochs"]), default=None),
@@ -364,7 +367,7 @@ def ab_summary(arms: dict[str, dict[int, dict]], seeds: list[int]) -> dict:
         values = {arm: [arms[arm][s][measure] for s in seeds] for arm in arms}
         default_mean = statistics.fmean(values["default"])
         low, high = min(values["exact"]), max(values["exact"])
-        outside = 0.0 if low <= default_mean <= high else (default_mean - high if default_mean > high else default_mean - low)
+        outside = 0.0 if low <= default_mean <= high else default_mean - (high if default_mean > high else low)
         summary[measure] = {arm: {"mean": statistics.fmean(v), "sd": statistics.stdev(v) if len(v) > 1 else 0.0}
                             for arm, v in values.items()} | {"default_outside_exact_range_by": outside}
     return summary
@@ -402,7 +405,8 @@ def main_table(columns: dict[str, dict]) -> str:
 
 def per_run_table(rows: list[dict], guesses: dict[str, dict]) -> str:
     """Markdown: each held-out body's Cd and Cl, predicted, published and the baselines' guesses."""
-    head = ["run", "Cd pred", "Cd published", "err %", "Cd mean", *(["Cd nearest (run)"] if "nearest_body" in guesses else []),
+    nearest = ["Cd nearest (run)"] if "nearest_body" in guesses else []
+    head = ["run", "Cd pred", "Cd published", "err %", "Cd mean", *nearest,
             "Cl pred", "Cl published", "p rel. L2"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
@@ -441,7 +445,8 @@ def ab_table(ab: dict, seeds: list[int]) -> str:
     head = ["measure", *(f"seed {s}: default / exact" for s in seeds), "default mean ± sd", "exact mean ± sd",
             "default outside exact range by"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    labels = {"val_loss": "final validation loss", "p": "held-out pressure rel. L2", "cd_mae_percent": "Cd mean abs. error %"}
+    labels = {"val_loss": "final validation loss", "p": "held-out pressure rel. L2",
+              "cd_mae_percent": "Cd mean abs. error %"}
     for measure, label in labels.items():
         arms, summary = ab["arms"], ab["summary"][measure]
         cells = [f"{arms['default'][s][measure]:.4f} / {arms['exact'][s][measure]:.4f}" for s in seeds]
@@ -489,7 +494,8 @@ def representative_run(rows: list[dict]) -> str:
 def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", type=Path, required=True, help="the run_<i>/ folders (dataset=openfoam)")
-    parser.add_argument("--parameters", type=Path, help="the family's shape parameters (default: FAMILY/parameters.csv)")
+    parser.add_argument("--parameters", type=Path,
+                        help="the family's shape parameters (default: FAMILY/parameters.csv)")
     parser.add_argument("--work", type=Path, default=Path("outputs/learning"), help="processed runs, cache, training")
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2], help="the first trains the main run")
@@ -497,7 +503,8 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--split-seed", type=int, default=0)
     parser.add_argument("--skip-uncached", action="store_true", help="no cached-against-uncached timing")
     parser.add_argument("--skip-exact", action="store_true", help="no sampling-law A/B")
-    parser.add_argument("--uncached-cap-s", type=float, help="stop the uncached run here (default: 2 x the cached wall)")
+    parser.add_argument("--uncached-cap-s", type=float,
+                        help="stop the uncached run here (default: 2 x the cached wall)")
     parser.add_argument("--set", nargs="*", default=[], help="overrides for every stage (key=value)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
