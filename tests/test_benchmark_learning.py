@@ -93,6 +93,7 @@ def test_the_learning_benchmark_runs_end_to_end_on_eight_openfoam_bodies(tmp_pat
     family = eight_bodies(tmp_path / "family")
     tiny = [o for o in TINY if not o.startswith("train.device")] + ["model.parameter_model.base_layer=16"]
     benchmark.main(["--family", str(family), "--work", str(tmp_path / "work"), "--epochs", "1", "--seeds", "3",
+                    "--skip-exact",  # its runs are the main run's functions (test_the_sampling_ab_trains_...)
                     "--json", str(tmp_path / "out.json"), "--png", str(tmp_path / "out.png"), "--set", *tiny])
     out = capsys.readouterr().out
     report = json.loads((tmp_path / "out.json").read_text())
@@ -116,8 +117,7 @@ def test_the_learning_benchmark_runs_end_to_end_on_eight_openfoam_bodies(tmp_pat
     assert timing["uncached"]["ended"] in ("reached the target", "cut at the time cap",
                                            "ran all epochs without reaching it")
     assert math.isfinite(timing["cached"]["reached_s"]) and timing["cached"]["epoch"] == 1
-    ab = report["sampling_ab"]["arms"]
-    assert set(ab) == {"default", "exact"} and all(math.isfinite(v) for arm in ab.values() for v in arm["3"].values())
+    assert report["sampling_ab"] == {"skipped": "--skip-exact"} and "sampling A/B skipped (--skip-exact)" in out
     assert (tmp_path / "out.png").stat().st_size > 10_000
 
 
@@ -148,3 +148,27 @@ def test_an_uncached_run_cut_at_the_cap_is_compared_at_the_loss_it_reached(monke
     assert stop([{"epoch": 1, "val_loss": 0.3}], 93.0)              # past the cap
     assert stop([{"epoch": 2, "val_loss": 0.1}], 10.0)              # reached the target
     assert not stop([{"epoch": 4, "val_loss": 0.3}], 93.0)          # the last epoch: it ends by itself
+
+
+def test_the_sampling_ab_trains_each_arm_and_seed_once_and_reuses_the_main_run(monkeypatch, tmp_path):
+    benchmark = import_benchmark("benchmark_learning")
+    trained = []
+
+    def fake_train(work, name, overrides, stop=None):
+        trained.append((name, [o for o in overrides if o.startswith(("seed=", "sampling.exact"))]))
+        return _run([0.5, 0.1 if "exact" in name else 0.2], every_s=10)
+
+    rows = [{"run": "run_1", "cd_pred": 0.2, "cd_published": 0.25, "cl_pred": -0.1, "cl_published": -0.2,
+             "rel_l2_area_p": 0.3, "rel_l2_area_wx": 0.1, "rel_l2_area_wy": 0.1, "rel_l2_area_wz": 0.1},
+            {"run": "run_2", "cd_pred": 0.3, "cd_published": 0.25, "cl_pred": -0.3, "cl_published": -0.3,
+             "rel_l2_area_p": 0.5, "rel_l2_area_wx": 0.1, "rel_l2_area_wy": 0.1, "rel_l2_area_wz": 0.1}]
+    monkeypatch.setattr(benchmark, "train", fake_train)
+    monkeypatch.setattr(benchmark, "predict_held_out", lambda work, name, overrides: rows)
+    main = _run([0.5, 0.3], every_s=10)
+    ab = benchmark.sampling_ab(tmp_path, ["x=1"], [7, 8], main, {"p": 0.25, "cd_mae_percent": 9.0})
+    assert trained == [("exact_seed7", ["seed=7", "sampling.exact=true"]), ("default_seed8", ["seed=8"]),
+                       ("exact_seed8", ["seed=8", "sampling.exact=true"])]
+    assert ab["arms"]["default"][7] == {"val_loss": 0.3, "p": 0.25, "cd_mae_percent": 9.0}  # the main run's
+    assert ab["arms"]["exact"][8] == {"val_loss": 0.1, "p": pytest.approx(0.4), "cd_mae_percent": pytest.approx(20.0)}
+    assert ab["summary"]["val_loss"]["default_outside_exact_range_by"] == pytest.approx(0.15)
+    assert "| final validation loss | 0.3000 / 0.1000 | 0.2000 / 0.1000 |" in benchmark.ab_table(ab, [7, 8])
