@@ -188,5 +188,4 @@ def test_a_missing_bucket_is_named_in_one_line(s3_server):
     with pytest.raises(ObjectStoreError) as raised:
         list_runs("s3://no-such-bucket-7f3/processed")
     assert isinstance(raised.value, OSError)  # the entry points' one-line refusals
-    assert one_line(raised.value) == ("s3://no-such-bucket-7f3/processed: NoSuchBucket: "
-                                      "The specified bucket does not exist")
+    assert one_line(raised.value) == "s3://no-such-bucket-7f3/processed: not found (HTTP 404 NoSuchBucket)"
