@@ -213,6 +213,8 @@ from datapipe import CachedDoMINODataset
 cache, reference, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 kw = dict(model_type="combined", surface_points=256, volume_points=512, geometry_points=400, seed=0)
 ds, ref = CachedDoMINODataset(cache, **kw), CachedDoMINODataset(reference, **kw)
+ds.set_epoch(0); ds[0]
+print("open", flush=True)
 import time
 end, draws, mixed = time.time() + seconds, 0, 0
 while time.time() < end:
@@ -231,6 +233,7 @@ def scenario_reader_during_rebuild(processed: Path, cache: Path, work: Path, rng
     shutil.copytree(cache, target)
     reader = subprocess.Popen([sys.executable, "-c", READER, str(target), str(cache), "12"], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader.stdout.readline()  # the reader holds the old generation open before the rebuild starts
     time.sleep(rng.uniform(0.5, 3.0))
     rebuild = _python(*_stage("cache_data.py", processed, target, "cache.rebuild=true",
                               "geometry.permutation_seed=7"))
