@@ -20,7 +20,7 @@ and its checksums instead of building. ``process.parts=surface`` builds a cache 
 surface only (no volume read, no volume work; its factors are the surface's), for a surface model;
 ``process.parts=volume`` one without the surface rows; the manifest records the parts. Runs the
 quality checks reject (``data.quality``, from ``<processed_dir>/statistics.csv``;
-domino_pipeline/inputs/run_quality.py) are left out and named in the summary, as train.py leaves
+domino_pipeline/inputs/statistics/run_quality.py) are left out and named in the summary, as train.py leaves
 them out; ``data.quality.include=[run_37]`` takes one back, ``data.quality.enabled=false`` all.
 ``cache.num_processes`` runs are built at once, in a local
 pool or on a Dask cluster (``executor``); ``data.runs`` and ``data.shard`` choose the runs built,
@@ -49,8 +49,8 @@ from domino_pipeline.compute.settings import PreprocessSettings, settings_from_c
 from domino_pipeline.config import ExecutorConfig, PipelineConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.executors import LOCAL_POOL, run_tasks
-from domino_pipeline.inputs.run_quality import quality_selection
-from domino_pipeline.inputs.runs import (
+from domino_pipeline.inputs.statistics.run_quality import quality_selection
+from domino_pipeline.processed.runs import (
     DEFAULT_OPTIONS,
     ReadOptions,
     list_runs,
@@ -66,7 +66,8 @@ from domino_pipeline.store.build import (
     manifest_runs,
     write_scaling_factors,
 )
-from domino_pipeline.store.byte_source import ConflictError, is_url, join
+from domino_pipeline.byte_source import ConflictError
+from domino_pipeline.object_store import is_url, join
 from domino_pipeline.store.cache_format import CacheError
 from domino_pipeline.store.manifest import (
     MANIFEST,

@@ -23,7 +23,7 @@ from domino_pipeline.compute.sampling import sampling_law
 from domino_pipeline.compute.scaling import load_scaling_factors
 from domino_pipeline.compute.settings import settings_from_config
 from domino_pipeline.config import CacheConfig, DataConfig, PipelineConfig, load_config
-from domino_pipeline.inputs.runs import (
+from domino_pipeline.processed.runs import (
     list_runs,
     read_options_from_config,
     run_name,

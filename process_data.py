@@ -1,4 +1,4 @@
-"""Raw run folders -> one processed ``<run>.zarr`` per run (domino_pipeline/inputs/process_runs.py).
+"""Raw run folders -> one processed ``<run>.zarr`` per run (domino_pipeline/inputs/processing/process_runs.py).
 
 The dataset profile (``dataset=drivaerml|ahmedml|windsorml|...``, conf/dataset/) says where each run
 folder's files are and which field plays which role; fields are made dimensionless by role with
@@ -8,7 +8,7 @@ a bad run gets one line naming the file and the problem, and the command exits n
 run failed. ``data.runs`` and ``data.shard`` choose the runs (the jobs of an array split them). Each run's statistics are gathered while it is
 streamed (``process.statistics``) and the folder's table written as
 ``<processed_dir>/statistics.csv``, with the runs the quality checks would leave out of
-cache_data.py and train.py (``data.quality``; domino_pipeline/inputs/run_quality.py);
+cache_data.py and train.py (``data.quality``; domino_pipeline/inputs/statistics/run_quality.py);
 benchmarks/dataset_report.py plots it.
 
     python process_data.py data.raw_dir=/data/drivaerml data.processed_dir=/data/processed
@@ -24,16 +24,16 @@ from __future__ import annotations
 
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
-from domino_pipeline.inputs.process_options import ProcessOptions
-from domino_pipeline.inputs.process_runs import (  # noqa: F401 (the stage's functions, re-exported)
+from domino_pipeline.inputs.processing.process_options import ProcessOptions
+from domino_pipeline.inputs.processing.process_runs import (  # noqa: F401 (the stage's functions, re-exported)
     fetch_summary,
     process_all,
     process_run,
     settings_differences,
 )
-from domino_pipeline.inputs.raw_reading import RemoteAccess
-from domino_pipeline.inputs.remote_runs import is_remote
-from domino_pipeline.inputs.run_quality import quality_summary
+from domino_pipeline.inputs.sources.raw_reading import RemoteAccess
+from domino_pipeline.inputs.sources.remote_runs import is_remote
+from domino_pipeline.inputs.statistics.run_quality import quality_summary
 from domino_pipeline.object_store import is_url
 from domino_pipeline.run_report import summarize
 

@@ -36,8 +36,8 @@ from torch.utils.data import DistributedSampler
 from datapipe import dataset_from_config, parts_of, scaling_factors_path
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
-from domino_pipeline.inputs.run_quality import quality_selection
-from domino_pipeline.inputs.runs import list_runs, read_options_from_config, split_from_config
+from domino_pipeline.inputs.statistics.run_quality import quality_selection
+from domino_pipeline.processed.runs import list_runs, read_options_from_config, split_from_config
 from domino_pipeline.launch import launch_environment
 from domino_pipeline.object_store import name_of
 from domino_pipeline.training import distributed

@@ -1,5 +1,5 @@
 """The Blosc codec of processed runs: ratio and speed of zstd at levels 5, 3, 1 and lz4 (byte
-shuffle, 1 MiB chunks, as processed_run.py chunks its arrays) on the arrays of real solver
+shuffle, 1 MiB chunks, as run_layout.py chunks its arrays) on the arrays of real solver
 output (the committed OpenFOAM fixture, tests/data/openfoam, processed) and of a synthetic run
 (``--preset``), one core, medians of ``--repeats``.
 
@@ -28,8 +28,8 @@ def processed_arrays(run_dir: Path, *overrides: str) -> dict[str, np.ndarray]:
     """The processed arrays of one raw run, in memory (process_in_memory)."""
     from domino_pipeline.config import load_config
     from domino_pipeline.config_files import compose_files
-    from domino_pipeline.inputs.process_options import ProcessOptions
-    from domino_pipeline.inputs.process_runs import process_in_memory
+    from domino_pipeline.inputs.processing.process_options import ProcessOptions
+    from domino_pipeline.inputs.processing.process_runs import process_in_memory
 
     config = load_config(compose_files(ROOT / "conf", "config", list(overrides)))
     options = ProcessOptions.from_config(config.dataset, config.physics, config.process)

@@ -38,7 +38,7 @@ def _run_stage(stage: str, preset: str, work: Path, repeat: int, conn) -> None:
     import synthetic_data
     from domino_pipeline.config import load_config
     from domino_pipeline.config_files import compose_files
-    from domino_pipeline.inputs.process_options import ProcessOptions
+    from domino_pipeline.inputs.processing.process_options import ProcessOptions
 
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
@@ -94,7 +94,7 @@ def run_benchmark(preset: str, repeats: int, work: Path) -> dict:
 
 
 def _counts(work: Path) -> dict[str, int]:
-    from domino_pipeline.inputs.runs import open_run
+    from domino_pipeline.processed.runs import open_run
 
     return dict(open_run(work / "run_1_0.zarr").attrs["counts"])
 

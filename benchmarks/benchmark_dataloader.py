@@ -62,7 +62,7 @@ def ensure_processed(work: Path, preset: str, runs: int, *, volume_scale: int = 
 
 def process_options():
     """process_data.py's options from conf/config.yaml."""
-    from domino_pipeline.inputs.process_options import ProcessOptions
+    from domino_pipeline.inputs.processing.process_options import ProcessOptions
 
     config, _ = settings_for({"interp_res": (128, 64, 64)})
     return ProcessOptions.from_config(config.dataset, config.physics, config.process)
@@ -71,8 +71,8 @@ def process_options():
 def fewest_stl_points(processed: Path) -> int:
     """The smallest STL vertex count among the processed runs (a draw takes at most that many
     geometry points without replacement)."""
-    from domino_pipeline.inputs.runs import open_run
-    from domino_pipeline.inputs.runs import list_runs
+    from domino_pipeline.processed.runs import open_run
+    from domino_pipeline.processed.runs import list_runs
 
     return min(open_run(p).arrays["stl_coordinates"].shape[0] for p in list_runs(processed))
 
@@ -96,7 +96,7 @@ def ensure_cache(processed: Path, cache: Path, params: dict, *, fresh: bool) -> 
     import shutil
 
     from cache_data import build_cache
-    from domino_pipeline.inputs.runs import list_runs
+    from domino_pipeline.processed.runs import list_runs
     from domino_pipeline.store.build import manifest_runs
     from domino_pipeline.store.manifest import write_manifest
 
@@ -281,7 +281,7 @@ def in_fresh_process(name: str, *args) -> dict:
 def measure(preset: str, runs: int, work: Path, model_type: str, compare: bool, fresh: bool) -> dict:
     """All measurements for one preset; returns the JSON-able results."""
     from domino_pipeline.compute.scaling import compute_scaling_factors
-    from domino_pipeline.inputs.runs import list_runs
+    from domino_pipeline.processed.runs import list_runs
 
     params = dict(PRESETS[preset], model_type=model_type)
     processed = ensure_processed(work, preset, runs)

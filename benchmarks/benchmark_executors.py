@@ -48,7 +48,7 @@ def process(kind: str, raw: Path, out: Path, workers: int, hydra_dir: Path) -> d
 
 def differences(a: Path, b: Path) -> list[str]:
     """Runs of folder ``a`` whose arrays or attributes (write id aside) differ in ``b``."""
-    from domino_pipeline.inputs.runs import load_run, open_run
+    from domino_pipeline.processed.runs import load_run, open_run
 
     found = []
     for run in sorted(p.name for p in a.glob("*.zarr")):

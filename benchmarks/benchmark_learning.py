@@ -109,8 +109,8 @@ def typed_config(overrides: list[str]):
 
 def kept_runs(overrides: list[str]) -> list[Path]:
     """The processed runs train.py will split: those the quality checks keep (named when not)."""
-    from domino_pipeline.inputs.run_quality import quality_selection
-    from domino_pipeline.inputs.runs import list_runs
+    from domino_pipeline.inputs.statistics.run_quality import quality_selection
+    from domino_pipeline.processed.runs import list_runs
     config = typed_config(overrides)
     selection = quality_selection(list_runs(config.data.processed_dir), config.data, config.dataset)
     print(selection.summary(), flush=True)
@@ -119,7 +119,7 @@ def kept_runs(overrides: list[str]) -> list[Path]:
 
 def run_attributes(run: Path) -> dict:
     """A processed run's attributes (counts, bounds, published coefficients)."""
-    from domino_pipeline.inputs.runs import open_run
+    from domino_pipeline.processed.runs import open_run
     return dict(open_run(run).attrs)
 
 
@@ -151,7 +151,7 @@ def fitted_overrides(runs: list[Path], overrides: list[str], notes: list[str]) -
 
 def split_overrides(runs: list[Path], held_out: int, split_seed: int) -> tuple[list[str], dict[str, list[str]]]:
     """train.py's split holding exactly ``held_out`` of ``runs`` out: its overrides and the split."""
-    from domino_pipeline.inputs.runs import split_runs
+    from domino_pipeline.processed.runs import split_runs
     fraction = (held_out - 0.5) / len(runs)  # ceil(fraction * n) == held_out
     train, val = split_runs(runs, fraction, split_seed)
     names = {"train": [run_name(r) for r in train], "held_out": [run_name(r) for r in val]}

@@ -64,7 +64,7 @@ DRIVAERML = {"volume": 49_052_296_843, "boundary": 659_606_189, "stl": 142_346_7
 def _options():
     from domino_pipeline.config import load_config
     from domino_pipeline.config_files import compose_files
-    from domino_pipeline.inputs.process_options import ProcessOptions
+    from domino_pipeline.inputs.processing.process_options import ProcessOptions
 
     config = load_config(compose_files(ROOT / "conf", "config", []))
     return ProcessOptions.from_config(config.dataset, config.physics, config.process)
@@ -76,9 +76,9 @@ def _options():
 def child_process(raw: str, out: str, anonymous: bool) -> dict:
     """process_all of one run from ``raw`` (a folder or an s3:// URL) into ``out``: seconds,
     bytes fetched, the files' bytes and the seconds the block readers spent decoding arrays."""
-    from domino_pipeline.inputs import vtk_array_data, vtk_xml_stream
-    from domino_pipeline.inputs.process_runs import process_all
-    from domino_pipeline.inputs.raw_reading import RemoteAccess
+    from domino_pipeline.inputs.vtk import array_data as vtk_array_data, xml_stream as vtk_xml_stream
+    from domino_pipeline.inputs.processing.process_runs import process_all
+    from domino_pipeline.inputs.sources.raw_reading import RemoteAccess
 
     decoding = [0.0]
     original = vtk_xml_stream.VtkXmlFile.read
@@ -106,11 +106,11 @@ def child_floor(run_dir: str) -> dict:
     import base64
     import zlib
 
-    from domino_pipeline.inputs.mesh_rows import SurfaceRows
-    from domino_pipeline.inputs.vtk_reader import read_stl_triangles
-    from domino_pipeline.inputs.run_folder import run_files
-    from domino_pipeline.inputs.surface_stream import surface_arrays
-    from domino_pipeline.inputs.volume_stream import open_rows, volume_arrays
+    from domino_pipeline.inputs.meshes.mesh_rows import SurfaceRows
+    from domino_pipeline.inputs.meshes.vtk_reader import read_stl_triangles
+    from domino_pipeline.inputs.sources.run_folder import run_files
+    from domino_pipeline.inputs.meshes.surface_stream import surface_arrays
+    from domino_pipeline.inputs.meshes.volume_stream import open_rows, volume_arrays
 
     options = _options()
     files = run_files(Path(run_dir), options.dataset)

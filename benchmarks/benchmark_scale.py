@@ -90,8 +90,8 @@ def double_volume(processed: Path, out: Path) -> Path:
     import numpy as np
     import zarr
 
-    from domino_pipeline.inputs.processed_run import write_processed_run
-    from domino_pipeline.inputs.runs import load_run
+    from domino_pipeline.processed.run_layout import write_processed_run
+    from domino_pipeline.processed.runs import load_run
 
     if not (out / "run_1.zarr").is_dir():
         arrays = load_run(processed / "run_1.zarr")

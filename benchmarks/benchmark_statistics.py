@@ -1,4 +1,4 @@
-"""What gathering each run's statistics (domino_pipeline/inputs/run_statistics.py) adds to
+"""What gathering each run's statistics (domino_pipeline/inputs/statistics/run_statistics.py) adds to
 process_data.py's time: one run processed with ``process.statistics`` off and on, side by side.
 
     python benchmarks/benchmark_statistics.py --out outputs/bench_statistics            # a bench run
@@ -30,13 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import domino_pipeline.inputs.process_runs as process_runs  # noqa: E402
-import domino_pipeline.inputs.run_statistics as run_statistics  # noqa: E402
+import domino_pipeline.inputs.processing.process_runs as process_runs  # noqa: E402
+import domino_pipeline.inputs.statistics.run_statistics as run_statistics  # noqa: E402
 from domino_pipeline.config import load_config  # noqa: E402
 from domino_pipeline.config_files import compose_files  # noqa: E402
-from domino_pipeline.inputs.cell_quality import CellQuality  # noqa: E402
-from domino_pipeline.inputs.process_options import ProcessOptions  # noqa: E402
-from domino_pipeline.inputs.run_statistics import PartStatistics, RunStatistics  # noqa: E402
+from domino_pipeline.inputs.statistics.cell_quality import CellQuality  # noqa: E402
+from domino_pipeline.inputs.processing.process_options import ProcessOptions  # noqa: E402
+from domino_pipeline.inputs.statistics.run_statistics import PartStatistics, RunStatistics  # noqa: E402
 
 
 @contextmanager

@@ -27,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from domino_pipeline.inputs.cell_geometry import solid_faces  # noqa: E402
+from domino_pipeline.inputs.meshes.cell_geometry import solid_faces  # noqa: E402
 from synthetic.vtk_xml_writer import ArraySpec, Encoding, VtkBlockWriter  # noqa: E402
 
 
@@ -84,7 +84,7 @@ def peak_rss_mb() -> float:
 
 def read_centres(path: Path, rows: int) -> dict:
     """In this process: stream the cell centres; seconds, peak RSS and a checksum."""
-    from domino_pipeline.inputs.volume_stream import open_volume
+    from domino_pipeline.inputs.meshes.volume_stream import open_volume
 
     start = time.perf_counter()
     volume = open_volume(path, {"p": "scalar"}, "cells")

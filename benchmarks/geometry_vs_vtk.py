@@ -32,8 +32,8 @@ from vtkmodules.vtkCommonDataModel import vtkHexahedron
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from domino_pipeline.inputs.cell_geometry import CellBlock, cell_centres  # noqa: E402
-from domino_pipeline.inputs.cell_geometry import surface_geometry as openfoam_surface  # noqa: E402
+from domino_pipeline.inputs.meshes.cell_geometry import CellBlock, cell_centres  # noqa: E402
+from domino_pipeline.inputs.meshes.cell_geometry import surface_geometry as openfoam_surface  # noqa: E402
 
 
 def polygons(mesh: pv.PolyData) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,7 @@
 """The DoMINO data pipeline, one sub-package per stage of the data flow, in this order:
 
-- ``inputs``: DrivAerML VTK files and processed runs, read and written;
+- ``processed``: the processed-run format, its writer and its readers (curator forms too);
+- ``inputs``: raw runs (VTK files, local or remote) read into processed runs;
 - ``compute``: the per-run computation (Warp geometry, preprocessing, sampling, target scaling);
 - ``store``: the cache on disk (format, manifest, checked chunk reads, the build, and the
   staleness and validation checks, which import no Warp);

@@ -78,7 +78,7 @@ class CuratorLimitsConfig:
 @dataclass(frozen=True)
 class QualityConfig:
     """``data.quality:`` which processed runs cache_data.py and train.py leave out, from the
-    processed folder's statistics table (inputs/run_quality.py)."""
+    processed folder's statistics table (inputs/statistics/run_quality.py)."""
 
     enabled: bool                 # false: every run is used
     include: list[str]            # runs used even when rejected

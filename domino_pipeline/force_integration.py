@@ -1,6 +1,6 @@
 """How a data set states its flow and force conventions, and the force on a body from sums over its
 surface cells: what predict.py's reports (inference/forces.py, which adds moments and every
-coefficient) and the per-run statistics of process_data.py (inputs/run_statistics.py) share.
+coefficient) and the per-run statistics of process_data.py (inputs/statistics/run_statistics.py) share.
 
 The force the flow exerts on the car, summed over the surface cells i with area A_i:
 

@@ -1,5 +1,6 @@
-"""Locations on object storage: URLs, the one place object-store clients are made, and the
-small whole-object reads and listings that processed runs and caches both need.
+"""Locations on object storage: URLs, the one place object-store clients are made, the listings
+that processed runs and caches both need, and the one-line naming of a failed request (the
+reads themselves: byte_source.py).
 
 A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://``, ...).
 Clients are obstore stores made by ``make_store`` alone: credentials and endpoints come from
@@ -29,7 +30,6 @@ import atexit
 import os
 import re
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -270,44 +270,6 @@ def head(url: str) -> ObjectInfo | None:
     except FileNotFoundError:
         return None
     return ObjectInfo(meta["size"], meta.get("e_tag"), meta.get("last_modified"))
-
-
-def read_bytes(location: str | os.PathLike, start: int | None = None, length: int | None = None
-               ) -> bytes | None:
-    """The bytes of a file or object (``length`` of them from ``start``; ``start`` None and a
-    ``length``: the last ``length``); None when it is absent."""
-    if not is_url(location):
-        return _read_file(Path(location), start, length)
-    import obstore
-
-    store, key = bucket_and_key(str(location))
-    options = {}
-    if length is not None:
-        options = {"range": {"suffix": length} if start is None else (start, start + length)}
-    try:
-        with named_errors(str(location)):
-            return bytes(obstore.get(store, key, options=options).bytes())
-    except FileNotFoundError:
-        return None
-
-
-def read_in_order(locations: list[str], window: int = 8) -> Iterator[bytes | None]:
-    """``read_bytes`` of each location, in order, ``window`` fetched at once (the memory of
-    ``window`` objects at most)."""
-    with ThreadPoolExecutor(max_workers=window, thread_name_prefix="object-read") as pool:
-        for start in range(0, len(locations), window):
-            yield from pool.map(read_bytes, locations[start:start + window])
-
-
-def _read_file(path: Path, start: int | None, length: int | None) -> bytes | None:
-    try:
-        with open(path, "rb") as handle:
-            if length is not None:
-                size = os.fstat(handle.fileno()).st_size
-                handle.seek(max(size - length, 0) if start is None else start)
-            return handle.read(-1 if length is None else length)
-    except FileNotFoundError:
-        return None
 
 
 def exists(location: str | os.PathLike) -> bool:

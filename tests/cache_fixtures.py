@@ -10,7 +10,7 @@ import zarr
 
 from cache_data import build_cache
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.processed.runs import list_runs
 from domino_pipeline.store.build import manifest_runs, write_scaling_factors
 from domino_pipeline.store.cache_format import current_generation, layout_arrays, settings_arrays
 from domino_pipeline.store.manifest import write_manifest

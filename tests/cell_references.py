@@ -1,5 +1,5 @@
 """Reference face and cell geometry for the tests, one polygon or cell at a time in plain Python
-loops over float vertices, written apart from domino_pipeline.inputs.cell_geometry (which is
+loops over float vertices, written apart from domino_pipeline.inputs.meshes.cell_geometry (which is
 vectorised over blocks): OpenFOAM's face and cell definitions, Newell's vector area, the
 shoelace area and centroid of a planar polygon, and the centroid of a convex body by a Delaunay
 tetrahedralisation of its vertices."""

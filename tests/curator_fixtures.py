@@ -1,7 +1,7 @@
 """Runs written the way physicsnemo-curator's DoMINO ETL (and physicsnemo's older example) write
 them, from a run's arrays: the tests' stand-in for a user's curated data.
 
-What the writers copy from the curator (see docs in domino_pipeline/inputs/curator_run.py):
+What the writers copy from the curator (see docs in domino_pipeline/processed/curator_forms.py):
 every array float32 (``stl_faces`` too, flattened), chunks of about 1 MiB (``_prepare_array``:
 262,144 rows in 1-D, 1 MiB / (4 x columns) rows in 2-D), Blosc zstd level 5 with byte shuffle,
 ``global_params_*`` uncompressed in one chunk; root attributes ``filename``, ``dataset_type``,

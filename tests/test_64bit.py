@@ -15,8 +15,8 @@ import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
 
 from domino_pipeline.compute.volume_order import VOLUME_BLOCK_ROWS, bucket_sizes, deal_block, labels_rng
-from domino_pipeline.inputs.processed_run import row_chunking
-from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
+from domino_pipeline.processed.run_layout import row_chunking
+from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
 from synthetic.vtk_xml_writer import ArraySpec as VtkArray
 from synthetic.vtk_xml_writer import Encoding, VtkBlockWriter
 from domino_pipeline.store.cache_format import ARRAYS

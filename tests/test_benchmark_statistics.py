@@ -19,6 +19,6 @@ def test_the_statistics_benchmark_times_both_settings(tiny_raw_dir, tmp_path, ca
     assert all(0 < hooks < on for hooks, on in zip(result["seconds"]["hooks"], result["seconds"]["on"]))
     assert result["wall_ratio"] == result["median_on_s"] / result["median_off_s"]
     assert "on / off:" in capsys.readouterr().out
-    from domino_pipeline.inputs.runs import open_run
+    from domino_pipeline.processed.runs import open_run
     assert "statistics" in open_run(tmp_path / "processed" / "on.zarr").attrs
     assert "statistics" not in open_run(tmp_path / "processed" / "off.zarr").attrs

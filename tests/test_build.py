@@ -11,7 +11,7 @@ import pytest
 from cache_fixtures import generation, tiny_settings
 
 from domino_pipeline.compute.scaling import compute_scaling_factors, load_scaling_factors
-from domino_pipeline.inputs.runs import list_runs, source_fingerprint
+from domino_pipeline.processed.runs import list_runs, source_fingerprint
 from domino_pipeline.store.build import cache_run, manifest_runs, write_scaling_factors
 from domino_pipeline.store.cache_format import generations
 

@@ -23,7 +23,7 @@ from datapipe import CachedDoMINODataset
 from domino_pipeline.compute.preprocessing import preprocess_run
 from domino_pipeline.compute.scaling import run_statistics
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES
-from domino_pipeline.inputs.runs import list_runs, load_run, source_fingerprint
+from domino_pipeline.processed.runs import list_runs, load_run, source_fingerprint
 from domino_pipeline.store.cache_format import (
     ARRAYS,
     NEIGHBOR_FEATURE_ARRAYS,

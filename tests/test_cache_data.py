@@ -81,7 +81,7 @@ def assert_factors_are_train_pys(cache: Path, manifest: dict, processed: Path) -
     from conftest import DEFAULTS
 
     from domino_pipeline.compute.scaling import compute_scaling_factors
-    from domino_pipeline.inputs.runs import list_runs, split_from_config
+    from domino_pipeline.processed.runs import list_runs, split_from_config
 
     record = manifest["scaling_factors"]
     stored = (cache / record["path"]).read_bytes()
@@ -211,7 +211,7 @@ def curator_dir(tiny_processed_dir, tmp_path_factory) -> Path:
     keeps them too)."""
     from curator_fixtures import write_curator_npz, write_curator_zarr
 
-    from domino_pipeline.inputs.runs import load_run
+    from domino_pipeline.processed.runs import load_run
 
     out = tmp_path_factory.mktemp("curator")
     write_curator_zarr(out / "run_1.zarr", load_run(tiny_processed_dir / "run_1.zarr"))
@@ -253,7 +253,7 @@ def test_curator_output_builds_the_cache_of_the_processed_runs(curator_dir, tiny
 def test_rewriting_a_curator_run_makes_its_cache_run_stale(curator_dir, tiny_processed_dir, tmp_path):
     from curator_fixtures import write_curator_zarr
 
-    from domino_pipeline.inputs.runs import load_run
+    from domino_pipeline.processed.runs import load_run
 
     curated = tmp_path / "curated"
     shutil.copytree(curator_dir, curated)

@@ -10,8 +10,8 @@ import pytest
 from cell_references import convex_centroid, newell, openfoam_cell, openfoam_face, shoelace
 from scipy.spatial.transform import Rotation
 
-import domino_pipeline.inputs.cell_geometry as cell_geometry
-from domino_pipeline.inputs.cell_geometry import (
+import domino_pipeline.inputs.meshes.cell_geometry as cell_geometry
+from domino_pipeline.inputs.meshes.cell_geometry import (
     SOLID,
     CellBlock,
     CellGeometryError,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from domino_pipeline.inputs.cell_geometry import surface_geometry
-from domino_pipeline.inputs.cell_quality import CellQuality, polygon_quality
+from domino_pipeline.inputs.meshes.cell_geometry import surface_geometry
+from domino_pipeline.inputs.statistics.cell_quality import CellQuality, polygon_quality
 
 
 def _quality(points: np.ndarray, polygons: list[list[int]]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from domino_pipeline.inputs.column_moments import ColumnMoments
+from domino_pipeline.inputs.statistics.column_moments import ColumnMoments
 
 
 def _streamed(rows: np.ndarray, sizes: list[int]) -> ColumnMoments:

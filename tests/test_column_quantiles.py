@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from domino_pipeline.inputs.column_quantiles import ColumnQuantiles, row_keys
+from domino_pipeline.inputs.statistics.column_quantiles import ColumnQuantiles, row_keys
 
 
 def _fed(rows: np.ndarray, block: int, size: int) -> ColumnQuantiles:

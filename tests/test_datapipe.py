@@ -40,7 +40,7 @@ from domino_pipeline.compute.scaling import (
     save_scaling_factors,
 )
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, NEIGHBOR_LAYOUTS
-from domino_pipeline.inputs.processed_run import ProcessedRunError
+from domino_pipeline.processed.run_layout import ProcessedRunError
 from domino_pipeline.store import cache_format
 from domino_pipeline.store.cache_format import layout_arrays
 from domino_pipeline.store.chunk_reader import CHECKSUM_BYTES
@@ -57,7 +57,7 @@ COMMON_KEYS = {"geometry_coordinates", "surf_grid", "sdf_surf_grid", "global_par
 
 @pytest.fixture(scope="module")
 def factors(tiny_processed_dir):
-    from domino_pipeline.inputs.runs import list_runs
+    from domino_pipeline.processed.runs import list_runs
     return compute_scaling_factors(list_runs(tiny_processed_dir))
 
 

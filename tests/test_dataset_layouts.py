@@ -17,16 +17,16 @@ import pyvista as pv
 from conftest import typed_config
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
-import domino_pipeline.inputs.surface_stream as surface_stream
+import domino_pipeline.inputs.meshes.surface_stream as surface_stream
 from domino_pipeline.inference.forces import ForceSettings
 from domino_pipeline.inference.predict_runs import RunPrediction, coefficient_columns, run_record
 from domino_pipeline.inference.run_inputs import Physics, load_raw_run
-from domino_pipeline.inputs.mesh_rows import field_columns
-from domino_pipeline.inputs.run_errors import RunError
-from domino_pipeline.inputs.mesh_stream import WholeFileFallback
-from domino_pipeline.inputs.process_options import ProcessOptions
-from domino_pipeline.inputs.runs import load_run, open_run
-from domino_pipeline.inputs.published_forces import read_published
+from domino_pipeline.inputs.meshes.mesh_rows import field_columns
+from domino_pipeline.inputs.meshes.run_errors import RunError
+from domino_pipeline.inputs.meshes.mesh_stream import WholeFileFallback
+from domino_pipeline.inputs.processing.process_options import ProcessOptions
+from domino_pipeline.processed.runs import load_run, open_run
+from domino_pipeline.inputs.processing.published_forces import read_published
 from process_data import process_run
 from synthetic_data import join_pieces
 

@@ -18,7 +18,7 @@ from conftest import typed_config, yaml_config
 from test_predict import COMBINED
 from test_train import TINY, run
 
-from domino_pipeline.inputs.runs import load_run, open_run
+from domino_pipeline.processed.runs import load_run, open_run
 
 PYTHON = sys.executable
 CASES = [("drivaerml", "surface"), ("ahmedml", "combined"), ("windsorml", "surface")]

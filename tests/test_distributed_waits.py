@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 from cache_fixtures import OVERRIDES, build_tiny_cache, tiny_settings
 
 from domino_pipeline.compute.scaling import compute_scaling_factors, load_scaling_factors
-from domino_pipeline.inputs.runs import DEFAULT_OPTIONS, list_runs
+from domino_pipeline.processed.runs import DEFAULT_OPTIONS, list_runs
 from domino_pipeline.store.manifest import read_manifest
 from domino_pipeline.training import distributed, scaling_factors
 

@@ -24,7 +24,7 @@ from domino_pipeline.inference.forces import (
 )
 from domino_pipeline.inference.predict_runs import RunPrediction, coefficient_columns, run_record
 from domino_pipeline.inference.run_inputs import Physics, load_processed, load_raw_run
-from domino_pipeline.inputs.published_forces import (
+from domino_pipeline.inputs.processing.published_forces import (
     Published,
     References,
     read_first_row,

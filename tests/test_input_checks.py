@@ -17,8 +17,8 @@ from cache_fixtures import tiny_settings
 from conftest import PROCESS_OPTIONS, import_benchmark, parametrize_tiered
 
 from domino_pipeline.compute.rows import prepare_rows
-from domino_pipeline.inputs.processed_run import ProcessedRunError
-from domino_pipeline.inputs.runs import load_run
+from domino_pipeline.processed.run_layout import ProcessedRunError
+from domino_pipeline.processed.runs import load_run
 from domino_pipeline.store.build import cache_run
 from domino_pipeline.run_report import summarize
 from process_data import process_all
@@ -100,8 +100,8 @@ def test_a_deleted_chunk_of_a_processed_run_is_named_not_read_as_zeros(tiny_raw_
 def test_a_deleted_chunk_of_a_curator_run_is_named_unless_allowed(tiny_processed_dir, tmp_path, zarr_format):
     from curator_fixtures import write_curator_zarr
 
-    from domino_pipeline.inputs.runs import load_run
-    from domino_pipeline.inputs.runs import ReadOptions
+    from domino_pipeline.processed.runs import load_run
+    from domino_pipeline.processed.runs import ReadOptions
 
     run = write_curator_zarr(tmp_path / "run_1.zarr", load_run(tiny_processed_dir / "run_1.zarr"),
                              zarr_format=zarr_format)
@@ -119,7 +119,7 @@ def test_a_deleted_chunk_of_a_curator_run_is_named_unless_allowed(tiny_processed
 
 
 def test_missing_chunks_reads_v2_keys_of_either_separator(tmp_path):
-    from domino_pipeline.inputs.chunk_completeness import missing_chunks
+    from domino_pipeline.processed.chunk_completeness import missing_chunks
 
     for separator in (".", "/"):
         path = tmp_path / f"sep{separator == '/'}.zarr"

@@ -19,7 +19,7 @@ WATCHED = ("torch", "zarr", *HEAVY)
 PACKAGE = Path(__file__).resolve().parents[1] / "domino_pipeline"
 # The package docstring states this order; the package's modules outside these folders are the
 # ground floor (level 0), and domino_pipeline/__init__.py, the public face, may name any stage.
-STAGES = ("inputs", "compute", "store", "loading", "training", "inference")
+STAGES = ("processed", "inputs", "compute", "store", "loading", "training", "inference")
 
 
 def _module_name(path: Path) -> str:
@@ -113,7 +113,7 @@ READING = [
     "import domino_pipeline.store.validate, domino_pipeline.store.staleness",
     "import domino_pipeline.store.cache_format, domino_pipeline.store.chunk_reader, domino_pipeline.atomic_store",
     "import " + ", ".join(LOADING),
-    "import domino_pipeline.inputs.runs, domino_pipeline.compute.sampling, domino_pipeline.compute.scaling",
+    "import domino_pipeline.processed.runs, domino_pipeline.compute.sampling, domino_pipeline.compute.scaling",
 ]
 
 UNCACHED = "from datapipe import DoMINODataPipe"  # loads Warp: run last

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 import cache_data
 from datapipe import CachedDoMINODataset
-from domino_pipeline.inputs.runs import list_runs, stat_fingerprint
+from domino_pipeline.processed.runs import list_runs, stat_fingerprint
 from domino_pipeline.store import manifest as manifest_module
 from domino_pipeline.store.cache_format import CacheError, StaleCacheError
 from domino_pipeline.store.manifest import manifest_digest, read_manifest, write_manifest

@@ -19,10 +19,10 @@ from cache_fixtures import OVERRIDES, SAMPLES, tiny_settings
 from s3_server import FaultProxy
 from test_train import TINY
 
-from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.processed.runs import list_runs
 from domino_pipeline.loading.cached import CachedDoMINODataset
 from domino_pipeline.store.build import manifest_runs, write_scaling_factors
-from domino_pipeline.store.byte_source import Request, source_and_key
+from domino_pipeline.byte_source import Request, source_and_key
 from domino_pipeline.store.cache_format import layout_arrays
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import read_manifest, read_manifest_version, run_path, write_manifest

@@ -16,11 +16,12 @@ from cache_fixtures import SAMPLES, tiny_settings
 from curator_fixtures import write_curator_npz, write_curator_zarr
 from test_object_store_build import assert_same_as
 
-from domino_pipeline.inputs.processed_run import ARRAY_NAMES, ProcessedRunError
-from domino_pipeline.inputs.runs import list_runs, load_run, open_run, run_format, run_name
-from domino_pipeline.inputs.runs import source_fingerprint, stat_fingerprint
+from domino_pipeline.processed.run_layout import ARRAY_NAMES, ProcessedRunError
+from domino_pipeline.processed.runs import list_runs, load_run, open_run, run_format, run_name
+from domino_pipeline.processed.runs import source_fingerprint, stat_fingerprint
 from domino_pipeline.loading.cached import CachedDoMINODataset
-from domino_pipeline.object_store import bucket_and_key, is_url, read_bytes
+from domino_pipeline.byte_source import read_bytes
+from domino_pipeline.object_store import bucket_and_key, is_url
 from domino_pipeline.store.build import manifest_runs, write_scaling_factors
 from domino_pipeline.store.cache_format import StaleCacheError
 from domino_pipeline.store.manifest import write_manifest

@@ -29,12 +29,12 @@ from domino_pipeline.dataset_profile import COEFFICIENTS
 from domino_pipeline.inference.forces import ForceSettings
 from domino_pipeline.inference.predict_runs import RunPrediction, coefficient_columns, run_record
 from domino_pipeline.inference.run_inputs import Physics, load_processed, load_raw_run
-from domino_pipeline.inputs.run_errors import RunError
-from domino_pipeline.inputs.process_options import ProcessOptions
-from domino_pipeline.inputs.process_runs import process_all, process_run
-from domino_pipeline.inputs.runs import load_run
-from domino_pipeline.inputs.published_forces import read_published
-from domino_pipeline.inputs.run_folder import run_files
+from domino_pipeline.inputs.meshes.run_errors import RunError
+from domino_pipeline.inputs.processing.process_options import ProcessOptions
+from domino_pipeline.inputs.processing.process_runs import process_all, process_run
+from domino_pipeline.processed.runs import load_run
+from domino_pipeline.inputs.processing.published_forces import read_published
+from domino_pipeline.inputs.sources.run_folder import run_files
 
 FIXTURE = ROOT / "tests" / "data" / "openfoam"
 RUNS = ("run_1", "run_2")

@@ -16,14 +16,14 @@ from scipy.spatial import ConvexHull
 from test_cell_geometry import planar_cells
 from test_vtk_xml_stream import write
 
-import domino_pipeline.inputs.cell_geometry as cell_geometry
-import domino_pipeline.inputs.polyhedron_faces as polyhedron_faces
-import domino_pipeline.inputs.volume_stream as volume_stream
-from domino_pipeline.inputs.run_errors import RunError
-from domino_pipeline.inputs.vtk_reader import read_volume
-from domino_pipeline.inputs.polyhedron_faces import PolyhedronFaces
-from domino_pipeline.inputs.volume_stream import open_volume
-from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
+import domino_pipeline.inputs.meshes.cell_geometry as cell_geometry
+import domino_pipeline.inputs.meshes.polyhedron_faces as polyhedron_faces
+import domino_pipeline.inputs.meshes.volume_stream as volume_stream
+from domino_pipeline.inputs.meshes.run_errors import RunError
+from domino_pipeline.inputs.meshes.vtk_reader import read_volume
+from domino_pipeline.inputs.meshes.polyhedron_faces import PolyhedronFaces
+from domino_pipeline.inputs.meshes.volume_stream import open_volume
+from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
 from synthetic.vtk_xml_writer import ArraySpec, Encoding, VtkBlockWriter
 
 VARIABLES = {"p": "scalar"}

@@ -24,8 +24,8 @@ from domino_pipeline.compute.scaling import (
     save_scaling_factors,
 )
 from domino_pipeline.inference.forces import ForceConvention, force_coefficients
-from domino_pipeline.inputs.cell_geometry import polygon_vector_areas
-from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.inputs.meshes.cell_geometry import polygon_vector_areas
+from domino_pipeline.processed.runs import list_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 # the orientation of synthetic_data.py's DrivAerML runs: the profile's (OpenFOAM's, as published)
@@ -194,7 +194,7 @@ def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny
     from domino_pipeline.compute.settings import settings_from_config
     from domino_pipeline.config import load_config
     from domino_pipeline.inference.forces import ForceSettings
-    from domino_pipeline.inputs.published_forces import References
+    from domino_pipeline.inputs.processing.published_forces import References
     from domino_pipeline.inference.predict_runs import (
         predict_run,
         run_record,

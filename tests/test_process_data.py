@@ -20,10 +20,10 @@ from cell_references import openfoam_face, shoelace
 from conftest import PROCESS_OPTIONS, import_benchmark
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
-from domino_pipeline.inputs.run_errors import RunError
-from domino_pipeline.inputs.vtk_reader import read_stl, read_surface
-from domino_pipeline.inputs.runs import load_run, open_run
-from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.inputs.meshes.run_errors import RunError
+from domino_pipeline.inputs.meshes.vtk_reader import read_stl, read_surface
+from domino_pipeline.processed.runs import load_run, open_run
+from domino_pipeline.processed.runs import list_runs
 from process_data import process_all, process_run
 from synthetic_data import join_pieces
 
@@ -346,7 +346,7 @@ def test_an_unexpected_error_fails_only_that_run_and_keeps_its_traceback(tmp_pat
     def explode(run_dir, out_path, options, **kwargs):
         raise RuntimeError("vtkXMLReader: bad block\nmore detail")
 
-    from domino_pipeline.inputs import process_runs
+    from domino_pipeline.inputs.processing import process_runs
     from domino_pipeline.run_report import summarize
 
     monkeypatch.setattr(process_runs, "process_run", explode)
@@ -419,7 +419,7 @@ def test_zero_area_triangles_are_dropped_counted_and_leave_no_edge_warnings(tiny
     """Slivers with their third vertex on an existing edge hold no surface but make that edge
     non-manifold and two others open: dropped before the watertightness checks, counted, and
     the stored triangles, centres and areas are those of the clean STL."""
-    from domino_pipeline.inputs.vtk_reader import drop_zero_area, read_stl_triangles, stl_defects
+    from domino_pipeline.inputs.meshes.vtk_reader import drop_zero_area, read_stl_triangles, stl_defects
 
     run_dir = _copy_run(tiny_raw_dir, 1, tmp_path / "raw", 1)
     clean = read_stl(run_dir / "drivaer_1.stl")

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 from conftest import DEFAULTS, PROCESS_OPTIONS, typed_config
 
-from domino_pipeline.inputs.process_options import ProcessOptions
-from domino_pipeline.inputs.processed_run import arrays_for
+from domino_pipeline.inputs.processing.process_options import ProcessOptions
+from domino_pipeline.processed.run_layout import arrays_for
 
 
 def test_the_options_come_from_the_dataset_profile_and_the_physics_and_process_sections():

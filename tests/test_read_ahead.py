@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from domino_pipeline.inputs.read_ahead import ReadAhead
+from domino_pipeline.inputs.processing.read_ahead import ReadAhead
 
 
 def _counting(n: int, made: list[int], closed: threading.Event | None = None):
@@ -84,8 +84,8 @@ def test_processing_leaves_no_reader_thread_whether_the_run_is_written_or_fails(
     import shutil
 
     from conftest import typed_config
-    from domino_pipeline.inputs.process_options import ProcessOptions
-    from domino_pipeline.inputs.process_runs import process_all
+    from domino_pipeline.inputs.processing.process_options import ProcessOptions
+    from domino_pipeline.inputs.processing.process_runs import process_all
 
     config = typed_config()
     options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
@@ -103,7 +103,7 @@ def test_processing_leaves_no_reader_thread_whether_the_run_is_written_or_fails(
 
 
 def test_a_growing_staged_array_is_read_as_its_bytes_are_staged_and_names_the_error_that_ends_it(tmp_path: Path) -> None:
-    from domino_pipeline.inputs.array_staging import GrowingStagedArray
+    from domino_pipeline.inputs.sources.array_staging import GrowingStagedArray
 
     path = tmp_path / "array.bin"
     array = GrowingStagedArray(path, 8)

@@ -13,12 +13,12 @@ from conftest import DEFAULTS, PROCESS_OPTIONS
 from curator_fixtures import write_curator_npz, write_curator_zarr
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
-from domino_pipeline.inputs.array_statistics import statistics_of_run
-from domino_pipeline.inputs.cell_quality import polygon_quality
-from domino_pipeline.inputs.nondimensional import field_divisors
-from domino_pipeline.inputs.runs import load_run, open_run
-from domino_pipeline.inputs.published_forces import read_published
-from domino_pipeline.inputs.statistics_table import flatten
+from domino_pipeline.inputs.statistics.array_statistics import statistics_of_run
+from domino_pipeline.inputs.statistics.cell_quality import polygon_quality
+from domino_pipeline.inputs.processing.nondimensional import field_divisors
+from domino_pipeline.processed.runs import load_run, open_run
+from domino_pipeline.inputs.processing.published_forces import read_published
+from domino_pipeline.inputs.statistics.statistics_table import flatten
 from domino_pipeline.variables import column_names
 from process_data import process_run
 

@@ -11,7 +11,7 @@ import pytest
 from cache_fixtures import SAMPLES, generation, tiny_settings
 
 from datapipe import CachedDoMINODataset
-from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.processed.runs import list_runs
 from domino_pipeline.store.build import cache_run, manifest_runs
 from domino_pipeline.store.cache_format import ARRAYS, StaleCacheError, generations
 from domino_pipeline.store.cache_run import CacheRun

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from curator_fixtures import write_curator_npz, write_curator_zarr, write_legacy_npy
 
-from domino_pipeline.inputs.processed_run import ARRAY_NAMES, ProcessedRunError
-from domino_pipeline.inputs.runs import (
+from domino_pipeline.processed.run_layout import ARRAY_NAMES, ProcessedRunError
+from domino_pipeline.processed.runs import (
     NoRunsError,
     ReadOptions,
     list_runs,

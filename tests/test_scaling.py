@@ -21,7 +21,7 @@ from domino_pipeline.compute.scaling import (
     uniform_rows,
     unscale_fields,
 )
-from domino_pipeline.inputs.runs import list_runs, load_run
+from domino_pipeline.processed.runs import list_runs, load_run
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import shutil
 import pytest
 from cache_fixtures import generation, tiny_settings
 
-from domino_pipeline.inputs.runs import source_fingerprint, stat_fingerprint
+from domino_pipeline.processed.runs import source_fingerprint, stat_fingerprint
 from domino_pipeline.store.staleness import (
     check_scaling_factors,
     current_source,

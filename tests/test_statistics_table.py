@@ -12,11 +12,11 @@ import zarr
 from conftest import DEFAULTS
 from curator_fixtures import write_curator_npz
 
-import domino_pipeline.inputs.statistics_table as statistics_table
-from domino_pipeline.inputs.run_quality import judge
-from domino_pipeline.inputs.run_statistics import STATISTICS_VERSION
-from domino_pipeline.inputs.runs import DEFAULT_OPTIONS, load_run, open_run
-from domino_pipeline.inputs.statistics_table import (
+import domino_pipeline.inputs.statistics.statistics_table as statistics_table
+from domino_pipeline.inputs.statistics.run_quality import judge
+from domino_pipeline.inputs.statistics.run_statistics import STATISTICS_VERSION
+from domino_pipeline.processed.runs import DEFAULT_OPTIONS, load_run, open_run
+from domino_pipeline.inputs.statistics.statistics_table import (
     TABLE_NAME,
     flatten,
     read_statistics_table,

@@ -13,7 +13,7 @@ from conftest import import_benchmark
 
 from datapipe import CachedDoMINODataset
 from domino_pipeline.compute.volume_order import VOLUME_BLOCK_ROWS
-from domino_pipeline.inputs.runs import list_runs
+from domino_pipeline.processed.runs import list_runs
 from domino_pipeline.store import cache_format
 from domino_pipeline.store.cache_format import ArraySpec, CacheError
 from domino_pipeline.store.shard_index import ABSENT, ShardIndexError, check_index, check_shards

@@ -22,14 +22,15 @@ from curator_fixtures import write_curator_zarr
 from omegaconf import OmegaConf
 
 from domino_pipeline.compute.scaling import check_factors_match, compute_scaling_factors, scale_fields
-from domino_pipeline.inputs import concat_bytes, vtk_reader, surface_stream, volume_stream
-from domino_pipeline.inputs.process_runs import process_all, process_run
-from domino_pipeline.inputs.processed_run import (
+from domino_pipeline.inputs.meshes import surface_stream, volume_stream, vtk_reader
+from domino_pipeline.inputs.sources import concat_bytes
+from domino_pipeline.inputs.processing.process_runs import process_all, process_run
+from domino_pipeline.processed.run_layout import (
     ProcessedRunError,
     arrays_for,
     write_processed_run,
 )
-from domino_pipeline.inputs.runs import list_runs, load_run, open_run, require_parts, run_parts
+from domino_pipeline.processed.runs import list_runs, load_run, open_run, require_parts, run_parts
 from domino_pipeline.store.cache_format import CacheError, layout_arrays
 from domino_pipeline.store.manifest import manifest_scaling_factors, read_manifest
 from domino_pipeline.store.validate import validate_cache
@@ -176,7 +177,7 @@ def test_a_surface_only_cache_is_the_whole_cache_without_its_volume(surface_cach
 
 def test_a_surface_only_cache_of_whole_runs_reads_none_of_their_volume(tiny_processed_dir, surface_cache, tmp_path,
                                                                        monkeypatch) -> None:
-    from domino_pipeline.inputs import runs
+    from domino_pipeline.processed import runs
 
     def refuse(self, selection):
         raise AssertionError(f"read {self.name}")

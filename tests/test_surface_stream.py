@@ -19,16 +19,16 @@ from conftest import PROCESS_OPTIONS, parametrize_tiered
 from test_vtk_xml_stream import COMPRESSORS, HEADERS, MODES, write
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
-import domino_pipeline.inputs.surface_stream as surface_stream
-import domino_pipeline.inputs.volume_stream as volume_stream
-from domino_pipeline.inputs.mesh_rows import SURFACE_ARRAYS
-from domino_pipeline.inputs.run_errors import RunError
-from domino_pipeline.inputs.vtk_reader import read_stl, read_surface
-from domino_pipeline.inputs.mesh_stream import WholeFileFallback
-from domino_pipeline.inputs.nondimensional import car_length, field_divisors
-from domino_pipeline.inputs.runs import load_run, open_run
-from domino_pipeline.inputs.statistics_table import flatten
-from domino_pipeline.inputs.surface_stream import open_surface
+import domino_pipeline.inputs.meshes.surface_stream as surface_stream
+import domino_pipeline.inputs.meshes.volume_stream as volume_stream
+from domino_pipeline.inputs.meshes.mesh_rows import SURFACE_ARRAYS
+from domino_pipeline.inputs.meshes.run_errors import RunError
+from domino_pipeline.inputs.meshes.vtk_reader import read_stl, read_surface
+from domino_pipeline.inputs.meshes.mesh_stream import WholeFileFallback
+from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
+from domino_pipeline.processed.runs import load_run, open_run
+from domino_pipeline.inputs.statistics.statistics_table import flatten
+from domino_pipeline.inputs.meshes.surface_stream import open_surface
 from process_data import process_run
 from synthetic_data import join_pieces
 

@@ -18,8 +18,8 @@ from conftest import ROOT
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
 from domino_pipeline.dataset_profile import profile_from_file
-from domino_pipeline.inputs.concat_bytes import file_pieces
-from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
+from domino_pipeline.inputs.sources.concat_bytes import file_pieces
+from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
 from synthetic_data import GROUND_Z, STREAM_VELOCITY, VOLUME_BOX, generate_runs, join_pieces
 
 DATASETS = ("drivaerml", "ahmedml", "windsorml")

@@ -16,7 +16,7 @@ from conftest import DEFAULTS
 
 import synthetic_data
 from domino_pipeline.inference.forces import mesh_vector_areas
-from domino_pipeline.inputs.vtk_reader import read_surface
+from domino_pipeline.inputs.meshes.vtk_reader import read_surface
 from synthetic.defects import DEFECTS, inject_defects, parse_defects
 from synthetic.writers import join_pieces
 

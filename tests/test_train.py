@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from domino_pipeline.config import load_config
 from domino_pipeline.config_files import compose_files
-from domino_pipeline.inputs.runs import DEFAULT_OPTIONS, split_runs
+from domino_pipeline.processed.runs import DEFAULT_OPTIONS, split_runs
 from domino_pipeline.training import checkpointing
 from domino_pipeline.training.checkpoint_policy import check_same_model
 from domino_pipeline.training.domino_model import build_model, model_parameters, resolved_parameters

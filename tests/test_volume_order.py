@@ -14,7 +14,7 @@ from domino_pipeline.compute.preprocessing import (
 )
 from domino_pipeline.compute.rows import normalize
 from domino_pipeline.compute.volume_order import bucket_sizes, volume_order
-from domino_pipeline.inputs.runs import list_runs, load_run
+from domino_pipeline.processed.runs import list_runs, load_run
 
 
 def test_volume_order_is_a_permutation_of_the_kept_rows():

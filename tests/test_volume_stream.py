@@ -16,13 +16,13 @@ import pyvista as pv
 from conftest import PROCESS_OPTIONS, import_benchmark, parametrize_tiered
 from test_vtk_xml_stream import write
 
-from domino_pipeline.inputs.concat_bytes import piece_path
-from domino_pipeline.inputs.run_errors import RunError
-from domino_pipeline.inputs.vtk_reader import read_volume
-from domino_pipeline.inputs.nondimensional import car_length, field_divisors
-from domino_pipeline.inputs.runs import load_run, open_run
-from domino_pipeline.inputs.volume_stream import WholeFileFallback, open_volume
-from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
+from domino_pipeline.inputs.sources.concat_bytes import piece_path
+from domino_pipeline.inputs.meshes.run_errors import RunError
+from domino_pipeline.inputs.meshes.vtk_reader import read_volume
+from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
+from domino_pipeline.processed.runs import load_run, open_run
+from domino_pipeline.inputs.meshes.volume_stream import WholeFileFallback, open_volume
+from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
 from process_data import process_run
 from synthetic_data import join_pieces, split_into_pieces
 
@@ -67,7 +67,7 @@ def _expected_volume(run: Path, source: str) -> dict[str, np.ndarray]:
 
 
 def load_stl_points(run: Path) -> np.ndarray:
-    from domino_pipeline.inputs.vtk_reader import read_stl
+    from domino_pipeline.inputs.meshes.vtk_reader import read_stl
     return read_stl(run / "drivaer_1.stl")["stl_coordinates"]
 
 

@@ -12,7 +12,7 @@ import pyvista as pv
 from conftest import parametrize_tiered
 from test_vtk_xml_stream import vtk_read
 
-from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
+from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
 from synthetic.vtk_xml_writer import (
     COMPRESSORS,
     DATA_MODES,

@@ -17,7 +17,7 @@ import os
 import signal
 from pathlib import Path
 
-from domino_pipeline.inputs import process_runs
+from domino_pipeline.inputs.processing import process_runs
 
 _original_process_run = process_runs.process_run
 _original_scaled = process_runs._scaled

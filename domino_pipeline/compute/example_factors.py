@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from domino_pipeline.inputs.curator_run import NumpyOnlyUnpickler
+from domino_pipeline.processed.curator_forms import NumpyOnlyUnpickler
 
 PICKLE_MAGIC = b"\x80"  # every pickle of protocol 2 or later starts with the PROTO opcode
 EXAMPLE_CLASS = "ScalingFactors"

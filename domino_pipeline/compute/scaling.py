@@ -159,7 +159,7 @@ def compute_scaling_factors(
     ({"surface": [(name, kind), ...], "volume": ...}) are recorded, so that a dataset can refuse
     factors computed for other variables.
     """
-    from domino_pipeline.inputs.runs import run_name
+    from domino_pipeline.processed.runs import run_name
 
     _check_normalization(normalization)
     if not processed_paths:
@@ -174,7 +174,7 @@ def processed_run_statistics(path: str | os.PathLike, *, options=None,
                              max_volume_rows: int | None = MAX_VOLUME_ROWS) -> dict[str, dict]:
     """``run_statistics`` of one processed run (any form runs.py reads), streamed from disk:
     one run's share of ``compute_scaling_factors``, for ranks that compute it in parts."""
-    from domino_pipeline.inputs.runs import ReadOptions, open_run, run_parts
+    from domino_pipeline.processed.runs import ReadOptions, open_run, run_parts
 
     run = open_run(path, options or ReadOptions())
     return run_statistics(run.arrays, parts=run_parts(run), max_volume_rows=max_volume_rows, source=str(path))

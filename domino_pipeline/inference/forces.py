@@ -53,8 +53,8 @@ import numpy as np
 from domino_pipeline.config import ForcesConfig
 from domino_pipeline.dataset_profile import COEFFICIENTS, DatasetConfig
 from domino_pipeline.force_integration import ForceConvention, FreeStream, cell_arrays, coefficients_of_force, unit
-from domino_pipeline.inputs.cell_geometry import polygon_vector_areas
-from domino_pipeline.inputs.published_forces import Published, References, constant_references
+from domino_pipeline.inputs.meshes.cell_geometry import polygon_vector_areas
+from domino_pipeline.inputs.processing.published_forces import Published, References, constant_references
 from domino_pipeline.variables import VARIABLE_WIDTH
 
 

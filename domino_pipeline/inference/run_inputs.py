@@ -13,7 +13,7 @@ mesh the surface rows are the cells of (where predictions are written), and what
   (``dataset.coefficients``, ``dataset.references``) where the folder has them. The written VTP
   is the run's own surface (a surface VTU as the same PolyData), every array kept.
 - a processed run (``<run>.zarr``, a local folder or an ``s3://``, ``gs://``, ``az://`` URL, read
-  through inputs/runs.py): its cell centres and fields, and the published coefficients and
+  through processed/runs.py): its cell centres and fields, and the published coefficients and
   references its attributes recorded from the raw folder; it keeps no cell connectivity, so the
   written "mesh" is a point cloud with one vertex cell per surface cell.
 - an STL alone: its triangles are the surface cells (centres, areas, normals from the winding,
@@ -34,15 +34,15 @@ import pyvista as pv
 
 from domino_pipeline.inference.forces import mesh_vector_areas
 from domino_pipeline.dataset_profile import DatasetConfig
-from domino_pipeline.inputs.vtk_reader import read_mesh, read_stl
-from domino_pipeline.inputs.nondimensional import car_length, field_divisors
-from domino_pipeline.inputs.process_options import ProcessOptions
-from domino_pipeline.inputs.process_runs import process_in_memory
-from domino_pipeline.inputs.processed_run import ProcessedRunError, arrays_for
-from domino_pipeline.inputs.published_forces import Published
-from domino_pipeline.inputs.run_folder import run_files
-from domino_pipeline.inputs.runs import load_run as load_run_arrays
-from domino_pipeline.inputs.runs import open_run, require_parts, run_name
+from domino_pipeline.inputs.meshes.vtk_reader import read_mesh, read_stl
+from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
+from domino_pipeline.inputs.processing.process_options import ProcessOptions
+from domino_pipeline.inputs.processing.process_runs import process_in_memory
+from domino_pipeline.processed.run_layout import ProcessedRunError, arrays_for
+from domino_pipeline.inputs.processing.published_forces import Published
+from domino_pipeline.inputs.sources.run_folder import run_files
+from domino_pipeline.processed.runs import load_run as load_run_arrays
+from domino_pipeline.processed.runs import open_run, require_parts, run_name
 from domino_pipeline.object_store import as_location, is_url, join, name_of
 
 KINDS = ("raw", "processed", "stl")

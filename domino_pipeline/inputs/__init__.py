@@ -1,14 +1,16 @@
-"""Raw runs as their datasets publish them, read into processed runs, and the readers of processed
-runs (this project's and physicsnemo-curator's).
+"""Raw runs as their datasets publish them, read into processed runs (the format:
+``domino_pipeline.processed``), one sub-package per job:
 
-- finding a run's files: run_folder.py (local), remote_runs.py, remote_bytes.py, array_staging.py,
-  raw_reading.py, fetch_progress.py (object storage and the Hub), concat_bytes.py (volume pieces)
-- reading its meshes: vtk_xml_header.py, vtk_xml_tags.py, vtk_array_data.py, vtk_xml_stream.py,
-  mesh_stream.py (VTK XML by blocks), surface_stream.py, volume_stream.py, mesh_rows.py,
-  cell_geometry.py, polyhedron_faces.py (OpenFOAM's geometry), vtk_reader.py (whole files with
-  VTK), published_forces.py (coefficients and references), run_errors.py
-- processing: process_options.py, nondimensional.py, process_runs.py, processed_run.py
-- knowing the data: run_statistics.py, array_statistics.py, column_moments.py, cell_quality.py,
-  statistics_table.py, run_quality.py
-- reading processed runs: runs.py, curator_run.py, chunk_completeness.py
+- sources: where a run's files are and how their bytes are read: a local folder (run_folder.py,
+  concat_bytes.py for files in pieces), object storage and the Hub (remote_runs.py listing,
+  remote_bytes.py fetching, array_staging.py, fetch_progress.py), raw_reading.py choosing between
+- vtk: VTK XML files (VTU, VTP) read by rows: xml_tags.py, xml_header.py, array_data.py,
+  xml_stream.py
+- meshes: a run's meshes and their geometry: mesh_stream.py, surface_stream.py, volume_stream.py
+  (by blocks), vtk_reader.py (whole, with VTK), mesh_rows.py, cell_geometry.py,
+  polyhedron_faces.py (OpenFOAM's geometry), run_errors.py
+- statistics: knowing the data: run_statistics.py, array_statistics.py, column_moments.py,
+  column_quantiles.py, cell_quality.py, statistics_table.py, run_quality.py
+- processing: the stage's driver: process_runs.py, process_options.py, nondimensional.py,
+  published_forces.py (coefficients and references), read_ahead.py (blocks read ahead in a thread)
 """

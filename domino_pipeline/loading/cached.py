@@ -21,10 +21,11 @@ from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError, par
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_of, parts_of
 from domino_pipeline.config import parts_setting
-from domino_pipeline.inputs.runs import run_name
+from domino_pipeline.processed.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
 from domino_pipeline.loading.items import EpochDataset, build_item
-from domino_pipeline.store.byte_source import is_url, join, read_object
+from domino_pipeline.byte_source import read_bytes
+from domino_pipeline.object_store import is_url, join
 from domino_pipeline.store.cache_format import (
     CacheError,
     StaleCacheError,
@@ -51,7 +52,7 @@ class CachedDoMINODataset(EpochDataset):
     factors file (scaling.py's JSON) replaces them; None leaves the targets unscaled. Factors
     computed for other target variables are refused.
     ``sources``: run name -> the processed run's current stat fingerprint
-    (``inputs.runs.stat_fingerprint``: file names, sizes, modification and inode change times,
+    (``processed.runs.stat_fingerprint``: file names, sizes, modification and inode change times,
     inode numbers); a run whose processed run
     was written again since the manifest recorded it raises StaleCacheError naming it.
 

@@ -24,8 +24,8 @@ from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_
 from domino_pipeline.compute.sampling import Draw, SamplingLaw, TooFewPointsError
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import PreprocessSettings, parse_box
-from domino_pipeline.inputs.processed_run import arrays_for
-from domino_pipeline.inputs.runs import (
+from domino_pipeline.processed.run_layout import arrays_for
+from domino_pipeline.processed.runs import (
     DEFAULT_OPTIONS,
     ReadOptions,
     list_runs,

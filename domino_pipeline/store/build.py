@@ -1,4 +1,4 @@
-"""Building cache runs: one processed run (any accepted form, inputs/runs.py) through
+"""Building cache runs: one processed run (any accepted form, processed/runs.py) through
 ``preprocessing.plan_run`` into a new run generation (run_writer.py), one writer per run at a
 time; the manifest entries of the current runs; the scaling factors beside the cache.
 
@@ -26,8 +26,8 @@ from domino_pipeline.compute.scaling import (
 )
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.config import parts_setting
-from domino_pipeline.inputs.processed_run import arrays_for, check_values
-from domino_pipeline.inputs.runs import (
+from domino_pipeline.processed.run_layout import arrays_for, check_values
+from domino_pipeline.processed.runs import (
     DEFAULT_OPTIONS,
     NamedArray,
     ReadOptions,
@@ -38,7 +38,8 @@ from domino_pipeline.inputs.runs import (
     run_name,
 )
 from domino_pipeline.run_report import RunResult
-from domino_pipeline.store.byte_source import is_url, join, source_and_key
+from domino_pipeline.byte_source import source_and_key
+from domino_pipeline.object_store import is_url, join
 from domino_pipeline.store.cache_format import (
     current_generation,
     directory_bytes,

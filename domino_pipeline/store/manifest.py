@@ -22,14 +22,8 @@ from domino_pipeline.atomic_store import (
 )
 from domino_pipeline.compute.scaling import checked_scaling_factors
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.store.byte_source import (
-    is_url,
-    join,
-    name_of,
-    read_object,
-    read_versioned,
-    source_and_key,
-)
+from domino_pipeline.byte_source import read_bytes, read_versioned, source_and_key
+from domino_pipeline.object_store import is_url, join, name_of
 from domino_pipeline.store.cache_format import (
     FORMAT,
     FORMAT_VERSION,
@@ -177,7 +171,7 @@ def manifest_scaling_factors(cache_dir: str | os.PathLike, manifest: dict | None
                          "(it writes them), or pass scaling_factors (a file, or None for unscaled targets)")
     path = join(cache_dir, record["path"])
     try:
-        raw = read_object(path)
+        raw = read_bytes(path)
     except OSError as err:
         raise CacheError(f"{path}: the scaling factors the manifest records are unreadable ({err})") from err
     if raw is None:

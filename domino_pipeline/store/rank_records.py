@@ -24,7 +24,8 @@ from typing import TypeVar
 
 from domino_pipeline.atomic_store import exclusive_lock, read_json, write_json_atomic
 from domino_pipeline.object_store import delete_objects, objects_by_folder
-from domino_pipeline.store.byte_source import ConflictError, Request, is_url, join, source_and_key
+from domino_pipeline.byte_source import ConflictError, Request, source_and_key
+from domino_pipeline.object_store import is_url, join
 from domino_pipeline.store.object_cache import untouched_for
 
 RANKS_DIR = ".ranks"

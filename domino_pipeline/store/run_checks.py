@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from domino_pipeline.inputs.runs import run_name
+from domino_pipeline.processed.runs import run_name
 from domino_pipeline.store.cache_format import CacheError
 
 GRIDS = ("surface_grid_sdf", "volume_grid_sdf")

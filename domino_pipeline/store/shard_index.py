@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from domino_pipeline.inputs.chunk_completeness import ABSENT  # Zarr's sentinel of an unwritten inner chunk
+from domino_pipeline.processed.chunk_completeness import ABSENT  # Zarr's sentinel of an unwritten inner chunk
 CHECKSUM_BYTES = 4  # the CRC32C after every inner chunk and after the index
 INDEX_ENTRY_BYTES = 16  # (offset, nbytes), two little-endian uint64
 MAX_CHUNK_BYTES = 1 << 28  # the largest inner chunk a cache writes is a whole grid SDF

@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.inputs.runs import run_name, source_fingerprint
+from domino_pipeline.processed.runs import run_name, source_fingerprint
 from domino_pipeline.run_report import RunResult
-from domino_pipeline.store.byte_source import is_url, name_of, source_and_key
+from domino_pipeline.byte_source import source_and_key
+from domino_pipeline.object_store import is_url, name_of
 from domino_pipeline.store.cache_format import (
     CacheError,
     diff_settings,

@@ -21,7 +21,7 @@ from domino_pipeline.compute.scaling import (
     processed_run_statistics,
     save_scaling_factors,
 )
-from domino_pipeline.inputs.runs import ReadOptions, run_name
+from domino_pipeline.processed.runs import ReadOptions, run_name
 
 Gather = Callable[[Any], list[Any]]
 

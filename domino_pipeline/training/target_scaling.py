@@ -10,7 +10,7 @@ import torch
 
 from domino_pipeline.compute.scaling import load_scaling_factors, unscale_fields
 from domino_pipeline.config import SamplingConfig, VariablesConfig
-from domino_pipeline.inputs.runs import ReadOptions
+from domino_pipeline.processed.runs import ReadOptions
 from domino_pipeline.training import distributed, scaling_factors
 from domino_pipeline.training.distributed import DistInfo
 

@@ -1,0 +1,439 @@
+"""The one place bytes of files and objects are read, whole or by ranges: the cache's readers
+(waves of ranges), the processed runs' readers (``read_bytes``) and the raw runs' readers
+(``get_listed_range``) alike.
+
+A reader knows every byte range it needs before it reads (the shard indexes give each inner
+chunk's offset and length), so it hands a whole list of requests to ``ByteSource.fetch`` and
+gets them back together: one *wave*. Locally a wave is views of files mapped read-only, kept
+per source (after one ``POSIX_FADV_WILLNEED`` per range, so a cold disk serves them in parallel);
+on object storage it is concurrent ranged GETs through obstore (retries with backoff and a
+deadline included). Adjacent ranges of one object are coalesced first. Checksums, error naming
+and assembly into arrays stay with the caller, so both back ends share them.
+
+    source = open_source("s3://bucket/cache")       # or a local folder, as a path
+    [(data, size)] = source.fetch([Request("run_1/g1.zarr/zarr.json")])
+
+A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://``); URLs,
+clients, credentials, retries and the one-line naming of a failed request are object_store.py's.
+Sources are made per process (``shared_source`` caches them by process id), since an
+object-store client does not survive a fork. Every GET of an object is named by its URL
+(``object_store.named_errors``); a missing object reads as None.
+
+    data = read_bytes("s3://bucket/processed/run_1.zarr/zarr.json")   # None when absent
+    piece = get_listed_range(store, listed, 0, 4096)   # If-Match its listed ETag, reply checked
+"""
+
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from domino_pipeline.object_store import ObjectStoreError, is_url, join, make_store, named_errors, split_url
+
+THREADS = 32  # objects fetched at once (a draw touches about a dozen)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One read: ``length`` bytes of object ``key`` from ``start``; ``start`` None reads the
+    last ``length`` bytes; ``length`` None reads the whole object."""
+
+    key: str
+    start: int | None = None
+    length: int | None = None
+
+
+Result = tuple[memoryview | None, int | None]  # (bytes, or None: the object is absent; its size)
+
+
+def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
+    """Merge byte ranges (start, length) that touch or overlap into (start, length, members):
+    ``members`` are the indexes into ``ranges`` each merged range serves."""
+    merged: list[tuple[int, int, list[int]]] = []
+    for i in sorted(range(len(ranges)), key=lambda i: ranges[i][0]):
+        start, length = ranges[i]
+        if merged and start <= merged[-1][0] + merged[-1][1]:
+            first, size, members = merged[-1]
+            merged[-1] = (first, max(size, start + length - first), members + [i])
+        else:
+            merged.append((start, length, [i]))
+    return merged
+
+
+class ByteSource:
+    """Reads requests in waves and counts them: ``waves``, ``requests`` (after coalescing)
+    and ``bytes`` fetched, for benchmarks and tests."""
+
+    location: str
+
+    def __init__(self) -> None:
+        self.waves = self.requests = self.bytes = 0
+
+    def fetch(self, requests: list[Request]) -> list[Result]:
+        """Every request's bytes, in order, fetched together (one wave)."""
+        if not requests:
+            return []
+        self.waves += 1
+        results: list[Result | None] = [None] * len(requests)
+        ranged: dict[str, list[int]] = {}
+        for i, request in enumerate(requests):
+            if request.start is not None and request.length is not None:
+                ranged.setdefault(request.key, []).append(i)
+        self._fetch(requests, ranged, results)
+        return results  # type: ignore[return-value]
+
+    def url(self, key: str) -> str:
+        """The full location of object ``key``, for messages."""
+        return str(join(self.location, key))
+
+    def _fetch(self, requests, ranged, results) -> None:
+        raise NotImplementedError
+
+    def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
+        """Write object ``key``; ``mode`` "create" fails if it exists, {"e_tag": ...} unless it
+        is still that version (ConflictError either way). Returns its new {"e_tag": ...}."""
+        raise NotImplementedError
+
+    def head(self, key: str) -> dict | None:
+        """{"size", "e_tag"} of object ``key``, or None if absent."""
+        raise NotImplementedError
+
+    def list(self, prefix: str) -> tuple[list[str], list[dict]]:
+        """(the sub-folder names, the objects {"path", "size"}) directly under ``prefix``."""
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        """Remove object ``key`` (nothing if absent)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the source keeps open."""
+
+
+class ConflictError(RuntimeError):
+    """A conditional write lost: the object exists, or changed since it was read."""
+
+
+def _split(buffer: memoryview, merged, ranges) -> dict[int, memoryview]:
+    """The member ranges' views into the merged range ``buffer`` (shorter at an object's end)."""
+    start = merged[0]
+    return {i: buffer[ranges[i][0] - start:ranges[i][0] - start + ranges[i][1]] for i in merged[2]}
+
+
+class LocalSource(ByteSource):
+    """A local folder: descriptors kept open until ``close``; ranged reads are views of each
+    file mapped read-only (no copy out of the page cache: a warm draw's bytes go straight to
+    the checksum and the gather). A mapping covers the file's size when it was mapped and is
+    made again when a wave finds that size changed, so a range past the end comes back short,
+    as a ``pread`` would. Results stay valid while the caller holds them."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        super().__init__()
+        self.root = Path(root)
+        self.location = str(self.root)
+        self._prefix = str(self.root) + os.sep
+        self._fds: dict[str, int | None] = {}
+        self._maps: dict[str, memoryview] = {}
+
+    def _fd(self, key: str) -> int | None:
+        if key not in self._fds:
+            try:
+                self._fds[key] = os.open(self._prefix + key, os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+        return self._fds[key]
+
+    def _mapped(self, key: str, fd: int) -> memoryview:
+        """File ``key`` (open as ``fd``) mapped whole, kept until its size changes."""
+        size = os.fstat(fd).st_size
+        view = self._maps.get(key)
+        if view is None or len(view) != size:
+            view = memoryview(mmap.mmap(fd, size, access=mmap.ACCESS_READ)) if size else memoryview(b"")
+            self._maps[key] = view
+        return view
+
+    def _fetch(self, requests, ranged, results) -> None:
+        for key, members in ranged.items():
+            fd = self._fd(key)
+            ranges = [(requests[i].start, requests[i].length) for i in members]
+            view = None if fd is None else self._mapped(key, fd)
+            for merged in coalesce(ranges):
+                self.requests += 1
+                if view is None:
+                    for i in merged[2]:
+                        results[members[i]] = (None, None)
+                    continue
+                os.posix_fadvise(fd, merged[0], merged[1], os.POSIX_FADV_WILLNEED)
+                part = view[merged[0]:merged[0] + merged[1]]
+                self.bytes += len(part)
+                for i, member in _split(part, merged, ranges).items():
+                    results[members[i]] = (member, None)
+        for i, request in enumerate(requests):
+            if results[i] is None:
+                results[i] = self._whole_or_tail(request)
+
+    def _whole_or_tail(self, request: Request) -> Result:
+        fd = self._fd(request.key)
+        self.requests += 1
+        if fd is None:
+            return None, None
+        size = os.fstat(fd).st_size
+        length = size if request.length is None else min(request.length, size)
+        buffer = bytearray(length)
+        got = _pread_into(fd, memoryview(buffer), size - length)
+        self.bytes += got
+        return memoryview(buffer)[:got], size
+
+    def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
+        raise NotImplementedError("local caches are written through the file system")
+
+    def head(self, key: str) -> dict | None:
+        try:
+            return {"size": os.stat(self._prefix + key).st_size, "e_tag": None}
+        except FileNotFoundError:
+            return None
+
+    def close(self) -> None:
+        for view in self._maps.values():
+            view.release()  # the mapping itself goes when the caller's views of it do
+        self._maps.clear()
+        for fd in self._fds.values():
+            if fd is not None:
+                os.close(fd)
+        self._fds.clear()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _pread_into(fd: int, view: memoryview, offset: int) -> int:
+    """Fill ``view`` from ``offset`` of ``fd`` (short reads continued); the bytes read, fewer
+    only at the end of the file."""
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n == 0:
+            break
+        done += n
+    return done
+
+
+class ObjectSource(ByteSource):
+    """An object-store prefix read through obstore: a wave is one batch of concurrent GETs,
+    one thread per object (``get_ranges`` fetches an object's ranges concurrently itself).
+    Threads and obstore's blocking calls, not its asyncio ones: no Python object is handed to
+    the client's own threads, which could outlive the interpreter at exit."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        import obstore
+
+        self.location = url.rstrip("/")
+        self._obstore = obstore
+        self.store = make_store(self.location)
+        self._pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="object-source")
+
+    def _fetch(self, requests, ranged, results) -> None:
+        singles = [i for i, r in enumerate(requests) if r.start is None or r.length is None]
+        jobs = [self._pool.submit(self._ranges, key, members, requests, results)
+                for key, members in ranged.items()]
+        jobs += [self._pool.submit(self._get, i, requests[i], results) for i in singles]
+        for job in jobs:
+            job.result()
+
+    def _ranges(self, key: str, members: list[int], requests, results) -> None:
+        ranges = [(requests[i].start, requests[i].length) for i in members]
+        merged = coalesce(ranges)
+        self.requests += len(merged)
+        try:
+            with named_errors(self.url(key)):
+                buffers = self._obstore.get_ranges(self.store, key, starts=[m[0] for m in merged],
+                                                   lengths=[m[1] for m in merged], coalesce=0)
+        except FileNotFoundError:
+            for i in members:
+                results[i] = (None, None)
+            return
+        for m, buffer in zip(merged, buffers):
+            view = memoryview(buffer)  # obstore's own buffer, not copied
+            self.bytes += len(view)
+            for i, part in _split(view, m, ranges).items():
+                results[members[i]] = (part, None)
+
+    def _get(self, i: int, request: Request, results) -> None:
+        self.requests += 1
+        options = {} if request.length is None else {"range": {"suffix": request.length}}
+        try:
+            with named_errors(self.url(request.key)):
+                got = self._obstore.get(self.store, request.key, options=options)
+                data = memoryview(got.bytes())
+        except FileNotFoundError:
+            results[i] = (None, None)
+            return
+        self.bytes += len(data)
+        results[i] = (data, got.meta["size"])
+
+    def get_versioned(self, key: str) -> tuple[bytes | None, str | None]:
+        """Object ``key``'s bytes and the e-tag of that very version (None, None if absent)."""
+        self.waves += 1
+        self.requests += 1
+        try:
+            got = self._obstore.get(self.store, key)
+        except FileNotFoundError:
+            return None, None
+        return bytes(got.bytes()), got.meta.get("e_tag")
+
+    def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+        try:
+            result = self._obstore.put(self.store, key, data, mode=mode)
+        except (AlreadyExistsError, PreconditionError) as err:
+            raise ConflictError(f"{self.url(key)}: changed by another writer") from err
+        return {"e_tag": result.get("e_tag")}
+
+    def put_many(self, items: list[tuple[str, bytes]]) -> None:
+        """Write every (key, bytes) object, several at a time."""
+        for job in [self._pool.submit(self._obstore.put, self.store, k, d) for k, d in items]:
+            job.result()
+
+    def head(self, key: str) -> dict | None:
+        try:
+            meta = self._obstore.head(self.store, key)
+        except FileNotFoundError:
+            return None
+        return {"size": meta["size"], "e_tag": meta.get("e_tag")}
+
+    def list(self, prefix: str) -> tuple[list[str], list[dict]]:
+        found = self._obstore.list_with_delimiter(self.store, prefix.rstrip("/") + "/" if prefix else None)
+        folders = [p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"]]
+        return folders, [{"path": o["path"], "size": o["size"]} for o in found["objects"]]
+
+    def list_all(self, prefix: str) -> list[dict]:
+        """Every object under ``prefix`` (recursively), {"path", "size"}."""
+        return [{"path": o["path"], "size": o["size"]}
+                for batch in self._obstore.list(self.store, prefix.rstrip("/") + "/") for o in batch]
+
+    def delete(self, key: str) -> None:
+        try:
+            self._obstore.delete(self.store, key)
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self.store = None
+
+
+_SOURCES: dict[tuple[int, str], ByteSource] = {}
+
+
+@atexit.register
+def _close_sources() -> None:
+    """Drop this process's object-store clients before the interpreter finalizes: the
+    client's own threads must not outlive Python."""
+    for source in _SOURCES.values():
+        source.close()
+    _SOURCES.clear()
+
+
+def read_bytes(location: str | os.PathLike, start: int | None = None, length: int | None = None
+               ) -> bytes | None:
+    """The bytes of a file or object (``length`` of them from ``start``; ``start`` None and a
+    ``length``: the last ``length``); None when it is absent. An object is read through its
+    bucket's shared source."""
+    if not is_url(location):
+        return _read_file(Path(location), start, length)
+    root, key = split_url(str(location))
+    [(data, _)] = shared_source(root).fetch([Request(key, start, length)])
+    return None if data is None else bytes(data)
+
+
+def read_in_order(locations: list[str], window: int = 8) -> Iterator[bytes | None]:
+    """``read_bytes`` of each location, in order, ``window`` fetched at once (the memory of
+    ``window`` objects at most)."""
+    with ThreadPoolExecutor(max_workers=window, thread_name_prefix="object-read") as pool:
+        for start in range(0, len(locations), window):
+            yield from pool.map(read_bytes, locations[start:start + window])
+
+
+def _read_file(path: Path, start: int | None, length: int | None) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            if length is not None:
+                size = os.fstat(handle.fileno()).st_size
+                handle.seek(max(size - length, 0) if start is None else start)
+            return handle.read(-1 if length is None else length)
+    except FileNotFoundError:
+        return None
+
+
+def get_listed_range(store: Any, listed: Any, lo: int, hi: int) -> memoryview:
+    """Bytes ``lo:hi`` of a listed object (``listed``: its ``url``, ``key``, ``size`` and
+    ``version``, remote_runs.RemoteObject) by one ranged GET through ``store``, sent with
+    If-Match its version and its reply checked (``require_unchanged``); errors named by its URL."""
+    import obstore
+
+    options = {"range": (lo, hi), **({"if_match": listed.version} if listed.version else {})}
+    with named_errors(listed.url):
+        got = obstore.get(store, listed.key, options=options)
+        data = memoryview(got.bytes())
+    require_unchanged(listed, got.meta, lo, hi, len(data))
+    return data
+
+
+def require_unchanged(piece: Any, meta: dict, lo: int, hi: int, n_bytes: int) -> None:
+    """ObjectStoreError naming ``piece`` as changed since it was listed when a GET of its bytes
+    ``lo:hi`` answered another size or ETag (``meta``: the reply's), whether or not the server
+    honoured If-Match, or a number of bytes other than those asked for."""
+    now = meta.get("e_tag")
+    if piece.version and now and _bare(now) != _bare(piece.version):
+        raise ObjectStoreError(f"{piece.url}: changed since it was listed (its ETag was {piece.version} "
+                               f"then, {now} now)")
+    if meta["size"] != piece.size:
+        raise ObjectStoreError(f"{piece.url}: changed since it was listed ({piece.size} bytes then, "
+                               f"{meta['size']} now)")
+    if n_bytes != hi - lo:
+        raise ObjectStoreError(f"{piece.url}: {n_bytes} bytes came for bytes {lo}..{hi}")
+
+
+def _bare(e_tag: str) -> str:
+    """An ETag without its quotes and weak marker, for comparing."""
+    return e_tag.removeprefix("W/").strip('"')
+
+
+def read_versioned(location: str) -> tuple[bytes | None, str | None]:
+    """The object at URL ``location`` and the e-tag of the version read (None, None if absent)."""
+    root, key = split_url(location)
+    return shared_source(root).get_versioned(key)
+
+
+def source_and_key(location: str | os.PathLike) -> tuple[ByteSource, str]:
+    """The shared source of the bucket (or the folder) holding ``location``, and its key there."""
+    if is_url(location):
+        root, key = split_url(str(location))
+        return shared_source(root), key
+    path = Path(location)
+    return shared_source(path.parent), path.name
+
+
+def open_source(location: str | os.PathLike) -> ByteSource:
+    """A fresh source for ``location``: an ObjectSource for a URL (its client made by
+    ``object_store.make_store``, which refuses in a process forked after its parent made one),
+    a LocalSource otherwise."""
+    if not is_url(location):
+        return LocalSource(location)
+    return ObjectSource(str(location))
+
+
+def shared_source(location: str | os.PathLike) -> ByteSource:
+    """One source per process and location (for small reads: manifests, metadata, listings);
+    a forked process makes its own."""
+    key = (os.getpid(), str(location))
+    if key not in _SOURCES:
+        _SOURCES[key] = open_source(location)
+    return _SOURCES[key]

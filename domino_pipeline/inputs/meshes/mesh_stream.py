@@ -1,0 +1,143 @@
+"""What the block readers of a run's VTU volume and VTP surface share: opening a VTK XML file
+for reading by rows, the warning when a file must be read whole with VTK instead, a points table
+for random access by connectivity, and the connectivity of a block of cells.
+
+    file = open_rows(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        points = points_table(file, Path(tmp), 1 << 20)
+        begins, ends, ids = cell_vertices(file, "Polys", 0, 1000)
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+
+from domino_pipeline.inputs.sources.concat_bytes import PieceError
+from domino_pipeline.inputs.meshes.run_errors import RunError
+from domino_pipeline.inputs.vtk.xml_stream import VtkXmlError, VtkXmlFile
+
+T = TypeVar("T")
+
+
+class WholeFileFallback(UserWarning):
+    """A file read whole with VTK because it cannot be read by rows."""
+
+
+def unreadable(err: VtkXmlError, path) -> RunError:
+    """``<path>: unreadable (<problem>)``, the line VTK's reading gives a bad file, for an error
+    of the block reader; ``path`` a local file's path or a remote file (named by its URL)."""
+    named = [f"{path}: "] + ([f"{Path(path)}: "] if isinstance(path, (str, os.PathLike)) else [])
+    problem = str(err).splitlines()[0]
+    for prefix in named:
+        problem = problem.removeprefix(prefix)
+    return RunError(f"{path}: unreadable ({problem})")
+
+
+def open_rows(path, source=None) -> VtkXmlFile:
+    """The header of a VTU or VTP file (or its pieces), checked; RunError naming the file when
+    it cannot be parsed or its header does not fit its data, or naming the piece that is wrong.
+    ``source``: the file's bytes when they are not ``path``'s on local disk (a remote file's
+    RemoteBytes; ``path`` then names it)."""
+    try:
+        return VtkXmlFile.open(path) if source is None else VtkXmlFile(source, path)
+    except VtkXmlError as err:
+        raise unreadable(err, path) from err
+    except PieceError as err:
+        raise RunError(str(err)) from err
+
+
+def read_errors_named(blocks: Iterator[T], path: Path) -> Iterator[T]:
+    """``blocks``, a read error of the block reader (truncated or corrupt data) raised as
+    RunError ``<path>: unreadable (<problem>)``."""
+    try:
+        yield from blocks
+    except VtkXmlError as err:
+        raise unreadable(err, path) from err
+
+
+def require_rows(file: VtkXmlFile, path: Path, n_rows: int) -> None:
+    """RunError when the file, or the rows to be read from it, are empty (as VTK's reading says)."""
+    if n_rows == 0 or file.n_points == 0 or file.n_cells == 0:
+        raise RunError(f"{path}: empty ({file.n_points} points, {file.n_cells} cells)")
+
+
+def fall_back_to_vtk(file: VtkXmlFile, path: Path, reason: str) -> None:
+    """Warn (WholeFileFallback) that ``path`` is read whole with VTK, and about how much memory
+    that takes; RunError for a file in pieces, which VTK cannot read, or a remote one."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise RunError(f"{path}: {reason}; download it to read it with VTK")
+    if not Path(path).is_file():
+        raise RunError(f"{path}: {reason}; join its pieces with cat to read it with VTK")
+    warnings.warn(f"{path}: {reason}; reading it whole with VTK, which takes about "
+                  f"{file.whole_file_bytes() / 2**30:.1f} GiB of memory", WholeFileFallback, stacklevel=3)
+
+
+def points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
+    """The file's points for random access by cell connectivity, without holding them in memory:
+    a memory map of the file's raw points (a remote file's staged ones too), or of a file in
+    ``tmp`` they are decoded into, ``rows`` at a time."""
+    entry = file.entry("Points", "Points")
+    shape = (file.n_points, entry.components)
+    piece = file.raw_file("Points", "Points")
+    if piece is not None:
+        return np.memmap(piece[0], dtype=entry.dtype, mode="r", offset=piece[1], shape=shape)
+    table = np.memmap(tmp / "points.f", dtype=entry.dtype.newbyteorder("="), mode="w+", shape=shape)
+    for start in range(0, file.n_points, rows):
+        stop = min(start + rows, file.n_points)
+        table[start:stop] = file.read("Points", "Points", start, stop)
+    table.flush()
+    return table
+
+
+@contextmanager
+def prepared_rows(file: VtkXmlFile, keys: list[tuple[str, str]]) -> Iterator[None]:
+    """Make ready the arrays ``keys`` ((section, name)) that a block reader reads from ``file``
+    inside the block: nothing for a local file; a remote file's are fetched and decoded into
+    local temporary files (its stream's ``prepare``), before the block or, where no checksum is
+    checked, while it reads them (their sweeps waited for when it ends). An error decoding
+    them is RunError ``<file>: unreadable (<problem>)``, as a block reader's."""
+    try:
+        staging = file.source.prepare(file, keys)
+    except VtkXmlError as err:
+        raise unreadable(err, file.path) from err
+    try:
+        yield
+    finally:
+        if staging is not None:
+            staging.close()
+
+
+def cell_vertices(file: VtkXmlFile, section: str, start: int, stop: int,
+                  n_points: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cells ``start:stop`` of ``section`` ("Cells" of a VTU, "Polys" of a VTP): where each
+    cell's vertex ids begin and end in ``ids`` (int64), and ``ids``, the point ids of those cells
+    only; RunError when an id lies outside the ``n_points`` points."""
+    ends = file.read(section, "offsets", start, stop)[:, 0].astype(np.int64)
+    first = int(file.read(section, "offsets", start - 1, start)[0, 0]) if start else 0
+    require_rising(ends, first, start, file, section)
+    ids = file.read(section, "connectivity", first, int(ends[-1]))[:, 0]
+    if ids.size and (ids.min() < 0 or ids.max() >= n_points):
+        raise RunError(f"{file.path}: cell connectivity outside the {n_points} points")
+    return np.concatenate([[0], ends[:-1] - first]), ends - first, ids
+
+
+def require_rising(ends: np.ndarray, first: int, start: int, file: VtkXmlFile, section: str) -> None:
+    """VtkXmlError unless the cell offsets ``ends`` of cells ``start...`` (after ``first``, the
+    end of the cell before them) never decrease and stay within the connectivity."""
+    steps = np.diff(ends, prepend=first)
+    if steps.size and steps.min() < 0:
+        cell = int(np.argmax(steps < 0))
+        before = int(ends[cell - 1]) if cell else first
+        raise VtkXmlError(f"{file.path}: {section} offsets decrease at cell {start + cell} "
+                          f"({int(ends[cell])} after {before})")
+    n_ids = file.rows(section, "connectivity")
+    if ends.size and ends[-1] > n_ids:
+        raise VtkXmlError(f"{file.path}: {section} offsets reach {int(ends[-1])}, past the {n_ids} "
+                          f"entries of {section} connectivity")

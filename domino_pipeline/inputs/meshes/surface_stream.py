@@ -1,0 +1,226 @@
+"""A run's boundary surface as blocks of rows (centres, unit normals, areas, raw fields), in
+bounded memory. A row is a boundary cell or a boundary point (``SurfaceRows.location``).
+
+DrivAerML's boundary holds ~8.8M polygon cells (quads and triangles); VTK reads it whole. Here
+a block of rows is read from the file's connectivity, offsets and data arrays, never the whole
+file. The surface is a VTP (PolyData polygons) or a VTU whose cells are all triangles, polygons
+and quads (VTK types 5, 7, 9), as WindsorML publishes it.
+
+- cell rows: a cell's points are taken from a points table (``mesh_stream.points_table``) and its
+  geometry is OpenFOAM's face geometry (``cell_geometry.surface_geometry``), as
+  ``vtk_reader.read_surface`` computes it for the whole file: each cell's values depend on
+  its own vertices, so the rows equal the whole-file ones exactly; its fields are cell data.
+- point rows: the point, its fields from point data, its unit normal from the point data array
+  ``normals`` (renormalised) or else the normalised sum of its cells' area vectors, its area from
+  the run's published per-point areas (``areas``, an .npy in point order) or else its barycentric
+  dual area (``cell_geometry.polygon_vertex_shares``). The sums over the cells are gathered in
+  one pass over the cells, a block at a time, into memory maps of one value per point.
+
+A file this reader cannot read by rows (inline ascii data; vertex or line cells, which come
+before the polygons in cell order) is read whole with VTK, after a warning naming the memory that
+takes; triangle strips are refused.
+
+    surface = open_surface(files.surface, {"pMeanTrim": "scalar"})
+    for centres, normals, areas, fields in surface.blocks(1 << 20):
+        ...
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from domino_pipeline.inputs.meshes import mesh_stream
+from domino_pipeline.inputs.meshes.cell_geometry import (
+    SURFACE_CELL_TYPES,
+    CellGeometryError,
+    polygon_vertex_shares,
+    require_no_strips,
+    surface_geometry,
+)
+from domino_pipeline.inputs.meshes.mesh_rows import (
+    SURFACE_ARRAYS,
+    SurfaceRows,
+    field_columns,
+    nonfinite,
+    published_areas,
+    require_finite_points,
+    require_names,
+    source_arrays,
+    unit_rows,
+)
+from domino_pipeline.inputs.meshes.run_errors import RunError
+from domino_pipeline.inputs.meshes.vtk_reader import read_surface
+from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
+
+SurfaceBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+_DATA = {"cells": ("CellData", "cell"), "points": ("PointData", "point")}
+CellsObserver = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
+
+
+@dataclass
+class SurfaceStream:
+    """The rows of a run's boundary surface: ``n_cells`` (rows) and ``blocks(rows)``."""
+
+    path: Path  # or a remote file (remote_runs.RemoteFile), which names it
+    variables: Mapping[str, str]
+    n_cells: int
+    file: VtkXmlFile | None = None  # None: read whole with VTK
+    arrays: Mapping[str, list[str]] | None = None  # variable -> the arrays it is read from
+    rows: SurfaceRows = field(default_factory=SurfaceRows)
+
+    def blocks(self, cells: int, on_cells: CellsObserver | None = None) -> Iterator[SurfaceBlock]:
+        """(centres (n, 3), unit normals (n, 3), areas (n,), raw fields (n, F)), float32, of
+        ``cells`` rows at a time, in file order. ``on_cells(points, begins, ends, ids, centres,
+        normals, areas)`` is shown each block's polygons (their point ids are ``ids[begins[i]:ends[i]]``)
+        with their geometry, as for cell_quality.CellQuality.add; only for cell rows read by rows."""
+        if self.file is None:
+            whole = read_surface(self.path, self.variables, self.arrays, self.rows)
+            for start in range(0, self.n_cells, cells):
+                yield tuple(whole[name][start:start + cells] for name in SURFACE_ARRAYS)
+            return
+        names = _array_names(self.variables, self.arrays, self.rows)
+        read = self._cell_blocks if self.rows.location == "cells" else self._point_blocks
+        with mesh_stream.prepared_rows(self.file, surface_arrays(self.file, names, self.rows)):
+            yield from mesh_stream.read_errors_named(read(self.file, cells, on_cells), self.path)
+
+    def _fields(self, file: VtkXmlFile, start: int, stop: int) -> np.ndarray:
+        section, where = _DATA[self.rows.location]
+        names = source_arrays(self.variables, self.arrays)
+        data = {name: file.read(section, name, start, stop) for name in names}
+        return field_columns(data, self.variables, self.path, where, self.arrays)
+
+    def _cell_blocks(self, file: VtkXmlFile, cells: int, on_cells: CellsObserver | None) -> Iterator[SurfaceBlock]:
+        with tempfile.TemporaryDirectory(prefix="surface_points_") as tmp:
+            points = self._points(file, Path(tmp), cells)
+            for start in range(0, self.n_cells, cells):
+                stop = min(start + cells, self.n_cells)
+                fields = self._fields(file, start, stop)
+                begins, ends, ids = mesh_stream.cell_vertices(file, cell_section(file), start, stop, len(points))
+                try:
+                    geometry = surface_geometry(points, begins, ends, ids)
+                except CellGeometryError as err:
+                    raise RunError(f"{self.path}: {err} among cells {start}..{stop}") from err
+                if on_cells is not None:
+                    on_cells(points, begins, ends, ids, *geometry)
+                yield (*geometry, fields)
+
+    def _point_blocks(self, file: VtkXmlFile, rows: int, on_cells: CellsObserver | None) -> Iterator[SurfaceBlock]:
+        with tempfile.TemporaryDirectory(prefix="surface_points_") as tmp:
+            sums = None
+            if self.rows.normals is None or self.rows.areas is None:
+                sums = point_sums(file, self._points(file, Path(tmp), rows), Path(tmp), rows, self.path)
+            areas = published_areas(self.rows.areas, file.n_points) if self.rows.areas else sums[1]
+            for start in range(0, file.n_points, rows):
+                stop = min(start + rows, file.n_points)
+                centres = file.read("Points", "Points", start, stop)
+                require_finite_points(nonfinite(centres), self.path)
+                if self.rows.normals is None:
+                    normals = sums[0][start:stop]
+                else:
+                    normals = field_columns({self.rows.normals: file.read("PointData", self.rows.normals, start, stop)},
+                                            {self.rows.normals: "vector"}, self.path, "point")
+                yield (np.asarray(centres, np.float32), unit_rows(normals),
+                       np.asarray(areas[start:stop], np.float32), self._fields(file, start, stop))
+
+    def _points(self, file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
+        points = mesh_stream.points_table(file, tmp, rows)
+        require_finite_points(sum(nonfinite(points[start:start + rows]) for start in range(0, len(points), rows)),
+                              self.path)
+        return points
+
+
+def _array_names(variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None, rows: SurfaceRows) -> list[str]:
+    """The data arrays the fields ``variables`` (and ``rows``' published normals) are read from."""
+    return source_arrays(variables, arrays) + ([rows.normals] if rows.normals else [])
+
+
+def cell_section(file: VtkXmlFile) -> str:
+    """The section holding the surface's cells: Polys of a VTP, Cells of a VTU."""
+    return "Polys" if file.kind == "PolyData" else "Cells"
+
+
+def point_sums(file: VtkXmlFile, points: np.ndarray, tmp: Path, cells: int, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Per point, the sum of the area vectors of the cells around it (n_points, 3) and its
+    barycentric dual area (n_points,), float64 memory maps in ``tmp``, from one pass over the
+    cells ``cells`` at a time."""
+    vectors = np.memmap(tmp / "normal_sums.f8", dtype=np.float64, mode="w+", shape=(file.n_points, 3))
+    areas = np.memmap(tmp / "dual_areas.f8", dtype=np.float64, mode="w+", shape=(file.n_points,))
+    section = cell_section(file)
+    for start in range(0, file.n_cells, cells):
+        stop = min(start + cells, file.n_cells)
+        begins, ends, ids = mesh_stream.cell_vertices(file, section, start, stop, len(points))
+        try:
+            vertex, share, vector = polygon_vertex_shares(points, begins, ends, ids)
+        except CellGeometryError as err:
+            raise RunError(f"{path}: {err} among cells {start}..{stop}") from err
+        low, high = int(vertex.min()), int(vertex.max()) + 1  # the points of this block's cells
+        local = vertex - low
+        areas[low:high] += np.bincount(local, weights=share, minlength=high - low)
+        for d in range(3):
+            vectors[low:high, d] += np.bincount(local, weights=vector[:, d], minlength=high - low)
+    return vectors, areas
+
+
+def open_surface(path, variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None,
+                 rows: SurfaceRows = SurfaceRows(), file: VtkXmlFile | None = None) -> SurfaceStream:
+    """The boundary surface of ``path`` (a VTP, or a VTU of polygon cells) as blocks of rows
+    (``rows``) with the fields ``variables``, read from ``arrays`` (default: the arrays of the
+    variables' names); ``file``: its header opened already (a remote file's, named by ``path``).
+
+    RunError naming the file for a missing field or an empty file or cells that are not
+    polygons, CellGeometryError for triangle strips; a file that cannot be read by rows falls
+    back to VTK with a WholeFileFallback warning.
+    """
+    file = mesh_stream.open_rows(path) if file is None else file
+    require_no_strips(file.piece_counts.get("NumberOfStrips", 0), path)
+    section, where = _DATA[rows.location]
+    names = _array_names(variables, arrays, rows)
+    require_names(file.names(section), names, path, where)
+    n_rows = file.n_cells if rows.location == "cells" else file.n_points
+    mesh_stream.require_rows(file, path, n_rows)
+    reason = _unstreamable(file)
+    if reason:
+        mesh_stream.fall_back_to_vtk(file, path, reason)
+        return SurfaceStream(Path(path), dict(variables), n_rows, None, arrays, rows)
+    return SurfaceStream(path, dict(variables), n_rows, file, arrays, rows)
+
+
+def surface_arrays(file: VtkXmlFile, names: list[str], rows: SurfaceRows) -> list[tuple[str, str]]:
+    """The arrays (section, name) that the blocks of rows ``rows`` of a surface read, its data
+    arrays ``names``: the cells' connectivity unless point rows take both normals and areas as
+    published."""
+    section = _DATA[rows.location][0]
+    cells = rows.location == "cells" or rows.normals is None or rows.areas is None
+    connectivity = [(cell_section(file), "offsets"), (cell_section(file), "connectivity")] if cells else []
+    return [("Points", "Points"), *connectivity, *((section, name) for name in names)]
+
+
+def _unstreamable(file: VtkXmlFile) -> str:
+    """Why ``file`` cannot be read by rows ("" when it can); RunError for a VTU whose cells are
+    not polygons."""
+    if not file.streamable:
+        return "its data is inline ascii, which cannot be read by rows"
+    if file.kind == "UnstructuredGrid":
+        require_polygon_cells(file)
+        return ""
+    other = [kind for section, kind in (("Verts", "vertex"), ("Lines", "line"))
+             if file.piece_counts.get(f"NumberOf{section}", 0)]
+    if other:
+        return f"it has {' and '.join(other)} cells besides polygons, which are not read by cells"
+    return ""
+
+
+def require_polygon_cells(file: VtkXmlFile) -> None:
+    """RunError naming a surface VTU whose cells are not all triangles, polygons and quads."""
+    rows, step, types = file.rows("Cells", "types"), 1 << 24, set()
+    for start in range(0, rows, step):
+        types |= set(np.unique(file.read("Cells", "types", start, min(start + step, rows))).tolist())
+    other = sorted(types - SURFACE_CELL_TYPES)
+    if other:
+        raise RunError(f"{file.path}: cell types {other} on a boundary surface, which holds triangles, "
+                       f"polygons and quads (VTK types {sorted(SURFACE_CELL_TYPES)})")

@@ -1,0 +1,179 @@
+"""A run's volume VTU as blocks of rows (positions and raw fields), in bounded memory.
+
+Rows are the VTU's points with point data, or its cells' centres with cell data, in file order,
+as ``vtk_reader.read_volume`` reads them whole with VTK. A cell's centre is OpenFOAM's:
+the volume centroid of a 3-D cell (tetra, voxel, hexahedron, wedge, pyramid, polyhedron), VTK's
+parametric centre (the vertex mean) of a vertex, line, triangle, pixel or quad
+(``cell_geometry``). A block's cells are read from the file's connectivity, types and polyhedron
+faces, their points from a points table (``mesh_stream.points_table``), never the whole file. A
+file this reader cannot read by rows (inline ascii data, other cell types when centres are
+asked for) is read whole with VTK instead, after a warning naming the memory that takes.
+
+    volume = open_volume(files.volume, {"UMeanTrim": "vector", "pMeanTrim": "scalar"}, "points")
+    for centres, fields in volume.blocks(1 << 21):
+        ...
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from domino_pipeline.inputs.meshes.cell_geometry import (
+    CELL_TYPES,
+    POLYHEDRON,
+    CellBlock,
+    CellGeometryError,
+    Faces,
+    cell_centres,
+)
+from domino_pipeline.inputs.meshes.mesh_rows import field_columns, nonfinite, require_finite_points, source_arrays
+from domino_pipeline.inputs.meshes.run_errors import RunError
+from domino_pipeline.inputs.meshes.vtk_reader import VOLUME_SOURCES, read_volume, volume_source_used
+from domino_pipeline.inputs.meshes.mesh_stream import (  # noqa: F401 (WholeFileFallback: re-exported)
+    WholeFileFallback,
+    cell_vertices,
+    fall_back_to_vtk,
+    open_rows,
+    points_table,
+    prepared_rows,
+    read_errors_named,
+    require_rows,
+)
+from domino_pipeline.inputs.meshes.polyhedron_faces import PolyhedronFaces
+from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
+
+GEOMETRY_CELLS = 1 << 16  # cells whose connectivity and faces are read at a time
+_SECTION = {"points": "PointData", "cells": "CellData"}
+
+
+@dataclass
+class VolumeStream:
+    """The rows of a run's volume: ``n_rows`` and ``blocks(rows)``; ``source`` is the one used."""
+
+    path: Path  # or a remote file (remote_runs.RemoteFile), which names it
+    variables: Mapping[str, str]
+    source: str
+    n_rows: int
+    notes: list[str] = field(default_factory=list)
+    file: VtkXmlFile | None = None  # None: read whole with VTK
+    arrays: Mapping[str, list[str]] | None = None  # variable -> the arrays it is read from
+    _whole: dict[str, np.ndarray] | None = None
+
+    def blocks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(positions (n, 3) float32, raw fields (n, F) float32) of ``rows`` rows at a time; a
+        remote file's arrays are staged (mesh_stream.prepared_rows) where the blocks are read."""
+        if self.file is None:
+            yield from _whole_blocks(self, rows)
+            return
+        with prepared_rows(self.file, volume_arrays(self.file, source_arrays(self.variables, self.arrays), self.source)):
+            yield from read_errors_named(self._read_blocks(self.file, rows), self.path)
+
+    def _read_blocks(self, file: VtkXmlFile, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        section = _SECTION[self.source]
+        with tempfile.TemporaryDirectory(prefix="volume_points_") as tmp:
+            points = None if self.source == "points" else points_table(file, Path(tmp), rows)
+            faces = None if points is None else PolyhedronFaces.open(file)
+            for start in range(0, self.n_rows, rows):
+                stop = min(start + rows, self.n_rows)
+                data = {name: file.read(section, name, start, stop)
+                        for name in source_arrays(self.variables, self.arrays)}
+                fields = field_columns(data, self.variables, self.path, self.source[:-1], self.arrays)
+                if points is None:
+                    centres = file.read("Points", "Points", start, stop)
+                else:
+                    centres = block_centres(file, points, faces, start, stop)
+                centres = np.asarray(centres, dtype=np.float32)
+                require_finite_points(nonfinite(centres), self.path)
+                yield centres, fields
+
+
+def _whole_blocks(volume: VolumeStream, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    whole = volume._whole
+    if whole is None:
+        whole, _, _ = read_volume(volume.path, volume.variables, volume.source, volume.arrays)
+    for start in range(0, len(whole["volume_mesh_centers"]), rows):
+        yield (whole["volume_mesh_centers"][start:start + rows],
+               whole["volume_fields"][start:start + rows])
+
+
+def open_volume(path, variables: Mapping[str, str], source: str, arrays: Mapping[str, list[str]] | None = None,
+                file: VtkXmlFile | None = None) -> VolumeStream:
+    """The volume of ``path`` (a VTU or its ``.part`` pieces) as rows of ``source``, the
+    ``variables`` read from ``arrays`` (default: the arrays of their names); ``file``: its header
+    opened already (a remote file's, named by ``path``).
+
+    When a requested field is not ``source`` data but all are the other one's, the other is used
+    and a note says so (as ``read_volume``). A file that cannot be streamed falls back to VTK
+    with a WholeFileFallback warning.
+    """
+    file = open_rows(path) if file is None else file
+    available = {s: file.names(_SECTION[s]) for s in VOLUME_SOURCES}
+    source, notes = volume_source_used(available, source_arrays(variables, arrays), source, path)
+    n_rows = file.n_points if source == "points" else file.n_cells
+    require_rows(file, path, n_rows)
+    reason = _unstreamable(file, source)
+    if reason:
+        fall_back_to_vtk(file, path, reason)
+        return VolumeStream(Path(path), dict(variables), source, n_rows, notes, None, arrays)
+    return VolumeStream(path, dict(variables), source, n_rows, notes, file, arrays)
+
+
+def volume_arrays(file: VtkXmlFile, names: list[str], source: str) -> list[tuple[str, str]]:
+    """The arrays (section, name) that the blocks of rows of ``source`` with the data arrays
+    ``names`` read (cells: their connectivity, types and the polyhedron faces the file has)."""
+    fields = [(_SECTION[source], name) for name in names]
+    if source == "points":
+        return [("Points", "Points"), *fields]
+    cells = [("Cells", name) for name in ("connectivity", "offsets", "types")]
+    faces = [("Cells", name) for name in PolyhedronFaces.array_names(file)]
+    return [("Points", "Points"), *cells, *faces, *fields]
+
+
+def _unstreamable(file: VtkXmlFile, source: str) -> str:
+    """Why ``file`` cannot be read by rows for ``source`` ("" when it can); RunError for
+    polyhedra without face arrays."""
+    if not file.streamable:
+        return "its data is inline ascii, which cannot be read by rows"
+    if source == "cells":
+        rows, step, types = file.rows("Cells", "types"), 1 << 24, set()
+        for start in range(0, rows, step):
+            types |= set(np.unique(file.read("Cells", "types", start, min(start + step, rows))).tolist())
+        other = sorted(types - CELL_TYPES)
+        if other:
+            return f"cell types {other} are not read by rows"
+        if POLYHEDRON in types and PolyhedronFaces.open(file) is None:
+            raise RunError(f"{file.path}: polyhedron cells but no faces arrays (faces and faceoffsets, "
+                           "or polyhedron_to_faces and face_connectivity)")
+    return ""
+
+
+def block_centres(file: VtkXmlFile, points: np.ndarray, faces: PolyhedronFaces | None,
+                  start: int, stop: int) -> np.ndarray:
+    """Centres (float64) of cells ``start:stop`` (``cell_geometry.cell_centres``), reading only
+    their connectivity, types and faces, ``GEOMETRY_CELLS`` at a time."""
+    return np.concatenate([_centres(file, points, faces, a, min(a + GEOMETRY_CELLS, stop))
+                           for a in range(start, stop, GEOMETRY_CELLS)])
+
+
+def _centres(file: VtkXmlFile, points: np.ndarray, faces: PolyhedronFaces | None,
+             start: int, stop: int) -> np.ndarray:
+    begins, ends, ids = cell_vertices(file, "Cells", start, stop, len(points))
+    types = file.read("Cells", "types", start, stop)[:, 0]
+    try:
+        block_faces = None if faces is None else faces.read(start, stop)
+        if block_faces is not None:
+            _require_point_ids(block_faces, len(points), file)
+        return cell_centres(points, CellBlock(types, begins, ends, ids, block_faces))
+    except CellGeometryError as err:
+        raise RunError(f"{file.path}: {err} among cells {start}..{stop}") from err
+
+
+def _require_point_ids(faces: Faces, n_points: int, file: VtkXmlFile) -> None:
+    ids = faces.point_ids()
+    if ids.size and (ids.min() < 0 or ids.max() >= n_points):
+        raise RunError(f"{file.path}: polyhedron faces outside the {n_points} points")

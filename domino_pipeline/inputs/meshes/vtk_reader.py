@@ -1,0 +1,288 @@
+"""Read a raw run's meshes whole with VTK: STL, boundary VTP and volume VTU files to numpy arrays.
+
+Works on the published files (ASCII multi-solid STLs, polygon cells with mixed vertex counts,
+volume fields as point data or cell data) and on the synthetic runs of synthetic_data.py. Only the
+named arrays are read from the VTP and VTU, and every read error becomes one RunError line naming
+the file and the problem.
+
+    stl = read_stl(files.stl)                   # files: run_folder.run_files(run_dir, profile)
+    surface = read_surface(files.surface, profile.variables("surface"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from pathlib import Path
+
+import numpy as np
+import pyvista as pv
+from vtkmodules.util.numpy_support import vtk_to_numpy
+from vtkmodules.vtkCommonCore import vtkLogger
+from vtkmodules.vtkIOGeometry import vtkSTLReader
+from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
+
+from domino_pipeline.config import VOLUME_SOURCES
+from domino_pipeline.inputs.meshes.cell_geometry import (
+    SURFACE_CELL_TYPES,
+    CellGeometryError,
+    grid_cell_centres,
+    polydata_geometry,
+    polygon_vertex_shares,
+    surface_geometry,
+)
+from domino_pipeline.inputs.meshes.mesh_rows import (
+    SURFACE_ARRAYS,
+    SurfaceRows,
+    field_columns,
+    nonfinite,
+    published_areas,
+    require_finite_points,
+    require_names,
+    source_arrays,
+    unit_rows,
+)
+from domino_pipeline.inputs.meshes.run_errors import MissingFieldError, RunError
+
+
+_READERS = {".stl": vtkSTLReader, ".vtp": vtkXMLPolyDataReader,
+            ".vtu": vtkXMLUnstructuredGridReader}
+
+
+def _run_reader(reader, path: Path, step: str) -> None:
+    """Run a VTK reader step ("UpdateInformation" or "Update"); its first error is a RunError.
+
+    VTK's own stderr logging is switched off, so a bad file gives one clear line.
+    """
+    vtkLogger.SetStderrVerbosity(vtkLogger.VERBOSITY_OFF)
+    with pv.VtkErrorCatcher(raise_errors=False, send_to_logging=False) as catcher:
+        getattr(reader, step)()
+    errors = [event.alert.splitlines()[0] for event in catcher.events if event.kind == "ERROR"]
+    if errors:
+        raise RunError(f"{path}: unreadable ({errors[0]})")
+
+
+def open_reader(path: Path):
+    """A VTK reader for an STL, VTP or VTU file, with its header read."""
+    if path.suffix.lower() not in _READERS:
+        raise RunError(f"{path}: unsupported file type, expected one of {sorted(_READERS)}")
+    reader = _READERS[path.suffix.lower()]()
+    reader.SetFileName(str(path))
+    _run_reader(reader, path, "UpdateInformation")
+    return reader
+
+
+def array_names(reader) -> dict[str, list[str]]:
+    """Names of the point and cell data arrays an XML reader's file holds."""
+    names = {}
+    for where, selection in (("points", reader.GetPointDataArraySelection()),
+                             ("cells", reader.GetCellDataArraySelection())):
+        names[where] = [selection.GetArrayName(i) for i in range(selection.GetNumberOfArrays())]
+    return names
+
+
+def read_arrays(
+    reader, path: Path, point_arrays: Collection[str] | None, cell_arrays: Collection[str] | None
+) -> pv.DataSet:
+    """Read the mesh of an opened reader with only the named point and cell arrays (None: all).
+
+    Selecting arrays saves time and memory on DrivAerML's large VTP and VTU files.
+    """
+    if path.suffix.lower() != ".stl":
+        for wanted, selection in ((point_arrays, reader.GetPointDataArraySelection()),
+                                  (cell_arrays, reader.GetCellDataArraySelection())):
+            if wanted is not None:
+                selection.DisableAllArrays()
+                for name in wanted:
+                    selection.EnableArray(name)
+    _run_reader(reader, path, "Update")
+    mesh = pv.wrap(reader.GetOutput())
+    if mesh.n_points == 0 or mesh.n_cells == 0:
+        raise RunError(f"{path}: empty ({mesh.n_points} points, {mesh.n_cells} cells)")
+    require_finite_points(nonfinite(mesh.points), path)
+    return mesh
+
+
+def read_mesh(
+    path: Path,
+    point_arrays: Collection[str] | None = None,
+    cell_arrays: Collection[str] | None = None,
+) -> pv.DataSet:
+    """Read an STL, VTP or VTU file; read errors and empty results become RunError."""
+    return read_arrays(open_reader(path), path, point_arrays, cell_arrays)
+
+
+ZERO_HEIGHT = 1e-6  # triangle height / longest edge below which a triangle has no area (float32: 1.2e-7)
+
+
+def read_stl(path: Path) -> dict[str, np.ndarray]:
+    """STL vertices, flattened triangle indices, triangle centres and areas, zero-area
+    triangles dropped (``read_stl_triangles`` and ``drop_zero_area`` for their count)."""
+    return drop_zero_area(read_stl_triangles(path))[0]
+
+
+def drop_zero_area(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+    """The STL arrays without their zero-area triangles, and how many were dropped: they hold
+    no surface, and their edges would otherwise count as open or non-manifold. Zero to float32
+    precision: a vertex repeated, or a height below ZERO_HEIGHT of the longest edge (a vertex
+    on the opposite edge, up to the rounding of stored coordinates)."""
+    triangles = arrays["stl_faces"].reshape(-1, 3)
+    corners = arrays["stl_coordinates"].astype(np.float64)[triangles]
+    longest = np.max([np.sum((corners[:, i] - corners[:, i - 1]) ** 2, axis=1) for i in range(3)], axis=0)
+    doubled = np.linalg.norm(np.cross(corners[:, 1] - corners[:, 0], corners[:, 2] - corners[:, 0]), axis=1)
+    keep = (doubled > ZERO_HEIGHT * longest) & (arrays["stl_areas"] > 0)  # height/edge = doubled/edge**2
+    dropped = int(len(keep) - np.count_nonzero(keep))
+    if not dropped:
+        return arrays, 0
+    return arrays | {"stl_faces": np.ascontiguousarray(triangles[keep]).ravel(),
+                     "stl_centers": arrays["stl_centers"][keep], "stl_areas": arrays["stl_areas"][keep]}, dropped
+
+
+def read_stl_triangles(path: Path) -> dict[str, np.ndarray]:
+    """STL vertices, flattened triangle indices, triangle centres and areas, as the file has them."""
+    mesh = read_mesh(path)
+    if not isinstance(mesh, pv.PolyData):
+        mesh = mesh.extract_surface()
+    if not mesh.is_all_triangles:
+        mesh = mesh.triangulate()
+    faces = mesh.faces.reshape(-1, 4)[:, 1:]
+    areas = mesh.compute_cell_sizes(length=False, area=True, volume=False).cell_data["Area"]
+    return {
+        "stl_coordinates": np.asarray(mesh.points, dtype=np.float32),
+        "stl_faces": faces.astype(np.int32).ravel(),
+        "stl_centers": np.asarray(mesh.cell_centers().points, dtype=np.float32),
+        "stl_areas": np.asarray(areas, dtype=np.float32),
+    }
+
+
+def stl_defect_counts(faces: np.ndarray, areas: np.ndarray) -> dict[str, int]:
+    """{open_edges, non_manifold_edges, degenerate_triangles} of an STL's triangles (flattened
+    ``faces``, ``areas``): edges used by one triangle (a hole), edges used by more than two, and
+    triangles of zero area."""
+    triangles = faces.reshape(-1, 3).astype(np.int64)
+    if not len(triangles):
+        return {"open_edges": 0, "non_manifold_edges": 0, "degenerate_triangles": 0}
+    edges = np.sort(np.concatenate([triangles[:, [0, 1]], triangles[:, [1, 2]], triangles[:, [2, 0]]]), axis=1)
+    _, uses = np.unique(edges[:, 0] * (int(triangles.max()) + 1) + edges[:, 1], return_counts=True)
+    return {"open_edges": int((uses == 1).sum()), "non_manifold_edges": int((uses > 2).sum()),
+            "degenerate_triangles": int((np.asarray(areas) <= 0).sum())}
+
+
+_DEFECTS = {"open_edges": "open edges (the surface has holes: the SDF sign near them is unreliable)",
+            "non_manifold_edges": "non-manifold edges (shared by more than two triangles)",
+            "degenerate_triangles": "degenerate triangles (zero area)"}
+
+
+def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path, dropped: int = 0,
+                counts: dict[str, int] | None = None) -> list[str]:
+    """Warnings about an STL's triangles (flattened ``faces``, ``areas``, after
+    ``drop_zero_area`` dropped ``dropped``): open edges (used by one triangle: a hole, near
+    which the winding-number sign of the SDF is unreliable), non-manifold edges (used by more
+    than two), any zero-area triangle left and the count dropped. ``counts``: the triangles'
+    ``stl_defect_counts`` where the caller has them already."""
+    counts = stl_defect_counts(faces, areas) if counts is None else counts
+    notes = [f"warning: {path}: {counts[key]} {what}" for key, what in _DEFECTS.items() if counts[key]]
+    return ([f"note: {path}: dropped {dropped} zero-area triangles"] if dropped else []) + notes
+
+
+def read_surface(path: Path, variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None,
+                 rows: SurfaceRows = SurfaceRows()) -> dict[str, np.ndarray]:
+    """Boundary rows (``rows``: cells or points): centres, unit normals, areas and raw fields
+    (SURFACE_ARRAYS), the whole file (a VTP, or a VTU of polygon cells) read with VTK; a cell's
+    geometry is OpenFOAM's (``cell_geometry``), as surface_stream.py computes it by blocks."""
+    reader = open_reader(path)
+    where = "cell" if rows.location == "cells" else "point"
+    wanted = source_arrays(variables, arrays)
+    require_names(array_names(reader)[f"{where}s"], wanted + ([rows.normals] if rows.normals else []), path, where)
+    if rows.location == "cells":
+        mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=wanted)
+        fields = field_columns(mesh.cell_data, variables, path, "cell", arrays)
+        geometry = polydata_geometry(mesh, path) if isinstance(mesh, pv.PolyData) else _grid_geometry(mesh, path)
+        return dict(zip(SURFACE_ARRAYS, (*geometry, fields)))
+    mesh = read_arrays(reader, path, point_arrays=wanted + ([rows.normals] if rows.normals else []), cell_arrays=[])
+    fields = field_columns(mesh.point_data, variables, path, "point", arrays)
+    vectors, areas = _point_weights(mesh, path) if rows.normals is None or rows.areas is None else (None, None)
+    if rows.normals is not None:
+        vectors = field_columns(mesh.point_data, {rows.normals: "vector"}, path, "point")
+    if rows.areas is not None:
+        areas = np.asarray(published_areas(rows.areas, mesh.n_points))
+    return dict(zip(SURFACE_ARRAYS, (np.asarray(mesh.points, np.float32), unit_rows(vectors),
+                                     np.asarray(areas, np.float32), fields)))
+
+
+def surface_cells(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(begins, ends, point ids) of a surface's polygons: a PolyData's polygons, or the cells of
+    an UnstructuredGrid, which must all be triangles, polygons and quads (RunError otherwise)."""
+    if isinstance(mesh, pv.PolyData):
+        cells = mesh.GetPolys()
+    else:
+        other = sorted(set(np.unique(np.asarray(mesh.celltypes)).tolist()) - SURFACE_CELL_TYPES)
+        if other:
+            raise RunError(f"{path}: cell types {other} on a boundary surface, which holds triangles, polygons "
+                           f"and quads (VTK types {sorted(SURFACE_CELL_TYPES)})")
+        cells = mesh.GetCells()
+    offsets = vtk_to_numpy(cells.GetOffsetsArray()).astype(np.int64)
+    return offsets[:-1], offsets[1:], vtk_to_numpy(cells.GetConnectivityArray()).astype(np.int64)
+
+
+def _grid_geometry(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``surface_geometry`` of every cell of a surface VTU read whole, in its cell order."""
+    begins, ends, ids = surface_cells(mesh, path)
+    try:
+        return surface_geometry(np.asarray(mesh.points), begins, ends, ids)
+    except CellGeometryError as err:
+        raise CellGeometryError(f"{path}: {err}") from err
+
+
+def _point_weights(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Per point of a surface read whole: the sum of its polygons' area vectors and its dual area."""
+    begins, ends, ids = surface_cells(mesh, path)
+    try:
+        vertex, share, vector = polygon_vertex_shares(np.asarray(mesh.points), begins, ends, ids)
+    except CellGeometryError as err:
+        raise CellGeometryError(f"{path}: {err}") from err
+    areas = np.bincount(vertex, weights=share, minlength=mesh.n_points)
+    return np.stack([np.bincount(vertex, weights=vector[:, d], minlength=mesh.n_points) for d in range(3)], 1), areas
+
+
+def volume_source_used(
+    available: Mapping[str, Collection[str]], variables: Collection[str], source: str, path: Path
+) -> tuple[str, list[str]]:
+    """The source ("points" or "cells") to read the arrays ``variables`` from, given the array names
+    ``available`` per source, and notes: the other source, with a note, when the requested one
+    lacks a field and the other has them all; RunError when neither has them all."""
+    if source not in VOLUME_SOURCES:
+        raise ValueError(f"volume_source {source!r}, expected one of {list(VOLUME_SOURCES)}")
+    missing = [name for name in variables if name not in available[source]]
+    if not missing:
+        return source, []
+    other = next(s for s in VOLUME_SOURCES if s != source)
+    absent = [name for name in missing if name not in available[other]]
+    if absent:
+        raise MissingFieldError(path, "point or cell", absent, {*available[source], *available[other]})
+    if any(name not in available[other] for name in variables):
+        raise RunError(f"{path}: fields {missing} missing as {source} data, and not all of "
+                       f"{list(variables)} are {other} data either")
+    return other, [f"{path}: fields {missing} missing as {source} data, using {other} data"]
+
+
+def read_volume(
+    path: Path, variables: Mapping[str, str], source: str, arrays: Mapping[str, list[str]] | None = None
+) -> tuple[dict[str, np.ndarray], str, list[str]]:
+    """Volume points and raw fields from ``source`` ("points" or "cells": the cells' centres,
+    ``cell_geometry.grid_cell_centres``).
+
+    When the VTU lacks a requested field at that source but has all of them at the other one,
+    the other is used and a note says so. Returns the arrays, the source used and the notes.
+    """
+    reader = open_reader(path)
+    wanted = source_arrays(variables, arrays)
+    source, notes = volume_source_used(array_names(reader), wanted, source, path)
+    if source == "points":
+        mesh = read_arrays(reader, path, point_arrays=wanted, cell_arrays=[])
+        fields, centres = field_columns(mesh.point_data, variables, path, "point", arrays), mesh.points
+    else:
+        mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=wanted)
+        fields = field_columns(mesh.cell_data, variables, path, "cell", arrays)
+        centres = grid_cell_centres(mesh, path)
+    return {"volume_mesh_centers": np.asarray(centres, dtype=np.float32),
+            "volume_fields": fields}, source, notes

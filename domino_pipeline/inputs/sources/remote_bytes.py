@@ -1,0 +1,350 @@
+"""A remote file's bytes (its pieces on object storage or the Hub) as one read-only stream, read
+two ways, never held or stored whole:
+
+- ``read(position, n)``, ConcatBytes's interface, for the few reads that parse a file (the
+  header's tags, each array's header, the closing tags): ranged GETs of at least ``MIN_READ``
+  bytes, each kept until the file's arrays are staged, so that nearby reads share them (the
+  newest ``KEPT_BYTES`` are kept: a byte of an older read dropped beyond that is fetched again
+  when it is read again);
+- ``sweep(ranges)``, one pass in stream order over the ranges a reader needs: a read-ahead of
+  ``in_flight`` concurrent ranged GETs of ``chunk_bytes`` each runs ahead of the consumer
+  (bytes in flight bounded by their product), so the network and the decoding overlap; bytes
+  kept from ``read`` are served again, not fetched.
+
+Every GET checks the object's size and ETag (its version, any cloud's) against the listing
+(byte_source.get_listed_range), sending ``If-Match`` and comparing the reply's ETag too (a server may ignore If-Match): an object
+changed since it was listed is an error naming it as changed. A piece whose
+listing publishes a checksum (remote_runs.py) and that the sweep covers whole is hashed in
+order, in a thread of its own, as its bytes arrive, and compared at its end: a mismatch is a
+ChecksumError naming the piece. Where no checksum is checked, the bytes read may be recorded
+instead (``reads``): the SHA-256 of each stretch of the stream read (a parsing read's, a
+sweep's range), in a thread too, so that the processed run says which bytes it was made of.
+Transient failures are retried with backoff, and a connection
+dropped during a GET is resumed at the byte it reached, by the object-store client
+(object_store.make_store).
+
+    stream = RemoteBytes(file, counter)
+    head = stream.read(0, 4096)
+    for position, data in stream.sweep([(0, stream.size)], verify=True):
+        ...
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from domino_pipeline.inputs.sources.remote_runs import RemoteFile, RemoteObject
+from domino_pipeline.byte_source import get_listed_range
+from domino_pipeline.object_store import ObjectStoreError
+
+CHUNK_BYTES = 8 << 20  # one ranged GET of a sweep
+IN_FLIGHT = 8  # GETs of a sweep at once: 64 MiB in flight
+MIN_READ = 16 << 10  # the least a parsing read fetches (nearby small reads share it)
+KEPT_BYTES = 64 << 20  # bytes of parsing reads kept (the oldest are dropped beyond it)
+_HASHES = {"sha256": "SHA-256", "md5": "MD5", "git-sha1": "git blob SHA-1"}
+
+
+class ChecksumError(ValueError):
+    """A piece whose bytes do not hash to the checksum its listing publishes."""
+
+
+class FetchStopped(RuntimeError):
+    """Fetching was stopped (``FetchCounter.stop``): the run it was for failed already."""
+
+
+@dataclass
+class FetchCounter:
+    """Bytes fetched (every GET's, counted as they arrive, from any thread); ``progress(n)`` is
+    told of each."""
+
+    bytes: int = 0
+    progress: Callable[[int], None] | None = None
+    stop: threading.Event = field(default_factory=threading.Event, repr=False)  # set: fetch no more
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.bytes += n
+            if self.progress is not None:
+                self.progress(n)
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One step of a sweep: bytes ``lo:hi`` of piece ``piece`` at stream ``position``; ``kept``
+    holds them when a parsing read fetched them already."""
+
+    position: int
+    piece: int
+    lo: int
+    hi: int
+    kept: memoryview | None = None
+    span: int = 0  # the sweep's range it belongs to
+
+
+class RemoteBytes:
+    """Positional reads and sweeps (module docstring) over the pieces of ``file``; ``counter``
+    counts the bytes fetched. ``staging`` and ``verify`` are for ``prepare``. ``reads``, when
+    given, gets (start, stop, SHA-256 hex digest) of every stretch of the stream read."""
+
+    def __init__(self, file: RemoteFile, counter: FetchCounter, *, staging: Path | None = None,
+                 verify: bool = True, chunk_bytes: int = CHUNK_BYTES, in_flight: int = IN_FLIGHT,
+                 reads: list[tuple[int, int, str]] | None = None) -> None:
+        self.file, self.counter, self.staging, self.verify, self.reads = file, counter, staging, verify, reads
+        self.chunk_bytes, self.in_flight = chunk_bytes, in_flight
+        self.paths = [PurePosixPath(piece.key) for piece in file.pieces]
+        self.starts = [0]
+        for piece in file.pieces:
+            self.starts.append(self.starts[-1] + piece.size)
+        self.size = self.starts[-1]
+        self._kept: list[tuple[int, memoryview]] = []  # (stream position, bytes) of parsing reads
+        self._sealed = False
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, position: int, n: int) -> bytes:
+        """Up to ``n`` bytes from ``position`` (fewer only at the end of the stream)."""
+        if self._sealed:
+            raise RuntimeError(f"{self.file.url}: read at byte {position} after its arrays were staged")
+        stop = min(position + n, self.size)
+        if position >= stop:
+            return b""
+        for start, data in self._kept:
+            if start <= position and stop <= start + len(data):
+                return bytes(data[position - start:stop - start])
+        parts = []
+        for start, end, kept in self._kept_or_not(position, min(max(stop, position + MIN_READ), self.size)):
+            if kept is None:  # only the bytes not kept already are fetched
+                kept = self._fetch(start, end)
+                self._keep(start, kept)
+                if self.reads is not None:
+                    self.reads.append((start, end, hashlib.sha256(kept).hexdigest()))
+            parts.append(kept)
+        return b"".join(parts)[:stop - position]
+
+    def _keep(self, position: int, data: memoryview) -> None:
+        self._kept.append((position, data))
+        while sum(len(d) for _, d in self._kept) > KEPT_BYTES and len(self._kept) > 1:
+            self._kept.pop(0)
+
+    def _fetch(self, start: int, stop: int) -> memoryview:
+        """Stream bytes ``start:stop``, from each piece they lie in."""
+        parts = [self._get(i, lo, hi) for i, lo, hi in self._pieces_of(start, stop)]
+        return parts[0] if len(parts) == 1 else memoryview(b"".join(parts))
+
+    def _pieces_of(self, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
+        """(piece, from, to) of the stream bytes ``start:stop``, piece by piece."""
+        index = bisect.bisect_right(self.starts, start) - 1
+        while start < stop:
+            end = min(stop, self.starts[index + 1])
+            yield index, start - self.starts[index], end - self.starts[index]
+            start, index = end, index + 1
+
+    def _get(self, index: int, lo: int, hi: int) -> memoryview:
+        """Bytes ``lo:hi`` of piece ``index`` by one ranged GET, checked against its listing."""
+        if self.counter.stop.is_set():
+            raise FetchStopped(f"{self.file.url}: reading stopped")
+        piece = self.file.pieces[index]
+        try:
+            data = get_listed_range(self.file.origin.store(), piece, lo, hi)
+        except (ObjectStoreError, FileNotFoundError) as err:
+            named = self._named(err, piece)
+            if named is err:
+                raise
+            raise named from err
+        self.counter.add(len(data))
+        return data
+
+    def _named(self, err: OSError, piece: RemoteObject) -> OSError:
+        """A failed GET's error in the words of a listed object: changed or removed since it was
+        listed, or refused to unsigned requests (with the setting that signs them)."""
+        from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
+
+        if isinstance(err.__cause__, PreconditionError):
+            return ObjectStoreError(f"{piece.url}: changed since it was listed (its ETag is no longer "
+                                    f"{piece.version}: HTTP 412 to If-Match)")
+        if isinstance(err, FileNotFoundError):
+            return FileNotFoundError(f"{err}; it was listed, and has been removed since")
+        if isinstance(err.__cause__, (PermissionDeniedError, UnauthenticatedError)) and self.file.origin.anonymous:
+            return ObjectStoreError(f"{err} to unsigned requests (data.anonymous=false signs them with "
+                                    "the environment's credentials)")
+        return err
+
+    # ------------------------------------------------------------------ sweeps
+
+    def sweep(self, ranges: list[tuple[int, int]], *, verify: bool) -> Iterator[tuple[int, memoryview]]:
+        """(stream position, bytes) over ``ranges`` (rising, disjoint (start, stop) pairs), in
+        order, read ahead (module docstring). With ``verify``, each piece with a published
+        checksum that ``ranges`` cover whole is hashed and checked at its end."""
+        items = self._plan(ranges)
+        covered = {i: sum(item.hi - item.lo for item in items if item.piece == i) for i in range(len(self.paths))}
+        checked = {i for i, piece in enumerate(self.file.pieces)
+                   if verify and piece.checksum and covered[i] == piece.size}
+        with ThreadPoolExecutor(self.in_flight, thread_name_prefix="sweep") as pool, \
+                _Hashing({i: self.file.pieces[i] for i in checked}, self.in_flight,
+                         ranges if self.reads is not None else [], self.reads) as hashing:
+            ahead: deque[tuple[_Item, Future | None]] = deque()
+            upcoming = iter(items)
+            try:
+                for item in upcoming:
+                    ahead.append((item, None if item.kept is not None else
+                                  pool.submit(self._get, item.piece, item.lo, item.hi)))
+                    if len(ahead) >= self.in_flight:
+                        yield self._next(ahead, hashing)
+                while ahead:
+                    yield self._next(ahead, hashing)
+            finally:
+                for _, future in ahead:
+                    if future is not None:
+                        future.cancel()
+
+    def _next(self, ahead: deque, hashing: _Hashing) -> tuple[int, memoryview]:
+        item, future = ahead.popleft()
+        data = item.kept if future is None else future.result()
+        hashing.update(item.piece, data, last=item.hi == self.file.pieces[item.piece].size)
+        hashing.update_span(item.span, data, end=item.position + len(data))
+        return item.position, data
+
+    def _plan(self, ranges: list[tuple[int, int]]) -> list[_Item]:
+        """The sweep's steps over ``ranges``: kept bytes where parsing reads fetched them, else
+        GETs of at most ``chunk_bytes``, none across a piece's end."""
+        items = []
+        for span, (start, stop) in enumerate(ranges):
+            for position, end, kept in self._kept_or_not(start, stop):
+                for index, lo, hi in self._pieces_of(position, end):
+                    at = self.starts[index] + lo
+                    if kept is not None:
+                        items.append(_Item(at, index, lo, hi, kept[at - position:at - position + hi - lo], span))
+                        continue
+                    for a in range(lo, hi, self.chunk_bytes):
+                        items.append(_Item(self.starts[index] + a, index, a, min(a + self.chunk_bytes, hi), None, span))
+        return items
+
+    def _kept_or_not(self, start: int, stop: int) -> Iterator[tuple[int, int, memoryview | None]]:
+        """(from, to, kept bytes or None) covering ``start:stop`` in order."""
+        spans = sorted((s, s + len(d), d) for s, d in self._kept if s < stop and s + len(d) > start)
+        position = start
+        for s, e, data in spans:
+            if e <= position:
+                continue
+            if s > position:
+                yield position, s, None
+                position = s
+            end = min(e, stop)
+            yield position, end, data[position - s:end - s]
+            position = end
+        if position < stop:
+            yield position, stop, None
+
+    # ------------------------------------------------------------------ the stream
+
+    def prepare(self, file, keys: list[tuple[str, str]]):
+        """Stage the arrays ``keys`` of the VtkXmlFile ``file`` read from this stream into
+        ``staging`` (array_staging.py) and seal the stream: one sweep over the whole of each piece
+        whose checksum is checked (``verify``), done before this returns (None); where none is,
+        a sweep per array over its bytes, in threads, read as they grow: the Staging to close
+        once the arrays are read."""
+        from domino_pipeline.inputs.sources.array_staging import stage_arrays, stage_growing
+
+        whole = [(self.starts[i], self.starts[i + 1]) for i, piece in enumerate(self.file.pieces)
+                 if self.verify and piece.checksum]
+        if not whole:
+            self._sealed = True
+            return stage_growing(file, keys, self.staging, self)
+        stage_arrays(file, keys, self.staging, self, whole, verify=self.verify)
+        self._sealed = True
+        self._kept.clear()
+        return None
+
+    def piece_end(self, position: int) -> int:
+        """The stream position where the piece holding byte ``position`` ends."""
+        return self.starts[min(bisect.bisect_right(self.starts, position), len(self.starts) - 1)]
+
+    def single_file(self, position: int, n: int) -> None:
+        """None: a remote stream has no local file to map."""
+        return None
+
+    def where(self, position: int) -> str:
+        """Where byte ``position`` of the stream lies, in words (ConcatBytes.where)."""
+        if len(self.paths) == 1 or not 0 <= position < self.size:
+            return f"byte {position}"
+        index = bisect.bisect_right(self.starts, position) - 1
+        return f"byte {position} (byte {position - self.starts[index]} of {self.paths[index].name})"
+
+    def close(self) -> None:
+        """Drop the bytes kept."""
+        self._kept.clear()
+
+
+class _Hashing:
+    """The checked pieces' hashes, and the SHA-256 of each of ``spans`` (a sweep's ranges) to
+    record in ``reads``, updated in order in a thread of their own (at most ``backlog`` updates
+    queued); a piece's digest is compared at its last bytes, a span's recorded at its end."""
+
+    def __init__(self, pieces: dict[int, RemoteObject], backlog: int, spans: list[tuple[int, int]] = (),
+                 reads: list[tuple[int, int, str]] | None = None) -> None:
+        self.pieces, self.backlog, self.spans, self.reads = pieces, backlog, spans, reads
+        self.hashes = {i: _new_hash(piece) for i, piece in pieces.items()}
+        self.span_hashes = {i: hashlib.sha256() for i in range(len(spans))}
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="hash")
+        self.queued: deque[Future] = deque()
+
+    def update(self, index: int, data: memoryview, *, last: bool) -> None:
+        if index not in self.hashes:
+            return
+        self._queue(self.hashes[index].update, data)
+        if last:
+            self._drain()
+            self._compare(index)
+
+    def update_span(self, span: int, data: memoryview, *, end: int) -> None:
+        """Hash ``data``, the span's bytes up to stream position ``end``; record the span's
+        digest at its end."""
+        if span not in self.span_hashes:
+            return
+        self._queue(self.span_hashes[span].update, data)
+        if end == self.spans[span][1]:
+            self._drain()
+            self.reads.append((*self.spans[span], self.span_hashes.pop(span).hexdigest()))
+
+    def _queue(self, update: Callable[[memoryview], None], data: memoryview) -> None:
+        self.queued.append(self.pool.submit(update, data))
+        while len(self.queued) > self.backlog:
+            self.queued.popleft().result()
+
+    def _drain(self) -> None:
+        while self.queued:
+            self.queued.popleft().result()
+
+    def _compare(self, index: int) -> None:
+        piece = self.pieces[index]
+        kind, _, expected = piece.checksum.partition(":")
+        digest = self.hashes[index].hexdigest()
+        if digest != expected.lower():
+            raise ChecksumError(f"{piece.url}: its {_HASHES[kind]} is {digest}, its listing says {expected}: "
+                                "the object is corrupt or changed")
+
+    def __enter__(self) -> _Hashing:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _new_hash(piece: RemoteObject):
+    """A hash object of the kind of ``piece``'s checksum (git's blob hash primed with its header)."""
+    kind = piece.checksum.partition(":")[0]
+    if kind == "sha256":
+        return hashlib.sha256()
+    if kind == "md5":
+        return hashlib.md5(usedforsecurity=False)
+    if kind == "git-sha1":
+        return hashlib.sha1(b"blob %d\0" % piece.size, usedforsecurity=False)
+    raise ValueError(f"{piece.url}: unknown checksum kind {kind!r}")

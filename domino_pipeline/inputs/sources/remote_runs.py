@@ -1,0 +1,203 @@
+"""Raw run folders where they are published: an object-store prefix (``s3://``, ``gs://``,
+``az://``) or a Hugging Face dataset folder (``hf://datasets/<owner>/<name>``), found by
+listing, their files resolved by the dataset profile's patterns as on local disk
+(run_folder.resolve_name), each file's pieces with the size and, where the source publishes
+one, the checksum that reading them is checked against.
+
+A listing's checksums: the Hub's SHA-256 of a file kept in LFS (``lfs.oid``) or the git blob's
+SHA-1 of any other file (``oid``); an S3 ETag that is a plain MD5 (32 hex digits; one ending in
+``-<parts>`` comes from a multipart upload and is no digest of the content, so such an object is
+checked by size only). GCS and Azure ETags are opaque: sizes only.
+
+    runs = find_remote_runs("s3://caemldatasets/drivaer/dataset", profile, anonymous=None)
+    files = remote_run_files(runs[0], profile)       # RunFiles whose files are RemoteFiles
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from domino_pipeline.config import PROCESS_PARTS, check_choice
+from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.hub import HubFolder, is_hub, token_headers, tree
+from domino_pipeline.inputs.sources.concat_bytes import pieces_among
+from domino_pipeline.processed.run_layout import natural_key
+from domino_pipeline.inputs.sources.run_folder import RunFiles, resolve_name
+from domino_pipeline.object_store import (
+    RETRY_DEADLINE_S,
+    anonymous_for,
+    folder_contents,
+    is_url,
+    list_objects,
+    shared_store,
+    split_url,
+)
+
+_MD5 = re.compile(r"[0-9a-f]{32}")
+
+
+def is_remote(location: str | os.PathLike) -> bool:
+    """Whether a raw-data location is an object-store or Hub URL rather than a local folder."""
+    return is_url(location) or is_hub(location)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where objects are read from, in a form that crosses to worker processes: the URL of the
+    store (``s3://bucket``, or the Hub repository's resolve URL), whether requests are
+    unsigned, and the seconds within which a failed request is retried. ``store()`` is this
+    process's client."""
+
+    store_url: str
+    anonymous: bool
+    hub: bool = False
+    retry_deadline_s: float = RETRY_DEADLINE_S
+
+    def store(self):
+        """This process's obstore client of the origin (object_store.shared_store)."""
+        headers = token_headers(self.anonymous) if self.hub else None
+        return shared_store(self.store_url, anonymous=self.anonymous, headers=headers,
+                            retry_deadline_s=self.retry_deadline_s)
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    """One listed object: its URL (for messages and records), its key in the origin's store,
+    its size, its published checksum (``sha256:<hex>``, ``md5:<hex>``, ``git-sha1:<hex>``, or
+    None) and version (an S3 ETag that every ranged GET must match, or None)."""
+
+    url: str
+    key: str
+    size: int
+    checksum: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """A file of a remote run folder: its name, its URL, and the objects (pieces, in order)
+    that hold it."""
+
+    name: str
+    url: str
+    pieces: tuple[RemoteObject, ...]
+    origin: Origin
+
+    @property
+    def size(self) -> int:
+        """The file's bytes (its pieces' together)."""
+        return sum(piece.size for piece in self.pieces)
+
+    def __str__(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True)
+class RemoteRun:
+    """A run folder on object storage or the Hub: its name and URL, and where it is read."""
+
+    name: str
+    url: str
+    origin: Origin
+
+
+def _listing(url: str, anonymous: bool, recursive: bool = False, retry_deadline_s: float = RETRY_DEADLINE_S
+             ) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
+    """(the origin, the sub-folder names, the objects by path from ``url``) under folder
+    ``url``: those directly in it, or every one (``recursive``; no folders then)."""
+    if is_hub(url):
+        return _hub_listing(HubFolder.parse(url), anonymous, recursive, retry_deadline_s)
+    root, prefix = split_url(url)
+    if recursive:
+        folders, infos = [], list_objects(url, anonymous=anonymous, retry_deadline_s=retry_deadline_s)
+    else:
+        folders, infos = folder_contents(url, anonymous=anonymous, retry_deadline_s=retry_deadline_s)
+    md5 = root.lower().startswith(("s3://", "s3a://"))
+    base = f"{prefix.rstrip('/')}/" if prefix else ""
+    objects = {name: RemoteObject(f"{url.rstrip('/')}/{name}", base + name, info.size,
+                                  _md5_checksum(info.e_tag) if md5 else None, info.e_tag)
+               for name, info in infos.items()}
+    return Origin(root, anonymous, retry_deadline_s=retry_deadline_s), folders, objects
+
+
+def _md5_checksum(e_tag: str | None) -> str | None:
+    """``md5:<hex>`` of an S3 ETag that is a plain MD5 digest, else None."""
+    tag = (e_tag or "").strip('"').lower()
+    return f"md5:{tag}" if _MD5.fullmatch(tag) else None
+
+
+def _hub_listing(folder: HubFolder, anonymous: bool, recursive: bool, retry_deadline_s: float
+                 ) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
+    entries = tree(folder, recursive=recursive, anonymous=anonymous)
+    inside = len(folder.path) + 1 if folder.path else 0
+    folders = [e["path"][inside:] for e in entries if e.get("type") == "directory" and not recursive]
+    objects = {}
+    for entry in entries:
+        if entry.get("type") != "file":
+            continue
+        name = entry["path"][inside:]
+        lfs = entry.get("lfs")
+        checksum = f"sha256:{lfs['oid']}" if lfs else f"git-sha1:{entry['oid']}" if entry.get("oid") else None
+        objects[name] = RemoteObject(folder.child(name).url, entry["path"], int(entry["size"]), checksum)
+    return Origin(folder.resolve_base, anonymous, hub=True, retry_deadline_s=retry_deadline_s), folders, objects
+
+
+def find_remote_runs(raw_url: str, profile: DatasetConfig, anonymous: bool | None,
+                     retry_deadline_s: float = RETRY_DEADLINE_S) -> list[RemoteRun]:
+    """The run folders directly under ``raw_url`` (named as ``dataset.run_folders`` says),
+    naturally sorted; ``anonymous`` None: unsigned requests where the environment holds no
+    credentials (object_store.anonymous_for); a failed request retried within
+    ``retry_deadline_s`` seconds. FileNotFoundError when nothing is listed there."""
+    raw_url = raw_url.rstrip("/")
+    # the Hub: HF_TOKEN is sent where it is set, unless anonymous (a public dataset needs none)
+    unsigned = bool(anonymous) if is_hub(raw_url) else anonymous_for(raw_url, anonymous)
+    origin, folders, objects = _listing(raw_url, unsigned, retry_deadline_s=retry_deadline_s)
+    if not folders and not objects:
+        raise FileNotFoundError(f"{raw_url}: no such raw-data prefix (nothing is listed there)")
+    runs = [RemoteRun(name, f"{raw_url}/{name}", origin) for name in folders if profile.run_index(name)]
+    return sorted(runs, key=lambda run: natural_key(run.name))
+
+
+def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all") -> RunFiles:
+    """The run's files by the profile's patterns (run_folder.run_files, here among the run
+    folder's listed objects), each a RemoteFile, and the files of its published coefficients
+    and references (``published``); FileNotFoundError naming a missing mesh."""
+    check_choice("process.parts", parts, PROCESS_PARTS)
+    index = profile.run_index(run.name)
+    if index is None:
+        raise ValueError(f"{run.url}: not a run folder of dataset {profile.name} "
+                         f"(dataset.run_folders is {profile.run_folders})")
+    origin, _, objects = _listing(run.url, run.origin.anonymous, recursive=True,
+                                  retry_deadline_s=run.origin.retry_deadline_s)
+
+    def remote(pattern: str, key: str) -> RemoteFile:
+        names = objects if "/" in pattern else [n for n in objects if "/" not in n]  # as in the folder
+        name = resolve_name(names, pattern, index, key, run.url)
+        pieces = pieces_among(name, names, run.url)
+        return RemoteFile(name, f"{run.url}/{name}", tuple(objects[p] for p in pieces), origin)
+
+    files = profile.files
+    areas = files.surface_areas.replace("{index}", index) if files.surface_areas and parts != "volume" else None
+    return RunFiles(
+        name=run.name, index=index,
+        stl=remote(files.stl, "dataset.files.stl"),
+        surface=remote(files.surface, "dataset.files.surface") if parts != "volume" else None,
+        volume=remote(files.volume, "dataset.files.volume") if parts != "surface" else None,
+        surface_areas=RemoteFile(areas, f"{run.url}/{areas}", (objects[areas],), origin) if areas in objects else None,
+        folder=run.url,
+        published=tuple(RemoteFile(name, f"{run.url}/{name}", (objects[name],), origin)
+                        for name in published_names(objects, profile, index)),
+    )
+
+
+def published_names(names: Collection[str], profile: DatasetConfig, index: str) -> list[str]:
+    """The paths among ``names`` (relative to a run folder) that the profile's published files
+    (``dataset.coefficients.own``, ``.constant``, ``dataset.references.file``) match."""
+    patterns = [p.replace("{index}", index) for p in (profile.coefficients.own, profile.coefficients.constant,
+                                                      profile.references.file) if p]
+    return sorted({name for name in names for pattern in patterns
+                   if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern.replace("**/", ""))})

@@ -1,0 +1,75 @@
+"""run_statistics.py's statistics of a stored run, by one pass over its arrays: for the runs of a
+processed folder that have none in their attributes (physicsnemo-curator's forms, or runs
+processed with ``process.statistics=false``), since no streaming step saw them.
+
+The arrays are read ``PASS_ROWS`` rows at a time. The fields are taken as the run stores them,
+dimensionless by the run's physics constants (``physics_constants``, else the configured
+``[stream_velocity, air_density]``) and named by the dataset profile's columns when their width
+is the profile's (else ``column_<j>``, and no force sums). The cell quality needs the polygons'
+vertices, which these forms do not store: it is left out.
+
+    statistics = statistics_of_run(open_run(path), profile, (30.0, 1.205), published)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
+from domino_pipeline.inputs.processing.published_forces import Published
+from domino_pipeline.inputs.statistics.run_statistics import ARRAY_ROLES, PartStatistics, RunStatistics, field_columns
+from domino_pipeline.processed.runs import GEOMETRY_ARRAYS, NamedArray, OpenedRun, load_run, physics_constants
+from domino_pipeline.variables import column_names
+
+PASS_ROWS = 1 << 20
+PART_ARRAYS = {"surface": ("surface_mesh_centers", "surface_fields", "surface_normals", "surface_areas"),
+               "volume": ("volume_mesh_centers", "volume_fields")}
+
+
+def statistics_of_run(run: OpenedRun, profile: DatasetConfig, global_params: Sequence[float],
+                      published: Published | None = None, published_error: str | None = None,
+                      block_rows: int = PASS_ROWS) -> dict[str, Any]:
+    """The statistics (run_statistics.py's layout) of an opened run of any form; ProcessedRunError
+    naming the run for an array that cannot be read."""
+    velocity, density = physics_constants(run.attrs) or tuple(global_params)[:2]
+    stl = load_run(run.path, list(GEOMETRY_ARRAYS), opened=run) if set(GEOMETRY_ARRAYS) <= set(run.arrays) else None
+    length = float(run.attrs.get("nut_length_scale") or (car_length(stl["stl_coordinates"]) if stl else 1.0))
+    statistics = RunStatistics(profile.flow, *(_part(run, profile, part, (velocity, density, length))
+                                               for part in ("surface", "volume")))
+    if stl is not None:
+        statistics.add_stl(stl)
+    statistics.add_published(published, published_error)
+    for part in (statistics.surface, statistics.volume):
+        if part is not None:
+            _pass(run, part, block_rows)
+    return statistics.summary()
+
+
+def _part(run: OpenedRun, profile: DatasetConfig, part: str, references: tuple[float, float, float]
+          ) -> PartStatistics | None:
+    """The statistics of ``part`` of ``run`` (None when it lacks the part's arrays), named and
+    scaled by the profile's fields when the run's fields have their width."""
+    names = PART_ARRAYS[part]
+    if not set(names[:2]) <= set(run.arrays):  # positions and fields
+        return None
+    width = int(np.prod(run.arrays[names[1]].shape[1:], dtype=np.int64))
+    fields = getattr(profile.fields, part)
+    profile_columns = column_names(profile.variables(part))
+    if width != len(profile_columns):
+        return PartStatistics([f"column_{j}" for j in range(width)], surface=part == "surface")
+    divisors = field_divisors(fields, *references, dtype=np.float64)
+    return PartStatistics(profile_columns, surface=part == "surface", divisors=divisors, roles=field_columns(fields))
+
+
+def _pass(run: OpenedRun, part: PartStatistics, block_rows: int) -> None:
+    """Feed ``part`` the run's rows, ``block_rows`` at a time."""
+    names = [n for n in PART_ARRAYS["surface" if part.surface else "volume"] if n in run.arrays]
+    arrays = {ARRAY_ROLES[name]: NamedArray(run, name) for name in names}
+    for start in range(0, arrays["positions"].shape[0], block_rows):
+        block = {role: array[start:start + block_rows] for role, array in arrays.items()}
+        block["fields"] = block["fields"].reshape(len(block["fields"]), -1)
+        part.add_block(**block)

@@ -1,0 +1,286 @@
+"""A run's statistics, gathered from the blocks process_data.py streams (no second pass), stored
+as the processed run's ``statistics`` attribute and collected into the processed folder's table
+(statistics_table.py), where run_quality.py compares the runs with one another.
+
+    {"version": 2,
+     "stl": {"points", "triangles", "dropped_triangles", "open_edges", "non_manifold_edges",
+             "degenerate_triangles", "area", "enclosed_volume", "positions": {"x": {min, max}, "y": .., "z": ..}},
+     "surface": {"count", "positions" (the bounding box, as the STL's),
+                 "fields": {column: {min, max, mean, std, nonfinite, p01, p99, mean_trimmed, std_trimmed}},
+                 "area": {min, max, mean, total}, "enclosed_volume",
+                 "force_sums": {"pressure": [3], "shear": [3]}, "cells": {cell_quality's}},
+     "volume": {"count", "positions", "fields"},
+     "consistency": {"surface_to_stl_volume", "surface_stl_bounds_gap"},
+     "published": {"own": {"cd", ..}, "own_area", "constant": {..}, "constant_area", "velocity"}
+                  (or {"error": ..}),
+     "forces": {"own": {"cd", "cl"}, "constant": {"cd", "cl"}}}
+
+Field statistics are of the fields as stored (dimensionless, run_layout.py's columns); the
+non-finite count is of what the reader gave (a processed run refuses non-finite values, so there
+it is 0); ``p01`` and ``p99`` are the 1% and 99% quantiles (column_quantiles.py: exact up to
+65536 rows, from a sample of that many beyond), which a few cells' extremes do not move.
+``enclosed_volume`` is ``1/3 sum (c . n) A`` over the cells (``1/6 sum a . (b x c)`` over the
+STL's triangles), the divergence theorem's volume of a closed surface: positive when the normals point out of it,
+negative when into it. ``force_sums`` are force_integration.force_sums of the physical fields
+(the stored ones times their divisors) and the normals as the file orients them, so that the
+force of any convention can be formed later; ``forces`` are the coefficients they give with the
+dataset profile's flow (``dataset.flow``) over the run's own and the constant reference areas.
+``surface_to_stl_volume`` is the ratio of the two enclosed volumes (about 1 or -1 when the
+boundary surface is the STL's body), ``surface_stl_bounds_gap`` the largest distance between a
+face of the surface's bounding box and the STL's, over the STL's largest extent. Values that are
+not finite are stored as null.
+
+    statistics = RunStatistics.for_options(options, surface_divisors, volume_divisors)
+    statistics.add_stl(stl, dropped)
+    statistics.surface.add_block(positions=c, fields=f, normals=n, areas=a)   # per block
+    statistics.summary()
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from domino_pipeline.dataset_profile import FlowProfile
+from domino_pipeline.force_integration import (
+    ForceConvention,
+    FreeStream,
+    coefficients_of_force,
+    force_sums,
+)
+from domino_pipeline.inputs.statistics.cell_quality import CellQuality
+from domino_pipeline.inputs.statistics.column_moments import ColumnBounds, ColumnMoments
+from domino_pipeline.inputs.statistics.column_quantiles import ColumnQuantiles
+from domino_pipeline.inputs.meshes.vtk_reader import stl_defect_counts
+from domino_pipeline.inputs.processing.process_options import ProcessOptions
+from domino_pipeline.inputs.processing.published_forces import Published
+from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH, FieldName, column_names, variables_of
+
+STATISTICS_VERSION = 2  # 2: the quantiles and trimmed moments that run_quality.py scores
+AXES = ("x", "y", "z")
+# the role of each streamed array in a part's block (run_layout.py's names)
+ARRAY_ROLES = {"surface_mesh_centers": "positions", "surface_normals": "normals", "surface_areas": "areas",
+               "surface_fields": "fields", "volume_mesh_centers": "positions", "volume_fields": "fields"}
+
+
+def field_columns(fields: Mapping[str, str]) -> dict[str, int | slice]:
+    """role -> its column (a scalar) or columns (a vector) in a part's fields, from a profile's
+    role -> name mapping in column order."""
+    columns, start = {}, 0
+    for role in fields:
+        width = VARIABLE_WIDTH[FIELD_ROLES[role][0]]
+        columns[role] = start if width == 1 else slice(start, start + width)
+        start += width
+    return columns
+
+
+class PartStatistics:
+    """The statistics of one part (surface or volume) over its blocks. ``columns``: the field
+    columns' names; ``divisors`` (per column) turn the stored fields back into physical ones for
+    the force sums, which a surface with ``pressure`` and ``wall_shear_stress`` roles
+    (``roles``: role -> column(s)) gathers."""
+
+    def __init__(self, columns: list[str], *, surface: bool, divisors: np.ndarray | None = None,
+                 roles: Mapping[str, int | slice] | None = None) -> None:
+        self.columns, self.surface = list(columns), surface
+        self.positions, self.fields = ColumnBounds(3), ColumnMoments(len(columns))
+        self.quantiles = ColumnQuantiles(len(columns))
+        self.divisors = None if divisors is None else np.asarray(divisors, np.float64)
+        roles = roles or {}
+        self.force_columns = (roles["pressure"], roles["wall_shear_stress"]) \
+            if surface and {"pressure", "wall_shear_stress"} <= set(roles) and self.divisors is not None else None
+        self.areas, self.cells = ColumnMoments(1), CellQuality()
+        self.enclosed = 0.0
+        self.pressure_sum, self.shear_sum = np.zeros(3), np.zeros(3)
+        self._pending: dict[str, np.ndarray] = {}
+
+    @property
+    def count(self) -> int:
+        return self.positions.count
+
+    def observe(self, name: str, rows: np.ndarray) -> None:
+        """Take in one array of a block (processed_run.StreamedRows' observer): the block is
+        added once its fields, the last array, arrive."""
+        self._pending[ARRAY_ROLES[name]] = rows
+        if ARRAY_ROLES[name] == "fields":
+            self.add_block(**self._pending)
+            self._pending = {}
+
+    def add_block(self, positions: np.ndarray, fields: np.ndarray, normals: np.ndarray | None = None,
+                  areas: np.ndarray | None = None) -> None:
+        """Take in a block of rows: positions (n, 3), stored fields (n, F) and, for a surface,
+        unit normals (n, 3) and areas (n,)."""
+        self.positions.add(positions)
+        self.fields.add(fields)
+        self.quantiles.add(fields)
+        if not self.surface or normals is None or areas is None:
+            return
+        areas64 = np.asarray(areas, np.float64)
+        vector_areas = np.array(np.asarray(normals).T, np.float64) * areas64  # (3, n): each component contiguous
+        self.areas.add(areas64)
+        self.enclosed += float(np.einsum("ij,ij->", np.array(np.asarray(positions).T, np.float64), vector_areas)) / 3.0
+        if self.force_columns is not None:
+            pressure, shear = self.force_columns
+            pressure_sum, shear_sum = force_sums(
+                np.asarray(fields)[:, pressure].astype(np.float64) * self.divisors[pressure],
+                np.asarray(fields)[:, shear].astype(np.float64) * self.divisors[shear], vector_areas.T, areas64)
+            self.pressure_sum += pressure_sum
+            self.shear_sum += shear_sum
+
+    def field_summary(self) -> dict[str, dict[str, float]]:
+        """Each field column's moments and quantiles (module docstring)."""
+        quantiles = self.quantiles.summary(self.columns)
+        return {name: {**moments, **quantiles[name]} for name, moments in self.fields.summary(self.columns).items()}
+
+    def summary(self) -> dict[str, Any]:
+        """The part's statistics (module docstring)."""
+        found: dict[str, Any] = {"count": self.count, "positions": self.positions.summary(AXES),
+                                 "fields": self.field_summary()}
+        if self.surface and self.areas.count[0]:
+            area = self.areas.summary(["area"])["area"]
+            found["area"] = {"min": area["min"], "max": area["max"], "mean": area["mean"],
+                             "total": area["mean"] * int(self.areas.count[0])}
+            found["enclosed_volume"] = self.enclosed
+            if self.cells.cells:
+                found["cells"] = self.cells.summary()
+            if self.force_columns is not None:
+                found["force_sums"] = {"pressure": self.pressure_sum.tolist(), "shear": self.shear_sum.tolist()}
+        return found
+
+
+class RunStatistics:
+    """The statistics of one run: its STL, its parts (None: not read), what it publishes, and the
+    flow the integrated coefficients refer to."""
+
+    def __init__(self, flow: FlowProfile, surface: PartStatistics | None, volume: PartStatistics | None) -> None:
+        self.flow, self.surface, self.volume = flow, surface, volume
+        self.stl: dict[str, Any] = {}
+        self.published: dict[str, Any] = {}
+
+    @classmethod
+    def for_fields(cls, flow: FlowProfile, surface_fields: Mapping[str, FieldName] | None,
+                   volume_fields: Mapping[str, FieldName] | None, surface_divisors: np.ndarray | None,
+                   volume_divisors: np.ndarray | None) -> RunStatistics:
+        """Statistics for parts with these role -> name fields (None: the part is not read) and
+        column divisors."""
+        def part(fields, divisors, surface):
+            if fields is None:
+                return None
+            names = column_names(variables_of(fields))
+            return PartStatistics(names, surface=surface, divisors=divisors, roles=field_columns(fields))
+        return cls(flow, part(surface_fields, surface_divisors, True), part(volume_fields, volume_divisors, False))
+
+    def add_stl(self, stl: Mapping[str, np.ndarray], dropped: int = 0) -> None:
+        """Take in the STL's arrays (run_layout.py's stl_*), after ``dropped`` zero-area
+        triangles were dropped."""
+        vertices = np.asarray(stl["stl_coordinates"], np.float64)
+        triangles = np.asarray(stl["stl_faces"]).reshape(-1, 3)
+        positions = ColumnBounds(3)
+        positions.add(vertices)
+        self.stl = {"points": len(vertices), "triangles": len(triangles), "dropped_triangles": int(dropped),
+                    **stl_defect_counts(np.asarray(stl["stl_faces"]), np.asarray(stl["stl_areas"])),
+                    "area": float(np.sum(stl["stl_areas"], dtype=np.float64)),
+                    "enclosed_volume": enclosed_volume(vertices, triangles),
+                    "positions": positions.summary(AXES)}
+
+    def add_published(self, published: Published | None, error: str | None = None) -> None:
+        """Take in what the run publishes (None: nothing), or the error reading it gave."""
+        if error is not None:
+            self.published = {"error": error}
+        elif published is not None:
+            self.published = {"own": published.own, "constant": published.constant,
+                              "own_area": None if published.own_references is None else published.own_references.area,
+                              "constant_area": published.constant_references.area, "velocity": published.velocity}
+
+    def summary(self) -> dict[str, Any]:
+        """The run's statistics (module docstring), as plain JSON values."""
+        found: dict[str, Any] = {"version": STATISTICS_VERSION, "stl": self.stl}
+        for key, part in (("surface", self.surface), ("volume", self.volume)):
+            if part is not None:
+                found[key] = part.summary()
+        found["consistency"] = consistency(found)
+        found["published"] = self.published
+        found["forces"] = integrated_coefficients(found, self.flow, ForceConvention(self.flow.normals,
+                                                                                    self.flow.wall_shear))
+        return plain(found)
+
+
+def enclosed_volume(vertices: np.ndarray, triangles: np.ndarray) -> float:
+    """``1/6 sum (a - o) . ((b - o) x (c - o))`` over the triangles (a, b, c), o the vertices'
+    bounding-box centre: the volume a closed, consistently wound triangle surface encloses,
+    positive when wound outward. The products are formed in float32 about o (each term's
+    rounding is then the coordinates' own) and summed in float64."""
+    if not len(triangles):
+        return 0.0
+    vertices = np.asarray(vertices, np.float32)
+    origin = 0.5 * (vertices.min(axis=0) + vertices.max(axis=0))
+    corners = np.ascontiguousarray((vertices - origin).T)  # (3, V): each coordinate contiguous
+    a, b, c = (corners[:, triangles[:, k]] for k in range(3))
+    triple = (a[0] * (b[1] * c[2] - b[2] * c[1]) + a[1] * (b[2] * c[0] - b[0] * c[2])
+              + a[2] * (b[0] * c[1] - b[1] * c[0]))
+    return float(np.sum(triple, dtype=np.float64)) / 6.0
+
+
+def consistency(statistics: Mapping[str, Any]) -> dict[str, float | None]:
+    """{surface_to_stl_volume, surface_stl_bounds_gap} (module docstring) of a run's statistics;
+    empty without a surface or an STL."""
+    stl, surface = statistics.get("stl") or {}, statistics.get("surface") or {}
+    if not stl or "enclosed_volume" not in surface:
+        return {}
+    low = np.array([[stl["positions"][a]["min"], surface["positions"][a]["min"]] for a in AXES])
+    high = np.array([[stl["positions"][a]["max"], surface["positions"][a]["max"]] for a in AXES])
+    extent = float(np.max(high[:, 0] - low[:, 0]))
+    gap = float(max(np.abs(low[:, 0] - low[:, 1]).max(), np.abs(high[:, 0] - high[:, 1]).max()))
+    ratio = surface["enclosed_volume"] / stl["enclosed_volume"] if stl["enclosed_volume"] else None
+    return {"surface_to_stl_volume": ratio, "surface_stl_bounds_gap": gap / extent if extent > 0 else None}
+
+
+def integrated_coefficients(statistics: Mapping[str, Any], flow: FlowProfile,
+                            convention: ForceConvention) -> dict[str, dict[str, float]]:
+    """{"own": {cd, cl}, "constant": {cd, cl}}: a run's force sums under ``convention`` over its
+    own and the constant reference areas (each where known), with ``flow``'s free stream (its
+    speed, else the one the run publishes) and directions; empty without force sums or a speed."""
+    sums = (statistics.get("surface") or {}).get("force_sums")
+    published = statistics.get("published") or {}
+    velocity = flow.velocity or published.get("velocity")
+    if sums is None or not velocity:
+        return {}
+    force = convention.force(sums["pressure"], sums["shear"])
+    dynamic_pressure = FreeStream(velocity, flow.density, flow.kinematic).dynamic_pressure
+    found = {}
+    for which in ("own", "constant"):
+        area = published.get(f"{which}_area")
+        if area:
+            found[which] = coefficients_of_force(force, reference_area=area, dynamic_pressure=dynamic_pressure,
+                                                 drag_direction=flow.drag_direction, lift_direction=flow.lift_direction)
+    return found
+
+
+def plain(value: Any) -> Any:
+    """``value`` with numpy numbers as Python ones and non-finite floats as None (JSON null)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [plain(v) for v in value]
+    if isinstance(value, (np.integer, bool, np.bool_)):
+        return value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+def start_run_statistics(options: ProcessOptions, stl: Mapping[str, np.ndarray], dropped: int,
+                         published: Published, surface_divisors: np.ndarray | None,
+                         volume_divisors: np.ndarray | None) -> RunStatistics:
+    """The statistics of a run that process_run is about to stream (a part's divisors None: the
+    part is not read), with its STL and what its folder publishes taken in already."""
+    statistics = RunStatistics.for_fields(options.dataset.flow,
+                                          None if surface_divisors is None else options.surface_fields,
+                                          None if volume_divisors is None else options.volume_fields,
+                                          surface_divisors, volume_divisors)
+    statistics.add_stl(stl, dropped)
+    statistics.add_published(published)
+    return statistics

@@ -1,0 +1,456 @@
+"""Every accepted form of a processed run, behind one interface: list, open, load, fingerprint.
+
+A processed-data folder holds runs in any of these forms, detected per run (``open_run``):
+
+| format | what | written by |
+|---|---|---|
+| ``processed`` | Zarr v3 group with ``format: drivaerml-processed`` | this project's process_data.py |
+| ``curator-zarr-v2`` | Zarr v2 group (``.zgroup``), curator names and attributes | physicsnemo-curator (Zarr v2 API) |
+| ``curator-zarr-v3`` | Zarr v3 group (``zarr.json``), curator names and attributes | physicsnemo-curator (v3, sharded) |
+| ``curator-npz`` | ``run_<i>.npz`` | physicsnemo-curator's numpy writer |
+| ``curator-npy`` | ``run_<i>.npy`` (a pickled dict; opt-in) | physicsnemo's older example |
+
+``load_run`` returns the arrays of run_layout.py's table, validated (shapes, finite values,
+integral face indices as int32), whatever the form. A run holds the STL and one or both parts
+(surface, volume; ``run_parts``): a processed run those its ``parts`` attribute records
+(``process.parts``), a curator run those whose arrays it has; ``require_parts`` refuses a run
+without a part a stage needs, naming what is missing and why. ``global_params_values`` / ``_reference``
+come from the run's arrays; where a run lacks them, from its physics constants
+(``[stream_velocity, air_density]``, attributes ``physics_constants`` or the two top-level
+attributes); else from the config (``ReadOptions.global_params``).
+
+    for path in list_runs("/data/curated"):        # or a URL: "s3://bucket/curated"
+        arrays = load_run(path, ["surface_mesh_centers", "surface_fields"])
+
+A processed-data folder may be an object-store prefix (object_store.py): its runs are then
+URLs (strings), Zarr groups read through zarr's ``ObjectStore``, .npz/.npy files fetched whole,
+and fingerprints made from the objects' bytes (``source_fingerprint``) and from their listing
+(``stat_fingerprint``: keys, sizes, e-tags, modification times).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from domino_pipeline.config import PARTS, DataConfig, PhysicsConfig, TrainConfig, parts_named, parts_setting
+from domino_pipeline.processed.chunk_completeness import missing_chunks
+from domino_pipeline.processed.curator_forms import npz_names, read_npy, read_npz, read_zarr_group
+from domino_pipeline.processed.run_layout import (
+    ARRAY_NAMES,
+    ARRAY_SHAPES,
+    FORMAT,
+    PART_ARRAYS,
+    ProcessedRunError,
+    arrays_for,
+    check_format_version,
+    check_shapes,
+    check_values,
+    natural_key,
+)
+from domino_pipeline.byte_source import read_in_order
+from domino_pipeline.object_store import (
+    ObjectInfo,
+    as_location,
+    exists,
+    head,
+    is_url,
+    join,
+    list_folder,
+    list_objects,
+    name_of,
+)
+
+RUN_SUFFIXES = (".zarr", ".npz", ".npy")
+FORMATS = ("processed", "curator-zarr-v2", "curator-zarr-v3", "curator-npz", "curator-npy")
+GEOMETRY_ARRAYS = ("stl_coordinates", "stl_faces", "stl_centers", "stl_areas")
+GLOBAL_PARAMS = ("global_params_values", "global_params_reference")
+_HASH_BLOCK = 1 << 20
+
+
+class NoRunsError(FileNotFoundError):
+    """A processed-data folder without any run in an accepted form."""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How runs are read: ``allow_pickle`` admits legacy .npy dicts (restricted unpickler);
+    ``global_params`` ([stream_velocity, air_density] from the config) serve runs that record
+    neither global parameters nor physics constants; ``allow_missing_chunks`` accepts Zarr runs
+    whose writer omitted fill-valued chunks on purpose (else a chunk absent from a Zarr run
+    refuses it: zarr would read it as fill values)."""
+
+    allow_pickle: bool = False
+    global_params: tuple[float, ...] = (30.0, 1.205)
+    allow_missing_chunks: bool = False
+
+
+DEFAULT_OPTIONS = ReadOptions()
+
+
+def read_options_from_config(data: DataConfig, physics: PhysicsConfig) -> ReadOptions:
+    """ReadOptions from the ``data`` and ``physics`` sections."""
+    return ReadOptions(allow_pickle=data.allow_pickle,
+                       global_params=(physics.stream_velocity, physics.air_density),
+                       allow_missing_chunks=data.allow_missing_chunks)
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    """A run opened for reading: its form, its arrays (lazy where the form allows) and attributes."""
+
+    path: Path | str  # a URL for a run on object storage
+    format: str  # one of FORMATS
+    arrays: Mapping[str, Any]
+    attrs: dict
+
+
+def run_name(path: str | os.PathLike) -> str:
+    """The run's name: the file or folder name without its form's suffix (run_1.zarr: run_1)."""
+    name = name_of(path)
+    for suffix in RUN_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _describe(entries: list[tuple[str, str, Path | str]]) -> str:
+    if not entries:
+        return "nothing"
+    names = sorted(name + ("/" if kind == "folder" else "") for name, kind, _ in entries)
+    shown = ", ".join(names[:10])
+    return shown + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+
+
+def _kind(path: Path) -> str:
+    return "folder" if path.is_dir() else "file" if path.is_file() else "other"
+
+
+def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
+    """(name, "folder" | "file" | "other", location) of everything directly in a folder or
+    under a prefix, hidden names left out; FileNotFoundError for a missing folder or an empty
+    prefix."""
+    if is_url(directory):
+        folders, objects = list_folder(directory)
+        found = [(n, "folder", join(directory, n)) for n in folders] + [(n, "file", join(directory, n)) for n in objects]
+        if not found:
+            raise FileNotFoundError(f"{directory}: no such processed-data prefix (nothing there)")
+    elif directory.is_dir():
+        found = [(p.name, _kind(p), p) for p in directory.iterdir()]
+    else:
+        raise FileNotFoundError(f"{directory}: no such processed-data directory")
+    return [entry for entry in found if not entry[0].startswith(".")]
+
+
+def list_runs(directory: str | os.PathLike) -> list[Path | str]:
+    """The runs in ``directory`` (``*.zarr`` folders, ``*.npz`` and ``*.npy`` files), naturally
+    sorted (run_2 < run_10); hidden names (unfinished writers' temporaries) are never listed.
+    A URL lists the runs under that object-store prefix, as URLs.
+
+    Raises FileNotFoundError for a missing folder, NoRunsError (naming what the folder holds) when
+    it holds no run, and ValueError when two runs share a name in different forms.
+    """
+    directory = as_location(directory)
+    entries = _entries(directory)
+    runs = sorted((where for name, kind, where in entries if (name.endswith(".zarr") and kind == "folder")
+                   or (name.endswith((".npz", ".npy")) and kind == "file")), key=natural_key)
+    if not runs:
+        raise NoRunsError(f"{directory}: no run found (expected <run>.zarr groups in Zarr v2 or v3, "
+                          f"<run>.npz or <run>.npy files); it holds {_describe(entries)}")
+    names: dict[str, Path] = {}
+    for path in runs:
+        if run_name(path) in names:
+            raise ValueError(f"{directory}: run {run_name(path)} is there twice: "
+                             f"{name_of(names[run_name(path)])} and {name_of(path)}; keep one")
+        names[run_name(path)] = path
+    return runs
+
+
+def split_runs(runs: list[Path | str], val_fraction: float, seed: int) -> tuple[list[Path | str], list[Path | str]]:
+    """Deterministic train/validation split: a seeded permutation, the first ceil(f*n) runs validate
+    (at least one when f > 0 and there are 2+ runs; never all of them)."""
+    if not runs:
+        raise ValueError("no processed runs to train on")
+    n_val = min(math.ceil(val_fraction * len(runs)), len(runs) - 1) if val_fraction > 0 else 0
+    order = np.random.default_rng(seed).permutation(len(runs))
+    val = sorted((runs[i] for i in order[:n_val]), key=runs.index)
+    train = [run for run in runs if run not in val]
+    return train, val
+
+
+def split_from_config(runs: list[Path | str], train: TrainConfig, seed: int
+                      ) -> tuple[list[Path | str], list[Path | str]]:
+    """train.py's split of ``runs``: ``train.val_fraction``, seeded by ``train.split_seed``
+    (None: the run's ``seed``). cache_data.py computes the scaling factors on its training runs."""
+    return split_runs(runs, train.val_fraction, seed if train.split_seed is None else train.split_seed)
+
+
+def _zarr_run(path: Path | str) -> OpenedRun:
+    form, arrays, attrs = read_zarr_group(path)
+    found = attrs.get("format")
+    if found == FORMAT:
+        check_format_version(attrs, path)
+        return OpenedRun(path, "processed", arrays, attrs)
+    if found is not None:
+        raise ProcessedRunError(f"{path}: a {found!r} group, not a processed run")
+    return OpenedRun(path, f"curator-{form}", arrays, attrs)
+
+
+def open_run(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) -> OpenedRun:
+    """Open one run of any accepted form (module docstring); ProcessedRunError (a ValueError)
+    naming the file for anything else, FileNotFoundError for a missing one."""
+    path = as_location(path)
+    if not exists(path):
+        raise FileNotFoundError(f"{path}: no processed run there")
+    suffix = _suffix(path)
+    if suffix == ".zarr" or (suffix not in (".npz", ".npy") and _is_folder(path)):
+        run = _zarr_run(path)
+    elif suffix == ".npz":
+        run = OpenedRun(path, "curator-npz", *read_npz(path)[1:])
+    elif suffix == ".npy":
+        run = OpenedRun(path, "curator-npy", *read_npy(path, allow_pickle=options.allow_pickle)[1:])
+    else:
+        raise ProcessedRunError(f"{path}: not a run (expected a .zarr group, .npz or .npy file)")
+    if not any(name in run.arrays for name in ARRAY_NAMES):
+        raise ProcessedRunError(f"{path}: a {run.format} store without any DoMINO array; it holds "
+                                f"arrays {sorted(run.arrays)} and attributes {sorted(run.attrs)}")
+    check_all_chunks(run, options.allow_missing_chunks)
+    return run
+
+
+def _suffix(path: Path | str) -> str:
+    """The run name's suffix (".zarr", ".npz", ...), for paths and URLs alike."""
+    name = name_of(path)
+    return name[name.rfind("."):] if "." in name else ""
+
+
+def _is_folder(path: Path | str) -> bool:
+    """Whether a run is a folder (a prefix with objects under it, for a URL)."""
+    return any(list_folder(path)) if is_url(path) else Path(path).is_dir()
+
+
+def run_format(path: str | os.PathLike) -> str:
+    """The form of a run (one of FORMATS), read from its name and, for a Zarr group, its
+    metadata only: cheap, for reports."""
+    path = as_location(path)
+    if _suffix(path) in (".npz", ".npy"):
+        return f"curator-{_suffix(path)[1:]}"
+    return _zarr_run(path).format
+
+
+def physics_constants(attrs: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(stream_velocity, air_density) from a run's attributes, or None where it has none."""
+    nested = attrs.get("physics_constants")
+    for source in (nested if isinstance(nested, Mapping) else {}, attrs):
+        if "stream_velocity" in source and "air_density" in source:
+            return float(source["stream_velocity"]), float(source["air_density"])
+    return None
+
+
+def _as_stored(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape an array is checked with: faces and global parameters flattened (the curator
+    writes faces flat, physicsnemo's examples give global parameters as (G, 1))."""
+    if name == "stl_faces" or name in GLOBAL_PARAMS:
+        return (int(np.prod(shape, dtype=np.int64)),)
+    return tuple(shape)
+
+
+def _global_params(run: OpenedRun, options: ReadOptions) -> np.ndarray:
+    constants = physics_constants(run.attrs)
+    return np.asarray(constants if constants is not None else options.global_params, dtype=np.float32)
+
+
+def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
+             options: ReadOptions = DEFAULT_OPTIONS, opened: OpenedRun | None = None) -> dict[str, np.ndarray]:
+    """Read ``arrays`` (default: all of processed_run.ARRAY_NAMES the run's parts have,
+    ``run_parts``) of a run of any accepted form, validated, stl_faces as int32, the rest float32.
+
+    Shapes are checked across every array the run has, values only for those read. Raises
+    FileNotFoundError for a missing run and ProcessedRunError (a ValueError) naming the file,
+    its form and the array for a missing array, a wrong shape or a non-finite value.
+    """
+    run = opened if opened is not None else open_run(path, options)
+    names = arrays_for(run_parts(run)) if arrays is None else list(arrays)
+    unknown = sorted(set(names) - set(ARRAY_SHAPES))
+    if unknown:
+        raise ValueError(f"unknown arrays {unknown}; choose from {list(ARRAY_NAMES)}")
+    present = {name: run.arrays[name] for name in ARRAY_NAMES if name in run.arrays}
+    missing = [n for n in names if n not in present and n not in GLOBAL_PARAMS]
+    if missing:
+        lacking = [part for part in PARTS if set(PART_ARRAYS[part]) & set(missing) and part not in run_parts(run)]
+        why = _without(run.format, run_parts(run), lacking) if lacking else run.format
+        raise ProcessedRunError(f"{run.path}: missing arrays {missing} ({why}; it holds "
+                                f"{sorted(run.arrays)})")
+    check_shapes({name: _as_stored(name, tuple(a.shape)) for name, a in present.items()}, run.path)
+    n_points = present["stl_coordinates"].shape[0] if "stl_coordinates" in present else None
+    loaded = {}
+    for name in names:
+        if name in present:
+            data = _read_whole(run, name, present[name])
+        else:
+            data = _global_params(run, options)
+        loaded[name] = check_values(name, data, run.path, n_points)
+    return loaded
+
+
+def run_parts(run: OpenedRun) -> tuple[str, ...]:
+    """The parts (config.PARTS) a run holds besides the STL: those a processed run records
+    (``parts``, "all" when it records none), those a curator run has arrays of (any: one it
+    lacks is then a missing array, named as such)."""
+    if run.format == "processed":
+        return parts_named(run.attrs.get("parts", "all"))
+    return _parts_with_arrays(run.arrays)
+
+
+def _parts_with_arrays(names) -> tuple[str, ...]:
+    """The parts of which ``names`` hold any array."""
+    return tuple(part for part in PARTS if any(name in names for name in PART_ARRAYS[part]))
+
+
+def stored_parts(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) -> tuple[str, tuple[str, ...]]:
+    """(the run's form, its ``run_parts``) from its metadata only (a Zarr group's attributes and
+    array names, an .npz file's listing; a legacy .npy dict is read whole)."""
+    path = as_location(path)
+    suffix = _suffix(path)
+    if suffix == ".npz":
+        return "curator-npz", _parts_with_arrays(npz_names(path))
+    run = open_run(path, options) if suffix == ".npy" else _zarr_run(path)
+    return run.format, run_parts(run)
+
+
+def require_parts(run: OpenedRun | str | os.PathLike, parts: Sequence[str], needed_by: str,
+                  options: ReadOptions = DEFAULT_OPTIONS) -> None:
+    """ProcessedRunError naming the run, the parts of ``parts`` it lacks, why (the
+    ``process.parts`` it was processed with, or its form) and what needs them (``needed_by``:
+    "model_type=combined", say), when it lacks any. ``run``: an opened run, or a run's path
+    (only its metadata read, ``stored_parts``)."""
+    if isinstance(run, OpenedRun):
+        path, form, held = run.path, run.format, run_parts(run)
+    else:
+        path = as_location(run)
+        form, held = stored_parts(path, options)
+    lacking = [part for part in parts if part not in held]
+    if lacking:
+        arrays = ", ".join(name for part in lacking for name in PART_ARRAYS[part])
+        raise ProcessedRunError(f"{path}: {_without(form, held, lacking)}; {needed_by} needs {arrays}")
+
+
+def _without(form: str, held: tuple[str, ...], lacking: Sequence[str]) -> str:
+    """``processed with process.parts=surface, without volume arrays``, or the form of a curator
+    run without them."""
+    how = f"processed with process.parts={parts_setting(held)}" if form == "processed" else f"a {form} run"
+    return f"{how}, without {' and '.join(lacking)} arrays"
+
+
+class NamedArray:
+    """One array of an opened run read by slices (a cache build's volume blocks), any reader
+    error named with the run, its form and the array."""
+
+    def __init__(self, run: OpenedRun, name: str) -> None:
+        self.run, self.name, self.array = run, name, run.arrays[name]
+        self.shape = tuple(self.array.shape)
+
+    def __getitem__(self, selection) -> np.ndarray:
+        try:
+            return np.asarray(self.array[selection])
+        except Exception as err:  # zarr, numcodecs and numpy raise many types
+            raise ProcessedRunError(f"{self.run.path}: array {self.name} ({self.run.format}) is "
+                                    f"unreadable: {type(err).__name__}: {err}") from err
+
+
+def check_all_chunks(run: OpenedRun, allow_missing: bool = False) -> None:
+    """ProcessedRunError naming the run, the array and the first absent chunks when a Zarr run
+    lacks a chunk its arrays' shapes imply (zarr would read it as fill values: zeros). Lists
+    the arrays' folders (and reads shard indexes), not their data. ``allow_missing`` accepts
+    that, except from runs that record writing every chunk (``all_chunks_written``)."""
+    if not run.format.startswith(("processed", "curator-zarr")):
+        return
+    if allow_missing and not run.attrs.get("all_chunks_written"):
+        return
+    for name in sorted(n for n in run.arrays if n in ARRAY_NAMES):
+        try:
+            missing = missing_chunks(join(run.path, name), limit=6)
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ProcessedRunError(f"{run.path}: array {name} ({run.format}): unreadable chunk "
+                                    f"layout ({type(err).__name__}: {err})") from err
+        if missing:
+            more = " and more" if len(missing) > 5 else ""
+            raise ProcessedRunError(
+                f"{run.path}: array {name} ({run.format}) lacks chunks {missing[:5]}{more}, which "
+                "zarr would read as fill values (zeros); rewrite the run, or set "
+                "data.allow_missing_chunks=true if its writer omits fill-valued chunks on purpose")
+
+
+def _read_whole(run: OpenedRun, name: str, array: Any) -> np.ndarray:
+    """All of one array of a run; any reader error (a corrupt compressed chunk, a bad codec)
+    becomes ProcessedRunError naming the run, its form and the array."""
+    try:
+        data = np.asarray(array[...])
+    except Exception as err:  # zarr, numcodecs and numpy raise many types
+        raise ProcessedRunError(f"{run.path}: array {name} ({run.format}) is unreadable: "
+                                f"{type(err).__name__}: {err}") from err
+    return data.reshape(_as_stored(name, tuple(array.shape)))
+
+
+def _run_files(path: Path | str) -> tuple[bool, list[tuple[str, Path | str, Any]]]:
+    """Whether the run is a folder (a prefix), and (name, location, what to stat) of each of
+    its files in name order: relative paths in a folder, the file's own name for a run file;
+    on object storage the listing's ``ObjectInfo`` stands for the stat. FileNotFoundError when
+    there is none."""
+    if is_url(path):
+        files = [(n, join(path, n), info) for n, info in sorted(list_objects(path).items())]
+        single = head(path) if not files else None
+        folder, files = single is None, files or [(name_of(path), path, single)]
+    else:
+        root, folder = Path(path), Path(path).is_dir()
+        found = sorted(p for p in root.rglob("*") if p.is_file()) if folder else [root]
+        files = [(p.relative_to(root).as_posix() if folder else p.name, p, p) for p in found if p.exists()]
+    if not files or files[0][2] is None:
+        raise FileNotFoundError(f"{path}: no processed run there (no files)")
+    return folder, files
+
+
+def source_fingerprint(path: str | os.PathLike) -> str:
+    """SHA-256 of a run's stored bytes: every file of a run folder (relative path and contents,
+    metadata and chunks alike), or the run file; the objects of a run on object storage alike.
+    Rewriting a run with other data changes it, whoever wrote it; a byte-for-byte copy
+    elsewhere keeps it (from a folder to a bucket too)."""
+    folder, files = _run_files(as_location(path))
+    remote = iter(read_in_order([where for _, where, _ in files if is_url(where)]))
+    digest = hashlib.sha256()
+    for name, location, _ in files:
+        if folder:
+            digest.update(name.encode() + b"\0")
+        if is_url(location):
+            digest.update(next(remote) or b"")
+        else:
+            with open(location, "rb") as handle:
+                while block := handle.read(_HASH_BLOCK):
+                    digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def stat_fingerprint(path: str | os.PathLike) -> str:
+    """SHA-256 of a run's file names, sizes, modification times, inode change times and inode
+    numbers: cheap (no data read), and it changes whenever a file of the run is written again,
+    even by a tool that keeps the size and restores the modification time: the kernel sets the
+    change time on every write, rename or ``utime`` and no copy tool can set it back. On object
+    storage: the objects' keys, sizes, e-tags and modification times, from one listing (every
+    put makes a new modification time). A cache build hashes the bytes (``source_fingerprint``)
+    only when this one differs from what it recorded."""
+    digest = hashlib.sha256()
+    for name, _, stat in _run_files(as_location(path))[1]:
+        if isinstance(stat, ObjectInfo):
+            digest.update(f"{name}\0{stat.size}\0{stat.e_tag}\0{stat.last_modified}\0".encode())
+        else:
+            info = stat.stat()
+            digest.update(f"{name}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\0{info.st_ino}\0".encode())
+    return digest.hexdigest()
