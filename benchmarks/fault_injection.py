@@ -43,19 +43,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-GRID = "geometry.interp_res=[16,8,8]"
+from reliability_faults import ROOT, _python, _stage, reliability_trials
+
 KINDS = ("shard", "array zarr.json", "run zarr.json", "manifest.json", "scaling_factors.json")
 FAULTS = ("flip", "delete", "truncate")
-
-
-def _python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-
-
-def _stage(script: str, processed: Path, cache: Path, *extra: str) -> list[str]:
-    return [script, "--config-name=cached", f"data.processed_dir={processed}", f"cache.dir={cache}", GRID,
-            "geometry.device=cpu", *extra]
 
 
 def prepare(work: Path) -> tuple[Path, Path, Path]:
@@ -266,8 +257,6 @@ def main(argv: list[str] | None = None) -> int:
                  "reader-during-rebuild": lambda: scenario_reader_during_rebuild(processed, cache, args.work, rng)}
     for name, run in scenarios.items():
         report["writers"][name] = sum(bool(run()) for _ in range(args.scenarios))
-    from reliability_faults import reliability_trials  # imports this script's helpers
-
     report["reliability"] = reliability_trials(raw, processed, cache, args.work, args.reliability)
     print("| file kind | trials | detected | tracebacks |\n|---|---|---|---|")
     for kind, counts in report["corruption"]["per_kind"].items():

@@ -20,7 +20,20 @@ import time
 from pathlib import Path
 
 import crafted_faults
-from fault_injection import ROOT, _python, _stage
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = "geometry.interp_res=[16,8,8]"
+
+
+def _python(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run a script of the repository (or ``-c`` code) in a fresh interpreter from its root."""
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def _stage(script: str, processed: Path, cache: Path, *extra: str) -> list[str]:
+    """The arguments of a cache stage (cache_data.py) on the tiny grid, on the CPU."""
+    return [script, "--config-name=cached", f"data.processed_dir={processed}", f"cache.dir={cache}", GRID,
+            "geometry.device=cpu", *extra]
 
 MAX_RSS_MB = 1024  # a draw or a validation that reads a crafted shape must stay far below this
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from domino_pipeline.atomic_store import write_json_atomic
 from domino_pipeline.processed.curator_forms import NumpyOnlyUnpickler
 
 PICKLE_MAGIC = b"\x80"  # every pickle of protocol 2 or later starts with the PROTO opcode
@@ -94,8 +95,9 @@ def factors_from_record(record: Any, source: str, normalization: str) -> dict:
 
 def convert(pickle_path: str | os.PathLike, json_path: str | os.PathLike, normalization: str = "min_max") -> Path:
     """Write the example's ``scaling_factors.pkl`` as this project's JSON factors file (running
-    this is the trust decision: the restricted unpickler reads it)."""
-    from domino_pipeline.compute.scaling import save_scaling_factors
-
-    return save_scaling_factors(json_path, read_example_factors(pickle_path, allow_pickle=True,
-                                                                normalization=normalization))
+    this is the trust decision: the restricted unpickler reads it); scaling.load_scaling_factors
+    reads it back and checks it."""
+    path = Path(json_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, read_example_factors(pickle_path, allow_pickle=True, normalization=normalization))
+    return path

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from domino_pipeline.atomic_store import read_json, write_json_atomic
+from domino_pipeline.compute.example_factors import is_pickle, read_example_factors
 from domino_pipeline.variables import VARIABLE_WIDTH
 
 NORMALIZATIONS = ("min_max", "mean_std")
@@ -244,8 +245,6 @@ def load_scaling_factors(path: str | os.PathLike, normalization: str | None = No
     ``normalization`` (when given) replaces the one stored: the file holds min, max, mean and std,
     so the configured choice applies whichever was configured when the file was computed.
     """
-    from domino_pipeline.compute.example_factors import is_pickle, read_example_factors
-
     if is_pickle(path):
         return checked_scaling_factors(read_example_factors(path, allow_pickle=allow_pickle), str(path), normalization)
     return checked_scaling_factors(read_json(path, "no scaling factors file"), str(path), normalization)
