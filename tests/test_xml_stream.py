@@ -22,13 +22,18 @@ from vtkmodules.vtkIOXML import (
     vtkXMLUnstructuredGridWriter,
 )
 
-from domino_pipeline.inputs.sources.concat_bytes import PieceError, file_pieces, file_present, piece_path
+from domino_pipeline.inputs.sources.concat_bytes import PieceError, file_pieces, piece_path, present_among
 from domino_pipeline.inputs.vtk.xml_stream import VtkXmlError, VtkXmlFile
 from synthetic_data import split_into_pieces
 
 MODES = ["appended-raw", "appended-base64", "binary"]
 COMPRESSORS = ["none", "zlib", "lz4", "lzma"]
 HEADERS = [32, 64]
+
+
+def file_present(path: Path) -> bool:
+    """Whether the run folder's check (present_among, by name) finds ``path`` in its folder."""
+    return present_among(path.name, [p.name for p in path.parent.iterdir()] if path.parent.is_dir() else [])
 
 
 def mixed_grid(rng: np.random.Generator) -> pv.UnstructuredGrid:

@@ -12,8 +12,7 @@ Surface areas, normals and centres are OpenFOAM's face geometry and volume cell 
 cell centroids (``cell_geometry``), since format_version 2.
 
 Arrays are chunked in about 1 MiB row blocks (sharded when large) and compressed with Blosc zstd
-level 1 and byte shuffle (on OpenFOAM's fields 0.5-1.3% larger than level 5, encoded 3-5x faster:
-docs/benchmarks.md); every chunk is written, fill-valued ones too (attribute
+level 1 and byte shuffle (the levels compared: docs/benchmarks.md); every chunk is written, fill-valued ones too (attribute
 ``all_chunks_written``), so a missing one is an error, not zeros. Group attributes: format,
 format_version, filename, stream_velocity,
 air_density (also as curator's physics_constants), reference_length (as configured; null: the
@@ -54,7 +53,7 @@ OLDER_FORMATS = {1: "surface areas, normals and centres by VTK's filters and vol
                     "parametric centres, not OpenFOAM's face and cell geometry"}
 CHUNK_BYTES = 1 << 20
 CHUNKS_PER_SHARD = 64
-CLEVEL = 1  # zstd level: the ratio of level 5 within 1.3% on solver fields, 3-5x faster to encode
+CLEVEL = 1  # zstd level
 
 # Array name -> symbolic shape; a string is a length shared across arrays, an int is fixed, None
 # is any width (field columns). stl_faces is handled apart: its length is 3 * stl_triangles.
@@ -262,10 +261,6 @@ class _ShardWriter:
         if self.written != self.array.shape[0]:
             raise ProcessedRunError(f"{path}: array {self.name} got {self.written} rows, "
                                     f"expected {self.array.shape[0]}")
-
-
-def _dtype_for(name: str) -> np.dtype:
-    return np.dtype(np.int32) if name == "stl_faces" else np.dtype(np.float32)
 
 
 def check_shapes(shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:

@@ -65,13 +65,6 @@ def _by_number(numbered: list[tuple[int, str]], folder: str) -> dict[int, str]:
     return pieces
 
 
-def file_present(path: Path) -> bool:
-    """True when ``path`` exists whole or as any pieces (checked by name only: whether they make
-    one file is ``file_pieces``'s to say)."""
-    path = Path(path)
-    return path.is_file() or present_among(path.name, _folder_names(path.parent))
-
-
 def present_among(name: str, names: Collection[str]) -> bool:
     """True when file ``name`` is among a folder's file ``names`` whole or as any pieces."""
     return name in names or any(_numbered_pieces(name, names).values())

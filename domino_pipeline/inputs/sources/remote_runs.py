@@ -6,8 +6,10 @@ one, the checksum that reading them is checked against.
 
 A listing's checksums: the Hub's SHA-256 of a file kept in LFS (``lfs.oid``) or the git blob's
 SHA-1 of any other file (``oid``); an S3 ETag that is a plain MD5 (32 hex digits; one ending in
-``-<parts>`` comes from a multipart upload and is no digest of the content, so such an object is
-checked by size only). GCS and Azure ETags are opaque: sizes only.
+``-<parts>`` comes from a multipart upload and is no digest of the content). GCS and Azure ETags
+are opaque, no digest. Every listed object's ETag, any cloud's, is its version: each ranged GET
+sends it as If-Match and compares it, and the size, with the reply's
+(remote_bytes.require_unchanged), so an object changed since it was listed is named as such.
 
     runs = find_remote_runs("s3://caemldatasets/drivaer/dataset", profile, anonymous=None)
     files = remote_run_files(runs[0], profile)       # RunFiles whose files are RemoteFiles
@@ -68,7 +70,7 @@ class Origin:
 class RemoteObject:
     """One listed object: its URL (for messages and records), its key in the origin's store,
     its size, its published checksum (``sha256:<hex>``, ``md5:<hex>``, ``git-sha1:<hex>``, or
-    None) and version (an S3 ETag that every ranged GET must match, or None)."""
+    None) and version (its listed ETag, of any cloud, that every ranged GET must match, or None)."""
 
     url: str
     key: str

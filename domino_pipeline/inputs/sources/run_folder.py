@@ -13,12 +13,16 @@ from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from domino_pipeline.config import PROCESS_PARTS, check_choice
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.sources.concat_bytes import present_among
 from domino_pipeline.inputs.meshes.run_errors import MissingFieldError
 from domino_pipeline.processed.run_layout import natural_key
+
+if TYPE_CHECKING:
+    from domino_pipeline.inputs.sources.remote_runs import RemoteFile
 
 # What the error for a missing mesh adds: the setting that leaves it out
 LEAVE_OUT = {"dataset.files.volume": "process.parts=surface leaves the volume out",
@@ -27,21 +31,21 @@ LEAVE_OUT = {"dataset.files.volume": "process.parts=surface leaves the volume ou
 
 @dataclass(frozen=True)
 class RunFiles:
-    """The files of one run folder; ``volume`` (or ``surface``) is None when not read, and
-    ``surface_areas`` when the run publishes none. ``folder``: the run folder (a remote run's
+    """The files of one run folder, local paths or (a remote run's) RemoteFiles; ``volume`` (or
+    ``surface``) is None when not read, and ``surface_areas`` when the run publishes none. ``folder``: the run folder (a remote run's
     URL); ``published``: a remote run's files of published coefficients and references (a
     local run's are found where they lie: published_forces.read_published)."""
 
     name: str
     index: str
-    stl: Path
-    surface: Path | None
-    volume: Path | None
-    surface_areas: Path | None = None
+    stl: Path | RemoteFile
+    surface: Path | RemoteFile | None
+    volume: Path | RemoteFile | None
+    surface_areas: Path | RemoteFile | None = None
     folder: Path | str | None = None
-    published: tuple = ()
+    published: tuple[RemoteFile, ...] = ()
 
-    def sources(self) -> dict[str, Path]:
+    def sources(self) -> dict[str, Path | RemoteFile]:
         """The meshes read, by kind (stl, surface, volume)."""
         found = {"stl": self.stl, "surface": self.surface, "volume": self.volume}
         return {kind: path for kind, path in found.items() if path is not None}
