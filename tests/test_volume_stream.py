@@ -21,7 +21,8 @@ from domino_pipeline.inputs.meshes.run_errors import RunError
 from domino_pipeline.inputs.meshes.vtk_reader import read_volume
 from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
 from domino_pipeline.processed.runs import load_run, open_run
-from domino_pipeline.inputs.meshes.volume_stream import WholeFileFallback, open_volume
+from domino_pipeline.inputs.meshes.mesh_stream import WholeFileFallback
+from domino_pipeline.inputs.meshes.volume_stream import open_volume
 from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
 from process_data import process_run
 from synthetic_data import join_pieces, split_into_pieces

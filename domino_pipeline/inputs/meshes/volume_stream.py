@@ -34,8 +34,7 @@ from domino_pipeline.inputs.meshes.cell_geometry import (
 from domino_pipeline.inputs.meshes.mesh_rows import field_columns, nonfinite, require_finite_points, source_arrays
 from domino_pipeline.inputs.meshes.run_errors import RunError
 from domino_pipeline.inputs.meshes.vtk_reader import VOLUME_SOURCES, read_volume, volume_source_used
-from domino_pipeline.inputs.meshes.mesh_stream import (  # noqa: F401 (WholeFileFallback: re-exported)
-    WholeFileFallback,
+from domino_pipeline.inputs.meshes.mesh_stream import (
     cell_vertices,
     fall_back_to_vtk,
     open_rows,
