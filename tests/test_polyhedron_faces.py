@@ -14,7 +14,7 @@ import pyvista as pv
 from cell_references import convex_centroid
 from scipy.spatial import ConvexHull
 from test_cell_geometry import planar_cells
-from test_vtk_xml_stream import write
+from test_xml_stream import write
 
 import domino_pipeline.inputs.meshes.cell_geometry as cell_geometry
 import domino_pipeline.inputs.meshes.polyhedron_faces as polyhedron_faces

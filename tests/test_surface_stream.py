@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import pyvista as pv
 from conftest import PROCESS_OPTIONS, parametrize_tiered
-from test_vtk_xml_stream import COMPRESSORS, HEADERS, MODES, write
+from test_xml_stream import COMPRESSORS, HEADERS, MODES, write
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
 import domino_pipeline.inputs.meshes.surface_stream as surface_stream

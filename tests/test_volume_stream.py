@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import pyvista as pv
 from conftest import PROCESS_OPTIONS, import_benchmark, parametrize_tiered
-from test_vtk_xml_stream import write
+from test_xml_stream import write
 
 from domino_pipeline.inputs.sources.concat_bytes import piece_path
 from domino_pipeline.inputs.meshes.run_errors import RunError

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import pyvista as pv
 from conftest import parametrize_tiered
-from test_vtk_xml_stream import vtk_read
+from test_xml_stream import vtk_read
 
 from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
 from synthetic.vtk_xml_writer import (
