@@ -22,7 +22,7 @@ from vtkmodules.vtkIOXML import (
     vtkXMLUnstructuredGridWriter,
 )
 
-from domino_pipeline.inputs.concat_bytes import ConcatBytes, PieceError, file_pieces, file_present, piece_path
+from domino_pipeline.inputs.concat_bytes import PieceError, file_pieces, file_present, piece_path
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlError, VtkXmlFile
 from synthetic_data import split_into_pieces
 
@@ -388,28 +388,6 @@ def test_a_file_that_is_not_vtk_xml_is_one_printable_line(tmp_path: Path) -> Non
         with pytest.raises(VtkXmlError, match=rf"^{re.escape(str(path))}: {message}") as caught:
             VtkXmlFile.open(path)
         assert all(" " <= c <= "~" for c in str(caught.value)), str(caught.value)
-
-
-class _CountedBytes(ConcatBytes):
-    """ConcatBytes that counts the bytes read."""
-
-    read_bytes = 0
-
-    def read(self, position: int, n: int) -> bytes:
-        data = super().read(position, n)
-        self.read_bytes += len(data)
-        return data
-
-
-def test_inline_binary_text_is_skipped_unread_by_its_own_header(tmp_path: Path) -> None:
-    grid = pv.UnstructuredGrid({pv.CellType.VERTEX: np.arange(200_000)[:, None]},
-                               np.random.default_rng(12).normal(size=(200_000, 3)).astype(np.float32))
-    grid.point_data["p"] = np.arange(200_000, dtype=np.float64)
-    path = write(grid, tmp_path / "volume_1.vtu", "binary", "none", 64)
-    source = _CountedBytes([path])
-    file = VtkXmlFile(source, path)
-    assert source.read_bytes < path.stat().st_size // 8  # the header, the arrays' own headers
-    assert_same_as_vtk(file, vtk_read(path), block=50_000)
 
 
 def test_reads_outside_an_array_and_zlib_blocks_that_hold_more_are_refused(tmp_path: Path) -> None:
