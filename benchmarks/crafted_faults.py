@@ -10,7 +10,7 @@ Each ``raw_*`` function changes a copy of a raw run folder (``run_1``: its STL, 
 and volume VTU) in place and returns (the path the error must name, a phrase it must hold):
 counts larger than the data, appended offsets negative or past the end, compressed block
 headers claiming huge counts or sizes or sizes that do not add up to the array, truncated files
-and pieces, missing and mixed pieces, malformed and unclosed tags, arrays without type or Name
+and pieces, missing and mixed pieces, malformed and unclosed tags, random bytes, arrays without type or Name
 or with no components, cell offsets that fall or pass the connectivity. The VTU or VTP is first
 rewritten by VTK's own writer in the encoding the fault needs.
 """
@@ -289,14 +289,14 @@ def raw_unquoted_attribute(run: Path) -> tuple[Path, str]:
     path = _volume(run)
     n = _attribute(path, b"<Piece", "NumberOfPoints")
     _edit_header(path, f'NumberOfPoints="{n}"'.encode(), f"NumberOfPoints={n}".encode())
-    return path, "malformed tag at byte"
+    return path, "not a VTK XML file, or it is corrupt: not well-formed (invalid token) at byte"
 
 
 def raw_unclosed_element(run: Path) -> tuple[Path, str]:
     """``</Cells>`` missing."""
     path = _volume(run)
     _edit_header(path, b"</Cells>", b"")
-    return path, "closing tag </Piece> at byte"
+    return path, "not a VTK XML file, or it is corrupt: mismatched tag at byte"
 
 
 def raw_truncated_file(run: Path) -> tuple[Path, str]:
@@ -311,6 +311,13 @@ def raw_truncated_inline(run: Path) -> tuple[Path, str]:
     path = _boundary(run, mode="binary")
     os.truncate(path, path.stat().st_size * 6 // 10)
     return path, "the file ends inside <"
+
+
+def raw_random_bytes(run: Path) -> tuple[Path, str]:
+    """The boundary replaced by 64 KiB of random bytes."""
+    path = run / f"boundary_{run.name.removeprefix('run_')}.vtp"
+    path.write_bytes(np.random.default_rng(38).bytes(1 << 16))
+    return path, "not a VTK XML file, or it is corrupt"
 
 
 def _pieces(path: Path, naming: str = "00.part") -> list[Path]:
@@ -430,6 +437,7 @@ RAW_CRAFTS = {
     "element never closed": raw_unclosed_element,
     "truncated file": raw_truncated_file,
     "truncated inline binary file": raw_truncated_inline,
+    "random bytes as the boundary": raw_random_bytes,
     "truncated first piece": raw_truncated_piece,
     "missing second piece": raw_missing_second_piece,
     "gap in the pieces": raw_piece_gap,

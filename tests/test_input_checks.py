@@ -155,6 +155,7 @@ def test_a_crafted_raw_file_fails_its_run_in_one_line(tiny_raw_dir, tmp_path, fa
     if fault not in PIECE_FAULTS:  # those name the piece or the pieces, which are not one file
         assert result.message.startswith(f"{named}: unreadable (")
     assert "\n" not in result.message and "Traceback" not in result.message
+    assert all(" " <= c <= "~" for c in result.message), result.message  # no byte of the file echoed
     assert peak < PEAK_BYTES, f"{fault}: {peak / 2**20:.0f} MiB allocated"
     left = [p.name for p in (tmp_path / "processed").iterdir() if p.name != ".locks"]
     assert left == []  # no processed run, no temporary

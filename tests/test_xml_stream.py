@@ -343,10 +343,13 @@ def _foam_grid(rng: np.random.Generator) -> pv.UnstructuredGrid:
 
 
 @pytest.mark.parametrize("old,new,message", [
-    (b"<UnstructuredGrid>", b"<UnstructuredGrid><!-- never closed", r"the comment at byte \d+ is never closed"),
-    (b"</PointData>", b"</CellData>", r"closing tag </CellData> at byte \d+ does not close an open element \(<PointData>"),
-    (b"<Piece ", b"<Piece NumberOfPoints='1' ", r"tag <Piece> at byte \d+ has attribute NumberOfPoints twice"),
-    (b"Name='p'", b"Name='p&foo;'", r"unknown entity &foo; in the tag <DataArray>"),
+    (b"<UnstructuredGrid>", b"<UnstructuredGrid><!-- never closed",
+     r"the file ends inside <UnstructuredGrid>: it is truncated or corrupt \(unclosed token\)"),
+    (b"</PointData>", b"</CellData>", r"not a VTK XML file, or it is corrupt: mismatched tag at byte \d+"),
+    (b"<Piece ", b"<Piece NumberOfPoints='1' ", r"not a VTK XML file, or it is corrupt: duplicate attribute at byte \d+"),
+    (b"Name='p'", b"Name='p&foo;'", r"not a VTK XML file, or it is corrupt: undefined entity at byte \d+"),
+    (b"<?xml version='1.0'?>", b"<?xml version='1.0'?><!DOCTYPE VTKFile [<!ENTITY x 'y'>]>",
+     r"not a VTK XML file: it has a DOCTYPE \(VTK writes none\)"),
     (b"<Points>", b"<DataArray type='Float32' Name='x' format='binary'/><Points>",
      r"<DataArray> at byte \d+ inside <Piece>, expected inside <PointData> or <CellData>"),
     (b"<UnstructuredGrid>", b"<ImageData>", r"not a VTK XML UnstructuredGrid or PolyData file \(it holds <ImageData>\)"),
@@ -360,7 +363,8 @@ def _foam_grid(rng: np.random.Generator) -> pv.UnstructuredGrid:
     (b"\n</DataArray>\n</CellData>", b"AAAA\n</DataArray>\n</CellData>", r"CellData array p: its inline text is \d+ bytes long, its header describes \d+"),
     (b"</Piece>", b"</Piece><Piece NumberOfPoints='0' NumberOfCells='0'></Piece>", r"2 pieces; this reader reads single-piece files"),
     (b"<VTKFile", b"<VTKFilez", r"not a VTK XML file: its first element is <VTKFilez>, not <VTKFile>"),
-    (b"</VTKFile>", b"</VTKFile", r"the tag at byte \d+ is unclosed: </VTKFile"),
+    (b"</VTKFile>", b"</VTKFile", r"the file ends inside <VTKFile>: it is truncated or corrupt \(unclosed token\)"),
+    (b"<VTKFile", b"<!-- <AppendedData>_ --><VTKFile", r"<AppendedData at byte \d+ is not a tag of the header"),
 ])
 def test_malformed_headers_are_named(tmp_path: Path, old: bytes, new: bytes, message: str) -> None:
     path = foam_style_vtu(tmp_path / "volume_1.vtu", _foam_grid(np.random.default_rng(10)), appended=False)
@@ -369,6 +373,26 @@ def test_malformed_headers_are_named(tmp_path: Path, old: bytes, new: bytes, mes
     path.write_bytes(data.replace(old, new, 1))
     with pytest.raises(VtkXmlError, match=rf"^{re.escape(str(path))}: {message}"):
         VtkXmlFile.open(path)
+
+
+def _not_vtk_files(tmp_path: Path) -> list[tuple[Path, str]]:
+    """(file, the message's phrase): random bytes, another XML document, a header cut short."""
+    rng = np.random.default_rng(38)
+    files = {"random.vtp": rng.bytes(1 << 16),
+             "other.vtp": "<?xml version='1.0'?>\n<résumé><name>x</name></résumé>\n".encode(),
+             "cut.vtu": write(mixed_grid(rng), tmp_path / "whole.vtu", "appended-raw", "none", 64).read_bytes()[:700]}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    return [(tmp_path / "random.vtp", r"not a VTK XML file, or it is corrupt: not well-formed \(invalid token\) at byte 0"),
+            (tmp_path / "other.vtp", r"not a VTK XML file: its first element is <r\\xe9sum\\xe9>, not <VTKFile>"),
+            (tmp_path / "cut.vtu", r"the file ends inside <\w+>: it is truncated or corrupt \(")]
+
+
+def test_a_file_that_is_not_vtk_xml_is_one_printable_line(tmp_path: Path) -> None:
+    for path, message in _not_vtk_files(tmp_path):
+        with pytest.raises(VtkXmlError, match=rf"^{re.escape(str(path))}: {message}") as caught:
+            VtkXmlFile.open(path)
+        assert all(" " <= c <= "~" for c in str(caught.value)), str(caught.value)
 
 
 def test_reads_outside_an_array_and_zlib_blocks_that_hold_more_are_refused(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@
 - sources: where a run's files are and how their bytes are read: a local folder (run_folder.py,
   concat_bytes.py for files in pieces), object storage and the Hub (remote_runs.py listing,
   remote_bytes.py fetching, array_staging.py, fetch_progress.py), raw_reading.py choosing between
-- vtk: VTK XML files (VTU, VTP) read by rows: xml_tags.py, xml_header.py, array_data.py,
+- vtk: VTK XML files (VTU, VTP) read by rows: xml_header.py (expat), array_data.py,
   xml_stream.py
 - meshes: a run's meshes and their geometry: mesh_stream.py, surface_stream.py, volume_stream.py
   (by blocks), vtk_reader.py (whole, with VTK), mesh_rows.py, cell_geometry.py,

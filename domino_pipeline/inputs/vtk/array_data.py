@@ -25,13 +25,16 @@ import zlib
 import numpy as np
 
 from domino_pipeline.inputs.sources.concat_bytes import ConcatBytes
-from domino_pipeline.inputs.vtk.xml_tags import VtkXmlError
 
 # the most a compressed block of n bytes decompresses to: deflate expands at most 1032-fold
 # (zlib's own bound), an lz4 block at most 255-fold (one length byte per 255 bytes of match);
 # lzma can expand further, and is decompressed incrementally, so it needs no bound here
 _EXPANSION = {"vtkZLibDataCompressor": (1032, 64), "vtkLZ4DataCompressor": (255, 64)}
 COMPRESSORS = ("vtkZLibDataCompressor", "vtkLZ4DataCompressor", "vtkLZMADataCompressor")
+
+
+class VtkXmlError(ValueError):
+    """A VTK XML file whose header cannot be parsed or whose data this reader cannot address."""
 
 
 def _encoded(n: int, base64_encoded: bool) -> int:

@@ -1,12 +1,16 @@
-"""The header of a VTK XML file (VTU, VTP), parsed from its tags: the piece's counts, and for
-each DataArray its type, components, encoding and the span of the stream its bytes may occupy.
+"""The header of a VTK XML file (VTU, VTP), read by expat (the standard XML parser, under
+ElementTree): the piece's counts, and for each DataArray its type, components, encoding and the
+span of the stream its bytes may occupy.
 
-The tags come from vtk_xml_tags.py (any XML style); here they must stand where VTK puts them
-(a VTKFile holding one UnstructuredGrid or PolyData, one Piece, DataArrays inside PointData,
-CellData, Points, Cells, ...), every attribute this reader uses must be valid (a type, a Name,
-NumberOfComponents of at least 1, counts and offsets that are non-negative integers), and a
-file with appended data must end with ``</AppendedData></VTKFile>`` (or it is truncated). The
-arrays' data is not read here: vtk_xml_stream.py checks it against these counts and spans.
+The file is fed to expat in chunks up to the AppendedData tag, never the appended data after its
+'_' marker; inline binary text whose own header says where it ends is skipped unfed. A file expat
+cannot parse is ``not a VTK XML file, or it is corrupt: <expat's reason> at byte N``. The elements
+must stand where VTK puts them (a VTKFile holding one UnstructuredGrid or PolyData, one Piece,
+DataArrays inside PointData, CellData, Points, Cells, ...), every attribute this reader uses must
+be valid (a type, a Name, NumberOfComponents of at least 1, counts and offsets that are
+non-negative integers), and a file with appended data must end with
+``</AppendedData></VTKFile>`` (or it is truncated). The arrays' data is not read here:
+vtk_xml_stream.py checks it against these counts and spans.
 
     header = VtkXmlHeader(ConcatBytes([path]), path)
     header.n_points, header.entry("PointData", "p").position
@@ -15,14 +19,14 @@ arrays' data is not read here: vtk_xml_stream.py checks it against these counts 
 from __future__ import annotations
 
 import re
+import xml.parsers.expat
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from domino_pipeline.inputs.sources.concat_bytes import ConcatBytes
-from domino_pipeline.inputs.vtk.array_data import COMPRESSORS, ArrayData
-from domino_pipeline.inputs.vtk.xml_tags import Tag, TagScanner, VtkXmlError
+from domino_pipeline.inputs.vtk.array_data import COMPRESSORS, ArrayData, VtkXmlError
 
 _TYPES = {"Int8": "i1", "UInt8": "u1", "Int16": "i2", "UInt16": "u2", "Int32": "i4",
           "UInt32": "u4", "Int64": "i8", "UInt64": "u8", "Float32": "f4", "Float64": "f8"}
@@ -34,6 +38,8 @@ CELL_SECTIONS = ("Cells", "Verts", "Lines", "Strips", "Polys")
 _POLY_COUNTS = ("NumberOfVerts", "NumberOfLines", "NumberOfStrips", "NumberOfPolys")
 _TAIL = 1 << 16  # bytes at the end of a file searched for its closing tags
 _CLOSING = re.compile(rb"</AppendedData\s*>\s*</VTKFile\s*>\s*\Z")
+_APPENDED = re.compile(rb"<AppendedData[^<>]*>\s*_")  # the tag, up to the appended data's '_' marker
+_FIRST_CHUNK, _CHUNK = 1 << 16, 1 << 24  # bytes fed to expat at first (a header), at most (inline data)
 
 
 @dataclass(frozen=True)
@@ -91,10 +97,8 @@ class VtkXmlHeader:
         self.compressor = ""
         self.appended_encoding = "raw"
         self.appended_start = 0
-        scanner = TagScanner(self.source, stop="AppendedData")
-        parser = _HeaderParser(self, scanner)
-        for tag in scanner:
-            parser.take(tag)
+        parser = _HeaderParser(self)
+        parser.read()
         parser.finish()
 
     def file_attrs(self, attrs: dict[str, str]) -> None:
@@ -120,8 +124,8 @@ class VtkXmlHeader:
         self.n_points = self.piece_counts["NumberOfPoints"]
         self.n_cells = sum(v for k, v in self.piece_counts.items() if k != "NumberOfPoints")
 
-    def data_array(self, attrs: dict[str, str], section: str, position: int) -> ArrayEntry | None:
-        """The entry of a DataArray tag in ``section``; an appended array's ``position`` is its
+    def data_array(self, attrs: dict[str, str], section: str) -> ArrayEntry | None:
+        """The entry of a DataArray tag in ``section``; its ``position`` is an appended array's
         offset until the appended data's start is known. None for an array this reader skips:
         String and Bit arrays (which hold no rows of numbers), Points arrays after the first."""
         # VTK takes the first Points array, whatever its Name (or none: "Position" is common)
@@ -137,8 +141,7 @@ class VtkXmlHeader:
         data_format = attrs.get("format", "ascii")
         if data_format not in ("appended", "binary", "ascii"):
             raise VtkXmlError(f"{where} has format {data_format!r}, expected appended, binary or ascii")
-        if data_format == "appended":
-            position = _integer(attrs, "offset", where)
+        position = _integer(attrs, "offset", where) if data_format == "appended" else 0
         entry = ArrayEntry(section, name, np.dtype(_TYPES[attrs["type"]]).newbyteorder(self.byte_order),
                            _integer(attrs, "NumberOfComponents", where, smallest=1, default=1),
                            data_format, position, position,
@@ -154,18 +157,15 @@ class VtkXmlHeader:
             entry.section, entry.name, entry.dtype, entry.components, entry.data_format,
             position, limit, entry.tuples)
 
-    def appended_span(self, tag: Tag) -> tuple[int, int, str]:
-        """(start, end, encoding) of the appended data that follows ``tag``: from after its '_'
-        marker to the closing ``</AppendedData>`` at the end of the file."""
-        encoding = tag.attrs.get("encoding", "raw")
-        if encoding not in ("raw", "base64"):
-            raise VtkXmlError(f"AppendedData encoding {encoding!r}, expected raw or base64")
-        start = self.skip_space(tag.end, self.source.size)
-        if self.source.read(start, 1) != b"_":
-            raise VtkXmlError(f"AppendedData without its '_' marker at {self.source.where(start)}")
-        return start + 1, self._appended_end(start + 1), encoding
+    def appended_attrs(self, attrs: dict[str, str]) -> None:
+        """Take the AppendedData tag's encoding, raw or base64."""
+        self.appended_encoding = attrs.get("encoding", "raw")
+        if self.appended_encoding not in ("raw", "base64"):
+            raise VtkXmlError(f"AppendedData encoding {self.appended_encoding!r}, expected raw or base64")
 
-    def _appended_end(self, start: int) -> int:
+    def appended_end(self, start: int) -> int:
+        """Where the appended data from ``start`` ends: at the closing ``</AppendedData>`` at the
+        end of the file."""
         tail_at = max(start, self.source.size - _TAIL)
         closing = _CLOSING.search(self.source.read(tail_at, self.source.size - tail_at))
         if closing is None:
@@ -221,89 +221,164 @@ class VtkXmlHeader:
 
 
 class _HeaderParser:
-    """The header's tags taken in order into a VtkXmlHeader: where each element may stand, the
-    arrays of each section, where inline arrays end and where the appended data lies."""
+    """The header's elements, as expat reports them, taken into a VtkXmlHeader: where each
+    element may stand, the arrays of each section, where inline arrays' text lies and where the
+    appended data starts. The file is fed to expat in chunks up to the AppendedData tag; the
+    inline binary text of an array whose own header says where it ends is skipped unfed."""
 
-    def __init__(self, file: VtkXmlHeader, scanner: TagScanner) -> None:
-        self.file, self.scanner = file, scanner
+    def __init__(self, file: VtkXmlHeader) -> None:
+        self.file = file
         self.open: list[str] = []
         self.pieces = 0
-        self.inline: ArrayEntry | None = None  # an inline array whose text ends at the next tag
-        self.appended: tuple[int, int, str] | None = None
+        self.inline: ArrayEntry | None = None  # an inline array whose text ends at the next markup
+        self.text_at: int | None = None  # where its text's first non-space byte lies
+        self.skip_to: int | None = None  # where that text ends, by the array's own header
+        self.appended_at: int | None = None  # where the AppendedData tag starts
+        self.appended: tuple[int, int] | None = None  # where the appended data starts and ends
         self.file_type: str | None = None  # the VTKFile tag's type
+        self.shift = 0  # bytes of the stream not fed to expat, before the position it is at
+        self.expat = xml.parsers.expat.ParserCreate()
+        self.expat.StartElementHandler, self.expat.EndElementHandler = self._start, self._end
+        self.expat.CommentHandler = self.expat.ProcessingInstructionHandler = self._markup
+        self.expat.StartDoctypeDeclHandler = self._doctype
 
-    def take(self, tag: Tag) -> None:
-        """Take the next tag of the header."""
+    @property
+    def at(self) -> int:
+        """The stream position of the event expat reports."""
+        return self.expat.CurrentByteIndex + self.shift
+
+    def read(self) -> None:
+        """Feed the header to expat, chunk after chunk, up to the AppendedData tag or the end."""
+        source, position, chunk, last_tag = self.file.source, 0, _FIRST_CHUNK, -1
+        while position < source.size:
+            data = source.read(position, chunk)
+            appended = data.find(b"<AppendedData")
+            held = 0 if appended >= 0 or position + len(data) >= source.size else len(b"<AppendedData") - 1
+            data = data[:appended] if appended >= 0 else data[:len(data) - held]
+            if (tag := data.rfind(b"<")) >= 0:
+                last_tag = position + tag
+            self._parse(data)
+            position += len(data)
+            if appended >= 0:
+                return self._appended_tag(position)
+            skipped = self._skipped(position, last_tag)
+            chunk = _FIRST_CHUNK if skipped > position else min(4 * chunk, _CHUNK)
+            position = skipped
+        self._parse(b"", final=True)
+
+    def _parse(self, data: bytes, final: bool = False) -> None:
+        try:
+            self.expat.Parse(data, final)
+        except xml.parsers.expat.ExpatError as err:
+            reason = xml.parsers.expat.ErrorString(err.code)
+            if final and self.open:
+                raise VtkXmlError(f"the file ends inside <{self.open[-1]}>: it is truncated or corrupt "
+                                  f"({reason})") from None
+            raise VtkXmlError(f"not a VTK XML file, or it is corrupt: {reason} at byte "
+                              f"{max(self.expat.ErrorByteIndex, 0) + self.shift}") from None
+
+    def _skipped(self, position: int, last_tag: int) -> int:
+        """Where to feed on from ``position``: where the inline binary text being fed ends, by
+        its own header, when that lies further on, with no markup since the text began and a tag
+        there; ``position`` otherwise (the text is fed, and checked against its header later)."""
+        skip, self.skip_to = self.skip_to, None
+        if (skip is None or self.inline is None or skip <= position or last_tag > self.text_at
+                or self.file.source.read(skip, 4096).lstrip()[:1] != b"<"):
+            return position
+        self.shift += skip - position
+        return skip
+
+    def _appended_tag(self, position: int) -> None:
+        """Feed the AppendedData tag at ``position`` to expat, up to its '_' marker."""
+        source = self.file.source
+        tag = _APPENDED.match(source.read(position, 4096))
+        if tag is None:
+            raise VtkXmlError(f"AppendedData without its '_' marker at {source.where(position)}")
+        self._parse(tag.group()[:-1])
+        if self.appended_at != position:
+            raise VtkXmlError(f"<AppendedData at {source.where(position)} is not a tag of the header")
+        start = position + tag.end()
+        self.appended = start, self.file.appended_end(start)
+
+    def _doctype(self, *_) -> None:
+        raise VtkXmlError("not a VTK XML file: it has a DOCTYPE (VTK writes none)")
+
+    def _markup(self, *_) -> None:
+        """Close the text of the inline array being read at the markup that starts here."""
         if self.inline is not None:
-            start = self.file.skip_space(self.inline.position, tag.text_stop)
-            self.file.placed(self.inline, start, tag.text_stop)
-            self.inline = None
-        if tag.closing:
-            self.open.pop()
-            return
-        self._start(tag)
-        if not tag.empty:
-            self.open.append(tag.name)
+            limit = self.at
+            self.file.placed(self.inline, limit if self.text_at is None else self.text_at, limit)
+            self.inline = self.text_at = self.skip_to = None
+            self.expat.CharacterDataHandler = None
 
-    def _start(self, tag: Tag) -> None:
+    def _text(self, text: str) -> None:
+        """Text of the inline array being read: where its first non-space byte lies."""
+        data = text.lstrip()
+        if data:
+            self.text_at = self.at + len(text) - len(data)
+            self.expat.CharacterDataHandler = None
+            if self.inline.data_format == "binary":
+                self._skip_inline(self.inline)
+
+    def _end(self, name: str) -> None:
+        self._markup()
+        self.open.pop()
+
+    def _start(self, name: str, attrs: dict[str, str]) -> None:
+        self._markup()
         parent = self.open[-1] if self.open else None
         if parent is None:
-            if tag.name != "VTKFile":
-                raise VtkXmlError(f"not a VTK XML file: its first element is <{tag.name}>, not <VTKFile>")
-            self.file.file_attrs(tag.attrs)
-            self.file_type = tag.attrs.get("type")
-        elif parent == "VTKFile" and tag.name != "AppendedData":
-            self._dataset(tag)
-        elif tag.name == "Piece":
-            self._inside(tag, parent, (self.file.kind,))
+            if name != "VTKFile":
+                raise VtkXmlError(f"not a VTK XML file: its first element is <{name}>, not <VTKFile>")
+            self.file.file_attrs(attrs)
+            self.file_type = attrs.get("type")
+        elif parent == "VTKFile" and name != "AppendedData":
+            self._dataset(name)
+        elif name == "Piece":
+            self._inside(name, parent, (self.file.kind,))
             self.pieces += 1
-            self.file.piece(tag.attrs)
-        elif tag.name in _SECTIONS:
-            self._inside(tag, parent, ("Piece",) + (self.file.kind,) * (tag.name == "FieldData"))
-        elif tag.name == "DataArray":
-            self._inside(tag, parent, _SECTIONS)
-            self._data_array(tag, parent)
-        elif tag.name == "AppendedData":
-            self._inside(tag, parent, ("VTKFile",))
-            self.appended = self.file.appended_span(tag)
+            self.file.piece(attrs)
+        elif name in _SECTIONS:
+            self._inside(name, parent, ("Piece",) + (self.file.kind,) * (name == "FieldData"))
+        elif name == "DataArray":
+            self._inside(name, parent, _SECTIONS)
+            self._data_array(attrs, parent)
+        elif name == "AppendedData":
+            self._inside(name, parent, ("VTKFile",))
+            self.appended_at = self.at
+            self.file.appended_attrs(attrs)
+        self.open.append(name)
 
-    def _inside(self, tag: Tag, parent: str, allowed: tuple[str, ...]) -> None:
+    def _inside(self, name: str, parent: str, allowed: tuple[str, ...]) -> None:
         if parent not in allowed:
-            raise VtkXmlError(f"<{tag.name}> at byte {tag.start} inside <{parent}>, expected inside "
+            raise VtkXmlError(f"<{name}> at byte {self.at} inside <{parent}>, expected inside "
                               f"{' or '.join(f'<{a}>' for a in allowed)}")
 
-    def _dataset(self, tag: Tag) -> None:
-        if tag.name not in _KINDS or self.file.kind:
+    def _dataset(self, name: str) -> None:
+        if name not in _KINDS or self.file.kind:
             what = "a second dataset" if self.file.kind else "not a VTK XML UnstructuredGrid or PolyData file"
-            raise VtkXmlError(f"{what} (it holds <{tag.name}>)")
-        declared = self.file_type
-        if declared is not None and declared != tag.name:
-            raise VtkXmlError(f"VTKFile type {declared} holds <{tag.name}>")
-        self.file.kind = tag.name
+            raise VtkXmlError(f"{what} (it holds <{name}>)")
+        if self.file_type is not None and self.file_type != name:
+            raise VtkXmlError(f"VTKFile type {self.file_type} holds <{name}>")
+        self.file.kind = name
 
-    def _data_array(self, tag: Tag, section: str) -> None:
-        entry = self.file.data_array(tag.attrs, section, tag.end)
-        if entry is None:
-            return
-        if entry.data_format != "appended" and not tag.empty:
+    def _data_array(self, attrs: dict[str, str], section: str) -> None:
+        entry = self.file.data_array(attrs, section)
+        if entry is not None and entry.data_format != "appended":
             self.inline = entry
-            if entry.data_format == "binary":
-                self._skip_inline(entry, tag)
-        elif entry.data_format != "appended":
-            self.file.placed(entry, tag.end, tag.end)
+            self.expat.CharacterDataHandler = self._text
 
-    def _skip_inline(self, entry: ArrayEntry, tag: Tag) -> None:
-        """Let the scan skip the inline binary text of ``entry`` unread, to where its own header
+    def _skip_inline(self, entry: ArrayEntry) -> None:
+        """Let the feed skip the inline binary text of ``entry`` unread, to where its own header
         says it ends (a DrivAerML volume is gigabytes of it); a header that cannot say leaves
-        the text to be scanned, and checked against the header later."""
+        the text to be fed, and checked against the header later."""
         source = self.file.source
-        start = self.file.skip_space(tag.end, source.size)
         try:
-            data = ArrayData(source, start, source.size, True, self.file.header_dtype,
+            data = ArrayData(source, self.text_at, source.size, True, self.file.header_dtype,
                              self.file.compressor, entry.label)
         except VtkXmlError:
             return
-        self.scanner.skip_to(data.end)
+        self.skip_to = data.end
 
     def finish(self) -> None:
         """Check what the whole header holds; place the appended arrays in the appended data."""
@@ -316,7 +391,7 @@ class _HeaderParser:
                 continue
             if self.appended is None:
                 raise VtkXmlError(f"{entry.label} is appended but there is no AppendedData")
-            start, end, _ = self.appended
+            start, end = self.appended
             self.file.placed(entry, start + entry.position, end)
         if self.appended:
-            self.file.appended_start, _, self.file.appended_encoding = self.appended
+            self.file.appended_start = self.appended[0]

@@ -2,7 +2,7 @@
 
 DrivAerML's volume VTU holds ~160M points (40-53 GB, published in ``.00.part``/``.01.part``
 pieces); VTK's reader holds a whole file's selected arrays in memory. This reader parses only
-the XML header (the tags, never the data: xml_tags.py, xml_header.py), then decodes any rows of any array
+the XML header (with expat, never the data: xml_header.py), then decodes any rows of any array
 from the array's byte offset (array_data.py):
 
 - appended data, raw or base64, and inline binary (base64) data;
@@ -32,9 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from domino_pipeline.inputs.sources.concat_bytes import ConcatBytes, file_pieces
-from domino_pipeline.inputs.vtk.array_data import ArrayData
+from domino_pipeline.inputs.vtk.array_data import ArrayData, VtkXmlError
 from domino_pipeline.inputs.vtk.xml_header import CELL_SECTIONS, ArrayEntry, VtkXmlHeader
-from domino_pipeline.inputs.vtk.xml_tags import VtkXmlError
 
 __all__ = ["ArrayEntry", "VtkXmlError", "VtkXmlFile"]
 
@@ -50,8 +49,9 @@ class VtkXmlFile(VtkXmlHeader):
             self._open_arrays()
             self._check_cells()
         except VtkXmlError as err:
-            message = str(err)
-            raise VtkXmlError(message if message.startswith(f"{path}: ") else f"{path}: {message}") from None
+            message = str(err).removeprefix(f"{path}: ")  # in printable ASCII: no byte of the file echoed
+            message = "".join(c if " " <= c <= "~" else ascii(c)[1:-1] for c in message)
+            raise VtkXmlError(f"{path}: {message}") from None
 
     @classmethod
     def open(cls, path: Path) -> "VtkXmlFile":
