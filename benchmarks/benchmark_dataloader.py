@@ -44,7 +44,7 @@ PRESETS = {
 
 def ensure_processed(work: Path, preset: str, runs: int, *, volume_scale: int = 1) -> Path:
     """Generate and process ``runs`` synthetic runs into ``work`` unless they are there."""
-    from process_data import process_all
+    from domino_pipeline.inputs.process_runs import process_all
     from synthetic_data import PRESETS as SIZES
     from synthetic_data import generate_runs
 

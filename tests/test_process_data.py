@@ -24,7 +24,7 @@ from domino_pipeline.inputs.run_errors import RunError
 from domino_pipeline.inputs.vtk_reader import read_stl, read_surface
 from domino_pipeline.inputs.runs import load_run, open_run
 from domino_pipeline.inputs.runs import list_runs
-from process_data import process_all, process_run
+from domino_pipeline.inputs.process_runs import process_all, process_run
 from synthetic_data import join_pieces
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,7 +29,7 @@ from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.runs import load_run, open_run
 from domino_pipeline.inputs.statistics_table import flatten
 from domino_pipeline.inputs.surface_stream import open_surface
-from process_data import process_run
+from domino_pipeline.inputs.process_runs import process_run
 from synthetic_data import join_pieces
 
 SURFACE = PROCESS_OPTIONS.surface_variables

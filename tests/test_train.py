@@ -26,7 +26,7 @@ from domino_pipeline.training.domino_model import build_model, model_parameters,
 from domino_pipeline.training.loaders import loader_over, make_loader
 from domino_pipeline.training.optimization import build_optimizer, build_scheduler
 from domino_pipeline.training.target_scaling import ensure_scaling_factors
-from process_data import process_all
+from domino_pipeline.inputs.process_runs import process_all
 from synthetic_data import generate_runs
 
 ROOT = Path(__file__).resolve().parents[1]

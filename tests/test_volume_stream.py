@@ -23,7 +23,7 @@ from domino_pipeline.inputs.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.runs import load_run, open_run
 from domino_pipeline.inputs.volume_stream import WholeFileFallback, open_volume
 from domino_pipeline.inputs.vtk_xml_stream import VtkXmlFile
-from process_data import process_run
+from domino_pipeline.inputs.process_runs import process_run
 from synthetic_data import join_pieces, split_into_pieces
 
 crafted = import_benchmark("crafted_faults")
