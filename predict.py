@@ -37,7 +37,8 @@ from domino_pipeline.inference.predict_runs import predict_run, report_table, ru
 from domino_pipeline.inference.run_inputs import Physics, load_prediction_run, runs_to_predict
 from domino_pipeline.inference.trained_model import load_trained_model
 from domino_pipeline.training.distributed import resolve_train_device
-from domino_pipeline.training.domino_model import check_data_fits_model, variable_names
+from domino_pipeline.training.domino_model import check_data_fits_model
+from domino_pipeline.variables import column_names
 
 
 @entry_point
@@ -68,7 +69,7 @@ def main(config: PipelineConfig) -> None:
         for note in run.notes:
             print(f"note {note}", flush=True)
         records.append(record)
-    report_table(records, variable_names(variables["surface"]), out_dir=out_dir, forces=forces)
+    report_table(records, column_names(variables["surface"]), out_dir=out_dir, forces=forces)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from domino_pipeline.inference.report import (
     write_mesh,
 )
 from domino_pipeline.inference.run_inputs import PredictionRun
-from domino_pipeline.training.domino_model import variable_names
+from domino_pipeline.variables import column_names
 
 
 @dataclass
@@ -112,7 +112,7 @@ def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapp
         record |= _surface_record(run, prediction.surface, dict(variables["surface"]), forces)
     if prediction.volume is not None and run.has_truth:
         errors = relative_l2(prediction.volume, run.arrays["volume_fields"])
-        record |= {f"rel_l2_volume_{name}": float(e) for name, e in zip(variable_names(variables["volume"]), errors)}
+        record |= {f"rel_l2_volume_{name}": float(e) for name, e in zip(column_names(variables["volume"]), errors)}
     return record
 
 
@@ -195,7 +195,7 @@ def _surface_record(run: PredictionRun, predicted: np.ndarray, variables: dict[s
         loads["true"] = forces.loads(run.true_surface * to_physical, vector_areas, areas, run.cell_centres, variables)
     record |= _coefficients_record(run, loads, forces)
     if run.has_truth:
-        names = variable_names(variables)
+        names = column_names(variables)
         record |= {f"rel_l2_{name}": float(e) for name, e in zip(names, relative_l2(predicted, run.true_surface))}
         weighted = relative_l2(predicted, run.true_surface, weights=areas)
         record |= {f"rel_l2_area_{name}": float(e) for name, e in zip(names, weighted)}
