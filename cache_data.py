@@ -56,26 +56,12 @@ from domino_pipeline.processed.runs import (
     list_runs,
     read_options_from_config,
     run_name,
-    split_from_config,
 )
 from domino_pipeline.launch import launch_environment
 from domino_pipeline.run_report import RunResult, summarize
 from domino_pipeline.run_selection import select_items
-from domino_pipeline.store.build import (
-    cache_run,
-    manifest_runs,
-    write_scaling_factors,
-)
-from domino_pipeline.byte_source import ConflictError
+from domino_pipeline.store.build import cache_run, finish_build
 from domino_pipeline.object_store import is_url, join
-from domino_pipeline.store.cache_format import CacheError
-from domino_pipeline.store.manifest import (
-    MANIFEST,
-    manifest_lock,
-    read_manifest,
-    read_manifest_version,
-    write_manifest,
-)
 from domino_pipeline.store.staleness import check_scaling_factors, manifest_records
 from domino_pipeline.store.object_cache import ABANDONED_AFTER_S
 from domino_pipeline.store.rank_records import finish_rank, remove_finished_jobs
@@ -113,75 +99,9 @@ def summarize_build(results: list[RunResult]) -> str:
     return "\n".join(lines)
 
 
-def _write_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path,
-                    settings: PreprocessSettings) -> Path:
-    """List the current runs and write the manifest as the only manifest writer; a rerun that
-    would write the same runs takes no lock and writes nothing (it succeeds on a read-only
-    cache)."""
-    if is_url(cache_dir):
-        return _commit_manifest(config, runs, cache_dir, settings)
-    path = cache_dir / MANIFEST
-    if _manifest_lists(cache_dir, manifest_runs(runs, cache_dir, settings), settings):
-        return path
-    with manifest_lock(cache_dir):
-        entries = manifest_runs(runs, cache_dir, settings)  # again: another builder may have written
-        return write_manifest(cache_dir, settings, entries, config.as_dict(),
-                              scaling_factors=_factors_record(config, runs, entries, cache_dir, settings))
-
-
-def _commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: str,
-                     settings: PreprocessSettings, attempts: int = 20) -> str:
-    """Commit the manifest of a cache on object storage: list the current runs (keeping the
-    entries of runs other builders listed), then put it only if the manifest is still the
-    version read; when another builder committed meanwhile, read and list again."""
-    for _ in range(attempts):
-        try:
-            old, version = read_manifest_version(cache_dir)
-        except FileNotFoundError:
-            old, version = None, None
-        entries = manifest_runs(runs, cache_dir, settings)
-        if old is not None and old["settings"] == settings.fingerprinted():
-            mine = {run_name(p) for p in runs}
-            entries = {n: e for n, e in old["runs"].items() if n not in mine} | entries
-        if old is not None and old["runs"] == entries and old.get("scaling_factors") is not None:
-            return join(cache_dir, MANIFEST)
-        try:
-            return write_manifest(cache_dir, settings, entries, config.as_dict(),
-                                  scaling_factors=_factors_record(config, runs, entries, cache_dir, settings),
-                                  if_version=version)
-        except ConflictError:
-            continue
-    raise CacheError(f"{join(cache_dir, MANIFEST)}: changed by other builders {attempts} times "
-                     "in a row; run cache_data.py again")
-
-
-def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str, dict], cache_dir: Path,
-                    settings: PreprocessSettings) -> dict | None:
-    """Write the scaling factors when every training run is in the cache; their manifest record."""
-    train_runs, _ = split_from_config(runs, config.train, config.seed)
-    absent = [run_name(p) for p in train_runs if run_name(p) not in entries]
-    if absent:
-        shown = ", ".join(absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
-        print(f"scaling factors not written: training runs {shown} are not in the cache (yet)")
-        return None
-    record = write_scaling_factors(train_runs, cache_dir, settings, normalization=config.sampling.normalization)
-    print(f"scaling factors: {join(cache_dir, record['path'])} ({len(train_runs)} training runs)")
-    return record
-
-
-def _manifest_lists(cache_dir: Path, entries: dict, settings: PreprocessSettings) -> bool:
-    """Whether the manifest already lists exactly ``entries`` with ``settings``."""
-    try:
-        old = read_manifest(cache_dir)
-    except (CacheError, FileNotFoundError):
-        return False
-    return (old["runs"] == entries and old["settings"] == settings.fingerprinted()
-            and old.get("scaling_factors") is not None)
-
-
 def _rank_and_job(config: PipelineConfig) -> tuple[int, int, str | None]:
     """(rank, world size, the job's id) under torchrun or srun; (0, 1, None) in one process,
-    where torch is not loaded (about 700 MB of memory)."""
+    where torch (heavy in memory) is not loaded."""
     launch = launch_environment()
     if launch.world_size == 1:
         return 0, 1, None
@@ -201,17 +121,6 @@ def _validate(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -
     factors_problem = check_scaling_factors(cache_dir)
     print(f"PROBLEM scaling factors: {factors_problem}" if factors_problem else "ok scaling factors")
     return 1 if bad or factors_problem else 0
-
-
-def _finish(config: PipelineConfig, runs: list[Path], cache_dir: Path, settings: PreprocessSettings,
-            records: list[dict]) -> int:
-    """Write the manifest unless a rank met stale runs; the build's exit code over all ranks."""
-    stale, failed = (sum(r[key] for r in records) for key in ("stale", "failed"))
-    if stale:
-        print("manifest left as it was: the cache holds runs built with other settings")
-    else:
-        print(f"manifest: {_write_manifest(config, runs, cache_dir, settings)}")
-    return 1 if stale or failed else 0
 
 
 @entry_point
@@ -244,9 +153,9 @@ def main(config: PipelineConfig) -> int:
         print(selection.summary(), flush=True)
     record = {status: sum(r.status == status for r in results) for status in ("stale", "failed")}
     if job is None:
-        return _finish(config, runs, cache_dir, settings, [record])
+        return finish_build(config, runs, cache_dir, settings, [record])
     code = finish_rank(cache_dir, job, rank, world_size, record,
-                       lambda records: _finish(config, runs, cache_dir, settings, records))
+                       lambda records: finish_build(config, runs, cache_dir, settings, records))
     if code is None:
         print(f"rank {rank} done; the last rank to finish writes the manifest", flush=True)
         return 0

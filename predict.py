@@ -26,72 +26,19 @@ Cd, Cl, Clf and Clr over the run's own references. Conventions: domino_pipeline/
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from datapipe import scaling_factors_of
 from domino_pipeline.compute.settings import settings_from_config
-from domino_pipeline.config import DataConfig, PipelineConfig, PredictConfig
+from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inference.forces import ForceSettings
-from domino_pipeline.dataset_profile import COEFFICIENTS
-from domino_pipeline.inference.predict_runs import (
-    REFERENCE_SET_COLUMNS,
-    coefficient_columns,
-    predict_run,
-    run_record,
-    write_run_outputs,
-)
-from domino_pipeline.inference.report import format_table, write_csv
-from domino_pipeline.inference.run_inputs import Physics, load_run, split_runs_of
+from domino_pipeline.inference.predict_runs import predict_run, report_table, run_record, write_run_outputs
+from domino_pipeline.inference.run_inputs import Physics, load_prediction_run, runs_to_predict
 from domino_pipeline.inference.trained_model import load_trained_model
-from domino_pipeline.object_store import as_location
 from domino_pipeline.training.distributed import resolve_train_device
-from domino_pipeline.training.domino_model import check_data_fits_model, variable_names
-
-def runs_to_predict(options: PredictConfig, data: DataConfig) -> list[Path | str]:
-    """The runs of ``predict.runs`` and of ``predict.split`` (paths, and URLs of processed runs)."""
-    runs = [as_location(run) for run in options.runs]
-    if options.split is not None:
-        runs += split_runs_of(Path(options.train_dir), options.split, data.raw_dir, data.processed_dir)
-    if not runs:
-        raise ValueError("nothing to predict: give predict.runs=[...] or predict.split=val")
-    return runs
-
-
-PRINTED_COEFFICIENTS = ("cd", "cl", "clf", "clr")  # of the run's own references; the CSV has every one
-
-
-def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
-    """Every column of the CSV: the references, each coefficient predicted, true and published
-    over the run's own references and over the constant ones, the errors."""
-    columns = ["run", "cells", "u_inf"]
-    for which in ("own", "constant"):
-        suffix = REFERENCE_SET_COLUMNS[which]
-        columns += [f"a_ref{suffix}", f"l_ref{suffix}"]
-        columns += [column for name in COEFFICIENTS for kind in ("pred", "true", "published")
-                    for column in [coefficient_columns(which, kind)[name]]]
-    columns = [c for c in columns if c == "run" or any(c in r for r in records)]
-    columns += [f"rel_l2_area_{name}" for name in surface_names] + [f"rel_l2_{name}" for name in surface_names]
-    columns += sorted({key for r in records for key in r if key.startswith("rel_l2_volume_")})
-    return columns + ["cells_not_predicted", "seconds"]
-
-
-def printed_columns(records: list[dict], columns: list[str]) -> list[str]:
-    """The printed table's: drag, lift, front and rear lift over the run's own references and the
-    area-weighted relative L2 errors."""
-    coefficients = {coefficient_columns("own", kind)[name] for name in PRINTED_COEFFICIENTS
-                    for kind in ("pred", "true", "published")}
-    shown = [c for c in columns if c in ("run", "cells", "a_ref", "seconds") or c in coefficients
-             or c.startswith("rel_l2_area_")]
-    return [c for c in shown if c != "cells_not_predicted" or any(r.get(c) for r in records)]
-
-
-def print_table(records: list[dict], columns: list[str]) -> None:
-    """The printed columns (the CSV has every column)."""
-    shown = printed_columns(records, columns)
-    print(format_table(records, shown, {c: c.removeprefix("rel_l2_area_") for c in shown}))
-    print("columns after the coefficients: relative L2 error per variable over the surface, area-weighted")
+from domino_pipeline.training.domino_model import check_data_fits_model
+from domino_pipeline.variables import column_names
 
 
 @entry_point
@@ -108,8 +55,8 @@ def main(config: PipelineConfig) -> None:
     out_dir = Path(options.out_dir)
     records = []
     for path in runs_to_predict(options, config.data):
-        run = load_run(path, dataset=config.dataset, physics=physics, volume=options.volume,
-                       volume_source=config.process.volume_source)
+        run = load_prediction_run(path, dataset=config.dataset, physics=physics, volume=options.volume,
+                                  volume_source=config.process.volume_source)
         prediction = predict_run(model, run, settings, scaling_factors=factors,
                                  geometry_points=config.sampling.geometry_points, batch_points=options.batch_points,
                                  device=device, volume=options.volume, seed=config.seed, progress=True)
@@ -122,18 +69,7 @@ def main(config: PipelineConfig) -> None:
         for note in run.notes:
             print(f"note {note}", flush=True)
         records.append(record)
-    columns = table_columns(records, variable_names(variables["surface"]))
-    csv_path = write_csv(records, columns, out_dir / "predictions.csv")
-    print_table(records, columns)
-    speed = f"{forces.velocity} m/s" if forces.velocity is not None else "each run's own (u_inf)"
-    fields = ("coefficient fields (dynamic pressure 1)" if forces.fields_are_coefficients else
-              "kinematic fields" if forces.kinematic else f"density {forces.density} kg/m^3")
-    print(f"coefficients: reference area a_ref (m^2) and length l_ref (m), free stream {speed}, {fields}, normals "
-          f"{forces.convention.normals}, wall shear {forces.convention.wall_shear}; every coefficient, over the "
-          f"run's own and the constant references (_constref): {csv_path}")
-    if any(r.get("cd_true", 1.0) < 0 for r in records):
-        print("warning: a true drag coefficient is negative: check dataset.flow.normals and dataset.flow.wall_shear",
-              file=sys.stderr)
+    report_table(records, column_names(variables["surface"]), out_dir=out_dir, forces=forces)
 
 
 if __name__ == "__main__":

@@ -25,12 +25,7 @@ from __future__ import annotations
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
-from domino_pipeline.inputs.processing.process_runs import (  # noqa: F401 (the stage's functions, re-exported)
-    fetch_summary,
-    process_all,
-    process_run,
-    settings_differences,
-)
+from domino_pipeline.inputs.processing.process_runs import fetch_summary, process_all
 from domino_pipeline.inputs.sources.raw_reading import RemoteAccess
 from domino_pipeline.inputs.sources.remote_runs import is_remote
 from domino_pipeline.inputs.statistics.run_quality import quality_summary

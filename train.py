@@ -22,8 +22,9 @@ checkpoint.0.<e>.pt) for its load_checkpoint; `train.resume_from=/example/models
 pair written by the DoMINO example (domino_pipeline/training/checkpointing.py).
 Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits with 128+signal.
 
-This file wires the pieces of domino_pipeline/training/ together: the epoch loop (epochs.py),
-validation, checkpoint policy, records and logs, loaders and optimisation each have their module.
+This file wires the pieces of domino_pipeline/training/ together: the epoch loop with its draw,
+step and validation (epochs.py), checkpoints (checkpointing.py), records and logs (run_log.py),
+the model and its optimisation (domino_model.py), the losses, the target scaling, torch.distributed.
 """
 
 from __future__ import annotations
@@ -41,37 +42,31 @@ from domino_pipeline.processed.runs import list_runs, read_options_from_config, 
 from domino_pipeline.launch import launch_environment
 from domino_pipeline.object_store import name_of
 from domino_pipeline.training import distributed
-from domino_pipeline.training.checkpoint_policy import RunFiles, TrainingState
+from domino_pipeline.training.checkpointing import CheckpointFiles, TrainingState
 from domino_pipeline.training.distributed import DistInfo
 from domino_pipeline.training.domino_model import (
-    build_model,
-    check_data_fits_model,
-    resolve_model_type,
-    resolved_parameters,
-    variable_names,
-)
-from domino_pipeline.training.epochs import train_epochs
-from domino_pipeline.training.loaders import make_loader
-from domino_pipeline.training.optimization import (
     amp_dtype,
+    build_model,
     build_optimizer,
     build_scheduler,
+    check_data_fits_model,
     grad_scaler,
+    resolve_model_type,
+    resolved_parameters,
     wrap_ddp,
 )
+from domino_pipeline.training.epochs import Objective, StopFlag, TrainData, Trainer, make_loader, train_epochs
 from domino_pipeline.training.run_log import RunLog
-from domino_pipeline.training.stop_flag import StopFlag
 from domino_pipeline.training.target_scaling import ensure_scaling_factors, make_unscaler
-from domino_pipeline.training.trainer import Objective, TrainData, Trainer
-
+from domino_pipeline.variables import column_names
 
 def target_variable_names(config: PipelineConfig) -> dict[str, list[str]]:
     """Output variable names per target key, for the model type in use."""
     names = {}
     if config.model_type in ("volume", "combined"):
-        names["volume_fields"] = variable_names(config.variables.volume)
+        names["volume_fields"] = column_names(config.variables.volume)
     if config.model_type in ("surface", "combined"):
-        names["surface_fields"] = variable_names(config.variables.surface)
+        names["surface_fields"] = column_names(config.variables.surface)
     return names
 
 
@@ -120,7 +115,7 @@ def build_data(config: PipelineConfig, info: DistInfo, train_runs: list[Path], v
 
 def build_state(config: PipelineConfig, info: DistInfo) -> TrainingState:
     """DoMINO, AdamW, the schedule and mixed precision, from the `model:` and `train:` sections."""
-    widths = {part: len(variable_names(getattr(config.variables, part))) for part in ("surface", "volume")}
+    widths = {part: len(column_names(getattr(config.variables, part))) for part in ("surface", "volume")}
     model = build_model(config.model_type, config.model, info.device, widths)
     optimizer = build_optimizer(model, config.train)
     dtype = amp_dtype(config.train, info.device)
@@ -142,7 +137,7 @@ def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
     # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
     torch.manual_seed(config.seed + info.rank)
     model_type = resolve_model_type(config.model_type, config.model)
-    config.loss.check(parts_of(model_type), len(variable_names(config.variables.surface)))
+    config.loss.check(parts_of(model_type), len(column_names(config.variables.surface)))
     data = build_data(config, info, train_runs, val_runs)
     check_data_fits_model(data.train_set.settings, resolved_parameters(config.model), data_source(config))
     objective = Objective(loss=config.loss, description=config.loss.describe(parts_of(model_type)),
@@ -150,7 +145,7 @@ def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
                           unscale=make_unscaler(factors, config.sampling.normalization,
                                                   allow_pickle=config.data.allow_pickle))
     return Trainer(info=info, config=config.train, state=build_state(config, info), data=data, objective=objective,
-                   files=RunFiles.under(output_dir, config.as_dict()), log=log, stop=StopFlag())
+                   files=CheckpointFiles.under(output_dir, config.as_dict()), log=log, stop=StopFlag())
 
 
 def describe(trainer: Trainer, config: PipelineConfig) -> str:

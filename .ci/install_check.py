@@ -40,7 +40,8 @@ def problems() -> list[str]:
 
 
 def main() -> int:
-    from domino_pipeline import CachedDoMINODataset, collate_items  # noqa: F401
+    from domino_pipeline.loading.cached import CachedDoMINODataset  # noqa: F401
+    from domino_pipeline.loading.collate import collate_items  # noqa: F401
 
     found = problems()
     print("\n".join(found) or f"install check: only domino_pipeline installed, "

@@ -24,7 +24,7 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the entry points (process_data.py, synthetic_data.py), as from the repository; spawned children inherit it
+sys.path.insert(0, str(ROOT))  # the entry point synthetic_data.py, as from the repository; spawned children inherit it
 CONFIG = ROOT / "conf" / "config.yaml"
 
 
@@ -34,11 +34,11 @@ def _kib_to_mib(kib: int) -> float:
 
 def _run_stage(stage: str, preset: str, work: Path, repeat: int, conn) -> None:
     """In a child process: import, run one stage, send back seconds and memory figures."""
-    import process_data
     import synthetic_data
     from domino_pipeline.config import load_config
     from domino_pipeline.config_files import compose_files
     from domino_pipeline.inputs.processing.process_options import ProcessOptions
+    from domino_pipeline.inputs.processing.process_runs import process_run
 
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
@@ -47,7 +47,7 @@ def _run_stage(stage: str, preset: str, work: Path, repeat: int, conn) -> None:
     else:
         config = load_config(compose_files(CONFIG.parent, CONFIG.stem))
         options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
-        process_data.process_run(work / "raw_0" / "run_1", work / f"run_1_{repeat}.zarr", options)
+        process_run(work / "raw_0" / "run_1", work / f"run_1_{repeat}.zarr", options)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     conn.send({"seconds": seconds, "peak_mib": _kib_to_mib(peak),

@@ -44,7 +44,7 @@ PRESETS = {
 
 def ensure_processed(work: Path, preset: str, runs: int, *, volume_scale: int = 1) -> Path:
     """Generate and process ``runs`` synthetic runs into ``work`` unless they are there."""
-    from process_data import process_all
+    from domino_pipeline.inputs.processing.process_runs import process_all
     from synthetic_data import PRESETS as SIZES
     from synthetic_data import generate_runs
 
@@ -138,7 +138,7 @@ def _timed_draws(dataset, count: int, warmup: int) -> list[float]:
 
 
 def phase_uncached(params: dict, processed: str, factors: dict) -> dict:
-    from domino_pipeline import DoMINODataPipe
+    from domino_pipeline.loading.uncached import DoMINODataPipe
 
     _, settings = settings_for(params)
     ds = DoMINODataPipe(processed, model_type=params["model_type"], surface_points=params["surface_points"],
@@ -153,7 +153,7 @@ def phase_uncached(params: dict, processed: str, factors: dict) -> dict:
 
 
 def _cached_dataset(params: dict, cache: str, factors: dict, runs=None):
-    from domino_pipeline import CachedDoMINODataset
+    from domino_pipeline.loading.cached import CachedDoMINODataset
     from read_bytes import KEEP_ALL_OPEN
 
     return CachedDoMINODataset(cache, runs=runs, model_type=params["model_type"],
@@ -194,7 +194,7 @@ def phase_epochs(params: dict, cache: str, factors: dict, repeats: int = 9) -> d
     milliseconds per item of the main process and of the workers together (Linux /proc)."""
     from torch.utils.data import DataLoader, default_collate
 
-    from domino_pipeline import collate_items
+    from domino_pipeline.loading.collate import collate_items
     from domino_pipeline.store.manifest import read_manifest
 
     names = list(read_manifest(cache)["runs"])

@@ -130,7 +130,7 @@ def _read_all(cache: Path) -> None:
 def child_draws(cache: Path, preset: str, n: int) -> dict:
     """In this process: ``n`` timed draws warm and ``n`` cold after one warm-up, medians, and
     how many bytes of the cache a draw reads."""
-    from domino_pipeline import CachedDoMINODataset
+    from domino_pipeline.loading.cached import CachedDoMINODataset
     from read_bytes import KEEP_ALL_OPEN, bytes_read
 
     ds = CachedDoMINODataset(cache, model_type="combined", seed=0, max_open_runs=KEEP_ALL_OPEN,
@@ -202,7 +202,7 @@ def _relabel(generation: Path, name: str) -> str:
 
 def child_rss(cache: Path, n: int) -> dict:
     """Draw ``n`` items, index ``i % len`` in turn; this process's RSS at the end."""
-    from domino_pipeline import CachedDoMINODataset
+    from domino_pipeline.loading.cached import CachedDoMINODataset
 
     ds = CachedDoMINODataset(cache, model_type="combined", seed=0, scaling_factors=None, **SAMPLES["tiny"])
     for i in range(n):

@@ -52,7 +52,7 @@ def bytes_by_part(dataset) -> dict[str, int]:
 
 
 def measure(cache: Path, params: dict, draws: int) -> dict[str, dict]:
-    from domino_pipeline import CachedDoMINODataset
+    from domino_pipeline.loading.cached import CachedDoMINODataset
 
     sizes = {k: params[k] for k in ("surface_points", "volume_points", "geometry_points")}
     sets = {law: CachedDoMINODataset(cache, model_type="combined", scaling_factors=None,

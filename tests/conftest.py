@@ -93,7 +93,7 @@ def tiny_dataset_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture(scope="session")
 def tiny_processed_dir(tiny_raw_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``tiny_raw_dir`` processed with the default config: run_1.zarr, run_2.zarr. Read only."""
-    from process_data import process_all
+    from domino_pipeline.inputs.processing.process_runs import process_all
     out = tmp_path_factory.mktemp("tiny_processed")
     results = process_all(tiny_raw_dir, out, PROCESS_OPTIONS, num_processes=1)
     failed = [r for r in results if r.status != "processed"]

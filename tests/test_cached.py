@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 from cache_fixtures import SAMPLES
 
-from domino_pipeline import CachedDoMINODataset
+from domino_pipeline.loading.cached import CachedDoMINODataset
 
 
 def _same(a: dict, b: dict) -> bool:

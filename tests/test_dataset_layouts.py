@@ -27,7 +27,7 @@ from domino_pipeline.inputs.meshes.mesh_stream import WholeFileFallback
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
 from domino_pipeline.processed.runs import load_run, open_run
 from domino_pipeline.inputs.processing.published_forces import read_published
-from process_data import process_run
+from domino_pipeline.inputs.processing.process_runs import process_run
 from synthetic_data import join_pieces
 
 DATASETS = ("drivaerml", "ahmedml", "windsorml")

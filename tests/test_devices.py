@@ -105,14 +105,14 @@ class _FakeWarp:
 
 
 def test_peak_gpu_memory_adds_warps_pool(monkeypatch):
-    from domino_pipeline.training import gpu_memory
+    from domino_pipeline.training import run_log
 
     device = torch.device("cuda", 1)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: 3 * 2**20)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d: (6 * 2**20, 16 * 2**20))
     monkeypatch.delitem(sys.modules, "warp")
-    assert gpu_memory.cuda_peak_mib(device) == (3.0, "cuda_torch_peak+warp_pool_peak")  # no Warp loaded
+    assert run_log.cuda_peak_mib(device) == (3.0, "cuda_torch_peak+warp_pool_peak")  # no Warp loaded
     monkeypatch.setitem(sys.modules, "warp", _FakeWarp(pool=True, high=5 * 2**20))
-    assert gpu_memory.cuda_peak_mib(device) == (8.0, "cuda_torch_peak+warp_pool_peak")
+    assert run_log.cuda_peak_mib(device) == (8.0, "cuda_torch_peak+warp_pool_peak")
     monkeypatch.setitem(sys.modules, "warp", _FakeWarp(pool=False, high=0))
-    assert gpu_memory.cuda_peak_mib(device) == (10.0, "cuda_device_used")
+    assert run_log.cuda_peak_mib(device) == (10.0, "cuda_device_used")

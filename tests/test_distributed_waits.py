@@ -11,18 +11,23 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from cache_fixtures import OVERRIDES, build_tiny_cache, tiny_settings
+from conftest import DEFAULTS
 
 from domino_pipeline.compute.scaling import compute_scaling_factors, load_scaling_factors
+from domino_pipeline.config import VariablesConfig
 from domino_pipeline.processed.runs import DEFAULT_OPTIONS, list_runs
 from domino_pipeline.store.manifest import read_manifest
-from domino_pipeline.training import distributed, scaling_factors
+from domino_pipeline.training import distributed, target_scaling
+from domino_pipeline.training.distributed import DistInfo
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,25 +46,27 @@ def _free_port() -> int:
 
 def _slow_on_rank_0(rank: int) -> None:
     """Rank 0's share of the statistics takes SLOW_RANK_DELAY_S longer."""
-    real = scaling_factors.processed_run_statistics
+    real = target_scaling.processed_run_statistics
 
     def slow(path, **kwargs):
         time.sleep(SLOW_RANK_DELAY_S if rank == 0 else 0.0)
         return real(path, **kwargs)
 
-    scaling_factors.processed_run_statistics = slow
+    target_scaling.processed_run_statistics = slow
 
 
-def _rank(rank: int, world_size: int, port: int, runs: list[Path], out: Path, use_work_group: bool) -> None:
+def _rank(rank: int, world_size: int, port: int, runs: list[Path], out: Path, work_timeout_s: float) -> None:
+    """train.py's scaling factors on ``rank``: its waits bounded by a work group's ``work_timeout_s``."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=SHORT_TIMEOUT_S))
-    group = distributed.work_group(120.0) if use_work_group else None
     _slow_on_rank_0(rank)
+    sampling = replace(DEFAULTS.sampling, normalization="min_max", scaling_factors=None, allow_other_split=False)
+    variables = VariablesConfig(surface=dict(VARIABLES["surface"]), volume=dict(VARIABLES["volume"]))
+    info = DistInfo(rank=rank, local_rank=rank, world_size=world_size, device=torch.device("cpu"))
     try:
-        scaling_factors.ensure_scaling_factors(
-            runs, out / "scaling_factors.json", rank=rank, world_size=world_size,
-            gather=lambda obj: distributed.gather_objects(obj, group), normalization="min_max",
-            options=DEFAULT_OPTIONS, variables=VARIABLES, allow_other_split=False, log=print)
+        target_scaling.ensure_scaling_factors(
+            out / "scaling_factors.json", runs, sampling=sampling, cached=False, variables=variables,
+            options=DEFAULT_OPTIONS, info=info, work_timeout_s=work_timeout_s)
     finally:
         dist.destroy_process_group()
 
@@ -67,7 +74,7 @@ def _rank(rank: int, world_size: int, port: int, runs: list[Path], out: Path, us
 def test_scaling_factors_in_parts_survive_a_rank_idle_past_the_collective_timeout(tiny_processed_dir, tmp_path):
     runs = list_runs(tiny_processed_dir)
     assert len(runs) == 2  # rank 0 reads run_1 (slowed), rank 1 reads run_2 and waits
-    mp.spawn(_rank, args=(2, _free_port(), runs, tmp_path, True), nprocs=2, join=True)
+    mp.spawn(_rank, args=(2, _free_port(), runs, tmp_path, 120.0), nprocs=2, join=True)
     expected = compute_scaling_factors(runs, normalization="min_max", variables=VARIABLES)
     assert load_scaling_factors(tmp_path / "scaling_factors.json") == json.loads(json.dumps(expected))
 
@@ -75,7 +82,7 @@ def test_scaling_factors_in_parts_survive_a_rank_idle_past_the_collective_timeou
 def test_control_the_same_wait_on_the_short_collective_timeout_fails(tiny_processed_dir, tmp_path):
     runs = list_runs(tiny_processed_dir)
     with pytest.raises(Exception, match="(?i)timed? ?out"):
-        mp.spawn(_rank, args=(2, _free_port(), runs, tmp_path, False), nprocs=2, join=True)
+        mp.spawn(_rank, args=(2, _free_port(), runs, tmp_path, SHORT_TIMEOUT_S), nprocs=2, join=True)
 
 
 def test_torchrun_build_writes_the_manifest_when_one_rank_finishes_long_before_the_other(

@@ -1,10 +1,14 @@
 """The epoch loop, its checkpoint policy and validation, in-process on a tiny model: an interrupted
 and resumed run ends where the uninterrupted one does, to the bit; checkpoints, the best model and
-the logs appear when due."""
+the logs appear when due. The stop flag: SIGTERM or a first Ctrl-C asks training to stop after the
+current step; a second Ctrl-C aborts. The draw: one loader per run, pointed at each pass's
+indices; a rank's epoch order, less a resume's skip."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,13 +19,20 @@ from conftest import DEFAULTS
 from torch.utils.data import Dataset, DistributedSampler
 
 from domino_pipeline.training import checkpointing
-from domino_pipeline.training.checkpoint_policy import RunFiles, TrainingState, check_same_model, resume
+from domino_pipeline.training.checkpointing import CheckpointFiles, TrainingState, check_same_model, resume
 from domino_pipeline.training.distributed import DistInfo
-from domino_pipeline.training.epochs import train_epochs
-from domino_pipeline.training.loaders import make_loader
-from domino_pipeline.training.optimization import build_optimizer, build_scheduler, grad_scaler
+from domino_pipeline.training.domino_model import build_optimizer, build_scheduler, grad_scaler
+from domino_pipeline.training.epochs import (
+    Objective,
+    StopFlag,
+    TrainData,
+    Trainer,
+    epoch_indices,
+    loader_over,
+    make_loader,
+    train_epochs,
+)
 from domino_pipeline.training.run_log import RunLog
-from domino_pipeline.training.trainer import Objective, TrainData, Trainer
 
 CPU = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 WEIGHTS = torch.tensor([[1.0, 0.0, 2.0, -1.0], [0.5, 1.0, 0.0, 0.0], [0.0, -2.0, 1.0, 3.0]])
@@ -87,7 +98,7 @@ def tiny_trainer(out: Path, *, epochs: int = 3, stop_after: int | None = None, *
                           variable_names={"surface_fields": ["p", "tx", "ty", "tz"]}, unscale=lambda key, values: values)
     out.mkdir(parents=True, exist_ok=True)
     return Trainer(info=CPU, config=config, state=state, data=data, objective=objective,
-                   files=RunFiles.under(out, DEFAULTS.as_dict()), log=RunLog(out, enabled=True), stop=StopAfter(stop_after))
+                   files=CheckpointFiles.under(out, DEFAULTS.as_dict()), log=RunLog(out, enabled=True), stop=StopAfter(stop_after))
 
 
 def epochs_of(out: Path) -> list[dict]:
@@ -141,3 +152,50 @@ def test_a_checkpoint_of_another_model_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"checkpoint\.pt: checkpoint was trained with other \['model'\] settings"):
         resume(other.state, other.files, CPU, init_from=None)
     check_same_model({"model_type": "surface", "model": {}}, {"model_type": "surface", "model": {}}, tmp_path)
+
+
+# ---- the stop flag
+
+@pytest.fixture
+def restored_handlers():
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def test_a_signal_sets_the_flag_and_a_second_ctrl_c_aborts(restored_handlers):
+    flag = StopFlag()
+    assert not flag.is_set
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert flag.is_set and flag.signal_number == signal.SIGTERM
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+    fresh = StopFlag()
+    os.kill(os.getpid(), signal.SIGINT)
+    assert fresh.signal_number == signal.SIGINT
+
+
+# ---- the draw's loaders
+
+class _Indices(Dataset):
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"index": torch.tensor(index)}
+
+
+def test_a_pass_reads_exactly_the_indices_set_for_it():
+    loader = make_loader(_Indices(), batch_size=2, num_workers=0, device=torch.device("cpu"))
+    for indices in ([3, 1, 4], [], [9, 0]):
+        seen = [i for batch in loader_over(loader, indices) for i in batch["index"].tolist()]
+        assert seen == indices
+
+
+def test_an_epochs_order_is_fixed_per_epoch_and_rank_and_a_resume_skips_its_head():
+    ranks = [DistributedSampler(_Indices(), num_replicas=2, rank=r, shuffle=True, seed=5) for r in (0, 1)]
+    first = [epoch_indices(s, 1, 0) for s in ranks]
+    assert sorted(first[0] + first[1]) == list(range(10))
+    assert epoch_indices(ranks[0], 1, 0) == first[0] and epoch_indices(ranks[0], 2, 0) != first[0]
+    assert epoch_indices(ranks[0], 1, 3) == first[0][3:]

@@ -19,7 +19,7 @@ from domino_pipeline.executors import LOCAL_POOL, run_tasks
 from domino_pipeline.processed.runs import list_runs
 from domino_pipeline.inputs.statistics.statistics_table import TABLE_NAME as STATISTICS_TABLE
 from domino_pipeline.run_report import RunResult
-from process_data import process_all
+from domino_pipeline.inputs.processing.process_runs import process_all
 from synthetic_data import generate_runs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,7 +30,7 @@ from domino_pipeline.inputs.processing.published_forces import (
     read_first_row,
     read_published,
 )
-from process_data import process_all
+from domino_pipeline.inputs.processing.process_runs import process_all
 
 DEMO = typed_config(name="demo")  # DrivAerML's profile, whose layout and conventions the synthetic runs have
 PROFILE = DEMO.dataset

@@ -12,13 +12,11 @@ from pathlib import Path
 
 import pytest
 
-import domino_pipeline
-
 HEAVY = ("warp", "physicsnemo")
 WATCHED = ("torch", "zarr", *HEAVY)
 PACKAGE = Path(__file__).resolve().parents[1] / "domino_pipeline"
 # The package docstring states this order; the package's modules outside these folders are the
-# ground floor (level 0), and domino_pipeline/__init__.py, the public face, may name any stage.
+# ground floor (level 0), domino_pipeline/__init__.py among them.
 STAGES = ("processed", "inputs", "compute", "store", "loading", "training", "inference")
 
 
@@ -35,8 +33,7 @@ def _level(module: str) -> int:
 
 def _imports(path: Path) -> list[tuple[str, int]]:
     """Every domino_pipeline module ``path`` imports (at the top or inside a function), with the
-    line; ``from package import name`` counts as importing ``package.name``, and a public name
-    taken from the package itself as importing the module that defines it."""
+    line; ``from package import name`` counts as importing ``package.name``."""
     package = _module_name(path) if path.name == "__init__.py" else _module_name(path).rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
@@ -48,8 +45,7 @@ def _imports(path: Path) -> list[tuple[str, int]]:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([node.module] if node.module else []))
             found += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
-    public = {f"{PACKAGE.name}.{name}": module for name, module in domino_pipeline._PUBLIC.items()}
-    return [(public.get(name, name), line) for name, line in found if name.split(".")[0] == PACKAGE.name]
+    return [(name, line) for name, line in found if name.split(".")[0] == PACKAGE.name]
 
 
 def _upward_imports() -> list[str]:
@@ -57,8 +53,6 @@ def _upward_imports() -> list[str]:
     wrong = []
     for path in sorted(PACKAGE.rglob("*.py")):
         module = _module_name(path)
-        if module == PACKAGE.name:
-            continue
         for name, line in _imports(path):
             if _level(name) > _level(module):
                 wrong.append(f"{module}:{line} -> {name}")
@@ -76,7 +70,7 @@ def test_the_import_walk_sees_imports_inside_functions(tmp_path, monkeypatch):
     (fake / "__init__.py").write_text("")
     (fake / "store" / "__init__.py").write_text("")
     (fake / "store" / "x.py").write_text("def f():\n    from ..loading import cached\n"
-                                         "    from domino_pipeline import collate_items\n")
+                                         "    from domino_pipeline.loading import collate\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
     assert _upward_imports() == [f"{PACKAGE.name}.store.x:2 -> {PACKAGE.name}.loading.cached",
                                  f"{PACKAGE.name}.store.x:3 -> {PACKAGE.name}.loading.collate"]
@@ -109,7 +103,7 @@ LOADING = sorted(_module_name(p) for p in (PACKAGE / "loading").glob("*.py")
 READING = [
     "import datapipe",
     "from datapipe import CachedDoMINODataset, collate_items, dataset_from_config",
-    "from domino_pipeline import CachedDoMINODataset, collate_items",
+    "from domino_pipeline.loading.cached import CachedDoMINODataset",
     "import domino_pipeline.store.validate, domino_pipeline.store.staleness",
     "import domino_pipeline.store.cache_format, domino_pipeline.store.chunk_reader, domino_pipeline.atomic_store",
     "import " + ", ".join(LOADING),

@@ -89,16 +89,16 @@ def training_mean_errors(work: Path, seed: int) -> dict[str, float]:
     runs' area-weighted mean pressure; the runs read and scored as predict.py reads and scores them."""
     from domino_pipeline.config import load_config
     from domino_pipeline.inference.report import relative_l2
-    from domino_pipeline.inference.run_inputs import Physics, load_run
-    from domino_pipeline.training.domino_model import variable_names
+    from domino_pipeline.inference.run_inputs import Physics, load_prediction_run
+    from domino_pipeline.variables import column_names
 
     config = load_config(yaml_config(*overrides(work, seed), name="cached"))
     physics = Physics(config.physics.stream_velocity, config.physics.air_density, config.physics.reference_length)
     split = json.loads((work / f"train_{seed}" / "split.json").read_text())
-    column = variable_names(config.variables.surface).index(PRESSURE)
+    column = column_names(config.variables.surface).index(PRESSURE)
 
     def pressure_and_areas(name: str) -> tuple[np.ndarray, np.ndarray]:
-        run = load_run(work / "raw" / name.removesuffix(".zarr"), dataset=config.dataset, physics=physics,
+        run = load_prediction_run(work / "raw" / name.removesuffix(".zarr"), dataset=config.dataset, physics=physics,
                        volume=False)
         return run.true_surface[:, column:column + 1], np.linalg.norm(run.cell_vector_areas, axis=1)
 

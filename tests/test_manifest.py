@@ -13,10 +13,10 @@ import pytest
 from cache_fixtures import SAMPLES, build_tiny_cache, tiny_settings
 from omegaconf import OmegaConf
 
-import cache_data
 from datapipe import CachedDoMINODataset
 from domino_pipeline.processed.runs import list_runs, stat_fingerprint
 from domino_pipeline.store import manifest as manifest_module
+from domino_pipeline.store.build import commit_manifest
 from domino_pipeline.store.cache_format import CacheError, StaleCacheError
 from domino_pipeline.store.manifest import manifest_digest, read_manifest, write_manifest
 from domino_pipeline.store.validate import validate_cache
@@ -99,7 +99,7 @@ def test_a_rerun_with_nothing_new_writes_nothing_and_takes_no_lock(cache, tiny_p
     before = (cache / "manifest.json").stat().st_mtime_ns
     (cache / ".manifest.lock").unlink(missing_ok=True)
     (cache / ".manifest.lock").mkdir()  # as unusable as a lock on a read-only cache
-    cache_data._write_manifest(cfg, list_runs(tiny_processed_dir), cache, tiny_settings())
+    commit_manifest(cfg, list_runs(tiny_processed_dir), cache, tiny_settings())
     assert (cache / "manifest.json").stat().st_mtime_ns == before
 
 

@@ -19,7 +19,7 @@ from test_train import TINY
 
 import predict
 from domino_pipeline.entry_point import one_line
-from domino_pipeline.inference.run_inputs import load_processed, load_run, run_kind, split_runs_of
+from domino_pipeline.inference.run_inputs import load_processed, load_prediction_run, run_kind, split_runs_of
 from domino_pipeline.object_store import ObjectStoreError
 
 pytestmark = pytest.mark.slow
@@ -98,12 +98,12 @@ def _csv_rows(path: Path) -> dict[str, dict[str, str]]:
 def test_a_missing_bucket_or_run_is_named_in_one_line(s3_processed):
     options = dict(dataset=DEFAULTS.dataset, physics=None, volume=False)
     with pytest.raises(ObjectStoreError) as raised:
-        load_run("s3://no-such-bucket-4c1/processed/run_1.zarr", **options)
+        load_prediction_run("s3://no-such-bucket-4c1/processed/run_1.zarr", **options)
     assert one_line(raised.value).startswith("s3://no-such-bucket-4c1/processed/run_1.zarr") and \
         "NoSuchBucket" in one_line(raised.value)
     missing = f"{s3_processed}/run_9.zarr"
     with pytest.raises(FileNotFoundError, match="run_9.zarr: no processed run there") as raised:
-        load_run(missing, **options)
+        load_prediction_run(missing, **options)
     assert one_line(raised.value) == f"{missing}: no processed run there"
     with pytest.raises(ValueError, match="STL file on object storage"):
-        load_run(f"{s3_processed}/car.stl", **options)
+        load_prediction_run(f"{s3_processed}/car.stl", **options)

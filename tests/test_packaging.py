@@ -1,6 +1,6 @@
 """Packaging: the wheel holds the ``domino_pipeline`` package only and declares the
 dependencies the code imports, in ranges that admit the tested pins (requirements.txt); the
-package's public names load on first use. (The install into a fresh environment, with its
+public names of datapipe.py, the one facade, load on first use. (The install into a fresh environment, with its
 dependencies, is a CI step: `make install-check`.)"""
 
 from __future__ import annotations
@@ -103,12 +103,16 @@ def test_each_declared_range_admits_the_tested_pin_and_stops_at_the_next_major(w
         assert not requirement.specifier.contains(f"{major + 1}.0"), requirement
 
 
-def test_the_public_names_resolve_and_are_the_datapipe_ones():
+def test_the_public_names_resolve_in_the_one_facade_and_are_their_modules_ones():
     import datapipe
+    from domino_pipeline.loading import cached, collate, items, uncached
 
-    for name in domino_pipeline.__all__:
-        assert getattr(domino_pipeline, name) is not None
-    for name in set(datapipe.__all__) & set(domino_pipeline.__all__):
-        assert getattr(domino_pipeline, name) is getattr(datapipe, name)
+    defined_in = {"CachedDoMINODataset": cached, "DoMINODataPipe": uncached, "collate_items": collate,
+                  "MODEL_TYPES": items, "build_item": items, "constant_grid": items, "parts_of": items}
+    for name in datapipe.__all__:
+        assert getattr(datapipe, name) is not None
+    for name, module in defined_in.items():
+        assert getattr(datapipe, name) is getattr(module, name)
+    assert not hasattr(domino_pipeline, "__getattr__")  # one facade: the package holds no second one
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        domino_pipeline.nothing  # noqa: B018
+        datapipe.nothing  # noqa: B018

@@ -24,7 +24,7 @@ from domino_pipeline.inputs.meshes.run_errors import RunError
 from domino_pipeline.inputs.meshes.vtk_reader import read_stl, read_surface
 from domino_pipeline.processed.runs import load_run, open_run
 from domino_pipeline.processed.runs import list_runs
-from process_data import process_all, process_run
+from domino_pipeline.inputs.processing.process_runs import process_all, process_run
 from synthetic_data import join_pieces
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -163,7 +163,7 @@ def test_a_run_of_an_earlier_format_is_refused_with_what_differs_and_how_to_repr
 ) -> None:
     from conftest import PROCESS_OPTIONS
 
-    from process_data import process_all
+    from domino_pipeline.inputs.processing.process_runs import process_all
 
     zarr.open_group(str(copied_run), mode="r+").attrs["format_version"] = 1
     message = (r"run_1\.zarr: format_version 1, this reader reads 2 \(surface areas, normals and centres by "

@@ -26,7 +26,7 @@ from domino_pipeline.inputs.statistics.run_quality import (
 )
 from domino_pipeline.processed.runs import list_runs, load_run, read_options_from_config
 from domino_pipeline.inputs.statistics.statistics_table import read_statistics_table, write_statistics_table
-from process_data import process_all
+from domino_pipeline.inputs.processing.process_runs import process_all
 from synthetic_data import generate_runs
 from synthetic.defects import inject_defects, parse_defects
 

@@ -20,7 +20,7 @@ from domino_pipeline.processed.runs import load_run, open_run
 from domino_pipeline.inputs.processing.published_forces import read_published
 from domino_pipeline.inputs.statistics.statistics_table import flatten
 from domino_pipeline.variables import column_names
-from process_data import process_run
+from domino_pipeline.inputs.processing.process_runs import process_run
 
 
 @pytest.fixture(scope="module")

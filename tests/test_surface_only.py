@@ -310,7 +310,7 @@ def _assert_same_run(got, want) -> None:
 @pytest.mark.slow
 def test_predicting_a_raw_run_equals_predicting_its_processed_run(tiny_raw_dir, tiny_processed_dir, surface_model,
                                                                  monkeypatch) -> None:
-    from domino_pipeline.inference.run_inputs import load_run
+    from domino_pipeline.inference.run_inputs import load_prediction_run
 
     def whole(*args, **kwargs):
         raise AssertionError("a mesh read whole")
@@ -318,8 +318,8 @@ def test_predicting_a_raw_run_equals_predicting_its_processed_run(tiny_raw_dir, 
                          (vtk_reader, "read_surface"), (surface_stream, "read_surface")):
         monkeypatch.setattr(module, name, whole)  # a raw run's volume and surface are read in blocks
     profile = typed_config().dataset
-    raw = load_run(tiny_raw_dir / "run_1", dataset=profile, physics=_physics(), volume=True)
-    processed = load_run(tiny_processed_dir / "run_1.zarr", dataset=profile, physics=_physics(), volume=True)
+    raw = load_prediction_run(tiny_raw_dir / "run_1", dataset=profile, physics=_physics(), volume=True)
+    processed = load_prediction_run(tiny_processed_dir / "run_1.zarr", dataset=profile, physics=_physics(), volume=True)
     _assert_same_run(raw, processed)
     assert raw.surface_mesh.n_cells == len(raw.arrays["surface_areas"])  # the run's VTP, for the predictions
     factors = compute_scaling_factors(list_runs(tiny_processed_dir))
@@ -328,11 +328,11 @@ def test_predicting_a_raw_run_equals_predicting_its_processed_run(tiny_raw_dir, 
 
 @pytest.mark.slow
 def test_a_raw_run_without_a_volume_is_predicted_on_its_surface(surface_raw, surface_processed, surface_model) -> None:
-    from domino_pipeline.inference.run_inputs import load_run
+    from domino_pipeline.inference.run_inputs import load_prediction_run
 
     profile = typed_config().dataset
-    raw = load_run(surface_raw / "run_2", dataset=profile, physics=_physics(), volume=False)
-    processed = load_run(surface_processed / "run_2.zarr", dataset=profile, physics=_physics(), volume=False)
+    raw = load_prediction_run(surface_raw / "run_2", dataset=profile, physics=_physics(), volume=False)
+    processed = load_prediction_run(surface_processed / "run_2.zarr", dataset=profile, physics=_physics(), volume=False)
     _assert_same_run(raw, processed)
     factors = compute_scaling_factors(list_runs(surface_processed))
     predicted = _predict(raw, surface_model, factors)
@@ -340,7 +340,7 @@ def test_a_raw_run_without_a_volume_is_predicted_on_its_surface(surface_raw, sur
     np.testing.assert_array_equal(predicted, _predict(processed, surface_model, factors))
     with pytest.raises(ProcessedRunError, match=r"run_2.zarr: processed with process.parts=surface, without volume "
                                                 r"arrays; predict.volume=true needs volume_mesh_centers, volume_fields"):
-        load_run(surface_processed / "run_2.zarr", dataset=profile, physics=_physics(), volume=True)
+        load_prediction_run(surface_processed / "run_2.zarr", dataset=profile, physics=_physics(), volume=True)
 
 
 # ---- every stage, through its entry point ----

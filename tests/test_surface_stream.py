@@ -29,7 +29,7 @@ from domino_pipeline.inputs.processing.nondimensional import car_length, field_d
 from domino_pipeline.processed.runs import load_run, open_run
 from domino_pipeline.inputs.statistics.statistics_table import flatten
 from domino_pipeline.inputs.meshes.surface_stream import open_surface
-from process_data import process_run
+from domino_pipeline.inputs.processing.process_runs import process_run
 from synthetic_data import join_pieces
 
 SURFACE = PROCESS_OPTIONS.surface_variables

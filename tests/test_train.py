@@ -21,12 +21,17 @@ from domino_pipeline.config import load_config
 from domino_pipeline.config_files import compose_files
 from domino_pipeline.processed.runs import DEFAULT_OPTIONS, split_runs
 from domino_pipeline.training import checkpointing
-from domino_pipeline.training.checkpoint_policy import check_same_model
-from domino_pipeline.training.domino_model import build_model, model_parameters, resolved_parameters
-from domino_pipeline.training.loaders import loader_over, make_loader
-from domino_pipeline.training.optimization import build_optimizer, build_scheduler
+from domino_pipeline.training.checkpointing import check_same_model
+from domino_pipeline.training.domino_model import (
+    build_model,
+    build_optimizer,
+    build_scheduler,
+    model_parameters,
+    resolved_parameters,
+)
+from domino_pipeline.training.epochs import loader_over, make_loader
 from domino_pipeline.training.target_scaling import ensure_scaling_factors
-from process_data import process_all
+from domino_pipeline.inputs.processing.process_runs import process_all
 from synthetic_data import generate_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -250,7 +255,7 @@ def test_a_foreign_checkpoint_is_refused(tmp_path):
 
 
 def test_relative_l2_error_per_variable():
-    from domino_pipeline.training.training_loop import relative_l2_per_variable
+    from domino_pipeline.training.epochs import relative_l2_per_variable
 
     target = torch.tensor([[[3.0, 1.0], [4.0, 0.0]]])  # one sample, two points, two variables
     prediction = target + torch.tensor([[[0.0, 0.5], [5.0, 0.0]]])

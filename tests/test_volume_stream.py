@@ -24,7 +24,7 @@ from domino_pipeline.processed.runs import load_run, open_run
 from domino_pipeline.inputs.meshes.mesh_stream import WholeFileFallback
 from domino_pipeline.inputs.meshes.volume_stream import open_volume
 from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
-from process_data import process_run
+from domino_pipeline.inputs.processing.process_runs import process_run
 from synthetic_data import join_pieces, split_into_pieces
 
 crafted = import_benchmark("crafted_faults")

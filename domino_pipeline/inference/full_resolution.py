@@ -41,7 +41,7 @@ from domino_pipeline.compute.preprocessing import (
 from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.loading.items import build_item, constant_grid
-from domino_pipeline.training.training_loop import predictions_by_target
+from domino_pipeline.training.epochs import predictions_by_target
 
 
 def model_parts(model: torch.nn.Module) -> tuple[str, ...]:

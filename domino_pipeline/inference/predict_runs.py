@@ -5,10 +5,12 @@ the truth, the force and moment coefficients, and the files people look at.
                              batch_points=8192, device=device)
     record = run_record(run, prediction, variables=variables, forces=forces)
     paths = write_run_outputs(run, prediction, variables=variables, out_dir=out, plot=True, record=record)
+    report_table(records, surface_names, out_dir=out, forces=forces)   # predictions.csv and the printed table
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,13 +36,15 @@ from domino_pipeline.inference.full_resolution import (
 from domino_pipeline.inference.report import (
     PREDICTED_SUFFIX,
     add_arrays,
+    format_table,
     plot_surface_pressure,
     relative_l2,
     split_columns,
+    write_csv,
     write_mesh,
 )
 from domino_pipeline.inference.run_inputs import PredictionRun
-from domino_pipeline.training.domino_model import variable_names
+from domino_pipeline.variables import column_names
 
 
 @dataclass
@@ -108,7 +112,7 @@ def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapp
         record |= _surface_record(run, prediction.surface, dict(variables["surface"]), forces)
     if prediction.volume is not None and run.has_truth:
         errors = relative_l2(prediction.volume, run.arrays["volume_fields"])
-        record |= {f"rel_l2_volume_{name}": float(e) for name, e in zip(variable_names(variables["volume"]), errors)}
+        record |= {f"rel_l2_volume_{name}": float(e) for name, e in zip(column_names(variables["volume"]), errors)}
     return record
 
 
@@ -120,6 +124,59 @@ def coefficient_columns(which: str, kind: str) -> dict[str, str]:
     """{coefficient: column} of the reference set ``which`` (own, constant) and ``kind`` (pred,
     true, published): ``cd_pred``, ``cd_constref_true``, ..."""
     return {name: f"{name}{REFERENCE_SET_COLUMNS[which]}_{kind}" for name in COEFFICIENTS}
+
+
+PRINTED_COEFFICIENTS = ("cd", "cl", "clf", "clr")  # of the run's own references; the CSV has every one
+
+
+def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
+    """Every column of the CSV: the references, each coefficient predicted, true and published
+    over the run's own references and over the constant ones, the errors."""
+    columns = ["run", "cells", "u_inf"]
+    for which in ("own", "constant"):
+        suffix = REFERENCE_SET_COLUMNS[which]
+        columns += [f"a_ref{suffix}", f"l_ref{suffix}"]
+        columns += [column for name in COEFFICIENTS for kind in ("pred", "true", "published")
+                    for column in [coefficient_columns(which, kind)[name]]]
+    columns = [c for c in columns if c == "run" or any(c in r for r in records)]
+    columns += [f"rel_l2_area_{name}" for name in surface_names] + [f"rel_l2_{name}" for name in surface_names]
+    columns += sorted({key for r in records for key in r if key.startswith("rel_l2_volume_")})
+    return columns + ["cells_not_predicted", "seconds"]
+
+
+def printed_columns(records: list[dict], columns: list[str]) -> list[str]:
+    """The printed table's: drag, lift, front and rear lift over the run's own references and the
+    area-weighted relative L2 errors."""
+    coefficients = {coefficient_columns("own", kind)[name] for name in PRINTED_COEFFICIENTS
+                    for kind in ("pred", "true", "published")}
+    shown = [c for c in columns if c in ("run", "cells", "a_ref", "seconds") or c in coefficients
+             or c.startswith("rel_l2_area_")]
+    return [c for c in shown if c != "cells_not_predicted" or any(r.get(c) for r in records)]
+
+
+def print_table(records: list[dict], columns: list[str]) -> None:
+    """The printed columns (the CSV has every column)."""
+    shown = printed_columns(records, columns)
+    print(format_table(records, shown, {c: c.removeprefix("rel_l2_area_") for c in shown}))
+    print("columns after the coefficients: relative L2 error per variable over the surface, area-weighted")
+
+
+def report_table(records: list[dict], surface_names: list[str], *, out_dir: Path, forces: ForceSettings) -> Path:
+    """Write ``<out_dir>/predictions.csv`` (every column), print the table's chosen columns and the
+    conventions of the coefficients; warn of a negative true drag. The CSV's path."""
+    columns = table_columns(records, surface_names)
+    csv_path = write_csv(records, columns, out_dir / "predictions.csv")
+    print_table(records, columns)
+    speed = f"{forces.velocity} m/s" if forces.velocity is not None else "each run's own (u_inf)"
+    fields = ("coefficient fields (dynamic pressure 1)" if forces.fields_are_coefficients else
+              "kinematic fields" if forces.kinematic else f"density {forces.density} kg/m^3")
+    print(f"coefficients: reference area a_ref (m^2) and length l_ref (m), free stream {speed}, {fields}, normals "
+          f"{forces.convention.normals}, wall shear {forces.convention.wall_shear}; every coefficient, over the "
+          f"run's own and the constant references (_constref): {csv_path}")
+    if any(r.get("cd_true", 1.0) < 0 for r in records):
+        print("warning: a true drag coefficient is negative: check dataset.flow.normals and dataset.flow.wall_shear",
+              file=sys.stderr)
+    return csv_path
 
 
 def _surface_record(run: PredictionRun, predicted: np.ndarray, variables: dict[str, str],
@@ -138,7 +195,7 @@ def _surface_record(run: PredictionRun, predicted: np.ndarray, variables: dict[s
         loads["true"] = forces.loads(run.true_surface * to_physical, vector_areas, areas, run.cell_centres, variables)
     record |= _coefficients_record(run, loads, forces)
     if run.has_truth:
-        names = variable_names(variables)
+        names = column_names(variables)
         record |= {f"rel_l2_{name}": float(e) for name, e in zip(names, relative_l2(predicted, run.true_surface))}
         weighted = relative_l2(predicted, run.true_surface, weights=areas)
         record |= {f"rel_l2_area_{name}": float(e) for name, e in zip(names, weighted)}

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pyvista as pv
 
+from domino_pipeline.config import DataConfig, PredictConfig
 from domino_pipeline.inference.forces import mesh_vector_areas
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.meshes.vtk_reader import read_mesh, read_stl
@@ -124,8 +125,18 @@ def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike,
             else join(processed_dir, name) for name in names]
 
 
-def load_run(path: str | os.PathLike, *, dataset: DatasetConfig, physics: Physics, volume: bool,
-             volume_source: str = "points") -> PredictionRun:
+def runs_to_predict(options: PredictConfig, data: DataConfig) -> list[Path | str]:
+    """The runs of ``predict.runs`` and of ``predict.split`` (paths, and URLs of processed runs)."""
+    runs = [as_location(run) for run in options.runs]
+    if options.split is not None:
+        runs += split_runs_of(Path(options.train_dir), options.split, data.raw_dir, data.processed_dir)
+    if not runs:
+        raise ValueError("nothing to predict: give predict.runs=[...] or predict.split=val")
+    return runs
+
+
+def load_prediction_run(path: str | os.PathLike, *, dataset: DatasetConfig, physics: Physics, volume: bool,
+                        volume_source: str = "points") -> PredictionRun:
     """Read ``path`` (any of ``KINDS``) for prediction, its files and fields named by the
     ``dataset`` profile; ``volume``: read the volume points too. An STL's normals are oriented
     as the profile says the data's are."""

@@ -17,11 +17,8 @@ from typing import Any
 import torch
 
 from domino_pipeline.training import checkpointing
-from domino_pipeline.training.domino_model import (
-    build_model,
-    resolved_parameters,
-    variable_names,
-)
+from domino_pipeline.training.domino_model import build_model, resolved_parameters
+from domino_pipeline.variables import column_names
 
 
 def load_trained_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -35,7 +32,7 @@ def load_trained_model(path: str | Path, device: torch.device) -> tuple[torch.nn
         return checkpointing.load_model_file(path, device), parameters
     state = checkpointing.load_checkpoint(path)
     config = checkpointing.config_from_checkpoint(state)
-    widths = {part: len(variable_names(config["variables"][part])) for part in ("surface", "volume")}
+    widths = {part: len(column_names(config["variables"][part])) for part in ("surface", "volume")}
     model = build_model(config["model_type"], config["model"], device, widths)
     model.load_state_dict(state["model"])
     return model.eval(), resolved_parameters(config["model"])

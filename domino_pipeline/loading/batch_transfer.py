@@ -1,8 +1,7 @@
 """Hand batches from DataLoader workers to the main process through reused shared memory.
 
 By default a worker's batch travels as fresh shared-memory segments: pages the kernel allocates
-and zeroes for every batch (about 0.7 ms per MB on the 2-core machine, 7 ms for a 10 MB DoMINO
-item) and a socket round trip per segment to pass its file descriptor. Here each worker keeps a
+and zeroes for every batch, and a socket round trip per segment to pass its file descriptor. Here each worker keeps a
 small pool of memfd buffers instead. A batch is copied into a free buffer and sent as a small
 message (buffer token, layout); the buffer's file descriptor travels once, with its first batch.
 The receiving process maps each buffer once and builds the batch's tensors as views of it; when

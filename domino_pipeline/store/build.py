@@ -1,6 +1,8 @@
 """Building cache runs: one processed run (any accepted form, processed/runs.py) through
 ``preprocessing.plan_run`` into a new run generation (run_writer.py), one writer per run at a
-time; the manifest entries of the current runs; the scaling factors beside the cache.
+time; the manifest entries of the current runs; the scaling factors beside the cache; and the
+build's commit, the manifest (``finish_build``): under a lock locally, by a conditional put
+(compare-and-set, retried) on object storage.
 
 Imports Warp (through the preprocessing); the reading side of the store does not.
 """
@@ -25,7 +27,7 @@ from domino_pipeline.compute.scaling import (
     save_scaling_factors,
 )
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.config import parts_setting
+from domino_pipeline.config import PipelineConfig, parts_setting
 from domino_pipeline.processed.run_layout import arrays_for, check_values
 from domino_pipeline.processed.runs import (
     DEFAULT_OPTIONS,
@@ -36,18 +38,27 @@ from domino_pipeline.processed.runs import (
     require_parts,
     run_format,
     run_name,
+    split_from_config,
 )
 from domino_pipeline.run_report import RunResult
-from domino_pipeline.byte_source import source_and_key
+from domino_pipeline.byte_source import ConflictError, source_and_key
 from domino_pipeline.object_store import is_url, join
 from domino_pipeline.store.cache_format import (
+    CacheError,
     current_generation,
     directory_bytes,
     run_fingerprint,
     run_folder,
 )
 from domino_pipeline.store.cache_run import CacheRun
-from domino_pipeline.store.manifest import manifest_entry
+from domino_pipeline.store.manifest import (
+    MANIFEST,
+    manifest_entry,
+    manifest_lock,
+    read_manifest,
+    read_manifest_version,
+    write_manifest,
+)
 from domino_pipeline.store.object_cache import publish_generation
 from domino_pipeline.store.run_writer import RunWriter, run_lock
 from domino_pipeline.store.staleness import manifest_records, run_state
@@ -170,3 +181,81 @@ def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: Pre
         data = save_scaling_factors(cache_dir / FACTORS_FILE, factors).read_bytes()
     return {"path": FACTORS_FILE, "sha256": hashlib.sha256(data).hexdigest(),
             "runs": factors["runs"], "normalization": normalization, "variables": factors["variables"]}
+
+
+def finish_build(config: PipelineConfig, runs: list[Path], cache_dir: Path | str, settings: PreprocessSettings,
+                 records: list[dict]) -> int:
+    """Write the manifest unless a rank met stale runs; the build's exit code over all ranks
+    (``records``: each rank's counts of stale and failed runs)."""
+    stale, failed = (sum(r[key] for r in records) for key in ("stale", "failed"))
+    if stale:
+        print("manifest left as it was: the cache holds runs built with other settings")
+    else:
+        print(f"manifest: {commit_manifest(config, runs, cache_dir, settings)}")
+    return 1 if stale or failed else 0
+
+
+def commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path | str,
+                    settings: PreprocessSettings) -> Path | str:
+    """List the current runs and write the manifest as the only manifest writer; a rerun that
+    would write the same runs takes no lock and writes nothing (it succeeds on a read-only
+    cache)."""
+    if is_url(cache_dir):
+        return _commit_remote_manifest(config, runs, cache_dir, settings)
+    path = cache_dir / MANIFEST
+    if _manifest_lists(cache_dir, manifest_runs(runs, cache_dir, settings), settings):
+        return path
+    with manifest_lock(cache_dir):
+        entries = manifest_runs(runs, cache_dir, settings)  # again: another builder may have written
+        return write_manifest(cache_dir, settings, entries, config.as_dict(),
+                              scaling_factors=_factors_record(config, runs, entries, cache_dir, settings))
+
+
+def _commit_remote_manifest(config: PipelineConfig, runs: list[Path], cache_dir: str,
+                            settings: PreprocessSettings, attempts: int = 20) -> str:
+    """Commit the manifest of a cache on object storage: list the current runs (keeping the
+    entries of runs other builders listed), then put it only if the manifest is still the
+    version read; when another builder committed meanwhile, read and list again."""
+    for _ in range(attempts):
+        try:
+            old, version = read_manifest_version(cache_dir)
+        except FileNotFoundError:
+            old, version = None, None
+        entries = manifest_runs(runs, cache_dir, settings)
+        if old is not None and old["settings"] == settings.fingerprinted():
+            mine = {run_name(p) for p in runs}
+            entries = {n: e for n, e in old["runs"].items() if n not in mine} | entries
+        if old is not None and old["runs"] == entries and old.get("scaling_factors") is not None:
+            return join(cache_dir, MANIFEST)
+        try:
+            return write_manifest(cache_dir, settings, entries, config.as_dict(),
+                                  scaling_factors=_factors_record(config, runs, entries, cache_dir, settings),
+                                  if_version=version)
+        except ConflictError:
+            continue
+    raise CacheError(f"{join(cache_dir, MANIFEST)}: changed by other builders {attempts} times "
+                     "in a row; run cache_data.py again")
+
+
+def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str, dict], cache_dir: Path | str,
+                    settings: PreprocessSettings) -> dict | None:
+    """Write the scaling factors when every training run is in the cache; their manifest record."""
+    train_runs, _ = split_from_config(runs, config.train, config.seed)
+    absent = [run_name(p) for p in train_runs if run_name(p) not in entries]
+    if absent:
+        shown = ", ".join(absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+        print(f"scaling factors not written: training runs {shown} are not in the cache (yet)")
+        return None
+    record = write_scaling_factors(train_runs, cache_dir, settings, normalization=config.sampling.normalization)
+    print(f"scaling factors: {join(cache_dir, record['path'])} ({len(train_runs)} training runs)")
+    return record
+
+
+def _manifest_lists(cache_dir: Path, entries: dict, settings: PreprocessSettings) -> bool:
+    """Whether the manifest already lists exactly ``entries`` with ``settings``."""
+    try:
+        old = read_manifest(cache_dir)
+    except (CacheError, FileNotFoundError):
+        return False
+    return (old["runs"] == entries and old["settings"] == settings.fingerprinted()
+            and old.get("scaling_factors") is not None)

@@ -1,10 +1,13 @@
-"""DoMINO from the config: one place decides the model type, builds the model, and checks that
-the data (a cache, or the uncached datapipe's settings) fits it.
+"""DoMINO from the config: one place decides the model type, builds the model, checks that the
+data (a cache, or the uncached datapipe's settings) fits it, and sets up its optimisation from
+the ``train:`` section (AdamW, the per-epoch learning-rate schedule, mixed precision and its
+gradient scaler, DDP around the model).
 
     model_type = resolve_model_type(cfg.model_type, model_section)          # conflicts are errors
     parameters = resolved_parameters(model_section)                          # DoMINO's defaults + config
     check_data_fits_model(dataset.settings, parameters, f"cache {cache_dir}")  # before the first step
     model = build_model(model_type, model_section, device, widths)
+    optimizer, scheduler = build_optimizer(model, train), build_scheduler(optimizer, train)
 
 The physicsnemo model is imported inside the functions, so importing this module stays light.
 """
@@ -16,9 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
-from domino_pipeline.variables import column_names
+from domino_pipeline.config import TrainConfig
 from domino_pipeline.loading.items import MODEL_TYPES
+from domino_pipeline.training.distributed import DistInfo
 
 INPUT_FEATURES = 3      # x, y, z of every point
 GLOBAL_FEATURES = 2     # stream velocity and air density (global_params_values)
@@ -28,12 +33,7 @@ DATA_BOUND_PARAMETERS = (
     ("interp_res", "interp_res", "geometry.interp_res"),
     ("num_neighbors_surface", "num_neighbors_surface", "geometry.num_neighbors_surface"),
 )
-
-
-def variable_names(variables: Mapping[str, str]) -> list[str]:
-    """Output column names: a scalar keeps its name, a vector becomes name_x, name_y, name_z (a
-    symmetric tensor name_xx, name_xy, ...)."""
-    return column_names(variables)
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
 
 
 def resolve_model_type(model_type: str, model_section: Mapping[str, Any]) -> str:
@@ -80,7 +80,7 @@ def build_model(model_type: str, section: Mapping[str, Any], device: torch.devic
                 outputs: Mapping[str, int] | None = None) -> torch.nn.Module:
     """DoMINO with 3 input features, the volume / surface outputs the model type asks for
     (``outputs``: target columns per part, DrivAerML's 5 and 4 by default), 2 global parameters."""
-    model_type = resolve_model_type(model_type, section)  # before importing physicsnemo's models (seconds)
+    model_type = resolve_model_type(model_type, section)  # before importing physicsnemo's models (slow to import)
     from physicsnemo.models.domino import DoMINO
     from physicsnemo.models.domino.config import Config
 
@@ -121,3 +121,36 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (str, Mapping)) or not hasattr(value, "__iter__"):
         return value
     return [_plain(v) for v in value]
+
+
+# ---- the optimisation
+
+def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW over all parameters."""
+    return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> torch.optim.lr_scheduler.LRScheduler:
+    """Per-epoch learning-rate schedule: cosine to min_lr over all epochs, or step decay."""
+    if config.scheduler == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=config.epochs, eta_min=config.min_lr)
+    return torch.optim.lr_scheduler.StepLR(optimizer, step_size=config.step_size, gamma=config.gamma)
+
+
+def amp_dtype(config: TrainConfig, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype: ``train.amp`` on CUDA, None (full precision) elsewhere."""
+    return AMP_DTYPES[config.amp] if device.type == "cuda" else None
+
+
+def grad_scaler(device: torch.device, dtype: torch.dtype | None) -> torch.amp.GradScaler:
+    """A gradient scaler, active for fp16 only."""
+    return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+
+
+def wrap_ddp(model: torch.nn.Module, model_type: str, info: DistInfo) -> torch.nn.Module:
+    """DDP across ranks. DoMINO builds both geometry branches whatever the model type, so a
+    surface- or volume-only model leaves one branch without gradients: DDP must look for them."""
+    if not info.is_distributed:
+        return model
+    device_ids = [info.device.index] if info.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=model_type != "combined")

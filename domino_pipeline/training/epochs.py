@@ -1,21 +1,140 @@
-"""The epoch loop: resume, then per epoch train (every rank), combine the ranks' records, step the
-schedule, validate and checkpoint when due (checkpoint_policy.py), log; a signal stops it after
-the current step with a checkpoint of the partial epoch."""
+"""The epoch loop of DoMINO, top to bottom: resume, then per epoch draw this rank's samples, step
+over them (timed as data wait against compute), combine the ranks' records, step the schedule,
+validate and checkpoint when due (checkpointing.py), log (run_log.py); a signal stops it after the
+current step with a checkpoint of the partial epoch.
+
+What the loop works with, in small typed pieces that train.py builds once:
+
+    Trainer(info, config, state, data, objective, files, log, stop)
+
+``TrainingState`` and ``CheckpointFiles`` (checkpointing.py) hold what training changes and where
+it is saved; ``TrainData`` the runs, datasets and loaders; ``Objective`` what is minimised
+(losses.py) and measured; ``RunLog`` and ``StopFlag`` what is reported and when to stop.
+
+`data_wait_s` is the time the loop sits blocked on the DataLoader, `compute_s` the time from a
+batch in hand to the optimizer step done (forward, backward, clipping, step; `loss.item()`
+synchronises the GPU): the numbers that show the cache at work.
+"""
 
 from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from tqdm import tqdm
+
+from domino_pipeline.config import LossConfig, TrainConfig
+from domino_pipeline.loading.collate import collate_items
+from domino_pipeline.loading.worker_deaths import checked_batches
 from domino_pipeline.training import distributed
-from domino_pipeline.training.checkpoint_policy import ResumePoint, keep_best, resume, save_checkpoint
-from domino_pipeline.training.epoch_records import epoch_record, rank_summary, reset_peak_memory
-from domino_pipeline.training.loaders import epoch_indices, loader_over
-from domino_pipeline.training.run_log import log_epoch
-from domino_pipeline.training.trainer import Trainer
-from domino_pipeline.training.training_loop import EpochResult, train_one_epoch
-from domino_pipeline.training.validation import run_validation
+from domino_pipeline.training.checkpointing import (
+    CheckpointFiles,
+    ResumePoint,
+    TrainingState,
+    keep_best,
+    resume,
+    save_checkpoint,
+)
+from domino_pipeline.training.distributed import DistInfo
+from domino_pipeline.training.losses import loss_terms, total_loss
+from domino_pipeline.training.run_log import (
+    EpochResult,
+    RunLog,
+    epoch_record,
+    log_epoch,
+    rank_summary,
+    reset_peak_memory,
+    validation_metrics,
+)
+
+TARGET_KEYS = ("volume_fields", "surface_fields")  # the order DoMINO returns its outputs in
+
+
+# ---- what the loop works with
+
+@dataclass(frozen=True)
+class TrainData:
+    """The training and validation runs, their datasets and loaders, and the training shuffle."""
+
+    train_runs: list[Path]
+    val_runs: list[Path]
+    train_set: Dataset
+    sampler: DistributedSampler
+    train_loader: DataLoader
+    val_loader: DataLoader | None   # None: no validation runs
+
+
+@dataclass(frozen=True)
+class Objective:
+    """The loss (its config and the line that describes it in logs) and the validation figures:
+    each target's variable names and the function that unscales a target to physical units."""
+
+    loss: LossConfig
+    description: str
+    variable_names: dict[str, list[str]]
+    unscale: Callable[[str, torch.Tensor], torch.Tensor]
+
+
+class StopFlag:
+    """Ctrl-C and SIGTERM as a request: set by SIGINT/SIGTERM so that training stops after the
+    current step and saves a checkpoint; a second Ctrl-C aborts."""
+
+    def __init__(self) -> None:
+        self.signal_number: int | None = None
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signal_number is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signal_number = signum
+
+    @property
+    def is_set(self) -> bool:
+        return self.signal_number is not None
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """Everything the epoch loop needs (module docstring)."""
+
+    info: DistInfo
+    config: TrainConfig
+    state: TrainingState
+    data: TrainData
+    objective: Objective
+    files: CheckpointFiles
+    log: RunLog
+    stop: StopFlag
+
+
+# ---- the loop
+
+def train_epochs(trainer: Trainer) -> int | None:
+    """Run the remaining epochs; the signal number when stopped by one, else None."""
+    start = resume(trainer.state, trainer.files, trainer.info, init_from=trainer.config.init_from,
+                   resume_from=trainer.config.resume_from, say=trainer.log.print)
+    epochs = trainer.config.epochs
+    if start.epoch > epochs:
+        trainer.log.print(f"all {epochs} epochs are done in this output_dir; raise train.epochs to go on")
+    for epoch in range(start.epoch, epochs + 1):
+        result, record = train_epoch(trainer, epoch, start)
+        if result.interrupted:
+            save_checkpoint(trainer.state, trainer.files, trainer.info, epoch=epoch, step=result.batches, partial=result)
+            trainer.log.append("epochs.jsonl", {"kind": "interrupted", "epoch": epoch, "step": result.batches})
+            trainer.log.print(f"stopped by signal in epoch {epoch}; checkpoint saved to {trainer.files.checkpoint}")
+            return trainer.stop.signal_number or signal.SIGINT
+        finish_epoch(trainer, epoch, record)
+        start = ResumePoint(epoch + 1)
+    return None
 
 
 def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[EpochResult, dict[str, Any]]:
@@ -57,20 +176,212 @@ def finish_epoch(trainer: Trainer, epoch: int, record: dict[str, Any]) -> None:
     log_epoch(trainer.log, record, config.epochs)
 
 
-def train_epochs(trainer: Trainer) -> int | None:
-    """Run the remaining epochs; the signal number when stopped by one, else None."""
-    start = resume(trainer.state, trainer.files, trainer.info, init_from=trainer.config.init_from,
-                   resume_from=trainer.config.resume_from, say=trainer.log.print)
-    epochs = trainer.config.epochs
-    if start.epoch > epochs:
-        trainer.log.print(f"all {epochs} epochs are done in this output_dir; raise train.epochs to go on")
-    for epoch in range(start.epoch, epochs + 1):
-        result, record = train_epoch(trainer, epoch, start)
-        if result.interrupted:
-            save_checkpoint(trainer.state, trainer.files, trainer.info, epoch=epoch, step=result.batches, partial=result)
-            trainer.log.append("epochs.jsonl", {"kind": "interrupted", "epoch": epoch, "step": result.batches})
-            trainer.log.print(f"stopped by signal in epoch {epoch}; checkpoint saved to {trainer.files.checkpoint}")
-            return trainer.stop.signal_number or signal.SIGINT
-        finish_epoch(trainer, epoch, record)
-        start = ResumePoint(epoch + 1)
-    return None
+# ---- the draw: one DataLoader each for training and validation, for the whole run, its persistent
+# workers serving every pass; the sample indices of a pass are set before it (this rank's share of
+# a seeded shuffle, less the samples a resumed epoch already trained on)
+
+class PassIndices(Sampler[int]):
+    """The sample indices of the current pass, in order; replaced before each pass, so one loader
+    (and its persistent workers) serves every epoch, resumes included."""
+
+    def __init__(self) -> None:
+        self.indices: list[int] = []
+
+    def __iter__(self):
+        return iter(list(self.indices))
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def make_loader(dataset: Dataset, batch_size: int, num_workers: int, device: torch.device) -> DataLoader:
+    """A loader over the indices set in its `PassIndices` sampler; workers persist across passes."""
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=PassIndices(),
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+        multiprocessing_context=getattr(dataset, "worker_context", None) if num_workers > 0 else None,
+        pin_memory=device.type == "cuda",
+        collate_fn=collate_items,
+    )
+
+
+def loader_over(loader: DataLoader, indices: list[int]) -> DataLoader:
+    """`loader`, pointed at exactly `indices` for its next pass."""
+    loader.sampler.indices = list(indices)
+    return loader
+
+
+def epoch_indices(sampler: DistributedSampler, epoch: int, skip: int) -> list[int]:
+    """This rank's sample order for `epoch` (same on every call), without the first `skip` samples."""
+    sampler.set_epoch(epoch)
+    return list(sampler)[skip:]
+
+
+def timed_batches(loader: Iterable, result: EpochResult) -> Iterator:
+    """Yield the loader's batches, adding the time spent waiting for each to `result.data_wait_s`;
+    a worker's death is named (worker_deaths.WorkerDiedError)."""
+    iterator = checked_batches(loader)
+    while True:
+        start = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        result.data_wait_s += time.perf_counter() - start
+        yield batch
+
+
+# ---- the step
+
+def train_one_epoch(
+    model: nn.Module,
+    loader: Iterable[dict[str, torch.Tensor]],
+    num_samples: int,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    *,
+    device: torch.device,
+    amp_dtype: torch.dtype | None,
+    clip_grad_norm: float,
+    loss_config: LossConfig,
+    should_stop: Callable[[], bool],
+    after_step: Callable[[float], None],
+    result: EpochResult,
+    progress: str | None,
+) -> EpochResult:
+    """Train over `loader` (`num_samples` samples, for the bar), accumulating into `result`.
+
+    Calls `after_step(loss)` after each step. Stops after the current step when `should_stop()`
+    turns true (Ctrl-C), marking `result`.
+    `progress` is the tqdm description, or None for no bar (ranks other than 0).
+    """
+    model.train()
+    bar = tqdm(total=num_samples, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True)
+    for batch in timed_batches(loader, result):
+        start = time.perf_counter()
+        batch = to_device(batch, device)
+        loss, terms, predictions = model_loss(model, batch, device, amp_dtype, loss_config)
+        optimizer_step(model, loss, optimizer, scaler, clip_grad_norm)
+        loss_value = loss.item()
+        result.compute_s += time.perf_counter() - start
+        size = next(iter(predictions.values())).shape[0]
+        result.loss_sum += loss_value
+        result.add_terms(terms)
+        result.batches += 1
+        result.samples += size
+        bar.update(size)
+        bar.set_postfix(loss=f"{loss_value:.4g}")
+        after_step(loss_value)
+        if should_stop():
+            result.interrupted = True
+            break
+    bar.close()
+    return result
+
+
+def model_loss(
+    model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, amp_dtype: torch.dtype | None,
+    loss_config: LossConfig,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The configured loss on the scaled targets (losses.py), its unweighted terms, and the outputs."""
+    with autocast_context(device, amp_dtype):
+        outputs = model(batch)
+    predictions = predictions_by_target(outputs)
+    terms = loss_terms(predictions, batch, loss_config)
+    return total_loss(terms, loss_config), terms, predictions
+
+
+def optimizer_step(
+    model: nn.Module,
+    loss: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    clip_grad_norm: float,
+) -> None:
+    """Backward, unscale, clip the gradient norm (when > 0) and step; the scaler is a no-op unless fp16."""
+    optimizer.zero_grad(set_to_none=True)
+    scaler.scale(loss).backward()
+    if clip_grad_norm > 0:
+        scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def autocast_context(device: torch.device, amp_dtype: torch.dtype | None):
+    """Mixed precision on CUDA with the given dtype; full precision elsewhere or when None."""
+    if amp_dtype is None or device.type != "cuda":
+        return nullcontext()
+    return torch.autocast(device_type="cuda", dtype=amp_dtype)
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """Move every tensor of a collated batch to the training device."""
+    return {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+
+
+def predictions_by_target(outputs: tuple[torch.Tensor | None, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+    """Name DoMINO's (volume, surface) outputs by their target keys, dropping the absent one."""
+    return {key: out.float() for key, out in zip(TARGET_KEYS, outputs) if out is not None}
+
+
+# ---- validation: this rank's share of the validation runs (the same draw every time, so epochs
+# compare), summed over all ranks into the loss and per-variable errors
+
+def run_validation(trainer: Trainer) -> dict[str, float]:
+    """The validation metrics (``val_loss``, ``val_loss/<term>``, ``val_rel_l2/<part>/<name>``)."""
+    info, objective = trainer.info, trainer.objective
+    indices = list(range(info.rank, len(trainer.data.val_runs), info.world_size))
+    widths = {key: len(names) for key, names in objective.variable_names.items()}
+    sums = evaluate(
+        trainer.state.model, loader_over(trainer.data.val_loader, indices), device=info.device,
+        amp_dtype=trainer.state.amp_dtype, unscale=objective.unscale, target_widths=widths,
+        loss_config=objective.loss,
+    )
+    reduced = {key: distributed.all_reduce_sum(value) for key, value in sorted(sums.items())}
+    return validation_metrics(reduced, objective.variable_names)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: Iterable[dict[str, torch.Tensor]],
+    *,
+    device: torch.device,
+    amp_dtype: torch.dtype | None,
+    unscale: Callable[[str, torch.Tensor], torch.Tensor],
+    target_widths: dict[str, int],
+    loss_config: LossConfig,
+) -> dict[str, torch.Tensor]:
+    """Sums over this rank's validation samples: loss, each loss term ("term/<name>"), sample
+    count, and per target key (with its number of variables in `target_widths`) the relative L2
+    error of each variable in physical (unscaled) units. The same keys on every rank, even one
+    without samples: sum over ranks, divide."""
+    model.eval()
+    parts = tuple(key.removesuffix("_fields") for key in target_widths)
+    sums = {key: torch.zeros(width, device=device) for key, width in target_widths.items()}
+    sums |= {f"term/{term}": torch.zeros((), device=device) for term in loss_config.active_terms(parts)}
+    sums["loss_sum"] = torch.zeros((), device=device)
+    sums["samples"] = torch.zeros((), device=device)
+    for batch in checked_batches(loader):
+        batch = to_device(batch, device)
+        loss, terms, predictions = model_loss(model, batch, device, amp_dtype, loss_config)
+        batch_size = next(iter(predictions.values())).shape[0]
+        sums["loss_sum"] += loss * batch_size
+        for term, value in terms.items():
+            sums[f"term/{term}"] += value * batch_size
+        sums["samples"] += batch_size
+        for key, prediction in predictions.items():
+            error = relative_l2_per_variable(unscale(key, prediction), unscale(key, batch[key].float()))
+            sums[key] += error
+    return sums
+
+
+def relative_l2_per_variable(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """||pred - true|| / ||true|| over the points of each sample, per variable: (B, V) -> summed (V,)."""
+    error = torch.linalg.vector_norm(prediction - target, dim=1)
+    reference = torch.linalg.vector_norm(target, dim=1).clamp_min(torch.finfo(target.dtype).tiny)
+    return (error / reference).sum(dim=0)

@@ -35,8 +35,7 @@ from collections.abc import Mapping
 
 import torch
 
-from domino_pipeline.config import LossConfig  # noqa: F401 (losses.LossConfig)
-
+from domino_pipeline.config import LossConfig
 
 
 def volume_loss(prediction: torch.Tensor, target: torch.Tensor, loss_type: str) -> torch.Tensor:

@@ -1,14 +1,140 @@
-"""Rank 0's record of a training run: console lines, TensorBoard scalars and JSON-lines files
-(``epochs.jsonl``, ``steps.jsonl``, ``split.json``) in the output directory. On the other ranks
-every call does nothing, so the loop calls it unconditionally."""
+"""What a training run reports. An epoch: each rank's sums and timings (``EpochResult``), their
+summary and the combination of every rank's into one epoch record, the validation metrics, and
+peak memory (CUDA's allocator and Warp's pool on a GPU, the process's RSS on the CPU). Rank 0's
+record of the run: console lines, TensorBoard scalars and JSON-lines files (``epochs.jsonl``,
+``steps.jsonl``, ``split.json``) in the output directory; on the other ranks every ``RunLog``
+call does nothing, so the loop calls it unconditionally.
+
+Peak GPU memory, Warp's allocations included: torch's ``max_memory_allocated`` counts only
+torch's caching allocator. The uncached datapipe and prediction also allocate through Warp
+(points, hash grids, meshes, kNN results), from Warp's own CUDA memory pool, so the reported peak
+adds that pool's high-water mark. Warp keeps no resettable high-water mark: its figure covers the
+whole process so far, which makes the sum an upper bound of the true peak of an epoch. Where
+Warp's pool is off, its allocations are not counted separately and the device's used memory
+(every process's, from ``cudaMemGetInfo``) is reported instead. Warp is never imported here: a
+process that has not loaded it (the cached path) has no Warp memory.
+"""
 
 from __future__ import annotations
 
 import json
+import resource
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torch.utils.tensorboard import SummaryWriter
+import numpy as np
+import torch
+
+from domino_pipeline.object_store import name_of
+
+
+@dataclass
+class EpochResult:
+    """What one (possibly interrupted or resumed) pass over the training loader did."""
+
+    loss_sum: float = 0.0
+    batches: int = 0
+    term_sums: dict[str, float] = field(default_factory=dict)  # each loss term (unweighted), summed over batches
+    samples: int = 0
+    data_wait_s: float = 0.0
+    compute_s: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def mean_loss(self) -> float:
+        return self.loss_sum / max(self.batches, 1)
+
+    def add_terms(self, terms: dict[str, torch.Tensor]) -> None:
+        for term, value in terms.items():
+            self.term_sums[term] = self.term_sums.get(term, 0.0) + float(value.detach())
+
+
+# ---- an epoch's record
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new CUDA peak (the CPU's peak RSS cannot be reset)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mb(device: torch.device) -> tuple[float, str]:
+    """On a GPU torch's peak since the last reset plus Warp's pool peak (``cuda_peak_mib``); the
+    process's peak RSS (whole run) on the CPU."""
+    if device.type == "cuda":
+        return cuda_peak_mib(device)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, "cpu_peak_rss"
+
+
+def rank_summary(result: EpochResult, indices: list[int], runs: list[Path | str], device: torch.device) -> dict[str, Any]:
+    """This rank's part of an epoch record: timings, loss sums, memory, and the runs it trained on."""
+    memory, kind = peak_memory_mb(device)
+    seen = indices[: result.samples]
+    return {
+        "loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches, "samples": result.samples,
+        "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
+        "peak_memory_mb": memory, "memory_kind": kind, "runs": [name_of(runs[i]) for i in seen],
+    }
+
+
+def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int,
+                 loss_function: str) -> dict[str, Any]:
+    """Combine every rank's summary into one epoch record (mean times over ranks, max memory); the
+    loss's terms (unweighted means over batches) beside the loss and the loss function."""
+    samples = sum(r["samples"] for r in ranks)
+    batches = max(sum(r["batches"] for r in ranks), 1)
+    terms = sorted({term for r in ranks for term in r["term_sums"]})
+    return {
+        "kind": "epoch", "epoch": epoch, "lr": lr, "loss_function": loss_function,
+        "train_loss": sum(r["loss_sum"] for r in ranks) / batches,
+        **{f"train_loss/{t}": sum(r["term_sums"].get(t, 0.0) for r in ranks) / batches for t in terms},
+        "samples": samples, "epoch_s": epoch_s, "samples_per_s": samples / epoch_s if epoch_s > 0 else 0.0,
+        "data_wait_s": float(np.mean([r["data_wait_s"] for r in ranks])),
+        "compute_s": float(np.mean([r["compute_s"] for r in ranks])),
+        "peak_memory_mb": max(r["peak_memory_mb"] for r in ranks), "memory_kind": ranks[0]["memory_kind"],
+        "world_size": len(ranks), "resumed_at_step": resumed_at, "runs_by_rank": [r["runs"] for r in ranks],
+    }
+
+
+def validation_metrics(sums: dict[str, torch.Tensor], names: dict[str, list[str]]) -> dict[str, float]:
+    """Turn summed validation results (over all ranks) into the mean loss and the mean relative L2
+    error of each output variable."""
+    samples = max(sums["samples"].item(), 1.0)
+    metrics = {"val_loss": sums["loss_sum"].item() / samples}
+    metrics |= {f"val_loss/{key.removeprefix('term/')}": value.item() / samples
+                for key, value in sums.items() if key.startswith("term/")}
+    for key, columns in names.items():
+        if key in sums:
+            for name, value in zip(columns, (sums[key] / samples).tolist()):
+                metrics[f"val_rel_l2/{key.removesuffix('_fields')}/{name}"] = value
+    return metrics
+
+
+def warp_pool_peak_bytes(device: torch.device) -> int | None:
+    """High-water mark of Warp's memory pool on ``device``; 0 where this process has not loaded
+    Warp, None where Warp is loaded but allocates outside a pool (not measurable that way)."""
+    wp = sys.modules.get("warp")
+    if wp is None or device.type != "cuda":
+        return 0
+    name = f"cuda:{device.index or 0}"
+    if not wp.is_mempool_enabled(name):
+        return None
+    return int(wp.get_mempool_used_mem_high(name))
+
+
+def cuda_peak_mib(device: torch.device) -> tuple[float, str]:
+    """(peak MiB, what it counts) on a CUDA ``device``: torch's peak since the last reset plus
+    Warp's pool high-water mark, or the device's used memory where Warp's pool is off."""
+    warp_peak = warp_pool_peak_bytes(device)
+    if warp_peak is None:
+        free, total = torch.cuda.mem_get_info(device)
+        return (total - free) / 2**20, "cuda_device_used"
+    torch_peak = torch.cuda.max_memory_allocated(device)
+    return (torch_peak + warp_peak) / 2**20, "cuda_torch_peak+warp_pool_peak"
+
+
+# ---- the run's log
 
 # epoch record key -> TensorBoard tag, for the scalars every epoch has
 EPOCH_SCALARS = {
@@ -24,7 +150,11 @@ class RunLog:
     def __init__(self, output_dir: Path, enabled: bool) -> None:
         self.enabled = enabled
         self.output_dir = output_dir
-        self.writer = SummaryWriter(str(output_dir / "tensorboard")) if enabled else None
+        self.writer = None
+        if enabled:  # imported here: prediction loads this module (checkpointing's EpochResult), not TensorBoard
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(output_dir / "tensorboard"))
 
     def print(self, line: str) -> None:
         if self.enabled:

@@ -1,35 +1,86 @@
 """The target scaling factors of a training run: made sure of before the datasets open them, and
-turned into the function that brings the model's scaled outputs back to physical units."""
+turned into the function that brings the model's scaled outputs back to physical units.
+
+Missing factors of an uncached run are computed by every rank in parts. Reading them means
+streaming every training run (long at DrivAerML size), so no rank does it alone while the others
+wait behind a barrier: rank r computes the statistics of every world-size-th run from r, the
+ranks exchange them in a ``work_group`` made here (whose wait is bounded by
+``distributed.work_timeout_s``, not by training's collective timeout) and merge them in run
+order, which gives exactly ``compute_scaling_factors``'s result. Every rank then has the
+factors; each writes the file (the same bytes, atomically), so a rank on another machine finds
+it too.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from domino_pipeline.compute.scaling import load_scaling_factors, unscale_fields
+from domino_pipeline.compute.scaling import (
+    load_scaling_factors,
+    merge_statistics,
+    processed_run_statistics,
+    save_scaling_factors,
+    unscale_fields,
+)
 from domino_pipeline.config import SamplingConfig, VariablesConfig
-from domino_pipeline.processed.runs import ReadOptions
-from domino_pipeline.training import distributed, scaling_factors
+from domino_pipeline.processed.runs import ReadOptions, run_name
+from domino_pipeline.training import distributed
 from domino_pipeline.training.distributed import DistInfo
 
+Gather = Callable[[Any], list[Any]]
 
-def ensure_scaling_factors(path: Path, train_runs: list[Path], *, sampling: SamplingConfig, cached: bool,
+
+def ensure_scaling_factors(path: Path, train_runs: Sequence[Path], *, sampling: SamplingConfig, cached: bool,
                            variables: VariablesConfig, options: ReadOptions, info: DistInfo,
                            work_timeout_s: float) -> None:
-    """The factors at ``path``, computed by all ranks in parts when missing (scaling_factors.py,
-    exchanged in a group with its own ``work_timeout_s``); factors computed from other runs are
-    refused unless ``sampling.allow_other_split``. A cache's own factors (``cached`` without
-    ``sampling.scaling_factors``) are cache_data.py's to write: missing, they are an error."""
+    """The factors at ``path``, computed by all ranks in parts when any rank lacks them
+    (exchanged in a group with its own ``work_timeout_s``); factors computed from other runs than
+    ``train_runs`` are refused unless ``sampling.allow_other_split``. A cache's own factors
+    (``cached`` without ``sampling.scaling_factors``) are cache_data.py's to write: missing, they
+    are an error. Every rank calls it."""
     if not path.exists() and cached and sampling.scaling_factors is None:
         raise FileNotFoundError(f"{path}: the cache has no scaling factors; rerun cache_data.py, which writes them")
     group = distributed.work_group(work_timeout_s)
-    scaling_factors.ensure_scaling_factors(
-        train_runs, path, rank=info.rank, world_size=info.world_size,
-        gather=lambda obj: distributed.gather_objects(obj, group), normalization=sampling.normalization,
-        options=options, variables={"surface": list(variables.surface.items()), "volume": list(variables.volume.items())},
-        allow_other_split=sampling.allow_other_split, log=lambda line: print(line, flush=True))
+
+    def gather(obj: Any) -> list[Any]:
+        return distributed.gather_objects(obj, group)
+
+    if any(gather(not path.exists())):
+        if info.rank == 0:
+            print(f"computing {sampling.normalization} scaling factors from {len(train_runs)} training runs "
+                  f"({info.world_size} ranks in parts) -> {path}", flush=True)
+        save_scaling_factors(path, factors_in_parts(
+            train_runs, rank=info.rank, world_size=info.world_size, gather=gather,
+            normalization=sampling.normalization, options=options,
+            variables={"surface": list(variables.surface.items()), "volume": list(variables.volume.items())}))
+        return
+    names = [run_name(r) for r in train_runs]
+    if load_scaling_factors(path, allow_pickle=options.allow_pickle).get("runs", names) != names:
+        if not sampling.allow_other_split:
+            raise ValueError(f"{path}: the scaling factors were computed from other runs than this "
+                             "training split (see its 'runs'); recompute them (delete the file, or "
+                             "rerun cache_data.py with this train.val_fraction and train.split_seed), "
+                             "or set sampling.allow_other_split=true to use them anyway")
+        if info.rank == 0:
+            print(f"note: {path} was computed from other runs than this training split (allowed)", flush=True)
+
+
+def factors_in_parts(train_runs: Sequence[Path], *, rank: int, world_size: int, gather: Gather,
+                     normalization: str, options: ReadOptions, variables: dict) -> dict:
+    """Scaling factors over ``train_runs``: this rank reads its share, ``gather`` (every rank's
+    object, in rank order) brings the others', the merge follows the runs' order."""
+    mine = {i: processed_run_statistics(path, options=options)
+            for i, path in enumerate(train_runs) if i % world_size == rank}
+    per_run: dict[int, dict] = {}
+    for part in gather(mine):
+        per_run.update(part)
+    return merge_statistics([per_run[i] for i in range(len(train_runs))],
+                            [run_name(p) for p in train_runs], normalization=normalization,
+                            variables=variables)
 
 
 def make_unscaler(path: Path, normalization: str, *,

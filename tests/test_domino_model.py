@@ -1,4 +1,5 @@
-"""The learning-rate schedules, mixed precision and the gradient scaler from the train: section."""
+"""The model's optimisation: the learning-rate schedules, mixed precision and the gradient scaler
+from the train: section."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from conftest import DEFAULTS
 
-from domino_pipeline.training.optimization import amp_dtype, build_optimizer, build_scheduler, grad_scaler
+from domino_pipeline.training.domino_model import amp_dtype, build_optimizer, build_scheduler, grad_scaler
 
 
 def _rates(config, epochs: int) -> list[float]:
