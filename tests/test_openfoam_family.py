@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "openfoam_family"))
+import alignment_study  # noqa: E402
 import bookkeeping  # noqa: E402
 import build_family  # noqa: E402
 import convergence  # noqa: E402
@@ -167,3 +168,19 @@ def test_a_build_resumes_without_redoing_finished_cases(tmp_path, monkeypatch):
     assert calls == []
     with pytest.raises(SystemExit, match="family built with other settings \\(n, seed differ\\)"):
         build_family.build(root, work, n=5, seed=1, jobs=1, keep=False)
+
+
+def test_alignment_study_reads_coefficients_and_compares_pressures_face_by_face():
+    text = (ROOT / "tests" / "data" / "openfoam" / "run_1" / "coefficient.dat").read_text()
+    last = [ln for ln in text.splitlines() if ln.strip()][-1].split()
+    assert alignment_study.last_column(text, "Cd") == float(last[1])
+    assert alignment_study.last_column(text, "Cl") == float(last[3])
+    variant = sampling.variant(sampling.sample_parameters(4, 0)[0])
+    assert alignment_study.finest_cell(variant) == pytest.approx(24.0 / 28 / 8)
+    rng = np.random.default_rng(0)
+    centres, areas, p = rng.random((200, 3)), rng.random(200) + 0.5, rng.normal(size=200)
+    assert alignment_study.pressure_difference((centres, areas, p), (centres, areas, p)) == 0.0
+    # b's faces in another order, its pressure off by 10%: the nearest face is found whatever the order
+    order = rng.permutation(200)
+    b = (centres[order], areas[order], 1.1 * p[order])
+    assert alignment_study.pressure_difference((centres, areas, p), b) == pytest.approx(0.1)
