@@ -97,7 +97,7 @@ def neighbor_layout_of(fingerprinted: dict) -> str:
     return (IMPLICIT_DEFAULTS | fingerprinted)["neighbor_layout"]
 
 
-def parts_of(fingerprinted: dict) -> tuple[str, ...]:
+def held_parts(fingerprinted: dict) -> tuple[str, ...]:
     """The parts a cache holds, from its settings in their ``PreprocessSettings.fingerprinted()``
     form (a cache's settings)."""
     return tuple((IMPLICIT_DEFAULTS | fingerprinted)["parts"])

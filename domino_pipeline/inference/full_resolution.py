@@ -40,7 +40,7 @@ from domino_pipeline.compute.preprocessing import (
 )
 from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.loading.items import build_item, constant_grid
+from domino_pipeline.loading.items import box_key, build_item, constant_grid
 from domino_pipeline.training.epochs import predictions_by_target
 
 
@@ -89,10 +89,10 @@ class BatchItems:
 
     def _grids(self) -> dict[str, torch.Tensor | np.ndarray]:
         res = tuple(int(n) for n in self.settings.interp_res)
-        grids = {"surf_grid": constant_grid(_box(self.settings.bounding_box_surface), res),
+        grids = {"surf_grid": constant_grid(box_key(self.settings.bounding_box_surface), res),
                  "sdf_surf_grid": grid_sdf(self.prepared, self.settings, "surface")}
         if "volume" in self.parts:
-            grids |= {"grid": constant_grid(_box(self.settings.bounding_box_volume), res),
+            grids |= {"grid": constant_grid(box_key(self.settings.bounding_box_volume), res),
                       "sdf_grid": grid_sdf(self.prepared, self.settings, "volume")}
         return grids
 
@@ -247,7 +247,3 @@ def rows_to_mesh(values: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray
     placed = np.full((count, values.shape[1]), np.nan, dtype=np.float32)
     placed[rows] = values
     return placed
-
-
-def _box(box) -> tuple:
-    return tuple(tuple(float(v) for v in corner) for corner in box)

@@ -19,7 +19,7 @@ import torch
 
 from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError, part_window, window_spans
 from domino_pipeline.compute.scaling import check_factors_match
-from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, neighbor_layout_of, parts_of
+from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, held_parts, neighbor_layout_of
 from domino_pipeline.config import parts_setting
 from domino_pipeline.processed.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
@@ -252,7 +252,7 @@ def _check_settings(cache_dir: Path | str, settings: dict, expected: dict) -> No
 def _check_parts(cache_dir: Path | str, settings: dict, model_type: str, needed: tuple[str, ...]) -> None:
     """CacheError naming the parts and arrays a ``model_type`` model needs that the cache was
     built without (``process.parts``)."""
-    held = parts_of(settings)
+    held = held_parts(settings)
     lacking = [part for part in needed if part not in held]
     if not lacking:
         return

@@ -154,7 +154,7 @@ class EpochDataset(Dataset):
     def _grid_recipes(self) -> dict[str, tuple]:
         """``constant_grid``'s arguments per grid, derived once from the settings."""
         res = tuple(int(n) for n in self.settings["interp_res"])
-        return {name: (_box_key(self.settings[box]), res)
+        return {name: (box_key(self.settings[box]), res)
                 for name, box in (("surf_grid", "bounding_box_surface"), ("grid", "bounding_box_volume"))}
 
 
@@ -171,5 +171,6 @@ def constant_grid(box: tuple, res: tuple[int, int, int]) -> torch.Tensor:
     return grid
 
 
-def _box_key(box) -> tuple:
+def box_key(box) -> tuple:
+    """``box`` (min and max corners, any sequence or array) as a tuple of floats: ``constant_grid``'s key."""
     return tuple(tuple(float(v) for v in corner) for corner in np.asarray(box).tolist())

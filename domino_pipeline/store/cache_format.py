@@ -22,8 +22,8 @@ from domino_pipeline.compute.settings import (
     IMPLICIT_DEFAULTS,
     NEIGHBOR_LAYOUTS,
     PARTS,
+    held_parts,
     neighbor_layout_of,
-    parts_of,
 )
 from domino_pipeline.compute.volume_order import VOLUME_BLOCK_ROWS
 from domino_pipeline.byte_source import source_and_key
@@ -91,7 +91,7 @@ def array_part(name: str) -> str | None:
 
 def settings_arrays(fingerprinted: dict) -> dict[str, ArraySpec]:
     """``layout_arrays`` of a cache's settings (their ``PreprocessSettings.fingerprinted()`` form)."""
-    return layout_arrays(neighbor_layout_of(fingerprinted), parts_of(fingerprinted))
+    return layout_arrays(neighbor_layout_of(fingerprinted), held_parts(fingerprinted))
 
 
 class CacheError(ValueError):

@@ -42,10 +42,6 @@ class EpochResult:
     compute_s: float = 0.0
     interrupted: bool = False
 
-    @property
-    def mean_loss(self) -> float:
-        return self.loss_sum / max(self.batches, 1)
-
     def add_terms(self, terms: dict[str, torch.Tensor]) -> None:
         for term, value in terms.items():
             self.term_sums[term] = self.term_sums.get(term, 0.0) + float(value.detach())

@@ -32,6 +32,7 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
+from domino_pipeline.byte_source import coalesce
 from domino_pipeline.inputs.vtk.array_data import ArrayData, VtkXmlError
 
 SLAB_BYTES = 3 << 22  # decoded bytes of an array decoded and written at a time (12 MiB)
@@ -173,24 +174,14 @@ class _Window:
         return self.stream.where(position)
 
 
-def merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """``spans`` (start, stop) sorted, those that touch or overlap merged."""
-    out: list[tuple[int, int]] = []
-    for start, stop in sorted(s for s in spans if s[1] > s[0]):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], stop))
-        else:
-            out.append((start, stop))
-    return out
-
-
 def stage_arrays(file, keys: list[tuple[str, str]], folder: Path, stream,
                  whole: list[tuple[int, int]], *, verify: bool) -> None:
     """Decode the arrays ``keys`` ((section, name)) of the VtkXmlFile ``file``, whose stream is
     the RemoteBytes ``stream``, into files in ``folder`` in one sweep over their bytes and the
     spans ``whole`` (pieces read whole, to be hashed), and make ``file`` read them from there."""
     arrays = _in_stream_order(file, keys)
-    ranges = merged([(data.position, data.end) for _, data in arrays] + whole)
+    spans = [(data.position, data.end) for _, data in arrays] + whole
+    ranges = [(start, start + n) for start, n, _ in coalesce([(a, b - a) for a, b in spans if b > a])]
     window = _Window(stream.sweep(ranges, verify=verify), stream)
     folder.mkdir(parents=True, exist_ok=True)
     staged = {}

@@ -1,36 +1,12 @@
 """Which runs of a processed folder are wrong as runs, from its statistics table (statistics_table.py),
-each with every reason; cache_data.py and train.py leave them out (``data.quality``).
+each with every reason; cache_data.py and train.py leave them out (``data.quality``). The checks,
+their formulas and defaults are docs/data_quality.md's "Which runs are rejected":
 
-Three checks, each a reason of its own:
-
-- robust scores: for each statistic of ``SCORED`` (counts, the field columns' 1% and 99%
-  quantiles and their trimmed mean and std, the surface's area, the STL's defects, the
-  surface's agreement with the STL), across the runs that have it: ``z = (value - median) / s`` with ``s = 1.4826 MAD`` (the median absolute
-  deviation, which estimates the standard deviation of normal values and is not moved by a few
-  outliers), at least ``RELATIVE_FLOOR`` of the median's magnitude (so that values all but
-  equal across runs, such as counts, do not make rounding an outlier) and at least a statistic's
-  ``MINIMUM_SCALE`` (a field's quantiles and trimmed mean: ``LOCATION_SCALE_OF_SPREAD`` of its
-  spread). The fields' min, max, mean and std over all cells are not scored: on a solver's mesh
-  the extremes are single cells (a snapped corner, a skewed face) whose values, and the std they
-  drive, differ from run to run by tens of robust sigma in clean runs; the quantiles and trimmed
-  moments measure the same tails and spread without them. A run with
-  ``|z| > data.quality.robust_threshold`` is rejected for it (``surface pMeanTrim p99 1.4e+01, 41
-  sigma``). Where every run but a few has the same value (``s`` is 0), a different value is an
-  outlier whatever its size. Scores need ``MIN_SCORED_RUNS`` runs at least.
-- integrated against published coefficients: the drag and lift the run's surface fields give
-  (its force sums under the profile's normal and shear conventions, ``dataset.flow``) over each
-  reference area it publishes coefficients for, against those coefficients; a run is rejected
-  when ``|C - C_published| / max(|Cd_published|, |C_published|)`` exceeds
-  ``data.quality.coefficient_tolerance`` for Cd or Cl (lift is measured against the drag where it
-  is the smaller: a lift near zero has no relative error). Files that do not belong together (a
-  boundary of another run, a force file of another run, a flipped surface, scaled fields) fail it.
-  When most runs agree with their published coefficients only under another convention than the
-  profile's, that convention is used and a note says so: the profile is then what is wrong.
-- physicsnemo-curator's limits (``data.quality.curator.enabled``): a dimensionless velocity
-  component above ``velocity_max`` or pressure above ``pressure_max``, its largest magnitude taken
-  over the values within mean +- ``sigma`` std. One pass keeps only each column's extremes, mean
-  and std, so the extremes are clipped to that band: equal to the curator's value when no value
-  lies beyond it, an upper bound otherwise.
+- robust scores of each statistic of ``SCORED`` across the runs (``z = (value - median) / (1.4826
+  MAD)``, floored by ``RELATIVE_FLOOR`` and ``MINIMUM_SCALE``; at least ``MIN_SCORED_RUNS`` runs);
+- the drag and lift the surface fields integrate to against the coefficients the run publishes;
+- physicsnemo-curator's limits (``data.quality.curator.enabled``), from each column's extremes
+  clipped to mean +- ``sigma`` std.
 
 A run the table lacks, or holds without statistics, is not checked, and the summary says so.
 
