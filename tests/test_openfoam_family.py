@@ -177,6 +177,8 @@ def test_alignment_study_reads_coefficients_and_compares_pressures_face_by_face(
     assert alignment_study.last_column(text, "Cl") == float(last[3])
     variant = sampling.variant(sampling.sample_parameters(4, 0)[0])
     assert alignment_study.finest_cell(variant) == pytest.approx(24.0 / 28 / 8)
+    finer = alignment_study.mesh_study.refined(sampling.sample_parameters(4, 0)[0], 1.5, variant.end_time)
+    assert alignment_study.finest_cell(finer) == pytest.approx(24.0 / 42 / 8)  # the base grid's cells x 1.5
     rng = np.random.default_rng(0)
     centres, areas, p = rng.random((200, 3)), rng.random(200) + 0.5, rng.normal(size=200)
     assert alignment_study.pressure_difference((centres, areas, p), (centres, areas, p)) == 0.0
