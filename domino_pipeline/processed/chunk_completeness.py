@@ -1,12 +1,5 @@
-"""Is every chunk of a Zarr array on disk? Zarr reads an absent chunk as its fill value, so a
-deleted chunk file of a processed run would otherwise be cached as rows of zeros.
-
-Works from the array's metadata and a listing of its folder (plus, for sharded Zarr v3 arrays,
-each shard's index: 16 bytes per inner chunk, never the data), for Zarr v2 (``.zarray``) and v3
-(``zarr.json``) arrays, sharded or not, any chunk key encoding, in a local folder or under an
-object-store prefix (a URL: one listing, ranged reads of the shard indexes). Writers that omit fill-valued
-chunks on purpose are accepted only when the caller opts out (``data.allow_missing_chunks``).
-"""
+"""Whether every chunk of a Zarr array (v2 or v3, sharded or not, local or on object storage) was
+written: zarr reads an absent chunk as zeros. docs/processed_runs.md, "Missing chunks"."""
 
 from __future__ import annotations
 

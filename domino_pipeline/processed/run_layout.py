@@ -1,32 +1,5 @@
-"""The processed-run layout: one Zarr v3 group per DrivAerML run, written whole or not at all.
-
-``<processed_dir>/run_<i>.zarr`` holds float32 arrays (the physicsnemo-curator DoMINO layout):
-
-    stl_coordinates (Np, 3)       stl_faces (3*Ntri,) int32   stl_centers (Ntri, 3)
-    stl_areas (Ntri,)             surface_mesh_centers (Ns, 3)   surface_normals (Ns, 3)
-    surface_areas (Ns,)           surface_fields (Ns, Fs)
-    volume_mesh_centers (Nv, 3)   volume_fields (Nv, Fv)     (volume rows in the source file's order)
-    global_params_values (P,)     global_params_reference (P,)
-
-Surface areas, normals and centres are OpenFOAM's face geometry and volume cell centres its
-cell centroids (``cell_geometry``), since format_version 2.
-
-Arrays are chunked in about 1 MiB row blocks (sharded when large) and compressed with Blosc zstd
-level 1 and byte shuffle (the levels compared: docs/benchmarks.md); every chunk is written, fill-valued ones too (attribute
-``all_chunks_written``), so a missing one is an error, not zeros. Group attributes: format,
-format_version, filename, stream_velocity,
-air_density (also as curator's physics_constants), reference_length (as configured; null: the
-car's length), nut_length_scale (the L used), counts, bounds, field column names, the source
-files, ``parts`` (``process.parts``: "all"; "surface", a run without volume arrays; "volume",
-one without surface arrays; absent in runs written before it: "all") and ``published`` (the
-coefficients and references the run folder publishes, ``published_forces.Published.as_attrs``).
-
-runs.py reads this layout (``open_run``, ``load_run``) and physicsnemo-curator's forms of the same
-arrays (Zarr v2 or v3 groups, .npz, .npy):
-
-    from domino_pipeline.processed.runs import load_run
-    run = load_run("outputs/demo/processed/run_1.zarr", ["surface_mesh_centers", "surface_fields"])
-"""
+"""The processed-run layout (one Zarr v3 group per run, written whole or not at all), its writer
+and its checks; the layout, attributes and chunking are specified in docs/processed_runs.md."""
 
 from __future__ import annotations
 
@@ -110,13 +83,7 @@ def write_processed_run(
     streamed: "Sequence[StreamedRows]" = (),
 ) -> Path:
     """Validate ``arrays`` and write them with ``attrs`` as ``path`` atomically; return the path.
-
-    Each of ``streamed`` writes further arrays (the surface's, the volume's) from blocks of rows,
-    so that they are never held whole; their ``attrs()`` (bounds, say, known once every row is
-    seen) join ``attrs``, in order. The arrays of the parts ``attrs["parts"]`` names (default
-    "all") are required. The group is built under a hidden temporary name and renamed into place
-    when complete.
-    """
+    Each of ``streamed`` writes further arrays from blocks of rows; its ``attrs()`` join ``attrs``."""
     path = Path(path)
     arrays = _checked_arrays(path, arrays, attrs, streamed)
     with atomic_directory(path) as tmp:
@@ -165,9 +132,8 @@ def _checked_arrays(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping
 
 
 def _group_attrs(attrs: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    """The group attributes of a processed run: the format's, then ``attrs``, then ``extra``."""
-    # write_id: a rewrite with new values but the same shapes still changes the group's
-    # metadata, which is what a cache's source fingerprint hashes.
+    """The group attributes of a processed run: the format's (``write_id`` new at each write, so a
+    rewrite of the same shapes changes the metadata fingerprints hash), then ``attrs``, then ``extra``."""
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "write_id": uuid.uuid4().hex,
             "all_chunks_written": True, **attrs, **extra}
 
@@ -179,12 +145,8 @@ def _create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype: n
 
 
 class StreamedRows:
-    """Arrays written from an iterator of row blocks, one whole shard at a time.
-
-    ``shapes``: name -> full shape; ``blocks``: tuples of arrays in the order of ``shapes``;
-    ``observe(name, block)`` is called on every checked block (to gather bounds, say) and
-    ``attrs()`` gives the attributes to store once all are written.
-    """
+    """Arrays written from an iterator of row blocks (``blocks``: tuples in ``shapes`` order), each
+    checked block shown to ``observe(name, block)``; ``attrs()`` is stored once all are written."""
 
     def __init__(self, shapes: Mapping[str, tuple[int, ...]], blocks, observe=None, attrs=None) -> None:
         self.shapes = {name: tuple(int(n) for n in shape) for name, shape in shapes.items()}
@@ -315,10 +277,8 @@ def check_values(name: str, data: np.ndarray, path: Path, n_points: int | None) 
 def validate_arrays(
     arrays: Mapping[str, np.ndarray], path: str | os.PathLike, required: Sequence[str] = ()
 ) -> dict[str, np.ndarray]:
-    """Check names, shapes, finiteness and face indices; return the arrays in their dtypes.
-
-    Raises ProcessedRunError (a ValueError) naming ``path`` and the array at fault.
-    """
+    """Check names, shapes, finiteness and face indices; return the arrays in their dtypes
+    (ProcessedRunError naming ``path`` and the array at fault)."""
     path = Path(path)
     unknown = sorted(set(arrays) - set(ARRAY_SHAPES))
     if unknown:

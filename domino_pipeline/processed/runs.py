@@ -1,32 +1,5 @@
-"""Every accepted form of a processed run, behind one interface: list, open, load, fingerprint.
-
-A processed-data folder holds runs in any of these forms, detected per run (``open_run``):
-
-| format | what | written by |
-|---|---|---|
-| ``processed`` | Zarr v3 group with ``format: drivaerml-processed`` | this project's process_data.py |
-| ``curator-zarr-v2`` | Zarr v2 group (``.zgroup``), curator names and attributes | physicsnemo-curator (Zarr v2 API) |
-| ``curator-zarr-v3`` | Zarr v3 group (``zarr.json``), curator names and attributes | physicsnemo-curator (v3, sharded) |
-| ``curator-npz`` | ``run_<i>.npz`` | physicsnemo-curator's numpy writer |
-| ``curator-npy`` | ``run_<i>.npy`` (a pickled dict; opt-in) | physicsnemo's older example |
-
-``load_run`` returns the arrays of run_layout.py's table, validated (shapes, finite values,
-integral face indices as int32), whatever the form. A run holds the STL and one or both parts
-(surface, volume; ``run_parts``): a processed run those its ``parts`` attribute records
-(``process.parts``), a curator run those whose arrays it has; ``require_parts`` refuses a run
-without a part a stage needs, naming what is missing and why. ``global_params_values`` / ``_reference``
-come from the run's arrays; where a run lacks them, from its physics constants
-(``[stream_velocity, air_density]``, attributes ``physics_constants`` or the two top-level
-attributes); else from the config (``ReadOptions.global_params``).
-
-    for path in list_runs("/data/curated"):        # or a URL: "s3://bucket/curated"
-        arrays = load_run(path, ["surface_mesh_centers", "surface_fields"])
-
-A processed-data folder may be an object-store prefix (object_store.py): its runs are then
-URLs (strings), Zarr groups read through zarr's ``ObjectStore``, .npz/.npy files fetched whole,
-and fingerprints made from the objects' bytes (``source_fingerprint``) and from their listing
-(``stat_fingerprint``: keys, sizes, e-tags, modification times).
-"""
+"""Every accepted form of a processed run behind one interface: list, open, load, fingerprint.
+The forms, what ``load_run`` checks and the fingerprints: docs/processed_runs.md."""
 
 from __future__ import annotations
 
@@ -81,11 +54,8 @@ class NoRunsError(FileNotFoundError):
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How runs are read: ``allow_pickle`` admits legacy .npy dicts (restricted unpickler);
-    ``global_params`` ([stream_velocity, air_density] from the config) serve runs that record
-    neither global parameters nor physics constants; ``allow_missing_chunks`` accepts Zarr runs
-    whose writer omitted fill-valued chunks on purpose (else a chunk absent from a Zarr run
-    refuses it: zarr would read it as fill values)."""
+    """How runs are read: ``data.allow_pickle``, ``data.allow_missing_chunks`` and the configured
+    [stream_velocity, air_density] for runs that record neither (docs/processed_runs.md)."""
 
     allow_pickle: bool = False
     global_params: tuple[float, ...] = (30.0, 1.205)
@@ -150,13 +120,8 @@ def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
 
 
 def list_runs(directory: str | os.PathLike) -> list[Path | str]:
-    """The runs in ``directory`` (``*.zarr`` folders, ``*.npz`` and ``*.npy`` files), naturally
-    sorted (run_2 < run_10); hidden names (unfinished writers' temporaries) are never listed.
-    A URL lists the runs under that object-store prefix, as URLs.
-
-    Raises FileNotFoundError for a missing folder, NoRunsError (naming what the folder holds) when
-    it holds no run, and ValueError when two runs share a name in different forms.
-    """
+    """The runs in ``directory`` (a folder or a URL prefix), naturally sorted, hidden names left out;
+    FileNotFoundError, NoRunsError (naming what it holds), ValueError for a name held twice."""
     directory = as_location(directory)
     entries = _entries(directory)
     runs = sorted((where for name, kind, where in entries if (name.endswith(".zarr") and kind == "folder")
@@ -187,8 +152,7 @@ def split_runs(runs: list[Path | str], val_fraction: float, seed: int) -> tuple[
 
 def split_from_config(runs: list[Path | str], train: TrainConfig, seed: int
                       ) -> tuple[list[Path | str], list[Path | str]]:
-    """train.py's split of ``runs``: ``train.val_fraction``, seeded by ``train.split_seed``
-    (None: the run's ``seed``). cache_data.py computes the scaling factors on its training runs."""
+    """train.py's split of ``runs`` (``train.val_fraction``, seeded by ``train.split_seed`` or ``seed``)."""
     return split_runs(runs, train.val_fraction, seed if train.split_seed is None else train.split_seed)
 
 
@@ -269,13 +233,9 @@ def _global_params(run: OpenedRun, options: ReadOptions) -> np.ndarray:
 
 def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
              options: ReadOptions = DEFAULT_OPTIONS, opened: OpenedRun | None = None) -> dict[str, np.ndarray]:
-    """Read ``arrays`` (default: all of processed_run.ARRAY_NAMES the run's parts have,
-    ``run_parts``) of a run of any accepted form, validated, stl_faces as int32, the rest float32.
-
-    Shapes are checked across every array the run has, values only for those read. Raises
-    FileNotFoundError for a missing run and ProcessedRunError (a ValueError) naming the file,
-    its form and the array for a missing array, a wrong shape or a non-finite value.
-    """
+    """Read ``arrays`` (default: all those of the run's parts) of a run of any accepted form,
+    validated (docs/processed_runs.md), stl_faces as int32, the rest float32; ProcessedRunError
+    naming the file, its form and the array, or FileNotFoundError."""
     run = opened if opened is not None else open_run(path, options)
     names = arrays_for(run_parts(run)) if arrays is None else list(arrays)
     unknown = sorted(set(names) - set(ARRAY_SHAPES))
@@ -293,7 +253,7 @@ def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
     loaded = {}
     for name in names:
         if name in present:
-            data = _read_whole(run, name, present[name])
+            data = NamedArray(run, name)[...].reshape(_as_stored(name, tuple(present[name].shape)))
         else:
             data = _global_params(run, options)
         loaded[name] = check_values(name, data, run.path, n_points)
@@ -301,9 +261,7 @@ def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
 
 
 def run_parts(run: OpenedRun) -> tuple[str, ...]:
-    """The parts (config.PARTS) a run holds besides the STL: those a processed run records
-    (``parts``, "all" when it records none), those a curator run has arrays of (any: one it
-    lacks is then a missing array, named as such)."""
+    """The parts (config.PARTS) a run holds besides the STL (docs/processed_runs.md)."""
     if run.format == "processed":
         return parts_named(run.attrs.get("parts", "all"))
     return _parts_with_arrays(run.arrays)
@@ -315,8 +273,7 @@ def _parts_with_arrays(names) -> tuple[str, ...]:
 
 
 def stored_parts(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) -> tuple[str, tuple[str, ...]]:
-    """(the run's form, its ``run_parts``) from its metadata only (a Zarr group's attributes and
-    array names, an .npz file's listing; a legacy .npy dict is read whole)."""
+    """(the run's form, its ``run_parts``) from its metadata only (a legacy .npy dict is read whole)."""
     path = as_location(path)
     suffix = _suffix(path)
     if suffix == ".npz":
@@ -327,10 +284,8 @@ def stored_parts(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS
 
 def require_parts(run: OpenedRun | str | os.PathLike, parts: Sequence[str], needed_by: str,
                   options: ReadOptions = DEFAULT_OPTIONS) -> None:
-    """ProcessedRunError naming the run, the parts of ``parts`` it lacks, why (the
-    ``process.parts`` it was processed with, or its form) and what needs them (``needed_by``:
-    "model_type=combined", say), when it lacks any. ``run``: an opened run, or a run's path
-    (only its metadata read, ``stored_parts``)."""
+    """ProcessedRunError naming the run (opened, or a path: metadata only), the parts it lacks, why,
+    and what needs them (``needed_by``: "model_type=combined", say), when it lacks any."""
     if isinstance(run, OpenedRun):
         path, form, held = run.path, run.format, run_parts(run)
     else:
@@ -366,10 +321,8 @@ class NamedArray:
 
 
 def check_all_chunks(run: OpenedRun, allow_missing: bool = False) -> None:
-    """ProcessedRunError naming the run, the array and the first absent chunks when a Zarr run
-    lacks a chunk its arrays' shapes imply (zarr would read it as fill values: zeros). Lists
-    the arrays' folders (and reads shard indexes), not their data. ``allow_missing`` accepts
-    that, except from runs that record writing every chunk (``all_chunks_written``)."""
+    """ProcessedRunError naming the run, the array and the first absent chunks when a Zarr run lacks
+    a chunk (docs/processed_runs.md, "Missing chunks"); ``allow_missing``: data.allow_missing_chunks."""
     if not run.format.startswith(("processed", "curator-zarr")):
         return
     if allow_missing and not run.attrs.get("all_chunks_written"):
@@ -388,22 +341,9 @@ def check_all_chunks(run: OpenedRun, allow_missing: bool = False) -> None:
                 "data.allow_missing_chunks=true if its writer omits fill-valued chunks on purpose")
 
 
-def _read_whole(run: OpenedRun, name: str, array: Any) -> np.ndarray:
-    """All of one array of a run; any reader error (a corrupt compressed chunk, a bad codec)
-    becomes ProcessedRunError naming the run, its form and the array."""
-    try:
-        data = np.asarray(array[...])
-    except Exception as err:  # zarr, numcodecs and numpy raise many types
-        raise ProcessedRunError(f"{run.path}: array {name} ({run.format}) is unreadable: "
-                                f"{type(err).__name__}: {err}") from err
-    return data.reshape(_as_stored(name, tuple(array.shape)))
-
-
 def _run_files(path: Path | str) -> tuple[bool, list[tuple[str, Path | str, Any]]]:
-    """Whether the run is a folder (a prefix), and (name, location, what to stat) of each of
-    its files in name order: relative paths in a folder, the file's own name for a run file;
-    on object storage the listing's ``ObjectInfo`` stands for the stat. FileNotFoundError when
-    there is none."""
+    """Whether the run is a folder (a prefix), and (name, location, what to stat) of each of its
+    files in name order; FileNotFoundError when there is none."""
     if is_url(path):
         files = [(n, join(path, n), info) for n, info in sorted(list_objects(path).items())]
         single = head(path) if not files else None
@@ -418,10 +358,7 @@ def _run_files(path: Path | str) -> tuple[bool, list[tuple[str, Path | str, Any]
 
 
 def source_fingerprint(path: str | os.PathLike) -> str:
-    """SHA-256 of a run's stored bytes: every file of a run folder (relative path and contents,
-    metadata and chunks alike), or the run file; the objects of a run on object storage alike.
-    Rewriting a run with other data changes it, whoever wrote it; a byte-for-byte copy
-    elsewhere keeps it (from a folder to a bucket too)."""
+    """SHA-256 of a run's stored bytes, names included (docs/processed_runs.md, "Fingerprints")."""
     folder, files = _run_files(as_location(path))
     remote = iter(read_in_order([where for _, where, _ in files if is_url(where)]))
     digest = hashlib.sha256()
@@ -439,13 +376,8 @@ def source_fingerprint(path: str | os.PathLike) -> str:
 
 
 def stat_fingerprint(path: str | os.PathLike) -> str:
-    """SHA-256 of a run's file names, sizes, modification times, inode change times and inode
-    numbers: cheap (no data read), and it changes whenever a file of the run is written again,
-    even by a tool that keeps the size and restores the modification time: the kernel sets the
-    change time on every write, rename or ``utime`` and no copy tool can set it back. On object
-    storage: the objects' keys, sizes, e-tags and modification times, from one listing (every
-    put makes a new modification time). A cache build hashes the bytes (``source_fingerprint``)
-    only when this one differs from what it recorded."""
+    """SHA-256 of a run's file names, sizes, times and inodes (object storage: keys, sizes, e-tags,
+    times), no data read (docs/processed_runs.md, "Fingerprints")."""
     digest = hashlib.sha256()
     for name, _, stat in _run_files(as_location(path))[1]:
         if isinstance(stat, ObjectInfo):

@@ -1,42 +1,6 @@
 """Face and cell geometry by OpenFOAM's definitions, a block of cells at a time: each polygon's
-area vector and centre, each 3-D cell's volume-weighted centre.
-
-DrivAerML's boundary VTP and volume VTU are OpenFOAM output (foamToVTK); OpenFOAM's solver
-integrated the fields over its own face areas and stored them at its own face and cell centres.
-VTK's filters define these otherwise: ``vtkCellSizeFilter`` triangulates a warped polygon
-(ear cutting in a projection) and sums the triangles' areas, and ``vtkCellCenters`` takes a
-cell's parametric centre, a fixed weighting of its vertices, which is not the volume centroid of
-a distorted hexahedron, wedge or pyramid, nor of a polyhedron. The definitions here are those of
-OpenFOAM's ``primitiveMeshTools::makeFaceCentresAndAreas`` and ``makeCellCentresAndVols``
-(OpenFOAM.com, v1906 to v2212 alike, the releases DrivAerML's tools come from; the Foundation's
-openfoam.org releases weight a face's triangles by their areas projected on its normal instead):
-
-- a triangle: centre the vertex mean, area vector half the cross product of two edges;
-- a polygon of n != 3 vertices: about its vertex mean m, the n triangles (p_i, p_i+1, m); area
-  vector the sum of theirs; centre the mean of their centroids weighted by the magnitudes of
-  their areas (m and a zero area vector when these magnitudes sum to below ROOTVSMALL);
-- a 3-D cell: about the mean e of its face centres, one pyramid per face (face centre c_f,
-  outward area vector A_f); centre the mean of the pyramids' centroids 3/4 c_f + 1/4 e weighted
-  by their signed volumes A_f . (c_f - e) / 3 (e when these sum to VSMALL or less).
-
-The unit normal of a polygon is its area vector over its magnitude, so it points as the polygon
-is wound. A fixed-size 3-D cell (tetra, voxel, hexahedron, wedge, pyramid) gets its faces from
-VTK's own cell (wound outward); a polyhedron brings its faces (``Faces``). Vertex, line, pixel,
-triangle and quad cells of a volume keep VTK's parametric centre (``centre_weights``), which for
-them is the vertex mean. Everything is float64 inside; each cell's values depend on its own
-vertices only, so a block of a file's cells gets the values the whole file gives them.
-
-A surface given by its points (WindsorML's fields are point data) weights each point by its
-barycentric dual area: of each polygon around it, the part nearer to it than to the other
-vertices along the polygon's edges, i.e. the halves of the two triangles (p_i-1, p_i, m) and
-(p_i, p_i+1, m) about the vertex mean m that touch it (a third of a triangle; a quarter of a
-parallelogram); its normal is the normalised sum of its polygons' area vectors
-(``polygon_vertex_shares``).
-
-    centres, normals, areas = surface_geometry(points, begins, ends, ids)
-    centres = cell_centres(points, CellBlock(types, begins, ends, ids, faces))
-    vertex, share, vector = polygon_vertex_shares(points, begins, ends, ids)
-"""
+area vector and centre, each 3-D cell's volume-weighted centre, each surface point's dual area.
+The definitions and why not VTK's: docs/processed_runs.md, "Geometry"."""
 
 from __future__ import annotations
 
