@@ -1,27 +1,10 @@
-"""The one place bytes of files and objects are read, whole or by ranges: the cache's readers
-(waves of ranges), the processed runs' readers (``read_bytes``) and the raw runs' readers
-(``get_listed_range``) alike.
-
-A reader knows every byte range it needs before it reads (the shard indexes give each inner
-chunk's offset and length), so it hands a whole list of requests to ``ByteSource.fetch`` and
-gets them back together: one *wave*. Locally a wave is views of files mapped read-only, kept
-per source (after one ``POSIX_FADV_WILLNEED`` per range, so a cold disk serves them in parallel);
-on object storage it is concurrent ranged GETs through obstore (retries with backoff and a
-deadline included). Adjacent ranges of one object are coalesced first. Checksums, error naming
-and assembly into arrays stay with the caller, so both back ends share them.
+"""The one place bytes of files and objects are read, whole or by ranges, in waves of requests
+(docs/remote_reading.md, "Clients, credentials, forks"; docs/cache_format.md, "On object
+storage"): the cache's readers, the processed runs' (``read_bytes``) and the raw runs'
+(``get_listed_range``). Sources are made per process (``shared_source``).
 
     source = open_source("s3://bucket/cache")       # or a local folder, as a path
-    [(data, size)] = source.fetch([Request("run_1/g1.zarr/zarr.json")])
-
-A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://``); URLs,
-clients, credentials, retries and the one-line naming of a failed request are object_store.py's.
-Sources are made per process (``shared_source`` caches them by process id), since an
-object-store client does not survive a fork. Every GET of an object is named by its URL
-(``object_store.named_errors``); a missing object reads as None.
-
-    data = read_bytes("s3://bucket/processed/run_1.zarr/zarr.json")   # None when absent
-    piece = get_listed_range(store, listed, 0, 4096)   # If-Match its listed ETag, reply checked
-"""
+    [(data, size)] = source.fetch([Request("run_1/g1.zarr/zarr.json")])"""
 
 from __future__ import annotations
 

@@ -1,28 +1,10 @@
-"""Locations on object storage: URLs, the one place object-store clients are made, the listings
-that processed runs and caches both need, and the one-line naming of a failed request (the
-reads themselves: byte_source.py).
-
-A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://``, ...).
-Clients are obstore stores made by ``make_store`` alone: credentials and endpoints come from
-each cloud's standard environment and config (for S3 the ``AWS_*`` variables and profiles,
-``AWS_ENDPOINT_URL`` for S3-compatible servers) and are never kept in anything this package
-writes; retries with backoff and a deadline are set here once: every request that fails
-transiently (a 5xx or 429 reply, a refused, reset or timed-out connection) is retried with
-jittered exponential backoff (100 ms growing to 5 s) until it succeeds or ``retry_deadline_s``
-(default ``RETRY_DEADLINE_S``, 60 s) has passed since it was first sent, at most ``RETRIES``
-times; a connection dropped during a GET is resumed at the byte it reached. A request that
-fails for good is one line naming its URL, the HTTP status and the service's error code (never
-its reply's body), or what failed on the way (``named_errors``). A public bucket is read with unsigned requests (the AWS
-CLI's ``--no-sign-request``): ``anonymous=True``, which ``anonymous_for`` chooses by itself
-where the environment holds no credentials for that cloud. ``http(s)://`` URLs (a Hugging
-Face dataset's resolve URLs, hub.py) are read by ranged GETs through obstore's HTTP store. A client (a Rust runtime with
-threads) does not survive ``fork``: a process forked after its parent made one gets a one-line
-error instead of a hang. Zarr groups on object storage open through ``zarr_store`` (zarr's
-``ObjectStore`` over the bucket's client).
+"""Locations on object storage: URLs, the one place object-store clients are made (retries,
+timeouts, credentials, unsigned requests, the fork guard), the listings that processed runs and
+caches need, and the one-line naming of a failed request. The reads themselves: byte_source.py.
+docs/remote_reading.md, "Retries" and "Clients, credentials, forks".
 
     store = shared_store("s3://bucket/processed")
-    objects = list_objects("s3://bucket/processed/run_1.zarr")   # {relative key: ObjectInfo}
-"""
+    objects = list_objects("s3://bucket/processed/run_1.zarr")   # {relative key: ObjectInfo}"""
 
 from __future__ import annotations
 

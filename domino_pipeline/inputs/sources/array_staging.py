@@ -1,28 +1,11 @@
-"""The arrays a block reader needs from a remote VTK XML file, decoded in one sequential pass
-into local files, so that the reader's many cursors (each block reads rows of several arrays
-that lie far apart in the file) never wait on the network and each byte of the arrays is fetched
-once.
-
-The pass (``RemoteBytes.sweep``) runs over the file in stream order: the bytes of the needed
-arrays, and the whole of every piece whose checksum is checked (its hash must see every byte,
-in order). Each needed array is decoded as the pass crosses it, ``SLAB_BYTES`` of decoded data
-at a time, by the array's own ArrayData (the same code as local reading: the bytes are the
-same), and written to a file in ``folder``; the file's ArrayData is then replaced by a
-StagedArray that reads those bytes back. Only decoded arrays ever reach the disk, never the
-file: for a DrivAerML volume read as points with three fields, 32 of its ~330 bytes per point.
-A decoding error in a piece whose checksum is checked is reported as the checksum's mismatch
-when the piece's hash shows one (a changed byte is named as such, not as what it broke).
-
-When no piece is hashed whole (no checksum published, or none checked), each array is staged by
-its own sweep in a thread instead (``stage_growing``), all at once, and read while it grows: a
-block of rows is read as soon as every array has staged those rows, so that a volume's blocks are
-written while the rest of it is still fetched and decoded.
+"""The arrays a block reader needs from a remote VTK XML file, decoded into local files by sweeps
+of the file (one over every checksummed piece, or one per array read while it grows), so the
+reader's many cursors never wait on the network. docs/remote_reading.md, "How a remote run is read".
 
     stage_arrays(file, [("Points", "Points"), ("PointData", "p")], folder, stream, whole=[], verify=True)
     staging = stage_growing(file, [("Points", "Points"), ("PointData", "p")], folder, stream)
     ...  # read the file's blocks
-    staging.close()
-"""
+    staging.close()"""
 
 from __future__ import annotations
 

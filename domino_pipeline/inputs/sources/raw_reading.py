@@ -1,23 +1,11 @@
-"""How one run's raw files are read: where they lie on local disk, or from where they are
-published (remote_runs.py), through the same block readers.
-
-A remote run is read into a hidden temporary folder beside its processed run (removed after it,
-and by ``remove_stale_temporaries`` after a killed one): the STL, small, fetched whole (VTK
-parses it from a file; it is removed once parsed), the files of published coefficients and
-references and the published surface areas, small, fetched whole (an error names their URL); the boundary's and the volume's needed
-arrays decoded there by one sequential pass over each file (array_staging.py), never the files
-themselves, in a thread of their own while the STL is fetched and parsed (``alongside``). Every
-byte fetched is counted (``fetched``) and reported to ``progress``; each file's record (its URL,
-size and published checksum or ETag, and what was checked) goes into the processed run's
-``sources``; where no published checksum of the file was checked (an S3 multipart upload's
-ETag is none), the record lists the stretches of the file read, each with the SHA-256 of its
-bytes (``read``), completed once every block is read.
+"""How one run's raw files are read: on local disk, or from where they are published through the
+same block readers, a remote run's files fetched or staged into a temporary folder beside its
+processed run. docs/remote_reading.md, "How a remote run is read".
 
     with run_reading(files, out_path, RemoteAccess(), progress=None) as reading:
         with reading.alongside(lambda: open_surface(files.surface, variables, reading.open(files.surface))) as surface:
             stl = reading.stl_triangles(files.stl)
-            surface = surface()
-"""
+            surface = surface()"""
 
 from __future__ import annotations
 

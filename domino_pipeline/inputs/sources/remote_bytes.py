@@ -1,33 +1,12 @@
 """A remote file's bytes (its pieces on object storage or the Hub) as one read-only stream, read
-two ways, never held or stored whole:
-
-- ``read(position, n)``, ConcatBytes's interface, for the few reads that parse a file (the
-  header's tags, each array's header, the closing tags): ranged GETs of at least ``MIN_READ``
-  bytes, each kept until the file's arrays are staged, so that nearby reads share them (the
-  newest ``KEPT_BYTES`` are kept: a byte of an older read dropped beyond that is fetched again
-  when it is read again);
-- ``sweep(ranges)``, one pass in stream order over the ranges a reader needs: a read-ahead of
-  ``in_flight`` concurrent ranged GETs of ``chunk_bytes`` each runs ahead of the consumer
-  (bytes in flight bounded by their product), so the network and the decoding overlap; bytes
-  kept from ``read`` are served again, not fetched.
-
-Every GET checks the object's size and ETag (its version, any cloud's) against the listing
-(byte_source.get_listed_range), sending ``If-Match`` and comparing the reply's ETag too (a server may ignore If-Match): an object
-changed since it was listed is an error naming it as changed. A piece whose
-listing publishes a checksum (remote_runs.py) and that the sweep covers whole is hashed in
-order, in a thread of its own, as its bytes arrive, and compared at its end: a mismatch is a
-ChecksumError naming the piece. Where no checksum is checked, the bytes read may be recorded
-instead (``reads``): the SHA-256 of each stretch of the stream read (a parsing read's, a
-sweep's range), in a thread too, so that the processed run says which bytes it was made of.
-Transient failures are retried with backoff, and a connection
-dropped during a GET is resumed at the byte it reached, by the object-store client
-(object_store.make_store).
+by parsing reads (``read``) and read-ahead sweeps (``sweep``), never held or stored whole; each
+GET checked against the listing, checksums and read records hashed as the bytes arrive.
+docs/remote_reading.md, "How a remote run is read".
 
     stream = RemoteBytes(file, counter)
     head = stream.read(0, 4096)
     for position, data in stream.sweep([(0, stream.size)], verify=True):
-        ...
-"""
+        ..."""
 
 from __future__ import annotations
 

@@ -1,19 +1,10 @@
-"""Raw run folders where they are published: an object-store prefix (``s3://``, ``gs://``,
-``az://``) or a Hugging Face dataset folder (``hf://datasets/<owner>/<name>``), found by
-listing, their files resolved by the dataset profile's patterns as on local disk
-(run_folder.resolve_name), each file's pieces with the size and, where the source publishes
-one, the checksum that reading them is checked against.
-
-A listing's checksums: the Hub's SHA-256 of a file kept in LFS (``lfs.oid``) or the git blob's
-SHA-1 of any other file (``oid``); an S3 ETag that is a plain MD5 (32 hex digits; one ending in
-``-<parts>`` comes from a multipart upload and is no digest of the content). GCS and Azure ETags
-are opaque, no digest. Every listed object's ETag, any cloud's, is its version: each ranged GET
-sends it as If-Match and compares it, and the size, with the reply's
-(remote_bytes.require_unchanged), so an object changed since it was listed is named as such.
+"""Raw run folders where they are published (``s3://``, ``gs://``, ``az://`` prefixes or
+``hf://datasets/<owner>/<name>``), found by listing, their files resolved by the dataset profile
+as on local disk, each piece with its size, ETag and published checksum (docs/remote_reading.md,
+"What is checked, source by source").
 
     runs = find_remote_runs("s3://caemldatasets/drivaer/dataset", profile, anonymous=None)
-    files = remote_run_files(runs[0], profile)       # RunFiles whose files are RemoteFiles
-"""
+    files = remote_run_files(runs[0], profile)       # RunFiles whose files are RemoteFiles"""
 
 from __future__ import annotations
 
