@@ -1,22 +1,8 @@
-"""The faces of a VTU's polyhedron cells (VTK_POLYHEDRON), read a block of cells at a time.
-
-VTK XML files store them in one of two layouts, in the Cells section:
-
-- ``faces`` and ``faceoffsets`` (VTK before 9.4, and OpenFOAM's foamToVTK): for each polyhedron
-  ``[nFaces, nPoints0, ids0..., nPoints1, ids1..., ...]`` in ``faces``; ``faceoffsets`` holds
-  per cell the end of its record in ``faces``, -1 for a cell that is no polyhedron, so a
-  record starts at the last non-negative end before it (0 for the first);
-- ``face_connectivity`` and ``face_offsets`` (the faces, as cells: per face the end of its point
-  ids), ``polyhedron_to_faces`` and ``polyhedron_offsets`` (per cell the end of its face ids;
-  a cell that is no polyhedron has none) (VTK 9.4 on).
-
-Only the ranges of a block's cells are read. With the first layout, the start of a block's first
-record is the end known from the block before (blocks read in order), else found by reading
-``faceoffsets`` backwards from the block.
+"""The faces of a VTU's polyhedron cells, read a block of cells at a time, from either layout VTK
+writes (docs/raw_inputs.md, "The meshes by rows").
 
     faces = PolyhedronFaces.open(file)
-    block_faces = faces.read(start, stop)   # cell_geometry.Faces, or None without polyhedra
-"""
+    block_faces = faces.read(start, stop)   # cell_geometry.Faces, or None without polyhedra"""
 
 from __future__ import annotations
 

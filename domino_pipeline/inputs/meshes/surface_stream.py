@@ -1,29 +1,10 @@
-"""A run's boundary surface as blocks of rows (centres, unit normals, areas, raw fields), in
-bounded memory. A row is a boundary cell or a boundary point (``SurfaceRows.location``).
-
-DrivAerML's boundary holds ~8.8M polygon cells (quads and triangles); VTK reads it whole. Here
-a block of rows is read from the file's connectivity, offsets and data arrays, never the whole
-file. The surface is a VTP (PolyData polygons) or a VTU whose cells are all triangles, polygons
-and quads (VTK types 5, 7, 9), as WindsorML publishes it.
-
-- cell rows: a cell's points are taken from a points table (``mesh_stream.points_table``) and its
-  geometry is OpenFOAM's face geometry (``cell_geometry.surface_geometry``), as
-  ``vtk_reader.read_surface`` computes it for the whole file: each cell's values depend on
-  its own vertices, so the rows equal the whole-file ones exactly; its fields are cell data.
-- point rows: the point, its fields from point data, its unit normal from the point data array
-  ``normals`` (renormalised) or else the normalised sum of its cells' area vectors, its area from
-  the run's published per-point areas (``areas``, an .npy in point order) or else its barycentric
-  dual area (``cell_geometry.polygon_vertex_shares``). The sums over the cells are gathered in
-  one pass over the cells, a block at a time, into memory maps of one value per point.
-
-A file this reader cannot read by rows (inline ascii data; vertex or line cells, which come
-before the polygons in cell order) is read whole with VTK, after a warning naming the memory that
-takes; triangle strips are refused.
+"""A run's boundary surface (a VTP, or a VTU of polygon cells) as blocks of rows (centres, unit
+normals, areas, raw fields) in bounded memory; a row is a boundary cell or a boundary point
+(``SurfaceRows.location``). docs/raw_inputs.md, "The meshes by rows".
 
     surface = open_surface(files.surface, {"pMeanTrim": "scalar"})
     for centres, normals, areas, fields in surface.blocks(1 << 20):
-        ...
-"""
+        ..."""
 
 from __future__ import annotations
 

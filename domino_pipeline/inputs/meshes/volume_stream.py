@@ -1,18 +1,9 @@
-"""A run's volume VTU as blocks of rows (positions and raw fields), in bounded memory.
-
-Rows are the VTU's points with point data, or its cells' centres with cell data, in file order,
-as ``vtk_reader.read_volume`` reads them whole with VTK. A cell's centre is OpenFOAM's:
-the volume centroid of a 3-D cell (tetra, voxel, hexahedron, wedge, pyramid, polyhedron), VTK's
-parametric centre (the vertex mean) of a vertex, line, triangle, pixel or quad
-(``cell_geometry``). A block's cells are read from the file's connectivity, types and polyhedron
-faces, their points from a points table (``mesh_stream.points_table``), never the whole file. A
-file this reader cannot read by rows (inline ascii data, other cell types when centres are
-asked for) is read whole with VTK instead, after a warning naming the memory that takes.
+"""A run's volume VTU as blocks of rows (points with point data, or OpenFOAM cell centres with
+cell data; positions and raw fields) in bounded memory. docs/raw_inputs.md, "The meshes by rows".
 
     volume = open_volume(files.volume, {"UMeanTrim": "vector", "pMeanTrim": "scalar"}, "points")
     for centres, fields in volume.blocks(1 << 21):
-        ...
-"""
+        ..."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""Read a raw run's meshes whole with VTK: STL, boundary VTP and volume VTU files to numpy arrays.
-
-Works on the published files (ASCII multi-solid STLs, polygon cells with mixed vertex counts,
-volume fields as point data or cell data) and on the synthetic runs of synthetic_data.py. Only the
-named arrays are read from the VTP and VTU, and every read error becomes one RunError line naming
-the file and the problem.
+"""Read a raw run's meshes whole with VTK (STL, boundary VTP, volume VTU to numpy arrays), only the
+named arrays, every read error one RunError line naming the file.
 
     stl = read_stl(files.stl)                   # files: run_folder.run_files(run_dir, profile)
-    surface = read_surface(files.surface, profile.variables("surface"))
-"""
+    surface = read_surface(files.surface, profile.variables("surface"))"""
 
 from __future__ import annotations
 

@@ -1,22 +1,7 @@
-"""Raw run folders -> one processed ``<run>.zarr`` per run (layout: run_layout.py): process_data.py's work.
+"""Raw run folders -> one processed ``<run>.zarr`` per run, a block of rows at a time: process_data.py's
+work (docs/raw_inputs.md, "One run"; the layout: docs/processed_runs.md).
 
-Per run (files found through the dataset profile, run_folder.py; the meshes ``process.parts``
-names, a mesh left out never opened): the STL (triangulated if needed)
-gives stl_*; the boundary surface (polygon cells with any vertex counts) gives cell centres, unit
-normals, areas (OpenFOAM's face geometry, cell_geometry.py) and the wall fields from cell data; the
-volume VTU gives points with point data, or cell centres (OpenFOAM's volume centroids, polyhedra
-included) with cell data (``process.volume_source``), in the file's order, as
-physicsnemo-curator writes them (the cache and the uncached datapipe put rows in a random order
-themselves). Fields are made dimensionless by role (nondimensional.py): with the stream velocity U,
-the air density rho and, for the turbulent viscosity, the car's length L (the largest extent of the
-STL) unless ``physics.reference_length`` gives one. The surface and the volume are read and written
-a block of cells or rows at a time (surface_stream.py, volume_stream.py); a file in an encoding
-that cannot be read so is read whole with VTK, after a warning naming the memory it takes. Runs
-are processed in parallel (executors.py: a local pool or Dask), each written atomically; finished
-runs are skipped on a rerun; a bad run gets one line naming the file and the problem.
-
-    results = process_all(raw_dir, processed_dir, options, num_processes=2)
-"""
+    results = process_all(raw_dir, processed_dir, options, num_processes=2)"""
 
 from __future__ import annotations
 

@@ -1,23 +1,9 @@
 """The force coefficients and reference values a run folder publishes beside its meshes, read
-through the dataset profile (``dataset.coefficients``, ``dataset.references``).
-
-Two formats (``format``). ``csv``: a header and one row; DrivAerML, for example, publishes per run
-
-    force_mom_<i>.csv           one row: Cd, Cl, Clf, Clr, Cs over the variant's own references
-    force_mom_constref_<i>.csv  the same over the constant references
-    geo_ref_<i>.csv             one row: lRef, aRef, forcesCoR "(x y z)", lRefRef, aRefRef, forcesCoRRef
-
-Columns are found by name, case-insensitive, surrounding spaces ignored (published headers put a
-space after each comma, or not); a vector is three numbers in one field, in parentheses or not.
-``openfoam``: the file OpenFOAM's forceCoeffs function object writes (``coefficient.dat``;
-``forceCoeffs.dat`` in older versions), whose ``# key : value`` header lines (``magUInf``,
-``lRef``, ``Aref``, ``CofR`` ...) and the columns of its last line (named by the comment line
-before the first value line: ``# Time Cd Cs Cl ...``) are read as one row: the coefficients of
-the last time, which is the time foamToVTK -latestTime exports.
+through the dataset profile (``dataset.coefficients``, ``dataset.references``) from CSV or
+OpenFOAM forceCoeffs files (docs/raw_inputs.md, "Published coefficients").
 
     published = read_published(Path("run_7"), "7", profile)
-    published.own["cd"], published.own_references.area
-"""
+    published.own["cd"], published.own_references.area"""
 
 from __future__ import annotations
 

@@ -1,18 +1,12 @@
-"""Blocks of rows produced in a background thread a few blocks ahead of their use.
-
-Decoding a block (base64) holds the GIL, while parsing the STL (VTK), compressing and writing
-the processed arrays (Blosc, in Zarr's threads) release it; a block reader that runs ahead lets
-them overlap on a run's two cores. The producer starts at once (before the first block is asked
-for), keeps at most ``depth`` blocks waiting, hands on an error with its traceback, and stops,
-closing its iterator (its temporary files), when ``close`` is called.
+"""Blocks of rows produced in a background thread a few blocks ahead of their use, so decoding
+overlaps the STL's parsing and the arrays' writing (docs/raw_inputs.md, "One run").
 
     blocks = ReadAhead(volume.blocks(rows))
     try:
         for centres, fields in blocks:
             ...
     finally:
-        blocks.close()
-"""
+        blocks.close()"""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""A file published whole or in pieces, and one read-only byte stream over its pieces.
-
-DrivAerML publishes each volume in pieces cut at byte offsets (``volume_1.vtu.00.part``,
-``volume_1.vtu.01.part``); other downloads name them ``volume_1.vtu.part1``, ``.part2``, ...
-``file_pieces`` finds a file's pieces by exactly one of the two conventions, in order, and
-refuses gaps, mixes and a whole file beside pieces; ``ConcatBytes`` reads them in sequence as
-one stream, without joining them on disk. Positions are 64-bit throughout.
+"""A file published whole or in pieces (``.00.part``, ... or ``.part1``, ...; docs/raw_inputs.md,
+"VTK XML files by rows"), and one read-only byte stream over its pieces.
 
     stream = ConcatBytes(file_pieces(Path("run_1/volume_1.vtu")))
-    head = stream.read(0, 4096)
-"""
+    head = stream.read(0, 4096)"""
 
 from __future__ import annotations
 

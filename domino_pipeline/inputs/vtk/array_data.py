@@ -1,19 +1,10 @@
-"""The encoded data of one VTK XML DataArray: its header checked against the bytes the array may
-occupy, then any decoded byte range read from it.
-
-VTK stores an array as a header of unsigned integers (UInt32 or UInt64) and data: uncompressed,
-the header is the data's byte count; compressed, it is ``[blocks, block size, last block's size,
-compressed size of each block...]`` followed by the compressed blocks (zlib, lz4 or lzma). The
-whole is raw bytes (appended raw) or base64 text (appended base64, inline binary; compressed, the
-header and the blocks are encoded apart). Every count and size of the header is checked against
-the span the array may occupy (``limit``) before anything is allocated from it, so a bad header
-costs a few reads, never memory: blocks that could not fit, a block size of 0, a last block
-larger than the others, zlib and lz4 blocks too small to decompress to their size.
+"""The encoded data of one VTK XML DataArray (raw or base64, plain or compressed blocks): its
+header checked against the bytes the array may occupy before anything is allocated, then any
+decoded byte range read from it. docs/raw_inputs.md, "VTK XML files by rows".
 
     data = ArrayData(stream, position, limit, base64_encoded=False, header_dtype=np.dtype("<u8"),
                      compressor="", where="run_1/volume_1.vtu: PointData array p")
-    first_rows = data.read(0, 4096)
-"""
+    first_rows = data.read(0, 4096)"""
 
 from __future__ import annotations
 

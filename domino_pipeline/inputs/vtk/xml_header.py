@@ -1,20 +1,9 @@
-"""The header of a VTK XML file (VTU, VTP), read by expat (the standard XML parser, under
-ElementTree): the piece's counts, and for each DataArray its type, components, encoding and the
-span of the stream its bytes may occupy.
-
-The file is fed to expat in chunks up to the AppendedData tag, never the appended data after its
-'_' marker; inline binary text whose own header says where it ends is skipped unfed. A file expat
-cannot parse is ``not a VTK XML file, or it is corrupt: <expat's reason> at byte N``. The elements
-must stand where VTK puts them (a VTKFile holding one UnstructuredGrid or PolyData, one Piece,
-DataArrays inside PointData, CellData, Points, Cells, ...), every attribute this reader uses must
-be valid (a type, a Name, NumberOfComponents of at least 1, counts and offsets that are
-non-negative integers), and a file with appended data must end with
-``</AppendedData></VTKFile>`` (or it is truncated). The arrays' data is not read here:
-vtk_xml_stream.py checks it against these counts and spans.
+"""The header of a VTK XML file (VTU, VTP), read by expat up to the appended data: the piece's
+counts, and for each DataArray its type, components, encoding and the span of the stream its
+bytes may occupy; xml_stream.py checks the data against them. docs/raw_inputs.md, "VTK XML files by rows".
 
     header = VtkXmlHeader(ConcatBytes([path]), path)
-    header.n_points, header.entry("PointData", "p").position
-"""
+    header.n_points, header.entry("PointData", "p").position"""
 
 from __future__ import annotations
 

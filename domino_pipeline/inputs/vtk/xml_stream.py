@@ -1,29 +1,10 @@
-"""Read VTK XML files (VTU, VTP) a block of rows at a time, in bounded memory.
-
-DrivAerML's volume VTU holds ~160M points (40-53 GB, published in ``.00.part``/``.01.part``
-pieces); VTK's reader holds a whole file's selected arrays in memory. This reader parses only
-the XML header (with expat, never the data: xml_header.py), then decodes any rows of any array
-from the array's byte offset (array_data.py):
-
-- appended data, raw or base64, and inline binary (base64) data;
-- uncompressed arrays or VTK's compressed blocks (zlib, lz4, lzma), UInt32 or UInt64 headers;
-- a file given as one path or as pieces (``concat_bytes.file_pieces``) read in sequence as one
-  byte stream, without joining them on disk.
-
-Opening checks the header before anything is allocated from it, at a cost that grows with the
-header, not the data: every count, offset and size against the file's size and the other
-arrays (each array's bytes against the piece's NumberOfPoints / NumberOfCells and its
-components, appended offsets inside the appended data, compressed block headers against the
-bytes they may occupy, the last cell offset against the connectivity). A bad file is a
-VtkXmlError naming the file and the problem in words.
-
-Inline ascii data cannot be addressed by row; ``streamable`` is False for such a file and the
-caller reads it with VTK (see ``whole_file_bytes`` for the memory that takes).
+"""Read VTK XML files (VTU, VTP; whole or in pieces) a block of rows at a time, in bounded memory:
+the header parsed and checked against the data, then any rows of any array decoded from its
+byte offset. Inline ascii data is not ``streamable``. docs/raw_inputs.md, "VTK XML files by rows".
 
     source = VtkXmlFile.open(Path("run_1/volume_1.vtu"))
     for start in range(0, source.n_points, 1 << 22):
-        xyz = source.read("Points", "Points", start, min(start + (1 << 22), source.n_points))
-"""
+        xyz = source.read("Points", "Points", start, min(start + (1 << 22), source.n_points))"""
 
 from __future__ import annotations
 
