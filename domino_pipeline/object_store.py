@@ -142,7 +142,7 @@ def anonymous_for(url: str, setting: bool | None) -> bool:
 def make_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None,
                retry_deadline_s: float = RETRY_DEADLINE_S) -> Any:
     """A new obstore client for the bucket (and key prefix) of ``url``, configured from the
-    environment, with retries (module docstring: at most ``RETRIES`` within ``retry_deadline_s``
+    environment, with retries (docs/remote_reading.md: at most ``RETRIES`` within ``retry_deadline_s``
     seconds of a request) and timeouts; unsigned
     requests where ``anonymous``; an ``http(s)://`` URL gets an HTTP client sending ``headers``.
     Refuses in a process forked after its parent made a client."""

@@ -168,7 +168,7 @@ def _zarr_run(path: Path | str) -> OpenedRun:
 
 
 def open_run(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) -> OpenedRun:
-    """Open one run of any accepted form (module docstring); ProcessedRunError (a ValueError)
+    """Open one run of any accepted form (docs/processed_runs.md); ProcessedRunError (a ValueError)
     naming the file for anything else, FileNotFoundError for a missing one."""
     path = as_location(path)
     if not exists(path):

@@ -86,7 +86,7 @@ def polygon_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                      ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Centres (n, 3) and area vectors (n, 3), float64, of the polygons whose point ids are
     ``ids[begins[i]:ends[i]]`` in ``points`` (any array-like, a memory map too), by OpenFOAM's
-    definition (module docstring), computed a vertex count at a time."""
+    definition (docs/processed_runs.md), computed a vertex count at a time."""
     counts = np.asarray(ends) - np.asarray(begins)
     if counts.size and counts.min() < 1:
         raise CellGeometryError(f"{int(np.count_nonzero(counts < 1))} polygons with no vertices")
@@ -159,7 +159,7 @@ def surface_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
 
 def polygon_vertex_shares(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                           ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For every vertex of every polygon (module docstring): its point id (m,), its share of the
+    """For every vertex of every polygon (docs/processed_runs.md): its point id (m,), its share of the
     polygon's area, its barycentric dual area there (m,), and the polygon's area vector (m, 3),
     float64; summed by point id they give each point's dual area and the sum of its polygons'
     area vectors. Computed a vertex count at a time."""
@@ -222,7 +222,7 @@ def solid_faces(cell_type: int) -> tuple[tuple[int, ...], ...]:
 
 def cell_centres(points: np.ndarray, block: CellBlock) -> np.ndarray:
     """Centres (n, 3), float64, of a block's cells: volume centroids of its 3-D cells, VTK's
-    parametric centres of the others (module docstring); NaN for cell types outside CELL_TYPES.
+    parametric centres of the others (docs/processed_runs.md); NaN for cell types outside CELL_TYPES.
     Computed ``CHUNK_CELLS`` at a time."""
     parts = [_chunk_centres(points, block.cells(a, b)) for a, b in _chunks(len(block.types))]
     return np.concatenate(parts) if parts else np.zeros((0, 3))

@@ -21,7 +21,7 @@ _POLL_S = 0.1  # how often a producer waiting for room checks whether it was sto
 
 
 class ReadAhead(Generic[T]):
-    """The items of ``blocks``, read in a thread named ``name`` up to ``depth`` ahead (module docstring)."""
+    """The items of ``blocks``, read in a thread named ``name`` up to ``depth`` ahead."""
 
     def __init__(self, blocks: Iterable[T], depth: int = 1, name: str = "read-ahead") -> None:
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))

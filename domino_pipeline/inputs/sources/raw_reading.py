@@ -111,7 +111,7 @@ class LocalReading:
 
 
 class RemoteReading:
-    """A remote run's files (module docstring), read into the temporary folder ``staging``."""
+    """A remote run's files (docs/remote_reading.md), read into the temporary folder ``staging``."""
 
     def __init__(self, staging: Path, access: RemoteAccess, progress: Callable[[int], None] | None) -> None:
         self.staging, self.access = staging, access

@@ -69,7 +69,7 @@ class _Item:
 
 
 class RemoteBytes:
-    """Positional reads and sweeps (module docstring) over the pieces of ``file``; ``counter``
+    """Positional reads and sweeps (docs/remote_reading.md) over the pieces of ``file``; ``counter``
     counts the bytes fetched. ``staging`` and ``verify`` are for ``prepare``. ``reads``, when
     given, gets (start, stop, SHA-256 hex digest) of every stretch of the stream read."""
 
@@ -160,7 +160,7 @@ class RemoteBytes:
 
     def sweep(self, ranges: list[tuple[int, int]], *, verify: bool) -> Iterator[tuple[int, memoryview]]:
         """(stream position, bytes) over ``ranges`` (rising, disjoint (start, stop) pairs), in
-        order, read ahead (module docstring). With ``verify``, each piece with a published
+        order, read ahead (docs/remote_reading.md). With ``verify``, each piece with a published
         checksum that ``ranges`` cover whole is hashed and checked at its end."""
         items = self._plan(ranges)
         covered = {i: sum(item.hi - item.lo for item in items if item.piece == i) for i in range(len(self.paths))}

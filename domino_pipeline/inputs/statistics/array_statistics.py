@@ -1,15 +1,7 @@
-"""run_statistics.py's statistics of a stored run, by one pass over its arrays: for the runs of a
-processed folder that have none in their attributes (physicsnemo-curator's forms, or runs
-processed with ``process.statistics=false``), since no streaming step saw them.
+"""run_statistics.py's statistics of a stored run by one pass over its arrays, for runs that have
+none in their attributes (docs/data_quality.md).
 
-The arrays are read ``PASS_ROWS`` rows at a time. The fields are taken as the run stores them,
-dimensionless by the run's physics constants (``physics_constants``, else the configured
-``[stream_velocity, air_density]``) and named by the dataset profile's columns when their width
-is the profile's (else ``column_<j>``, and no force sums). The cell quality needs the polygons'
-vertices, which these forms do not store: it is left out.
-
-    statistics = statistics_of_run(open_run(path), profile, (30.0, 1.205), published)
-"""
+    statistics = statistics_of_run(open_run(path), profile, (30.0, 1.205), published)"""
 
 from __future__ import annotations
 

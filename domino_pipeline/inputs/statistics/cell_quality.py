@@ -1,24 +1,10 @@
-"""The shape quality of a boundary surface's polygon cells, a block of cells at a time.
-
-Two measures per polygon, each dimensionless:
-
-- non-planarity (warp): the largest distance of a polygon's vertices from the plane through its
-  centre c normal to its unit normal n, over the square root of its area A:
-  ``max_i |(p_i - c) . n| / sqrt(A)``. 0 for a flat polygon and for every triangle; a unit square
-  with one corner lifted by h (and the opposite one lowered by h) has about h.
-- aspect ratio: the longest edge over the shortest (Verdict's edge ratio): 1 for a square or an
-  equilateral triangle, large for a sliver. A polygon with an edge of zero length has none (inf),
-  and is counted apart.
-
-The centres, normals and areas are the ones the block's geometry already has
-(cell_geometry.surface_geometry), so only the vertices are gathered here; the arithmetic is in
-float32, the precision of the stored rows, a vertex count at a time with the vertices' components
-contiguous (a few array passes per vertex).
+"""The shape quality of a boundary surface's polygon cells (non-planarity and aspect ratio,
+defined in docs/data_quality.md), a block of cells at a time, from the geometry the block
+already has.
 
     quality = CellQuality()
     quality.add(points, begins, ends, ids, centres, normals, areas)   # per block
-    quality.summary()   # {"non_planarity_max": .., "non_planarity_mean": .., "aspect_ratio_max": .., ...}
-"""
+    quality.summary()   # {"non_planarity_max": .., "non_planarity_mean": .., "aspect_ratio_max": .., ...}"""
 
 from __future__ import annotations
 

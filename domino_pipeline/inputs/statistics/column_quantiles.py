@@ -1,20 +1,11 @@
-"""Per-column quantiles of a stream of row blocks, and the mean and std of the values between
-them (trimmed), from a bounded sample of the rows.
-
-The sample is the ``size`` rows whose hashed row numbers (splitmix64 of the row's position in
-the stream) are smallest: bottom-k sampling, a uniform sample without replacement that does not
-depend on how the stream is cut into blocks, so the same rows give the same quantiles whether
-read in one block or many. While the stream holds ``size`` rows or fewer, the sample is every
-row and the quantiles are exact (numpy's linear interpolation). ``mean_trimmed`` and
-``std_trimmed`` are the mean and (population) std of the sampled values left when the n // 100
-smallest and the n // 100 largest of the n are dropped: a spread that a few cells' extreme values
-do not move, as they move the std of all rows. Non-finite values are left out.
+"""Per-column quantiles of a stream of row blocks, and the trimmed mean and std between them, from
+a bottom-k sample of the rows that does not depend on how the stream is cut into blocks
+(docs/data_quality.md).
 
     quantiles = ColumnQuantiles(3)
     for block in blocks:
         quantiles.add(block)
-    quantiles.summary(["x", "y", "z"])    # {"x": {"p01": .., "p99": .., "mean_trimmed": .., "std_trimmed": ..}, ...}
-"""
+    quantiles.summary(["x", "y", "z"])    # {"x": {"p01": .., "p99": .., "mean_trimmed": .., "std_trimmed": ..}, ...}"""
 
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
-"""Which runs of a processed folder are wrong as runs, from its statistics table (statistics_table.py),
-each with every reason; cache_data.py and train.py leave them out (``data.quality``). The checks,
-their formulas and defaults are docs/data_quality.md's "Which runs are rejected":
-
-- robust scores of each statistic of ``SCORED`` across the runs (``z = (value - median) / (1.4826
-  MAD)``, floored by ``RELATIVE_FLOOR`` and ``MINIMUM_SCALE``; at least ``MIN_SCORED_RUNS`` runs);
-- the drag and lift the surface fields integrate to against the coefficients the run publishes;
-- physicsnemo-curator's limits (``data.quality.curator.enabled``), from each column's extremes
-  clipped to mean +- ``sigma`` std.
-
-A run the table lacks, or holds without statistics, is not checked, and the summary says so.
+"""Which runs of a processed folder are wrong as runs, from its statistics table, each with every
+reason; cache_data.py and train.py leave them out (``data.quality``). The checks, their formulas
+and defaults: docs/data_quality.md, "Which runs are rejected". A run the table lacks, or holds
+without statistics, is not checked, and the summary says so.
 
     selection = quality_selection(runs, config.data, config.dataset)
-    print(selection.summary())     # 2 runs excluded by quality: run_37 (...), run_101 (Cd 0.61 vs published 0.27)
-"""
+    print(selection.summary())     # 2 runs excluded by quality: run_37 (...), run_101 (Cd 0.61 vs published 0.27)"""
 
 from __future__ import annotations
 
@@ -96,7 +88,7 @@ def scored_columns(rows: Sequence[Mapping]) -> list[str]:
 
 def robust_scores(values: Sequence[float | None], minimum_scale: float = 0.0) -> tuple[np.ndarray, float, float]:
     """(z of each value (NaN where there is none), the median, the scale s) of one statistic
-    across runs (module docstring), s at least ``minimum_scale``."""
+    across runs (docs/data_quality.md), s at least ``minimum_scale``."""
     data = np.array([np.nan if v is None else float(v) for v in values])
     present = data[np.isfinite(data)]
     if not len(present):
@@ -222,7 +214,7 @@ def clipped_magnitude(row: Mapping, column: str, sigma: float) -> float | None:
 
 
 def judge(rows: Sequence[Mapping], quality: QualityConfig, dataset: DatasetConfig) -> QualityVerdicts:
-    """Every check of the module docstring over a table's rows."""
+    """Every check of docs/data_quality.md's "Which runs are rejected" over a table's rows."""
     verdicts = QualityVerdicts()
     unreadable = [row for row in rows if row.get("error")]
     for row in unreadable:

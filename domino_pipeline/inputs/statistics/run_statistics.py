@@ -1,40 +1,11 @@
-"""A run's statistics, gathered from the blocks process_data.py streams (no second pass), stored
-as the processed run's ``statistics`` attribute and collected into the processed folder's table
-(statistics_table.py), where run_quality.py compares the runs with one another.
-
-    {"version": 2,
-     "stl": {"points", "triangles", "dropped_triangles", "open_edges", "non_manifold_edges",
-             "degenerate_triangles", "area", "enclosed_volume", "positions": {"x": {min, max}, "y": .., "z": ..}},
-     "surface": {"count", "positions" (the bounding box, as the STL's),
-                 "fields": {column: {min, max, mean, std, nonfinite, p01, p99, mean_trimmed, std_trimmed}},
-                 "area": {min, max, mean, total}, "enclosed_volume",
-                 "force_sums": {"pressure": [3], "shear": [3]}, "cells": {cell_quality's}},
-     "volume": {"count", "positions", "fields"},
-     "consistency": {"surface_to_stl_volume", "surface_stl_bounds_gap"},
-     "published": {"own": {"cd", ..}, "own_area", "constant": {..}, "constant_area", "velocity"}
-                  (or {"error": ..}),
-     "forces": {"own": {"cd", "cl"}, "constant": {"cd", "cl"}}}
-
-Field statistics are of the fields as stored (dimensionless, run_layout.py's columns); the
-non-finite count is of what the reader gave (a processed run refuses non-finite values, so there
-it is 0); ``p01`` and ``p99`` are the 1% and 99% quantiles (column_quantiles.py: exact up to
-65536 rows, from a sample of that many beyond), which a few cells' extremes do not move.
-``enclosed_volume`` is ``1/3 sum (c . n) A`` over the cells (``1/6 sum a . (b x c)`` over the
-STL's triangles), the divergence theorem's volume of a closed surface: positive when the normals point out of it,
-negative when into it. ``force_sums`` are force_integration.force_sums of the physical fields
-(the stored ones times their divisors) and the normals as the file orients them, so that the
-force of any convention can be formed later; ``forces`` are the coefficients they give with the
-dataset profile's flow (``dataset.flow``) over the run's own and the constant reference areas.
-``surface_to_stl_volume`` is the ratio of the two enclosed volumes (about 1 or -1 when the
-boundary surface is the STL's body), ``surface_stl_bounds_gap`` the largest distance between a
-face of the surface's bounding box and the STL's, over the STL's largest extent. Values that are
-not finite are stored as null.
+"""A run's statistics, gathered from the blocks process_data.py streams (no second pass) and stored
+as the processed run's ``statistics`` attribute; the schema and every definition are
+docs/data_quality.md's "The statistics attribute and how it is computed".
 
     statistics = RunStatistics.for_options(options, surface_divisors, volume_divisors)
     statistics.add_stl(stl, dropped)
     statistics.surface.add_block(positions=c, fields=f, normals=n, areas=a)   # per block
-    statistics.summary()
-"""
+    statistics.summary()"""
 
 from __future__ import annotations
 
@@ -131,12 +102,12 @@ class PartStatistics:
             self.shear_sum += shear_sum
 
     def field_summary(self) -> dict[str, dict[str, float]]:
-        """Each field column's moments and quantiles (module docstring)."""
+        """Each field column's moments and quantiles (docs/data_quality.md)."""
         quantiles = self.quantiles.summary(self.columns)
         return {name: {**moments, **quantiles[name]} for name, moments in self.fields.summary(self.columns).items()}
 
     def summary(self) -> dict[str, Any]:
-        """The part's statistics (module docstring)."""
+        """The part's statistics (docs/data_quality.md)."""
         found: dict[str, Any] = {"count": self.count, "positions": self.positions.summary(AXES),
                                  "fields": self.field_summary()}
         if self.surface and self.areas.count[0]:
@@ -196,7 +167,7 @@ class RunStatistics:
                               "constant_area": published.constant_references.area, "velocity": published.velocity}
 
     def summary(self) -> dict[str, Any]:
-        """The run's statistics (module docstring), as plain JSON values."""
+        """The run's statistics (docs/data_quality.md), as plain JSON values."""
         found: dict[str, Any] = {"version": STATISTICS_VERSION, "stl": self.stl}
         for key, part in (("surface", self.surface), ("volume", self.volume)):
             if part is not None:
@@ -225,7 +196,7 @@ def enclosed_volume(vertices: np.ndarray, triangles: np.ndarray) -> float:
 
 
 def consistency(statistics: Mapping[str, Any]) -> dict[str, float | None]:
-    """{surface_to_stl_volume, surface_stl_bounds_gap} (module docstring) of a run's statistics;
+    """{surface_to_stl_volume, surface_stl_bounds_gap} (docs/data_quality.md) of a run's statistics;
     empty without a surface or an STL."""
     stl, surface = statistics.get("stl") or {}, statistics.get("surface") or {}
     if not stl or "enclosed_volume" not in surface:

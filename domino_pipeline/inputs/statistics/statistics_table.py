@@ -1,24 +1,9 @@
-"""The statistics of every run of a processed folder, one row per run, in one table:
-``<processed_dir>/statistics.csv``, which process_data.py writes after processing and
-run_quality.py reads to find the outliers.
-
-A row holds ``run`` (the run's name), ``format`` (inputs/runs.FORMATS), ``source`` (for a run
-whose statistics came from a pass over its arrays: its runs.stat_fingerprint, so that a rewrite
-of the table reuses the row while the run is unchanged), ``error`` (why the run could not be read,
-else empty) and run_statistics.py's statistics flattened, with dotted names:
-``surface.fields.pMeanTrim.max``, ``volume.count``, ``surface.force_sums.pressure.x``,
-``published.own.cd``, ``consistency.surface_to_stl_volume``; an empty cell is a value the run
-does not have. A processed run's statistics come from its attributes (gathered while it was
-streamed); other runs' from one pass over their arrays (array_statistics.py), with what their raw
-folder (``data.raw_dir/<run>``, when there) publishes.
-
-CSV, not Parquet: a dataset's table is a few hundred rows of a few hundred numbers, which CSV
-holds exactly (``repr`` of each float), and it needs no dependency to write or read: pandas reads
-it as ``pandas.read_csv(path)``, a person with any spreadsheet.
+"""The statistics of every run of a processed folder, one row per run, in
+``<processed_dir>/statistics.csv`` (its columns: docs/data_quality.md), which process_data.py
+writes after processing and run_quality.py reads to find the outliers.
 
     write_statistics_table(processed_dir, profile, options, raw_dir)
-    rows = read_statistics_table(processed_dir)       # None when there is none
-"""
+    rows = read_statistics_table(processed_dir)       # None when there is none"""
 
 from __future__ import annotations
 
