@@ -110,11 +110,8 @@ def _split(buffer: memoryview, merged, ranges) -> dict[int, memoryview]:
 
 
 class LocalSource(ByteSource):
-    """A local folder: descriptors kept open until ``close``; ranged reads are views of each
-    file mapped read-only (no copy out of the page cache: a warm draw's bytes go straight to
-    the checksum and the gather). A mapping covers the file's size when it was mapped and is
-    made again when a wave finds that size changed, so a range past the end comes back short,
-    as a ``pread`` would. Results stay valid while the caller holds them."""
+    """A local folder: ranged reads are views of each file mapped read-only (no copy), remapped when
+    a wave finds the file's size changed, so a range past the end comes back short, as a ``pread``."""
 
     def __init__(self, root: str | os.PathLike) -> None:
         super().__init__()
@@ -208,10 +205,8 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
 
 
 class ObjectSource(ByteSource):
-    """An object-store prefix read through obstore: a wave is one batch of concurrent GETs,
-    one thread per object (``get_ranges`` fetches an object's ranges concurrently itself).
-    Threads and obstore's blocking calls, not its asyncio ones: no Python object is handed to
-    the client's own threads, which could outlive the interpreter at exit."""
+    """An object-store prefix read through obstore's blocking calls in threads, one per object (no
+    Python object handed to the client's threads, which could outlive the interpreter)."""
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -326,9 +321,8 @@ def _close_sources() -> None:
 
 def read_bytes(location: str | os.PathLike, start: int | None = None, length: int | None = None
                ) -> bytes | None:
-    """The bytes of a file or object (``length`` of them from ``start``; ``start`` None and a
-    ``length``: the last ``length``); None when it is absent. An object is read through its
-    bucket's shared source."""
+    """The bytes of a file or object (``length`` from ``start``; ``start`` None: the last ``length``);
+    None when it is absent."""
     if not is_url(location):
         return _read_file(Path(location), start, length)
     root, key = split_url(str(location))
@@ -356,9 +350,8 @@ def _read_file(path: Path, start: int | None, length: int | None) -> bytes | Non
 
 
 def get_listed_range(store: Any, listed: Any, lo: int, hi: int) -> memoryview:
-    """Bytes ``lo:hi`` of a listed object (``listed``: its ``url``, ``key``, ``size`` and
-    ``version``, remote_runs.RemoteObject) by one ranged GET through ``store``, sent with
-    If-Match its version and its reply checked (``require_unchanged``); errors named by its URL."""
+    """Bytes ``lo:hi`` of a listed object (remote_runs.RemoteObject) by one ranged GET sent with
+    If-Match its version, the reply checked (``require_unchanged``); errors named by its URL."""
     import obstore
 
     options = {"range": (lo, hi), **({"if_match": listed.version} if listed.version else {})}
@@ -370,9 +363,8 @@ def get_listed_range(store: Any, listed: Any, lo: int, hi: int) -> memoryview:
 
 
 def require_unchanged(piece: Any, meta: dict, lo: int, hi: int, n_bytes: int) -> None:
-    """ObjectStoreError naming ``piece`` as changed since it was listed when a GET of its bytes
-    ``lo:hi`` answered another size or ETag (``meta``: the reply's), whether or not the server
-    honoured If-Match, or a number of bytes other than those asked for."""
+    """ObjectStoreError naming ``piece`` as changed since it was listed when the reply ``meta`` of a
+    GET of ``lo:hi`` has another size or ETag, or ``n_bytes`` is not ``hi - lo``."""
     now = meta.get("e_tag")
     if piece.version and now and _bare(now) != _bare(piece.version):
         raise ObjectStoreError(f"{piece.url}: changed since it was listed (its ETag was {piece.version} "
@@ -405,9 +397,7 @@ def source_and_key(location: str | os.PathLike) -> tuple[ByteSource, str]:
 
 
 def open_source(location: str | os.PathLike) -> ByteSource:
-    """A fresh source for ``location``: an ObjectSource for a URL (its client made by
-    ``object_store.make_store``, which refuses in a process forked after its parent made one),
-    a LocalSource otherwise."""
+    """A fresh source for ``location``: an ObjectSource for a URL, a LocalSource otherwise."""
     if not is_url(location):
         return LocalSource(location)
     return ObjectSource(str(location))

@@ -74,10 +74,8 @@ class ObjectStoreError(OSError):
 
 
 def _reason(err: Exception) -> str:
-    """The problem in the project's words: for a reply, its HTTP status in words, the status and
-    the service's error code (S3's ``<Code>``), never the reply's body; for a request that got no
-    reply, what failed and after how many retries in how long; else the first line of the
-    client's message, without its repeated ``Generic ... error:`` prefixes."""
+    """The problem in the project's words (docs/remote_reading.md, "How a fault ends"): HTTP status
+    in words, status and error code, never the body; or what failed, after how many retries."""
     from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
     text = str(err)
@@ -141,11 +139,8 @@ def anonymous_for(url: str, setting: bool | None) -> bool:
 
 def make_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None,
                retry_deadline_s: float = RETRY_DEADLINE_S) -> Any:
-    """A new obstore client for the bucket (and key prefix) of ``url``, configured from the
-    environment, with retries (docs/remote_reading.md: at most ``RETRIES`` within ``retry_deadline_s``
-    seconds of a request) and timeouts; unsigned
-    requests where ``anonymous``; an ``http(s)://`` URL gets an HTTP client sending ``headers``.
-    Refuses in a process forked after its parent made a client."""
+    """A new obstore client for the bucket (and prefix) of ``url``, with the retries and timeouts of
+    docs/remote_reading.md; unsigned where ``anonymous``; refused in a process forked after a client."""
     if _CLIENT_PID and _CLIENT_PID[0] != os.getpid():
         raise RuntimeError(f"{url}: object storage cannot be read in a process forked after "
                            "its parent read it; start DataLoader workers with "

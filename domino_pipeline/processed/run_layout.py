@@ -102,9 +102,8 @@ def processed_in_memory(
     where: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
     streamed: "Sequence[StreamedRows]" = (),
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays and attributes ``write_processed_run`` would store, in memory instead (each of
-    ``streamed`` read a block of rows at a time into whole arrays, checked as they are written):
-    the same validation, the same values. ``where`` names the run in errors."""
+    """The arrays and attributes ``write_processed_run`` would store, in memory, with the same checks;
+    ``where`` names the run in errors."""
     where = Path(where)
     arrays = dict(_checked_arrays(where, arrays, attrs, streamed))
     extra = {}

@@ -104,9 +104,8 @@ def _kind(path: Path) -> str:
 
 
 def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
-    """(name, "folder" | "file" | "other", location) of everything directly in a folder or
-    under a prefix, hidden names left out; FileNotFoundError for a missing folder or an empty
-    prefix."""
+    """(name, "folder" | "file" | "other", location) of everything in a folder or under a prefix,
+    hidden names left out; FileNotFoundError when there is none."""
     if is_url(directory):
         folders, objects = list_folder(directory)
         found = [(n, "folder", join(directory, n)) for n in folders] + [(n, "file", join(directory, n)) for n in objects]
@@ -233,9 +232,8 @@ def _global_params(run: OpenedRun, options: ReadOptions) -> np.ndarray:
 
 def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
              options: ReadOptions = DEFAULT_OPTIONS, opened: OpenedRun | None = None) -> dict[str, np.ndarray]:
-    """Read ``arrays`` (default: all those of the run's parts) of a run of any accepted form,
-    validated (docs/processed_runs.md), stl_faces as int32, the rest float32; ProcessedRunError
-    naming the file, its form and the array, or FileNotFoundError."""
+    """Read ``arrays`` (default: those of the run's parts) of a run of any form, validated, stl_faces
+    as int32, the rest float32; ProcessedRunError naming the file, form and array."""
     run = opened if opened is not None else open_run(path, options)
     names = arrays_for(run_parts(run)) if arrays is None else list(arrays)
     unknown = sorted(set(names) - set(ARRAY_SHAPES))

@@ -84,9 +84,8 @@ class CellBlock:
 
 def polygon_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                      ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Centres (n, 3) and area vectors (n, 3), float64, of the polygons whose point ids are
-    ``ids[begins[i]:ends[i]]`` in ``points`` (any array-like, a memory map too), by OpenFOAM's
-    definition (docs/processed_runs.md), computed a vertex count at a time."""
+    """Centres and area vectors (n, 3), float64, of the polygons ``ids[begins[i]:ends[i]]`` of
+    ``points`` (any array-like, a memory map too), by OpenFOAM's definition."""
     counts = np.asarray(ends) - np.asarray(begins)
     if counts.size and counts.min() < 1:
         raise CellGeometryError(f"{int(np.count_nonzero(counts < 1))} polygons with no vertices")
@@ -132,10 +131,8 @@ def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def polygon_vector_areas(points: np.ndarray, offsets: np.ndarray, connectivity: np.ndarray) -> np.ndarray:
-    """Each polygon's area vector (N, 3) in float64: its area times the unit normal of its
-    winding, OpenFOAM's face area vector (equal to Newell's ``0.5 sum_k v_k x v_k+1`` for any
-    polygon, planar or not). Polygons as VTK stores them: ``connectivity[offsets[i]:offsets[i+1]]``
-    are polygon i's point ids."""
+    """Each polygon's area vector (N, 3), float64, of polygons as VTK stores them
+    (``connectivity[offsets[i]:offsets[i+1]]``)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     connectivity = np.asarray(connectivity, dtype=np.int64)
     parts = [polygon_geometry(points, offsets[a:b], offsets[a + 1:b + 1], connectivity)[1]
@@ -159,10 +156,8 @@ def surface_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
 
 def polygon_vertex_shares(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                           ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For every vertex of every polygon (docs/processed_runs.md): its point id (m,), its share of the
-    polygon's area, its barycentric dual area there (m,), and the polygon's area vector (m, 3),
-    float64; summed by point id they give each point's dual area and the sum of its polygons'
-    area vectors. Computed a vertex count at a time."""
+    """For every vertex of every polygon: its point id (m,), its barycentric dual area there (m,) and
+    the polygon's area vector (m, 3), float64; summed by point id: each point's dual area and normal."""
     counts = np.asarray(ends) - np.asarray(begins)
     if counts.size and counts.min() < 3:
         raise CellGeometryError(f"{int(np.count_nonzero(counts < 3))} polygons with fewer than 3 vertices")
@@ -221,9 +216,8 @@ def solid_faces(cell_type: int) -> tuple[tuple[int, ...], ...]:
 
 
 def cell_centres(points: np.ndarray, block: CellBlock) -> np.ndarray:
-    """Centres (n, 3), float64, of a block's cells: volume centroids of its 3-D cells, VTK's
-    parametric centres of the others (docs/processed_runs.md); NaN for cell types outside CELL_TYPES.
-    Computed ``CHUNK_CELLS`` at a time."""
+    """Centres (n, 3), float64, of a block's cells (docs/processed_runs.md); NaN for cell types
+    outside CELL_TYPES."""
     parts = [_chunk_centres(points, block.cells(a, b)) for a, b in _chunks(len(block.types))]
     return np.concatenate(parts) if parts else np.zeros((0, 3))
 
@@ -318,9 +312,8 @@ def require_no_strips(count: int, path) -> None:
 
 
 def polydata_geometry(mesh, path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``surface_geometry`` of every cell of a VTK PolyData read whole, in VTK's cell order
-    (vertices, lines, polygons): vertex and line cells get their vertex mean, no normal and no
-    area. CellGeometryError naming ``path`` for triangle strips (not read) and empty polygons."""
+    """``surface_geometry`` of every cell of a VTK PolyData read whole, in VTK's cell order (vertex
+    and line cells: their vertex mean, no normal, no area); CellGeometryError naming ``path``."""
     require_no_strips(mesh.GetNumberOfStrips(), path)
     points = np.asarray(mesh.points)
     parts = []

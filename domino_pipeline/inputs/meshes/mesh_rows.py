@@ -21,10 +21,8 @@ SURFACE_ARRAYS = ("surface_mesh_centers", "surface_normals", "surface_areas", "s
 
 @dataclass(frozen=True)
 class SurfaceRows:
-    """What a row of the surface is: a boundary cell or point (``location``, the profile's
-    ``surface_rows``); for points, the point data array of unit normals (``normals``; None: from
-    the cells) and the run's published areas (``areas``, an .npy of one area per point; None:
-    their barycentric dual areas, ``cell_geometry.polygon_vertex_shares``)."""
+    """What a row of the surface is (``location``: cells or points; the profile's ``surface_rows``);
+    for points, the normals array and the published areas (.npy) to use, None: from the cells."""
 
     location: str = "cells"
     normals: str | None = None
@@ -60,9 +58,8 @@ def field_columns(
     data: Mapping, variables: Mapping[str, str], path: Path, where: str,
     arrays: Mapping[str, list[str]] | None = None,
 ) -> np.ndarray:
-    """Stack the fields ``variables`` ({name: kind}) of ``data`` (point or cell data, by array
-    name) as float32 columns, in order; a variable that ``arrays`` composes of one scalar array per
-    component is assembled from them."""
+    """Stack the fields ``variables`` ({name: kind}) of ``data`` as float32 columns, in order (a
+    variable that ``arrays`` splits into one scalar array per component assembled from them)."""
     columns = []
     for name, kind in variables.items():
         width = variable_width(name, kind)

@@ -40,10 +40,8 @@ def unreadable(err: VtkXmlError, path) -> RunError:
 
 
 def open_rows(path, source=None) -> VtkXmlFile:
-    """The header of a VTU or VTP file (or its pieces), checked; RunError naming the file when
-    it cannot be parsed or its header does not fit its data, or naming the piece that is wrong.
-    ``source``: the file's bytes when they are not ``path``'s on local disk (a remote file's
-    RemoteBytes; ``path`` then names it)."""
+    """The header of a VTU or VTP file (or its pieces, or a remote file's ``source`` stream),
+    checked against its data; RunError naming the file or piece that is wrong."""
     try:
         return VtkXmlFile.open(path) if source is None else VtkXmlFile(source, path)
     except VtkXmlError as err:
@@ -79,9 +77,8 @@ def fall_back_to_vtk(file: VtkXmlFile, path: Path, reason: str) -> None:
 
 
 def points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
-    """The file's points for random access by cell connectivity, without holding them in memory:
-    a memory map of the file's raw points (a remote file's staged ones too), or of a file in
-    ``tmp`` they are decoded into, ``rows`` at a time."""
+    """The file's points for random access by connectivity, not held in memory: a memory map of the
+    raw points (or staged ones), or of a file in ``tmp`` they are decoded into, ``rows`` at a time."""
     entry = file.entry("Points", "Points")
     shape = (file.n_points, entry.components)
     piece = file.raw_file("Points", "Points")
@@ -97,11 +94,8 @@ def points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
 
 @contextmanager
 def prepared_rows(file: VtkXmlFile, keys: list[tuple[str, str]]) -> Iterator[None]:
-    """Make ready the arrays ``keys`` ((section, name)) that a block reader reads from ``file``
-    inside the block: nothing for a local file; a remote file's are fetched and decoded into
-    local temporary files (its stream's ``prepare``), before the block or, where no checksum is
-    checked, while it reads them (their sweeps waited for when it ends). An error decoding
-    them is RunError ``<file>: unreadable (<problem>)``, as a block reader's."""
+    """Within: the arrays ``keys`` of ``file`` ready for a block reader (a remote file's staged, before
+    the block or while it reads them); a decoding error is RunError ``<file>: unreadable (...)``."""
     try:
         staging = file.source.prepare(file, keys)
     except VtkXmlError as err:
@@ -115,9 +109,8 @@ def prepared_rows(file: VtkXmlFile, keys: list[tuple[str, str]]) -> Iterator[Non
 
 def cell_vertices(file: VtkXmlFile, section: str, start: int, stop: int,
                   n_points: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Cells ``start:stop`` of ``section`` ("Cells" of a VTU, "Polys" of a VTP): where each
-    cell's vertex ids begin and end in ``ids`` (int64), and ``ids``, the point ids of those cells
-    only; RunError when an id lies outside the ``n_points`` points."""
+    """Cells ``start:stop`` of ``section`` ("Cells" of a VTU, "Polys" of a VTP): (begins, ends, ids),
+    their point ids only; RunError when an id lies outside the ``n_points`` points."""
     ends = file.read(section, "offsets", start, stop)[:, 0].astype(np.int64)
     first = int(file.read(section, "offsets", start - 1, start)[0, 0]) if start else 0
     require_rising(ends, first, start, file, section)

@@ -55,10 +55,8 @@ class SurfaceStream:
     rows: SurfaceRows = field(default_factory=SurfaceRows)
 
     def blocks(self, cells: int, on_cells: CellsObserver | None = None) -> Iterator[SurfaceBlock]:
-        """(centres (n, 3), unit normals (n, 3), areas (n,), raw fields (n, F)), float32, of
-        ``cells`` rows at a time, in file order. ``on_cells(points, begins, ends, ids, centres,
-        normals, areas)`` is shown each block's polygons (their point ids are ``ids[begins[i]:ends[i]]``)
-        with their geometry, as for cell_quality.CellQuality.add; only for cell rows read by rows."""
+        """(centres, unit normals, areas, raw fields), float32, of ``cells`` rows at a time, in file
+        order; for cell rows read by rows, each block's polygons are shown to ``on_cells`` (CellQuality.add)."""
         if self.file is None:
             whole = read_surface(self.path, self.variables, self.arrays, self.rows)
             for start in range(0, self.n_cells, cells):
@@ -126,9 +124,8 @@ def cell_section(file: VtkXmlFile) -> str:
 
 
 def point_sums(file: VtkXmlFile, points: np.ndarray, tmp: Path, cells: int, path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Per point, the sum of the area vectors of the cells around it (n_points, 3) and its
-    barycentric dual area (n_points,), float64 memory maps in ``tmp``, from one pass over the
-    cells ``cells`` at a time."""
+    """Per point, the sum of its cells' area vectors (n_points, 3) and its dual area (n_points,):
+    float64 memory maps in ``tmp``, from one pass over the cells, ``cells`` at a time."""
     vectors = np.memmap(tmp / "normal_sums.f8", dtype=np.float64, mode="w+", shape=(file.n_points, 3))
     areas = np.memmap(tmp / "dual_areas.f8", dtype=np.float64, mode="w+", shape=(file.n_points,))
     section = cell_section(file)
@@ -149,14 +146,9 @@ def point_sums(file: VtkXmlFile, points: np.ndarray, tmp: Path, cells: int, path
 
 def open_surface(path, variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None,
                  rows: SurfaceRows = SurfaceRows(), file: VtkXmlFile | None = None) -> SurfaceStream:
-    """The boundary surface of ``path`` (a VTP, or a VTU of polygon cells) as blocks of rows
-    (``rows``) with the fields ``variables``, read from ``arrays`` (default: the arrays of the
-    variables' names); ``file``: its header opened already (a remote file's, named by ``path``).
-
-    RunError naming the file for a missing field or an empty file or cells that are not
-    polygons, CellGeometryError for triangle strips; a file that cannot be read by rows falls
-    back to VTK with a WholeFileFallback warning.
-    """
+    """The boundary surface of ``path`` as blocks of ``rows`` with the fields ``variables`` (read from
+    ``arrays``; ``file``: its header opened already). RunError naming the file for a missing field,
+    an empty file or cells that are not polygons; a file not readable by rows falls back to VTK."""
     file = mesh_stream.open_rows(path) if file is None else file
     require_no_strips(file.piece_counts.get("NumberOfStrips", 0), path)
     section, where = _DATA[rows.location]
@@ -172,9 +164,8 @@ def open_surface(path, variables: Mapping[str, str], arrays: Mapping[str, list[s
 
 
 def surface_arrays(file: VtkXmlFile, names: list[str], rows: SurfaceRows) -> list[tuple[str, str]]:
-    """The arrays (section, name) that the blocks of rows ``rows`` of a surface read, its data
-    arrays ``names``: the cells' connectivity unless point rows take both normals and areas as
-    published."""
+    """The arrays (section, name) the blocks of ``rows`` read: the data arrays ``names`` and the
+    cells' connectivity, unless point rows take both normals and areas as published."""
     section = _DATA[rows.location][0]
     cells = rows.location == "cells" or rows.normals is None or rows.areas is None
     connectivity = [(cell_section(file), "offsets"), (cell_section(file), "connectivity")] if cells else []

@@ -58,15 +58,8 @@ def process_run(run_dir: str | os.PathLike | RemoteRun | RunFiles, out_path: str
                 block_rows: int = VOLUME_BLOCK_ROWS, surface_block: int = SURFACE_BLOCK_CELLS, *,
                 access: RemoteAccess = RemoteAccess(),
                 progress: Callable[[int], None] | None = None) -> tuple[Path, list[str]]:
-    """Read one raw run folder and write it as a processed Zarr group at ``out_path``.
-
-    The volume is read and written ``block_rows`` rows at a time and the boundary surface
-    ``surface_block`` cells at a time, so memory does not grow with them (the STL is read
-    whole). A RemoteRun (or its files, listed) is read from where it is published
-    (raw_reading.py, ``access``; each byte fetched told to ``progress``). Returns the written
-    path and notes (such as a volume-source fallback). Raises FileNotFoundError or RunError
-    naming the file and the problem.
-    """
+    """Read one raw run (a folder, a RemoteRun or its files) and write it as a processed Zarr group at
+    ``out_path``, a block at a time; (the path, notes). FileNotFoundError or RunError naming the file."""
     if isinstance(run_dir, RemoteRun):
         run_dir = remote_run_files(run_dir, options.dataset, options.parts)
     files = run_dir if isinstance(run_dir, RunFiles) else run_files(Path(run_dir), options.dataset, options.parts)
@@ -88,10 +81,8 @@ def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions, block
 
 @dataclass
 class RunContents:
-    """A raw run opened for processing: the STL's arrays and the global parameters (in memory),
-    the group attributes, the surface's and the volume's arrays as StreamedRows (read a block at
-    a time, a few blocks ahead in threads: read_ahead.py) and notes; ``close`` stops the reading
-    ahead (after the arrays are written, or when they will not be)."""
+    """A raw run opened for processing: the STL's arrays and global parameters, the attributes, the
+    surface and volume as StreamedRows read ahead, notes; ``close`` stops the reading ahead."""
 
     arrays: dict[str, np.ndarray]
     attrs: dict
@@ -107,11 +98,8 @@ class RunContents:
 def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, block_rows: int = VOLUME_BLOCK_ROWS,
              surface_block: int = SURFACE_BLOCK_CELLS,
              reading: LocalReading | RemoteReading | None = None) -> RunContents:
-    """Open a raw run folder (or a run's files, a remote run's read through ``reading``:
-    raw_reading.py) for processing: the surface and the volume opened (their headers read; a
-    remote one's arrays staged meanwhile) if ``options.parts`` asks for them, their blocks read
-    ahead while the STL is read (triangulated, zero-area triangles dropped); a mesh left out is
-    never opened. The caller closes the contents (RunContents.close)."""
+    """Open a raw run for processing (a remote one through ``reading``): the meshes ``options.parts``
+    asks for opened and read ahead while the STL is read. The caller closes the contents."""
     files = run_dir if isinstance(run_dir, RunFiles) else run_files(Path(run_dir), options.dataset, options.parts)
     reading = LocalReading() if reading is None else reading
     readers = ExitStack()
@@ -197,9 +185,8 @@ def _sources_at_end(files: RunFiles, reading: LocalReading | RemoteReading) -> S
 
 
 def _with_cells(surface: SurfaceStream, cells: int) -> Iterator[tuple[tuple[np.ndarray, ...], tuple | None]]:
-    """The surface's blocks of ``cells`` rows, each with the polygons it shows an observer of
-    cells (SurfaceStream.blocks' ``on_cells`` arguments, or None), to be shown later, where the
-    blocks are used (the statistics that take them are made once the STL is read)."""
+    """The surface's blocks of ``cells`` rows, each with its polygons (``on_cells`` arguments, or None)
+    kept to be shown where the blocks are used (the statistics exist once the STL is read)."""
     shown: list[tuple] = []
     for block in surface.blocks(cells, lambda *polygons: shown.append(polygons)):
         yield block, (shown.pop() if shown else None)
@@ -245,9 +232,8 @@ def _scaled(blocks: Iterator[tuple[np.ndarray, ...]], divisors: np.ndarray) -> I
 
 def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np.ndarray, ...]],
                    bounds: dict, key: str, statistics: RunStatistics | None = None) -> StreamedRows:
-    """Arrays ``shapes`` written from ``blocks``; the bounds of the first (the positions) are
-    gathered on the way and stored as ``bounds[key]`` once every row is seen, and every block is
-    shown to the part ``key`` of ``statistics``, whose summary is stored after each part."""
+    """Arrays ``shapes`` written from ``blocks``, the positions' bounds stored as ``bounds[key]`` and
+    every block shown to the part ``key`` of ``statistics``, whose summary is stored after it."""
     positions = next(iter(shapes))
     part = None if statistics is None else getattr(statistics, key)
     box = ColumnBounds(3) if part is None else part.positions  # the statistics gather the bounds too
@@ -267,10 +253,8 @@ def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np
 
 def _process_one(run: Path | RunFiles, out_path: Path, options: ProcessOptions, overwrite: bool = False,
                  access: RemoteAccess = RemoteAccess()) -> RunResult:
-    """Process one run (a local folder, or a remote run's files) in a worker, as the run's only
-    writer (a run another writer finished meanwhile is skipped, unless ``overwrite``); failures
-    come back as a result, not an exception. A remote run's bytes are reported
-    (executors.report) as ``(run, total, bytes)`` for the stage's progress bars."""
+    """Process one run in a worker as its only writer (finished meanwhile: skipped unless
+    ``overwrite``); failures come back as a result; a remote run's bytes are reported for progress bars."""
     name, fetched, started = run.name, [0], time.monotonic()
     total = remote_bytes_of(run)
 
@@ -318,14 +302,9 @@ def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, op
                 num_processes: int = 1, overwrite: bool = False, executor: ExecutorConfig = LOCAL_POOL,
                 runs: list[int | str] | None = None, shard: str | None = None,
                 access: RemoteAccess = RemoteAccess()) -> list[RunResult]:
-    """Process the run folders of ``raw_dir`` (a local folder, or an object-store or Hub URL:
-    remote_runs.py) that ``runs`` and ``shard`` choose (all by default; run_selection.py) into
-    ``processed_dir``, ``num_processes`` at a time on ``executor``; return one result per run.
-
-    Finished runs are skipped unless ``overwrite`` (refused when processed with other
-    ``options``), before anything of them is listed or fetched; temporaries left by killed
-    writers are removed first.
-    """
+    """Process the runs of ``raw_dir`` (local, or a URL) that ``runs`` and ``shard`` choose into
+    ``processed_dir``, ``num_processes`` at a time; one result per run. Finished runs are skipped
+    (refused if processed with other ``options``) unless ``overwrite``."""
     processed_dir = Path(processed_dir)
     processed_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(processed_dir)

@@ -26,10 +26,8 @@ class References:
 
 @dataclass(frozen=True)
 class Published:
-    """A run's published coefficients (COEFFICIENTS keys it publishes) over its own references
-    and over the constant ones (None: not published), those references (``own_references``
-    None: the run has no file of its own), and the free-stream speed its file states (m/s; None:
-    the profile's ``dataset.flow.velocity``)."""
+    """A run's published coefficients over its own and the constant references (None: not published),
+    those references (own None: no file of its own) and the speed its file states (None: the profile's)."""
 
     own: dict[str, float] | None
     constant: dict[str, float] | None
@@ -71,9 +69,8 @@ def read_first_row(path: Path) -> dict[str, str]:
 
 
 def read_openfoam_row(path: Path) -> dict[str, str]:
-    """The header entries (``# key : value``) and the last line's values of a forceCoeffs file,
-    one row keyed by lower-case name, as strings; ValueError naming the file when it has no
-    values or its last line is cut short."""
+    """A forceCoeffs file's header entries and last line as one row keyed by lower-case name;
+    ValueError naming the file when it has no values or its last line is cut short."""
     header, names, last, comment = {}, None, None, None
     with open(path) as file:
         for line in file:
@@ -165,9 +162,8 @@ def read_velocity(path: Path, profile: ReferencesProfile) -> float | None:
 
 
 def read_references(path: Path, profile: ReferencesProfile, which: str = "own") -> References:
-    """A run's own (``which`` "own") or constant ("constant") references from its references
-    file, by the profile's columns (``columns``, ``constant_columns``); quantities the profile
-    names no column for are the profile's constant ones."""
+    """A run's own or constant (``which``) references from its references file, by the profile's
+    columns; quantities without a column are the profile's constant ones."""
     row = read_row(path, profile.format)
     columns = profile.columns if which == "own" else profile.constant_columns
     return References(

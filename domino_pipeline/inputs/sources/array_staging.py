@@ -159,9 +159,8 @@ class _Window:
 
 def stage_arrays(file, keys: list[tuple[str, str]], folder: Path, stream,
                  whole: list[tuple[int, int]], *, verify: bool) -> None:
-    """Decode the arrays ``keys`` ((section, name)) of the VtkXmlFile ``file``, whose stream is
-    the RemoteBytes ``stream``, into files in ``folder`` in one sweep over their bytes and the
-    spans ``whole`` (pieces read whole, to be hashed), and make ``file`` read them from there."""
+    """Decode the arrays ``keys`` of ``file`` into files in ``folder`` in one sweep of ``stream`` over
+    their bytes and the spans ``whole`` (pieces hashed whole); ``file`` then reads them from there."""
     arrays = _in_stream_order(file, keys)
     spans = [(data.position, data.end) for _, data in arrays] + whole
     ranges = [(start, start + n) for start, n, _ in coalesce([(a, b - a) for a, b in spans if b > a])]
@@ -186,9 +185,8 @@ def _in_stream_order(file, keys: list[tuple[str, str]]) -> list[tuple[tuple[str,
 
 
 def stage_growing(file, keys: list[tuple[str, str]], folder: Path, stream) -> Staging:
-    """Stage the arrays ``keys`` of ``file`` (whose stream is the RemoteBytes ``stream``) into
-    files in ``folder``, each by its own sweep in a thread, and make ``file`` read them as they
-    grow (GrowingStagedArray); no checksum is checked. The caller closes the Staging."""
+    """Stage each of ``keys`` of ``file`` into ``folder`` by its own sweep in a thread, ``file`` reading
+    them as they grow; no checksum is checked. The caller closes the Staging."""
     arrays = _in_stream_order(file, keys)
     folder.mkdir(parents=True, exist_ok=True)
     threads = []

@@ -65,11 +65,9 @@ def present_among(name: str, names: Collection[str]) -> bool:
 
 
 def file_pieces(path: Path) -> list[Path]:
-    """The files that hold ``path``, in order: ``[path]`` itself, or its pieces
-    ``<name>.00.part``, ``<name>.01.part``, ... (from 0, any width) or ``<name>.part1``,
-    ``<name>.part2``, ... (from 1). FileNotFoundError when there are none; PieceError naming the
-    file or piece and the problem for a gap, a first piece of another number, both namings, or
-    both the whole file and pieces."""
+    """The files that hold ``path``, in order: itself, or its pieces ``.00.part``, ... (from 0) or
+    ``.part1``, ... (from 1). FileNotFoundError for none; PieceError naming the file for a gap,
+    a wrong first number, both namings, or the whole file beside pieces."""
     path = Path(path)
     names = set(_folder_names(path.parent))
     if path.is_file():

@@ -38,12 +38,8 @@ HUB_CHUNK_BYTES, HUB_IN_FLIGHT = 32 << 20, 4  # the Hub's sweeps: fewer, larger 
 
 @dataclass(frozen=True)
 class RemoteAccess:
-    """How remote raw files are read: ``anonymous`` (unsigned requests; None: where the
-    environment holds no credentials), ``verify`` (hash every piece whose checksum its source
-    publishes; False: fetch only the bytes the readers need, sizes checked), and the sweeps'
-    read-ahead (GETs of ``chunk_bytes``, ``in_flight`` at once; None: the origin's default,
-    ``read_ahead``), and ``retry_deadline_s``: the seconds within which a failed request
-    (listing or GET) is retried (object_store.make_store)."""
+    """How remote raw files are read (``data.anonymous``, ``data.verify_checksums``,
+    ``data.retry_deadline_s``; docs/remote_reading.md) and the sweeps' read-ahead (None: ``read_ahead``)."""
 
     anonymous: bool | None = None
     verify: bool = True
@@ -95,9 +91,8 @@ class LocalReading:
 
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
-        """Run ``task`` at once (opening local meshes takes no time, and their blocks are then
-        read ahead while the block runs); yield the function that gives its result, or raises
-        its error (so that an error of the block, the STL's, is raised first)."""
+        """Run ``task`` at once; yield the function that gives its result or raises its error (so that an
+        error of the block, the STL's, is raised first)."""
         try:
             result, error = task(), None
         except Exception as err:
@@ -169,10 +164,8 @@ class RemoteReading:
 
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
-        """Run ``task`` in a thread while the block runs (the meshes' headers are fetched while
-        the STL is, and their arrays staged by the blocks' readers as it is parsed: the network
-        and the decoding overlap); yield the function that waits for its result. Leaving the
-        block early stops the task's fetching."""
+        """Run ``task`` in a thread while the block runs (the meshes' fetching overlaps the STL's); yield
+        the function that waits for its result. Leaving the block early stops the task's fetching."""
         with ThreadPoolExecutor(1, thread_name_prefix="staging") as pool:
             future = pool.submit(task)
             try:

@@ -69,9 +69,8 @@ class _Item:
 
 
 class RemoteBytes:
-    """Positional reads and sweeps (docs/remote_reading.md) over the pieces of ``file``; ``counter``
-    counts the bytes fetched. ``staging`` and ``verify`` are for ``prepare``. ``reads``, when
-    given, gets (start, stop, SHA-256 hex digest) of every stretch of the stream read."""
+    """Parsing reads and sweeps over the pieces of ``file``, bytes counted by ``counter``; ``reads``,
+    when given, gets (start, stop, SHA-256) of every stretch read."""
 
     def __init__(self, file: RemoteFile, counter: FetchCounter, *, staging: Path | None = None,
                  verify: bool = True, chunk_bytes: int = CHUNK_BYTES, in_flight: int = IN_FLIGHT,
@@ -159,9 +158,8 @@ class RemoteBytes:
     # ------------------------------------------------------------------ sweeps
 
     def sweep(self, ranges: list[tuple[int, int]], *, verify: bool) -> Iterator[tuple[int, memoryview]]:
-        """(stream position, bytes) over ``ranges`` (rising, disjoint (start, stop) pairs), in
-        order, read ahead (docs/remote_reading.md). With ``verify``, each piece with a published
-        checksum that ``ranges`` cover whole is hashed and checked at its end."""
+        """(stream position, bytes) over the rising, disjoint ``ranges``, read ahead; with ``verify``,
+        each piece with a checksum that ``ranges`` cover whole is hashed and checked at its end."""
         items = self._plan(ranges)
         covered = {i: sum(item.hi - item.lo for item in items if item.piece == i) for i in range(len(self.paths))}
         checked = {i for i, piece in enumerate(self.file.pieces)
@@ -225,11 +223,8 @@ class RemoteBytes:
     # ------------------------------------------------------------------ the stream
 
     def prepare(self, file, keys: list[tuple[str, str]]):
-        """Stage the arrays ``keys`` of the VtkXmlFile ``file`` read from this stream into
-        ``staging`` (array_staging.py) and seal the stream: one sweep over the whole of each piece
-        whose checksum is checked (``verify``), done before this returns (None); where none is,
-        a sweep per array over its bytes, in threads, read as they grow: the Staging to close
-        once the arrays are read."""
+        """Stage the arrays ``keys`` of ``file`` into ``staging`` and seal the stream: None once staged
+        (pieces checked whole), else the Staging of arrays read as they grow, to close after."""
         from domino_pipeline.inputs.sources.array_staging import stage_arrays, stage_growing
 
         whole = [(self.starts[i], self.starts[i + 1]) for i, piece in enumerate(self.file.pieces)
@@ -263,9 +258,8 @@ class RemoteBytes:
 
 
 class _Hashing:
-    """The checked pieces' hashes, and the SHA-256 of each of ``spans`` (a sweep's ranges) to
-    record in ``reads``, updated in order in a thread of their own (at most ``backlog`` updates
-    queued); a piece's digest is compared at its last bytes, a span's recorded at its end."""
+    """The checked pieces' hashes and the SHA-256 of each of ``spans`` (recorded in ``reads``),
+    updated in order in a thread of their own; a piece's digest compared at its last bytes."""
 
     def __init__(self, pieces: dict[int, RemoteObject], backlog: int, spans: list[tuple[int, int]] = (),
                  reads: list[tuple[int, int, str]] | None = None) -> None:

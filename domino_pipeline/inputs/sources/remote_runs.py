@@ -40,10 +40,8 @@ def is_remote(location: str | os.PathLike) -> bool:
 
 @dataclass(frozen=True)
 class Origin:
-    """Where objects are read from, in a form that crosses to worker processes: the URL of the
-    store (``s3://bucket``, or the Hub repository's resolve URL), whether requests are
-    unsigned, and the seconds within which a failed request is retried. ``store()`` is this
-    process's client."""
+    """Where objects are read from, in a form that crosses to worker processes (store URL, unsigned
+    or not, retry deadline); ``store()`` is this process's client."""
 
     store_url: str
     anonymous: bool
@@ -59,9 +57,8 @@ class Origin:
 
 @dataclass(frozen=True)
 class RemoteObject:
-    """One listed object: its URL (for messages and records), its key in the origin's store,
-    its size, its published checksum (``sha256:<hex>``, ``md5:<hex>``, ``git-sha1:<hex>``, or
-    None) and version (its listed ETag, of any cloud, that every ranged GET must match, or None)."""
+    """One listed object: URL (for messages), key, size, published checksum (``sha256:``, ``md5:``,
+    ``git-sha1:<hex>``, or None) and version (its listed ETag, which every GET must match)."""
 
     url: str
     key: str
@@ -141,10 +138,8 @@ def _hub_listing(folder: HubFolder, anonymous: bool, recursive: bool, retry_dead
 
 def find_remote_runs(raw_url: str, profile: DatasetConfig, anonymous: bool | None,
                      retry_deadline_s: float = RETRY_DEADLINE_S) -> list[RemoteRun]:
-    """The run folders directly under ``raw_url`` (named as ``dataset.run_folders`` says),
-    naturally sorted; ``anonymous`` None: unsigned requests where the environment holds no
-    credentials (object_store.anonymous_for); a failed request retried within
-    ``retry_deadline_s`` seconds. FileNotFoundError when nothing is listed there."""
+    """The run folders directly under ``raw_url`` (``dataset.run_folders``), naturally sorted;
+    FileNotFoundError when nothing is listed there."""
     raw_url = raw_url.rstrip("/")
     # the Hub: HF_TOKEN is sent where it is set, unless anonymous (a public dataset needs none)
     unsigned = bool(anonymous) if is_hub(raw_url) else anonymous_for(raw_url, anonymous)
@@ -156,9 +151,8 @@ def find_remote_runs(raw_url: str, profile: DatasetConfig, anonymous: bool | Non
 
 
 def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all") -> RunFiles:
-    """The run's files by the profile's patterns (run_folder.run_files, here among the run
-    folder's listed objects), each a RemoteFile, and the files of its published coefficients
-    and references (``published``); FileNotFoundError naming a missing mesh."""
+    """The run's files by the profile's patterns among its listed objects (RemoteFiles, and its
+    published files); FileNotFoundError naming a missing mesh."""
     check_choice("process.parts", parts, PROCESS_PARTS)
     index = profile.run_index(run.name)
     if index is None:

@@ -31,10 +31,8 @@ LEAVE_OUT = {"dataset.files.volume": "process.parts=surface leaves the volume ou
 
 @dataclass(frozen=True)
 class RunFiles:
-    """The files of one run folder, local paths or (a remote run's) RemoteFiles; ``volume`` (or
-    ``surface``) is None when not read, and ``surface_areas`` when the run publishes none. ``folder``: the run folder (a remote run's
-    URL); ``published``: a remote run's files of published coefficients and references (a
-    local run's are found where they lie: published_forces.read_published)."""
+    """One run folder's files, local paths or RemoteFiles (a mesh None: not read; ``surface_areas``
+    None: none published); ``published``: a remote run's coefficient and reference files."""
 
     name: str
     index: str
@@ -105,11 +103,8 @@ def _described(key: str) -> str:
 
 
 def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunFiles:
-    """The run's files by the profile's patterns; FileNotFoundError naming a missing one.
-
-    ``parts`` (PROCESS_PARTS): "surface" or "volume" leaves the other mesh out (its file need not
-    exist). A volume published as ``<name>.00.part``, ``.01.part``, ... (or ``.part1``, ...) is found
-    by its whole name, which the streaming reader opens piece by piece."""
+    """The run's files by the profile's patterns, a volume in pieces by its whole name; a mesh
+    ``parts`` leaves out need not exist. FileNotFoundError naming a missing one."""
     check_choice("process.parts", parts, PROCESS_PARTS)
     index = run_index(run_dir, profile)
     files = profile.files
@@ -128,9 +123,8 @@ def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunF
 
 @contextmanager
 def profile_field_hints(fields: Mapping[str, str | list[str]], part: str) -> Iterator[None]:
-    """Within: a file that lacks a field of ``part`` (MissingFieldError) is refused with the
-    profile key that names it, ``fields`` being the profile's role -> name of ``part``
-    (``...: no cell data pMean (has ['p', ...]); set dataset.fields.surface.pressure to one of them``)."""
+    """Within: a file lacking a field of ``part`` is refused with the profile key that names it
+    (``...; set dataset.fields.surface.pressure to one of them``)."""
     try:
         yield
     except MissingFieldError as err:

@@ -138,9 +138,8 @@ def _score(rows: Sequence[Mapping], threshold: float, verdicts: QualityVerdicts)
 
 def coefficient_mismatches(row: Mapping, flow: FlowProfile, convention: ForceConvention,
                            tolerance: float) -> dict[str, str]:
-    """{reference set: reason} for each set of published coefficients (``own``, ``constant``) a
-    table row's integrated ones under ``convention`` disagree with beyond ``tolerance``:
-    ``Cd 0.61 vs published 0.27 (own references)``, Cl alike, both when both disagree."""
+    """{reference set: reason} for each published set (own, constant) a row's integrated coefficients
+    miss by more than ``tolerance``: ``Cd 0.61 vs published 0.27 (own references)``."""
     statistics = unflatten(row)
     reasons = {}
     for which, found in integrated_coefficients(statistics, flow, convention).items():

@@ -49,10 +49,8 @@ def field_columns(fields: Mapping[str, str]) -> dict[str, int | slice]:
 
 
 class PartStatistics:
-    """The statistics of one part (surface or volume) over its blocks. ``columns``: the field
-    columns' names; ``divisors`` (per column) turn the stored fields back into physical ones for
-    the force sums, which a surface with ``pressure`` and ``wall_shear_stress`` roles
-    (``roles``: role -> column(s)) gathers."""
+    """The statistics of one part (surface or volume) over its blocks; ``divisors`` give back the
+    physical fields for the force sums of a surface with pressure and wall shear ``roles``."""
 
     def __init__(self, columns: list[str], *, surface: bool, divisors: np.ndarray | None = None,
                  roles: Mapping[str, int | slice] | None = None) -> None:
@@ -180,10 +178,8 @@ class RunStatistics:
 
 
 def enclosed_volume(vertices: np.ndarray, triangles: np.ndarray) -> float:
-    """``1/6 sum (a - o) . ((b - o) x (c - o))`` over the triangles (a, b, c), o the vertices'
-    bounding-box centre: the volume a closed, consistently wound triangle surface encloses,
-    positive when wound outward. The products are formed in float32 about o (each term's
-    rounding is then the coordinates' own) and summed in float64."""
+    """The volume a closed triangle surface encloses (positive when wound outward): float32 products
+    about the bounding-box centre, summed in float64 (docs/data_quality.md)."""
     if not len(triangles):
         return 0.0
     vertices = np.asarray(vertices, np.float32)
@@ -211,9 +207,8 @@ def consistency(statistics: Mapping[str, Any]) -> dict[str, float | None]:
 
 def integrated_coefficients(statistics: Mapping[str, Any], flow: FlowProfile,
                             convention: ForceConvention) -> dict[str, dict[str, float]]:
-    """{"own": {cd, cl}, "constant": {cd, cl}}: a run's force sums under ``convention`` over its
-    own and the constant reference areas (each where known), with ``flow``'s free stream (its
-    speed, else the one the run publishes) and directions; empty without force sums or a speed."""
+    """{"own": {cd, cl}, "constant": {cd, cl}} of a run's force sums under ``convention`` over each
+    known reference area, with ``flow``'s speed (else the published one); empty without either."""
     sums = (statistics.get("surface") or {}).get("force_sums")
     published = statistics.get("published") or {}
     velocity = flow.velocity or published.get("velocity")

@@ -34,9 +34,8 @@ def _encoded(n: int, base64_encoded: bool) -> int:
 
 
 class ArrayData:
-    """Decoded byte ranges of one array's data, from its encoded header at ``position``; the
-    array may occupy the stream up to ``limit``. ``n_bytes``: its decoded data bytes; ``end``:
-    the stream position after its encoded bytes; ``where`` names it in errors."""
+    """Decoded byte ranges of one array's data (encoded header at ``position``, the array within
+    ``limit``); ``n_bytes``: decoded bytes; ``end``: the position after it; ``where`` names it."""
 
     def __init__(self, source: ConcatBytes, position: int, limit: int, base64_encoded: bool,
                  header_dtype: np.dtype, compressor: str, where: str, region: str = "the data") -> None:

@@ -114,9 +114,8 @@ class VtkXmlHeader:
         self.n_cells = sum(v for k, v in self.piece_counts.items() if k != "NumberOfPoints")
 
     def data_array(self, attrs: dict[str, str], section: str) -> ArrayEntry | None:
-        """The entry of a DataArray tag in ``section``; its ``position`` is an appended array's
-        offset until the appended data's start is known. None for an array this reader skips:
-        String and Bit arrays (which hold no rows of numbers), Points arrays after the first."""
+        """The entry of a DataArray tag (an appended one's ``position`` its offset until placed); None for
+        String and Bit arrays and Points arrays after the first."""
         # VTK takes the first Points array, whatever its Name (or none: "Position" is common)
         name = "Points" if section == "Points" else attrs.get("Name")
         where = f"a {section} DataArray" + (f" named {name}" if name else "")
@@ -210,10 +209,8 @@ class VtkXmlHeader:
 
 
 class _HeaderParser:
-    """The header's elements, as expat reports them, taken into a VtkXmlHeader: where each
-    element may stand, the arrays of each section, where inline arrays' text lies and where the
-    appended data starts. The file is fed to expat in chunks up to the AppendedData tag; the
-    inline binary text of an array whose own header says where it ends is skipped unfed."""
+    """The header's elements, as expat reports them, taken into a VtkXmlHeader (docs/raw_inputs.md):
+    where each may stand, each section's arrays, where inline text and the appended data lie."""
 
     def __init__(self, file: VtkXmlHeader) -> None:
         self.file = file
@@ -267,9 +264,8 @@ class _HeaderParser:
                               f"{max(self.expat.ErrorByteIndex, 0) + self.shift}") from None
 
     def _skipped(self, position: int, last_tag: int) -> int:
-        """Where to feed on from ``position``: where the inline binary text being fed ends, by
-        its own header, when that lies further on, with no markup since the text began and a tag
-        there; ``position`` otherwise (the text is fed, and checked against its header later)."""
+        """Where to feed on from ``position``: the end of the inline binary text being fed, by its own
+        header, when that lies further on with no markup since and a tag there; else ``position``."""
         skip, self.skip_to = self.skip_to, None
         if (skip is None or self.inline is None or skip <= position or last_tag > self.text_at
                 or self.file.source.read(skip, 4096).lstrip()[:1] != b"<"):
@@ -358,9 +354,8 @@ class _HeaderParser:
             self.expat.CharacterDataHandler = self._text
 
     def _skip_inline(self, entry: ArrayEntry) -> None:
-        """Let the feed skip the inline binary text of ``entry`` unread, to where its own header
-        says it ends (a DrivAerML volume is gigabytes of it); a header that cannot say leaves
-        the text to be fed, and checked against the header later."""
+        """Let the feed skip ``entry``'s inline binary text (gigabytes in a DrivAerML volume) to where its
+        own header says it ends; a header that cannot say leaves it to be fed and checked later."""
         source = self.file.source
         try:
             data = ArrayData(source, self.text_at, source.size, True, self.file.header_dtype,

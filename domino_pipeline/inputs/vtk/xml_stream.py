@@ -69,9 +69,8 @@ class VtkXmlFile(VtkXmlHeader):
         return data
 
     def _check_last_appended(self) -> None:
-        """The appended data's length against the array placed last in it, when the counts of
-        the piece fix that array's size (uncompressed): a file or piece cut short shows here,
-        before the arrays behind the cut are read from the wrong place."""
+        """The appended data's length against the last array in it, when the counts fix its size: a file
+        cut short shows here, before arrays behind the cut are read from the wrong place."""
         appended = [e for e in self.arrays.values() if e.data_format == "appended"]
         for entry in appended:
             if entry.position > entry.limit:
@@ -158,9 +157,8 @@ class VtkXmlFile(VtkXmlHeader):
         return data.data_at, data.n_bytes
 
     def raw_file(self, section: str, name: str) -> tuple[Path, int] | None:
-        """(local file, offset) of an array's decoded data when it lies raw in one local file (an
-        uncompressed raw array of a local file, a staged array of a remote one), for memory
-        mapping; None otherwise."""
+        """(local file, offset) of an array's decoded data when it lies raw in one local file (for memory
+        mapping); None otherwise."""
         return self._array(self.entry(section, name)).local_file()
 
     def array_data(self, section: str, name: str) -> ArrayData:
