@@ -24,8 +24,7 @@ THREADS = 32  # objects fetched at once (a draw touches about a dozen)
 
 @dataclass(frozen=True)
 class Request:
-    """One read: ``length`` bytes of object ``key`` from ``start``; ``start`` None reads the
-    last ``length`` bytes; ``length`` None reads the whole object."""
+    """One read: ``length`` bytes of ``key`` from ``start`` (None: the last ones; ``length`` None: all)."""
 
     key: str
     start: int | None = None
@@ -36,8 +35,7 @@ Result = tuple[memoryview | None, int | None]  # (bytes, or None: the object is 
 
 
 def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
-    """Merge byte ranges (start, length) that touch or overlap into (start, length, members):
-    ``members`` are the indexes into ``ranges`` each merged range serves."""
+    """Merge touching or overlapping (start, length) ranges into (start, length, indexes they serve)."""
     merged: list[tuple[int, int, list[int]]] = []
     for i in sorted(range(len(ranges)), key=lambda i: ranges[i][0]):
         start, length = ranges[i]
@@ -50,8 +48,7 @@ def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
 
 
 class ByteSource:
-    """Reads requests in waves and counts them: ``waves``, ``requests`` (after coalescing)
-    and ``bytes`` fetched, for benchmarks and tests."""
+    """Reads requests in waves, counting ``waves``, ``requests`` (coalesced) and ``bytes``, for benchmarks."""
 
     location: str
 
@@ -193,8 +190,7 @@ class LocalSource(ByteSource):
 
 
 def _pread_into(fd: int, view: memoryview, offset: int) -> int:
-    """Fill ``view`` from ``offset`` of ``fd`` (short reads continued); the bytes read, fewer
-    only at the end of the file."""
+    """Fill ``view`` from ``offset`` of ``fd``, short reads continued; the bytes read (fewer at the end)."""
     done = 0
     while done < len(view):
         n = os.preadv(fd, [view[done:]], offset + done)
@@ -312,8 +308,7 @@ _SOURCES: dict[tuple[int, str], ByteSource] = {}
 
 @atexit.register
 def _close_sources() -> None:
-    """Drop this process's object-store clients before the interpreter finalizes: the
-    client's own threads must not outlive Python."""
+    """Close this process's sources at exit: an object-store client's threads must not outlive Python."""
     for source in _SOURCES.values():
         source.close()
     _SOURCES.clear()
@@ -331,8 +326,7 @@ def read_bytes(location: str | os.PathLike, start: int | None = None, length: in
 
 
 def read_in_order(locations: list[str], window: int = 8) -> Iterator[bytes | None]:
-    """``read_bytes`` of each location, in order, ``window`` fetched at once (the memory of
-    ``window`` objects at most)."""
+    """``read_bytes`` of each location, in order, ``window`` fetched (and held) at once."""
     with ThreadPoolExecutor(max_workers=window, thread_name_prefix="object-read") as pool:
         for start in range(0, len(locations), window):
             yield from pool.map(read_bytes, locations[start:start + window])
@@ -404,8 +398,7 @@ def open_source(location: str | os.PathLike) -> ByteSource:
 
 
 def shared_source(location: str | os.PathLike) -> ByteSource:
-    """One source per process and location (for small reads: manifests, metadata, listings);
-    a forked process makes its own."""
+    """One source per process and location, for small reads (manifests, metadata, listings)."""
     key = (os.getpid(), str(location))
     if key not in _SOURCES:
         _SOURCES[key] = open_source(location)

@@ -64,8 +64,7 @@ def name_of(location: str | os.PathLike) -> str:
 
 
 def as_location(location: str | os.PathLike) -> str | Path:
-    """A URL as a string without a trailing "/", anything else as a Path (``Path`` would fold
-    the URL's "//")."""
+    """A URL as a string without a trailing "/", else a Path (which would fold the URL's "//")."""
     return str(location).rstrip("/") if is_url(location) else Path(location)
 
 
@@ -89,8 +88,7 @@ def _reason(err: Exception) -> str:
 
 
 def _unanswered(text: str) -> str:
-    """``<what failed>: <method> failed after <n> retries in <t> s`` from the client's message of a
-    request that got no reply, or its first line where it does not say so."""
+    """``<what failed>: <method> failed after <n> retries in <t> s`` from an unanswered request's message."""
     first = re.sub(r"^(Generic \w+ error: )+", "", text.strip().splitlines()[0] if text.strip() else "")
     performing = re.match(r"Error performing (\w+) \S+ in ([\d.]+)(ns|µs|ms|s)(?:, after (\d+) retries)?.*? - (.*)$",
                           first)
@@ -105,8 +103,7 @@ def _unanswered(text: str) -> str:
 
 @contextmanager
 def named_errors(url: str) -> Iterator[None]:
-    """Turn the object-store client's errors inside the block into one-line ObjectStoreErrors
-    naming ``url`` (``_reason``); a missing object stays a FileNotFoundError, named so too."""
+    """The client's errors in the block as one-line ObjectStoreErrors (FileNotFoundError) naming ``url``."""
     from obstore.exceptions import BaseError
 
     try:
@@ -121,8 +118,7 @@ _CLIENT_PID: list[int] = []  # the process that made an object-store client, onc
 
 
 def has_credentials(url: str) -> bool:
-    """Whether the environment gives a client of ``url``'s cloud credentials (CREDENTIAL_VARIABLES;
-    Google's default credentials file too)."""
+    """Whether the environment gives ``url``'s cloud credentials (CREDENTIAL_VARIABLES, gcloud's file)."""
     cloud = _CLOUD.get(url.split("://", 1)[0].lower())
     if cloud is None:
         return False
@@ -132,8 +128,7 @@ def has_credentials(url: str) -> bool:
 
 
 def anonymous_for(url: str, setting: bool | None) -> bool:
-    """Whether ``url`` is read with unsigned requests: ``setting``, or where it is None, when
-    the environment holds no credentials for its cloud (a public bucket needs none)."""
+    """Whether ``url`` is read unsigned: ``setting``, or where None, when no credentials are set."""
     return (not has_credentials(url)) if setting is None else bool(setting)
 
 
@@ -174,15 +169,13 @@ _STORES: dict[tuple, Any] = {}
 
 @atexit.register
 def _drop_stores() -> None:
-    """Drop this process's clients before the interpreter finalizes: their threads must not
-    outlive Python."""
+    """Drop this process's clients at exit: their threads must not outlive Python."""
     _STORES.clear()
 
 
 def shared_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None,
                  retry_deadline_s: float = RETRY_DEADLINE_S) -> Any:
-    """One client per process, URL (bucket or prefix) and ``make_store`` options; a forked
-    process makes its own."""
+    """One client per process, URL and ``make_store`` options."""
     key = (os.getpid(), str(url).rstrip("/"), anonymous, tuple(sorted((headers or {}).items())), retry_deadline_s)
     if key not in _STORES:
         _STORES[key] = make_store(key[1], anonymous=anonymous, headers=headers, retry_deadline_s=retry_deadline_s)
@@ -197,8 +190,7 @@ def bucket_and_key(url: str, *, anonymous: bool = False, retry_deadline_s: float
 
 
 def zarr_store(url: str) -> tuple[Any, str]:
-    """A read-only zarr store over the bucket of URL ``url`` (one client per bucket, however
-    many groups are opened) and the path of the group (or array) in it."""
+    """A read-only zarr store over the bucket of ``url`` (one client per bucket), and the path in it."""
     from zarr.storage import ObjectStore
 
     root, key = split_url(url)
@@ -227,8 +219,7 @@ def list_objects(url: str, *, anonymous: bool = False, retry_deadline_s: float =
 
 
 def objects_by_folder(url: str) -> dict[str, dict[str, ObjectInfo]]:
-    """``list_objects(url)`` grouped by the first part of each key (the folder directly under
-    ``url`` that holds it), keyed within it by the rest."""
+    """``list_objects(url)`` grouped by each key's first part (its folder), keyed within by the rest."""
     grouped: dict[str, dict[str, ObjectInfo]] = {}
     for key, info in list_objects(url).items():
         folder, _, rest = key.partition("/")

@@ -72,8 +72,7 @@ def _keys(separator: str, prefix: str | None):
 
 
 def _listing(array_dir: Path | str) -> set[str]:
-    """Relative paths ("/"-joined) of every file under the array folder: one directory walk
-    (one listing of a prefix)."""
+    """Relative paths ("/"-joined) of every file under the array folder, in one walk or listing."""
     if is_url(array_dir):
         return set(list_objects(array_dir))
     found = set()
@@ -84,8 +83,7 @@ def _listing(array_dir: Path | str) -> set[str]:
 
 
 def _unwritten_inner(shard: Path | str, position: tuple[int, ...], grid: dict) -> list[int]:
-    """Inner chunks of a shard that lie inside the array but whose index entry says absent;
-    reads only the index (at the end or the start of the shard file)."""
+    """A shard's inner chunks inside the array whose index entry says absent; reads only the index."""
     inner = grid["inner"]["chunk_shape"]
     per_axis = [o // i for o, i in zip(grid["chunks"], inner)]
     n = math.prod(per_axis)

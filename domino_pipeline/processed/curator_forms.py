@@ -52,8 +52,7 @@ def _binary(path: Path | str) -> IO[bytes]:
 
 
 def read_zarr_group(path: Path | str) -> tuple[str, Mapping[str, Any], dict]:
-    """(format "zarr-v2" | "zarr-v3", the group's arrays (lazy), its attributes); a URL is
-    read through zarr's ObjectStore (object_store.zarr_store)."""
+    """(format "zarr-v2" | "zarr-v3", the group's arrays (lazy), its attributes); a URL through zarr_store."""
     store, inside = zarr_store(path) if is_url(path) else (str(path), None)
     try:
         group = zarr.open_group(store=store, path=inside, mode="r")
@@ -77,8 +76,7 @@ def _split_scalars(items: Mapping[str, Any]) -> tuple[dict[str, Any], dict]:
 
 
 def read_npz(path: Path | str) -> tuple[str, Mapping[str, Any], dict]:
-    """("npz", arrays, attributes) of an .npz file (or object); object arrays are refused, not
-    unpickled."""
+    """("npz", arrays, attributes) of an .npz file or object; object arrays are refused, not unpickled."""
     try:
         with _binary(path) as handle, np.load(handle, allow_pickle=False) as npz:
             items = {key: npz[key] for key in npz.files}
@@ -113,8 +111,7 @@ def _npy_dtype(handle: IO[bytes], path: Path | str) -> np.dtype:
 
 
 def _legacy_dict(value: dict) -> dict[str, Any]:
-    """A legacy dict's values as arrays: numbers to float32, dicts of values flattened (the
-    example's global parameters), the placeholder of an absent part (a NaN scalar) dropped."""
+    """A legacy dict's values as float32 arrays, dicts of values flattened, an absent part (NaN) dropped."""
     out = {}
     for key, item in value.items():
         if isinstance(item, dict):

@@ -51,8 +51,7 @@ PART_ARRAYS: dict[str, tuple[str, ...]] = {part: tuple(n for n in ARRAY_NAMES if
 
 
 def arrays_for(parts: Sequence[str]) -> list[str]:
-    """The arrays (in ARRAY_NAMES order) of a run that holds ``parts``: the STL's, the global
-    parameters and those of each part."""
+    """The arrays (ARRAY_NAMES order) of a run of ``parts``: the STL's, global parameters, parts'."""
     left_out = {name for part in PARTS if part not in parts for name in PART_ARRAYS[part]}
     return [name for name in ARRAY_NAMES if name not in left_out]
 
@@ -68,8 +67,7 @@ def _codec() -> BloscCodec:
 def row_chunking(
     shape: tuple[int, ...], itemsize: int
 ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
-    """(chunk shape, shard shape or None) of an array: row chunks of about CHUNK_BYTES and, for
-    arrays of more than CHUNKS_PER_SHARD chunks, shards of that many."""
+    """(chunk shape, shard shape or None): row chunks of about CHUNK_BYTES, sharded when many."""
     row_bytes = itemsize * int(np.prod(shape[1:], dtype=np.int64))
     rows = max(1, min(max(shape[0], 1), CHUNK_BYTES // max(row_bytes, 1)))
     chunks = (rows, *shape[1:])
@@ -116,8 +114,7 @@ def processed_in_memory(
 
 def _checked_arrays(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
                     streamed: "Sequence[StreamedRows]") -> dict[str, np.ndarray]:
-    """``arrays`` contiguous, after checking them and the shapes ``streamed`` will write against
-    the layout: names, shapes and the arrays of the recorded parts."""
+    """``arrays`` contiguous, checked with the shapes ``streamed`` will write against the layout and parts."""
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
     later = {name: shape for rows in streamed for name, shape in rows.shapes.items()}
     required = arrays_for(parts_named(attrs.get("parts", "all")))
@@ -152,15 +149,13 @@ class StreamedRows:
         self.blocks, self.observe, self.attrs = blocks, observe, attrs
 
     def write(self, group: zarr.Group, path: Path) -> dict[str, Any]:
-        """Write every block into new arrays of ``group``, each shard compressed and written in a
-        thread while the next blocks are read; return ``attrs()``."""
+        """Write every block into new arrays of ``group``, shards written in a thread; return ``attrs()``."""
         with ThreadPoolExecutor(1, thread_name_prefix="shard-writes") as writes:
             return self._drain([_ShardWriter(_create_array(group, name, shape, np.float32), name, writes)
                                 for name, shape in self.shapes.items()], path)
 
     def collect(self, path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Every block into whole float32 arrays in memory, checked as ``write`` checks them;
-        (the arrays by name, ``attrs()``)."""
+        """Every block into whole float32 arrays, checked as ``write`` checks; (arrays, ``attrs()``)."""
         writers = [_ShardWriter(np.empty(shape, dtype=np.float32), name) for name, shape in self.shapes.items()]
         attrs = self._drain(writers, path)
         return {writer.name: writer.array for writer in writers}, attrs
@@ -179,8 +174,7 @@ class StreamedRows:
 
 
 class _ShardWriter:
-    """Appends rows to a Zarr array, writing whole shards (or chunks) as they fill, by ``writes``
-    (one shard of each array in flight at a time); or to a numpy array, a block at a time."""
+    """Appends rows to a Zarr array a shard at a time (one in flight), or to a numpy array."""
 
     def __init__(self, array: zarr.Array | np.ndarray, name: str, writes: Executor | None = None) -> None:
         self.array, self.name, self.writes = array, name, writes
@@ -253,8 +247,7 @@ def check_shapes(shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:
 
 
 def check_values(name: str, data: np.ndarray, path: Path, n_points: int | None) -> np.ndarray:
-    """Floating-point coordinates and fields, finite values, integral in-range face indices;
-    return the array as float32 (faces: int32)."""
+    """Floating values, finite, face indices integral and in range; the array as float32 (faces: int32)."""
     if name != "stl_faces" and data.dtype.kind not in "f":
         raise ProcessedRunError(f"{path}: array {name} holds {data.dtype} values; coordinates, "
                                 "normals, areas and fields must be floating point")
@@ -291,8 +284,7 @@ def validate_arrays(
 
 
 def check_format_version(attrs: Mapping[str, Any], path: str | os.PathLike) -> None:
-    """ProcessedRunError naming ``path`` when a processed run's ``attrs`` record another
-    format_version than this reader's; for an earlier one, what differs and how to reprocess."""
+    """ProcessedRunError naming ``path`` for another format_version (earlier: what differs)."""
     found = attrs.get("format_version")
     if found == FORMAT_VERSION:
         return

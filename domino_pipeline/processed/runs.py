@@ -138,8 +138,7 @@ def list_runs(directory: str | os.PathLike) -> list[Path | str]:
 
 
 def split_runs(runs: list[Path | str], val_fraction: float, seed: int) -> tuple[list[Path | str], list[Path | str]]:
-    """Deterministic train/validation split: a seeded permutation, the first ceil(f*n) runs validate
-    (at least one when f > 0 and there are 2+ runs; never all of them)."""
+    """Deterministic split: a seeded permutation, the first ceil(f*n) validate (at least one, never all)."""
     if not runs:
         raise ValueError("no processed runs to train on")
     n_val = min(math.ceil(val_fraction * len(runs)), len(runs) - 1) if val_fraction > 0 else 0
@@ -167,8 +166,7 @@ def _zarr_run(path: Path | str) -> OpenedRun:
 
 
 def open_run(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) -> OpenedRun:
-    """Open one run of any accepted form (docs/processed_runs.md); ProcessedRunError (a ValueError)
-    naming the file for anything else, FileNotFoundError for a missing one."""
+    """Open one run of any accepted form; ProcessedRunError naming the file, or FileNotFoundError."""
     path = as_location(path)
     if not exists(path):
         raise FileNotFoundError(f"{path}: no processed run there")
@@ -200,8 +198,7 @@ def _is_folder(path: Path | str) -> bool:
 
 
 def run_format(path: str | os.PathLike) -> str:
-    """The form of a run (one of FORMATS), read from its name and, for a Zarr group, its
-    metadata only: cheap, for reports."""
+    """The form of a run (FORMATS), from its name and a Zarr group's metadata only: cheap, for reports."""
     path = as_location(path)
     if _suffix(path) in (".npz", ".npy"):
         return f"curator-{_suffix(path)[1:]}"
@@ -218,8 +215,7 @@ def physics_constants(attrs: Mapping[str, Any]) -> tuple[float, float] | None:
 
 
 def _as_stored(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape an array is checked with: faces and global parameters flattened (the curator
-    writes faces flat, physicsnemo's examples give global parameters as (G, 1))."""
+    """The shape an array is checked with: faces and global parameters flattened."""
     if name == "stl_faces" or name in GLOBAL_PARAMS:
         return (int(np.prod(shape, dtype=np.int64)),)
     return tuple(shape)
@@ -296,15 +292,13 @@ def require_parts(run: OpenedRun | str | os.PathLike, parts: Sequence[str], need
 
 
 def _without(form: str, held: tuple[str, ...], lacking: Sequence[str]) -> str:
-    """``processed with process.parts=surface, without volume arrays``, or the form of a curator
-    run without them."""
+    """``processed with process.parts=surface, without volume arrays``, or a curator run's form."""
     how = f"processed with process.parts={parts_setting(held)}" if form == "processed" else f"a {form} run"
     return f"{how}, without {' and '.join(lacking)} arrays"
 
 
 class NamedArray:
-    """One array of an opened run read by slices (a cache build's volume blocks), any reader
-    error named with the run, its form and the array."""
+    """One array of an opened run read by slices, any reader error named with the run, form and array."""
 
     def __init__(self, run: OpenedRun, name: str) -> None:
         self.run, self.name, self.array = run, name, run.arrays[name]

@@ -36,8 +36,7 @@ SURFACE_CELL_TYPES = frozenset({5, 7, 9})  # VTK_TRIANGLE, VTK_POLYGON, VTK_QUAD
 
 
 class CellGeometryError(ValueError):
-    """Cells whose geometry cannot be computed (no vertices, the wrong vertex count for their
-    type, polyhedra without faces)."""
+    """Cells whose geometry cannot be computed (no vertices, wrong vertex counts, faceless polyhedra)."""
 
 
 @dataclass(frozen=True)
@@ -104,8 +103,7 @@ def _triangles(corners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fans(corners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Centres and area vectors (m, 3) of polygons (m, k, 3) from the triangles about their
-    vertex means, summed vertex after vertex as OpenFOAM sums them."""
+    """Centres and area vectors (m, 3) of polygons (m, k, 3), summed vertex after vertex as OpenFOAM does."""
     p = np.ascontiguousarray(corners.transpose(1, 2, 0))  # (k, 3, m): each vertex's coordinates contiguous
     k = len(p)
     estimate = p[0].copy()
@@ -142,8 +140,7 @@ def polygon_vector_areas(points: np.ndarray, offsets: np.ndarray, connectivity: 
 
 def surface_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                      ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Centres (n, 3), unit normals (n, 3) (as the polygons are wound; zero for a polygon of no
-    area) and areas (n,) of polygons, float32, computed in float64 ``CHUNK_CELLS`` at a time."""
+    """Centres, unit normals (zero for no area) and areas of polygons, float32, from float64 by chunks."""
     centres, normals, areas = [np.zeros((0, 3))], [np.zeros((0, 3))], [np.zeros(0)]
     for a, b in _chunks(len(begins)):
         centre, vector = polygon_geometry(points, begins[a:b], ends[a:b], ids)
@@ -184,8 +181,7 @@ def _chunks(n: int) -> list[tuple[int, int]]:
 
 @functools.cache
 def centre_weights(cell_type: int) -> np.ndarray:
-    """The weights of a cell type's vertices at its parametric centre, from VTK's own cell
-    (the centre VTK's vtkCellCenters computes)."""
+    """The weights of a cell type's vertices at its parametric centre (vtkCellCenters'), from VTK's cell."""
     cell = POINT_WEIGHTED[cell_type]()
     centre = [0.0, 0.0, 0.0]
     cell.GetParametricCenter(centre)
@@ -244,8 +240,7 @@ def _vertex_ids(block: CellBlock, rows: np.ndarray, cell_type: int, count: int) 
 
 
 def _face_geometry(points: np.ndarray, block: CellBlock) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(cell of each face, face centres, outward area vectors) of the block's 3-D cells: each
-    fixed-size type's faces in VTK's order, then the polyhedra's."""
+    """(cell of each face, face centres, outward area vectors) of the block's 3-D cells."""
     cells, centres, vectors = [], [], []
     for cell_type in sorted(set(np.unique(block.types).tolist()) & set(SOLID)):
         rows = np.flatnonzero(block.types == cell_type)
@@ -338,8 +333,7 @@ def _flat_geometry(points: np.ndarray, offsets: np.ndarray, ids: np.ndarray) -> 
 
 
 def grid_cell_centres(grid, path) -> np.ndarray:
-    """``cell_centres`` of every cell of a VTK UnstructuredGrid read whole; cells of types
-    outside CELL_TYPES keep VTK's cell centres. CellGeometryError naming ``path`` for bad cells."""
+    """``cell_centres`` of a VTK UnstructuredGrid read whole; CellGeometryError naming ``path``."""
     cells = grid.GetCells()
     offsets = vtk_to_numpy(cells.GetOffsetsArray()).astype(np.int64)
     block = CellBlock(np.asarray(grid.celltypes), offsets[:-1], offsets[1:],

@@ -41,16 +41,14 @@ def require_finite_points(bad: int, path: Path) -> None:
 
 
 def require_names(available: list[str], names: Collection[str], path: Path, where: str) -> None:
-    """MissingFieldError naming ``path`` and the ``names`` missing from its ``where`` (point,
-    cell) arrays."""
+    """MissingFieldError naming ``path`` and the ``names`` missing from its ``where`` (point, cell) arrays."""
     missing = [name for name in names if name not in available]
     if missing:
         raise MissingFieldError(path, where, missing, available)
 
 
 def source_arrays(variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None) -> list[str]:
-    """The arrays of the files that the ``variables`` are read from, in order: for each, those
-    ``arrays`` gives (one, or one scalar per component), else the array of its own name."""
+    """The file arrays the ``variables`` are read from, in order (``arrays``' for each, else its own name)."""
     return [array for name in variables for array in (arrays or {}).get(name, [name])]
 
 
@@ -75,8 +73,7 @@ def field_columns(
 
 
 def _array_columns(data: Mapping, name: str, width: int, what: str, path: Path, where: str) -> np.ndarray:
-    """Array ``name`` of ``data`` as float32 columns (n, width); RunError when it is missing, has
-    another width, or non-finite values."""
+    """Array ``name`` of ``data`` as float32 (n, width); RunError if missing, of another width, not finite."""
     if name not in data:
         raise MissingFieldError(path, where, [name], data.keys())
     values = np.asarray(data[name], dtype=np.float32)
@@ -97,8 +94,7 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
 
 
 def published_areas(path: Path, n_points: int) -> np.ndarray:
-    """The published per-point areas of ``path`` (.npy, one per point), memory-mapped; RunError
-    naming the file when they are not one finite positive number per point."""
+    """The published per-point areas (.npy), memory-mapped; RunError unless one positive area per point."""
     try:
         areas = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as err:

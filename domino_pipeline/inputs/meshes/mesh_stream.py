@@ -30,8 +30,7 @@ class WholeFileFallback(UserWarning):
 
 
 def unreadable(err: VtkXmlError, path) -> RunError:
-    """``<path>: unreadable (<problem>)``, the line VTK's reading gives a bad file, for an error
-    of the block reader; ``path`` a local file's path or a remote file (named by its URL)."""
+    """``<path>: unreadable (<problem>)``, as VTK's reading words a bad file, for a block reader's error."""
     named = [f"{path}: "] + ([f"{Path(path)}: "] if isinstance(path, (str, os.PathLike)) else [])
     problem = str(err).splitlines()[0]
     for prefix in named:
@@ -51,8 +50,7 @@ def open_rows(path, source=None) -> VtkXmlFile:
 
 
 def read_errors_named(blocks: Iterator[T], path: Path) -> Iterator[T]:
-    """``blocks``, a read error of the block reader (truncated or corrupt data) raised as
-    RunError ``<path>: unreadable (<problem>)``."""
+    """``blocks``, a read error (truncated or corrupt data) raised as RunError ``unreadable``."""
     try:
         yield from blocks
     except VtkXmlError as err:
@@ -66,8 +64,7 @@ def require_rows(file: VtkXmlFile, path: Path, n_rows: int) -> None:
 
 
 def fall_back_to_vtk(file: VtkXmlFile, path: Path, reason: str) -> None:
-    """Warn (WholeFileFallback) that ``path`` is read whole with VTK, and about how much memory
-    that takes; RunError for a file in pieces, which VTK cannot read, or a remote one."""
+    """Warn (WholeFileFallback) that ``path`` is read whole with VTK; RunError for pieces or a remote file."""
     if not isinstance(path, (str, os.PathLike)):
         raise RunError(f"{path}: {reason}; download it to read it with VTK")
     if not Path(path).is_file():
@@ -121,8 +118,7 @@ def cell_vertices(file: VtkXmlFile, section: str, start: int, stop: int,
 
 
 def require_rising(ends: np.ndarray, first: int, start: int, file: VtkXmlFile, section: str) -> None:
-    """VtkXmlError unless the cell offsets ``ends`` of cells ``start...`` (after ``first``, the
-    end of the cell before them) never decrease and stay within the connectivity."""
+    """VtkXmlError unless cell offsets ``ends`` (after ``first``) rise and stay within the connectivity."""
     steps = np.diff(ends, prepend=first)
     if steps.size and steps.min() < 0:
         cell = int(np.argmax(steps < 0))

@@ -39,8 +39,7 @@ class PolyhedronFaces:
         return self.file.read("Cells", name, start, stop)[:, 0].astype(np.int64)
 
     def read(self, start: int, stop: int) -> Faces | None:
-        """The faces of cells ``start:stop`` (numbered from ``start``), None when none of them
-        has faces; CellGeometryError for a malformed record."""
+        """The faces of cells ``start:stop`` (None: no faces); CellGeometryError for a malformed record."""
         return self._legacy(start, stop) if self.layout == LEGACY else self._current(start, stop)
 
     # ------------------------------------------------------------------ VTK 9.4 layout
@@ -92,8 +91,7 @@ class PolyhedronFaces:
 
 
 def _parse_records(stream: np.ndarray, cells: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Faces:
-    """The faces of polyhedron records ``stream[starts[i]:ends[i]]`` of cells ``cells``, all
-    records' k-th faces at a time."""
+    """The faces of records ``stream[starts[i]:ends[i]]`` of ``cells``, every k-th face at a time."""
     n_faces = stream[starts]
     position = starts + 1
     found = []  # (cell, face number, begin, end) per face

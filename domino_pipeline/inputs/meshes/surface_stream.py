@@ -173,8 +173,7 @@ def surface_arrays(file: VtkXmlFile, names: list[str], rows: SurfaceRows) -> lis
 
 
 def _unstreamable(file: VtkXmlFile) -> str:
-    """Why ``file`` cannot be read by rows ("" when it can); RunError for a VTU whose cells are
-    not polygons."""
+    """Why ``file`` cannot be read by rows ("" when it can); RunError for a VTU of non-polygon cells."""
     if not file.streamable:
         return "its data is inline ascii, which cannot be read by rows"
     if file.kind == "UnstructuredGrid":

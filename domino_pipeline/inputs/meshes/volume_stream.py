@@ -55,8 +55,7 @@ class VolumeStream:
     _whole: dict[str, np.ndarray] | None = None
 
     def blocks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(positions (n, 3) float32, raw fields (n, F) float32) of ``rows`` rows at a time; a
-        remote file's arrays are staged (mesh_stream.prepared_rows) where the blocks are read."""
+        """(positions (n, 3), raw fields (n, F)), float32, ``rows`` at a time (remote arrays staged)."""
         if self.file is None:
             yield from _whole_blocks(self, rows)
             return
@@ -109,8 +108,7 @@ def open_volume(path, variables: Mapping[str, str], source: str, arrays: Mapping
 
 
 def volume_arrays(file: VtkXmlFile, names: list[str], source: str) -> list[tuple[str, str]]:
-    """The arrays (section, name) that the blocks of rows of ``source`` with the data arrays
-    ``names`` read (cells: their connectivity, types and the polyhedron faces the file has)."""
+    """The arrays (section, name) the blocks of ``source`` read: ``names`` and the cells' geometry."""
     fields = [(_SECTION[source], name) for name in names]
     if source == "points":
         return [("Points", "Points"), *fields]
@@ -120,8 +118,7 @@ def volume_arrays(file: VtkXmlFile, names: list[str], source: str) -> list[tuple
 
 
 def _unstreamable(file: VtkXmlFile, source: str) -> str:
-    """Why ``file`` cannot be read by rows for ``source`` ("" when it can); RunError for
-    polyhedra without face arrays."""
+    """Why ``file`` cannot be read by rows for ``source`` (""); RunError for polyhedra without faces."""
     if not file.streamable:
         return "its data is inline ascii, which cannot be read by rows"
     if source == "cells":
@@ -139,8 +136,7 @@ def _unstreamable(file: VtkXmlFile, source: str) -> str:
 
 def block_centres(file: VtkXmlFile, points: np.ndarray, faces: PolyhedronFaces | None,
                   start: int, stop: int) -> np.ndarray:
-    """Centres (float64) of cells ``start:stop`` (``cell_geometry.cell_centres``), reading only
-    their connectivity, types and faces, ``GEOMETRY_CELLS`` at a time."""
+    """Centres (float64) of cells ``start:stop``, reading only their geometry, by GEOMETRY_CELLS."""
     return np.concatenate([_centres(file, points, faces, a, min(a + GEOMETRY_CELLS, stop))
                            for a in range(start, stop, GEOMETRY_CELLS)])
 

@@ -105,8 +105,7 @@ ZERO_HEIGHT = 1e-6  # triangle height / longest edge below which a triangle has 
 
 
 def read_stl(path: Path) -> dict[str, np.ndarray]:
-    """STL vertices, flattened triangle indices, triangle centres and areas, zero-area
-    triangles dropped (``read_stl_triangles`` and ``drop_zero_area`` for their count)."""
+    """The STL's vertices, flattened triangles, centres and areas, zero-area triangles dropped."""
     return drop_zero_area(read_stl_triangles(path))[0]
 
 
@@ -193,8 +192,7 @@ def read_surface(path: Path, variables: Mapping[str, str], arrays: Mapping[str, 
 
 
 def surface_cells(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(begins, ends, point ids) of a surface's polygons: a PolyData's polygons, or the cells of
-    an UnstructuredGrid, which must all be triangles, polygons and quads (RunError otherwise)."""
+    """(begins, ends, point ids) of a surface's polygons; RunError for a VTU cell that is not a polygon."""
     if isinstance(mesh, pv.PolyData):
         cells = mesh.GetPolys()
     else:

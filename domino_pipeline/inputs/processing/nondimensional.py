@@ -36,6 +36,5 @@ def field_divisors(
 
 
 def car_length(stl_vertices: np.ndarray) -> float:
-    """The largest extent of the STL's bounding box: the DoMINO example's length scale for the
-    turbulent viscosity (the car's length for a car)."""
+    """The STL's largest extent: the DoMINO example's length scale for the turbulent viscosity."""
     return float(np.max(stl_vertices.max(axis=0) - stl_vertices.min(axis=0)))

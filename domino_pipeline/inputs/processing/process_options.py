@@ -83,14 +83,12 @@ class ProcessOptions:
         return arrays_of(self.volume_fields)
 
     def recorded(self) -> dict[str, Any]:
-        """The options as a processed run's attributes record them (a rerun compares them), with
-        the variables ({name: kind}) the readers of processed runs take."""
+        """The options as a processed run records them (a rerun compares them), with the variables."""
         options = {f.metadata.get("recorded_as", f.name): getattr(self, f.name) for f in _recorded()}
         return options | {"surface_variables": self.surface_variables, "volume_variables": self.volume_variables}
 
     def differences(self, attrs: dict[str, Any]) -> list[str]:
-        """``key: stored X, configured Y`` for each option that a processed run's ``attrs`` record
-        otherwise."""
+        """``key: stored X, configured Y`` for each option a processed run's ``attrs`` record otherwise."""
         stored = {f.name: attrs.get(f.metadata.get("recorded_as", f.name), f.metadata.get("absent"))
                   for f in _recorded()}
         return [f"{key}: stored {stored[key]!r}, configured {getattr(self, key)!r}"

@@ -71,8 +71,7 @@ def process_run(run_dir: str | os.PathLike | RemoteRun | RunFiles, out_path: str
 
 def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions, block_rows: int = VOLUME_BLOCK_ROWS,
                       surface_block: int = SURFACE_BLOCK_CELLS) -> tuple[dict[str, np.ndarray], dict, list[str]]:
-    """The arrays and attributes ``process_run`` would write for ``run_dir``, in memory (the
-    surface and the volume read as ``process_run`` reads them, a block at a time), and its notes."""
+    """The arrays, attributes and notes ``process_run`` would write for ``run_dir``, in memory."""
     contents = read_run(run_dir, options, block_rows, surface_block)
     with closing(contents):
         arrays, attrs = processed_in_memory(run_dir, contents.arrays, contents.attrs, contents.streamed)
@@ -178,8 +177,7 @@ def _contents(files: RunFiles, options: ProcessOptions, reading: LocalReading | 
 
 
 def _sources_at_end(files: RunFiles, reading: LocalReading | RemoteReading) -> StreamedRows:
-    """No rows: the run's ``sources`` recorded again once every block is read (a remote file's
-    record then lists every stretch of it read)."""
+    """No rows: the run's ``sources`` recorded again once every block is read (with every stretch read)."""
     return StreamedRows({}, iter(()), attrs=lambda: {"sources": {kind: reading.record(p)
                                                                  for kind, p in files.sources().items()}})
 
@@ -212,8 +210,7 @@ def _counts(stl: dict[str, np.ndarray], surface: SurfaceStream | None, volume: V
 
 
 def surface_rows(options: ProcessOptions, published_areas, reading: LocalReading | RemoteReading) -> SurfaceRows:
-    """What a surface row is under ``options``; point rows take a run's published per-point
-    areas (``dataset.files.surface_areas``, a remote run's fetched by ``reading``) where it has them."""
+    """What a surface row is under ``options``, with the run's published per-point areas where it has them."""
     points = options.surface_location == "points" and published_areas is not None
     return SurfaceRows(options.surface_location, options.surface_normals,
                        reading.local(published_areas) if points else None)
@@ -356,8 +353,7 @@ def fetch_summary(results: list[RunResult]) -> str:
 
 
 def settings_differences(out: Path, options: ProcessOptions) -> list[str]:
-    """``key: stored X, configured Y`` for each recorded setting of the processed run ``out``
-    that differs from ``options``; an unreadable run is one difference."""
+    """``options.differences`` of the processed run ``out``; an unreadable run is one difference."""
     try:
         run = open_run(out)
     except (ProcessedRunError, OSError, ValueError) as err:

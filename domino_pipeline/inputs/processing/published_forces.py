@@ -59,8 +59,7 @@ class Published:
 
 
 def read_first_row(path: Path) -> dict[str, str]:
-    """The first data row of a one-row CSV, keyed by lower-case column name (surrounding spaces
-    dropped), as strings; ValueError naming the file when it has no such row."""
+    """The one data row of a CSV, keyed by lower-case column name, as strings; ValueError naming the file."""
     with open(path, newline="") as file:
         rows = [row for row in csv.reader(file, skipinitialspace=True) if row]
     if len(rows) < 2 or len(rows[1]) != len(rows[0]):
@@ -92,8 +91,7 @@ def read_openfoam_row(path: Path) -> dict[str, str]:
 
 
 def read_row(path: Path, format: str) -> dict[str, str]:
-    """The one row of a published file of ``format`` (``csv`` or ``openfoam``); ValueError
-    naming the file when it is not text."""
+    """The one row of a published file of ``format`` (csv, openfoam); ValueError naming a file not text."""
     try:
         return read_first_row(path) if format == "csv" else read_openfoam_row(path)
     except UnicodeDecodeError as err:
@@ -130,8 +128,7 @@ def _cell(row: dict[str, str], column: str, path: Path) -> str:
 
 
 def _run_file(run_dir: Path, pattern: str | None, index: str, key: str) -> Path | None:
-    """The run's file of ``pattern`` (with ``{index}``; ``**`` reaches into subfolders), or None
-    when not published or absent; ValueError naming the profile ``key`` when several match."""
+    """The run's file of ``pattern`` (None: absent); ValueError naming ``key`` when several match."""
     if pattern is None:
         return None
     matches = sorted(p for p in run_dir.glob(pattern.replace("{index}", index)) if p.is_file())
@@ -143,15 +140,13 @@ def _run_file(run_dir: Path, pattern: str | None, index: str, key: str) -> Path 
 
 
 def read_coefficients(path: Path, columns: dict[str, str], format: str = "csv") -> dict[str, float]:
-    """The coefficients of a published file of ``format``, by the profile's column names;
-    ValueError naming the file when the file lacks one."""
+    """The coefficients of a published file by the profile's columns; ValueError naming the file."""
     row = read_row(path, format)
     return {name: _number(row, column, path) for name, column in columns.items()}
 
 
 def read_velocity(path: Path, profile: ReferencesProfile) -> float | None:
-    """The free-stream speed a run's references file states (``columns.velocity``), or None
-    when the profile names no such column; ValueError naming the file unless positive."""
+    """The speed a references file states (None: no such column); ValueError unless positive."""
     if "velocity" not in profile.columns:
         return None
     velocity = _number(read_row(path, profile.format), profile.columns["velocity"], path)
@@ -179,8 +174,7 @@ def constant_references(profile: ReferencesProfile) -> References:
 
 
 def read_published(run_dir: Path, index: str, profile: DatasetConfig) -> Published:
-    """What run ``run_dir`` (number ``index``) publishes; absent files give None. The values must
-    be positive where they are references (ValueError naming the file otherwise)."""
+    """What run ``run_dir`` publishes (absent: None); ValueError naming a file of bad references."""
     coefficients, references = profile.coefficients, profile.references
     own, constant = (_run_file(run_dir, pattern, index, f"dataset.coefficients.{key}")
                      for key, pattern in (("own", coefficients.own), ("constant", coefficients.constant)))

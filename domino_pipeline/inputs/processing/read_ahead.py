@@ -68,8 +68,7 @@ class ReadAhead(Generic[T]):
         raise StopIteration
 
     def close(self) -> None:
-        """Stop the producer and wait for it (it finishes the block it is reading, then closes
-        its iterator); the blocks not taken are dropped."""
+        """Stop the producer and wait for it to close its iterator; the blocks not taken are dropped."""
         self._finished = True
         self._stop.set()
         self._thread.join()

@@ -51,8 +51,7 @@ class StagedArray:
 
 
 class GrowingStagedArray(StagedArray):
-    """A StagedArray still being written by its sweep: a read waits until its bytes are staged,
-    or raises the error that ended the sweep."""
+    """A StagedArray its sweep still writes: a read waits for its bytes, or raises the sweep's error."""
 
     def __init__(self, path: Path, n_bytes: int) -> None:
         super().__init__(path, n_bytes)
@@ -103,8 +102,7 @@ class Staging:
 
 
 class _Window:
-    """The sweep's bytes between the slab being decoded and the sweep's frontier: what an
-    ArrayData reads from while it is staged (``read``, ``where``)."""
+    """The sweep's bytes from the slab being decoded to the frontier, which ArrayData reads."""
 
     def __init__(self, chunks: Iterator[tuple[int, memoryview]], stream) -> None:
         self.chunks, self.stream = chunks, stream
@@ -210,8 +208,7 @@ def _sweep_one(data: ArrayData, stream, array: GrowingStagedArray) -> None:
 
 
 def _stage(data: ArrayData, window: _Window, path: Path, staged=None) -> StagedArray:
-    """Decode one array from the sweep into ``path``, a slab at a time; ``staged(n)`` is told
-    each time the first ``n`` bytes are in the file."""
+    """Decode one array from the sweep into ``path`` by slabs, telling ``staged(n)`` the bytes done."""
     reader = data.bound_to(window)
     step = SLAB_BYTES if data.blocks is None else data.block_size * max(1, SLAB_BYTES // data.block_size)
     with open(path, "wb") as out:

@@ -30,8 +30,7 @@ def piece_path(path: Path, k: int, naming: str) -> Path:
 
 
 def _numbered_pieces(name: str, names: Iterable[str]) -> dict[str, list[tuple[int, str]]]:
-    """The names among ``names`` (a folder's file names) that name pieces of file ``name``:
-    (number, name) by naming, in name order."""
+    """(number, name) of the ``names`` that name pieces of file ``name``, by naming, in name order."""
     found: dict[str, list[tuple[int, str]]] = {naming: [] for naming in _PATTERNS}
     for other in sorted(n for n in names if n.startswith(name + ".")):
         for naming, pattern in _PATTERNS.items():
@@ -76,8 +75,7 @@ def file_pieces(path: Path) -> list[Path]:
 
 
 def pieces_among(name: str, names: Collection[str], folder: str) -> list[str]:
-    """``file_pieces`` by name: the names among ``names`` (the file names in ``folder``, which
-    errors name) that hold file ``name``, in order."""
+    """``file_pieces`` among the file ``names`` of ``folder`` (which errors name)."""
     found = {naming: _by_number(numbered, folder)
              for naming, numbered in _numbered_pieces(name, names).items() if numbered}
     firsts = [pieces[min(pieces)] for pieces in found.values()]
@@ -154,13 +152,11 @@ class ConcatBytes:
         return None
 
     def prepare(self, file, keys: list[tuple[str, str]]) -> None:
-        """Nothing (None): local arrays are read where they lie (a remote stream stages them
-        first: remote_bytes.RemoteBytes.prepare)."""
+        """Nothing: local arrays are read where they lie (a remote stream stages them first)."""
         return None
 
     def where(self, position: int) -> str:
-        """Where byte ``position`` of the stream lies, in words: ``byte N`` of a single file,
-        ``byte N (byte M of <piece>)`` of pieces."""
+        """Where byte ``position`` lies, in words: ``byte N``, or ``byte N (byte M of <piece>)``."""
         if len(self.paths) == 1 or not 0 <= position < self.size:
             return f"byte {position}"
         index = bisect.bisect_right(self.starts, position) - 1

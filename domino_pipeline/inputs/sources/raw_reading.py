@@ -55,8 +55,7 @@ class RemoteAccess:
             raise ValueError(f"data.retry_deadline_s must be positive, not {self.retry_deadline_s}")
 
     def read_ahead(self, hub: bool) -> tuple[int, int]:
-        """(bytes per GET, GETs at once) of a sweep: as set, else 8 MiB x 8 from a bucket and
-        32 MiB x 4 from the Hub (fewer requests against its rate limits)."""
+        """(bytes per GET, GETs at once) of a sweep: as set, else 8 MiB x 8, or 32 MiB x 4 from the Hub."""
         chunk, in_flight = (HUB_CHUNK_BYTES, HUB_IN_FLIGHT) if hub else (CHUNK_BYTES, IN_FLIGHT)
         return self.chunk_bytes or chunk, self.in_flight or in_flight
 
@@ -120,8 +119,7 @@ class RemoteReading:
         return self.counter.bytes
 
     def _stream(self, file: RemoteFile) -> RemoteBytes:
-        """The file's bytes; the stretches read are recorded (``reads``) where no published
-        checksum of every piece is checked."""
+        """The file's bytes, the stretches read recorded where not every piece's checksum is checked."""
         chunk_bytes, in_flight = self.access.read_ahead(file.origin.hub)
         checked = self.access.verify and all(piece.checksum for piece in file.pieces)
         reads = None if checked else self.reads.setdefault(file.url, [])
@@ -129,8 +127,7 @@ class RemoteReading:
                            verify=self.access.verify, chunk_bytes=chunk_bytes, in_flight=in_flight, reads=reads)
 
     def stl_triangles(self, file: RemoteFile) -> dict[str, np.ndarray]:
-        """The STL's triangles, the file fetched whole into the temporary folder first (its
-        pieces' checksums checked), parsed there and removed."""
+        """The STL's triangles, the file fetched whole into the temporary folder, parsed and removed."""
         path = self.local(file)
         try:
             return read_stl_triangles(path)
@@ -138,20 +135,17 @@ class RemoteReading:
             path.unlink()
 
     def open(self, file: RemoteFile) -> VtkXmlFile:
-        """The VTU or VTP opened for reading by rows over ranged GETs (its header read); its
-        arrays are staged when a block reader prepares them (mesh_stream.prepared_rows)."""
+        """The VTU or VTP opened for reading by rows over ranged GETs (arrays staged by the readers)."""
         return open_rows(file, self._stream(file))
 
     def published(self, files: RunFiles, profile: DatasetConfig) -> Published:
-        """What the run publishes (published_forces.read_published), its files fetched whole into
-        the temporary folder first."""
+        """What the run publishes, its files fetched whole into the temporary folder first."""
         for file in files.published:
             self.local(file)
         return read_published(self.files, files.index, profile)
 
     def local(self, file: RemoteFile) -> Path:
-        """A small file fetched whole (its checksum checked) to its place in ``files``, the
-        temporary folder laid out as the run folder: its path."""
+        """A small file fetched whole (checksum checked) to its place in the temporary run folder."""
         return self._fetch(file, self.files / file.name)
 
     def _fetch(self, file: RemoteFile, path: Path) -> Path:
@@ -179,8 +173,7 @@ class RemoteReading:
         self.counter.stop.set()
 
     def record(self, file: RemoteFile) -> dict:
-        """What the processed run records of the file: name, size, URL, each piece's URL, size
-        and published checksum or ETag, and what reading it checked."""
+        """What the processed run records of the file: URL, pieces, what was checked, stretches read."""
         pieces = [{"url": p.url, "bytes": p.size,
                    **({"checksum": p.checksum} if p.checksum else {"etag": p.version} if p.version else {})}
                   for p in file.pieces]
@@ -211,8 +204,7 @@ def run_reading(files: RunFiles, out_path: Path, access: RemoteAccess,
 
 
 def _renamed(err: Exception, old: str, new: str) -> Exception:
-    """``err`` with ``old`` in its message replaced by ``new`` (of its type where that takes a
-    message alone, else a RunError); ``err`` itself when its message has no ``old``."""
+    """``err`` with ``old`` replaced by ``new`` (a RunError where its type cannot), or ``err``."""
     message = str(err).replace(old, new)
     if message == str(err):
         return err

@@ -40,8 +40,7 @@ class FetchStopped(RuntimeError):
 
 @dataclass
 class FetchCounter:
-    """Bytes fetched (every GET's, counted as they arrive, from any thread); ``progress(n)`` is
-    told of each."""
+    """Bytes fetched, counted from any thread as they arrive; ``progress(n)`` is told of each."""
 
     bytes: int = 0
     progress: Callable[[int], None] | None = None
@@ -57,8 +56,7 @@ class FetchCounter:
 
 @dataclass(frozen=True)
 class _Item:
-    """One step of a sweep: bytes ``lo:hi`` of piece ``piece`` at stream ``position``; ``kept``
-    holds them when a parsing read fetched them already."""
+    """One step of a sweep: bytes ``lo:hi`` of ``piece`` at stream ``position`` (``kept``: fetched)."""
 
     position: int
     piece: int
@@ -141,8 +139,7 @@ class RemoteBytes:
         return data
 
     def _named(self, err: OSError, piece: RemoteObject) -> OSError:
-        """A failed GET's error in the words of a listed object: changed or removed since it was
-        listed, or refused to unsigned requests (with the setting that signs them)."""
+        """A failed GET's error as a listed object's: changed or removed since, or refused unsigned."""
         from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
         if isinstance(err.__cause__, PreconditionError):
@@ -190,8 +187,7 @@ class RemoteBytes:
         return item.position, data
 
     def _plan(self, ranges: list[tuple[int, int]]) -> list[_Item]:
-        """The sweep's steps over ``ranges``: kept bytes where parsing reads fetched them, else
-        GETs of at most ``chunk_bytes``, none across a piece's end."""
+        """The sweep's steps: kept bytes, else GETs of at most ``chunk_bytes`` within one piece."""
         items = []
         for span, (start, stop) in enumerate(ranges):
             for position, end, kept in self._kept_or_not(start, stop):
@@ -278,8 +274,7 @@ class _Hashing:
             self._compare(index)
 
     def update_span(self, span: int, data: memoryview, *, end: int) -> None:
-        """Hash ``data``, the span's bytes up to stream position ``end``; record the span's
-        digest at its end."""
+        """Hash ``data`` of span ``span`` up to stream position ``end``; record its digest at its end."""
         if span not in self.span_hashes:
             return
         self._queue(self.span_hashes[span].update, data)

@@ -69,8 +69,7 @@ class RemoteObject:
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """A file of a remote run folder: its name, its URL, and the objects (pieces, in order)
-    that hold it."""
+    """A file of a remote run folder: its name, URL and pieces (listed objects, in order)."""
 
     name: str
     url: str
@@ -97,8 +96,7 @@ class RemoteRun:
 
 def _listing(url: str, anonymous: bool, recursive: bool = False, retry_deadline_s: float = RETRY_DEADLINE_S
              ) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
-    """(the origin, the sub-folder names, the objects by path from ``url``) under folder
-    ``url``: those directly in it, or every one (``recursive``; no folders then)."""
+    """(origin, sub-folder names, objects by path) under ``url``: directly in it, or all (``recursive``)."""
     if is_hub(url):
         return _hub_listing(HubFolder.parse(url), anonymous, recursive, retry_deadline_s)
     root, prefix = split_url(url)
@@ -182,8 +180,7 @@ def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all")
 
 
 def published_names(names: Collection[str], profile: DatasetConfig, index: str) -> list[str]:
-    """The paths among ``names`` (relative to a run folder) that the profile's published files
-    (``dataset.coefficients.own``, ``.constant``, ``dataset.references.file``) match."""
+    """The paths among ``names`` that the profile's published files (coefficients, references) match."""
     patterns = [p.replace("{index}", index) for p in (profile.coefficients.own, profile.coefficients.constant,
                                                       profile.references.file) if p]
     return sorted({name for name in names for pattern in patterns

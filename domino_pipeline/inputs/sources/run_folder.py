@@ -68,8 +68,7 @@ def find_runs(raw_dir: str | os.PathLike, profile: DatasetConfig) -> list[Path]:
 
 
 def resolve(run_dir: Path, pattern: str, index: str, key: str) -> Path:
-    """The one file of ``run_dir`` that ``pattern`` (with ``{index}``) names; FileNotFoundError
-    naming the pattern and the profile key ``key`` when none or several match."""
+    """The one file of ``run_dir`` ``pattern`` names; FileNotFoundError naming ``key`` otherwise."""
     if "/" in pattern:  # a pattern into sub-folders: matched against paths relative to the run
         names = [p.relative_to(run_dir).as_posix() for p in run_dir.glob(pattern.replace("{index}", index))
                  if p.is_file()]
@@ -82,8 +81,7 @@ def resolve(run_dir: Path, pattern: str, index: str, key: str) -> Path:
 
 
 def resolve_name(names: Collection[str], pattern: str, index: str, key: str, folder: str) -> str:
-    """``resolve`` among a folder's file ``names`` (``folder`` names it in errors): the one name
-    that ``pattern`` matches, a file published in pieces by its whole name."""
+    """``resolve`` among a folder's file ``names`` (a file in pieces by its whole name)."""
     name = pattern.replace("{index}", index)
     if not glob.has_magic(name):
         if not present_among(name, names):

@@ -25,8 +25,7 @@ PART_ARRAYS = {"surface": ("surface_mesh_centers", "surface_fields", "surface_no
 def statistics_of_run(run: OpenedRun, profile: DatasetConfig, global_params: Sequence[float],
                       published: Published | None = None, published_error: str | None = None,
                       block_rows: int = PASS_ROWS) -> dict[str, Any]:
-    """The statistics (run_statistics.py's layout) of an opened run of any form; ProcessedRunError
-    naming the run for an array that cannot be read."""
+    """The statistics of an opened run of any form; ProcessedRunError naming it for an unreadable array."""
     velocity, density = physics_constants(run.attrs) or tuple(global_params)[:2]
     stl = load_run(run.path, list(GEOMETRY_ARRAYS), opened=run) if set(GEOMETRY_ARRAYS) <= set(run.arrays) else None
     length = float(run.attrs.get("nut_length_scale") or (car_length(stl["stl_coordinates"]) if stl else 1.0))
@@ -43,8 +42,7 @@ def statistics_of_run(run: OpenedRun, profile: DatasetConfig, global_params: Seq
 
 def _part(run: OpenedRun, profile: DatasetConfig, part: str, references: tuple[float, float, float]
           ) -> PartStatistics | None:
-    """The statistics of ``part`` of ``run`` (None when it lacks the part's arrays), named and
-    scaled by the profile's fields when the run's fields have their width."""
+    """The statistics of ``part`` of ``run`` (None: no arrays), named by the profile's fields."""
     names = PART_ARRAYS[part]
     if not set(names[:2]) <= set(run.arrays):  # positions and fields
         return None

@@ -39,8 +39,7 @@ def polygon_quality(points: np.ndarray, begins: np.ndarray, ends: np.ndarray, id
 
 
 def _warp(corners: np.ndarray, centres: np.ndarray, normals: np.ndarray, areas: np.ndarray) -> np.ndarray:
-    """The largest vertex distance from each polygon's plane over sqrt(area): corners (3, k, m),
-    centres and normals (3, m), areas (m,)."""
+    """Each polygon's non-planarity: corners (3, k, m), centres and normals (3, m), areas (m,)."""
     height = np.zeros(corners.shape[2], np.float32)
     for i in range(corners.shape[1]):
         offset = corners[:, i] - centres
@@ -51,8 +50,7 @@ def _warp(corners: np.ndarray, centres: np.ndarray, normals: np.ndarray, areas: 
 
 
 class CellQuality:
-    """The maximum and mean non-planarity and aspect ratio over a stream of polygon blocks, and
-    the count of polygons with an edge of zero length (left out of the aspect ratio's)."""
+    """Maximum and mean non-planarity and aspect ratio over polygon blocks, and the zero-edge cells apart."""
 
     def __init__(self) -> None:
         self.cells = self.sized = self.zero_edge = 0
@@ -76,8 +74,7 @@ class CellQuality:
             self.aspect_max = max(self.aspect_max, float(aspect[finite].max()))
 
     def summary(self) -> dict[str, float | int | None]:
-        """{non_planarity_max, non_planarity_mean, aspect_ratio_max, aspect_ratio_mean,
-        zero_edge_cells}; None for the measures of no cells."""
+        """{non_planarity_max, _mean, aspect_ratio_max, _mean, zero_edge_cells}; None for no cells."""
         if not self.cells:
             return {}
         return {"non_planarity_max": self.non_planarity_max,

@@ -85,8 +85,7 @@ def _masked_moments(columns: np.ndarray, finite: np.ndarray) -> tuple[np.ndarray
 
 
 class ColumnBounds:
-    """The running minimum and maximum of each of ``width`` columns (positions: their bounding
-    box), in the rows' own dtype; non-finite values are ``ColumnMoments``' to count."""
+    """The running minimum and maximum of ``width`` columns (a bounding box), in the rows' dtype."""
 
     def __init__(self, width: int) -> None:
         self.low, self.high = np.full(width, np.inf), np.full(width, -np.inf)

@@ -50,14 +50,12 @@ class ColumnQuantiles:
         self.keys, self.rows = keys, rows
 
     def summary(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
-        """{column name: {"p01", "p99", "mean_trimmed", "std_trimmed"}}, NaN where a column has no
-        finite value."""
+        """{column: {"p01", "p99", "mean_trimmed", "std_trimmed"}}, NaN for a column without finite values."""
         return {name: trimmed_statistics(self.rows[:, j]) for j, name in enumerate(names)}
 
 
 def trimmed_statistics(column: np.ndarray) -> dict[str, float]:
-    """The quantiles of one column's finite values, and the mean and std of them without the
-    1% smallest and the 1% largest (sorted first, so the sums do not depend on the rows' order)."""
+    """One column's quantiles and trimmed mean and std (sorted first: independent of the rows' order)."""
     column = np.sort(column[np.isfinite(column)])
     if not len(column):
         return {key: math.nan for key in (*QUANTILES, "mean_trimmed", "std_trimmed")}

@@ -53,8 +53,7 @@ MIN_SCORED_RUNS = 8  # fewer runs, and their median absolute deviation says litt
 
 @dataclass
 class QualityVerdicts:
-    """The checks' outcome over a table: ``rejected`` run -> reasons, ``scores`` run -> statistic
-    -> robust z (for reports), the runs ``checked``, and dataset-wide ``notes``."""
+    """The checks' outcome: ``rejected`` run -> reasons, ``scores``, runs ``checked``, ``notes``."""
 
     rejected: dict[str, list[str]] = field(default_factory=dict)
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -64,8 +63,7 @@ class QualityVerdicts:
     _weights: dict[str, list[float]] = field(default_factory=dict, repr=False)
 
     def reject(self, run: str, reason: str, weight: float = math.inf) -> None:
-        """Add a reason to reject ``run``, its ``weight`` a score's |z| (a failed comparison or
-        limit outweighs every score); ``strongest_first`` orders them."""
+        """Add a reason to reject ``run``, weighted by |z| (a failed comparison outweighs all)."""
         self.rejected.setdefault(run, []).append(reason)
         self._weights.setdefault(run, []).append(weight)
 
@@ -87,8 +85,7 @@ def scored_columns(rows: Sequence[Mapping]) -> list[str]:
 
 
 def robust_scores(values: Sequence[float | None], minimum_scale: float = 0.0) -> tuple[np.ndarray, float, float]:
-    """(z of each value (NaN where there is none), the median, the scale s) of one statistic
-    across runs (docs/data_quality.md), s at least ``minimum_scale``."""
+    """(z of each value or NaN, the median, the scale at least ``minimum_scale``) of a statistic."""
     data = np.array([np.nan if v is None else float(v) for v in values])
     present = data[np.isfinite(data)]
     if not len(present):
@@ -102,8 +99,7 @@ def robust_scores(values: Sequence[float | None], minimum_scale: float = 0.0) ->
 
 
 def minimum_scale(column: str, rows: Sequence[Mapping]) -> float:
-    """The smallest scale ``column`` is scored in: ``MINIMUM_SCALE``'s, or for a field's location
-    statistic ``LOCATION_SCALE_OF_SPREAD`` times the median of its trimmed std over ``rows``."""
+    """The smallest scale ``column`` is scored in (docs/data_quality.md)."""
     field_column, _, statistic = column.rpartition(".")
     if statistic not in LOCATION_STATISTICS:
         return MINIMUM_SCALE.get(column, 0.0)
@@ -161,8 +157,7 @@ def _has_coefficients(row: Mapping) -> bool:
 
 def _choose_convention(rows: Sequence[Mapping], flow: FlowProfile, tolerance: float,
                        verdicts: QualityVerdicts) -> ForceConvention:
-    """The profile's convention, unless another makes most runs agree with what they publish
-    and more than it does (a note says so)."""
+    """The profile's convention, unless another makes most runs, and more, agree with what they publish."""
     profile = ForceConvention(flow.normals, flow.wall_shear)
     checked = [row for row in rows if _has_coefficients(row)]
     agreeing = {c: sum(not coefficient_mismatches(r, flow, c, tolerance) for r in checked) for c in ALL_CONVENTIONS}
@@ -203,8 +198,7 @@ def _check_curator_limits(rows: Sequence[Mapping], quality: QualityConfig, datas
 
 
 def clipped_magnitude(row: Mapping, column: str, sigma: float) -> float | None:
-    """The largest magnitude of a field column's values clipped to mean +- ``sigma`` std (from its
-    min, max, mean and std), or None when the row lacks them."""
+    """A field column's largest magnitude clipped to mean +- ``sigma`` std (None: not in the row)."""
     low, high, mean, std = (row.get(f"{column}.{s}") for s in ("min", "max", "mean", "std"))
     if None in (low, high, mean, std):
         return None
@@ -259,8 +253,7 @@ def short(reasons: Sequence[str]) -> str:
 
 @dataclass
 class Selection:
-    """The runs to use, the runs ``excluded`` (name -> reasons), those ``included`` despite
-    reasons, those not checked, and the notes."""
+    """The runs to use, those ``excluded`` or ``included`` despite reasons, not checked; notes."""
 
     kept: list
     excluded: dict[str, list[str]] = field(default_factory=dict)
@@ -276,8 +269,7 @@ class Selection:
         return self.kept
 
     def summary(self) -> str:
-        """The lines a stage prints: the excluded runs with their strongest reasons on one line,
-        every reason of those with more on a line each below, then the rest."""
+        """The lines a stage prints: excluded runs, strongest reasons first, every reason, the rest."""
         lines = [f"quality: {note}" for note in self.notes]
         if self.excluded:
             named = ", ".join(f"{run} ({short(reasons)})" for run, reasons in self.excluded.items())
@@ -293,8 +285,7 @@ class Selection:
 
 
 def quality_selection(runs: Sequence[Path | str], data: DataConfig, dataset: DatasetConfig) -> Selection:
-    """``runs`` (of ``data.processed_dir``) without those its statistics table rejects, unless
-    ``data.quality`` is off or includes them."""
+    """``runs`` less those the statistics table rejects, unless ``data.quality`` is off or includes them."""
     quality = data.quality
     if not quality.enabled:
         return Selection(list(runs), notes=["checks off (data.quality.enabled=false)"])
@@ -321,8 +312,7 @@ def quality_selection(runs: Sequence[Path | str], data: DataConfig, dataset: Dat
 
 
 def quality_summary(data: DataConfig, physics: PhysicsConfig, dataset: DatasetConfig) -> str:
-    """process_data.py's last lines: write the processed folder's statistics table; the lines
-    naming where, and the runs the quality checks would leave out."""
+    """process_data.py's last lines: the statistics table written, and the runs quality would drop."""
     table = write_statistics_table(data.processed_dir, dataset, read_options_from_config(data, physics), data.raw_dir)
     rows = read_statistics_table(data.processed_dir)
     passed = sum(bool(row.get("source")) for row in rows)

@@ -38,8 +38,7 @@ ARRAY_ROLES = {"surface_mesh_centers": "positions", "surface_normals": "normals"
 
 
 def field_columns(fields: Mapping[str, str]) -> dict[str, int | slice]:
-    """role -> its column (a scalar) or columns (a vector) in a part's fields, from a profile's
-    role -> name mapping in column order."""
+    """role -> its column or columns (a vector) in a part's fields, from role -> name in column order."""
     columns, start = {}, 0
     for role in fields:
         width = VARIABLE_WIDTH[FIELD_ROLES[role][0]]
@@ -71,8 +70,7 @@ class PartStatistics:
         return self.positions.count
 
     def observe(self, name: str, rows: np.ndarray) -> None:
-        """Take in one array of a block (processed_run.StreamedRows' observer): the block is
-        added once its fields, the last array, arrive."""
+        """Take in one array of a block (a StreamedRows observer); the block counts once its fields arrive."""
         self._pending[ARRAY_ROLES[name]] = rows
         if ARRAY_ROLES[name] == "fields":
             self.add_block(**self._pending)
@@ -80,8 +78,7 @@ class PartStatistics:
 
     def add_block(self, positions: np.ndarray, fields: np.ndarray, normals: np.ndarray | None = None,
                   areas: np.ndarray | None = None) -> None:
-        """Take in a block of rows: positions (n, 3), stored fields (n, F) and, for a surface,
-        unit normals (n, 3) and areas (n,)."""
+        """Take in a block: positions, stored fields and, for a surface, unit normals and areas."""
         self.positions.add(positions)
         self.fields.add(fields)
         self.quantiles.add(fields)
@@ -121,8 +118,7 @@ class PartStatistics:
 
 
 class RunStatistics:
-    """The statistics of one run: its STL, its parts (None: not read), what it publishes, and the
-    flow the integrated coefficients refer to."""
+    """The statistics of one run: its STL, parts (None: not read), what it publishes, and the flow."""
 
     def __init__(self, flow: FlowProfile, surface: PartStatistics | None, volume: PartStatistics | None) -> None:
         self.flow, self.surface, self.volume = flow, surface, volume
@@ -133,8 +129,7 @@ class RunStatistics:
     def for_fields(cls, flow: FlowProfile, surface_fields: Mapping[str, FieldName] | None,
                    volume_fields: Mapping[str, FieldName] | None, surface_divisors: np.ndarray | None,
                    volume_divisors: np.ndarray | None) -> RunStatistics:
-        """Statistics for parts with these role -> name fields (None: the part is not read) and
-        column divisors."""
+        """Statistics for parts of these role -> name fields (None: not read) and column divisors."""
         def part(fields, divisors, surface):
             if fields is None:
                 return None
@@ -143,8 +138,7 @@ class RunStatistics:
         return cls(flow, part(surface_fields, surface_divisors, True), part(volume_fields, volume_divisors, False))
 
     def add_stl(self, stl: Mapping[str, np.ndarray], dropped: int = 0) -> None:
-        """Take in the STL's arrays (run_layout.py's stl_*), after ``dropped`` zero-area
-        triangles were dropped."""
+        """Take in the STL's arrays, ``dropped`` zero-area triangles dropped."""
         vertices = np.asarray(stl["stl_coordinates"], np.float64)
         triangles = np.asarray(stl["stl_faces"]).reshape(-1, 3)
         positions = ColumnBounds(3)
@@ -192,8 +186,7 @@ def enclosed_volume(vertices: np.ndarray, triangles: np.ndarray) -> float:
 
 
 def consistency(statistics: Mapping[str, Any]) -> dict[str, float | None]:
-    """{surface_to_stl_volume, surface_stl_bounds_gap} (docs/data_quality.md) of a run's statistics;
-    empty without a surface or an STL."""
+    """{surface_to_stl_volume, surface_stl_bounds_gap} of a run's statistics; empty without both meshes."""
     stl, surface = statistics.get("stl") or {}, statistics.get("surface") or {}
     if not stl or "enclosed_volume" not in surface:
         return {}
@@ -241,8 +234,7 @@ def plain(value: Any) -> Any:
 def start_run_statistics(options: ProcessOptions, stl: Mapping[str, np.ndarray], dropped: int,
                          published: Published, surface_divisors: np.ndarray | None,
                          volume_divisors: np.ndarray | None) -> RunStatistics:
-    """The statistics of a run that process_run is about to stream (a part's divisors None: the
-    part is not read), with its STL and what its folder publishes taken in already."""
+    """The statistics of a run about to be streamed, with its STL and publications taken in."""
     statistics = RunStatistics.for_fields(options.dataset.flow,
                                           None if surface_divisors is None else options.surface_fields,
                                           None if volume_divisors is None else options.volume_fields,

@@ -140,15 +140,13 @@ class ArrayData:
         return memoryview(self._blocks(first, last))[start - base: stop - base]
 
     def bound_to(self, source) -> ArrayData:
-        """This array read from another stream holding the same bytes at the same positions
-        (a window of a remote file being staged)."""
+        """This array read from another stream holding the same bytes at the same positions."""
         other = copy.copy(self)
         other.source, other._cache = source, None
         return other
 
     def local_file(self):
-        """(local file, offset) of the decoded data when it lies raw in one file (uncompressed,
-        not base64), for memory mapping; None otherwise."""
+        """(local file, offset) of the data when it lies raw in one file, for memory mapping; else None."""
         if self.base64 or self.blocks is not None:
             return None
         return self.source.single_file(self.data_at, self.n_bytes)
@@ -166,8 +164,7 @@ class ArrayData:
         return self.data_at + first, self.data_at + end
 
     def _blocks(self, first: int, last: int) -> bytearray:
-        """Blocks ``first..last`` decompressed into one buffer, their encoded bytes read (and
-        base64-decoded) in one go."""
+        """Blocks ``first..last`` decompressed into one buffer, their encoded bytes read in one go."""
         begin, end = int(self.block_starts[first]), int(self.block_starts[last + 1])
         packed = memoryview(self._stream_bytes(self.data_at, begin, end))
         out = bytearray(int(self.raw_sizes[first:last + 1].sum()))
@@ -227,8 +224,7 @@ def _lz4(data: bytes, size: int) -> bytes:
 
 
 def _decompressor(name: str):
-    """The block decompressor of a VTK compressor name: f(data, uncompressed size) -> at most
-    that many bytes (ValueError when the data holds more)."""
+    """f(data, size) -> at most size decompressed bytes for a VTK compressor name (ValueError beyond)."""
     decompressors = {"vtkZLibDataCompressor": _zlib, "vtkLZMADataCompressor": _lzma,
                      "vtkLZ4DataCompressor": _lz4}
     if name not in decompressors:

@@ -72,8 +72,7 @@ def _integer(attrs: dict[str, str], key: str, where: str, smallest: int = 0,
 
 
 class VtkXmlHeader:
-    """The parsed header of a VTK XML unstructured grid or polydata file (``path``, read from
-    ``source``): its kind, byte order, header integer type, compressor, piece counts and arrays."""
+    """The parsed header of a VTK XML unstructured grid or polydata file: kind, encoding, counts, arrays."""
 
     def __init__(self, source: ConcatBytes, path: Path) -> None:
         self.source, self.path = source, path
@@ -152,8 +151,7 @@ class VtkXmlHeader:
             raise VtkXmlError(f"AppendedData encoding {self.appended_encoding!r}, expected raw or base64")
 
     def appended_end(self, start: int) -> int:
-        """Where the appended data from ``start`` ends: at the closing ``</AppendedData>`` at the
-        end of the file."""
+        """Where the appended data from ``start`` ends: at the ``</AppendedData>`` closing the file."""
         tail_at = max(start, self.source.size - _TAIL)
         closing = _CLOSING.search(self.source.read(tail_at, self.source.size - tail_at))
         if closing is None:

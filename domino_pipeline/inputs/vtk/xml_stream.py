@@ -20,8 +20,7 @@ __all__ = ["ArrayEntry", "VtkXmlError", "VtkXmlFile"]
 
 
 class VtkXmlFile(VtkXmlHeader):
-    """A VTK XML unstructured grid or polydata file: its header (VtkXmlHeader), checked against
-    its data when opened, and row reads of its arrays."""
+    """A VTK XML unstructured grid or polydata file: its header, checked against its data, and row reads."""
 
     def __init__(self, source: ConcatBytes, path: Path) -> None:
         self._data: dict[tuple[str, str], ArrayData] = {}
@@ -36,16 +35,14 @@ class VtkXmlFile(VtkXmlHeader):
 
     @classmethod
     def open(cls, path: Path) -> "VtkXmlFile":
-        """Open ``path`` or its pieces (``concat_bytes.file_pieces``) as one stream (a remote
-        file: ``VtkXmlFile(RemoteBytes(...), file)``)."""
+        """Open ``path`` or its pieces as one stream (remote: ``VtkXmlFile(RemoteBytes(...), file)``)."""
         path = Path(path)
         return cls(ConcatBytes(file_pieces(path)), path)
 
     # ------------------------------------------------------------------ checks
 
     def _open_arrays(self) -> None:
-        """Read and check every array's header (Points first): its bytes against the file and
-        against the counts of the piece; first of all, that the last appended array fits."""
+        """Check every array's header against the file and the piece's counts, last appended first."""
         self._check_last_appended()
         order = sorted(self.arrays.values(), key=lambda e: e.section != "Points")
         for entry in order:
@@ -57,8 +54,7 @@ class VtkXmlFile(VtkXmlHeader):
             raise VtkXmlError(f"Points data has {points.components} components, expected 3")
 
     def _array_data(self, entry: ArrayEntry) -> ArrayData:
-        """``entry``'s data with its header checked; an inline array's text must hold exactly
-        the bytes its header describes."""
+        """``entry``'s data, header checked; inline text must hold exactly the bytes it describes."""
         inline = entry.data_format == "binary"
         encoded = inline or self.appended_encoding == "base64"
         data = ArrayData(self.source, entry.position, entry.limit, encoded, self.header_dtype,
@@ -149,8 +145,7 @@ class VtkXmlFile(VtkXmlHeader):
         return self._data[key]
 
     def raw_span(self, section: str, name: str) -> tuple[int, int] | None:
-        """(stream position, bytes) of an uncompressed raw array's data; None when the array is
-        encoded or compressed."""
+        """(stream position, bytes) of an uncompressed raw array's data; None otherwise."""
         data = self._array(self.entry(section, name))
         if data.base64 or data.blocks is not None:
             return None
