@@ -246,14 +246,8 @@ def exists(location: str | os.PathLike) -> bool:
         return Path(location).exists()
     if head(str(location)) is not None:
         return True
-    folders, objects = list_folder(str(location))
+    folders, objects = folder_contents(str(location))
     return bool(folders or objects)
-
-
-def list_folder(url: str, *, anonymous: bool = False) -> tuple[list[str], list[str]]:
-    """(the sub-prefix names, the object names) directly under the URL prefix ``url``."""
-    folders, objects = folder_contents(url, anonymous=anonymous)
-    return folders, list(objects)
 
 
 def folder_contents(url: str, *, anonymous: bool = False, retry_deadline_s: float = RETRY_DEADLINE_S

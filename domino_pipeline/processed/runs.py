@@ -33,10 +33,10 @@ from domino_pipeline.object_store import (
     ObjectInfo,
     as_location,
     exists,
+    folder_contents,
     head,
     is_url,
     join,
-    list_folder,
     list_objects,
     name_of,
 )
@@ -107,7 +107,7 @@ def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
     """(name, "folder" | "file" | "other", location) of everything in a folder or under a prefix,
     hidden names left out; FileNotFoundError when there is none."""
     if is_url(directory):
-        folders, objects = list_folder(directory)
+        folders, objects = folder_contents(directory)
         found = [(n, "folder", join(directory, n)) for n in folders] + [(n, "file", join(directory, n)) for n in objects]
         if not found:
             raise FileNotFoundError(f"{directory}: no such processed-data prefix (nothing there)")
@@ -194,7 +194,7 @@ def _suffix(path: Path | str) -> str:
 
 def _is_folder(path: Path | str) -> bool:
     """Whether a run is a folder (a prefix with objects under it, for a URL)."""
-    return any(list_folder(path)) if is_url(path) else Path(path).is_dir()
+    return any(folder_contents(path)) if is_url(path) else Path(path).is_dir()
 
 
 def run_format(path: str | os.PathLike) -> str:
