@@ -35,15 +35,9 @@ SCORED = (
     "volume.fields.*.std_trimmed", "volume.fields.*.nonfinite",
     "consistency.surface_to_stl_volume", "consistency.surface_stl_bounds_gap",
 )
-# The smallest scale some statistics are measured in, whatever their spread across runs: the
-# surface's and the STL's bounding boxes agree to a few cells of either mesh, in one run as in
-# another, so that their gap's spread is the meshes' rounding: 0.1% of the car's extent is the unit.
+# Floors of the robust scale (docs/data_quality.md, "Which runs are rejected"): the bounding boxes'
+# gap in 0.1% of the car's extent, a field's location statistics in a fiftieth of its spread.
 MINIMUM_SCALE = {"consistency.surface_stl_bounds_gap": 1e-3}
-# A field's location statistics (its quantiles and trimmed mean) are measured in a fiftieth of its
-# spread at least (the median over the runs of its trimmed std): where a field is bunched against a
-# bound (the stagnation pressure) or is all but zero by symmetry (the side shear's mean), clean
-# runs agree to far better than that, and a run off by 20 such units (0.4 of the field's spread)
-# is still rejected (the synthetic defect's pressure offset by a dynamic pressure scores 110).
 LOCATION_SCALE_OF_SPREAD = 0.02
 LOCATION_STATISTICS = ("p01", "p99", "mean_trimmed")
 COEFFICIENTS = ("cd", "cl")
