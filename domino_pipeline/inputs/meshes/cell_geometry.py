@@ -78,9 +78,6 @@ class CellBlock:
         return CellBlock(self.types[start:stop], self.begins[start:stop], self.ends[start:stop], self.ids, faces)
 
 
-# ----------------------------------------------------------------------------- polygons
-
-
 def polygon_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                      ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Centres and area vectors (n, 3), float64, of the polygons ``ids[begins[i]:ends[i]]`` of
@@ -174,9 +171,6 @@ def polygon_vertex_shares(points: np.ndarray, begins: np.ndarray, ends: np.ndarr
 
 def _chunks(n: int) -> list[tuple[int, int]]:
     return [(a, min(a + CHUNK_CELLS, n)) for a in range(0, n, CHUNK_CELLS)]
-
-
-# ----------------------------------------------------------------------------- cells
 
 
 @functools.cache
@@ -294,9 +288,6 @@ def _centroids(points: np.ndarray, block: CellBlock) -> np.ndarray:
 
 def _sum_by_cell(cell: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.stack([np.bincount(cell, weights=values[:, d], minlength=n) for d in range(3)], axis=1)
-
-
-# ----------------------------------------------------------------------------- VTK meshes
 
 
 def require_no_strips(count: int, path) -> None:

@@ -42,8 +42,6 @@ class PolyhedronFaces:
         """The faces of cells ``start:stop`` (None: no faces); CellGeometryError for a malformed record."""
         return self._legacy(start, stop) if self.layout == LEGACY else self._current(start, stop)
 
-    # ------------------------------------------------------------------ VTK 9.4 layout
-
     def _current(self, start: int, stop: int) -> Faces | None:
         ends = self._read("polyhedron_offsets", start, stop)
         first = int(self._read("polyhedron_offsets", start - 1, start)[0]) if start else 0
@@ -57,8 +55,6 @@ class PolyhedronFaces:
         face_begins = np.concatenate([[begin], face_ends[:-1]])
         ids = self._read("face_connectivity", begin, int(face_ends[-1]))
         return Faces(cell, face_begins[face_ids - low] - begin, face_ends[face_ids - low] - begin, ids)
-
-    # ------------------------------------------------------------------ legacy layout
 
     def _legacy(self, start: int, stop: int) -> Faces | None:
         ends = self._read("faceoffsets", start, stop)

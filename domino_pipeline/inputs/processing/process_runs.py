@@ -44,8 +44,6 @@ from domino_pipeline.inputs.meshes.volume_stream import VolumeStream, open_volum
 from domino_pipeline.run_report import RunResult
 from domino_pipeline.run_selection import select_items
 
-# ----------------------------------------------------------------------------- one run
-
 VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read, checked and scaled at a time
 SURFACE_BLOCK_CELLS = 1 << 18  # surface cells read at a time (their geometry is computed cell_geometry.CHUNK_CELLS at a time)
 
@@ -290,9 +288,6 @@ def remote_bytes_of(run: Path | RunFiles) -> int:
     if isinstance(run, (str, os.PathLike)):
         return 0
     return sum(f.size for f in [*run.sources().values(), *run.published] if isinstance(f, RemoteFile))
-
-
-# ----------------------------------------------------------------------------- the batch
 
 
 def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, options: ProcessOptions, *,

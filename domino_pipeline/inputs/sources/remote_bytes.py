@@ -83,8 +83,6 @@ class RemoteBytes:
         self._kept: list[tuple[int, memoryview]] = []  # (stream position, bytes) of parsing reads
         self._sealed = False
 
-    # ------------------------------------------------------------------ reads
-
     def read(self, position: int, n: int) -> bytes:
         """Up to ``n`` bytes from ``position`` (fewer only at the end of the stream)."""
         if self._sealed:
@@ -152,8 +150,6 @@ class RemoteBytes:
                                     "the environment's credentials)")
         return err
 
-    # ------------------------------------------------------------------ sweeps
-
     def sweep(self, ranges: list[tuple[int, int]], *, verify: bool) -> Iterator[tuple[int, memoryview]]:
         """(stream position, bytes) over the rising, disjoint ``ranges``, read ahead; with ``verify``,
         each piece with a checksum that ``ranges`` cover whole is hashed and checked at its end."""
@@ -215,8 +211,6 @@ class RemoteBytes:
             position = end
         if position < stop:
             yield position, stop, None
-
-    # ------------------------------------------------------------------ the stream
 
     def prepare(self, file, keys: list[tuple[str, str]]):
         """Stage the arrays ``keys`` of ``file`` into ``staging`` and seal the stream: None once staged

@@ -56,8 +56,6 @@ class ArrayData:
                               f"would end at {source.where(self.end)}, past the end of {self.region} "
                               f"(a truncated file or piece?)")
 
-    # ------------------------------------------------------------------ header
-
     def _plain_header(self, header_dtype: np.dtype) -> None:
         self.blocks = None
         self.n_bytes = int(self._header(header_dtype, 1)[0])
@@ -111,8 +109,6 @@ class ArrayData:
             raise VtkXmlError(f"{self.where}: its header at {self.source.where(self.position)} is cut "
                               f"off by the end of the file (a truncated file?)")
         return np.frombuffer(raw, dtype=dtype)
-
-    # ------------------------------------------------------------------ data
 
     def _stream_bytes(self, offset: int, start: int, stop: int) -> bytes:
         """Decoded bytes ``start:stop`` of the encoded stream at ``offset``."""

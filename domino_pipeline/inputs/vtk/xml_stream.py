@@ -39,8 +39,6 @@ class VtkXmlFile(VtkXmlHeader):
         path = Path(path)
         return cls(ConcatBytes(file_pieces(path)), path)
 
-    # ------------------------------------------------------------------ checks
-
     def _open_arrays(self) -> None:
         """Check every array's header against the file and the piece's counts, last appended first."""
         self._check_last_appended()
@@ -115,8 +113,6 @@ class VtkXmlFile(VtkXmlHeader):
             if last > ids:
                 raise VtkXmlError(f"the last of the {section} offsets is {last}, past the {ids} entries "
                                   f"of {section} connectivity")
-
-    # ------------------------------------------------------------------ data
 
     def rows(self, section: str, name: str) -> int:
         """The number of rows (tuples) of an array, from the piece's counts."""
