@@ -39,8 +39,7 @@ def unreadable(err: VtkXmlError, path) -> RunError:
 
 
 def open_rows(path, source=None) -> VtkXmlFile:
-    """The header of a VTU or VTP file (or its pieces, or a remote file's ``source`` stream),
-    checked against its data; RunError naming the file or piece that is wrong."""
+    """The checked header of a VTU or VTP file (its pieces, or ``source``); RunError naming what is wrong."""
     try:
         return VtkXmlFile.open(path) if source is None else VtkXmlFile(source, path)
     except VtkXmlError as err:
@@ -78,7 +77,7 @@ def points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
     raw points (or staged ones), or of a file in ``tmp`` they are decoded into, ``rows`` at a time."""
     entry = file.entry("Points", "Points")
     shape = (file.n_points, entry.components)
-    piece = file.raw_file("Points", "Points")
+    piece = file.array_data("Points", "Points").local_file()
     if piece is not None:
         return np.memmap(piece[0], dtype=entry.dtype, mode="r", offset=piece[1], shape=shape)
     table = np.memmap(tmp / "points.f", dtype=entry.dtype.newbyteorder("="), mode="w+", shape=shape)

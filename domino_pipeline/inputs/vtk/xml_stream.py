@@ -147,11 +147,6 @@ class VtkXmlFile(VtkXmlHeader):
             return None
         return data.data_at, data.n_bytes
 
-    def raw_file(self, section: str, name: str) -> tuple[Path, int] | None:
-        """(local file, offset) of an array's decoded data when it lies raw in one local file (for memory
-        mapping); None otherwise."""
-        return self._array(self.entry(section, name)).local_file()
-
     def array_data(self, section: str, name: str) -> ArrayData:
         """The data of an array (VtkXmlError when it is inline ascii)."""
         return self._array(self.entry(section, name))
