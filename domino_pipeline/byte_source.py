@@ -76,8 +76,7 @@ class ByteSource:
         raise NotImplementedError
 
     def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
-        """Write object ``key``; ``mode`` "create" fails if it exists, {"e_tag": ...} unless it
-        is still that version (ConflictError either way). Returns its new {"e_tag": ...}."""
+        """Write object ``key`` (``mode`` "create" or {"e_tag"}: else ConflictError); its new {"e_tag"}."""
         raise NotImplementedError
 
     def head(self, key: str) -> dict | None:
@@ -316,8 +315,7 @@ def _close_sources() -> None:
 
 def read_bytes(location: str | os.PathLike, start: int | None = None, length: int | None = None
                ) -> bytes | None:
-    """The bytes of a file or object (``length`` from ``start``; ``start`` None: the last ``length``);
-    None when it is absent."""
+    """The bytes of a file or object (``length`` from ``start``, or the last ``length``); None if absent."""
     if not is_url(location):
         return _read_file(Path(location), start, length)
     root, key = split_url(str(location))

@@ -20,8 +20,7 @@ _INDEX_ENTRY_BYTES, _CRC_BYTES = 16, 4
 
 
 def missing_chunks(array_dir: str | os.PathLike, limit: int = 5) -> list[str]:
-    """Up to ``limit`` keys of chunks (or ``<shard key> inner chunk <i>``) the array's shape implies
-    and its folder lacks; ValueError for metadata it cannot read."""
+    """Up to ``limit`` chunks the array's shape implies and its folder lacks; ValueError for bad metadata."""
     array_dir = as_location(array_dir)
     grid = _grid(array_dir)
     present = _listing(array_dir)

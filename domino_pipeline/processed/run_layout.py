@@ -100,8 +100,7 @@ def processed_in_memory(
     where: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
     streamed: "Sequence[StreamedRows]" = (),
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays and attributes ``write_processed_run`` would store, in memory, with the same checks;
-    ``where`` names the run in errors."""
+    """What ``write_processed_run`` would store, in memory, checked alike; ``where`` names the run."""
     where = Path(where)
     arrays = dict(_checked_arrays(where, arrays, attrs, streamed))
     extra = {}
@@ -269,8 +268,7 @@ def check_values(name: str, data: np.ndarray, path: Path, n_points: int | None) 
 def validate_arrays(
     arrays: Mapping[str, np.ndarray], path: str | os.PathLike, required: Sequence[str] = ()
 ) -> dict[str, np.ndarray]:
-    """Check names, shapes, finiteness and face indices; return the arrays in their dtypes
-    (ProcessedRunError naming ``path`` and the array at fault)."""
+    """Check names, shapes, finiteness and face indices (ProcessedRunError); the arrays in their dtypes."""
     path = Path(path)
     unknown = sorted(set(arrays) - set(ARRAY_SHAPES))
     if unknown:

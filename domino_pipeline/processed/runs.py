@@ -104,8 +104,7 @@ def _kind(path: Path) -> str:
 
 
 def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
-    """(name, "folder" | "file" | "other", location) of everything in a folder or under a prefix,
-    hidden names left out; FileNotFoundError when there is none."""
+    """(name, "folder" | "file" | "other", location) of a folder's or prefix's visible entries."""
     if is_url(directory):
         folders, objects = folder_contents(directory)
         found = [(n, "folder", join(directory, n)) for n in folders] + [(n, "file", join(directory, n)) for n in objects]
@@ -334,8 +333,7 @@ def check_all_chunks(run: OpenedRun, allow_missing: bool = False) -> None:
 
 
 def _run_files(path: Path | str) -> tuple[bool, list[tuple[str, Path | str, Any]]]:
-    """Whether the run is a folder (a prefix), and (name, location, what to stat) of each of its
-    files in name order; FileNotFoundError when there is none."""
+    """(whether the run is a folder, (name, location, stat) of its files); FileNotFoundError for none."""
     if is_url(path):
         files = [(n, join(path, n), info) for n, info in sorted(list_objects(path).items())]
         single = head(path) if not files else None
@@ -368,8 +366,7 @@ def source_fingerprint(path: str | os.PathLike) -> str:
 
 
 def stat_fingerprint(path: str | os.PathLike) -> str:
-    """SHA-256 of a run's file names, sizes, times and inodes (object storage: keys, sizes, e-tags,
-    times), no data read (docs/processed_runs.md, "Fingerprints")."""
+    """SHA-256 of a run's file names, sizes, times and inodes, no data read (docs/processed_runs.md)."""
     digest = hashlib.sha256()
     for name, _, stat in _run_files(as_location(path))[1]:
         if isinstance(stat, ObjectInfo):

@@ -80,8 +80,7 @@ class CellBlock:
 
 def polygon_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                      ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Centres and area vectors (n, 3), float64, of the polygons ``ids[begins[i]:ends[i]]`` of
-    ``points`` (any array-like, a memory map too), by OpenFOAM's definition."""
+    """Centres and area vectors (n, 3), float64, of polygons ``ids[begins[i]:ends[i]]`` of ``points``."""
     counts = np.asarray(ends) - np.asarray(begins)
     if counts.size and counts.min() < 1:
         raise CellGeometryError(f"{int(np.count_nonzero(counts < 1))} polygons with no vertices")
@@ -126,8 +125,7 @@ def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def polygon_vector_areas(points: np.ndarray, offsets: np.ndarray, connectivity: np.ndarray) -> np.ndarray:
-    """Each polygon's area vector (N, 3), float64, of polygons as VTK stores them
-    (``connectivity[offsets[i]:offsets[i+1]]``)."""
+    """Each polygon's area vector (N, 3), float64, polygons as VTK stores them (offsets, connectivity)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     connectivity = np.asarray(connectivity, dtype=np.int64)
     parts = [polygon_geometry(points, offsets[a:b], offsets[a + 1:b + 1], connectivity)[1]
@@ -206,8 +204,7 @@ def solid_faces(cell_type: int) -> tuple[tuple[int, ...], ...]:
 
 
 def cell_centres(points: np.ndarray, block: CellBlock) -> np.ndarray:
-    """Centres (n, 3), float64, of a block's cells (docs/processed_runs.md); NaN for cell types
-    outside CELL_TYPES."""
+    """Centres (n, 3), float64, of a block's cells; NaN for cell types outside CELL_TYPES."""
     parts = [_chunk_centres(points, block.cells(a, b)) for a, b in _chunks(len(block.types))]
     return np.concatenate(parts) if parts else np.zeros((0, 3))
 

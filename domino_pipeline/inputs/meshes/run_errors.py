@@ -15,8 +15,7 @@ class RunError(ValueError):
 
 
 class MissingFieldError(RunError):
-    """Fields a file lacks: ``missing`` among its ``where`` data (point, cell), which holds the
-    arrays ``available``; ``hinted`` adds the profile keys that name them."""
+    """Fields ``missing`` from ``where`` data holding ``available``; ``hinted`` names the profile keys."""
 
     def __init__(self, path: Path | object, where: str, missing: Collection[str], available: Collection[str],
                  hint: str = "") -> None:

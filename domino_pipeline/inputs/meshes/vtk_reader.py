@@ -44,8 +44,7 @@ _READERS = {".stl": vtkSTLReader, ".vtp": vtkXMLPolyDataReader,
 
 
 def _run_reader(reader, path: Path, step: str) -> None:
-    """Run a VTK reader step ("UpdateInformation" or "Update") with VTK's stderr logging off; its
-    first error is a one-line RunError."""
+    """Run a VTK reader ``step``, VTK's logging off; its first error is one RunError line."""
     vtkLogger.SetStderrVerbosity(vtkLogger.VERBOSITY_OFF)
     with pv.VtkErrorCatcher(raise_errors=False, send_to_logging=False) as catcher:
         getattr(reader, step)()
@@ -169,8 +168,7 @@ def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path, dropped: int =
 
 def read_surface(path: Path, variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None,
                  rows: SurfaceRows = SurfaceRows()) -> dict[str, np.ndarray]:
-    """Boundary rows (SURFACE_ARRAYS) of ``rows`` kind, the whole file read with VTK; the geometry as
-    surface_stream.py computes it by blocks."""
+    """Boundary rows (SURFACE_ARRAYS) of ``rows`` kind, the whole file read with VTK."""
     reader = open_reader(path)
     where = "cell" if rows.location == "cells" else "point"
     wanted = source_arrays(variables, arrays)
@@ -228,8 +226,7 @@ def _point_weights(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray
 def volume_source_used(
     available: Mapping[str, Collection[str]], variables: Collection[str], source: str, path: Path
 ) -> tuple[str, list[str]]:
-    """The source ("points" or "cells") to read ``variables`` from, and notes: the other source when
-    only it has them all; RunError when neither does."""
+    """The source to read ``variables`` from (the other, with a note, if only it has all); else RunError."""
     if source not in VOLUME_SOURCES:
         raise ValueError(f"volume_source {source!r}, expected one of {list(VOLUME_SOURCES)}")
     missing = [name for name in variables if name not in available[source]]

@@ -22,8 +22,7 @@ def field_divisors(
     reference_length: float,
     dtype: type = np.float32,
 ) -> np.ndarray:
-    """Per column divisors that make the fields dimensionless (DoMINO's convention), as ``dtype``;
-    ``fields``: role -> name in column order (``dataset.fields.<part>``)."""
+    """Per column divisors making the fields (role -> name, column order) dimensionless, as ``dtype``."""
     check_roles("fields", fields)
     rho_u2 = air_density * stream_velocity**2
     scales = {"rho_u2": rho_u2, "rho_u2_squared": rho_u2**2, "u": stream_velocity, "u2": stream_velocity**2,

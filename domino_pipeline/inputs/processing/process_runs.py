@@ -78,8 +78,7 @@ def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions, block
 
 @dataclass
 class RunContents:
-    """A raw run opened for processing: the STL's arrays and global parameters, the attributes, the
-    surface and volume as StreamedRows read ahead, notes; ``close`` stops the reading ahead."""
+    """A raw run opened for processing: STL arrays, attributes, the meshes as StreamedRows, notes."""
 
     arrays: dict[str, np.ndarray]
     attrs: dict
@@ -95,8 +94,7 @@ class RunContents:
 def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, block_rows: int = VOLUME_BLOCK_ROWS,
              surface_block: int = SURFACE_BLOCK_CELLS,
              reading: LocalReading | RemoteReading | None = None) -> RunContents:
-    """Open a raw run for processing (a remote one through ``reading``): the meshes ``options.parts``
-    asks for opened and read ahead while the STL is read. The caller closes the contents."""
+    """Open a raw run for processing, its meshes read ahead while the STL is read; the caller closes it."""
     files = run_dir if isinstance(run_dir, RunFiles) else run_files(Path(run_dir), options.dataset, options.parts)
     reading = LocalReading() if reading is None else reading
     readers = ExitStack()
@@ -248,8 +246,7 @@ def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np
 
 def _process_one(run: Path | RunFiles, out_path: Path, options: ProcessOptions, overwrite: bool = False,
                  access: RemoteAccess = RemoteAccess()) -> RunResult:
-    """Process one run in a worker as its only writer (finished meanwhile: skipped unless
-    ``overwrite``); failures come back as a result; a remote run's bytes are reported for progress bars."""
+    """Process one run in a worker as its only writer; failures come back as a result, bytes reported."""
     name, fetched, started = run.name, [0], time.monotonic()
     total = remote_bytes_of(run)
 

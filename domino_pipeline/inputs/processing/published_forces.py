@@ -68,8 +68,7 @@ def read_first_row(path: Path) -> dict[str, str]:
 
 
 def read_openfoam_row(path: Path) -> dict[str, str]:
-    """A forceCoeffs file's header entries and last line as one row keyed by lower-case name;
-    ValueError naming the file when it has no values or its last line is cut short."""
+    """A forceCoeffs file's header entries and last line as one row; ValueError naming a file cut short."""
     header, names, last, comment = {}, None, None, None
     with open(path) as file:
         for line in file:
@@ -157,8 +156,7 @@ def read_velocity(path: Path, profile: ReferencesProfile) -> float | None:
 
 
 def read_references(path: Path, profile: ReferencesProfile, which: str = "own") -> References:
-    """A run's own or constant (``which``) references from its references file, by the profile's
-    columns; quantities without a column are the profile's constant ones."""
+    """A run's own or constant (``which``) references from its file (absent columns: the profile's)."""
     row = read_row(path, profile.format)
     columns = profile.columns if which == "own" else profile.constant_columns
     return References(

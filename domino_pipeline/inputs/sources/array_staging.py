@@ -183,8 +183,7 @@ def _in_stream_order(file, keys: list[tuple[str, str]]) -> list[tuple[tuple[str,
 
 
 def stage_growing(file, keys: list[tuple[str, str]], folder: Path, stream) -> Staging:
-    """Stage each of ``keys`` of ``file`` into ``folder`` by its own sweep in a thread, ``file`` reading
-    them as they grow; no checksum is checked. The caller closes the Staging."""
+    """Stage each of ``keys`` by its own sweep in a thread, read as it grows; the caller closes it."""
     arrays = _in_stream_order(file, keys)
     folder.mkdir(parents=True, exist_ok=True)
     threads = []

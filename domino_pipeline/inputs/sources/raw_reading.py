@@ -90,8 +90,7 @@ class LocalReading:
 
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
-        """Run ``task`` at once; yield the function that gives its result or raises its error (so that an
-        error of the block, the STL's, is raised first)."""
+        """Run ``task`` at once; yield what gives its result or raises its error (the block's error first)."""
         try:
             result, error = task(), None
         except Exception as err:

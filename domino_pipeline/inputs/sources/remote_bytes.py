@@ -67,8 +67,7 @@ class _Item:
 
 
 class RemoteBytes:
-    """Parsing reads and sweeps over the pieces of ``file``, bytes counted by ``counter``; ``reads``,
-    when given, gets (start, stop, SHA-256) of every stretch read."""
+    """Parsing reads and sweeps over ``file``'s pieces; ``reads`` gets (start, stop, SHA-256) of each."""
 
     def __init__(self, file: RemoteFile, counter: FetchCounter, *, staging: Path | None = None,
                  verify: bool = True, chunk_bytes: int = CHUNK_BYTES, in_flight: int = IN_FLIGHT,

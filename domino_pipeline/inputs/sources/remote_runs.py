@@ -40,8 +40,7 @@ def is_remote(location: str | os.PathLike) -> bool:
 
 @dataclass(frozen=True)
 class Origin:
-    """Where objects are read from, in a form that crosses to worker processes (store URL, unsigned
-    or not, retry deadline); ``store()`` is this process's client."""
+    """Where objects are read from, in a form that crosses to workers; ``store()``: this process's client."""
 
     store_url: str
     anonymous: bool
@@ -136,8 +135,7 @@ def _hub_listing(folder: HubFolder, anonymous: bool, recursive: bool, retry_dead
 
 def find_remote_runs(raw_url: str, profile: DatasetConfig, anonymous: bool | None,
                      retry_deadline_s: float = RETRY_DEADLINE_S) -> list[RemoteRun]:
-    """The run folders directly under ``raw_url`` (``dataset.run_folders``), naturally sorted;
-    FileNotFoundError when nothing is listed there."""
+    """The run folders directly under ``raw_url``, naturally sorted; FileNotFoundError for none."""
     raw_url = raw_url.rstrip("/")
     # the Hub: HF_TOKEN is sent where it is set, unless anonymous (a public dataset needs none)
     unsigned = bool(anonymous) if is_hub(raw_url) else anonymous_for(raw_url, anonymous)
@@ -149,8 +147,7 @@ def find_remote_runs(raw_url: str, profile: DatasetConfig, anonymous: bool | Non
 
 
 def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all") -> RunFiles:
-    """The run's files by the profile's patterns among its listed objects (RemoteFiles, and its
-    published files); FileNotFoundError naming a missing mesh."""
+    """The run's files (RemoteFiles) by the profile among its listed objects; FileNotFoundError naming one."""
     check_choice("process.parts", parts, PROCESS_PARTS)
     index = profile.run_index(run.name)
     if index is None:

@@ -121,8 +121,7 @@ def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunF
 
 @contextmanager
 def profile_field_hints(fields: Mapping[str, str | list[str]], part: str) -> Iterator[None]:
-    """Within: a file lacking a field of ``part`` is refused with the profile key that names it
-    (``...; set dataset.fields.surface.pressure to one of them``)."""
+    """Within: a file lacking a field of ``part`` is refused naming the profile key to set."""
     try:
         yield
     except MissingFieldError as err:

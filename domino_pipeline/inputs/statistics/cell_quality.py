@@ -13,8 +13,7 @@ import numpy as np
 
 def polygon_quality(points: np.ndarray, begins: np.ndarray, ends: np.ndarray, ids: np.ndarray,
                     centres: np.ndarray, normals: np.ndarray, areas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(non-planarity (n,), aspect ratio (n,)) of the polygons ``ids[begins[i]:ends[i]]`` of ``points``
-    with their centres, unit normals and areas."""
+    """(non-planarity, aspect ratio) of polygons ``ids[begins[i]:ends[i]]`` with their geometry."""
     begins = np.asarray(begins)
     counts = np.asarray(ends) - begins
     non_planarity, aspect = np.zeros(len(counts), np.float32), np.zeros(len(counts), np.float32)

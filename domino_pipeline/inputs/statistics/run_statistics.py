@@ -172,8 +172,7 @@ class RunStatistics:
 
 
 def enclosed_volume(vertices: np.ndarray, triangles: np.ndarray) -> float:
-    """The volume a closed triangle surface encloses (positive when wound outward): float32 products
-    about the bounding-box centre, summed in float64 (docs/data_quality.md)."""
+    """The volume a closed triangle surface encloses, positive when wound outward (docs/data_quality.md)."""
     if not len(triangles):
         return 0.0
     vertices = np.asarray(vertices, np.float32)
