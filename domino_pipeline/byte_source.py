@@ -1,10 +1,7 @@
 """The one place bytes of files and objects are read, whole or by ranges, in waves of requests
 (docs/remote_reading.md, "Clients, credentials, forks"; docs/cache_format.md, "On object
 storage"): the cache's readers, the processed runs' (``read_bytes``) and the raw runs'
-(``get_listed_range``). Sources are made per process (``shared_source``).
-
-    source = open_source("s3://bucket/cache")       # or a local folder, as a path
-    [(data, size)] = source.fetch([Request("run_1/g1.zarr/zarr.json")])"""
+(``get_listed_range``). Sources are made per process (``shared_source``)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Locations on object storage: URLs, the one place object-store clients are made (retries,
 timeouts, credentials, unsigned requests, the fork guard), the listings that processed runs and
 caches need, and the one-line naming of a failed request. The reads themselves: byte_source.py.
-docs/remote_reading.md, "Retries" and "Clients, credentials, forks".
-
-    store = shared_store("s3://bucket/processed")
-    objects = list_objects("s3://bucket/processed/run_1.zarr")   # {relative key: ObjectInfo}"""
+docs/remote_reading.md, "Retries" and "Clients, credentials, forks"."""
 
 from __future__ import annotations
 

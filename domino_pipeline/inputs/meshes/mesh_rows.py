@@ -1,9 +1,6 @@
 """What the readers of a raw run's meshes share, whole (vtk_reader.py) or by blocks
 (surface_stream.py, volume_stream.py): the checks of their arrays, the fields as float32 columns,
-and what a surface row is.
-
-    columns = field_columns(cell_data, {"pMeanTrim": "scalar"}, path, "cell")
-"""
+and what a surface row is."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """What the block readers of a run's VTU volume and VTP surface share: opening a file for reading
 by rows, the warning when it must be read whole with VTK, a points table for random access by
-connectivity, and the connectivity of a block of cells.
-
-    file = open_rows(path)
-    with tempfile.TemporaryDirectory() as tmp:
-        points = points_table(file, Path(tmp), 1 << 20)
-        begins, ends, ids = cell_vertices(file, "Polys", 0, 1000)"""
+connectivity, and the connectivity of a block of cells."""
 
 from __future__ import annotations
 

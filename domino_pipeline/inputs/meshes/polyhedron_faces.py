@@ -1,8 +1,5 @@
 """The faces of a VTU's polyhedron cells, read a block of cells at a time, from either layout VTK
-writes (docs/raw_inputs.md, "The meshes by rows").
-
-    faces = PolyhedronFaces.open(file)
-    block_faces = faces.read(start, stop)   # cell_geometry.Faces, or None without polyhedra"""
+writes (docs/raw_inputs.md, "The meshes by rows")."""
 
 from __future__ import annotations
 

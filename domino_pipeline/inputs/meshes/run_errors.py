@@ -1,8 +1,4 @@
-"""The errors a raw run's files give: one line naming the file and the problem.
-
-    raise RunError(f"{path}: empty (0 points, 0 cells)")
-    raise MissingFieldError(path, "cell", ["pMeanTrim"], available)   # hinted() adds the profile keys
-"""
+"""The errors a raw run's files give: one line naming the file and the problem."""
 
 from __future__ import annotations
 

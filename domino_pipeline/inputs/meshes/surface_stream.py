@@ -1,10 +1,6 @@
 """A run's boundary surface (a VTP, or a VTU of polygon cells) as blocks of rows (centres, unit
 normals, areas, raw fields) in bounded memory; a row is a boundary cell or a boundary point
-(``SurfaceRows.location``). docs/raw_inputs.md, "The meshes by rows".
-
-    surface = open_surface(files.surface, {"pMeanTrim": "scalar"})
-    for centres, normals, areas, fields in surface.blocks(1 << 20):
-        ..."""
+(``SurfaceRows.location``). docs/raw_inputs.md, "The meshes by rows"."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
 """A run's volume VTU as blocks of rows (points with point data, or OpenFOAM cell centres with
-cell data; positions and raw fields) in bounded memory. docs/raw_inputs.md, "The meshes by rows".
-
-    volume = open_volume(files.volume, {"UMeanTrim": "vector", "pMeanTrim": "scalar"}, "points")
-    for centres, fields in volume.blocks(1 << 21):
-        ..."""
+cell data; positions and raw fields) in bounded memory. docs/raw_inputs.md, "The meshes by rows"."""
 
 from __future__ import annotations
 

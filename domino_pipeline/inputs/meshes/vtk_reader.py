@@ -1,8 +1,5 @@
 """Read a raw run's meshes whole with VTK (STL, boundary VTP, volume VTU to numpy arrays), only the
-named arrays, every read error one RunError line naming the file.
-
-    stl = read_stl(files.stl)                   # files: run_folder.run_files(run_dir, profile)
-    surface = read_surface(files.surface, profile.variables("surface"))"""
+named arrays, every read error one RunError line naming the file."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """How each field is made dimensionless, by its role (variables.FIELD_ROLES): process_data.py divides
 by these divisors, and whoever turns stored or predicted fields back into physical units multiplies
-by them.
-
-    divisors = field_divisors({"pressure": "pMeanTrim", "wall_shear_stress": "wallShearStressMeanTrim"},
-                              stream_velocity=30.0, air_density=1.205, reference_length=4.6)
-"""
+by them."""
 
 from __future__ import annotations
 

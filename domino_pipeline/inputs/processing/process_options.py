@@ -1,8 +1,5 @@
 """The options of processing one run, in one place: what process_data.py passes to each run, checks
-before any run starts, and compares with what a processed run recorded.
-
-    options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
-"""
+before any run starts, and compares with what a processed run recorded."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """Raw run folders -> one processed ``<run>.zarr`` per run, a block of rows at a time: process_data.py's
-work (docs/raw_inputs.md, "One run"; the layout: docs/processed_runs.md).
-
-    results = process_all(raw_dir, processed_dir, options, num_processes=2)"""
+work (docs/raw_inputs.md, "One run"; the layout: docs/processed_runs.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """The force coefficients and reference values a run folder publishes beside its meshes, read
 through the dataset profile (``dataset.coefficients``, ``dataset.references``) from CSV or
-OpenFOAM forceCoeffs files (docs/raw_inputs.md, "Published coefficients").
-
-    published = read_published(Path("run_7"), "7", profile)
-    published.own["cd"], published.own_references.area"""
+OpenFOAM forceCoeffs files (docs/raw_inputs.md, "Published coefficients")."""
 
 from __future__ import annotations
 

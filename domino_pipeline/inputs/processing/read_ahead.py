@@ -1,12 +1,5 @@
 """Blocks of rows produced in a background thread a few blocks ahead of their use, so decoding
-overlaps the STL's parsing and the arrays' writing (docs/raw_inputs.md, "One run").
-
-    blocks = ReadAhead(volume.blocks(rows))
-    try:
-        for centres, fields in blocks:
-            ...
-    finally:
-        blocks.close()"""
+overlaps the STL's parsing and the arrays' writing (docs/raw_inputs.md, "One run")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """The arrays a block reader needs from a remote VTK XML file, decoded into local files by sweeps
 of the file (one over every checksummed piece, or one per array read while it grows), so the
-reader's many cursors never wait on the network. docs/remote_reading.md, "How a remote run is read".
-
-    stage_arrays(file, [("Points", "Points"), ("PointData", "p")], folder, stream, whole=[], verify=True)
-    staging = stage_growing(file, [("Points", "Points"), ("PointData", "p")], folder, stream)
-    ...  # read the file's blocks
-    staging.close()"""
+reader's many cursors never wait on the network. docs/remote_reading.md, "How a remote run is read"."""
 
 from __future__ import annotations
 

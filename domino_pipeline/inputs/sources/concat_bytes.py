@@ -1,8 +1,5 @@
 """A file published whole or in pieces (``.00.part``, ... or ``.part1``, ...; docs/raw_inputs.md,
-"VTK XML files by rows"), and one read-only byte stream over its pieces.
-
-    stream = ConcatBytes(file_pieces(Path("run_1/volume_1.vtu")))
-    head = stream.read(0, 4096)"""
+"VTK XML files by rows"), and one read-only byte stream over its pieces."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """How one run's raw files are read: on local disk, or from where they are published through the
 same block readers, a remote run's files fetched or staged into a temporary folder beside its
-processed run. docs/remote_reading.md, "How a remote run is read".
-
-    with run_reading(files, out_path, RemoteAccess(), progress=None) as reading:
-        with reading.alongside(lambda: open_surface(files.surface, variables, reading.open(files.surface))) as surface:
-            stl = reading.stl_triangles(files.stl)
-            surface = surface()"""
+processed run. docs/remote_reading.md, "How a remote run is read"."""
 
 from __future__ import annotations
 

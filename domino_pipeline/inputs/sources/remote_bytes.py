@@ -1,12 +1,7 @@
 """A remote file's bytes (its pieces on object storage or the Hub) as one read-only stream, read
 by parsing reads (``read``) and read-ahead sweeps (``sweep``), never held or stored whole; each
 GET checked against the listing, checksums and read records hashed as the bytes arrive.
-docs/remote_reading.md, "How a remote run is read".
-
-    stream = RemoteBytes(file, counter)
-    head = stream.read(0, 4096)
-    for position, data in stream.sweep([(0, stream.size)], verify=True):
-        ..."""
+docs/remote_reading.md, "How a remote run is read"."""
 
 from __future__ import annotations
 

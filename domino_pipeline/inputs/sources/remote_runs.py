@@ -1,10 +1,7 @@
 """Raw run folders where they are published (``s3://``, ``gs://``, ``az://`` prefixes or
 ``hf://datasets/<owner>/<name>``), found by listing, their files resolved by the dataset profile
 as on local disk, each piece with its size, ETag and published checksum (docs/remote_reading.md,
-"What is checked, source by source").
-
-    runs = find_remote_runs("s3://caemldatasets/drivaer/dataset", profile, anonymous=None)
-    files = remote_run_files(runs[0], profile)       # RunFiles whose files are RemoteFiles"""
+"What is checked, source by source")."""
 
 from __future__ import annotations
 

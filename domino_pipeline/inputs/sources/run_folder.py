@@ -1,8 +1,4 @@
-"""A raw run folder's files, found through the dataset profile's patterns (dataset_profile.py).
-
-    runs = find_runs(Path("/data/drivaerml"), profile)          # run_1, run_2, ... naturally sorted
-    files = run_files(runs[0], profile)                        # RunFiles(stl=..., surface=..., volume=...)
-"""
+"""A raw run folder's files, found through the dataset profile's patterns (dataset_profile.py)."""
 
 from __future__ import annotations
 

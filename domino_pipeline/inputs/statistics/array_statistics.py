@@ -1,7 +1,5 @@
 """run_statistics.py's statistics of a stored run by one pass over its arrays, for runs that have
-none in their attributes (docs/data_quality.md).
-
-    statistics = statistics_of_run(open_run(path), profile, (30.0, 1.205), published)"""
+none in their attributes (docs/data_quality.md)."""
 
 from __future__ import annotations
 

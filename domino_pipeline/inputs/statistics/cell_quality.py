@@ -1,10 +1,6 @@
 """The shape quality of a boundary surface's polygon cells (non-planarity and aspect ratio,
 defined in docs/data_quality.md), a block of cells at a time, from the geometry the block
-already has.
-
-    quality = CellQuality()
-    quality.add(points, begins, ends, ids, centres, normals, areas)   # per block
-    quality.summary()   # {"non_planarity_max": .., "non_planarity_mean": .., "aspect_ratio_max": .., ...}"""
+already has."""
 
 from __future__ import annotations
 

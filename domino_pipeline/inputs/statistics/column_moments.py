@@ -1,11 +1,6 @@
 """Per-column count, minimum, maximum, mean and standard deviation of a stream of row blocks, in one
 pass and float64, merged by Chan's pairwise update (docs/data_quality.md); non-finite values
-counted apart.
-
-    moments = ColumnMoments(3)
-    for block in blocks:
-        moments.add(block)
-    moments.summary(["x", "y", "z"])    # {"x": {"min": .., "max": .., "mean": .., "std": .., "nonfinite": 0}, ...}"""
+counted apart."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """Per-column quantiles of a stream of row blocks, and the trimmed mean and std between them, from
 a bottom-k sample of the rows that does not depend on how the stream is cut into blocks
-(docs/data_quality.md).
-
-    quantiles = ColumnQuantiles(3)
-    for block in blocks:
-        quantiles.add(block)
-    quantiles.summary(["x", "y", "z"])    # {"x": {"p01": .., "p99": .., "mean_trimmed": .., "std_trimmed": ..}, ...}"""
+(docs/data_quality.md)."""
 
 from __future__ import annotations
 

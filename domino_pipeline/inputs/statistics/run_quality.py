@@ -1,10 +1,7 @@
 """Which runs of a processed folder are wrong as runs, from its statistics table, each with every
 reason; cache_data.py and train.py leave them out (``data.quality``). The checks, their formulas
 and defaults: docs/data_quality.md, "Which runs are rejected". A run the table lacks, or holds
-without statistics, is not checked, and the summary says so.
-
-    selection = quality_selection(runs, config.data, config.dataset)
-    print(selection.summary())     # 2 runs excluded by quality: run_37 (...), run_101 (Cd 0.61 vs published 0.27)"""
+without statistics, is not checked, and the summary says so."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """A run's statistics, gathered from the blocks process_data.py streams (no second pass) and stored
 as the processed run's ``statistics`` attribute; the schema and every definition are
-docs/data_quality.md's "The statistics attribute and how it is computed".
-
-    statistics = RunStatistics.for_options(options, surface_divisors, volume_divisors)
-    statistics.add_stl(stl, dropped)
-    statistics.surface.add_block(positions=c, fields=f, normals=n, areas=a)   # per block
-    statistics.summary()"""
+docs/data_quality.md's "The statistics attribute and how it is computed"."""
 
 from __future__ import annotations
 

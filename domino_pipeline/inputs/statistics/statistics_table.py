@@ -1,9 +1,6 @@
 """The statistics of every run of a processed folder, one row per run, in
 ``<processed_dir>/statistics.csv`` (its columns: docs/data_quality.md), which process_data.py
-writes after processing and run_quality.py reads to find the outliers.
-
-    write_statistics_table(processed_dir, profile, options, raw_dir)
-    rows = read_statistics_table(processed_dir)       # None when there is none"""
+writes after processing and run_quality.py reads to find the outliers."""
 
 from __future__ import annotations
 

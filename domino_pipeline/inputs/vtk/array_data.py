@@ -1,10 +1,6 @@
 """The encoded data of one VTK XML DataArray (raw or base64, plain or compressed blocks): its
 header checked against the bytes the array may occupy before anything is allocated, then any
-decoded byte range read from it. docs/raw_inputs.md, "VTK XML files by rows".
-
-    data = ArrayData(stream, position, limit, base64_encoded=False, header_dtype=np.dtype("<u8"),
-                     compressor="", where="run_1/volume_1.vtu: PointData array p")
-    first_rows = data.read(0, 4096)"""
+decoded byte range read from it. docs/raw_inputs.md, "VTK XML files by rows"."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """The header of a VTK XML file (VTU, VTP), read by expat up to the appended data: the piece's
 counts, and for each DataArray its type, components, encoding and the span of the stream its
-bytes may occupy; xml_stream.py checks the data against them. docs/raw_inputs.md, "VTK XML files by rows".
-
-    header = VtkXmlHeader(ConcatBytes([path]), path)
-    header.n_points, header.entry("PointData", "p").position"""
+bytes may occupy; xml_stream.py checks the data against them. docs/raw_inputs.md, "VTK XML files by rows"."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Read VTK XML files (VTU, VTP; whole or in pieces) a block of rows at a time, in bounded memory:
 the header parsed and checked against the data, then any rows of any array decoded from its
-byte offset. Inline ascii data is not ``streamable``. docs/raw_inputs.md, "VTK XML files by rows".
-
-    source = VtkXmlFile.open(Path("run_1/volume_1.vtu"))
-    for start in range(0, source.n_points, 1 << 22):
-        xyz = source.read("Points", "Points", start, min(start + (1 << 22), source.n_points))"""
+byte offset. Inline ascii data is not ``streamable``. docs/raw_inputs.md, "VTK XML files by rows"."""
 
 from __future__ import annotations
 
