@@ -76,17 +76,14 @@ def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions, block
 
 @dataclass
 class RunContents:
-    """A raw run opened for processing: STL arrays, attributes, the meshes as StreamedRows, notes."""
+    """A raw run opened for processing: STL arrays, attributes, the meshes as StreamedRows, notes;
+    ``close`` stops the reading ahead (a remote run's fetching first) and removes its temporaries."""
 
     arrays: dict[str, np.ndarray]
     attrs: dict
     streamed: list[StreamedRows]
     notes: list[str]
-    stop: Callable[[], None] = lambda: None
-
-    def close(self) -> None:
-        """Stop the blocks' reading ahead (a remote run's fetching first) and remove its temporary files."""
-        self.stop()
+    close: Callable[[], None] = lambda: None
 
 
 def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, block_rows: int = VOLUME_BLOCK_ROWS,
@@ -124,7 +121,7 @@ def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, blo
     except BaseException:
         stop()
         raise
-    contents.stop = stop
+    contents.close = stop
     return contents
 
 
