@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import re
 from collections.abc import Collection, Iterable
@@ -109,16 +110,28 @@ def _missing_name(name: str, naming: str, number: int, like: str) -> str:
     return f"{name}.{number:0{width}d}.part"
 
 
-class ConcatBytes:
+class PiecedStream:
+    """Pieces joined in order: ``paths``, ``starts`` (where each begins, then the end), ``size``."""
+
+    def __init__(self, paths: list, sizes: list[int]) -> None:
+        self.paths = paths
+        self.starts = [0, *itertools.accumulate(sizes)]
+        self.size = self.starts[-1]
+
+    def where(self, position: int) -> str:
+        """Where byte ``position`` lies, in words: ``byte N``, or ``byte N (byte M of <piece>)``."""
+        if len(self.paths) == 1 or not 0 <= position < self.size:
+            return f"byte {position}"
+        index = bisect.bisect_right(self.starts, position) - 1
+        return f"byte {position} (byte {position - self.starts[index]} of {self.paths[index].name})"
+
+
+class ConcatBytes(PiecedStream):
     """Positional reads (``read(position, n)``) over the concatenation of ``paths``."""
 
     def __init__(self, paths: list[Path]) -> None:
-        self.paths = [Path(p) for p in paths]
-        sizes = [p.stat().st_size for p in self.paths]
-        self.starts = [0]
-        for size in sizes:
-            self.starts.append(self.starts[-1] + size)
-        self.size = self.starts[-1]
+        paths = [Path(p) for p in paths]
+        super().__init__(paths, [p.stat().st_size for p in paths])
         self._fds: list[int | None] = [None] * len(self.paths)
 
     def _fd(self, index: int) -> int:
@@ -151,13 +164,6 @@ class ConcatBytes:
     def prepare(self, file, keys: list[tuple[str, str]]) -> None:
         """Nothing: local arrays are read where they lie (a remote stream stages them first)."""
         return None
-
-    def where(self, position: int) -> str:
-        """Where byte ``position`` lies, in words: ``byte N``, or ``byte N (byte M of <piece>)``."""
-        if len(self.paths) == 1 or not 0 <= position < self.size:
-            return f"byte {position}"
-        index = bisect.bisect_right(self.starts, position) - 1
-        return f"byte {position} (byte {position - self.starts[index]} of {self.paths[index].name})"
 
     def close(self) -> None:
         """Close the open pieces."""

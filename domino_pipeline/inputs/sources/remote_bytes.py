@@ -14,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from domino_pipeline.inputs.sources.concat_bytes import PiecedStream
 from domino_pipeline.inputs.sources.remote_runs import RemoteFile, RemoteObject
 from domino_pipeline.byte_source import get_listed_range
 from domino_pipeline.object_store import ObjectStoreError
@@ -61,7 +62,7 @@ class _Item:
     span: int = 0  # the sweep's range it belongs to
 
 
-class RemoteBytes:
+class RemoteBytes(PiecedStream):
     """Parsing reads and sweeps over ``file``'s pieces; ``reads`` gets (start, stop, SHA-256) of each."""
 
     def __init__(self, file: RemoteFile, counter: FetchCounter, *, staging: Path | None = None,
@@ -69,11 +70,7 @@ class RemoteBytes:
                  reads: list[tuple[int, int, str]] | None = None) -> None:
         self.file, self.counter, self.staging, self.verify, self.reads = file, counter, staging, verify, reads
         self.chunk_bytes, self.in_flight = chunk_bytes, in_flight
-        self.paths = [PurePosixPath(piece.key) for piece in file.pieces]
-        self.starts = [0]
-        for piece in file.pieces:
-            self.starts.append(self.starts[-1] + piece.size)
-        self.size = self.starts[-1]
+        super().__init__([PurePosixPath(p.key) for p in file.pieces], [p.size for p in file.pieces])
         self._kept: list[tuple[int, memoryview]] = []  # (stream position, bytes) of parsing reads
         self._sealed = False
 
@@ -228,13 +225,6 @@ class RemoteBytes:
     def single_file(self, position: int, n: int) -> None:
         """None: a remote stream has no local file to map."""
         return None
-
-    def where(self, position: int) -> str:
-        """Where byte ``position`` of the stream lies, in words (ConcatBytes.where)."""
-        if len(self.paths) == 1 or not 0 <= position < self.size:
-            return f"byte {position}"
-        index = bisect.bisect_right(self.starts, position) - 1
-        return f"byte {position} (byte {position - self.starts[index]} of {self.paths[index].name})"
 
     def close(self) -> None:
         """Drop the bytes kept."""
