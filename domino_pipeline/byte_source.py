@@ -339,8 +339,7 @@ def _read_file(path: Path, start: int | None, length: int | None) -> bytes | Non
 
 
 def get_listed_range(store: Any, listed: Any, lo: int, hi: int) -> memoryview:
-    """Bytes ``lo:hi`` of a listed object (remote_runs.RemoteObject) by one ranged GET sent with
-    If-Match its version, the reply checked (``require_unchanged``); errors named by its URL."""
+    """Bytes ``lo:hi`` of a listed object by one ranged GET, If-Match its version, the reply checked."""
     import obstore
 
     options = {"range": (lo, hi), **({"if_match": listed.version} if listed.version else {})}
@@ -352,8 +351,7 @@ def get_listed_range(store: Any, listed: Any, lo: int, hi: int) -> memoryview:
 
 
 def require_unchanged(piece: Any, meta: dict, lo: int, hi: int, n_bytes: int) -> None:
-    """ObjectStoreError naming ``piece`` as changed since it was listed when the reply ``meta`` of a
-    GET of ``lo:hi`` has another size or ETag, or ``n_bytes`` is not ``hi - lo``."""
+    """ObjectStoreError naming ``piece`` as changed when a GET's reply has another size, ETag or length."""
     now = meta.get("e_tag")
     if piece.version and now and _bare(now) != _bare(piece.version):
         raise ObjectStoreError(f"{piece.url}: changed since it was listed (its ETag was {piece.version} "

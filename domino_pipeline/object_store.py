@@ -70,8 +70,7 @@ class ObjectStoreError(OSError):
 
 
 def _reason(err: Exception) -> str:
-    """The problem in the project's words (docs/remote_reading.md, "How a fault ends"): HTTP status
-    in words, status and error code, never the body; or what failed, after how many retries."""
+    """A failed request in words: its HTTP status and error code, never its body (docs/remote_reading.md)."""
     from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
     text = str(err)
@@ -131,8 +130,7 @@ def anonymous_for(url: str, setting: bool | None) -> bool:
 
 def make_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None,
                retry_deadline_s: float = RETRY_DEADLINE_S) -> Any:
-    """A new obstore client for the bucket (and prefix) of ``url``, with the retries and timeouts of
-    docs/remote_reading.md; unsigned where ``anonymous``; refused in a process forked after a client."""
+    """A new obstore client for ``url`` (docs/remote_reading.md), unsigned if ``anonymous``."""
     if _CLIENT_PID and _CLIENT_PID[0] != os.getpid():
         raise RuntimeError(f"{url}: object storage cannot be read in a process forked after "
                            "its parent read it; start DataLoader workers with "

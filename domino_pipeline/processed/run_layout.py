@@ -80,8 +80,7 @@ def write_processed_run(
     path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
     streamed: "Sequence[StreamedRows]" = (),
 ) -> Path:
-    """Validate ``arrays`` and write them with ``attrs`` as ``path`` atomically; return the path.
-    Each of ``streamed`` writes further arrays from blocks of rows; its ``attrs()`` join ``attrs``."""
+    """Validate and write ``arrays``, ``attrs`` and ``streamed`` rows as ``path`` atomically; the path."""
     path = Path(path)
     arrays = _checked_arrays(path, arrays, attrs, streamed)
     with atomic_directory(path) as tmp:
@@ -127,8 +126,7 @@ def _checked_arrays(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping
 
 
 def _group_attrs(attrs: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    """The group attributes of a processed run: the format's (``write_id`` new at each write, so a
-    rewrite of the same shapes changes the metadata fingerprints hash), then ``attrs``, then ``extra``."""
+    """The format's attributes (``write_id`` new at each write), then ``attrs``, then ``extra``."""
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "write_id": uuid.uuid4().hex,
             "all_chunks_written": True, **attrs, **extra}
 

@@ -54,8 +54,7 @@ class NoRunsError(FileNotFoundError):
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How runs are read: ``data.allow_pickle``, ``data.allow_missing_chunks`` and the configured
-    [stream_velocity, air_density] for runs that record neither (docs/processed_runs.md)."""
+    """How runs are read: data.allow_pickle, data.allow_missing_chunks, the configured constants."""
 
     allow_pickle: bool = False
     global_params: tuple[float, ...] = (30.0, 1.205)
@@ -312,8 +311,7 @@ class NamedArray:
 
 
 def check_all_chunks(run: OpenedRun, allow_missing: bool = False) -> None:
-    """ProcessedRunError naming the run, the array and the first absent chunks when a Zarr run lacks
-    a chunk (docs/processed_runs.md, "Missing chunks"); ``allow_missing``: data.allow_missing_chunks."""
+    """ProcessedRunError naming the first absent chunks of a Zarr run (docs/processed_runs.md)."""
     if not run.format.startswith(("processed", "curator-zarr")):
         return
     if allow_missing and not run.attrs.get("all_chunks_written"):

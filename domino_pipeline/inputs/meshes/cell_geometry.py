@@ -148,8 +148,7 @@ def surface_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
 
 def polygon_vertex_shares(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                           ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For every vertex of every polygon: its point id (m,), its barycentric dual area there (m,) and
-    the polygon's area vector (m, 3), float64; summed by point id: each point's dual area and normal."""
+    """Per vertex of each polygon: point id, dual area share, the polygon's area vector (float64)."""
     counts = np.asarray(ends) - np.asarray(begins)
     if counts.size and counts.min() < 3:
         raise CellGeometryError(f"{int(np.count_nonzero(counts < 3))} polygons with fewer than 3 vertices")
@@ -295,8 +294,7 @@ def require_no_strips(count: int, path) -> None:
 
 
 def polydata_geometry(mesh, path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``surface_geometry`` of every cell of a VTK PolyData read whole, in VTK's cell order (vertex
-    and line cells: their vertex mean, no normal, no area); CellGeometryError naming ``path``."""
+    """``surface_geometry`` of a VTK PolyData read whole (vertex, line cells: their mean, no area)."""
     require_no_strips(mesh.GetNumberOfStrips(), path)
     points = np.asarray(mesh.points)
     parts = []

@@ -18,8 +18,7 @@ SURFACE_ARRAYS = ("surface_mesh_centers", "surface_normals", "surface_areas", "s
 
 @dataclass(frozen=True)
 class SurfaceRows:
-    """What a row of the surface is (``location``: cells or points; the profile's ``surface_rows``);
-    for points, the normals array and the published areas (.npy) to use, None: from the cells."""
+    """What a surface row is: a cell or a point (``location``), and a point's normals array and areas."""
 
     location: str = "cells"
     normals: str | None = None
@@ -53,8 +52,7 @@ def field_columns(
     data: Mapping, variables: Mapping[str, str], path: Path, where: str,
     arrays: Mapping[str, list[str]] | None = None,
 ) -> np.ndarray:
-    """Stack the fields ``variables`` ({name: kind}) of ``data`` as float32 columns, in order (a
-    variable that ``arrays`` splits into one scalar array per component assembled from them)."""
+    """The fields ``variables`` of ``data`` as float32 columns, in order (split ones assembled)."""
     columns = []
     for name, kind in variables.items():
         width = variable_width(name, kind)

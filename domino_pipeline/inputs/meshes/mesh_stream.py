@@ -68,8 +68,7 @@ def fall_back_to_vtk(file: VtkXmlFile, path: Path, reason: str) -> None:
 
 
 def points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
-    """The file's points for random access by connectivity, not held in memory: a memory map of the
-    raw points (or staged ones), or of a file in ``tmp`` they are decoded into, ``rows`` at a time."""
+    """The file's points for random access, memory-mapped (raw, staged, or decoded into ``tmp``)."""
     entry = file.entry("Points", "Points")
     shape = (file.n_points, entry.components)
     piece = file.array_data("Points", "Points").local_file()
@@ -100,8 +99,7 @@ def prepared_rows(file: VtkXmlFile, keys: list[tuple[str, str]]) -> Iterator[Non
 
 def cell_vertices(file: VtkXmlFile, section: str, start: int, stop: int,
                   n_points: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Cells ``start:stop`` of ``section`` ("Cells" of a VTU, "Polys" of a VTP): (begins, ends, ids),
-    their point ids only; RunError when an id lies outside the ``n_points`` points."""
+    """(begins, ends, ids) of cells ``start:stop`` of ``section``; RunError for an id out of range."""
     ends = file.read(section, "offsets", start, stop)[:, 0].astype(np.int64)
     first = int(file.read(section, "offsets", start - 1, start)[0, 0]) if start else 0
     require_rising(ends, first, start, file, section)

@@ -120,8 +120,7 @@ def cell_section(file: VtkXmlFile) -> str:
 
 
 def point_sums(file: VtkXmlFile, points: np.ndarray, tmp: Path, cells: int, path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Per point, the sum of its cells' area vectors (n_points, 3) and its dual area (n_points,):
-    float64 memory maps in ``tmp``, from one pass over the cells, ``cells`` at a time."""
+    """Per point, its cells' summed area vectors and its dual area: float64 memory maps in ``tmp``."""
     vectors = np.memmap(tmp / "normal_sums.f8", dtype=np.float64, mode="w+", shape=(file.n_points, 3))
     areas = np.memmap(tmp / "dual_areas.f8", dtype=np.float64, mode="w+", shape=(file.n_points,))
     section = cell_section(file)
@@ -160,8 +159,7 @@ def open_surface(path, variables: Mapping[str, str], arrays: Mapping[str, list[s
 
 
 def surface_arrays(file: VtkXmlFile, names: list[str], rows: SurfaceRows) -> list[tuple[str, str]]:
-    """The arrays (section, name) the blocks of ``rows`` read: the data arrays ``names`` and the
-    cells' connectivity, unless point rows take both normals and areas as published."""
+    """The arrays (section, name) the blocks of ``rows`` read (connectivity unless all published)."""
     section = _DATA[rows.location][0]
     cells = rows.location == "cells" or rows.normals is None or rows.areas is None
     connectivity = [(cell_section(file), "offsets"), (cell_section(file), "connectivity")] if cells else []

@@ -106,8 +106,7 @@ def read_stl(path: Path) -> dict[str, np.ndarray]:
 
 
 def drop_zero_area(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
-    """The STL arrays without their zero-area triangles (a vertex repeated, or a height below
-    ZERO_HEIGHT of the longest edge), which would count as open edges, and how many were dropped."""
+    """The STL without zero-area triangles (they would count as open edges), and how many were dropped."""
     triangles = arrays["stl_faces"].reshape(-1, 3)
     corners = arrays["stl_coordinates"].astype(np.float64)[triangles]
     longest = np.max([np.sum((corners[:, i] - corners[:, i - 1]) ** 2, axis=1) for i in range(3)], axis=0)
@@ -138,8 +137,7 @@ def read_stl_triangles(path: Path) -> dict[str, np.ndarray]:
 
 
 def stl_defect_counts(faces: np.ndarray, areas: np.ndarray) -> dict[str, int]:
-    """{open_edges, non_manifold_edges, degenerate_triangles} of an STL's triangles: edges of one
-    triangle (a hole), edges of more than two, triangles of zero area."""
+    """{open_edges, non_manifold_edges, degenerate_triangles} of an STL's triangles."""
     triangles = faces.reshape(-1, 3).astype(np.int64)
     if not len(triangles):
         return {"open_edges": 0, "non_manifold_edges": 0, "degenerate_triangles": 0}
@@ -156,8 +154,7 @@ _DEFECTS = {"open_edges": "open edges (the surface has holes: the SDF sign near 
 
 def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path, dropped: int = 0,
                 counts: dict[str, int] | None = None) -> list[str]:
-    """Warnings about an STL's defects (``stl_defect_counts``, or ``counts`` given) and the
-    ``dropped`` zero-area triangles; near an open edge the SDF's winding-number sign is unreliable."""
+    """Warnings about an STL's defects and dropped triangles (an open edge misleads the SDF's sign)."""
     counts = stl_defect_counts(faces, areas) if counts is None else counts
     notes = [f"warning: {path}: {counts[key]} {what}" for key, what in _DEFECTS.items() if counts[key]]
     return ([f"note: {path}: dropped {dropped} zero-area triangles"] if dropped else []) + notes
@@ -242,8 +239,7 @@ def volume_source_used(
 def read_volume(
     path: Path, variables: Mapping[str, str], source: str, arrays: Mapping[str, list[str]] | None = None
 ) -> tuple[dict[str, np.ndarray], str, list[str]]:
-    """(volume points or cell centres and raw fields, the source used, notes), the whole VTU read with
-    VTK; the other source with a note where only it has every requested field."""
+    """(points or cell centres and fields, the source used, notes) of a VTU read whole with VTK."""
     reader = open_reader(path)
     wanted = source_arrays(variables, arrays)
     source, notes = volume_source_used(array_names(reader), wanted, source, path)

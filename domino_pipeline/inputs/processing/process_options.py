@@ -21,8 +21,7 @@ from domino_pipeline.variables import FieldName, arrays_of, variables_of
 
 @dataclass(frozen=True)
 class ProcessOptions:
-    """How every run is read and made dimensionless; settings that would fail every run are refused
-    (ValueError). ``*_fields``: role -> the field's name in the files, in column order."""
+    """How every run is read and made dimensionless; settings that would fail every run are refused."""
 
     dataset: DatasetConfig = field(metadata={"recorded": False})  # the files' names; its name is recorded apart
     # recorded under names no array has (a reader of attributes may take those for arrays)

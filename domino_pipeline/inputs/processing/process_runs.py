@@ -174,8 +174,7 @@ def _sources_at_end(files: RunFiles, reading: LocalReading | RemoteReading) -> S
 
 
 def _with_cells(surface: SurfaceStream, cells: int) -> Iterator[tuple[tuple[np.ndarray, ...], tuple | None]]:
-    """The surface's blocks of ``cells`` rows, each with its polygons (``on_cells`` arguments, or None)
-    kept to be shown where the blocks are used (the statistics exist once the STL is read)."""
+    """The surface's blocks, each with its polygons to show the statistics where the blocks are used."""
     shown: list[tuple] = []
     for block in surface.blocks(cells, lambda *polygons: shown.append(polygons)):
         yield block, (shown.pop() if shown else None)

@@ -23,8 +23,7 @@ class References:
 
 @dataclass(frozen=True)
 class Published:
-    """A run's published coefficients over its own and the constant references (None: not published),
-    those references (own None: no file of its own) and the speed its file states (None: the profile's)."""
+    """A run's published coefficients (own, constant references), those references and its speed."""
 
     own: dict[str, float] | None
     constant: dict[str, float] | None

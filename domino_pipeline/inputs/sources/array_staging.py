@@ -152,8 +152,7 @@ class _Window:
 
 def stage_arrays(file, keys: list[tuple[str, str]], folder: Path, stream,
                  whole: list[tuple[int, int]], *, verify: bool) -> None:
-    """Decode the arrays ``keys`` of ``file`` into files in ``folder`` in one sweep of ``stream`` over
-    their bytes and the spans ``whole`` (pieces hashed whole); ``file`` then reads them from there."""
+    """Decode ``keys`` of ``file`` into ``folder`` in one sweep over them and the spans ``whole``."""
     arrays = _in_stream_order(file, keys)
     spans = [(data.position, data.end) for _, data in arrays] + whole
     ranges = [(start, start + n) for start, n, _ in coalesce([(a, b - a) for a, b in spans if b > a])]

@@ -33,8 +33,7 @@ HUB_CHUNK_BYTES, HUB_IN_FLIGHT = 32 << 20, 4  # the Hub's sweeps: fewer, larger 
 
 @dataclass(frozen=True)
 class RemoteAccess:
-    """How remote raw files are read (``data.anonymous``, ``data.verify_checksums``,
-    ``data.retry_deadline_s``; docs/remote_reading.md) and the sweeps' read-ahead (None: ``read_ahead``)."""
+    """How remote raw files are read (data.anonymous, verify_checksums, retry_deadline_s) and read ahead."""
 
     anonymous: bool | None = None
     verify: bool = True

@@ -142,8 +142,7 @@ class RemoteBytes(PiecedStream):
         return err
 
     def sweep(self, ranges: list[tuple[int, int]], *, verify: bool) -> Iterator[tuple[int, memoryview]]:
-        """(stream position, bytes) over the rising, disjoint ``ranges``, read ahead; with ``verify``,
-        each piece with a checksum that ``ranges`` cover whole is hashed and checked at its end."""
+        """(position, bytes) over rising ``ranges``, read ahead; with ``verify``, whole pieces checked."""
         items = self._plan(ranges)
         covered = {i: sum(item.hi - item.lo for item in items if item.piece == i) for i in range(len(self.paths))}
         checked = {i for i, piece in enumerate(self.file.pieces)
@@ -232,8 +231,7 @@ class RemoteBytes(PiecedStream):
 
 
 class _Hashing:
-    """The checked pieces' hashes and the SHA-256 of each of ``spans`` (recorded in ``reads``),
-    updated in order in a thread of their own; a piece's digest compared at its last bytes."""
+    """Pieces' checksums and spans' SHA-256 (``reads``), hashed in order in a thread of their own."""
 
     def __init__(self, pieces: dict[int, RemoteObject], backlog: int, spans: list[tuple[int, int]] = (),
                  reads: list[tuple[int, int, str]] | None = None) -> None:

@@ -97,8 +97,7 @@ def _described(key: str) -> str:
 
 
 def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunFiles:
-    """The run's files by the profile's patterns, a volume in pieces by its whole name; a mesh
-    ``parts`` leaves out need not exist. FileNotFoundError naming a missing one."""
+    """The run's files by the profile (a mesh ``parts`` leaves out may be absent); FileNotFoundError."""
     check_choice("process.parts", parts, PROCESS_PARTS)
     index = run_index(run_dir, profile)
     files = profile.files

@@ -125,8 +125,7 @@ def _score(rows: Sequence[Mapping], threshold: float, verdicts: QualityVerdicts)
 
 def coefficient_mismatches(row: Mapping, flow: FlowProfile, convention: ForceConvention,
                            tolerance: float) -> dict[str, str]:
-    """{reference set: reason} for each published set (own, constant) a row's integrated coefficients
-    miss by more than ``tolerance``: ``Cd 0.61 vs published 0.27 (own references)``."""
+    """{reference set: reason} where a row's integrated Cd or Cl miss the published beyond ``tolerance``."""
     statistics = unflatten(row)
     reasons = {}
     for which, found in integrated_coefficients(statistics, flow, convention).items():

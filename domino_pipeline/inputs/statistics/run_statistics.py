@@ -43,8 +43,7 @@ def field_columns(fields: Mapping[str, str]) -> dict[str, int | slice]:
 
 
 class PartStatistics:
-    """The statistics of one part (surface or volume) over its blocks; ``divisors`` give back the
-    physical fields for the force sums of a surface with pressure and wall shear ``roles``."""
+    """One part's statistics over its blocks (``divisors``: back to physical fields for force sums)."""
 
     def __init__(self, columns: list[str], *, surface: bool, divisors: np.ndarray | None = None,
                  roles: Mapping[str, int | slice] | None = None) -> None:
@@ -194,8 +193,7 @@ def consistency(statistics: Mapping[str, Any]) -> dict[str, float | None]:
 
 def integrated_coefficients(statistics: Mapping[str, Any], flow: FlowProfile,
                             convention: ForceConvention) -> dict[str, dict[str, float]]:
-    """{"own": {cd, cl}, "constant": {cd, cl}} of a run's force sums under ``convention`` over each
-    known reference area, with ``flow``'s speed (else the published one); empty without either."""
+    """{"own", "constant": {cd, cl}} of a run's force sums under ``convention``; empty without a speed."""
     sums = (statistics.get("surface") or {}).get("force_sums")
     published = statistics.get("published") or {}
     velocity = flow.velocity or published.get("velocity")

@@ -110,8 +110,7 @@ class VtkXmlHeader:
         self.n_cells = sum(v for k, v in self.piece_counts.items() if k != "NumberOfPoints")
 
     def data_array(self, attrs: dict[str, str], section: str) -> ArrayEntry | None:
-        """The entry of a DataArray tag (an appended one's ``position`` its offset until placed); None for
-        String and Bit arrays and Points arrays after the first."""
+        """The entry of a DataArray tag; None for String, Bit and second Points arrays."""
         # VTK takes the first Points array, whatever its Name (or none: "Position" is common)
         name = "Points" if section == "Points" else attrs.get("Name")
         where = f"a {section} DataArray" + (f" named {name}" if name else "")
@@ -204,8 +203,7 @@ class VtkXmlHeader:
 
 
 class _HeaderParser:
-    """The header's elements, as expat reports them, taken into a VtkXmlHeader (docs/raw_inputs.md):
-    where each may stand, each section's arrays, where inline text and the appended data lie."""
+    """The header's elements, as expat reports them, taken into a VtkXmlHeader and checked."""
 
     def __init__(self, file: VtkXmlHeader) -> None:
         self.file = file

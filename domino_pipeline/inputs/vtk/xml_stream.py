@@ -59,8 +59,7 @@ class VtkXmlFile(VtkXmlHeader):
         return data
 
     def _check_last_appended(self) -> None:
-        """The appended data's length against the last array in it, when the counts fix its size: a file
-        cut short shows here, before arrays behind the cut are read from the wrong place."""
+        """The appended data's length against its last array: a file cut short shows here."""
         appended = [e for e in self.arrays.values() if e.data_format == "appended"]
         for entry in appended:
             if entry.position > entry.limit:
