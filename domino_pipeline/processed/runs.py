@@ -219,11 +219,6 @@ def _as_stored(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _global_params(run: OpenedRun, options: ReadOptions) -> np.ndarray:
-    constants = physics_constants(run.attrs)
-    return np.asarray(constants if constants is not None else options.global_params, dtype=np.float32)
-
-
 def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
              options: ReadOptions = DEFAULT_OPTIONS, opened: OpenedRun | None = None) -> dict[str, np.ndarray]:
     """Read ``arrays`` (default: those of the run's parts) of a run of any form, validated, stl_faces
@@ -247,7 +242,7 @@ def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
         if name in present:
             data = NamedArray(run, name)[...].reshape(_as_stored(name, tuple(present[name].shape)))
         else:
-            data = _global_params(run, options)
+            data = np.asarray(physics_constants(run.attrs) or options.global_params, dtype=np.float32)
         loaded[name] = check_values(name, data, run.path, n_points)
     return loaded
 
