@@ -240,7 +240,7 @@ def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
     loaded = {}
     for name in names:
         if name in present:
-            data = NamedArray(run, name)[...].reshape(_as_stored(name, tuple(present[name].shape)))
+            data = _read(run, name, present[name], ...).reshape(_as_stored(name, tuple(present[name].shape)))
         else:
             data = np.asarray(physics_constants(run.attrs) or options.global_params, dtype=np.float32)
         loaded[name] = check_values(name, data, run.path, n_points)
@@ -298,11 +298,16 @@ class NamedArray:
         self.shape = tuple(self.array.shape)
 
     def __getitem__(self, selection) -> np.ndarray:
-        try:
-            return np.asarray(self.array[selection])
-        except Exception as err:  # zarr, numcodecs and numpy raise many types
-            raise ProcessedRunError(f"{self.run.path}: array {self.name} ({self.run.format}) is "
-                                    f"unreadable: {type(err).__name__}: {err}") from err
+        return _read(self.run, self.name, self.array, selection)
+
+
+def _read(run: OpenedRun, name: str, array: Any, selection) -> np.ndarray:
+    """``array[selection]`` of a run; any reader error is ProcessedRunError naming run, form and array."""
+    try:
+        return np.asarray(array[selection])
+    except Exception as err:  # zarr, numcodecs and numpy raise many types
+        raise ProcessedRunError(f"{run.path}: array {name} ({run.format}) is unreadable: "
+                                f"{type(err).__name__}: {err}") from err
 
 
 def check_all_chunks(run: OpenedRun, allow_missing: bool = False) -> None:
