@@ -103,8 +103,7 @@ def _split(buffer: memoryview, merged, ranges) -> dict[int, memoryview]:
 
 
 class LocalSource(ByteSource):
-    """A local folder: ranged reads are views of each file mapped read-only (no copy), remapped when
-    a wave finds the file's size changed, so a range past the end comes back short, as a ``pread``."""
+    """A local folder read through read-only maps of its files, remade when a size changes (short at the end)."""
 
     def __init__(self, root: str | os.PathLike) -> None:
         super().__init__()

@@ -84,8 +84,7 @@ def points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
 
 @contextmanager
 def prepared_rows(file: VtkXmlFile, keys: list[tuple[str, str]]) -> Iterator[None]:
-    """Within: the arrays ``keys`` of ``file`` ready for a block reader (a remote file's staged, before
-    the block or while it reads them); a decoding error is RunError ``<file>: unreadable (...)``."""
+    """Within: the arrays ``keys`` of ``file`` ready for a block reader; decoding errors as RunError."""
     try:
         staging = file.source.prepare(file, keys)
     except VtkXmlError as err:

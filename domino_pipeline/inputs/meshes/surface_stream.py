@@ -141,9 +141,8 @@ def point_sums(file: VtkXmlFile, points: np.ndarray, tmp: Path, cells: int, path
 
 def open_surface(path, variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None,
                  rows: SurfaceRows = SurfaceRows(), file: VtkXmlFile | None = None) -> SurfaceStream:
-    """The boundary surface of ``path`` as blocks of ``rows`` with the fields ``variables`` (read from
-    ``arrays``; ``file``: its header opened already). RunError naming the file for a missing field,
-    an empty file or cells that are not polygons; a file not readable by rows falls back to VTK."""
+    """The boundary surface of ``path`` as blocks of ``rows`` with the fields ``variables``; RunError naming
+    the file for a missing field, no rows or non-polygons; a file not readable by rows falls back to VTK."""
     file = mesh_stream.open_rows(path) if file is None else file
     require_no_strips(file.piece_counts.get("NumberOfStrips", 0), path)
     section, where = _DATA[rows.location]

@@ -88,9 +88,8 @@ def _whole_blocks(volume: VolumeStream, rows: int) -> Iterator[tuple[np.ndarray,
 
 def open_volume(path, variables: Mapping[str, str], source: str, arrays: Mapping[str, list[str]] | None = None,
                 file: VtkXmlFile | None = None) -> VolumeStream:
-    """The volume of ``path`` as rows of ``source`` with the fields ``variables`` (read from ``arrays``;
-    ``file``: its header opened already); the other source with a note where only it has them all
-    (as ``read_volume``); a file not readable by rows falls back to VTK."""
+    """The volume of ``path`` as rows of ``source`` (or of the other, with a note, if only it has every
+    field) with the fields ``variables``; a file not readable by rows falls back to VTK."""
     file = open_rows(path) if file is None else file
     available = {s: file.names(_SECTION[s]) for s in VOLUME_SOURCES}
     source, notes = volume_source_used(available, source_arrays(variables, arrays), source, path)

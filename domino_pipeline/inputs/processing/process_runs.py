@@ -285,9 +285,8 @@ def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, op
                 num_processes: int = 1, overwrite: bool = False, executor: ExecutorConfig = LOCAL_POOL,
                 runs: list[int | str] | None = None, shard: str | None = None,
                 access: RemoteAccess = RemoteAccess()) -> list[RunResult]:
-    """Process the runs of ``raw_dir`` (local, or a URL) that ``runs`` and ``shard`` choose into
-    ``processed_dir``, ``num_processes`` at a time; one result per run. Finished runs are skipped
-    (refused if processed with other ``options``) unless ``overwrite``."""
+    """Process the runs of ``raw_dir`` (a folder or a URL) that ``runs`` and ``shard`` choose; one result
+    per run. Finished runs are skipped (refused if processed with other ``options``) unless ``overwrite``."""
     processed_dir = Path(processed_dir)
     processed_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(processed_dir)

@@ -62,9 +62,8 @@ def present_among(name: str, names: Collection[str]) -> bool:
 
 
 def file_pieces(path: Path) -> list[Path]:
-    """The files that hold ``path``, in order: itself, or its pieces ``.00.part``, ... (from 0) or
-    ``.part1``, ... (from 1). FileNotFoundError for none; PieceError naming the file for a gap,
-    a wrong first number, both namings, or the whole file beside pieces."""
+    """The files that hold ``path``, in order: itself, or its ``.00.part``, ... or ``.part1``, ... pieces;
+    FileNotFoundError for none, PieceError naming the file for a gap, two namings or whole and pieces."""
     path = Path(path)
     names = set(_folder_names(path.parent))
     if path.is_file():

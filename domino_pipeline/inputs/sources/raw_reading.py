@@ -151,8 +151,7 @@ class RemoteReading:
 
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
-        """Run ``task`` in a thread while the block runs (the meshes' fetching overlaps the STL's); yield
-        the function that waits for its result. Leaving the block early stops the task's fetching."""
+        """Run ``task`` in a thread while the block runs; yield what waits for it (leaving early stops it)."""
         with ThreadPoolExecutor(1, thread_name_prefix="staging") as pool:
             future = pool.submit(task)
             try:

@@ -347,8 +347,7 @@ class _HeaderParser:
             self.expat.CharacterDataHandler = self._text
 
     def _skip_inline(self, entry: ArrayEntry) -> None:
-        """Let the feed skip ``entry``'s inline binary text (gigabytes in a DrivAerML volume) to where its
-        own header says it ends; a header that cannot say leaves it to be fed and checked later."""
+        """Let the feed skip ``entry``'s inline binary text to where its own header says it ends."""
         source = self.file.source
         try:
             data = ArrayData(source, self.text_at, source.size, True, self.file.header_dtype,
