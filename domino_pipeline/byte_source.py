@@ -1,27 +1,7 @@
-"""The one place bytes of files and objects are read, whole or by ranges: the cache's readers
-(waves of ranges), the processed runs' readers (``read_bytes``) and the raw runs' readers
-(``get_listed_range``) alike.
-
-A reader knows every byte range it needs before it reads (the shard indexes give each inner
-chunk's offset and length), so it hands a whole list of requests to ``ByteSource.fetch`` and
-gets them back together: one *wave*. Locally a wave is views of files mapped read-only, kept
-per source (after one ``POSIX_FADV_WILLNEED`` per range, so a cold disk serves them in parallel);
-on object storage it is concurrent ranged GETs through obstore (retries with backoff and a
-deadline included). Adjacent ranges of one object are coalesced first. Checksums, error naming
-and assembly into arrays stay with the caller, so both back ends share them.
-
-    source = open_source("s3://bucket/cache")       # or a local folder, as a path
-    [(data, size)] = source.fetch([Request("run_1/g1.zarr/zarr.json")])
-
-A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://``); URLs,
-clients, credentials, retries and the one-line naming of a failed request are object_store.py's.
-Sources are made per process (``shared_source`` caches them by process id), since an
-object-store client does not survive a fork. Every GET of an object is named by its URL
-(``object_store.named_errors``); a missing object reads as None.
-
-    data = read_bytes("s3://bucket/processed/run_1.zarr/zarr.json")   # None when absent
-    piece = get_listed_range(store, listed, 0, 4096)   # If-Match its listed ETag, reply checked
-"""
+"""The one place bytes of files and objects are read, whole or by ranges, in waves of requests
+(docs/remote_reading.md, "Clients, credentials, forks"; docs/cache_format.md, "On object
+storage"): the cache's readers, the processed runs' (``read_bytes``) and the raw runs'
+(``get_listed_range``). Sources are made per process (``shared_source``)."""
 
 from __future__ import annotations
 
@@ -41,8 +21,7 @@ THREADS = 32  # objects fetched at once (a draw touches about a dozen)
 
 @dataclass(frozen=True)
 class Request:
-    """One read: ``length`` bytes of object ``key`` from ``start``; ``start`` None reads the
-    last ``length`` bytes; ``length`` None reads the whole object."""
+    """One read: ``length`` bytes of ``key`` from ``start`` (None: the last ones; ``length`` None: all)."""
 
     key: str
     start: int | None = None
@@ -53,8 +32,7 @@ Result = tuple[memoryview | None, int | None]  # (bytes, or None: the object is 
 
 
 def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
-    """Merge byte ranges (start, length) that touch or overlap into (start, length, members):
-    ``members`` are the indexes into ``ranges`` each merged range serves."""
+    """Merge touching or overlapping (start, length) ranges into (start, length, indexes they serve)."""
     merged: list[tuple[int, int, list[int]]] = []
     for i in sorted(range(len(ranges)), key=lambda i: ranges[i][0]):
         start, length = ranges[i]
@@ -67,8 +45,7 @@ def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
 
 
 class ByteSource:
-    """Reads requests in waves and counts them: ``waves``, ``requests`` (after coalescing)
-    and ``bytes`` fetched, for benchmarks and tests."""
+    """Reads requests in waves, counting ``waves``, ``requests`` (coalesced) and ``bytes``, for benchmarks."""
 
     location: str
 
@@ -96,8 +73,7 @@ class ByteSource:
         raise NotImplementedError
 
     def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
-        """Write object ``key``; ``mode`` "create" fails if it exists, {"e_tag": ...} unless it
-        is still that version (ConflictError either way). Returns its new {"e_tag": ...}."""
+        """Write object ``key`` (``mode`` "create" or {"e_tag"}: else ConflictError); its new {"e_tag"}."""
         raise NotImplementedError
 
     def head(self, key: str) -> dict | None:
@@ -127,11 +103,7 @@ def _split(buffer: memoryview, merged, ranges) -> dict[int, memoryview]:
 
 
 class LocalSource(ByteSource):
-    """A local folder: descriptors kept open until ``close``; ranged reads are views of each
-    file mapped read-only (no copy out of the page cache: a warm draw's bytes go straight to
-    the checksum and the gather). A mapping covers the file's size when it was mapped and is
-    made again when a wave finds that size changed, so a range past the end comes back short,
-    as a ``pread`` would. Results stay valid while the caller holds them."""
+    """A local folder read through read-only maps of its files, remade when a size changes (short at the end)."""
 
     def __init__(self, root: str | os.PathLike) -> None:
         super().__init__()
@@ -213,8 +185,7 @@ class LocalSource(ByteSource):
 
 
 def _pread_into(fd: int, view: memoryview, offset: int) -> int:
-    """Fill ``view`` from ``offset`` of ``fd`` (short reads continued); the bytes read, fewer
-    only at the end of the file."""
+    """Fill ``view`` from ``offset`` of ``fd``, short reads continued; the bytes read (fewer at the end)."""
     done = 0
     while done < len(view):
         n = os.preadv(fd, [view[done:]], offset + done)
@@ -225,10 +196,8 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
 
 
 class ObjectSource(ByteSource):
-    """An object-store prefix read through obstore: a wave is one batch of concurrent GETs,
-    one thread per object (``get_ranges`` fetches an object's ranges concurrently itself).
-    Threads and obstore's blocking calls, not its asyncio ones: no Python object is handed to
-    the client's own threads, which could outlive the interpreter at exit."""
+    """An object-store prefix read through obstore's blocking calls in threads, one per object (no
+    Python object handed to the client's threads, which could outlive the interpreter)."""
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -334,8 +303,7 @@ _SOURCES: dict[tuple[int, str], ByteSource] = {}
 
 @atexit.register
 def _close_sources() -> None:
-    """Drop this process's object-store clients before the interpreter finalizes: the
-    client's own threads must not outlive Python."""
+    """Close this process's sources at exit: an object-store client's threads must not outlive Python."""
     for source in _SOURCES.values():
         source.close()
     _SOURCES.clear()
@@ -343,9 +311,7 @@ def _close_sources() -> None:
 
 def read_bytes(location: str | os.PathLike, start: int | None = None, length: int | None = None
                ) -> bytes | None:
-    """The bytes of a file or object (``length`` of them from ``start``; ``start`` None and a
-    ``length``: the last ``length``); None when it is absent. An object is read through its
-    bucket's shared source."""
+    """The bytes of a file or object (``length`` from ``start``, or the last ``length``); None if absent."""
     if not is_url(location):
         return _read_file(Path(location), start, length)
     root, key = split_url(str(location))
@@ -354,8 +320,7 @@ def read_bytes(location: str | os.PathLike, start: int | None = None, length: in
 
 
 def read_in_order(locations: list[str], window: int = 8) -> Iterator[bytes | None]:
-    """``read_bytes`` of each location, in order, ``window`` fetched at once (the memory of
-    ``window`` objects at most)."""
+    """``read_bytes`` of each location, in order, ``window`` fetched (and held) at once."""
     with ThreadPoolExecutor(max_workers=window, thread_name_prefix="object-read") as pool:
         for start in range(0, len(locations), window):
             yield from pool.map(read_bytes, locations[start:start + window])
@@ -373,9 +338,7 @@ def _read_file(path: Path, start: int | None, length: int | None) -> bytes | Non
 
 
 def get_listed_range(store: Any, listed: Any, lo: int, hi: int) -> memoryview:
-    """Bytes ``lo:hi`` of a listed object (``listed``: its ``url``, ``key``, ``size`` and
-    ``version``, remote_runs.RemoteObject) by one ranged GET through ``store``, sent with
-    If-Match its version and its reply checked (``require_unchanged``); errors named by its URL."""
+    """Bytes ``lo:hi`` of a listed object by one ranged GET, If-Match its version, the reply checked."""
     import obstore
 
     options = {"range": (lo, hi), **({"if_match": listed.version} if listed.version else {})}
@@ -387,9 +350,7 @@ def get_listed_range(store: Any, listed: Any, lo: int, hi: int) -> memoryview:
 
 
 def require_unchanged(piece: Any, meta: dict, lo: int, hi: int, n_bytes: int) -> None:
-    """ObjectStoreError naming ``piece`` as changed since it was listed when a GET of its bytes
-    ``lo:hi`` answered another size or ETag (``meta``: the reply's), whether or not the server
-    honoured If-Match, or a number of bytes other than those asked for."""
+    """ObjectStoreError naming ``piece`` as changed when a GET's reply has another size, ETag or length."""
     now = meta.get("e_tag")
     if piece.version and now and _bare(now) != _bare(piece.version):
         raise ObjectStoreError(f"{piece.url}: changed since it was listed (its ETag was {piece.version} "
@@ -422,17 +383,14 @@ def source_and_key(location: str | os.PathLike) -> tuple[ByteSource, str]:
 
 
 def open_source(location: str | os.PathLike) -> ByteSource:
-    """A fresh source for ``location``: an ObjectSource for a URL (its client made by
-    ``object_store.make_store``, which refuses in a process forked after its parent made one),
-    a LocalSource otherwise."""
+    """A fresh source for ``location``: an ObjectSource for a URL, a LocalSource otherwise."""
     if not is_url(location):
         return LocalSource(location)
     return ObjectSource(str(location))
 
 
 def shared_source(location: str | os.PathLike) -> ByteSource:
-    """One source per process and location (for small reads: manifests, metadata, listings);
-    a forked process makes its own."""
+    """One source per process and location, for small reads (manifests, metadata, listings)."""
     key = (os.getpid(), str(location))
     if key not in _SOURCES:
         _SOURCES[key] = open_source(location)

@@ -1,28 +1,7 @@
-"""Locations on object storage: URLs, the one place object-store clients are made, the listings
-that processed runs and caches both need, and the one-line naming of a failed request (the
-reads themselves: byte_source.py).
-
-A location is a local path or a URL (``s3://``, ``gs://``, ``az://``, ``abfs://``, ...).
-Clients are obstore stores made by ``make_store`` alone: credentials and endpoints come from
-each cloud's standard environment and config (for S3 the ``AWS_*`` variables and profiles,
-``AWS_ENDPOINT_URL`` for S3-compatible servers) and are never kept in anything this package
-writes; retries with backoff and a deadline are set here once: every request that fails
-transiently (a 5xx or 429 reply, a refused, reset or timed-out connection) is retried with
-jittered exponential backoff (100 ms growing to 5 s) until it succeeds or ``retry_deadline_s``
-(default ``RETRY_DEADLINE_S``, 60 s) has passed since it was first sent, at most ``RETRIES``
-times; a connection dropped during a GET is resumed at the byte it reached. A request that
-fails for good is one line naming its URL, the HTTP status and the service's error code (never
-its reply's body), or what failed on the way (``named_errors``). A public bucket is read with unsigned requests (the AWS
-CLI's ``--no-sign-request``): ``anonymous=True``, which ``anonymous_for`` chooses by itself
-where the environment holds no credentials for that cloud. ``http(s)://`` URLs (a Hugging
-Face dataset's resolve URLs, hub.py) are read by ranged GETs through obstore's HTTP store. A client (a Rust runtime with
-threads) does not survive ``fork``: a process forked after its parent made one gets a one-line
-error instead of a hang. Zarr groups on object storage open through ``zarr_store`` (zarr's
-``ObjectStore`` over the bucket's client).
-
-    store = shared_store("s3://bucket/processed")
-    objects = list_objects("s3://bucket/processed/run_1.zarr")   # {relative key: ObjectInfo}
-"""
+"""Locations on object storage: URLs, the one place object-store clients are made (retries,
+timeouts, credentials, unsigned requests, the fork guard), the listings that processed runs and
+caches need, and the one-line naming of a failed request. The reads themselves: byte_source.py.
+docs/remote_reading.md, "Retries" and "Clients, credentials, forks"."""
 
 from __future__ import annotations
 
@@ -82,8 +61,7 @@ def name_of(location: str | os.PathLike) -> str:
 
 
 def as_location(location: str | os.PathLike) -> str | Path:
-    """A URL as a string without a trailing "/", anything else as a Path (``Path`` would fold
-    the URL's "//")."""
+    """A URL as a string without a trailing "/", else a Path (which would fold the URL's "//")."""
     return str(location).rstrip("/") if is_url(location) else Path(location)
 
 
@@ -92,10 +70,7 @@ class ObjectStoreError(OSError):
 
 
 def _reason(err: Exception) -> str:
-    """The problem in the project's words: for a reply, its HTTP status in words, the status and
-    the service's error code (S3's ``<Code>``), never the reply's body; for a request that got no
-    reply, what failed and after how many retries in how long; else the first line of the
-    client's message, without its repeated ``Generic ... error:`` prefixes."""
+    """A failed request in words: its HTTP status and error code, never its body (docs/remote_reading.md)."""
     from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
     text = str(err)
@@ -109,8 +84,7 @@ def _reason(err: Exception) -> str:
 
 
 def _unanswered(text: str) -> str:
-    """``<what failed>: <method> failed after <n> retries in <t> s`` from the client's message of a
-    request that got no reply, or its first line where it does not say so."""
+    """``<what failed>: <method> failed after <n> retries in <t> s`` from an unanswered request's message."""
     first = re.sub(r"^(Generic \w+ error: )+", "", text.strip().splitlines()[0] if text.strip() else "")
     performing = re.match(r"Error performing (\w+) \S+ in ([\d.]+)(ns|µs|ms|s)(?:, after (\d+) retries)?.*? - (.*)$",
                           first)
@@ -125,8 +99,7 @@ def _unanswered(text: str) -> str:
 
 @contextmanager
 def named_errors(url: str) -> Iterator[None]:
-    """Turn the object-store client's errors inside the block into one-line ObjectStoreErrors
-    naming ``url`` (``_reason``); a missing object stays a FileNotFoundError, named so too."""
+    """The client's errors in the block as one-line ObjectStoreErrors (FileNotFoundError) naming ``url``."""
     from obstore.exceptions import BaseError
 
     try:
@@ -141,8 +114,7 @@ _CLIENT_PID: list[int] = []  # the process that made an object-store client, onc
 
 
 def has_credentials(url: str) -> bool:
-    """Whether the environment gives a client of ``url``'s cloud credentials (CREDENTIAL_VARIABLES;
-    Google's default credentials file too)."""
+    """Whether the environment gives ``url``'s cloud credentials (CREDENTIAL_VARIABLES, gcloud's file)."""
     cloud = _CLOUD.get(url.split("://", 1)[0].lower())
     if cloud is None:
         return False
@@ -152,18 +124,13 @@ def has_credentials(url: str) -> bool:
 
 
 def anonymous_for(url: str, setting: bool | None) -> bool:
-    """Whether ``url`` is read with unsigned requests: ``setting``, or where it is None, when
-    the environment holds no credentials for its cloud (a public bucket needs none)."""
+    """Whether ``url`` is read unsigned: ``setting``, or where None, when no credentials are set."""
     return (not has_credentials(url)) if setting is None else bool(setting)
 
 
 def make_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None,
                retry_deadline_s: float = RETRY_DEADLINE_S) -> Any:
-    """A new obstore client for the bucket (and key prefix) of ``url``, configured from the
-    environment, with retries (module docstring: at most ``RETRIES`` within ``retry_deadline_s``
-    seconds of a request) and timeouts; unsigned
-    requests where ``anonymous``; an ``http(s)://`` URL gets an HTTP client sending ``headers``.
-    Refuses in a process forked after its parent made a client."""
+    """A new obstore client for ``url`` (docs/remote_reading.md), unsigned if ``anonymous``."""
     if _CLIENT_PID and _CLIENT_PID[0] != os.getpid():
         raise RuntimeError(f"{url}: object storage cannot be read in a process forked after "
                            "its parent read it; start DataLoader workers with "
@@ -197,15 +164,13 @@ _STORES: dict[tuple, Any] = {}
 
 @atexit.register
 def _drop_stores() -> None:
-    """Drop this process's clients before the interpreter finalizes: their threads must not
-    outlive Python."""
+    """Drop this process's clients at exit: their threads must not outlive Python."""
     _STORES.clear()
 
 
 def shared_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None,
                  retry_deadline_s: float = RETRY_DEADLINE_S) -> Any:
-    """One client per process, URL (bucket or prefix) and ``make_store`` options; a forked
-    process makes its own."""
+    """One client per process, URL and ``make_store`` options."""
     key = (os.getpid(), str(url).rstrip("/"), anonymous, tuple(sorted((headers or {}).items())), retry_deadline_s)
     if key not in _STORES:
         _STORES[key] = make_store(key[1], anonymous=anonymous, headers=headers, retry_deadline_s=retry_deadline_s)
@@ -220,8 +185,7 @@ def bucket_and_key(url: str, *, anonymous: bool = False, retry_deadline_s: float
 
 
 def zarr_store(url: str) -> tuple[Any, str]:
-    """A read-only zarr store over the bucket of URL ``url`` (one client per bucket, however
-    many groups are opened) and the path of the group (or array) in it."""
+    """A read-only zarr store over the bucket of ``url`` (one client per bucket), and the path in it."""
     from zarr.storage import ObjectStore
 
     root, key = split_url(url)
@@ -250,8 +214,7 @@ def list_objects(url: str, *, anonymous: bool = False, retry_deadline_s: float =
 
 
 def objects_by_folder(url: str) -> dict[str, dict[str, ObjectInfo]]:
-    """``list_objects(url)`` grouped by the first part of each key (the folder directly under
-    ``url`` that holds it), keyed within it by the rest."""
+    """``list_objects(url)`` grouped by each key's first part (its folder), keyed within by the rest."""
     grouped: dict[str, dict[str, ObjectInfo]] = {}
     for key, info in list_objects(url).items():
         folder, _, rest = key.partition("/")
@@ -278,14 +241,8 @@ def exists(location: str | os.PathLike) -> bool:
         return Path(location).exists()
     if head(str(location)) is not None:
         return True
-    folders, objects = list_folder(str(location))
+    folders, objects = folder_contents(str(location))
     return bool(folders or objects)
-
-
-def list_folder(url: str, *, anonymous: bool = False) -> tuple[list[str], list[str]]:
-    """(the sub-prefix names, the object names) directly under the URL prefix ``url``."""
-    folders, objects = folder_contents(url, anonymous=anonymous)
-    return folders, list(objects)
 
 
 def folder_contents(url: str, *, anonymous: bool = False, retry_deadline_s: float = RETRY_DEADLINE_S

@@ -1,12 +1,5 @@
-"""Is every chunk of a Zarr array on disk? Zarr reads an absent chunk as its fill value, so a
-deleted chunk file of a processed run would otherwise be cached as rows of zeros.
-
-Works from the array's metadata and a listing of its folder (plus, for sharded Zarr v3 arrays,
-each shard's index: 16 bytes per inner chunk, never the data), for Zarr v2 (``.zarray``) and v3
-(``zarr.json``) arrays, sharded or not, any chunk key encoding, in a local folder or under an
-object-store prefix (a URL: one listing, ranged reads of the shard indexes). Writers that omit fill-valued
-chunks on purpose are accepted only when the caller opts out (``data.allow_missing_chunks``).
-"""
+"""Whether every chunk of a Zarr array (v2 or v3, sharded or not, local or on object storage) was
+written: zarr reads an absent chunk as zeros. docs/processed_runs.md, "Missing chunks"."""
 
 from __future__ import annotations
 
@@ -27,9 +20,7 @@ _INDEX_ENTRY_BYTES, _CRC_BYTES = 16, 4
 
 
 def missing_chunks(array_dir: str | os.PathLike, limit: int = 5) -> list[str]:
-    """Up to ``limit`` keys of chunks (or ``<shard key> inner chunk <i>``) that the array's
-    shape implies and its folder lacks; empty when whole. ValueError for metadata it cannot
-    read."""
+    """Up to ``limit`` chunks the array's shape implies and its folder lacks; ValueError for bad metadata."""
     array_dir = as_location(array_dir)
     grid = _grid(array_dir)
     present = _listing(array_dir)
@@ -80,8 +71,7 @@ def _keys(separator: str, prefix: str | None):
 
 
 def _listing(array_dir: Path | str) -> set[str]:
-    """Relative paths ("/"-joined) of every file under the array folder: one directory walk
-    (one listing of a prefix)."""
+    """Relative paths ("/"-joined) of every file under the array folder, in one walk or listing."""
     if is_url(array_dir):
         return set(list_objects(array_dir))
     found = set()
@@ -92,8 +82,7 @@ def _listing(array_dir: Path | str) -> set[str]:
 
 
 def _unwritten_inner(shard: Path | str, position: tuple[int, ...], grid: dict) -> list[int]:
-    """Inner chunks of a shard that lie inside the array but whose index entry says absent;
-    reads only the index (at the end or the start of the shard file)."""
+    """A shard's inner chunks inside the array whose index entry says absent; reads only the index."""
     inner = grid["inner"]["chunk_shape"]
     per_axis = [o // i for o, i in zip(grid["chunks"], inner)]
     n = math.prod(per_axis)

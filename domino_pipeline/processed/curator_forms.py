@@ -1,23 +1,7 @@
-"""Readers for the forms physicsnemo-curator's DoMINO ETL (and physicsnemo's older example) write.
-
-One run is one of:
-
-- a Zarr group ``run_<i>.zarr``, written with the Zarr v2 API (``.zgroup``, ``.zattrs``, Blosc zstd
-  chunks) or as Zarr v3 (``zarr.json``, often sharded): the arrays named as in run_layout.py,
-  ``stl_faces`` flattened and stored as float32, ``global_params_*`` (G,) when written; root
-  attributes ``filename``, ``physics_constants`` ({"air_density", "stream_velocity"}; older files
-  have the two as top-level attributes), bounds and counts;
-- a ``run_<i>.npz`` file: the same arrays as keys, plus ``filename`` and the physics constants
-  as 0-d keys;
-- a ``run_<i>.npy`` file: physicsnemo's older example saved a Python dict with ``np.save``, a
-  pickle in a 0-d object array; ``global_params_*`` there are dicts of values and an absent part
-  is ``np.float32(None)``. Reading a pickle can run code, so these are refused unless the caller
-  allows them (``data.allow_pickle=true``); even then only a restricted unpickler runs, which
-  builds numpy arrays, numpy scalars and plain Python containers and refuses anything else.
-
-Each reader returns the arrays it finds (lazily for Zarr and npz: a read happens on slicing) and
-the run's attributes; ``runs.open_run`` detects the form and normalises both.
-"""
+"""Readers of the forms physicsnemo-curator (and physicsnemo's older example) write: Zarr v2/v3
+groups, .npz, pickled .npy dicts (restricted unpickler, opt-in); docs/processed_runs.md, "The
+accepted forms". Each returns the arrays (lazy where it can) and attributes; ``runs.open_run``
+normalises them."""
 
 from __future__ import annotations
 
@@ -68,8 +52,7 @@ def _binary(path: Path | str) -> IO[bytes]:
 
 
 def read_zarr_group(path: Path | str) -> tuple[str, Mapping[str, Any], dict]:
-    """(format "zarr-v2" | "zarr-v3", the group's arrays (lazy), its attributes); a URL is
-    read through zarr's ObjectStore (object_store.zarr_store)."""
+    """(format "zarr-v2" | "zarr-v3", the group's arrays (lazy), its attributes); a URL through zarr_store."""
     store, inside = zarr_store(path) if is_url(path) else (str(path), None)
     try:
         group = zarr.open_group(store=store, path=inside, mode="r")
@@ -93,8 +76,7 @@ def _split_scalars(items: Mapping[str, Any]) -> tuple[dict[str, Any], dict]:
 
 
 def read_npz(path: Path | str) -> tuple[str, Mapping[str, Any], dict]:
-    """("npz", arrays, attributes) of an .npz file (or object); object arrays are refused, not
-    unpickled."""
+    """("npz", arrays, attributes) of an .npz file or object; object arrays are refused, not unpickled."""
     try:
         with _binary(path) as handle, np.load(handle, allow_pickle=False) as npz:
             items = {key: npz[key] for key in npz.files}
@@ -129,8 +111,7 @@ def _npy_dtype(handle: IO[bytes], path: Path | str) -> np.dtype:
 
 
 def _legacy_dict(value: dict) -> dict[str, Any]:
-    """A legacy dict's values as arrays: numbers to float32, dicts of values flattened (the
-    example's global parameters), the placeholder of an absent part (a NaN scalar) dropped."""
+    """A legacy dict's values as float32 arrays, dicts of values flattened, an absent part (NaN) dropped."""
     out = {}
     for key, item in value.items():
         if isinstance(item, dict):

@@ -1,32 +1,5 @@
-"""The processed-run layout: one Zarr v3 group per DrivAerML run, written whole or not at all.
-
-``<processed_dir>/run_<i>.zarr`` holds float32 arrays (the physicsnemo-curator DoMINO layout):
-
-    stl_coordinates (Np, 3)       stl_faces (3*Ntri,) int32   stl_centers (Ntri, 3)
-    stl_areas (Ntri,)             surface_mesh_centers (Ns, 3)   surface_normals (Ns, 3)
-    surface_areas (Ns,)           surface_fields (Ns, Fs)
-    volume_mesh_centers (Nv, 3)   volume_fields (Nv, Fv)     (volume rows in the source file's order)
-    global_params_values (P,)     global_params_reference (P,)
-
-Surface areas, normals and centres are OpenFOAM's face geometry and volume cell centres its
-cell centroids (``cell_geometry``), since format_version 2.
-
-Arrays are chunked in about 1 MiB row blocks (sharded when large) and compressed with Blosc zstd
-level 1 and byte shuffle (the levels compared: docs/benchmarks.md); every chunk is written, fill-valued ones too (attribute
-``all_chunks_written``), so a missing one is an error, not zeros. Group attributes: format,
-format_version, filename, stream_velocity,
-air_density (also as curator's physics_constants), reference_length (as configured; null: the
-car's length), nut_length_scale (the L used), counts, bounds, field column names, the source
-files, ``parts`` (``process.parts``: "all"; "surface", a run without volume arrays; "volume",
-one without surface arrays; absent in runs written before it: "all") and ``published`` (the
-coefficients and references the run folder publishes, ``published_forces.Published.as_attrs``).
-
-runs.py reads this layout (``open_run``, ``load_run``) and physicsnemo-curator's forms of the same
-arrays (Zarr v2 or v3 groups, .npz, .npy):
-
-    from domino_pipeline.processed.runs import load_run
-    run = load_run("outputs/demo/processed/run_1.zarr", ["surface_mesh_centers", "surface_fields"])
-"""
+"""The processed-run layout (one Zarr v3 group per run, written whole or not at all), its writer
+and its checks; the layout, attributes and chunking are specified in docs/processed_runs.md."""
 
 from __future__ import annotations
 
@@ -78,8 +51,7 @@ PART_ARRAYS: dict[str, tuple[str, ...]] = {part: tuple(n for n in ARRAY_NAMES if
 
 
 def arrays_for(parts: Sequence[str]) -> list[str]:
-    """The arrays (in ARRAY_NAMES order) of a run that holds ``parts``: the STL's, the global
-    parameters and those of each part."""
+    """The arrays (ARRAY_NAMES order) of a run of ``parts``: the STL's, global parameters, parts'."""
     left_out = {name for part in PARTS if part not in parts for name in PART_ARRAYS[part]}
     return [name for name in ARRAY_NAMES if name not in left_out]
 
@@ -95,8 +67,7 @@ def _codec() -> BloscCodec:
 def row_chunking(
     shape: tuple[int, ...], itemsize: int
 ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
-    """(chunk shape, shard shape or None) of an array: row chunks of about CHUNK_BYTES and, for
-    arrays of more than CHUNKS_PER_SHARD chunks, shards of that many."""
+    """(chunk shape, shard shape or None): row chunks of about CHUNK_BYTES, sharded when many."""
     row_bytes = itemsize * int(np.prod(shape[1:], dtype=np.int64))
     rows = max(1, min(max(shape[0], 1), CHUNK_BYTES // max(row_bytes, 1)))
     chunks = (rows, *shape[1:])
@@ -109,14 +80,7 @@ def write_processed_run(
     path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
     streamed: "Sequence[StreamedRows]" = (),
 ) -> Path:
-    """Validate ``arrays`` and write them with ``attrs`` as ``path`` atomically; return the path.
-
-    Each of ``streamed`` writes further arrays (the surface's, the volume's) from blocks of rows,
-    so that they are never held whole; their ``attrs()`` (bounds, say, known once every row is
-    seen) join ``attrs``, in order. The arrays of the parts ``attrs["parts"]`` names (default
-    "all") are required. The group is built under a hidden temporary name and renamed into place
-    when complete.
-    """
+    """Validate and write ``arrays``, ``attrs`` and ``streamed`` rows as ``path`` atomically; the path."""
     path = Path(path)
     arrays = _checked_arrays(path, arrays, attrs, streamed)
     with atomic_directory(path) as tmp:
@@ -135,9 +99,7 @@ def processed_in_memory(
     where: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
     streamed: "Sequence[StreamedRows]" = (),
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The arrays and attributes ``write_processed_run`` would store, in memory instead (each of
-    ``streamed`` read a block of rows at a time into whole arrays, checked as they are written):
-    the same validation, the same values. ``where`` names the run in errors."""
+    """What ``write_processed_run`` would store, in memory, checked alike; ``where`` names the run."""
     where = Path(where)
     arrays = dict(_checked_arrays(where, arrays, attrs, streamed))
     extra = {}
@@ -150,8 +112,7 @@ def processed_in_memory(
 
 def _checked_arrays(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
                     streamed: "Sequence[StreamedRows]") -> dict[str, np.ndarray]:
-    """``arrays`` contiguous, after checking them and the shapes ``streamed`` will write against
-    the layout: names, shapes and the arrays of the recorded parts."""
+    """``arrays`` contiguous, checked with the shapes ``streamed`` will write against the layout and parts."""
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
     later = {name: shape for rows in streamed for name, shape in rows.shapes.items()}
     required = arrays_for(parts_named(attrs.get("parts", "all")))
@@ -165,9 +126,7 @@ def _checked_arrays(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping
 
 
 def _group_attrs(attrs: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    """The group attributes of a processed run: the format's, then ``attrs``, then ``extra``."""
-    # write_id: a rewrite with new values but the same shapes still changes the group's
-    # metadata, which is what a cache's source fingerprint hashes.
+    """The format's attributes (``write_id`` new at each write), then ``attrs``, then ``extra``."""
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "write_id": uuid.uuid4().hex,
             "all_chunks_written": True, **attrs, **extra}
 
@@ -179,27 +138,21 @@ def _create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype: n
 
 
 class StreamedRows:
-    """Arrays written from an iterator of row blocks, one whole shard at a time.
-
-    ``shapes``: name -> full shape; ``blocks``: tuples of arrays in the order of ``shapes``;
-    ``observe(name, block)`` is called on every checked block (to gather bounds, say) and
-    ``attrs()`` gives the attributes to store once all are written.
-    """
+    """Arrays written from an iterator of row blocks (``blocks``: tuples in ``shapes`` order), each
+    checked block shown to ``observe(name, block)``; ``attrs()`` is stored once all are written."""
 
     def __init__(self, shapes: Mapping[str, tuple[int, ...]], blocks, observe=None, attrs=None) -> None:
         self.shapes = {name: tuple(int(n) for n in shape) for name, shape in shapes.items()}
         self.blocks, self.observe, self.attrs = blocks, observe, attrs
 
     def write(self, group: zarr.Group, path: Path) -> dict[str, Any]:
-        """Write every block into new arrays of ``group``, each shard compressed and written in a
-        thread while the next blocks are read; return ``attrs()``."""
+        """Write every block into new arrays of ``group``, shards written in a thread; return ``attrs()``."""
         with ThreadPoolExecutor(1, thread_name_prefix="shard-writes") as writes:
             return self._drain([_ShardWriter(_create_array(group, name, shape, np.float32), name, writes)
                                 for name, shape in self.shapes.items()], path)
 
     def collect(self, path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Every block into whole float32 arrays in memory, checked as ``write`` checks them;
-        (the arrays by name, ``attrs()``)."""
+        """Every block into whole float32 arrays, checked as ``write`` checks; (arrays, ``attrs()``)."""
         writers = [_ShardWriter(np.empty(shape, dtype=np.float32), name) for name, shape in self.shapes.items()]
         attrs = self._drain(writers, path)
         return {writer.name: writer.array for writer in writers}, attrs
@@ -218,8 +171,7 @@ class StreamedRows:
 
 
 class _ShardWriter:
-    """Appends rows to a Zarr array, writing whole shards (or chunks) as they fill, by ``writes``
-    (one shard of each array in flight at a time); or to a numpy array, a block at a time."""
+    """Appends rows to a Zarr array a shard at a time (one in flight), or to a numpy array."""
 
     def __init__(self, array: zarr.Array | np.ndarray, name: str, writes: Executor | None = None) -> None:
         self.array, self.name, self.writes = array, name, writes
@@ -292,8 +244,7 @@ def check_shapes(shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:
 
 
 def check_values(name: str, data: np.ndarray, path: Path, n_points: int | None) -> np.ndarray:
-    """Floating-point coordinates and fields, finite values, integral in-range face indices;
-    return the array as float32 (faces: int32)."""
+    """Floating values, finite, face indices integral and in range; the array as float32 (faces: int32)."""
     if name != "stl_faces" and data.dtype.kind not in "f":
         raise ProcessedRunError(f"{path}: array {name} holds {data.dtype} values; coordinates, "
                                 "normals, areas and fields must be floating point")
@@ -315,10 +266,7 @@ def check_values(name: str, data: np.ndarray, path: Path, n_points: int | None) 
 def validate_arrays(
     arrays: Mapping[str, np.ndarray], path: str | os.PathLike, required: Sequence[str] = ()
 ) -> dict[str, np.ndarray]:
-    """Check names, shapes, finiteness and face indices; return the arrays in their dtypes.
-
-    Raises ProcessedRunError (a ValueError) naming ``path`` and the array at fault.
-    """
+    """Check names, shapes, finiteness and face indices (ProcessedRunError); the arrays in their dtypes."""
     path = Path(path)
     unknown = sorted(set(arrays) - set(ARRAY_SHAPES))
     if unknown:
@@ -332,8 +280,7 @@ def validate_arrays(
 
 
 def check_format_version(attrs: Mapping[str, Any], path: str | os.PathLike) -> None:
-    """ProcessedRunError naming ``path`` when a processed run's ``attrs`` record another
-    format_version than this reader's; for an earlier one, what differs and how to reprocess."""
+    """ProcessedRunError naming ``path`` for another format_version (earlier: what differs)."""
     found = attrs.get("format_version")
     if found == FORMAT_VERSION:
         return

@@ -1,32 +1,5 @@
-"""Every accepted form of a processed run, behind one interface: list, open, load, fingerprint.
-
-A processed-data folder holds runs in any of these forms, detected per run (``open_run``):
-
-| format | what | written by |
-|---|---|---|
-| ``processed`` | Zarr v3 group with ``format: drivaerml-processed`` | this project's process_data.py |
-| ``curator-zarr-v2`` | Zarr v2 group (``.zgroup``), curator names and attributes | physicsnemo-curator (Zarr v2 API) |
-| ``curator-zarr-v3`` | Zarr v3 group (``zarr.json``), curator names and attributes | physicsnemo-curator (v3, sharded) |
-| ``curator-npz`` | ``run_<i>.npz`` | physicsnemo-curator's numpy writer |
-| ``curator-npy`` | ``run_<i>.npy`` (a pickled dict; opt-in) | physicsnemo's older example |
-
-``load_run`` returns the arrays of run_layout.py's table, validated (shapes, finite values,
-integral face indices as int32), whatever the form. A run holds the STL and one or both parts
-(surface, volume; ``run_parts``): a processed run those its ``parts`` attribute records
-(``process.parts``), a curator run those whose arrays it has; ``require_parts`` refuses a run
-without a part a stage needs, naming what is missing and why. ``global_params_values`` / ``_reference``
-come from the run's arrays; where a run lacks them, from its physics constants
-(``[stream_velocity, air_density]``, attributes ``physics_constants`` or the two top-level
-attributes); else from the config (``ReadOptions.global_params``).
-
-    for path in list_runs("/data/curated"):        # or a URL: "s3://bucket/curated"
-        arrays = load_run(path, ["surface_mesh_centers", "surface_fields"])
-
-A processed-data folder may be an object-store prefix (object_store.py): its runs are then
-URLs (strings), Zarr groups read through zarr's ``ObjectStore``, .npz/.npy files fetched whole,
-and fingerprints made from the objects' bytes (``source_fingerprint``) and from their listing
-(``stat_fingerprint``: keys, sizes, e-tags, modification times).
-"""
+"""Every accepted form of a processed run behind one interface: list, open, load, fingerprint.
+The forms, what ``load_run`` checks and the fingerprints: docs/processed_runs.md."""
 
 from __future__ import annotations
 
@@ -60,10 +33,10 @@ from domino_pipeline.object_store import (
     ObjectInfo,
     as_location,
     exists,
+    folder_contents,
     head,
     is_url,
     join,
-    list_folder,
     list_objects,
     name_of,
 )
@@ -81,11 +54,7 @@ class NoRunsError(FileNotFoundError):
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """How runs are read: ``allow_pickle`` admits legacy .npy dicts (restricted unpickler);
-    ``global_params`` ([stream_velocity, air_density] from the config) serve runs that record
-    neither global parameters nor physics constants; ``allow_missing_chunks`` accepts Zarr runs
-    whose writer omitted fill-valued chunks on purpose (else a chunk absent from a Zarr run
-    refuses it: zarr would read it as fill values)."""
+    """How runs are read: data.allow_pickle, data.allow_missing_chunks, the configured constants."""
 
     allow_pickle: bool = False
     global_params: tuple[float, ...] = (30.0, 1.205)
@@ -134,11 +103,9 @@ def _kind(path: Path) -> str:
 
 
 def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
-    """(name, "folder" | "file" | "other", location) of everything directly in a folder or
-    under a prefix, hidden names left out; FileNotFoundError for a missing folder or an empty
-    prefix."""
+    """(name, "folder" | "file" | "other", location) of a folder's or prefix's visible entries."""
     if is_url(directory):
-        folders, objects = list_folder(directory)
+        folders, objects = folder_contents(directory)
         found = [(n, "folder", join(directory, n)) for n in folders] + [(n, "file", join(directory, n)) for n in objects]
         if not found:
             raise FileNotFoundError(f"{directory}: no such processed-data prefix (nothing there)")
@@ -150,13 +117,8 @@ def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
 
 
 def list_runs(directory: str | os.PathLike) -> list[Path | str]:
-    """The runs in ``directory`` (``*.zarr`` folders, ``*.npz`` and ``*.npy`` files), naturally
-    sorted (run_2 < run_10); hidden names (unfinished writers' temporaries) are never listed.
-    A URL lists the runs under that object-store prefix, as URLs.
-
-    Raises FileNotFoundError for a missing folder, NoRunsError (naming what the folder holds) when
-    it holds no run, and ValueError when two runs share a name in different forms.
-    """
+    """The runs in ``directory`` (a folder or a URL prefix), naturally sorted, hidden names left out;
+    FileNotFoundError, NoRunsError (naming what it holds), ValueError for a name held twice."""
     directory = as_location(directory)
     entries = _entries(directory)
     runs = sorted((where for name, kind, where in entries if (name.endswith(".zarr") and kind == "folder")
@@ -174,8 +136,7 @@ def list_runs(directory: str | os.PathLike) -> list[Path | str]:
 
 
 def split_runs(runs: list[Path | str], val_fraction: float, seed: int) -> tuple[list[Path | str], list[Path | str]]:
-    """Deterministic train/validation split: a seeded permutation, the first ceil(f*n) runs validate
-    (at least one when f > 0 and there are 2+ runs; never all of them)."""
+    """Deterministic split: a seeded permutation, the first ceil(f*n) validate (at least one, never all)."""
     if not runs:
         raise ValueError("no processed runs to train on")
     n_val = min(math.ceil(val_fraction * len(runs)), len(runs) - 1) if val_fraction > 0 else 0
@@ -187,8 +148,7 @@ def split_runs(runs: list[Path | str], val_fraction: float, seed: int) -> tuple[
 
 def split_from_config(runs: list[Path | str], train: TrainConfig, seed: int
                       ) -> tuple[list[Path | str], list[Path | str]]:
-    """train.py's split of ``runs``: ``train.val_fraction``, seeded by ``train.split_seed``
-    (None: the run's ``seed``). cache_data.py computes the scaling factors on its training runs."""
+    """train.py's split of ``runs`` (``train.val_fraction``, seeded by ``train.split_seed`` or ``seed``)."""
     return split_runs(runs, train.val_fraction, seed if train.split_seed is None else train.split_seed)
 
 
@@ -204,8 +164,7 @@ def _zarr_run(path: Path | str) -> OpenedRun:
 
 
 def open_run(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) -> OpenedRun:
-    """Open one run of any accepted form (module docstring); ProcessedRunError (a ValueError)
-    naming the file for anything else, FileNotFoundError for a missing one."""
+    """Open one run of any accepted form; ProcessedRunError naming the file, or FileNotFoundError."""
     path = as_location(path)
     if not exists(path):
         raise FileNotFoundError(f"{path}: no processed run there")
@@ -233,12 +192,11 @@ def _suffix(path: Path | str) -> str:
 
 def _is_folder(path: Path | str) -> bool:
     """Whether a run is a folder (a prefix with objects under it, for a URL)."""
-    return any(list_folder(path)) if is_url(path) else Path(path).is_dir()
+    return any(folder_contents(path)) if is_url(path) else Path(path).is_dir()
 
 
 def run_format(path: str | os.PathLike) -> str:
-    """The form of a run (one of FORMATS), read from its name and, for a Zarr group, its
-    metadata only: cheap, for reports."""
+    """The form of a run (FORMATS), from its name and a Zarr group's metadata only: cheap, for reports."""
     path = as_location(path)
     if _suffix(path) in (".npz", ".npy"):
         return f"curator-{_suffix(path)[1:]}"
@@ -255,27 +213,16 @@ def physics_constants(attrs: Mapping[str, Any]) -> tuple[float, float] | None:
 
 
 def _as_stored(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape an array is checked with: faces and global parameters flattened (the curator
-    writes faces flat, physicsnemo's examples give global parameters as (G, 1))."""
+    """The shape an array is checked with: faces and global parameters flattened."""
     if name == "stl_faces" or name in GLOBAL_PARAMS:
         return (int(np.prod(shape, dtype=np.int64)),)
     return tuple(shape)
 
 
-def _global_params(run: OpenedRun, options: ReadOptions) -> np.ndarray:
-    constants = physics_constants(run.attrs)
-    return np.asarray(constants if constants is not None else options.global_params, dtype=np.float32)
-
-
 def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
              options: ReadOptions = DEFAULT_OPTIONS, opened: OpenedRun | None = None) -> dict[str, np.ndarray]:
-    """Read ``arrays`` (default: all of processed_run.ARRAY_NAMES the run's parts have,
-    ``run_parts``) of a run of any accepted form, validated, stl_faces as int32, the rest float32.
-
-    Shapes are checked across every array the run has, values only for those read. Raises
-    FileNotFoundError for a missing run and ProcessedRunError (a ValueError) naming the file,
-    its form and the array for a missing array, a wrong shape or a non-finite value.
-    """
+    """Read ``arrays`` (default: those of the run's parts) of a run of any form, validated, stl_faces
+    as int32, the rest float32; ProcessedRunError naming the file, form and array."""
     run = opened if opened is not None else open_run(path, options)
     names = arrays_for(run_parts(run)) if arrays is None else list(arrays)
     unknown = sorted(set(names) - set(ARRAY_SHAPES))
@@ -293,17 +240,15 @@ def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
     loaded = {}
     for name in names:
         if name in present:
-            data = _read_whole(run, name, present[name])
+            data = _read(run, name, present[name], ...).reshape(_as_stored(name, tuple(present[name].shape)))
         else:
-            data = _global_params(run, options)
+            data = np.asarray(physics_constants(run.attrs) or options.global_params, dtype=np.float32)
         loaded[name] = check_values(name, data, run.path, n_points)
     return loaded
 
 
 def run_parts(run: OpenedRun) -> tuple[str, ...]:
-    """The parts (config.PARTS) a run holds besides the STL: those a processed run records
-    (``parts``, "all" when it records none), those a curator run has arrays of (any: one it
-    lacks is then a missing array, named as such)."""
+    """The parts (config.PARTS) a run holds besides the STL (docs/processed_runs.md)."""
     if run.format == "processed":
         return parts_named(run.attrs.get("parts", "all"))
     return _parts_with_arrays(run.arrays)
@@ -315,8 +260,7 @@ def _parts_with_arrays(names) -> tuple[str, ...]:
 
 
 def stored_parts(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) -> tuple[str, tuple[str, ...]]:
-    """(the run's form, its ``run_parts``) from its metadata only (a Zarr group's attributes and
-    array names, an .npz file's listing; a legacy .npy dict is read whole)."""
+    """(the run's form, its ``run_parts``) from its metadata only (a legacy .npy dict is read whole)."""
     path = as_location(path)
     suffix = _suffix(path)
     if suffix == ".npz":
@@ -327,10 +271,8 @@ def stored_parts(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS
 
 def require_parts(run: OpenedRun | str | os.PathLike, parts: Sequence[str], needed_by: str,
                   options: ReadOptions = DEFAULT_OPTIONS) -> None:
-    """ProcessedRunError naming the run, the parts of ``parts`` it lacks, why (the
-    ``process.parts`` it was processed with, or its form) and what needs them (``needed_by``:
-    "model_type=combined", say), when it lacks any. ``run``: an opened run, or a run's path
-    (only its metadata read, ``stored_parts``)."""
+    """ProcessedRunError naming the run (opened, or a path: metadata only), the parts it lacks, why,
+    and what needs them (``needed_by``: "model_type=combined", say), when it lacks any."""
     if isinstance(run, OpenedRun):
         path, form, held = run.path, run.format, run_parts(run)
     else:
@@ -343,33 +285,33 @@ def require_parts(run: OpenedRun | str | os.PathLike, parts: Sequence[str], need
 
 
 def _without(form: str, held: tuple[str, ...], lacking: Sequence[str]) -> str:
-    """``processed with process.parts=surface, without volume arrays``, or the form of a curator
-    run without them."""
+    """``processed with process.parts=surface, without volume arrays``, or a curator run's form."""
     how = f"processed with process.parts={parts_setting(held)}" if form == "processed" else f"a {form} run"
     return f"{how}, without {' and '.join(lacking)} arrays"
 
 
 class NamedArray:
-    """One array of an opened run read by slices (a cache build's volume blocks), any reader
-    error named with the run, its form and the array."""
+    """One array of an opened run read by slices, any reader error named with the run, form and array."""
 
     def __init__(self, run: OpenedRun, name: str) -> None:
         self.run, self.name, self.array = run, name, run.arrays[name]
         self.shape = tuple(self.array.shape)
 
     def __getitem__(self, selection) -> np.ndarray:
-        try:
-            return np.asarray(self.array[selection])
-        except Exception as err:  # zarr, numcodecs and numpy raise many types
-            raise ProcessedRunError(f"{self.run.path}: array {self.name} ({self.run.format}) is "
-                                    f"unreadable: {type(err).__name__}: {err}") from err
+        return _read(self.run, self.name, self.array, selection)
+
+
+def _read(run: OpenedRun, name: str, array: Any, selection) -> np.ndarray:
+    """``array[selection]`` of a run; any reader error is ProcessedRunError naming run, form and array."""
+    try:
+        return np.asarray(array[selection])
+    except Exception as err:  # zarr, numcodecs and numpy raise many types
+        raise ProcessedRunError(f"{run.path}: array {name} ({run.format}) is unreadable: "
+                                f"{type(err).__name__}: {err}") from err
 
 
 def check_all_chunks(run: OpenedRun, allow_missing: bool = False) -> None:
-    """ProcessedRunError naming the run, the array and the first absent chunks when a Zarr run
-    lacks a chunk its arrays' shapes imply (zarr would read it as fill values: zeros). Lists
-    the arrays' folders (and reads shard indexes), not their data. ``allow_missing`` accepts
-    that, except from runs that record writing every chunk (``all_chunks_written``)."""
+    """ProcessedRunError naming the first absent chunks of a Zarr run (docs/processed_runs.md)."""
     if not run.format.startswith(("processed", "curator-zarr")):
         return
     if allow_missing and not run.attrs.get("all_chunks_written"):
@@ -388,22 +330,8 @@ def check_all_chunks(run: OpenedRun, allow_missing: bool = False) -> None:
                 "data.allow_missing_chunks=true if its writer omits fill-valued chunks on purpose")
 
 
-def _read_whole(run: OpenedRun, name: str, array: Any) -> np.ndarray:
-    """All of one array of a run; any reader error (a corrupt compressed chunk, a bad codec)
-    becomes ProcessedRunError naming the run, its form and the array."""
-    try:
-        data = np.asarray(array[...])
-    except Exception as err:  # zarr, numcodecs and numpy raise many types
-        raise ProcessedRunError(f"{run.path}: array {name} ({run.format}) is unreadable: "
-                                f"{type(err).__name__}: {err}") from err
-    return data.reshape(_as_stored(name, tuple(array.shape)))
-
-
 def _run_files(path: Path | str) -> tuple[bool, list[tuple[str, Path | str, Any]]]:
-    """Whether the run is a folder (a prefix), and (name, location, what to stat) of each of
-    its files in name order: relative paths in a folder, the file's own name for a run file;
-    on object storage the listing's ``ObjectInfo`` stands for the stat. FileNotFoundError when
-    there is none."""
+    """(whether the run is a folder, (name, location, stat) of its files); FileNotFoundError for none."""
     if is_url(path):
         files = [(n, join(path, n), info) for n, info in sorted(list_objects(path).items())]
         single = head(path) if not files else None
@@ -418,10 +346,7 @@ def _run_files(path: Path | str) -> tuple[bool, list[tuple[str, Path | str, Any]
 
 
 def source_fingerprint(path: str | os.PathLike) -> str:
-    """SHA-256 of a run's stored bytes: every file of a run folder (relative path and contents,
-    metadata and chunks alike), or the run file; the objects of a run on object storage alike.
-    Rewriting a run with other data changes it, whoever wrote it; a byte-for-byte copy
-    elsewhere keeps it (from a folder to a bucket too)."""
+    """SHA-256 of a run's stored bytes, names included (docs/processed_runs.md, "Fingerprints")."""
     folder, files = _run_files(as_location(path))
     remote = iter(read_in_order([where for _, where, _ in files if is_url(where)]))
     digest = hashlib.sha256()
@@ -439,13 +364,7 @@ def source_fingerprint(path: str | os.PathLike) -> str:
 
 
 def stat_fingerprint(path: str | os.PathLike) -> str:
-    """SHA-256 of a run's file names, sizes, modification times, inode change times and inode
-    numbers: cheap (no data read), and it changes whenever a file of the run is written again,
-    even by a tool that keeps the size and restores the modification time: the kernel sets the
-    change time on every write, rename or ``utime`` and no copy tool can set it back. On object
-    storage: the objects' keys, sizes, e-tags and modification times, from one listing (every
-    put makes a new modification time). A cache build hashes the bytes (``source_fingerprint``)
-    only when this one differs from what it recorded."""
+    """SHA-256 of a run's file names, sizes, times and inodes, no data read (docs/processed_runs.md)."""
     digest = hashlib.sha256()
     for name, _, stat in _run_files(as_location(path))[1]:
         if isinstance(stat, ObjectInfo):

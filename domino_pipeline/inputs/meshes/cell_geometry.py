@@ -1,42 +1,6 @@
 """Face and cell geometry by OpenFOAM's definitions, a block of cells at a time: each polygon's
-area vector and centre, each 3-D cell's volume-weighted centre.
-
-DrivAerML's boundary VTP and volume VTU are OpenFOAM output (foamToVTK); OpenFOAM's solver
-integrated the fields over its own face areas and stored them at its own face and cell centres.
-VTK's filters define these otherwise: ``vtkCellSizeFilter`` triangulates a warped polygon
-(ear cutting in a projection) and sums the triangles' areas, and ``vtkCellCenters`` takes a
-cell's parametric centre, a fixed weighting of its vertices, which is not the volume centroid of
-a distorted hexahedron, wedge or pyramid, nor of a polyhedron. The definitions here are those of
-OpenFOAM's ``primitiveMeshTools::makeFaceCentresAndAreas`` and ``makeCellCentresAndVols``
-(OpenFOAM.com, v1906 to v2212 alike, the releases DrivAerML's tools come from; the Foundation's
-openfoam.org releases weight a face's triangles by their areas projected on its normal instead):
-
-- a triangle: centre the vertex mean, area vector half the cross product of two edges;
-- a polygon of n != 3 vertices: about its vertex mean m, the n triangles (p_i, p_i+1, m); area
-  vector the sum of theirs; centre the mean of their centroids weighted by the magnitudes of
-  their areas (m and a zero area vector when these magnitudes sum to below ROOTVSMALL);
-- a 3-D cell: about the mean e of its face centres, one pyramid per face (face centre c_f,
-  outward area vector A_f); centre the mean of the pyramids' centroids 3/4 c_f + 1/4 e weighted
-  by their signed volumes A_f . (c_f - e) / 3 (e when these sum to VSMALL or less).
-
-The unit normal of a polygon is its area vector over its magnitude, so it points as the polygon
-is wound. A fixed-size 3-D cell (tetra, voxel, hexahedron, wedge, pyramid) gets its faces from
-VTK's own cell (wound outward); a polyhedron brings its faces (``Faces``). Vertex, line, pixel,
-triangle and quad cells of a volume keep VTK's parametric centre (``centre_weights``), which for
-them is the vertex mean. Everything is float64 inside; each cell's values depend on its own
-vertices only, so a block of a file's cells gets the values the whole file gives them.
-
-A surface given by its points (WindsorML's fields are point data) weights each point by its
-barycentric dual area: of each polygon around it, the part nearer to it than to the other
-vertices along the polygon's edges, i.e. the halves of the two triangles (p_i-1, p_i, m) and
-(p_i, p_i+1, m) about the vertex mean m that touch it (a third of a triangle; a quarter of a
-parallelogram); its normal is the normalised sum of its polygons' area vectors
-(``polygon_vertex_shares``).
-
-    centres, normals, areas = surface_geometry(points, begins, ends, ids)
-    centres = cell_centres(points, CellBlock(types, begins, ends, ids, faces))
-    vertex, share, vector = polygon_vertex_shares(points, begins, ends, ids)
-"""
+area vector and centre, each 3-D cell's volume-weighted centre, each surface point's dual area.
+The definitions and why not VTK's: docs/processed_runs.md, "Geometry"."""
 
 from __future__ import annotations
 
@@ -72,8 +36,7 @@ SURFACE_CELL_TYPES = frozenset({5, 7, 9})  # VTK_TRIANGLE, VTK_POLYGON, VTK_QUAD
 
 
 class CellGeometryError(ValueError):
-    """Cells whose geometry cannot be computed (no vertices, the wrong vertex count for their
-    type, polyhedra without faces)."""
+    """Cells whose geometry cannot be computed (no vertices, wrong vertex counts, faceless polyhedra)."""
 
 
 @dataclass(frozen=True)
@@ -115,14 +78,9 @@ class CellBlock:
         return CellBlock(self.types[start:stop], self.begins[start:stop], self.ends[start:stop], self.ids, faces)
 
 
-# ----------------------------------------------------------------------------- polygons
-
-
 def polygon_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                      ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Centres (n, 3) and area vectors (n, 3), float64, of the polygons whose point ids are
-    ``ids[begins[i]:ends[i]]`` in ``points`` (any array-like, a memory map too), by OpenFOAM's
-    definition (module docstring), computed a vertex count at a time."""
+    """Centres and area vectors (n, 3), float64, of polygons ``ids[begins[i]:ends[i]]`` of ``points``."""
     counts = np.asarray(ends) - np.asarray(begins)
     if counts.size and counts.min() < 1:
         raise CellGeometryError(f"{int(np.count_nonzero(counts < 1))} polygons with no vertices")
@@ -141,8 +99,7 @@ def _triangles(corners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fans(corners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Centres and area vectors (m, 3) of polygons (m, k, 3) from the triangles about their
-    vertex means, summed vertex after vertex as OpenFOAM sums them."""
+    """Centres and area vectors (m, 3) of polygons (m, k, 3), summed vertex after vertex as OpenFOAM does."""
     p = np.ascontiguousarray(corners.transpose(1, 2, 0))  # (k, 3, m): each vertex's coordinates contiguous
     k = len(p)
     estimate = p[0].copy()
@@ -168,10 +125,7 @@ def _cross(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def polygon_vector_areas(points: np.ndarray, offsets: np.ndarray, connectivity: np.ndarray) -> np.ndarray:
-    """Each polygon's area vector (N, 3) in float64: its area times the unit normal of its
-    winding, OpenFOAM's face area vector (equal to Newell's ``0.5 sum_k v_k x v_k+1`` for any
-    polygon, planar or not). Polygons as VTK stores them: ``connectivity[offsets[i]:offsets[i+1]]``
-    are polygon i's point ids."""
+    """Each polygon's area vector (N, 3), float64, polygons as VTK stores them (offsets, connectivity)."""
     offsets = np.asarray(offsets, dtype=np.int64)
     connectivity = np.asarray(connectivity, dtype=np.int64)
     parts = [polygon_geometry(points, offsets[a:b], offsets[a + 1:b + 1], connectivity)[1]
@@ -181,8 +135,7 @@ def polygon_vector_areas(points: np.ndarray, offsets: np.ndarray, connectivity: 
 
 def surface_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                      ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Centres (n, 3), unit normals (n, 3) (as the polygons are wound; zero for a polygon of no
-    area) and areas (n,) of polygons, float32, computed in float64 ``CHUNK_CELLS`` at a time."""
+    """Centres, unit normals (zero for no area) and areas of polygons, float32, from float64 by chunks."""
     centres, normals, areas = [np.zeros((0, 3))], [np.zeros((0, 3))], [np.zeros(0)]
     for a, b in _chunks(len(begins)):
         centre, vector = polygon_geometry(points, begins[a:b], ends[a:b], ids)
@@ -195,10 +148,7 @@ def surface_geometry(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
 
 def polygon_vertex_shares(points: np.ndarray, begins: np.ndarray, ends: np.ndarray,
                           ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For every vertex of every polygon (module docstring): its point id (m,), its share of the
-    polygon's area, its barycentric dual area there (m,), and the polygon's area vector (m, 3),
-    float64; summed by point id they give each point's dual area and the sum of its polygons'
-    area vectors. Computed a vertex count at a time."""
+    """Per vertex of each polygon: point id, dual area share, the polygon's area vector (float64)."""
     counts = np.asarray(ends) - np.asarray(begins)
     if counts.size and counts.min() < 3:
         raise CellGeometryError(f"{int(np.count_nonzero(counts < 3))} polygons with fewer than 3 vertices")
@@ -220,13 +170,9 @@ def _chunks(n: int) -> list[tuple[int, int]]:
     return [(a, min(a + CHUNK_CELLS, n)) for a in range(0, n, CHUNK_CELLS)]
 
 
-# ----------------------------------------------------------------------------- cells
-
-
 @functools.cache
 def centre_weights(cell_type: int) -> np.ndarray:
-    """The weights of a cell type's vertices at its parametric centre, from VTK's own cell
-    (the centre VTK's vtkCellCenters computes)."""
+    """The weights of a cell type's vertices at its parametric centre (vtkCellCenters'), from VTK's cell."""
     cell = POINT_WEIGHTED[cell_type]()
     centre = [0.0, 0.0, 0.0]
     cell.GetParametricCenter(centre)
@@ -257,9 +203,7 @@ def solid_faces(cell_type: int) -> tuple[tuple[int, ...], ...]:
 
 
 def cell_centres(points: np.ndarray, block: CellBlock) -> np.ndarray:
-    """Centres (n, 3), float64, of a block's cells: volume centroids of its 3-D cells, VTK's
-    parametric centres of the others (module docstring); NaN for cell types outside CELL_TYPES.
-    Computed ``CHUNK_CELLS`` at a time."""
+    """Centres (n, 3), float64, of a block's cells; NaN for cell types outside CELL_TYPES."""
     parts = [_chunk_centres(points, block.cells(a, b)) for a, b in _chunks(len(block.types))]
     return np.concatenate(parts) if parts else np.zeros((0, 3))
 
@@ -286,8 +230,7 @@ def _vertex_ids(block: CellBlock, rows: np.ndarray, cell_type: int, count: int) 
 
 
 def _face_geometry(points: np.ndarray, block: CellBlock) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(cell of each face, face centres, outward area vectors) of the block's 3-D cells: each
-    fixed-size type's faces in VTK's order, then the polyhedra's."""
+    """(cell of each face, face centres, outward area vectors) of the block's 3-D cells."""
     cells, centres, vectors = [], [], []
     for cell_type in sorted(set(np.unique(block.types).tolist()) & set(SOLID)):
         rows = np.flatnonzero(block.types == cell_type)
@@ -343,9 +286,6 @@ def _sum_by_cell(cell: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.stack([np.bincount(cell, weights=values[:, d], minlength=n) for d in range(3)], axis=1)
 
 
-# ----------------------------------------------------------------------------- VTK meshes
-
-
 def require_no_strips(count: int, path) -> None:
     """CellGeometryError naming ``path`` when a boundary surface has ``count`` > 0 triangle strips."""
     if count:
@@ -354,9 +294,7 @@ def require_no_strips(count: int, path) -> None:
 
 
 def polydata_geometry(mesh, path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``surface_geometry`` of every cell of a VTK PolyData read whole, in VTK's cell order
-    (vertices, lines, polygons): vertex and line cells get their vertex mean, no normal and no
-    area. CellGeometryError naming ``path`` for triangle strips (not read) and empty polygons."""
+    """``surface_geometry`` of a VTK PolyData read whole (vertex, line cells: their mean, no area)."""
     require_no_strips(mesh.GetNumberOfStrips(), path)
     points = np.asarray(mesh.points)
     parts = []
@@ -381,8 +319,7 @@ def _flat_geometry(points: np.ndarray, offsets: np.ndarray, ids: np.ndarray) -> 
 
 
 def grid_cell_centres(grid, path) -> np.ndarray:
-    """``cell_centres`` of every cell of a VTK UnstructuredGrid read whole; cells of types
-    outside CELL_TYPES keep VTK's cell centres. CellGeometryError naming ``path`` for bad cells."""
+    """``cell_centres`` of a VTK UnstructuredGrid read whole; CellGeometryError naming ``path``."""
     cells = grid.GetCells()
     offsets = vtk_to_numpy(cells.GetOffsetsArray()).astype(np.int64)
     block = CellBlock(np.asarray(grid.celltypes), offsets[:-1], offsets[1:],

@@ -1,9 +1,6 @@
 """What the readers of a raw run's meshes share, whole (vtk_reader.py) or by blocks
 (surface_stream.py, volume_stream.py): the checks of their arrays, the fields as float32 columns,
-and what a surface row is.
-
-    columns = field_columns(cell_data, {"pMeanTrim": "scalar"}, path, "cell")
-"""
+and what a surface row is."""
 
 from __future__ import annotations
 
@@ -21,10 +18,7 @@ SURFACE_ARRAYS = ("surface_mesh_centers", "surface_normals", "surface_areas", "s
 
 @dataclass(frozen=True)
 class SurfaceRows:
-    """What a row of the surface is: a boundary cell or point (``location``, the profile's
-    ``surface_rows``); for points, the point data array of unit normals (``normals``; None: from
-    the cells) and the run's published areas (``areas``, an .npy of one area per point; None:
-    their barycentric dual areas, ``cell_geometry.polygon_vertex_shares``)."""
+    """What a surface row is: a cell or a point (``location``), and a point's normals array and areas."""
 
     location: str = "cells"
     normals: str | None = None
@@ -43,16 +37,14 @@ def require_finite_points(bad: int, path: Path) -> None:
 
 
 def require_names(available: list[str], names: Collection[str], path: Path, where: str) -> None:
-    """MissingFieldError naming ``path`` and the ``names`` missing from its ``where`` (point,
-    cell) arrays."""
+    """MissingFieldError naming ``path`` and the ``names`` missing from its ``where`` (point, cell) arrays."""
     missing = [name for name in names if name not in available]
     if missing:
         raise MissingFieldError(path, where, missing, available)
 
 
 def source_arrays(variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None) -> list[str]:
-    """The arrays of the files that the ``variables`` are read from, in order: for each, those
-    ``arrays`` gives (one, or one scalar per component), else the array of its own name."""
+    """The file arrays the ``variables`` are read from, in order (``arrays``' for each, else its own name)."""
     return [array for name in variables for array in (arrays or {}).get(name, [name])]
 
 
@@ -60,9 +52,7 @@ def field_columns(
     data: Mapping, variables: Mapping[str, str], path: Path, where: str,
     arrays: Mapping[str, list[str]] | None = None,
 ) -> np.ndarray:
-    """Stack the fields ``variables`` ({name: kind}) of ``data`` (point or cell data, by array
-    name) as float32 columns, in order; a variable that ``arrays`` composes of one scalar array per
-    component is assembled from them."""
+    """The fields ``variables`` of ``data`` as float32 columns, in order (split ones assembled)."""
     columns = []
     for name, kind in variables.items():
         width = variable_width(name, kind)
@@ -78,8 +68,7 @@ def field_columns(
 
 
 def _array_columns(data: Mapping, name: str, width: int, what: str, path: Path, where: str) -> np.ndarray:
-    """Array ``name`` of ``data`` as float32 columns (n, width); RunError when it is missing, has
-    another width, or non-finite values."""
+    """Array ``name`` of ``data`` as float32 (n, width); RunError if missing, of another width, not finite."""
     if name not in data:
         raise MissingFieldError(path, where, [name], data.keys())
     values = np.asarray(data[name], dtype=np.float32)
@@ -100,8 +89,7 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
 
 
 def published_areas(path: Path, n_points: int) -> np.ndarray:
-    """The published per-point areas of ``path`` (.npy, one per point), memory-mapped; RunError
-    naming the file when they are not one finite positive number per point."""
+    """The published per-point areas (.npy), memory-mapped; RunError unless one positive area per point."""
     try:
         areas = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as err:

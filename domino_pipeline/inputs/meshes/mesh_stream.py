@@ -1,12 +1,6 @@
-"""What the block readers of a run's VTU volume and VTP surface share: opening a VTK XML file
-for reading by rows, the warning when a file must be read whole with VTK instead, a points table
-for random access by connectivity, and the connectivity of a block of cells.
-
-    file = open_rows(path)
-    with tempfile.TemporaryDirectory() as tmp:
-        points = points_table(file, Path(tmp), 1 << 20)
-        begins, ends, ids = cell_vertices(file, "Polys", 0, 1000)
-"""
+"""What the block readers of a run's VTU volume and VTP surface share: opening a file for reading
+by rows, the warning when it must be read whole with VTK, a points table for random access by
+connectivity, and the connectivity of a block of cells."""
 
 from __future__ import annotations
 
@@ -31,8 +25,7 @@ class WholeFileFallback(UserWarning):
 
 
 def unreadable(err: VtkXmlError, path) -> RunError:
-    """``<path>: unreadable (<problem>)``, the line VTK's reading gives a bad file, for an error
-    of the block reader; ``path`` a local file's path or a remote file (named by its URL)."""
+    """``<path>: unreadable (<problem>)``, as VTK's reading words a bad file, for a block reader's error."""
     named = [f"{path}: "] + ([f"{Path(path)}: "] if isinstance(path, (str, os.PathLike)) else [])
     problem = str(err).splitlines()[0]
     for prefix in named:
@@ -41,10 +34,7 @@ def unreadable(err: VtkXmlError, path) -> RunError:
 
 
 def open_rows(path, source=None) -> VtkXmlFile:
-    """The header of a VTU or VTP file (or its pieces), checked; RunError naming the file when
-    it cannot be parsed or its header does not fit its data, or naming the piece that is wrong.
-    ``source``: the file's bytes when they are not ``path``'s on local disk (a remote file's
-    RemoteBytes; ``path`` then names it)."""
+    """The checked header of a VTU or VTP file (its pieces, or ``source``); RunError naming what is wrong."""
     try:
         return VtkXmlFile.open(path) if source is None else VtkXmlFile(source, path)
     except VtkXmlError as err:
@@ -54,8 +44,7 @@ def open_rows(path, source=None) -> VtkXmlFile:
 
 
 def read_errors_named(blocks: Iterator[T], path: Path) -> Iterator[T]:
-    """``blocks``, a read error of the block reader (truncated or corrupt data) raised as
-    RunError ``<path>: unreadable (<problem>)``."""
+    """``blocks``, a read error (truncated or corrupt data) raised as RunError ``unreadable``."""
     try:
         yield from blocks
     except VtkXmlError as err:
@@ -69,8 +58,7 @@ def require_rows(file: VtkXmlFile, path: Path, n_rows: int) -> None:
 
 
 def fall_back_to_vtk(file: VtkXmlFile, path: Path, reason: str) -> None:
-    """Warn (WholeFileFallback) that ``path`` is read whole with VTK, and about how much memory
-    that takes; RunError for a file in pieces, which VTK cannot read, or a remote one."""
+    """Warn (WholeFileFallback) that ``path`` is read whole with VTK; RunError for pieces or a remote file."""
     if not isinstance(path, (str, os.PathLike)):
         raise RunError(f"{path}: {reason}; download it to read it with VTK")
     if not Path(path).is_file():
@@ -80,12 +68,10 @@ def fall_back_to_vtk(file: VtkXmlFile, path: Path, reason: str) -> None:
 
 
 def points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
-    """The file's points for random access by cell connectivity, without holding them in memory:
-    a memory map of the file's raw points (a remote file's staged ones too), or of a file in
-    ``tmp`` they are decoded into, ``rows`` at a time."""
+    """The file's points for random access, memory-mapped (raw, staged, or decoded into ``tmp``)."""
     entry = file.entry("Points", "Points")
     shape = (file.n_points, entry.components)
-    piece = file.raw_file("Points", "Points")
+    piece = file.array_data("Points", "Points").local_file()
     if piece is not None:
         return np.memmap(piece[0], dtype=entry.dtype, mode="r", offset=piece[1], shape=shape)
     table = np.memmap(tmp / "points.f", dtype=entry.dtype.newbyteorder("="), mode="w+", shape=shape)
@@ -98,11 +84,7 @@ def points_table(file: VtkXmlFile, tmp: Path, rows: int) -> np.ndarray:
 
 @contextmanager
 def prepared_rows(file: VtkXmlFile, keys: list[tuple[str, str]]) -> Iterator[None]:
-    """Make ready the arrays ``keys`` ((section, name)) that a block reader reads from ``file``
-    inside the block: nothing for a local file; a remote file's are fetched and decoded into
-    local temporary files (its stream's ``prepare``), before the block or, where no checksum is
-    checked, while it reads them (their sweeps waited for when it ends). An error decoding
-    them is RunError ``<file>: unreadable (<problem>)``, as a block reader's."""
+    """Within: the arrays ``keys`` of ``file`` ready for a block reader; decoding errors as RunError."""
     try:
         staging = file.source.prepare(file, keys)
     except VtkXmlError as err:
@@ -116,9 +98,7 @@ def prepared_rows(file: VtkXmlFile, keys: list[tuple[str, str]]) -> Iterator[Non
 
 def cell_vertices(file: VtkXmlFile, section: str, start: int, stop: int,
                   n_points: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Cells ``start:stop`` of ``section`` ("Cells" of a VTU, "Polys" of a VTP): where each
-    cell's vertex ids begin and end in ``ids`` (int64), and ``ids``, the point ids of those cells
-    only; RunError when an id lies outside the ``n_points`` points."""
+    """(begins, ends, ids) of cells ``start:stop`` of ``section``; RunError for an id out of range."""
     ends = file.read(section, "offsets", start, stop)[:, 0].astype(np.int64)
     first = int(file.read(section, "offsets", start - 1, start)[0, 0]) if start else 0
     require_rising(ends, first, start, file, section)
@@ -129,8 +109,7 @@ def cell_vertices(file: VtkXmlFile, section: str, start: int, stop: int,
 
 
 def require_rising(ends: np.ndarray, first: int, start: int, file: VtkXmlFile, section: str) -> None:
-    """VtkXmlError unless the cell offsets ``ends`` of cells ``start...`` (after ``first``, the
-    end of the cell before them) never decrease and stay within the connectivity."""
+    """VtkXmlError unless cell offsets ``ends`` (after ``first``) rise and stay within the connectivity."""
     steps = np.diff(ends, prepend=first)
     if steps.size and steps.min() < 0:
         cell = int(np.argmax(steps < 0))

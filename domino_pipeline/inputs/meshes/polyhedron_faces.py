@@ -1,22 +1,5 @@
-"""The faces of a VTU's polyhedron cells (VTK_POLYHEDRON), read a block of cells at a time.
-
-VTK XML files store them in one of two layouts, in the Cells section:
-
-- ``faces`` and ``faceoffsets`` (VTK before 9.4, and OpenFOAM's foamToVTK): for each polyhedron
-  ``[nFaces, nPoints0, ids0..., nPoints1, ids1..., ...]`` in ``faces``; ``faceoffsets`` holds
-  per cell the end of its record in ``faces``, -1 for a cell that is no polyhedron, so a
-  record starts at the last non-negative end before it (0 for the first);
-- ``face_connectivity`` and ``face_offsets`` (the faces, as cells: per face the end of its point
-  ids), ``polyhedron_to_faces`` and ``polyhedron_offsets`` (per cell the end of its face ids;
-  a cell that is no polyhedron has none) (VTK 9.4 on).
-
-Only the ranges of a block's cells are read. With the first layout, the start of a block's first
-record is the end known from the block before (blocks read in order), else found by reading
-``faceoffsets`` backwards from the block.
-
-    faces = PolyhedronFaces.open(file)
-    block_faces = faces.read(start, stop)   # cell_geometry.Faces, or None without polyhedra
-"""
+"""The faces of a VTU's polyhedron cells, read a block of cells at a time, from either layout VTK
+writes (docs/raw_inputs.md, "The meshes by rows")."""
 
 from __future__ import annotations
 
@@ -53,11 +36,8 @@ class PolyhedronFaces:
         return self.file.read("Cells", name, start, stop)[:, 0].astype(np.int64)
 
     def read(self, start: int, stop: int) -> Faces | None:
-        """The faces of cells ``start:stop`` (numbered from ``start``), None when none of them
-        has faces; CellGeometryError for a malformed record."""
+        """The faces of cells ``start:stop`` (None: no faces); CellGeometryError for a malformed record."""
         return self._legacy(start, stop) if self.layout == LEGACY else self._current(start, stop)
-
-    # ------------------------------------------------------------------ VTK 9.4 layout
 
     def _current(self, start: int, stop: int) -> Faces | None:
         ends = self._read("polyhedron_offsets", start, stop)
@@ -72,8 +52,6 @@ class PolyhedronFaces:
         face_begins = np.concatenate([[begin], face_ends[:-1]])
         ids = self._read("face_connectivity", begin, int(face_ends[-1]))
         return Faces(cell, face_begins[face_ids - low] - begin, face_ends[face_ids - low] - begin, ids)
-
-    # ------------------------------------------------------------------ legacy layout
 
     def _legacy(self, start: int, stop: int) -> Faces | None:
         ends = self._read("faceoffsets", start, stop)
@@ -106,8 +84,7 @@ class PolyhedronFaces:
 
 
 def _parse_records(stream: np.ndarray, cells: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Faces:
-    """The faces of polyhedron records ``stream[starts[i]:ends[i]]`` of cells ``cells``, all
-    records' k-th faces at a time."""
+    """The faces of records ``stream[starts[i]:ends[i]]`` of ``cells``, every k-th face at a time."""
     n_faces = stream[starts]
     position = starts + 1
     found = []  # (cell, face number, begin, end) per face

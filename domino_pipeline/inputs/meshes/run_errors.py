@@ -1,8 +1,4 @@
-"""The errors a raw run's files give: one line naming the file and the problem.
-
-    raise RunError(f"{path}: empty (0 points, 0 cells)")
-    raise MissingFieldError(path, "cell", ["pMeanTrim"], available)   # hinted() adds the profile keys
-"""
+"""The errors a raw run's files give: one line naming the file and the problem."""
 
 from __future__ import annotations
 
@@ -15,8 +11,7 @@ class RunError(ValueError):
 
 
 class MissingFieldError(RunError):
-    """Fields a file lacks: ``missing`` among its ``where`` data (point, cell), which holds the
-    arrays ``available``; ``hinted`` adds the profile keys that name them."""
+    """Fields ``missing`` from ``where`` data holding ``available``; ``hinted`` names the profile keys."""
 
     def __init__(self, path: Path | object, where: str, missing: Collection[str], available: Collection[str],
                  hint: str = "") -> None:

@@ -1,29 +1,6 @@
-"""A run's boundary surface as blocks of rows (centres, unit normals, areas, raw fields), in
-bounded memory. A row is a boundary cell or a boundary point (``SurfaceRows.location``).
-
-DrivAerML's boundary holds ~8.8M polygon cells (quads and triangles); VTK reads it whole. Here
-a block of rows is read from the file's connectivity, offsets and data arrays, never the whole
-file. The surface is a VTP (PolyData polygons) or a VTU whose cells are all triangles, polygons
-and quads (VTK types 5, 7, 9), as WindsorML publishes it.
-
-- cell rows: a cell's points are taken from a points table (``mesh_stream.points_table``) and its
-  geometry is OpenFOAM's face geometry (``cell_geometry.surface_geometry``), as
-  ``vtk_reader.read_surface`` computes it for the whole file: each cell's values depend on
-  its own vertices, so the rows equal the whole-file ones exactly; its fields are cell data.
-- point rows: the point, its fields from point data, its unit normal from the point data array
-  ``normals`` (renormalised) or else the normalised sum of its cells' area vectors, its area from
-  the run's published per-point areas (``areas``, an .npy in point order) or else its barycentric
-  dual area (``cell_geometry.polygon_vertex_shares``). The sums over the cells are gathered in
-  one pass over the cells, a block at a time, into memory maps of one value per point.
-
-A file this reader cannot read by rows (inline ascii data; vertex or line cells, which come
-before the polygons in cell order) is read whole with VTK, after a warning naming the memory that
-takes; triangle strips are refused.
-
-    surface = open_surface(files.surface, {"pMeanTrim": "scalar"})
-    for centres, normals, areas, fields in surface.blocks(1 << 20):
-        ...
-"""
+"""A run's boundary surface (a VTP, or a VTU of polygon cells) as blocks of rows (centres, unit
+normals, areas, raw fields) in bounded memory; a row is a boundary cell or a boundary point
+(``SurfaceRows.location``). docs/raw_inputs.md, "The meshes by rows"."""
 
 from __future__ import annotations
 
@@ -74,10 +51,8 @@ class SurfaceStream:
     rows: SurfaceRows = field(default_factory=SurfaceRows)
 
     def blocks(self, cells: int, on_cells: CellsObserver | None = None) -> Iterator[SurfaceBlock]:
-        """(centres (n, 3), unit normals (n, 3), areas (n,), raw fields (n, F)), float32, of
-        ``cells`` rows at a time, in file order. ``on_cells(points, begins, ends, ids, centres,
-        normals, areas)`` is shown each block's polygons (their point ids are ``ids[begins[i]:ends[i]]``)
-        with their geometry, as for cell_quality.CellQuality.add; only for cell rows read by rows."""
+        """(centres, unit normals, areas, raw fields), float32, of ``cells`` rows at a time, in file
+        order; for cell rows read by rows, each block's polygons are shown to ``on_cells`` (CellQuality.add)."""
         if self.file is None:
             whole = read_surface(self.path, self.variables, self.arrays, self.rows)
             for start in range(0, self.n_cells, cells):
@@ -145,9 +120,7 @@ def cell_section(file: VtkXmlFile) -> str:
 
 
 def point_sums(file: VtkXmlFile, points: np.ndarray, tmp: Path, cells: int, path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Per point, the sum of the area vectors of the cells around it (n_points, 3) and its
-    barycentric dual area (n_points,), float64 memory maps in ``tmp``, from one pass over the
-    cells ``cells`` at a time."""
+    """Per point, its cells' summed area vectors and its dual area: float64 memory maps in ``tmp``."""
     vectors = np.memmap(tmp / "normal_sums.f8", dtype=np.float64, mode="w+", shape=(file.n_points, 3))
     areas = np.memmap(tmp / "dual_areas.f8", dtype=np.float64, mode="w+", shape=(file.n_points,))
     section = cell_section(file)
@@ -168,14 +141,8 @@ def point_sums(file: VtkXmlFile, points: np.ndarray, tmp: Path, cells: int, path
 
 def open_surface(path, variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None,
                  rows: SurfaceRows = SurfaceRows(), file: VtkXmlFile | None = None) -> SurfaceStream:
-    """The boundary surface of ``path`` (a VTP, or a VTU of polygon cells) as blocks of rows
-    (``rows``) with the fields ``variables``, read from ``arrays`` (default: the arrays of the
-    variables' names); ``file``: its header opened already (a remote file's, named by ``path``).
-
-    RunError naming the file for a missing field or an empty file or cells that are not
-    polygons, CellGeometryError for triangle strips; a file that cannot be read by rows falls
-    back to VTK with a WholeFileFallback warning.
-    """
+    """The boundary surface of ``path`` as blocks of ``rows`` with the fields ``variables``; RunError naming
+    the file for a missing field, no rows or non-polygons; a file not readable by rows falls back to VTK."""
     file = mesh_stream.open_rows(path) if file is None else file
     require_no_strips(file.piece_counts.get("NumberOfStrips", 0), path)
     section, where = _DATA[rows.location]
@@ -191,9 +158,7 @@ def open_surface(path, variables: Mapping[str, str], arrays: Mapping[str, list[s
 
 
 def surface_arrays(file: VtkXmlFile, names: list[str], rows: SurfaceRows) -> list[tuple[str, str]]:
-    """The arrays (section, name) that the blocks of rows ``rows`` of a surface read, its data
-    arrays ``names``: the cells' connectivity unless point rows take both normals and areas as
-    published."""
+    """The arrays (section, name) the blocks of ``rows`` read (connectivity unless all published)."""
     section = _DATA[rows.location][0]
     cells = rows.location == "cells" or rows.normals is None or rows.areas is None
     connectivity = [(cell_section(file), "offsets"), (cell_section(file), "connectivity")] if cells else []
@@ -201,8 +166,7 @@ def surface_arrays(file: VtkXmlFile, names: list[str], rows: SurfaceRows) -> lis
 
 
 def _unstreamable(file: VtkXmlFile) -> str:
-    """Why ``file`` cannot be read by rows ("" when it can); RunError for a VTU whose cells are
-    not polygons."""
+    """Why ``file`` cannot be read by rows ("" when it can); RunError for a VTU of non-polygon cells."""
     if not file.streamable:
         return "its data is inline ascii, which cannot be read by rows"
     if file.kind == "UnstructuredGrid":

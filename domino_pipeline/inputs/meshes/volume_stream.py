@@ -1,18 +1,5 @@
-"""A run's volume VTU as blocks of rows (positions and raw fields), in bounded memory.
-
-Rows are the VTU's points with point data, or its cells' centres with cell data, in file order,
-as ``vtk_reader.read_volume`` reads them whole with VTK. A cell's centre is OpenFOAM's:
-the volume centroid of a 3-D cell (tetra, voxel, hexahedron, wedge, pyramid, polyhedron), VTK's
-parametric centre (the vertex mean) of a vertex, line, triangle, pixel or quad
-(``cell_geometry``). A block's cells are read from the file's connectivity, types and polyhedron
-faces, their points from a points table (``mesh_stream.points_table``), never the whole file. A
-file this reader cannot read by rows (inline ascii data, other cell types when centres are
-asked for) is read whole with VTK instead, after a warning naming the memory that takes.
-
-    volume = open_volume(files.volume, {"UMeanTrim": "vector", "pMeanTrim": "scalar"}, "points")
-    for centres, fields in volume.blocks(1 << 21):
-        ...
-"""
+"""A run's volume VTU as blocks of rows (points with point data, or OpenFOAM cell centres with
+cell data; positions and raw fields) in bounded memory. docs/raw_inputs.md, "The meshes by rows"."""
 
 from __future__ import annotations
 
@@ -64,8 +51,7 @@ class VolumeStream:
     _whole: dict[str, np.ndarray] | None = None
 
     def blocks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(positions (n, 3) float32, raw fields (n, F) float32) of ``rows`` rows at a time; a
-        remote file's arrays are staged (mesh_stream.prepared_rows) where the blocks are read."""
+        """(positions (n, 3), raw fields (n, F)), float32, ``rows`` at a time (remote arrays staged)."""
         if self.file is None:
             yield from _whole_blocks(self, rows)
             return
@@ -102,14 +88,8 @@ def _whole_blocks(volume: VolumeStream, rows: int) -> Iterator[tuple[np.ndarray,
 
 def open_volume(path, variables: Mapping[str, str], source: str, arrays: Mapping[str, list[str]] | None = None,
                 file: VtkXmlFile | None = None) -> VolumeStream:
-    """The volume of ``path`` (a VTU or its ``.part`` pieces) as rows of ``source``, the
-    ``variables`` read from ``arrays`` (default: the arrays of their names); ``file``: its header
-    opened already (a remote file's, named by ``path``).
-
-    When a requested field is not ``source`` data but all are the other one's, the other is used
-    and a note says so (as ``read_volume``). A file that cannot be streamed falls back to VTK
-    with a WholeFileFallback warning.
-    """
+    """The volume of ``path`` as rows of ``source`` (or of the other, with a note, if only it has every
+    field) with the fields ``variables``; a file not readable by rows falls back to VTK."""
     file = open_rows(path) if file is None else file
     available = {s: file.names(_SECTION[s]) for s in VOLUME_SOURCES}
     source, notes = volume_source_used(available, source_arrays(variables, arrays), source, path)
@@ -123,8 +103,7 @@ def open_volume(path, variables: Mapping[str, str], source: str, arrays: Mapping
 
 
 def volume_arrays(file: VtkXmlFile, names: list[str], source: str) -> list[tuple[str, str]]:
-    """The arrays (section, name) that the blocks of rows of ``source`` with the data arrays
-    ``names`` read (cells: their connectivity, types and the polyhedron faces the file has)."""
+    """The arrays (section, name) the blocks of ``source`` read: ``names`` and the cells' geometry."""
     fields = [(_SECTION[source], name) for name in names]
     if source == "points":
         return [("Points", "Points"), *fields]
@@ -134,8 +113,7 @@ def volume_arrays(file: VtkXmlFile, names: list[str], source: str) -> list[tuple
 
 
 def _unstreamable(file: VtkXmlFile, source: str) -> str:
-    """Why ``file`` cannot be read by rows for ``source`` ("" when it can); RunError for
-    polyhedra without face arrays."""
+    """Why ``file`` cannot be read by rows for ``source`` (""); RunError for polyhedra without faces."""
     if not file.streamable:
         return "its data is inline ascii, which cannot be read by rows"
     if source == "cells":
@@ -153,8 +131,7 @@ def _unstreamable(file: VtkXmlFile, source: str) -> str:
 
 def block_centres(file: VtkXmlFile, points: np.ndarray, faces: PolyhedronFaces | None,
                   start: int, stop: int) -> np.ndarray:
-    """Centres (float64) of cells ``start:stop`` (``cell_geometry.cell_centres``), reading only
-    their connectivity, types and faces, ``GEOMETRY_CELLS`` at a time."""
+    """Centres (float64) of cells ``start:stop``, reading only their geometry, by GEOMETRY_CELLS."""
     return np.concatenate([_centres(file, points, faces, a, min(a + GEOMETRY_CELLS, stop))
                            for a in range(start, stop, GEOMETRY_CELLS)])
 

@@ -1,13 +1,5 @@
-"""Read a raw run's meshes whole with VTK: STL, boundary VTP and volume VTU files to numpy arrays.
-
-Works on the published files (ASCII multi-solid STLs, polygon cells with mixed vertex counts,
-volume fields as point data or cell data) and on the synthetic runs of synthetic_data.py. Only the
-named arrays are read from the VTP and VTU, and every read error becomes one RunError line naming
-the file and the problem.
-
-    stl = read_stl(files.stl)                   # files: run_folder.run_files(run_dir, profile)
-    surface = read_surface(files.surface, profile.variables("surface"))
-"""
+"""Read a raw run's meshes whole with VTK (STL, boundary VTP, volume VTU to numpy arrays), only the
+named arrays, every read error one RunError line naming the file."""
 
 from __future__ import annotations
 
@@ -49,10 +41,7 @@ _READERS = {".stl": vtkSTLReader, ".vtp": vtkXMLPolyDataReader,
 
 
 def _run_reader(reader, path: Path, step: str) -> None:
-    """Run a VTK reader step ("UpdateInformation" or "Update"); its first error is a RunError.
-
-    VTK's own stderr logging is switched off, so a bad file gives one clear line.
-    """
+    """Run a VTK reader ``step``, VTK's logging off; its first error is one RunError line."""
     vtkLogger.SetStderrVerbosity(vtkLogger.VERBOSITY_OFF)
     with pv.VtkErrorCatcher(raise_errors=False, send_to_logging=False) as catcher:
         getattr(reader, step)()
@@ -83,10 +72,7 @@ def array_names(reader) -> dict[str, list[str]]:
 def read_arrays(
     reader, path: Path, point_arrays: Collection[str] | None, cell_arrays: Collection[str] | None
 ) -> pv.DataSet:
-    """Read the mesh of an opened reader with only the named point and cell arrays (None: all).
-
-    Selecting arrays saves time and memory on DrivAerML's large VTP and VTU files.
-    """
+    """Read the mesh of an opened reader with only the named point and cell arrays (None: all)."""
     if path.suffix.lower() != ".stl":
         for wanted, selection in ((point_arrays, reader.GetPointDataArraySelection()),
                                   (cell_arrays, reader.GetCellDataArraySelection())):
@@ -115,16 +101,12 @@ ZERO_HEIGHT = 1e-6  # triangle height / longest edge below which a triangle has 
 
 
 def read_stl(path: Path) -> dict[str, np.ndarray]:
-    """STL vertices, flattened triangle indices, triangle centres and areas, zero-area
-    triangles dropped (``read_stl_triangles`` and ``drop_zero_area`` for their count)."""
+    """The STL's vertices, flattened triangles, centres and areas, zero-area triangles dropped."""
     return drop_zero_area(read_stl_triangles(path))[0]
 
 
 def drop_zero_area(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
-    """The STL arrays without their zero-area triangles, and how many were dropped: they hold
-    no surface, and their edges would otherwise count as open or non-manifold. Zero to float32
-    precision: a vertex repeated, or a height below ZERO_HEIGHT of the longest edge (a vertex
-    on the opposite edge, up to the rounding of stored coordinates)."""
+    """The STL without zero-area triangles (they would count as open edges), and how many were dropped."""
     triangles = arrays["stl_faces"].reshape(-1, 3)
     corners = arrays["stl_coordinates"].astype(np.float64)[triangles]
     longest = np.max([np.sum((corners[:, i] - corners[:, i - 1]) ** 2, axis=1) for i in range(3)], axis=0)
@@ -155,9 +137,7 @@ def read_stl_triangles(path: Path) -> dict[str, np.ndarray]:
 
 
 def stl_defect_counts(faces: np.ndarray, areas: np.ndarray) -> dict[str, int]:
-    """{open_edges, non_manifold_edges, degenerate_triangles} of an STL's triangles (flattened
-    ``faces``, ``areas``): edges used by one triangle (a hole), edges used by more than two, and
-    triangles of zero area."""
+    """{open_edges, non_manifold_edges, degenerate_triangles} of an STL's triangles."""
     triangles = faces.reshape(-1, 3).astype(np.int64)
     if not len(triangles):
         return {"open_edges": 0, "non_manifold_edges": 0, "degenerate_triangles": 0}
@@ -174,11 +154,7 @@ _DEFECTS = {"open_edges": "open edges (the surface has holes: the SDF sign near 
 
 def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path, dropped: int = 0,
                 counts: dict[str, int] | None = None) -> list[str]:
-    """Warnings about an STL's triangles (flattened ``faces``, ``areas``, after
-    ``drop_zero_area`` dropped ``dropped``): open edges (used by one triangle: a hole, near
-    which the winding-number sign of the SDF is unreliable), non-manifold edges (used by more
-    than two), any zero-area triangle left and the count dropped. ``counts``: the triangles'
-    ``stl_defect_counts`` where the caller has them already."""
+    """Warnings about an STL's defects and dropped triangles (an open edge misleads the SDF's sign)."""
     counts = stl_defect_counts(faces, areas) if counts is None else counts
     notes = [f"warning: {path}: {counts[key]} {what}" for key, what in _DEFECTS.items() if counts[key]]
     return ([f"note: {path}: dropped {dropped} zero-area triangles"] if dropped else []) + notes
@@ -186,9 +162,7 @@ def stl_defects(faces: np.ndarray, areas: np.ndarray, path: Path, dropped: int =
 
 def read_surface(path: Path, variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None,
                  rows: SurfaceRows = SurfaceRows()) -> dict[str, np.ndarray]:
-    """Boundary rows (``rows``: cells or points): centres, unit normals, areas and raw fields
-    (SURFACE_ARRAYS), the whole file (a VTP, or a VTU of polygon cells) read with VTK; a cell's
-    geometry is OpenFOAM's (``cell_geometry``), as surface_stream.py computes it by blocks."""
+    """Boundary rows (SURFACE_ARRAYS) of ``rows`` kind, the whole file read with VTK."""
     reader = open_reader(path)
     where = "cell" if rows.location == "cells" else "point"
     wanted = source_arrays(variables, arrays)
@@ -210,8 +184,7 @@ def read_surface(path: Path, variables: Mapping[str, str], arrays: Mapping[str, 
 
 
 def surface_cells(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(begins, ends, point ids) of a surface's polygons: a PolyData's polygons, or the cells of
-    an UnstructuredGrid, which must all be triangles, polygons and quads (RunError otherwise)."""
+    """(begins, ends, point ids) of a surface's polygons; RunError for a VTU cell that is not a polygon."""
     if isinstance(mesh, pv.PolyData):
         cells = mesh.GetPolys()
     else:
@@ -247,9 +220,7 @@ def _point_weights(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray
 def volume_source_used(
     available: Mapping[str, Collection[str]], variables: Collection[str], source: str, path: Path
 ) -> tuple[str, list[str]]:
-    """The source ("points" or "cells") to read the arrays ``variables`` from, given the array names
-    ``available`` per source, and notes: the other source, with a note, when the requested one
-    lacks a field and the other has them all; RunError when neither has them all."""
+    """The source to read ``variables`` from (the other, with a note, if only it has all); else RunError."""
     if source not in VOLUME_SOURCES:
         raise ValueError(f"volume_source {source!r}, expected one of {list(VOLUME_SOURCES)}")
     missing = [name for name in variables if name not in available[source]]
@@ -268,12 +239,7 @@ def volume_source_used(
 def read_volume(
     path: Path, variables: Mapping[str, str], source: str, arrays: Mapping[str, list[str]] | None = None
 ) -> tuple[dict[str, np.ndarray], str, list[str]]:
-    """Volume points and raw fields from ``source`` ("points" or "cells": the cells' centres,
-    ``cell_geometry.grid_cell_centres``).
-
-    When the VTU lacks a requested field at that source but has all of them at the other one,
-    the other is used and a note says so. Returns the arrays, the source used and the notes.
-    """
+    """(points or cell centres and fields, the source used, notes) of a VTU read whole with VTK."""
     reader = open_reader(path)
     wanted = source_arrays(variables, arrays)
     source, notes = volume_source_used(array_names(reader), wanted, source, path)

@@ -1,10 +1,6 @@
 """How each field is made dimensionless, by its role (variables.FIELD_ROLES): process_data.py divides
 by these divisors, and whoever turns stored or predicted fields back into physical units multiplies
-by them.
-
-    divisors = field_divisors({"pressure": "pMeanTrim", "wall_shear_stress": "wallShearStressMeanTrim"},
-                              stream_velocity=30.0, air_density=1.205, reference_length=4.6)
-"""
+by them."""
 
 from __future__ import annotations
 
@@ -22,10 +18,7 @@ def field_divisors(
     reference_length: float,
     dtype: type = np.float32,
 ) -> np.ndarray:
-    """Per column divisors that make the fields dimensionless (DoMINO's convention), as ``dtype``.
-
-    ``fields``: role -> field name, in column order (a dataset profile's ``dataset.fields.<part>``).
-    """
+    """Per column divisors making the fields (role -> name, column order) dimensionless, as ``dtype``."""
     check_roles("fields", fields)
     rho_u2 = air_density * stream_velocity**2
     scales = {"rho_u2": rho_u2, "rho_u2_squared": rho_u2**2, "u": stream_velocity, "u2": stream_velocity**2,
@@ -38,6 +31,5 @@ def field_divisors(
 
 
 def car_length(stl_vertices: np.ndarray) -> float:
-    """The largest extent of the STL's bounding box: the DoMINO example's length scale for the
-    turbulent viscosity (the car's length for a car)."""
+    """The STL's largest extent: the DoMINO example's length scale for the turbulent viscosity."""
     return float(np.max(stl_vertices.max(axis=0) - stl_vertices.min(axis=0)))

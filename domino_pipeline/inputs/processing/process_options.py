@@ -1,8 +1,5 @@
 """The options of processing one run, in one place: what process_data.py passes to each run, checks
-before any run starts, and compares with what a processed run recorded.
-
-    options = ProcessOptions.from_config(config.dataset, config.physics, config.process)
-"""
+before any run starts, and compares with what a processed run recorded."""
 
 from __future__ import annotations
 
@@ -24,9 +21,7 @@ from domino_pipeline.variables import FieldName, arrays_of, variables_of
 
 @dataclass(frozen=True)
 class ProcessOptions:
-    """How every run is read and made dimensionless; settings that would fail every run are
-    refused on construction (ValueError). ``surface_fields`` / ``volume_fields``: role -> the
-    field's name in the files, in column order (the dataset profile's)."""
+    """How every run is read and made dimensionless; settings that would fail every run are refused."""
 
     dataset: DatasetConfig = field(metadata={"recorded": False})  # the files' names; its name is recorded apart
     # recorded under names no array has (a reader of attributes may take those for arrays)
@@ -84,14 +79,12 @@ class ProcessOptions:
         return arrays_of(self.volume_fields)
 
     def recorded(self) -> dict[str, Any]:
-        """The options as a processed run's attributes record them (a rerun compares them), with
-        the variables ({name: kind}) the readers of processed runs take."""
+        """The options as a processed run records them (a rerun compares them), with the variables."""
         options = {f.metadata.get("recorded_as", f.name): getattr(self, f.name) for f in _recorded()}
         return options | {"surface_variables": self.surface_variables, "volume_variables": self.volume_variables}
 
     def differences(self, attrs: dict[str, Any]) -> list[str]:
-        """``key: stored X, configured Y`` for each option that a processed run's ``attrs`` record
-        otherwise."""
+        """``key: stored X, configured Y`` for each option a processed run's ``attrs`` record otherwise."""
         stored = {f.name: attrs.get(f.metadata.get("recorded_as", f.name), f.metadata.get("absent"))
                   for f in _recorded()}
         return [f"{key}: stored {stored[key]!r}, configured {getattr(self, key)!r}"

@@ -1,22 +1,5 @@
-"""Raw run folders -> one processed ``<run>.zarr`` per run (layout: run_layout.py): process_data.py's work.
-
-Per run (files found through the dataset profile, run_folder.py; the meshes ``process.parts``
-names, a mesh left out never opened): the STL (triangulated if needed)
-gives stl_*; the boundary surface (polygon cells with any vertex counts) gives cell centres, unit
-normals, areas (OpenFOAM's face geometry, cell_geometry.py) and the wall fields from cell data; the
-volume VTU gives points with point data, or cell centres (OpenFOAM's volume centroids, polyhedra
-included) with cell data (``process.volume_source``), in the file's order, as
-physicsnemo-curator writes them (the cache and the uncached datapipe put rows in a random order
-themselves). Fields are made dimensionless by role (nondimensional.py): with the stream velocity U,
-the air density rho and, for the turbulent viscosity, the car's length L (the largest extent of the
-STL) unless ``physics.reference_length`` gives one. The surface and the volume are read and written
-a block of cells or rows at a time (surface_stream.py, volume_stream.py); a file in an encoding
-that cannot be read so is read whole with VTK, after a warning naming the memory it takes. Runs
-are processed in parallel (executors.py: a local pool or Dask), each written atomically; finished
-runs are skipped on a rerun; a bad run gets one line naming the file and the problem.
-
-    results = process_all(raw_dir, processed_dir, options, num_processes=2)
-"""
+"""Raw run folders -> one processed ``<run>.zarr`` per run, a block of rows at a time: process_data.py's
+work (docs/raw_inputs.md, "One run"; the layout: docs/processed_runs.md)."""
 
 from __future__ import annotations
 
@@ -59,8 +42,6 @@ from domino_pipeline.inputs.meshes.volume_stream import VolumeStream, open_volum
 from domino_pipeline.run_report import RunResult
 from domino_pipeline.run_selection import select_items
 
-# ----------------------------------------------------------------------------- one run
-
 VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read, checked and scaled at a time
 SURFACE_BLOCK_CELLS = 1 << 18  # surface cells read at a time (their geometry is computed cell_geometry.CHUNK_CELLS at a time)
 
@@ -73,15 +54,8 @@ def process_run(run_dir: str | os.PathLike | RemoteRun | RunFiles, out_path: str
                 block_rows: int = VOLUME_BLOCK_ROWS, surface_block: int = SURFACE_BLOCK_CELLS, *,
                 access: RemoteAccess = RemoteAccess(),
                 progress: Callable[[int], None] | None = None) -> tuple[Path, list[str]]:
-    """Read one raw run folder and write it as a processed Zarr group at ``out_path``.
-
-    The volume is read and written ``block_rows`` rows at a time and the boundary surface
-    ``surface_block`` cells at a time, so memory does not grow with them (the STL is read
-    whole). A RemoteRun (or its files, listed) is read from where it is published
-    (raw_reading.py, ``access``; each byte fetched told to ``progress``). Returns the written
-    path and notes (such as a volume-source fallback). Raises FileNotFoundError or RunError
-    naming the file and the problem.
-    """
+    """Read one raw run (a folder, a RemoteRun or its files) and write it as a processed Zarr group at
+    ``out_path``, a block at a time; (the path, notes). FileNotFoundError or RunError naming the file."""
     if isinstance(run_dir, RemoteRun):
         run_dir = remote_run_files(run_dir, options.dataset, options.parts)
     files = run_dir if isinstance(run_dir, RunFiles) else run_files(Path(run_dir), options.dataset, options.parts)
@@ -93,8 +67,7 @@ def process_run(run_dir: str | os.PathLike | RemoteRun | RunFiles, out_path: str
 
 def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions, block_rows: int = VOLUME_BLOCK_ROWS,
                       surface_block: int = SURFACE_BLOCK_CELLS) -> tuple[dict[str, np.ndarray], dict, list[str]]:
-    """The arrays and attributes ``process_run`` would write for ``run_dir``, in memory (the
-    surface and the volume read as ``process_run`` reads them, a block at a time), and its notes."""
+    """The arrays, attributes and notes ``process_run`` would write for ``run_dir``, in memory."""
     contents = read_run(run_dir, options, block_rows, surface_block)
     with closing(contents):
         arrays, attrs = processed_in_memory(run_dir, contents.arrays, contents.attrs, contents.streamed)
@@ -103,30 +76,20 @@ def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions, block
 
 @dataclass
 class RunContents:
-    """A raw run opened for processing: the STL's arrays and the global parameters (in memory),
-    the group attributes, the surface's and the volume's arrays as StreamedRows (read a block at
-    a time, a few blocks ahead in threads: read_ahead.py) and notes; ``close`` stops the reading
-    ahead (after the arrays are written, or when they will not be)."""
+    """A raw run opened for processing: STL arrays, attributes, the meshes as StreamedRows, notes;
+    ``close`` stops the reading ahead (a remote run's fetching first) and removes its temporaries."""
 
     arrays: dict[str, np.ndarray]
     attrs: dict
     streamed: list[StreamedRows]
     notes: list[str]
-    stop: Callable[[], None] = lambda: None
-
-    def close(self) -> None:
-        """Stop the blocks' reading ahead (a remote run's fetching first) and remove its temporary files."""
-        self.stop()
+    close: Callable[[], None] = lambda: None
 
 
 def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, block_rows: int = VOLUME_BLOCK_ROWS,
              surface_block: int = SURFACE_BLOCK_CELLS,
              reading: LocalReading | RemoteReading | None = None) -> RunContents:
-    """Open a raw run folder (or a run's files, a remote run's read through ``reading``:
-    raw_reading.py) for processing: the surface and the volume opened (their headers read; a
-    remote one's arrays staged meanwhile) if ``options.parts`` asks for them, their blocks read
-    ahead while the STL is read (triangulated, zero-area triangles dropped); a mesh left out is
-    never opened. The caller closes the contents (RunContents.close)."""
+    """Open a raw run for processing, its meshes read ahead while the STL is read; the caller closes it."""
     files = run_dir if isinstance(run_dir, RunFiles) else run_files(Path(run_dir), options.dataset, options.parts)
     reading = LocalReading() if reading is None else reading
     readers = ExitStack()
@@ -158,7 +121,7 @@ def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, blo
     except BaseException:
         stop()
         raise
-    contents.stop = stop
+    contents.close = stop
     return contents
 
 
@@ -205,16 +168,13 @@ def _contents(files: RunFiles, options: ProcessOptions, reading: LocalReading | 
 
 
 def _sources_at_end(files: RunFiles, reading: LocalReading | RemoteReading) -> StreamedRows:
-    """No rows: the run's ``sources`` recorded again once every block is read (a remote file's
-    record then lists every stretch of it read)."""
+    """No rows: the run's ``sources`` recorded again once every block is read (with every stretch read)."""
     return StreamedRows({}, iter(()), attrs=lambda: {"sources": {kind: reading.record(p)
                                                                  for kind, p in files.sources().items()}})
 
 
 def _with_cells(surface: SurfaceStream, cells: int) -> Iterator[tuple[tuple[np.ndarray, ...], tuple | None]]:
-    """The surface's blocks of ``cells`` rows, each with the polygons it shows an observer of
-    cells (SurfaceStream.blocks' ``on_cells`` arguments, or None), to be shown later, where the
-    blocks are used (the statistics that take them are made once the STL is read)."""
+    """The surface's blocks, each with its polygons to show the statistics where the blocks are used."""
     shown: list[tuple] = []
     for block in surface.blocks(cells, lambda *polygons: shown.append(polygons)):
         yield block, (shown.pop() if shown else None)
@@ -240,8 +200,7 @@ def _counts(stl: dict[str, np.ndarray], surface: SurfaceStream | None, volume: V
 
 
 def surface_rows(options: ProcessOptions, published_areas, reading: LocalReading | RemoteReading) -> SurfaceRows:
-    """What a surface row is under ``options``; point rows take a run's published per-point
-    areas (``dataset.files.surface_areas``, a remote run's fetched by ``reading``) where it has them."""
+    """What a surface row is under ``options``, with the run's published per-point areas where it has them."""
     points = options.surface_location == "points" and published_areas is not None
     return SurfaceRows(options.surface_location, options.surface_normals,
                        reading.local(published_areas) if points else None)
@@ -260,9 +219,8 @@ def _scaled(blocks: Iterator[tuple[np.ndarray, ...]], divisors: np.ndarray) -> I
 
 def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np.ndarray, ...]],
                    bounds: dict, key: str, statistics: RunStatistics | None = None) -> StreamedRows:
-    """Arrays ``shapes`` written from ``blocks``; the bounds of the first (the positions) are
-    gathered on the way and stored as ``bounds[key]`` once every row is seen, and every block is
-    shown to the part ``key`` of ``statistics``, whose summary is stored after each part."""
+    """Arrays ``shapes`` written from ``blocks``, the positions' bounds stored as ``bounds[key]`` and
+    every block shown to the part ``key`` of ``statistics``, whose summary is stored after it."""
     positions = next(iter(shapes))
     part = None if statistics is None else getattr(statistics, key)
     box = ColumnBounds(3) if part is None else part.positions  # the statistics gather the bounds too
@@ -282,10 +240,7 @@ def _streamed_rows(shapes: dict[str, tuple[int, ...]], blocks: Iterator[tuple[np
 
 def _process_one(run: Path | RunFiles, out_path: Path, options: ProcessOptions, overwrite: bool = False,
                  access: RemoteAccess = RemoteAccess()) -> RunResult:
-    """Process one run (a local folder, or a remote run's files) in a worker, as the run's only
-    writer (a run another writer finished meanwhile is skipped, unless ``overwrite``); failures
-    come back as a result, not an exception. A remote run's bytes are reported
-    (executors.report) as ``(run, total, bytes)`` for the stage's progress bars."""
+    """Process one run in a worker as its only writer; failures come back as a result, bytes reported."""
     name, fetched, started = run.name, [0], time.monotonic()
     total = remote_bytes_of(run)
 
@@ -326,21 +281,12 @@ def remote_bytes_of(run: Path | RunFiles) -> int:
     return sum(f.size for f in [*run.sources().values(), *run.published] if isinstance(f, RemoteFile))
 
 
-# ----------------------------------------------------------------------------- the batch
-
-
 def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, options: ProcessOptions, *,
                 num_processes: int = 1, overwrite: bool = False, executor: ExecutorConfig = LOCAL_POOL,
                 runs: list[int | str] | None = None, shard: str | None = None,
                 access: RemoteAccess = RemoteAccess()) -> list[RunResult]:
-    """Process the run folders of ``raw_dir`` (a local folder, or an object-store or Hub URL:
-    remote_runs.py) that ``runs`` and ``shard`` choose (all by default; run_selection.py) into
-    ``processed_dir``, ``num_processes`` at a time on ``executor``; return one result per run.
-
-    Finished runs are skipped unless ``overwrite`` (refused when processed with other
-    ``options``), before anything of them is listed or fetched; temporaries left by killed
-    writers are removed first.
-    """
+    """Process the runs of ``raw_dir`` (a folder or a URL) that ``runs`` and ``shard`` choose; one result
+    per run. Finished runs are skipped (refused if processed with other ``options``) unless ``overwrite``."""
     processed_dir = Path(processed_dir)
     processed_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(processed_dir)
@@ -392,8 +338,7 @@ def fetch_summary(results: list[RunResult]) -> str:
 
 
 def settings_differences(out: Path, options: ProcessOptions) -> list[str]:
-    """``key: stored X, configured Y`` for each recorded setting of the processed run ``out``
-    that differs from ``options``; an unreadable run is one difference."""
+    """``options.differences`` of the processed run ``out``; an unreadable run is one difference."""
     try:
         run = open_run(out)
     except (ProcessedRunError, OSError, ValueError) as err:

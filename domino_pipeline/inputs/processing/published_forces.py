@@ -1,23 +1,6 @@
 """The force coefficients and reference values a run folder publishes beside its meshes, read
-through the dataset profile (``dataset.coefficients``, ``dataset.references``).
-
-Two formats (``format``). ``csv``: a header and one row; DrivAerML, for example, publishes per run
-
-    force_mom_<i>.csv           one row: Cd, Cl, Clf, Clr, Cs over the variant's own references
-    force_mom_constref_<i>.csv  the same over the constant references
-    geo_ref_<i>.csv             one row: lRef, aRef, forcesCoR "(x y z)", lRefRef, aRefRef, forcesCoRRef
-
-Columns are found by name, case-insensitive, surrounding spaces ignored (published headers put a
-space after each comma, or not); a vector is three numbers in one field, in parentheses or not.
-``openfoam``: the file OpenFOAM's forceCoeffs function object writes (``coefficient.dat``;
-``forceCoeffs.dat`` in older versions), whose ``# key : value`` header lines (``magUInf``,
-``lRef``, ``Aref``, ``CofR`` ...) and the columns of its last line (named by the comment line
-before the first value line: ``# Time Cd Cs Cl ...``) are read as one row: the coefficients of
-the last time, which is the time foamToVTK -latestTime exports.
-
-    published = read_published(Path("run_7"), "7", profile)
-    published.own["cd"], published.own_references.area
-"""
+through the dataset profile (``dataset.coefficients``, ``dataset.references``) from CSV or
+OpenFOAM forceCoeffs files (docs/raw_inputs.md, "Published coefficients")."""
 
 from __future__ import annotations
 
@@ -40,10 +23,7 @@ class References:
 
 @dataclass(frozen=True)
 class Published:
-    """A run's published coefficients (COEFFICIENTS keys it publishes) over its own references
-    and over the constant ones (None: not published), those references (``own_references``
-    None: the run has no file of its own), and the free-stream speed its file states (m/s; None:
-    the profile's ``dataset.flow.velocity``)."""
+    """A run's published coefficients (own, constant references), those references and its speed."""
 
     own: dict[str, float] | None
     constant: dict[str, float] | None
@@ -75,8 +55,7 @@ class Published:
 
 
 def read_first_row(path: Path) -> dict[str, str]:
-    """The first data row of a one-row CSV, keyed by lower-case column name (surrounding spaces
-    dropped), as strings; ValueError naming the file when it has no such row."""
+    """The one data row of a CSV, keyed by lower-case column name, as strings; ValueError naming the file."""
     with open(path, newline="") as file:
         rows = [row for row in csv.reader(file, skipinitialspace=True) if row]
     if len(rows) < 2 or len(rows[1]) != len(rows[0]):
@@ -85,9 +64,7 @@ def read_first_row(path: Path) -> dict[str, str]:
 
 
 def read_openfoam_row(path: Path) -> dict[str, str]:
-    """The header entries (``# key : value``) and the last line's values of a forceCoeffs file,
-    one row keyed by lower-case name, as strings; ValueError naming the file when it has no
-    values or its last line is cut short."""
+    """A forceCoeffs file's header entries and last line as one row; ValueError naming a file cut short."""
     header, names, last, comment = {}, None, None, None
     with open(path) as file:
         for line in file:
@@ -109,8 +86,7 @@ def read_openfoam_row(path: Path) -> dict[str, str]:
 
 
 def read_row(path: Path, format: str) -> dict[str, str]:
-    """The one row of a published file of ``format`` (``csv`` or ``openfoam``); ValueError
-    naming the file when it is not text."""
+    """The one row of a published file of ``format`` (csv, openfoam); ValueError naming a file not text."""
     try:
         return read_first_row(path) if format == "csv" else read_openfoam_row(path)
     except UnicodeDecodeError as err:
@@ -147,8 +123,7 @@ def _cell(row: dict[str, str], column: str, path: Path) -> str:
 
 
 def _run_file(run_dir: Path, pattern: str | None, index: str, key: str) -> Path | None:
-    """The run's file of ``pattern`` (with ``{index}``; ``**`` reaches into subfolders), or None
-    when not published or absent; ValueError naming the profile ``key`` when several match."""
+    """The run's file of ``pattern`` (None: absent); ValueError naming ``key`` when several match."""
     if pattern is None:
         return None
     matches = sorted(p for p in run_dir.glob(pattern.replace("{index}", index)) if p.is_file())
@@ -160,15 +135,13 @@ def _run_file(run_dir: Path, pattern: str | None, index: str, key: str) -> Path 
 
 
 def read_coefficients(path: Path, columns: dict[str, str], format: str = "csv") -> dict[str, float]:
-    """The coefficients of a published file of ``format``, by the profile's column names;
-    ValueError naming the file when the file lacks one."""
+    """The coefficients of a published file by the profile's columns; ValueError naming the file."""
     row = read_row(path, format)
     return {name: _number(row, column, path) for name, column in columns.items()}
 
 
 def read_velocity(path: Path, profile: ReferencesProfile) -> float | None:
-    """The free-stream speed a run's references file states (``columns.velocity``), or None
-    when the profile names no such column; ValueError naming the file unless positive."""
+    """The speed a references file states (None: no such column); ValueError unless positive."""
     if "velocity" not in profile.columns:
         return None
     velocity = _number(read_row(path, profile.format), profile.columns["velocity"], path)
@@ -179,9 +152,7 @@ def read_velocity(path: Path, profile: ReferencesProfile) -> float | None:
 
 
 def read_references(path: Path, profile: ReferencesProfile, which: str = "own") -> References:
-    """A run's own (``which`` "own") or constant ("constant") references from its references
-    file, by the profile's columns (``columns``, ``constant_columns``); quantities the profile
-    names no column for are the profile's constant ones."""
+    """A run's own or constant (``which``) references from its file (absent columns: the profile's)."""
     row = read_row(path, profile.format)
     columns = profile.columns if which == "own" else profile.constant_columns
     return References(
@@ -197,8 +168,7 @@ def constant_references(profile: ReferencesProfile) -> References:
 
 
 def read_published(run_dir: Path, index: str, profile: DatasetConfig) -> Published:
-    """What run ``run_dir`` (number ``index``) publishes; absent files give None. The values must
-    be positive where they are references (ValueError naming the file otherwise)."""
+    """What run ``run_dir`` publishes (absent: None); ValueError naming a file of bad references."""
     coefficients, references = profile.coefficients, profile.references
     own, constant = (_run_file(run_dir, pattern, index, f"dataset.coefficients.{key}")
                      for key, pattern in (("own", coefficients.own), ("constant", coefficients.constant)))

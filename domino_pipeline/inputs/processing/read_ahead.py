@@ -1,18 +1,5 @@
-"""Blocks of rows produced in a background thread a few blocks ahead of their use.
-
-Decoding a block (base64) holds the GIL, while parsing the STL (VTK), compressing and writing
-the processed arrays (Blosc, in Zarr's threads) release it; a block reader that runs ahead lets
-them overlap on a run's two cores. The producer starts at once (before the first block is asked
-for), keeps at most ``depth`` blocks waiting, hands on an error with its traceback, and stops,
-closing its iterator (its temporary files), when ``close`` is called.
-
-    blocks = ReadAhead(volume.blocks(rows))
-    try:
-        for centres, fields in blocks:
-            ...
-    finally:
-        blocks.close()
-"""
+"""Blocks of rows produced in a background thread a few blocks ahead of their use, so decoding
+overlaps the STL's parsing and the arrays' writing (docs/raw_inputs.md, "One run")."""
 
 from __future__ import annotations
 
@@ -27,7 +14,7 @@ _POLL_S = 0.1  # how often a producer waiting for room checks whether it was sto
 
 
 class ReadAhead(Generic[T]):
-    """The items of ``blocks``, read in a thread named ``name`` up to ``depth`` ahead (module docstring)."""
+    """The items of ``blocks``, read in a thread named ``name`` up to ``depth`` ahead."""
 
     def __init__(self, blocks: Iterable[T], depth: int = 1, name: str = "read-ahead") -> None:
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
@@ -74,8 +61,7 @@ class ReadAhead(Generic[T]):
         raise StopIteration
 
     def close(self) -> None:
-        """Stop the producer and wait for it (it finishes the block it is reading, then closes
-        its iterator); the blocks not taken are dropped."""
+        """Stop the producer and wait for it to close its iterator; the blocks not taken are dropped."""
         self._finished = True
         self._stop.set()
         self._thread.join()

@@ -1,28 +1,6 @@
-"""The arrays a block reader needs from a remote VTK XML file, decoded in one sequential pass
-into local files, so that the reader's many cursors (each block reads rows of several arrays
-that lie far apart in the file) never wait on the network and each byte of the arrays is fetched
-once.
-
-The pass (``RemoteBytes.sweep``) runs over the file in stream order: the bytes of the needed
-arrays, and the whole of every piece whose checksum is checked (its hash must see every byte,
-in order). Each needed array is decoded as the pass crosses it, ``SLAB_BYTES`` of decoded data
-at a time, by the array's own ArrayData (the same code as local reading: the bytes are the
-same), and written to a file in ``folder``; the file's ArrayData is then replaced by a
-StagedArray that reads those bytes back. Only decoded arrays ever reach the disk, never the
-file: for a DrivAerML volume read as points with three fields, 32 of its ~330 bytes per point.
-A decoding error in a piece whose checksum is checked is reported as the checksum's mismatch
-when the piece's hash shows one (a changed byte is named as such, not as what it broke).
-
-When no piece is hashed whole (no checksum published, or none checked), each array is staged by
-its own sweep in a thread instead (``stage_growing``), all at once, and read while it grows: a
-block of rows is read as soon as every array has staged those rows, so that a volume's blocks are
-written while the rest of it is still fetched and decoded.
-
-    stage_arrays(file, [("Points", "Points"), ("PointData", "p")], folder, stream, whole=[], verify=True)
-    staging = stage_growing(file, [("Points", "Points"), ("PointData", "p")], folder, stream)
-    ...  # read the file's blocks
-    staging.close()
-"""
+"""The arrays a block reader needs from a remote VTK XML file, decoded into local files by sweeps
+of the file (one over every checksummed piece, or one per array read while it grows), so the
+reader's many cursors never wait on the network. docs/remote_reading.md, "How a remote run is read"."""
 
 from __future__ import annotations
 
@@ -68,8 +46,7 @@ class StagedArray:
 
 
 class GrowingStagedArray(StagedArray):
-    """A StagedArray still being written by its sweep: a read waits until its bytes are staged,
-    or raises the error that ended the sweep."""
+    """A StagedArray its sweep still writes: a read waits for its bytes, or raises the sweep's error."""
 
     def __init__(self, path: Path, n_bytes: int) -> None:
         super().__init__(path, n_bytes)
@@ -120,8 +97,7 @@ class Staging:
 
 
 class _Window:
-    """The sweep's bytes between the slab being decoded and the sweep's frontier: what an
-    ArrayData reads from while it is staged (``read``, ``where``)."""
+    """The sweep's bytes from the slab being decoded to the frontier, which ArrayData reads."""
 
     def __init__(self, chunks: Iterator[tuple[int, memoryview]], stream) -> None:
         self.chunks, self.stream = chunks, stream
@@ -176,9 +152,7 @@ class _Window:
 
 def stage_arrays(file, keys: list[tuple[str, str]], folder: Path, stream,
                  whole: list[tuple[int, int]], *, verify: bool) -> None:
-    """Decode the arrays ``keys`` ((section, name)) of the VtkXmlFile ``file``, whose stream is
-    the RemoteBytes ``stream``, into files in ``folder`` in one sweep over their bytes and the
-    spans ``whole`` (pieces read whole, to be hashed), and make ``file`` read them from there."""
+    """Decode ``keys`` of ``file`` into ``folder`` in one sweep over them and the spans ``whole``."""
     arrays = _in_stream_order(file, keys)
     spans = [(data.position, data.end) for _, data in arrays] + whole
     ranges = [(start, start + n) for start, n, _ in coalesce([(a, b - a) for a, b in spans if b > a])]
@@ -203,9 +177,7 @@ def _in_stream_order(file, keys: list[tuple[str, str]]) -> list[tuple[tuple[str,
 
 
 def stage_growing(file, keys: list[tuple[str, str]], folder: Path, stream) -> Staging:
-    """Stage the arrays ``keys`` of ``file`` (whose stream is the RemoteBytes ``stream``) into
-    files in ``folder``, each by its own sweep in a thread, and make ``file`` read them as they
-    grow (GrowingStagedArray); no checksum is checked. The caller closes the Staging."""
+    """Stage each of ``keys`` by its own sweep in a thread, read as it grows; the caller closes it."""
     arrays = _in_stream_order(file, keys)
     folder.mkdir(parents=True, exist_ok=True)
     threads = []
@@ -229,8 +201,7 @@ def _sweep_one(data: ArrayData, stream, array: GrowingStagedArray) -> None:
 
 
 def _stage(data: ArrayData, window: _Window, path: Path, staged=None) -> StagedArray:
-    """Decode one array from the sweep into ``path``, a slab at a time; ``staged(n)`` is told
-    each time the first ``n`` bytes are in the file."""
+    """Decode one array from the sweep into ``path`` by slabs, telling ``staged(n)`` the bytes done."""
     reader = data.bound_to(window)
     step = SLAB_BYTES if data.blocks is None else data.block_size * max(1, SLAB_BYTES // data.block_size)
     with open(path, "wb") as out:

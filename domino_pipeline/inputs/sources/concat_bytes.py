@@ -1,18 +1,10 @@
-"""A file published whole or in pieces, and one read-only byte stream over its pieces.
-
-DrivAerML publishes each volume in pieces cut at byte offsets (``volume_1.vtu.00.part``,
-``volume_1.vtu.01.part``); other downloads name them ``volume_1.vtu.part1``, ``.part2``, ...
-``file_pieces`` finds a file's pieces by exactly one of the two conventions, in order, and
-refuses gaps, mixes and a whole file beside pieces; ``ConcatBytes`` reads them in sequence as
-one stream, without joining them on disk. Positions are 64-bit throughout.
-
-    stream = ConcatBytes(file_pieces(Path("run_1/volume_1.vtu")))
-    head = stream.read(0, 4096)
-"""
+"""A file published whole or in pieces (``.00.part``, ... or ``.part1``, ...; docs/raw_inputs.md,
+"VTK XML files by rows"), and one read-only byte stream over its pieces."""
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import re
 from collections.abc import Collection, Iterable
@@ -36,8 +28,7 @@ def piece_path(path: Path, k: int, naming: str) -> Path:
 
 
 def _numbered_pieces(name: str, names: Iterable[str]) -> dict[str, list[tuple[int, str]]]:
-    """The names among ``names`` (a folder's file names) that name pieces of file ``name``:
-    (number, name) by naming, in name order."""
+    """(number, name) of the ``names`` that name pieces of file ``name``, by naming, in name order."""
     found: dict[str, list[tuple[int, str]]] = {naming: [] for naming in _PATTERNS}
     for other in sorted(n for n in names if n.startswith(name + ".")):
         for naming, pattern in _PATTERNS.items():
@@ -71,11 +62,8 @@ def present_among(name: str, names: Collection[str]) -> bool:
 
 
 def file_pieces(path: Path) -> list[Path]:
-    """The files that hold ``path``, in order: ``[path]`` itself, or its pieces
-    ``<name>.00.part``, ``<name>.01.part``, ... (from 0, any width) or ``<name>.part1``,
-    ``<name>.part2``, ... (from 1). FileNotFoundError when there are none; PieceError naming the
-    file or piece and the problem for a gap, a first piece of another number, both namings, or
-    both the whole file and pieces."""
+    """The files that hold ``path``, in order: itself, or its ``.00.part``, ... or ``.part1``, ... pieces;
+    FileNotFoundError for none, PieceError naming the file for a gap, two namings or whole and pieces."""
     path = Path(path)
     names = set(_folder_names(path.parent))
     if path.is_file():
@@ -84,8 +72,7 @@ def file_pieces(path: Path) -> list[Path]:
 
 
 def pieces_among(name: str, names: Collection[str], folder: str) -> list[str]:
-    """``file_pieces`` by name: the names among ``names`` (the file names in ``folder``, which
-    errors name) that hold file ``name``, in order."""
+    """``file_pieces`` among the file ``names`` of ``folder`` (which errors name)."""
     found = {naming: _by_number(numbered, folder)
              for naming, numbered in _numbered_pieces(name, names).items() if numbered}
     firsts = [pieces[min(pieces)] for pieces in found.values()]
@@ -122,16 +109,28 @@ def _missing_name(name: str, naming: str, number: int, like: str) -> str:
     return f"{name}.{number:0{width}d}.part"
 
 
-class ConcatBytes:
+class PiecedStream:
+    """Pieces joined in order: ``paths``, ``starts`` (where each begins, then the end), ``size``."""
+
+    def __init__(self, paths: list, sizes: list[int]) -> None:
+        self.paths = paths
+        self.starts = [0, *itertools.accumulate(sizes)]
+        self.size = self.starts[-1]
+
+    def where(self, position: int) -> str:
+        """Where byte ``position`` lies, in words: ``byte N``, or ``byte N (byte M of <piece>)``."""
+        if len(self.paths) == 1 or not 0 <= position < self.size:
+            return f"byte {position}"
+        index = bisect.bisect_right(self.starts, position) - 1
+        return f"byte {position} (byte {position - self.starts[index]} of {self.paths[index].name})"
+
+
+class ConcatBytes(PiecedStream):
     """Positional reads (``read(position, n)``) over the concatenation of ``paths``."""
 
     def __init__(self, paths: list[Path]) -> None:
-        self.paths = [Path(p) for p in paths]
-        sizes = [p.stat().st_size for p in self.paths]
-        self.starts = [0]
-        for size in sizes:
-            self.starts.append(self.starts[-1] + size)
-        self.size = self.starts[-1]
+        paths = [Path(p) for p in paths]
+        super().__init__(paths, [p.stat().st_size for p in paths])
         self._fds: list[int | None] = [None] * len(self.paths)
 
     def _fd(self, index: int) -> int:
@@ -162,17 +161,8 @@ class ConcatBytes:
         return None
 
     def prepare(self, file, keys: list[tuple[str, str]]) -> None:
-        """Nothing (None): local arrays are read where they lie (a remote stream stages them
-        first: remote_bytes.RemoteBytes.prepare)."""
+        """Nothing: local arrays are read where they lie (a remote stream stages them first)."""
         return None
-
-    def where(self, position: int) -> str:
-        """Where byte ``position`` of the stream lies, in words: ``byte N`` of a single file,
-        ``byte N (byte M of <piece>)`` of pieces."""
-        if len(self.paths) == 1 or not 0 <= position < self.size:
-            return f"byte {position}"
-        index = bisect.bisect_right(self.starts, position) - 1
-        return f"byte {position} (byte {position - self.starts[index]} of {self.paths[index].name})"
 
     def close(self) -> None:
         """Close the open pieces."""

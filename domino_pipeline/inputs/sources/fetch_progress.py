@@ -1,10 +1,6 @@
 """Progress bars of the runs being fetched from where they are published: one per run, in
 bytes, with its MB/s and the time left, fed by messages ``(run, total, bytes)`` (total: a new
-run's bytes; -1: the run ended), from this process or from pool workers (executors.report).
-
-    bars = FetchBars(enabled=True)
-    bars.take(("run_1", 3_000_000, 0)); bars.take(("run_1", None, 65536)); bars.take(("run_1", -1, 0))
-"""
+run's bytes; -1: the run ended), from this process or from pool workers (executors.report)."""
 
 from __future__ import annotations
 

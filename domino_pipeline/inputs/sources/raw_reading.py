@@ -1,23 +1,6 @@
-"""How one run's raw files are read: where they lie on local disk, or from where they are
-published (remote_runs.py), through the same block readers.
-
-A remote run is read into a hidden temporary folder beside its processed run (removed after it,
-and by ``remove_stale_temporaries`` after a killed one): the STL, small, fetched whole (VTK
-parses it from a file; it is removed once parsed), the files of published coefficients and
-references and the published surface areas, small, fetched whole (an error names their URL); the boundary's and the volume's needed
-arrays decoded there by one sequential pass over each file (array_staging.py), never the files
-themselves, in a thread of their own while the STL is fetched and parsed (``alongside``). Every
-byte fetched is counted (``fetched``) and reported to ``progress``; each file's record (its URL,
-size and published checksum or ETag, and what was checked) goes into the processed run's
-``sources``; where no published checksum of the file was checked (an S3 multipart upload's
-ETag is none), the record lists the stretches of the file read, each with the SHA-256 of its
-bytes (``read``), completed once every block is read.
-
-    with run_reading(files, out_path, RemoteAccess(), progress=None) as reading:
-        with reading.alongside(lambda: open_surface(files.surface, variables, reading.open(files.surface))) as surface:
-            stl = reading.stl_triangles(files.stl)
-            surface = surface()
-"""
+"""How one run's raw files are read: on local disk, or from where they are published through the
+same block readers, a remote run's files fetched or staged into a temporary folder beside its
+processed run. docs/remote_reading.md, "How a remote run is read"."""
 
 from __future__ import annotations
 
@@ -50,12 +33,7 @@ HUB_CHUNK_BYTES, HUB_IN_FLIGHT = 32 << 20, 4  # the Hub's sweeps: fewer, larger 
 
 @dataclass(frozen=True)
 class RemoteAccess:
-    """How remote raw files are read: ``anonymous`` (unsigned requests; None: where the
-    environment holds no credentials), ``verify`` (hash every piece whose checksum its source
-    publishes; False: fetch only the bytes the readers need, sizes checked), and the sweeps'
-    read-ahead (GETs of ``chunk_bytes``, ``in_flight`` at once; None: the origin's default,
-    ``read_ahead``), and ``retry_deadline_s``: the seconds within which a failed request
-    (listing or GET) is retried (object_store.make_store)."""
+    """How remote raw files are read (data.anonymous, verify_checksums, retry_deadline_s) and read ahead."""
 
     anonymous: bool | None = None
     verify: bool = True
@@ -71,8 +49,7 @@ class RemoteAccess:
             raise ValueError(f"data.retry_deadline_s must be positive, not {self.retry_deadline_s}")
 
     def read_ahead(self, hub: bool) -> tuple[int, int]:
-        """(bytes per GET, GETs at once) of a sweep: as set, else 8 MiB x 8 from a bucket and
-        32 MiB x 4 from the Hub (fewer requests against its rate limits)."""
+        """(bytes per GET, GETs at once) of a sweep: as set, else 8 MiB x 8, or 32 MiB x 4 from the Hub."""
         chunk, in_flight = (HUB_CHUNK_BYTES, HUB_IN_FLIGHT) if hub else (CHUNK_BYTES, IN_FLIGHT)
         return self.chunk_bytes or chunk, self.in_flight or in_flight
 
@@ -107,9 +84,7 @@ class LocalReading:
 
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
-        """Run ``task`` at once (opening local meshes takes no time, and their blocks are then
-        read ahead while the block runs); yield the function that gives its result, or raises
-        its error (so that an error of the block, the STL's, is raised first)."""
+        """Run ``task`` at once; yield what gives its result or raises its error (the block's error first)."""
         try:
             result, error = task(), None
         except Exception as err:
@@ -123,7 +98,7 @@ class LocalReading:
 
 
 class RemoteReading:
-    """A remote run's files (module docstring), read into the temporary folder ``staging``."""
+    """A remote run's files (docs/remote_reading.md), read into the temporary folder ``staging``."""
 
     def __init__(self, staging: Path, access: RemoteAccess, progress: Callable[[int], None] | None) -> None:
         self.staging, self.access = staging, access
@@ -137,8 +112,7 @@ class RemoteReading:
         return self.counter.bytes
 
     def _stream(self, file: RemoteFile) -> RemoteBytes:
-        """The file's bytes; the stretches read are recorded (``reads``) where no published
-        checksum of every piece is checked."""
+        """The file's bytes, the stretches read recorded where not every piece's checksum is checked."""
         chunk_bytes, in_flight = self.access.read_ahead(file.origin.hub)
         checked = self.access.verify and all(piece.checksum for piece in file.pieces)
         reads = None if checked else self.reads.setdefault(file.url, [])
@@ -146,8 +120,7 @@ class RemoteReading:
                            verify=self.access.verify, chunk_bytes=chunk_bytes, in_flight=in_flight, reads=reads)
 
     def stl_triangles(self, file: RemoteFile) -> dict[str, np.ndarray]:
-        """The STL's triangles, the file fetched whole into the temporary folder first (its
-        pieces' checksums checked), parsed there and removed."""
+        """The STL's triangles, the file fetched whole into the temporary folder, parsed and removed."""
         path = self.local(file)
         try:
             return read_stl_triangles(path)
@@ -155,20 +128,17 @@ class RemoteReading:
             path.unlink()
 
     def open(self, file: RemoteFile) -> VtkXmlFile:
-        """The VTU or VTP opened for reading by rows over ranged GETs (its header read); its
-        arrays are staged when a block reader prepares them (mesh_stream.prepared_rows)."""
+        """The VTU or VTP opened for reading by rows over ranged GETs (arrays staged by the readers)."""
         return open_rows(file, self._stream(file))
 
     def published(self, files: RunFiles, profile: DatasetConfig) -> Published:
-        """What the run publishes (published_forces.read_published), its files fetched whole into
-        the temporary folder first."""
+        """What the run publishes, its files fetched whole into the temporary folder first."""
         for file in files.published:
             self.local(file)
         return read_published(self.files, files.index, profile)
 
     def local(self, file: RemoteFile) -> Path:
-        """A small file fetched whole (its checksum checked) to its place in ``files``, the
-        temporary folder laid out as the run folder: its path."""
+        """A small file fetched whole (checksum checked) to its place in the temporary run folder."""
         return self._fetch(file, self.files / file.name)
 
     def _fetch(self, file: RemoteFile, path: Path) -> Path:
@@ -181,10 +151,7 @@ class RemoteReading:
 
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
-        """Run ``task`` in a thread while the block runs (the meshes' headers are fetched while
-        the STL is, and their arrays staged by the blocks' readers as it is parsed: the network
-        and the decoding overlap); yield the function that waits for its result. Leaving the
-        block early stops the task's fetching."""
+        """Run ``task`` in a thread while the block runs; yield what waits for it (leaving early stops it)."""
         with ThreadPoolExecutor(1, thread_name_prefix="staging") as pool:
             future = pool.submit(task)
             try:
@@ -198,8 +165,7 @@ class RemoteReading:
         self.counter.stop.set()
 
     def record(self, file: RemoteFile) -> dict:
-        """What the processed run records of the file: name, size, URL, each piece's URL, size
-        and published checksum or ETag, and what reading it checked."""
+        """What the processed run records of the file: URL, pieces, what was checked, stretches read."""
         pieces = [{"url": p.url, "bytes": p.size,
                    **({"checksum": p.checksum} if p.checksum else {"etag": p.version} if p.version else {})}
                   for p in file.pieces]
@@ -230,8 +196,7 @@ def run_reading(files: RunFiles, out_path: Path, access: RemoteAccess,
 
 
 def _renamed(err: Exception, old: str, new: str) -> Exception:
-    """``err`` with ``old`` in its message replaced by ``new`` (of its type where that takes a
-    message alone, else a RunError); ``err`` itself when its message has no ``old``."""
+    """``err`` with ``old`` replaced by ``new`` (a RunError where its type cannot), or ``err``."""
     message = str(err).replace(old, new)
     if message == str(err):
         return err

@@ -1,33 +1,7 @@
 """A remote file's bytes (its pieces on object storage or the Hub) as one read-only stream, read
-two ways, never held or stored whole:
-
-- ``read(position, n)``, ConcatBytes's interface, for the few reads that parse a file (the
-  header's tags, each array's header, the closing tags): ranged GETs of at least ``MIN_READ``
-  bytes, each kept until the file's arrays are staged, so that nearby reads share them (the
-  newest ``KEPT_BYTES`` are kept: a byte of an older read dropped beyond that is fetched again
-  when it is read again);
-- ``sweep(ranges)``, one pass in stream order over the ranges a reader needs: a read-ahead of
-  ``in_flight`` concurrent ranged GETs of ``chunk_bytes`` each runs ahead of the consumer
-  (bytes in flight bounded by their product), so the network and the decoding overlap; bytes
-  kept from ``read`` are served again, not fetched.
-
-Every GET checks the object's size and ETag (its version, any cloud's) against the listing
-(byte_source.get_listed_range), sending ``If-Match`` and comparing the reply's ETag too (a server may ignore If-Match): an object
-changed since it was listed is an error naming it as changed. A piece whose
-listing publishes a checksum (remote_runs.py) and that the sweep covers whole is hashed in
-order, in a thread of its own, as its bytes arrive, and compared at its end: a mismatch is a
-ChecksumError naming the piece. Where no checksum is checked, the bytes read may be recorded
-instead (``reads``): the SHA-256 of each stretch of the stream read (a parsing read's, a
-sweep's range), in a thread too, so that the processed run says which bytes it was made of.
-Transient failures are retried with backoff, and a connection
-dropped during a GET is resumed at the byte it reached, by the object-store client
-(object_store.make_store).
-
-    stream = RemoteBytes(file, counter)
-    head = stream.read(0, 4096)
-    for position, data in stream.sweep([(0, stream.size)], verify=True):
-        ...
-"""
+by parsing reads (``read``) and read-ahead sweeps (``sweep``), never held or stored whole; each
+GET checked against the listing, checksums and read records hashed as the bytes arrive.
+docs/remote_reading.md, "How a remote run is read"."""
 
 from __future__ import annotations
 
@@ -40,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from domino_pipeline.inputs.sources.concat_bytes import PiecedStream
 from domino_pipeline.inputs.sources.remote_runs import RemoteFile, RemoteObject
 from domino_pipeline.byte_source import get_listed_range
 from domino_pipeline.object_store import ObjectStoreError
@@ -61,8 +36,7 @@ class FetchStopped(RuntimeError):
 
 @dataclass
 class FetchCounter:
-    """Bytes fetched (every GET's, counted as they arrive, from any thread); ``progress(n)`` is
-    told of each."""
+    """Bytes fetched, counted from any thread as they arrive; ``progress(n)`` is told of each."""
 
     bytes: int = 0
     progress: Callable[[int], None] | None = None
@@ -78,8 +52,7 @@ class FetchCounter:
 
 @dataclass(frozen=True)
 class _Item:
-    """One step of a sweep: bytes ``lo:hi`` of piece ``piece`` at stream ``position``; ``kept``
-    holds them when a parsing read fetched them already."""
+    """One step of a sweep: bytes ``lo:hi`` of ``piece`` at stream ``position`` (``kept``: fetched)."""
 
     position: int
     piece: int
@@ -89,25 +62,17 @@ class _Item:
     span: int = 0  # the sweep's range it belongs to
 
 
-class RemoteBytes:
-    """Positional reads and sweeps (module docstring) over the pieces of ``file``; ``counter``
-    counts the bytes fetched. ``staging`` and ``verify`` are for ``prepare``. ``reads``, when
-    given, gets (start, stop, SHA-256 hex digest) of every stretch of the stream read."""
+class RemoteBytes(PiecedStream):
+    """Parsing reads and sweeps over ``file``'s pieces; ``reads`` gets (start, stop, SHA-256) of each."""
 
     def __init__(self, file: RemoteFile, counter: FetchCounter, *, staging: Path | None = None,
                  verify: bool = True, chunk_bytes: int = CHUNK_BYTES, in_flight: int = IN_FLIGHT,
                  reads: list[tuple[int, int, str]] | None = None) -> None:
         self.file, self.counter, self.staging, self.verify, self.reads = file, counter, staging, verify, reads
         self.chunk_bytes, self.in_flight = chunk_bytes, in_flight
-        self.paths = [PurePosixPath(piece.key) for piece in file.pieces]
-        self.starts = [0]
-        for piece in file.pieces:
-            self.starts.append(self.starts[-1] + piece.size)
-        self.size = self.starts[-1]
+        super().__init__([PurePosixPath(p.key) for p in file.pieces], [p.size for p in file.pieces])
         self._kept: list[tuple[int, memoryview]] = []  # (stream position, bytes) of parsing reads
         self._sealed = False
-
-    # ------------------------------------------------------------------ reads
 
     def read(self, position: int, n: int) -> bytes:
         """Up to ``n`` bytes from ``position`` (fewer only at the end of the stream)."""
@@ -163,8 +128,7 @@ class RemoteBytes:
         return data
 
     def _named(self, err: OSError, piece: RemoteObject) -> OSError:
-        """A failed GET's error in the words of a listed object: changed or removed since it was
-        listed, or refused to unsigned requests (with the setting that signs them)."""
+        """A failed GET's error as a listed object's: changed or removed since, or refused unsigned."""
         from obstore.exceptions import PermissionDeniedError, PreconditionError, UnauthenticatedError
 
         if isinstance(err.__cause__, PreconditionError):
@@ -177,12 +141,8 @@ class RemoteBytes:
                                     "the environment's credentials)")
         return err
 
-    # ------------------------------------------------------------------ sweeps
-
     def sweep(self, ranges: list[tuple[int, int]], *, verify: bool) -> Iterator[tuple[int, memoryview]]:
-        """(stream position, bytes) over ``ranges`` (rising, disjoint (start, stop) pairs), in
-        order, read ahead (module docstring). With ``verify``, each piece with a published
-        checksum that ``ranges`` cover whole is hashed and checked at its end."""
+        """(position, bytes) over rising ``ranges``, read ahead; with ``verify``, whole pieces checked."""
         items = self._plan(ranges)
         covered = {i: sum(item.hi - item.lo for item in items if item.piece == i) for i in range(len(self.paths))}
         checked = {i for i, piece in enumerate(self.file.pieces)
@@ -213,8 +173,7 @@ class RemoteBytes:
         return item.position, data
 
     def _plan(self, ranges: list[tuple[int, int]]) -> list[_Item]:
-        """The sweep's steps over ``ranges``: kept bytes where parsing reads fetched them, else
-        GETs of at most ``chunk_bytes``, none across a piece's end."""
+        """The sweep's steps: kept bytes, else GETs of at most ``chunk_bytes`` within one piece."""
         items = []
         for span, (start, stop) in enumerate(ranges):
             for position, end, kept in self._kept_or_not(start, stop):
@@ -243,14 +202,9 @@ class RemoteBytes:
         if position < stop:
             yield position, stop, None
 
-    # ------------------------------------------------------------------ the stream
-
     def prepare(self, file, keys: list[tuple[str, str]]):
-        """Stage the arrays ``keys`` of the VtkXmlFile ``file`` read from this stream into
-        ``staging`` (array_staging.py) and seal the stream: one sweep over the whole of each piece
-        whose checksum is checked (``verify``), done before this returns (None); where none is,
-        a sweep per array over its bytes, in threads, read as they grow: the Staging to close
-        once the arrays are read."""
+        """Stage the arrays ``keys`` of ``file`` into ``staging`` and seal the stream: None once staged
+        (pieces checked whole), else the Staging of arrays read as they grow, to close after."""
         from domino_pipeline.inputs.sources.array_staging import stage_arrays, stage_growing
 
         whole = [(self.starts[i], self.starts[i + 1]) for i, piece in enumerate(self.file.pieces)
@@ -271,22 +225,13 @@ class RemoteBytes:
         """None: a remote stream has no local file to map."""
         return None
 
-    def where(self, position: int) -> str:
-        """Where byte ``position`` of the stream lies, in words (ConcatBytes.where)."""
-        if len(self.paths) == 1 or not 0 <= position < self.size:
-            return f"byte {position}"
-        index = bisect.bisect_right(self.starts, position) - 1
-        return f"byte {position} (byte {position - self.starts[index]} of {self.paths[index].name})"
-
     def close(self) -> None:
         """Drop the bytes kept."""
         self._kept.clear()
 
 
 class _Hashing:
-    """The checked pieces' hashes, and the SHA-256 of each of ``spans`` (a sweep's ranges) to
-    record in ``reads``, updated in order in a thread of their own (at most ``backlog`` updates
-    queued); a piece's digest is compared at its last bytes, a span's recorded at its end."""
+    """Pieces' checksums and spans' SHA-256 (``reads``), hashed in order in a thread of their own."""
 
     def __init__(self, pieces: dict[int, RemoteObject], backlog: int, spans: list[tuple[int, int]] = (),
                  reads: list[tuple[int, int, str]] | None = None) -> None:
@@ -305,8 +250,7 @@ class _Hashing:
             self._compare(index)
 
     def update_span(self, span: int, data: memoryview, *, end: int) -> None:
-        """Hash ``data``, the span's bytes up to stream position ``end``; record the span's
-        digest at its end."""
+        """Hash ``data`` of span ``span`` up to stream position ``end``; record its digest at its end."""
         if span not in self.span_hashes:
             return
         self._queue(self.span_hashes[span].update, data)

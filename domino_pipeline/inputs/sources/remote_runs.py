@@ -1,19 +1,7 @@
-"""Raw run folders where they are published: an object-store prefix (``s3://``, ``gs://``,
-``az://``) or a Hugging Face dataset folder (``hf://datasets/<owner>/<name>``), found by
-listing, their files resolved by the dataset profile's patterns as on local disk
-(run_folder.resolve_name), each file's pieces with the size and, where the source publishes
-one, the checksum that reading them is checked against.
-
-A listing's checksums: the Hub's SHA-256 of a file kept in LFS (``lfs.oid``) or the git blob's
-SHA-1 of any other file (``oid``); an S3 ETag that is a plain MD5 (32 hex digits; one ending in
-``-<parts>`` comes from a multipart upload and is no digest of the content). GCS and Azure ETags
-are opaque, no digest. Every listed object's ETag, any cloud's, is its version: each ranged GET
-sends it as If-Match and compares it, and the size, with the reply's
-(remote_bytes.require_unchanged), so an object changed since it was listed is named as such.
-
-    runs = find_remote_runs("s3://caemldatasets/drivaer/dataset", profile, anonymous=None)
-    files = remote_run_files(runs[0], profile)       # RunFiles whose files are RemoteFiles
-"""
+"""Raw run folders where they are published (``s3://``, ``gs://``, ``az://`` prefixes or
+``hf://datasets/<owner>/<name>``), found by listing, their files resolved by the dataset profile
+as on local disk, each piece with its size, ETag and published checksum (docs/remote_reading.md,
+"What is checked, source by source")."""
 
 from __future__ import annotations
 
@@ -49,10 +37,7 @@ def is_remote(location: str | os.PathLike) -> bool:
 
 @dataclass(frozen=True)
 class Origin:
-    """Where objects are read from, in a form that crosses to worker processes: the URL of the
-    store (``s3://bucket``, or the Hub repository's resolve URL), whether requests are
-    unsigned, and the seconds within which a failed request is retried. ``store()`` is this
-    process's client."""
+    """Where objects are read from, in a form that crosses to workers; ``store()``: this process's client."""
 
     store_url: str
     anonymous: bool
@@ -68,9 +53,8 @@ class Origin:
 
 @dataclass(frozen=True)
 class RemoteObject:
-    """One listed object: its URL (for messages and records), its key in the origin's store,
-    its size, its published checksum (``sha256:<hex>``, ``md5:<hex>``, ``git-sha1:<hex>``, or
-    None) and version (its listed ETag, of any cloud, that every ranged GET must match, or None)."""
+    """One listed object: URL (for messages), key, size, published checksum (``sha256:``, ``md5:``,
+    ``git-sha1:<hex>``, or None) and version (its listed ETag, which every GET must match)."""
 
     url: str
     key: str
@@ -81,8 +65,7 @@ class RemoteObject:
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """A file of a remote run folder: its name, its URL, and the objects (pieces, in order)
-    that hold it."""
+    """A file of a remote run folder: its name, URL and pieces (listed objects, in order)."""
 
     name: str
     url: str
@@ -109,8 +92,7 @@ class RemoteRun:
 
 def _listing(url: str, anonymous: bool, recursive: bool = False, retry_deadline_s: float = RETRY_DEADLINE_S
              ) -> tuple[Origin, list[str], dict[str, RemoteObject]]:
-    """(the origin, the sub-folder names, the objects by path from ``url``) under folder
-    ``url``: those directly in it, or every one (``recursive``; no folders then)."""
+    """(origin, sub-folder names, objects by path) under ``url``: directly in it, or all (``recursive``)."""
     if is_hub(url):
         return _hub_listing(HubFolder.parse(url), anonymous, recursive, retry_deadline_s)
     root, prefix = split_url(url)
@@ -150,10 +132,7 @@ def _hub_listing(folder: HubFolder, anonymous: bool, recursive: bool, retry_dead
 
 def find_remote_runs(raw_url: str, profile: DatasetConfig, anonymous: bool | None,
                      retry_deadline_s: float = RETRY_DEADLINE_S) -> list[RemoteRun]:
-    """The run folders directly under ``raw_url`` (named as ``dataset.run_folders`` says),
-    naturally sorted; ``anonymous`` None: unsigned requests where the environment holds no
-    credentials (object_store.anonymous_for); a failed request retried within
-    ``retry_deadline_s`` seconds. FileNotFoundError when nothing is listed there."""
+    """The run folders directly under ``raw_url``, naturally sorted; FileNotFoundError for none."""
     raw_url = raw_url.rstrip("/")
     # the Hub: HF_TOKEN is sent where it is set, unless anonymous (a public dataset needs none)
     unsigned = bool(anonymous) if is_hub(raw_url) else anonymous_for(raw_url, anonymous)
@@ -165,9 +144,7 @@ def find_remote_runs(raw_url: str, profile: DatasetConfig, anonymous: bool | Non
 
 
 def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all") -> RunFiles:
-    """The run's files by the profile's patterns (run_folder.run_files, here among the run
-    folder's listed objects), each a RemoteFile, and the files of its published coefficients
-    and references (``published``); FileNotFoundError naming a missing mesh."""
+    """The run's files (RemoteFiles) by the profile among its listed objects; FileNotFoundError naming one."""
     check_choice("process.parts", parts, PROCESS_PARTS)
     index = profile.run_index(run.name)
     if index is None:
@@ -197,8 +174,7 @@ def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all")
 
 
 def published_names(names: Collection[str], profile: DatasetConfig, index: str) -> list[str]:
-    """The paths among ``names`` (relative to a run folder) that the profile's published files
-    (``dataset.coefficients.own``, ``.constant``, ``dataset.references.file``) match."""
+    """The paths among ``names`` that the profile's published files (coefficients, references) match."""
     patterns = [p.replace("{index}", index) for p in (profile.coefficients.own, profile.coefficients.constant,
                                                       profile.references.file) if p]
     return sorted({name for name in names for pattern in patterns

@@ -1,8 +1,4 @@
-"""A raw run folder's files, found through the dataset profile's patterns (dataset_profile.py).
-
-    runs = find_runs(Path("/data/drivaerml"), profile)          # run_1, run_2, ... naturally sorted
-    files = run_files(runs[0], profile)                        # RunFiles(stl=..., surface=..., volume=...)
-"""
+"""A raw run folder's files, found through the dataset profile's patterns (dataset_profile.py)."""
 
 from __future__ import annotations
 
@@ -31,10 +27,8 @@ LEAVE_OUT = {"dataset.files.volume": "process.parts=surface leaves the volume ou
 
 @dataclass(frozen=True)
 class RunFiles:
-    """The files of one run folder, local paths or (a remote run's) RemoteFiles; ``volume`` (or
-    ``surface``) is None when not read, and ``surface_areas`` when the run publishes none. ``folder``: the run folder (a remote run's
-    URL); ``published``: a remote run's files of published coefficients and references (a
-    local run's are found where they lie: published_forces.read_published)."""
+    """One run folder's files, local paths or RemoteFiles (a mesh None: not read; ``surface_areas``
+    None: none published); ``published``: a remote run's coefficient and reference files."""
 
     name: str
     index: str
@@ -70,8 +64,7 @@ def find_runs(raw_dir: str | os.PathLike, profile: DatasetConfig) -> list[Path]:
 
 
 def resolve(run_dir: Path, pattern: str, index: str, key: str) -> Path:
-    """The one file of ``run_dir`` that ``pattern`` (with ``{index}``) names; FileNotFoundError
-    naming the pattern and the profile key ``key`` when none or several match."""
+    """The one file of ``run_dir`` ``pattern`` names; FileNotFoundError naming ``key`` otherwise."""
     if "/" in pattern:  # a pattern into sub-folders: matched against paths relative to the run
         names = [p.relative_to(run_dir).as_posix() for p in run_dir.glob(pattern.replace("{index}", index))
                  if p.is_file()]
@@ -84,8 +77,7 @@ def resolve(run_dir: Path, pattern: str, index: str, key: str) -> Path:
 
 
 def resolve_name(names: Collection[str], pattern: str, index: str, key: str, folder: str) -> str:
-    """``resolve`` among a folder's file ``names`` (``folder`` names it in errors): the one name
-    that ``pattern`` matches, a file published in pieces by its whole name."""
+    """``resolve`` among a folder's file ``names`` (a file in pieces by its whole name)."""
     name = pattern.replace("{index}", index)
     if not glob.has_magic(name):
         if not present_among(name, names):
@@ -105,11 +97,7 @@ def _described(key: str) -> str:
 
 
 def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunFiles:
-    """The run's files by the profile's patterns; FileNotFoundError naming a missing one.
-
-    ``parts`` (PROCESS_PARTS): "surface" or "volume" leaves the other mesh out (its file need not
-    exist). A volume published as ``<name>.00.part``, ``.01.part``, ... (or ``.part1``, ...) is found
-    by its whole name, which the streaming reader opens piece by piece."""
+    """The run's files by the profile (a mesh ``parts`` leaves out may be absent); FileNotFoundError."""
     check_choice("process.parts", parts, PROCESS_PARTS)
     index = run_index(run_dir, profile)
     files = profile.files
@@ -128,9 +116,7 @@ def run_files(run_dir: Path, profile: DatasetConfig, parts: str = "all") -> RunF
 
 @contextmanager
 def profile_field_hints(fields: Mapping[str, str | list[str]], part: str) -> Iterator[None]:
-    """Within: a file that lacks a field of ``part`` (MissingFieldError) is refused with the
-    profile key that names it, ``fields`` being the profile's role -> name of ``part``
-    (``...: no cell data pMean (has ['p', ...]); set dataset.fields.surface.pressure to one of them``)."""
+    """Within: a file lacking a field of ``part`` is refused naming the profile key to set."""
     try:
         yield
     except MissingFieldError as err:

@@ -1,15 +1,5 @@
-"""run_statistics.py's statistics of a stored run, by one pass over its arrays: for the runs of a
-processed folder that have none in their attributes (physicsnemo-curator's forms, or runs
-processed with ``process.statistics=false``), since no streaming step saw them.
-
-The arrays are read ``PASS_ROWS`` rows at a time. The fields are taken as the run stores them,
-dimensionless by the run's physics constants (``physics_constants``, else the configured
-``[stream_velocity, air_density]``) and named by the dataset profile's columns when their width
-is the profile's (else ``column_<j>``, and no force sums). The cell quality needs the polygons'
-vertices, which these forms do not store: it is left out.
-
-    statistics = statistics_of_run(open_run(path), profile, (30.0, 1.205), published)
-"""
+"""run_statistics.py's statistics of a stored run by one pass over its arrays, for runs that have
+none in their attributes (docs/data_quality.md)."""
 
 from __future__ import annotations
 
@@ -33,8 +23,7 @@ PART_ARRAYS = {"surface": ("surface_mesh_centers", "surface_fields", "surface_no
 def statistics_of_run(run: OpenedRun, profile: DatasetConfig, global_params: Sequence[float],
                       published: Published | None = None, published_error: str | None = None,
                       block_rows: int = PASS_ROWS) -> dict[str, Any]:
-    """The statistics (run_statistics.py's layout) of an opened run of any form; ProcessedRunError
-    naming the run for an array that cannot be read."""
+    """The statistics of an opened run of any form; ProcessedRunError naming it for an unreadable array."""
     velocity, density = physics_constants(run.attrs) or tuple(global_params)[:2]
     stl = load_run(run.path, list(GEOMETRY_ARRAYS), opened=run) if set(GEOMETRY_ARRAYS) <= set(run.arrays) else None
     length = float(run.attrs.get("nut_length_scale") or (car_length(stl["stl_coordinates"]) if stl else 1.0))
@@ -51,8 +40,7 @@ def statistics_of_run(run: OpenedRun, profile: DatasetConfig, global_params: Seq
 
 def _part(run: OpenedRun, profile: DatasetConfig, part: str, references: tuple[float, float, float]
           ) -> PartStatistics | None:
-    """The statistics of ``part`` of ``run`` (None when it lacks the part's arrays), named and
-    scaled by the profile's fields when the run's fields have their width."""
+    """The statistics of ``part`` of ``run`` (None: no arrays), named by the profile's fields."""
     names = PART_ARRAYS[part]
     if not set(names[:2]) <= set(run.arrays):  # positions and fields
         return None

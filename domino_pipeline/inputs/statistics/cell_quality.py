@@ -1,24 +1,6 @@
-"""The shape quality of a boundary surface's polygon cells, a block of cells at a time.
-
-Two measures per polygon, each dimensionless:
-
-- non-planarity (warp): the largest distance of a polygon's vertices from the plane through its
-  centre c normal to its unit normal n, over the square root of its area A:
-  ``max_i |(p_i - c) . n| / sqrt(A)``. 0 for a flat polygon and for every triangle; a unit square
-  with one corner lifted by h (and the opposite one lowered by h) has about h.
-- aspect ratio: the longest edge over the shortest (Verdict's edge ratio): 1 for a square or an
-  equilateral triangle, large for a sliver. A polygon with an edge of zero length has none (inf),
-  and is counted apart.
-
-The centres, normals and areas are the ones the block's geometry already has
-(cell_geometry.surface_geometry), so only the vertices are gathered here; the arithmetic is in
-float32, the precision of the stored rows, a vertex count at a time with the vertices' components
-contiguous (a few array passes per vertex).
-
-    quality = CellQuality()
-    quality.add(points, begins, ends, ids, centres, normals, areas)   # per block
-    quality.summary()   # {"non_planarity_max": .., "non_planarity_mean": .., "aspect_ratio_max": .., ...}
-"""
+"""The shape quality of a boundary surface's polygon cells (non-planarity and aspect ratio,
+defined in docs/data_quality.md), a block of cells at a time, from the geometry the block
+already has."""
 
 from __future__ import annotations
 
@@ -27,9 +9,7 @@ import numpy as np
 
 def polygon_quality(points: np.ndarray, begins: np.ndarray, ends: np.ndarray, ids: np.ndarray,
                     centres: np.ndarray, normals: np.ndarray, areas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(non-planarity (n,), aspect ratio (n,)) of the polygons whose point ids are
-    ``ids[begins[i]:ends[i]]`` in ``points``, with their ``centres`` (n, 3), unit ``normals``
-    (n, 3) and ``areas`` (n,)."""
+    """(non-planarity, aspect ratio) of polygons ``ids[begins[i]:ends[i]]`` with their geometry."""
     begins = np.asarray(begins)
     counts = np.asarray(ends) - begins
     non_planarity, aspect = np.zeros(len(counts), np.float32), np.zeros(len(counts), np.float32)
@@ -54,8 +34,7 @@ def polygon_quality(points: np.ndarray, begins: np.ndarray, ends: np.ndarray, id
 
 
 def _warp(corners: np.ndarray, centres: np.ndarray, normals: np.ndarray, areas: np.ndarray) -> np.ndarray:
-    """The largest vertex distance from each polygon's plane over sqrt(area): corners (3, k, m),
-    centres and normals (3, m), areas (m,)."""
+    """Each polygon's non-planarity: corners (3, k, m), centres and normals (3, m), areas (m,)."""
     height = np.zeros(corners.shape[2], np.float32)
     for i in range(corners.shape[1]):
         offset = corners[:, i] - centres
@@ -66,8 +45,7 @@ def _warp(corners: np.ndarray, centres: np.ndarray, normals: np.ndarray, areas: 
 
 
 class CellQuality:
-    """The maximum and mean non-planarity and aspect ratio over a stream of polygon blocks, and
-    the count of polygons with an edge of zero length (left out of the aspect ratio's)."""
+    """Maximum and mean non-planarity and aspect ratio over polygon blocks, and the zero-edge cells apart."""
 
     def __init__(self) -> None:
         self.cells = self.sized = self.zero_edge = 0
@@ -91,8 +69,7 @@ class CellQuality:
             self.aspect_max = max(self.aspect_max, float(aspect[finite].max()))
 
     def summary(self) -> dict[str, float | int | None]:
-        """{non_planarity_max, non_planarity_mean, aspect_ratio_max, aspect_ratio_mean,
-        zero_edge_cells}; None for the measures of no cells."""
+        """{non_planarity_max, _mean, aspect_ratio_max, _mean, zero_edge_cells}; None for no cells."""
         if not self.cells:
             return {}
         return {"non_planarity_max": self.non_planarity_max,

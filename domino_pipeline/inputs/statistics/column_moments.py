@@ -1,20 +1,6 @@
-"""Per-column count, minimum, maximum, mean and standard deviation of a stream of row blocks, in
-one pass and float64, without holding the rows.
-
-Each block's mean and sum of squared deviations (M2) are computed about the block's own mean and
-merged into the running ones by Chan, Golub and LeVeque's pairwise update of Welford's recurrence:
-
-    n = n_a + n_b     d = mean_b - mean_a     mean = mean_a + d n_b / n
-    M2 = M2_a + M2_b + d^2 n_a n_b / n        std = sqrt(M2 / n)   (the population std, numpy's ddof=0)
-
-which does not lose the precision that summing x and x^2 loses when the mean is large against the
-spread. Non-finite values (NaN, inf) are counted per column and left out of the other statistics.
-
-    moments = ColumnMoments(3)
-    for block in blocks:
-        moments.add(block)
-    moments.summary(["x", "y", "z"])    # {"x": {"min": .., "max": .., "mean": .., "std": .., "nonfinite": 0}, ...}
-"""
+"""Per-column count, minimum, maximum, mean and standard deviation of a stream of row blocks, in one
+pass and float64, merged by Chan's pairwise update (docs/data_quality.md); non-finite values
+counted apart."""
 
 from __future__ import annotations
 
@@ -94,8 +80,7 @@ def _masked_moments(columns: np.ndarray, finite: np.ndarray) -> tuple[np.ndarray
 
 
 class ColumnBounds:
-    """The running minimum and maximum of each of ``width`` columns (positions: their bounding
-    box), in the rows' own dtype; non-finite values are ``ColumnMoments``' to count."""
+    """The running minimum and maximum of ``width`` columns (a bounding box), in the rows' dtype."""
 
     def __init__(self, width: int) -> None:
         self.low, self.high = np.full(width, np.inf), np.full(width, -np.inf)

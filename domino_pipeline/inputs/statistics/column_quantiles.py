@@ -1,20 +1,6 @@
-"""Per-column quantiles of a stream of row blocks, and the mean and std of the values between
-them (trimmed), from a bounded sample of the rows.
-
-The sample is the ``size`` rows whose hashed row numbers (splitmix64 of the row's position in
-the stream) are smallest: bottom-k sampling, a uniform sample without replacement that does not
-depend on how the stream is cut into blocks, so the same rows give the same quantiles whether
-read in one block or many. While the stream holds ``size`` rows or fewer, the sample is every
-row and the quantiles are exact (numpy's linear interpolation). ``mean_trimmed`` and
-``std_trimmed`` are the mean and (population) std of the sampled values left when the n // 100
-smallest and the n // 100 largest of the n are dropped: a spread that a few cells' extreme values
-do not move, as they move the std of all rows. Non-finite values are left out.
-
-    quantiles = ColumnQuantiles(3)
-    for block in blocks:
-        quantiles.add(block)
-    quantiles.summary(["x", "y", "z"])    # {"x": {"p01": .., "p99": .., "mean_trimmed": .., "std_trimmed": ..}, ...}
-"""
+"""Per-column quantiles of a stream of row blocks, and the trimmed mean and std between them, from
+a bottom-k sample of the rows that does not depend on how the stream is cut into blocks
+(docs/data_quality.md)."""
 
 from __future__ import annotations
 
@@ -59,14 +45,12 @@ class ColumnQuantiles:
         self.keys, self.rows = keys, rows
 
     def summary(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
-        """{column name: {"p01", "p99", "mean_trimmed", "std_trimmed"}}, NaN where a column has no
-        finite value."""
+        """{column: {"p01", "p99", "mean_trimmed", "std_trimmed"}}, NaN for a column without finite values."""
         return {name: trimmed_statistics(self.rows[:, j]) for j, name in enumerate(names)}
 
 
 def trimmed_statistics(column: np.ndarray) -> dict[str, float]:
-    """The quantiles of one column's finite values, and the mean and std of them without the
-    1% smallest and the 1% largest (sorted first, so the sums do not depend on the rows' order)."""
+    """One column's quantiles and trimmed mean and std (sorted first: independent of the rows' order)."""
     column = np.sort(column[np.isfinite(column)])
     if not len(column):
         return {key: math.nan for key in (*QUANTILES, "mean_trimmed", "std_trimmed")}

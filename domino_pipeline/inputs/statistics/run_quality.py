@@ -1,18 +1,7 @@
-"""Which runs of a processed folder are wrong as runs, from its statistics table (statistics_table.py),
-each with every reason; cache_data.py and train.py leave them out (``data.quality``). The checks,
-their formulas and defaults are docs/data_quality.md's "Which runs are rejected":
-
-- robust scores of each statistic of ``SCORED`` across the runs (``z = (value - median) / (1.4826
-  MAD)``, floored by ``RELATIVE_FLOOR`` and ``MINIMUM_SCALE``; at least ``MIN_SCORED_RUNS`` runs);
-- the drag and lift the surface fields integrate to against the coefficients the run publishes;
-- physicsnemo-curator's limits (``data.quality.curator.enabled``), from each column's extremes
-  clipped to mean +- ``sigma`` std.
-
-A run the table lacks, or holds without statistics, is not checked, and the summary says so.
-
-    selection = quality_selection(runs, config.data, config.dataset)
-    print(selection.summary())     # 2 runs excluded by quality: run_37 (...), run_101 (Cd 0.61 vs published 0.27)
-"""
+"""Which runs of a processed folder are wrong as runs, from its statistics table, each with every
+reason; cache_data.py and train.py leave them out (``data.quality``). The checks, their formulas
+and defaults: docs/data_quality.md, "Which runs are rejected". A run the table lacks, or holds
+without statistics, is not checked, and the summary says so."""
 
 from __future__ import annotations
 
@@ -43,15 +32,9 @@ SCORED = (
     "volume.fields.*.std_trimmed", "volume.fields.*.nonfinite",
     "consistency.surface_to_stl_volume", "consistency.surface_stl_bounds_gap",
 )
-# The smallest scale some statistics are measured in, whatever their spread across runs: the
-# surface's and the STL's bounding boxes agree to a few cells of either mesh, in one run as in
-# another, so that their gap's spread is the meshes' rounding: 0.1% of the car's extent is the unit.
+# Floors of the robust scale (docs/data_quality.md, "Which runs are rejected"): the bounding boxes'
+# gap in 0.1% of the car's extent, a field's location statistics in a fiftieth of its spread.
 MINIMUM_SCALE = {"consistency.surface_stl_bounds_gap": 1e-3}
-# A field's location statistics (its quantiles and trimmed mean) are measured in a fiftieth of its
-# spread at least (the median over the runs of its trimmed std): where a field is bunched against a
-# bound (the stagnation pressure) or is all but zero by symmetry (the side shear's mean), clean
-# runs agree to far better than that, and a run off by 20 such units (0.4 of the field's spread)
-# is still rejected (the synthetic defect's pressure offset by a dynamic pressure scores 110).
 LOCATION_SCALE_OF_SPREAD = 0.02
 LOCATION_STATISTICS = ("p01", "p99", "mean_trimmed")
 COEFFICIENTS = ("cd", "cl")
@@ -61,8 +44,7 @@ MIN_SCORED_RUNS = 8  # fewer runs, and their median absolute deviation says litt
 
 @dataclass
 class QualityVerdicts:
-    """The checks' outcome over a table: ``rejected`` run -> reasons, ``scores`` run -> statistic
-    -> robust z (for reports), the runs ``checked``, and dataset-wide ``notes``."""
+    """The checks' outcome: ``rejected`` run -> reasons, ``scores``, runs ``checked``, ``notes``."""
 
     rejected: dict[str, list[str]] = field(default_factory=dict)
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -72,8 +54,7 @@ class QualityVerdicts:
     _weights: dict[str, list[float]] = field(default_factory=dict, repr=False)
 
     def reject(self, run: str, reason: str, weight: float = math.inf) -> None:
-        """Add a reason to reject ``run``, its ``weight`` a score's |z| (a failed comparison or
-        limit outweighs every score); ``strongest_first`` orders them."""
+        """Add a reason to reject ``run``, weighted by |z| (a failed comparison outweighs all)."""
         self.rejected.setdefault(run, []).append(reason)
         self._weights.setdefault(run, []).append(weight)
 
@@ -95,8 +76,7 @@ def scored_columns(rows: Sequence[Mapping]) -> list[str]:
 
 
 def robust_scores(values: Sequence[float | None], minimum_scale: float = 0.0) -> tuple[np.ndarray, float, float]:
-    """(z of each value (NaN where there is none), the median, the scale s) of one statistic
-    across runs (module docstring), s at least ``minimum_scale``."""
+    """(z of each value or NaN, the median, the scale at least ``minimum_scale``) of a statistic."""
     data = np.array([np.nan if v is None else float(v) for v in values])
     present = data[np.isfinite(data)]
     if not len(present):
@@ -110,8 +90,7 @@ def robust_scores(values: Sequence[float | None], minimum_scale: float = 0.0) ->
 
 
 def minimum_scale(column: str, rows: Sequence[Mapping]) -> float:
-    """The smallest scale ``column`` is scored in: ``MINIMUM_SCALE``'s, or for a field's location
-    statistic ``LOCATION_SCALE_OF_SPREAD`` times the median of its trimmed std over ``rows``."""
+    """The smallest scale ``column`` is scored in (docs/data_quality.md)."""
     field_column, _, statistic = column.rpartition(".")
     if statistic not in LOCATION_STATISTICS:
         return MINIMUM_SCALE.get(column, 0.0)
@@ -146,9 +125,7 @@ def _score(rows: Sequence[Mapping], threshold: float, verdicts: QualityVerdicts)
 
 def coefficient_mismatches(row: Mapping, flow: FlowProfile, convention: ForceConvention,
                            tolerance: float) -> dict[str, str]:
-    """{reference set: reason} for each set of published coefficients (``own``, ``constant``) a
-    table row's integrated ones under ``convention`` disagree with beyond ``tolerance``:
-    ``Cd 0.61 vs published 0.27 (own references)``, Cl alike, both when both disagree."""
+    """{reference set: reason} where a row's integrated Cd or Cl miss the published beyond ``tolerance``."""
     statistics = unflatten(row)
     reasons = {}
     for which, found in integrated_coefficients(statistics, flow, convention).items():
@@ -170,8 +147,7 @@ def _has_coefficients(row: Mapping) -> bool:
 
 def _choose_convention(rows: Sequence[Mapping], flow: FlowProfile, tolerance: float,
                        verdicts: QualityVerdicts) -> ForceConvention:
-    """The profile's convention, unless another makes most runs agree with what they publish
-    and more than it does (a note says so)."""
+    """The profile's convention, unless another makes most runs, and more, agree with what they publish."""
     profile = ForceConvention(flow.normals, flow.wall_shear)
     checked = [row for row in rows if _has_coefficients(row)]
     agreeing = {c: sum(not coefficient_mismatches(r, flow, c, tolerance) for r in checked) for c in ALL_CONVENTIONS}
@@ -212,8 +188,7 @@ def _check_curator_limits(rows: Sequence[Mapping], quality: QualityConfig, datas
 
 
 def clipped_magnitude(row: Mapping, column: str, sigma: float) -> float | None:
-    """The largest magnitude of a field column's values clipped to mean +- ``sigma`` std (from its
-    min, max, mean and std), or None when the row lacks them."""
+    """A field column's largest magnitude clipped to mean +- ``sigma`` std (None: not in the row)."""
     low, high, mean, std = (row.get(f"{column}.{s}") for s in ("min", "max", "mean", "std"))
     if None in (low, high, mean, std):
         return None
@@ -222,7 +197,7 @@ def clipped_magnitude(row: Mapping, column: str, sigma: float) -> float | None:
 
 
 def judge(rows: Sequence[Mapping], quality: QualityConfig, dataset: DatasetConfig) -> QualityVerdicts:
-    """Every check of the module docstring over a table's rows."""
+    """Every check of docs/data_quality.md's "Which runs are rejected" over a table's rows."""
     verdicts = QualityVerdicts()
     unreadable = [row for row in rows if row.get("error")]
     for row in unreadable:
@@ -268,8 +243,7 @@ def short(reasons: Sequence[str]) -> str:
 
 @dataclass
 class Selection:
-    """The runs to use, the runs ``excluded`` (name -> reasons), those ``included`` despite
-    reasons, those not checked, and the notes."""
+    """The runs to use, those ``excluded`` or ``included`` despite reasons, not checked; notes."""
 
     kept: list
     excluded: dict[str, list[str]] = field(default_factory=dict)
@@ -285,8 +259,7 @@ class Selection:
         return self.kept
 
     def summary(self) -> str:
-        """The lines a stage prints: the excluded runs with their strongest reasons on one line,
-        every reason of those with more on a line each below, then the rest."""
+        """The lines a stage prints: excluded runs, strongest reasons first, every reason, the rest."""
         lines = [f"quality: {note}" for note in self.notes]
         if self.excluded:
             named = ", ".join(f"{run} ({short(reasons)})" for run, reasons in self.excluded.items())
@@ -302,8 +275,7 @@ class Selection:
 
 
 def quality_selection(runs: Sequence[Path | str], data: DataConfig, dataset: DatasetConfig) -> Selection:
-    """``runs`` (of ``data.processed_dir``) without those its statistics table rejects, unless
-    ``data.quality`` is off or includes them."""
+    """``runs`` less those the statistics table rejects, unless ``data.quality`` is off or includes them."""
     quality = data.quality
     if not quality.enabled:
         return Selection(list(runs), notes=["checks off (data.quality.enabled=false)"])
@@ -330,8 +302,7 @@ def quality_selection(runs: Sequence[Path | str], data: DataConfig, dataset: Dat
 
 
 def quality_summary(data: DataConfig, physics: PhysicsConfig, dataset: DatasetConfig) -> str:
-    """process_data.py's last lines: write the processed folder's statistics table; the lines
-    naming where, and the runs the quality checks would leave out."""
+    """process_data.py's last lines: the statistics table written, and the runs quality would drop."""
     table = write_statistics_table(data.processed_dir, dataset, read_options_from_config(data, physics), data.raw_dir)
     rows = read_statistics_table(data.processed_dir)
     passed = sum(bool(row.get("source")) for row in rows)

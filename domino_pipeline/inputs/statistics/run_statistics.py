@@ -1,40 +1,6 @@
-"""A run's statistics, gathered from the blocks process_data.py streams (no second pass), stored
-as the processed run's ``statistics`` attribute and collected into the processed folder's table
-(statistics_table.py), where run_quality.py compares the runs with one another.
-
-    {"version": 2,
-     "stl": {"points", "triangles", "dropped_triangles", "open_edges", "non_manifold_edges",
-             "degenerate_triangles", "area", "enclosed_volume", "positions": {"x": {min, max}, "y": .., "z": ..}},
-     "surface": {"count", "positions" (the bounding box, as the STL's),
-                 "fields": {column: {min, max, mean, std, nonfinite, p01, p99, mean_trimmed, std_trimmed}},
-                 "area": {min, max, mean, total}, "enclosed_volume",
-                 "force_sums": {"pressure": [3], "shear": [3]}, "cells": {cell_quality's}},
-     "volume": {"count", "positions", "fields"},
-     "consistency": {"surface_to_stl_volume", "surface_stl_bounds_gap"},
-     "published": {"own": {"cd", ..}, "own_area", "constant": {..}, "constant_area", "velocity"}
-                  (or {"error": ..}),
-     "forces": {"own": {"cd", "cl"}, "constant": {"cd", "cl"}}}
-
-Field statistics are of the fields as stored (dimensionless, run_layout.py's columns); the
-non-finite count is of what the reader gave (a processed run refuses non-finite values, so there
-it is 0); ``p01`` and ``p99`` are the 1% and 99% quantiles (column_quantiles.py: exact up to
-65536 rows, from a sample of that many beyond), which a few cells' extremes do not move.
-``enclosed_volume`` is ``1/3 sum (c . n) A`` over the cells (``1/6 sum a . (b x c)`` over the
-STL's triangles), the divergence theorem's volume of a closed surface: positive when the normals point out of it,
-negative when into it. ``force_sums`` are force_integration.force_sums of the physical fields
-(the stored ones times their divisors) and the normals as the file orients them, so that the
-force of any convention can be formed later; ``forces`` are the coefficients they give with the
-dataset profile's flow (``dataset.flow``) over the run's own and the constant reference areas.
-``surface_to_stl_volume`` is the ratio of the two enclosed volumes (about 1 or -1 when the
-boundary surface is the STL's body), ``surface_stl_bounds_gap`` the largest distance between a
-face of the surface's bounding box and the STL's, over the STL's largest extent. Values that are
-not finite are stored as null.
-
-    statistics = RunStatistics.for_options(options, surface_divisors, volume_divisors)
-    statistics.add_stl(stl, dropped)
-    statistics.surface.add_block(positions=c, fields=f, normals=n, areas=a)   # per block
-    statistics.summary()
-"""
+"""A run's statistics, gathered from the blocks process_data.py streams (no second pass) and stored
+as the processed run's ``statistics`` attribute; the schema and every definition are
+docs/data_quality.md's "The statistics attribute and how it is computed"."""
 
 from __future__ import annotations
 
@@ -67,8 +33,7 @@ ARRAY_ROLES = {"surface_mesh_centers": "positions", "surface_normals": "normals"
 
 
 def field_columns(fields: Mapping[str, str]) -> dict[str, int | slice]:
-    """role -> its column (a scalar) or columns (a vector) in a part's fields, from a profile's
-    role -> name mapping in column order."""
+    """role -> its column or columns (a vector) in a part's fields, from role -> name in column order."""
     columns, start = {}, 0
     for role in fields:
         width = VARIABLE_WIDTH[FIELD_ROLES[role][0]]
@@ -78,10 +43,7 @@ def field_columns(fields: Mapping[str, str]) -> dict[str, int | slice]:
 
 
 class PartStatistics:
-    """The statistics of one part (surface or volume) over its blocks. ``columns``: the field
-    columns' names; ``divisors`` (per column) turn the stored fields back into physical ones for
-    the force sums, which a surface with ``pressure`` and ``wall_shear_stress`` roles
-    (``roles``: role -> column(s)) gathers."""
+    """One part's statistics over its blocks (``divisors``: back to physical fields for force sums)."""
 
     def __init__(self, columns: list[str], *, surface: bool, divisors: np.ndarray | None = None,
                  roles: Mapping[str, int | slice] | None = None) -> None:
@@ -102,8 +64,7 @@ class PartStatistics:
         return self.positions.count
 
     def observe(self, name: str, rows: np.ndarray) -> None:
-        """Take in one array of a block (processed_run.StreamedRows' observer): the block is
-        added once its fields, the last array, arrive."""
+        """Take in one array of a block (a StreamedRows observer); the block counts once its fields arrive."""
         self._pending[ARRAY_ROLES[name]] = rows
         if ARRAY_ROLES[name] == "fields":
             self.add_block(**self._pending)
@@ -111,8 +72,7 @@ class PartStatistics:
 
     def add_block(self, positions: np.ndarray, fields: np.ndarray, normals: np.ndarray | None = None,
                   areas: np.ndarray | None = None) -> None:
-        """Take in a block of rows: positions (n, 3), stored fields (n, F) and, for a surface,
-        unit normals (n, 3) and areas (n,)."""
+        """Take in a block: positions, stored fields and, for a surface, unit normals and areas."""
         self.positions.add(positions)
         self.fields.add(fields)
         self.quantiles.add(fields)
@@ -131,12 +91,12 @@ class PartStatistics:
             self.shear_sum += shear_sum
 
     def field_summary(self) -> dict[str, dict[str, float]]:
-        """Each field column's moments and quantiles (module docstring)."""
+        """Each field column's moments and quantiles (docs/data_quality.md)."""
         quantiles = self.quantiles.summary(self.columns)
         return {name: {**moments, **quantiles[name]} for name, moments in self.fields.summary(self.columns).items()}
 
     def summary(self) -> dict[str, Any]:
-        """The part's statistics (module docstring)."""
+        """The part's statistics (docs/data_quality.md)."""
         found: dict[str, Any] = {"count": self.count, "positions": self.positions.summary(AXES),
                                  "fields": self.field_summary()}
         if self.surface and self.areas.count[0]:
@@ -152,8 +112,7 @@ class PartStatistics:
 
 
 class RunStatistics:
-    """The statistics of one run: its STL, its parts (None: not read), what it publishes, and the
-    flow the integrated coefficients refer to."""
+    """The statistics of one run: its STL, parts (None: not read), what it publishes, and the flow."""
 
     def __init__(self, flow: FlowProfile, surface: PartStatistics | None, volume: PartStatistics | None) -> None:
         self.flow, self.surface, self.volume = flow, surface, volume
@@ -164,8 +123,7 @@ class RunStatistics:
     def for_fields(cls, flow: FlowProfile, surface_fields: Mapping[str, FieldName] | None,
                    volume_fields: Mapping[str, FieldName] | None, surface_divisors: np.ndarray | None,
                    volume_divisors: np.ndarray | None) -> RunStatistics:
-        """Statistics for parts with these role -> name fields (None: the part is not read) and
-        column divisors."""
+        """Statistics for parts of these role -> name fields (None: not read) and column divisors."""
         def part(fields, divisors, surface):
             if fields is None:
                 return None
@@ -174,8 +132,7 @@ class RunStatistics:
         return cls(flow, part(surface_fields, surface_divisors, True), part(volume_fields, volume_divisors, False))
 
     def add_stl(self, stl: Mapping[str, np.ndarray], dropped: int = 0) -> None:
-        """Take in the STL's arrays (run_layout.py's stl_*), after ``dropped`` zero-area
-        triangles were dropped."""
+        """Take in the STL's arrays, ``dropped`` zero-area triangles dropped."""
         vertices = np.asarray(stl["stl_coordinates"], np.float64)
         triangles = np.asarray(stl["stl_faces"]).reshape(-1, 3)
         positions = ColumnBounds(3)
@@ -196,7 +153,7 @@ class RunStatistics:
                               "constant_area": published.constant_references.area, "velocity": published.velocity}
 
     def summary(self) -> dict[str, Any]:
-        """The run's statistics (module docstring), as plain JSON values."""
+        """The run's statistics (docs/data_quality.md), as plain JSON values."""
         found: dict[str, Any] = {"version": STATISTICS_VERSION, "stl": self.stl}
         for key, part in (("surface", self.surface), ("volume", self.volume)):
             if part is not None:
@@ -209,10 +166,7 @@ class RunStatistics:
 
 
 def enclosed_volume(vertices: np.ndarray, triangles: np.ndarray) -> float:
-    """``1/6 sum (a - o) . ((b - o) x (c - o))`` over the triangles (a, b, c), o the vertices'
-    bounding-box centre: the volume a closed, consistently wound triangle surface encloses,
-    positive when wound outward. The products are formed in float32 about o (each term's
-    rounding is then the coordinates' own) and summed in float64."""
+    """The volume a closed triangle surface encloses, positive when wound outward (docs/data_quality.md)."""
     if not len(triangles):
         return 0.0
     vertices = np.asarray(vertices, np.float32)
@@ -225,8 +179,7 @@ def enclosed_volume(vertices: np.ndarray, triangles: np.ndarray) -> float:
 
 
 def consistency(statistics: Mapping[str, Any]) -> dict[str, float | None]:
-    """{surface_to_stl_volume, surface_stl_bounds_gap} (module docstring) of a run's statistics;
-    empty without a surface or an STL."""
+    """{surface_to_stl_volume, surface_stl_bounds_gap} of a run's statistics; empty without both meshes."""
     stl, surface = statistics.get("stl") or {}, statistics.get("surface") or {}
     if not stl or "enclosed_volume" not in surface:
         return {}
@@ -240,9 +193,7 @@ def consistency(statistics: Mapping[str, Any]) -> dict[str, float | None]:
 
 def integrated_coefficients(statistics: Mapping[str, Any], flow: FlowProfile,
                             convention: ForceConvention) -> dict[str, dict[str, float]]:
-    """{"own": {cd, cl}, "constant": {cd, cl}}: a run's force sums under ``convention`` over its
-    own and the constant reference areas (each where known), with ``flow``'s free stream (its
-    speed, else the one the run publishes) and directions; empty without force sums or a speed."""
+    """{"own", "constant": {cd, cl}} of a run's force sums under ``convention``; empty without a speed."""
     sums = (statistics.get("surface") or {}).get("force_sums")
     published = statistics.get("published") or {}
     velocity = flow.velocity or published.get("velocity")
@@ -275,8 +226,7 @@ def plain(value: Any) -> Any:
 def start_run_statistics(options: ProcessOptions, stl: Mapping[str, np.ndarray], dropped: int,
                          published: Published, surface_divisors: np.ndarray | None,
                          volume_divisors: np.ndarray | None) -> RunStatistics:
-    """The statistics of a run that process_run is about to stream (a part's divisors None: the
-    part is not read), with its STL and what its folder publishes taken in already."""
+    """The statistics of a run about to be streamed, with its STL and publications taken in."""
     statistics = RunStatistics.for_fields(options.dataset.flow,
                                           None if surface_divisors is None else options.surface_fields,
                                           None if volume_divisors is None else options.volume_fields,

@@ -1,24 +1,6 @@
-"""The statistics of every run of a processed folder, one row per run, in one table:
-``<processed_dir>/statistics.csv``, which process_data.py writes after processing and
-run_quality.py reads to find the outliers.
-
-A row holds ``run`` (the run's name), ``format`` (inputs/runs.FORMATS), ``source`` (for a run
-whose statistics came from a pass over its arrays: its runs.stat_fingerprint, so that a rewrite
-of the table reuses the row while the run is unchanged), ``error`` (why the run could not be read,
-else empty) and run_statistics.py's statistics flattened, with dotted names:
-``surface.fields.pMeanTrim.max``, ``volume.count``, ``surface.force_sums.pressure.x``,
-``published.own.cd``, ``consistency.surface_to_stl_volume``; an empty cell is a value the run
-does not have. A processed run's statistics come from its attributes (gathered while it was
-streamed); other runs' from one pass over their arrays (array_statistics.py), with what their raw
-folder (``data.raw_dir/<run>``, when there) publishes.
-
-CSV, not Parquet: a dataset's table is a few hundred rows of a few hundred numbers, which CSV
-holds exactly (``repr`` of each float), and it needs no dependency to write or read: pandas reads
-it as ``pandas.read_csv(path)``, a person with any spreadsheet.
-
-    write_statistics_table(processed_dir, profile, options, raw_dir)
-    rows = read_statistics_table(processed_dir)       # None when there is none
-"""
+"""The statistics of every run of a processed folder, one row per run, in
+``<processed_dir>/statistics.csv`` (its columns: docs/data_quality.md), which process_data.py
+writes after processing and run_quality.py reads to find the outliers."""
 
 from __future__ import annotations
 
@@ -49,8 +31,7 @@ def table_location(processed_dir: str | os.PathLike) -> Path | str:
 
 
 def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings as one level of dotted names; a list of three is named by axis (x, y, z),
-    another list by index."""
+    """Nested mappings as dotted names; a list of three named by axis (x, y, z), other lists by index."""
     found: dict[str, Any] = {}
     for key, value in values.items():
         name = f"{prefix}{key}"
@@ -66,8 +47,7 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def statistics_row(path: Path | str, profile: DatasetConfig, options: ReadOptions,
                    raw_dir: str | os.PathLike | None = None, previous: Mapping[str, dict] | None = None) -> dict:
-    """The table row of one run: from its attributes, from ``previous`` (rows by run name) when
-    that row came from a pass over the same unchanged run, or from a pass over its arrays."""
+    """A run's row: from its attributes, from ``previous`` while the run is unchanged, or from its arrays."""
     name = run_name(path)
     try:
         run = open_run(path, options)
@@ -89,8 +69,7 @@ def statistics_row(path: Path | str, profile: DatasetConfig, options: ReadOption
 
 
 def _published(name: str, profile: DatasetConfig, raw_dir: str | os.PathLike | None) -> tuple:
-    """(what the raw folder of run ``name`` publishes, the error reading it gave); (None, None)
-    without a raw folder of that name."""
+    """(what the raw folder of run ``name`` publishes, the error reading it); (None, None) without one."""
     index = profile.run_index(name)
     if raw_dir is None or is_url(raw_dir) or index is None or not (Path(raw_dir) / name).is_dir():
         return None, None
@@ -102,16 +81,14 @@ def _published(name: str, profile: DatasetConfig, raw_dir: str | os.PathLike | N
 
 def collect_statistics(processed_dir: str | os.PathLike, profile: DatasetConfig, options: ReadOptions,
                        raw_dir: str | os.PathLike | None = None) -> list[dict]:
-    """One row per run of ``processed_dir``, in its runs' order (the existing table's rows reused
-    where they still hold)."""
+    """One row per run of ``processed_dir``, in order, the existing table's rows reused where they hold."""
     previous = {row["run"]: row for row in read_statistics_table(processed_dir) or []}
     return [statistics_row(path, profile, options, raw_dir, previous) for path in list_runs(processed_dir)]
 
 
 def write_statistics_table(processed_dir: str | os.PathLike, profile: DatasetConfig, options: ReadOptions,
                            raw_dir: str | os.PathLike | None = None) -> Path:
-    """Collect the statistics of every run of the local folder ``processed_dir`` and write its
-    table (atomically); return the table's path."""
+    """Write the table of every run of the local folder ``processed_dir`` (atomically); its path."""
     if is_url(processed_dir):
         raise ValueError(f"{processed_dir}: the statistics table is written into a local processed folder")
     return save_table(table_location(processed_dir), collect_statistics(processed_dir, profile, options, raw_dir))
@@ -123,8 +100,7 @@ def save_table(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> Pa
 
 
 def table_text(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The rows as CSV: the text columns first, then every other column in the order the rows
-    name them; floats as ``repr`` (exact), None as an empty cell."""
+    """The rows as CSV: text columns first; floats as ``repr`` (exact), None as an empty cell."""
     columns = [c for c in TEXT_COLUMNS if any(c in row for row in rows)]
     for row in rows:
         columns += [c for c in row if c not in columns]
@@ -138,8 +114,7 @@ def table_text(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def read_statistics_table(processed_dir: str | os.PathLike) -> list[dict] | None:
-    """The rows of a processed folder's table (numbers as floats, empty cells as None), or None
-    when it has none; ValueError naming the file when it is not such a table."""
+    """A processed folder's table rows (None: no table); ValueError naming a file that is not one."""
     location = table_location(processed_dir)
     data = read_bytes(location)
     if data is None:

@@ -1,19 +1,6 @@
-"""The encoded data of one VTK XML DataArray: its header checked against the bytes the array may
-occupy, then any decoded byte range read from it.
-
-VTK stores an array as a header of unsigned integers (UInt32 or UInt64) and data: uncompressed,
-the header is the data's byte count; compressed, it is ``[blocks, block size, last block's size,
-compressed size of each block...]`` followed by the compressed blocks (zlib, lz4 or lzma). The
-whole is raw bytes (appended raw) or base64 text (appended base64, inline binary; compressed, the
-header and the blocks are encoded apart). Every count and size of the header is checked against
-the span the array may occupy (``limit``) before anything is allocated from it, so a bad header
-costs a few reads, never memory: blocks that could not fit, a block size of 0, a last block
-larger than the others, zlib and lz4 blocks too small to decompress to their size.
-
-    data = ArrayData(stream, position, limit, base64_encoded=False, header_dtype=np.dtype("<u8"),
-                     compressor="", where="run_1/volume_1.vtu: PointData array p")
-    first_rows = data.read(0, 4096)
-"""
+"""The encoded data of one VTK XML DataArray (raw or base64, plain or compressed blocks): its
+header checked against the bytes the array may occupy before anything is allocated, then any
+decoded byte range read from it. docs/raw_inputs.md, "VTK XML files by rows"."""
 
 from __future__ import annotations
 
@@ -43,9 +30,8 @@ def _encoded(n: int, base64_encoded: bool) -> int:
 
 
 class ArrayData:
-    """Decoded byte ranges of one array's data, from its encoded header at ``position``; the
-    array may occupy the stream up to ``limit``. ``n_bytes``: its decoded data bytes; ``end``:
-    the stream position after its encoded bytes; ``where`` names it in errors."""
+    """Decoded byte ranges of one array's data (encoded header at ``position``, the array within
+    ``limit``); ``n_bytes``: decoded bytes; ``end``: the position after it; ``where`` names it."""
 
     def __init__(self, source: ConcatBytes, position: int, limit: int, base64_encoded: bool,
                  header_dtype: np.dtype, compressor: str, where: str, region: str = "the data") -> None:
@@ -65,8 +51,6 @@ class ArrayData:
             raise VtkXmlError(f"{where}: its header describes {self.n_bytes} bytes of data, which "
                               f"would end at {source.where(self.end)}, past the end of {self.region} "
                               f"(a truncated file or piece?)")
-
-    # ------------------------------------------------------------------ header
 
     def _plain_header(self, header_dtype: np.dtype) -> None:
         self.blocks = None
@@ -122,8 +106,6 @@ class ArrayData:
                               f"off by the end of the file (a truncated file?)")
         return np.frombuffer(raw, dtype=dtype)
 
-    # ------------------------------------------------------------------ data
-
     def _stream_bytes(self, offset: int, start: int, stop: int) -> bytes:
         """Decoded bytes ``start:stop`` of the encoded stream at ``offset``."""
         if not self.base64:
@@ -150,15 +132,13 @@ class ArrayData:
         return memoryview(self._blocks(first, last))[start - base: stop - base]
 
     def bound_to(self, source) -> ArrayData:
-        """This array read from another stream holding the same bytes at the same positions
-        (a window of a remote file being staged)."""
+        """This array read from another stream holding the same bytes at the same positions."""
         other = copy.copy(self)
         other.source, other._cache = source, None
         return other
 
     def local_file(self):
-        """(local file, offset) of the decoded data when it lies raw in one file (uncompressed,
-        not base64), for memory mapping; None otherwise."""
+        """(local file, offset) of the data when it lies raw in one file, for memory mapping; else None."""
         if self.base64 or self.blocks is not None:
             return None
         return self.source.single_file(self.data_at, self.n_bytes)
@@ -176,8 +156,7 @@ class ArrayData:
         return self.data_at + first, self.data_at + end
 
     def _blocks(self, first: int, last: int) -> bytearray:
-        """Blocks ``first..last`` decompressed into one buffer, their encoded bytes read (and
-        base64-decoded) in one go."""
+        """Blocks ``first..last`` decompressed into one buffer, their encoded bytes read in one go."""
         begin, end = int(self.block_starts[first]), int(self.block_starts[last + 1])
         packed = memoryview(self._stream_bytes(self.data_at, begin, end))
         out = bytearray(int(self.raw_sizes[first:last + 1].sum()))
@@ -237,8 +216,7 @@ def _lz4(data: bytes, size: int) -> bytes:
 
 
 def _decompressor(name: str):
-    """The block decompressor of a VTK compressor name: f(data, uncompressed size) -> at most
-    that many bytes (ValueError when the data holds more)."""
+    """f(data, size) -> at most size decompressed bytes for a VTK compressor name (ValueError beyond)."""
     decompressors = {"vtkZLibDataCompressor": _zlib, "vtkLZMADataCompressor": _lzma,
                      "vtkLZ4DataCompressor": _lz4}
     if name not in decompressors:

@@ -1,20 +1,6 @@
-"""The header of a VTK XML file (VTU, VTP), read by expat (the standard XML parser, under
-ElementTree): the piece's counts, and for each DataArray its type, components, encoding and the
-span of the stream its bytes may occupy.
-
-The file is fed to expat in chunks up to the AppendedData tag, never the appended data after its
-'_' marker; inline binary text whose own header says where it ends is skipped unfed. A file expat
-cannot parse is ``not a VTK XML file, or it is corrupt: <expat's reason> at byte N``. The elements
-must stand where VTK puts them (a VTKFile holding one UnstructuredGrid or PolyData, one Piece,
-DataArrays inside PointData, CellData, Points, Cells, ...), every attribute this reader uses must
-be valid (a type, a Name, NumberOfComponents of at least 1, counts and offsets that are
-non-negative integers), and a file with appended data must end with
-``</AppendedData></VTKFile>`` (or it is truncated). The arrays' data is not read here:
-vtk_xml_stream.py checks it against these counts and spans.
-
-    header = VtkXmlHeader(ConcatBytes([path]), path)
-    header.n_points, header.entry("PointData", "p").position
-"""
+"""The header of a VTK XML file (VTU, VTP), read by expat up to the appended data: the piece's
+counts, and for each DataArray its type, components, encoding and the span of the stream its
+bytes may occupy; xml_stream.py checks the data against them. docs/raw_inputs.md, "VTK XML files by rows"."""
 
 from __future__ import annotations
 
@@ -83,8 +69,7 @@ def _integer(attrs: dict[str, str], key: str, where: str, smallest: int = 0,
 
 
 class VtkXmlHeader:
-    """The parsed header of a VTK XML unstructured grid or polydata file (``path``, read from
-    ``source``): its kind, byte order, header integer type, compressor, piece counts and arrays."""
+    """The parsed header of a VTK XML unstructured grid or polydata file: kind, encoding, counts, arrays."""
 
     def __init__(self, source: ConcatBytes, path: Path) -> None:
         self.source, self.path = source, path
@@ -125,9 +110,7 @@ class VtkXmlHeader:
         self.n_cells = sum(v for k, v in self.piece_counts.items() if k != "NumberOfPoints")
 
     def data_array(self, attrs: dict[str, str], section: str) -> ArrayEntry | None:
-        """The entry of a DataArray tag in ``section``; its ``position`` is an appended array's
-        offset until the appended data's start is known. None for an array this reader skips:
-        String and Bit arrays (which hold no rows of numbers), Points arrays after the first."""
+        """The entry of a DataArray tag; None for String, Bit and second Points arrays."""
         # VTK takes the first Points array, whatever its Name (or none: "Position" is common)
         name = "Points" if section == "Points" else attrs.get("Name")
         where = f"a {section} DataArray" + (f" named {name}" if name else "")
@@ -164,8 +147,7 @@ class VtkXmlHeader:
             raise VtkXmlError(f"AppendedData encoding {self.appended_encoding!r}, expected raw or base64")
 
     def appended_end(self, start: int) -> int:
-        """Where the appended data from ``start`` ends: at the closing ``</AppendedData>`` at the
-        end of the file."""
+        """Where the appended data from ``start`` ends: at the ``</AppendedData>`` closing the file."""
         tail_at = max(start, self.source.size - _TAIL)
         closing = _CLOSING.search(self.source.read(tail_at, self.source.size - tail_at))
         if closing is None:
@@ -221,10 +203,7 @@ class VtkXmlHeader:
 
 
 class _HeaderParser:
-    """The header's elements, as expat reports them, taken into a VtkXmlHeader: where each
-    element may stand, the arrays of each section, where inline arrays' text lies and where the
-    appended data starts. The file is fed to expat in chunks up to the AppendedData tag; the
-    inline binary text of an array whose own header says where it ends is skipped unfed."""
+    """The header's elements, as expat reports them, taken into a VtkXmlHeader and checked."""
 
     def __init__(self, file: VtkXmlHeader) -> None:
         self.file = file
@@ -278,9 +257,8 @@ class _HeaderParser:
                               f"{max(self.expat.ErrorByteIndex, 0) + self.shift}") from None
 
     def _skipped(self, position: int, last_tag: int) -> int:
-        """Where to feed on from ``position``: where the inline binary text being fed ends, by
-        its own header, when that lies further on, with no markup since the text began and a tag
-        there; ``position`` otherwise (the text is fed, and checked against its header later)."""
+        """Where to feed on from ``position``: the end of the inline binary text being fed, by its own
+        header, when that lies further on with no markup since and a tag there; else ``position``."""
         skip, self.skip_to = self.skip_to, None
         if (skip is None or self.inline is None or skip <= position or last_tag > self.text_at
                 or self.file.source.read(skip, 4096).lstrip()[:1] != b"<"):
@@ -369,9 +347,7 @@ class _HeaderParser:
             self.expat.CharacterDataHandler = self._text
 
     def _skip_inline(self, entry: ArrayEntry) -> None:
-        """Let the feed skip the inline binary text of ``entry`` unread, to where its own header
-        says it ends (a DrivAerML volume is gigabytes of it); a header that cannot say leaves
-        the text to be fed, and checked against the header later."""
+        """Let the feed skip ``entry``'s inline binary text to where its own header says it ends."""
         source = self.file.source
         try:
             data = ArrayData(source, self.text_at, source.size, True, self.file.header_dtype,

@@ -1,29 +1,6 @@
-"""Read VTK XML files (VTU, VTP) a block of rows at a time, in bounded memory.
-
-DrivAerML's volume VTU holds ~160M points (40-53 GB, published in ``.00.part``/``.01.part``
-pieces); VTK's reader holds a whole file's selected arrays in memory. This reader parses only
-the XML header (with expat, never the data: xml_header.py), then decodes any rows of any array
-from the array's byte offset (array_data.py):
-
-- appended data, raw or base64, and inline binary (base64) data;
-- uncompressed arrays or VTK's compressed blocks (zlib, lz4, lzma), UInt32 or UInt64 headers;
-- a file given as one path or as pieces (``concat_bytes.file_pieces``) read in sequence as one
-  byte stream, without joining them on disk.
-
-Opening checks the header before anything is allocated from it, at a cost that grows with the
-header, not the data: every count, offset and size against the file's size and the other
-arrays (each array's bytes against the piece's NumberOfPoints / NumberOfCells and its
-components, appended offsets inside the appended data, compressed block headers against the
-bytes they may occupy, the last cell offset against the connectivity). A bad file is a
-VtkXmlError naming the file and the problem in words.
-
-Inline ascii data cannot be addressed by row; ``streamable`` is False for such a file and the
-caller reads it with VTK (see ``whole_file_bytes`` for the memory that takes).
-
-    source = VtkXmlFile.open(Path("run_1/volume_1.vtu"))
-    for start in range(0, source.n_points, 1 << 22):
-        xyz = source.read("Points", "Points", start, min(start + (1 << 22), source.n_points))
-"""
+"""Read VTK XML files (VTU, VTP; whole or in pieces) a block of rows at a time, in bounded memory:
+the header parsed and checked against the data, then any rows of any array decoded from its
+byte offset. Inline ascii data is not ``streamable``. docs/raw_inputs.md, "VTK XML files by rows"."""
 
 from __future__ import annotations
 
@@ -39,8 +16,7 @@ __all__ = ["ArrayEntry", "VtkXmlError", "VtkXmlFile"]
 
 
 class VtkXmlFile(VtkXmlHeader):
-    """A VTK XML unstructured grid or polydata file: its header (VtkXmlHeader), checked against
-    its data when opened, and row reads of its arrays."""
+    """A VTK XML unstructured grid or polydata file: its header, checked against its data, and row reads."""
 
     def __init__(self, source: ConcatBytes, path: Path) -> None:
         self._data: dict[tuple[str, str], ArrayData] = {}
@@ -55,16 +31,12 @@ class VtkXmlFile(VtkXmlHeader):
 
     @classmethod
     def open(cls, path: Path) -> "VtkXmlFile":
-        """Open ``path`` or its pieces (``concat_bytes.file_pieces``) as one stream (a remote
-        file: ``VtkXmlFile(RemoteBytes(...), file)``)."""
+        """Open ``path`` or its pieces as one stream (remote: ``VtkXmlFile(RemoteBytes(...), file)``)."""
         path = Path(path)
         return cls(ConcatBytes(file_pieces(path)), path)
 
-    # ------------------------------------------------------------------ checks
-
     def _open_arrays(self) -> None:
-        """Read and check every array's header (Points first): its bytes against the file and
-        against the counts of the piece; first of all, that the last appended array fits."""
+        """Check every array's header against the file and the piece's counts, last appended first."""
         self._check_last_appended()
         order = sorted(self.arrays.values(), key=lambda e: e.section != "Points")
         for entry in order:
@@ -76,8 +48,7 @@ class VtkXmlFile(VtkXmlHeader):
             raise VtkXmlError(f"Points data has {points.components} components, expected 3")
 
     def _array_data(self, entry: ArrayEntry) -> ArrayData:
-        """``entry``'s data with its header checked; an inline array's text must hold exactly
-        the bytes its header describes."""
+        """``entry``'s data, header checked; inline text must hold exactly the bytes it describes."""
         inline = entry.data_format == "binary"
         encoded = inline or self.appended_encoding == "base64"
         data = ArrayData(self.source, entry.position, entry.limit, encoded, self.header_dtype,
@@ -88,9 +59,7 @@ class VtkXmlFile(VtkXmlHeader):
         return data
 
     def _check_last_appended(self) -> None:
-        """The appended data's length against the array placed last in it, when the counts of
-        the piece fix that array's size (uncompressed): a file or piece cut short shows here,
-        before the arrays behind the cut are read from the wrong place."""
+        """The appended data's length against its last array: a file cut short shows here."""
         appended = [e for e in self.arrays.values() if e.data_format == "appended"]
         for entry in appended:
             if entry.position > entry.limit:
@@ -140,8 +109,6 @@ class VtkXmlFile(VtkXmlHeader):
                 raise VtkXmlError(f"the last of the {section} offsets is {last}, past the {ids} entries "
                                   f"of {section} connectivity")
 
-    # ------------------------------------------------------------------ data
-
     def rows(self, section: str, name: str) -> int:
         """The number of rows (tuples) of an array, from the piece's counts."""
         entry = self.entry(section, name)
@@ -169,18 +136,11 @@ class VtkXmlFile(VtkXmlHeader):
         return self._data[key]
 
     def raw_span(self, section: str, name: str) -> tuple[int, int] | None:
-        """(stream position, bytes) of an uncompressed raw array's data; None when the array is
-        encoded or compressed."""
+        """(stream position, bytes) of an uncompressed raw array's data; None otherwise."""
         data = self._array(self.entry(section, name))
         if data.base64 or data.blocks is not None:
             return None
         return data.data_at, data.n_bytes
-
-    def raw_file(self, section: str, name: str) -> tuple[Path, int] | None:
-        """(local file, offset) of an array's decoded data when it lies raw in one local file (an
-        uncompressed raw array of a local file, a staged array of a remote one), for memory
-        mapping; None otherwise."""
-        return self._array(self.entry(section, name)).local_file()
 
     def array_data(self, section: str, name: str) -> ArrayData:
         """The data of an array (VtkXmlError when it is inline ascii)."""
