@@ -1,24 +1,9 @@
 """A dataset profile: everything that differs between datasets, as one typed config section.
 
-``dataset:`` is a Hydra config group (conf/dataset/<name>.yaml; ``dataset=ahmedml`` on any command,
-DrivAerML's the default). A profile says where a run folder's files are, which field plays which
-role, how the flow and the published coefficients are stated; the code reads every dataset
-through it, so a new dataset is one new profile file.
-
-File names are patterns relative to a run folder: ``{index}`` is the run's number (the part of
-the folder name that ``run_folders``' ``{index}`` stands for), and ``*``, ``?`` and ``[...]`` match
-as in a shell glob; a pattern must match exactly one file (``resolve``). A volume published in
-pieces (``<name>.00.part``, ``<name>.01.part``, ... or ``<name>.part1``, ...) is found by its
-whole name.
-
-    profile = config.dataset
-A field is one array of the files, or a vector given as one scalar array per component
-(``skin_friction_coefficient: [cfxavg, cfyavg, cfzavg]``), which becomes one variable named after
-its role (variables.py). The surface's rows are its cells or its points (``surface_rows``).
-
-    profile.variables("surface")   # {"pMeanTrim": "scalar", "wallShearStressMeanTrim": "vector"}
-    profile.field("surface", "pressure")   # "pMeanTrim"
-    profile.arrays("surface")      # {"pMeanTrim": ["pMeanTrim"], "wallShearStressMeanTrim": [...]}
+``dataset:`` is a Hydra config group (conf/dataset/<name>.yaml; ``dataset=ahmedml`` on any
+command, DrivAerML's the default): where a run folder's files are, which field plays which role,
+how the flow and the published coefficients are stated. The keys, the file patterns and the
+fields are described in docs/datasets.md, "The profile keys".
 """
 
 from __future__ import annotations
@@ -26,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from omegaconf import OmegaConf
 
@@ -43,7 +29,7 @@ LOCATIONS = ("cells", "points")
 
 @dataclass(frozen=True)
 class RunFilesProfile:
-    """``dataset.files``: the patterns of a run folder's files (module docstring)."""
+    """``dataset.files``: the patterns of a run folder's files (docs/datasets.md)."""
 
     stl: str
     surface: str                    # the body's boundary cells: a VTP, or a VTU of polygon cells
@@ -58,23 +44,19 @@ class FieldsProfile:
 
     surface: dict[str, FieldName]
     volume: dict[str, FieldName]
+    SECTION: ClassVar[str] = "dataset.fields"
 
     def __post_init__(self) -> None:
         for part in PARTS:
-            check_roles(f"dataset.fields.{part}", getattr(self, part))
+            check_roles(f"{self.SECTION}.{part}", getattr(self, part))
 
 
 @dataclass(frozen=True)
-class OtherFieldsProfile:
+class OtherFieldsProfile(FieldsProfile):
     """``dataset.other_fields``: per part, role -> name of further fields the files hold, which
     ``dataset.fields`` may take in (the synthetic generator writes them too)."""
 
-    surface: dict[str, FieldName]
-    volume: dict[str, FieldName]
-
-    def __post_init__(self) -> None:
-        for part in PARTS:
-            check_roles(f"dataset.other_fields.{part}", getattr(self, part))
+    SECTION: ClassVar[str] = "dataset.other_fields"
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,10 @@
-"""How a data set states its flow and force conventions, and the force on a body from sums over its
-surface cells: what predict.py's reports (inference/forces.py, which adds moments and every
-coefficient) and the per-run statistics of process_data.py (inputs/statistics/run_statistics.py) share.
+"""A data set's flow and force conventions, and the force on a body from sums over its surface
+cells: what predict.py's reports (inference/forces.py) and the per-run statistics share.
 
-The force the flow exerts on the car, summed over the surface cells i with area A_i:
-
-    F = sum_i (-p_i n_i + tau_i) A_i        n_i: unit normal pointing out of the car, into the fluid
-                                            tau_i: wall shear stress the fluid exerts on the car
-
-    C_d = F . e_drag / (0.5 rho_inf U_inf^2 A_ref)      C_l = F . e_lift / (0.5 rho_inf U_inf^2 A_ref)
-
-Data sets state their normals and shear either way round, which ``ForceConvention`` records. The
-sums ``P = sum p n A`` (normals as the files have them) and ``S = sum tau A`` (shear as the files
-have it) do not depend on the convention, so they can be gathered a block of cells at a time
-(``force_sums``) and turned into the force of any convention afterwards (``ForceConvention.force``).
+The formulas and conventions are in docs/predict.md, "Force and moment coefficients". The sums
+``P = sum p n A`` and ``S = sum tau A`` (as the files have them) do not depend on the
+convention, so they are gathered a block of cells at a time (``force_sums``) and turned into the
+force of any convention afterwards (``ForceConvention.force``).
 """
 
 from __future__ import annotations

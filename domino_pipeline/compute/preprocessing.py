@@ -1,23 +1,12 @@
 """The one preprocessing function of both paths: processed run -> DoMINO-ready arrays, unsampled.
 
 ``cache_data.py`` runs ``plan_run`` once per run and writes the pieces it yields; the uncached
-``DoMINODataPipe`` runs the same steps on every draw, but computes the expensive geometry (kNN of
-surface cells, signed distance of volume points) only for the rows the draw samples:
-
-1. ``rows.prepare_rows`` (cheap, O(rows)): box filters, the stored row order, normalisation,
-   centre of mass.
-2. The expensive geometry: signed distance of both grids to the STL, the
-   ``num_neighbors_surface - 1`` nearest kept surface cells of the requested surface rows
-   (exact kNN in physical coordinates, the cell itself dropped) and the signed distance and
-   closest STL point of the requested volume rows (in normalised coordinates, as DoMINO does).
-
-A cache holds the parts ``settings.parts`` names (``process.parts``): a surface-only build never
-reads the volume and computes none of its work (no volume grid SDF, no volume order, SDF or closest
-point). A cache build holds the STL and the surface in memory but streams the volume: ``plan_run``
-deals the volume rows into buckets (volume_order.py) in a first pass over the source and
-computes and yields one bucket at a time in a second, so its memory does not grow with the
-volume. ``preprocess_run`` assembles the same pieces in memory. Targets stay unscaled here;
-scaling happens per draw (scaling.py).
+``DoMINODataPipe`` runs the same steps on every draw, computing the expensive geometry (grid
+SDFs, the surface kNN, the volume SDF and closest point) only for the rows the draw samples,
+after the cheap ``rows.prepare_rows``. Only the parts ``settings.parts`` names are computed. A
+build streams the volume a bucket at a time (volume_order.py; docs/cache_format.md, "Building,
+resuming, validating"); ``preprocess_run`` assembles the same pieces in memory. Targets stay
+unscaled here; scaling happens per draw (scaling.py).
 """
 
 from __future__ import annotations

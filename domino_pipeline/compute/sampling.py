@@ -1,34 +1,10 @@
 """The one sampling function of both datasets: which rows a draw takes, from (seed, epoch, index).
 
-Every row store a draw samples from (STL vertices, kept surface rows, kept volume rows) is in a
-fixed random permutation (``rows.prepare_rows``), so a contiguous run of stored rows is a random
-subset of the mesh. The law of a draw (``SamplingLaw``), part by part:
-
-- geometry: ``geometry_points`` STL vertices, uniformly without replacement from all of them
-  (DoMINO's law; the vertices are few, so a draw reads them whole);
-- volume: a *cyclic* window of ``volume_window_factor * volume_points`` stored rows (uniform
-  start, wrapping past the last row, so every row has the same chance), from which
-  ``volume_points`` rows are drawn uniformly without replacement: every row is included with
-  probability ``volume_points / Nv``. Upstream reads a block of 100 x the sample and subsamples
-  it, because its stored order may follow the mesh; here the stored order is a uniform random
-  permutation (volume_order.py), so any factor gives each row the same chance, and the factor
-  only sets how often rows stored side by side are drawn together: P(row i+1 | row i) is
-  (k - 1) / w for k points of a w-row window (k / Nv for the exact law), so 1 (the window is the
-  sample) always draws neighbours together and the default 8 one time in 8, for 8 x the reads.
-  No law that reads O(sample) rows can come near the exact law's k / Nv: a drawn row's stored
-  neighbour is read with it and drawn with the chance k / (rows read);
-- surface: a cyclic window of ``surface_window_factor * surface_points`` stored rows, from which
-  ``surface_points`` rows are drawn without replacement with probability proportional to the
-  cell area (successive sampling, Efraimidis-Spirakis keys: the law of ``torch.multinomial``
-  without replacement). Against area weighting over the whole surface, a cell's chance is
-  capped at its window's share of the draw.
-
-``exact=True`` (or a factor of None) drops the windows: surface cells area-weighted over the
-whole surface, volume rows uniformly over all rows, as physicsnemo's ``DoMINODataPipe`` draws
-them; a cached exact draw reads every surface area and touches most chunks of the sampled arrays.
-
-The random streams depend only on (seed, epoch, index) and on which part is drawn, never on the
-worker that draws, nor on the model type.
+Every row store a draw samples from is in a fixed random permutation (``rows.prepare_rows``), so
+a contiguous run of stored rows is a random subset of the mesh. The law (``SamplingLaw``: cyclic
+windows, area-weighted surface rows, uniform volume rows, ``exact``) is specified in
+docs/cache_format.md, "What a draw reads". The random streams depend only on (seed, epoch, index)
+and the part drawn, never on the worker that draws, nor on the model type.
 """
 
 from __future__ import annotations
@@ -120,11 +96,7 @@ def part_window(seed: int, epoch: int, index: int, part: str, n_rows: int, point
     """(start, width) of the cyclic window the draw (seed, epoch, index) takes ``part``'s rows
     from: the first numbers of that part's stream, as ``draw_surface`` / ``draw_volume`` take
     them, so a reader can fetch the window before the rows are chosen."""
-    return _window(draw_rng(seed, epoch, index, part), part, n_rows, points, law)
-
-
-def _window(rng: np.random.Generator, part: str, n_rows: int, points: int, law: SamplingLaw) -> tuple[int, int]:
-    return cyclic_window(rng, n_rows, law.window(part, points, n_rows))
+    return cyclic_window(draw_rng(seed, epoch, index, part), n_rows, law.window(part, points, n_rows))
 
 
 def window_rows(start: int, width: int, n_rows: int) -> np.ndarray:
@@ -161,7 +133,7 @@ def draw_surface(rng: np.random.Generator, n_rows: int, points: int,
                  read_areas: Callable[[int, int], np.ndarray], law: SamplingLaw) -> np.ndarray:
     """Area-weighted rows of a cyclic window (the whole surface when exact); sorted."""
     _check_enough(n_rows, points, "surface cells")
-    start, width = _window(rng, "surface", n_rows, points, law)
+    start, width = cyclic_window(rng, n_rows, law.window("surface", points, n_rows))
     taken = choose_weighted(rng, read_window(read_areas, start, width, n_rows), points)
     return np.sort(window_rows(start, width, n_rows)[taken])
 
@@ -169,7 +141,7 @@ def draw_surface(rng: np.random.Generator, n_rows: int, points: int,
 def draw_volume(rng: np.random.Generator, n_rows: int, points: int, law: SamplingLaw) -> np.ndarray:
     """Uniform rows of a cyclic window (all rows when exact); sorted."""
     _check_enough(n_rows, points, "volume points")
-    start, width = _window(rng, "volume", n_rows, points, law)
+    start, width = cyclic_window(rng, n_rows, law.window("volume", points, n_rows))
     if width == n_rows:
         return choose_uniform(rng, n_rows, points, "volume points")
     local = rng.choice(width, points, replace=False, shuffle=False)

@@ -1,46 +1,9 @@
 """Force and moment coefficients from surface pressure and wall shear, integrated over the cells.
 
-The force the flow exerts on the body and its moment about the reference centre c, summed over
-the surface cells i with area A_i and centre x_i:
-
-    f_i = (-p_i n_i + tau_i) A_i            n_i: unit normal pointing out of the body, into the fluid
-                                            tau_i: wall shear stress the fluid exerts on the body
-    F = sum_i f_i                           M = sum_i (x_i - c) x f_i
-
-and, as OpenFOAM's forceCoeffs writes them (v1912; the dataset profile's ``dataset.flow``
-directions), with q = 0.5 rho_inf U_inf^2, the reference area A_ref and length l_ref:
-
-    Cd = F . e_drag / (q A_ref)    Cs = F . e_side / (q A_ref)    Cl = F . e_lift / (q A_ref)
-    CmRoll = M . e_drag / (q A_ref l_ref)   CmPitch = M . e_side / (...)   CmYaw = M . e_lift / (...)
-    Clf = Cl / 2 + CmPitch         Clr = Cl / 2 - CmPitch             (front and rear lift)
-
-with e_side the profile's side direction (OpenFOAM's forceCoeffs takes e_lift x e_drag: +y for
-drag +x and lift +z; WindsorML, y up, states +z): roll about the drag direction, pitch about the
-side one, yaw about the lift one. The fields are the physical ones, as the source
-files hold them: process_data.py stores p / (rho U^2) with the *scaling* references (config
-``physics.stream_velocity``, ``physics.air_density``; the DoMINO example's 30 m/s and 1.205
-kg/m^3), and the caller multiplies them back before integrating. The coefficients use the
-*flow's* free stream (``FreeStream``: DrivAerML's 38.889 m/s, or each OpenFOAM run's magUInf),
-which need not be the scaling reference. Kinematic fields (divided by the density, m^2/s^2, as
-incompressible OpenFOAM solvers write them) give a force per density, and rho_inf is 1.
-
-Data sets state their normals and shear the other way round, which ``ForceConvention`` records:
-OpenFOAM's boundary output (foamToVTK, DrivAerML's VTPs) has face normals pointing out of the
-fluid domain, i.e. into the body, and ``wallShearStress`` is the stress on the fluid; there
-``f_i = (p n - tau) A``, the formula of OpenFOAM's forces function object, physicsnemo's DoMINO
-example (test.py) and ``physicsnemo.metrics.cae.cfd.compute_force_coefficients``. WindsorML's
-point normals point out of the body and its skin friction is the stress on it.
-
-A dataset whose surface fields are already coefficients (WindsorML's pressure and skin friction
-coefficients, the roles ``pressure_coefficient`` and ``skin_friction_coefficient``) integrates
-them the same way with q = 1: ``C = sum (-cp n + cf) A . e / A_ref``.
-
-References: a run's own (its references file: DrivAerML's ``geo_ref_<i>.csv``, OpenFOAM's
-coefficient.dat header), or the profile's constant ``dataset.references``; predict.py reports
-both (``forces.reference_area_per_run`` chooses which the first set of columns uses).
-
-``FreeStream`` and ``ForceConvention`` (the signs of the normals and of the shear) live in
-domino_pipeline/force_integration.py, which process_data.py's per-run statistics use too.
+The formulas (OpenFOAM's forceCoeffs), the free stream, the data sets' normal and shear
+conventions and the references are in docs/predict.md, "Force and moment coefficients".
+``FreeStream`` and ``ForceConvention`` live in domino_pipeline/force_integration.py, which the
+per-run statistics use too.
 """
 
 from __future__ import annotations
@@ -115,8 +78,9 @@ class Directions:
 
 def coefficients(loads: Loads, references: References, dynamic_pressure: float,
                  directions: Directions = Directions()) -> dict[str, float]:
-    """Every coefficient of COEFFICIENTS (module docstring) of ``loads`` over ``references``, with
-    ``dynamic_pressure`` (0.5 rho U^2) in the units of the pressure the loads were summed from."""
+    """Every coefficient of COEFFICIENTS (docs/predict.md) of ``loads`` over ``references``, with
+    ``dynamic_pressure`` (0.5 rho U^2) in the units of the pressure the loads were summed from.
+    """
     if not (references.area > 0 and references.length > 0):
         raise ValueError(f"the reference area and length must be positive, not {references.area} and "
                          f"{references.length}")
@@ -171,11 +135,10 @@ COEFFICIENT_ROLES = ("pressure_coefficient", "skin_friction_coefficient")
 
 @dataclass(frozen=True)
 class ForceSettings:
-    """How predict.py integrates the coefficients: the dataset profile's flow (conventions, the
-    free stream or None when each run's file gives it, the directions), which surface variables
-    are the pressure and the wall shear (the fields playing those roles; or the pressure and skin
-    friction coefficients, ``fields_are_coefficients``), the constant references, and whether a
-    run's own ones are preferred."""
+    """How predict.py integrates the coefficients: the dataset profile's flow, which surface variables
+    are the pressure and the wall shear (or cp and cf: ``fields_are_coefficients``), the constant
+    references, and whether a run's own ones are preferred.
+    """
 
     constant_references: References
     convention: ForceConvention

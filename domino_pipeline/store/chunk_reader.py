@@ -1,29 +1,12 @@
 """Checked reads of cache arrays straight from their shard objects, without zarr-python.
 
-The cache writes every array in one layout (docs/cache_format.md, "Reading chunks directly"):
-a Zarr v3 regular grid of *shards* along axis 0 only (the other dimensions whole), codec
-``sharding_indexed`` with inner chunks of ``chunk_rows`` rows, inner codecs ``bytes`` (little
-endian) then ``crc32c``, index codecs the same, index at the end, default keys with "/". Shard
-``s`` of a 2-D array is the object ``c/<s>/0`` (``c/<s>`` in 1-D): its inner chunks' bytes (an
-edge chunk padded to full size, each followed by its 4-byte little-endian CRC32C), then the
-index, one (offset, nbytes) little-endian uint64 pair per inner chunk, then the index's own
-CRC32C. The cache writes every inner chunk, fill-valued ones too, so a missing shard or a
-missing inner chunk is corruption here, never a silent fill value.
-
-A read is planned before it is made: the selection gives the inner chunks it touches, the shard
-indexes (read once, kept) give their byte ranges, and ``read_many`` fetches the ranges of
-several arrays of a run in one wave of a ``ByteSource`` (byte_source.py: mapped files locally,
-concurrent ranged GETs on object storage), then checks every checksum and assembles the
-arrays. ``ChunkedArray.open`` returns None for any other layout; the caller then uses
-zarr-python.
-
-    array = ChunkedArray.open(Path("cache/run_1/g1.zarr/surface_coordinates"))
-    window = array.rows(0, 8192)              # rows 0..8191, a copy
-    gathered = array.take(np.array([7, 3, 7]))
-    coords, fields = read_many([(coords_array, rows, np.empty), (fields_array, rows, np.empty)])
-
-A reader is not thread-safe (its index cache and its source's counters are shared), so each
-process or thread opens its own.
+The one layout the cache writes and this reader accepts is in docs/cache_format.md ("Layout",
+"Reading chunks directly"): Zarr v3 shards along axis 0, inner chunks ``bytes`` then
+``crc32c``, the index at the end. Every inner chunk is written, so a missing one is corruption.
+A read is planned first (the inner chunks a selection touches, their ranges from the kept
+shard indexes), then ``read_many`` fetches the ranges of several arrays of a run in one wave of
+a ``ByteSource``, checks every checksum and assembles the arrays. ``ChunkedArray.open`` returns
+None for any other layout; the caller then uses zarr-python. A reader is not thread-safe.
 """
 
 from __future__ import annotations

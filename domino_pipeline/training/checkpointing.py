@@ -1,39 +1,9 @@
-"""Training checkpoints: when and what a run saves, and how it resumes; the file format (saved
-atomically, loaded with `weights_only=True`); and the model alone in physicsnemo's own format
-(`.mdlus`), the last and the best by validation loss.
+"""Training checkpoints: when and what a run saves, how it resumes, and the files themselves.
 
-``TrainingState`` is what a step changes (model, optimizer, schedule, gradient scaler, the best
-validation loss so far); ``CheckpointFiles`` where it goes. A checkpoint is written at the end of
-every ``train.checkpoint_every``-th epoch, at the last one and when a signal stops the run, with
-every rank's RNG state and partial loss sums, so that a resumed run draws and reports as an
-uninterrupted one (``save_checkpoint``, ``resume``).
-
-A checkpoint is a dict of tensors and plain Python values only, so that `torch.load(...,
-weights_only=True)` reads it without executing anything:
-    model, optimizer, scheduler, scaler   state dicts
-    epoch                                 the epoch in progress (1-based)
-    step                                  batches of that epoch already done (0: epoch not started)
-    epoch_partial                         {"loss_sum", "batches", "term_sums"} of the unfinished epoch, per rank
-    rng_states                            one entry per rank (see `capture_rng_state`); restored
-                                          whatever the number of ranks and GPUs now
-    config                                the resolved Hydra config as a JSON string
-    best_val_loss                         the lowest validation loss so far (inf before any)
-
-Beside it, `save_model_file` writes the bare model with physicsnemo's `Module.save`:
-`model_last.mdlus` at every checkpoint and `model_best.mdlus` whenever the validation loss
-improves (with `model_best.json`: its epoch and loss). Anyone loads them with
-`physicsnemo.Module.from_checkpoint(path)`; `train.init_from` starts training from one.
-
-At the end of each checkpointed epoch the same folder also gets the pair physicsnemo's
-`save_checkpoint` writes (`physicsnemo.utils.checkpoint`), which its `load_checkpoint` and the
-DoMINO example's train.py resume from:
-    DoMINO.0.<e>.mdlus     the model (a hard link to model_last.mdlus where the file system allows)
-    checkpoint.0.<e>.pt    optimizer_state_dict, scheduler_state_dict, scaler_state_dict, epoch
-with e the 0-based index of the last finished epoch (the example resumes at e + 1); only the
-latest pair is kept. An interrupted epoch has no such pair: physicsnemo's layout cannot say
-where in an epoch a run stopped. The other way round, `train.resume_from` continues from such a
-pair (the example's own checkpoints): model, optimizer, scaler and epoch, the scheduler when it
-is of the configured kind; RNG states and the epoch's partial sums are not in that layout.
+``TrainingState`` is what a step changes, ``CheckpointFiles`` where it goes. The checkpoint's
+keys, the physicsnemo ``.mdlus`` models and the DoMINO example's checkpoint pairs are described
+in docs/configuration.md ("Checkpoints") and docs/example_keys.md ("Files of a PhysicsNeMo
+DoMINO example run").
 """
 
 from __future__ import annotations
