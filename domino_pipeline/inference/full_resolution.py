@@ -1,28 +1,13 @@
 """DoMINO over every surface cell (and every volume point) of a run, in batches of bounded size.
 
-Training draws a few thousand points per step; prediction wants all of them. The run goes
-through the training path's own preprocessing (``prepare_rows``: box filters, normalisation, the
-centre of mass; ``grid_sdf``; ``all_surface_neighbors``, as the cache build; ``volume_sdf``) and every batch through the
-training path's own item builder (``build_item``), so the model sees what it was trained on:
-
-    prepared = prepare_run(arrays, settings, parts=("surface",), source=name)
-    items = BatchItems(prepared, settings, parts=("surface",), geometry_points=300_000)
-    scaled = predict_part(part_forward(model), items, part="surface", batch_points=8192,
-                          device=device)                               # (kept rows, C), model units
-    fields = rows_to_mesh(unscale_fields(scaled, factors, "surface"), prepared.surface_rows, n_cells)
-
-Memory: the run's arrays, its surface kNN (N x (K-1) int32) and the model's activations for one
-batch of ``batch_points`` points. The geometry points are the first ``geometry_points`` of the STL
-vertices in the stored random order: a uniform subset of the size training used.
-
-The geometry encodings (ball queries of the geometry points into the grids, grid convolutions)
-are the same for every batch of a run. For a DoMINO of the physicsnemo version this was written
-against, ``EncodedDoMINO`` computes them once per run and runs only the per-point part of
-``DoMINO.forward`` per batch (the test suite compares it with ``model(batch)``, surface-only and
-combined); any other model runs the whole forward pass per batch.
-
-A model with both heads needs both kinds of input in every batch: the other part is filled with
-one row (the first surface cell, or one volume point) whose prediction is dropped.
+The run goes through the training path's own preprocessing (``prepare_rows``, ``grid_sdf``,
+``all_surface_neighbors``, ``volume_sdf``) and every batch through its item builder
+(``build_item``), so the model sees what it was trained on (docs/predict.md, "Inputs"). The
+geometry points are the first ``geometry_points`` STL vertices in the stored random order: a
+uniform subset of the size training used. ``EncodedDoMINO`` computes the geometry encodings once
+per run for the physicsnemo version it mirrors; any other model runs the whole forward pass per
+batch. A model with both heads needs both kinds of input in every batch: the other part is
+filled with one row whose prediction is dropped.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """One run through prediction: the model over every cell (and volume point), the errors against
-the truth, the force and moment coefficients, and the files people look at.
-
-    prediction = predict_run(model, run, settings, scaling_factors=factors, geometry_points=300_000,
-                             batch_points=8192, device=device)
-    record = run_record(run, prediction, variables=variables, forces=forces)
-    paths = write_run_outputs(run, prediction, variables=variables, out_dir=out, plot=True, record=record)
-    report_table(records, surface_names, out_dir=out, forces=forces)   # predictions.csv and the printed table
+the truth, the force and moment coefficients, and the files people look at (docs/predict.md,
+"Outputs").
 """
 
 from __future__ import annotations

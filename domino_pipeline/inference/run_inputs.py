@@ -1,23 +1,11 @@
-"""What predict.py is given, read into one form: a raw DrivAerML run folder, a processed run, or
-an STL alone.
+"""What predict.py is given, read into one form: a raw run folder, a processed run, or an STL alone.
 
-Each becomes a ``PredictionRun``: the arrays in the processed-run layout (stl_*, surface_*,
-volume_* when asked, global_params_*; fields non-dimensional, as process_data.py stores them), the
-mesh the surface rows are the cells of (where predictions are written), and what is true:
-
-- a raw folder (its files found through the dataset profile), read as process_data.py reads it
-  (the surface and, when asked, the volume a block at a time) into the arrays it would store:
-  the boundary surface's rows (cells or points, ``dataset.surface_rows``), with its fields as
-  truth; the volume's rows when asked (a folder
-  without a volume is predicted on its surface); the published coefficients and references
-  (``dataset.coefficients``, ``dataset.references``) where the folder has them. The written VTP
-  is the run's own surface (a surface VTU as the same PolyData), every array kept.
-- a processed run (``<run>.zarr``, a local folder or an ``s3://``, ``gs://``, ``az://`` URL, read
-  through processed/runs.py): its cell centres and fields, and the published coefficients and
-  references its attributes recorded from the raw folder; it keeps no cell connectivity, so the
-  written "mesh" is a point cloud with one vertex cell per surface cell.
-- an STL alone: its triangles are the surface cells (centres, areas, normals from the winding,
-  oriented the way the training data's normals point); nothing is true.
+Each becomes a ``PredictionRun``: the arrays in the processed-run layout (fields
+non-dimensional, as process_data.py stores them), the mesh the surface rows are the cells of
+(where predictions are written), and what is true (a raw folder's fields and published
+coefficients, a processed run's recorded ones, nothing for an STL). How each input is read is in
+docs/predict.md, "Inputs"; a processed run keeps no cell connectivity, so its written "mesh" is a
+point cloud with one vertex cell per surface cell.
 """
 
 from __future__ import annotations

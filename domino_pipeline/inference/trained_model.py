@@ -1,12 +1,8 @@
 """A trained DoMINO for prediction, from a physicsnemo ``.mdlus`` or this project's ``checkpoint.pt``.
 
-    model, parameters = load_trained_model("outputs/demo/train_cached/checkpoints/model_best.mdlus", device)
-
-A ``.mdlus`` (``Module.save``: this project's model_last / model_best, or anyone's DoMINO)
-rebuilds itself from its own constructor arguments. A ``checkpoint.pt`` holds the resolved config
-the model was trained with; the model is rebuilt from it and its weights loaded (weights_only).
-Either way the model's resolved parameters come back, to check the data against
-(``check_data_fits_model``).
+A ``.mdlus`` rebuilds itself from its own constructor arguments; a ``checkpoint.pt`` from the
+resolved config it holds, its weights loaded with weights_only. Either way the model's resolved
+parameters come back, to check the data against (``check_data_fits_model``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """``CachedDoMINODataset``: DoMINO items drawn from a cache written by ``cache_data.py``.
 
-    ds = CachedDoMINODataset("outputs/demo/cache", model_type="surface", surface_points=1024,
-                             geometry_points=4096)   # targets scaled with the cache's own factors
-    ds.set_epoch(3); item = ds[0]
-
 Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the cache stays light.
 """
 
@@ -38,28 +34,18 @@ from domino_pipeline.store.manifest import manifest_scaling_factors, read_manife
 
 
 class CachedDoMINODataset(EpochDataset):
-    """DoMINO items drawn from a cache written by ``cache_data.py``.
+    """DoMINO items drawn from a cache written by ``cache_data.py`` (docs/cache_format.md).
 
-    Holds only paths and the manifest's small metadata; each process opens runs lazily. A draw
-    reads windows of the pre-shuffled row arrays (O(sampled points)). The neighbours of the
-    sampled surface cells come as the cache's ``neighbor_layout`` stores them: in "features",
-    read with the cells' own rows; in "indices", gathered from the rows the indices name (these
-    lie all over the surface, so the gather touches most chunks of three small arrays;
-    docs/cache_format.md). ``expected``: settings (``PreprocessSettings.fingerprinted()``)
-    the cache must have been built with; a mismatch raises StaleCacheError listing every
-    difference. ``scaling_factors``: "manifest" (the default) takes the factors cache_data.py
-    wrote beside the cache, checked against the SHA-256 the manifest records; a dict or a
-    factors file (scaling.py's JSON) replaces them; None leaves the targets unscaled. Factors
-    computed for other target variables are refused.
-    ``sources``: run name -> the processed run's current stat fingerprint
-    (``processed.runs.stat_fingerprint``: file names, sizes, modification and inode change times,
-    inode numbers); a run whose processed run
-    was written again since the manifest recorded it raises StaleCacheError naming it.
-
-    The dataset reads the run generations the manifest named when it was made, whatever
-    rebuilds happen meanwhile (a rebuilt run's previous generation is kept). Each process keeps
-    at most ``max_open_runs`` runs open, closing the least recently used (their reader buffers
-    go with them), so a worker drawing from hundreds of runs stays small.
+    Holds only paths and the manifest's small metadata; each process opens runs lazily, at most
+    ``max_open_runs`` at a time (least recently used closed first), and reads the generations the
+    manifest named when the dataset was made, whatever rebuilds happen meanwhile. A draw reads
+    windows of the pre-shuffled row arrays; neighbours come as the cache's ``neighbor_layout``
+    stores them. ``expected``: the settings (``PreprocessSettings.fingerprinted()``) the cache must
+    have been built with (StaleCacheError listing every difference). ``scaling_factors``:
+    "manifest" takes the factors cache_data.py wrote beside the cache (checked against the
+    manifest's SHA-256), a dict or factors file replaces them, None leaves targets unscaled.
+    ``sources``: run name -> the processed run's ``processed.runs.stat_fingerprint``; a run written
+    again since the manifest recorded it raises StaleCacheError naming it.
     """
 
     def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
@@ -227,10 +213,9 @@ class CachedDoMINODataset(EpochDataset):
                 if n not in resident and n.split("_")[0] in self.parts]
 
     def _reads(self, draw) -> list[tuple[str, object, object]]:
-        """The (array, selection, allocator) triples a draw reads after choosing its rows: the
-        grids and its STL vertices (kept with the run), its surface rows with their neighbours
-        as the layout stores them (in ``indices``: the neighbour indices, gathered after), its
-        volume rows."""
+        """The (array, selection, allocator) triples a draw reads after choosing its rows: the grids, its
+        STL vertices, its surface rows (``_row_arrays``) and its volume rows.
+        """
         reads = [(name, Ellipsis, output_array) for name in self._grid_arrays()]
         reads.append(("geometry_coordinates", draw.geometry_rows, output_array))
         for part, rows in (("surface", draw.surface_rows), ("volume", draw.volume_rows)):
@@ -280,8 +265,6 @@ def _check_sources(cache_dir: Path, names: list[str], entries: list[dict],
         raise StaleCacheError(f"{cache_dir}: runs {changed} were written again after the cache "
                               "was built; rerun cache_data.py (cache.rebuild=true where their data "
                               "changed), or set cache.check_sources=false")
-
-
 
 
 def _gather_neighbors(run: CacheRun, rows: np.ndarray, neighbors: np.ndarray) -> dict[str, np.ndarray]:

@@ -1,21 +1,7 @@
-"""What both DoMINO datasets share: the item they return (``build_item``), the epoch counter and
-draws (``EpochDataset``) and the constant grids. ``DoMINODataPipe`` (uncached.py) preprocesses
-every draw, ``CachedDoMINODataset`` (cached.py) reads the cache that ``cache_data.py`` wrote; both
-return the same dict for the same (seed, epoch, index).
-
-An item is a dict of float32 tensors without batch dimension, DoMINO's input names:
-
-- always: ``geometry_coordinates`` (G, 3), ``surf_grid`` (Nx, Ny, Nz, 3), ``sdf_surf_grid``
-  (Nx, Ny, Nz), ``global_params_values`` / ``global_params_reference`` (P, 1),
-  ``surface_min_max`` (2, 3);
-- surface / combined: ``surface_mesh_centers``, ``surface_normals``, ``pos_surface_center_of_mass``
-  (Ns, 3), ``surface_areas`` (Ns,), ``surface_mesh_neighbors``, ``surface_neighbors_normals``
-  (Ns, K-1, 3), ``surface_neighbors_areas`` (Ns, K-1), target ``surface_fields`` (Ns, 4);
-- volume / combined: ``grid`` (Nx, Ny, Nz, 3), ``sdf_grid`` (Nx, Ny, Nz), ``volume_mesh_centers``,
-  ``pos_volume_closest``, ``pos_volume_center_of_mass`` (Nv, 3), ``sdf_nodes`` (Nv, 1),
-  ``volume_min_max`` (2, 3), target ``volume_fields`` (Nv, 5).
-
-Targets are scaled with the given factors (unscaled when none are given).
+"""What both DoMINO datasets share: the item they return (``build_item``; its keys and shapes:
+docs/cache_format.md, "The item a draw returns"), the epoch counter and draws
+(``EpochDataset``) and the constant grids. Both datasets return the same dict for the same
+(seed, epoch, index).
 """
 
 from __future__ import annotations

@@ -1,13 +1,5 @@
 """The DoMINO cache on disk: its layout, version, fingerprints and errors (spec:
-docs/cache_format.md).
-
-``<cache_dir>/<run>/g<N>.zarr`` is generation N of a run: one immutable Zarr v3 group holding
-what ``preprocessing`` computes (the arrays of its settings' neighbour layout, ``layout_arrays``),
-every array sharded along rows, every inner chunk uncompressed and closed by a CRC32C checksum, so
-that a draw reads only the inner chunks its rows touch and a run is a few dozen files. Its
-attributes hold the settings, their fingerprint, the fingerprint of the processed run it was
-built from, row counts and the few per-run scalars, so a run can be checked (and a build resumed)
-without the manifest. ``manifest.json`` names the generation of every run (manifest.py).
+docs/cache_format.md, "Layout" and "The settings and the fingerprint").
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
 """``<cache_dir>/manifest.json``: the runs of a cache and the generation of each, the settings
-that built it and a checksum of itself.
-
-Readers open the manifest once and read the generations it names, so replacing the manifest
-(``write_manifest``: a temporary file, then a rename) switches every new reader to rebuilt runs
-at once while open ones keep theirs. Each entry records its run's metadata checksum, and the
-manifest records the SHA-256 of its own canonical JSON, so an edit anywhere is caught.
+that built it and a checksum of itself (docs/cache_format.md, "manifest.json").
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """A cache on object storage: uploading a local cache folder or one run generation, and
-removing the generations no reader needs. The manifest is uploaded last: it is the commit
-that makes the runs it names readable.
-
-After each upload of a run generation, the build removes that run's older generations as a
-local build does (run_writer.py): complete ones beyond the newest ``KEEP_GENERATIONS`` that the
-manifest does not name, and claimed prefixes never completed (a builder killed during its
-upload) once nothing under them has been written for ``ABANDONED_AFTER_S``.
+removing the generations no reader needs (docs/cache_format.md, "On object storage"). The
+manifest is uploaded last: it is the commit that makes the runs it names readable.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """How the ranks of a multi-process cache build finish without waiting for one another.
 
-Under torchrun each rank builds its share of the runs; ranks finish at very different times
-(runs already current, fast failures, smaller runs, DrivAerML runs of tens of minutes), so no
-rank waits in a collective. Each writes a small record of its outcome to
-``<cache>/.ranks/<job>/rank-<r>.json``; the rank that finds every rank's record there is the
-last one: it alone finishes the job (writes the manifest) and removes the records.
-
-Locally the records are files and the check runs under a lock; a rank that finds its own
-record gone knows the last rank has done so. On object storage they are objects written with
-create-only puts, and a rank that lists every record claims the job's end with a create-only
-put of ``<job>/finished``: when two ranks see every record at once, one claim wins. That small
-object stays, so a rank that listed the records just before they were removed cannot claim the
-job's end a second time, until a later build removes it (``remove_finished_jobs``).
+Each rank writes a record of its outcome to ``<cache>/.ranks/<job>/rank-<r>.json``; the rank
+that finds every rank's record there is the last one: it alone writes the manifest and removes
+the records. Locally the check runs under a lock; on object storage the records are create-only
+puts and the last rank claims the job's end with a create-only put of ``<job>/finished``, which
+stays until a later build removes it (``remove_finished_jobs``), so the end is claimed once.
+See docs/cache_format.md, "On object storage" and "Building, resuming, validating".
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Writing one cache run: a new generation, array by array or block by block, placed whole.
 
-    with run_lock(cache_dir, "run_1"):
-        with RunWriter(cache_dir, "run_1", shapes, attrs, neighbor_layout="indices") as writer:
-            writer.write("surface_grid_sdf", sdf)                  # a whole array
-            writer.write_rows("volume_sdf", start, block)          # or a block of rows
-        # here generation g<N+1> is in place; generations older than g<N> are removed
-
 A generation is built under a hidden temporary name in the run's folder and renamed into place
-only when every array has been written in full and the attributes are set, so a reader sees a
-whole generation or none. Placed generations are never modified: a rebuild writes the next one,
-and the manifest (manifest.py) switches readers to it in one atomic replace. The previous
-generation is kept for datasets opened before the switch; older ones are removed.
+only when every array has been written in full and the attributes are set; placed generations
+are never modified (docs/cache_format.md, "Layout"). The caller holds ``run_lock``.
 """
 
 from __future__ import annotations

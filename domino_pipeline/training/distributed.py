@@ -1,15 +1,11 @@
 """Process-group setup for one process or many under torchrun or srun, and the few collectives
 training needs.
 
-One process (`python train.py`) and DDP (`torchrun --nproc_per_node=N train.py`, `srun python
-train.py`) share the same code: the job's shape is a ``launch.Launch`` (the one rule for ranks,
-``launch_environment``); in a world of size 1 every collective is a no-op.
-Backend: NCCL on CUDA, gloo on the CPU. Each rank's GPU follows ``devices.cuda_index``, the rule
-Warp follows too.
-
-Timeouts are explicit (the ``distributed`` config section): ``timeout_s`` bounds the waits of
-training's collectives (a step, a checkpoint, a validation), ``work_timeout_s`` the waits behind
-per-rank work of unknown length, which run in their own gloo group (``work_group``).
+One process and DDP share the same code: the job's shape is a ``launch.Launch``; in a world of
+size 1 every collective is a no-op. Backend: NCCL on CUDA, gloo on the CPU; each rank's GPU
+follows ``devices.cuda_index``. Timeouts (the ``distributed`` section: ``timeout_s`` for
+training's collectives, ``work_timeout_s`` for the ``work_group`` waits behind per-rank work) are
+described in docs/gpu.md, "Several GPUs".
 """
 
 import uuid

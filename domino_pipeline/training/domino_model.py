@@ -1,15 +1,7 @@
 """DoMINO from the config: one place decides the model type, builds the model, checks that the
-data (a cache, or the uncached datapipe's settings) fits it, and sets up its optimisation from
-the ``train:`` section (AdamW, the per-epoch learning-rate schedule, mixed precision and its
-gradient scaler, DDP around the model).
-
-    model_type = resolve_model_type(cfg.model_type, model_section)          # conflicts are errors
-    parameters = resolved_parameters(model_section)                          # DoMINO's defaults + config
-    check_data_fits_model(dataset.settings, parameters, f"cache {cache_dir}")  # before the first step
-    model = build_model(model_type, model_section, device, widths)
-    optimizer, scheduler = build_optimizer(model, train), build_scheduler(optimizer, train)
-
-The physicsnemo model is imported inside the functions, so importing this module stays light.
+data fits it, and sets up its optimisation from the ``train:`` section (AdamW, the per-epoch
+learning-rate schedule, mixed precision and its gradient scaler, DDP around the model). The
+physicsnemo model is imported inside the functions, so importing this module stays light.
 """
 
 from __future__ import annotations

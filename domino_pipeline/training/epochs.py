@@ -1,19 +1,11 @@
 """The epoch loop of DoMINO, top to bottom: resume, then per epoch draw this rank's samples, step
-over them (timed as data wait against compute), combine the ranks' records, step the schedule,
-validate and checkpoint when due (checkpointing.py), log (run_log.py); a signal stops it after the
-current step with a checkpoint of the partial epoch.
+over them, combine the ranks' records, step the schedule, validate and checkpoint when due
+(checkpointing.py), log (run_log.py); a signal stops it after the current step with a
+checkpoint of the partial epoch. train.py builds the pieces once:
+``Trainer(info, config, state, data, objective, files, log, stop)``.
 
-What the loop works with, in small typed pieces that train.py builds once:
-
-    Trainer(info, config, state, data, objective, files, log, stop)
-
-``TrainingState`` and ``CheckpointFiles`` (checkpointing.py) hold what training changes and where
-it is saved; ``TrainData`` the runs, datasets and loaders; ``Objective`` what is minimised
-(losses.py) and measured; ``RunLog`` and ``StopFlag`` what is reported and when to stop.
-
-`data_wait_s` is the time the loop sits blocked on the DataLoader, `compute_s` the time from a
-batch in hand to the optimizer step done (forward, backward, clipping, step; `loss.item()`
-synchronises the GPU): the numbers that show the cache at work.
+``data_wait_s`` is the time the loop sits blocked on the DataLoader, ``compute_s`` the time from
+a batch in hand to the optimizer step done (``loss.item()`` synchronises the GPU).
 """
 
 from __future__ import annotations

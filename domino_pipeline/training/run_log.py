@@ -1,18 +1,8 @@
-"""What a training run reports. An epoch: each rank's sums and timings (``EpochResult``), their
-summary and the combination of every rank's into one epoch record, the validation metrics, and
-peak memory (CUDA's allocator and Warp's pool on a GPU, the process's RSS on the CPU). Rank 0's
-record of the run: console lines, TensorBoard scalars and JSON-lines files (``epochs.jsonl``,
-``steps.jsonl``, ``split.json``) in the output directory; on the other ranks every ``RunLog``
-call does nothing, so the loop calls it unconditionally.
-
-Peak GPU memory, Warp's allocations included: torch's ``max_memory_allocated`` counts only
-torch's caching allocator. The uncached datapipe and prediction also allocate through Warp
-(points, hash grids, meshes, kNN results), from Warp's own CUDA memory pool, so the reported peak
-adds that pool's high-water mark. Warp keeps no resettable high-water mark: its figure covers the
-whole process so far, which makes the sum an upper bound of the true peak of an epoch. Where
-Warp's pool is off, its allocations are not counted separately and the device's used memory
-(every process's, from ``cudaMemGetInfo``) is reported instead. Warp is never imported here: a
-process that has not loaded it (the cached path) has no Warp memory.
+"""What a training run reports: each rank's sums and timings (``EpochResult``), their combination
+into one epoch record, the validation metrics and peak memory (docs/gpu.md, "What the figures
+mean"); rank 0's console lines, TensorBoard scalars and JSON-lines files (``epochs.jsonl``,
+``steps.jsonl``, ``split.json``). On the other ranks every ``RunLog`` call does nothing, so the
+loop calls it unconditionally. Warp is never imported here: the cached path has no Warp memory.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The target scaling factors of a training run: made sure of before the datasets open them, and
 turned into the function that brings the model's scaled outputs back to physical units.
 
-Missing factors of an uncached run are computed by every rank in parts. Reading them means
-streaming every training run (long at DrivAerML size), so no rank does it alone while the others
-wait behind a barrier: rank r computes the statistics of every world-size-th run from r, the
-ranks exchange them in a ``work_group`` made here (whose wait is bounded by
-``distributed.work_timeout_s``, not by training's collective timeout) and merge them in run
-order, which gives exactly ``compute_scaling_factors``'s result. Every rank then has the
-factors; each writes the file (the same bytes, atomically), so a rank on another machine finds
-it too.
+Missing factors of an uncached run are computed by every rank in parts (rank r every
+world-size-th run from r), exchanged in a ``work_group`` bounded by ``work_timeout_s`` and merged
+in run order, which gives exactly ``compute_scaling_factors``'s result; each rank writes the same
+bytes atomically (docs/gpu.md, "Several GPUs").
 """
 
 from __future__ import annotations
