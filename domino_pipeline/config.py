@@ -1,12 +1,9 @@
 """The configuration, typed: one frozen dataclass per section of conf/config.yaml.
 
-The defaults live in the YAML files only (conf/config.yaml and the presets that extend it): every
-field here is required, ``from_section`` refuses unknown and missing keys, and ``__post_init__``
-refuses values outside the allowed choices, listing them. ``load_config`` builds every section once
-at an entry point; the library receives the sections as plain arguments.
-
-    config = load_config(cfg)                 # cfg: the DictConfig Hydra composed
-    settings = settings_from_config(config.geometry, config.variables)
+The defaults live in the YAML files only: every field here is required, ``from_section`` refuses
+unknown and missing keys, and ``__post_init__`` refuses values outside the allowed choices.
+``load_config`` builds every section once at an entry point; the library receives the sections
+as plain arguments.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """What every command shares: the typed config built once, refusals in one line.
 
-    @entry_point
-    def main(config: PipelineConfig) -> int:     # the exit code (0 or None: success)
-        ...
-
-    if __name__ == "__main__":
-        main()
-
-``entry_point`` puts Hydra's ``main`` (conf/config.yaml beside the script, ``--config-name`` and
-overrides from the command line) around the function, builds the ``PipelineConfig``, and turns a
-refusal or bad input (OSError, ValueError and the errors derived from them, a config that does
-not resolve) into one line ``error: <file>: <problem>`` on stderr and exit code 1, without a
-traceback. A key of physicsnemo's DoMINO example given on the command line is named with the key
-it has here, and any other unknown key with the closest ones, before Hydra refuses it.
+``entry_point`` puts Hydra's ``main`` around a ``main(config: PipelineConfig) -> int`` function
+(the exit code; 0 or None: success), builds the ``PipelineConfig``, and turns a refusal
+(``REFUSALS``) into one line ``error: <file>: <problem>`` on stderr and exit code 1, without a
+traceback. An unknown command-line key is named with its key here (a key of physicsnemo's DoMINO
+example, docs/example_keys.md) or the closest ones, before Hydra refuses it.
 """
 
 from __future__ import annotations

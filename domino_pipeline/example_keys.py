@@ -1,8 +1,6 @@
-"""The keys of physicsnemo's DoMINO example config (``examples/cfd/external_aerodynamics/domino/
-src/conf/config.yaml``) that this pipeline names differently: such a key, in a config or as a
-command-line override, is refused with the name it has here (docs/example_keys.md has the table).
-
-    model.volume_points_sample is sampling.volume_points here
+"""The keys of physicsnemo's DoMINO example config that this pipeline names differently: such a
+key, in a config or as a command-line override, is refused with the name it has here
+(docs/example_keys.md has the table).
 """
 
 from __future__ import annotations

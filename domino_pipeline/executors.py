@@ -1,25 +1,13 @@
 """Where the per-run tasks of process_data.py and cache_data.py run: a pool of worker processes
 on this machine (``executor.kind=pool``, the default), or a ``dask.distributed`` cluster
-(``executor.kind=dask``: the scheduler at ``executor.address``, or a local cluster when none is
-given).
+(``executor.kind=dask``; docs/scaling.md, "All of DrivAerML on each engine").
 
-Each run is one task, and a task is the run's only writer: it writes its run atomically and
-skips a run already written, so those writes, not the executor, are the record of what is done.
-A run whose worker dies is simply run again (Dask reschedules it, up to
-``distributed.scheduler.allowed-failures`` times; a pool reports it failed and a rerun of the
-stage resumes). Dask also runs again the tasks a lost worker had finished but not yet handed
-back: they find their run written and report it skipped, so no run is written twice. The results come back to this process, which shows the progress and returns
-them in the tasks' order, so the stage's summary is the same on either executor.
-
-    results = run_tasks(process_one, {"run_1": (run_dir, out)}, executor, workers=4,
-                        progress="processing runs")
-
-A task may tell the stage how it progresses (``report(message)``, e.g. the bytes a remote run has
-fetched): in the pool the messages reach ``run_tasks``' ``on_report`` in this process; on Dask
-they are dropped (its dashboard shows the tasks).
-
-Dask is optional: it is imported only when ``executor.kind`` is ``dask``. Dask's workers import
-``function`` by name, so they need this package (the repository's folder on their path).
+Each run is one task and its only writer: it writes its run atomically and skips a run already
+written, so a task run again (a dead worker's, or one Dask reruns after a lost worker) writes
+nothing twice. The results come back in the tasks' order, so the stage's summary is the same on
+either executor. A task's ``report(message)`` reaches ``run_tasks``' ``on_report`` in the pool;
+on Dask it is dropped. Dask is imported only for ``executor.kind=dask``; its workers import
+``function`` by name, so they need this package on their path.
 """
 
 from __future__ import annotations

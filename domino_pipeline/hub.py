@@ -1,15 +1,6 @@
 """Hugging Face Hub repositories as read-only folders: ``hf://`` URLs, their file tree and the
-HTTPS URLs their files are read from with ranged GETs.
-
-``hf://datasets/<owner>/<name>[@<revision>][/<path>]`` (huggingface_hub's form; the revision
-defaults to ``main``) names a folder of a dataset repository. Its entries come from the Hub's
-tree API, ``GET {endpoint}/api/datasets/<owner>/<name>/tree/<revision>/<path>`` (pages joined
-through the ``Link: <...>; rel="next"`` header); a file entry has ``path``, ``size``, ``oid``
-(the git blob's SHA-1) and, for a file kept in LFS, ``lfs.oid`` (the SHA-256 of its content).
-A file is read from ``{endpoint}/datasets/<owner>/<name>/resolve/<revision>/<path>`` (which
-redirects to a CDN that serves byte ranges). The endpoint is ``HF_ENDPOINT`` or
-https://huggingface.co; ``HF_TOKEN``, when set and requests are not anonymous, is sent as a
-bearer token (a public dataset needs none) and never written anywhere.
+HTTPS URLs their files are read from with ranged GETs (docs/remote_reading.md has the URL forms,
+the tree API and the token).
 
     folder = HubFolder.parse("hf://datasets/neashton/drivaerml")
     entries = tree(folder.child("run_1"))          # [{"type": "file", "path": ..., "size": ...}]

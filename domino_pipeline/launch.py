@@ -1,21 +1,9 @@
 """Where this process sits in a job, by the one rule every stage follows: torchrun's variables,
 else Slurm's, else a single process.
 
-- torchrun (``torchrun --nproc_per_node=N train.py``): ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-  ``MASTER_ADDR``, ``MASTER_PORT``. Any of the first three makes it a torchrun job, whose ranks
-  meet through ``env://`` as torchrun arranges (its agent's store included).
-- Slurm (``srun python train.py``, one task per GPU): ``SLURM_PROCID``, ``SLURM_NTASKS``,
-  ``SLURM_LOCALID``; rank 0's address is ``MASTER_ADDR`` if set, else the first host of
-  ``SLURM_STEP_NODELIST`` (the step's nodes) or ``SLURM_JOB_NODELIST``, read from Slurm's
-  compact form (``node[01-04,07],gpu3``) without ``scontrol``; the port is ``MASTER_PORT`` if
-  set, else one derived from ``SLURM_JOB_ID`` (``SLURM_PORTS``), the same on every task. The
-  ranks meet through ``tcp://`` at that address.
-- One process otherwise, and also in a single-task allocation (``SLURM_NTASKS`` 1 or unset), so
-  that ``python train.py`` in an ``salloc`` shell is one process.
-
-A shell of a multi-task allocation (``SLURM_NTASKS`` > 1 without ``SLURM_PROCID``) is refused: the
-tasks start with ``srun``. Inconsistent values (not integers, a rank outside the world) are
-refused naming the variables. Nothing here imports torch.
+The variables read, the rendezvous address and port under Slurm, and what is refused are
+described in docs/scaling.md, "On a Slurm cluster". torchrun's ranks meet through ``env://``,
+Slurm's through ``tcp://``. Nothing here imports torch.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Which runs a stage takes: ``data.runs`` (run numbers, ranges of them, run names) and then
 ``data.shard`` (``<i>/<n>``: every n-th of the chosen runs in natural order, from the i-th), so
-that the jobs of a job array, or of any scheduler, split a stage and never write the same run.
+that the jobs of a job array never write the same run (docs/scaling.md). A run's number is the
+last group of digits in its name (run_12: 12).
 
     select_runs(["run_1", "run_2", "run_10"], [1, "5-10"], None)   # ["run_1", "run_10"]
-    select_runs(names, None, "1/4")                                # the 2nd, 6th, 10th, ... run
-
-A run's number is the last group of digits in its name (run_12: 12). Names in, names out, no
-dependency: any stage that lists runs (raw folders, processed runs, object-store prefixes) can
-use it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
-"""The kinds of field variable and their widths, and the roles a field can play, shared by the
-readers of raw runs (inputs/), the preprocessing (compute/), the model (training/) and the reports
-(inference/).
-
-A dataset profile (conf/dataset/<name>.yaml) names, per part, the field that plays each role in its
-files; the role says the field's kind and how it is made dimensionless, whatever the dataset calls it.
-A field is one array of the files (``pressure: pMeanTrim``), or a vector (or tensor) the files
-hold as one scalar array per component (``velocity: [velocityxavg, velocityyavg, velocityzavg]``),
-which the readers assemble into one variable named after its role (``velocity``).
+"""The kinds of field variable and their widths, and the roles a field can play, shared by every
+stage. A profile names the field that plays each role (docs/datasets.md, "The profile keys"); a
+field given as one scalar array per component becomes one variable named after its role.
 
     fields = {"pressure": "pMeanTrim", "velocity": ["ux", "uy", "uz"]}
     variables_of(fields)   # {"pMeanTrim": "scalar", "velocity": "vector"}
-    arrays_of(fields)      # {"pMeanTrim": ["pMeanTrim"], "velocity": ["ux", "uy", "uz"]}
 """
 
 from __future__ import annotations

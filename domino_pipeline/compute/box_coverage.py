@@ -1,12 +1,7 @@
-"""What a run's bounding boxes leave out, as notes for the cache build's summary.
-
-The volume box (``geometry.bounding_box_volume``) drops the surface cells and volume rows outside
-it (``rows.inside_box``, DoMINO's filter) and bounds the volume grid, whose signed distance is
-the STL's; the surface box (``geometry.bounding_box_surface``) bounds the surface grid and
-normalises the surface coordinates, so cells outside it get coordinates beyond [-1, 1]. A box
-that does not hold the whole body quietly trains on part of it: here each is measured.
-
-    notes = box_notes(arrays, settings)   # ["the volume box drops 3.2% of the boundary cells (12.5% of the area)", ...]
+"""What a run's bounding boxes leave out, as notes for the cache build's summary: the volume box
+drops the surface cells and volume rows outside it, the surface box normalises the surface
+coordinates (cells outside it get coordinates beyond [-1, 1]), so a box that does not hold the
+whole body quietly trains on part of it; here each is measured.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """The DoMINO example's ``scaling_factors.pkl`` (its ``compute_statistics.py``) as this project's
-factors.
-
-The example pickles a ``ScalingFactors`` dataclass of its own ``utils.py``: ``mean``, ``std``,
-``min_val``, ``max_val`` (each ``{"surface_fields": array, "volume_fields": array, ...}``) and
-``field_keys``. Reading a pickle can run code, so the file is refused unless the caller allows it
-(``data.allow_pickle=true``); even then a restricted unpickler runs, which builds numpy arrays,
-plain containers and that one record, never the example's class or any other global. Converted
-once, the factors are plain JSON:
-
-    python -c "from domino_pipeline.compute.example_factors import convert; convert('scaling_factors.pkl', 'scaling_factors.json')"
-
-then ``sampling.scaling_factors=scaling_factors.json``.
+factors (docs/example_keys.md). The example pickles a ``ScalingFactors`` dataclass (``mean``,
+``std``, ``min_val``, ``max_val``, ``field_keys``); reading a pickle can run code, so the file is
+refused unless ``data.allow_pickle=true``, and even then a restricted unpickler builds only numpy
+arrays, plain containers and that one record. ``convert`` writes the factors as plain JSON.
 """
 
 from __future__ import annotations

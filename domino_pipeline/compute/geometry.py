@@ -1,35 +1,25 @@
 """Exact k-nearest neighbours and signed distance to a triangle mesh, with NVIDIA Warp.
 
-These are the two expensive per-run computations of the DoMINO preprocessing (surface
-neighbours, SDF of grid and volume points). Both run as Warp kernels on CUDA when a GPU is
-present and on the CPU otherwise (``resolve_device``).
+The two expensive per-run computations of the preprocessing (surface neighbours, SDF of grid and
+volume points), as Warp kernels on CUDA when present and on the CPU otherwise. On the CPU a
+launch runs on one core but releases the GIL, so launches are split into chunks run from a
+thread pool (``cpu_threads``, default: all cores of the process).
 
-kNN is exact. Each query searches a hash grid (``wp.HashGrid``) out to its own radius and keeps
-its k best candidates in a sorted insertion list; the answer is accepted only when the k-th lies
-inside the radius (so no closer point can have been missed: the grid box is widened by a few
-float32 roundings of the coordinates), otherwise the query retries with twice the radius on a
-coarser grid. Starting radii come from the local point density (counts
-on a coarse grid) scaled by a pilot sample, and queries with similar radii share a grid whose
-cell width matches them, so dense and sparse regions of one car are both cheap and exact.
-
-On the CPU a Warp launch runs on one core; its ctypes call releases the GIL, so launches are
-split into chunks run from a thread pool (``cpu_threads``, default: all cores of the process).
+kNN is exact. Each query searches a hash grid out to its own radius (from the local point
+density, scaled by a pilot sample), keeps its k best candidates in a sorted insertion list and
+is accepted only when the k-th lies inside the radius (the grid box widened by a few float32
+roundings), otherwise it retries with twice the radius on a coarser grid. Queries with similar
+radii share a grid whose cell width matches them.
 
 Limits and sentinels:
-- ``knn``: k <= ``MAX_K`` (32) for the Warp backend; k > N is a ValueError. Indices are int32,
-  so N < 2**31. Distances are ``distance_sq`` (float32 differences, squared and summed in
-  float64: the same bits on the CPU and on CUDA, fused multiply-add or not); ties in it are
-  broken by preferring the query's own index (when ``queries`` is None) and then the lower
-  index, so with duplicates each point is still its own first neighbour and a lattice gives the
-  same neighbours on every device and backend. No sentinel values: every row holds k real
-  neighbours.
-- ``signed_distance``: positive outside, negative inside (winding number, so open or imperfect
-  meshes still get a sensible sign); points exactly on the surface have |sdf| ~ 0 and either
-  sign. Zero-area sliver triangles are skipped by Warp's closest-point search (a triangle
-  collapsed to one point still counts); a mesh with no usable triangle is a ValueError. No NaN
-  sentinels are returned.
-- Empty query arrays give empty results; empty point clouds or meshes are ValueErrors; NaN or
-  infinite coordinates are ValueErrors. Coordinates are computed in float32.
+- ``knn``: k <= ``MAX_K`` (32) for the Warp backend; k > N is a ValueError; indices are int32.
+  Distances and tie order are the same on every device and backend (``distance_sq``; docs/gpu.md,
+  "The same neighbours on the CPU and on CUDA"). Every row holds k real neighbours.
+- ``signed_distance``: positive outside, negative inside (winding number, so open meshes still
+  get a sensible sign); zero-area triangles are skipped (a mesh with none usable is a
+  ValueError). No NaN sentinels.
+- Empty query arrays give empty results; empty point clouds or meshes and NaN or infinite
+  coordinates are ValueErrors. Coordinates are computed in float32.
 """
 
 from __future__ import annotations
@@ -63,14 +53,9 @@ _vec_ki = wp.types.vector(length=MAX_K, dtype=wp.int32)
 
 
 def resolve_device(device: str = "auto") -> str:
-    """Return the Warp device to run on: this process's GPU when CUDA is available for "auto",
-    else "cpu".
-
-    "auto" and "cuda" mean this process's GPU by the rule torch follows too
-    (``devices.cuda_index``: visible device LOCAL_RANK, or the only one), so the ranks of one
-    machine each use their own GPU. Explicit names ("cpu", "cuda", "cuda:N") are checked, so a
-    request for a GPU that is not there fails here with a clear message instead of deep inside
-    a kernel launch.
+    """The Warp device to run on: "auto" and "cuda" mean this process's GPU (``devices.cuda_index``,
+    the rule torch follows too), else "cpu"; explicit names are checked, so a missing GPU fails
+    here with a clear message instead of inside a kernel launch.
     """
     wp.init()
     if device == "auto":
@@ -97,10 +82,8 @@ def _cpu_threads(requested: int | None) -> int:
 
 
 def _launch(kernel, n: int, inputs: Callable[[int, int], list], device: str, threads: int) -> None:
-    """Launch ``kernel`` over ``n`` threads; ``inputs(start, stop)`` gives the arguments of a range.
-
-    Warp runs a CPU launch on one core, but its ctypes call releases the GIL, so on the CPU the
-    range is split into chunks launched from a thread pool, one core each.
+    """Launch ``kernel`` over ``n`` threads; ``inputs(start, stop)`` gives the arguments of a range
+    (on the CPU, chunks launched from a thread pool).
     """
     if device != "cpu" or threads == 1 or n < 2 * _MIN_THREAD_CHUNK:
         wp.launch(kernel, dim=n, inputs=inputs(0, n), device=device)
@@ -120,13 +103,9 @@ def _launch(kernel, n: int, inputs: Callable[[int, int], list], device: str, thr
 
 
 def distance_sq(points, queries) -> np.ndarray:
-    """Squared distances between float32 ``points`` and ``queries`` (broadcast), computed as the
-    kNN kernel computes them on every device, so that CPU and CUDA give the same bits.
-
-    The float32 differences are exactly rounded everywhere; each is squared in float64, where
-    the product of two 24-bit significands is exact, and the squares are summed x, y, z in that
-    order. Because no product rounds, a fused multiply-add (which CUDA compilers form and CPU
-    builds may not) rounds exactly as a separate multiply and add do.
+    """Squared distances between float32 ``points`` and ``queries`` (broadcast), with the same bits
+    as the kNN kernel on every device: float32 differences, squared in float64 (exact), summed x, y,
+    z (docs/gpu.md, "The same neighbours on the CPU and on CUDA").
     """
     diff = (np.asarray(points, dtype=np.float32) - np.asarray(queries, dtype=np.float32)).astype(np.float64)
     return (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
@@ -292,19 +271,11 @@ class _Density:
 class KnnIndex:
     """Exact k-nearest-neighbour search over one point cloud, its host preparation done once.
 
-    Building the index does everything that depends on the points alone: validation, their
-    Z-order (so that neighbouring GPU threads touch neighbouring memory), the density counts
-    that give each query its starting radius, and the sorted points on the device (Warp
-    backend), or the cKDTree ("ckdtree" backend). ``query`` then answers any number of query
-    blocks against it: a cache build makes one index per run, not one per block.
-
-    ``backend``: "warp" (Warp kernel on ``device``), "ckdtree" (scipy on ``cpu_threads`` cores,
-    the same result and tie order) or "auto", which is Warp on CUDA and on the CPU too:
-    benchmark_geometry.py, all points of a 1M-cell car surface, k = 7, on this project's shared
-    2-core machine, measured Warp at 2.2 s (2.2 s CPU, one thread) against 6.4 s (5.1 s CPU) for
-    the cKDTree backend and 3.6 s (3.6 s CPU) for plain cKDTree build + query on all cores, at
-    about the same peak memory (256 MB, 275 MB, 246 MB). ``cpu_threads`` (default: all cores
-    of this process) splits Warp CPU launches; on a GPU it is unused.
+    Building the index does everything that depends on the points alone (validation, Z-order,
+    density counts, the sorted points on the device, or the cKDTree); ``query`` then answers any
+    number of query blocks against it. ``backend``: "warp", "ckdtree" (scipy on ``cpu_threads``
+    cores, the same result and tie order) or "auto" (Warp, which measured faster on the CPU too:
+    docs/benchmarks.md). ``cpu_threads`` splits Warp CPU launches; on a GPU it is unused.
     """
 
     def __init__(self, points, device: str = "auto",
@@ -501,13 +472,9 @@ def knn(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest neighbours of ``queries`` (default: every point) among ``points``.
 
-    Returns int32 indices (Q, k) and float32 Euclidean distances (Q, k), ascending. Order, ties
-    included: by ``distance_sq`` (the same bits on the CPU and on CUDA), then, with
-    ``queries=None``, the query's own index first (so each point is its own first neighbour,
-    even among duplicates), then the lower index; every backend and device gives this order.
-    Memory is O((N + Q) k): nothing of size N x N is formed. One call builds a ``KnnIndex``
-    (see there for ``backend`` and ``cpu_threads``); to query one cloud in several blocks, build
-    the index once and call its ``query``.
+    Returns int32 indices (Q, k) and float32 distances (Q, k), ascending by ``distance_sq``, ties
+    broken by the query itself first (``queries=None``), then the lower index. Memory is O((N + Q)
+    k). To query one cloud in several blocks, build a ``KnnIndex`` once and call its ``query``.
     """
     return KnnIndex(points, device=device, backend=backend, cpu_threads=cpu_threads).query(k, queries)
 
@@ -601,12 +568,9 @@ def signed_distance(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Signed distance from each query point to a triangle mesh, and the closest mesh point.
 
-    ``vertices`` (V, 3); ``faces`` (F, 3) or flat (3F,), int or integral float; ``queries``
-    (Q, 3). Returns sdf float32 (Q,), positive outside and negative inside (winding number),
-    and the closest point on the mesh float32 (Q, 3). The mesh is built once per call and
-    queries run in batches, so grid and volume points may be passed together; to query one
-    mesh several times, build an ``SdfMesh`` once. ``cpu_threads`` (default: all cores of this
-    process) splits Warp CPU launches; on a GPU it is unused.
+    ``vertices`` (V, 3); ``faces`` (F, 3) or flat (3F,), int or integral float; ``queries`` (Q, 3).
+    Returns sdf float32 (Q,) and the closest point float32 (Q, 3). To query one mesh several times,
+    build an ``SdfMesh`` once.
     """
     verts = _as_points("vertices", vertices)
     tris = _as_faces(faces, len(verts))

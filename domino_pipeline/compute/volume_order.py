@@ -1,14 +1,7 @@
 """The stored order of the kept volume rows: a uniformly random permutation that a cache build
-can apply in bounded memory, block by block, and the uncached path in memory, identically.
-
-The kept rows are dealt into buckets of ``block_rows`` rows (the last one shorter), the cache's
-volume shards. Reading the source in blocks of ``block_rows`` raw rows, each block's kept rows
-get bucket labels drawn without replacement from the buckets' remaining places (a multivariate
-hypergeometric draw, then a shuffle of the labels); each bucket's rows, in source order, are then
-shuffled on their own. Every permutation of the kept rows is equally likely, whatever the source
-order (curated runs may be unshuffled), while a build holds one block at a time:
-``deal_block`` in the first pass, ``bucket_permutation`` in the second. ``volume_order`` does both
-passes in memory for the uncached path.
+applies block by block in bounded memory (``deal_block`` in the first pass,
+``bucket_permutation`` in the second) and the uncached path in memory (``volume_order``),
+identically. The draw is specified in docs/cache_format.md ("Arrays of a run", row order).
 """
 
 from __future__ import annotations
