@@ -83,9 +83,6 @@ class CachedDoMINODataset(EpochDataset):
         self._open: OrderedDict[int, CacheRun] = OrderedDict()
         self._pid = os.getpid()
 
-    def __len__(self) -> int:
-        return len(self.run_paths)
-
     @property
     def worker_context(self) -> str | None:
         """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for

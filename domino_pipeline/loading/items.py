@@ -107,6 +107,9 @@ class EpochDataset(Dataset):
         # Shared memory: a worker forked or spawned once (persistent_workers) sees later updates.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
 
+    def __len__(self) -> int:
+        return len(self.run_paths)
+
     def set_epoch(self, epoch: int) -> None:
         """Draw the points of ``epoch`` from now on, in this process and in every worker."""
         self._epoch.fill_(int(epoch))

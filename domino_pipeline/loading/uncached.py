@@ -91,9 +91,6 @@ class DoMINODataPipe(EpochDataset):
         check_factors_match(self.scaling_factors, self.preprocess.surface_variables,
                             self.preprocess.volume_variables, str(self.processed_dir), self.parts)
 
-    def __len__(self) -> int:
-        return len(self.run_paths)
-
     @property
     def worker_context(self) -> str | None:
         """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for
@@ -113,16 +110,13 @@ class DoMINODataPipe(EpochDataset):
                 self._knn_indexes.popitem(last=False)
         return self._knn_indexes[index]
 
-    def _arrays_needed(self) -> list[str]:
-        return arrays_for(self.parts)
-
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if self.preprocess.device.startswith("cuda") and get_worker_info() is not None:
             raise RuntimeError("DoMINODataPipe runs Warp on CUDA and cannot run in DataLoader "
                                "workers; use num_workers=0, or build the cache (cache_data.py) and "
                                "use CachedDoMINODataset, which works with workers")
         path = self.run_paths[index]
-        prepared = prepare_rows(load_run(path, self._arrays_needed(), options=self.read_options), self.preprocess,
+        prepared = prepare_rows(load_run(path, arrays_for(self.parts), options=self.read_options), self.preprocess,
                                 parts=self.parts, source=str(path))
         counts = {"geometry": len(prepared.geometry_coordinates),
                   "surface": 0 if prepared.surface_areas is None else len(prepared.surface_areas),
