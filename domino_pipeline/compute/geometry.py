@@ -55,8 +55,7 @@ _vec_ki = wp.types.vector(length=MAX_K, dtype=wp.int32)
 def resolve_device(device: str = "auto") -> str:
     """The Warp device to run on: "auto" and "cuda" mean this process's GPU (``devices.cuda_index``,
     the rule torch follows too), else "cpu"; explicit names are checked, so a missing GPU fails
-    here with a clear message instead of inside a kernel launch.
-    """
+    here with a clear message instead of inside a kernel launch."""
     wp.init()
     if device == "auto":
         device = "cuda" if wp.is_cuda_available() else "cpu"
@@ -83,8 +82,7 @@ def _cpu_threads(requested: int | None) -> int:
 
 def _launch(kernel, n: int, inputs: Callable[[int, int], list], device: str, threads: int) -> None:
     """Launch ``kernel`` over ``n`` threads; ``inputs(start, stop)`` gives the arguments of a range
-    (on the CPU, chunks launched from a thread pool).
-    """
+    (on the CPU, chunks launched from a thread pool)."""
     if device != "cpu" or threads == 1 or n < 2 * _MIN_THREAD_CHUNK:
         wp.launch(kernel, dim=n, inputs=inputs(0, n), device=device)
         return
@@ -105,8 +103,7 @@ def _launch(kernel, n: int, inputs: Callable[[int, int], list], device: str, thr
 def distance_sq(points, queries) -> np.ndarray:
     """Squared distances between float32 ``points`` and ``queries`` (broadcast), with the same bits
     as the kNN kernel on every device: float32 differences, squared in float64 (exact), summed x, y,
-    z (docs/gpu.md, "The same neighbours on the CPU and on CUDA").
-    """
+    z (docs/gpu.md, "The same neighbours on the CPU and on CUDA")."""
     diff = (np.asarray(points, dtype=np.float32) - np.asarray(queries, dtype=np.float32)).astype(np.float64)
     return (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
 

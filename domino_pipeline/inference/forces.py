@@ -79,8 +79,7 @@ class Directions:
 def coefficients(loads: Loads, references: References, dynamic_pressure: float,
                  directions: Directions = Directions()) -> dict[str, float]:
     """Every coefficient of COEFFICIENTS (docs/predict.md) of ``loads`` over ``references``, with
-    ``dynamic_pressure`` (0.5 rho U^2) in the units of the pressure the loads were summed from.
-    """
+    ``dynamic_pressure`` (0.5 rho U^2) in the units of the pressure the loads were summed from."""
     if not (references.area > 0 and references.length > 0):
         raise ValueError(f"the reference area and length must be positive, not {references.area} and "
                          f"{references.length}")
@@ -137,8 +136,7 @@ COEFFICIENT_ROLES = ("pressure_coefficient", "skin_friction_coefficient")
 class ForceSettings:
     """How predict.py integrates the coefficients: the dataset profile's flow, which surface variables
     are the pressure and the wall shear (or cp and cf: ``fields_are_coefficients``), the constant
-    references, and whether a run's own ones are preferred.
-    """
+    references, and whether a run's own ones are preferred."""
 
     constant_references: References
     convention: ForceConvention

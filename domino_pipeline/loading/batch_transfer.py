@@ -1,18 +1,12 @@
 """Hand batches from DataLoader workers to the main process through reused shared memory.
 
-By default a worker's batch travels as fresh shared-memory segments: pages the kernel allocates
-and zeroes for every batch, and a socket round trip per segment to pass its file descriptor. Here each worker keeps a
-small pool of memfd buffers instead. A batch is copied into a free buffer and sent as a small
-message (buffer token, layout); the buffer's file descriptor travels once, with its first batch.
-The receiving process maps each buffer once and builds the batch's tensors as views of it; when
-the last of them (and of any view a user made) is freed, a finalizer marks the buffer free and
-the worker reuses it. Tensors marked constant (``mark_constant``: the per-process grids) are not
-sent at all: the receiver rebuilds them once with the factory that made them. Arrays a worker's
-dataset allocates with ``output_array`` are placed in the buffer the batch will travel in, so
-those of a batch of one are sent without any copy.
-
-Byte 0 of a buffer is its flag (1: held by the receiver, 0: free); data starts at ``HEADER``.
-Where memfd is missing, or every pooled buffer is still held, ``pack`` returns None and the
+Instead of torch's fresh shared-memory segment per tensor and batch, each worker keeps a small
+pool of memfd buffers: a batch is copied into a free buffer and sent as a small message (buffer
+token, layout), the buffer's file descriptor travelling once. The receiver maps each buffer once
+and builds the batch's tensors as views of it; when the last view is freed a finalizer marks the
+buffer free (byte 0 of a buffer is its flag, 1: held, 0: free; data starts at ``HEADER``).
+Constant tensors (``mark_constant``) travel as recipes, and arrays made by ``output_array`` are
+already in the buffer. Without memfd, or with every buffer held, ``pack`` returns None and the
 caller falls back to torch's own shared memory.
 """
 
@@ -153,11 +147,8 @@ def _this_process_pool() -> _Pool:
 
 
 def output_array(shape: tuple[int, ...], dtype) -> np.ndarray:
-    """An empty array for a value of the item being drawn (``np.empty``'s signature).
-
-    In a DataLoader worker it lies in the shared buffer the item's batch will travel in, so
-    ``pack`` sends it without copying; elsewhere it is ``np.empty(shape, dtype)``.
-    """
+    """An empty array for a value of the item being drawn (``np.empty``'s signature): in a DataLoader
+    worker it lies in the shared buffer the batch will travel in, so ``pack`` sends it without a copy."""
     if get_worker_info() is None or not hasattr(os, "memfd_create"):
         return np.empty(shape, dtype)
     return _this_process_pool().output(tuple(shape), np.dtype(dtype))

@@ -85,9 +85,8 @@ class CachedDoMINODataset(EpochDataset):
 
     @property
     def worker_context(self) -> str | None:
-        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for
-        a cache on object storage (its client does not survive ``fork``), else None (the
-        default)."""
+        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for a cache on
+        object storage (its client does not survive ``fork``), else None."""
         return "spawn" if is_url(self.cache_dir) else None
 
     def __getstate__(self) -> dict:
@@ -149,10 +148,8 @@ class CachedDoMINODataset(EpochDataset):
             scaling_factors=self.scaling_factors)
 
     def _window_spans(self, index: int, epoch: int, counts: dict) -> dict[str, list[tuple[int, int]]]:
-        """The rows each row array of the draw comes from, known before its rows are chosen:
-        its part's cyclic window (one span, or two where it wraps past the last row), so that
-        the areas the surface sampling weighs and every row the draw reads come in one wave.
-        Nothing where a drawn part takes all its rows (they are then read as chosen)."""
+        """The rows each row array of the draw comes from, known before its rows are chosen (its part's
+        cyclic window), so they come in one wave; nothing where a part takes all its rows."""
         spans = {}
         for part, points in (("surface", self.surface_points), ("volume", self.volume_points)):
             if part not in self.parts:
@@ -168,9 +165,8 @@ class CachedDoMINODataset(EpochDataset):
         return spans
 
     def _row_arrays(self, part: str) -> list[tuple[str, Allocator]]:
-        """The arrays a draw reads at its rows of ``part``, with their allocators: the surface's
-        with their neighbours as the layout stores them (in ``indices``: the neighbour indices,
-        gathered after)."""
+        """The arrays a draw reads at its rows of ``part``, with their allocators (in ``indices``: the
+        neighbour indices, gathered after)."""
         if part == "volume":
             return [(f"volume_{n}", np.empty) for n in ("coordinates", "fields", "sdf", "closest")]
         if self.neighbor_layout != "features":
@@ -179,9 +175,8 @@ class CachedDoMINODataset(EpochDataset):
             [(f"surface_neighbor_{n}", output_array) for n in NEIGHBOR_FEATURES]
 
     def _areas_reader(self, run: CacheRun, n_rows: int, staged):
-        """``read(a, b)``: surface areas of rows a..b-1 (from ``staged`` where it holds them). A
-        window that wraps past the last row is asked for in two spans, its end then its start:
-        both are read at the first call, in one wave."""
+        """``read(a, b)``: surface areas of rows a..b-1 (from ``staged`` where it holds them); both spans of
+        a wrapping window are read at the first call, in one wave."""
         width = self.law.window("surface", self.surface_points, n_rows)
         pending: dict[tuple[int, int], np.ndarray] = {}
 
@@ -211,8 +206,7 @@ class CachedDoMINODataset(EpochDataset):
 
     def _reads(self, draw) -> list[tuple[str, object, object]]:
         """The (array, selection, allocator) triples a draw reads after choosing its rows: the grids, its
-        STL vertices, its surface rows (``_row_arrays``) and its volume rows.
-        """
+        STL vertices, its surface rows (``_row_arrays``) and its volume rows."""
         reads = [(name, Ellipsis, output_array) for name in self._grid_arrays()]
         reads.append(("geometry_coordinates", draw.geometry_rows, output_array))
         for part, rows in (("surface", draw.surface_rows), ("volume", draw.volume_rows)):
@@ -222,9 +216,8 @@ class CachedDoMINODataset(EpochDataset):
 
 
 def _check_settings(cache_dir: Path | str, settings: dict, expected: dict) -> None:
-    """StaleCacheError listing every setting the cache was built with otherwise than
-    ``expected``; the parts it holds are ``_check_parts``'s to judge (a surface model reads a
-    cache of both parts as well as one of the surface alone)."""
+    """StaleCacheError listing every setting the cache was built with otherwise than ``expected``;
+    the parts it holds are ``_check_parts``'s to judge."""
     differences = diff_settings(*({k: v for k, v in s.items() if k != "parts"} for s in (settings, expected)))
     if differences:
         raise StaleCacheError(f"{cache_dir}: the cache was built with other settings; "

@@ -50,10 +50,9 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
                scaling_factors: dict | None) -> dict[str, torch.Tensor]:
     """Assemble DoMINO's input dict from the drawn rows (numpy, coordinates normalised).
 
-    ``grids``: "surf_grid" and, for a volume part, "grid" (the per-process tensors of
-    ``EpochDataset._derived_grids``, put in the item as they are), "sdf_surf_grid" and "sdf_grid".
-    ``surface``: coordinates, normals, areas, fields, neighbor_coordinates, neighbor_normals,
-    neighbor_areas. ``volume``: coordinates, fields, sdf, closest.
+    ``grids``: "surf_grid", "sdf_surf_grid" and for a volume part "grid", "sdf_grid". ``surface``:
+    coordinates, normals, areas, fields, neighbor_coordinates, neighbor_normals, neighbor_areas.
+    ``volume``: coordinates, fields, sdf, closest.
     """
     com = np.asarray(scalars["center_of_mass"], dtype=np.float32)
     item = {
@@ -120,9 +119,8 @@ class EpochDataset(Dataset):
 
     def unscale_model_outputs(self, volume_fields: torch.Tensor | None = None,
                               surface_fields: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(volume, surface) scaled targets or predictions back in the stored non-dimensional units;
-        None stays None. physicsnemo's ``DoMINODataPipe.unscale_model_outputs``, which the DoMINO
-        example's validation (``compute_l2(..., dataset)``) calls on the dataset."""
+        """(volume, surface) scaled targets or predictions back in the stored non-dimensional units, as
+        physicsnemo's ``DoMINODataPipe.unscale_model_outputs`` (the example's ``compute_l2`` calls it)."""
         if self.scaling_factors is None:
             return volume_fields, surface_fields
         return tuple(None if fields is None else unscale_fields(fields, self.scaling_factors, kind)
@@ -149,12 +147,9 @@ class EpochDataset(Dataset):
 
 @functools.lru_cache(maxsize=16)
 def constant_grid(box: tuple, res: tuple[int, int, int]) -> torch.Tensor:
-    """The grid of ``res`` points over ``box`` in normalised coordinates, built once per process.
-
-    Every item holds this same tensor (read-only by contract). Batches from DataLoader workers
-    carry only ``(box, res)`` in its place (batch_transfer.mark_constant), so the two largest
-    arrays of an item (12.6 MB at 128 x 64 x 64) are never copied between processes.
-    """
+    """The grid of ``res`` points over ``box`` in normalised coordinates, built once per process;
+    every item holds this same tensor (read-only), and worker batches carry only ``(box, res)`` in
+    its place (batch_transfer.mark_constant)."""
     grid = as_tensor(make_grid(np.asarray(box), res))
     mark_constant(grid, constant_grid, (box, res))
     return grid

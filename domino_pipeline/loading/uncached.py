@@ -41,16 +41,11 @@ KNN_INDEXES_KEPT = 4  # runs whose surface kNN index a process keeps between dra
 class DoMINODataPipe(EpochDataset):
     """DoMINO items preprocessed on every draw from the processed runs (no cache).
 
-    ``processed_dir`` holds runs in any form ``runs.py`` reads (this project's processed Zarr,
-    physicsnemo-curator's Zarr v2 / v3 groups, .npz, and with ``read_options.allow_pickle``
-    legacy .npy dicts); ``read_options`` also gives the global parameters of runs that lack them.
-
-    Runs ``preprocessing.prepare_rows`` on the whole run, draws with the shared sampling, and
-    computes the expensive geometry only for what the draw needs: both grids' SDFs, the kNN of
-    the sampled surface cells among all kept cells, the SDF of the sampled volume points. On CUDA
-    (Warp kernels on the GPU) it must run in the main process: DataLoader workers are refused.
-    The surface kNN index (its host preparation) of the last ``KNN_INDEXES_KEPT`` runs is kept,
-    so a run's later draws do not prepare it again.
+    ``processed_dir`` holds runs in any form ``runs.py`` reads; ``read_options`` also gives the
+    global parameters of runs that lack them. Runs ``prepare_rows`` on the whole run, draws with the
+    shared sampling and computes the expensive geometry only for what the draw needs. On CUDA it
+    must run in the main process: DataLoader workers are refused. The surface kNN index of the last
+    ``KNN_INDEXES_KEPT`` runs is kept.
     """
 
     def __init__(self, processed_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,

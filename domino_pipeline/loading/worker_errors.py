@@ -1,15 +1,9 @@
 """An error raised in a DataLoader worker, given back its own message.
 
-torch raises a worker's error again in the main process as the same type, but with the message
-``Caught <Type> in DataLoader worker process <i>.`` followed by the worker's whole traceback,
-so that an entry point's one line (entry_point.one_line) would say only where it was caught.
-``with_worker_message`` gives such an error back the message it was raised with in the worker
-(an OSError its errno, reason and file name too): the same line as with ``num_workers=0``.
-
-    try:
-        batch = next(iterator)
-    except Exception as err:
-        raise with_worker_message(err)
+torch raises a worker's error again in the main process as the same type, with the message
+``Caught <Type> in DataLoader worker process <i>.`` and the worker's traceback, so an entry
+point's one line would say only where it was caught. ``with_worker_message`` gives it back the
+message it had in the worker (an OSError its errno, reason and file name too).
 """
 
 from __future__ import annotations
