@@ -1,9 +1,7 @@
-"""Building cache runs: one processed run (any accepted form, processed/runs.py) through
-``preprocessing.plan_run`` into a new run generation (run_writer.py), one writer per run at a
-time; the manifest entries of the current runs; the scaling factors beside the cache; and the
-build's commit, the manifest (``finish_build``): under a lock locally, by a conditional put
-(compare-and-set, retried) on object storage.
-
+"""Building cache runs: one processed run through ``preprocessing.plan_run`` into a new run
+generation (run_writer.py), one writer per run at a time; the manifest entries of the current
+runs; the scaling factors beside the cache; and the build's commit, the manifest
+(``finish_build``): under a lock locally, by a conditional put (retried) on object storage.
 Imports Warp (through the preprocessing); the reading side of the store does not.
 """
 
@@ -68,11 +66,9 @@ FACTORS_FILE = "scaling_factors.json"
 
 def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, source: dict,
               options: ReadOptions = DEFAULT_OPTIONS) -> tuple[Path, str, list[str]]:
-    """Write the next generation of the processed run's cache run, of the parts
-    ``settings.parts`` names; return its path, the run's form and notes on what the boxes leave
-    out of it (``box_coverage.box_notes``). The STL and the surface are held in memory, the
-    volume is read and written a block at a time (lazily where the run's form allows it); a part
-    left out is never read."""
+    """Write the next generation of the processed run's cache run, of the parts ``settings.parts``
+    names; return its path, the run's form and the notes of ``box_coverage.box_notes``. The volume
+    is read and written a block at a time; a part left out is never read."""
     name = run_name(processed_path)
     opened = open_run(processed_path, options)
     require_parts(opened, settings.parts, f"a cache of process.parts={parts_setting(settings.parts)}")
@@ -109,9 +105,8 @@ def _form(processed_path: Path) -> str:
 def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, *,
               rebuild: bool, options: ReadOptions = DEFAULT_OPTIONS,
               records: dict[str, dict] | None = None) -> RunResult:
-    """Build one cache run unless it is current, as its only writer; a failure becomes a
-    result, not an exception. ``records``: the manifest's run entries, when the caller has
-    read them for a batch (else read here)."""
+    """Build one cache run unless it is current, as its only writer; a failure becomes a result.
+    ``records``: the manifest's run entries, when the caller has read them (else read here)."""
     name = run_name(processed_path)
     started = time.time()
     form = _form(processed_path)
@@ -197,9 +192,8 @@ def finish_build(config: PipelineConfig, runs: list[Path], cache_dir: Path | str
 
 def commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path | str,
                     settings: PreprocessSettings) -> Path | str:
-    """List the current runs and write the manifest as the only manifest writer; a rerun that
-    would write the same runs takes no lock and writes nothing (it succeeds on a read-only
-    cache)."""
+    """List the current runs and write the manifest as its only writer; a rerun that would write the
+    same runs takes no lock and writes nothing (it succeeds on a read-only cache)."""
     if is_url(cache_dir):
         return _commit_remote_manifest(config, runs, cache_dir, settings)
     path = cache_dir / MANIFEST
@@ -213,9 +207,8 @@ def commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path | 
 
 def _commit_remote_manifest(config: PipelineConfig, runs: list[Path], cache_dir: str,
                             settings: PreprocessSettings, attempts: int = 20) -> str:
-    """Commit the manifest of a cache on object storage: list the current runs (keeping the
-    entries of runs other builders listed), then put it only if the manifest is still the
-    version read; when another builder committed meanwhile, read and list again."""
+    """Commit the manifest on object storage: list the current runs, then put it only if the manifest
+    is still the version read; when another builder committed meanwhile, read and list again."""
     for _ in range(attempts):
         try:
             old, version = read_manifest_version(cache_dir)

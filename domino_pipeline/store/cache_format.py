@@ -64,10 +64,8 @@ NEIGHBOR_FEATURE_ARRAYS: dict[str, ArraySpec] = {
 
 
 def layout_arrays(neighbor_layout: str, parts: tuple[str, ...] | list[str] = PARTS) -> dict[str, ArraySpec]:
-    """The arrays (name -> spec) a run of ``neighbor_layout`` holding ``parts`` holds: ARRAYS,
-    plus NEIGHBOR_FEATURE_ARRAYS in the "features" layout, less the arrays of a part left out
-    (``volume_grid_sdf`` goes with the volume; ``geometry_coordinates`` and ``surface_grid_sdf``,
-    which every item holds, stay)."""
+    """The arrays (name -> spec) a run of ``neighbor_layout`` holding ``parts`` holds: ARRAYS, plus
+    NEIGHBOR_FEATURE_ARRAYS in "features", less the arrays of a part left out."""
     if neighbor_layout not in NEIGHBOR_LAYOUTS:
         raise ValueError(f"neighbor_layout must be one of {list(NEIGHBOR_LAYOUTS)}; got {neighbor_layout!r}")
     arrays = ARRAYS | NEIGHBOR_FEATURE_ARRAYS if neighbor_layout == "features" else dict(ARRAYS)
@@ -101,9 +99,8 @@ def run_fingerprint(settings_fingerprint: str, source: str) -> str:
 
 
 def metadata_files(run_path: str | os.PathLike) -> dict[str, bytes]:
-    """Every ``zarr.json`` of a local cache run (group attributes, array metadata) by its path
-    within the run. Arrays sit directly in the group, so this reads two levels, not the shard
-    folders."""
+    """Every ``zarr.json`` of a local cache run by its path within the run (two levels: arrays sit
+    directly in the group)."""
     root = Path(run_path)
     found = [root / "zarr.json", *root.glob("*/zarr.json")]
     return {m.relative_to(root).as_posix(): m.read_bytes() for m in found if m.is_file()}
@@ -144,9 +141,8 @@ def run_folder(cache_dir: str | os.PathLike, name: str) -> Path | str:
 
 
 def generations(folder: str | os.PathLike) -> list[tuple[int, Path | str]]:
-    """The complete generations in a run folder, oldest first, as (number, path); temporaries
-    of unfinished writers are hidden names, never listed. On object storage a generation is
-    complete once its group ``zarr.json`` is uploaded: it is uploaded last."""
+    """The complete generations in a run folder, oldest first, as (number, path); on object storage a
+    generation is complete once its group ``zarr.json``, uploaded last, is there."""
     if is_url(folder):
         source, key = source_and_key(folder)
         names = [n for n in source.list(key)[0] if GENERATION.match(n)]

@@ -46,15 +46,11 @@ CACHE_ARRAYS = tuple(ARRAYS) + tuple(NEIGHBOR_FEATURE_ARRAYS)  # every array a r
 class CacheRun:
     """One cache run generation opened read-only: its attributes and checked reads of its arrays.
 
-    ``location``: a local folder or an object-store URL. Opening reads every ``zarr.json`` of
-    the run (one wave remotely). Arrays in the layout ``RunWriter`` writes are read through the
-    run's ByteSource (``chunk_reader``); any other layout or selection goes through zarr-python.
-    ``metadata``: the SHA-256 the manifest records of the run's ``zarr.json`` files, checked at
-    open. ``entry``: (run name, its manifest entry), given where a run is opened from a
-    manifest: the metadata is then checked against itself, the shard files (locally) and the
-    entry (``_check_metadata``). A symbolic link as a local generation or its run folder is
-    refused. A generation removed by later rebuilds raises StaleCacheError. Open one per
-    process; ``close`` releases its file descriptors.
+    ``location``: a local folder or an object-store URL; opening reads every ``zarr.json`` (one wave
+    remotely). ``metadata``: the SHA-256 the manifest records of them, checked at open. ``entry``:
+    (run name, its manifest entry) where a run is opened from a manifest: the metadata is then
+    checked against itself, its shards and the entry (``_check_metadata``; docs/cache_format.md,
+    "Checks when a run is opened"). Open one per process; ``close`` releases its descriptors.
     """
 
     def __init__(self, location: str | os.PathLike, *,
@@ -85,10 +81,8 @@ class CacheRun:
             raise CacheError(f"{self.path}: {err}") from None
 
     def _check_metadata(self, name: str, entry: dict) -> None:
-        """The run's metadata against itself and its shards (every array in the layout the cache
-        writes; locally its shard files as its shape implies, remotely each shard's size when
-        its index is read), counts equal to array lengths, grids of the settings' resolution,
-        and against the manifest ``entry`` of run ``name`` that it was opened from."""
+        """The run's metadata against itself and its shards, counts against array lengths, grids against
+        the settings' resolution, and against the manifest ``entry`` of run ``name``."""
         settings = self.attrs.get("settings")
         names = settings_arrays(settings if isinstance(settings, dict) else {})
         shapes = {}
@@ -245,18 +239,14 @@ class CacheRun:
 
     def read(self, name: str, selection: Any = slice(None),
              allocate: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]`` (orthogonal indexing for index arrays): from memory for a kept
-        array, through the run's source where ``ChunkedArray`` reads the layout and the
-        selection, else with zarr-python; a failed checksum, a missing or unreadable chunk
-        raises CacheError naming the run and the array. ``allocate(shape, dtype)`` allocates the
-        result (batch_transfer.output_array puts it where a DataLoader worker's batch travels)."""
+        """``array[selection]`` (orthogonal indexing for index arrays): from memory for a kept array,
+        through ``ChunkedArray`` where it reads the layout and the selection, else with zarr-python; a
+        bad or missing chunk raises CacheError naming the run and the array."""
         return self.read_many([(name, selection, allocate)])[0]
 
     def stage(self, spans: dict[str, list[tuple[int, int]]]) -> Staged:
-        """Fetch, in one wave, the inner chunks that hold rows [a, b) of each named array for
-        every (a, b) of ``spans`` (a draw's windows, before its rows are chosen), for
-        ``read_many(..., staged=)``; arrays kept whole or left to zarr-python are left out.
-        Locally the bytes are views of the run's mapped files."""
+        """Fetch in one wave the inner chunks that hold rows [a, b) of each named array for every (a, b)
+        of ``spans`` (a draw's windows), for ``read_many(..., staged=)``."""
         wanted = []
         for name, parts in spans.items():
             reader = self.reader(name)
@@ -267,9 +257,8 @@ class CacheRun:
             return fetch_chunks(wanted)
 
     def read_many(self, reads: list[tuple[str, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
-        """``read`` of every (name, selection, allocate) triple, the direct ones fetched together
-        (the missing shard indexes in one wave, the chunks in one more), or taken from
-        ``staged`` (``stage``) where it holds every chunk they need."""
+        """``read`` of every (name, selection, allocate) triple, the direct ones fetched together, or taken
+        from ``staged`` where it holds every chunk they need."""
         out: list[np.ndarray | None] = [None] * len(reads)
         direct = []
         for i, (name, selection, allocate) in enumerate(reads):
@@ -362,10 +351,8 @@ def _newer_generation(path: Path) -> bool:
 
 
 def check_array_files(array_dir: Path) -> tuple[int, ...]:
-    """The shape of a cache array after checking its description and its shard files against
-    each other (ShardIndexError naming the problem): the layout the cache writes, chunking
-    within the format's limits, every shard file present with the exact size its shape implies,
-    no symbolic link. Reads the description and lists the shard files; reads no data."""
+    """The shape of a cache array after checking its description and its shard files against each
+    other (ShardIndexError naming the problem); reads no data."""
     if array_dir.is_symlink():
         raise ShardIndexError("a symbolic link; a cache holds none")
     try:

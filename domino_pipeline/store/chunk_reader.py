@@ -52,12 +52,8 @@ class CorruptChunkError(ValueError):
 
 
 class ChunkedArray:
-    """One array of a supported layout, read through a ByteSource with checksums checked.
-
-    ``key``: the array's folder within the source ("" for the source's root). ``bytes_read``
-    counts the bytes fetched for it: its ``zarr.json``, shard indexes and inner chunks with
-    their checksums.
-    """
+    """One array of a supported layout, read through a ByteSource with checksums checked. ``key``: the
+    array's folder within the source; ``bytes_read`` counts every byte fetched for it."""
 
     def __init__(self, source: ByteSource, key: str, shape: tuple[int, ...], dtype: np.dtype,
                  chunk_rows: int, shard_rows: int, metadata_bytes: int = 0) -> None:
@@ -74,9 +70,8 @@ class ChunkedArray:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> ChunkedArray | None:
-        """The local array at ``path`` if its ``zarr.json`` describes exactly the layout this
-        reader supports; None otherwise (unreadable metadata included), so the caller uses
-        zarr-python."""
+        """The local array at ``path`` if its ``zarr.json`` describes exactly the supported layout; None
+        otherwise, so the caller uses zarr-python."""
         path = Path(path)
         try:
             raw = (path / "zarr.json").read_bytes()
@@ -339,9 +334,7 @@ Staged = dict["ChunkedArray", dict[int, memoryview | None]]  # array -> inner ch
 
 def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
     """``array[selection]`` of every (array, selection, allocate) triple, the arrays sharing one
-    source: those whose chunks are all in ``staged`` (``fetch_chunks``) from there, first; the
-    others' missing shard indexes in one wave, then their inner chunks in one more.
-    ``allocate(shape, dtype)`` allocates each result."""
+    source: those whose chunks are all in ``staged`` from there, the others fetched in two waves."""
     if not reads:
         return []
     staged = staged or {}
@@ -364,9 +357,8 @@ def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged |
 
 
 def fetch_chunks(wanted: list[tuple[ChunkedArray, np.ndarray]]) -> Staged:
-    """The bytes of the inner chunks of every (array, chunks) pair, the arrays sharing one
-    source: the missing shard indexes in one wave, then the chunks in one more. Locally the
-    bytes are views of the mapped files."""
+    """The bytes of the inner chunks of every (array, chunks) pair, the arrays sharing one source: the
+    missing shard indexes in one wave, then the chunks in one more."""
     if not wanted:
         return {}
     source = wanted[0][0].source

@@ -47,11 +47,9 @@ def manifest_digest(manifest: dict) -> str:
 def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
                    runs: dict[str, dict], config: dict | None = None,
                    scaling_factors: dict | None = None, *, if_version: str | None = None) -> Path | str:
-    """Write ``<cache_dir>/manifest.json`` atomically: locally a temporary file, then a rename;
-    on object storage a conditional put, the commit of the runs it names: only if the manifest
-    is still at version (e-tag) ``if_version``, or absent when that is None (ConflictError
-    otherwise). ``scaling_factors``: the record of the factors file beside the cache, when
-    there is one."""
+    """Write ``<cache_dir>/manifest.json`` atomically: locally by a rename; on object storage by a
+    conditional put, only if the manifest is still at version ``if_version`` (absent when None),
+    else ConflictError. ``scaling_factors``: the record of the factors file beside the cache."""
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -126,9 +124,8 @@ def _check_manifest(manifest: object, cache_dir: str | os.PathLike) -> None:
 
 
 def run_path(cache_dir: str | os.PathLike, name: str, entry: dict) -> Path | str:
-    """The generation folder a manifest entry names: a relative path of two parts, the run's
-    folder and ``g<N>.zarr``, inside the cache folder (a URL under a URL cache); CacheError
-    otherwise."""
+    """The generation folder a manifest entry names (``<run>/g<N>.zarr``, inside the cache folder);
+    CacheError otherwise."""
     where = f"{join(cache_dir, MANIFEST)}: run {name!r}"
     raw = entry.get("path") if isinstance(entry, dict) else None
     if not isinstance(raw, str):
@@ -156,9 +153,8 @@ def manifest_entry(cache_dir: str | os.PathLike, run: CacheRun) -> dict:
 
 def manifest_scaling_factors(cache_dir: str | os.PathLike, manifest: dict | None = None,
                              normalization: str | None = None) -> dict:
-    """The scaling factors cache_data.py wrote beside the cache (a local folder or a URL),
-    checked against the SHA-256 the manifest records (CacheError when absent or changed);
-    ``normalization`` replaces the stored one (scaling.load_scaling_factors)."""
+    """The scaling factors cache_data.py wrote beside the cache, checked against the manifest's SHA-256
+    (CacheError when absent or changed); ``normalization`` replaces the stored one."""
     manifest = read_manifest(cache_dir) if manifest is None else manifest
     record = manifest.get("scaling_factors")
     if record is None:

@@ -23,9 +23,8 @@ ABANDONED_AFTER_S = 3600.0  # an unfinished generation untouched this long: its 
 
 
 def upload_folder(folder: str | os.PathLike, location: str) -> int:
-    """Upload every file under the local cache ``folder`` to the URL ``location`` (same
-    relative keys; hidden temporaries and locks left out), the manifest last; return the
-    number of objects written."""
+    """Upload every file under the local cache ``folder`` to ``location`` (hidden temporaries and
+    locks left out), the manifest last; return the number of objects written."""
     folder = Path(folder)
     source, prefix = source_and_key(location)
     files = sorted(p for p in folder.rglob("*") if p.is_file()
@@ -75,10 +74,8 @@ def claim_generation(cache_url: str, name: str) -> tuple[int, str]:
 def publish_generation(local: str | os.PathLike, cache_url: str, name: str, *,
                        abandoned_after_s: float = ABANDONED_AFTER_S) -> str:
     """Upload the local run generation ``local`` as the next generation of run ``name`` under
-    ``cache_url``: every object under its own claimed prefix, the group's ``zarr.json`` (its
-    ``generation`` attribute set to the claimed number) last, so the generation is listed only
-    once whole; then remove the run's old generations (``remove_old_generations``); return its
-    URL. An interrupted upload leaves a prefix no listing or manifest names."""
+    ``cache_url``, its group ``zarr.json`` last (so it is listed only once whole), then remove the
+    run's old generations; return its URL."""
     local = Path(local)
     number, url = claim_generation(cache_url, name)
     source, key = source_and_key(url)
@@ -116,9 +113,8 @@ def untouched_for(objects: dict, seconds: float) -> bool:
 
 def remove_old_generations(cache_url: str, name: str, *,
                            abandoned_after_s: float = ABANDONED_AFTER_S) -> list[str]:
-    """Delete the generations of run ``name`` that no reader needs (module docstring); return
-    their names. A complete generation loses its ``zarr.json`` first, so it is never listed
-    half deleted."""
+    """Delete the generations of run ``name`` no reader needs; return their names. A generation loses
+    its ``zarr.json`` first, so it is never listed half deleted."""
     by_generation = _generation_objects(cache_url, name)
     complete = sorted((n for n, files in by_generation.items() if "zarr.json" in files),
                       key=lambda n: int(GENERATION.match(n).group(1)))

@@ -55,10 +55,9 @@ def _grid(spec: ArraySpec, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tup
 class RunWriter:
     """Writes generation N+1 of one cache run (the caller holds ``run_lock``).
 
-    ``shapes``: every array of the neighbour layout and its shape; ``attrs``: the group
-    attributes, written last. Every inner chunk is written, fill-valued ones too, so that a
-    missing one is an error for readers. ``written`` tracks the rows written per array; leaving
-    the block without an exception but with an array not written in full is an error.
+    ``shapes``: every array of the neighbour layout and its shape; ``attrs``: the group attributes,
+    written last. Every inner chunk is written, fill-valued ones too; leaving the block with an
+    array not written in full is an error.
     """
 
     def __init__(self, cache_dir: str | os.PathLike, name: str, shapes: dict[str, tuple[int, ...]],

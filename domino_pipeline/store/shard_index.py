@@ -1,11 +1,7 @@
-"""Checks of a cache array's shards that need only plain numbers: a shard's index as a whole,
-and a shard's size against what the array's metadata implies.
-
-Both take arrays, ints and dicts, not files, so that any byte source (local files, object
-storage) can use them: the caller reads the index bytes or lists the shard sizes and says where
-they came from. Arithmetic is in Python ints or bounded before it is done in uint64, so a
-crafted offset near 2**64 cannot wrap past a bound check. Layout: docs/cache_format.md,
-"Reading chunks directly".
+"""Checks of a cache array's shards that need only plain numbers: a shard's index as a whole, and
+a shard's size against what the array's metadata implies, so any byte source can use them.
+Arithmetic is in Python ints or bounded before it is done in uint64, so a crafted offset near
+2**64 cannot wrap past a bound check (docs/cache_format.md, "Reading chunks directly").
 """
 
 from __future__ import annotations
@@ -72,11 +68,9 @@ def shard_nbytes(rows: int, shard: int, shard_rows: int, chunk_rows: int, chunk_
 
 def check_shards(rows: int, chunk_rows: int, shard_rows: int, chunk_nbytes: int,
                  sizes: dict[int, int]) -> None:
-    """ShardIndexError unless an array of ``rows`` rows stored in shards of ``shard_rows`` rows
-    and inner chunks of ``chunk_rows`` rows (``chunk_nbytes`` each with checksum) is what the
-    shard files ``sizes`` (shard number -> bytes) hold: chunking within the format's limits,
-    every shard present, none extra, each of the exact size. Checked before any allocation, so
-    a shape of 2**40 rows is refused from a listing, not met by a 5 GB read."""
+    """ShardIndexError unless the shard files ``sizes`` (shard number -> bytes) are what an array of
+    ``rows`` rows in shards of ``shard_rows`` and inner chunks of ``chunk_rows`` rows holds, checked
+    before any allocation (a shape of 2**40 rows is refused from a listing)."""
     if not 0 < chunk_rows <= shard_rows or shard_rows % chunk_rows:
         raise ShardIndexError(f"inner chunks of {chunk_rows} rows do not divide shards of {shard_rows} rows")
     if chunk_nbytes > MAX_CHUNK_BYTES + CHECKSUM_BYTES:

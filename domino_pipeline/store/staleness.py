@@ -1,9 +1,7 @@
-"""Whether a cache run is current: its newest generation's fingerprint against the settings
-and the processed run it was built from, and the manifest's records of both; whether the
-scaling factors the manifest records are usable.
-
-The read side of the store: the cache build (build.py) and the validation (validate.py) both
-ask here, and neither this module nor its imports load Warp.
+"""Whether a cache run is current: its newest generation's fingerprint against the settings and
+the processed run it was built from, and the manifest's records of both; whether the manifest's
+scaling factors are usable. The read side of the store: neither this module nor its imports
+load Warp.
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ from domino_pipeline.store.manifest import manifest_scaling_factors, read_manife
 
 
 def current_source(processed_path: Path, recorded: dict | None = None, *, full: bool = False) -> dict:
-    """The processed run's source record: its path, the SHA-256 of its bytes and its stat
-    fingerprint (names, sizes, times). The bytes are hashed only when the stat fingerprint
-    differs from ``recorded``'s (or ``full``): a rerun over unchanged runs reads no data."""
+    """The processed run's source record: its path, the SHA-256 of its bytes (hashed only when the
+    stat fingerprint differs from ``recorded``'s, or ``full``) and its stat fingerprint."""
     stat = stat_fingerprint(processed_path)
     if not full and recorded and recorded.get("stat") == stat and recorded.get("fingerprint"):
         fingerprint = recorded["fingerprint"]
@@ -67,10 +64,8 @@ def _recorded_source(entry: dict, run: CacheRun) -> dict:
 
 @dataclass(frozen=True)
 class RunState:
-    """A run's newest cache generation set against its processed run: ``built`` whether a
-    generation exists; ``reasons`` why it is stale (empty when current); ``source`` the
-    processed run's current source record; ``run`` the generation, opened (None when there is
-    none or it cannot be read)."""
+    """A run's newest cache generation set against its processed run: whether one is ``built``, the
+    ``reasons`` it is stale, the processed run's current ``source`` record, the opened ``run``."""
 
     built: bool
     reasons: list[str]
