@@ -141,13 +141,10 @@ def _knn_round(
     out_d2: wp.array2d(dtype=wp.float64),
     done: wp.array(dtype=wp.int32),
 ):
-    """k best candidates of query ``active[t]`` among the grid cells within ``radii[t]``.
-
-    The result is exact, and written out, when the k-th candidate lies inside the radius (all
-    closer points were visited) or the radius spans the whole cloud; ``done[t]`` says which.
-    Points and queries are in spatially sorted order; ``point_ids`` and ``query_ids`` map them
-    to their original indices, which break ties and address the output rows.
-    """
+    """k best candidates of query ``active[t]`` among the grid cells within ``radii[t]``, written out
+    (``done[t]``) when exact: the k-th inside the radius, or the radius spanning the whole cloud.
+    Points and queries are in Z-order; ``point_ids`` and ``query_ids`` map them to the original
+    indices, which break ties and address the output rows."""
     t = wp.tid()
     qi = active[t]
     q = queries[qi]
@@ -232,11 +229,8 @@ def _morton_order(xyz: np.ndarray, lo: np.ndarray, extent: float) -> np.ndarray:
 
 
 class _Density:
-    """Point counts on a coarse grid over the cloud's bounding cube, for starting radii.
-
-    Cells are sized for ~16 points each on a surface; a query's count is that of the 3 x 3 x 3
-    block of cells around its cell (queries outside the cube count at its edge).
-    """
+    """Point counts on a coarse grid (~16 surface points per cell) over the cloud's bounding cube, for
+    starting radii; a query counts the 3 x 3 x 3 block of cells around its cell."""
 
     def __init__(self, points: np.ndarray, lo: np.ndarray, extent: float) -> None:
         self.side = int(np.clip(round(np.sqrt(len(points) / 16.0)), 2, 1024))
@@ -268,11 +262,9 @@ class _Density:
 class KnnIndex:
     """Exact k-nearest-neighbour search over one point cloud, its host preparation done once.
 
-    Building the index does everything that depends on the points alone (validation, Z-order,
-    density counts, the sorted points on the device, or the cKDTree); ``query`` then answers any
-    number of query blocks against it. ``backend``: "warp", "ckdtree" (scipy on ``cpu_threads``
-    cores, the same result and tie order) or "auto" (Warp, which measured faster on the CPU too:
-    docs/benchmarks.md). ``cpu_threads`` splits Warp CPU launches; on a GPU it is unused.
+    Building the index does everything that depends on the points alone; ``query`` then answers any
+    number of query blocks. ``backend``: "warp", "ckdtree" (scipy on ``cpu_threads`` cores, the same
+    result and tie order) or "auto" (Warp, measured faster on the CPU too: docs/benchmarks.md).
     """
 
     def __init__(self, points, device: str = "auto",
@@ -321,14 +313,10 @@ class KnnIndex:
 
 
 class _WarpKnnSearch:
-    """Expanding-radius search of one query set over a ``KnnIndex``, on its device.
-
-    Queries are held in Z-order; query positions below are in that order, results land in the
-    caller's row order. Each query has its own radius; queries are run level by level, level L
-    holding radii in [b s^L, b s^(L+1)), s = sqrt(2), on a hash grid whose cell width is the
-    largest of those radii, so a query visits at most 3^3 cells. A query whose k-th candidate
-    is not inside its radius retries at twice the radius.
-    """
+    """Expanding-radius search of one query set over a ``KnnIndex``, on its device: queries in Z-order
+    run level by level (level L: radii in [b s^L, b s^(L+1)), s = sqrt(2)) on a hash grid whose cell
+    width is the level's largest radius, so a query visits at most 3^3 cells; a query whose k-th
+    candidate is not inside its radius retries at twice the radius."""
 
     def __init__(self, index: KnnIndex, queries: np.ndarray | None, k: int):
         self.index, self.device, self.threads, self.k = index, index.device, index.threads, k
@@ -372,10 +360,8 @@ class _WarpKnnSearch:
         return done.numpy() != 0
 
     def search(self, active: np.ndarray, radii: np.ndarray, level_ratio: float = _LEVEL_RATIO) -> None:
-        """Search the query positions ``active`` starting at ``radii`` until all are exact.
-
-        Queries whose radii lie within a factor ``level_ratio`` share one grid and one launch.
-        """
+        """Search the query positions ``active`` from ``radii`` until all are exact; queries whose radii
+        lie within a factor ``level_ratio`` share one grid and one launch."""
         radii = np.minimum(radii.astype(np.float64), self.max_radius)
         while len(active):
             levels = self._level(radii, level_ratio)
@@ -399,11 +385,8 @@ class _WarpKnnSearch:
 
 
 def _calibrate(search: _WarpKnnSearch) -> float:
-    """Scale from the local spacing estimate to a starting radius, from a small query sample.
-
-    The sample starts well below its estimate, so its exact k-th distances are found cheaply;
-    the chosen scale lets ``_PILOT_QUANTILE`` of the queries finish in their first round.
-    """
+    """Scale from the local spacing estimate to a starting radius, from a small query sample started
+    well below its estimate, chosen so that ``_PILOT_QUANTILE`` of the queries finish in one round."""
     n_queries = len(search.query_order)
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(n_queries, size=min(n_queries, _PILOT_QUERIES), replace=False))
@@ -467,12 +450,9 @@ def knn(
     backend: Literal["auto", "warp", "ckdtree"] = "auto",
     cpu_threads: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact k nearest neighbours of ``queries`` (default: every point) among ``points``.
-
-    Returns int32 indices (Q, k) and float32 distances (Q, k), ascending by ``distance_sq``, ties
-    broken by the query itself first (``queries=None``), then the lower index. Memory is O((N + Q)
-    k). To query one cloud in several blocks, build a ``KnnIndex`` once and call its ``query``.
-    """
+    """Exact k nearest neighbours of ``queries`` (default: every point) among ``points``: int32
+    indices and float32 distances (Q, k), ascending by ``distance_sq``, ties broken by the query
+    itself first, then the lower index. To query one cloud in blocks, build a ``KnnIndex`` once."""
     return KnnIndex(points, device=device, backend=backend, cpu_threads=cpu_threads).query(k, queries)
 
 
@@ -563,12 +543,9 @@ def signed_distance(
     device: str = "auto",
     cpu_threads: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Signed distance from each query point to a triangle mesh, and the closest mesh point.
-
-    ``vertices`` (V, 3); ``faces`` (F, 3) or flat (3F,), int or integral float; ``queries`` (Q, 3).
-    Returns sdf float32 (Q,) and the closest point float32 (Q, 3). To query one mesh several times,
-    build an ``SdfMesh`` once.
-    """
+    """Signed distance (Q,) from each query point to a triangle mesh (``faces`` (F, 3) or flat (3F,),
+    int or integral float), and the closest mesh point (Q, 3). To query one mesh several times,
+    build an ``SdfMesh`` once."""
     verts = _as_points("vertices", vertices)
     tris = _as_faces(faces, len(verts))
     qry = _as_points("queries", queries, allow_empty=True)

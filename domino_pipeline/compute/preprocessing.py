@@ -64,9 +64,8 @@ def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
 
 def all_surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
                           block_rows: int = KNN_BLOCK_ROWS) -> np.ndarray:
-    """``surface_neighbors`` of every kept surface cell, searched ``block_rows`` cells at a
-    time against one index, so that the search's memory does not grow with the surface beyond
-    its index and the index is prepared once per run."""
+    """``surface_neighbors`` of every kept surface cell, searched ``block_rows`` cells at a time
+    against one index prepared once per run, so memory does not grow with the surface."""
     n = len(prepared.surface_points)
     index = surface_index(prepared, settings)
     out = np.empty((n, settings.num_neighbors_surface - 1), dtype=np.int32)
@@ -95,9 +94,8 @@ def volume_mesh(prepared: PreparedRun, settings: PreprocessSettings) -> geometry
 
 def volume_sdf(prepared: PreparedRun, settings: PreprocessSettings,
                rows: np.ndarray | None = None, mesh: geometry.SdfMesh | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Signed distance (Q,) and closest STL point (Q, 3) of the kept volume ``rows`` (all when
-    None), in volume-box normalised coordinates. ``mesh``: the run's ``volume_mesh`` when the
-    caller keeps it (else built here)."""
+    """Signed distance (Q,) and closest STL point (Q, 3) of the kept volume ``rows`` (all when None),
+    in volume-box normalised coordinates; ``mesh``: the run's ``volume_mesh``, else built here."""
     queries = prepared.volume_coordinates
     if rows is not None:
         queries = np.ascontiguousarray(queries[rows])
@@ -126,12 +124,10 @@ def _as_float32(name: str, block: np.ndarray) -> np.ndarray:
 def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: PreprocessSettings, *,
              source: str = "run", scratch_dir: str | os.PathLike | None = None,
              check: Check = _as_float32, block_rows: int = VOLUME_BLOCK_ROWS) -> RunPlan:
-    """Plan one cache run of the parts ``settings.parts`` names. ``arrays``: the STL, surface
-    (when asked) and global-parameter arrays in memory; ``volume``: ``volume_mesh_centers`` and
-    ``volume_fields`` (when asked; never read otherwise), anything sliceable by rows (Zarr arrays
-    are read block by block); ``check(name, block)`` validates each block read and returns it as
-    float32; ``scratch_dir``: where the first volume pass keeps its buckets (in memory when
-    None)."""
+    """Plan one cache run of the parts ``settings.parts`` names. ``arrays``: the STL, surface and
+    global-parameter arrays in memory; ``volume``: ``volume_mesh_centers`` and ``volume_fields``,
+    anything sliceable by rows; ``check(name, block)`` validates each block read and returns it as
+    float32; ``scratch_dir``: where the first volume pass keeps its buckets (memory when None)."""
     parts = settings.parts
     prepared = prepare_rows(arrays, settings, parts=("surface",) if "surface" in parts else (), source=source)
     prepared.surface_rows = None  # the input row of each kept cell: for predictions, not for a cache
@@ -230,9 +226,8 @@ def _count_inside(centers, settings: PreprocessSettings, check: Check, block_row
 
 def _volume_buckets(volume: Mapping, settings: PreprocessSettings, n_volume: int, check: Check,
                     scratch_dir, block_rows: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """(first stored row, normalised coordinates, fields) of each bucket, in stored order
-    (volume_order.py): a first pass deals the kept rows of each source block into buckets, a
-    second shuffles each bucket."""
+    """(first stored row, normalised coordinates, fields) of each bucket in stored order: a first pass
+    deals each source block's kept rows into buckets, a second shuffles each (volume_order.py)."""
     sizes = bucket_sizes(n_volume, block_rows)
     remaining, rng = sizes.copy(), labels_rng(settings.permutation_seed)
     box = settings.bounding_box_volume

@@ -1,11 +1,9 @@
 """The cheap preprocessing steps, O(rows) and free of Warp: filter, permute, normalise.
 
-``prepare_rows`` drops surface cells with area <= 0 and those outside the volume box, drops
-volume points outside the volume box (DoMINO's rules), puts STL vertices, surface rows and volume
-rows in a fixed random permutation (so that sampling can read contiguous windows, see
-sampling.py), normalises coordinates to [-1, 1] (surface box for surface quantities, volume box
-for volume quantities) and computes the area-weighted centre of mass. ``gather_neighbors`` turns
-neighbour rows into their coordinates, normals and areas.
+``prepare_rows`` drops surface cells with area <= 0 or outside the volume box and volume points
+outside it (DoMINO's rules), puts the rows in their stored order (docs/cache_format.md, "Arrays
+of a run"), normalises coordinates to [-1, 1] (surface box for surface quantities, volume box
+for volume ones) and computes the area-weighted centre of mass.
 """
 
 from __future__ import annotations
@@ -156,7 +154,6 @@ def drop_self(indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def gather_neighbors(prepared: PreparedRun, neighbors: np.ndarray) -> dict[str, np.ndarray]:
-    """The coordinates (Q, K-1, 3), normals (Q, K-1, 3) and areas (Q, K-1) of the surface rows
-    ``neighbors`` (Q, K-1), keyed by ``NEIGHBOR_FEATURES``: what an item holds of its cells'
-    neighbours, gathered in one place for the uncached path and the ``features`` cache."""
+    """The coordinates, normals and areas of the surface rows ``neighbors`` (Q, K-1), keyed by
+    ``NEIGHBOR_FEATURES``, for the uncached path and the ``features`` cache alike."""
     return {name: getattr(prepared, f"surface_{name}")[neighbors] for name in NEIGHBOR_FEATURES}

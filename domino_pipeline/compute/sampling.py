@@ -72,9 +72,8 @@ def _check_enough(n_rows: int, size: int, what: str) -> None:
 
 
 def choose_uniform(rng: np.random.Generator, n_rows: int, size: int, what: str) -> np.ndarray:
-    """``size`` distinct rows of ``n_rows``, uniformly without replacement; sorted int64.
-
-    When most rows are taken it draws the rows left out instead (the same law, cheaper)."""
+    """``size`` distinct rows of ``n_rows``, uniformly without replacement, sorted int64 (drawing the
+    rows left out when most are taken)."""
     _check_enough(n_rows, size, what)
     if 2 * size <= n_rows:
         return np.sort(rng.choice(n_rows, size, replace=False, shuffle=False)).astype(np.int64)
@@ -93,9 +92,8 @@ def cyclic_window(rng: np.random.Generator, n_rows: int, width: int) -> tuple[in
 
 def part_window(seed: int, epoch: int, index: int, part: str, n_rows: int, points: int,
                 law: SamplingLaw) -> tuple[int, int]:
-    """(start, width) of the cyclic window the draw (seed, epoch, index) takes ``part``'s rows
-    from: the first numbers of that part's stream, as ``draw_surface`` / ``draw_volume`` take
-    them, so a reader can fetch the window before the rows are chosen."""
+    """(start, width) of the cyclic window draw (seed, epoch, index) takes ``part``'s rows from, as
+    ``draw_surface`` / ``draw_volume`` take it, so a reader can fetch it before rows are chosen."""
     return cyclic_window(draw_rng(seed, epoch, index, part), n_rows, law.window(part, points, n_rows))
 
 
@@ -160,12 +158,9 @@ def sample_draw(
     read_surface_areas: Callable[[int, int], np.ndarray] | None,
     law: SamplingLaw = SamplingLaw(),
 ) -> Draw:
-    """Choose the rows of draw (seed, epoch, index) by ``law``.
-
-    ``counts``: rows available, keys "geometry", "surface", "volume". ``surface_points`` /
-    ``volume_points`` None skip that part. ``read_surface_areas(start, stop)`` returns the
-    areas of kept surface rows [start, stop), so each dataset reads them its own way.
-    """
+    """Choose the rows of draw (seed, epoch, index) by ``law``. ``counts``: rows available per part;
+    ``surface_points`` / ``volume_points`` None skip that part; ``read_surface_areas(start, stop)``
+    returns the areas of kept surface rows [start, stop)."""
     geometry = choose_uniform(draw_rng(seed, epoch, index, "geometry"), counts["geometry"],
                               geometry_points, "STL vertices")
     surface = None

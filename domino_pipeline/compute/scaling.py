@@ -76,18 +76,16 @@ class _RunningStats:
 
 
 def uniform_rows(n_rows: int, limit: int | None) -> np.ndarray | None:
-    """``limit`` rows of ``n_rows`` uniformly without replacement (sorted; a fixed seed, so every
-    reader of a run takes the same rows), or None for all rows. Rows are drawn, not taken from
-    the front: processed runs (curator output included) keep the mesh's row order."""
+    """``limit`` rows of ``n_rows`` uniformly without replacement (sorted, fixed seed, so every reader
+    takes the same rows), or None for all rows: processed runs may keep the mesh's row order."""
     if limit is None or n_rows <= limit:
         return None
     return np.sort(np.random.default_rng(0).choice(n_rows, limit, replace=False))
 
 
 def _stream_rows(array, rows: np.ndarray | None) -> Iterator[np.ndarray]:
-    """Yield ``array``'s ``rows`` (all when None) block by block: every block of _ROW_BLOCK
-    stored rows is read in turn, so memory stays bounded and the blocks are the same whether
-    ``array`` is in memory or on disk."""
+    """Yield ``array``'s ``rows`` (all when None) block by block of _ROW_BLOCK stored rows, the same
+    blocks whether ``array`` is in memory or on disk."""
     total = array.shape[0]
     for start in range(0, total, _ROW_BLOCK):
         stop = min(start + _ROW_BLOCK, total)
@@ -101,10 +99,8 @@ def _stream_rows(array, rows: np.ndarray | None) -> Iterator[np.ndarray]:
 
 def run_statistics(fields: Mapping[str, object], *, parts: Sequence[str] = KINDS,
                    max_volume_rows: int | None = MAX_VOLUME_ROWS, source: str = "run") -> dict[str, dict]:
-    """Per-run sums of ``fields`` ("surface_fields", "volume_fields" of the ``parts`` asked:
-    arrays in memory or lazy Zarr arrays), the volume limited to ``max_volume_rows`` uniformly
-    drawn rows: what ``merge_statistics`` turns into factors. The cache build records them for
-    every run."""
+    """Per-run sums of the ``parts``' fields (in memory or lazy Zarr), the volume limited to
+    ``max_volume_rows`` uniformly drawn rows: what ``merge_statistics`` turns into factors."""
     stats = {}
     for kind in (k for k in KINDS if k in parts):
         name = f"{kind}_fields"
@@ -152,14 +148,10 @@ def compute_scaling_factors(
     options=None,
     variables: Mapping[str, Sequence] | None = None,
 ) -> dict:
-    """Statistics of ``surface_fields`` and ``volume_fields`` over the given runs (any form
-    runs.py reads; ``options``: its ReadOptions), of the parts they hold (``runs.run_parts``).
-
-    Streams run by run and block by block. The volume of each run contributes at most
-    ``max_volume_rows_per_run`` rows, drawn uniformly (``uniform_rows``). ``variables``
-    ({"surface": [(name, kind), ...], "volume": ...}) are recorded, so that a dataset can refuse
-    factors computed for other variables.
-    """
+    """Statistics of ``surface_fields`` and ``volume_fields`` over the given runs (any form runs.py
+    reads), streamed run by run and block by block, each run's volume limited to
+    ``max_volume_rows_per_run`` uniform rows; ``variables`` are recorded so that a dataset can
+    refuse factors computed for other variables."""
     from domino_pipeline.processed.runs import run_name
 
     _check_normalization(normalization)
@@ -183,9 +175,8 @@ def processed_run_statistics(path: str | os.PathLike, *, options=None,
 
 def check_factors_match(factors: dict | None, surface_variables, volume_variables, source: str,
                         parts: Sequence[str] = ()) -> None:
-    """Refuse (ValueError naming ``source``) factors computed for other target variables (the
-    recorded variables where the factors have them, else the column counts), or without the
-    ``parts`` asked for."""
+    """Refuse (ValueError naming ``source``) factors computed for other target variables, or without
+    the ``parts`` asked for."""
     if factors is None:
         return
     kinds = factor_kinds(factors)
@@ -238,13 +229,9 @@ def save_scaling_factors(path: str | os.PathLike, factors: dict) -> Path:
 
 def load_scaling_factors(path: str | os.PathLike, normalization: str | None = None, *,
                          allow_pickle: bool = False) -> dict:
-    """Read factors written by ``save_scaling_factors``; plain JSON, nothing is executed. The
-    DoMINO example's pickled ``scaling_factors.pkl`` is read (restricted unpickler) only with
-    ``allow_pickle``; without it the error names the fix (example_factors.py).
-
-    ``normalization`` (when given) replaces the one stored: the file holds min, max, mean and std,
-    so the configured choice applies whichever was configured when the file was computed.
-    """
+    """Read factors written by ``save_scaling_factors`` (plain JSON); the DoMINO example's pickle only
+    with ``allow_pickle`` (example_factors.py). ``normalization`` (when given) replaces the stored
+    one: the file holds all four statistics."""
     if is_pickle(path):
         return checked_scaling_factors(read_example_factors(path, allow_pickle=allow_pickle), str(path), normalization)
     return checked_scaling_factors(read_json(path, "no scaling factors file"), str(path), normalization)
