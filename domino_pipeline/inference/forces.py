@@ -23,11 +23,8 @@ from domino_pipeline.variables import VARIABLE_WIDTH
 
 def cell_forces(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
                 convention: ForceConvention) -> np.ndarray:
-    """The force on the body of each cell (N, 3), float64, in the units of pressure x area.
-
-    ``pressure`` (N,), ``wall_shear`` (N, 3), ``vector_areas`` (N, 3): each cell's area times its
-    unit normal (oriented as ``convention.normals`` says), ``areas`` (N,).
-    """
+    """The force on the body of each cell (N, 3), float64: ``pressure`` (N,), ``wall_shear`` (N, 3),
+    ``vector_areas`` (N, 3) oriented as ``convention.normals`` says, ``areas`` (N,)."""
     pressure, wall_shear, vector_areas, areas = cell_arrays(pressure, wall_shear, vector_areas, areas,
                                                             "the force integration")
     return convention.force(pressure[:, None] * vector_areas, wall_shear * areas[:, None])
@@ -151,9 +148,8 @@ class ForceSettings:
 
     @classmethod
     def from_config(cls, forces: ForcesConfig, dataset: DatasetConfig) -> ForceSettings:
-        """The settings of the ``forces`` section and the ``dataset`` profile: its surface fields
-        playing the roles pressure and wall_shear_stress, or else pressure_coefficient and
-        skin_friction_coefficient."""
+        """The settings of the ``forces`` section and the ``dataset`` profile: the surface fields playing
+        pressure and wall_shear_stress, or else the pressure and skin friction coefficients."""
         flow = dataset.flow
         coefficient_fields = not all(dataset.has_field("surface", role) for role in STRESS_ROLES) and all(
             dataset.has_field("surface", role) for role in COEFFICIENT_ROLES)
@@ -189,8 +185,7 @@ class ForceSettings:
 
     def reference_sets(self, published: Published | None) -> dict[str, ReferenceSet]:
         """``own``: the run's own references and coefficients where it has them and
-        ``reference_area_per_run``, else the constant ones; ``constant``: the constant ones (the
-        run's references file's, else the profile's)."""
+        ``reference_area_per_run``, else the constant ones; ``constant``: the constant ones."""
         if published is None:
             constant = ReferenceSet(self.constant_references, None)
             return {"own": constant, "constant": constant}

@@ -107,11 +107,9 @@ class BatchItems:
 
 
 class EncodedDoMINO:
-    """DoMINO's forward pass in two steps: the geometry encodings (ball queries of the geometry
-    points into the grids, grid convolutions, the combined UNets) once per run, then only the
-    per-point part per batch. Mirrors ``DoMINO.forward`` of physicsnemo ``SUPPORTED_PHYSICSNEMO``
-    for surface, volume and combined models; ``surface(batch)`` / ``volume(batch)`` equal the
-    surface / volume output of ``model(batch)`` (the test suite compares them)."""
+    """DoMINO's forward pass in two steps: the geometry encodings once per run, then only the
+    per-point part per batch. Mirrors ``DoMINO.forward`` of physicsnemo ``SUPPORTED_PHYSICSNEMO``;
+    ``surface(batch)`` / ``volume(batch)`` equal ``model(batch)``'s outputs (the tests compare them)."""
 
     SUPPORTED_PHYSICSNEMO = ("2.2.2",)
 
@@ -199,9 +197,8 @@ Forward = Callable[[dict[str, torch.Tensor], str], torch.Tensor]
 
 
 def part_forward(model: torch.nn.Module, *, encode_once: bool = True) -> Forward:
-    """``forward(batch, part)``: the model's ``part`` output (B, N, C) for a batch of one run;
-    through ``EncodedDoMINO`` (the geometry encodings once per run) where it supports the model
-    and ``encode_once``, else the whole forward pass per batch. Make one per run."""
+    """``forward(batch, part)``: the model's ``part`` output (B, N, C) for a batch of one run, through
+    ``EncodedDoMINO`` where it supports the model and ``encode_once``; make one per run."""
     if encode_once and EncodedDoMINO.supports(model):
         encoded = EncodedDoMINO(model)
         return lambda batch, part: encoded.surface(batch) if part == "surface" else encoded.volume(batch)

@@ -116,9 +116,8 @@ class ResumePoint:
 
 def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, init_from: str | None,
            resume_from: str | None = None, say=print) -> ResumePoint:
-    """Restore the latest checkpoint if there is one (this rank's RNG state and partial sums);
-    else continue the physicsnemo checkpoint folder ``resume_from`` when given; else start from
-    ``init_from`` (a physicsnemo .mdlus) when given. ``say`` reports which."""
+    """Restore the latest checkpoint if there is one, else continue the physicsnemo checkpoint folder
+    ``resume_from``, else start from ``init_from`` (a .mdlus) when given; ``say`` reports which."""
     saved = load_checkpoint(files.checkpoint)
     if saved is None and resume_from:
         return resume_from_example(state, resume_from, info, say)
@@ -142,9 +141,8 @@ def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, init
 
 
 def resume_from_example(state: TrainingState, folder: str, info: DistInfo, say=print) -> ResumePoint:
-    """Continue a physicsnemo checkpoint (the DoMINO example's): its model (constructor arguments
-    checked against the config), optimizer, scaler, scheduler and epoch. The RNG states and the
-    best validation loss so far are not in that layout: they start afresh."""
+    """Continue a physicsnemo checkpoint (the DoMINO example's): model, optimizer, scaler, scheduler
+    and epoch; RNG states and the best validation loss start afresh (not in that layout)."""
     example = load_example_checkpoint(folder, map_location=info.device)
     init_weights_from(state.model, example.model_path)
     for note in restore_example_states(example, state.optimizer, state.scheduler, state.scaler):
@@ -202,9 +200,8 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 
 def restore_cuda_rng_states(states: list[torch.Tensor]) -> int:
-    """Restore the saved per-device CUDA generator states on the devices that exist now; return
-    how many were restored. A checkpoint saved with more (or fewer) visible GPUs than now still
-    resumes: devices beyond the visible ones are skipped, new ones keep their fresh state."""
+    """Restore the saved per-device CUDA generator states on the devices that exist now (others
+    skipped, new ones fresh), so a checkpoint resumes with another number of GPUs; return how many."""
     if not torch.cuda.is_available():
         return 0
     restored = min(len(states), torch.cuda.device_count())
@@ -296,9 +293,8 @@ def differing_args(expected: dict[str, Any], found: dict[str, Any], prefix: str 
 
 
 def init_weights_from(model: torch.nn.Module, path: str | Path) -> None:
-    """Load the weights of a physicsnemo .mdlus (`Module.save`, this project's or anyone's) into
-    `model`, after checking that the file's DoMINO was built with the same constructor arguments
-    (the error lists every difference). The weights are read with torch.load's weights_only."""
+    """Load the weights of a physicsnemo .mdlus into ``model`` (weights_only), after checking that its
+    DoMINO was built with the same constructor arguments (the error lists every difference)."""
     path = Path(path)
     args = read_model_args(path)
     _check_model_class(args, path)
@@ -328,9 +324,8 @@ EXAMPLE_STATE_KEYS = ("optimizer_state_dict", "scheduler_state_dict", "scaler_st
 
 
 def save_example_checkpoint(folder: Path, model_file: Path, states: dict[str, Any], index: int) -> None:
-    """Write physicsnemo's pair for finished epoch ``index`` (0-based) into ``folder``: the model
-    file ``model_file`` (a .mdlus just written) linked (or copied) as ``DoMINO.0.<index>.mdlus``,
-    and ``states`` ({"optimizer", "scheduler", "scaler"} state dicts) as ``checkpoint.0.<index>.pt``;
+    """Write physicsnemo's pair for finished epoch ``index`` (0-based) into ``folder``: ``model_file``
+    linked (or copied) as ``DoMINO.0.<index>.mdlus`` and ``states`` as ``checkpoint.0.<index>.pt``;
     then remove the older pairs."""
     model_path = folder / EXAMPLE_MODEL.format(index=index)
     temporary = model_path.with_name(f".{model_path.stem}.tmp{os.getpid()}.mdlus")
@@ -368,9 +363,8 @@ class ExampleCheckpoint:
 
 
 def load_example_checkpoint(folder: str | Path, map_location: torch.device | str = "cpu") -> ExampleCheckpoint:
-    """The latest ``checkpoint.0.<e>.pt`` / ``DoMINO.0.<e>.mdlus`` pair of ``folder`` (physicsnemo's
-    ``save_checkpoint``, as the DoMINO example writes them), read with ``weights_only`` (tensors and
-    plain values; MultiStepLR's milestone Counter allowed). Errors name the folder and the file."""
+    """The latest ``checkpoint.0.<e>.pt`` / ``DoMINO.0.<e>.mdlus`` pair of ``folder``, read with
+    ``weights_only`` (MultiStepLR's milestone Counter allowed); errors name the folder and the file."""
     folder = Path(folder)
     indices = example_indices(folder)
     if not indices:
@@ -396,10 +390,9 @@ def load_example_checkpoint(folder: str | Path, map_location: torch.device | str
 
 def restore_example_states(checkpoint: ExampleCheckpoint, optimizer: torch.optim.Optimizer,
                            scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler) -> list[str]:
-    """Load a physicsnemo checkpoint's optimizer, scaler and scheduler states into this run's;
-    the notes to print. A scheduler of another kind than the configured one (the example's
-    MultiStepLR against cosine or step) is not loaded: the configured schedule is set to the
-    resumed epoch instead (its closed form), and a note says so."""
+    """Load a physicsnemo checkpoint's optimizer, scaler and scheduler states into this run's; the
+    notes to print. A scheduler of another kind is not loaded: the configured one is set to the
+    resumed epoch (its closed form) instead."""
     states, notes = checkpoint.states, []
     optimizer.load_state_dict(states["optimizer"])
     if states.get("scaler"):

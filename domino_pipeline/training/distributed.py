@@ -74,18 +74,16 @@ def join_group(launch: Launch, backend: str, timeout_s: float, device_id: torch.
 
 
 def work_group(timeout_s: float) -> Any:
-    """A gloo group of every rank whose waits last up to ``timeout_s``: for gathering
-    the results of per-rank work of unknown length without tripping the training timeout. Every
-    rank must call it (at about the same time); None in a single process."""
+    """A gloo group of every rank whose waits last up to ``timeout_s``, for per-rank work of unknown
+    length; every rank must call it; None in a single process."""
     if not dist.is_initialized():
         return None
     return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
 
 
 def job_id(launch: Launch, timeout_s: float) -> str:
-    """One id shared by every rank of this job (rank 0's random one, broadcast), for files the
-    ranks write about the job; then the process group is left again, so that the ranks' work
-    that follows has no collective to time out. A fresh id in a single process."""
+    """One id shared by every rank of this job (rank 0's, broadcast), for files the ranks write about
+    the job; the process group is then left, so the ranks' work that follows cannot time out."""
     chosen = [uuid.uuid4().hex]
     if launch.world_size > 1:
         join_group(launch, "gloo", timeout_s)

@@ -29,11 +29,8 @@ AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
 
 
 def resolve_model_type(model_type: str, model_section: Mapping[str, Any]) -> str:
-    """The model type, decided by the top-level ``model_type`` key alone.
-
-    ``model.model_type`` (DoMINO's own parameter) must follow it (conf/config.yaml sets it to
-    ``${model_type}``); a different value is an error naming both keys, never silently ignored.
-    """
+    """The model type, decided by the top-level ``model_type`` key alone; a different
+    ``model.model_type`` is an error naming both keys, never silently ignored."""
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
     inner = model_section["model_type"] if "model_type" in model_section else model_type
@@ -88,13 +85,9 @@ def build_model(model_type: str, section: Mapping[str, Any], device: torch.devic
 
 
 def check_data_fits_model(data_settings: Mapping[str, Any], parameters: Mapping[str, Any], data_source: str) -> None:
-    """Refuse data whose grid resolution or surface neighbour count differs from the model's.
-
-    ``data_settings``: the preprocessing settings of the data (a cache manifest's ``settings``, or
-    ``PreprocessSettings.fingerprinted()``); ``parameters``: the model's resolved parameters.
-    DoMINO would otherwise fail deep inside its forward pass (a grid mismatch) or silently use
-    fewer neighbours than the data holds. The error names both values and both keys.
-    """
+    """Refuse data whose grid resolution or surface neighbour count differs from the model's, which
+    DoMINO would otherwise fail on deep in its forward pass or silently ignore. ``data_settings``:
+    a cache manifest's ``settings`` or ``PreprocessSettings.fingerprinted()``."""
     problems = []
     for model_key, data_key, config_key in DATA_BOUND_PARAMETERS:
         data_value, model_value = data_settings.get(data_key), parameters.get(model_key)

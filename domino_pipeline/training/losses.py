@@ -34,9 +34,8 @@ def surface_loss(prediction: torch.Tensor, target: torch.Tensor, loss_type: str)
 
 def area_weighted_surface_loss(prediction: torch.Tensor, target: torch.Tensor, normals: torch.Tensor,
                                areas: torch.Tensor, area_scaling_factor: float, loss_type: str) -> torch.Tensor:
-    """The example's ``loss_fn_area``: fields (B, N, C) times area (B, N) times the scaling factor,
-    column 0 (pressure) further times n_x (normals (B, N, 3)), then ``surface_loss``'s mean over
-    variables of the per-variable errors."""
+    """The example's ``loss_fn_area``: fields (B, N, C) times area times the scaling factor, pressure
+    further times n_x, then ``surface_loss``'s mean over variables."""
     weight = (areas * area_scaling_factor).unsqueeze(-1)
     scale = torch.ones_like(prediction[..., :1]).expand_as(prediction).clone()
     scale[..., 0] = normals[..., 0]

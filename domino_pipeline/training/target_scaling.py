@@ -33,11 +33,9 @@ Gather = Callable[[Any], list[Any]]
 def ensure_scaling_factors(path: Path, train_runs: Sequence[Path], *, sampling: SamplingConfig, cached: bool,
                            variables: VariablesConfig, options: ReadOptions, info: DistInfo,
                            work_timeout_s: float) -> None:
-    """The factors at ``path``, computed by all ranks in parts when any rank lacks them
-    (exchanged in a group with its own ``work_timeout_s``); factors computed from other runs than
-    ``train_runs`` are refused unless ``sampling.allow_other_split``. A cache's own factors
-    (``cached`` without ``sampling.scaling_factors``) are cache_data.py's to write: missing, they
-    are an error. Every rank calls it."""
+    """The factors at ``path``, computed by all ranks in parts when any lacks them; factors of other
+    runs than ``train_runs`` are refused unless ``sampling.allow_other_split``, and a cache's own
+    missing factors are an error (cache_data.py writes them). Every rank calls it."""
     if not path.exists() and cached and sampling.scaling_factors is None:
         raise FileNotFoundError(f"{path}: the cache has no scaling factors; rerun cache_data.py, which writes them")
     group = distributed.work_group(work_timeout_s)
