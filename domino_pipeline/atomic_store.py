@@ -31,10 +31,8 @@ _TMP_MARK = ".tmp-"
 
 @contextmanager
 def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary directory path; on success move it to ``final``, replacing any old one.
-
-    On an exception the temporary directory is removed and ``final`` is left as it was.
-    """
+    """Yield a temporary directory path; on success move it to ``final``, replacing any old one; on an
+    exception remove it and leave ``final`` as it was."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp, held = _new_temporary(final)  # the caller writes into ``tmp``; replacing the folder would drop the lock
@@ -56,9 +54,8 @@ def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
 
 @contextmanager
 def temporary_directory(parent: str | os.PathLike, name: str) -> Iterator[Path]:
-    """Yield a new hidden temporary folder in ``parent`` (made if absent), named after ``name``
-    and this process, locked while the block runs and removed after it. One left by a process
-    that died (``kill -9`` included) is stale: ``remove_stale_temporaries(parent)`` removes it."""
+    """Yield a new hidden temporary folder in ``parent``, locked while the block runs and removed after
+    it; one left by a dead process is removed by ``remove_stale_temporaries(parent)``."""
     parent = Path(parent)
     parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp, held = _new_temporary(parent / name)
@@ -78,9 +75,8 @@ def _new_temporary(final: Path) -> tuple[Path, int]:
 
 
 def hold_temporary(path: Path) -> int:
-    """An open descriptor of ``path`` (a file or a folder) holding an exclusive ``flock`` on
-    it: this process's claim on a temporary, released when the descriptor is closed or the
-    process exits."""
+    """An open descriptor of ``path`` holding an exclusive ``flock`` on it: this process's claim on a
+    temporary, released when the descriptor is closed or the process exits."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh name: nobody else holds it
     return fd
@@ -122,13 +118,9 @@ def read_json(path: str | os.PathLike, missing: str, error: type[Exception] = Va
 
 
 def remove_stale_temporaries(parent: str | os.PathLike) -> list[Path]:
-    """Delete the temporaries in ``parent`` that no live writer holds; return what was removed.
-
-    A writer holds a ``flock`` on its temporary while it writes (``atomic_directory``), so one
-    whose lock is free was left by a writer that died, however it died. Kept: those locked,
-    and the few just created whose writer (the pid in the name) runs and has not locked them
-    yet.
-    """
+    """Delete the temporaries in ``parent`` that no live writer holds (a writer holds a ``flock`` on its
+    temporary while it writes), except those just created whose writer runs and has not locked them
+    yet; return what was removed."""
     parent = Path(parent)
     if not parent.is_dir():
         return []

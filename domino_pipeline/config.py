@@ -59,9 +59,8 @@ def check_device(key: str, device: str) -> None:
 
 @dataclass(frozen=True)
 class CuratorLimitsConfig:
-    """``data.quality.curator:`` physicsnemo-curator's per-run checks of its DoMINO ETL: a
-    dimensionless velocity component or pressure whose largest magnitude, over the values
-    within mean +- ``sigma`` standard deviations, exceeds ``velocity_max`` / ``pressure_max``."""
+    """``data.quality.curator:`` physicsnemo-curator's per-run checks: a dimensionless velocity
+    component or pressure whose largest magnitude within mean +- ``sigma`` std exceeds its max."""
 
     enabled: bool
     sigma: float
@@ -377,9 +376,8 @@ class ForcesConfig:
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    """``distributed:`` how long the ranks of a torchrun or srun job wait for one another, in
-    seconds: ``timeout_s`` for training's collectives, ``work_timeout_s`` for waits behind
-    per-rank work of unknown length (scaling factors computed in parts)."""
+    """``distributed:`` how long the ranks of a job wait for one another, in seconds: ``timeout_s`` for
+    training's collectives, ``work_timeout_s`` for waits behind per-rank work."""
 
     timeout_s: float
     work_timeout_s: float
@@ -400,9 +398,8 @@ TOP_LEVEL = {"model_type": str, "seed": int, "output_dir": str, "model": dict}
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """The whole configuration: the top-level keys and one typed object per section. ``model``
-    stays a plain mapping: physicsnemo's DoMINO parameters, checked against its own defaults
-    when the model is built (training/domino_model.py)."""
+    """The whole configuration: the top-level keys and one typed object per section; ``model`` stays a
+    plain mapping of physicsnemo's DoMINO parameters, checked when the model is built."""
 
     model_type: str
     seed: int

@@ -61,14 +61,8 @@ class OtherFieldsProfile(FieldsProfile):
 
 @dataclass(frozen=True)
 class SurfaceRowsProfile:
-    """``dataset.surface_rows``: what one row of the processed surface is.
-
-    ``location`` cells: a boundary cell, at its polygon's centre, with its unit normal (as the
-    polygon is wound) and area, its fields from cell data. points: a boundary point, with its
-    unit normal (the point data array ``normals``; None: the normalised sum of the area vectors
-    of the cells around it) and its area (the run's ``files.surface_areas``, or the point's
-    barycentric dual area: the share of each cell around it nearest to it), its fields from
-    point data."""
+    """``dataset.surface_rows``: what one row of the processed surface is, a boundary cell or a
+    boundary point, and where a point's normals come from (docs/datasets.md)."""
 
     location: str
     normals: str | None
@@ -123,15 +117,8 @@ class FlowProfile:
 
 @dataclass(frozen=True)
 class ReferencesProfile:
-    """``dataset.references``: the reference area, length and moment centre of the coefficients.
-
-    ``area``, ``length``, ``centre``: the dataset's constant references (one for every run);
-    ``file``: a run's own references, ``columns`` naming each quantity's column(s) in it (a
-    centre: three columns, or one holding three numbers; ``velocity``: the free stream the run's
-    coefficients refer to, where the file states it), ``constant_columns`` those of the
-    constant references where the file repeats them; None: every run has the constant ones.
-    ``format``: csv (a header and one row) or openfoam (forceCoeffs' ``coefficient.dat``: the
-    ``# key : value`` header lines and the last line's columns)."""
+    """``dataset.references``: the constant reference area, length and moment centre of the
+    coefficients, and where a run's own are (``file``, ``columns``, ``format``; docs/datasets.md)."""
 
     area: float               # m^2
     length: float             # m
@@ -159,8 +146,7 @@ class ReferencesProfile:
 @dataclass(frozen=True)
 class CoefficientsProfile:
     """``dataset.coefficients``: the coefficient files each run publishes (patterns; None: not
-    published), over its own references and over the constant ones, and each coefficient's
-    column (COEFFICIENTS; a dataset publishes some of them)."""
+    published), over its own and over the constant references, and each coefficient's column."""
 
     own: str | None
     constant: str | None
@@ -231,9 +217,8 @@ class DatasetConfig:
         return role in getattr(self.fields, part)
 
     def field(self, part: str, role: str) -> str:
-        """The variable name of the field of ``part`` that plays ``role`` (the array's name, or the
-        role's for a field composed of scalar arrays); ValueError naming the profile key when the
-        profile gives none."""
+        """The variable name of the field of ``part`` that plays ``role``; ValueError naming the profile key
+        when the profile gives none."""
         names = getattr(self.fields, part)
         if role not in names:
             raise ValueError(f"dataset {self.name}: no {part} field plays the role {role} "

@@ -77,9 +77,8 @@ def check_override_keys(arguments: Sequence[str], conf_dir: Path) -> None:
 
 
 def entry_point(task: Callable[[PipelineConfig], int | None]) -> Callable[..., None]:
-    """The command-line entry of ``task`` (module docstring). The returned ``main`` takes an
-    already composed DictConfig too (``main(cfg)``, as Hydra's ``main`` does), so that tests run
-    it in-process."""
+    """The command-line entry of ``task`` (module docstring); the returned ``main`` takes an already
+    composed DictConfig too, so that tests run it in-process."""
 
     @functools.wraps(task)
     def run(cfg: DictConfig) -> None:

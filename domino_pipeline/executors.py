@@ -55,10 +55,9 @@ def report(message: Any) -> None:
 
 def run_tasks(function: Task, tasks: Mapping[str, tuple], executor: ExecutorConfig, *, workers: int,
               progress: str, position: int = 0, on_report: Callable[[Any], None] | None = None) -> list[RunResult]:
-    """``function(*tasks[name])`` for every run ``name``, ``workers`` at a time (a local Dask
-    cluster's workers; a remote cluster has its own), with a progress bar named ``progress``;
-    the results in the order of ``tasks``. A task lost with its worker, or that raised, is a
-    failed result naming the cause. The tasks' ``report`` messages go to ``on_report`` (pool)."""
+    """``function(*tasks[name])`` for every run ``name``, ``workers`` at a time, with a progress bar
+    named ``progress``; the results in the order of ``tasks``, a lost or failed task a failed result
+    naming the cause. The tasks' ``report`` messages go to ``on_report`` (pool)."""
     bar = tqdm(total=len(tasks), desc=progress, unit="run", position=position, disable=not tasks)
     done: dict[str, RunResult] = {}
     if executor.kind == "dask":
@@ -132,8 +131,7 @@ def _dask_results(function: Task, tasks: Mapping[str, tuple], executor: Executor
 @contextmanager
 def _dask_client(distributed: Any, executor: ExecutorConfig, workers: int) -> Iterator[Any]:
     """A client of the scheduler at ``executor.address``, or of a local cluster of ``workers``
-    single-threaded worker processes (its dashboard on a free port: several stages may run
-    side by side)."""
+    single-threaded processes (its dashboard on a free port)."""
     if executor.address is not None:
         with distributed.Client(executor.address) as client:
             print(f"dask: scheduler {executor.address}, {len(client.scheduler_info()['workers'])} "
@@ -184,9 +182,8 @@ def _checked(name: str, result: Callable[[], RunResult], killed: type[BaseExcept
 
 
 def die_with_parent(parent: int, reports: Any = None) -> None:
-    """In a pool worker: be killed when the process that started the pool dies (Linux
-    ``PR_SET_PDEATHSIG``), so that a killed batch leaves no worker writing behind it (Dask's
-    local workers watch their parent themselves); send report() messages to the queue ``reports``."""
+    """In a pool worker: be killed when the pool's parent dies (``PR_SET_PDEATHSIG``), so a killed
+    batch leaves no worker writing behind it; send report() messages to the queue ``reports``."""
     _REPORTS[:] = [reports.put] if reports is not None else []
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)

@@ -71,9 +71,8 @@ ALL_CONVENTIONS = tuple(ForceConvention(n, w) for n in NORMALS for w in WALL_SHE
 
 def force_sums(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray,
                areas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(sum p n A, sum tau A)``, each (3,) in float64, over N cells: ``pressure`` (N,),
-    ``wall_shear`` (N, 3), ``vector_areas`` (N, 3) (each cell's area times its unit normal, as the
-    files orient it), ``areas`` (N,). Sums over any split of the cells add up to the whole's."""
+    """``(sum p n A, sum tau A)``, each (3,) in float64, over N cells (``vector_areas``: area times unit
+    normal as the files orient it); sums over any split of the cells add up to the whole's."""
     pressure, wall_shear, vector_areas, areas = cell_arrays(pressure, wall_shear, vector_areas, areas, "force_sums")
     return pressure @ vector_areas, areas @ wall_shear
 

@@ -90,9 +90,8 @@ class HubFolder:
 
 
 def tree(folder: HubFolder, *, recursive: bool = False, anonymous: bool = False) -> list[dict]:
-    """The entries of ``folder`` (every page), each with ``type``, ``path`` (from the
-    repository's root), ``size`` and, for files, ``oid`` and ``lfs``; FileNotFoundError when
-    the Hub has no such folder, HubError for a request that failed for good."""
+    """The entries of ``folder`` (every page), each with ``type``, ``path``, ``size`` and for files
+    ``oid`` and ``lfs``; FileNotFoundError for no such folder, HubError for a failed request."""
     url = folder.tree_url + ("?recursive=true" if recursive else "")
     entries = []
     while url:

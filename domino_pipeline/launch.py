@@ -153,9 +153,8 @@ def _integer(env: Mapping[str, str], name: str, *, default: int | None = None, m
 
 
 def first_host(nodelist: str, name: str = "SLURM_JOB_NODELIST") -> str:
-    """The first host of a Slurm node list in its compact form (``node[01-04,07],gpu3`` ->
-    ``node01``: the first entry, each bracket group replaced by its first number, zero-padding
-    kept); a ValueError naming the variable ``name`` when the list is malformed."""
+    """The first host of a Slurm node list in its compact form (``node[01-04,07],gpu3`` -> ``node01``);
+    a ValueError naming the variable ``name`` when the list is malformed."""
     entry = _ENTRY.match(nodelist)
     host = _GROUP.sub(lambda group: group.group(1), entry.group(0)) if entry else ""
     if not host or nodelist[entry.end():entry.end() + 1] not in ("", ",") or re.search(r"[\[\]\s]", host):

@@ -19,10 +19,9 @@ _RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 
 def select_runs(names: Sequence[str], spec: Sequence[int | str] | None, shard: str | None,
                 *, source: str = "the runs") -> list[str]:
-    """The names of ``names`` that ``spec`` chooses (all for None), then this ``shard``'s
-    share of them, in natural order (run_2 before run_10). ``source`` names where the runs were
-    listed, for errors: a number, a name or a range that matches no run is a ValueError (a
-    range need not be complete: DrivAerML has gaps), as are a malformed item or shard."""
+    """The names of ``names`` that ``spec`` chooses (all for None), then this ``shard``'s share, in
+    natural order; an item that matches no run (``source`` names where they were listed), a
+    malformed item or shard is a ValueError."""
     ordered = sorted(names, key=name_key)
     chosen = ordered if spec is None else _chosen(ordered, spec, source)
     if shard is None:

@@ -53,9 +53,8 @@ def column_names(variables: Mapping[str, str]) -> list[str]:
 
 
 def check_roles(key: str, fields: Mapping[str, FieldName]) -> None:
-    """Refuse a role -> field-name mapping with an unknown role, a name that is not a non-empty
-    string (or, for a vector or tensor role, a list of one non-empty string per component), or
-    one name given two roles; ``key`` names the mapping in the message."""
+    """Refuse a role -> field-name mapping with an unknown role, a malformed name (a vector or tensor
+    role: one name per component), or one name given two roles; ``key`` names it in the message."""
     unknown = [role for role in fields if role not in FIELD_ROLES]
     if unknown:
         raise ValueError(f"{key}: unknown roles {unknown}; the roles are {list(FIELD_ROLES)}")
