@@ -221,8 +221,7 @@ _maps_lock = threading.Lock()
 
 def unpack(token: str, fd, size: int, pid: int, keys: tuple, layout: tuple, constants: dict,
            retired: tuple) -> dict[str, torch.Tensor]:
-    """The batch dict in the receiving process: views of the mapped buffer, freed for reuse by
-    the worker when the last view is gone."""
+    """The batch dict in the receiving process: views of the mapped buffer, freed for reuse with the last view."""
     mapping = _mapping(token, fd, size, pid, retired)
     data = np.frombuffer(mapping, dtype=np.uint8, count=size - HEADER, offset=HEADER)
     weakref.finalize(data, _release, mapping)

@@ -165,8 +165,7 @@ class CachedDoMINODataset(EpochDataset):
         return spans
 
     def _row_arrays(self, part: str) -> list[tuple[str, Allocator]]:
-        """The arrays a draw reads at its rows of ``part``, with their allocators (in ``indices``: the
-        neighbour indices, gathered after)."""
+        """The arrays and allocators a draw reads at its rows of ``part`` (in ``indices``: neighbour indices)."""
         if part == "volume":
             return [(f"volume_{n}", np.empty) for n in ("coordinates", "fields", "sdf", "closest")]
         if self.neighbor_layout != "features":
@@ -225,8 +224,7 @@ def _check_settings(cache_dir: Path | str, settings: dict, expected: dict) -> No
 
 
 def _check_parts(cache_dir: Path | str, settings: dict, model_type: str, needed: tuple[str, ...]) -> None:
-    """CacheError naming the parts and arrays a ``model_type`` model needs that the cache was
-    built without (``process.parts``)."""
+    """CacheError naming the parts and arrays a ``model_type`` model needs that the cache lacks."""
     held = held_parts(settings)
     lacking = [part for part in needed if part not in held]
     if not lacking:

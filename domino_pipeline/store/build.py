@@ -148,8 +148,7 @@ def staging_root() -> Path:
 
 
 def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> dict[str, dict]:
-    """Manifest entries of the runs whose newest generation is current, with their sources'
-    current records."""
+    """Manifest entries of the runs whose newest generation is current, with their sources' records."""
     entries, records = {}, manifest_records(cache_dir)
     for path in runs:
         state = run_state(cache_dir, path, settings, records)

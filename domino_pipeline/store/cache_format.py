@@ -89,8 +89,7 @@ class CacheError(ValueError):
 
 
 class StaleCacheError(CacheError):
-    """A cache built with other settings or sources than the ones asked for, or a run
-    generation replaced by a rebuild."""
+    """A cache built with other settings or sources than asked for, or a generation replaced by a rebuild."""
 
 
 def run_fingerprint(settings_fingerprint: str, source: str) -> str:
@@ -99,8 +98,7 @@ def run_fingerprint(settings_fingerprint: str, source: str) -> str:
 
 
 def metadata_files(run_path: str | os.PathLike) -> dict[str, bytes]:
-    """Every ``zarr.json`` of a local cache run by its path within the run (two levels: arrays sit
-    directly in the group)."""
+    """Every ``zarr.json`` of a local cache run by its path within the run (group and arrays)."""
     root = Path(run_path)
     found = [root / "zarr.json", *root.glob("*/zarr.json")]
     return {m.relative_to(root).as_posix(): m.read_bytes() for m in found if m.is_file()}

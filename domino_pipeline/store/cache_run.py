@@ -188,16 +188,14 @@ class CacheRun:
         return reader.shape if reader is not None else self.array(name).shape
 
     def reader(self, name: str) -> ChunkedArray | None:
-        """The direct chunk reader of the named array, or None where its layout (or its
-        absence) is left to zarr-python."""
+        """The direct chunk reader of the named array, or None where it is left to zarr-python."""
         if name not in self._readers:
             raw = self._metadata.get(f"{name}/zarr.json")
             self._readers[name] = ChunkedArray.from_metadata(self.source, self.prefix + name, raw)
         return self._readers[name]
 
     def prefetch(self, name: str, selection: Any = Ellipsis) -> None:
-        """Read the shard indexes ``read(name, selection)`` will need; nothing for layouts
-        and selections left to zarr-python."""
+        """Read the shard indexes ``read(name, selection)`` will need (none for zarr-python's reads)."""
         reader = self.reader(name)
         if reader is not None and reader.supports(selection):
             reader.prefetch(selection)
@@ -299,8 +297,7 @@ class CacheRun:
 
 
 class _NamingErrors:
-    """Turns a read failure into CacheError naming the run and ``what``; StaleCacheError where
-    a local generation was removed while open."""
+    """A read failure as CacheError naming the run and ``what``; StaleCacheError for a removed generation."""
 
     def __init__(self, run: CacheRun, what: str) -> None:
         self.run, self.what = run, what
@@ -341,8 +338,7 @@ def refuse_links(path: Path) -> None:
 
 
 def _newer_generation(path: Path) -> bool:
-    """Whether the run folder of the absent generation ``path`` holds a newer one (a rebuild
-    replaced it) rather than none at all (removed)."""
+    """Whether the folder of the absent generation ``path`` holds a newer one (replaced, not removed)."""
     number = GENERATION.match(path.name)
     if number is None or not path.parent.is_dir():
         return False

@@ -43,8 +43,7 @@ Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]  # np.empty's (sha
 
 
 class CorruptChunkError(ValueError):
-    """A shard or inner chunk that is missing, fails its CRC32C check or has the wrong size;
-    ``array`` names the array."""
+    """A shard or inner chunk missing, failing its CRC32C check or of the wrong size; ``array`` names it."""
 
     def __init__(self, array: str, message: str) -> None:
         super().__init__(f"{array}: {message}")
@@ -81,8 +80,7 @@ class ChunkedArray:
 
     @classmethod
     def from_metadata(cls, source: ByteSource, key: str, raw: bytes | None) -> ChunkedArray | None:
-        """The array at ``key`` of ``source`` whose ``zarr.json`` holds ``raw``, if this reader
-        supports its layout; None otherwise."""
+        """The array at ``key`` of ``source`` whose ``zarr.json`` is ``raw``, if its layout is supported; else None."""
         try:
             meta = json.loads(bytes(raw)) if raw is not None else None
         except ValueError:
@@ -98,8 +96,7 @@ class ChunkedArray:
 
     @staticmethod
     def supports(selection: Any) -> bool:
-        """Whether ``read`` takes ``selection``: a step-1 slice, Ellipsis or a 1-D integer
-        index array (other selections go to zarr-python)."""
+        """Whether ``read`` takes ``selection``: a step-1 slice, Ellipsis or a 1-D integer index array."""
         if selection is Ellipsis:
             return True
         if isinstance(selection, slice):
@@ -124,8 +121,7 @@ class ChunkedArray:
         return self.read(self._checked(indices), allocate)
 
     def prefetch(self, selection: Any) -> None:
-        """Read the shard indexes ``selection`` needs (one wave), so that its read is one
-        wave; faults are left for the read to report."""
+        """Read the shard indexes ``selection`` needs (one wave); faults are left for the read to report."""
         try:
             self.load_indexes(self.chunks(selection))
         except CorruptChunkError:
@@ -163,8 +159,7 @@ class ChunkedArray:
         return self._chunks_of(self._checked(selection))
 
     def _chunks_of(self, rows: np.ndarray) -> np.ndarray:
-        """The inner chunks (ascending, once each) of checked row indices ``rows``; sorted rows,
-        a draw's usual, without a sort."""
+        """The inner chunks (ascending, once each) of checked row indices ``rows``, sorted rows without a sort."""
         chunks = rows // self.chunk_rows
         steps = np.diff(chunks)
         if steps.size and steps.min() >= 0:
@@ -235,8 +230,7 @@ class ChunkedArray:
         return requests
 
     def _refuse_entry(self, shard: int, inner: int, entry: np.ndarray) -> None:
-        """CorruptChunkError for the index entry (offset, nbytes) of an inner chunk that was not
-        written or has the wrong size."""
+        """CorruptChunkError for the index entry (offset, nbytes) of an inner chunk not written or missized."""
         offset, nbytes = (int(v) for v in entry)
         where = f"inner chunk {inner} of shard {self.key(shard)}"
         if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
@@ -245,8 +239,7 @@ class ChunkedArray:
                                 f"{self.chunk_nbytes + CHECKSUM_BYTES}")
 
     def chunk_array(self, chunk: int, data: memoryview | None) -> np.ndarray:
-        """Inner chunk ``chunk`` as (chunk_rows, *row_shape), a view of its fetched bytes
-        ``data`` after checking their size and CRC32C."""
+        """Inner chunk ``chunk`` as (chunk_rows, *row_shape), a view of ``data`` after checking size and CRC32C."""
         nbytes = self.chunk_nbytes
         if data is None or len(data) != nbytes + CHECKSUM_BYTES:
             self._refuse_chunk(chunk, data)
@@ -390,8 +383,7 @@ def _plans(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[tuple[slice
 
 
 def _verify(name: str, where: str, data: memoryview, checksum: memoryview) -> None:
-    """CorruptChunkError naming the array and ``where`` unless ``data`` matches ``checksum``
-    (4 bytes, little endian)."""
+    """CorruptChunkError naming the array and ``where`` unless ``data`` matches its little-endian ``checksum``."""
     stored, computed = int.from_bytes(checksum, "little"), crc32c.crc32c(data)
     if stored != computed:
         raise CorruptChunkError(name, f"{where} failed its CRC32C check "
@@ -421,8 +413,7 @@ def supported_layout(meta: dict) -> tuple[tuple[int, ...], np.dtype, int, int] |
 
 
 def _sharding(codecs: Any) -> tuple[Any, Any, Any] | None:
-    """(inner chunk shape, inner codecs, index codecs) of a lone ``sharding_indexed`` codec
-    with its index at the end; None otherwise."""
+    """(inner chunk shape, inner codecs, index codecs) of a lone ``sharding_indexed`` codec indexed at the end."""
     if not isinstance(codecs, list) or len(codecs) != 1 or not isinstance(codecs[0], dict):
         return None
     codec = codecs[0]
@@ -455,8 +446,7 @@ def _default_keys(encoding: Any) -> bool:
 
 
 def _bytes_then_crc32c(codecs: Any, dtype: np.dtype) -> bool:
-    """Whether the codecs are exactly ``bytes`` (little endian; any for 1-byte types) then
-    ``crc32c``."""
+    """Whether the codecs are exactly ``bytes`` (little endian; any for 1-byte types) then ``crc32c``."""
     if not isinstance(codecs, list) or len(codecs) != 2 or not all(isinstance(c, dict) for c in codecs):
         return False
     serializer, checksum = codecs

@@ -38,8 +38,7 @@ def manifest_lock(cache_dir: str | os.PathLike):
 
 
 def manifest_digest(manifest: dict) -> str:
-    """The SHA-256 of a manifest's canonical JSON, its own ``sha256`` left out: what
-    ``write_manifest`` records and ``read_manifest`` checks."""
+    """The SHA-256 of a manifest's canonical JSON, its own ``sha256`` left out."""
     body = {k: v for k, v in manifest.items() if k != "sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
@@ -124,8 +123,7 @@ def _check_manifest(manifest: object, cache_dir: str | os.PathLike) -> None:
 
 
 def run_path(cache_dir: str | os.PathLike, name: str, entry: dict) -> Path | str:
-    """The generation folder a manifest entry names (``<run>/g<N>.zarr``, inside the cache folder);
-    CacheError otherwise."""
+    """The generation folder ``<run>/g<N>.zarr`` a manifest entry names, inside the cache; else CacheError."""
     where = f"{join(cache_dir, MANIFEST)}: run {name!r}"
     raw = entry.get("path") if isinstance(entry, dict) else None
     if not isinstance(raw, str):

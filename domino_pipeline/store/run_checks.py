@@ -18,8 +18,7 @@ class RunMetadataError(CacheError):
 
 
 def counted_kind(array: str) -> str | None:
-    """The ``counts`` key (geometry, surface, volume) whose rows array ``array`` holds; None
-    for the grids."""
+    """The ``counts`` key (geometry, surface, volume) of array ``array``'s rows; None for the grids."""
     return None if array in GRIDS else array.split("_", 1)[0]
 
 
@@ -49,8 +48,7 @@ def check_grids(settings: Any, shapes: dict[str, tuple[int, ...]]) -> None:
 
 
 def check_origin(attrs: dict, name: str, entry: dict) -> None:
-    """RunMetadataError unless the generation's recorded source (run name, fingerprint) is the one of
-    the manifest entry it sits under."""
+    """RunMetadataError unless the generation's recorded source is its manifest entry's (name, fingerprint)."""
     source = attrs.get("source")
     path = source.get("path") if isinstance(source, dict) else None
     if not isinstance(path, str):

@@ -36,8 +36,7 @@ def current_source(processed_path: Path, recorded: dict | None = None, *, full: 
 
 
 def stale_reasons(run: CacheRun, settings: PreprocessSettings, source: str) -> list[str]:
-    """Why a cache run generation does not match ``settings`` and the processed run's
-    fingerprint ``source`` (empty: current)."""
+    """Why a cache run generation does not match ``settings`` and its processed run's ``source`` (empty: current)."""
     if run.attrs.get("fingerprint") == run_fingerprint(settings.fingerprint(), source):
         return []
     reasons = diff_settings(run.attrs.get("settings", {}), settings.fingerprinted())
@@ -80,8 +79,7 @@ class RunState:
 
 def run_state(cache_dir: Path, processed_path: Path, settings: PreprocessSettings,
               records: dict[str, dict]) -> RunState:
-    """The state of the processed run's newest cache generation. ``records``: the manifest's
-    run entries (``manifest_records``)."""
+    """The state of the processed run's newest cache generation (``records``: ``manifest_records``)."""
     name = run_name(processed_path)
     newest = current_generation(run_folder(cache_dir, name))
     if newest is None:
