@@ -67,8 +67,7 @@ def temporary_directory(parent: str | os.PathLike, name: str) -> Iterator[Path]:
 
 
 def _new_temporary(final: Path) -> tuple[Path, int]:
-    """A new hidden temporary folder beside ``final`` (this process's pid in its name) and the
-    descriptor that holds its lock."""
+    """A new hidden temporary folder beside ``final`` (pid in its name) and the descriptor holding its lock."""
     tmp = final.parent / f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     return tmp, hold_temporary(tmp)
@@ -88,8 +87,7 @@ def write_json_atomic(path: str | os.PathLike, data: object) -> Path:
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` via a hidden temporary file and a rename: a reader sees the
-    old file or the new one, never a part."""
+    """Write ``data`` to ``path`` via a hidden temporary file and a rename: readers never see a part."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)

@@ -39,8 +39,7 @@ class RunFilesProfile:
 
 @dataclass(frozen=True)
 class FieldsProfile:
-    """``dataset.fields``: per part, role -> the field's name in the files (or its components'
-    names), in column order."""
+    """``dataset.fields``: per part, role -> the field's name in the files (or its components'), in column order."""
 
     surface: dict[str, FieldName]
     volume: dict[str, FieldName]
@@ -237,6 +236,5 @@ class DatasetConfig:
 
 
 def profile_from_file(path: str | os.PathLike) -> DatasetConfig:
-    """The profile of a conf/dataset/<name>.yaml file, typed and checked (for tools that run
-    outside Hydra, such as the synthetic generator)."""
+    """The typed, checked profile of a conf/dataset/<name>.yaml file, for tools that run outside Hydra."""
     return from_section(DatasetConfig, OmegaConf.load(path), "dataset")

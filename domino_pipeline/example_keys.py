@@ -42,8 +42,7 @@ def _paths(values: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
 
 
 def check_example_keys(values: Mapping[str, Any]) -> None:
-    """Refuse a config (plain nested mappings) holding a key of the example's config, naming each
-    with its key here (ValueError)."""
+    """Refuse (ValueError) a config holding keys of the example's config, naming each with its key here."""
     found = sorted({_listed_prefix(p) for p in _paths(values)} - {None})
     deepest = [k for k in found if not any(other.startswith(k + ".") for other in found)]
     if deepest:

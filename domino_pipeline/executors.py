@@ -170,8 +170,7 @@ def _import_distributed() -> Any:
 
 
 def _checked(name: str, result: Callable[[], RunResult], killed: type[BaseException], lost: str) -> RunResult:
-    """The task's result; a failed one saying ``lost`` when its worker died (``killed``), or
-    naming the error when it raised."""
+    """The task's result; a failed one saying ``lost`` when its worker died, or naming the error it raised."""
     try:
         return result()
     except killed:

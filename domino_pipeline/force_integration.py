@@ -60,8 +60,7 @@ class ForceConvention:
         return 1.0 if self.wall_shear == "on_body" else -1.0
 
     def force(self, pressure_sum: np.ndarray, shear_sum: np.ndarray) -> np.ndarray:
-        """The force on the body from ``force_sums``' two sums (3,), or of each cell from its
-        ``p n A`` and ``tau A`` (N, 3)."""
+        """The force on the body from ``force_sums``' sums (3,), or per cell from ``p n A`` and ``tau A`` (N, 3)."""
         return -self.outward_sign * np.asarray(pressure_sum, np.float64) \
             + self.shear_on_body_sign * np.asarray(shear_sum, np.float64)
 

@@ -25,8 +25,7 @@ _GROUP = re.compile(r"\[(\d+)(?:-\d+)?(?:,\d+(?:-\d+)?)*\]")  # [01-04,07]: its 
 
 @dataclass(frozen=True)
 class Launch:
-    """This process's place in its job: rank, world size, rank on its machine, and where rank 0
-    listens (None in a single process)."""
+    """This process's place in its job: rank, world size, local rank, where rank 0 listens (None: single)."""
 
     launcher: str
     rank: int = 0
@@ -62,8 +61,7 @@ def launch_environment(environ: Mapping[str, str] | None = None) -> Launch:
 
 
 def _torchrun(env: Mapping[str, str]) -> Launch:
-    """A torchrun process: all three of its rank variables, and rank 0's address when the
-    world has more than one process."""
+    """A torchrun process: its three rank variables, and rank 0's address in a world of several."""
     missing = [name for name in TORCHRUN_VARIABLES if name not in env]
     if missing:
         present = [f"{name}={env[name]}" for name in TORCHRUN_VARIABLES if name in env]

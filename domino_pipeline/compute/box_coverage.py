@@ -20,8 +20,7 @@ def _percent(part: float, whole: float) -> str:
 
 
 def cells_outside(centres: np.ndarray, areas: np.ndarray, box) -> tuple[int, float]:
-    """How many of the cells (``centres``, ``areas``) lie outside ``box`` (not strictly inside),
-    and their area."""
+    """How many of the cells (``centres``, ``areas``) lie outside ``box`` (not strictly inside), and their area."""
     outside = ~inside_box(centres, box)
     return int(outside.sum()), float(np.asarray(areas, dtype=np.float64)[outside].sum())
 

@@ -76,8 +76,7 @@ def all_surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
 
 
 def grid_sdf(prepared: PreparedRun, settings: PreprocessSettings, part: str) -> np.ndarray:
-    """Signed distance (Nx, Ny, Nz) of the ``part`` grid to the STL, in that box's normalised
-    coordinates."""
+    """Signed distance (Nx, Ny, Nz) of the ``part`` grid to the STL, in that box's normalised coordinates."""
     box = settings.bounding_box_surface if part == "surface" else settings.bounding_box_volume
     grid = make_grid(box, settings.interp_res)
     sdf, _ = geometry.signed_distance(normalize(prepared.stl_vertices, box), prepared.stl_faces,
@@ -86,8 +85,7 @@ def grid_sdf(prepared: PreparedRun, settings: PreprocessSettings, part: str) -> 
 
 
 def volume_mesh(prepared: PreparedRun, settings: PreprocessSettings) -> geometry.SdfMesh:
-    """The STL in volume-box normalised coordinates on the device: every volume SDF query of a
-    run shares it."""
+    """The STL in volume-box normalised coordinates on the device, shared by a run's volume SDF queries."""
     return geometry.SdfMesh(normalize(prepared.stl_vertices, settings.bounding_box_volume),
                             prepared.stl_faces, device=settings.device)
 
@@ -166,8 +164,7 @@ def _shapes(prepared: PreparedRun, counts: dict[str, int], settings: PreprocessS
 
 def _pieces(prepared: PreparedRun, volume: Mapping, settings: PreprocessSettings, n_volume: int,
             check: Check, scratch_dir, block_rows: int) -> Iterator[tuple[str, int, np.ndarray]]:
-    """Every piece of the run, the grids first, then the surface's, then the volume's (of the
-    parts ``settings.parts`` names)."""
+    """Every piece of the run's parts: the grids first, then the surface's, then the volume's."""
     yield "geometry_coordinates", 0, prepared.geometry_coordinates
     yield "surface_grid_sdf", 0, grid_sdf(prepared, settings, "surface")
     if "volume" in settings.parts:

@@ -27,8 +27,7 @@ def normalize(points: np.ndarray, box) -> np.ndarray:
 
 
 def make_grid(box, interp_res) -> np.ndarray:
-    """The regular grid over ``box`` with ``interp_res`` points per axis, normalised to [-1, 1],
-    shape (Nx, Ny, Nz, 3). Derived, never stored."""
+    """The regular grid over ``box`` of ``interp_res`` points per axis in [-1, 1], (Nx, Ny, Nz, 3); never stored."""
     lo, hi = (np.asarray(b, dtype=np.float32) for b in box)
     axes = [np.linspace(lo[i], hi[i], int(interp_res[i]), dtype=np.float32) for i in range(3)]
     grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1)

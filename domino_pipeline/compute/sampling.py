@@ -45,8 +45,7 @@ class SamplingLaw:
 
 
 def sampling_law(sampling: SamplingConfig, *, validation: bool = False) -> SamplingLaw:
-    """The law of the ``sampling`` section; a validation draw's (``validation``) is exact when
-    ``sampling.val_exact``."""
+    """The law of the ``sampling`` section; a validation draw's is exact when ``sampling.val_exact``."""
     return SamplingLaw(surface_window_factor=sampling.surface_window_factor,
                        volume_window_factor=sampling.volume_window_factor,
                        exact=sampling.exact or (validation and sampling.val_exact))
@@ -72,8 +71,7 @@ def _check_enough(n_rows: int, size: int, what: str) -> None:
 
 
 def choose_uniform(rng: np.random.Generator, n_rows: int, size: int, what: str) -> np.ndarray:
-    """``size`` distinct rows of ``n_rows``, uniformly without replacement, sorted int64 (drawing the
-    rows left out when most are taken)."""
+    """``size`` distinct rows of ``n_rows``, uniformly without replacement, sorted int64."""
     _check_enough(n_rows, size, what)
     if 2 * size <= n_rows:
         return np.sort(rng.choice(n_rows, size, replace=False, shuffle=False)).astype(np.int64)

@@ -175,8 +175,7 @@ def processed_run_statistics(path: str | os.PathLike, *, options=None,
 
 def check_factors_match(factors: dict | None, surface_variables, volume_variables, source: str,
                         parts: Sequence[str] = ()) -> None:
-    """Refuse (ValueError naming ``source``) factors computed for other target variables, or without
-    the ``parts`` asked for."""
+    """Refuse (ValueError naming ``source``) factors of other target variables or lacking ``parts``."""
     if factors is None:
         return
     kinds = factor_kinds(factors)
@@ -268,8 +267,7 @@ def _is_tensor(values) -> bool:
 
 
 def scale_fields(fields, factors: dict, kind: str):
-    """Scale target fields (..., n_vars) of ``kind`` "surface" or "volume"; numpy or torch in,
-    the same type out, float32."""
+    """Scale target fields (..., n_vars) of ``kind`` "surface" or "volume"; numpy or torch, float32 out."""
     offset, scale = _affine(factors, kind)
     if _is_tensor(fields):
         import torch

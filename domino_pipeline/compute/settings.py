@@ -74,8 +74,7 @@ class PreprocessSettings:
         return sum(VARIABLE_WIDTH[kind] for _, kind in variables)
 
     def fingerprinted(self) -> dict:
-        """The JSON form of the settings that a cache's contents depend on, without those at
-        their ``IMPLICIT_DEFAULTS`` value."""
+        """The JSON form of the settings a cache's contents depend on, less those at ``IMPLICIT_DEFAULTS``."""
         settings = asdict(self)
         del settings["device"]
         settings["code_version"] = PREPROCESS_CODE_VERSION
@@ -92,14 +91,12 @@ class PreprocessSettings:
 
 
 def neighbor_layout_of(fingerprinted: dict) -> str:
-    """The neighbour layout of settings in their ``PreprocessSettings.fingerprinted()`` form
-    (a cache's settings)."""
+    """The neighbour layout of settings in their ``fingerprinted()`` form (a cache's settings)."""
     return (IMPLICIT_DEFAULTS | fingerprinted)["neighbor_layout"]
 
 
 def held_parts(fingerprinted: dict) -> tuple[str, ...]:
-    """The parts a cache holds, from its settings in their ``PreprocessSettings.fingerprinted()``
-    form (a cache's settings)."""
+    """The parts a cache holds, from its settings in their ``fingerprinted()`` form."""
     return tuple((IMPLICIT_DEFAULTS | fingerprinted)["parts"])
 
 

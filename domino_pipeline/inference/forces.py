@@ -103,8 +103,7 @@ def force_coefficients(pressure: np.ndarray, wall_shear: np.ndarray, vector_area
 
 
 def mesh_vector_areas(mesh) -> np.ndarray:
-    """``cell_geometry.polygon_vector_areas`` (OpenFOAM's face area vectors) of a pyvista
-    PolyData made of polygons only."""
+    """OpenFOAM's face area vectors (``polygon_vector_areas``) of a pyvista PolyData of polygons only."""
     from vtkmodules.util.numpy_support import vtk_to_numpy
 
     if mesh.n_cells != mesh.GetPolys().GetNumberOfCells():
@@ -117,8 +116,7 @@ def mesh_vector_areas(mesh) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ReferenceSet:
-    """The references one set of a run's coefficients is taken over, and the published
-    coefficients over them (None: none published)."""
+    """The references of one set of a run's coefficients, and the published ones over them (or None)."""
 
     references: References
     published: dict[str, float] | None
@@ -202,7 +200,6 @@ class ForceSettings:
         return surface_loads(fields[:, pressure], fields[:, shear], vector_areas, areas, centres, self.convention)
 
     def coefficients(self, loads: Loads, references: References, free_stream: FreeStream) -> dict[str, float]:
-        """Every coefficient of ``loads`` over ``references`` in ``free_stream`` (a dynamic
-        pressure of 1 for coefficient fields)."""
+        """Every coefficient of ``loads`` over ``references`` in ``free_stream`` (q = 1 for coefficient fields)."""
         dynamic_pressure = 1.0 if self.fields_are_coefficients else free_stream.dynamic_pressure
         return coefficients(loads, references, dynamic_pressure, self.directions)

@@ -137,8 +137,7 @@ def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
 
 
 def printed_columns(records: list[dict], columns: list[str]) -> list[str]:
-    """The printed table's: drag, lift, front and rear lift over the run's own references and the
-    area-weighted relative L2 errors."""
+    """The printed table's: drag, lift, front and rear lift (own references), area-weighted L2 errors."""
     coefficients = {coefficient_columns("own", kind)[name] for name in PRINTED_COEFFICIENTS
                     for kind in ("pred", "true", "published")}
     shown = [c for c in columns if c in ("run", "cells", "a_ref", "seconds") or c in coefficients

@@ -84,8 +84,7 @@ def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: fl
 
 
 def validation_metrics(sums: dict[str, torch.Tensor], names: dict[str, list[str]]) -> dict[str, float]:
-    """Turn summed validation results (over all ranks) into the mean loss and the mean relative L2
-    error of each output variable."""
+    """The mean loss and each output variable's mean relative L2 error from validation sums over ranks."""
     samples = max(sums["samples"].item(), 1.0)
     metrics = {"val_loss": sums["loss_sum"].item() / samples}
     metrics |= {f"val_loss/{key.removeprefix('term/')}": value.item() / samples
@@ -188,8 +187,7 @@ def epoch_scalars(record: dict[str, Any]) -> dict[str, float]:
 
 
 def log_epoch(log: RunLog, record: dict[str, Any], epochs: int) -> None:
-    """An epoch's console lines (its validation figures on a second line), its epochs.jsonl
-    record and its TensorBoard scalars."""
+    """An epoch's console lines, its epochs.jsonl record and its TensorBoard scalars."""
     log.print(format_epoch(record, epochs))
     if "val_loss" in record:
         log.print("  validation " + "  ".join(f"{k.removeprefix('val_')} {v:.4g}"
