@@ -1,16 +1,11 @@
-"""Write directory-shaped stores (Zarr groups) so that they exist wholly or not at all, and
-keep writers out of each other's way.
+"""Write directory-shaped stores (Zarr groups) so that they exist wholly or not at all, and keep
+writers out of each other's way.
 
 A store is built under a hidden temporary name beside its final path (the writer's pid in it)
-and renamed into place only when complete, so a crash or ``kill -9`` never leaves a partial
-``<run>.zarr``; leftovers of dead writers are hidden names that readers never list and that
-``remove_stale_temporaries`` clears, leaving those of live writers alone. A writer holds an
-exclusive ``flock`` on its temporary for as long as it writes; the kernel releases it when the
-writer exits, zombie or not, so "no process holds the lock" is what makes a temporary stale
-(a pid that still answers a signal proves nothing: a zombie does, and pids are reused).
-``exclusive_lock``
-makes a second writer of the same thing wait for the first (an advisory ``flock``, released by
-the kernel when its holder dies).
+and renamed into place only when complete. A writer holds an exclusive ``flock`` on its
+temporary while it writes; the kernel releases it when the writer exits, zombie or not, so "no
+process holds the lock" is what makes a temporary stale (a pid proves nothing: zombies answer
+and pids are reused). ``exclusive_lock`` makes a second writer of the same thing wait.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ class TooFewPointsError(ValueError):
 
 @dataclass(frozen=True)
 class SamplingLaw:
-    """How a draw picks its rows (module docstring). A factor of None is the whole part."""
+    """How a draw picks its rows (docs/cache_format.md). A factor of None is the whole part."""
 
     surface_window_factor: int | None = 8
     volume_window_factor: int | None = 8

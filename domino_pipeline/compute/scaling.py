@@ -1,13 +1,9 @@
 """Target scaling factors: computed once over the training runs, saved as JSON, applied per draw.
 
-Targets are stored unscaled in the processed runs and in the cache, so changing the factors never
-invalidates a cache. The factors file holds, for the surface and the volume targets (only those
-of the parts the runs hold: a surface-only cache or processed folder gives surface factors only),
-the per-variable ``min``, ``max``, ``mean`` and ``std`` (all four, so either normalisation can be
-chosen later) and the ``normalization`` that ``scale_fields`` applies:
-
-- ``min_max``: ``2 (x - min) / (max - min) - 1`` (DoMINO's convention, values in [-1, 1]);
-- ``mean_std``: ``(x - mean) / std``.
+Targets are stored unscaled, so changing the factors never invalidates a cache. The file holds,
+per target kind of the parts the runs hold, each variable's ``min``, ``max``, ``mean`` and
+``std`` and the ``normalization`` ``scale_fields`` applies: ``min_max``, ``2 (x - min) / (max -
+min) - 1`` (DoMINO's, in [-1, 1]), or ``mean_std``, ``(x - mean) / std``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The epoch loop of DoMINO, top to bottom: resume, then per epoch draw this rank's samples, step
-over them, combine the ranks' records, step the schedule, validate and checkpoint when due
-(checkpointing.py), log (run_log.py); a signal stops it after the current step with a
-checkpoint of the partial epoch. train.py builds the pieces once:
-``Trainer(info, config, state, data, objective, files, log, stop)``.
-
-``data_wait_s`` is the time the loop sits blocked on the DataLoader, ``compute_s`` the time from
-a batch in hand to the optimizer step done (``loss.item()`` synchronises the GPU).
+over them, combine the ranks' records, step the schedule, validate and checkpoint when due, log;
+a signal stops it after the current step with a checkpoint of the partial epoch. ``data_wait_s``
+is the time the loop waits for the DataLoader, ``compute_s`` from a batch in hand to the
+optimizer step done (``loss.item()`` synchronises the GPU).
 """
 
 from __future__ import annotations
@@ -96,7 +93,7 @@ class StopFlag:
 
 @dataclass(frozen=True)
 class Trainer:
-    """Everything the epoch loop needs (module docstring)."""
+    """Everything the epoch loop needs, built once by train.py."""
 
     info: DistInfo
     config: TrainConfig
