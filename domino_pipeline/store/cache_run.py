@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -232,7 +234,7 @@ class CacheRun:
             for name, array in whole:
                 chunks = array.chunks(Ellipsis)
                 views = [objects[r.key][r.start:r.start + r.length] for r in array.chunk_requests(chunks)]
-                self._resident[name] = array.assemble(Ellipsis, chunks, views)
+                self._resident[name] = array.assemble_rows(array.plan(Ellipsis)[0], chunks, views)
         self._kept.add(asked)
 
     def read(self, name: str, selection: Any = slice(None),
@@ -287,33 +289,24 @@ class CacheRun:
         out[...] = data
         return out
 
-    def _naming_errors(self, what: str):
-        return _NamingErrors(self, what)
+    @contextmanager
+    def _naming_errors(self, what: str) -> Iterator[None]:
+        """A read failure as CacheError naming the run and ``what``; StaleCacheError for a removed generation."""
+        try:
+            yield
+        except CacheError:
+            raise
+        except Exception as err:
+            if not self.remote and not (self.path / "zarr.json").exists():
+                raise StaleCacheError(f"{self.path}: removed while open (replaced by rebuilds); "
+                                      "open the dataset again") from err
+            what = f"array {err.array!r}" if isinstance(err, CorruptChunkError) else what
+            raise CacheError(f"{self.path}: {what} is corrupt or unreadable: {err}") from err
 
     def close(self) -> None:
         """Release the run's open files (a local run); kept arrays go with the object."""
         if not self.remote:
             self.source.close()
-
-
-class _NamingErrors:
-    """A read failure as CacheError naming the run and ``what``; StaleCacheError for a removed generation."""
-
-    def __init__(self, run: CacheRun, what: str) -> None:
-        self.run, self.what = run, what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type, err, tb) -> bool:
-        if err is None or isinstance(err, CacheError) or not isinstance(err, Exception):
-            return False
-        path = self.run.path
-        if not self.run.remote and not (path / "zarr.json").exists():
-            raise StaleCacheError(f"{path}: removed while open (replaced by rebuilds); "
-                                  "open the dataset again") from err
-        what = f"array {err.array!r}" if isinstance(err, CorruptChunkError) else self.what
-        raise CacheError(f"{path}: {what} is corrupt or unreadable: {err}") from err
 
 
 def _from_memory(array: np.ndarray, selection: Any, allocate: Allocator) -> np.ndarray:

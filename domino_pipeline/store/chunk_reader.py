@@ -258,14 +258,9 @@ class ChunkedArray:
         raise CorruptChunkError(self.name, f"inner chunk {inner} of shard {self.key(shard)} ended after "
                                 f"{len(data)} of {self.chunk_nbytes + CHECKSUM_BYTES} bytes")
 
-    def assemble(self, selection: Any, chunks: np.ndarray, data: list[memoryview | None],
-                 allocate: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]`` from the fetched bytes ``data`` of ``chunks`` (``chunks(selection)``)."""
-        return self.assemble_rows(self.plan(selection)[0], chunks, data, allocate)
-
     def assemble_rows(self, rows: slice | np.ndarray, chunks: np.ndarray, data: list[memoryview | None],
                       allocate: Allocator = np.empty) -> np.ndarray:
-        """``assemble`` of a planned selection ``rows`` (``plan``'s first item)."""
+        """``array[selection]`` from the fetched bytes ``data`` of ``chunks``, the selection planned (``plan``'s ``rows``)."""
         arrays = {c: self.chunk_array(c, d) for c, d in zip(chunks.tolist(), data)}
         if isinstance(rows, slice):
             return self._rows(rows.start, rows.stop, arrays, allocate)
