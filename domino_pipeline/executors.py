@@ -1,13 +1,9 @@
 """Where the per-run tasks of process_data.py and cache_data.py run: a pool of worker processes
-on this machine (``executor.kind=pool``, the default), or a ``dask.distributed`` cluster
-(``executor.kind=dask``; docs/scaling.md, "All of DrivAerML on each engine").
-
-Each run is one task and its only writer: it writes its run atomically and skips a run already
-written, so a task run again (a dead worker's, or one Dask reruns after a lost worker) writes
-nothing twice. The results come back in the tasks' order, so the stage's summary is the same on
-either executor. A task's ``report(message)`` reaches ``run_tasks``' ``on_report`` in the pool;
-on Dask it is dropped. Dask is imported only for ``executor.kind=dask``; its workers import
-``function`` by name, so they need this package on their path.
+on this machine (``executor.kind=pool``) or a ``dask.distributed`` cluster (``dask``;
+docs/scaling.md, "All of DrivAerML on each engine"). Each run is one task and its only writer,
+so a task run again writes nothing twice; results come back in the tasks' order. A task's
+``report(message)`` reaches ``on_report`` in the pool (dropped on Dask). Dask is imported only
+for ``executor.kind=dask``; its workers need this package on their path.
 """
 
 from __future__ import annotations

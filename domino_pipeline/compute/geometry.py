@@ -1,25 +1,15 @@
-"""Exact k-nearest neighbours and signed distance to a triangle mesh, with NVIDIA Warp.
+"""Exact k-nearest neighbours and signed distance to a triangle mesh, with NVIDIA Warp on CUDA when
+present and on the CPU otherwise (CPU launches split into chunks on a thread pool of
+``cpu_threads``, default all cores: a launch releases the GIL).
 
-The two expensive per-run computations of the preprocessing (surface neighbours, SDF of grid and
-volume points), as Warp kernels on CUDA when present and on the CPU otherwise. On the CPU a
-launch runs on one core but releases the GIL, so launches are split into chunks run from a
-thread pool (``cpu_threads``, default: all cores of the process).
-
-kNN is exact. Each query searches a hash grid out to its own radius (from the local point
-density, scaled by a pilot sample), keeps its k best candidates in a sorted insertion list and
-is accepted only when the k-th lies inside the radius (the grid box widened by a few float32
-roundings), otherwise it retries with twice the radius on a coarser grid. Queries with similar
-radii share a grid whose cell width matches them.
-
-Limits and sentinels:
-- ``knn``: k <= ``MAX_K`` (32) for the Warp backend; k > N is a ValueError; indices are int32.
-  Distances and tie order are the same on every device and backend (``distance_sq``; docs/gpu.md,
-  "The same neighbours on the CPU and on CUDA"). Every row holds k real neighbours.
-- ``signed_distance``: positive outside, negative inside (winding number, so open meshes still
-  get a sensible sign); zero-area triangles are skipped (a mesh with none usable is a
-  ValueError). No NaN sentinels.
-- Empty query arrays give empty results; empty point clouds or meshes and NaN or infinite
-  coordinates are ValueErrors. Coordinates are computed in float32.
+kNN is exact: each query searches a hash grid out to its own radius (from the local density,
+scaled by a pilot sample) and is accepted only when its k-th candidate lies inside the radius,
+else it retries at twice the radius on a coarser grid. ``knn``: k <= ``MAX_K`` (32) for Warp;
+every row holds k real neighbours, with the same distances and tie order on every device and
+backend (``distance_sq``; docs/gpu.md). ``signed_distance``: positive outside, negative inside
+(winding number); zero-area triangles are skipped, a mesh with none usable is a ValueError.
+Empty queries give empty results; empty clouds or meshes and NaN or infinite coordinates are
+ValueErrors. Coordinates are float32.
 """
 
 from __future__ import annotations

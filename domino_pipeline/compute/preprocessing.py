@@ -1,12 +1,9 @@
 """The one preprocessing function of both paths: processed run -> DoMINO-ready arrays, unsampled.
 
-``cache_data.py`` runs ``plan_run`` once per run and writes the pieces it yields; the uncached
-``DoMINODataPipe`` runs the same steps on every draw, computing the expensive geometry (grid
-SDFs, the surface kNN, the volume SDF and closest point) only for the rows the draw samples,
-after the cheap ``rows.prepare_rows``. Only the parts ``settings.parts`` names are computed. A
-build streams the volume a bucket at a time (volume_order.py; docs/cache_format.md, "Building,
-resuming, validating"); ``preprocess_run`` assembles the same pieces in memory. Targets stay
-unscaled here; scaling happens per draw (scaling.py).
+``cache_data.py`` writes the pieces ``plan_run`` yields, streaming the volume a bucket at a time
+(volume_order.py); the uncached ``DoMINODataPipe`` runs the same steps per draw, computing the
+expensive geometry only for the rows drawn; ``preprocess_run`` assembles the pieces in memory.
+Only the parts ``settings.parts`` names are computed; targets stay unscaled (scaling.py).
 """
 
 from __future__ import annotations

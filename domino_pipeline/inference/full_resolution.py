@@ -1,13 +1,9 @@
-"""DoMINO over every surface cell (and every volume point) of a run, in batches of bounded size.
-
-The run goes through the training path's own preprocessing (``prepare_rows``, ``grid_sdf``,
-``all_surface_neighbors``, ``volume_sdf``) and every batch through its item builder
-(``build_item``), so the model sees what it was trained on (docs/predict.md, "Inputs"). The
-geometry points are the first ``geometry_points`` STL vertices in the stored random order: a
-uniform subset of the size training used. ``EncodedDoMINO`` computes the geometry encodings once
-per run for the physicsnemo version it mirrors; any other model runs the whole forward pass per
-batch. A model with both heads needs both kinds of input in every batch: the other part is
-filled with one row whose prediction is dropped.
+"""DoMINO over every surface cell (and every volume point) of a run, in batches of bounded size,
+through the training path's own preprocessing and item builder, so the model sees what it was
+trained on (docs/predict.md, "Inputs"). The geometry points are the first ``geometry_points``
+STL vertices in stored order (a uniform subset); ``EncodedDoMINO`` computes the geometry
+encodings once per run. A model with both heads gets one row of the other part in every batch,
+whose prediction is dropped.
 """
 
 from __future__ import annotations

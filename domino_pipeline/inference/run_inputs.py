@@ -1,11 +1,6 @@
-"""What predict.py is given, read into one form: a raw run folder, a processed run, or an STL alone.
-
-Each becomes a ``PredictionRun``: the arrays in the processed-run layout (fields
-non-dimensional, as process_data.py stores them), the mesh the surface rows are the cells of
-(where predictions are written), and what is true (a raw folder's fields and published
-coefficients, a processed run's recorded ones, nothing for an STL). How each input is read is in
-docs/predict.md, "Inputs"; a processed run keeps no cell connectivity, so its written "mesh" is a
-point cloud with one vertex cell per surface cell.
+"""What predict.py is given, read into one ``PredictionRun``: a raw run folder, a processed run, or
+an STL alone (docs/predict.md, "Inputs"): the arrays in the processed-run layout, the mesh whose
+cells the surface rows are (where predictions are written), and what is true.
 """
 
 from __future__ import annotations

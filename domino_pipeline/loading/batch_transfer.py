@@ -1,13 +1,11 @@
 """Hand batches from DataLoader workers to the main process through reused shared memory.
 
-Instead of torch's fresh shared-memory segment per tensor and batch, each worker keeps a small
-pool of memfd buffers: a batch is copied into a free buffer and sent as a small message (buffer
-token, layout), the buffer's file descriptor travelling once. The receiver maps each buffer once
-and builds the batch's tensors as views of it; when the last view is freed a finalizer marks the
-buffer free (byte 0 of a buffer is its flag, 1: held, 0: free; data starts at ``HEADER``).
-Constant tensors (``mark_constant``) travel as recipes, and arrays made by ``output_array`` are
-already in the buffer. Without memfd, or with every buffer held, ``pack`` returns None and the
-caller falls back to torch's own shared memory.
+Each worker keeps a small pool of memfd buffers: a batch is copied into a free one and sent as a
+small message, the buffer's descriptor travelling once; the receiver maps each buffer once and
+builds the batch as views of it, and a finalizer marks the buffer free (byte 0: 1 held, 0 free;
+data from ``HEADER``) when the last view goes. Constants (``mark_constant``) travel as recipes;
+arrays from ``output_array`` are already in the buffer. Without memfd or a free buffer ``pack``
+returns None and torch's own shared memory is used.
 """
 
 from __future__ import annotations

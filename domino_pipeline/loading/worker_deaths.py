@@ -1,11 +1,8 @@
 """A DataLoader worker's death named: which worker, which signal, whatever the main process was
-doing when it died.
-
-A worker killed while the main process fetches a batch's file descriptors from it surfaces as a
-socket error (``ConnectionResetError``, ``ConnectionRefusedError``, ``FileNotFoundError``,
-``EOFError``) before torch notices the death. ``checked_batches`` turns those (and torch's own
-"worker ... exited" errors) into ``WorkerDiedError`` naming the worker's index, pid and signal;
-a worker's own error keeps its message (worker_errors.with_worker_message).
+doing. A worker killed while the main process fetches a batch's file descriptors from it
+surfaces as a socket error before torch notices the death; ``checked_batches`` turns those (and
+torch's "worker ... exited" errors) into ``WorkerDiedError`` naming the worker's index, pid and
+signal.
 """
 
 from __future__ import annotations

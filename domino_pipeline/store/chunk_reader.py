@@ -1,12 +1,9 @@
-"""Checked reads of cache arrays straight from their shard objects, without zarr-python.
-
-The one layout the cache writes and this reader accepts is in docs/cache_format.md ("Layout",
-"Reading chunks directly"): Zarr v3 shards along axis 0, inner chunks ``bytes`` then
-``crc32c``, the index at the end. Every inner chunk is written, so a missing one is corruption.
-A read is planned first (the inner chunks a selection touches, their ranges from the kept
-shard indexes), then ``read_many`` fetches the ranges of several arrays of a run in one wave of
-a ``ByteSource``, checks every checksum and assembles the arrays. ``ChunkedArray.open`` returns
-None for any other layout; the caller then uses zarr-python. A reader is not thread-safe.
+"""Checked reads of cache arrays straight from their shard objects, without zarr-python, for the one
+layout the cache writes (docs/cache_format.md, "Layout", "Reading chunks directly"). A read is
+planned (the inner chunks a selection touches, their ranges from the kept shard indexes), then
+``read_many`` fetches the ranges of several arrays in one wave of a ``ByteSource``, checks every
+checksum and assembles the arrays. ``ChunkedArray.open`` returns None for any other layout; the
+caller then uses zarr-python. A reader is not thread-safe.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""How the ranks of a multi-process cache build finish without waiting for one another.
-
-Each rank writes a record of its outcome to ``<cache>/.ranks/<job>/rank-<r>.json``; the rank
-that finds every rank's record there is the last one: it alone writes the manifest and removes
-the records. Locally the check runs under a lock; on object storage the records are create-only
-puts and the last rank claims the job's end with a create-only put of ``<job>/finished``, which
-stays until a later build removes it (``remove_finished_jobs``), so the end is claimed once.
-See docs/cache_format.md, "On object storage" and "Building, resuming, validating".
+"""How the ranks of a multi-process cache build finish without waiting for one another: each leaves
+a record in ``<cache>/.ranks/<job>/``; the rank that finds every record there is the last one and
+alone writes the manifest (docs/cache_format.md). On object storage the last rank claims the
+job's end with a create-only put of ``<job>/finished``, which stays until a later build removes
+it (``remove_finished_jobs``), so the end is claimed once.
 """
 
 from __future__ import annotations

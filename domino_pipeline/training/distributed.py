@@ -1,11 +1,6 @@
 """Process-group setup for one process or many under torchrun or srun, and the few collectives
-training needs.
-
-One process and DDP share the same code: the job's shape is a ``launch.Launch``; in a world of
-size 1 every collective is a no-op. Backend: NCCL on CUDA, gloo on the CPU; each rank's GPU
-follows ``devices.cuda_index``. Timeouts (the ``distributed`` section: ``timeout_s`` for
-training's collectives, ``work_timeout_s`` for the ``work_group`` waits behind per-rank work) are
-described in docs/gpu.md, "Several GPUs".
+training needs: in a world of size 1 every collective is a no-op. NCCL on CUDA, gloo on the CPU;
+timeouts from the ``distributed`` section (docs/gpu.md, "Several GPUs").
 """
 
 import uuid
