@@ -28,11 +28,8 @@ from domino_pipeline.config import ExecutorConfig
 from domino_pipeline.run_report import RunResult
 
 LOCAL_POOL = ExecutorConfig(kind="pool", address=None)
-# A local cluster's workers sample their own stacks every 10 ms (Dask's statistical profiler)
-# and check their event loop every 20 ms, CPU that runs compete for on a small machine
-# (benchmarks/benchmark_executors.py measures both executors). A run is one long task: neither
-# check pays for it; the memory monitor looks once a second. (A remote cluster's workers keep
-# their own settings: docs/scaling.md.)
+# A run is one long task: a local cluster's workers need not profile their stacks every 10 ms nor
+# check their event loop every 20 ms, CPU that runs compete for (benchmarks/benchmark_executors.py).
 LOCAL_CLUSTER_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",

@@ -21,13 +21,10 @@ from domino_pipeline.config import (
     parts_setting,
 )
 from domino_pipeline.variables import VARIABLE_WIDTH
-# The version of the code that computes a cache's contents (rows.py, volume_order.py,
-# preprocessing.py, geometry.py, ../variables.py and this module), part of every settings fingerprint, so that a
-# cache built by other code is stale. tests/test_code_version.py fails when that code changes
-# without this number being bumped.
+# The version of the code that computes a cache's contents, in every settings fingerprint;
+# tests/test_code_version.py fails when that code changes without this number being bumped.
 PREPROCESS_CODE_VERSION = 2
 # The features a cache stores of each surface cell's neighbours with neighbor_layout features
-# (docs/cache_format.md). The uncached path computes them per draw either way.
 NEIGHBOR_FEATURES = ("coordinates", "normals", "areas")
 # Settings that fingerprinted() leaves out at these values, so caches built before the setting
 # existed keep their fingerprint; where absent, a cache's settings have these values.

@@ -37,9 +37,7 @@ class ArraySpec:
 
 
 SURFACE_SHARD_ROWS = 1 << 21
-# Inner chunks are a few hundred KiB: small enough that a window reads little beyond itself,
-# large enough that the per-chunk cost stays small. Volume shards are the blocks the build
-# writes (compute.rows.VOLUME_BLOCK_ROWS), so a block is written as whole shards.
+# Inner chunks of a few hundred KiB; volume shards are the build's blocks (VOLUME_BLOCK_ROWS).
 ARRAYS: dict[str, ArraySpec] = {
     "geometry_coordinates": ArraySpec("float32", 32768, None),
     "surface_grid_sdf": ArraySpec("float32", None, None),
@@ -54,8 +52,7 @@ ARRAYS: dict[str, ArraySpec] = {
     "volume_sdf": ArraySpec("float32", 8192, VOLUME_BLOCK_ROWS),
     "volume_closest": ArraySpec("float32", 8192, VOLUME_BLOCK_ROWS),
 }
-# Added by the "features" neighbour layout: (Ns, K-1, 3), (Ns, K-1, 3) and (Ns, K-1), in the row
-# order of the surface arrays, read with the sampled rows (288 and 384 KiB chunks at K = 7).
+# Added by the "features" neighbour layout, in the row order of the surface arrays
 NEIGHBOR_FEATURE_ARRAYS: dict[str, ArraySpec] = {
     "surface_neighbor_coordinates": ArraySpec("float32", 4096, SURFACE_SHARD_ROWS),
     "surface_neighbor_normals": ArraySpec("float32", 4096, SURFACE_SHARD_ROWS),
