@@ -131,10 +131,8 @@ def _knn_round(
     out_d2: wp.array2d(dtype=wp.float64),
     done: wp.array(dtype=wp.int32),
 ):
-    """k best candidates of query ``active[t]`` among the grid cells within ``radii[t]``, written out
-    (``done[t]``) when exact: the k-th inside the radius, or the radius spanning the whole cloud.
-    Points and queries are in Z-order; ``point_ids`` and ``query_ids`` map them to the original
-    indices, which break ties and address the output rows."""
+    """k best candidates of query ``active[t]`` within ``radii[t]``, written out (``done[t]``) when exact;
+    ``point_ids`` and ``query_ids`` map the Z-ordered points to the original indices."""
     t = wp.tid()
     qi = active[t]
     q = queries[qi]
@@ -250,12 +248,9 @@ class _Density:
 
 
 class KnnIndex:
-    """Exact k-nearest-neighbour search over one point cloud, its host preparation done once.
-
-    Building the index does everything that depends on the points alone; ``query`` then answers any
-    number of query blocks. ``backend``: "warp", "ckdtree" (scipy on ``cpu_threads`` cores, the same
-    result and tie order) or "auto" (Warp, measured faster on the CPU too: docs/benchmarks.md).
-    """
+    """Exact k-nearest-neighbour search over one point cloud, its host preparation done once, then
+    ``query`` for any number of query blocks. ``backend``: "warp", "ckdtree" (scipy on
+    ``cpu_threads`` cores, the same result and tie order) or "auto" (Warp: docs/benchmarks.md)."""
 
     def __init__(self, points, device: str = "auto",
                  backend: Literal["auto", "warp", "ckdtree"] = "auto", cpu_threads: int | None = None):
@@ -303,10 +298,8 @@ class KnnIndex:
 
 
 class _WarpKnnSearch:
-    """Expanding-radius search of one query set over a ``KnnIndex``, on its device: queries in Z-order
-    run level by level (level L: radii in [b s^L, b s^(L+1)), s = sqrt(2)) on a hash grid whose cell
-    width is the level's largest radius, so a query visits at most 3^3 cells; a query whose k-th
-    candidate is not inside its radius retries at twice the radius."""
+    """Expanding-radius search of one query set over a ``KnnIndex``: queries run level by level (radii
+    within a factor sqrt(2)) on a grid of their largest radius; an inexact query retries at twice it."""
 
     def __init__(self, index: KnnIndex, queries: np.ndarray | None, k: int):
         self.index, self.device, self.threads, self.k = index, index.device, index.threads, k

@@ -144,10 +144,8 @@ def compute_scaling_factors(
     options=None,
     variables: Mapping[str, Sequence] | None = None,
 ) -> dict:
-    """Statistics of ``surface_fields`` and ``volume_fields`` over the given runs (any form runs.py
-    reads), streamed run by run and block by block, each run's volume limited to
-    ``max_volume_rows_per_run`` uniform rows; ``variables`` are recorded so that a dataset can
-    refuse factors computed for other variables."""
+    """Statistics of the targets over the given runs (any form runs.py reads), streamed block by block,
+    each run's volume limited to ``max_volume_rows_per_run`` uniform rows; ``variables`` recorded."""
     from domino_pipeline.processed.runs import run_name
 
     _check_normalization(normalization)

@@ -36,16 +36,11 @@ from domino_pipeline.store.manifest import manifest_scaling_factors, read_manife
 class CachedDoMINODataset(EpochDataset):
     """DoMINO items drawn from a cache written by ``cache_data.py`` (docs/cache_format.md).
 
-    Holds only paths and the manifest's small metadata; each process opens runs lazily, at most
-    ``max_open_runs`` at a time (least recently used closed first), and reads the generations the
-    manifest named when the dataset was made, whatever rebuilds happen meanwhile. A draw reads
-    windows of the pre-shuffled row arrays; neighbours come as the cache's ``neighbor_layout``
-    stores them. ``expected``: the settings (``PreprocessSettings.fingerprinted()``) the cache must
-    have been built with (StaleCacheError listing every difference). ``scaling_factors``:
-    "manifest" takes the factors cache_data.py wrote beside the cache (checked against the
-    manifest's SHA-256), a dict or factors file replaces them, None leaves targets unscaled.
-    ``sources``: run name -> the processed run's ``processed.runs.stat_fingerprint``; a run written
-    again since the manifest recorded it raises StaleCacheError naming it.
+    Each process opens runs lazily, at most ``max_open_runs`` at a time, and reads the generations
+    the manifest named when the dataset was made. ``expected``: the settings the cache must have
+    been built with (``PreprocessSettings.fingerprinted()``); ``scaling_factors``: "manifest" (the
+    cache's own, checked), a dict or factors file, or None (unscaled); ``sources``: run name -> the
+    processed run's ``stat_fingerprint``, a run written again since being cached is stale.
     """
 
     def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,

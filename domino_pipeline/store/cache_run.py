@@ -48,11 +48,10 @@ CACHE_ARRAYS = tuple(ARRAYS) + tuple(NEIGHBOR_FEATURE_ARRAYS)  # every array a r
 class CacheRun:
     """One cache run generation opened read-only: its attributes and checked reads of its arrays.
 
-    ``location``: a local folder or an object-store URL; opening reads every ``zarr.json`` (one wave
-    remotely). ``metadata``: the SHA-256 the manifest records of them, checked at open. ``entry``:
-    (run name, its manifest entry) where a run is opened from a manifest: the metadata is then
-    checked against itself, its shards and the entry (``_check_metadata``; docs/cache_format.md,
-    "Checks when a run is opened"). Open one per process; ``close`` releases its descriptors.
+    ``location``: a local folder or an object-store URL. ``metadata``: the SHA-256 the manifest
+    records of its ``zarr.json`` files, checked at open; ``entry``: (run name, manifest entry), given
+    where a run is opened from a manifest, for the checks of docs/cache_format.md ("Checks when a
+    run is opened"). Open one per process; ``close`` releases its descriptors.
     """
 
     def __init__(self, location: str | os.PathLike, *,

@@ -53,12 +53,8 @@ def _grid(spec: ArraySpec, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tup
 
 
 class RunWriter:
-    """Writes generation N+1 of one cache run (the caller holds ``run_lock``).
-
-    ``shapes``: every array of the neighbour layout and its shape; ``attrs``: the group attributes,
-    written last. Every inner chunk is written, fill-valued ones too; leaving the block with an
-    array not written in full is an error.
-    """
+    """Writes generation N+1 of one cache run (the caller holds ``run_lock``): every array of ``shapes``,
+    every inner chunk (fill-valued ones too), the ``attrs`` last; an array left short is an error."""
 
     def __init__(self, cache_dir: str | os.PathLike, name: str, shapes: dict[str, tuple[int, ...]],
                  attrs: dict[str, Any], *, neighbor_layout: str, parts: tuple[str, ...] = PARTS) -> None:

@@ -20,10 +20,9 @@ class ShardIndexError(ValueError):
 
 
 def check_index(index: np.ndarray, data_nbytes: int, chunk_nbytes: int, written: int) -> None:
-    """ShardIndexError naming the first bad inner chunk unless the (n, 2) uint64 ``index`` of
-    one shard is whole: its first ``written`` entries written (a cache writes every chunk inside
-    the array), every written entry exactly ``chunk_nbytes`` long (data and checksum) and inside
-    the ``data_nbytes`` bytes before the index, no two overlapping, no half-absent entry."""
+    """ShardIndexError naming the first bad inner chunk unless the (n, 2) uint64 ``index`` of a shard is
+    whole: its first ``written`` entries written, each ``chunk_nbytes`` long inside the
+    ``data_nbytes`` before the index, none overlapping, none half absent."""
     offsets, sizes = index[:, 0], index[:, 1]
     absent = (offsets == ABSENT) & (sizes == ABSENT)
     _first("has only one of offset and size absent", (offsets == ABSENT) ^ (sizes == ABSENT))
