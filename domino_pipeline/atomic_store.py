@@ -99,8 +99,7 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
 
 
 def read_json(path: str | os.PathLike, missing: str, error: type[Exception] = ValueError) -> object:
-    """Parse the JSON file ``path``; FileNotFoundError ``"<path>: <missing>"`` when it is absent,
-    ``error`` naming the file when it is not valid JSON."""
+    """Parse the JSON file ``path``; FileNotFoundError when absent, ``error`` naming the file when invalid."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: {missing}")
@@ -159,8 +158,7 @@ def _just_created(path: Path, grace_s: float = 10.0) -> bool:
 
 @contextmanager
 def exclusive_lock(path: str | os.PathLike, what: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the file ``path`` (created if absent) for the block; if
-    another process holds it, say so on stderr naming ``what`` and wait for it."""
+    """Hold an exclusive ``flock`` on ``path`` for the block, saying on stderr when waiting for another holder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -73,8 +73,7 @@ class CuratorLimitsConfig:
 
 @dataclass(frozen=True)
 class QualityConfig:
-    """``data.quality:`` which processed runs cache_data.py and train.py leave out, from the
-    processed folder's statistics table (inputs/statistics/run_quality.py)."""
+    """``data.quality:`` which processed runs cache_data.py and train.py leave out (run_quality.py)."""
 
     enabled: bool                 # false: every run is used
     include: list[str]            # runs used even when rejected
@@ -119,8 +118,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class PhysicsConfig:
-    """``physics:`` the references that make fields dimensionless (the flow itself, and how the
-    files state it, is the dataset profile's: ``dataset.flow``)."""
+    """``physics:`` the references that make fields dimensionless (the flow itself: ``dataset.flow``)."""
 
     stream_velocity: float
     air_density: float
@@ -140,16 +138,10 @@ def check_scaling_references(stream_velocity: float, air_density: float, referen
 
 @dataclass(frozen=True)
 class VariablesConfig:
-    """The field names of each part and their kind (scalar | vector), in column order: the
-    dataset profile's ``dataset.fields`` (``PipelineConfig.variables``)."""
+    """The field names of each part and their kind, in column order (the profile's ``dataset.fields``)."""
 
     surface: dict[str, str]
     volume: dict[str, str]
-
-    @classmethod
-    def of(cls, dataset: DatasetConfig) -> VariablesConfig:
-        """The variables of a dataset profile's fields."""
-        return cls(surface=dataset.variables("surface"), volume=dataset.variables("volume"))
 
 
 def parts_named(setting: str) -> tuple[str, ...]:
@@ -189,8 +181,7 @@ class ProcessConfig:
 
 @dataclass(frozen=True)
 class ExecutorConfig:
-    """``executor:`` where process_data.py and cache_data.py run their per-run tasks
-    (executors.py); how many at once is the stage's ``num_processes``."""
+    """``executor:`` where process_data.py and cache_data.py run their per-run tasks (executors.py)."""
 
     kind: str             # pool | dask
     address: str | None   # dask: a running scheduler's address; None: a local cluster
@@ -368,8 +359,7 @@ class PredictConfig:
 
 @dataclass(frozen=True)
 class ForcesConfig:
-    """``forces:`` how predict.py reports the force and moment coefficients (the conventions,
-    directions and references are the dataset profile's)."""
+    """``forces:`` how predict.py reports the coefficients (conventions and references: the profile's)."""
 
     reference_area_per_run: bool  # a run's own references where it publishes them; else the constant ones
 
@@ -425,7 +415,7 @@ class PipelineConfig:
     @property
     def variables(self) -> VariablesConfig:
         """The field names and kinds of each part, from the dataset profile."""
-        return VariablesConfig.of(self.dataset)
+        return VariablesConfig(surface=self.dataset.variables("surface"), volume=self.dataset.variables("volume"))
 
     def as_dict(self) -> dict[str, Any]:
         """The resolved config as plain JSON values (recorded in checkpoints and cache manifests)."""
@@ -433,8 +423,7 @@ class PipelineConfig:
 
 
 def load_config(cfg: DictConfig) -> PipelineConfig:
-    """Every section of ``cfg`` into its dataclass; unknown and missing keys are errors (a key of
-    physicsnemo's DoMINO example is named with the key it has here)."""
+    """Every section of ``cfg`` into its dataclass; unknown and missing keys are errors."""
     values = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in HYDRA_KEYS}
     check_example_keys(values)
     known = set(SECTIONS) | set(TOP_LEVEL)

@@ -54,8 +54,7 @@ _COMPOSED: dict[tuple, DictConfig] = {}
 
 def compose_files(conf_dir: str | os.PathLike = CONF, name: str = "config",
                   overrides: Sequence[str] = ()) -> DictConfig:
-    """conf/<name>.yaml with the files and group choices its defaults name, then ``overrides``;
-    interpolations are left unresolved, as Hydra leaves them."""
+    """conf/<name>.yaml with its defaults' files and group choices, then ``overrides``, left unresolved."""
     conf_dir = Path(conf_dir)
     groups = {p.name for p in conf_dir.iterdir() if p.is_dir()}
     choices = {}

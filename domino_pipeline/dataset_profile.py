@@ -52,8 +52,7 @@ class FieldsProfile:
 
 @dataclass(frozen=True)
 class OtherFieldsProfile(FieldsProfile):
-    """``dataset.other_fields``: per part, role -> name of further fields the files hold, which
-    ``dataset.fields`` may take in (the synthetic generator writes them too)."""
+    """``dataset.other_fields``: further fields the files hold (role -> name), which ``fields`` may take in."""
 
     SECTION: ClassVar[str] = "dataset.other_fields"
 
@@ -162,8 +161,7 @@ class CoefficientsProfile:
 
 @dataclass(frozen=True)
 class BoundingBoxesProfile:
-    """``dataset.bounding_boxes``: the dataset's volume and surface boxes ({min: [x, y, z], max:
-    [x, y, z]}), which ``geometry.bounding_box_*`` follow unless set themselves."""
+    """``dataset.bounding_boxes``: the volume and surface boxes ``geometry.bounding_box_*`` follow by default."""
 
     volume: dict[str, list[float]]
     surface: dict[str, list[float]]

@@ -123,8 +123,7 @@ def _dask_results(function: Task, tasks: Mapping[str, tuple], executor: Executor
 
 @contextmanager
 def _dask_client(distributed: Any, executor: ExecutorConfig, workers: int) -> Iterator[Any]:
-    """A client of the scheduler at ``executor.address``, or of a local cluster of ``workers``
-    single-threaded processes (its dashboard on a free port)."""
+    """A client of the scheduler at ``executor.address``, or of a local cluster of ``workers`` processes."""
     if executor.address is not None:
         with distributed.Client(executor.address) as client:
             print(f"dask: scheduler {executor.address}, {len(client.scheduler_info()['workers'])} "
@@ -141,8 +140,7 @@ def _dask_client(distributed: Any, executor: ExecutorConfig, workers: int) -> It
 
 @contextmanager
 def _warnings_only(logger: str) -> Iterator[None]:
-    """Let only warnings and errors of ``logger`` through meanwhile (an entry point logs INFO
-    to the terminal, and Dask's scheduler narrates every worker's start and stop)."""
+    """Let only warnings and errors of ``logger`` through meanwhile (Dask narrates every worker's start)."""
     log = logging.getLogger(logger)
     level = log.level
     log.setLevel(max(level, logging.WARNING))

@@ -78,8 +78,7 @@ def force_sums(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.nd
 
 def cell_arrays(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
                 what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The four per-cell arrays of a force integration in float64; ValueError naming ``what``
-    when they do not describe the same N cells ((N,), (N, 3), (N, 3), (N,))."""
+    """The four per-cell arrays of a force integration in float64; ValueError naming ``what`` on a mismatch."""
     pressure, areas = np.asarray(pressure, np.float64), np.asarray(areas, np.float64)
     vector_areas, wall_shear = np.asarray(vector_areas, np.float64), np.asarray(wall_shear, np.float64)
     if not (pressure.shape == areas.shape == vector_areas.shape[:1] == wall_shear.shape[:1]) \

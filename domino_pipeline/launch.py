@@ -50,8 +50,7 @@ class Launch:
 
 
 def launch_environment(environ: Mapping[str, str] | None = None) -> Launch:
-    """This process's ``Launch`` from ``environ`` (default: ``os.environ``) by the module's rule;
-    a ValueError naming the variables when they are missing or inconsistent."""
+    """This process's ``Launch`` from ``environ`` (default ``os.environ``); ValueError on bad variables."""
     env = os.environ if environ is None else environ
     if any(name in env for name in TORCHRUN_VARIABLES):
         return _torchrun(env)

@@ -44,8 +44,7 @@ def variable_width(name: str, kind: str) -> int:
 
 
 def column_names(variables: Mapping[str, str]) -> list[str]:
-    """The column names of variables {name: kind}: a scalar keeps its name, a vector becomes
-    name_x, name_y, name_z (a symmetric tensor name_xx, name_xy, ...)."""
+    """The column names of variables {name: kind}: name for a scalar, name_x, name_y, name_z for a vector."""
     names = []
     for name, kind in variables.items():
         names += [name] if variable_width(name, kind) == 1 else [f"{name}_{axis}" for axis in COMPONENTS[kind]]

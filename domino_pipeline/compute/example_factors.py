@@ -25,8 +25,7 @@ CONVERT_HINT = ("python -c \"from domino_pipeline.compute.example_factors import
 
 
 class ExampleScalingFactors:
-    """What the restricted unpickler builds in place of the example's ``ScalingFactors``: the
-    attributes only (``__setstate__`` keeps the pickled dict), no behaviour of the example's."""
+    """What the restricted unpickler builds for the example's ``ScalingFactors``: its attributes only."""
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -51,8 +50,7 @@ def is_pickle(path: str | os.PathLike) -> bool:
 
 
 def read_example_factors(path: str | os.PathLike, *, allow_pickle: bool, normalization: str = "min_max") -> dict:
-    """This project's factors dict from the example's ``scaling_factors.pkl``; ValueError naming
-    the file and the fix when pickles are not allowed or the file is not that record."""
+    """This project's factors from the example's ``scaling_factors.pkl``; ValueError naming file and fix."""
     path = Path(path)
     if not allow_pickle:
         converted = path.with_suffix(".json")

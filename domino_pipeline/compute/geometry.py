@@ -71,8 +71,7 @@ def _cpu_threads(requested: int | None) -> int:
 
 
 def _launch(kernel, n: int, inputs: Callable[[int, int], list], device: str, threads: int) -> None:
-    """Launch ``kernel`` over ``n`` threads; ``inputs(start, stop)`` gives the arguments of a range
-    (on the CPU, chunks launched from a thread pool)."""
+    """Launch ``kernel`` over ``n`` threads, ``inputs(start, stop)`` the arguments of a range."""
     if device != "cpu" or threads == 1 or n < 2 * _MIN_THREAD_CHUNK:
         wp.launch(kernel, dim=n, inputs=inputs(0, n), device=device)
         return
@@ -487,8 +486,7 @@ def _as_faces(faces, n_vertices: int) -> np.ndarray:
 
 
 class SdfMesh:
-    """A triangle mesh on one device (a ``wp.Mesh`` with winding numbers), built once and queried
-    for any number of point batches: a run's volume is many batches against one STL."""
+    """A triangle mesh on one device (a ``wp.Mesh`` with winding numbers), built once, queried in batches."""
 
     def __init__(self, vertices, faces, device: str = "auto", cpu_threads: int | None = None):
         self.vertices = _as_points("vertices", vertices)

@@ -42,8 +42,7 @@ KNN_BLOCK_ROWS = 1 << 20  # surface rows whose neighbours are searched at a time
 
 
 def surface_index(prepared: PreparedRun, settings: PreprocessSettings) -> geometry.KnnIndex:
-    """The kNN index of the kept surface cells: the host preparation (Z-order, density counts,
-    points on the device) that every neighbour query of the run shares."""
+    """The kNN index of the kept surface cells, whose host preparation every neighbour query shares."""
     return geometry.KnnIndex(prepared.surface_points, device=settings.device)
 
 
@@ -172,8 +171,7 @@ def _pieces(prepared: PreparedRun, volume: Mapping, settings: PreprocessSettings
 
 
 def _surface_pieces(prepared: PreparedRun, settings: PreprocessSettings) -> Iterator[tuple[str, int, np.ndarray]]:
-    """The surface rows, their neighbours (and in ``features`` their neighbours' features); the
-    prepared surface rows are let go once written."""
+    """The surface rows, their neighbours (and features in ``features``); the rows are let go once written."""
     for name in ("coordinates", "normals", "areas", "fields"):
         yield f"surface_{name}", 0, getattr(prepared, f"surface_{name}")
     neighbors = all_surface_neighbors(prepared, settings)
@@ -284,8 +282,7 @@ class _Buckets:
 
 def preprocess_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *,
                    source: str = "run", block_rows: int = VOLUME_BLOCK_ROWS) -> dict[str, np.ndarray | dict]:
-    """Everything but sampling, for every kept row, in memory: ``plan_run``'s pieces assembled
-    into the arrays of one cache run (and its ``scalars``)."""
+    """``plan_run``'s pieces assembled in memory into the arrays of one cache run (and its ``scalars``)."""
     volume = {name: arrays[name] for name in VOLUME_ARRAYS} if "volume" in settings.parts else {}
     plan = plan_run(arrays, volume, settings, source=source, block_rows=block_rows)
     contents = {name: None for name in plan.shapes}

@@ -142,8 +142,7 @@ def prepare_rows(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *,
 
 
 def drop_self(indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Remove each query's own row from its k neighbours (or the farthest one if, among many
-    duplicates, it is not listed): (Q, k) -> (Q, k - 1)."""
+    """Each query's own row (or, among duplicates, its farthest) removed from its neighbours: (Q, k) -> (Q, k - 1)."""
     mine = indices == rows[:, None]
     mine[~mine.any(axis=1), -1] = True
     first = np.argmax(mine, axis=1)

@@ -81,8 +81,7 @@ def choose_uniform(rng: np.random.Generator, n_rows: int, size: int, what: str) 
 
 
 def cyclic_window(rng: np.random.Generator, n_rows: int, width: int) -> tuple[int, int]:
-    """(start, width) of a window of ``width`` consecutive rows among ``n_rows``, wrapping past
-    the last row, with a uniform start: every row lies in it with probability width / n_rows."""
+    """(start, width) of ``width`` consecutive rows of ``n_rows``, wrapping, with a uniform start."""
     if width >= n_rows:
         return 0, n_rows
     return int(rng.integers(0, n_rows)), width
@@ -116,8 +115,7 @@ def read_window(read: Callable[[int, int], np.ndarray], start: int, width: int,
 
 
 def choose_weighted(rng: np.random.Generator, weights: np.ndarray, size: int) -> np.ndarray:
-    """``size`` distinct positions drawn with probability proportional to ``weights`` (> 0),
-    successively without replacement; returned sorted."""
+    """``size`` distinct positions drawn successively with probability proportional to ``weights``; sorted."""
     keys = rng.exponential(size=len(weights)) / weights.astype(np.float64)
     if size == len(weights):
         return np.arange(size, dtype=np.int64)

@@ -116,8 +116,7 @@ def run_statistics(fields: Mapping[str, object], *, parts: Sequence[str] = KINDS
 
 def merge_statistics(per_run: Sequence[dict], run_names: Sequence[str], *, normalization: str = "min_max",
                      variables: Mapping[str, Sequence] | None = None) -> dict:
-    """Scaling factors from ``run_statistics`` of several runs, in their order: of the parts
-    (surface, volume) every run has statistics of."""
+    """Scaling factors from several runs' ``run_statistics``, in their order, of the parts every run has."""
     _check_normalization(normalization)
     if not per_run:
         raise ValueError("scaling factors need at least one run")
@@ -159,8 +158,7 @@ def compute_scaling_factors(
 
 def processed_run_statistics(path: str | os.PathLike, *, options=None,
                              max_volume_rows: int | None = MAX_VOLUME_ROWS) -> dict[str, dict]:
-    """``run_statistics`` of one processed run (any form runs.py reads), streamed from disk:
-    one run's share of ``compute_scaling_factors``, for ranks that compute it in parts."""
+    """``run_statistics`` of one processed run, streamed from disk: one run's share of the factors."""
     from domino_pipeline.processed.runs import ReadOptions, open_run, run_parts
 
     run = open_run(path, options or ReadOptions())
@@ -231,8 +229,7 @@ def load_scaling_factors(path: str | os.PathLike, normalization: str | None = No
 
 
 def checked_scaling_factors(factors: object, where: str, normalization: str | None = None) -> dict:
-    """Factors parsed from a factors file's JSON (``where``: the file, for messages), checked;
-    ``normalization`` as ``load_scaling_factors`` takes it."""
+    """Factors parsed from a factors file's JSON (``where``: the file, for messages), checked."""
     if normalization is not None and isinstance(factors, dict):
         factors["normalization"] = str(normalization)
     return _validate_factors(factors, where)

@@ -107,8 +107,7 @@ def parse_box(box) -> tuple[tuple[float, ...], tuple[float, ...]]:
 
 def settings_from_config(geometry: GeometryConfig, variables: VariablesConfig, *,
                          device: str | None = None, parts: tuple[str, ...] = PARTS) -> PreprocessSettings:
-    """The settings of the ``geometry`` and ``variables`` sections (``device``: another device;
-    ``parts``: those a cache holds, ``process.parts``)."""
+    """The settings of the ``geometry`` and ``variables`` sections (``parts``: those a cache holds)."""
     return PreprocessSettings(
         bounding_box_volume=parse_box(geometry.bounding_box_volume),
         bounding_box_surface=parse_box(geometry.bounding_box_surface),

@@ -24,8 +24,7 @@ def labels_rng(seed: int) -> np.random.Generator:
 
 
 def deal_block(rng: np.random.Generator, remaining: np.ndarray, n_rows: int) -> np.ndarray:
-    """Bucket labels (int64) of the next ``n_rows`` kept rows, drawn from the buckets'
-    ``remaining`` places, which are updated in place."""
+    """Bucket labels of the next ``n_rows`` kept rows, drawn from the buckets' ``remaining`` places (updated)."""
     if n_rows == 0:
         return np.zeros(0, dtype=np.int64)
     counts = rng.multivariate_hypergeometric(remaining, n_rows)

@@ -60,8 +60,7 @@ def surface_loads(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np
 
 @dataclass(frozen=True)
 class Directions:
-    """The drag, lift and side directions of the coefficients (``dataset.flow``); the side
-    direction None: lift x drag, as OpenFOAM's forceCoeffs takes it."""
+    """The drag, lift and side directions of the coefficients; side None: lift x drag, as OpenFOAM's."""
 
     drag: tuple[float, float, float] = (1.0, 0.0, 0.0)
     lift: tuple[float, float, float] = (0.0, 0.0, 1.0)
@@ -176,8 +175,7 @@ class ForceSettings:
         return starts[self.pressure][0], slice(first, first + 3)
 
     def free_stream(self, published: Published | None) -> FreeStream | None:
-        """The free stream of a run that publishes ``published``: the profile's speed, or the run's
-        own where the profile gives none (None when neither does)."""
+        """The free stream of a run: the profile's speed, else the run's published one (None: neither)."""
         velocity = self.velocity if self.velocity is not None else (published.velocity if published else None)
         return None if velocity is None else FreeStream(velocity, self.density, self.kinematic)
 
@@ -194,8 +192,7 @@ class ForceSettings:
 
     def loads(self, fields: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray, centres: np.ndarray,
               variables: dict[str, str]) -> Loads:
-        """The force and moment of physical surface fields (N, C), in the source files' units, on
-        cells with these vector areas, areas and centres."""
+        """The force and moment of physical surface fields (N, C) on cells of these areas and centres."""
         pressure, shear = self.columns(variables)
         return surface_loads(fields[:, pressure], fields[:, shear], vector_areas, areas, centres, self.convention)
 

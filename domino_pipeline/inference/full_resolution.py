@@ -134,8 +134,7 @@ class EncodedDoMINO:
         return encodings
 
     def encoding(self, batch: dict[str, torch.Tensor], part: str) -> torch.Tensor:
-        """The run's geometry encoding for ``part``: computed from the first batch, reused for the
-        next ones (the same run: the same geometry points and grids)."""
+        """The run's geometry encoding for ``part``, computed from the first batch and reused."""
         if self.encodings is None:
             self.encodings = self._encodings(batch)
         return self.encodings[part]
@@ -174,8 +173,7 @@ class EncodedDoMINO:
 
 
 def _in_box(points: torch.Tensor, min_max: torch.Tensor | None) -> torch.Tensor:
-    """``points`` mapped to [-1, 1] in the box ``min_max`` (B, 2, 3), as DoMINO maps the geometry
-    points per head; unchanged without a box."""
+    """``points`` mapped to [-1, 1] in the box ``min_max`` (B, 2, 3), as DoMINO maps them; unchanged without."""
     if min_max is None:
         return points
     low, high = min_max[:, 0].unsqueeze(1), min_max[:, 1].unsqueeze(1)
@@ -204,8 +202,7 @@ def part_forward(model: torch.nn.Module, *, encode_once: bool = True) -> Forward
 @torch.no_grad()
 def predict_part(forward: Forward, items: BatchItems, *, part: str, batch_points: int,
                  device: torch.device, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
-    """The model's output (scaled units) for every kept row of ``part``, in the prepared row
-    order; ``forward``: the run's ``part_forward``."""
+    """The model's output (scaled) for every kept row of ``part``, in prepared order, through ``forward``."""
     prepared = items.prepared
     count = len(prepared.surface_areas) if part == "surface" else len(prepared.volume_coordinates)
     outputs = []
@@ -220,8 +217,7 @@ def predict_part(forward: Forward, items: BatchItems, *, part: str, batch_points
 
 
 def rows_to_mesh(values: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
-    """Values of the kept rows placed at their mesh rows (``count`` of them); NaN where none was
-    predicted (cells outside the volume box or without area)."""
+    """The kept rows' values placed at their mesh rows (``count``); NaN where none was predicted."""
     placed = np.full((count, values.shape[1]), np.nan, dtype=np.float32)
     placed[rows] = values
     return placed

@@ -120,8 +120,7 @@ def runs_to_predict(options: PredictConfig, data: DataConfig) -> list[Path | str
 
 def load_prediction_run(path: str | os.PathLike, *, dataset: DatasetConfig, physics: Physics, volume: bool,
                         volume_source: str = "points") -> PredictionRun:
-    """Read ``path`` (any of ``KINDS``) for prediction, its files and fields named by the ``dataset``
-    profile; ``volume``: the volume points too."""
+    """Read ``path`` (any of ``KINDS``) for prediction as the ``dataset`` profile names its files and fields."""
     kind = run_kind(path)
     if kind == "raw":
         return load_raw_run(Path(path), dataset, physics, volume, volume_source)

@@ -250,8 +250,7 @@ def model_file_paths(output_dir: str | Path) -> dict[str, Path]:
 
 
 def save_model_file(model: torch.nn.Module, path: Path) -> None:
-    """`Module.save` (physicsnemo's .mdlus: model.pt, args.json, metadata.json in a zip) to a
-    temporary name beside `path`, then rename: a crash never leaves half a file."""
+    """`Module.save` (physicsnemo's .mdlus) to a temporary name beside `path`, then rename it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.stem}.tmp{os.getpid()}.mdlus")
     model.save(str(temporary))
@@ -259,8 +258,7 @@ def save_model_file(model: torch.nn.Module, path: Path) -> None:
 
 
 def read_model_args(path: str | Path) -> dict[str, Any]:
-    """The constructor record (`args.json`: `__name__`, `__module__`, `__args__`) of a .mdlus file,
-    read as JSON from the zip without loading anything else."""
+    """The constructor record (`args.json`) of a .mdlus file, read from the zip without loading anything."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model file")
@@ -306,8 +304,7 @@ def init_weights_from(model: torch.nn.Module, path: str | Path) -> None:
 
 
 def load_model_file(path: str | Path, device: torch.device | str = "cpu") -> torch.nn.Module:
-    """Rebuild the DoMINO of a .mdlus from its own constructor arguments and weights
-    (`DoMINO.from_checkpoint`), on `device`, in eval mode. Only DoMINO files are accepted."""
+    """The DoMINO of a .mdlus rebuilt from its own arguments and weights, on `device`, in eval mode."""
     from physicsnemo.models.domino import DoMINO
 
     path = Path(path)

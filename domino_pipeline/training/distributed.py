@@ -48,8 +48,7 @@ def resolve_train_device(name: str, local_rank: int) -> torch.device:
 
 
 def init_distributed(launch: Launch, device_name: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
-    """Join the job's process group when ``launch`` has more than one process, with
-    ``timeout_s`` for its collectives; otherwise describe a single process."""
+    """Join the job's process group (``timeout_s`` for its collectives), or describe a single process."""
     device = resolve_train_device(device_name, launch.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -117,8 +116,7 @@ def any_rank(flag: bool, device: torch.device) -> bool:
 
 
 def gather_objects(obj: Any, group: Any = None) -> list[Any]:
-    """Every rank's (small, plain) object, in rank order; `[obj]` in a single process.
-    ``group``: e.g. a ``work_group``, whose timeout applies (default: the whole job's)."""
+    """Every rank's small object, in rank order (``[obj]`` alone); ``group``: e.g. a ``work_group``."""
     if not dist.is_initialized():
         return [obj]
     gathered: list[Any] = [None] * dist.get_world_size()

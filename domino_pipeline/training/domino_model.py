@@ -44,8 +44,7 @@ def resolve_model_type(model_type: str, model_section: Mapping[str, Any]) -> str
 
 
 def model_parameters(section: Mapping[str, Any], defaults: Mapping[str, Any], where: str = "model") -> dict[str, Any]:
-    """The `model:` section checked key by key against DoMINO's DEFAULT_MODEL_PARAMS (unknown keys
-    are errors, missing ones take the default)."""
+    """The `model:` section checked key by key against DoMINO's DEFAULT_MODEL_PARAMS (missing: default)."""
     unknown = sorted(set(section) - set(defaults))
     if unknown:
         raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(defaults)}")

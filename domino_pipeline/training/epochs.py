@@ -73,8 +73,7 @@ class Objective:
 
 
 class StopFlag:
-    """Ctrl-C and SIGTERM as a request: set by SIGINT/SIGTERM so that training stops after the
-    current step and saves a checkpoint; a second Ctrl-C aborts."""
+    """SIGINT/SIGTERM as a request to stop after the current step with a checkpoint; a second Ctrl-C aborts."""
 
     def __init__(self) -> None:
         self.signal_number: int | None = None
@@ -210,8 +209,7 @@ def epoch_indices(sampler: DistributedSampler, epoch: int, skip: int) -> list[in
 
 
 def timed_batches(loader: Iterable, result: EpochResult) -> Iterator:
-    """Yield the loader's batches, adding the time spent waiting for each to `result.data_wait_s`;
-    a worker's death is named (worker_deaths.WorkerDiedError)."""
+    """The loader's batches, the wait for each added to `result.data_wait_s`; a dead worker is named."""
     iterator = checked_batches(loader)
     while True:
         start = time.perf_counter()

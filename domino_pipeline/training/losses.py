@@ -51,8 +51,7 @@ def _force_proxy(fields: torch.Tensor, normals: torch.Tensor, areas: torch.Tenso
 
 def integral_loss(prediction: torch.Tensor, target: torch.Tensor, normals: torch.Tensor, areas: torch.Tensor,
                   stream_velocity: torch.Tensor) -> torch.Tensor:
-    """The example's ``integral_loss_fn``: squared error of the drag (x) plus the lift (z) proxy,
-    averaged over the batch. ``stream_velocity``: (B,) or (B, 1)."""
+    """The example's ``integral_loss_fn``: squared error of the drag (x) plus lift (z) proxies, batch mean."""
     total = prediction.new_zeros(())
     for axis in (0, 2):
         predicted = _force_proxy(prediction, normals, areas, stream_velocity, axis)

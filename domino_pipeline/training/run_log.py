@@ -46,8 +46,7 @@ def reset_peak_memory(device: torch.device) -> None:
 
 
 def peak_memory_mb(device: torch.device) -> tuple[float, str]:
-    """On a GPU torch's peak since the last reset plus Warp's pool peak (``cuda_peak_mib``); the
-    process's peak RSS (whole run) on the CPU."""
+    """Peak memory: on a GPU ``cuda_peak_mib``, on the CPU the process's peak RSS (whole run)."""
     if device.type == "cuda":
         return cuda_peak_mib(device)
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, "cpu_peak_rss"
@@ -178,8 +177,7 @@ def format_epoch(record: dict[str, Any], epochs: int) -> str:
 
 
 def epoch_scalars(record: dict[str, Any]) -> dict[str, float]:
-    """TensorBoard tags and values of an epoch record: EPOCH_SCALARS, each loss term
-    (``train/loss_<term>``) and every validation figure (``val/...``)."""
+    """TensorBoard tags and values of an epoch record: EPOCH_SCALARS, each loss term, every validation figure."""
     scalars = {tag: record[key] for key, tag in EPOCH_SCALARS.items()}
     scalars |= {k.replace("train_loss/", "train/loss_", 1): v for k, v in record.items() if k.startswith("train_loss/")}
     scalars |= {k.replace("val_", "val/", 1): v for k, v in record.items() if k.startswith("val_")}

@@ -79,8 +79,7 @@ def factors_in_parts(train_runs: Sequence[Path], *, rank: int, world_size: int, 
 
 def make_unscaler(path: Path, normalization: str, *,
                   allow_pickle: bool = False) -> Callable[[str, torch.Tensor], torch.Tensor]:
-    """A function (target key, scaled tensor) -> tensor in physical units, from the saved factors
-    (``allow_pickle``: the DoMINO example's scaling_factors.pkl too)."""
+    """A function (target key, scaled tensor) -> tensor in physical units, from the saved factors."""
     factors = load_scaling_factors(path, normalization, allow_pickle=allow_pickle)
 
     def unscale(key: str, values: torch.Tensor) -> torch.Tensor:
