@@ -32,8 +32,7 @@ _constants: dict[int, tuple[weakref.ref, Callable, tuple]] = {}
 
 
 def mark_constant(tensor: torch.Tensor, factory: Callable[..., torch.Tensor], args: tuple) -> None:
-    """Record that ``factory(*args)`` (a cached, module-level function) rebuilds ``tensor``
-    in any process, so batches carry ``(factory, args)`` in its place."""
+    """Record that ``factory(*args)`` (cached, module-level) rebuilds ``tensor``, so batches carry the recipe."""
     _constants[id(tensor)] = (weakref.ref(tensor), factory, args)
 
 
@@ -61,8 +60,7 @@ class _Buffer:
         return self.map[0] == FREE and (self._lease is None or self._lease() is None)
 
     def lease(self) -> torch.Tensor:
-        """The buffer's bytes as a tensor that, with every view and array made from it, keeps
-        the buffer from being reused until all of them are freed."""
+        """The buffer's bytes as a tensor that keeps the buffer from reuse until it and every view are freed."""
         holder = np.frombuffer(self.map, dtype=np.uint8)
         self._lease = weakref.ref(holder)
         return torch.from_numpy(holder)  # the tensor's storage holds ``holder``
@@ -203,8 +201,7 @@ def pack(items: list[dict[str, torch.Tensor]]) -> PackedBatch | None:
 
 
 def _destination(pool: _Pool, arena: _Arena | None, entries: list) -> tuple[_Buffer | None, int]:
-    """The buffer the batch goes in and where its copies start: the item's arena if the rest
-    fits behind its arrays, else a free pooled buffer (everything copied)."""
+    """The buffer a batch goes in and where its copies start: the item's arena if the rest fits, else a free one."""
     copied = sum(_aligned(nbytes) for *_, offset, nbytes in entries if offset is None)
     if arena is not None and _aligned(arena.used) + copied <= arena.buffer.size:
         return arena.buffer, arena.used

@@ -90,8 +90,7 @@ class CachedDoMINODataset(EpochDataset):
         return state
 
     def run(self, index: int) -> CacheRun:
-        """The opened cache run of ``index`` (opened on first use in this process, closed when
-        ``max_open_runs`` others have been used since)."""
+        """The opened cache run of ``index``, opened on first use and closed after ``max_open_runs`` others."""
         if self._pid != os.getpid():  # a forked worker opens its own stores
             self._open, self._pid = OrderedDict(), os.getpid()
         if index in self._open:
@@ -251,8 +250,7 @@ def _check_sources(cache_dir: Path, names: list[str], entries: list[dict],
 
 
 def _gather_neighbors(run: CacheRun, rows: np.ndarray, neighbors: np.ndarray) -> dict[str, np.ndarray]:
-    """The rows' coordinates, normals and areas and those of their ``neighbors`` (rows, K-1);
-    each neighbour-source array is read in one pass over its chunks for both."""
+    """The rows' and their ``neighbors``' coordinates, normals and areas, one pass over each array's chunks."""
     drawn = {}
     wanted = np.concatenate([rows, neighbors.ravel()])
     reads = [(f"surface_{name}", wanted, output_array) for name in NEIGHBOR_FEATURES]

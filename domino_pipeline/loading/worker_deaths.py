@@ -19,8 +19,7 @@ _TRANSFER_ERRORS = (ConnectionError, EOFError, FileNotFoundError, RuntimeError)
 
 
 class WorkerDiedError(ChildProcessError):
-    """A DataLoader worker died (killed by a signal or exited) while batches were expected (an
-    OSError, so that every entry point reports it in one line)."""
+    """A DataLoader worker died while batches were expected (an OSError: one line at every entry point)."""
 
 
 def checked_batches(loader: Iterable) -> Iterator:

@@ -36,16 +36,14 @@ def with_worker_message(err: BaseException) -> BaseException:
 
 
 def _restore_os_fields(err: OSError, message: str) -> None:
-    """An OSError's errno, reason and file name, from its message ``[Errno <n>] <reason>:
-    '<file>'`` (torch rebuilds it from a message alone)."""
+    """An OSError's errno, reason and file name, from its message (torch rebuilds it from a message alone)."""
     fields = re.fullmatch(r"\[Errno (\d+)\] (.*?)(?:: '(.*)')?", message, flags=re.DOTALL)
     if fields:
         err.errno, err.strerror, err.filename = int(fields[1]), fields[2], fields[3]
 
 
 def worker_message(text: str) -> str | None:
-    """The message of the error that ended the traceback in ``text`` (after the exception's
-    possibly qualified type name), or None when ``text`` holds no traceback."""
+    """The message of the error that ended the traceback in ``text``, or None when it holds no traceback."""
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) 
               if line.removeprefix("Original ").startswith("Traceback (most recent call last):")]

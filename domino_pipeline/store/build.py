@@ -128,8 +128,7 @@ def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
 
 def _build(processed_path: Path, cache_dir: Path | str, settings: PreprocessSettings, source: dict,
            options: ReadOptions) -> tuple[int, str, list[str]]:
-    """``build_run`` into a local cache, or for object storage into a local staging folder
-    (one run at a time) whose generation is then uploaded; (bytes written, the run's form, notes)."""
+    """``build_run`` into a local cache, or into a staging folder whose generation is then uploaded."""
     if not is_url(cache_dir):
         path, form, notes = build_run(processed_path, cache_dir, settings, source, options)
         return directory_bytes(path), form, notes
@@ -142,8 +141,7 @@ def _build(processed_path: Path, cache_dir: Path | str, settings: PreprocessSett
 
 
 def staging_root() -> Path:
-    """Where builds into object storage stage their runs before the upload: one folder per user
-    under the system's temporary folder (``TMPDIR``), holding only those staging folders."""
+    """Where builds into object storage stage their runs: one folder per user under ``TMPDIR``."""
     return Path(tempfile.gettempdir()) / f"domino-cache-staging-{os.getuid()}"
 
 
@@ -159,8 +157,7 @@ def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSetting
 
 def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: PreprocessSettings, *,
                           normalization: str) -> dict:
-    """Write ``<cache_dir>/scaling_factors.json`` from the target statistics the builds of the
-    training runs recorded; return its manifest record (file, SHA-256, runs, variables)."""
+    """Write ``<cache_dir>/scaling_factors.json`` from the training runs' recorded statistics; its record."""
     variables = {"surface": settings.surface_variables, "volume": settings.volume_variables}
     variables = {part: variables[part] for part in settings.parts}
     statistics = [CacheRun(current_generation(run_folder(cache_dir, run_name(p)))).attrs["scalars"]
@@ -179,8 +176,7 @@ def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: Pre
 
 def finish_build(config: PipelineConfig, runs: list[Path], cache_dir: Path | str, settings: PreprocessSettings,
                  records: list[dict]) -> int:
-    """Write the manifest unless a rank met stale runs; the build's exit code over all ranks
-    (``records``: each rank's counts of stale and failed runs)."""
+    """Write the manifest unless a rank met stale runs; the build's exit code over all ranks' ``records``."""
     stale, failed = (sum(r[key] for r in records) for key in ("stale", "failed"))
     if stale:
         print("manifest left as it was: the cache holds runs built with other settings")

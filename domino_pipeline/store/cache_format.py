@@ -28,8 +28,7 @@ GENERATION = re.compile(r"^g(\d+)\.zarr$")
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """How one array is stored: dtype, rows per inner chunk (the unit a draw reads) and rows
-    per shard (the unit of a file); None: the whole array."""
+    """How one array is stored: dtype, rows per inner chunk and per shard (None: the whole array)."""
 
     dtype: str
     chunk_rows: int | None
@@ -102,8 +101,7 @@ def metadata_files(run_path: str | os.PathLike) -> dict[str, bytes]:
 
 
 def metadata_digest(files: dict[str, bytes]) -> str:
-    """SHA-256 of a run's ``zarr.json`` files (``metadata_files``), in path order: what the
-    manifest records, so an edit of any of them is caught at open and by validation."""
+    """SHA-256 of a run's ``zarr.json`` files in path order: what the manifest records."""
     digest = hashlib.sha256()
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + bytes(files[name]) + b"\0")
@@ -116,8 +114,7 @@ def metadata_sha256(run_path: str | os.PathLike) -> str:
 
 
 def diff_settings(cached: dict, expected: dict, prefix: str = "") -> list[str]:
-    """One line per setting that differs: ``key: cached X, expected Y`` (nested keys dotted);
-    a top-level setting left out at its ``IMPLICIT_DEFAULTS`` value is shown with that value."""
+    """One line ``key: cached X, expected Y`` per differing setting (absent ones at ``IMPLICIT_DEFAULTS``)."""
     if not prefix:
         cached, expected = IMPLICIT_DEFAULTS | cached, IMPLICIT_DEFAULTS | expected
     lines = []

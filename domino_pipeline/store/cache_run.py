@@ -115,8 +115,7 @@ class CacheRun:
         return shared_source(root), key + "/"
 
     def _read_metadata(self) -> dict[str, bytes]:
-        """Every ``zarr.json`` of the run by its path within the run (remotely: the group's and
-        those of every array a cache run may hold, in one wave)."""
+        """Every ``zarr.json`` of the run by its path within the run (remotely in one wave)."""
         if not self.remote:
             self._check_local_folder()
             return metadata_files(self.path)
@@ -170,8 +169,7 @@ class CacheRun:
 
     @property
     def bytes_read(self) -> int:
-        """Bytes the direct chunk readers have read so far: array metadata, shard indexes and
-        chunks with their checksums (reads left to zarr-python are not counted)."""
+        """Bytes the direct chunk readers have read so far (not zarr-python's reads)."""
         return sum(r.bytes_read for r in self._readers.values() if r)
 
     def array(self, name: str) -> zarr.Array:
@@ -202,15 +200,13 @@ class CacheRun:
             reader.prefetch(selection)
 
     def check_present(self) -> None:
-        """StaleCacheError if this local generation was removed while open (rebuilds replaced
-        it): its open files would still read, but not those it has yet to open."""
+        """StaleCacheError if this local generation was removed while open (replaced by rebuilds)."""
         if not self.remote and not os.path.exists(os.path.join(self.path, "zarr.json")):
             raise StaleCacheError(f"{self.path}: removed while open (replaced by rebuilds); "
                                   "open the dataset again")
 
     def keep(self, resident: list[str], indexed: list[str]) -> None:
-        """Read, in one wave, the ``resident`` arrays whole (kept with the run: every draw
-        reads them) and every shard index of the ``indexed`` arrays; nothing once done."""
+        """Read in one wave the ``resident`` arrays whole (kept with the run) and the ``indexed`` arrays' indexes."""
         asked = (tuple(resident), tuple(indexed))
         if asked in self._kept:  # every draw calls it: no per-chunk work after the first
             return
@@ -321,8 +317,7 @@ def _from_memory(array: np.ndarray, selection: Any, allocate: Allocator) -> np.n
 
 
 def refuse_links(path: Path) -> None:
-    """CacheError when a run generation or its run folder is a symbolic link: a cache holds
-    none, and one that points elsewhere would serve another run's data under this run's name."""
+    """CacheError when a run generation or its run folder is a symbolic link (a cache holds none)."""
     for part in (path.parent, path):
         if part.is_symlink():
             raise CacheError(f"{part}: a symbolic link (to {os.readlink(part)}); a cache holds "
@@ -360,8 +355,7 @@ def check_array_files(array_dir: Path) -> tuple[int, ...]:
 
 
 def shard_sizes(array_dir: Path, ndim: int) -> dict[int, int]:
-    """Shard number -> bytes of the shard files ``c/<s>/0/...`` of an array of ``ndim``
-    dimensions (a listing, no data read); ShardIndexError for a symbolic link or a stray name."""
+    """Shard number -> bytes of an array's shard files (a listing); ShardIndexError for a link or stray name."""
     sizes: dict[int, int] = {}
     root = array_dir / "c"
     if not root.exists():

@@ -66,8 +66,7 @@ class ChunkedArray:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> ChunkedArray | None:
-        """The local array at ``path`` if its ``zarr.json`` describes exactly the supported layout; None
-        otherwise, so the caller uses zarr-python."""
+        """The local array at ``path`` if its ``zarr.json`` is the supported layout; None otherwise."""
         path = Path(path)
         try:
             raw = (path / "zarr.json").read_bytes()
@@ -113,8 +112,7 @@ class ChunkedArray:
         return self.read(slice(start, stop), allocate)
 
     def take(self, indices: np.ndarray, allocate: Allocator = np.empty) -> np.ndarray:
-        """The rows at ``indices`` (1-D integers, any order, repeats allowed, negative counting
-        from the end; a new array from ``allocate``), reading each touched chunk once."""
+        """The rows at ``indices`` (any order, repeats, negatives from the end), reading each chunk once."""
         return self.read(self._checked(indices), allocate)
 
     def prefetch(self, selection: Any) -> None:
@@ -125,8 +123,7 @@ class ChunkedArray:
             pass
 
     def chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
-        """(shard, first inner chunk, last inner chunk) of each run of consecutive touched
-        chunks of ``selection``, inner chunks counted within their shard."""
+        """(shard, first, last inner chunk) of each run of consecutive chunks ``selection`` touches."""
         runs = []
         for chunk in (int(c) for c in self.chunks(selection)):
             shard, inner = divmod(chunk, self.chunks_per_shard)
@@ -164,8 +161,7 @@ class ChunkedArray:
         return np.unique(chunks)
 
     def plan(self, selection: Any) -> tuple[slice | np.ndarray, np.ndarray]:
-        """(the selection as rows: a slice with bounds, or checked int64 indices; the inner
-        chunks it touches): what ``assemble_rows`` and ``chunk_requests`` take."""
+        """(the selection as rows: a bounded slice or checked indices; the inner chunks it touches)."""
         if selection is Ellipsis or isinstance(selection, slice):
             start, stop, _ = (slice(None) if selection is Ellipsis else selection).indices(len(self))
             return slice(start, max(start, stop)), self.chunks(slice(start, stop))
@@ -173,8 +169,7 @@ class ChunkedArray:
         return rows, self._chunks_of(rows)
 
     def index_requests(self, chunks: np.ndarray) -> list[tuple[int, Request]]:
-        """(shard, request for its index) of the shards of ``chunks`` whose index is not kept
-        yet: the index and its checksum, the object's last bytes."""
+        """(shard, request for its index and checksum: the object's last bytes) of the unkept indexes of ``chunks``."""
         shards = np.unique(np.asarray(chunks, dtype=np.int64) // self.chunks_per_shard)
         return [(int(s), Request(self.prefix + self.key(int(s)), None, self.index_nbytes + CHECKSUM_BYTES))
                 for s in shards if int(s) not in self._indexes]
@@ -186,8 +181,7 @@ class ChunkedArray:
             self.set_index(shard, result)
 
     def set_index(self, shard: int, result: tuple[memoryview | None, int | None]) -> None:
-        """Check and keep shard ``shard``'s index from its fetched tail (bytes, object size):
-        its CRC32C, and every written chunk inside the data part of the object."""
+        """Check (CRC32C, chunks inside the data part) and keep shard ``shard``'s index from its fetched tail."""
         key = self.key(shard)
         data, size = result
         if data is None:
@@ -362,8 +356,7 @@ def fetch_chunks(wanted: list[tuple[ChunkedArray, np.ndarray]]) -> Staged:
 
 
 def _plans(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[tuple[slice | np.ndarray, np.ndarray]]:
-    """``array.plan(selection)`` of every read, made once for the reads that share a selection
-    object, a length and a chunking (a draw's rows of several arrays)."""
+    """``array.plan(selection)`` of every read, made once for reads sharing selection, length and chunking."""
     made: dict[tuple[int, int, int], tuple[slice | np.ndarray, np.ndarray]] = {}
     plans = []
     for array, selection, _ in reads:
@@ -383,8 +376,7 @@ def _verify(name: str, where: str, data: memoryview, checksum: memoryview) -> No
 
 
 def supported_layout(meta: dict) -> tuple[tuple[int, ...], np.dtype, int, int] | None:
-    """(shape, dtype, chunk_rows, shard_rows) of an array's ``zarr.json`` contents if
-    this reader supports its layout exactly; None for anything else."""
+    """(shape, dtype, chunk_rows, shard_rows) of an array's ``zarr.json`` if its layout is supported; else None."""
     if (set(meta) - METADATA_KEYS or meta.get("zarr_format") != 3
             or meta.get("node_type") != "array" or meta.get("storage_transformers", []) != []):
         return None

@@ -75,8 +75,7 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
 
 
 def read_manifest(cache_dir: str | os.PathLike) -> dict:
-    """Read and check ``<cache_dir>/manifest.json`` (a local folder or an object-store URL):
-    format, version, its own checksum, and run paths that stay inside the cache folder."""
+    """Read and check ``<cache_dir>/manifest.json``: format, version, checksum, run paths inside the cache."""
     manifest, _ = read_manifest_version(cache_dir)
     return manifest
 

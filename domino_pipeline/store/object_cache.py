@@ -39,8 +39,7 @@ def upload_folder(folder: str | os.PathLike, location: str) -> int:
 
 
 def _put_in_batches(source, items: list[tuple[str, Path]]) -> None:
-    """Upload each (key, file), several at a time, holding at most about ``UPLOAD_BATCH_BYTES``
-    of them in memory (a full-size run is gigabytes)."""
+    """Upload each (key, file), several at a time, with at most about ``UPLOAD_BATCH_BYTES`` in memory."""
     batch: list[tuple[str, bytes]] = []
     held = 0
     for key, path in items:
@@ -58,8 +57,7 @@ def _generation_numbers(source, folder_key: str) -> list[int]:
 
 
 def claim_generation(cache_url: str, name: str) -> tuple[int, str]:
-    """Claim the next free generation number of run ``name`` with a create-only put of its
-    ``.claim`` object (two builders never get the same one): (number, its URL)."""
+    """Claim run ``name``'s next generation number by a create-only put of its ``.claim``: (number, URL)."""
     folder = join(cache_url, name)
     source, key = source_and_key(folder)
     number = max(_generation_numbers(source, key), default=0) + 1
@@ -98,8 +96,7 @@ def _named_generation(cache_url: str, name: str) -> str | None:
 
 
 def _generation_objects(cache_url: str, name: str) -> dict[str, dict]:
-    """The objects (key inside the generation: ObjectInfo) of each generation prefix of run
-    ``name``, complete or not, by generation folder name."""
+    """The objects of each generation prefix of run ``name``, complete or not, by generation folder name."""
     return {folder: objects for folder, objects in objects_by_folder(str(join(cache_url, name))).items()
             if GENERATION.match(folder)}
 

@@ -31,8 +31,7 @@ def job_folder(cache_dir: str | Path, job: str) -> Path | str:
 
 def finish_rank(cache_dir: str | Path, job: str, rank: int, world_size: int, record: dict,
                 on_last: Callable[[list[dict]], T]) -> T | None:
-    """Leave this rank's ``record``; when it is the last of the ``world_size`` ranks of ``job``,
-    return ``on_last(records in rank order)`` and remove the job's records; else None."""
+    """Leave this rank's ``record``; the last of ``world_size`` returns ``on_last(records)`` and removes them."""
     if is_url(cache_dir):
         return _finish_remote(str(job_folder(cache_dir, job)), rank, world_size, record, on_last)
     folder = Path(job_folder(cache_dir, job))
@@ -69,8 +68,7 @@ def _finish_remote(folder: str, rank: int, world_size: int, record: dict,
 
 
 def remove_finished_jobs(cache_url: str, older_than_s: float) -> list[str]:
-    """Delete the ``finished`` claims of the cache's finished jobs (no record left) claimed
-    more than ``older_than_s`` ago; return those jobs. Records of unfinished jobs stay."""
+    """Delete the ``finished`` claims of jobs with no record left, older than ``older_than_s``; those jobs."""
     folder = str(join(cache_url, RANKS_DIR))
     done = [job for job, objects in objects_by_folder(folder).items()
             if list(objects) == [FINISHED] and untouched_for(objects, older_than_s)]

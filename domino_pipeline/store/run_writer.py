@@ -35,8 +35,7 @@ KEEP_GENERATIONS = 2  # the new one and the one datasets opened before it may st
 
 @contextmanager
 def run_lock(cache_dir: str | os.PathLike, name: str) -> Iterator[None]:
-    """Be the only writer of run ``name`` for the block (a second one waits); clears the
-    temporaries that dead writers of the run left."""
+    """Be the only writer of run ``name`` for the block (a second waits), clearing dead writers' temporaries."""
     folder = run_folder(cache_dir, name)
     with exclusive_lock(folder / ".lock", f"cache run {folder}"):
         remove_stale_temporaries(folder)
@@ -92,8 +91,7 @@ class RunWriter:
         self.write_rows(name, 0, data)
 
     def write_rows(self, name: str, start: int, data: np.ndarray) -> None:
-        """Write rows ``start : start + len(data)`` of array ``name`` (whole shards at a time
-        where the block is aligned to them, as the build's blocks are)."""
+        """Write rows ``start : start + len(data)`` of array ``name`` (whole shards where aligned to them)."""
         array = self.arrays[name]
         data = np.ascontiguousarray(data, dtype=self.specs[name].dtype)
         if data.shape[1:] != array.shape[1:] or start + len(data) > array.shape[0]:
@@ -112,8 +110,7 @@ class RunWriter:
             os.close(self._held)
 
     def _finish(self, exc_type) -> None:
-        """Rename the finished generation into place (or remove it after an exception) and
-        remove generations older than the ones readers may still read."""
+        """Rename the finished generation into place (or remove it after an exception); remove old ones."""
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return

@@ -58,8 +58,7 @@ def chunks_in_shard(rows: int, shard: int, shard_rows: int, chunk_rows: int) -> 
 
 
 def shard_nbytes(rows: int, shard: int, shard_rows: int, chunk_rows: int, chunk_nbytes: int) -> int:
-    """The exact size of a shard as the cache writes it: its chunks inside the array (each
-    ``chunk_nbytes`` with its checksum), the index of every inner chunk and its checksum."""
+    """The exact size of a shard as the cache writes it: its chunks with checksums, then index and checksum."""
     per_shard = shard_rows // chunk_rows
     return (chunks_in_shard(rows, shard, shard_rows, chunk_rows) * chunk_nbytes
             + per_shard * INDEX_ENTRY_BYTES + CHECKSUM_BYTES)

@@ -54,8 +54,7 @@ def manifest_records(cache_dir: Path) -> dict[str, dict]:
 
 
 def _recorded_source(entry: dict, run: CacheRun) -> dict:
-    """The source record to compare with: the manifest ``entry``'s (refreshed at every manifest
-    write) when it names this generation, else the one the generation was built with."""
+    """The source record to compare with: the manifest ``entry``'s if it names this generation, else its own."""
     if entry.get("path", "").endswith("/" + name_of(run.path)) and "source" in entry:
         return entry["source"]
     return run.attrs.get("source", {})
