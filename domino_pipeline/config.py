@@ -59,8 +59,7 @@ def check_device(key: str, device: str) -> None:
 
 @dataclass(frozen=True)
 class CuratorLimitsConfig:
-    """``data.quality.curator:`` physicsnemo-curator's per-run checks: a dimensionless velocity
-    component or pressure whose largest magnitude within mean +- ``sigma`` std exceeds its max."""
+    """``data.quality.curator:`` physicsnemo-curator's per-run limits of the dimensionless fields."""
 
     enabled: bool
     sigma: float
@@ -366,8 +365,7 @@ class ForcesConfig:
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    """``distributed:`` how long the ranks of a job wait for one another, in seconds: ``timeout_s`` for
-    training's collectives, ``work_timeout_s`` for waits behind per-rank work."""
+    """``distributed:`` how long the ranks of a job wait for one another (seconds; docs/gpu.md)."""
 
     timeout_s: float
     work_timeout_s: float
@@ -388,8 +386,7 @@ TOP_LEVEL = {"model_type": str, "seed": int, "output_dir": str, "model": dict}
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """The whole configuration: the top-level keys and one typed object per section; ``model`` stays a
-    plain mapping of physicsnemo's DoMINO parameters, checked when the model is built."""
+    """The whole configuration; ``model`` stays a plain mapping, checked when the model is built."""
 
     model_type: str
     seed: int

@@ -15,8 +15,7 @@ T = TypeVar("T")
 
 
 def from_section(cls: type[T], section: DictConfig | Mapping[str, Any], name: str) -> T:
-    """``cls(**section)`` after checking that the section has exactly ``cls``'s fields, each of its
-    annotated type; a ValueError naming ``name`` and the keys otherwise."""
+    """``cls(**section)`` once the section has exactly ``cls``'s fields, each of its type; else ValueError."""
     values = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
     known = {f.name for f in dataclasses.fields(cls)}
     if set(values) != known:

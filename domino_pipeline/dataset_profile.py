@@ -59,8 +59,7 @@ class OtherFieldsProfile(FieldsProfile):
 
 @dataclass(frozen=True)
 class SurfaceRowsProfile:
-    """``dataset.surface_rows``: what one row of the processed surface is, a boundary cell or a
-    boundary point, and where a point's normals come from (docs/datasets.md)."""
+    """``dataset.surface_rows``: a processed surface row is a boundary cell or point (docs/datasets.md)."""
 
     location: str
     normals: str | None
@@ -115,8 +114,7 @@ class FlowProfile:
 
 @dataclass(frozen=True)
 class ReferencesProfile:
-    """``dataset.references``: the constant reference area, length and moment centre of the
-    coefficients, and where a run's own are (``file``, ``columns``, ``format``; docs/datasets.md)."""
+    """``dataset.references``: constant references of the coefficients and a run's own (docs/datasets.md)."""
 
     area: float               # m^2
     length: float             # m

@@ -23,8 +23,7 @@ from domino_pipeline.variables import VARIABLE_WIDTH
 
 def cell_forces(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
                 convention: ForceConvention) -> np.ndarray:
-    """The force on the body of each cell (N, 3), float64: ``pressure`` (N,), ``wall_shear`` (N, 3),
-    ``vector_areas`` (N, 3) oriented as ``convention.normals`` says, ``areas`` (N,)."""
+    """The force on the body of each cell (N, 3), float64, normals oriented as ``convention.normals`` says."""
     pressure, wall_shear, vector_areas, areas = cell_arrays(pressure, wall_shear, vector_areas, areas,
                                                             "the force integration")
     return convention.force(pressure[:, None] * vector_areas, wall_shear * areas[:, None])
@@ -145,8 +144,7 @@ class ForceSettings:
 
     @classmethod
     def from_config(cls, forces: ForcesConfig, dataset: DatasetConfig) -> ForceSettings:
-        """The settings of the ``forces`` section and the ``dataset`` profile: the surface fields playing
-        pressure and wall_shear_stress, or else the pressure and skin friction coefficients."""
+        """The settings of the ``forces`` section and the ``dataset`` profile's flow and force fields."""
         flow = dataset.flow
         coefficient_fields = not all(dataset.has_field("surface", role) for role in STRESS_ROLES) and all(
             dataset.has_field("surface", role) for role in COEFFICIENT_ROLES)
@@ -180,8 +178,7 @@ class ForceSettings:
         return None if velocity is None else FreeStream(velocity, self.density, self.kinematic)
 
     def reference_sets(self, published: Published | None) -> dict[str, ReferenceSet]:
-        """``own``: the run's own references and coefficients where it has them and
-        ``reference_area_per_run``, else the constant ones; ``constant``: the constant ones."""
+        """``own``: the run's references and coefficients (if any and preferred), else the constant ones; ``constant``."""
         if published is None:
             constant = ReferenceSet(self.constant_references, None)
             return {"own": constant, "constant": constant}

@@ -54,8 +54,7 @@ def prepare_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *, 
 
 
 class BatchItems:
-    """Builds DoMINO's input for any rows of a prepared run; the expensive per-run geometry (grid
-    SDFs, the surface kNN, the STL mesh on the device for the volume SDF) is computed once."""
+    """Builds DoMINO's input for any rows of a prepared run, its expensive per-run geometry computed once."""
 
     def __init__(self, prepared: PreparedRun, settings: PreprocessSettings, *, parts: tuple[str, ...],
                  geometry_points: int) -> None:
@@ -191,8 +190,7 @@ Forward = Callable[[dict[str, torch.Tensor], str], torch.Tensor]
 
 
 def part_forward(model: torch.nn.Module, *, encode_once: bool = True) -> Forward:
-    """``forward(batch, part)``: the model's ``part`` output (B, N, C) for a batch of one run, through
-    ``EncodedDoMINO`` where it supports the model and ``encode_once``; make one per run."""
+    """``forward(batch, part)``: the model's ``part`` output, through ``EncodedDoMINO`` where it can; one per run."""
     if encode_once and EncodedDoMINO.supports(model):
         encoded = EncodedDoMINO(model)
         return lambda batch, part: encoded.surface(batch) if part == "surface" else encoded.volume(batch)

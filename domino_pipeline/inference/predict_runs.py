@@ -44,8 +44,7 @@ from domino_pipeline.variables import column_names
 
 @dataclass
 class RunPrediction:
-    """Non-dimensional predictions at every surface cell (NaN where none was made) and, when asked,
-    every volume point; seconds in all and per step (prepare, geometry, surface, volume)."""
+    """Non-dimensional predictions per surface cell (NaN: none) and volume point; seconds in all and per step."""
 
     surface: np.ndarray | None
     volume: np.ndarray | None
@@ -97,8 +96,7 @@ def progress_bar(run_name: str, part: str, total: int, *, enabled: bool = True, 
 
 def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapping[str, Mapping[str, str]],
                forces: ForceSettings) -> dict[str, Any]:
-    """The run's row of the table: cells, the coefficients predicted, true and published, and the
-    relative L2 errors per variable, per cell and area-weighted (docs/predict.md, "Outputs")."""
+    """The run's row of the table: cells, coefficients predicted, true and published, relative L2 errors."""
     record: dict[str, Any] = {"run": run.name, "kind": run.kind, "seconds": prediction.seconds}
     if prediction.surface is not None:
         record |= _surface_record(run, prediction.surface, dict(variables["surface"]), forces)
@@ -172,8 +170,7 @@ def report_table(records: list[dict], surface_names: list[str], *, out_dir: Path
 
 def _surface_record(run: PredictionRun, predicted: np.ndarray, variables: dict[str, str],
                     forces: ForceSettings) -> dict[str, Any]:
-    """The coefficients over every predicted cell in physical units, over the run's own and the
-    constant references, beside the published ones; and the errors."""
+    """The coefficients over every predicted cell, over the own and constant references; and the errors."""
     vector_areas = run.cell_vector_areas
     areas = np.linalg.norm(vector_areas, axis=1)
     to_physical = run.divisors["surface"].astype(np.float64)

@@ -155,8 +155,7 @@ def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume
 
 
 def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
-    """A processed run (a folder or a URL): its arrays and its recorded published coefficients and
-    references; the surface "mesh" is a point cloud of cell centres."""
+    """A processed run (a folder or a URL) with its recorded published coefficients and references."""
     opened = open_run(as_location(path))
     if opened.format != "processed":
         raise ProcessedRunError(f"{opened.path}: a {opened.format} run; predict.py reads the runs "
@@ -173,8 +172,7 @@ def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
 
 def _prediction_run(name: str, kind: str, arrays: dict[str, np.ndarray], attrs: Mapping, surface: tuple,
                     volume: bool, where: Path | str) -> PredictionRun:
-    """The run to predict of a processed run's ``arrays`` and attributes; ``surface``: (the mesh whose
-    cells are the surface rows, their vector areas)."""
+    """The run to predict of a processed run's ``arrays`` and attributes (``surface``: mesh, vector areas)."""
     if "surface_field_roles" not in attrs:
         raise ProcessedRunError(f"{where}: processed before dataset profiles (no field roles recorded); "
                                 "process it again with process_data.py")

@@ -36,8 +36,7 @@ class DistInfo:
 
 
 def resolve_train_device(name: str, local_rank: int) -> torch.device:
-    """`auto` picks this rank's CUDA device (``devices.cuda_index`` among the visible ones) when
-    CUDA is present, else the CPU; `cpu`/`cuda` force one."""
+    """`auto` is this rank's CUDA device (``devices.cuda_index``) when CUDA is present, else the CPU."""
     if name not in ("auto", "cpu", "cuda"):
         raise ValueError(f"train device must be one of auto, cpu, cuda, not {name!r}")
     if name == "cuda" and not torch.cuda.is_available():
@@ -68,8 +67,7 @@ def join_group(launch: Launch, backend: str, timeout_s: float, device_id: torch.
 
 
 def work_group(timeout_s: float) -> Any:
-    """A gloo group of every rank whose waits last up to ``timeout_s``, for per-rank work of unknown
-    length; every rank must call it; None in a single process."""
+    """A gloo group of every rank waiting up to ``timeout_s``, for per-rank work; None in a single process."""
     if not dist.is_initialized():
         return None
     return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))

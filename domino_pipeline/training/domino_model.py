@@ -29,8 +29,7 @@ AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
 
 
 def resolve_model_type(model_type: str, model_section: Mapping[str, Any]) -> str:
-    """The model type, decided by the top-level ``model_type`` key alone; a different
-    ``model.model_type`` is an error naming both keys, never silently ignored."""
+    """The model type, by the top-level ``model_type`` alone; a different ``model.model_type`` is an error."""
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
     inner = model_section["model_type"] if "model_type" in model_section else model_type

@@ -63,8 +63,7 @@ class TrainData:
 
 @dataclass(frozen=True)
 class Objective:
-    """The loss (its config and the line that describes it in logs) and the validation figures:
-    each target's variable names and the function that unscales a target to physical units."""
+    """The loss (its config and log line) and the validation figures: variable names, the unscaler."""
 
     loss: LossConfig
     description: str
@@ -169,8 +168,7 @@ def finish_epoch(trainer: Trainer, epoch: int, record: dict[str, Any]) -> None:
 # a seeded shuffle, less the samples a resumed epoch already trained on)
 
 class PassIndices(Sampler[int]):
-    """The sample indices of the current pass, in order; replaced before each pass, so one loader
-    (and its persistent workers) serves every epoch, resumes included."""
+    """The sample indices of the current pass, replaced before each, so one loader serves every epoch."""
 
     def __init__(self) -> None:
         self.indices: list[int] = []

@@ -34,8 +34,7 @@ def surface_loss(prediction: torch.Tensor, target: torch.Tensor, loss_type: str)
 
 def area_weighted_surface_loss(prediction: torch.Tensor, target: torch.Tensor, normals: torch.Tensor,
                                areas: torch.Tensor, area_scaling_factor: float, loss_type: str) -> torch.Tensor:
-    """The example's ``loss_fn_area``: fields (B, N, C) times area times the scaling factor, pressure
-    further times n_x, then ``surface_loss``'s mean over variables."""
+    """The example's ``loss_fn_area``: ``surface_loss`` of fields times area (pressure also times n_x)."""
     weight = (areas * area_scaling_factor).unsqueeze(-1)
     scale = torch.ones_like(prediction[..., :1]).expand_as(prediction).clone()
     scale[..., 0] = normals[..., 0]
@@ -62,8 +61,7 @@ def integral_loss(prediction: torch.Tensor, target: torch.Tensor, normals: torch
 
 def loss_terms(predictions: Mapping[str, torch.Tensor], batch: Mapping[str, torch.Tensor],
                config: LossConfig) -> dict[str, torch.Tensor]:
-    """The unweighted terms with a positive weight, for the targets the model predicts
-    (``predictions``: "surface_fields" and/or "volume_fields", scaled, like the batch's)."""
+    """The unweighted terms of positive weight, for the (scaled) targets the model predicts."""
     parts = tuple(key.removesuffix("_fields") for key in predictions)
     terms = {}
     for term in config.active_terms(parts):

@@ -65,8 +65,7 @@ def rank_summary(result: EpochResult, indices: list[int], runs: list[Path | str]
 
 def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int,
                  loss_function: str) -> dict[str, Any]:
-    """Combine every rank's summary into one epoch record (mean times over ranks, max memory); the
-    loss's terms (unweighted means over batches) beside the loss and the loss function."""
+    """Every rank's summary combined into one epoch record (mean times, max memory, the loss terms)."""
     samples = sum(r["samples"] for r in ranks)
     batches = max(sum(r["batches"] for r in ranks), 1)
     terms = sorted({term for r in ranks for term in r["term_sums"]})

@@ -65,8 +65,7 @@ def ensure_scaling_factors(path: Path, train_runs: Sequence[Path], *, sampling: 
 
 def factors_in_parts(train_runs: Sequence[Path], *, rank: int, world_size: int, gather: Gather,
                      normalization: str, options: ReadOptions, variables: dict) -> dict:
-    """Scaling factors over ``train_runs``: this rank reads its share, ``gather`` (every rank's
-    object, in rank order) brings the others', the merge follows the runs' order."""
+    """Scaling factors over ``train_runs``: this rank's share read here, the others' by ``gather``."""
     mine = {i: processed_run_statistics(path, options=options)
             for i, path in enumerate(train_runs) if i % world_size == rank}
     per_run: dict[int, dict] = {}
