@@ -110,9 +110,8 @@ def read_json(path: str | os.PathLike, missing: str, error: type[Exception] = Va
 
 
 def remove_stale_temporaries(parent: str | os.PathLike) -> list[Path]:
-    """Delete the temporaries in ``parent`` that no live writer holds (a writer holds a ``flock`` on its
-    temporary while it writes), except those just created whose writer runs and has not locked them
-    yet; return what was removed."""
+    """Delete the temporaries in ``parent`` no live writer holds (by their ``flock``), sparing those just
+    created and not yet locked; return what was removed."""
     parent = Path(parent)
     if not parent.is_dir():
         return []

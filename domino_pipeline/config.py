@@ -59,7 +59,7 @@ def check_device(key: str, device: str) -> None:
 
 @dataclass(frozen=True)
 class CuratorLimitsConfig:
-    """``data.quality.curator:`` physicsnemo-curator's per-run limits of the dimensionless fields."""
+    """``data.quality.curator:`` physicsnemo-curator's per-run limits (docs/data_quality.md)."""
 
     enabled: bool
     sigma: float

@@ -48,9 +48,8 @@ def report(message: Any) -> None:
 
 def run_tasks(function: Task, tasks: Mapping[str, tuple], executor: ExecutorConfig, *, workers: int,
               progress: str, position: int = 0, on_report: Callable[[Any], None] | None = None) -> list[RunResult]:
-    """``function(*tasks[name])`` for every run ``name``, ``workers`` at a time, with a progress bar
-    named ``progress``; the results in the order of ``tasks``, a lost or failed task a failed result
-    naming the cause. The tasks' ``report`` messages go to ``on_report`` (pool)."""
+    """``function(*tasks[name])`` for every run, ``workers`` at a time under a ``progress`` bar; results
+    in the order of ``tasks``, a lost or failed task a failed result; reports go to ``on_report``."""
     bar = tqdm(total=len(tasks), desc=progress, unit="run", position=position, disable=not tasks)
     done: dict[str, RunResult] = {}
     if executor.kind == "dask":

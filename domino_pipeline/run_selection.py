@@ -19,9 +19,8 @@ _RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 
 def select_runs(names: Sequence[str], spec: Sequence[int | str] | None, shard: str | None,
                 *, source: str = "the runs") -> list[str]:
-    """The names of ``names`` that ``spec`` chooses (all for None), then this ``shard``'s share, in
-    natural order; an item that matches no run (``source`` names where they were listed), a
-    malformed item or shard is a ValueError."""
+    """This ``shard``'s share of the ``names`` that ``spec`` chooses, in natural order; ValueError naming
+    ``source`` for an item that matches no run, or a malformed item or shard."""
     ordered = sorted(names, key=name_key)
     chosen = ordered if spec is None else _chosen(ordered, spec, source)
     if shard is None:

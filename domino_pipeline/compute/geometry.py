@@ -43,9 +43,8 @@ _vec_ki = wp.types.vector(length=MAX_K, dtype=wp.int32)
 
 
 def resolve_device(device: str = "auto") -> str:
-    """The Warp device to run on: "auto" and "cuda" mean this process's GPU (``devices.cuda_index``,
-    the rule torch follows too), else "cpu"; explicit names are checked, so a missing GPU fails
-    here with a clear message instead of inside a kernel launch."""
+    """The Warp device: "auto" and "cuda" mean this process's GPU (``devices.cuda_index``), else "cpu";
+    explicit names are checked, so a missing GPU fails here, not inside a kernel launch."""
     wp.init()
     if device == "auto":
         device = "cuda" if wp.is_cuda_available() else "cpu"
@@ -90,9 +89,8 @@ def _launch(kernel, n: int, inputs: Callable[[int, int], list], device: str, thr
 
 
 def distance_sq(points, queries) -> np.ndarray:
-    """Squared distances between float32 ``points`` and ``queries`` (broadcast), with the same bits
-    as the kNN kernel on every device: float32 differences, squared in float64 (exact), summed x, y,
-    z (docs/gpu.md, "The same neighbours on the CPU and on CUDA")."""
+    """Squared distances of float32 ``points`` and ``queries`` with the kNN kernel's bits on every device
+    (float32 differences, squared in float64, summed x, y, z: docs/gpu.md)."""
     diff = (np.asarray(points, dtype=np.float32) - np.asarray(queries, dtype=np.float32)).astype(np.float64)
     return (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
 
@@ -239,17 +237,15 @@ class _Density:
         return np.where(self.occupied[at] == cells, counts[at], 0)
 
     def spacing(self, queries: np.ndarray, k: int) -> np.ndarray:
-        """Rough k-th neighbour distance per query: 3w sqrt(k / (pi c)), the k-th distance of
-        the c points of its block spread over a 3w x 3w patch. Only ratios between queries
-        matter: a pilot sample calibrates the scale, so volume clouds are handled as well."""
+        """Rough k-th neighbour distance per query, 3w sqrt(k / (pi c)) for the c points of its block; only
+        ratios matter (a pilot sample calibrates the scale)."""
         c = self._count_at(self._cell_ids(queries), self.block).astype(np.float64)
         return 3.0 * self.width * np.sqrt(k / (np.pi * np.maximum(c, 0.5)))
 
 
 class KnnIndex:
-    """Exact k-nearest-neighbour search over one point cloud, its host preparation done once, then
-    ``query`` for any number of query blocks. ``backend``: "warp", "ckdtree" (scipy on
-    ``cpu_threads`` cores, the same result and tie order) or "auto" (Warp: docs/benchmarks.md)."""
+    """Exact k-nearest-neighbour search over one point cloud, prepared once, then ``query`` per block.
+    ``backend``: "warp", "ckdtree" (same result and tie order) or "auto" (Warp: docs/benchmarks.md)."""
 
     def __init__(self, points, device: str = "auto",
                  backend: Literal["auto", "warp", "ckdtree"] = "auto", cpu_threads: int | None = None):
@@ -432,9 +428,8 @@ def knn(
     backend: Literal["auto", "warp", "ckdtree"] = "auto",
     cpu_threads: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact k nearest neighbours of ``queries`` (default: every point) among ``points``: int32
-    indices and float32 distances (Q, k), ascending by ``distance_sq``, ties broken by the query
-    itself first, then the lower index. To query one cloud in blocks, build a ``KnnIndex`` once."""
+    """Exact k nearest neighbours of ``queries`` (default: every point): int32 indices and float32
+    distances (Q, k), ascending by ``distance_sq``, ties by the query itself first, then lower index."""
     return KnnIndex(points, device=device, backend=backend, cpu_threads=cpu_threads).query(k, queries)
 
 
@@ -524,9 +519,8 @@ def signed_distance(
     device: str = "auto",
     cpu_threads: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Signed distance (Q,) from each query point to a triangle mesh (``faces`` (F, 3) or flat (3F,),
-    int or integral float), and the closest mesh point (Q, 3). To query one mesh several times,
-    build an ``SdfMesh`` once."""
+    """Signed distance (Q,) from each query point to a triangle mesh and the closest mesh point (Q, 3);
+    to query one mesh several times, build an ``SdfMesh`` once."""
     verts = _as_points("vertices", vertices)
     tris = _as_faces(faces, len(verts))
     qry = _as_points("queries", queries, allow_empty=True)

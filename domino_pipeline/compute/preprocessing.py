@@ -118,9 +118,8 @@ def _as_float32(name: str, block: np.ndarray) -> np.ndarray:
 def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: PreprocessSettings, *,
              source: str = "run", scratch_dir: str | os.PathLike | None = None,
              check: Check = _as_float32, block_rows: int = VOLUME_BLOCK_ROWS) -> RunPlan:
-    """Plan one cache run of the parts ``settings.parts`` names from ``arrays`` (STL, surface, global
-    parameters) and ``volume`` (sliceable by rows, read block by block, each ``check``-ed to float32);
-    ``scratch_dir``: where the first volume pass keeps its buckets (in memory when None)."""
+    """Plan one cache run of ``settings.parts`` from ``arrays`` (in memory) and ``volume`` (read block by
+    block, each ``check``-ed to float32; its buckets in ``scratch_dir``, or in memory when None)."""
     parts = settings.parts
     prepared = prepare_rows(arrays, settings, parts=("surface",) if "surface" in parts else (), source=source)
     prepared.surface_rows = None  # the input row of each kept cell: for predictions, not for a cache

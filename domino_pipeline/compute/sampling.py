@@ -154,9 +154,8 @@ def sample_draw(
     read_surface_areas: Callable[[int, int], np.ndarray] | None,
     law: SamplingLaw = SamplingLaw(),
 ) -> Draw:
-    """Choose the rows of draw (seed, epoch, index) by ``law``. ``counts``: rows available per part;
-    ``surface_points`` / ``volume_points`` None skip that part; ``read_surface_areas(start, stop)``
-    returns the areas of kept surface rows [start, stop)."""
+    """The rows of draw (seed, epoch, index) by ``law`` (``surface_points`` / ``volume_points`` None skip
+    a part; ``read_surface_areas(start, stop)``: the kept surface rows' areas)."""
     geometry = choose_uniform(draw_rng(seed, epoch, index, "geometry"), counts["geometry"],
                               geometry_points, "STL vertices")
     surface = None

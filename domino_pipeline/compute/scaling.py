@@ -220,9 +220,8 @@ def save_scaling_factors(path: str | os.PathLike, factors: dict) -> Path:
 
 def load_scaling_factors(path: str | os.PathLike, normalization: str | None = None, *,
                          allow_pickle: bool = False) -> dict:
-    """Read factors written by ``save_scaling_factors`` (plain JSON); the DoMINO example's pickle only
-    with ``allow_pickle`` (example_factors.py). ``normalization`` (when given) replaces the stored
-    one: the file holds all four statistics."""
+    """Read factors written by ``save_scaling_factors``; the example's pickle only with ``allow_pickle``;
+    ``normalization`` (when given) replaces the stored one."""
     if is_pickle(path):
         return checked_scaling_factors(read_example_factors(path, allow_pickle=allow_pickle), str(path), normalization)
     return checked_scaling_factors(read_json(path, "no scaling factors file"), str(path), normalization)

@@ -127,9 +127,8 @@ COEFFICIENT_ROLES = ("pressure_coefficient", "skin_friction_coefficient")
 
 @dataclass(frozen=True)
 class ForceSettings:
-    """How predict.py integrates the coefficients: the dataset profile's flow, which surface variables
-    are the pressure and the wall shear (or cp and cf: ``fields_are_coefficients``), the constant
-    references, and whether a run's own ones are preferred."""
+    """How predict.py integrates the coefficients: the profile's flow, the pressure and wall-shear
+    variables (or cp and cf), the constant references, whether a run's own are preferred."""
 
     constant_references: References
     convention: ForceConvention

@@ -102,9 +102,8 @@ class BatchItems:
 
 
 class EncodedDoMINO:
-    """DoMINO's forward pass in two steps: the geometry encodings once per run, then only the
-    per-point part per batch. Mirrors ``DoMINO.forward`` of physicsnemo ``SUPPORTED_PHYSICSNEMO``;
-    ``surface(batch)`` / ``volume(batch)`` equal ``model(batch)``'s outputs (the tests compare them)."""
+    """DoMINO's forward pass in two steps, the geometry encodings once per run, then the per-point part
+    per batch; mirrors ``DoMINO.forward`` of ``SUPPORTED_PHYSICSNEMO`` (the tests compare them)."""
 
     SUPPORTED_PHYSICSNEMO = ("2.2.2",)
 

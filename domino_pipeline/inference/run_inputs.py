@@ -133,9 +133,8 @@ def load_prediction_run(path: str | os.PathLike, *, dataset: DatasetConfig, phys
 
 def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume: bool,
                  volume_source: str = "points") -> PredictionRun:
-    """A raw run folder read as process_data.py reads it (``process_runs.process_in_memory``) into the
-    arrays it would store, with its published coefficients and references, and the VTP read whole
-    to write the predictions onto its rows."""
+    """A raw run folder read as process_data.py reads it, with its published coefficients and
+    references, and its VTP read whole to write the predictions onto."""
     rows = dataset.surface_rows
     options = ProcessOptions(dataset=dataset, surface_fields=dict(dataset.fields.surface),
                              volume_fields=dict(dataset.fields.volume), stream_velocity=physics.stream_velocity,

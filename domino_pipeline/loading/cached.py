@@ -36,11 +36,10 @@ from domino_pipeline.store.manifest import manifest_scaling_factors, read_manife
 class CachedDoMINODataset(EpochDataset):
     """DoMINO items drawn from a cache written by ``cache_data.py`` (docs/cache_format.md).
 
-    Each process opens runs lazily, at most ``max_open_runs`` at a time, and reads the generations
-    the manifest named when the dataset was made. ``expected``: the settings the cache must have
-    been built with (``PreprocessSettings.fingerprinted()``); ``scaling_factors``: "manifest" (the
-    cache's own, checked), a dict or factors file, or None (unscaled); ``sources``: run name -> the
-    processed run's ``stat_fingerprint``, a run written again since being cached is stale.
+    Each process opens runs lazily, at most ``max_open_runs`` at a time, reading the generations the
+    manifest named. ``expected``: the settings the cache must have; ``scaling_factors``: "manifest"
+    (the cache's own, checked), a dict or file, or None; ``sources``: run name -> the processed run's
+    ``stat_fingerprint``, a run written again since it was cached is stale.
     """
 
     def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,

@@ -144,9 +144,8 @@ class EpochDataset(Dataset):
 
 @functools.lru_cache(maxsize=16)
 def constant_grid(box: tuple, res: tuple[int, int, int]) -> torch.Tensor:
-    """The grid of ``res`` points over ``box`` in normalised coordinates, built once per process;
-    every item holds this same tensor (read-only), and worker batches carry only ``(box, res)`` in
-    its place (batch_transfer.mark_constant)."""
+    """The grid of ``res`` points over ``box`` in normalised coordinates, one read-only tensor per
+    process, sent between processes as its recipe (batch_transfer.mark_constant)."""
     grid = as_tensor(make_grid(np.asarray(box), res))
     mark_constant(grid, constant_grid, (box, res))
     return grid

@@ -39,10 +39,8 @@ from domino_pipeline.object_store import as_location, is_url
 KNN_INDEXES_KEPT = 4  # runs whose surface kNN index a process keeps between draws
 
 class DoMINODataPipe(EpochDataset):
-    """DoMINO items preprocessed on every draw from the processed runs (any form ``runs.py`` reads; no
-    cache): ``prepare_rows`` on the whole run, the shared sampling, and the expensive geometry only
-    for what the draw needs. On CUDA it must run in the main process (workers are refused). The
-    surface kNN index of the last ``KNN_INDEXES_KEPT`` runs is kept."""
+    """DoMINO items preprocessed on every draw from the processed runs, the expensive geometry computed
+    for the drawn rows only; on CUDA it refuses DataLoader workers."""
 
     def __init__(self, processed_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
                  model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,

@@ -19,9 +19,8 @@ def raised_in_worker(err: BaseException) -> bool:
 
 
 def with_worker_message(err: BaseException) -> BaseException:
-    """``err`` with the message it had in the worker (its args replaced), when torch re-raised
-    it from a DataLoader worker; ``err`` unchanged otherwise. An error torch could not make again
-    with a message alone (a RuntimeError then) keeps its type's name before the message."""
+    """``err`` with the message it had in the worker when torch re-raised it from one, else unchanged (a
+    RuntimeError torch made instead keeps its type's name before the message)."""
     text = str(err)
     caught = _CAUGHT.match(text)
     message = worker_message(text) if caught else None

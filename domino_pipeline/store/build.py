@@ -66,9 +66,8 @@ FACTORS_FILE = "scaling_factors.json"
 
 def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, source: dict,
               options: ReadOptions = DEFAULT_OPTIONS) -> tuple[Path, str, list[str]]:
-    """Write the next generation of the processed run's cache run, of the parts ``settings.parts``
-    names; return its path, the run's form and the notes of ``box_coverage.box_notes``. The volume
-    is read and written a block at a time; a part left out is never read."""
+    """Write the next generation of the processed run's cache run, of ``settings.parts`` (the volume a
+    block at a time); return its path, the run's form and ``box_notes``."""
     name = run_name(processed_path)
     opened = open_run(processed_path, options)
     require_parts(opened, settings.parts, f"a cache of process.parts={parts_setting(settings.parts)}")

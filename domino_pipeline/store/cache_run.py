@@ -48,10 +48,9 @@ CACHE_ARRAYS = tuple(ARRAYS) + tuple(NEIGHBOR_FEATURE_ARRAYS)  # every array a r
 class CacheRun:
     """One cache run generation opened read-only: its attributes and checked reads of its arrays.
 
-    ``location``: a local folder or an object-store URL. ``metadata``: the SHA-256 the manifest
-    records of its ``zarr.json`` files, checked at open; ``entry``: (run name, manifest entry), given
-    where a run is opened from a manifest, for the checks of docs/cache_format.md ("Checks when a
-    run is opened"). Open one per process; ``close`` releases its descriptors.
+    ``location``: a local folder or an object-store URL; ``metadata``: the manifest's SHA-256 of its
+    ``zarr.json`` files; ``entry``: (run name, manifest entry) for the checks of docs/cache_format.md
+    ("Checks when a run is opened"). Open one per process; ``close`` releases its descriptors.
     """
 
     def __init__(self, location: str | os.PathLike, *,
@@ -234,9 +233,8 @@ class CacheRun:
 
     def read(self, name: str, selection: Any = slice(None),
              allocate: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]`` (orthogonal indexing for index arrays): from memory for a kept array,
-        through ``ChunkedArray`` where it reads the layout and the selection, else with zarr-python; a
-        bad or missing chunk raises CacheError naming the run and the array."""
+        """``array[selection]``: from memory for a kept array, through ``ChunkedArray`` where it can, else
+        with zarr-python; a bad or missing chunk raises CacheError naming the run and the array."""
         return self.read_many([(name, selection, allocate)])[0]
 
     def stage(self, spans: dict[str, list[tuple[int, int]]]) -> Staged:

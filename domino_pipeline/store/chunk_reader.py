@@ -100,9 +100,8 @@ class ChunkedArray:
         return isinstance(selection, np.ndarray) and selection.ndim == 1 and selection.dtype.kind in "iu"
 
     def read(self, selection: Any, allocate: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]`` for a selection ``supports`` accepts: slices clip like numpy's,
-        index arrays gather rows (orthogonal indexing, as zarr's ``get_orthogonal_selection``).
-        ``allocate(shape, dtype)`` allocates the result."""
+        """``array[selection]`` for a selection ``supports`` accepts (slices clip like numpy's, index arrays
+        gather rows orthogonally), into a result from ``allocate(shape, dtype)``."""
         return read_many([(self, selection, allocate)])[0]
 
     def rows(self, start: int, stop: int, allocate: Allocator = np.empty) -> np.ndarray:

@@ -46,9 +46,8 @@ def manifest_digest(manifest: dict) -> str:
 def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
                    runs: dict[str, dict], config: dict | None = None,
                    scaling_factors: dict | None = None, *, if_version: str | None = None) -> Path | str:
-    """Write ``<cache_dir>/manifest.json`` atomically: locally by a rename; on object storage by a
-    conditional put, only if the manifest is still at version ``if_version`` (absent when None),
-    else ConflictError. ``scaling_factors``: the record of the factors file beside the cache."""
+    """Write ``<cache_dir>/manifest.json`` atomically: locally by a rename; on object storage only if it
+    is still at version ``if_version`` (absent when None), else ConflictError."""
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -321,9 +321,8 @@ EXAMPLE_STATE_KEYS = ("optimizer_state_dict", "scheduler_state_dict", "scaler_st
 
 
 def save_example_checkpoint(folder: Path, model_file: Path, states: dict[str, Any], index: int) -> None:
-    """Write physicsnemo's pair for finished epoch ``index`` (0-based) into ``folder``: ``model_file``
-    linked (or copied) as ``DoMINO.0.<index>.mdlus`` and ``states`` as ``checkpoint.0.<index>.pt``;
-    then remove the older pairs."""
+    """Write physicsnemo's pair for finished epoch ``index`` into ``folder`` (``DoMINO.0.<index>.mdlus``
+    linked to ``model_file``, ``checkpoint.0.<index>.pt`` of ``states``); remove the older pairs."""
     model_path = folder / EXAMPLE_MODEL.format(index=index)
     temporary = model_path.with_name(f".{model_path.stem}.tmp{os.getpid()}.mdlus")
     try:
@@ -387,9 +386,8 @@ def load_example_checkpoint(folder: str | Path, map_location: torch.device | str
 
 def restore_example_states(checkpoint: ExampleCheckpoint, optimizer: torch.optim.Optimizer,
                            scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler) -> list[str]:
-    """Load a physicsnemo checkpoint's optimizer, scaler and scheduler states into this run's; the
-    notes to print. A scheduler of another kind is not loaded: the configured one is set to the
-    resumed epoch (its closed form) instead."""
+    """Load a physicsnemo checkpoint's optimizer, scaler and scheduler states; the notes to print (a
+    scheduler of another kind is set to the resumed epoch instead)."""
     states, notes = checkpoint.states, []
     optimizer.load_state_dict(states["optimizer"])
     if states.get("scaler"):

@@ -83,9 +83,8 @@ def build_model(model_type: str, section: Mapping[str, Any], device: torch.devic
 
 
 def check_data_fits_model(data_settings: Mapping[str, Any], parameters: Mapping[str, Any], data_source: str) -> None:
-    """Refuse data whose grid resolution or surface neighbour count differs from the model's, which
-    DoMINO would otherwise fail on deep in its forward pass or silently ignore. ``data_settings``:
-    a cache manifest's ``settings`` or ``PreprocessSettings.fingerprinted()``."""
+    """Refuse data whose grid resolution or surface neighbour count differs from the model's (DoMINO
+    would fail deep in its forward pass or ignore neighbours); the error names both keys."""
     problems = []
     for model_key, data_key, config_key in DATA_BOUND_PARAMETERS:
         data_value, model_value = data_settings.get(data_key), parameters.get(model_key)

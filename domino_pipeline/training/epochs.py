@@ -237,9 +237,8 @@ def train_one_epoch(
     result: EpochResult,
     progress: str | None,
 ) -> EpochResult:
-    """Train over `loader` (`num_samples` samples, for the bar), accumulating into `result`, calling
-    `after_step(loss)` after each step and stopping after the current one when `should_stop()`;
-    `progress` is the tqdm description, or None for no bar."""
+    """Train over `loader` into `result`, calling `after_step(loss)` after each step and stopping after
+    one when `should_stop()`; `progress`: the tqdm description, or None for no bar."""
     model.train()
     bar = tqdm(total=num_samples, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True)
     for batch in timed_batches(loader, result):
@@ -338,9 +337,8 @@ def evaluate(
     target_widths: dict[str, int],
     loss_config: LossConfig,
 ) -> dict[str, torch.Tensor]:
-    """Sums over this rank's validation samples: loss, each term ("term/<name>"), sample count, and
-    per target key the relative L2 error of each variable in physical units; the same keys on every
-    rank, even one without samples."""
+    """Sums over this rank's validation samples (loss, terms, count, per-variable relative L2 errors in
+    physical units), with the same keys on every rank."""
     model.eval()
     parts = tuple(key.removesuffix("_fields") for key in target_widths)
     sums = {key: torch.zeros(width, device=device) for key, width in target_widths.items()}

@@ -33,9 +33,8 @@ Gather = Callable[[Any], list[Any]]
 def ensure_scaling_factors(path: Path, train_runs: Sequence[Path], *, sampling: SamplingConfig, cached: bool,
                            variables: VariablesConfig, options: ReadOptions, info: DistInfo,
                            work_timeout_s: float) -> None:
-    """The factors at ``path``, computed by all ranks in parts when any lacks them; factors of other
-    runs than ``train_runs`` are refused unless ``sampling.allow_other_split``, and a cache's own
-    missing factors are an error (cache_data.py writes them). Every rank calls it."""
+    """The factors at ``path``, computed by all ranks in parts when any lacks them; those of another
+    split refused unless ``sampling.allow_other_split``; a cache's missing ones an error."""
     if not path.exists() and cached and sampling.scaling_factors is None:
         raise FileNotFoundError(f"{path}: the cache has no scaling factors; rerun cache_data.py, which writes them")
     group = distributed.work_group(work_timeout_s)
