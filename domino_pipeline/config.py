@@ -1,9 +1,7 @@
-"""The configuration, typed: one frozen dataclass per section of conf/config.yaml.
-
-The defaults live in the YAML files only: every field here is required, ``from_section`` refuses
-unknown and missing keys, and ``__post_init__`` refuses values outside the allowed choices.
-``load_config`` builds every section once at an entry point; the library receives the sections
-as plain arguments.
+"""The configuration, typed: one frozen dataclass per section of conf/config.yaml. The defaults
+live in the YAML files only: every field is required, unknown and missing keys are refused, and
+``__post_init__`` refuses values outside the allowed choices. ``load_config`` builds every
+section once at an entry point.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The configuration files composed as Hydra composes them, without Hydra, for tests, benchmarks
-and tools that build a config in-process many times (a composition is cached per content of the
-folder's files). Follows this project's ``defaults`` lists only: config names, config-group
-choices and ``_self_``; overrides are dotted ``key=value`` (``+key=value`` adds a key) and group
-choices. tests/test_dataset_profile.py checks the result against Hydra's.
-
-    cfg = compose_files(CONF, "demo", ["dataset=ahmedml", "train.epochs=1"])
+and tools that compose many times (cached per content of the files): this project's ``defaults``
+lists and ``key=value``, ``+key=value`` and group overrides only; tests/test_dataset_profile.py
+checks the result against Hydra's.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""A dataset profile: everything that differs between datasets, as one typed config section.
-
-``dataset:`` is a Hydra config group (conf/dataset/<name>.yaml; ``dataset=ahmedml`` on any
-command, DrivAerML's the default): where a run folder's files are, which field plays which role,
-how the flow and the published coefficients are stated. The keys, the file patterns and the
-fields are described in docs/datasets.md, "The profile keys".
+"""A dataset profile: everything that differs between datasets, as one typed config section
+(``dataset:``, a Hydra config group, conf/dataset/<name>.yaml). The keys, the file patterns and
+the fields are described in docs/datasets.md, "The profile keys".
 """
 
 from __future__ import annotations

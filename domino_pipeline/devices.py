@@ -1,8 +1,5 @@
-"""The one rule that picks this process's GPU, for torch (training, prediction) and Warp (kNN, SDF).
-
-The visible CUDA device of the local rank, or the only visible one; any other local rank beyond
-the visible devices is an error (docs/gpu.md, "Several GPUs"). Neither torch nor Warp is imported
-here: each caller passes its own count of visible devices.
+"""The one rule that picks this process's GPU, for torch and Warp: the visible CUDA device of the
+local rank, or the only visible one (docs/gpu.md, "Several GPUs"). Imports neither torch nor Warp.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """What every command shares: the typed config built once, refusals in one line.
 
-``entry_point`` puts Hydra's ``main`` around a ``main(config: PipelineConfig) -> int`` function
-(the exit code; 0 or None: success), builds the ``PipelineConfig``, and turns a refusal
-(``REFUSALS``) into one line ``error: <file>: <problem>`` on stderr and exit code 1, without a
-traceback. An unknown command-line key is named with its key here (a key of physicsnemo's DoMINO
-example, docs/example_keys.md) or the closest ones, before Hydra refuses it.
+``entry_point`` puts Hydra's ``main`` around ``main(config: PipelineConfig) -> int | None`` (the
+exit code) and turns a refusal (``REFUSALS``) into one line ``error: <file>: <problem>`` on
+stderr and exit code 1; an unknown command-line key is named with its key here (docs/example_keys.md)
+or the closest ones, before Hydra refuses it.
 """
 
 from __future__ import annotations

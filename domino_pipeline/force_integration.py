@@ -1,10 +1,7 @@
 """A data set's flow and force conventions, and the force on a body from sums over its surface
-cells: what predict.py's reports (inference/forces.py) and the per-run statistics share.
-
-The formulas and conventions are in docs/predict.md, "Force and moment coefficients". The sums
-``P = sum p n A`` and ``S = sum tau A`` (as the files have them) do not depend on the
-convention, so they are gathered a block of cells at a time (``force_sums``) and turned into the
-force of any convention afterwards (``ForceConvention.force``).
+cells (docs/predict.md, "Force and moment coefficients"). The sums ``P = sum p n A`` and
+``S = sum tau A`` do not depend on the convention, so they are gathered a block of cells at a
+time (``force_sums``) and turned into the force of any convention afterwards.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
 """Hugging Face Hub repositories as read-only folders: ``hf://`` URLs, their file tree and the
-HTTPS URLs their files are read from with ranged GETs (docs/remote_reading.md has the URL forms,
-the tree API and the token).
-
-    folder = HubFolder.parse("hf://datasets/neashton/drivaerml")
-    entries = tree(folder.child("run_1"))          # [{"type": "file", "path": ..., "size": ...}]
+HTTPS URLs their files are read from with ranged GETs (docs/remote_reading.md).
 """
 
 from __future__ import annotations

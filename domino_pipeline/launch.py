@@ -1,9 +1,6 @@
 """Where this process sits in a job, by the one rule every stage follows: torchrun's variables,
-else Slurm's, else a single process.
-
-The variables read, the rendezvous address and port under Slurm, and what is refused are
-described in docs/scaling.md, "On a Slurm cluster". torchrun's ranks meet through ``env://``,
-Slurm's through ``tcp://``. Nothing here imports torch.
+else Slurm's, else a single process (docs/scaling.md, "On a Slurm cluster"). Nothing here
+imports torch.
 """
 
 from __future__ import annotations

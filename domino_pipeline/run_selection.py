@@ -1,9 +1,6 @@
-"""Which runs a stage takes: ``data.runs`` (run numbers, ranges of them, run names) and then
-``data.shard`` (``<i>/<n>``: every n-th of the chosen runs in natural order, from the i-th), so
-that the jobs of a job array never write the same run (docs/scaling.md). A run's number is the
-last group of digits in its name (run_12: 12).
-
-    select_runs(["run_1", "run_2", "run_10"], [1, "5-10"], None)   # ["run_1", "run_10"]
+"""Which runs a stage takes: ``data.runs`` (run numbers, ranges, names), then ``data.shard``
+(``<i>/<n>``: every n-th of them in natural order, from the i-th), so the jobs of an array never
+write the same run (docs/scaling.md). A run's number is its name's last digits (run_12: 12).
 """
 
 from __future__ import annotations

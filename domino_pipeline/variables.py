@@ -1,9 +1,6 @@
 """The kinds of field variable and their widths, and the roles a field can play, shared by every
-stage. A profile names the field that plays each role (docs/datasets.md, "The profile keys"); a
-field given as one scalar array per component becomes one variable named after its role.
-
-    fields = {"pressure": "pMeanTrim", "velocity": ["ux", "uy", "uz"]}
-    variables_of(fields)   # {"pMeanTrim": "scalar", "velocity": "vector"}
+stage (docs/datasets.md, "The profile keys"): a field given as one scalar array per component
+becomes one variable named after its role.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The DoMINO example's ``scaling_factors.pkl`` (its ``compute_statistics.py``) as this project's
-factors (docs/example_keys.md). The example pickles a ``ScalingFactors`` dataclass (``mean``,
-``std``, ``min_val``, ``max_val``, ``field_keys``); reading a pickle can run code, so the file is
-refused unless ``data.allow_pickle=true``, and even then a restricted unpickler builds only numpy
-arrays, plain containers and that one record. ``convert`` writes the factors as plain JSON.
+"""The DoMINO example's ``scaling_factors.pkl`` as this project's factors (docs/example_keys.md):
+refused unless ``data.allow_pickle=true``, and even then read by a restricted unpickler that
+builds only numpy arrays, plain containers and the example's ``ScalingFactors`` record.
 """
 
 from __future__ import annotations

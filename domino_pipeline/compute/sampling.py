@@ -1,10 +1,7 @@
-"""The one sampling function of both datasets: which rows a draw takes, from (seed, epoch, index).
-
-Every row store a draw samples from is in a fixed random permutation (``rows.prepare_rows``), so
-a contiguous run of stored rows is a random subset of the mesh. The law (``SamplingLaw``: cyclic
-windows, area-weighted surface rows, uniform volume rows, ``exact``) is specified in
-docs/cache_format.md, "What a draw reads". The random streams depend only on (seed, epoch, index)
-and the part drawn, never on the worker that draws, nor on the model type.
+"""The one sampling function of both datasets: which rows a draw takes, from (seed, epoch, index)
+and the part drawn only, never from the worker or the model type. The law (``SamplingLaw``) is
+specified in docs/cache_format.md, "What a draw reads"; it relies on the stored rows being in a
+fixed random permutation (``rows.prepare_rows``).
 """
 
 from __future__ import annotations

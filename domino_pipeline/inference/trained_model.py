@@ -1,8 +1,6 @@
-"""A trained DoMINO for prediction, from a physicsnemo ``.mdlus`` or this project's ``checkpoint.pt``.
-
-A ``.mdlus`` rebuilds itself from its own constructor arguments; a ``checkpoint.pt`` from the
-resolved config it holds, its weights loaded with weights_only. Either way the model's resolved
-parameters come back, to check the data against (``check_data_fits_model``).
+"""A trained DoMINO for prediction, from a physicsnemo ``.mdlus`` (rebuilt from its own constructor
+arguments) or this project's ``checkpoint.pt`` (from its resolved config), with the model's
+resolved parameters, to check the data against.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""An error raised in a DataLoader worker, given back its own message.
-
-torch raises a worker's error again in the main process as the same type, with the message
-``Caught <Type> in DataLoader worker process <i>.`` and the worker's traceback, so an entry
-point's one line would say only where it was caught. ``with_worker_message`` gives it back the
-message it had in the worker (an OSError its errno, reason and file name too).
+"""An error raised in a DataLoader worker, given back its own message: torch raises it again in the
+main process with ``Caught <Type> in DataLoader worker process <i>.`` and the worker's traceback,
+so an entry point's one line would say only where it was caught.
 """
 
 from __future__ import annotations

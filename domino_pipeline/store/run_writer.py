@@ -1,8 +1,5 @@
-"""Writing one cache run: a new generation, array by array or block by block, placed whole.
-
-A generation is built under a hidden temporary name in the run's folder and renamed into place
-only when every array has been written in full and the attributes are set; placed generations
-are never modified (docs/cache_format.md, "Layout"). The caller holds ``run_lock``.
+"""Writing one cache run: a new generation, array by array or block by block, built under a hidden
+temporary name and renamed into place whole; placed generations are never modified.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Training checkpoints: when and what a run saves, how it resumes, and the files themselves.
-
-``TrainingState`` is what a step changes, ``CheckpointFiles`` where it goes. The checkpoint's
-keys, the physicsnemo ``.mdlus`` models and the DoMINO example's checkpoint pairs are described
-in docs/configuration.md ("Checkpoints") and docs/example_keys.md ("Files of a PhysicsNeMo
-DoMINO example run").
+"""Training checkpoints: when and what a run saves, how it resumes, and the files themselves
+(``TrainingState`` what a step changes, ``CheckpointFiles`` where it goes). The files are
+described in docs/configuration.md ("Checkpoints") and docs/example_keys.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""DoMINO's training losses, as physicsnemo's DoMINO example defines them, chosen by config.
-
-The terms (``volume``, ``surface``, ``surface_area``, ``integral``), their ``mse`` / ``rmse``
-forms and the weights are specified in docs/configuration.md, "Losses".
+"""DoMINO's training losses, as physicsnemo's DoMINO example defines them, chosen by config
+(docs/configuration.md, "Losses").
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The target scaling factors of a training run: made sure of before the datasets open them, and
-turned into the function that brings the model's scaled outputs back to physical units.
-
-Missing factors of an uncached run are computed by every rank in parts (rank r every
-world-size-th run from r), exchanged in a ``work_group`` bounded by ``work_timeout_s`` and merged
-in run order, which gives exactly ``compute_scaling_factors``'s result; each rank writes the same
-bytes atomically (docs/gpu.md, "Several GPUs").
+"""The target scaling factors of a training run: made sure of before the datasets open them (an
+uncached run's computed by every rank in parts, merged in run order: docs/gpu.md), and turned
+into the function that brings the model's scaled outputs back to physical units.
 """
 
 from __future__ import annotations
