@@ -177,7 +177,7 @@ class ForceSettings:
         return None if velocity is None else FreeStream(velocity, self.density, self.kinematic)
 
     def reference_sets(self, published: Published | None) -> dict[str, ReferenceSet]:
-        """``own``: the run's references and coefficients (if any and preferred), else the constant ones; ``constant``."""
+        """``own``: the run's references and coefficients where preferred and present, else the constant ones."""
         if published is None:
             constant = ReferenceSet(self.constant_references, None)
             return {"own": constant, "constant": constant}

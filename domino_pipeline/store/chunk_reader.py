@@ -250,7 +250,7 @@ class ChunkedArray:
 
     def assemble_rows(self, rows: slice | np.ndarray, chunks: np.ndarray, data: list[memoryview | None],
                       allocate: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]`` from the fetched bytes ``data`` of ``chunks``, the selection planned (``plan``'s ``rows``)."""
+        """``array[selection]`` from the fetched ``data`` of ``chunks``, the selection planned (``plan``)."""
         arrays = {c: self.chunk_array(c, d) for c, d in zip(chunks.tolist(), data)}
         if isinstance(rows, slice):
             return self._rows(rows.start, rows.stop, arrays, allocate)
