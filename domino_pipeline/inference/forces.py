@@ -177,7 +177,7 @@ class ForceSettings:
         return None if velocity is None else FreeStream(velocity, self.density, self.kinematic)
 
     def reference_sets(self, published: Published | None) -> dict[str, ReferenceSet]:
-        """``own``: the run's references and coefficients where preferred and present, else the constant ones."""
+        """``own`` (the run's references where preferred and present, else the constant ones) and ``constant``."""
         if published is None:
             constant = ReferenceSet(self.constant_references, None)
             return {"own": constant, "constant": constant}
