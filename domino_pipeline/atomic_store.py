@@ -1,16 +1,11 @@
-"""Write directory-shaped stores (Zarr groups) so that they exist wholly or not at all, and
-keep writers out of each other's way.
+"""Write directory-shaped stores (Zarr groups) so that they exist wholly or not at all, and keep
+writers out of each other's way.
 
 A store is built under a hidden temporary name beside its final path (the writer's pid in it)
-and renamed into place only when complete, so a crash or ``kill -9`` never leaves a partial
-``<run>.zarr``; leftovers of dead writers are hidden names that readers never list and that
-``remove_stale_temporaries`` clears, leaving those of live writers alone. A writer holds an
-exclusive ``flock`` on its temporary for as long as it writes; the kernel releases it when the
-writer exits, zombie or not, so "no process holds the lock" is what makes a temporary stale
-(a pid that still answers a signal proves nothing: a zombie does, and pids are reused).
-``exclusive_lock``
-makes a second writer of the same thing wait for the first (an advisory ``flock``, released by
-the kernel when its holder dies).
+and renamed into place only when complete. A writer holds an exclusive ``flock`` on its
+temporary while it writes; the kernel releases it when the writer exits, zombie or not, so "no
+process holds the lock" is what makes a temporary stale (a pid proves nothing: zombies answer
+and pids are reused). ``exclusive_lock`` makes a second writer of the same thing wait.
 """
 
 from __future__ import annotations
@@ -31,10 +26,8 @@ _TMP_MARK = ".tmp-"
 
 @contextmanager
 def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary directory path; on success move it to ``final``, replacing any old one.
-
-    On an exception the temporary directory is removed and ``final`` is left as it was.
-    """
+    """Yield a temporary directory path; on success move it to ``final``, replacing any old one; on an
+    exception remove it and leave ``final`` as it was."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp, held = _new_temporary(final)  # the caller writes into ``tmp``; replacing the folder would drop the lock
@@ -56,9 +49,8 @@ def atomic_directory(final: str | os.PathLike) -> Iterator[Path]:
 
 @contextmanager
 def temporary_directory(parent: str | os.PathLike, name: str) -> Iterator[Path]:
-    """Yield a new hidden temporary folder in ``parent`` (made if absent), named after ``name``
-    and this process, locked while the block runs and removed after it. One left by a process
-    that died (``kill -9`` included) is stale: ``remove_stale_temporaries(parent)`` removes it."""
+    """Yield a new hidden temporary folder in ``parent``, locked while the block runs and removed after
+    it; one left by a dead process is removed by ``remove_stale_temporaries(parent)``."""
     parent = Path(parent)
     parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp, held = _new_temporary(parent / name)
@@ -70,17 +62,15 @@ def temporary_directory(parent: str | os.PathLike, name: str) -> Iterator[Path]:
 
 
 def _new_temporary(final: Path) -> tuple[Path, int]:
-    """A new hidden temporary folder beside ``final`` (this process's pid in its name) and the
-    descriptor that holds its lock."""
+    """A new hidden temporary folder beside ``final`` (pid in its name) and the descriptor holding its lock."""
     tmp = final.parent / f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     return tmp, hold_temporary(tmp)
 
 
 def hold_temporary(path: Path) -> int:
-    """An open descriptor of ``path`` (a file or a folder) holding an exclusive ``flock`` on
-    it: this process's claim on a temporary, released when the descriptor is closed or the
-    process exits."""
+    """An open descriptor of ``path`` holding an exclusive ``flock`` on it: this process's claim on a
+    temporary, released when the descriptor is closed or the process exits."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh name: nobody else holds it
     return fd
@@ -92,8 +82,7 @@ def write_json_atomic(path: str | os.PathLike, data: object) -> Path:
 
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` via a hidden temporary file and a rename: a reader sees the
-    old file or the new one, never a part."""
+    """Write ``data`` to ``path`` via a hidden temporary file and a rename: readers never see a part."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -110,8 +99,7 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
 
 
 def read_json(path: str | os.PathLike, missing: str, error: type[Exception] = ValueError) -> object:
-    """Parse the JSON file ``path``; FileNotFoundError ``"<path>: <missing>"`` when it is absent,
-    ``error`` naming the file when it is not valid JSON."""
+    """Parse the JSON file ``path``; FileNotFoundError when absent, ``error`` naming the file when invalid."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: {missing}")
@@ -122,13 +110,8 @@ def read_json(path: str | os.PathLike, missing: str, error: type[Exception] = Va
 
 
 def remove_stale_temporaries(parent: str | os.PathLike) -> list[Path]:
-    """Delete the temporaries in ``parent`` that no live writer holds; return what was removed.
-
-    A writer holds a ``flock`` on its temporary while it writes (``atomic_directory``), so one
-    whose lock is free was left by a writer that died, however it died. Kept: those locked,
-    and the few just created whose writer (the pid in the name) runs and has not locked them
-    yet.
-    """
+    """Delete the temporaries in ``parent`` no live writer holds (by their ``flock``), sparing those just
+    created and not yet locked; return what was removed."""
     parent = Path(parent)
     if not parent.is_dir():
         return []
@@ -174,8 +157,7 @@ def _just_created(path: Path, grace_s: float = 10.0) -> bool:
 
 @contextmanager
 def exclusive_lock(path: str | os.PathLike, what: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on the file ``path`` (created if absent) for the block; if
-    another process holds it, say so on stderr naming ``what`` and wait for it."""
+    """Hold an exclusive ``flock`` on ``path`` for the block, saying on stderr when waiting for another holder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -1,12 +1,7 @@
-"""The configuration, typed: one frozen dataclass per section of conf/config.yaml.
-
-The defaults live in the YAML files only (conf/config.yaml and the presets that extend it): every
-field here is required, ``from_section`` refuses unknown and missing keys, and ``__post_init__``
-refuses values outside the allowed choices, listing them. ``load_config`` builds every section once
-at an entry point; the library receives the sections as plain arguments.
-
-    config = load_config(cfg)                 # cfg: the DictConfig Hydra composed
-    settings = settings_from_config(config.geometry, config.variables)
+"""The configuration, typed: one frozen dataclass per section of conf/config.yaml. The defaults
+live in the YAML files only: every field is required, unknown and missing keys are refused, and
+``__post_init__`` refuses values outside the allowed choices. ``load_config`` builds every
+section once at an entry point.
 """
 
 from __future__ import annotations
@@ -62,9 +57,7 @@ def check_device(key: str, device: str) -> None:
 
 @dataclass(frozen=True)
 class CuratorLimitsConfig:
-    """``data.quality.curator:`` physicsnemo-curator's per-run checks of its DoMINO ETL: a
-    dimensionless velocity component or pressure whose largest magnitude, over the values
-    within mean +- ``sigma`` standard deviations, exceeds ``velocity_max`` / ``pressure_max``."""
+    """``data.quality.curator:`` physicsnemo-curator's per-run limits (docs/data_quality.md)."""
 
     enabled: bool
     sigma: float
@@ -77,8 +70,7 @@ class CuratorLimitsConfig:
 
 @dataclass(frozen=True)
 class QualityConfig:
-    """``data.quality:`` which processed runs cache_data.py and train.py leave out, from the
-    processed folder's statistics table (inputs/statistics/run_quality.py)."""
+    """``data.quality:`` which processed runs cache_data.py and train.py leave out (run_quality.py)."""
 
     enabled: bool                 # false: every run is used
     include: list[str]            # runs used even when rejected
@@ -123,8 +115,7 @@ class DataConfig:
 
 @dataclass(frozen=True)
 class PhysicsConfig:
-    """``physics:`` the references that make fields dimensionless (the flow itself, and how the
-    files state it, is the dataset profile's: ``dataset.flow``)."""
+    """``physics:`` the references that make fields dimensionless (the flow itself: ``dataset.flow``)."""
 
     stream_velocity: float
     air_density: float
@@ -144,16 +135,10 @@ def check_scaling_references(stream_velocity: float, air_density: float, referen
 
 @dataclass(frozen=True)
 class VariablesConfig:
-    """The field names of each part and their kind (scalar | vector), in column order: the
-    dataset profile's ``dataset.fields`` (``PipelineConfig.variables``)."""
+    """The field names of each part and their kind, in column order (the profile's ``dataset.fields``)."""
 
     surface: dict[str, str]
     volume: dict[str, str]
-
-    @classmethod
-    def of(cls, dataset: DatasetConfig) -> VariablesConfig:
-        """The variables of a dataset profile's fields."""
-        return cls(surface=dataset.variables("surface"), volume=dataset.variables("volume"))
 
 
 def parts_named(setting: str) -> tuple[str, ...]:
@@ -193,8 +178,7 @@ class ProcessConfig:
 
 @dataclass(frozen=True)
 class ExecutorConfig:
-    """``executor:`` where process_data.py and cache_data.py run their per-run tasks
-    (executors.py); how many at once is the stage's ``num_processes``."""
+    """``executor:`` where process_data.py and cache_data.py run their per-run tasks (executors.py)."""
 
     kind: str             # pool | dask
     address: str | None   # dask: a running scheduler's address; None: a local cluster
@@ -372,17 +356,14 @@ class PredictConfig:
 
 @dataclass(frozen=True)
 class ForcesConfig:
-    """``forces:`` how predict.py reports the force and moment coefficients (the conventions,
-    directions and references are the dataset profile's)."""
+    """``forces:`` how predict.py reports the coefficients (conventions and references: the profile's)."""
 
     reference_area_per_run: bool  # a run's own references where it publishes them; else the constant ones
 
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    """``distributed:`` how long the ranks of a torchrun or srun job wait for one another, in
-    seconds: ``timeout_s`` for training's collectives, ``work_timeout_s`` for waits behind
-    per-rank work of unknown length (scaling factors computed in parts)."""
+    """``distributed:`` how long the ranks of a job wait for one another (seconds; docs/gpu.md)."""
 
     timeout_s: float
     work_timeout_s: float
@@ -403,9 +384,7 @@ TOP_LEVEL = {"model_type": str, "seed": int, "output_dir": str, "model": dict}
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """The whole configuration: the top-level keys and one typed object per section. ``model``
-    stays a plain mapping: physicsnemo's DoMINO parameters, checked against its own defaults
-    when the model is built (training/domino_model.py)."""
+    """The whole configuration; ``model`` stays a plain mapping, checked when the model is built."""
 
     model_type: str
     seed: int
@@ -431,7 +410,7 @@ class PipelineConfig:
     @property
     def variables(self) -> VariablesConfig:
         """The field names and kinds of each part, from the dataset profile."""
-        return VariablesConfig.of(self.dataset)
+        return VariablesConfig(surface=self.dataset.variables("surface"), volume=self.dataset.variables("volume"))
 
     def as_dict(self) -> dict[str, Any]:
         """The resolved config as plain JSON values (recorded in checkpoints and cache manifests)."""
@@ -439,8 +418,7 @@ class PipelineConfig:
 
 
 def load_config(cfg: DictConfig) -> PipelineConfig:
-    """Every section of ``cfg`` into its dataclass; unknown and missing keys are errors (a key of
-    physicsnemo's DoMINO example is named with the key it has here)."""
+    """Every section of ``cfg`` into its dataclass; unknown and missing keys are errors."""
     values = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in HYDRA_KEYS}
     check_example_keys(values)
     known = set(SECTIONS) | set(TOP_LEVEL)

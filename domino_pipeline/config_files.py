@@ -1,12 +1,7 @@
-"""The configuration files composed as Hydra composes them, without Hydra: for tests, benchmarks and
-tools that build a config in-process many times (each of Hydra's ``compose`` calls is slow; a
-composition is made once per content of the folder's files).
-
-Follows this project's ``defaults`` lists only: config names (``- config``), config-group choices
-(``- dataset: drivaerml``) and ``_self_``; overrides are dotted ``key=value`` (``+key=value`` adds a
-key) and group choices (``dataset=ahmedml``). tests/test_dataset_profile.py checks the result against Hydra's.
-
-    cfg = compose_files(CONF, "demo", ["dataset=ahmedml", "train.epochs=1"])
+"""The configuration files composed as Hydra composes them, without Hydra, for tests, benchmarks
+and tools that compose many times (cached per content of the files): this project's ``defaults``
+lists and ``key=value``, ``+key=value`` and group overrides only; tests/test_dataset_profile.py
+checks the result against Hydra's.
 """
 
 from __future__ import annotations
@@ -56,8 +51,7 @@ _COMPOSED: dict[tuple, DictConfig] = {}
 
 def compose_files(conf_dir: str | os.PathLike = CONF, name: str = "config",
                   overrides: Sequence[str] = ()) -> DictConfig:
-    """conf/<name>.yaml with the files and group choices its defaults name, then ``overrides``;
-    interpolations are left unresolved, as Hydra leaves them."""
+    """conf/<name>.yaml with its defaults' files and group choices, then ``overrides``, left unresolved."""
     conf_dir = Path(conf_dir)
     groups = {p.name for p in conf_dir.iterdir() if p.is_dir()}
     choices = {}

@@ -15,9 +15,7 @@ T = TypeVar("T")
 
 
 def from_section(cls: type[T], section: DictConfig | Mapping[str, Any], name: str) -> T:
-    """``cls(**section)`` after checking that the section has exactly ``cls``'s fields, each of
-    its annotated type (an int is taken where a float is asked for); a ValueError naming
-    ``name`` and the keys otherwise."""
+    """``cls(**section)`` once the section has exactly ``cls``'s fields, each of its type; else ValueError."""
     values = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
     known = {f.name for f in dataclasses.fields(cls)}
     if set(values) != known:
@@ -28,9 +26,8 @@ def from_section(cls: type[T], section: DictConfig | Mapping[str, Any], name: st
 
 
 def check_type(key: str, value: Any, hint: Any) -> Any:
-    """``value`` if it is of type ``hint`` (float from int; ``X | None``, ``list[...]`` and
-    ``dict[...]`` checked at the top level; a mapping where a dataclass is asked for becomes that
-    dataclass, through ``from_section``), else a ValueError naming ``key``."""
+    """``value`` if it is of type ``hint`` (float from int; unions, lists and dicts checked at the top
+    level; a mapping becomes a dataclass asked for), else a ValueError naming ``key``."""
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     for option in options:
         if dataclasses.is_dataclass(option) and isinstance(value, Mapping):

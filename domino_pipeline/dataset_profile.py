@@ -1,24 +1,6 @@
-"""A dataset profile: everything that differs between datasets, as one typed config section.
-
-``dataset:`` is a Hydra config group (conf/dataset/<name>.yaml; ``dataset=ahmedml`` on any command,
-DrivAerML's the default). A profile says where a run folder's files are, which field plays which
-role, how the flow and the published coefficients are stated; the code reads every dataset
-through it, so a new dataset is one new profile file.
-
-File names are patterns relative to a run folder: ``{index}`` is the run's number (the part of
-the folder name that ``run_folders``' ``{index}`` stands for), and ``*``, ``?`` and ``[...]`` match
-as in a shell glob; a pattern must match exactly one file (``resolve``). A volume published in
-pieces (``<name>.00.part``, ``<name>.01.part``, ... or ``<name>.part1``, ...) is found by its
-whole name.
-
-    profile = config.dataset
-A field is one array of the files, or a vector given as one scalar array per component
-(``skin_friction_coefficient: [cfxavg, cfyavg, cfzavg]``), which becomes one variable named after
-its role (variables.py). The surface's rows are its cells or its points (``surface_rows``).
-
-    profile.variables("surface")   # {"pMeanTrim": "scalar", "wallShearStressMeanTrim": "vector"}
-    profile.field("surface", "pressure")   # "pMeanTrim"
-    profile.arrays("surface")      # {"pMeanTrim": ["pMeanTrim"], "wallShearStressMeanTrim": [...]}
+"""A dataset profile: everything that differs between datasets, as one typed config section
+(``dataset:``, a Hydra config group, conf/dataset/<name>.yaml). The keys, the file patterns and
+the fields are described in docs/datasets.md, "The profile keys".
 """
 
 from __future__ import annotations
@@ -26,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from omegaconf import OmegaConf
 
@@ -43,7 +26,7 @@ LOCATIONS = ("cells", "points")
 
 @dataclass(frozen=True)
 class RunFilesProfile:
-    """``dataset.files``: the patterns of a run folder's files (module docstring)."""
+    """``dataset.files``: the patterns of a run folder's files (docs/datasets.md)."""
 
     stl: str
     surface: str                    # the body's boundary cells: a VTP, or a VTU of polygon cells
@@ -53,40 +36,27 @@ class RunFilesProfile:
 
 @dataclass(frozen=True)
 class FieldsProfile:
-    """``dataset.fields``: per part, role -> the field's name in the files (or its components'
-    names), in column order."""
+    """``dataset.fields``: per part, role -> the field's name in the files (or its components'), in column order."""
 
     surface: dict[str, FieldName]
     volume: dict[str, FieldName]
+    SECTION: ClassVar[str] = "dataset.fields"
 
     def __post_init__(self) -> None:
         for part in PARTS:
-            check_roles(f"dataset.fields.{part}", getattr(self, part))
+            check_roles(f"{self.SECTION}.{part}", getattr(self, part))
 
 
 @dataclass(frozen=True)
-class OtherFieldsProfile:
-    """``dataset.other_fields``: per part, role -> name of further fields the files hold, which
-    ``dataset.fields`` may take in (the synthetic generator writes them too)."""
+class OtherFieldsProfile(FieldsProfile):
+    """``dataset.other_fields``: further fields the files hold (role -> name), which ``fields`` may take in."""
 
-    surface: dict[str, FieldName]
-    volume: dict[str, FieldName]
-
-    def __post_init__(self) -> None:
-        for part in PARTS:
-            check_roles(f"dataset.other_fields.{part}", getattr(self, part))
+    SECTION: ClassVar[str] = "dataset.other_fields"
 
 
 @dataclass(frozen=True)
 class SurfaceRowsProfile:
-    """``dataset.surface_rows``: what one row of the processed surface is.
-
-    ``location`` cells: a boundary cell, at its polygon's centre, with its unit normal (as the
-    polygon is wound) and area, its fields from cell data. points: a boundary point, with its
-    unit normal (the point data array ``normals``; None: the normalised sum of the area vectors
-    of the cells around it) and its area (the run's ``files.surface_areas``, or the point's
-    barycentric dual area: the share of each cell around it nearest to it), its fields from
-    point data."""
+    """``dataset.surface_rows``: a processed surface row is a boundary cell or point (docs/datasets.md)."""
 
     location: str
     normals: str | None
@@ -141,15 +111,7 @@ class FlowProfile:
 
 @dataclass(frozen=True)
 class ReferencesProfile:
-    """``dataset.references``: the reference area, length and moment centre of the coefficients.
-
-    ``area``, ``length``, ``centre``: the dataset's constant references (one for every run);
-    ``file``: a run's own references, ``columns`` naming each quantity's column(s) in it (a
-    centre: three columns, or one holding three numbers; ``velocity``: the free stream the run's
-    coefficients refer to, where the file states it), ``constant_columns`` those of the
-    constant references where the file repeats them; None: every run has the constant ones.
-    ``format``: csv (a header and one row) or openfoam (forceCoeffs' ``coefficient.dat``: the
-    ``# key : value`` header lines and the last line's columns)."""
+    """``dataset.references``: constant references of the coefficients and a run's own (docs/datasets.md)."""
 
     area: float               # m^2
     length: float             # m
@@ -177,8 +139,7 @@ class ReferencesProfile:
 @dataclass(frozen=True)
 class CoefficientsProfile:
     """``dataset.coefficients``: the coefficient files each run publishes (patterns; None: not
-    published), over its own references and over the constant ones, and each coefficient's
-    column (COEFFICIENTS; a dataset publishes some of them)."""
+    published), over its own and over the constant references, and each coefficient's column."""
 
     own: str | None
     constant: str | None
@@ -195,8 +156,7 @@ class CoefficientsProfile:
 
 @dataclass(frozen=True)
 class BoundingBoxesProfile:
-    """``dataset.bounding_boxes``: the dataset's volume and surface boxes ({min: [x, y, z], max:
-    [x, y, z]}), which ``geometry.bounding_box_*`` follow unless set themselves."""
+    """``dataset.bounding_boxes``: the volume and surface boxes ``geometry.bounding_box_*`` follow by default."""
 
     volume: dict[str, list[float]]
     surface: dict[str, list[float]]
@@ -249,9 +209,8 @@ class DatasetConfig:
         return role in getattr(self.fields, part)
 
     def field(self, part: str, role: str) -> str:
-        """The variable name of the field of ``part`` that plays ``role`` (the array's name, or the
-        role's for a field composed of scalar arrays); ValueError naming the profile key when the
-        profile gives none."""
+        """The variable name of the field of ``part`` that plays ``role``; ValueError naming the profile key
+        when the profile gives none."""
         names = getattr(self.fields, part)
         if role not in names:
             raise ValueError(f"dataset {self.name}: no {part} field plays the role {role} "
@@ -270,6 +229,5 @@ class DatasetConfig:
 
 
 def profile_from_file(path: str | os.PathLike) -> DatasetConfig:
-    """The profile of a conf/dataset/<name>.yaml file, typed and checked (for tools that run
-    outside Hydra, such as the synthetic generator)."""
+    """The typed, checked profile of a conf/dataset/<name>.yaml file, for tools that run outside Hydra."""
     return from_section(DatasetConfig, OmegaConf.load(path), "dataset")

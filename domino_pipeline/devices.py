@@ -1,12 +1,5 @@
-"""The one rule that picks this process's GPU, for torch (training, prediction) and Warp (kNN, SDF).
-
-A process uses the visible CUDA device of its local rank (``launch.launch_environment``:
-torchrun's ``LOCAL_RANK``, Slurm's ``SLURM_LOCALID``, 0 in a single process). Launchers that bind
-one GPU per process (``CUDA_VISIBLE_DEVICES`` set per rank, Slurm's ``--gpus-per-task`` or
-``--gpu-bind``) leave a single visible device while the local rank counts up: then that one
-device is used. Any other local rank beyond the visible devices is an error, never a silent
-wrap-around that would put two ranks on one GPU. Neither torch nor Warp is imported here: each
-caller passes its own count of visible devices.
+"""The one rule that picks this process's GPU, for torch and Warp: the visible CUDA device of the
+local rank, or the only visible one (docs/gpu.md, "Several GPUs"). Imports neither torch nor Warp.
 """
 
 from __future__ import annotations

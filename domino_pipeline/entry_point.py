@@ -1,18 +1,9 @@
 """What every command shares: the typed config built once, refusals in one line.
 
-    @entry_point
-    def main(config: PipelineConfig) -> int:     # the exit code (0 or None: success)
-        ...
-
-    if __name__ == "__main__":
-        main()
-
-``entry_point`` puts Hydra's ``main`` (conf/config.yaml beside the script, ``--config-name`` and
-overrides from the command line) around the function, builds the ``PipelineConfig``, and turns a
-refusal or bad input (OSError, ValueError and the errors derived from them, a config that does
-not resolve) into one line ``error: <file>: <problem>`` on stderr and exit code 1, without a
-traceback. A key of physicsnemo's DoMINO example given on the command line is named with the key
-it has here, and any other unknown key with the closest ones, before Hydra refuses it.
+``entry_point`` puts Hydra's ``main`` around ``main(config: PipelineConfig) -> int | None`` (the
+exit code) and turns a refusal (``REFUSALS``) into one line ``error: <file>: <problem>`` on
+stderr and exit code 1; an unknown command-line key is named with its key here (docs/example_keys.md)
+or the closest ones, before Hydra refuses it.
 """
 
 from __future__ import annotations
@@ -85,9 +76,8 @@ def check_override_keys(arguments: Sequence[str], conf_dir: Path) -> None:
 
 
 def entry_point(task: Callable[[PipelineConfig], int | None]) -> Callable[..., None]:
-    """The command-line entry of ``task`` (module docstring). The returned ``main`` takes an
-    already composed DictConfig too (``main(cfg)``, as Hydra's ``main`` does), so that tests run
-    it in-process."""
+    """The command-line entry of ``task`` (module docstring); the returned ``main`` takes an already
+    composed DictConfig too, so that tests run it in-process."""
 
     @functools.wraps(task)
     def run(cfg: DictConfig) -> None:

@@ -1,8 +1,6 @@
-"""The keys of physicsnemo's DoMINO example config (``examples/cfd/external_aerodynamics/domino/
-src/conf/config.yaml``) that this pipeline names differently: such a key, in a config or as a
-command-line override, is refused with the name it has here (docs/example_keys.md has the table).
-
-    model.volume_points_sample is sampling.volume_points here
+"""The keys of physicsnemo's DoMINO example config that this pipeline names differently: such a
+key, in a config or as a command-line override, is refused with the name it has here
+(docs/example_keys.md has the table).
 """
 
 from __future__ import annotations
@@ -44,8 +42,7 @@ def _paths(values: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
 
 
 def check_example_keys(values: Mapping[str, Any]) -> None:
-    """Refuse a config (plain nested mappings) holding a key of the example's config, naming each
-    with its key here (ValueError)."""
+    """Refuse (ValueError) a config holding keys of the example's config, naming each with its key here."""
     found = sorted({_listed_prefix(p) for p in _paths(values)} - {None})
     deepest = [k for k in found if not any(other.startswith(k + ".") for other in found)]
     if deepest:

@@ -1,25 +1,9 @@
 """Where the per-run tasks of process_data.py and cache_data.py run: a pool of worker processes
-on this machine (``executor.kind=pool``, the default), or a ``dask.distributed`` cluster
-(``executor.kind=dask``: the scheduler at ``executor.address``, or a local cluster when none is
-given).
-
-Each run is one task, and a task is the run's only writer: it writes its run atomically and
-skips a run already written, so those writes, not the executor, are the record of what is done.
-A run whose worker dies is simply run again (Dask reschedules it, up to
-``distributed.scheduler.allowed-failures`` times; a pool reports it failed and a rerun of the
-stage resumes). Dask also runs again the tasks a lost worker had finished but not yet handed
-back: they find their run written and report it skipped, so no run is written twice. The results come back to this process, which shows the progress and returns
-them in the tasks' order, so the stage's summary is the same on either executor.
-
-    results = run_tasks(process_one, {"run_1": (run_dir, out)}, executor, workers=4,
-                        progress="processing runs")
-
-A task may tell the stage how it progresses (``report(message)``, e.g. the bytes a remote run has
-fetched): in the pool the messages reach ``run_tasks``' ``on_report`` in this process; on Dask
-they are dropped (its dashboard shows the tasks).
-
-Dask is optional: it is imported only when ``executor.kind`` is ``dask``. Dask's workers import
-``function`` by name, so they need this package (the repository's folder on their path).
+on this machine (``executor.kind=pool``) or a ``dask.distributed`` cluster (``dask``;
+docs/scaling.md, "All of DrivAerML on each engine"). Each run is one task and its only writer,
+so a task run again writes nothing twice; results come back in the tasks' order. A task's
+``report(message)`` reaches ``on_report`` in the pool (dropped on Dask). Dask is imported only
+for ``executor.kind=dask``; its workers need this package on their path.
 """
 
 from __future__ import annotations
@@ -44,11 +28,8 @@ from domino_pipeline.config import ExecutorConfig
 from domino_pipeline.run_report import RunResult
 
 LOCAL_POOL = ExecutorConfig(kind="pool", address=None)
-# A local cluster's workers sample their own stacks every 10 ms (Dask's statistical profiler)
-# and check their event loop every 20 ms, CPU that runs compete for on a small machine
-# (benchmarks/benchmark_executors.py measures both executors). A run is one long task: neither
-# check pays for it; the memory monitor looks once a second. (A remote cluster's workers keep
-# their own settings: docs/scaling.md.)
+# A run is one long task: a local cluster's workers need not profile their stacks every 10 ms nor
+# check their event loop every 20 ms, CPU that runs compete for (benchmarks/benchmark_executors.py).
 LOCAL_CLUSTER_CONFIG = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "1s",
@@ -67,10 +48,8 @@ def report(message: Any) -> None:
 
 def run_tasks(function: Task, tasks: Mapping[str, tuple], executor: ExecutorConfig, *, workers: int,
               progress: str, position: int = 0, on_report: Callable[[Any], None] | None = None) -> list[RunResult]:
-    """``function(*tasks[name])`` for every run ``name``, ``workers`` at a time (a local Dask
-    cluster's workers; a remote cluster has its own), with a progress bar named ``progress``;
-    the results in the order of ``tasks``. A task lost with its worker, or that raised, is a
-    failed result naming the cause. The tasks' ``report`` messages go to ``on_report`` (pool)."""
+    """``function(*tasks[name])`` for every run, ``workers`` at a time under a ``progress`` bar; results
+    in the order of ``tasks``, a lost or failed task a failed result; reports go to ``on_report``."""
     bar = tqdm(total=len(tasks), desc=progress, unit="run", position=position, disable=not tasks)
     done: dict[str, RunResult] = {}
     if executor.kind == "dask":
@@ -143,9 +122,7 @@ def _dask_results(function: Task, tasks: Mapping[str, tuple], executor: Executor
 
 @contextmanager
 def _dask_client(distributed: Any, executor: ExecutorConfig, workers: int) -> Iterator[Any]:
-    """A client of the scheduler at ``executor.address``, or of a local cluster of ``workers``
-    single-threaded worker processes (its dashboard on a free port: several stages may run
-    side by side)."""
+    """A client of the scheduler at ``executor.address``, or of a local cluster of ``workers`` processes."""
     if executor.address is not None:
         with distributed.Client(executor.address) as client:
             print(f"dask: scheduler {executor.address}, {len(client.scheduler_info()['workers'])} "
@@ -162,8 +139,7 @@ def _dask_client(distributed: Any, executor: ExecutorConfig, workers: int) -> It
 
 @contextmanager
 def _warnings_only(logger: str) -> Iterator[None]:
-    """Let only warnings and errors of ``logger`` through meanwhile (an entry point logs INFO
-    to the terminal, and Dask's scheduler narrates every worker's start and stop)."""
+    """Let only warnings and errors of ``logger`` through meanwhile (Dask narrates every worker's start)."""
     log = logging.getLogger(logger)
     level = log.level
     log.setLevel(max(level, logging.WARNING))
@@ -184,8 +160,7 @@ def _import_distributed() -> Any:
 
 
 def _checked(name: str, result: Callable[[], RunResult], killed: type[BaseException], lost: str) -> RunResult:
-    """The task's result; a failed one saying ``lost`` when its worker died (``killed``), or
-    naming the error when it raised."""
+    """The task's result; a failed one saying ``lost`` when its worker died, or naming the error it raised."""
     try:
         return result()
     except killed:
@@ -196,9 +171,8 @@ def _checked(name: str, result: Callable[[], RunResult], killed: type[BaseExcept
 
 
 def die_with_parent(parent: int, reports: Any = None) -> None:
-    """In a pool worker: be killed when the process that started the pool dies (Linux
-    ``PR_SET_PDEATHSIG``), so that a killed batch leaves no worker writing behind it (Dask's
-    local workers watch their parent themselves); send report() messages to the queue ``reports``."""
+    """In a pool worker: be killed when the pool's parent dies (``PR_SET_PDEATHSIG``), so a killed
+    batch leaves no worker writing behind it; send report() messages to the queue ``reports``."""
     _REPORTS[:] = [reports.put] if reports is not None else []
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)

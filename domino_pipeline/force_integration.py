@@ -1,18 +1,7 @@
-"""How a data set states its flow and force conventions, and the force on a body from sums over its
-surface cells: what predict.py's reports (inference/forces.py, which adds moments and every
-coefficient) and the per-run statistics of process_data.py (inputs/statistics/run_statistics.py) share.
-
-The force the flow exerts on the car, summed over the surface cells i with area A_i:
-
-    F = sum_i (-p_i n_i + tau_i) A_i        n_i: unit normal pointing out of the car, into the fluid
-                                            tau_i: wall shear stress the fluid exerts on the car
-
-    C_d = F . e_drag / (0.5 rho_inf U_inf^2 A_ref)      C_l = F . e_lift / (0.5 rho_inf U_inf^2 A_ref)
-
-Data sets state their normals and shear either way round, which ``ForceConvention`` records. The
-sums ``P = sum p n A`` (normals as the files have them) and ``S = sum tau A`` (shear as the files
-have it) do not depend on the convention, so they can be gathered a block of cells at a time
-(``force_sums``) and turned into the force of any convention afterwards (``ForceConvention.force``).
+"""A data set's flow and force conventions, and the force on a body from sums over its surface
+cells (docs/predict.md, "Force and moment coefficients"). The sums ``P = sum p n A`` and
+``S = sum tau A`` do not depend on the convention, so they are gathered a block of cells at a
+time (``force_sums``) and turned into the force of any convention afterwards.
 """
 
 from __future__ import annotations
@@ -68,8 +57,7 @@ class ForceConvention:
         return 1.0 if self.wall_shear == "on_body" else -1.0
 
     def force(self, pressure_sum: np.ndarray, shear_sum: np.ndarray) -> np.ndarray:
-        """The force on the body from ``force_sums``' two sums (3,), or of each cell from its
-        ``p n A`` and ``tau A`` (N, 3)."""
+        """The force on the body from ``force_sums``' sums (3,), or per cell from ``p n A`` and ``tau A`` (N, 3)."""
         return -self.outward_sign * np.asarray(pressure_sum, np.float64) \
             + self.shear_on_body_sign * np.asarray(shear_sum, np.float64)
 
@@ -79,17 +67,15 @@ ALL_CONVENTIONS = tuple(ForceConvention(n, w) for n in NORMALS for w in WALL_SHE
 
 def force_sums(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray,
                areas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(sum p n A, sum tau A)``, each (3,) in float64, over N cells: ``pressure`` (N,),
-    ``wall_shear`` (N, 3), ``vector_areas`` (N, 3) (each cell's area times its unit normal, as the
-    files orient it), ``areas`` (N,). Sums over any split of the cells add up to the whole's."""
+    """``(sum p n A, sum tau A)``, each (3,) in float64, over N cells (``vector_areas``: area times unit
+    normal as the files orient it); sums over any split of the cells add up to the whole's."""
     pressure, wall_shear, vector_areas, areas = cell_arrays(pressure, wall_shear, vector_areas, areas, "force_sums")
     return pressure @ vector_areas, areas @ wall_shear
 
 
 def cell_arrays(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
                 what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The four per-cell arrays of a force integration in float64; ValueError naming ``what``
-    when they do not describe the same N cells ((N,), (N, 3), (N, 3), (N,))."""
+    """The four per-cell arrays of a force integration in float64; ValueError naming ``what`` on a mismatch."""
     pressure, areas = np.asarray(pressure, np.float64), np.asarray(areas, np.float64)
     vector_areas, wall_shear = np.asarray(vector_areas, np.float64), np.asarray(wall_shear, np.float64)
     if not (pressure.shape == areas.shape == vector_areas.shape[:1] == wall_shear.shape[:1]) \

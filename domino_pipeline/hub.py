@@ -1,18 +1,5 @@
 """Hugging Face Hub repositories as read-only folders: ``hf://`` URLs, their file tree and the
-HTTPS URLs their files are read from with ranged GETs.
-
-``hf://datasets/<owner>/<name>[@<revision>][/<path>]`` (huggingface_hub's form; the revision
-defaults to ``main``) names a folder of a dataset repository. Its entries come from the Hub's
-tree API, ``GET {endpoint}/api/datasets/<owner>/<name>/tree/<revision>/<path>`` (pages joined
-through the ``Link: <...>; rel="next"`` header); a file entry has ``path``, ``size``, ``oid``
-(the git blob's SHA-1) and, for a file kept in LFS, ``lfs.oid`` (the SHA-256 of its content).
-A file is read from ``{endpoint}/datasets/<owner>/<name>/resolve/<revision>/<path>`` (which
-redirects to a CDN that serves byte ranges). The endpoint is ``HF_ENDPOINT`` or
-https://huggingface.co; ``HF_TOKEN``, when set and requests are not anonymous, is sent as a
-bearer token (a public dataset needs none) and never written anywhere.
-
-    folder = HubFolder.parse("hf://datasets/neashton/drivaerml")
-    entries = tree(folder.child("run_1"))          # [{"type": "file", "path": ..., "size": ...}]
+HTTPS URLs their files are read from with ranged GETs (docs/remote_reading.md).
 """
 
 from __future__ import annotations
@@ -99,9 +86,8 @@ class HubFolder:
 
 
 def tree(folder: HubFolder, *, recursive: bool = False, anonymous: bool = False) -> list[dict]:
-    """The entries of ``folder`` (every page), each with ``type``, ``path`` (from the
-    repository's root), ``size`` and, for files, ``oid`` and ``lfs``; FileNotFoundError when
-    the Hub has no such folder, HubError for a request that failed for good."""
+    """The entries of ``folder`` (every page), each with ``type``, ``path``, ``size`` and for files
+    ``oid`` and ``lfs``; FileNotFoundError for no such folder, HubError for a failed request."""
     url = folder.tree_url + ("?recursive=true" if recursive else "")
     entries = []
     while url:

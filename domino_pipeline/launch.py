@@ -1,21 +1,6 @@
 """Where this process sits in a job, by the one rule every stage follows: torchrun's variables,
-else Slurm's, else a single process.
-
-- torchrun (``torchrun --nproc_per_node=N train.py``): ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-  ``MASTER_ADDR``, ``MASTER_PORT``. Any of the first three makes it a torchrun job, whose ranks
-  meet through ``env://`` as torchrun arranges (its agent's store included).
-- Slurm (``srun python train.py``, one task per GPU): ``SLURM_PROCID``, ``SLURM_NTASKS``,
-  ``SLURM_LOCALID``; rank 0's address is ``MASTER_ADDR`` if set, else the first host of
-  ``SLURM_STEP_NODELIST`` (the step's nodes) or ``SLURM_JOB_NODELIST``, read from Slurm's
-  compact form (``node[01-04,07],gpu3``) without ``scontrol``; the port is ``MASTER_PORT`` if
-  set, else one derived from ``SLURM_JOB_ID`` (``SLURM_PORTS``), the same on every task. The
-  ranks meet through ``tcp://`` at that address.
-- One process otherwise, and also in a single-task allocation (``SLURM_NTASKS`` 1 or unset), so
-  that ``python train.py`` in an ``salloc`` shell is one process.
-
-A shell of a multi-task allocation (``SLURM_NTASKS`` > 1 without ``SLURM_PROCID``) is refused: the
-tasks start with ``srun``. Inconsistent values (not integers, a rank outside the world) are
-refused naming the variables. Nothing here imports torch.
+else Slurm's, else a single process (docs/scaling.md, "On a Slurm cluster"). Nothing here
+imports torch.
 """
 
 from __future__ import annotations
@@ -37,8 +22,7 @@ _GROUP = re.compile(r"\[(\d+)(?:-\d+)?(?:,\d+(?:-\d+)?)*\]")  # [01-04,07]: its 
 
 @dataclass(frozen=True)
 class Launch:
-    """This process's place in its job: rank, world size, rank on its machine, and where rank 0
-    listens (None in a single process)."""
+    """This process's place in its job: rank, world size, local rank, where rank 0 listens (None: single)."""
 
     launcher: str
     rank: int = 0
@@ -63,8 +47,7 @@ class Launch:
 
 
 def launch_environment(environ: Mapping[str, str] | None = None) -> Launch:
-    """This process's ``Launch`` from ``environ`` (default: ``os.environ``) by the module's rule;
-    a ValueError naming the variables when they are missing or inconsistent."""
+    """This process's ``Launch`` from ``environ`` (default ``os.environ``); ValueError on bad variables."""
     env = os.environ if environ is None else environ
     if any(name in env for name in TORCHRUN_VARIABLES):
         return _torchrun(env)
@@ -74,8 +57,7 @@ def launch_environment(environ: Mapping[str, str] | None = None) -> Launch:
 
 
 def _torchrun(env: Mapping[str, str]) -> Launch:
-    """A torchrun process: all three of its rank variables, and rank 0's address when the
-    world has more than one process."""
+    """A torchrun process: its three rank variables, and rank 0's address in a world of several."""
     missing = [name for name in TORCHRUN_VARIABLES if name not in env]
     if missing:
         present = [f"{name}={env[name]}" for name in TORCHRUN_VARIABLES if name in env]
@@ -165,9 +147,8 @@ def _integer(env: Mapping[str, str], name: str, *, default: int | None = None, m
 
 
 def first_host(nodelist: str, name: str = "SLURM_JOB_NODELIST") -> str:
-    """The first host of a Slurm node list in its compact form (``node[01-04,07],gpu3`` ->
-    ``node01``: the first entry, each bracket group replaced by its first number, zero-padding
-    kept); a ValueError naming the variable ``name`` when the list is malformed."""
+    """The first host of a Slurm node list in its compact form (``node[01-04,07],gpu3`` -> ``node01``);
+    a ValueError naming the variable ``name`` when the list is malformed."""
     entry = _ENTRY.match(nodelist)
     host = _GROUP.sub(lambda group: group.group(1), entry.group(0)) if entry else ""
     if not host or nodelist[entry.end():entry.end() + 1] not in ("", ",") or re.search(r"[\[\]\s]", host):

@@ -24,8 +24,7 @@ class RunResult:
 
 def summarize(results: Sequence[RunResult], statuses: Sequence[str], *,
               named: Sequence[str] = ("failed",)) -> str:
-    """One line per run whose status is in ``named`` (with its message) and per note, then the
-    count of runs in each of ``statuses``."""
+    """One line per run whose status is in ``named`` and per note, then each status's count of runs."""
     lines = []
     for r in results:
         if r.status in named:

@@ -1,13 +1,6 @@
-"""Which runs a stage takes: ``data.runs`` (run numbers, ranges of them, run names) and then
-``data.shard`` (``<i>/<n>``: every n-th of the chosen runs in natural order, from the i-th), so
-that the jobs of a job array, or of any scheduler, split a stage and never write the same run.
-
-    select_runs(["run_1", "run_2", "run_10"], [1, "5-10"], None)   # ["run_1", "run_10"]
-    select_runs(names, None, "1/4")                                # the 2nd, 6th, 10th, ... run
-
-A run's number is the last group of digits in its name (run_12: 12). Names in, names out, no
-dependency: any stage that lists runs (raw folders, processed runs, object-store prefixes) can
-use it.
+"""Which runs a stage takes: ``data.runs`` (run numbers, ranges, names), then ``data.shard``
+(``<i>/<n>``: every n-th of them in natural order, from the i-th), so the jobs of an array never
+write the same run (docs/scaling.md). A run's number is its name's last digits (run_12: 12).
 """
 
 from __future__ import annotations
@@ -23,10 +16,8 @@ _RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 
 def select_runs(names: Sequence[str], spec: Sequence[int | str] | None, shard: str | None,
                 *, source: str = "the runs") -> list[str]:
-    """The names of ``names`` that ``spec`` chooses (all for None), then this ``shard``'s
-    share of them, in natural order (run_2 before run_10). ``source`` names where the runs were
-    listed, for errors: a number, a name or a range that matches no run is a ValueError (a
-    range need not be complete: DrivAerML has gaps), as are a malformed item or shard."""
+    """This ``shard``'s share of the ``names`` that ``spec`` chooses, in natural order; ValueError naming
+    ``source`` for an item that matches no run, or a malformed item or shard."""
     ordered = sorted(names, key=name_key)
     chosen = ordered if spec is None else _chosen(ordered, spec, source)
     if shard is None:

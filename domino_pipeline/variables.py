@@ -1,16 +1,6 @@
-"""The kinds of field variable and their widths, and the roles a field can play, shared by the
-readers of raw runs (inputs/), the preprocessing (compute/), the model (training/) and the reports
-(inference/).
-
-A dataset profile (conf/dataset/<name>.yaml) names, per part, the field that plays each role in its
-files; the role says the field's kind and how it is made dimensionless, whatever the dataset calls it.
-A field is one array of the files (``pressure: pMeanTrim``), or a vector (or tensor) the files
-hold as one scalar array per component (``velocity: [velocityxavg, velocityyavg, velocityzavg]``),
-which the readers assemble into one variable named after its role (``velocity``).
-
-    fields = {"pressure": "pMeanTrim", "velocity": ["ux", "uy", "uz"]}
-    variables_of(fields)   # {"pMeanTrim": "scalar", "velocity": "vector"}
-    arrays_of(fields)      # {"pMeanTrim": ["pMeanTrim"], "velocity": ["ux", "uy", "uz"]}
+"""The kinds of field variable and their widths, and the roles a field can play, shared by every
+stage (docs/datasets.md, "The profile keys"): a field given as one scalar array per component
+becomes one variable named after its role.
 """
 
 from __future__ import annotations
@@ -51,8 +41,7 @@ def variable_width(name: str, kind: str) -> int:
 
 
 def column_names(variables: Mapping[str, str]) -> list[str]:
-    """The column names of variables {name: kind}: a scalar keeps its name, a vector becomes
-    name_x, name_y, name_z (a symmetric tensor name_xx, name_xy, ...)."""
+    """The column names of variables {name: kind}: name for a scalar, name_x, name_y, name_z for a vector."""
     names = []
     for name, kind in variables.items():
         names += [name] if variable_width(name, kind) == 1 else [f"{name}_{axis}" for axis in COMPONENTS[kind]]
@@ -60,9 +49,8 @@ def column_names(variables: Mapping[str, str]) -> list[str]:
 
 
 def check_roles(key: str, fields: Mapping[str, FieldName]) -> None:
-    """Refuse a role -> field-name mapping with an unknown role, a name that is not a non-empty
-    string (or, for a vector or tensor role, a list of one non-empty string per component), or
-    one name given two roles; ``key`` names the mapping in the message."""
+    """Refuse a role -> field-name mapping with an unknown role, a malformed name (a vector or tensor
+    role: one name per component), or one name given two roles; ``key`` names it in the message."""
     unknown = [role for role in fields if role not in FIELD_ROLES]
     if unknown:
         raise ValueError(f"{key}: unknown roles {unknown}; the roles are {list(FIELD_ROLES)}")

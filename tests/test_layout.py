@@ -15,7 +15,7 @@ import pytest
 HEAVY = ("warp", "physicsnemo")
 WATCHED = ("torch", "zarr", *HEAVY)
 PACKAGE = Path(__file__).resolve().parents[1] / "domino_pipeline"
-# The package docstring states this order; the package's modules outside these folders are the
+# docs/architecture.md states this order; the package's modules outside these folders are the
 # ground floor (level 0), domino_pipeline/__init__.py among them.
 STAGES = ("processed", "inputs", "compute", "store", "loading", "training", "inference")
 

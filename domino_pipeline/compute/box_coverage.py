@@ -1,12 +1,7 @@
-"""What a run's bounding boxes leave out, as notes for the cache build's summary.
-
-The volume box (``geometry.bounding_box_volume``) drops the surface cells and volume rows outside
-it (``rows.inside_box``, DoMINO's filter) and bounds the volume grid, whose signed distance is
-the STL's; the surface box (``geometry.bounding_box_surface``) bounds the surface grid and
-normalises the surface coordinates, so cells outside it get coordinates beyond [-1, 1]. A box
-that does not hold the whole body quietly trains on part of it: here each is measured.
-
-    notes = box_notes(arrays, settings)   # ["the volume box drops 3.2% of the boundary cells (12.5% of the area)", ...]
+"""What a run's bounding boxes leave out, as notes for the cache build's summary: the volume box
+drops the surface cells and volume rows outside it, the surface box normalises the surface
+coordinates (cells outside it get coordinates beyond [-1, 1]), so a box that does not hold the
+whole body quietly trains on part of it; here each is measured.
 """
 
 from __future__ import annotations
@@ -25,8 +20,7 @@ def _percent(part: float, whole: float) -> str:
 
 
 def cells_outside(centres: np.ndarray, areas: np.ndarray, box) -> tuple[int, float]:
-    """How many of the cells (``centres``, ``areas``) lie outside ``box`` (not strictly inside),
-    and their area."""
+    """How many of the cells (``centres``, ``areas``) lie outside ``box`` (not strictly inside), and their area."""
     outside = ~inside_box(centres, box)
     return int(outside.sum()), float(np.asarray(areas, dtype=np.float64)[outside].sum())
 
@@ -51,9 +45,8 @@ def _cell_notes(centres: np.ndarray, areas: np.ndarray, settings: PreprocessSett
 
 
 def box_notes(arrays: Mapping[str, np.ndarray], settings: PreprocessSettings) -> list[str]:
-    """Notes on the boxes of a run (its STL and surface arrays): the share of the boundary cells
-    (and of their area) each box leaves out, and the share of the STL's vertices outside each
-    box; nothing for a box that holds the whole body."""
+    """Notes on the boxes of a run: the share of the boundary cells (and their area) and of the STL's
+    vertices each box leaves out; nothing for a box that holds the whole body."""
     vertices = arrays["stl_coordinates"]
     notes = []
     if "surface_mesh_centers" in arrays:  # a run of the volume part alone has no boundary cells

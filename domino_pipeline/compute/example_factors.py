@@ -1,16 +1,6 @@
-"""The DoMINO example's ``scaling_factors.pkl`` (its ``compute_statistics.py``) as this project's
-factors.
-
-The example pickles a ``ScalingFactors`` dataclass of its own ``utils.py``: ``mean``, ``std``,
-``min_val``, ``max_val`` (each ``{"surface_fields": array, "volume_fields": array, ...}``) and
-``field_keys``. Reading a pickle can run code, so the file is refused unless the caller allows it
-(``data.allow_pickle=true``); even then a restricted unpickler runs, which builds numpy arrays,
-plain containers and that one record, never the example's class or any other global. Converted
-once, the factors are plain JSON:
-
-    python -c "from domino_pipeline.compute.example_factors import convert; convert('scaling_factors.pkl', 'scaling_factors.json')"
-
-then ``sampling.scaling_factors=scaling_factors.json``.
+"""The DoMINO example's ``scaling_factors.pkl`` as this project's factors (docs/example_keys.md):
+refused unless ``data.allow_pickle=true``, and even then read by a restricted unpickler that
+builds only numpy arrays, plain containers and the example's ``ScalingFactors`` record.
 """
 
 from __future__ import annotations
@@ -33,8 +23,7 @@ CONVERT_HINT = ("python -c \"from domino_pipeline.compute.example_factors import
 
 
 class ExampleScalingFactors:
-    """What the restricted unpickler builds in place of the example's ``ScalingFactors``: the
-    attributes only (``__setstate__`` keeps the pickled dict), no behaviour of the example's."""
+    """What the restricted unpickler builds for the example's ``ScalingFactors``: its attributes only."""
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -59,8 +48,7 @@ def is_pickle(path: str | os.PathLike) -> bool:
 
 
 def read_example_factors(path: str | os.PathLike, *, allow_pickle: bool, normalization: str = "min_max") -> dict:
-    """This project's factors dict from the example's ``scaling_factors.pkl``; ValueError naming
-    the file and the fix when pickles are not allowed or the file is not that record."""
+    """This project's factors from the example's ``scaling_factors.pkl``; ValueError naming file and fix."""
     path = Path(path)
     if not allow_pickle:
         converted = path.with_suffix(".json")
@@ -94,9 +82,8 @@ def factors_from_record(record: Any, source: str, normalization: str) -> dict:
 
 
 def convert(pickle_path: str | os.PathLike, json_path: str | os.PathLike, normalization: str = "min_max") -> Path:
-    """Write the example's ``scaling_factors.pkl`` as this project's JSON factors file (running
-    this is the trust decision: the restricted unpickler reads it); scaling.load_scaling_factors
-    reads it back and checks it."""
+    """Write the example's ``scaling_factors.pkl`` as this project's JSON factors file (running this is
+    the trust decision); scaling.load_scaling_factors reads it back and checks it."""
     path = Path(json_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, read_example_factors(pickle_path, allow_pickle=True, normalization=normalization))

@@ -1,35 +1,15 @@
-"""Exact k-nearest neighbours and signed distance to a triangle mesh, with NVIDIA Warp.
+"""Exact k-nearest neighbours and signed distance to a triangle mesh, with NVIDIA Warp on CUDA when
+present and on the CPU otherwise (CPU launches split into chunks on a thread pool of
+``cpu_threads``, default all cores: a launch releases the GIL).
 
-These are the two expensive per-run computations of the DoMINO preprocessing (surface
-neighbours, SDF of grid and volume points). Both run as Warp kernels on CUDA when a GPU is
-present and on the CPU otherwise (``resolve_device``).
-
-kNN is exact. Each query searches a hash grid (``wp.HashGrid``) out to its own radius and keeps
-its k best candidates in a sorted insertion list; the answer is accepted only when the k-th lies
-inside the radius (so no closer point can have been missed: the grid box is widened by a few
-float32 roundings of the coordinates), otherwise the query retries with twice the radius on a
-coarser grid. Starting radii come from the local point density (counts
-on a coarse grid) scaled by a pilot sample, and queries with similar radii share a grid whose
-cell width matches them, so dense and sparse regions of one car are both cheap and exact.
-
-On the CPU a Warp launch runs on one core; its ctypes call releases the GIL, so launches are
-split into chunks run from a thread pool (``cpu_threads``, default: all cores of the process).
-
-Limits and sentinels:
-- ``knn``: k <= ``MAX_K`` (32) for the Warp backend; k > N is a ValueError. Indices are int32,
-  so N < 2**31. Distances are ``distance_sq`` (float32 differences, squared and summed in
-  float64: the same bits on the CPU and on CUDA, fused multiply-add or not); ties in it are
-  broken by preferring the query's own index (when ``queries`` is None) and then the lower
-  index, so with duplicates each point is still its own first neighbour and a lattice gives the
-  same neighbours on every device and backend. No sentinel values: every row holds k real
-  neighbours.
-- ``signed_distance``: positive outside, negative inside (winding number, so open or imperfect
-  meshes still get a sensible sign); points exactly on the surface have |sdf| ~ 0 and either
-  sign. Zero-area sliver triangles are skipped by Warp's closest-point search (a triangle
-  collapsed to one point still counts); a mesh with no usable triangle is a ValueError. No NaN
-  sentinels are returned.
-- Empty query arrays give empty results; empty point clouds or meshes are ValueErrors; NaN or
-  infinite coordinates are ValueErrors. Coordinates are computed in float32.
+kNN is exact: each query searches a hash grid out to its own radius (from the local density,
+scaled by a pilot sample) and is accepted only when its k-th candidate lies inside the radius,
+else it retries at twice the radius on a coarser grid. ``knn``: k <= ``MAX_K`` (32) for Warp;
+every row holds k real neighbours, with the same distances and tie order on every device and
+backend (``distance_sq``; docs/gpu.md). ``signed_distance``: positive outside, negative inside
+(winding number); zero-area triangles are skipped, a mesh with none usable is a ValueError.
+Empty queries give empty results; empty clouds or meshes and NaN or infinite coordinates are
+ValueErrors. Coordinates are float32.
 """
 
 from __future__ import annotations
@@ -63,15 +43,8 @@ _vec_ki = wp.types.vector(length=MAX_K, dtype=wp.int32)
 
 
 def resolve_device(device: str = "auto") -> str:
-    """Return the Warp device to run on: this process's GPU when CUDA is available for "auto",
-    else "cpu".
-
-    "auto" and "cuda" mean this process's GPU by the rule torch follows too
-    (``devices.cuda_index``: visible device LOCAL_RANK, or the only one), so the ranks of one
-    machine each use their own GPU. Explicit names ("cpu", "cuda", "cuda:N") are checked, so a
-    request for a GPU that is not there fails here with a clear message instead of deep inside
-    a kernel launch.
-    """
+    """The Warp device: "auto" and "cuda" mean this process's GPU (``devices.cuda_index``), else "cpu";
+    explicit names are checked, so a missing GPU fails here, not inside a kernel launch."""
     wp.init()
     if device == "auto":
         device = "cuda" if wp.is_cuda_available() else "cpu"
@@ -97,11 +70,7 @@ def _cpu_threads(requested: int | None) -> int:
 
 
 def _launch(kernel, n: int, inputs: Callable[[int, int], list], device: str, threads: int) -> None:
-    """Launch ``kernel`` over ``n`` threads; ``inputs(start, stop)`` gives the arguments of a range.
-
-    Warp runs a CPU launch on one core, but its ctypes call releases the GIL, so on the CPU the
-    range is split into chunks launched from a thread pool, one core each.
-    """
+    """Launch ``kernel`` over ``n`` threads, ``inputs(start, stop)`` the arguments of a range."""
     if device != "cpu" or threads == 1 or n < 2 * _MIN_THREAD_CHUNK:
         wp.launch(kernel, dim=n, inputs=inputs(0, n), device=device)
         return
@@ -120,14 +89,8 @@ def _launch(kernel, n: int, inputs: Callable[[int, int], list], device: str, thr
 
 
 def distance_sq(points, queries) -> np.ndarray:
-    """Squared distances between float32 ``points`` and ``queries`` (broadcast), computed as the
-    kNN kernel computes them on every device, so that CPU and CUDA give the same bits.
-
-    The float32 differences are exactly rounded everywhere; each is squared in float64, where
-    the product of two 24-bit significands is exact, and the squares are summed x, y, z in that
-    order. Because no product rounds, a fused multiply-add (which CUDA compilers form and CPU
-    builds may not) rounds exactly as a separate multiply and add do.
-    """
+    """Squared distances of float32 ``points`` and ``queries`` with the kNN kernel's bits on every device
+    (float32 differences, squared in float64, summed x, y, z: docs/gpu.md)."""
     diff = (np.asarray(points, dtype=np.float32) - np.asarray(queries, dtype=np.float32)).astype(np.float64)
     return (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
 
@@ -165,13 +128,8 @@ def _knn_round(
     out_d2: wp.array2d(dtype=wp.float64),
     done: wp.array(dtype=wp.int32),
 ):
-    """k best candidates of query ``active[t]`` among the grid cells within ``radii[t]``.
-
-    The result is exact, and written out, when the k-th candidate lies inside the radius (all
-    closer points were visited) or the radius spans the whole cloud; ``done[t]`` says which.
-    Points and queries are in spatially sorted order; ``point_ids`` and ``query_ids`` map them
-    to their original indices, which break ties and address the output rows.
-    """
+    """k best candidates of query ``active[t]`` within ``radii[t]``, written out (``done[t]``) when exact;
+    ``point_ids`` and ``query_ids`` map the Z-ordered points to the original indices."""
     t = wp.tid()
     qi = active[t]
     q = queries[qi]
@@ -256,11 +214,8 @@ def _morton_order(xyz: np.ndarray, lo: np.ndarray, extent: float) -> np.ndarray:
 
 
 class _Density:
-    """Point counts on a coarse grid over the cloud's bounding cube, for starting radii.
-
-    Cells are sized for ~16 points each on a surface; a query's count is that of the 3 x 3 x 3
-    block of cells around its cell (queries outside the cube count at its edge).
-    """
+    """Point counts on a coarse grid (~16 surface points per cell) over the cloud's bounding cube, for
+    starting radii; a query counts the 3 x 3 x 3 block of cells around its cell."""
 
     def __init__(self, points: np.ndarray, lo: np.ndarray, extent: float) -> None:
         self.side = int(np.clip(round(np.sqrt(len(points) / 16.0)), 2, 1024))
@@ -282,30 +237,15 @@ class _Density:
         return np.where(self.occupied[at] == cells, counts[at], 0)
 
     def spacing(self, queries: np.ndarray, k: int) -> np.ndarray:
-        """Rough k-th neighbour distance per query: 3w sqrt(k / (pi c)), the k-th distance of
-        the c points of its block spread over a 3w x 3w patch. Only ratios between queries
-        matter: a pilot sample calibrates the scale, so volume clouds are handled as well."""
+        """Rough k-th neighbour distance per query, 3w sqrt(k / (pi c)) for the c points of its block; only
+        ratios matter (a pilot sample calibrates the scale)."""
         c = self._count_at(self._cell_ids(queries), self.block).astype(np.float64)
         return 3.0 * self.width * np.sqrt(k / (np.pi * np.maximum(c, 0.5)))
 
 
 class KnnIndex:
-    """Exact k-nearest-neighbour search over one point cloud, its host preparation done once.
-
-    Building the index does everything that depends on the points alone: validation, their
-    Z-order (so that neighbouring GPU threads touch neighbouring memory), the density counts
-    that give each query its starting radius, and the sorted points on the device (Warp
-    backend), or the cKDTree ("ckdtree" backend). ``query`` then answers any number of query
-    blocks against it: a cache build makes one index per run, not one per block.
-
-    ``backend``: "warp" (Warp kernel on ``device``), "ckdtree" (scipy on ``cpu_threads`` cores,
-    the same result and tie order) or "auto", which is Warp on CUDA and on the CPU too:
-    benchmark_geometry.py, all points of a 1M-cell car surface, k = 7, on this project's shared
-    2-core machine, measured Warp at 2.2 s (2.2 s CPU, one thread) against 6.4 s (5.1 s CPU) for
-    the cKDTree backend and 3.6 s (3.6 s CPU) for plain cKDTree build + query on all cores, at
-    about the same peak memory (256 MB, 275 MB, 246 MB). ``cpu_threads`` (default: all cores
-    of this process) splits Warp CPU launches; on a GPU it is unused.
-    """
+    """Exact k-nearest-neighbour search over one point cloud, prepared once, then ``query`` per block.
+    ``backend``: "warp", "ckdtree" (same result and tie order) or "auto" (Warp: docs/benchmarks.md)."""
 
     def __init__(self, points, device: str = "auto",
                  backend: Literal["auto", "warp", "ckdtree"] = "auto", cpu_threads: int | None = None):
@@ -353,14 +293,8 @@ class KnnIndex:
 
 
 class _WarpKnnSearch:
-    """Expanding-radius search of one query set over a ``KnnIndex``, on its device.
-
-    Queries are held in Z-order; query positions below are in that order, results land in the
-    caller's row order. Each query has its own radius; queries are run level by level, level L
-    holding radii in [b s^L, b s^(L+1)), s = sqrt(2), on a hash grid whose cell width is the
-    largest of those radii, so a query visits at most 3^3 cells. A query whose k-th candidate
-    is not inside its radius retries at twice the radius.
-    """
+    """Expanding-radius search of one query set over a ``KnnIndex``: queries run level by level (radii
+    within a factor sqrt(2)) on a grid of their largest radius; an inexact query retries at twice it."""
 
     def __init__(self, index: KnnIndex, queries: np.ndarray | None, k: int):
         self.index, self.device, self.threads, self.k = index, index.device, index.threads, k
@@ -404,10 +338,8 @@ class _WarpKnnSearch:
         return done.numpy() != 0
 
     def search(self, active: np.ndarray, radii: np.ndarray, level_ratio: float = _LEVEL_RATIO) -> None:
-        """Search the query positions ``active`` starting at ``radii`` until all are exact.
-
-        Queries whose radii lie within a factor ``level_ratio`` share one grid and one launch.
-        """
+        """Search the query positions ``active`` from ``radii`` until all are exact; queries whose radii
+        lie within a factor ``level_ratio`` share one grid and one launch."""
         radii = np.minimum(radii.astype(np.float64), self.max_radius)
         while len(active):
             levels = self._level(radii, level_ratio)
@@ -431,11 +363,8 @@ class _WarpKnnSearch:
 
 
 def _calibrate(search: _WarpKnnSearch) -> float:
-    """Scale from the local spacing estimate to a starting radius, from a small query sample.
-
-    The sample starts well below its estimate, so its exact k-th distances are found cheaply;
-    the chosen scale lets ``_PILOT_QUANTILE`` of the queries finish in their first round.
-    """
+    """Scale from the local spacing estimate to a starting radius, from a small query sample started
+    well below its estimate, chosen so that ``_PILOT_QUANTILE`` of the queries finish in one round."""
     n_queries = len(search.query_order)
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(n_queries, size=min(n_queries, _PILOT_QUERIES), replace=False))
@@ -499,16 +428,8 @@ def knn(
     backend: Literal["auto", "warp", "ckdtree"] = "auto",
     cpu_threads: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact k nearest neighbours of ``queries`` (default: every point) among ``points``.
-
-    Returns int32 indices (Q, k) and float32 Euclidean distances (Q, k), ascending. Order, ties
-    included: by ``distance_sq`` (the same bits on the CPU and on CUDA), then, with
-    ``queries=None``, the query's own index first (so each point is its own first neighbour,
-    even among duplicates), then the lower index; every backend and device gives this order.
-    Memory is O((N + Q) k): nothing of size N x N is formed. One call builds a ``KnnIndex``
-    (see there for ``backend`` and ``cpu_threads``); to query one cloud in several blocks, build
-    the index once and call its ``query``.
-    """
+    """Exact k nearest neighbours of ``queries`` (default: every point): int32 indices and float32
+    distances (Q, k), ascending by ``distance_sq``, ties by the query itself first, then lower index."""
     return KnnIndex(points, device=device, backend=backend, cpu_threads=cpu_threads).query(k, queries)
 
 
@@ -560,8 +481,7 @@ def _as_faces(faces, n_vertices: int) -> np.ndarray:
 
 
 class SdfMesh:
-    """A triangle mesh on one device (a ``wp.Mesh`` with winding numbers), built once and queried
-    for any number of point batches: a run's volume is many batches against one STL."""
+    """A triangle mesh on one device (a ``wp.Mesh`` with winding numbers), built once, queried in batches."""
 
     def __init__(self, vertices, faces, device: str = "auto", cpu_threads: int | None = None):
         self.vertices = _as_points("vertices", vertices)
@@ -599,15 +519,8 @@ def signed_distance(
     device: str = "auto",
     cpu_threads: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Signed distance from each query point to a triangle mesh, and the closest mesh point.
-
-    ``vertices`` (V, 3); ``faces`` (F, 3) or flat (3F,), int or integral float; ``queries``
-    (Q, 3). Returns sdf float32 (Q,), positive outside and negative inside (winding number),
-    and the closest point on the mesh float32 (Q, 3). The mesh is built once per call and
-    queries run in batches, so grid and volume points may be passed together; to query one
-    mesh several times, build an ``SdfMesh`` once. ``cpu_threads`` (default: all cores of this
-    process) splits Warp CPU launches; on a GPU it is unused.
-    """
+    """Signed distance (Q,) from each query point to a triangle mesh and the closest mesh point (Q, 3);
+    to query one mesh several times, build an ``SdfMesh`` once."""
     verts = _as_points("vertices", vertices)
     tris = _as_faces(faces, len(verts))
     qry = _as_points("queries", queries, allow_empty=True)

@@ -1,23 +1,9 @@
 """The one preprocessing function of both paths: processed run -> DoMINO-ready arrays, unsampled.
 
-``cache_data.py`` runs ``plan_run`` once per run and writes the pieces it yields; the uncached
-``DoMINODataPipe`` runs the same steps on every draw, but computes the expensive geometry (kNN of
-surface cells, signed distance of volume points) only for the rows the draw samples:
-
-1. ``rows.prepare_rows`` (cheap, O(rows)): box filters, the stored row order, normalisation,
-   centre of mass.
-2. The expensive geometry: signed distance of both grids to the STL, the
-   ``num_neighbors_surface - 1`` nearest kept surface cells of the requested surface rows
-   (exact kNN in physical coordinates, the cell itself dropped) and the signed distance and
-   closest STL point of the requested volume rows (in normalised coordinates, as DoMINO does).
-
-A cache holds the parts ``settings.parts`` names (``process.parts``): a surface-only build never
-reads the volume and computes none of its work (no volume grid SDF, no volume order, SDF or closest
-point). A cache build holds the STL and the surface in memory but streams the volume: ``plan_run``
-deals the volume rows into buckets (volume_order.py) in a first pass over the source and
-computes and yields one bucket at a time in a second, so its memory does not grow with the
-volume. ``preprocess_run`` assembles the same pieces in memory. Targets stay unscaled here;
-scaling happens per draw (scaling.py).
+``cache_data.py`` writes the pieces ``plan_run`` yields, streaming the volume a bucket at a time
+(volume_order.py); the uncached ``DoMINODataPipe`` runs the same steps per draw, computing the
+expensive geometry only for the rows drawn; ``preprocess_run`` assembles the pieces in memory.
+Only the parts ``settings.parts`` names are computed; targets stay unscaled (scaling.py).
 """
 
 from __future__ import annotations
@@ -56,8 +42,7 @@ KNN_BLOCK_ROWS = 1 << 20  # surface rows whose neighbours are searched at a time
 
 
 def surface_index(prepared: PreparedRun, settings: PreprocessSettings) -> geometry.KnnIndex:
-    """The kNN index of the kept surface cells: the host preparation (Z-order, density counts,
-    points on the device) that every neighbour query of the run shares."""
+    """The kNN index of the kept surface cells, whose host preparation every neighbour query shares."""
     return geometry.KnnIndex(prepared.surface_points, device=settings.device)
 
 
@@ -75,9 +60,8 @@ def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
 
 def all_surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
                           block_rows: int = KNN_BLOCK_ROWS) -> np.ndarray:
-    """``surface_neighbors`` of every kept surface cell, searched ``block_rows`` cells at a
-    time against one index, so that the search's memory does not grow with the surface beyond
-    its index and the index is prepared once per run."""
+    """``surface_neighbors`` of every kept surface cell, searched ``block_rows`` cells at a time
+    against one index prepared once per run, so memory does not grow with the surface."""
     n = len(prepared.surface_points)
     index = surface_index(prepared, settings)
     out = np.empty((n, settings.num_neighbors_surface - 1), dtype=np.int32)
@@ -88,8 +72,7 @@ def all_surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
 
 
 def grid_sdf(prepared: PreparedRun, settings: PreprocessSettings, part: str) -> np.ndarray:
-    """Signed distance (Nx, Ny, Nz) of the ``part`` grid to the STL, in that box's normalised
-    coordinates."""
+    """Signed distance (Nx, Ny, Nz) of the ``part`` grid to the STL, in that box's normalised coordinates."""
     box = settings.bounding_box_surface if part == "surface" else settings.bounding_box_volume
     grid = make_grid(box, settings.interp_res)
     sdf, _ = geometry.signed_distance(normalize(prepared.stl_vertices, box), prepared.stl_faces,
@@ -98,17 +81,15 @@ def grid_sdf(prepared: PreparedRun, settings: PreprocessSettings, part: str) -> 
 
 
 def volume_mesh(prepared: PreparedRun, settings: PreprocessSettings) -> geometry.SdfMesh:
-    """The STL in volume-box normalised coordinates on the device: every volume SDF query of a
-    run shares it."""
+    """The STL in volume-box normalised coordinates on the device, shared by a run's volume SDF queries."""
     return geometry.SdfMesh(normalize(prepared.stl_vertices, settings.bounding_box_volume),
                             prepared.stl_faces, device=settings.device)
 
 
 def volume_sdf(prepared: PreparedRun, settings: PreprocessSettings,
                rows: np.ndarray | None = None, mesh: geometry.SdfMesh | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Signed distance (Q,) and closest STL point (Q, 3) of the kept volume ``rows`` (all when
-    None), in volume-box normalised coordinates. ``mesh``: the run's ``volume_mesh`` when the
-    caller keeps it (else built here)."""
+    """Signed distance (Q,) and closest STL point (Q, 3) of the kept volume ``rows`` (all when None),
+    in volume-box normalised coordinates; ``mesh``: the run's ``volume_mesh``, else built here."""
     queries = prepared.volume_coordinates
     if rows is not None:
         queries = np.ascontiguousarray(queries[rows])
@@ -137,12 +118,8 @@ def _as_float32(name: str, block: np.ndarray) -> np.ndarray:
 def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: PreprocessSettings, *,
              source: str = "run", scratch_dir: str | os.PathLike | None = None,
              check: Check = _as_float32, block_rows: int = VOLUME_BLOCK_ROWS) -> RunPlan:
-    """Plan one cache run of the parts ``settings.parts`` names. ``arrays``: the STL, surface
-    (when asked) and global-parameter arrays in memory; ``volume``: ``volume_mesh_centers`` and
-    ``volume_fields`` (when asked; never read otherwise), anything sliceable by rows (Zarr arrays
-    are read block by block); ``check(name, block)`` validates each block read and returns it as
-    float32; ``scratch_dir``: where the first volume pass keeps its buckets (in memory when
-    None)."""
+    """Plan one cache run of ``settings.parts`` from ``arrays`` (in memory) and ``volume`` (read block by
+    block, each ``check``-ed to float32; its buckets in ``scratch_dir``, or in memory when None)."""
     parts = settings.parts
     prepared = prepare_rows(arrays, settings, parts=("surface",) if "surface" in parts else (), source=source)
     prepared.surface_rows = None  # the input row of each kept cell: for predictions, not for a cache
@@ -181,8 +158,7 @@ def _shapes(prepared: PreparedRun, counts: dict[str, int], settings: PreprocessS
 
 def _pieces(prepared: PreparedRun, volume: Mapping, settings: PreprocessSettings, n_volume: int,
             check: Check, scratch_dir, block_rows: int) -> Iterator[tuple[str, int, np.ndarray]]:
-    """Every piece of the run, the grids first, then the surface's, then the volume's (of the
-    parts ``settings.parts`` names)."""
+    """Every piece of the run's parts: the grids first, then the surface's, then the volume's."""
     yield "geometry_coordinates", 0, prepared.geometry_coordinates
     yield "surface_grid_sdf", 0, grid_sdf(prepared, settings, "surface")
     if "volume" in settings.parts:
@@ -194,8 +170,7 @@ def _pieces(prepared: PreparedRun, volume: Mapping, settings: PreprocessSettings
 
 
 def _surface_pieces(prepared: PreparedRun, settings: PreprocessSettings) -> Iterator[tuple[str, int, np.ndarray]]:
-    """The surface rows, their neighbours (and in ``features`` their neighbours' features); the
-    prepared surface rows are let go once written."""
+    """The surface rows, their neighbours (and features in ``features``); the rows are let go once written."""
     for name in ("coordinates", "normals", "areas", "fields"):
         yield f"surface_{name}", 0, getattr(prepared, f"surface_{name}")
     neighbors = all_surface_neighbors(prepared, settings)
@@ -241,9 +216,8 @@ def _count_inside(centers, settings: PreprocessSettings, check: Check, block_row
 
 def _volume_buckets(volume: Mapping, settings: PreprocessSettings, n_volume: int, check: Check,
                     scratch_dir, block_rows: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """(first stored row, normalised coordinates, fields) of each bucket, in stored order
-    (volume_order.py): a first pass deals the kept rows of each source block into buckets, a
-    second shuffles each bucket."""
+    """(first stored row, normalised coordinates, fields) of each bucket in stored order: a first pass
+    deals each source block's kept rows into buckets, a second shuffles each (volume_order.py)."""
     sizes = bucket_sizes(n_volume, block_rows)
     remaining, rng = sizes.copy(), labels_rng(settings.permutation_seed)
     box = settings.bounding_box_volume
@@ -307,8 +281,7 @@ class _Buckets:
 
 def preprocess_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *,
                    source: str = "run", block_rows: int = VOLUME_BLOCK_ROWS) -> dict[str, np.ndarray | dict]:
-    """Everything but sampling, for every kept row, in memory: ``plan_run``'s pieces assembled
-    into the arrays of one cache run (and its ``scalars``)."""
+    """``plan_run``'s pieces assembled in memory into the arrays of one cache run (and its ``scalars``)."""
     volume = {name: arrays[name] for name in VOLUME_ARRAYS} if "volume" in settings.parts else {}
     plan = plan_run(arrays, volume, settings, source=source, block_rows=block_rows)
     contents = {name: None for name in plan.shapes}

@@ -1,11 +1,9 @@
 """The cheap preprocessing steps, O(rows) and free of Warp: filter, permute, normalise.
 
-``prepare_rows`` drops surface cells with area <= 0 and those outside the volume box, drops
-volume points outside the volume box (DoMINO's rules), puts STL vertices, surface rows and volume
-rows in a fixed random permutation (so that sampling can read contiguous windows, see
-sampling.py), normalises coordinates to [-1, 1] (surface box for surface quantities, volume box
-for volume quantities) and computes the area-weighted centre of mass. ``gather_neighbors`` turns
-neighbour rows into their coordinates, normals and areas.
+``prepare_rows`` drops surface cells with area <= 0 or outside the volume box and volume points
+outside it (DoMINO's rules), puts the rows in their stored order (docs/cache_format.md, "Arrays
+of a run"), normalises coordinates to [-1, 1] (surface box for surface quantities, volume box
+for volume ones) and computes the area-weighted centre of mass.
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ def normalize(points: np.ndarray, box) -> np.ndarray:
 
 
 def make_grid(box, interp_res) -> np.ndarray:
-    """The regular grid over ``box`` with ``interp_res`` points per axis, normalised to [-1, 1],
-    shape (Nx, Ny, Nz, 3). Derived, never stored."""
+    """The regular grid over ``box`` of ``interp_res`` points per axis in [-1, 1], (Nx, Ny, Nz, 3); never stored."""
     lo, hi = (np.asarray(b, dtype=np.float32) for b in box)
     axes = [np.linspace(lo[i], hi[i], int(interp_res[i]), dtype=np.float32) for i in range(3)]
     grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1)
@@ -145,8 +142,7 @@ def prepare_rows(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *,
 
 
 def drop_self(indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Remove each query's own row from its k neighbours (or the farthest one if, among many
-    duplicates, it is not listed): (Q, k) -> (Q, k - 1)."""
+    """Each query's own row (or, among duplicates, its farthest) removed from its neighbours: (Q, k) -> (Q, k - 1)."""
     mine = indices == rows[:, None]
     mine[~mine.any(axis=1), -1] = True
     first = np.argmax(mine, axis=1)
@@ -156,7 +152,6 @@ def drop_self(indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def gather_neighbors(prepared: PreparedRun, neighbors: np.ndarray) -> dict[str, np.ndarray]:
-    """The coordinates (Q, K-1, 3), normals (Q, K-1, 3) and areas (Q, K-1) of the surface rows
-    ``neighbors`` (Q, K-1), keyed by ``NEIGHBOR_FEATURES``: what an item holds of its cells'
-    neighbours, gathered in one place for the uncached path and the ``features`` cache."""
+    """The coordinates, normals and areas of the surface rows ``neighbors`` (Q, K-1), keyed by
+    ``NEIGHBOR_FEATURES``, for the uncached path and the ``features`` cache alike."""
     return {name: getattr(prepared, f"surface_{name}")[neighbors] for name in NEIGHBOR_FEATURES}

@@ -1,34 +1,7 @@
-"""The one sampling function of both datasets: which rows a draw takes, from (seed, epoch, index).
-
-Every row store a draw samples from (STL vertices, kept surface rows, kept volume rows) is in a
-fixed random permutation (``rows.prepare_rows``), so a contiguous run of stored rows is a random
-subset of the mesh. The law of a draw (``SamplingLaw``), part by part:
-
-- geometry: ``geometry_points`` STL vertices, uniformly without replacement from all of them
-  (DoMINO's law; the vertices are few, so a draw reads them whole);
-- volume: a *cyclic* window of ``volume_window_factor * volume_points`` stored rows (uniform
-  start, wrapping past the last row, so every row has the same chance), from which
-  ``volume_points`` rows are drawn uniformly without replacement: every row is included with
-  probability ``volume_points / Nv``. Upstream reads a block of 100 x the sample and subsamples
-  it, because its stored order may follow the mesh; here the stored order is a uniform random
-  permutation (volume_order.py), so any factor gives each row the same chance, and the factor
-  only sets how often rows stored side by side are drawn together: P(row i+1 | row i) is
-  (k - 1) / w for k points of a w-row window (k / Nv for the exact law), so 1 (the window is the
-  sample) always draws neighbours together and the default 8 one time in 8, for 8 x the reads.
-  No law that reads O(sample) rows can come near the exact law's k / Nv: a drawn row's stored
-  neighbour is read with it and drawn with the chance k / (rows read);
-- surface: a cyclic window of ``surface_window_factor * surface_points`` stored rows, from which
-  ``surface_points`` rows are drawn without replacement with probability proportional to the
-  cell area (successive sampling, Efraimidis-Spirakis keys: the law of ``torch.multinomial``
-  without replacement). Against area weighting over the whole surface, a cell's chance is
-  capped at its window's share of the draw.
-
-``exact=True`` (or a factor of None) drops the windows: surface cells area-weighted over the
-whole surface, volume rows uniformly over all rows, as physicsnemo's ``DoMINODataPipe`` draws
-them; a cached exact draw reads every surface area and touches most chunks of the sampled arrays.
-
-The random streams depend only on (seed, epoch, index) and on which part is drawn, never on the
-worker that draws, nor on the model type.
+"""The one sampling function of both datasets: which rows a draw takes, from (seed, epoch, index)
+and the part drawn only, never from the worker or the model type. The law (``SamplingLaw``) is
+specified in docs/cache_format.md, "What a draw reads"; it relies on the stored rows being in a
+fixed random permutation (``rows.prepare_rows``).
 """
 
 from __future__ import annotations
@@ -49,7 +22,7 @@ class TooFewPointsError(ValueError):
 
 @dataclass(frozen=True)
 class SamplingLaw:
-    """How a draw picks its rows (module docstring). A factor of None is the whole part."""
+    """How a draw picks its rows (docs/cache_format.md). A factor of None is the whole part."""
 
     surface_window_factor: int | None = 8
     volume_window_factor: int | None = 8
@@ -69,8 +42,7 @@ class SamplingLaw:
 
 
 def sampling_law(sampling: SamplingConfig, *, validation: bool = False) -> SamplingLaw:
-    """The law of the ``sampling`` section; a validation draw's (``validation``) is exact when
-    ``sampling.val_exact``."""
+    """The law of the ``sampling`` section; a validation draw's is exact when ``sampling.val_exact``."""
     return SamplingLaw(surface_window_factor=sampling.surface_window_factor,
                        volume_window_factor=sampling.volume_window_factor,
                        exact=sampling.exact or (validation and sampling.val_exact))
@@ -96,9 +68,7 @@ def _check_enough(n_rows: int, size: int, what: str) -> None:
 
 
 def choose_uniform(rng: np.random.Generator, n_rows: int, size: int, what: str) -> np.ndarray:
-    """``size`` distinct rows of ``n_rows``, uniformly without replacement; sorted int64.
-
-    When most rows are taken it draws the rows left out instead (the same law, cheaper)."""
+    """``size`` distinct rows of ``n_rows``, uniformly without replacement, sorted int64."""
     _check_enough(n_rows, size, what)
     if 2 * size <= n_rows:
         return np.sort(rng.choice(n_rows, size, replace=False, shuffle=False)).astype(np.int64)
@@ -108,8 +78,7 @@ def choose_uniform(rng: np.random.Generator, n_rows: int, size: int, what: str) 
 
 
 def cyclic_window(rng: np.random.Generator, n_rows: int, width: int) -> tuple[int, int]:
-    """(start, width) of a window of ``width`` consecutive rows among ``n_rows``, wrapping past
-    the last row, with a uniform start: every row lies in it with probability width / n_rows."""
+    """(start, width) of ``width`` consecutive rows of ``n_rows``, wrapping, with a uniform start."""
     if width >= n_rows:
         return 0, n_rows
     return int(rng.integers(0, n_rows)), width
@@ -117,14 +86,9 @@ def cyclic_window(rng: np.random.Generator, n_rows: int, width: int) -> tuple[in
 
 def part_window(seed: int, epoch: int, index: int, part: str, n_rows: int, points: int,
                 law: SamplingLaw) -> tuple[int, int]:
-    """(start, width) of the cyclic window the draw (seed, epoch, index) takes ``part``'s rows
-    from: the first numbers of that part's stream, as ``draw_surface`` / ``draw_volume`` take
-    them, so a reader can fetch the window before the rows are chosen."""
-    return _window(draw_rng(seed, epoch, index, part), part, n_rows, points, law)
-
-
-def _window(rng: np.random.Generator, part: str, n_rows: int, points: int, law: SamplingLaw) -> tuple[int, int]:
-    return cyclic_window(rng, n_rows, law.window(part, points, n_rows))
+    """(start, width) of the cyclic window draw (seed, epoch, index) takes ``part``'s rows from, as
+    ``draw_surface`` / ``draw_volume`` take it, so a reader can fetch it before rows are chosen."""
+    return cyclic_window(draw_rng(seed, epoch, index, part), n_rows, law.window(part, points, n_rows))
 
 
 def window_rows(start: int, width: int, n_rows: int) -> np.ndarray:
@@ -148,8 +112,7 @@ def read_window(read: Callable[[int, int], np.ndarray], start: int, width: int,
 
 
 def choose_weighted(rng: np.random.Generator, weights: np.ndarray, size: int) -> np.ndarray:
-    """``size`` distinct positions drawn with probability proportional to ``weights`` (> 0),
-    successively without replacement; returned sorted."""
+    """``size`` distinct positions drawn successively with probability proportional to ``weights``; sorted."""
     keys = rng.exponential(size=len(weights)) / weights.astype(np.float64)
     if size == len(weights):
         return np.arange(size, dtype=np.int64)
@@ -161,7 +124,7 @@ def draw_surface(rng: np.random.Generator, n_rows: int, points: int,
                  read_areas: Callable[[int, int], np.ndarray], law: SamplingLaw) -> np.ndarray:
     """Area-weighted rows of a cyclic window (the whole surface when exact); sorted."""
     _check_enough(n_rows, points, "surface cells")
-    start, width = _window(rng, "surface", n_rows, points, law)
+    start, width = cyclic_window(rng, n_rows, law.window("surface", points, n_rows))
     taken = choose_weighted(rng, read_window(read_areas, start, width, n_rows), points)
     return np.sort(window_rows(start, width, n_rows)[taken])
 
@@ -169,7 +132,7 @@ def draw_surface(rng: np.random.Generator, n_rows: int, points: int,
 def draw_volume(rng: np.random.Generator, n_rows: int, points: int, law: SamplingLaw) -> np.ndarray:
     """Uniform rows of a cyclic window (all rows when exact); sorted."""
     _check_enough(n_rows, points, "volume points")
-    start, width = _window(rng, "volume", n_rows, points, law)
+    start, width = cyclic_window(rng, n_rows, law.window("volume", points, n_rows))
     if width == n_rows:
         return choose_uniform(rng, n_rows, points, "volume points")
     local = rng.choice(width, points, replace=False, shuffle=False)
@@ -188,12 +151,8 @@ def sample_draw(
     read_surface_areas: Callable[[int, int], np.ndarray] | None,
     law: SamplingLaw = SamplingLaw(),
 ) -> Draw:
-    """Choose the rows of draw (seed, epoch, index) by ``law``.
-
-    ``counts``: rows available, keys "geometry", "surface", "volume". ``surface_points`` /
-    ``volume_points`` None skip that part. ``read_surface_areas(start, stop)`` returns the
-    areas of kept surface rows [start, stop), so each dataset reads them its own way.
-    """
+    """The rows of draw (seed, epoch, index) by ``law`` (``surface_points`` / ``volume_points`` None skip
+    a part; ``read_surface_areas(start, stop)``: the kept surface rows' areas)."""
     geometry = choose_uniform(draw_rng(seed, epoch, index, "geometry"), counts["geometry"],
                               geometry_points, "STL vertices")
     surface = None

@@ -1,13 +1,9 @@
 """Target scaling factors: computed once over the training runs, saved as JSON, applied per draw.
 
-Targets are stored unscaled in the processed runs and in the cache, so changing the factors never
-invalidates a cache. The factors file holds, for the surface and the volume targets (only those
-of the parts the runs hold: a surface-only cache or processed folder gives surface factors only),
-the per-variable ``min``, ``max``, ``mean`` and ``std`` (all four, so either normalisation can be
-chosen later) and the ``normalization`` that ``scale_fields`` applies:
-
-- ``min_max``: ``2 (x - min) / (max - min) - 1`` (DoMINO's convention, values in [-1, 1]);
-- ``mean_std``: ``(x - mean) / std``.
+Targets are stored unscaled, so changing the factors never invalidates a cache. The file holds,
+per target kind of the parts the runs hold, each variable's ``min``, ``max``, ``mean`` and
+``std`` and the ``normalization`` ``scale_fields`` applies: ``min_max``, ``2 (x - min) / (max -
+min) - 1`` (DoMINO's, in [-1, 1]), or ``mean_std``, ``(x - mean) / std``.
 """
 
 from __future__ import annotations
@@ -76,18 +72,16 @@ class _RunningStats:
 
 
 def uniform_rows(n_rows: int, limit: int | None) -> np.ndarray | None:
-    """``limit`` rows of ``n_rows`` uniformly without replacement (sorted; a fixed seed, so every
-    reader of a run takes the same rows), or None for all rows. Rows are drawn, not taken from
-    the front: processed runs (curator output included) keep the mesh's row order."""
+    """``limit`` rows of ``n_rows`` uniformly without replacement (sorted, fixed seed, so every reader
+    takes the same rows), or None for all rows: processed runs may keep the mesh's row order."""
     if limit is None or n_rows <= limit:
         return None
     return np.sort(np.random.default_rng(0).choice(n_rows, limit, replace=False))
 
 
 def _stream_rows(array, rows: np.ndarray | None) -> Iterator[np.ndarray]:
-    """Yield ``array``'s ``rows`` (all when None) block by block: every block of _ROW_BLOCK
-    stored rows is read in turn, so memory stays bounded and the blocks are the same whether
-    ``array`` is in memory or on disk."""
+    """Yield ``array``'s ``rows`` (all when None) block by block of _ROW_BLOCK stored rows, the same
+    blocks whether ``array`` is in memory or on disk."""
     total = array.shape[0]
     for start in range(0, total, _ROW_BLOCK):
         stop = min(start + _ROW_BLOCK, total)
@@ -101,10 +95,8 @@ def _stream_rows(array, rows: np.ndarray | None) -> Iterator[np.ndarray]:
 
 def run_statistics(fields: Mapping[str, object], *, parts: Sequence[str] = KINDS,
                    max_volume_rows: int | None = MAX_VOLUME_ROWS, source: str = "run") -> dict[str, dict]:
-    """Per-run sums of ``fields`` ("surface_fields", "volume_fields" of the ``parts`` asked:
-    arrays in memory or lazy Zarr arrays), the volume limited to ``max_volume_rows`` uniformly
-    drawn rows: what ``merge_statistics`` turns into factors. The cache build records them for
-    every run."""
+    """Per-run sums of the ``parts``' fields (in memory or lazy Zarr), the volume limited to
+    ``max_volume_rows`` uniformly drawn rows: what ``merge_statistics`` turns into factors."""
     stats = {}
     for kind in (k for k in KINDS if k in parts):
         name = f"{kind}_fields"
@@ -124,8 +116,7 @@ def run_statistics(fields: Mapping[str, object], *, parts: Sequence[str] = KINDS
 
 def merge_statistics(per_run: Sequence[dict], run_names: Sequence[str], *, normalization: str = "min_max",
                      variables: Mapping[str, Sequence] | None = None) -> dict:
-    """Scaling factors from ``run_statistics`` of several runs, in their order: of the parts
-    (surface, volume) every run has statistics of."""
+    """Scaling factors from several runs' ``run_statistics``, in their order, of the parts every run has."""
     _check_normalization(normalization)
     if not per_run:
         raise ValueError("scaling factors need at least one run")
@@ -152,14 +143,8 @@ def compute_scaling_factors(
     options=None,
     variables: Mapping[str, Sequence] | None = None,
 ) -> dict:
-    """Statistics of ``surface_fields`` and ``volume_fields`` over the given runs (any form
-    runs.py reads; ``options``: its ReadOptions), of the parts they hold (``runs.run_parts``).
-
-    Streams run by run and block by block. The volume of each run contributes at most
-    ``max_volume_rows_per_run`` rows, drawn uniformly (``uniform_rows``). ``variables``
-    ({"surface": [(name, kind), ...], "volume": ...}) are recorded, so that a dataset can refuse
-    factors computed for other variables.
-    """
+    """Statistics of the targets over the given runs (any form runs.py reads), streamed block by block,
+    each run's volume limited to ``max_volume_rows_per_run`` uniform rows; ``variables`` recorded."""
     from domino_pipeline.processed.runs import run_name
 
     _check_normalization(normalization)
@@ -173,8 +158,7 @@ def compute_scaling_factors(
 
 def processed_run_statistics(path: str | os.PathLike, *, options=None,
                              max_volume_rows: int | None = MAX_VOLUME_ROWS) -> dict[str, dict]:
-    """``run_statistics`` of one processed run (any form runs.py reads), streamed from disk:
-    one run's share of ``compute_scaling_factors``, for ranks that compute it in parts."""
+    """``run_statistics`` of one processed run, streamed from disk: one run's share of the factors."""
     from domino_pipeline.processed.runs import ReadOptions, open_run, run_parts
 
     run = open_run(path, options or ReadOptions())
@@ -183,9 +167,7 @@ def processed_run_statistics(path: str | os.PathLike, *, options=None,
 
 def check_factors_match(factors: dict | None, surface_variables, volume_variables, source: str,
                         parts: Sequence[str] = ()) -> None:
-    """Refuse (ValueError naming ``source``) factors computed for other target variables (the
-    recorded variables where the factors have them, else the column counts), or without the
-    ``parts`` asked for."""
+    """Refuse (ValueError naming ``source``) factors of other target variables or lacking ``parts``."""
     if factors is None:
         return
     kinds = factor_kinds(factors)
@@ -238,21 +220,15 @@ def save_scaling_factors(path: str | os.PathLike, factors: dict) -> Path:
 
 def load_scaling_factors(path: str | os.PathLike, normalization: str | None = None, *,
                          allow_pickle: bool = False) -> dict:
-    """Read factors written by ``save_scaling_factors``; plain JSON, nothing is executed. The
-    DoMINO example's pickled ``scaling_factors.pkl`` is read (restricted unpickler) only with
-    ``allow_pickle``; without it the error names the fix (example_factors.py).
-
-    ``normalization`` (when given) replaces the one stored: the file holds min, max, mean and std,
-    so the configured choice applies whichever was configured when the file was computed.
-    """
+    """Read factors written by ``save_scaling_factors``; the example's pickle only with ``allow_pickle``;
+    ``normalization`` (when given) replaces the stored one."""
     if is_pickle(path):
         return checked_scaling_factors(read_example_factors(path, allow_pickle=allow_pickle), str(path), normalization)
     return checked_scaling_factors(read_json(path, "no scaling factors file"), str(path), normalization)
 
 
 def checked_scaling_factors(factors: object, where: str, normalization: str | None = None) -> dict:
-    """Factors parsed from a factors file's JSON (``where``: the file, for messages), checked;
-    ``normalization`` as ``load_scaling_factors`` takes it."""
+    """Factors parsed from a factors file's JSON (``where``: the file, for messages), checked."""
     if normalization is not None and isinstance(factors, dict):
         factors["normalization"] = str(normalization)
     return _validate_factors(factors, where)
@@ -281,8 +257,7 @@ def _is_tensor(values) -> bool:
 
 
 def scale_fields(fields, factors: dict, kind: str):
-    """Scale target fields (..., n_vars) of ``kind`` "surface" or "volume"; numpy or torch in,
-    the same type out, float32."""
+    """Scale target fields (..., n_vars) of ``kind`` "surface" or "volume"; numpy or torch, float32 out."""
     offset, scale = _affine(factors, kind)
     if _is_tensor(fields):
         import torch

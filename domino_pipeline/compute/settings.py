@@ -21,13 +21,10 @@ from domino_pipeline.config import (
     parts_setting,
 )
 from domino_pipeline.variables import VARIABLE_WIDTH
-# The version of the code that computes a cache's contents (rows.py, volume_order.py,
-# preprocessing.py, geometry.py, ../variables.py and this module), part of every settings fingerprint, so that a
-# cache built by other code is stale. tests/test_code_version.py fails when that code changes
-# without this number being bumped.
+# The version of the code that computes a cache's contents, in every settings fingerprint;
+# tests/test_code_version.py fails when that code changes without this number being bumped.
 PREPROCESS_CODE_VERSION = 2
 # The features a cache stores of each surface cell's neighbours with neighbor_layout features
-# (docs/cache_format.md). The uncached path computes them per draw either way.
 NEIGHBOR_FEATURES = ("coordinates", "normals", "areas")
 # Settings that fingerprinted() leaves out at these values, so caches built before the setting
 # existed keep their fingerprint; where absent, a cache's settings have these values.
@@ -74,8 +71,7 @@ class PreprocessSettings:
         return sum(VARIABLE_WIDTH[kind] for _, kind in variables)
 
     def fingerprinted(self) -> dict:
-        """The JSON form of the settings that a cache's contents depend on, without those at
-        their ``IMPLICIT_DEFAULTS`` value."""
+        """The JSON form of the settings a cache's contents depend on, less those at ``IMPLICIT_DEFAULTS``."""
         settings = asdict(self)
         del settings["device"]
         settings["code_version"] = PREPROCESS_CODE_VERSION
@@ -92,14 +88,12 @@ class PreprocessSettings:
 
 
 def neighbor_layout_of(fingerprinted: dict) -> str:
-    """The neighbour layout of settings in their ``PreprocessSettings.fingerprinted()`` form
-    (a cache's settings)."""
+    """The neighbour layout of settings in their ``fingerprinted()`` form (a cache's settings)."""
     return (IMPLICIT_DEFAULTS | fingerprinted)["neighbor_layout"]
 
 
 def held_parts(fingerprinted: dict) -> tuple[str, ...]:
-    """The parts a cache holds, from its settings in their ``PreprocessSettings.fingerprinted()``
-    form (a cache's settings)."""
+    """The parts a cache holds, from its settings in their ``fingerprinted()`` form."""
     return tuple((IMPLICIT_DEFAULTS | fingerprinted)["parts"])
 
 
@@ -113,8 +107,7 @@ def parse_box(box) -> tuple[tuple[float, ...], tuple[float, ...]]:
 
 def settings_from_config(geometry: GeometryConfig, variables: VariablesConfig, *,
                          device: str | None = None, parts: tuple[str, ...] = PARTS) -> PreprocessSettings:
-    """The settings of the ``geometry`` and ``variables`` sections (``device``: another device;
-    ``parts``: those a cache holds, ``process.parts``)."""
+    """The settings of the ``geometry`` and ``variables`` sections (``parts``: those a cache holds)."""
     return PreprocessSettings(
         bounding_box_volume=parse_box(geometry.bounding_box_volume),
         bounding_box_surface=parse_box(geometry.bounding_box_surface),

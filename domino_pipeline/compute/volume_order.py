@@ -1,14 +1,7 @@
 """The stored order of the kept volume rows: a uniformly random permutation that a cache build
-can apply in bounded memory, block by block, and the uncached path in memory, identically.
-
-The kept rows are dealt into buckets of ``block_rows`` rows (the last one shorter), the cache's
-volume shards. Reading the source in blocks of ``block_rows`` raw rows, each block's kept rows
-get bucket labels drawn without replacement from the buckets' remaining places (a multivariate
-hypergeometric draw, then a shuffle of the labels); each bucket's rows, in source order, are then
-shuffled on their own. Every permutation of the kept rows is equally likely, whatever the source
-order (curated runs may be unshuffled), while a build holds one block at a time:
-``deal_block`` in the first pass, ``bucket_permutation`` in the second. ``volume_order`` does both
-passes in memory for the uncached path.
+applies block by block in bounded memory (``deal_block`` in the first pass,
+``bucket_permutation`` in the second) and the uncached path in memory (``volume_order``),
+identically. The draw is specified in docs/cache_format.md ("Arrays of a run", row order).
 """
 
 from __future__ import annotations
@@ -31,8 +24,7 @@ def labels_rng(seed: int) -> np.random.Generator:
 
 
 def deal_block(rng: np.random.Generator, remaining: np.ndarray, n_rows: int) -> np.ndarray:
-    """Bucket labels (int64) of the next ``n_rows`` kept rows, drawn from the buckets'
-    ``remaining`` places, which are updated in place."""
+    """Bucket labels of the next ``n_rows`` kept rows, drawn from the buckets' ``remaining`` places (updated)."""
     if n_rows == 0:
         return np.zeros(0, dtype=np.int64)
     counts = rng.multivariate_hypergeometric(remaining, n_rows)
@@ -46,9 +38,8 @@ def bucket_permutation(seed: int, bucket: int, size: int) -> np.ndarray:
 
 
 def volume_order(inside: np.ndarray, seed: int, block_rows: int = VOLUME_BLOCK_ROWS) -> np.ndarray:
-    """The source rows of the kept volume points (``inside``: a boolean mask over all source
-    rows) in their stored order, as a build that reads ``block_rows`` raw rows at a time
-    stores them."""
+    """The source rows of the kept volume points (``inside``: a mask over all source rows) in stored
+    order, as a build reading ``block_rows`` raw rows at a time stores them."""
     kept = np.flatnonzero(inside)
     sizes = bucket_sizes(len(kept), block_rows)
     remaining, rng = sizes.copy(), labels_rng(seed)

@@ -1,46 +1,9 @@
 """Force and moment coefficients from surface pressure and wall shear, integrated over the cells.
 
-The force the flow exerts on the body and its moment about the reference centre c, summed over
-the surface cells i with area A_i and centre x_i:
-
-    f_i = (-p_i n_i + tau_i) A_i            n_i: unit normal pointing out of the body, into the fluid
-                                            tau_i: wall shear stress the fluid exerts on the body
-    F = sum_i f_i                           M = sum_i (x_i - c) x f_i
-
-and, as OpenFOAM's forceCoeffs writes them (v1912; the dataset profile's ``dataset.flow``
-directions), with q = 0.5 rho_inf U_inf^2, the reference area A_ref and length l_ref:
-
-    Cd = F . e_drag / (q A_ref)    Cs = F . e_side / (q A_ref)    Cl = F . e_lift / (q A_ref)
-    CmRoll = M . e_drag / (q A_ref l_ref)   CmPitch = M . e_side / (...)   CmYaw = M . e_lift / (...)
-    Clf = Cl / 2 + CmPitch         Clr = Cl / 2 - CmPitch             (front and rear lift)
-
-with e_side the profile's side direction (OpenFOAM's forceCoeffs takes e_lift x e_drag: +y for
-drag +x and lift +z; WindsorML, y up, states +z): roll about the drag direction, pitch about the
-side one, yaw about the lift one. The fields are the physical ones, as the source
-files hold them: process_data.py stores p / (rho U^2) with the *scaling* references (config
-``physics.stream_velocity``, ``physics.air_density``; the DoMINO example's 30 m/s and 1.205
-kg/m^3), and the caller multiplies them back before integrating. The coefficients use the
-*flow's* free stream (``FreeStream``: DrivAerML's 38.889 m/s, or each OpenFOAM run's magUInf),
-which need not be the scaling reference. Kinematic fields (divided by the density, m^2/s^2, as
-incompressible OpenFOAM solvers write them) give a force per density, and rho_inf is 1.
-
-Data sets state their normals and shear the other way round, which ``ForceConvention`` records:
-OpenFOAM's boundary output (foamToVTK, DrivAerML's VTPs) has face normals pointing out of the
-fluid domain, i.e. into the body, and ``wallShearStress`` is the stress on the fluid; there
-``f_i = (p n - tau) A``, the formula of OpenFOAM's forces function object, physicsnemo's DoMINO
-example (test.py) and ``physicsnemo.metrics.cae.cfd.compute_force_coefficients``. WindsorML's
-point normals point out of the body and its skin friction is the stress on it.
-
-A dataset whose surface fields are already coefficients (WindsorML's pressure and skin friction
-coefficients, the roles ``pressure_coefficient`` and ``skin_friction_coefficient``) integrates
-them the same way with q = 1: ``C = sum (-cp n + cf) A . e / A_ref``.
-
-References: a run's own (its references file: DrivAerML's ``geo_ref_<i>.csv``, OpenFOAM's
-coefficient.dat header), or the profile's constant ``dataset.references``; predict.py reports
-both (``forces.reference_area_per_run`` chooses which the first set of columns uses).
-
-``FreeStream`` and ``ForceConvention`` (the signs of the normals and of the shear) live in
-domino_pipeline/force_integration.py, which process_data.py's per-run statistics use too.
+The formulas (OpenFOAM's forceCoeffs), the free stream, the data sets' normal and shear
+conventions and the references are in docs/predict.md, "Force and moment coefficients".
+``FreeStream`` and ``ForceConvention`` live in domino_pipeline/force_integration.py, which the
+per-run statistics use too.
 """
 
 from __future__ import annotations
@@ -60,11 +23,7 @@ from domino_pipeline.variables import VARIABLE_WIDTH
 
 def cell_forces(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
                 convention: ForceConvention) -> np.ndarray:
-    """The force on the body of each cell (N, 3), float64, in the units of pressure x area.
-
-    ``pressure`` (N,), ``wall_shear`` (N, 3), ``vector_areas`` (N, 3): each cell's area times its
-    unit normal (oriented as ``convention.normals`` says), ``areas`` (N,).
-    """
+    """The force on the body of each cell (N, 3), float64, normals oriented as ``convention.normals`` says."""
     pressure, wall_shear, vector_areas, areas = cell_arrays(pressure, wall_shear, vector_areas, areas,
                                                             "the force integration")
     return convention.force(pressure[:, None] * vector_areas, wall_shear * areas[:, None])
@@ -100,8 +59,7 @@ def surface_loads(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np
 
 @dataclass(frozen=True)
 class Directions:
-    """The drag, lift and side directions of the coefficients (``dataset.flow``); the side
-    direction None: lift x drag, as OpenFOAM's forceCoeffs takes it."""
+    """The drag, lift and side directions of the coefficients; side None: lift x drag, as OpenFOAM's."""
 
     drag: tuple[float, float, float] = (1.0, 0.0, 0.0)
     lift: tuple[float, float, float] = (0.0, 0.0, 1.0)
@@ -115,7 +73,7 @@ class Directions:
 
 def coefficients(loads: Loads, references: References, dynamic_pressure: float,
                  directions: Directions = Directions()) -> dict[str, float]:
-    """Every coefficient of COEFFICIENTS (module docstring) of ``loads`` over ``references``, with
+    """Every coefficient of COEFFICIENTS (docs/predict.md) of ``loads`` over ``references``, with
     ``dynamic_pressure`` (0.5 rho U^2) in the units of the pressure the loads were summed from."""
     if not (references.area > 0 and references.length > 0):
         raise ValueError(f"the reference area and length must be positive, not {references.area} and "
@@ -143,8 +101,7 @@ def force_coefficients(pressure: np.ndarray, wall_shear: np.ndarray, vector_area
 
 
 def mesh_vector_areas(mesh) -> np.ndarray:
-    """``cell_geometry.polygon_vector_areas`` (OpenFOAM's face area vectors) of a pyvista
-    PolyData made of polygons only."""
+    """OpenFOAM's face area vectors (``polygon_vector_areas``) of a pyvista PolyData of polygons only."""
     from vtkmodules.util.numpy_support import vtk_to_numpy
 
     if mesh.n_cells != mesh.GetPolys().GetNumberOfCells():
@@ -157,8 +114,7 @@ def mesh_vector_areas(mesh) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ReferenceSet:
-    """The references one set of a run's coefficients is taken over, and the published
-    coefficients over them (None: none published)."""
+    """The references of one set of a run's coefficients, and the published ones over them (or None)."""
 
     references: References
     published: dict[str, float] | None
@@ -171,11 +127,8 @@ COEFFICIENT_ROLES = ("pressure_coefficient", "skin_friction_coefficient")
 
 @dataclass(frozen=True)
 class ForceSettings:
-    """How predict.py integrates the coefficients: the dataset profile's flow (conventions, the
-    free stream or None when each run's file gives it, the directions), which surface variables
-    are the pressure and the wall shear (the fields playing those roles; or the pressure and skin
-    friction coefficients, ``fields_are_coefficients``), the constant references, and whether a
-    run's own ones are preferred."""
+    """How predict.py integrates the coefficients: the profile's flow, the pressure and wall-shear
+    variables (or cp and cf), the constant references, whether a run's own are preferred."""
 
     constant_references: References
     convention: ForceConvention
@@ -190,9 +143,7 @@ class ForceSettings:
 
     @classmethod
     def from_config(cls, forces: ForcesConfig, dataset: DatasetConfig) -> ForceSettings:
-        """The settings of the ``forces`` section and the ``dataset`` profile: its surface fields
-        playing the roles pressure and wall_shear_stress, or else pressure_coefficient and
-        skin_friction_coefficient."""
+        """The settings of the ``forces`` section and the ``dataset`` profile's flow and force fields."""
         flow = dataset.flow
         coefficient_fields = not all(dataset.has_field("surface", role) for role in STRESS_ROLES) and all(
             dataset.has_field("surface", role) for role in COEFFICIENT_ROLES)
@@ -221,15 +172,12 @@ class ForceSettings:
         return starts[self.pressure][0], slice(first, first + 3)
 
     def free_stream(self, published: Published | None) -> FreeStream | None:
-        """The free stream of a run that publishes ``published``: the profile's speed, or the run's
-        own where the profile gives none (None when neither does)."""
+        """The free stream of a run: the profile's speed, else the run's published one (None: neither)."""
         velocity = self.velocity if self.velocity is not None else (published.velocity if published else None)
         return None if velocity is None else FreeStream(velocity, self.density, self.kinematic)
 
     def reference_sets(self, published: Published | None) -> dict[str, ReferenceSet]:
-        """``own``: the run's own references and coefficients where it has them and
-        ``reference_area_per_run``, else the constant ones; ``constant``: the constant ones (the
-        run's references file's, else the profile's)."""
+        """``own`` (the run's references where preferred and present, else the constant ones) and ``constant``."""
         if published is None:
             constant = ReferenceSet(self.constant_references, None)
             return {"own": constant, "constant": constant}
@@ -240,13 +188,11 @@ class ForceSettings:
 
     def loads(self, fields: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray, centres: np.ndarray,
               variables: dict[str, str]) -> Loads:
-        """The force and moment of physical surface fields (N, C), in the source files' units, on
-        cells with these vector areas, areas and centres."""
+        """The force and moment of physical surface fields (N, C) on cells of these areas and centres."""
         pressure, shear = self.columns(variables)
         return surface_loads(fields[:, pressure], fields[:, shear], vector_areas, areas, centres, self.convention)
 
     def coefficients(self, loads: Loads, references: References, free_stream: FreeStream) -> dict[str, float]:
-        """Every coefficient of ``loads`` over ``references`` in ``free_stream`` (a dynamic
-        pressure of 1 for coefficient fields)."""
+        """Every coefficient of ``loads`` over ``references`` in ``free_stream`` (q = 1 for coefficient fields)."""
         dynamic_pressure = 1.0 if self.fields_are_coefficients else free_stream.dynamic_pressure
         return coefficients(loads, references, dynamic_pressure, self.directions)

@@ -1,28 +1,9 @@
-"""DoMINO over every surface cell (and every volume point) of a run, in batches of bounded size.
-
-Training draws a few thousand points per step; prediction wants all of them. The run goes
-through the training path's own preprocessing (``prepare_rows``: box filters, normalisation, the
-centre of mass; ``grid_sdf``; ``all_surface_neighbors``, as the cache build; ``volume_sdf``) and every batch through the
-training path's own item builder (``build_item``), so the model sees what it was trained on:
-
-    prepared = prepare_run(arrays, settings, parts=("surface",), source=name)
-    items = BatchItems(prepared, settings, parts=("surface",), geometry_points=300_000)
-    scaled = predict_part(part_forward(model), items, part="surface", batch_points=8192,
-                          device=device)                               # (kept rows, C), model units
-    fields = rows_to_mesh(unscale_fields(scaled, factors, "surface"), prepared.surface_rows, n_cells)
-
-Memory: the run's arrays, its surface kNN (N x (K-1) int32) and the model's activations for one
-batch of ``batch_points`` points. The geometry points are the first ``geometry_points`` of the STL
-vertices in the stored random order: a uniform subset of the size training used.
-
-The geometry encodings (ball queries of the geometry points into the grids, grid convolutions)
-are the same for every batch of a run. For a DoMINO of the physicsnemo version this was written
-against, ``EncodedDoMINO`` computes them once per run and runs only the per-point part of
-``DoMINO.forward`` per batch (the test suite compares it with ``model(batch)``, surface-only and
-combined); any other model runs the whole forward pass per batch.
-
-A model with both heads needs both kinds of input in every batch: the other part is filled with
-one row (the first surface cell, or one volume point) whose prediction is dropped.
+"""DoMINO over every surface cell (and every volume point) of a run, in batches of bounded size,
+through the training path's own preprocessing and item builder, so the model sees what it was
+trained on (docs/predict.md, "Inputs"). The geometry points are the first ``geometry_points``
+STL vertices in stored order (a uniform subset); ``EncodedDoMINO`` computes the geometry
+encodings once per run. A model with both heads gets one row of the other part in every batch,
+whose prediction is dropped.
 """
 
 from __future__ import annotations
@@ -73,8 +54,7 @@ def prepare_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *, 
 
 
 class BatchItems:
-    """Builds DoMINO's input for any rows of a prepared run; the expensive per-run geometry (grid
-    SDFs, the surface kNN, the STL mesh on the device for the volume SDF) is computed once."""
+    """Builds DoMINO's input for any rows of a prepared run, its expensive per-run geometry computed once."""
 
     def __init__(self, prepared: PreparedRun, settings: PreprocessSettings, *, parts: tuple[str, ...],
                  geometry_points: int) -> None:
@@ -122,11 +102,8 @@ class BatchItems:
 
 
 class EncodedDoMINO:
-    """DoMINO's forward pass in two steps: the geometry encodings (ball queries of the geometry
-    points into the grids, grid convolutions, the combined UNets) once per run, then only the
-    per-point part per batch. Mirrors ``DoMINO.forward`` of physicsnemo ``SUPPORTED_PHYSICSNEMO``
-    for surface, volume and combined models; ``surface(batch)`` / ``volume(batch)`` equal the
-    surface / volume output of ``model(batch)`` (the test suite compares them)."""
+    """DoMINO's forward pass in two steps, the geometry encodings once per run, then the per-point part
+    per batch; mirrors ``DoMINO.forward`` of ``SUPPORTED_PHYSICSNEMO`` (the tests compare them)."""
 
     SUPPORTED_PHYSICSNEMO = ("2.2.2",)
 
@@ -155,8 +132,7 @@ class EncodedDoMINO:
         return encodings
 
     def encoding(self, batch: dict[str, torch.Tensor], part: str) -> torch.Tensor:
-        """The run's geometry encoding for ``part``: computed from the first batch, reused for the
-        next ones (the same run: the same geometry points and grids)."""
+        """The run's geometry encoding for ``part``, computed from the first batch and reused."""
         if self.encodings is None:
             self.encodings = self._encodings(batch)
         return self.encodings[part]
@@ -195,8 +171,7 @@ class EncodedDoMINO:
 
 
 def _in_box(points: torch.Tensor, min_max: torch.Tensor | None) -> torch.Tensor:
-    """``points`` mapped to [-1, 1] in the box ``min_max`` (B, 2, 3), as DoMINO maps the geometry
-    points per head; unchanged without a box."""
+    """``points`` mapped to [-1, 1] in the box ``min_max`` (B, 2, 3), as DoMINO maps them; unchanged without."""
     if min_max is None:
         return points
     low, high = min_max[:, 0].unsqueeze(1), min_max[:, 1].unsqueeze(1)
@@ -214,9 +189,7 @@ Forward = Callable[[dict[str, torch.Tensor], str], torch.Tensor]
 
 
 def part_forward(model: torch.nn.Module, *, encode_once: bool = True) -> Forward:
-    """``forward(batch, part)``: the model's ``part`` output (B, N, C) for a batch of one run;
-    through ``EncodedDoMINO`` (the geometry encodings once per run) where it supports the model
-    and ``encode_once``, else the whole forward pass per batch. Make one per run."""
+    """``forward(batch, part)``: the model's ``part`` output, through ``EncodedDoMINO`` where it can; one per run."""
     if encode_once and EncodedDoMINO.supports(model):
         encoded = EncodedDoMINO(model)
         return lambda batch, part: encoded.surface(batch) if part == "surface" else encoded.volume(batch)
@@ -226,8 +199,7 @@ def part_forward(model: torch.nn.Module, *, encode_once: bool = True) -> Forward
 @torch.no_grad()
 def predict_part(forward: Forward, items: BatchItems, *, part: str, batch_points: int,
                  device: torch.device, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
-    """The model's output (scaled units) for every kept row of ``part``, in the prepared row
-    order; ``forward``: the run's ``part_forward``."""
+    """The model's output (scaled) for every kept row of ``part``, in prepared order, through ``forward``."""
     prepared = items.prepared
     count = len(prepared.surface_areas) if part == "surface" else len(prepared.volume_coordinates)
     outputs = []
@@ -242,8 +214,7 @@ def predict_part(forward: Forward, items: BatchItems, *, part: str, batch_points
 
 
 def rows_to_mesh(values: np.ndarray, rows: np.ndarray, count: int) -> np.ndarray:
-    """Values of the kept rows placed at their mesh rows (``count`` of them); NaN where none was
-    predicted (cells outside the volume box or without area)."""
+    """The kept rows' values placed at their mesh rows (``count``); NaN where none was predicted."""
     placed = np.full((count, values.shape[1]), np.nan, dtype=np.float32)
     placed[rows] = values
     return placed

@@ -1,11 +1,6 @@
 """One run through prediction: the model over every cell (and volume point), the errors against
-the truth, the force and moment coefficients, and the files people look at.
-
-    prediction = predict_run(model, run, settings, scaling_factors=factors, geometry_points=300_000,
-                             batch_points=8192, device=device)
-    record = run_record(run, prediction, variables=variables, forces=forces)
-    paths = write_run_outputs(run, prediction, variables=variables, out_dir=out, plot=True, record=record)
-    report_table(records, surface_names, out_dir=out, forces=forces)   # predictions.csv and the printed table
+the truth, the force and moment coefficients, and the files people look at (docs/predict.md,
+"Outputs").
 """
 
 from __future__ import annotations
@@ -49,10 +44,7 @@ from domino_pipeline.variables import column_names
 
 @dataclass
 class RunPrediction:
-    """Non-dimensional predictions at every surface cell (NaN where none was made) and, when
-    asked, at every volume point; seconds in all and per step (``prepare``: box filters and
-    normalisation; ``geometry``: grid SDFs and the surface kNN; ``surface`` / ``volume``: the
-    batches through the model, their inputs built per batch)."""
+    """Non-dimensional predictions per surface cell (NaN: none) and volume point; seconds in all and per step."""
 
     surface: np.ndarray | None
     volume: np.ndarray | None
@@ -104,9 +96,7 @@ def progress_bar(run_name: str, part: str, total: int, *, enabled: bool = True, 
 
 def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapping[str, Mapping[str, str]],
                forces: ForceSettings) -> dict[str, Any]:
-    """The run's row of the table: cells, the coefficients predicted (and true, and published),
-    relative L2 per variable, per cell (``rel_l2_<name>``) and area-weighted (``rel_l2_area_<name>``:
-    cells count by their area, as in training, which samples cells in proportion to their area)."""
+    """The run's row of the table: cells, coefficients predicted, true and published, relative L2 errors."""
     record: dict[str, Any] = {"run": run.name, "kind": run.kind, "seconds": prediction.seconds}
     if prediction.surface is not None:
         record |= _surface_record(run, prediction.surface, dict(variables["surface"]), forces)
@@ -145,8 +135,7 @@ def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
 
 
 def printed_columns(records: list[dict], columns: list[str]) -> list[str]:
-    """The printed table's: drag, lift, front and rear lift over the run's own references and the
-    area-weighted relative L2 errors."""
+    """The printed table's: drag, lift, front and rear lift (own references), area-weighted L2 errors."""
     coefficients = {coefficient_columns("own", kind)[name] for name in PRINTED_COEFFICIENTS
                     for kind in ("pred", "true", "published")}
     shown = [c for c in columns if c in ("run", "cells", "a_ref", "seconds") or c in coefficients
@@ -181,9 +170,7 @@ def report_table(records: list[dict], surface_names: list[str], *, out_dir: Path
 
 def _surface_record(run: PredictionRun, predicted: np.ndarray, variables: dict[str, str],
                     forces: ForceSettings) -> dict[str, Any]:
-    """The coefficients over every cell (a cell without prediction adds nothing), from the fields
-    in physical units, over the run's own references and over the constant ones, beside the
-    published ones where the run has them; and the errors."""
+    """The coefficients over every predicted cell, over the own and constant references; and the errors."""
     vector_areas = run.cell_vector_areas
     areas = np.linalg.norm(vector_areas, axis=1)
     to_physical = run.divisors["surface"].astype(np.float64)

@@ -60,8 +60,7 @@ def write_mesh(mesh: pv.DataSet, path: Path) -> Path:
 
 def format_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str],
                  labels: Mapping[str, str] | None = None) -> str:
-    """A plain-text table of ``records`` (numbers to 4 significant digits); ``labels`` renames
-    column headers."""
+    """A plain-text table of ``records`` (numbers to 4 significant digits); ``labels`` renames headers."""
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return "-" if math.isnan(value) else f"{value:.4g}"

@@ -1,23 +1,6 @@
-"""What predict.py is given, read into one form: a raw DrivAerML run folder, a processed run, or
-an STL alone.
-
-Each becomes a ``PredictionRun``: the arrays in the processed-run layout (stl_*, surface_*,
-volume_* when asked, global_params_*; fields non-dimensional, as process_data.py stores them), the
-mesh the surface rows are the cells of (where predictions are written), and what is true:
-
-- a raw folder (its files found through the dataset profile), read as process_data.py reads it
-  (the surface and, when asked, the volume a block at a time) into the arrays it would store:
-  the boundary surface's rows (cells or points, ``dataset.surface_rows``), with its fields as
-  truth; the volume's rows when asked (a folder
-  without a volume is predicted on its surface); the published coefficients and references
-  (``dataset.coefficients``, ``dataset.references``) where the folder has them. The written VTP
-  is the run's own surface (a surface VTU as the same PolyData), every array kept.
-- a processed run (``<run>.zarr``, a local folder or an ``s3://``, ``gs://``, ``az://`` URL, read
-  through processed/runs.py): its cell centres and fields, and the published coefficients and
-  references its attributes recorded from the raw folder; it keeps no cell connectivity, so the
-  written "mesh" is a point cloud with one vertex cell per surface cell.
-- an STL alone: its triangles are the surface cells (centres, areas, normals from the winding,
-  oriented the way the training data's normals point); nothing is true.
+"""What predict.py is given, read into one ``PredictionRun``: a raw run folder, a processed run, or
+an STL alone (docs/predict.md, "Inputs"): the arrays in the processed-run layout, the mesh whose
+cells the surface rows are (where predictions are written), and what is true.
 """
 
 from __future__ import annotations
@@ -137,9 +120,7 @@ def runs_to_predict(options: PredictConfig, data: DataConfig) -> list[Path | str
 
 def load_prediction_run(path: str | os.PathLike, *, dataset: DatasetConfig, physics: Physics, volume: bool,
                         volume_source: str = "points") -> PredictionRun:
-    """Read ``path`` (any of ``KINDS``) for prediction, its files and fields named by the
-    ``dataset`` profile; ``volume``: read the volume points too. An STL's normals are oriented
-    as the profile says the data's are."""
+    """Read ``path`` (any of ``KINDS``) for prediction as the ``dataset`` profile names its files and fields."""
     kind = run_kind(path)
     if kind == "raw":
         return load_raw_run(Path(path), dataset, physics, volume, volume_source)
@@ -152,10 +133,8 @@ def load_prediction_run(path: str | os.PathLike, *, dataset: DatasetConfig, phys
 
 def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume: bool,
                  volume_source: str = "points") -> PredictionRun:
-    """A raw run folder read as process_data.py reads it (``process_runs.process_in_memory``:
-    the STL whole, the boundary surface and, when asked, the volume a block at a time) into the
-    arrays it would store, with the coefficients and references the folder publishes; the VTP
-    read whole as well, every array kept, to write the predictions onto its rows (cells or points)."""
+    """A raw run folder read as process_data.py reads it, with its published coefficients and
+    references, and its VTP read whole to write the predictions onto."""
     rows = dataset.surface_rows
     options = ProcessOptions(dataset=dataset, surface_fields=dict(dataset.fields.surface),
                              volume_fields=dict(dataset.fields.volume), stream_velocity=physics.stream_velocity,
@@ -175,9 +154,7 @@ def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume
 
 
 def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
-    """A processed run (a folder or a URL): its arrays as stored, and the published coefficients
-    and references it recorded (none for a run processed before they were recorded); the
-    surface "mesh" is a point cloud of cell centres."""
+    """A processed run (a folder or a URL) with its recorded published coefficients and references."""
     opened = open_run(as_location(path))
     if opened.format != "processed":
         raise ProcessedRunError(f"{opened.path}: a {opened.format} run; predict.py reads the runs "
@@ -194,9 +171,7 @@ def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
 
 def _prediction_run(name: str, kind: str, arrays: dict[str, np.ndarray], attrs: Mapping, surface: tuple,
                     volume: bool, where: Path | str) -> PredictionRun:
-    """The run to predict of a processed run's ``arrays`` and attributes (the fields' roles and
-    the references that made them non-dimensional); ``surface``: (the mesh whose cells are the
-    surface rows, their vector areas)."""
+    """The run to predict of a processed run's ``arrays`` and attributes (``surface``: mesh, vector areas)."""
     if "surface_field_roles" not in attrs:
         raise ProcessedRunError(f"{where}: processed before dataset profiles (no field roles recorded); "
                                 "process it again with process_data.py")
@@ -235,9 +210,8 @@ def load_stl(path: Path, dataset: DatasetConfig, physics: Physics, normals_out_o
 
 
 def triangle_vector_areas(vertices: np.ndarray, faces: np.ndarray, *, out_of_body: bool) -> np.ndarray:
-    """Area times unit normal (F, 3), float64, of a closed triangle mesh's triangles, pointing out
-    of the body or into it. The winding gives each normal up to a common sign; the sign of the
-    enclosed volume (divergence theorem: positive when the winding points out) says which."""
+    """Area times unit normal (F, 3), float64, of a closed triangle mesh's triangles, out of the body or
+    into it: the sign of the enclosed volume (divergence theorem) says which way the winding points."""
     v0, v1, v2 = (vertices[faces[:, k]].astype(np.float64) for k in range(3))
     vector_areas = 0.5 * np.cross(v1 - v0, v2 - v0)
     enclosed = np.einsum("ij,ij->", v0, np.cross(v1, v2)) / 6.0

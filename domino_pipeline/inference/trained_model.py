@@ -1,12 +1,6 @@
-"""A trained DoMINO for prediction, from a physicsnemo ``.mdlus`` or this project's ``checkpoint.pt``.
-
-    model, parameters = load_trained_model("outputs/demo/train_cached/checkpoints/model_best.mdlus", device)
-
-A ``.mdlus`` (``Module.save``: this project's model_last / model_best, or anyone's DoMINO)
-rebuilds itself from its own constructor arguments. A ``checkpoint.pt`` holds the resolved config
-the model was trained with; the model is rebuilt from it and its weights loaded (weights_only).
-Either way the model's resolved parameters come back, to check the data against
-(``check_data_fits_model``).
+"""A trained DoMINO for prediction, from a physicsnemo ``.mdlus`` (rebuilt from its own constructor
+arguments) or this project's ``checkpoint.pt`` (from its resolved config), with the model's
+resolved parameters, to check the data against.
 """
 
 from __future__ import annotations

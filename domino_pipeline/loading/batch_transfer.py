@@ -1,19 +1,11 @@
 """Hand batches from DataLoader workers to the main process through reused shared memory.
 
-By default a worker's batch travels as fresh shared-memory segments: pages the kernel allocates
-and zeroes for every batch, and a socket round trip per segment to pass its file descriptor. Here each worker keeps a
-small pool of memfd buffers instead. A batch is copied into a free buffer and sent as a small
-message (buffer token, layout); the buffer's file descriptor travels once, with its first batch.
-The receiving process maps each buffer once and builds the batch's tensors as views of it; when
-the last of them (and of any view a user made) is freed, a finalizer marks the buffer free and
-the worker reuses it. Tensors marked constant (``mark_constant``: the per-process grids) are not
-sent at all: the receiver rebuilds them once with the factory that made them. Arrays a worker's
-dataset allocates with ``output_array`` are placed in the buffer the batch will travel in, so
-those of a batch of one are sent without any copy.
-
-Byte 0 of a buffer is its flag (1: held by the receiver, 0: free); data starts at ``HEADER``.
-Where memfd is missing, or every pooled buffer is still held, ``pack`` returns None and the
-caller falls back to torch's own shared memory.
+Each worker keeps a small pool of memfd buffers: a batch is copied into a free one and sent as a
+small message, the buffer's descriptor travelling once; the receiver maps each buffer once and
+builds the batch as views of it, and a finalizer marks the buffer free (byte 0: 1 held, 0 free;
+data from ``HEADER``) when the last view goes. Constants (``mark_constant``) travel as recipes;
+arrays from ``output_array`` are already in the buffer. Without memfd or a free buffer ``pack``
+returns None and torch's own shared memory is used.
 """
 
 from __future__ import annotations
@@ -40,8 +32,7 @@ _constants: dict[int, tuple[weakref.ref, Callable, tuple]] = {}
 
 
 def mark_constant(tensor: torch.Tensor, factory: Callable[..., torch.Tensor], args: tuple) -> None:
-    """Record that ``factory(*args)`` (a cached, module-level function) rebuilds ``tensor``
-    in any process, so batches carry ``(factory, args)`` in its place."""
+    """Record that ``factory(*args)`` (cached, module-level) rebuilds ``tensor``, so batches carry the recipe."""
     _constants[id(tensor)] = (weakref.ref(tensor), factory, args)
 
 
@@ -69,8 +60,7 @@ class _Buffer:
         return self.map[0] == FREE and (self._lease is None or self._lease() is None)
 
     def lease(self) -> torch.Tensor:
-        """The buffer's bytes as a tensor that, with every view and array made from it, keeps
-        the buffer from being reused until all of them are freed."""
+        """The buffer's bytes as a tensor that keeps the buffer from reuse until it and every view are freed."""
         holder = np.frombuffer(self.map, dtype=np.uint8)
         self._lease = weakref.ref(holder)
         return torch.from_numpy(holder)  # the tensor's storage holds ``holder``
@@ -153,11 +143,8 @@ def _this_process_pool() -> _Pool:
 
 
 def output_array(shape: tuple[int, ...], dtype) -> np.ndarray:
-    """An empty array for a value of the item being drawn (``np.empty``'s signature).
-
-    In a DataLoader worker it lies in the shared buffer the item's batch will travel in, so
-    ``pack`` sends it without copying; elsewhere it is ``np.empty(shape, dtype)``.
-    """
+    """An empty array for a value of the item being drawn (``np.empty``'s signature): in a DataLoader
+    worker it lies in the shared buffer the batch will travel in, so ``pack`` sends it without a copy."""
     if get_worker_info() is None or not hasattr(os, "memfd_create"):
         return np.empty(shape, dtype)
     return _this_process_pool().output(tuple(shape), np.dtype(dtype))
@@ -179,9 +166,8 @@ class PackedBatch:
 
 
 def pack(items: list[dict[str, torch.Tensor]]) -> PackedBatch | None:
-    """The items stacked into one pooled buffer (a batch of one: each tensor with a leading
-    dimension of 1, constants by recipe, arrays from ``output_array`` where they are); None
-    where no buffer is available."""
+    """The items stacked into one pooled buffer (constants by recipe, ``output_array`` ones in place);
+    None where no buffer is available."""
     if not hasattr(os, "memfd_create"):
         return None
     pool = _this_process_pool()
@@ -214,8 +200,7 @@ def pack(items: list[dict[str, torch.Tensor]]) -> PackedBatch | None:
 
 
 def _destination(pool: _Pool, arena: _Arena | None, entries: list) -> tuple[_Buffer | None, int]:
-    """The buffer the batch goes in and where its copies start: the item's arena if the rest
-    fits behind its arrays, else a free pooled buffer (everything copied)."""
+    """The buffer a batch goes in and where its copies start: the item's arena if the rest fits, else a free one."""
     copied = sum(_aligned(nbytes) for *_, offset, nbytes in entries if offset is None)
     if arena is not None and _aligned(arena.used) + copied <= arena.buffer.size:
         return arena.buffer, arena.used
@@ -230,8 +215,7 @@ _maps_lock = threading.Lock()
 
 def unpack(token: str, fd, size: int, pid: int, keys: tuple, layout: tuple, constants: dict,
            retired: tuple) -> dict[str, torch.Tensor]:
-    """The batch dict in the receiving process: views of the mapped buffer, freed for reuse by
-    the worker when the last view is gone."""
+    """The batch dict in the receiving process: views of the mapped buffer, freed for reuse with the last view."""
     mapping = _mapping(token, fd, size, pid, retired)
     data = np.frombuffer(mapping, dtype=np.uint8, count=size - HEADER, offset=HEADER)
     weakref.finalize(data, _release, mapping)

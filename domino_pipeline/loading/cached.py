@@ -1,9 +1,5 @@
 """``CachedDoMINODataset``: DoMINO items drawn from a cache written by ``cache_data.py``.
 
-    ds = CachedDoMINODataset("outputs/demo/cache", model_type="surface", surface_points=1024,
-                             geometry_points=4096)   # targets scaled with the cache's own factors
-    ds.set_epoch(3); item = ds[0]
-
 Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the cache stays light.
 """
 
@@ -38,28 +34,12 @@ from domino_pipeline.store.manifest import manifest_scaling_factors, read_manife
 
 
 class CachedDoMINODataset(EpochDataset):
-    """DoMINO items drawn from a cache written by ``cache_data.py``.
+    """DoMINO items drawn from a cache written by ``cache_data.py`` (docs/cache_format.md).
 
-    Holds only paths and the manifest's small metadata; each process opens runs lazily. A draw
-    reads windows of the pre-shuffled row arrays (O(sampled points)). The neighbours of the
-    sampled surface cells come as the cache's ``neighbor_layout`` stores them: in "features",
-    read with the cells' own rows; in "indices", gathered from the rows the indices name (these
-    lie all over the surface, so the gather touches most chunks of three small arrays;
-    docs/cache_format.md). ``expected``: settings (``PreprocessSettings.fingerprinted()``)
-    the cache must have been built with; a mismatch raises StaleCacheError listing every
-    difference. ``scaling_factors``: "manifest" (the default) takes the factors cache_data.py
-    wrote beside the cache, checked against the SHA-256 the manifest records; a dict or a
-    factors file (scaling.py's JSON) replaces them; None leaves the targets unscaled. Factors
-    computed for other target variables are refused.
-    ``sources``: run name -> the processed run's current stat fingerprint
-    (``processed.runs.stat_fingerprint``: file names, sizes, modification and inode change times,
-    inode numbers); a run whose processed run
-    was written again since the manifest recorded it raises StaleCacheError naming it.
-
-    The dataset reads the run generations the manifest named when it was made, whatever
-    rebuilds happen meanwhile (a rebuilt run's previous generation is kept). Each process keeps
-    at most ``max_open_runs`` runs open, closing the least recently used (their reader buffers
-    go with them), so a worker drawing from hundreds of runs stays small.
+    Each process opens runs lazily, at most ``max_open_runs`` at a time, reading the generations the
+    manifest named. ``expected``: the settings the cache must have; ``scaling_factors``: "manifest"
+    (the cache's own, checked), a dict or file, or None; ``sources``: run name -> the processed run's
+    ``stat_fingerprint``, a run written again since it was cached is stale.
     """
 
     def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
@@ -97,14 +77,10 @@ class CachedDoMINODataset(EpochDataset):
         self._open: OrderedDict[int, CacheRun] = OrderedDict()
         self._pid = os.getpid()
 
-    def __len__(self) -> int:
-        return len(self.run_paths)
-
     @property
     def worker_context(self) -> str | None:
-        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for
-        a cache on object storage (its client does not survive ``fork``), else None (the
-        default)."""
+        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for a cache on
+        object storage (its client does not survive ``fork``), else None."""
         return "spawn" if is_url(self.cache_dir) else None
 
     def __getstate__(self) -> dict:
@@ -113,8 +89,7 @@ class CachedDoMINODataset(EpochDataset):
         return state
 
     def run(self, index: int) -> CacheRun:
-        """The opened cache run of ``index`` (opened on first use in this process, closed when
-        ``max_open_runs`` others have been used since)."""
+        """The opened cache run of ``index``, opened on first use and closed after ``max_open_runs`` others."""
         if self._pid != os.getpid():  # a forked worker opens its own stores
             self._open, self._pid = OrderedDict(), os.getpid()
         if index in self._open:
@@ -166,10 +141,8 @@ class CachedDoMINODataset(EpochDataset):
             scaling_factors=self.scaling_factors)
 
     def _window_spans(self, index: int, epoch: int, counts: dict) -> dict[str, list[tuple[int, int]]]:
-        """The rows each row array of the draw comes from, known before its rows are chosen:
-        its part's cyclic window (one span, or two where it wraps past the last row), so that
-        the areas the surface sampling weighs and every row the draw reads come in one wave.
-        Nothing where a drawn part takes all its rows (they are then read as chosen)."""
+        """The rows each row array of the draw comes from, known before its rows are chosen (its part's
+        cyclic window), so they come in one wave; nothing where a part takes all its rows."""
         spans = {}
         for part, points in (("surface", self.surface_points), ("volume", self.volume_points)):
             if part not in self.parts:
@@ -185,9 +158,7 @@ class CachedDoMINODataset(EpochDataset):
         return spans
 
     def _row_arrays(self, part: str) -> list[tuple[str, Allocator]]:
-        """The arrays a draw reads at its rows of ``part``, with their allocators: the surface's
-        with their neighbours as the layout stores them (in ``indices``: the neighbour indices,
-        gathered after)."""
+        """The arrays and allocators a draw reads at its rows of ``part`` (in ``indices``: neighbour indices)."""
         if part == "volume":
             return [(f"volume_{n}", np.empty) for n in ("coordinates", "fields", "sdf", "closest")]
         if self.neighbor_layout != "features":
@@ -196,9 +167,8 @@ class CachedDoMINODataset(EpochDataset):
             [(f"surface_neighbor_{n}", output_array) for n in NEIGHBOR_FEATURES]
 
     def _areas_reader(self, run: CacheRun, n_rows: int, staged):
-        """``read(a, b)``: surface areas of rows a..b-1 (from ``staged`` where it holds them). A
-        window that wraps past the last row is asked for in two spans, its end then its start:
-        both are read at the first call, in one wave."""
+        """``read(a, b)``: surface areas of rows a..b-1 (from ``staged`` where it holds them); both spans of
+        a wrapping window are read at the first call, in one wave."""
         width = self.law.window("surface", self.surface_points, n_rows)
         pending: dict[tuple[int, int], np.ndarray] = {}
 
@@ -227,10 +197,8 @@ class CachedDoMINODataset(EpochDataset):
                 if n not in resident and n.split("_")[0] in self.parts]
 
     def _reads(self, draw) -> list[tuple[str, object, object]]:
-        """The (array, selection, allocator) triples a draw reads after choosing its rows: the
-        grids and its STL vertices (kept with the run), its surface rows with their neighbours
-        as the layout stores them (in ``indices``: the neighbour indices, gathered after), its
-        volume rows."""
+        """The (array, selection, allocator) triples a draw reads after choosing its rows: the grids, its
+        STL vertices, its surface rows (``_row_arrays``) and its volume rows."""
         reads = [(name, Ellipsis, output_array) for name in self._grid_arrays()]
         reads.append(("geometry_coordinates", draw.geometry_rows, output_array))
         for part, rows in (("surface", draw.surface_rows), ("volume", draw.volume_rows)):
@@ -240,9 +208,8 @@ class CachedDoMINODataset(EpochDataset):
 
 
 def _check_settings(cache_dir: Path | str, settings: dict, expected: dict) -> None:
-    """StaleCacheError listing every setting the cache was built with otherwise than
-    ``expected``; the parts it holds are ``_check_parts``'s to judge (a surface model reads a
-    cache of both parts as well as one of the surface alone)."""
+    """StaleCacheError listing every setting the cache was built with otherwise than ``expected``;
+    the parts it holds are ``_check_parts``'s to judge."""
     differences = diff_settings(*({k: v for k, v in s.items() if k != "parts"} for s in (settings, expected)))
     if differences:
         raise StaleCacheError(f"{cache_dir}: the cache was built with other settings; "
@@ -250,8 +217,7 @@ def _check_settings(cache_dir: Path | str, settings: dict, expected: dict) -> No
 
 
 def _check_parts(cache_dir: Path | str, settings: dict, model_type: str, needed: tuple[str, ...]) -> None:
-    """CacheError naming the parts and arrays a ``model_type`` model needs that the cache was
-    built without (``process.parts``)."""
+    """CacheError naming the parts and arrays a ``model_type`` model needs that the cache lacks."""
     held = held_parts(settings)
     lacking = [part for part in needed if part not in held]
     if not lacking:
@@ -282,11 +248,8 @@ def _check_sources(cache_dir: Path, names: list[str], entries: list[dict],
                               "changed), or set cache.check_sources=false")
 
 
-
-
 def _gather_neighbors(run: CacheRun, rows: np.ndarray, neighbors: np.ndarray) -> dict[str, np.ndarray]:
-    """The rows' coordinates, normals and areas and those of their ``neighbors`` (rows, K-1);
-    each neighbour-source array is read in one pass over its chunks for both."""
+    """The rows' and their ``neighbors``' coordinates, normals and areas, one pass over each array's chunks."""
     drawn = {}
     wanted = np.concatenate([rows, neighbors.ravel()])
     reads = [(f"surface_{name}", wanted, output_array) for name in NEIGHBOR_FEATURES]

@@ -9,14 +9,8 @@ from domino_pipeline.loading.batch_transfer import pack
 
 
 def collate_items(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Batch items like torch's default collate, cheaper across processes.
-
-    In the main process a batch of one is made of views (no copy). In a DataLoader worker the
-    batch goes into a reused shared-memory buffer and reaches the main process as views of it,
-    the constant grids by recipe (batch_transfer.py): in the worker the result is a
-    ``batch_transfer.PackedBatch``, which the DataLoader's hand-over turns into the batch dict.
-    The default collate otherwise.
-    """
+    """Batch items like torch's default collate, cheaper across processes: views in the main process, a
+    ``batch_transfer.PackedBatch`` in a reused shared buffer in a DataLoader worker."""
     if get_worker_info() is not None:
         packed = pack(items)
         if packed is not None:

@@ -1,21 +1,7 @@
-"""What both DoMINO datasets share: the item they return (``build_item``), the epoch counter and
-draws (``EpochDataset``) and the constant grids. ``DoMINODataPipe`` (uncached.py) preprocesses
-every draw, ``CachedDoMINODataset`` (cached.py) reads the cache that ``cache_data.py`` wrote; both
-return the same dict for the same (seed, epoch, index).
-
-An item is a dict of float32 tensors without batch dimension, DoMINO's input names:
-
-- always: ``geometry_coordinates`` (G, 3), ``surf_grid`` (Nx, Ny, Nz, 3), ``sdf_surf_grid``
-  (Nx, Ny, Nz), ``global_params_values`` / ``global_params_reference`` (P, 1),
-  ``surface_min_max`` (2, 3);
-- surface / combined: ``surface_mesh_centers``, ``surface_normals``, ``pos_surface_center_of_mass``
-  (Ns, 3), ``surface_areas`` (Ns,), ``surface_mesh_neighbors``, ``surface_neighbors_normals``
-  (Ns, K-1, 3), ``surface_neighbors_areas`` (Ns, K-1), target ``surface_fields`` (Ns, 4);
-- volume / combined: ``grid`` (Nx, Ny, Nz, 3), ``sdf_grid`` (Nx, Ny, Nz), ``volume_mesh_centers``,
-  ``pos_volume_closest``, ``pos_volume_center_of_mass`` (Nv, 3), ``sdf_nodes`` (Nv, 1),
-  ``volume_min_max`` (2, 3), target ``volume_fields`` (Nv, 5).
-
-Targets are scaled with the given factors (unscaled when none are given).
+"""What both DoMINO datasets share: the item they return (``build_item``; its keys and shapes:
+docs/cache_format.md, "The item a draw returns"), the epoch counter and draws
+(``EpochDataset``) and the constant grids. Both datasets return the same dict for the same
+(seed, epoch, index).
 """
 
 from __future__ import annotations
@@ -62,13 +48,9 @@ def _scaled(fields: np.ndarray, scaling_factors: dict | None, kind: str) -> np.n
 def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarray,
                grids: dict[str, np.ndarray], surface: dict | None, volume: dict | None,
                scaling_factors: dict | None) -> dict[str, torch.Tensor]:
-    """Assemble DoMINO's input dict from the drawn rows (numpy, coordinates normalised).
-
-    ``grids``: "surf_grid" and, for a volume part, "grid" (the per-process tensors of
-    ``EpochDataset._derived_grids``, put in the item as they are), "sdf_surf_grid" and "sdf_grid".
-    ``surface``: coordinates, normals, areas, fields, neighbor_coordinates, neighbor_normals,
-    neighbor_areas. ``volume``: coordinates, fields, sdf, closest.
-    """
+    """Assemble DoMINO's input dict from the drawn rows (numpy, coordinates normalised): ``grids``
+    ("surf_grid", "sdf_surf_grid", with a volume "grid", "sdf_grid"), ``surface`` (coordinates,
+    normals, areas, fields and their neighbor_ ones), ``volume`` (coordinates, fields, sdf, closest)."""
     com = np.asarray(scalars["center_of_mass"], dtype=np.float32)
     item = {
         "geometry_coordinates": as_tensor(geometry_coordinates),
@@ -121,6 +103,9 @@ class EpochDataset(Dataset):
         # Shared memory: a worker forked or spawned once (persistent_workers) sees later updates.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
 
+    def __len__(self) -> int:
+        return len(self.run_paths)
+
     def set_epoch(self, epoch: int) -> None:
         """Draw the points of ``epoch`` from now on, in this process and in every worker."""
         self._epoch.fill_(int(epoch))
@@ -131,9 +116,8 @@ class EpochDataset(Dataset):
 
     def unscale_model_outputs(self, volume_fields: torch.Tensor | None = None,
                               surface_fields: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(volume, surface) scaled targets or predictions back in the stored non-dimensional units;
-        None stays None. physicsnemo's ``DoMINODataPipe.unscale_model_outputs``, which the DoMINO
-        example's validation (``compute_l2(..., dataset)``) calls on the dataset."""
+        """(volume, surface) scaled targets or predictions back in the stored non-dimensional units, as
+        physicsnemo's ``DoMINODataPipe.unscale_model_outputs`` (the example's ``compute_l2`` calls it)."""
         if self.scaling_factors is None:
             return volume_fields, surface_fields
         return tuple(None if fields is None else unscale_fields(fields, self.scaling_factors, kind)
@@ -160,12 +144,8 @@ class EpochDataset(Dataset):
 
 @functools.lru_cache(maxsize=16)
 def constant_grid(box: tuple, res: tuple[int, int, int]) -> torch.Tensor:
-    """The grid of ``res`` points over ``box`` in normalised coordinates, built once per process.
-
-    Every item holds this same tensor (read-only by contract). Batches from DataLoader workers
-    carry only ``(box, res)`` in its place (batch_transfer.mark_constant), so the two largest
-    arrays of an item (12.6 MB at 128 x 64 x 64) are never copied between processes.
-    """
+    """The grid of ``res`` points over ``box`` in normalised coordinates, one read-only tensor per
+    process, sent between processes as its recipe (batch_transfer.mark_constant)."""
     grid = as_tensor(make_grid(np.asarray(box), res))
     mark_constant(grid, constant_grid, (box, res))
     return grid

@@ -39,19 +39,8 @@ from domino_pipeline.object_store import as_location, is_url
 KNN_INDEXES_KEPT = 4  # runs whose surface kNN index a process keeps between draws
 
 class DoMINODataPipe(EpochDataset):
-    """DoMINO items preprocessed on every draw from the processed runs (no cache).
-
-    ``processed_dir`` holds runs in any form ``runs.py`` reads (this project's processed Zarr,
-    physicsnemo-curator's Zarr v2 / v3 groups, .npz, and with ``read_options.allow_pickle``
-    legacy .npy dicts); ``read_options`` also gives the global parameters of runs that lack them.
-
-    Runs ``preprocessing.prepare_rows`` on the whole run, draws with the shared sampling, and
-    computes the expensive geometry only for what the draw needs: both grids' SDFs, the kNN of
-    the sampled surface cells among all kept cells, the SDF of the sampled volume points. On CUDA
-    (Warp kernels on the GPU) it must run in the main process: DataLoader workers are refused.
-    The surface kNN index (its host preparation) of the last ``KNN_INDEXES_KEPT`` runs is kept,
-    so a run's later draws do not prepare it again.
-    """
+    """DoMINO items preprocessed on every draw from the processed runs, the expensive geometry computed
+    for the drawn rows only; on CUDA it refuses DataLoader workers."""
 
     def __init__(self, processed_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
                  model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,
@@ -91,9 +80,6 @@ class DoMINODataPipe(EpochDataset):
         check_factors_match(self.scaling_factors, self.preprocess.surface_variables,
                             self.preprocess.volume_variables, str(self.processed_dir), self.parts)
 
-    def __len__(self) -> int:
-        return len(self.run_paths)
-
     @property
     def worker_context(self) -> str | None:
         """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for
@@ -113,16 +99,13 @@ class DoMINODataPipe(EpochDataset):
                 self._knn_indexes.popitem(last=False)
         return self._knn_indexes[index]
 
-    def _arrays_needed(self) -> list[str]:
-        return arrays_for(self.parts)
-
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if self.preprocess.device.startswith("cuda") and get_worker_info() is not None:
             raise RuntimeError("DoMINODataPipe runs Warp on CUDA and cannot run in DataLoader "
                                "workers; use num_workers=0, or build the cache (cache_data.py) and "
                                "use CachedDoMINODataset, which works with workers")
         path = self.run_paths[index]
-        prepared = prepare_rows(load_run(path, self._arrays_needed(), options=self.read_options), self.preprocess,
+        prepared = prepare_rows(load_run(path, arrays_for(self.parts), options=self.read_options), self.preprocess,
                                 parts=self.parts, source=str(path))
         counts = {"geometry": len(prepared.geometry_coordinates),
                   "surface": 0 if prepared.surface_areas is None else len(prepared.surface_areas),

@@ -1,16 +1,8 @@
 """A DataLoader worker's death named: which worker, which signal, whatever the main process was
-doing when it died.
-
-torch names a dead worker when its own checks see the death first. When the main process holds
-batches, the next ones travel as file descriptors that the main process fetches from the worker
-over a socket; a worker killed meanwhile surfaces as ``ConnectionResetError``,
-``ConnectionRefusedError``, ``FileNotFoundError`` or ``EOFError`` from that socket, before torch
-notices the death. ``checked_batches`` turns those (and torch's own "worker ... exited" errors)
-into ``WorkerDiedError`` naming the worker's index, pid and signal; an error a worker raised
-keeps the message it had there (worker_errors.with_worker_message).
-
-    for batch in checked_batches(loader):
-        ...
+doing. A worker killed while the main process fetches a batch's file descriptors from it
+surfaces as a socket error before torch notices the death; ``checked_batches`` turns those (and
+torch's "worker ... exited" errors) into ``WorkerDiedError`` naming the worker's index, pid and
+signal.
 """
 
 from __future__ import annotations
@@ -27,14 +19,12 @@ _TRANSFER_ERRORS = (ConnectionError, EOFError, FileNotFoundError, RuntimeError)
 
 
 class WorkerDiedError(ChildProcessError):
-    """A DataLoader worker died (killed by a signal or exited) while batches were expected (an
-    OSError, so that every entry point reports it in one line)."""
+    """A DataLoader worker died while batches were expected (an OSError: one line at every entry point)."""
 
 
 def checked_batches(loader: Iterable) -> Iterator:
-    """The loader's batches; a batch lost to a dead worker raises WorkerDiedError naming it
-    instead of the socket error that lost it, and a worker's own error is raised with its
-    message."""
+    """The loader's batches; a batch lost to a dead worker raises WorkerDiedError naming it, and a
+    worker's own error is raised with its message."""
     iterator = iter(loader)
     while True:
         try:
@@ -59,9 +49,8 @@ def _may_be_a_death(err: BaseException) -> bool:
 
 
 def worker_deaths(iterator: Any, settle_s: float = SETTLE_S) -> str | None:
-    """"DataLoader worker <i> (pid <p>) was killed by signal <NAME>" for each worker of a
-    torch multi-process iterator that has exited, waiting up to ``settle_s`` for one to; None
-    when every worker lives (or the iterator has none)."""
+    """"DataLoader worker <i> (pid <p>) was killed by signal <NAME>" for each exited worker of a torch
+    multi-process iterator, waiting up to ``settle_s`` for one; None when every worker lives."""
     workers = list(getattr(iterator, "_workers", None) or [])
     deadline = time.monotonic() + settle_s
     while workers:

@@ -1,15 +1,6 @@
-"""An error raised in a DataLoader worker, given back its own message.
-
-torch raises a worker's error again in the main process as the same type, but with the message
-``Caught <Type> in DataLoader worker process <i>.`` followed by the worker's whole traceback,
-so that an entry point's one line (entry_point.one_line) would say only where it was caught.
-``with_worker_message`` gives such an error back the message it was raised with in the worker
-(an OSError its errno, reason and file name too): the same line as with ``num_workers=0``.
-
-    try:
-        batch = next(iterator)
-    except Exception as err:
-        raise with_worker_message(err)
+"""An error raised in a DataLoader worker, given back its own message: torch raises it again in the
+main process with ``Caught <Type> in DataLoader worker process <i>.`` and the worker's traceback,
+so an entry point's one line would say only where it was caught.
 """
 
 from __future__ import annotations
@@ -25,9 +16,8 @@ def raised_in_worker(err: BaseException) -> bool:
 
 
 def with_worker_message(err: BaseException) -> BaseException:
-    """``err`` with the message it had in the worker (its args replaced), when torch re-raised
-    it from a DataLoader worker; ``err`` unchanged otherwise. An error torch could not make again
-    with a message alone (a RuntimeError then) keeps its type's name before the message."""
+    """``err`` with the message it had in the worker when torch re-raised it from one, else unchanged (a
+    RuntimeError torch made instead keeps its type's name before the message)."""
     text = str(err)
     caught = _CAUGHT.match(text)
     message = worker_message(text) if caught else None
@@ -42,16 +32,14 @@ def with_worker_message(err: BaseException) -> BaseException:
 
 
 def _restore_os_fields(err: OSError, message: str) -> None:
-    """An OSError's errno, reason and file name, from its message ``[Errno <n>] <reason>:
-    '<file>'`` (torch rebuilds it from a message alone)."""
+    """An OSError's errno, reason and file name, from its message (torch rebuilds it from a message alone)."""
     fields = re.fullmatch(r"\[Errno (\d+)\] (.*?)(?:: '(.*)')?", message, flags=re.DOTALL)
     if fields:
         err.errno, err.strerror, err.filename = int(fields[1]), fields[2], fields[3]
 
 
 def worker_message(text: str) -> str | None:
-    """The message of the error that ended the traceback in ``text`` (after the exception's
-    possibly qualified type name), or None when ``text`` holds no traceback."""
+    """The message of the error that ended the traceback in ``text``, or None when it holds no traceback."""
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) 
               if line.removeprefix("Original ").startswith("Traceback (most recent call last):")]

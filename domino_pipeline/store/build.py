@@ -1,9 +1,7 @@
-"""Building cache runs: one processed run (any accepted form, processed/runs.py) through
-``preprocessing.plan_run`` into a new run generation (run_writer.py), one writer per run at a
-time; the manifest entries of the current runs; the scaling factors beside the cache; and the
-build's commit, the manifest (``finish_build``): under a lock locally, by a conditional put
-(compare-and-set, retried) on object storage.
-
+"""Building cache runs: one processed run through ``preprocessing.plan_run`` into a new run
+generation (run_writer.py), one writer per run at a time; the manifest entries of the current
+runs; the scaling factors beside the cache; and the build's commit, the manifest
+(``finish_build``): under a lock locally, by a conditional put (retried) on object storage.
 Imports Warp (through the preprocessing); the reading side of the store does not.
 """
 
@@ -68,11 +66,8 @@ FACTORS_FILE = "scaling_factors.json"
 
 def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, source: dict,
               options: ReadOptions = DEFAULT_OPTIONS) -> tuple[Path, str, list[str]]:
-    """Write the next generation of the processed run's cache run, of the parts
-    ``settings.parts`` names; return its path, the run's form and notes on what the boxes leave
-    out of it (``box_coverage.box_notes``). The STL and the surface are held in memory, the
-    volume is read and written a block at a time (lazily where the run's form allows it); a part
-    left out is never read."""
+    """Write the next generation of the processed run's cache run, of ``settings.parts`` (the volume a
+    block at a time); return its path, the run's form and ``box_notes``."""
     name = run_name(processed_path)
     opened = open_run(processed_path, options)
     require_parts(opened, settings.parts, f"a cache of process.parts={parts_setting(settings.parts)}")
@@ -109,9 +104,8 @@ def _form(processed_path: Path) -> str:
 def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, *,
               rebuild: bool, options: ReadOptions = DEFAULT_OPTIONS,
               records: dict[str, dict] | None = None) -> RunResult:
-    """Build one cache run unless it is current, as its only writer; a failure becomes a
-    result, not an exception. ``records``: the manifest's run entries, when the caller has
-    read them for a batch (else read here)."""
+    """Build one cache run unless it is current, as its only writer; a failure becomes a result.
+    ``records``: the manifest's run entries, when the caller has read them (else read here)."""
     name = run_name(processed_path)
     started = time.time()
     form = _form(processed_path)
@@ -133,8 +127,7 @@ def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
 
 def _build(processed_path: Path, cache_dir: Path | str, settings: PreprocessSettings, source: dict,
            options: ReadOptions) -> tuple[int, str, list[str]]:
-    """``build_run`` into a local cache, or for object storage into a local staging folder
-    (one run at a time) whose generation is then uploaded; (bytes written, the run's form, notes)."""
+    """``build_run`` into a local cache, or into a staging folder whose generation is then uploaded."""
     if not is_url(cache_dir):
         path, form, notes = build_run(processed_path, cache_dir, settings, source, options)
         return directory_bytes(path), form, notes
@@ -147,14 +140,12 @@ def _build(processed_path: Path, cache_dir: Path | str, settings: PreprocessSett
 
 
 def staging_root() -> Path:
-    """Where builds into object storage stage their runs before the upload: one folder per user
-    under the system's temporary folder (``TMPDIR``), holding only those staging folders."""
+    """Where builds into object storage stage their runs: one folder per user under ``TMPDIR``."""
     return Path(tempfile.gettempdir()) / f"domino-cache-staging-{os.getuid()}"
 
 
 def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> dict[str, dict]:
-    """Manifest entries of the runs whose newest generation is current, with their sources'
-    current records."""
+    """Manifest entries of the runs whose newest generation is current, with their sources' records."""
     entries, records = {}, manifest_records(cache_dir)
     for path in runs:
         state = run_state(cache_dir, path, settings, records)
@@ -165,8 +156,7 @@ def manifest_runs(runs: list[Path], cache_dir: Path, settings: PreprocessSetting
 
 def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: PreprocessSettings, *,
                           normalization: str) -> dict:
-    """Write ``<cache_dir>/scaling_factors.json`` from the target statistics the builds of the
-    training runs recorded; return its manifest record (file, SHA-256, runs, variables)."""
+    """Write ``<cache_dir>/scaling_factors.json`` from the training runs' recorded statistics; its record."""
     variables = {"surface": settings.surface_variables, "volume": settings.volume_variables}
     variables = {part: variables[part] for part in settings.parts}
     statistics = [CacheRun(current_generation(run_folder(cache_dir, run_name(p)))).attrs["scalars"]
@@ -185,8 +175,7 @@ def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: Pre
 
 def finish_build(config: PipelineConfig, runs: list[Path], cache_dir: Path | str, settings: PreprocessSettings,
                  records: list[dict]) -> int:
-    """Write the manifest unless a rank met stale runs; the build's exit code over all ranks
-    (``records``: each rank's counts of stale and failed runs)."""
+    """Write the manifest unless a rank met stale runs; the build's exit code over all ranks' ``records``."""
     stale, failed = (sum(r[key] for r in records) for key in ("stale", "failed"))
     if stale:
         print("manifest left as it was: the cache holds runs built with other settings")
@@ -197,9 +186,8 @@ def finish_build(config: PipelineConfig, runs: list[Path], cache_dir: Path | str
 
 def commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path | str,
                     settings: PreprocessSettings) -> Path | str:
-    """List the current runs and write the manifest as the only manifest writer; a rerun that
-    would write the same runs takes no lock and writes nothing (it succeeds on a read-only
-    cache)."""
+    """List the current runs and write the manifest as its only writer; a rerun that would write the
+    same runs takes no lock and writes nothing (it succeeds on a read-only cache)."""
     if is_url(cache_dir):
         return _commit_remote_manifest(config, runs, cache_dir, settings)
     path = cache_dir / MANIFEST
@@ -213,9 +201,8 @@ def commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path | 
 
 def _commit_remote_manifest(config: PipelineConfig, runs: list[Path], cache_dir: str,
                             settings: PreprocessSettings, attempts: int = 20) -> str:
-    """Commit the manifest of a cache on object storage: list the current runs (keeping the
-    entries of runs other builders listed), then put it only if the manifest is still the
-    version read; when another builder committed meanwhile, read and list again."""
+    """Commit the manifest on object storage: list the current runs, then put it only if the manifest
+    is still the version read; when another builder committed meanwhile, read and list again."""
     for _ in range(attempts):
         try:
             old, version = read_manifest_version(cache_dir)

@@ -1,13 +1,5 @@
 """The DoMINO cache on disk: its layout, version, fingerprints and errors (spec:
-docs/cache_format.md).
-
-``<cache_dir>/<run>/g<N>.zarr`` is generation N of a run: one immutable Zarr v3 group holding
-what ``preprocessing`` computes (the arrays of its settings' neighbour layout, ``layout_arrays``),
-every array sharded along rows, every inner chunk uncompressed and closed by a CRC32C checksum, so
-that a draw reads only the inner chunks its rows touch and a run is a few dozen files. Its
-attributes hold the settings, their fingerprint, the fingerprint of the processed run it was
-built from, row counts and the few per-run scalars, so a run can be checked (and a build resumed)
-without the manifest. ``manifest.json`` names the generation of every run (manifest.py).
+docs/cache_format.md, "Layout" and "The settings and the fingerprint").
 """
 
 from __future__ import annotations
@@ -36,8 +28,7 @@ GENERATION = re.compile(r"^g(\d+)\.zarr$")
 
 @dataclass(frozen=True)
 class ArraySpec:
-    """How one array is stored: dtype, rows per inner chunk (the unit a draw reads) and rows
-    per shard (the unit of a file); None: the whole array."""
+    """How one array is stored: dtype, rows per inner chunk and per shard (None: the whole array)."""
 
     dtype: str
     chunk_rows: int | None
@@ -45,9 +36,7 @@ class ArraySpec:
 
 
 SURFACE_SHARD_ROWS = 1 << 21
-# Inner chunks are a few hundred KiB: small enough that a window reads little beyond itself,
-# large enough that the per-chunk cost stays small. Volume shards are the blocks the build
-# writes (compute.rows.VOLUME_BLOCK_ROWS), so a block is written as whole shards.
+# Inner chunks of a few hundred KiB; volume shards are the build's blocks (VOLUME_BLOCK_ROWS).
 ARRAYS: dict[str, ArraySpec] = {
     "geometry_coordinates": ArraySpec("float32", 32768, None),
     "surface_grid_sdf": ArraySpec("float32", None, None),
@@ -62,8 +51,7 @@ ARRAYS: dict[str, ArraySpec] = {
     "volume_sdf": ArraySpec("float32", 8192, VOLUME_BLOCK_ROWS),
     "volume_closest": ArraySpec("float32", 8192, VOLUME_BLOCK_ROWS),
 }
-# Added by the "features" neighbour layout: (Ns, K-1, 3), (Ns, K-1, 3) and (Ns, K-1), in the row
-# order of the surface arrays, read with the sampled rows (288 and 384 KiB chunks at K = 7).
+# Added by the "features" neighbour layout, in the row order of the surface arrays
 NEIGHBOR_FEATURE_ARRAYS: dict[str, ArraySpec] = {
     "surface_neighbor_coordinates": ArraySpec("float32", 4096, SURFACE_SHARD_ROWS),
     "surface_neighbor_normals": ArraySpec("float32", 4096, SURFACE_SHARD_ROWS),
@@ -72,10 +60,8 @@ NEIGHBOR_FEATURE_ARRAYS: dict[str, ArraySpec] = {
 
 
 def layout_arrays(neighbor_layout: str, parts: tuple[str, ...] | list[str] = PARTS) -> dict[str, ArraySpec]:
-    """The arrays (name -> spec) a run of ``neighbor_layout`` holding ``parts`` holds: ARRAYS,
-    plus NEIGHBOR_FEATURE_ARRAYS in the "features" layout, less the arrays of a part left out
-    (``volume_grid_sdf`` goes with the volume; ``geometry_coordinates`` and ``surface_grid_sdf``,
-    which every item holds, stay)."""
+    """The arrays (name -> spec) a run of ``neighbor_layout`` holding ``parts`` holds: ARRAYS, plus
+    NEIGHBOR_FEATURE_ARRAYS in "features", less the arrays of a part left out."""
     if neighbor_layout not in NEIGHBOR_LAYOUTS:
         raise ValueError(f"neighbor_layout must be one of {list(NEIGHBOR_LAYOUTS)}; got {neighbor_layout!r}")
     arrays = ARRAYS | NEIGHBOR_FEATURE_ARRAYS if neighbor_layout == "features" else dict(ARRAYS)
@@ -99,8 +85,7 @@ class CacheError(ValueError):
 
 
 class StaleCacheError(CacheError):
-    """A cache built with other settings or sources than the ones asked for, or a run
-    generation replaced by a rebuild."""
+    """A cache built with other settings or sources than asked for, or a generation replaced by a rebuild."""
 
 
 def run_fingerprint(settings_fingerprint: str, source: str) -> str:
@@ -109,17 +94,14 @@ def run_fingerprint(settings_fingerprint: str, source: str) -> str:
 
 
 def metadata_files(run_path: str | os.PathLike) -> dict[str, bytes]:
-    """Every ``zarr.json`` of a local cache run (group attributes, array metadata) by its path
-    within the run. Arrays sit directly in the group, so this reads two levels, not the shard
-    folders."""
+    """Every ``zarr.json`` of a local cache run by its path within the run (group and arrays)."""
     root = Path(run_path)
     found = [root / "zarr.json", *root.glob("*/zarr.json")]
     return {m.relative_to(root).as_posix(): m.read_bytes() for m in found if m.is_file()}
 
 
 def metadata_digest(files: dict[str, bytes]) -> str:
-    """SHA-256 of a run's ``zarr.json`` files (``metadata_files``), in path order: what the
-    manifest records, so an edit of any of them is caught at open and by validation."""
+    """SHA-256 of a run's ``zarr.json`` files in path order: what the manifest records."""
     digest = hashlib.sha256()
     for name in sorted(files):
         digest.update(name.encode() + b"\0" + bytes(files[name]) + b"\0")
@@ -132,8 +114,7 @@ def metadata_sha256(run_path: str | os.PathLike) -> str:
 
 
 def diff_settings(cached: dict, expected: dict, prefix: str = "") -> list[str]:
-    """One line per setting that differs: ``key: cached X, expected Y`` (nested keys dotted);
-    a top-level setting left out at its ``IMPLICIT_DEFAULTS`` value is shown with that value."""
+    """One line ``key: cached X, expected Y`` per differing setting (absent ones at ``IMPLICIT_DEFAULTS``)."""
     if not prefix:
         cached, expected = IMPLICIT_DEFAULTS | cached, IMPLICIT_DEFAULTS | expected
     lines = []
@@ -152,9 +133,8 @@ def run_folder(cache_dir: str | os.PathLike, name: str) -> Path | str:
 
 
 def generations(folder: str | os.PathLike) -> list[tuple[int, Path | str]]:
-    """The complete generations in a run folder, oldest first, as (number, path); temporaries
-    of unfinished writers are hidden names, never listed. On object storage a generation is
-    complete once its group ``zarr.json`` is uploaded: it is uploaded last."""
+    """The complete generations in a run folder, oldest first, as (number, path); on object storage a
+    generation is complete once its group ``zarr.json``, uploaded last, is there."""
     if is_url(folder):
         source, key = source_and_key(folder)
         names = [n for n in source.list(key)[0] if GENERATION.match(n)]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +48,9 @@ CACHE_ARRAYS = tuple(ARRAYS) + tuple(NEIGHBOR_FEATURE_ARRAYS)  # every array a r
 class CacheRun:
     """One cache run generation opened read-only: its attributes and checked reads of its arrays.
 
-    ``location``: a local folder or an object-store URL. Opening reads every ``zarr.json`` of
-    the run (one wave remotely). Arrays in the layout ``RunWriter`` writes are read through the
-    run's ByteSource (``chunk_reader``); any other layout or selection goes through zarr-python.
-    ``metadata``: the SHA-256 the manifest records of the run's ``zarr.json`` files, checked at
-    open. ``entry``: (run name, its manifest entry), given where a run is opened from a
-    manifest: the metadata is then checked against itself, the shard files (locally) and the
-    entry (``_check_metadata``). A symbolic link as a local generation or its run folder is
-    refused. A generation removed by later rebuilds raises StaleCacheError. Open one per
-    process; ``close`` releases its file descriptors.
+    ``location``: a local folder or an object-store URL; ``metadata``: the manifest's SHA-256 of its
+    ``zarr.json`` files; ``entry``: (run name, manifest entry) for the checks of docs/cache_format.md
+    ("Checks when a run is opened"). Open one per process; ``close`` releases its descriptors.
     """
 
     def __init__(self, location: str | os.PathLike, *,
@@ -85,10 +81,8 @@ class CacheRun:
             raise CacheError(f"{self.path}: {err}") from None
 
     def _check_metadata(self, name: str, entry: dict) -> None:
-        """The run's metadata against itself and its shards (every array in the layout the cache
-        writes; locally its shard files as its shape implies, remotely each shard's size when
-        its index is read), counts equal to array lengths, grids of the settings' resolution,
-        and against the manifest ``entry`` of run ``name`` that it was opened from."""
+        """The run's metadata against itself and its shards, counts against array lengths, grids against
+        the settings' resolution, and against the manifest ``entry`` of run ``name``."""
         settings = self.attrs.get("settings")
         names = settings_arrays(settings if isinstance(settings, dict) else {})
         shapes = {}
@@ -120,8 +114,7 @@ class CacheRun:
         return shared_source(root), key + "/"
 
     def _read_metadata(self) -> dict[str, bytes]:
-        """Every ``zarr.json`` of the run by its path within the run (remotely: the group's and
-        those of every array a cache run may hold, in one wave)."""
+        """Every ``zarr.json`` of the run by its path within the run (remotely in one wave)."""
         if not self.remote:
             self._check_local_folder()
             return metadata_files(self.path)
@@ -175,8 +168,7 @@ class CacheRun:
 
     @property
     def bytes_read(self) -> int:
-        """Bytes the direct chunk readers have read so far: array metadata, shard indexes and
-        chunks with their checksums (reads left to zarr-python are not counted)."""
+        """Bytes the direct chunk readers have read so far (not zarr-python's reads)."""
         return sum(r.bytes_read for r in self._readers.values() if r)
 
     def array(self, name: str) -> zarr.Array:
@@ -194,30 +186,26 @@ class CacheRun:
         return reader.shape if reader is not None else self.array(name).shape
 
     def reader(self, name: str) -> ChunkedArray | None:
-        """The direct chunk reader of the named array, or None where its layout (or its
-        absence) is left to zarr-python."""
+        """The direct chunk reader of the named array, or None where it is left to zarr-python."""
         if name not in self._readers:
             raw = self._metadata.get(f"{name}/zarr.json")
             self._readers[name] = ChunkedArray.from_metadata(self.source, self.prefix + name, raw)
         return self._readers[name]
 
     def prefetch(self, name: str, selection: Any = Ellipsis) -> None:
-        """Read the shard indexes ``read(name, selection)`` will need; nothing for layouts
-        and selections left to zarr-python."""
+        """Read the shard indexes ``read(name, selection)`` will need (none for zarr-python's reads)."""
         reader = self.reader(name)
         if reader is not None and reader.supports(selection):
             reader.prefetch(selection)
 
     def check_present(self) -> None:
-        """StaleCacheError if this local generation was removed while open (rebuilds replaced
-        it): its open files would still read, but not those it has yet to open."""
+        """StaleCacheError if this local generation was removed while open (replaced by rebuilds)."""
         if not self.remote and not os.path.exists(os.path.join(self.path, "zarr.json")):
             raise StaleCacheError(f"{self.path}: removed while open (replaced by rebuilds); "
                                   "open the dataset again")
 
     def keep(self, resident: list[str], indexed: list[str]) -> None:
-        """Read, in one wave, the ``resident`` arrays whole (kept with the run: every draw
-        reads them) and every shard index of the ``indexed`` arrays; nothing once done."""
+        """Read in one wave the ``resident`` arrays whole (kept with the run) and the ``indexed`` arrays' indexes."""
         asked = (tuple(resident), tuple(indexed))
         if asked in self._kept:  # every draw calls it: no per-chunk work after the first
             return
@@ -240,23 +228,18 @@ class CacheRun:
             for name, array in whole:
                 chunks = array.chunks(Ellipsis)
                 views = [objects[r.key][r.start:r.start + r.length] for r in array.chunk_requests(chunks)]
-                self._resident[name] = array.assemble(Ellipsis, chunks, views)
+                self._resident[name] = array.assemble_rows(array.plan(Ellipsis)[0], chunks, views)
         self._kept.add(asked)
 
     def read(self, name: str, selection: Any = slice(None),
              allocate: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]`` (orthogonal indexing for index arrays): from memory for a kept
-        array, through the run's source where ``ChunkedArray`` reads the layout and the
-        selection, else with zarr-python; a failed checksum, a missing or unreadable chunk
-        raises CacheError naming the run and the array. ``allocate(shape, dtype)`` allocates the
-        result (batch_transfer.output_array puts it where a DataLoader worker's batch travels)."""
+        """``array[selection]``: from memory for a kept array, through ``ChunkedArray`` where it can, else
+        with zarr-python; a bad or missing chunk raises CacheError naming the run and the array."""
         return self.read_many([(name, selection, allocate)])[0]
 
     def stage(self, spans: dict[str, list[tuple[int, int]]]) -> Staged:
-        """Fetch, in one wave, the inner chunks that hold rows [a, b) of each named array for
-        every (a, b) of ``spans`` (a draw's windows, before its rows are chosen), for
-        ``read_many(..., staged=)``; arrays kept whole or left to zarr-python are left out.
-        Locally the bytes are views of the run's mapped files."""
+        """Fetch in one wave the inner chunks that hold rows [a, b) of each named array for every (a, b)
+        of ``spans`` (a draw's windows), for ``read_many(..., staged=)``."""
         wanted = []
         for name, parts in spans.items():
             reader = self.reader(name)
@@ -267,9 +250,8 @@ class CacheRun:
             return fetch_chunks(wanted)
 
     def read_many(self, reads: list[tuple[str, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
-        """``read`` of every (name, selection, allocate) triple, the direct ones fetched together
-        (the missing shard indexes in one wave, the chunks in one more), or taken from
-        ``staged`` (``stage``) where it holds every chunk they need."""
+        """``read`` of every (name, selection, allocate) triple, the direct ones fetched together, or taken
+        from ``staged`` where it holds every chunk they need."""
         out: list[np.ndarray | None] = [None] * len(reads)
         direct = []
         for i, (name, selection, allocate) in enumerate(reads):
@@ -300,34 +282,24 @@ class CacheRun:
         out[...] = data
         return out
 
-    def _naming_errors(self, what: str):
-        return _NamingErrors(self, what)
+    @contextmanager
+    def _naming_errors(self, what: str) -> Iterator[None]:
+        """A read failure as CacheError naming the run and ``what``; StaleCacheError for a removed generation."""
+        try:
+            yield
+        except CacheError:
+            raise
+        except Exception as err:
+            if not self.remote and not (self.path / "zarr.json").exists():
+                raise StaleCacheError(f"{self.path}: removed while open (replaced by rebuilds); "
+                                      "open the dataset again") from err
+            what = f"array {err.array!r}" if isinstance(err, CorruptChunkError) else what
+            raise CacheError(f"{self.path}: {what} is corrupt or unreadable: {err}") from err
 
     def close(self) -> None:
         """Release the run's open files (a local run); kept arrays go with the object."""
         if not self.remote:
             self.source.close()
-
-
-class _NamingErrors:
-    """Turns a read failure into CacheError naming the run and ``what``; StaleCacheError where
-    a local generation was removed while open."""
-
-    def __init__(self, run: CacheRun, what: str) -> None:
-        self.run, self.what = run, what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type, err, tb) -> bool:
-        if err is None or isinstance(err, CacheError) or not isinstance(err, Exception):
-            return False
-        path = self.run.path
-        if not self.run.remote and not (path / "zarr.json").exists():
-            raise StaleCacheError(f"{path}: removed while open (replaced by rebuilds); "
-                                  "open the dataset again") from err
-        what = f"array {err.array!r}" if isinstance(err, CorruptChunkError) else self.what
-        raise CacheError(f"{path}: {what} is corrupt or unreadable: {err}") from err
 
 
 def _from_memory(array: np.ndarray, selection: Any, allocate: Allocator) -> np.ndarray:
@@ -343,8 +315,7 @@ def _from_memory(array: np.ndarray, selection: Any, allocate: Allocator) -> np.n
 
 
 def refuse_links(path: Path) -> None:
-    """CacheError when a run generation or its run folder is a symbolic link: a cache holds
-    none, and one that points elsewhere would serve another run's data under this run's name."""
+    """CacheError when a run generation or its run folder is a symbolic link (a cache holds none)."""
     for part in (path.parent, path):
         if part.is_symlink():
             raise CacheError(f"{part}: a symbolic link (to {os.readlink(part)}); a cache holds "
@@ -352,8 +323,7 @@ def refuse_links(path: Path) -> None:
 
 
 def _newer_generation(path: Path) -> bool:
-    """Whether the run folder of the absent generation ``path`` holds a newer one (a rebuild
-    replaced it) rather than none at all (removed)."""
+    """Whether the folder of the absent generation ``path`` holds a newer one (replaced, not removed)."""
     number = GENERATION.match(path.name)
     if number is None or not path.parent.is_dir():
         return False
@@ -362,10 +332,8 @@ def _newer_generation(path: Path) -> bool:
 
 
 def check_array_files(array_dir: Path) -> tuple[int, ...]:
-    """The shape of a cache array after checking its description and its shard files against
-    each other (ShardIndexError naming the problem): the layout the cache writes, chunking
-    within the format's limits, every shard file present with the exact size its shape implies,
-    no symbolic link. Reads the description and lists the shard files; reads no data."""
+    """The shape of a cache array after checking its description and its shard files against each
+    other (ShardIndexError naming the problem); reads no data."""
     if array_dir.is_symlink():
         raise ShardIndexError("a symbolic link; a cache holds none")
     try:
@@ -385,8 +353,7 @@ def check_array_files(array_dir: Path) -> tuple[int, ...]:
 
 
 def shard_sizes(array_dir: Path, ndim: int) -> dict[int, int]:
-    """Shard number -> bytes of the shard files ``c/<s>/0/...`` of an array of ``ndim``
-    dimensions (a listing, no data read); ShardIndexError for a symbolic link or a stray name."""
+    """Shard number -> bytes of an array's shard files (a listing); ShardIndexError for a link or stray name."""
     sizes: dict[int, int] = {}
     root = array_dir / "c"
     if not root.exists():

@@ -1,29 +1,9 @@
-"""Checked reads of cache arrays straight from their shard objects, without zarr-python.
-
-The cache writes every array in one layout (docs/cache_format.md, "Reading chunks directly"):
-a Zarr v3 regular grid of *shards* along axis 0 only (the other dimensions whole), codec
-``sharding_indexed`` with inner chunks of ``chunk_rows`` rows, inner codecs ``bytes`` (little
-endian) then ``crc32c``, index codecs the same, index at the end, default keys with "/". Shard
-``s`` of a 2-D array is the object ``c/<s>/0`` (``c/<s>`` in 1-D): its inner chunks' bytes (an
-edge chunk padded to full size, each followed by its 4-byte little-endian CRC32C), then the
-index, one (offset, nbytes) little-endian uint64 pair per inner chunk, then the index's own
-CRC32C. The cache writes every inner chunk, fill-valued ones too, so a missing shard or a
-missing inner chunk is corruption here, never a silent fill value.
-
-A read is planned before it is made: the selection gives the inner chunks it touches, the shard
-indexes (read once, kept) give their byte ranges, and ``read_many`` fetches the ranges of
-several arrays of a run in one wave of a ``ByteSource`` (byte_source.py: mapped files locally,
-concurrent ranged GETs on object storage), then checks every checksum and assembles the
-arrays. ``ChunkedArray.open`` returns None for any other layout; the caller then uses
-zarr-python.
-
-    array = ChunkedArray.open(Path("cache/run_1/g1.zarr/surface_coordinates"))
-    window = array.rows(0, 8192)              # rows 0..8191, a copy
-    gathered = array.take(np.array([7, 3, 7]))
-    coords, fields = read_many([(coords_array, rows, np.empty), (fields_array, rows, np.empty)])
-
-A reader is not thread-safe (its index cache and its source's counters are shared), so each
-process or thread opens its own.
+"""Checked reads of cache arrays straight from their shard objects, without zarr-python, for the one
+layout the cache writes (docs/cache_format.md, "Layout", "Reading chunks directly"). A read is
+planned (the inner chunks a selection touches, their ranges from the kept shard indexes), then
+``read_many`` fetches the ranges of several arrays in one wave of a ``ByteSource``, checks every
+checksum and assembles the arrays. ``ChunkedArray.open`` returns None for any other layout; the
+caller then uses zarr-python. A reader is not thread-safe.
 """
 
 from __future__ import annotations
@@ -60,8 +40,7 @@ Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]  # np.empty's (sha
 
 
 class CorruptChunkError(ValueError):
-    """A shard or inner chunk that is missing, fails its CRC32C check or has the wrong size;
-    ``array`` names the array."""
+    """A shard or inner chunk missing, failing its CRC32C check or of the wrong size; ``array`` names it."""
 
     def __init__(self, array: str, message: str) -> None:
         super().__init__(f"{array}: {message}")
@@ -69,12 +48,8 @@ class CorruptChunkError(ValueError):
 
 
 class ChunkedArray:
-    """One array of a supported layout, read through a ByteSource with checksums checked.
-
-    ``key``: the array's folder within the source ("" for the source's root). ``bytes_read``
-    counts the bytes fetched for it: its ``zarr.json``, shard indexes and inner chunks with
-    their checksums.
-    """
+    """One array of a supported layout, read through a ByteSource with checksums checked. ``key``: the
+    array's folder within the source; ``bytes_read`` counts every byte fetched for it."""
 
     def __init__(self, source: ByteSource, key: str, shape: tuple[int, ...], dtype: np.dtype,
                  chunk_rows: int, shard_rows: int, metadata_bytes: int = 0) -> None:
@@ -91,9 +66,7 @@ class ChunkedArray:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> ChunkedArray | None:
-        """The local array at ``path`` if its ``zarr.json`` describes exactly the layout this
-        reader supports; None otherwise (unreadable metadata included), so the caller uses
-        zarr-python."""
+        """The local array at ``path`` if its ``zarr.json`` is the supported layout; None otherwise."""
         path = Path(path)
         try:
             raw = (path / "zarr.json").read_bytes()
@@ -103,8 +76,7 @@ class ChunkedArray:
 
     @classmethod
     def from_metadata(cls, source: ByteSource, key: str, raw: bytes | None) -> ChunkedArray | None:
-        """The array at ``key`` of ``source`` whose ``zarr.json`` holds ``raw``, if this reader
-        supports its layout; None otherwise."""
+        """The array at ``key`` of ``source`` whose ``zarr.json`` is ``raw``, if its layout is supported; else None."""
         try:
             meta = json.loads(bytes(raw)) if raw is not None else None
         except ValueError:
@@ -120,8 +92,7 @@ class ChunkedArray:
 
     @staticmethod
     def supports(selection: Any) -> bool:
-        """Whether ``read`` takes ``selection``: a step-1 slice, Ellipsis or a 1-D integer
-        index array (other selections go to zarr-python)."""
+        """Whether ``read`` takes ``selection``: a step-1 slice, Ellipsis or a 1-D integer index array."""
         if selection is Ellipsis:
             return True
         if isinstance(selection, slice):
@@ -129,9 +100,8 @@ class ChunkedArray:
         return isinstance(selection, np.ndarray) and selection.ndim == 1 and selection.dtype.kind in "iu"
 
     def read(self, selection: Any, allocate: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]`` for a selection ``supports`` accepts: slices clip like numpy's,
-        index arrays gather rows (orthogonal indexing, as zarr's ``get_orthogonal_selection``).
-        ``allocate(shape, dtype)`` allocates the result."""
+        """``array[selection]`` for a selection ``supports`` accepts (slices clip like numpy's, index arrays
+        gather rows orthogonally), into a result from ``allocate(shape, dtype)``."""
         return read_many([(self, selection, allocate)])[0]
 
     def rows(self, start: int, stop: int, allocate: Allocator = np.empty) -> np.ndarray:
@@ -141,21 +111,18 @@ class ChunkedArray:
         return self.read(slice(start, stop), allocate)
 
     def take(self, indices: np.ndarray, allocate: Allocator = np.empty) -> np.ndarray:
-        """The rows at ``indices`` (1-D integers, any order, repeats allowed, negative counting
-        from the end; a new array from ``allocate``), reading each touched chunk once."""
+        """The rows at ``indices`` (any order, repeats, negatives from the end), reading each chunk once."""
         return self.read(self._checked(indices), allocate)
 
     def prefetch(self, selection: Any) -> None:
-        """Read the shard indexes ``selection`` needs (one wave), so that its read is one
-        wave; faults are left for the read to report."""
+        """Read the shard indexes ``selection`` needs (one wave); faults are left for the read to report."""
         try:
             self.load_indexes(self.chunks(selection))
         except CorruptChunkError:
             pass
 
     def chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
-        """(shard, first inner chunk, last inner chunk) of each run of consecutive touched
-        chunks of ``selection``, inner chunks counted within their shard."""
+        """(shard, first, last inner chunk) of each run of consecutive chunks ``selection`` touches."""
         runs = []
         for chunk in (int(c) for c in self.chunks(selection)):
             shard, inner = divmod(chunk, self.chunks_per_shard)
@@ -185,8 +152,7 @@ class ChunkedArray:
         return self._chunks_of(self._checked(selection))
 
     def _chunks_of(self, rows: np.ndarray) -> np.ndarray:
-        """The inner chunks (ascending, once each) of checked row indices ``rows``; sorted rows,
-        a draw's usual, without a sort."""
+        """The inner chunks (ascending, once each) of checked row indices ``rows``, sorted rows without a sort."""
         chunks = rows // self.chunk_rows
         steps = np.diff(chunks)
         if steps.size and steps.min() >= 0:
@@ -194,8 +160,7 @@ class ChunkedArray:
         return np.unique(chunks)
 
     def plan(self, selection: Any) -> tuple[slice | np.ndarray, np.ndarray]:
-        """(the selection as rows: a slice with bounds, or checked int64 indices; the inner
-        chunks it touches): what ``assemble_rows`` and ``chunk_requests`` take."""
+        """(the selection as rows: a bounded slice or checked indices; the inner chunks it touches)."""
         if selection is Ellipsis or isinstance(selection, slice):
             start, stop, _ = (slice(None) if selection is Ellipsis else selection).indices(len(self))
             return slice(start, max(start, stop)), self.chunks(slice(start, stop))
@@ -203,8 +168,7 @@ class ChunkedArray:
         return rows, self._chunks_of(rows)
 
     def index_requests(self, chunks: np.ndarray) -> list[tuple[int, Request]]:
-        """(shard, request for its index) of the shards of ``chunks`` whose index is not kept
-        yet: the index and its checksum, the object's last bytes."""
+        """(shard, request for its index and checksum: the object's last bytes) of the unkept indexes of ``chunks``."""
         shards = np.unique(np.asarray(chunks, dtype=np.int64) // self.chunks_per_shard)
         return [(int(s), Request(self.prefix + self.key(int(s)), None, self.index_nbytes + CHECKSUM_BYTES))
                 for s in shards if int(s) not in self._indexes]
@@ -216,8 +180,7 @@ class ChunkedArray:
             self.set_index(shard, result)
 
     def set_index(self, shard: int, result: tuple[memoryview | None, int | None]) -> None:
-        """Check and keep shard ``shard``'s index from its fetched tail (bytes, object size):
-        its CRC32C, and every written chunk inside the data part of the object."""
+        """Check (CRC32C, chunks inside the data part) and keep shard ``shard``'s index from its fetched tail."""
         key = self.key(shard)
         data, size = result
         if data is None:
@@ -257,8 +220,7 @@ class ChunkedArray:
         return requests
 
     def _refuse_entry(self, shard: int, inner: int, entry: np.ndarray) -> None:
-        """CorruptChunkError for the index entry (offset, nbytes) of an inner chunk that was not
-        written or has the wrong size."""
+        """CorruptChunkError for the index entry (offset, nbytes) of an inner chunk not written or missized."""
         offset, nbytes = (int(v) for v in entry)
         where = f"inner chunk {inner} of shard {self.key(shard)}"
         if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
@@ -267,8 +229,7 @@ class ChunkedArray:
                                 f"{self.chunk_nbytes + CHECKSUM_BYTES}")
 
     def chunk_array(self, chunk: int, data: memoryview | None) -> np.ndarray:
-        """Inner chunk ``chunk`` as (chunk_rows, *row_shape), a view of its fetched bytes
-        ``data`` after checking their size and CRC32C."""
+        """Inner chunk ``chunk`` as (chunk_rows, *row_shape), a view of ``data`` after checking size and CRC32C."""
         nbytes = self.chunk_nbytes
         if data is None or len(data) != nbytes + CHECKSUM_BYTES:
             self._refuse_chunk(chunk, data)
@@ -287,14 +248,9 @@ class ChunkedArray:
         raise CorruptChunkError(self.name, f"inner chunk {inner} of shard {self.key(shard)} ended after "
                                 f"{len(data)} of {self.chunk_nbytes + CHECKSUM_BYTES} bytes")
 
-    def assemble(self, selection: Any, chunks: np.ndarray, data: list[memoryview | None],
-                 allocate: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]`` from the fetched bytes ``data`` of ``chunks`` (``chunks(selection)``)."""
-        return self.assemble_rows(self.plan(selection)[0], chunks, data, allocate)
-
     def assemble_rows(self, rows: slice | np.ndarray, chunks: np.ndarray, data: list[memoryview | None],
                       allocate: Allocator = np.empty) -> np.ndarray:
-        """``assemble`` of a planned selection ``rows`` (``plan``'s first item)."""
+        """``array[selection]`` from the fetched ``data`` of ``chunks``, the selection planned (``plan``)."""
         arrays = {c: self.chunk_array(c, d) for c, d in zip(chunks.tolist(), data)}
         if isinstance(rows, slice):
             return self._rows(rows.start, rows.stop, arrays, allocate)
@@ -356,9 +312,7 @@ Staged = dict["ChunkedArray", dict[int, memoryview | None]]  # array -> inner ch
 
 def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
     """``array[selection]`` of every (array, selection, allocate) triple, the arrays sharing one
-    source: those whose chunks are all in ``staged`` (``fetch_chunks``) from there, first; the
-    others' missing shard indexes in one wave, then their inner chunks in one more.
-    ``allocate(shape, dtype)`` allocates each result."""
+    source: those whose chunks are all in ``staged`` from there, the others fetched in two waves."""
     if not reads:
         return []
     staged = staged or {}
@@ -381,9 +335,8 @@ def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged |
 
 
 def fetch_chunks(wanted: list[tuple[ChunkedArray, np.ndarray]]) -> Staged:
-    """The bytes of the inner chunks of every (array, chunks) pair, the arrays sharing one
-    source: the missing shard indexes in one wave, then the chunks in one more. Locally the
-    bytes are views of the mapped files."""
+    """The bytes of the inner chunks of every (array, chunks) pair, the arrays sharing one source: the
+    missing shard indexes in one wave, then the chunks in one more."""
     if not wanted:
         return {}
     source = wanted[0][0].source
@@ -402,8 +355,7 @@ def fetch_chunks(wanted: list[tuple[ChunkedArray, np.ndarray]]) -> Staged:
 
 
 def _plans(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[tuple[slice | np.ndarray, np.ndarray]]:
-    """``array.plan(selection)`` of every read, made once for the reads that share a selection
-    object, a length and a chunking (a draw's rows of several arrays)."""
+    """``array.plan(selection)`` of every read, made once for reads sharing selection, length and chunking."""
     made: dict[tuple[int, int, int], tuple[slice | np.ndarray, np.ndarray]] = {}
     plans = []
     for array, selection, _ in reads:
@@ -415,8 +367,7 @@ def _plans(reads: list[tuple[ChunkedArray, Any, Allocator]]) -> list[tuple[slice
 
 
 def _verify(name: str, where: str, data: memoryview, checksum: memoryview) -> None:
-    """CorruptChunkError naming the array and ``where`` unless ``data`` matches ``checksum``
-    (4 bytes, little endian)."""
+    """CorruptChunkError naming the array and ``where`` unless ``data`` matches its little-endian ``checksum``."""
     stored, computed = int.from_bytes(checksum, "little"), crc32c.crc32c(data)
     if stored != computed:
         raise CorruptChunkError(name, f"{where} failed its CRC32C check "
@@ -424,8 +375,7 @@ def _verify(name: str, where: str, data: memoryview, checksum: memoryview) -> No
 
 
 def supported_layout(meta: dict) -> tuple[tuple[int, ...], np.dtype, int, int] | None:
-    """(shape, dtype, chunk_rows, shard_rows) of an array's ``zarr.json`` contents if
-    this reader supports its layout exactly; None for anything else."""
+    """(shape, dtype, chunk_rows, shard_rows) of an array's ``zarr.json`` if its layout is supported; else None."""
     if (set(meta) - METADATA_KEYS or meta.get("zarr_format") != 3
             or meta.get("node_type") != "array" or meta.get("storage_transformers", []) != []):
         return None
@@ -446,8 +396,7 @@ def supported_layout(meta: dict) -> tuple[tuple[int, ...], np.dtype, int, int] |
 
 
 def _sharding(codecs: Any) -> tuple[Any, Any, Any] | None:
-    """(inner chunk shape, inner codecs, index codecs) of a lone ``sharding_indexed`` codec
-    with its index at the end; None otherwise."""
+    """(inner chunk shape, inner codecs, index codecs) of a lone ``sharding_indexed`` codec indexed at the end."""
     if not isinstance(codecs, list) or len(codecs) != 1 or not isinstance(codecs[0], dict):
         return None
     codec = codecs[0]
@@ -480,8 +429,7 @@ def _default_keys(encoding: Any) -> bool:
 
 
 def _bytes_then_crc32c(codecs: Any, dtype: np.dtype) -> bool:
-    """Whether the codecs are exactly ``bytes`` (little endian; any for 1-byte types) then
-    ``crc32c``."""
+    """Whether the codecs are exactly ``bytes`` (little endian; any for 1-byte types) then ``crc32c``."""
     if not isinstance(codecs, list) or len(codecs) != 2 or not all(isinstance(c, dict) for c in codecs):
         return False
     serializer, checksum = codecs

@@ -1,10 +1,5 @@
 """``<cache_dir>/manifest.json``: the runs of a cache and the generation of each, the settings
-that built it and a checksum of itself.
-
-Readers open the manifest once and read the generations it names, so replacing the manifest
-(``write_manifest``: a temporary file, then a rename) switches every new reader to rebuilt runs
-at once while open ones keep theirs. Each entry records its run's metadata checksum, and the
-manifest records the SHA-256 of its own canonical JSON, so an edit anywhere is caught.
+that built it and a checksum of itself (docs/cache_format.md, "manifest.json").
 """
 
 from __future__ import annotations
@@ -43,8 +38,7 @@ def manifest_lock(cache_dir: str | os.PathLike):
 
 
 def manifest_digest(manifest: dict) -> str:
-    """The SHA-256 of a manifest's canonical JSON, its own ``sha256`` left out: what
-    ``write_manifest`` records and ``read_manifest`` checks."""
+    """The SHA-256 of a manifest's canonical JSON, its own ``sha256`` left out."""
     body = {k: v for k, v in manifest.items() if k != "sha256"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
@@ -52,11 +46,8 @@ def manifest_digest(manifest: dict) -> str:
 def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
                    runs: dict[str, dict], config: dict | None = None,
                    scaling_factors: dict | None = None, *, if_version: str | None = None) -> Path | str:
-    """Write ``<cache_dir>/manifest.json`` atomically: locally a temporary file, then a rename;
-    on object storage a conditional put, the commit of the runs it names: only if the manifest
-    is still at version (e-tag) ``if_version``, or absent when that is None (ConflictError
-    otherwise). ``scaling_factors``: the record of the factors file beside the cache, when
-    there is one."""
+    """Write ``<cache_dir>/manifest.json`` atomically: locally by a rename; on object storage only if it
+    is still at version ``if_version`` (absent when None), else ConflictError."""
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -83,8 +74,7 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
 
 
 def read_manifest(cache_dir: str | os.PathLike) -> dict:
-    """Read and check ``<cache_dir>/manifest.json`` (a local folder or an object-store URL):
-    format, version, its own checksum, and run paths that stay inside the cache folder."""
+    """Read and check ``<cache_dir>/manifest.json``: format, version, checksum, run paths inside the cache."""
     manifest, _ = read_manifest_version(cache_dir)
     return manifest
 
@@ -131,9 +121,7 @@ def _check_manifest(manifest: object, cache_dir: str | os.PathLike) -> None:
 
 
 def run_path(cache_dir: str | os.PathLike, name: str, entry: dict) -> Path | str:
-    """The generation folder a manifest entry names: a relative path of two parts, the run's
-    folder and ``g<N>.zarr``, inside the cache folder (a URL under a URL cache); CacheError
-    otherwise."""
+    """The generation folder ``<run>/g<N>.zarr`` a manifest entry names, inside the cache; else CacheError."""
     where = f"{join(cache_dir, MANIFEST)}: run {name!r}"
     raw = entry.get("path") if isinstance(entry, dict) else None
     if not isinstance(raw, str):
@@ -161,9 +149,8 @@ def manifest_entry(cache_dir: str | os.PathLike, run: CacheRun) -> dict:
 
 def manifest_scaling_factors(cache_dir: str | os.PathLike, manifest: dict | None = None,
                              normalization: str | None = None) -> dict:
-    """The scaling factors cache_data.py wrote beside the cache (a local folder or a URL),
-    checked against the SHA-256 the manifest records (CacheError when absent or changed);
-    ``normalization`` replaces the stored one (scaling.load_scaling_factors)."""
+    """The scaling factors cache_data.py wrote beside the cache, checked against the manifest's SHA-256
+    (CacheError when absent or changed); ``normalization`` replaces the stored one."""
     manifest = read_manifest(cache_dir) if manifest is None else manifest
     record = manifest.get("scaling_factors")
     if record is None:

@@ -1,11 +1,6 @@
 """A cache on object storage: uploading a local cache folder or one run generation, and
-removing the generations no reader needs. The manifest is uploaded last: it is the commit
-that makes the runs it names readable.
-
-After each upload of a run generation, the build removes that run's older generations as a
-local build does (run_writer.py): complete ones beyond the newest ``KEEP_GENERATIONS`` that the
-manifest does not name, and claimed prefixes never completed (a builder killed during its
-upload) once nothing under them has been written for ``ABANDONED_AFTER_S``.
+removing the generations no reader needs (docs/cache_format.md, "On object storage"). The
+manifest is uploaded last: it is the commit that makes the runs it names readable.
 """
 
 from __future__ import annotations
@@ -28,9 +23,8 @@ ABANDONED_AFTER_S = 3600.0  # an unfinished generation untouched this long: its 
 
 
 def upload_folder(folder: str | os.PathLike, location: str) -> int:
-    """Upload every file under the local cache ``folder`` to the URL ``location`` (same
-    relative keys; hidden temporaries and locks left out), the manifest last; return the
-    number of objects written."""
+    """Upload every file under the local cache ``folder`` to ``location`` (hidden temporaries and
+    locks left out), the manifest last; return the number of objects written."""
     folder = Path(folder)
     source, prefix = source_and_key(location)
     files = sorted(p for p in folder.rglob("*") if p.is_file()
@@ -45,8 +39,7 @@ def upload_folder(folder: str | os.PathLike, location: str) -> int:
 
 
 def _put_in_batches(source, items: list[tuple[str, Path]]) -> None:
-    """Upload each (key, file), several at a time, holding at most about ``UPLOAD_BATCH_BYTES``
-    of them in memory (a full-size run is gigabytes)."""
+    """Upload each (key, file), several at a time, with at most about ``UPLOAD_BATCH_BYTES`` in memory."""
     batch: list[tuple[str, bytes]] = []
     held = 0
     for key, path in items:
@@ -64,8 +57,7 @@ def _generation_numbers(source, folder_key: str) -> list[int]:
 
 
 def claim_generation(cache_url: str, name: str) -> tuple[int, str]:
-    """Claim the next free generation number of run ``name`` with a create-only put of its
-    ``.claim`` object (two builders never get the same one): (number, its URL)."""
+    """Claim run ``name``'s next generation number by a create-only put of its ``.claim``: (number, URL)."""
     folder = join(cache_url, name)
     source, key = source_and_key(folder)
     number = max(_generation_numbers(source, key), default=0) + 1
@@ -79,11 +71,8 @@ def claim_generation(cache_url: str, name: str) -> tuple[int, str]:
 
 def publish_generation(local: str | os.PathLike, cache_url: str, name: str, *,
                        abandoned_after_s: float = ABANDONED_AFTER_S) -> str:
-    """Upload the local run generation ``local`` as the next generation of run ``name`` under
-    ``cache_url``: every object under its own claimed prefix, the group's ``zarr.json`` (its
-    ``generation`` attribute set to the claimed number) last, so the generation is listed only
-    once whole; then remove the run's old generations (``remove_old_generations``); return its
-    URL. An interrupted upload leaves a prefix no listing or manifest names."""
+    """Upload ``local`` as run ``name``'s next generation under ``cache_url`` (its ``zarr.json`` last, so
+    it is listed only once whole), then remove the old generations; return its URL."""
     local = Path(local)
     number, url = claim_generation(cache_url, name)
     source, key = source_and_key(url)
@@ -106,8 +95,7 @@ def _named_generation(cache_url: str, name: str) -> str | None:
 
 
 def _generation_objects(cache_url: str, name: str) -> dict[str, dict]:
-    """The objects (key inside the generation: ObjectInfo) of each generation prefix of run
-    ``name``, complete or not, by generation folder name."""
+    """The objects of each generation prefix of run ``name``, complete or not, by generation folder name."""
     return {folder: objects for folder, objects in objects_by_folder(str(join(cache_url, name))).items()
             if GENERATION.match(folder)}
 
@@ -121,9 +109,8 @@ def untouched_for(objects: dict, seconds: float) -> bool:
 
 def remove_old_generations(cache_url: str, name: str, *,
                            abandoned_after_s: float = ABANDONED_AFTER_S) -> list[str]:
-    """Delete the generations of run ``name`` that no reader needs (module docstring); return
-    their names. A complete generation loses its ``zarr.json`` first, so it is never listed
-    half deleted."""
+    """Delete the generations of run ``name`` no reader needs; return their names. A generation loses
+    its ``zarr.json`` first, so it is never listed half deleted."""
     by_generation = _generation_objects(cache_url, name)
     complete = sorted((n for n, files in by_generation.items() if "zarr.json" in files),
                       key=lambda n: int(GENERATION.match(n).group(1)))

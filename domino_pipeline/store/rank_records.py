@@ -1,17 +1,8 @@
-"""How the ranks of a multi-process cache build finish without waiting for one another.
-
-Under torchrun each rank builds its share of the runs; ranks finish at very different times
-(runs already current, fast failures, smaller runs, DrivAerML runs of tens of minutes), so no
-rank waits in a collective. Each writes a small record of its outcome to
-``<cache>/.ranks/<job>/rank-<r>.json``; the rank that finds every rank's record there is the
-last one: it alone finishes the job (writes the manifest) and removes the records.
-
-Locally the records are files and the check runs under a lock; a rank that finds its own
-record gone knows the last rank has done so. On object storage they are objects written with
-create-only puts, and a rank that lists every record claims the job's end with a create-only
-put of ``<job>/finished``: when two ranks see every record at once, one claim wins. That small
-object stays, so a rank that listed the records just before they were removed cannot claim the
-job's end a second time, until a later build removes it (``remove_finished_jobs``).
+"""How the ranks of a multi-process cache build finish without waiting for one another: each leaves
+a record in ``<cache>/.ranks/<job>/``; the rank that finds every record there is the last one and
+alone writes the manifest (docs/cache_format.md). On object storage the last rank claims the
+job's end with a create-only put of ``<job>/finished``, which stays until a later build removes
+it (``remove_finished_jobs``), so the end is claimed once.
 """
 
 from __future__ import annotations
@@ -40,8 +31,7 @@ def job_folder(cache_dir: str | Path, job: str) -> Path | str:
 
 def finish_rank(cache_dir: str | Path, job: str, rank: int, world_size: int, record: dict,
                 on_last: Callable[[list[dict]], T]) -> T | None:
-    """Leave this rank's ``record``; when it is the last of the ``world_size`` ranks of ``job``,
-    return ``on_last(records in rank order)`` and remove the job's records; else None."""
+    """Leave this rank's ``record``; the last of ``world_size`` returns ``on_last(records)`` and removes them."""
     if is_url(cache_dir):
         return _finish_remote(str(job_folder(cache_dir, job)), rank, world_size, record, on_last)
     folder = Path(job_folder(cache_dir, job))
@@ -78,8 +68,7 @@ def _finish_remote(folder: str, rank: int, world_size: int, record: dict,
 
 
 def remove_finished_jobs(cache_url: str, older_than_s: float) -> list[str]:
-    """Delete the ``finished`` claims of the cache's finished jobs (no record left) claimed
-    more than ``older_than_s`` ago; return those jobs. Records of unfinished jobs stay."""
+    """Delete the ``finished`` claims of jobs with no record left, older than ``older_than_s``; those jobs."""
     folder = str(join(cache_url, RANKS_DIR))
     done = [job for job, objects in objects_by_folder(folder).items()
             if list(objects) == [FINISHED] and untouched_for(objects, older_than_s)]

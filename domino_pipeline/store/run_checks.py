@@ -1,9 +1,6 @@
 """Checks of a cache run generation's metadata against itself and against the manifest entry it
-sits under: what a buggy tool that recomputes every checksum could still get wrong.
-
-Plain values in, ``RunMetadataError`` out (a CacheError; the caller adds the run's path), so any
-byte source can use them: counts against array lengths, grid shapes against the settings, and
-the recorded run name and source against the manifest's.
+sits under: counts against array lengths, grid shapes against the settings, the recorded run
+name and source against the manifest's. Plain values in, ``RunMetadataError`` out.
 """
 
 from __future__ import annotations
@@ -21,15 +18,13 @@ class RunMetadataError(CacheError):
 
 
 def counted_kind(array: str) -> str | None:
-    """The ``counts`` key (geometry, surface, volume) whose rows array ``array`` holds; None
-    for the grids."""
+    """The ``counts`` key (geometry, surface, volume) of array ``array``'s rows; None for the grids."""
     return None if array in GRIDS else array.split("_", 1)[0]
 
 
 def check_counts(counts: Any, lengths: dict[str, int]) -> None:
-    """RunMetadataError unless ``counts`` (the run's ``counts`` attribute) gives every kind's
-    rows as a non-negative int equal to the length of each array of that kind (``lengths``:
-    array -> rows)."""
+    """RunMetadataError unless ``counts`` gives every kind's rows as a non-negative int equal to the
+    length of each array of that kind (``lengths``: array -> rows)."""
     if not isinstance(counts, dict):
         raise RunMetadataError(f"counts {counts!r} is not a mapping")
     for array, rows in sorted(lengths.items()):
@@ -53,9 +48,7 @@ def check_grids(settings: Any, shapes: dict[str, tuple[int, ...]]) -> None:
 
 
 def check_origin(attrs: dict, name: str, entry: dict) -> None:
-    """RunMetadataError unless the run generation's recorded source is the one of the manifest
-    entry it sits under: the same processed run name and the same source fingerprint (a
-    generation copied or linked from another run records that run)."""
+    """RunMetadataError unless the generation's recorded source is its manifest entry's (name, fingerprint)."""
     source = attrs.get("source")
     path = source.get("path") if isinstance(source, dict) else None
     if not isinstance(path, str):

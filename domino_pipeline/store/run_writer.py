@@ -1,16 +1,5 @@
-"""Writing one cache run: a new generation, array by array or block by block, placed whole.
-
-    with run_lock(cache_dir, "run_1"):
-        with RunWriter(cache_dir, "run_1", shapes, attrs, neighbor_layout="indices") as writer:
-            writer.write("surface_grid_sdf", sdf)                  # a whole array
-            writer.write_rows("volume_sdf", start, block)          # or a block of rows
-        # here generation g<N+1> is in place; generations older than g<N> are removed
-
-A generation is built under a hidden temporary name in the run's folder and renamed into place
-only when every array has been written in full and the attributes are set, so a reader sees a
-whole generation or none. Placed generations are never modified: a rebuild writes the next one,
-and the manifest (manifest.py) switches readers to it in one atomic replace. The previous
-generation is kept for datasets opened before the switch; older ones are removed.
+"""Writing one cache run: a new generation, array by array or block by block, built under a hidden
+temporary name and renamed into place whole; placed generations are never modified.
 """
 
 from __future__ import annotations
@@ -43,8 +32,7 @@ KEEP_GENERATIONS = 2  # the new one and the one datasets opened before it may st
 
 @contextmanager
 def run_lock(cache_dir: str | os.PathLike, name: str) -> Iterator[None]:
-    """Be the only writer of run ``name`` for the block (a second one waits); clears the
-    temporaries that dead writers of the run left."""
+    """Be the only writer of run ``name`` for the block (a second waits), clearing dead writers' temporaries."""
     folder = run_folder(cache_dir, name)
     with exclusive_lock(folder / ".lock", f"cache run {folder}"):
         remove_stale_temporaries(folder)
@@ -61,13 +49,8 @@ def _grid(spec: ArraySpec, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tup
 
 
 class RunWriter:
-    """Writes generation N+1 of one cache run (the caller holds ``run_lock``).
-
-    ``shapes``: every array of the neighbour layout and its shape; ``attrs``: the group
-    attributes, written last. Every inner chunk is written, fill-valued ones too, so that a
-    missing one is an error for readers. ``written`` tracks the rows written per array; leaving
-    the block without an exception but with an array not written in full is an error.
-    """
+    """Writes generation N+1 of one cache run (the caller holds ``run_lock``): every array of ``shapes``,
+    every inner chunk (fill-valued ones too), the ``attrs`` last; an array left short is an error."""
 
     def __init__(self, cache_dir: str | os.PathLike, name: str, shapes: dict[str, tuple[int, ...]],
                  attrs: dict[str, Any], *, neighbor_layout: str, parts: tuple[str, ...] = PARTS) -> None:
@@ -105,8 +88,7 @@ class RunWriter:
         self.write_rows(name, 0, data)
 
     def write_rows(self, name: str, start: int, data: np.ndarray) -> None:
-        """Write rows ``start : start + len(data)`` of array ``name`` (whole shards at a time
-        where the block is aligned to them, as the build's blocks are)."""
+        """Write rows ``start : start + len(data)`` of array ``name`` (whole shards where aligned to them)."""
         array = self.arrays[name]
         data = np.ascontiguousarray(data, dtype=self.specs[name].dtype)
         if data.shape[1:] != array.shape[1:] or start + len(data) > array.shape[0]:
@@ -125,8 +107,7 @@ class RunWriter:
             os.close(self._held)
 
     def _finish(self, exc_type) -> None:
-        """Rename the finished generation into place (or remove it after an exception) and
-        remove generations older than the ones readers may still read."""
+        """Rename the finished generation into place (or remove it after an exception); remove old ones."""
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return

@@ -1,11 +1,7 @@
-"""Checks of a cache array's shards that need only plain numbers: a shard's index as a whole,
-and a shard's size against what the array's metadata implies.
-
-Both take arrays, ints and dicts, not files, so that any byte source (local files, object
-storage) can use them: the caller reads the index bytes or lists the shard sizes and says where
-they came from. Arithmetic is in Python ints or bounded before it is done in uint64, so a
-crafted offset near 2**64 cannot wrap past a bound check. Layout: docs/cache_format.md,
-"Reading chunks directly".
+"""Checks of a cache array's shards that need only plain numbers: a shard's index as a whole, and
+a shard's size against what the array's metadata implies, so any byte source can use them.
+Arithmetic is in Python ints or bounded before it is done in uint64, so a crafted offset near
+2**64 cannot wrap past a bound check (docs/cache_format.md, "Reading chunks directly").
 """
 
 from __future__ import annotations
@@ -24,10 +20,9 @@ class ShardIndexError(ValueError):
 
 
 def check_index(index: np.ndarray, data_nbytes: int, chunk_nbytes: int, written: int) -> None:
-    """ShardIndexError naming the first bad inner chunk unless the (n, 2) uint64 ``index`` of
-    one shard is whole: its first ``written`` entries written (a cache writes every chunk inside
-    the array), every written entry exactly ``chunk_nbytes`` long (data and checksum) and inside
-    the ``data_nbytes`` bytes before the index, no two overlapping, no half-absent entry."""
+    """ShardIndexError naming the first bad inner chunk unless the (n, 2) uint64 ``index`` of a shard is
+    whole: its first ``written`` entries written, each ``chunk_nbytes`` long inside the
+    ``data_nbytes`` before the index, none overlapping, none half absent."""
     offsets, sizes = index[:, 0], index[:, 1]
     absent = (offsets == ABSENT) & (sizes == ABSENT)
     _first("has only one of offset and size absent", (offsets == ABSENT) ^ (sizes == ABSENT))
@@ -63,8 +58,7 @@ def chunks_in_shard(rows: int, shard: int, shard_rows: int, chunk_rows: int) -> 
 
 
 def shard_nbytes(rows: int, shard: int, shard_rows: int, chunk_rows: int, chunk_nbytes: int) -> int:
-    """The exact size of a shard as the cache writes it: its chunks inside the array (each
-    ``chunk_nbytes`` with its checksum), the index of every inner chunk and its checksum."""
+    """The exact size of a shard as the cache writes it: its chunks with checksums, then index and checksum."""
     per_shard = shard_rows // chunk_rows
     return (chunks_in_shard(rows, shard, shard_rows, chunk_rows) * chunk_nbytes
             + per_shard * INDEX_ENTRY_BYTES + CHECKSUM_BYTES)
@@ -72,11 +66,8 @@ def shard_nbytes(rows: int, shard: int, shard_rows: int, chunk_rows: int, chunk_
 
 def check_shards(rows: int, chunk_rows: int, shard_rows: int, chunk_nbytes: int,
                  sizes: dict[int, int]) -> None:
-    """ShardIndexError unless an array of ``rows`` rows stored in shards of ``shard_rows`` rows
-    and inner chunks of ``chunk_rows`` rows (``chunk_nbytes`` each with checksum) is what the
-    shard files ``sizes`` (shard number -> bytes) hold: chunking within the format's limits,
-    every shard present, none extra, each of the exact size. Checked before any allocation, so
-    a shape of 2**40 rows is refused from a listing, not met by a 5 GB read."""
+    """ShardIndexError unless the shard files ``sizes`` (shard -> bytes) are exactly what the array's
+    shape and chunking imply; checked before any allocation."""
     if not 0 < chunk_rows <= shard_rows or shard_rows % chunk_rows:
         raise ShardIndexError(f"inner chunks of {chunk_rows} rows do not divide shards of {shard_rows} rows")
     if chunk_nbytes > MAX_CHUNK_BYTES + CHECKSUM_BYTES:

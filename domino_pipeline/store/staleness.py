@@ -1,9 +1,7 @@
-"""Whether a cache run is current: its newest generation's fingerprint against the settings
-and the processed run it was built from, and the manifest's records of both; whether the
-scaling factors the manifest records are usable.
-
-The read side of the store: the cache build (build.py) and the validation (validate.py) both
-ask here, and neither this module nor its imports load Warp.
+"""Whether a cache run is current: its newest generation's fingerprint against the settings and
+the processed run it was built from, and the manifest's records of both; whether the manifest's
+scaling factors are usable. The read side of the store: neither this module nor its imports
+load Warp.
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ from domino_pipeline.store.manifest import manifest_scaling_factors, read_manife
 
 
 def current_source(processed_path: Path, recorded: dict | None = None, *, full: bool = False) -> dict:
-    """The processed run's source record: its path, the SHA-256 of its bytes and its stat
-    fingerprint (names, sizes, times). The bytes are hashed only when the stat fingerprint
-    differs from ``recorded``'s (or ``full``): a rerun over unchanged runs reads no data."""
+    """The processed run's source record: its path, the SHA-256 of its bytes (hashed only when the
+    stat fingerprint differs from ``recorded``'s, or ``full``) and its stat fingerprint."""
     stat = stat_fingerprint(processed_path)
     if not full and recorded and recorded.get("stat") == stat and recorded.get("fingerprint"):
         fingerprint = recorded["fingerprint"]
@@ -39,8 +36,7 @@ def current_source(processed_path: Path, recorded: dict | None = None, *, full: 
 
 
 def stale_reasons(run: CacheRun, settings: PreprocessSettings, source: str) -> list[str]:
-    """Why a cache run generation does not match ``settings`` and the processed run's
-    fingerprint ``source`` (empty: current)."""
+    """Why a cache run generation does not match ``settings`` and its processed run's ``source`` (empty: current)."""
     if run.attrs.get("fingerprint") == run_fingerprint(settings.fingerprint(), source):
         return []
     reasons = diff_settings(run.attrs.get("settings", {}), settings.fingerprinted())
@@ -58,8 +54,7 @@ def manifest_records(cache_dir: Path) -> dict[str, dict]:
 
 
 def _recorded_source(entry: dict, run: CacheRun) -> dict:
-    """The source record to compare with: the manifest ``entry``'s (refreshed at every manifest
-    write) when it names this generation, else the one the generation was built with."""
+    """The source record to compare with: the manifest ``entry``'s if it names this generation, else its own."""
     if entry.get("path", "").endswith("/" + name_of(run.path)) and "source" in entry:
         return entry["source"]
     return run.attrs.get("source", {})
@@ -67,10 +62,8 @@ def _recorded_source(entry: dict, run: CacheRun) -> dict:
 
 @dataclass(frozen=True)
 class RunState:
-    """A run's newest cache generation set against its processed run: ``built`` whether a
-    generation exists; ``reasons`` why it is stale (empty when current); ``source`` the
-    processed run's current source record; ``run`` the generation, opened (None when there is
-    none or it cannot be read)."""
+    """A run's newest cache generation set against its processed run: whether one is ``built``, the
+    ``reasons`` it is stale, the processed run's current ``source`` record, the opened ``run``."""
 
     built: bool
     reasons: list[str]
@@ -85,8 +78,7 @@ class RunState:
 
 def run_state(cache_dir: Path, processed_path: Path, settings: PreprocessSettings,
               records: dict[str, dict]) -> RunState:
-    """The state of the processed run's newest cache generation. ``records``: the manifest's
-    run entries (``manifest_records``)."""
+    """The state of the processed run's newest cache generation (``records``: ``manifest_records``)."""
     name = run_name(processed_path)
     newest = current_generation(run_folder(cache_dir, name))
     if newest is None:

@@ -1,39 +1,6 @@
-"""Training checkpoints: when and what a run saves, and how it resumes; the file format (saved
-atomically, loaded with `weights_only=True`); and the model alone in physicsnemo's own format
-(`.mdlus`), the last and the best by validation loss.
-
-``TrainingState`` is what a step changes (model, optimizer, schedule, gradient scaler, the best
-validation loss so far); ``CheckpointFiles`` where it goes. A checkpoint is written at the end of
-every ``train.checkpoint_every``-th epoch, at the last one and when a signal stops the run, with
-every rank's RNG state and partial loss sums, so that a resumed run draws and reports as an
-uninterrupted one (``save_checkpoint``, ``resume``).
-
-A checkpoint is a dict of tensors and plain Python values only, so that `torch.load(...,
-weights_only=True)` reads it without executing anything:
-    model, optimizer, scheduler, scaler   state dicts
-    epoch                                 the epoch in progress (1-based)
-    step                                  batches of that epoch already done (0: epoch not started)
-    epoch_partial                         {"loss_sum", "batches", "term_sums"} of the unfinished epoch, per rank
-    rng_states                            one entry per rank (see `capture_rng_state`); restored
-                                          whatever the number of ranks and GPUs now
-    config                                the resolved Hydra config as a JSON string
-    best_val_loss                         the lowest validation loss so far (inf before any)
-
-Beside it, `save_model_file` writes the bare model with physicsnemo's `Module.save`:
-`model_last.mdlus` at every checkpoint and `model_best.mdlus` whenever the validation loss
-improves (with `model_best.json`: its epoch and loss). Anyone loads them with
-`physicsnemo.Module.from_checkpoint(path)`; `train.init_from` starts training from one.
-
-At the end of each checkpointed epoch the same folder also gets the pair physicsnemo's
-`save_checkpoint` writes (`physicsnemo.utils.checkpoint`), which its `load_checkpoint` and the
-DoMINO example's train.py resume from:
-    DoMINO.0.<e>.mdlus     the model (a hard link to model_last.mdlus where the file system allows)
-    checkpoint.0.<e>.pt    optimizer_state_dict, scheduler_state_dict, scaler_state_dict, epoch
-with e the 0-based index of the last finished epoch (the example resumes at e + 1); only the
-latest pair is kept. An interrupted epoch has no such pair: physicsnemo's layout cannot say
-where in an epoch a run stopped. The other way round, `train.resume_from` continues from such a
-pair (the example's own checkpoints): model, optimizer, scaler and epoch, the scheduler when it
-is of the configured kind; RNG states and the epoch's partial sums are not in that layout.
+"""Training checkpoints: when and what a run saves, how it resumes, and the files themselves
+(``TrainingState`` what a step changes, ``CheckpointFiles`` where it goes). The files are
+described in docs/configuration.md ("Checkpoints") and docs/example_keys.md.
 """
 
 from __future__ import annotations
@@ -146,9 +113,8 @@ class ResumePoint:
 
 def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, init_from: str | None,
            resume_from: str | None = None, say=print) -> ResumePoint:
-    """Restore the latest checkpoint if there is one (this rank's RNG state and partial sums);
-    else continue the physicsnemo checkpoint folder ``resume_from`` when given; else start from
-    ``init_from`` (a physicsnemo .mdlus) when given. ``say`` reports which."""
+    """Restore the latest checkpoint if there is one, else continue the physicsnemo checkpoint folder
+    ``resume_from``, else start from ``init_from`` (a .mdlus) when given; ``say`` reports which."""
     saved = load_checkpoint(files.checkpoint)
     if saved is None and resume_from:
         return resume_from_example(state, resume_from, info, say)
@@ -172,9 +138,8 @@ def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, init
 
 
 def resume_from_example(state: TrainingState, folder: str, info: DistInfo, say=print) -> ResumePoint:
-    """Continue a physicsnemo checkpoint (the DoMINO example's): its model (constructor arguments
-    checked against the config), optimizer, scaler, scheduler and epoch. The RNG states and the
-    best validation loss so far are not in that layout: they start afresh."""
+    """Continue a physicsnemo checkpoint (the DoMINO example's): model, optimizer, scaler, scheduler
+    and epoch; RNG states and the best validation loss start afresh (not in that layout)."""
     example = load_example_checkpoint(folder, map_location=info.device)
     init_weights_from(state.model, example.model_path)
     for note in restore_example_states(example, state.optimizer, state.scheduler, state.scaler):
@@ -232,9 +197,8 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 
 def restore_cuda_rng_states(states: list[torch.Tensor]) -> int:
-    """Restore the saved per-device CUDA generator states on the devices that exist now; return
-    how many were restored. A checkpoint saved with more (or fewer) visible GPUs than now still
-    resumes: devices beyond the visible ones are skipped, new ones keep their fresh state."""
+    """Restore the saved per-device CUDA generator states on the devices that exist now (others
+    skipped, new ones fresh), so a checkpoint resumes with another number of GPUs; return how many."""
     if not torch.cuda.is_available():
         return 0
     restored = min(len(states), torch.cuda.device_count())
@@ -283,8 +247,7 @@ def model_file_paths(output_dir: str | Path) -> dict[str, Path]:
 
 
 def save_model_file(model: torch.nn.Module, path: Path) -> None:
-    """`Module.save` (physicsnemo's .mdlus: model.pt, args.json, metadata.json in a zip) to a
-    temporary name beside `path`, then rename: a crash never leaves half a file."""
+    """`Module.save` (physicsnemo's .mdlus) to a temporary name beside `path`, then rename it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.stem}.tmp{os.getpid()}.mdlus")
     model.save(str(temporary))
@@ -292,8 +255,7 @@ def save_model_file(model: torch.nn.Module, path: Path) -> None:
 
 
 def read_model_args(path: str | Path) -> dict[str, Any]:
-    """The constructor record (`args.json`: `__name__`, `__module__`, `__args__`) of a .mdlus file,
-    read as JSON from the zip without loading anything else."""
+    """The constructor record (`args.json`) of a .mdlus file, read from the zip without loading anything."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model file")
@@ -326,9 +288,8 @@ def differing_args(expected: dict[str, Any], found: dict[str, Any], prefix: str 
 
 
 def init_weights_from(model: torch.nn.Module, path: str | Path) -> None:
-    """Load the weights of a physicsnemo .mdlus (`Module.save`, this project's or anyone's) into
-    `model`, after checking that the file's DoMINO was built with the same constructor arguments
-    (the error lists every difference). The weights are read with torch.load's weights_only."""
+    """Load the weights of a physicsnemo .mdlus into ``model`` (weights_only), after checking that its
+    DoMINO was built with the same constructor arguments (the error lists every difference)."""
     path = Path(path)
     args = read_model_args(path)
     _check_model_class(args, path)
@@ -340,8 +301,7 @@ def init_weights_from(model: torch.nn.Module, path: str | Path) -> None:
 
 
 def load_model_file(path: str | Path, device: torch.device | str = "cpu") -> torch.nn.Module:
-    """Rebuild the DoMINO of a .mdlus from its own constructor arguments and weights
-    (`DoMINO.from_checkpoint`), on `device`, in eval mode. Only DoMINO files are accepted."""
+    """The DoMINO of a .mdlus rebuilt from its own arguments and weights, on `device`, in eval mode."""
     from physicsnemo.models.domino import DoMINO
 
     path = Path(path)
@@ -358,10 +318,8 @@ EXAMPLE_STATE_KEYS = ("optimizer_state_dict", "scheduler_state_dict", "scaler_st
 
 
 def save_example_checkpoint(folder: Path, model_file: Path, states: dict[str, Any], index: int) -> None:
-    """Write physicsnemo's pair for finished epoch ``index`` (0-based) into ``folder``: the model
-    file ``model_file`` (a .mdlus just written) linked (or copied) as ``DoMINO.0.<index>.mdlus``,
-    and ``states`` ({"optimizer", "scheduler", "scaler"} state dicts) as ``checkpoint.0.<index>.pt``;
-    then remove the older pairs."""
+    """Write physicsnemo's pair for finished epoch ``index`` into ``folder`` (``DoMINO.0.<index>.mdlus``
+    linked to ``model_file``, ``checkpoint.0.<index>.pt`` of ``states``); remove the older pairs."""
     model_path = folder / EXAMPLE_MODEL.format(index=index)
     temporary = model_path.with_name(f".{model_path.stem}.tmp{os.getpid()}.mdlus")
     try:
@@ -398,9 +356,8 @@ class ExampleCheckpoint:
 
 
 def load_example_checkpoint(folder: str | Path, map_location: torch.device | str = "cpu") -> ExampleCheckpoint:
-    """The latest ``checkpoint.0.<e>.pt`` / ``DoMINO.0.<e>.mdlus`` pair of ``folder`` (physicsnemo's
-    ``save_checkpoint``, as the DoMINO example writes them), read with ``weights_only`` (tensors and
-    plain values; MultiStepLR's milestone Counter allowed). Errors name the folder and the file."""
+    """The latest ``checkpoint.0.<e>.pt`` / ``DoMINO.0.<e>.mdlus`` pair of ``folder``, read with
+    ``weights_only`` (MultiStepLR's milestone Counter allowed); errors name the folder and the file."""
     folder = Path(folder)
     indices = example_indices(folder)
     if not indices:
@@ -426,10 +383,8 @@ def load_example_checkpoint(folder: str | Path, map_location: torch.device | str
 
 def restore_example_states(checkpoint: ExampleCheckpoint, optimizer: torch.optim.Optimizer,
                            scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler) -> list[str]:
-    """Load a physicsnemo checkpoint's optimizer, scaler and scheduler states into this run's;
-    the notes to print. A scheduler of another kind than the configured one (the example's
-    MultiStepLR against cosine or step) is not loaded: the configured schedule is set to the
-    resumed epoch instead (its closed form), and a note says so."""
+    """Load a physicsnemo checkpoint's optimizer, scaler and scheduler states; the notes to print (a
+    scheduler of another kind is set to the resumed epoch instead)."""
     states, notes = checkpoint.states, []
     optimizer.load_state_dict(states["optimizer"])
     if states.get("scaler"):

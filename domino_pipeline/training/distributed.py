@@ -1,15 +1,6 @@
 """Process-group setup for one process or many under torchrun or srun, and the few collectives
-training needs.
-
-One process (`python train.py`) and DDP (`torchrun --nproc_per_node=N train.py`, `srun python
-train.py`) share the same code: the job's shape is a ``launch.Launch`` (the one rule for ranks,
-``launch_environment``); in a world of size 1 every collective is a no-op.
-Backend: NCCL on CUDA, gloo on the CPU. Each rank's GPU follows ``devices.cuda_index``, the rule
-Warp follows too.
-
-Timeouts are explicit (the ``distributed`` config section): ``timeout_s`` bounds the waits of
-training's collectives (a step, a checkpoint, a validation), ``work_timeout_s`` the waits behind
-per-rank work of unknown length, which run in their own gloo group (``work_group``).
+training needs: in a world of size 1 every collective is a no-op. NCCL on CUDA, gloo on the CPU;
+timeouts from the ``distributed`` section (docs/gpu.md, "Several GPUs").
 """
 
 import uuid
@@ -45,8 +36,7 @@ class DistInfo:
 
 
 def resolve_train_device(name: str, local_rank: int) -> torch.device:
-    """`auto` picks this rank's CUDA device (``devices.cuda_index`` among the visible ones) when
-    CUDA is present, else the CPU; `cpu`/`cuda` force one."""
+    """`auto` is this rank's CUDA device (``devices.cuda_index``) when CUDA is present, else the CPU."""
     if name not in ("auto", "cpu", "cuda"):
         raise ValueError(f"train device must be one of auto, cpu, cuda, not {name!r}")
     if name == "cuda" and not torch.cuda.is_available():
@@ -57,8 +47,7 @@ def resolve_train_device(name: str, local_rank: int) -> torch.device:
 
 
 def init_distributed(launch: Launch, device_name: str = "auto", timeout_s: float = 1800.0) -> DistInfo:
-    """Join the job's process group when ``launch`` has more than one process, with
-    ``timeout_s`` for its collectives; otherwise describe a single process."""
+    """Join the job's process group (``timeout_s`` for its collectives), or describe a single process."""
     device = resolve_train_device(device_name, launch.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -78,18 +67,15 @@ def join_group(launch: Launch, backend: str, timeout_s: float, device_id: torch.
 
 
 def work_group(timeout_s: float) -> Any:
-    """A gloo group of every rank whose waits last up to ``timeout_s``: for gathering
-    the results of per-rank work of unknown length without tripping the training timeout. Every
-    rank must call it (at about the same time); None in a single process."""
+    """A gloo group of every rank waiting up to ``timeout_s``, for per-rank work; None in a single process."""
     if not dist.is_initialized():
         return None
     return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
 
 
 def job_id(launch: Launch, timeout_s: float) -> str:
-    """One id shared by every rank of this job (rank 0's random one, broadcast), for files the
-    ranks write about the job; then the process group is left again, so that the ranks' work
-    that follows has no collective to time out. A fresh id in a single process."""
+    """One id shared by every rank of this job (rank 0's, broadcast), for files the ranks write about
+    the job; the process group is then left, so the ranks' work that follows cannot time out."""
     chosen = [uuid.uuid4().hex]
     if launch.world_size > 1:
         join_group(launch, "gloo", timeout_s)
@@ -128,8 +114,7 @@ def any_rank(flag: bool, device: torch.device) -> bool:
 
 
 def gather_objects(obj: Any, group: Any = None) -> list[Any]:
-    """Every rank's (small, plain) object, in rank order; `[obj]` in a single process.
-    ``group``: e.g. a ``work_group``, whose timeout applies (default: the whole job's)."""
+    """Every rank's small object, in rank order (``[obj]`` alone); ``group``: e.g. a ``work_group``."""
     if not dist.is_initialized():
         return [obj]
     gathered: list[Any] = [None] * dist.get_world_size()

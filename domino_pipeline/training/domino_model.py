@@ -1,15 +1,7 @@
 """DoMINO from the config: one place decides the model type, builds the model, checks that the
-data (a cache, or the uncached datapipe's settings) fits it, and sets up its optimisation from
-the ``train:`` section (AdamW, the per-epoch learning-rate schedule, mixed precision and its
-gradient scaler, DDP around the model).
-
-    model_type = resolve_model_type(cfg.model_type, model_section)          # conflicts are errors
-    parameters = resolved_parameters(model_section)                          # DoMINO's defaults + config
-    check_data_fits_model(dataset.settings, parameters, f"cache {cache_dir}")  # before the first step
-    model = build_model(model_type, model_section, device, widths)
-    optimizer, scheduler = build_optimizer(model, train), build_scheduler(optimizer, train)
-
-The physicsnemo model is imported inside the functions, so importing this module stays light.
+data fits it, and sets up its optimisation from the ``train:`` section (AdamW, the per-epoch
+learning-rate schedule, mixed precision and its gradient scaler, DDP around the model). The
+physicsnemo model is imported inside the functions, so importing this module stays light.
 """
 
 from __future__ import annotations
@@ -37,11 +29,7 @@ AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "none": None}
 
 
 def resolve_model_type(model_type: str, model_section: Mapping[str, Any]) -> str:
-    """The model type, decided by the top-level ``model_type`` key alone.
-
-    ``model.model_type`` (DoMINO's own parameter) must follow it (conf/config.yaml sets it to
-    ``${model_type}``); a different value is an error naming both keys, never silently ignored.
-    """
+    """The model type, by the top-level ``model_type`` alone; a different ``model.model_type`` is an error."""
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
     inner = model_section["model_type"] if "model_type" in model_section else model_type
@@ -55,8 +43,7 @@ def resolve_model_type(model_type: str, model_section: Mapping[str, Any]) -> str
 
 
 def model_parameters(section: Mapping[str, Any], defaults: Mapping[str, Any], where: str = "model") -> dict[str, Any]:
-    """The `model:` section checked key by key against DoMINO's DEFAULT_MODEL_PARAMS (unknown keys
-    are errors, missing ones take the default)."""
+    """The `model:` section checked key by key against DoMINO's DEFAULT_MODEL_PARAMS (missing: default)."""
     unknown = sorted(set(section) - set(defaults))
     if unknown:
         raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(defaults)}")
@@ -96,13 +83,8 @@ def build_model(model_type: str, section: Mapping[str, Any], device: torch.devic
 
 
 def check_data_fits_model(data_settings: Mapping[str, Any], parameters: Mapping[str, Any], data_source: str) -> None:
-    """Refuse data whose grid resolution or surface neighbour count differs from the model's.
-
-    ``data_settings``: the preprocessing settings of the data (a cache manifest's ``settings``, or
-    ``PreprocessSettings.fingerprinted()``); ``parameters``: the model's resolved parameters.
-    DoMINO would otherwise fail deep inside its forward pass (a grid mismatch) or silently use
-    fewer neighbours than the data holds. The error names both values and both keys.
-    """
+    """Refuse data whose grid resolution or surface neighbour count differs from the model's (DoMINO
+    would fail deep in its forward pass or ignore neighbours); the error names both keys."""
     problems = []
     for model_key, data_key, config_key in DATA_BOUND_PARAMETERS:
         data_value, model_value = data_settings.get(data_key), parameters.get(model_key)

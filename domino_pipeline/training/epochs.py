@@ -1,19 +1,8 @@
 """The epoch loop of DoMINO, top to bottom: resume, then per epoch draw this rank's samples, step
-over them (timed as data wait against compute), combine the ranks' records, step the schedule,
-validate and checkpoint when due (checkpointing.py), log (run_log.py); a signal stops it after the
-current step with a checkpoint of the partial epoch.
-
-What the loop works with, in small typed pieces that train.py builds once:
-
-    Trainer(info, config, state, data, objective, files, log, stop)
-
-``TrainingState`` and ``CheckpointFiles`` (checkpointing.py) hold what training changes and where
-it is saved; ``TrainData`` the runs, datasets and loaders; ``Objective`` what is minimised
-(losses.py) and measured; ``RunLog`` and ``StopFlag`` what is reported and when to stop.
-
-`data_wait_s` is the time the loop sits blocked on the DataLoader, `compute_s` the time from a
-batch in hand to the optimizer step done (forward, backward, clipping, step; `loss.item()`
-synchronises the GPU): the numbers that show the cache at work.
+over them, combine the ranks' records, step the schedule, validate and checkpoint when due, log;
+a signal stops it after the current step with a checkpoint of the partial epoch. ``data_wait_s``
+is the time the loop waits for the DataLoader, ``compute_s`` from a batch in hand to the
+optimizer step done (``loss.item()`` synchronises the GPU).
 """
 
 from __future__ import annotations
@@ -74,8 +63,7 @@ class TrainData:
 
 @dataclass(frozen=True)
 class Objective:
-    """The loss (its config and the line that describes it in logs) and the validation figures:
-    each target's variable names and the function that unscales a target to physical units."""
+    """The loss (its config and log line) and the validation figures: variable names, the unscaler."""
 
     loss: LossConfig
     description: str
@@ -84,8 +72,7 @@ class Objective:
 
 
 class StopFlag:
-    """Ctrl-C and SIGTERM as a request: set by SIGINT/SIGTERM so that training stops after the
-    current step and saves a checkpoint; a second Ctrl-C aborts."""
+    """SIGINT/SIGTERM as a request to stop after the current step with a checkpoint; a second Ctrl-C aborts."""
 
     def __init__(self) -> None:
         self.signal_number: int | None = None
@@ -104,7 +91,7 @@ class StopFlag:
 
 @dataclass(frozen=True)
 class Trainer:
-    """Everything the epoch loop needs (module docstring)."""
+    """Everything the epoch loop needs, built once by train.py."""
 
     info: DistInfo
     config: TrainConfig
@@ -181,8 +168,7 @@ def finish_epoch(trainer: Trainer, epoch: int, record: dict[str, Any]) -> None:
 # a seeded shuffle, less the samples a resumed epoch already trained on)
 
 class PassIndices(Sampler[int]):
-    """The sample indices of the current pass, in order; replaced before each pass, so one loader
-    (and its persistent workers) serves every epoch, resumes included."""
+    """The sample indices of the current pass, replaced before each, so one loader serves every epoch."""
 
     def __init__(self) -> None:
         self.indices: list[int] = []
@@ -221,8 +207,7 @@ def epoch_indices(sampler: DistributedSampler, epoch: int, skip: int) -> list[in
 
 
 def timed_batches(loader: Iterable, result: EpochResult) -> Iterator:
-    """Yield the loader's batches, adding the time spent waiting for each to `result.data_wait_s`;
-    a worker's death is named (worker_deaths.WorkerDiedError)."""
+    """The loader's batches, the wait for each added to `result.data_wait_s`; a dead worker is named."""
     iterator = checked_batches(loader)
     while True:
         start = time.perf_counter()
@@ -252,12 +237,8 @@ def train_one_epoch(
     result: EpochResult,
     progress: str | None,
 ) -> EpochResult:
-    """Train over `loader` (`num_samples` samples, for the bar), accumulating into `result`.
-
-    Calls `after_step(loss)` after each step. Stops after the current step when `should_stop()`
-    turns true (Ctrl-C), marking `result`.
-    `progress` is the tqdm description, or None for no bar (ranks other than 0).
-    """
+    """Train over `loader` into `result`, calling `after_step(loss)` after each step and stopping after
+    one when `should_stop()`; `progress`: the tqdm description, or None for no bar."""
     model.train()
     bar = tqdm(total=num_samples, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True)
     for batch in timed_batches(loader, result):
@@ -356,10 +337,8 @@ def evaluate(
     target_widths: dict[str, int],
     loss_config: LossConfig,
 ) -> dict[str, torch.Tensor]:
-    """Sums over this rank's validation samples: loss, each loss term ("term/<name>"), sample
-    count, and per target key (with its number of variables in `target_widths`) the relative L2
-    error of each variable in physical (unscaled) units. The same keys on every rank, even one
-    without samples: sum over ranks, divide."""
+    """Sums over this rank's validation samples (loss, terms, count, per-variable relative L2 errors in
+    physical units), with the same keys on every rank."""
     model.eval()
     parts = tuple(key.removesuffix("_fields") for key in target_widths)
     sums = {key: torch.zeros(width, device=device) for key, width in target_widths.items()}

@@ -1,18 +1,8 @@
-"""What a training run reports. An epoch: each rank's sums and timings (``EpochResult``), their
-summary and the combination of every rank's into one epoch record, the validation metrics, and
-peak memory (CUDA's allocator and Warp's pool on a GPU, the process's RSS on the CPU). Rank 0's
-record of the run: console lines, TensorBoard scalars and JSON-lines files (``epochs.jsonl``,
-``steps.jsonl``, ``split.json``) in the output directory; on the other ranks every ``RunLog``
-call does nothing, so the loop calls it unconditionally.
-
-Peak GPU memory, Warp's allocations included: torch's ``max_memory_allocated`` counts only
-torch's caching allocator. The uncached datapipe and prediction also allocate through Warp
-(points, hash grids, meshes, kNN results), from Warp's own CUDA memory pool, so the reported peak
-adds that pool's high-water mark. Warp keeps no resettable high-water mark: its figure covers the
-whole process so far, which makes the sum an upper bound of the true peak of an epoch. Where
-Warp's pool is off, its allocations are not counted separately and the device's used memory
-(every process's, from ``cudaMemGetInfo``) is reported instead. Warp is never imported here: a
-process that has not loaded it (the cached path) has no Warp memory.
+"""What a training run reports: each rank's sums and timings (``EpochResult``), their combination
+into one epoch record, the validation metrics and peak memory (docs/gpu.md, "What the figures
+mean"); rank 0's console lines, TensorBoard scalars and JSON-lines files (``epochs.jsonl``,
+``steps.jsonl``, ``split.json``). On the other ranks every ``RunLog`` call does nothing, so the
+loop calls it unconditionally. Warp is never imported here: the cached path has no Warp memory.
 """
 
 from __future__ import annotations
@@ -56,8 +46,7 @@ def reset_peak_memory(device: torch.device) -> None:
 
 
 def peak_memory_mb(device: torch.device) -> tuple[float, str]:
-    """On a GPU torch's peak since the last reset plus Warp's pool peak (``cuda_peak_mib``); the
-    process's peak RSS (whole run) on the CPU."""
+    """Peak memory: on a GPU ``cuda_peak_mib``, on the CPU the process's peak RSS (whole run)."""
     if device.type == "cuda":
         return cuda_peak_mib(device)
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, "cpu_peak_rss"
@@ -76,8 +65,7 @@ def rank_summary(result: EpochResult, indices: list[int], runs: list[Path | str]
 
 def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int,
                  loss_function: str) -> dict[str, Any]:
-    """Combine every rank's summary into one epoch record (mean times over ranks, max memory); the
-    loss's terms (unweighted means over batches) beside the loss and the loss function."""
+    """Every rank's summary combined into one epoch record (mean times, max memory, the loss terms)."""
     samples = sum(r["samples"] for r in ranks)
     batches = max(sum(r["batches"] for r in ranks), 1)
     terms = sorted({term for r in ranks for term in r["term_sums"]})
@@ -94,8 +82,7 @@ def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: fl
 
 
 def validation_metrics(sums: dict[str, torch.Tensor], names: dict[str, list[str]]) -> dict[str, float]:
-    """Turn summed validation results (over all ranks) into the mean loss and the mean relative L2
-    error of each output variable."""
+    """The mean loss and each output variable's mean relative L2 error from validation sums over ranks."""
     samples = max(sums["samples"].item(), 1.0)
     metrics = {"val_loss": sums["loss_sum"].item() / samples}
     metrics |= {f"val_loss/{key.removeprefix('term/')}": value.item() / samples
@@ -189,8 +176,7 @@ def format_epoch(record: dict[str, Any], epochs: int) -> str:
 
 
 def epoch_scalars(record: dict[str, Any]) -> dict[str, float]:
-    """TensorBoard tags and values of an epoch record: EPOCH_SCALARS, each loss term
-    (``train/loss_<term>``) and every validation figure (``val/...``)."""
+    """TensorBoard tags and values of an epoch record: EPOCH_SCALARS, each loss term, every validation figure."""
     scalars = {tag: record[key] for key, tag in EPOCH_SCALARS.items()}
     scalars |= {k.replace("train_loss/", "train/loss_", 1): v for k, v in record.items() if k.startswith("train_loss/")}
     scalars |= {k.replace("val_", "val/", 1): v for k, v in record.items() if k.startswith("val_")}
@@ -198,8 +184,7 @@ def epoch_scalars(record: dict[str, Any]) -> dict[str, float]:
 
 
 def log_epoch(log: RunLog, record: dict[str, Any], epochs: int) -> None:
-    """An epoch's console lines (its validation figures on a second line), its epochs.jsonl
-    record and its TensorBoard scalars."""
+    """An epoch's console lines, its epochs.jsonl record and its TensorBoard scalars."""
     log.print(format_epoch(record, epochs))
     if "val_loss" in record:
         log.print("  validation " + "  ".join(f"{k.removeprefix('val_')} {v:.4g}"

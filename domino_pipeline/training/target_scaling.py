@@ -1,14 +1,6 @@
-"""The target scaling factors of a training run: made sure of before the datasets open them, and
-turned into the function that brings the model's scaled outputs back to physical units.
-
-Missing factors of an uncached run are computed by every rank in parts. Reading them means
-streaming every training run (long at DrivAerML size), so no rank does it alone while the others
-wait behind a barrier: rank r computes the statistics of every world-size-th run from r, the
-ranks exchange them in a ``work_group`` made here (whose wait is bounded by
-``distributed.work_timeout_s``, not by training's collective timeout) and merge them in run
-order, which gives exactly ``compute_scaling_factors``'s result. Every rank then has the
-factors; each writes the file (the same bytes, atomically), so a rank on another machine finds
-it too.
+"""The target scaling factors of a training run: made sure of before the datasets open them (an
+uncached run's computed by every rank in parts, merged in run order: docs/gpu.md), and turned
+into the function that brings the model's scaled outputs back to physical units.
 """
 
 from __future__ import annotations
@@ -37,11 +29,8 @@ Gather = Callable[[Any], list[Any]]
 def ensure_scaling_factors(path: Path, train_runs: Sequence[Path], *, sampling: SamplingConfig, cached: bool,
                            variables: VariablesConfig, options: ReadOptions, info: DistInfo,
                            work_timeout_s: float) -> None:
-    """The factors at ``path``, computed by all ranks in parts when any rank lacks them
-    (exchanged in a group with its own ``work_timeout_s``); factors computed from other runs than
-    ``train_runs`` are refused unless ``sampling.allow_other_split``. A cache's own factors
-    (``cached`` without ``sampling.scaling_factors``) are cache_data.py's to write: missing, they
-    are an error. Every rank calls it."""
+    """The factors at ``path``, computed by all ranks in parts when any lacks them; those of another
+    split refused unless ``sampling.allow_other_split``; a cache's missing ones an error."""
     if not path.exists() and cached and sampling.scaling_factors is None:
         raise FileNotFoundError(f"{path}: the cache has no scaling factors; rerun cache_data.py, which writes them")
     group = distributed.work_group(work_timeout_s)
@@ -71,8 +60,7 @@ def ensure_scaling_factors(path: Path, train_runs: Sequence[Path], *, sampling: 
 
 def factors_in_parts(train_runs: Sequence[Path], *, rank: int, world_size: int, gather: Gather,
                      normalization: str, options: ReadOptions, variables: dict) -> dict:
-    """Scaling factors over ``train_runs``: this rank reads its share, ``gather`` (every rank's
-    object, in rank order) brings the others', the merge follows the runs' order."""
+    """Scaling factors over ``train_runs``: this rank's share read here, the others' by ``gather``."""
     mine = {i: processed_run_statistics(path, options=options)
             for i, path in enumerate(train_runs) if i % world_size == rank}
     per_run: dict[int, dict] = {}
@@ -85,8 +73,7 @@ def factors_in_parts(train_runs: Sequence[Path], *, rank: int, world_size: int, 
 
 def make_unscaler(path: Path, normalization: str, *,
                   allow_pickle: bool = False) -> Callable[[str, torch.Tensor], torch.Tensor]:
-    """A function (target key, scaled tensor) -> tensor in physical units, from the saved factors
-    (``allow_pickle``: the DoMINO example's scaling_factors.pkl too)."""
+    """A function (target key, scaled tensor) -> tensor in physical units, from the saved factors."""
     factors = load_scaling_factors(path, normalization, allow_pickle=allow_pickle)
 
     def unscale(key: str, values: torch.Tensor) -> torch.Tensor:
