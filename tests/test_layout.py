@@ -139,3 +139,59 @@ def test_the_watch_sees_what_a_statement_loads(loaded):
 @pytest.mark.slow
 def test_the_uncached_datapipe_is_imported_on_first_use(loaded):
     assert "warp" in _heavy(loaded[UNCACHED])  # and in no statement before it
+
+
+def _resolve(name: str, modules: set[str]) -> str | None:
+    """The module an imported name lives in: itself, or the module above a name imported from it."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph`` (module -> modules it imports), each once, from its least name."""
+    found = set()
+
+    def walk(path: list[str]) -> None:
+        for nxt in sorted(graph.get(path[-1], ())):
+            if nxt == path[0]:
+                found.add(tuple(path))
+            elif nxt not in path and nxt > path[0]:
+                walk(path + [nxt])
+
+    for start in sorted(graph):
+        walk([start])
+    return [list(c) for c in sorted(found)]
+
+
+def _package_graph(root: Path) -> dict[str, set[str]]:
+    paths = {_module_name(p): p for p in root.rglob("*.py")}
+    return {m: {r for name, _ in _imports(p) if (r := _resolve(name, set(paths))) and r != m
+                and not m.startswith(r + ".") and not (p.name == "__init__.py" and r.startswith(m + "."))}
+            for m, p in paths.items()}
+
+
+def _benchmark_graph(folder: Path) -> dict[str, set[str]]:
+    """benchmarks/ scripts import one another by their file names (the folder is on sys.path)."""
+    names = {p.stem for p in folder.glob("*.py")}
+    graph = {}
+    for path in folder.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+        graph[path.stem] = (imported & names) - {path.stem}
+    return graph
+
+
+def test_no_import_circles_in_the_package_or_the_benchmarks():
+    """Imports under TYPE_CHECKING and inside functions count: a circle is a circle to a reader."""
+    assert _cycles(_package_graph(PACKAGE)) == []
+    assert _cycles(_benchmark_graph(PACKAGE.parent / "benchmarks")) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e2"}, "e2": {"e"}}
+    assert _cycles(graph) == [["a", "b", "c"], ["e", "e2"]]

@@ -43,7 +43,7 @@ CellsObserver = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nda
 class SurfaceStream:
     """The rows of a run's boundary surface: ``n_cells`` (rows) and ``blocks(rows)``."""
 
-    path: Path  # or a remote file (remote_runs.RemoteFile), which names it
+    path: Path  # or a remote file (remote_files.RemoteFile), which names it
     variables: Mapping[str, str]
     n_cells: int
     file: VtkXmlFile | None = None  # None: read whole with VTK

@@ -41,7 +41,7 @@ _SECTION = {"points": "PointData", "cells": "CellData"}
 class VolumeStream:
     """The rows of a run's volume: ``n_rows`` and ``blocks(rows)``; ``source`` is the one used."""
 
-    path: Path  # or a remote file (remote_runs.RemoteFile), which names it
+    path: Path  # or a remote file (remote_files.RemoteFile), which names it
     variables: Mapping[str, str]
     source: str
     n_rows: int

@@ -33,7 +33,8 @@ from domino_pipeline.processed.run_layout import (
 from domino_pipeline.inputs.processing.published_forces import Published
 from domino_pipeline.inputs.processing.read_ahead import ReadAhead
 from domino_pipeline.inputs.sources.raw_reading import LocalReading, RemoteAccess, RemoteReading, run_reading
-from domino_pipeline.inputs.sources.remote_runs import RemoteFile, RemoteRun, find_remote_runs, is_remote, remote_run_files
+from domino_pipeline.inputs.sources.remote_files import RemoteFile, RemoteRun, is_remote
+from domino_pipeline.inputs.sources.remote_runs import find_remote_runs, remote_run_files
 from domino_pipeline.inputs.sources.run_folder import RunFiles, find_runs, profile_field_hints, run_files
 from domino_pipeline.inputs.statistics.run_statistics import RunStatistics, start_run_statistics
 from domino_pipeline.processed.runs import open_run

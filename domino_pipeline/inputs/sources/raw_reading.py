@@ -22,7 +22,7 @@ from domino_pipeline.inputs.meshes.vtk_reader import read_stl_triangles
 from domino_pipeline.inputs.meshes.mesh_stream import open_rows
 from domino_pipeline.inputs.processing.published_forces import Published, read_published
 from domino_pipeline.inputs.sources.remote_bytes import CHUNK_BYTES, IN_FLIGHT, FetchCounter, RemoteBytes
-from domino_pipeline.inputs.sources.remote_runs import RemoteFile
+from domino_pipeline.inputs.sources.remote_files import RemoteFile
 from domino_pipeline.inputs.sources.run_folder import RunFiles
 from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
 from domino_pipeline.object_store import RETRY_DEADLINE_S

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from domino_pipeline.inputs.sources.concat_bytes import PiecedStream
-from domino_pipeline.inputs.sources.remote_runs import RemoteFile, RemoteObject
+from domino_pipeline.inputs.sources.remote_files import RemoteFile, RemoteObject
 from domino_pipeline.byte_source import get_listed_range
 from domino_pipeline.object_store import ObjectStoreError
 

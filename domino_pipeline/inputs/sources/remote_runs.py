@@ -6,88 +6,25 @@ as on local disk, each piece with its size, ETag and published checksum (docs/re
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
 
 from domino_pipeline.config import PROCESS_PARTS, check_choice
 from domino_pipeline.dataset_profile import DatasetConfig
-from domino_pipeline.hub import HubFolder, is_hub, token_headers, tree
+from domino_pipeline.hub import HubFolder, is_hub, tree
 from domino_pipeline.inputs.sources.concat_bytes import pieces_among
 from domino_pipeline.processed.run_layout import natural_key
+from domino_pipeline.inputs.sources.remote_files import Origin, RemoteFile, RemoteObject, RemoteRun
 from domino_pipeline.inputs.sources.run_folder import RunFiles, resolve_name
 from domino_pipeline.object_store import (
     RETRY_DEADLINE_S,
     anonymous_for,
     folder_contents,
-    is_url,
     list_objects,
-    shared_store,
     split_url,
 )
 
 _MD5 = re.compile(r"[0-9a-f]{32}")
-
-
-def is_remote(location: str | os.PathLike) -> bool:
-    """Whether a raw-data location is an object-store or Hub URL rather than a local folder."""
-    return is_url(location) or is_hub(location)
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Where objects are read from, in a form that crosses to workers; ``store()``: this process's client."""
-
-    store_url: str
-    anonymous: bool
-    hub: bool = False
-    retry_deadline_s: float = RETRY_DEADLINE_S
-
-    def store(self):
-        """This process's obstore client of the origin (object_store.shared_store)."""
-        headers = token_headers(self.anonymous) if self.hub else None
-        return shared_store(self.store_url, anonymous=self.anonymous, headers=headers,
-                            retry_deadline_s=self.retry_deadline_s)
-
-
-@dataclass(frozen=True)
-class RemoteObject:
-    """One listed object: URL (for messages), key, size, published checksum (``sha256:``, ``md5:``,
-    ``git-sha1:<hex>``, or None) and version (its listed ETag, which every GET must match)."""
-
-    url: str
-    key: str
-    size: int
-    checksum: str | None = None
-    version: str | None = None
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    """A file of a remote run folder: its name, URL and pieces (listed objects, in order)."""
-
-    name: str
-    url: str
-    pieces: tuple[RemoteObject, ...]
-    origin: Origin
-
-    @property
-    def size(self) -> int:
-        """The file's bytes (its pieces' together)."""
-        return sum(piece.size for piece in self.pieces)
-
-    def __str__(self) -> str:
-        return self.url
-
-
-@dataclass(frozen=True)
-class RemoteRun:
-    """A run folder on object storage or the Hub: its name and URL, and where it is read."""
-
-    name: str
-    url: str
-    origin: Origin
 
 
 def _listing(url: str, anonymous: bool, recursive: bool = False, retry_deadline_s: float = RETRY_DEADLINE_S

@@ -9,16 +9,13 @@ from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from domino_pipeline.config import PROCESS_PARTS, check_choice
 from domino_pipeline.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.sources.concat_bytes import present_among
+from domino_pipeline.inputs.sources.remote_files import RemoteFile
 from domino_pipeline.inputs.meshes.run_errors import MissingFieldError
 from domino_pipeline.processed.run_layout import natural_key
-
-if TYPE_CHECKING:
-    from domino_pipeline.inputs.sources.remote_runs import RemoteFile
 
 # What the error for a missing mesh adds: the setting that leaves it out
 LEAVE_OUT = {"dataset.files.volume": "process.parts=surface leaves the volume out",
