@@ -8,7 +8,7 @@ moved back to the body's frame), bound what a model that sees only the geometry 
 this data: the solver's answer itself varies that much with where the mesh happens to fall.
 
     WM_PROJECT_DIR=/usr/share/openfoam .venv/bin/python tools/openfoam_family/alignment_study.py \\
-        /tmp/alignment --bodies 1 2 3 --shifts 0 0.25 0.5 0.75 [--jobs 2] [--base-factor 1.5] [--json F]
+        /tmp/alignment --bodies 1 2 3 --shifts 0 0.25 0.5 0.75 [--jobs 2] [--base-factor 1.5] [--layers 3] [--json F]
 
 Pressure needs pyvista and scipy (the project's .venv); without them only Cd and Cl are compared.
 """
@@ -79,14 +79,17 @@ def pressure_difference(a: tuple, b: tuple) -> float:
     return float(np.sqrt(np.sum(areas * (p - b[2][nearest]) ** 2) / np.sum(areas * p ** 2)))
 
 
-def study_body(work: Path, body: int, shape: dict, fractions: list[float], jobs: int, factor: float = 1.0) -> dict:
-    """Solve one body at each shift, its base grid refined by ``factor``; its table rows and spreads."""
+def study_body(work: Path, body: int, shape: dict, fractions: list[float], jobs: int, factor: float = 1.0,
+               layers: int = 0) -> dict:
+    """Solve one body at each shift, its base grid refined by ``factor``, ``layers`` prism layers on
+    the body; its table rows and spreads."""
     base = sampling.variant(shape)
     if factor != 1.0:
         base = mesh_study.refined(shape, factor, base.end_time)
+    base = sampling.with_settings(base, layers=layers)
     cell = finest_cell(base)
     shifts = [f * cell for f in fractions]
-    tag = "" if factor == 1.0 else f"_x{factor:g}"
+    tag = ("" if factor == 1.0 else f"_x{factor:g}") + (f"_layers{layers}" if layers else "")
     cases = [work / f"run_{body}{tag}_shift{f:g}" for f in fractions]
     variants = [sampling.with_settings(base, x_nose=base.x_nose + s) for s in shifts]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -94,7 +97,7 @@ def study_body(work: Path, body: int, shape: dict, fractions: list[float], jobs:
     for row, f, s in zip(rows, fractions, shifts):
         row.update(body=body, fraction=f, shift_m=round(s, 5))
     cds, cls = [r["cd"] for r in rows], [r["cl"] for r in rows]
-    result = {"body": body, "base_factor": factor, "finest_cell_m": cell, "rows": rows,
+    result = {"body": body, "base_factor": factor, "layers": layers, "finest_cell_m": cell, "rows": rows,
               "cd_std_over_mean": statistics.pstdev(cds) / abs(statistics.fmean(cds)),
               "cd_range_over_mean": (max(cds) - min(cds)) / abs(statistics.fmean(cds)),
               "cl_std": statistics.pstdev(cls), "cl_mean": statistics.fmean(cls)}
@@ -136,11 +139,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="cases solved at once")
     parser.add_argument("--base-factor", type=float, default=1.0,
                         help="the base grid's cells multiplied by this in each direction (mesh_study.py's factor)")
+    parser.add_argument("--layers", type=int, default=0, help="prism layers snappyHexMesh adds on the body")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     os.environ.setdefault("WM_PROJECT_DIR", "/usr/share/openfoam")
     shapes = sampling.sample_parameters(args.n, args.seed)
-    results = [study_body(args.work, b, shapes[b - 1], args.shifts, args.jobs, args.base_factor) for b in args.bodies]
+    results = [study_body(args.work, b, shapes[b - 1], args.shifts, args.jobs, args.base_factor, args.layers) for b in args.bodies]
     print_results(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

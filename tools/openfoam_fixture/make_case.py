@@ -40,7 +40,8 @@ class Variant:
     each body of tools/openfoam_family). ``cabin_exponent``: the cabin bump's profile
     sin(pi t) ** cabin_exponent (small: a boxy cabin with steep screens, 1: a round one);
     ``cabin_peak``: where the roof is highest, as a fraction of the cabin (below 0.5 a short
-    steep windscreen and a long rear slant); ``underside_lift``: how far the underside rises towards nose and tail (m)."""
+    steep windscreen and a long rear slant); ``underside_lift``: how far the underside rises towards nose and tail (m);
+    ``layers``: prism layers snappyHexMesh adds on the body (0: none, the fixture's and family's mesh)."""
 
     x_nose: float
     length: float
@@ -62,6 +63,7 @@ class Variant:
     cabin_exponent: float = 0.6
     underside_lift: float = 0.25
     cabin_peak: float = 0.5
+    layers: int = 0
 
 
 VARIANTS = {
@@ -219,7 +221,7 @@ boundary
 
 
 def snappy_dict(v: Variant) -> str:
-    """snappyHexMeshDict: castellate and snap to the body (no layers), with a wake box."""
+    """snappyHexMeshDict: castellate and snap to the body (``v.layers`` prism layers on it), with a wake box."""
     lo, hi = v.surface_levels
     bx0, bx1 = v.x_nose - 1.0, v.x_nose + v.length + 4.0
     by = 0.5 * v.width + 1.0
@@ -227,7 +229,7 @@ def snappy_dict(v: Variant) -> str:
     return f"""
 castellatedMesh true;
 snap            true;
-addLayers       false;
+addLayers       {"true" if v.layers else "false"};
 geometry
 {{
     body.stl
@@ -273,7 +275,7 @@ snapControls
 addLayersControls
 {{
     relativeSizes true;
-    layers {{}}
+    layers {{{f' "body.*" {{ nSurfaceLayers {v.layers}; }} ' if v.layers else ''}}}
     expansionRatio 1.0;
     finalLayerThickness 0.3;
     minThickness 0.1;
