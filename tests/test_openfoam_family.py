@@ -186,3 +186,12 @@ def test_alignment_study_reads_coefficients_and_compares_pressures_face_by_face(
     order = rng.permutation(200)
     b = (centres[order], areas[order], 1.1 * p[order])
     assert alignment_study.pressure_difference((centres, areas, p), b) == pytest.approx(0.1)
+
+
+def test_prism_layers_are_asked_of_snappyhexmesh_only_when_set():
+    variant = sampling.variant(sampling.sample_parameters(4, 0)[0])
+    plain = sampling.make_case.snappy_dict(variant)
+    assert "addLayers       false;" in plain and "layers {}" in plain  # the family's mesh: no layers
+    layered = sampling.make_case.snappy_dict(sampling.with_settings(variant, layers=3))
+    assert "addLayers       true;" in layered and '"body.*" { nSurfaceLayers 3; }' in layered
+    assert layered.replace("addLayers       true;", "addLayers       false;").replace(' "body.*" { nSurfaceLayers 3; } ', "") == plain
