@@ -166,7 +166,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def _package_graph(root: Path) -> dict[str, set[str]]:
     paths = {_module_name(p): p for p in root.rglob("*.py")}
-    return {m: {r for name, _ in _imports(p) if (r := _resolve(name, set(paths))) and r != m
+    modules = set(paths)
+    return {m: {r for name, _ in _imports(p) if (r := _resolve(name, modules)) and r != m
                 and not m.startswith(r + ".") and not (p.name == "__init__.py" and r.startswith(m + "."))}
             for m, p in paths.items()}
 

@@ -20,8 +20,7 @@ from domino_pipeline.config import parts_setting
 from domino_pipeline.processed.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
 from domino_pipeline.loading.items import EpochDataset, build_item
-from domino_pipeline.byte_source import read_bytes
-from domino_pipeline.object_store import is_url, join
+from domino_pipeline.object_store import is_url
 from domino_pipeline.store.cache_format import (
     CacheError,
     StaleCacheError,
