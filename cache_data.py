@@ -60,6 +60,7 @@ from domino_pipeline.processed.runs import (
 from domino_pipeline.launch import launch_environment
 from domino_pipeline.run_report import RunResult, summarize
 from domino_pipeline.run_selection import select_items
+from domino_pipeline.source_configs import sources_of
 from domino_pipeline.store.build import cache_run, finish_build
 from domino_pipeline.object_store import is_url, join
 from domino_pipeline.store.staleness import check_scaling_factors, manifest_records
@@ -125,13 +126,25 @@ def _validate(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -
 
 @entry_point
 def main(config: PipelineConfig) -> int:
-    """Build (or validate) cache.dir from data.processed_dir; the exit code.
+    """Build (or validate) cache.dir from data.processed_dir, or each source's cache; the exit code.
 
     Under torchrun or srun no rank waits for another: each builds its share and leaves a
     record, and the last to finish writes the manifest (rank_records.py) and exits with the code
     of the whole build; the others exit 0 (their failures are printed and counted there), so
     that the launcher does not stop a rank that is still building."""
     rank, world_size, job = _rank_and_job(config)
+    if config.data.sources is None:
+        return build_or_validate(config, rank, world_size, job)
+    codes = []
+    for source, own in sources_of(config):  # each with its own profile, runs and cache
+        print(f"source {source.name} (dataset {own.dataset.name}): {own.data.processed_dir} -> {own.cache.dir}",
+              flush=True)
+        codes.append(build_or_validate(own, rank, world_size, job))
+    return max(codes)
+
+
+def build_or_validate(config: PipelineConfig, rank: int, world_size: int, job: str | None) -> int:
+    """Build (or validate) one dataset's cache, this rank's share; the exit code (see ``main``)."""
     settings = settings_from_config(config.geometry, config.variables,  # device: one GPU per rank
                                     parts=config.process.part_names)
     selection = quality_selection(list_runs(config.data.processed_dir), config.data, config.dataset)

@@ -38,6 +38,7 @@ from domino_pipeline.loading.items import (
     parts_of,
 )
 from domino_pipeline.object_store import as_location, exists, is_url, join
+from domino_pipeline.source_configs import uses_sources
 from domino_pipeline.store.manifest import manifest_scaling_factors
 
 __all__ = [
@@ -55,12 +56,15 @@ def __getattr__(name: str):
 
 
 def scaling_factors_path(config: PipelineConfig | DictConfig) -> Path | str:
-    """Where the target scaling factors are: ``sampling.scaling_factors`` when given; else,
-    reading the cache, the file cache_data.py wrote beside it; else (uncached)
-    ``<output_dir>/scaling_factors.json``, which train.py computes from the training runs."""
+    """Where the target scaling factors are: ``sampling.scaling_factors`` when given; else, over
+    sources, ``<output_dir>/scaling_factors.json`` (train.py writes it); else, reading the cache,
+    the file cache_data.py wrote beside it; else (uncached) ``<output_dir>/scaling_factors.json``,
+    which train.py computes from the training runs."""
     config = _typed(config)
     if config.sampling.scaling_factors is not None:
         return Path(config.sampling.scaling_factors)
+    if uses_sources(config):  # over sources: train.py's, over every source's training runs
+        return Path(config.output_dir) / "scaling_factors.json"
     if config.cache.enabled:
         from domino_pipeline.store.manifest import read_manifest
         record = read_manifest(config.cache.dir).get("scaling_factors") or {"path": "scaling_factors.json"}
@@ -79,19 +83,19 @@ def scaling_factors_of(config: PipelineConfig | DictConfig) -> dict:
     else train.py's ``<output_dir>/scaling_factors.json``."""
     config = _typed(config)
     sampling = config.sampling
-    if sampling.scaling_factors is None and config.cache.enabled:
+    if sampling.scaling_factors is None and config.cache.enabled and not uses_sources(config):
         return manifest_scaling_factors(config.cache.dir, normalization=sampling.normalization)
     return load_scaling_factors(scaling_factors_path(config), sampling.normalization,
                                 allow_pickle=config.data.allow_pickle)
 
 
 def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str | os.PathLike] | None, *,
-                        train: bool) -> Dataset:
+                        train: bool, scaled: bool = True) -> Dataset:
     """The dataset the config asks for: cached (``cache.enabled``) or uncached, same items.
 
     Training draws use ``seed``, validation draws ``seed + 1`` (so they differ from the training
     draws of the same run), by the exact law when ``sampling.val_exact``. Scaling factors:
-    ``scaling_factors_path``.
+    ``scaling_factors_path``; ``scaled=False``: none, targets as stored (a mixture scales them).
     """
     config = _typed(config)
     settings = settings_from_config(config.geometry, config.variables)
@@ -99,7 +103,7 @@ def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str 
     law = sampling_law(sampling, validation=not train)
     common = dict(runs=runs, model_type=config.model_type, surface_points=sampling.surface_points,
                   volume_points=sampling.volume_points, geometry_points=sampling.geometry_points,
-                  scaling_factors=scaling_factors_of(config), seed=config.seed + (0 if train else 1),
+                  scaling_factors=scaling_factors_of(config) if scaled else None, seed=config.seed + (0 if train else 1),
                   surface_window_factor=law.surface_window_factor,
                   volume_window_factor=law.volume_window_factor, exact=law.exact)
     if config.cache.enabled:

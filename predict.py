@@ -32,9 +32,17 @@ from datapipe import scaling_factors_of
 from domino_pipeline.compute.settings import settings_from_config
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
+from domino_pipeline.object_store import as_location
+from domino_pipeline.source_configs import nondimensional, sources_of, uses_sources
 from domino_pipeline.inference.forces import ForceSettings
 from domino_pipeline.inference.predict_runs import predict_run, report_table, run_record, write_run_outputs
-from domino_pipeline.inference.run_inputs import Physics, load_prediction_run, runs_to_predict
+from domino_pipeline.inference.run_inputs import (
+    Physics,
+    load_prediction_run,
+    prediction_form,
+    runs_to_predict,
+    source_split_runs,
+)
 from domino_pipeline.inference.trained_model import load_trained_model
 from domino_pipeline.training.distributed import resolve_train_device
 from domino_pipeline.training.domino_model import check_data_fits_model
@@ -43,23 +51,46 @@ from domino_pipeline.variables import column_names
 
 @entry_point
 def main(config: PipelineConfig) -> None:
-    """Predict every run asked for; write and print the table."""
-    options, forces = config.predict, ForceSettings.from_config(config.forces, config.dataset)
+    """Predict every run asked for; write and print the table (over sources: one per source)."""
+    options = config.predict
     device = resolve_train_device(options.device, 0)
+    model, parameters = load_trained_model(options.checkpoint, device)
+    factors = scaling_factors_of(config)  # train.py's: the cache's (a local folder or a URL), checked
+    if not uses_sources(config):
+        predict_runs(config, runs_to_predict(options, config.data), model, parameters, factors, device,
+                     Path(options.out_dir))
+        return
+    chosen = [(s, own) for s, own in sources_of(config) if options.source in (None, s.name)]
+    if not chosen:
+        raise ValueError(f"predict.source={options.source}: no such source; the sources are "
+                         f"{[s.name for s, _ in sources_of(config)]}")
+    for source, own in chosen:
+        runs = [as_location(r) for r in options.runs] if options.source is not None else []
+        if options.split is not None:
+            runs += source_split_runs(Path(options.train_dir), options.split, source.name, own.data)
+        if runs:
+            print(f"source {source.name} (dataset {own.dataset.name}):", flush=True)
+            predict_runs(own, runs, model, parameters, factors, device, Path(options.out_dir) / source.name,
+                         form=nondimensional(config))
+
+
+def predict_runs(config: PipelineConfig, runs: list, model, parameters: dict, factors: dict, device,
+                 out_dir: Path, *, form: bool | None = None) -> None:
+    """Predict ``runs`` of the config's dataset into ``out_dir``; ``form``: a model over sources, in
+    the non-dimensional form (True) or the stored one (False); None: a one-dataset model."""
+    options, forces = config.predict, ForceSettings.from_config(config.forces, config.dataset)
     settings = settings_from_config(config.geometry, config.variables)
     variables = {"surface": config.variables.surface, "volume": config.variables.volume}
-    model, parameters = load_trained_model(options.checkpoint, device)
     check_data_fits_model(settings.fingerprinted(), parameters, "the config")
-    factors = scaling_factors_of(config)  # train.py's: the cache's (a local folder or a URL), checked
     physics = Physics(config.physics.stream_velocity, config.physics.air_density, config.physics.reference_length)
-    out_dir = Path(options.out_dir)
     records = []
-    for path in runs_to_predict(options, config.data):
+    for path in runs:
         run = load_prediction_run(path, dataset=config.dataset, physics=physics, volume=options.volume,
                                   volume_source=config.process.volume_source)
         prediction = predict_run(model, run, settings, scaling_factors=factors,
                                  geometry_points=config.sampling.geometry_points, batch_points=options.batch_points,
-                                 device=device, volume=options.volume, seed=config.seed, progress=True)
+                                 device=device, volume=options.volume, seed=config.seed, progress=True,
+                                 form=None if form is None else prediction_form(run, config.dataset, form))
         record = run_record(run, prediction, variables=variables, forces=forces)
         written = write_run_outputs(run, prediction, variables=variables, out_dir=out_dir, plot=options.plot,
                                     record=record, pressure=forces.pressure)

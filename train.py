@@ -34,13 +34,16 @@ from pathlib import Path
 import torch
 from torch.utils.data import DistributedSampler
 
-from datapipe import dataset_from_config, parts_of, scaling_factors_path
+from datapipe import dataset_from_config, parts_of, scaling_factors_of, scaling_factors_path
+from domino_pipeline.compute.scaling import load_scaling_factors, save_scaling_factors
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.statistics.run_quality import quality_selection
 from domino_pipeline.processed.runs import list_runs, read_options_from_config, split_from_config
 from domino_pipeline.launch import launch_environment
+from domino_pipeline.loading.mixture import WeightedSourceSampler
 from domino_pipeline.object_store import name_of
+from domino_pipeline.source_configs import uses_sources
 from domino_pipeline.training import distributed
 from domino_pipeline.training.checkpointing import CheckpointFiles, TrainingState
 from domino_pipeline.training.distributed import DistInfo
@@ -57,7 +60,8 @@ from domino_pipeline.training.domino_model import (
 )
 from domino_pipeline.training.epochs import Objective, StopFlag, TrainData, Trainer, make_loader, train_epochs
 from domino_pipeline.training.run_log import RunLog
-from domino_pipeline.training.target_scaling import ensure_scaling_factors, make_unscaler
+from domino_pipeline.training.sources import mixtures, split_record, split_sources
+from domino_pipeline.training.target_scaling import ensure_scaling_factors, unscaler
 from domino_pipeline.variables import column_names
 
 def target_variable_names(config: PipelineConfig) -> dict[str, list[str]]:
@@ -86,7 +90,6 @@ def split_and_scale(config: PipelineConfig, info: DistInfo) -> tuple[list[Path],
                                              config.seed)
     path = scaling_factors_path(config)
     if isinstance(path, str):  # a cache on object storage: its factors, checked, kept beside the outputs
-        from domino_pipeline.compute.scaling import save_scaling_factors
         from domino_pipeline.store.manifest import manifest_scaling_factors
         path = save_scaling_factors(Path(config.output_dir) / "cache_scaling_factors.json",
                                     manifest_scaling_factors(config.cache.dir))
@@ -124,26 +127,59 @@ def build_state(config: PipelineConfig, info: DistInfo) -> TrainingState:
                          amp_dtype=dtype)
 
 
+def build_source_data(config: PipelineConfig, info: DistInfo, log: RunLog) -> tuple[TrainData, dict]:
+    """Over sources (``data.sources``, or ``data.nondimensional``): the mixtures of every source's
+    training and validation runs, each source drawn by its weight, and their scaling factors
+    (over every source's training runs, in the form; saved as <output_dir>/scaling_factors.json)."""
+    splits = split_sources(config, log.print)
+    given = config.sampling.scaling_factors is not None
+    train_set, val_set, factors = mixtures(config, splits, dataset_from_config,
+                                           scaling_factors_of(config) if given else None)
+    if info.is_main and not given:
+        save_scaling_factors(scaling_factors_path(config), factors)
+    log.write_json("split.json", split_record(splits))
+    if val_set is not None:
+        val_set.set_epoch(0)
+    names, train = train_set.run_names, config.train
+    sampler = WeightedSourceSampler(train_set.sizes, [s.weight for s in train_set.sources], seed=config.seed,
+                                    num_replicas=info.world_size, rank=info.rank)
+    data = TrainData(
+        train_runs=[n for s in splits for n in s.names("train")], val_runs=[n for s in splits for n in s.names("val")],
+        train_set=train_set, sampler=sampler, run_names=names,
+        train_loader=make_loader(train_set, train.batch_size, train.num_workers, info.device),
+        val_loader=None if val_set is None else make_loader(val_set, train.batch_size, train.val_num_workers,
+                                                            info.device),
+        val_sources={} if val_set is None else {s.name: list(val_set.source_indices(i))
+                                                 for i, s in enumerate(val_set.sources)},
+        source_of=lambda key: names[key % len(names)].split("/")[0])
+    return data, factors
+
+
 def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
-    """Everything the epoch loop needs; refusals (missing data, a stale cache, a model that does not
-    fit the data) come before the model is built."""
+    """Everything the epoch loop needs; refusals (missing data, a stale cache, sources that cannot
+    share a model, a model that does not fit the data) come before the model is built."""
     output_dir = Path(config.output_dir)
     if info.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
-    train_runs, val_runs, factors = split_and_scale(config, info)
     log = RunLog(output_dir, enabled=info.is_main)
-    log.write_json("split.json", {"train": [name_of(r) for r in train_runs], "val": [name_of(r) for r in val_runs]})
+    model_type = resolve_model_type(config.model_type, config.model)
+    config.loss.check(parts_of(model_type), len(column_names(config.variables.surface)))
+    if uses_sources(config):
+        data, factors = build_source_data(config, info, log)
+        variables = data.train_set.sources[0].variables
+        names = {f"{part}_fields": column_names(dict(variables[part])) for part in parts_of(model_type)}
+    else:
+        train_runs, val_runs, path = split_and_scale(config, info)
+        log.write_json("split.json", {"train": [name_of(r) for r in train_runs],
+                                      "val": [name_of(r) for r in val_runs]})
+        factors = load_scaling_factors(path, config.sampling.normalization, allow_pickle=config.data.allow_pickle)
+        data, names = build_data(config, info, train_runs, val_runs), target_variable_names(config)
     # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;
     # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
     torch.manual_seed(config.seed + info.rank)
-    model_type = resolve_model_type(config.model_type, config.model)
-    config.loss.check(parts_of(model_type), len(column_names(config.variables.surface)))
-    data = build_data(config, info, train_runs, val_runs)
     check_data_fits_model(data.train_set.settings, resolved_parameters(config.model), data_source(config))
     objective = Objective(loss=config.loss, description=config.loss.describe(parts_of(model_type)),
-                          variable_names=target_variable_names(config),
-                          unscale=make_unscaler(factors, config.sampling.normalization,
-                                                  allow_pickle=config.data.allow_pickle))
+                          variable_names=names, unscale=unscaler(factors))
     return Trainer(info=info, config=config.train, state=build_state(config, info), data=data, objective=objective,
                    files=CheckpointFiles.under(output_dir, config.as_dict()), log=log, stop=StopFlag())
 

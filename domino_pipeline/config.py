@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -92,6 +92,47 @@ def check_positive(section: str, config: Any, names: tuple[str, ...]) -> None:
 
 
 @dataclass(frozen=True)
+class SourceConfig:
+    """One entry of ``data.sources``: a dataset's runs, its cache and its share of the draws (docs/mixtures.md)."""
+
+    name: str               # names the source in logs, metrics, split.json and prediction folders
+    dataset: str            # a profile: conf/dataset/<dataset>.yaml, or a path to such a file
+    processed_dir: str      # its processed runs: a folder or URL
+    cache_dir: str          # its cache (cache_data.py builds it with the source's profile): a folder or URL
+    weight: float           # its share of each epoch's draws is weight / the sum of the weights
+    raw_dir: str | None     # its raw run folders (predict.py writes predictions onto their meshes); None: none
+    runs: list[int | str] | None      # only these runs (as data.runs); None: all
+    val_runs: list[int | str] | None  # its validation runs (as data.runs); None: train.val_fraction of them
+
+    OPTIONAL: ClassVar[dict[str, Any]] = {"weight": 1.0, "raw_dir": None, "runs": None, "val_runs": None}
+
+    def __post_init__(self) -> None:
+        check_positive(f"data.sources.{self.name}", self, ("weight",))
+        check_spec(self.runs)
+        check_spec(self.val_runs)
+        if not self.name or "/" in self.name:
+            raise ValueError(f"data.sources: a source's name must be non-empty and hold no '/', not {self.name!r}")
+
+
+def sources_from(entries: list[Any]) -> list[SourceConfig]:
+    """``data.sources`` entries (mappings; the OPTIONAL keys may be left out) as SourceConfigs."""
+    sources = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, SourceConfig):
+            sources.append(entry)
+            continue
+        if not isinstance(entry, dict):
+            raise ValueError(f"data.sources[{i}] must be a mapping of {list(SourceConfig.__dataclass_fields__)}, "
+                             f"not {entry!r}")
+        sources.append(from_section(SourceConfig, SourceConfig.OPTIONAL | entry, f"data.sources[{i}]"))
+    names = [source.name for source in sources]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"data.sources: names {twice} are given to more than one source")
+    return sources
+
+
+@dataclass(frozen=True)
 class DataConfig:
     """``data:`` where the runs are, and which of them are used."""
 
@@ -105,8 +146,14 @@ class DataConfig:
     verify_checksums: bool  # remote raw_dir: hash every piece whose checksum the source publishes (all its bytes are then fetched)
     retry_deadline_s: float  # remote raw_dir: seconds within which a failed request (refused, reset, 5xx) is retried
     quality: QualityConfig
+    sources: list[Any] | None  # several datasets in one training run (SourceConfig each); None: this section's one
+    nondimensional: bool | None  # train in the non-dimensional form; None: with two or more sources
 
     def __post_init__(self) -> None:
+        if self.sources is not None:
+            if not self.sources:
+                raise ValueError("data.sources is empty: list sources, or set it to null for one dataset")
+            object.__setattr__(self, "sources", sources_from(self.sources))
         check_spec(self.runs)
         check_positive("data", self, ("retry_deadline_s",))
         if self.shard is not None:
@@ -340,6 +387,7 @@ class PredictConfig:
     checkpoint: str
     runs: list[str]
     split: str | None         # train | val: add the runs of <train_dir>/split.json
+    source: str | None        # over data.sources: only this source (predict.runs are its runs); None: each
     train_dir: str
     out_dir: str
     batch_points: int         # surface cells (or volume points) per forward pass

@@ -4,7 +4,6 @@ combined into one epoch record; summed validation results into metrics."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -51,7 +50,7 @@ def test_other_ranks_write_and_print_nothing(tmp_path, capsys):
 # ---- the epoch record
 
 def test_ranks_combine_into_means_sums_and_the_largest_memory():
-    runs = [Path(f"run_{i}.zarr") for i in range(4)]
+    runs = [f"run_{i}.zarr" for i in range(4)]
     first = rank_summary(EpochResult(loss_sum=3.0, batches=2, term_sums={"surface": 2.0}, samples=2,
                                      data_wait_s=1.0, compute_s=4.0), [3, 1], runs, torch.device("cpu"))
     second = dict(first, loss_sum=1.0, batches=1, term_sums={"surface": 1.0, "volume": 0.5}, samples=1,

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from domino_pipeline.compute.nondimensional_form import RunForm
 from domino_pipeline.compute.scaling import unscale_fields
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.dataset_profile import COEFFICIENTS
@@ -54,14 +55,18 @@ class RunPrediction:
 
 def predict_run(model: torch.nn.Module, run: PredictionRun, settings: PreprocessSettings, *,
                 scaling_factors: dict, geometry_points: int, batch_points: int, device: torch.device,
-                volume: bool = False, seed: int = 0, progress: bool = False) -> RunPrediction:
+                volume: bool = False, seed: int = 0, progress: bool = False, form: RunForm | None = None) -> RunPrediction:
     """Predict the run's surface (when the model has a surface head) and volume (when asked);
-    ``progress`` shows a bar per part with the rows (cells, points) per second."""
+    ``progress`` shows a bar per part with the rows (cells, points) per second. ``form``: the run's
+    form of a model trained over sources (its inputs and outputs converted; predictions stored units)."""
     start = time.perf_counter()
     parts = model_parts(model)
     if volume and "volume" not in parts:
         raise ValueError(f"{run.name}: predict.volume=true, but the model has no volume head (it predicts {parts})")
     prepared = prepare_run(run.arrays, settings, parts=parts, source=run.name)
+    if form is not None and "surface" in parts:  # as mixture.in_form converts a drawn item
+        prepared.surface_normals = prepared.surface_normals * np.float32(form.normal)
+        prepared.surface_areas = prepared.surface_areas * np.float32(form.area)
     steps = {"prepare": time.perf_counter() - start}
     if progress:
         knn = f" and the surface kNN of {len(prepared.surface_areas):,} cells" if "surface" in parts else ""
@@ -80,7 +85,9 @@ def predict_run(model: torch.nn.Module, run: PredictionRun, settings: Preprocess
                                       progress=lambda _, done: bar.update(done - bar.n))
             rows = prepared.surface_rows if part == "surface" else prepared.volume_rows
             count = len(run.arrays[f"{part}_mesh_centers"])
-            results[part] = rows_to_mesh(unscale_fields(scaled, scaling_factors, part), rows, count)
+            unscaled = unscale_fields(scaled, scaling_factors, part)
+            unscaled = unscaled if form is None else form.to_stored(part, unscaled)
+            results[part] = rows_to_mesh(unscaled, rows, count)
             steps[part] = time.perf_counter() - begun
     return RunPrediction(surface=results["surface"], volume=results["volume"], seconds=time.perf_counter() - start,
                          steps=steps)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyvista as pv
 
+from domino_pipeline.compute.nondimensional_form import RunForm, identity_form, run_form, run_velocity
 from domino_pipeline.config import DataConfig, PredictConfig
 from domino_pipeline.inference.forces import mesh_vector_areas
 from domino_pipeline.dataset_profile import DatasetConfig
@@ -28,6 +29,7 @@ from domino_pipeline.inputs.sources.run_folder import run_files
 from domino_pipeline.processed.runs import load_run as load_run_arrays
 from domino_pipeline.processed.runs import open_run, require_parts, run_name
 from domino_pipeline.object_store import as_location, is_url, join, name_of
+from domino_pipeline.variables import VARIABLE_WIDTH
 
 KINDS = ("raw", "processed", "stl")
 
@@ -106,6 +108,31 @@ def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike,
     raw = None if is_url(raw_dir) else Path(raw_dir)
     return [raw / run_name(name) if raw is not None and (raw / run_name(name)).is_dir()
             else join(processed_dir, name) for name in names]
+
+
+def source_split_runs(train_dir: Path, split: str, source: str, data: DataConfig) -> list[Path | str]:
+    """The runs of ``source`` that train.py over sources put in ``split`` (``<train_dir>/split.json``),
+    each its raw folder where the source's ``raw_dir`` has one, else its processed run."""
+    path = train_dir / "split.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no split; train with output_dir={train_dir} first, or list predict.runs")
+    sources = json.loads(path.read_text()).get("sources", {})
+    if source not in sources:
+        raise ValueError(f"{path}: no source {source!r} (it has {sorted(sources)}): train over these data.sources")
+    raw = None if is_url(data.raw_dir) else Path(data.raw_dir)
+    return [raw / name if raw is not None and (raw / name).is_dir() else join(data.processed_dir, name)
+            for name in sources[source][split]]
+
+
+def prediction_form(run: PredictionRun, dataset: DatasetConfig, nondimensional: bool) -> RunForm:
+    """The form a model over sources predicts ``run`` in: its own flow's (``nondimensional``), else the
+    stored units; the stored references are the run's global parameters, as in its cache run."""
+    widths = {part: sum(VARIABLE_WIDTH[k] for k in dataset.variables(part).values()) for part in ("surface", "volume")}
+    if not nondimensional:
+        return identity_form(widths)
+    stored_velocity, stored_density = (float(v) for v in run.arrays["global_params_values"][:2])
+    velocity = run_velocity(dataset, run.published.velocity if run.published else None, run.name)
+    return run_form(dataset, stored_velocity=stored_velocity, stored_density=stored_density, velocity=velocity)
 
 
 def runs_to_predict(options: PredictConfig, data: DataConfig) -> list[Path | str]:

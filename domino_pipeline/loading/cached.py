@@ -111,12 +111,15 @@ class CachedDoMINODataset(EpochDataset):
         return list(self._open) if self._pid == os.getpid() else []
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return self.item(index, self.epoch)
+
+    def item(self, index: int, epoch: int) -> dict[str, torch.Tensor]:
+        """The item of run ``index`` drawn as in ``epoch`` (``__getitem__``: the current epoch)."""
         run = self.run(index)
         run.check_present()
         counts = run.attrs["counts"]
         resident = self._resident_arrays()
         run.keep(resident, self._indexed_arrays(resident))
-        epoch = self.epoch
         staged = run.stage(self._window_spans(index, epoch, counts))
         try:
             areas = self._areas_reader(run, counts["surface"], staged) if "surface" in self.parts else None

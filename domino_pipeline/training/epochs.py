@@ -11,7 +11,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from tqdm import tqdm
 from domino_pipeline.config import LossConfig, TrainConfig
 from domino_pipeline.loading.collate import collate_items
 from domino_pipeline.loading.worker_deaths import checked_batches
+from domino_pipeline.object_store import name_of
 from domino_pipeline.training import distributed
 from domino_pipeline.training.checkpointing import (
     CheckpointFiles,
@@ -51,14 +52,23 @@ TARGET_KEYS = ("volume_fields", "surface_fields")  # the order DoMINO returns it
 
 @dataclass(frozen=True)
 class TrainData:
-    """The training and validation runs, their datasets and loaders, and the training shuffle."""
+    """The training and validation runs, their datasets and loaders, and the training shuffle; over
+    sources (training/sources.py), each validation run's source and each training key's."""
 
     train_runs: list[Path]
     val_runs: list[Path]
     train_set: Dataset
-    sampler: DistributedSampler
+    sampler: DistributedSampler | Sampler[int]   # set_epoch(epoch), then this rank's keys of the epoch
     train_loader: DataLoader
     val_loader: DataLoader | None   # None: no validation runs
+    run_names: list[str] | None = None            # the training runs' names in the log; None: their file names
+    val_sources: dict[str, list[int]] = field(default_factory=dict)  # source -> its validation indices
+    source_of: Callable[[int], str] | None = None  # a training key's source
+
+    @property
+    def train_names(self) -> list[str]:
+        """The training runs by name, in index order."""
+        return self.run_names if self.run_names is not None else [name_of(r) for r in self.train_runs]
 
 
 @dataclass(frozen=True)
@@ -135,8 +145,11 @@ def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[Epoch
     result = EpochResult(loss_sum=start.partial.loss_sum, batches=start.partial.batches,
                          term_sums=dict(start.partial.term_sums))
 
+    by_source = SourceLosses(data.source_of, indices, config.batch_size, first_batch=result.batches)
+
     def log_step(loss: float) -> None:
-        trainer.log.append("steps.jsonl", {"epoch": epoch, "step": result.batches, "loss": loss})
+        step = {"epoch": epoch, "step": result.batches, "loss": loss}
+        trainer.log.append("steps.jsonl", step | by_source.add(result.batches, loss))
 
     result = train_one_epoch(
         state.trained, loader_over(data.train_loader, indices), len(indices), state.optimizer, state.scaler,
@@ -144,10 +157,39 @@ def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[Epoch
         loss_config=trainer.objective.loss, should_stop=lambda: distributed.any_rank(trainer.stop.is_set, info.device),
         after_step=log_step, result=result, progress=f"epoch {epoch}" if info.is_main else None,
     )
-    ranks = distributed.gather_objects(rank_summary(result, indices, data.train_runs, info.device))
+    ranks = distributed.gather_objects(rank_summary(result, indices, data.train_names, info.device))
     record = epoch_record(epoch, ranks, time.perf_counter() - began, state.optimizer.param_groups[0]["lr"],
                           start.step, trainer.objective.description)
-    return result, record
+    return result, record | by_source.means(distributed.gather_objects(by_source.sums))
+
+
+class SourceLosses:
+    """The training loss per source of a mixture (``source_of``; nothing without one): each step's
+    loss counted to the sources of its batch, by their share of it."""
+
+    def __init__(self, source_of: Callable[[int], str] | None, indices: list[int], batch_size: int,
+                 first_batch: int) -> None:
+        self.source_of, self.indices, self.batch_size, self.first_batch = source_of, indices, batch_size, first_batch
+        self.sums: dict[str, list[float]] = {}
+
+    def add(self, batches: int, loss: float) -> dict[str, Any]:
+        """Count the loss of the ``batches``-th batch of the epoch; its sources, for steps.jsonl."""
+        if self.source_of is None:
+            return {}
+        at = (batches - 1 - self.first_batch) * self.batch_size
+        names = [self.source_of(key) for key in self.indices[at:at + self.batch_size]]
+        for name in names:
+            total = self.sums.setdefault(name, [0.0, 0.0])
+            total[0] += loss / len(names)
+            total[1] += 1.0 / len(names)
+        return {"sources": names}
+
+    @staticmethod
+    def means(ranks: list[dict[str, list[float]]]) -> dict[str, float]:
+        """``train_loss/source/<name>``: the mean loss of each source's batches over every rank."""
+        names = sorted({name for sums in ranks for name in sums})
+        return {f"train_loss/source/{name}": sum(r.get(name, [0.0, 0.0])[0] for r in ranks)
+                / max(sum(r.get(name, [0.0, 0.0])[1] for r in ranks), 1e-12) for name in names}
 
 
 def finish_epoch(trainer: Trainer, epoch: int, record: dict[str, Any]) -> None:
@@ -313,17 +355,29 @@ def predictions_by_target(outputs: tuple[torch.Tensor | None, torch.Tensor | Non
 # compare), summed over all ranks into the loss and per-variable errors
 
 def run_validation(trainer: Trainer) -> dict[str, float]:
-    """The validation metrics (``val_loss``, ``val_loss/<term>``, ``val_rel_l2/<part>/<name>``)."""
+    """The validation metrics (``val_loss``, ``val_loss/<term>``, ``val_rel_l2/<part>/<name>``), and
+    over sources the same per source (``val_source/<source>/loss``, ...)."""
+    groups = trainer.data.val_sources or {"": list(range(len(trainer.data.val_runs)))}
+    per_group = {name: validation_sums(trainer, indices) for name, indices in groups.items()}
+    total = {key: sum(sums[key] for sums in per_group.values()) for key in next(iter(per_group.values()))}
+    metrics = validation_metrics(total, trainer.objective.variable_names)
+    for name, sums in per_group.items():
+        if name:
+            metrics |= {f"val_source/{name}/{key.removeprefix('val_')}": value
+                        for key, value in validation_metrics(sums, trainer.objective.variable_names).items()}
+    return metrics
+
+
+def validation_sums(trainer: Trainer, indices: list[int]) -> dict[str, torch.Tensor]:
+    """``evaluate``'s sums over ``indices`` of the validation set, each rank a share, summed over ranks."""
     info, objective = trainer.info, trainer.objective
-    indices = list(range(info.rank, len(trainer.data.val_runs), info.world_size))
     widths = {key: len(names) for key, names in objective.variable_names.items()}
     sums = evaluate(
-        trainer.state.model, loader_over(trainer.data.val_loader, indices), device=info.device,
-        amp_dtype=trainer.state.amp_dtype, unscale=objective.unscale, target_widths=widths,
+        trainer.state.model, loader_over(trainer.data.val_loader, indices[info.rank::info.world_size]),
+        device=info.device, amp_dtype=trainer.state.amp_dtype, unscale=objective.unscale, target_widths=widths,
         loss_config=objective.loss,
     )
-    reduced = {key: distributed.all_reduce_sum(value) for key, value in sorted(sums.items())}
-    return validation_metrics(reduced, objective.variable_names)
+    return {key: distributed.all_reduce_sum(value) for key, value in sorted(sums.items())}
 
 
 @torch.no_grad()

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from domino_pipeline.object_store import name_of
 
 
 @dataclass
@@ -52,14 +51,15 @@ def peak_memory_mb(device: torch.device) -> tuple[float, str]:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, "cpu_peak_rss"
 
 
-def rank_summary(result: EpochResult, indices: list[int], runs: list[Path | str], device: torch.device) -> dict[str, Any]:
-    """This rank's part of an epoch record: timings, loss sums, memory, and the runs it trained on."""
+def rank_summary(result: EpochResult, indices: list[int], names: list[str], device: torch.device) -> dict[str, Any]:
+    """This rank's part of an epoch record: timings, loss sums, memory, and the runs it trained on,
+    by their ``names`` (a key past the runs, a mixture's repeat of a run, is run ``key % len(names)``)."""
     memory, kind = peak_memory_mb(device)
-    seen = indices[: result.samples]
+    seen = [i % len(names) for i in indices[: result.samples]]
     return {
         "loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches, "samples": result.samples,
         "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
-        "peak_memory_mb": memory, "memory_kind": kind, "runs": [name_of(runs[i]) for i in seen],
+        "peak_memory_mb": memory, "memory_kind": kind, "runs": [names[i] for i in seen],
     }
 
 
@@ -187,7 +187,11 @@ def log_epoch(log: RunLog, record: dict[str, Any], epochs: int) -> None:
     """An epoch's console lines, its epochs.jsonl record and its TensorBoard scalars."""
     log.print(format_epoch(record, epochs))
     if "val_loss" in record:
-        log.print("  validation " + "  ".join(f"{k.removeprefix('val_')} {v:.4g}"
-                                              for k, v in record.items() if k.startswith("val_")))
+        log.print("  validation " + "  ".join(f"{k.removeprefix('val_')} {v:.4g}" for k, v in record.items()
+                                              if k.startswith("val_") and not k.startswith("val_source/")))
+    for source in sorted({k.split("/")[1] for k in record if k.startswith("val_source/")}):
+        prefix = f"val_source/{source}/"
+        log.print(f"  validation of {source}: train loss {record.get(f'train_loss/source/{source}', float('nan')):.4g}  "
+                  + "  ".join(f"{k.removeprefix(prefix)} {v:.4g}" for k, v in record.items() if k.startswith(prefix)))
     log.append("epochs.jsonl", record)
     log.scalars(epoch_scalars(record), record["epoch"])

@@ -71,10 +71,8 @@ def factors_in_parts(train_runs: Sequence[Path], *, rank: int, world_size: int, 
                             variables=variables)
 
 
-def make_unscaler(path: Path, normalization: str, *,
-                  allow_pickle: bool = False) -> Callable[[str, torch.Tensor], torch.Tensor]:
-    """A function (target key, scaled tensor) -> tensor in physical units, from the saved factors."""
-    factors = load_scaling_factors(path, normalization, allow_pickle=allow_pickle)
+def unscaler(factors: dict) -> Callable[[str, torch.Tensor], torch.Tensor]:
+    """A function (target key, scaled tensor) -> tensor in the targets' units, from ``factors``."""
 
     def unscale(key: str, values: torch.Tensor) -> torch.Tensor:
         return unscale_fields(values, factors, key.removesuffix("_fields"))

@@ -1,0 +1,202 @@
+"""Several cached datasets as one (docs/mixtures.md): ``MixtureDataset`` draws a run of any source,
+in the non-dimensional form (or the stored one) and scaled by factors over every source;
+``WeightedSourceSampler`` gives each source its weight's share of an epoch's draws, whatever its
+size. Imports neither Warp nor the model: it runs in DataLoader workers.
+
+A draw is named by a key, ``repeat * len(dataset) + index``: ``index`` the run in the sources'
+concatenated order, ``repeat`` how many times the epoch drew it before. Repeat 0 is the source's
+own item of that epoch; repeat r draws it as in epoch ``epoch + r * REPEAT_EPOCHS``, so a small
+source drawn several times per epoch gives new points each time.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from domino_pipeline.compute.nondimensional_form import RunForm
+from domino_pipeline.compute.scaling import scale_fields, unscale_fields
+from domino_pipeline.loading.cached import CachedDoMINODataset
+
+REPEAT_EPOCHS = 2**32  # far beyond any epoch count: a repeat's draws never meet another epoch's
+SHARED_SETTINGS = {"interp_res": "geometry.interp_res", "num_neighbors_surface": "geometry.num_neighbors_surface",
+                   "neighbor_layout": "geometry.neighbor_layout"}  # what one model needs of every source's cache
+NORMAL_KEYS = ("surface_normals", "surface_neighbors_normals")
+AREA_KEYS = ("surface_areas", "surface_neighbors_areas")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source of a mixture: its cached runs (drawn unscaled), each run's form, its weight."""
+
+    name: str
+    dataset: CachedDoMINODataset
+    forms: list[RunForm]
+    weight: float
+    variables: dict[str, list[list[str]]]  # per part, [name, kind] of the targets in the mixture's form
+
+    def __post_init__(self) -> None:
+        if len(self.forms) != len(self.dataset):
+            raise ValueError(f"source {self.name}: {len(self.forms)} forms for {len(self.dataset)} runs")
+
+
+def check_sources_agree(sources: Sequence[Source]) -> None:
+    """Refuse, in one line naming both sources and values, caches built with another grid, neighbour
+    count or layout than the first source's, or targets of other variables in the form."""
+    first = sources[0]
+    for other in sources[1:]:
+        for key, setting in SHARED_SETTINGS.items():
+            mine, theirs = first.dataset.settings.get(key), other.dataset.settings.get(key)
+            if mine != theirs:
+                raise ValueError(f"data.sources: source {other.name} ({other.dataset.cache_dir}) was cached with "
+                                 f"{setting}={theirs}, source {first.name} ({first.dataset.cache_dir}) with "
+                                 f"{setting}={mine}; one model needs the same for every source")
+        if other.variables != first.variables:
+            raise ValueError(f"data.sources: source {other.name} has targets {other.variables}, source "
+                             f"{first.name} {first.variables}; set data.nondimensional=true, or give sources "
+                             "of the same fields")
+
+
+def in_form(item: dict[str, torch.Tensor], form: RunForm, parts: Sequence[str],
+            factors: dict | None) -> dict[str, torch.Tensor]:
+    """A source's unscaled item in the mixture's form: fields converted and scaled by ``factors``,
+    normals out of the body, areas over the reference length squared."""
+    for part in parts:
+        fields = form.to_form(part, item[f"{part}_fields"])
+        item[f"{part}_fields"] = fields if factors is None else scale_fields(fields, factors, part)
+    if "surface" in parts:
+        for key in NORMAL_KEYS:
+            item[key] = item[key] * form.normal
+        for key in AREA_KEYS:
+            item[key] = item[key] * form.area
+    return item
+
+
+def from_form(item: dict[str, torch.Tensor], form: RunForm, parts: Sequence[str],
+              factors: dict | None) -> dict[str, torch.Tensor]:
+    """The inverse of ``in_form``: a mixture's item as its source gives it, unscaled."""
+    item = dict(item)
+    for part in parts:
+        fields = item[f"{part}_fields"]
+        fields = fields if factors is None else unscale_fields(fields, factors, part)
+        item[f"{part}_fields"] = form.to_stored(part, fields)
+    if "surface" in parts:
+        for key in NORMAL_KEYS:
+            item[key] = item[key] * form.normal
+        for key in AREA_KEYS:
+            item[key] = item[key] / form.area
+    return item
+
+
+class MixtureDataset(Dataset):
+    """The runs of every source, in order, as one dataset of items in the mixture's form."""
+
+    def __init__(self, sources: Sequence[Source], *, scaling_factors: dict | None) -> None:
+        if not sources:
+            raise ValueError("a mixture needs at least one source")
+        check_sources_agree(sources)
+        self.sources = list(sources)
+        self.scaling_factors = scaling_factors
+        self.parts = sources[0].dataset.parts
+        self.settings = sources[0].dataset.settings  # the shared grid, neighbours and layout (checked)
+        self.starts = np.cumsum([0] + [len(s.dataset) for s in sources]).tolist()
+
+    def __len__(self) -> int:
+        return self.starts[-1]
+
+    @property
+    def sizes(self) -> list[int]:
+        """The number of runs of each source."""
+        return [len(s.dataset) for s in self.sources]
+
+    @property
+    def run_names(self) -> list[str]:
+        """``<source>/<run>`` of every run, in index order."""
+        return [f"{s.name}/{p.name if hasattr(p, 'name') else str(p).rstrip('/').rsplit('/', 1)[-1]}"
+                for s in self.sources for p in s.dataset.run_paths]
+
+    @property
+    def worker_context(self) -> str | None:
+        """"spawn" when any source's cache needs it (on object storage), else None."""
+        return "spawn" if any(s.dataset.worker_context == "spawn" for s in self.sources) else None
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(source, run within it) of run ``index``."""
+        if not 0 <= index < len(self):
+            raise IndexError(f"run {index} of a mixture of {len(self)} runs")
+        source = bisect.bisect_right(self.starts, index) - 1
+        return source, index - self.starts[source]
+
+    def source_indices(self, source: int) -> range:
+        """The indices of ``source``'s runs."""
+        return range(self.starts[source], self.starts[source + 1])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Draw the points of ``epoch`` from now on, in this process and in every worker."""
+        for source in self.sources:
+            source.dataset.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self.sources[0].dataset.epoch
+
+    def __getitem__(self, key: int) -> dict[str, torch.Tensor]:
+        repeat, index = divmod(int(key), len(self))
+        source, run = self.locate(index)
+        chosen = self.sources[source]
+        item = chosen.dataset.item(run, self.epoch + repeat * REPEAT_EPOCHS)
+        return in_form(item, chosen.forms[run], self.parts, self.scaling_factors)
+
+
+class WeightedSourceSampler(Sampler[int]):
+    """Each epoch ``draws`` keys of a ``MixtureDataset``: source s gets weight_s / sum(weights) of them
+    (largest remainders, ties drawn at random), its runs in shuffled rounds (every run once before
+    any twice), all shuffled together; deterministic in (seed, epoch). The epoch's keys are
+    distinct, rounded up to a multiple of ``num_replicas``, and rank r takes every
+    ``num_replicas``-th from the r-th: ranks draw disjoint items. ``draws`` None: the runs of all."""
+
+    def __init__(self, sizes: Sequence[int], weights: Sequence[float], *, num_replicas: int = 1, rank: int = 0,
+                 seed: int = 0, draws: int | None = None) -> None:
+        if len(sizes) != len(weights) or not sizes or min(sizes) < 1 or not min(weights) > 0:
+            raise ValueError(f"every source needs a run and a positive weight; sizes {list(sizes)}, "
+                             f"weights {list(weights)}")
+        self.sizes, self.weights = [int(n) for n in sizes], [float(w) for w in weights]
+        self.num_replicas, self.rank, self.seed = int(num_replicas), int(rank), int(seed)
+        wanted = sum(self.sizes) if draws is None else int(draws)
+        self.total = -(-wanted // self.num_replicas) * self.num_replicas
+        self.starts = np.cumsum([0] + self.sizes).tolist()
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def counts(self, rng: np.random.Generator) -> list[int]:
+        """Draws per source: the largest-remainder apportionment of ``total`` by weight."""
+        shares = self.total * np.asarray(self.weights) / sum(self.weights)
+        counts = np.floor(shares).astype(int)
+        remainders = shares - counts
+        order = np.lexsort((rng.random(len(shares)), -remainders))  # larger remainder first, ties at random
+        counts[order[:self.total - counts.sum()]] += 1
+        return counts.tolist()
+
+    def epoch_keys(self, epoch: int) -> list[int]:
+        """Every rank's keys of ``epoch``, in order."""
+        rng = np.random.default_rng([self.seed, epoch])
+        keys = []
+        for source, count in enumerate(self.counts(rng)):
+            size = self.sizes[source]
+            for repeat in range(-(-count // size)):
+                runs = rng.permutation(size)[:count - repeat * size]
+                keys += (repeat * self.starts[-1] + self.starts[source] + runs).tolist()
+        return [keys[i] for i in rng.permutation(len(keys))]
+
+    def __iter__(self):
+        return iter(self.epoch_keys(self.epoch)[self.rank::self.num_replicas])
+
+    def __len__(self) -> int:
+        return self.total // self.num_replicas

@@ -1,0 +1,62 @@
+"""The sources of a training run (``data.sources``, docs/mixtures.md), each as the one-dataset config
+every stage already reads: its own profile, processed runs, cache and bounding boxes, the rest of
+the config shared. Without ``data.sources`` the config itself is the one source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from domino_pipeline.config import PipelineConfig, SourceConfig
+from domino_pipeline.config_files import CONF
+from domino_pipeline.dataset_profile import DatasetConfig, profile_from_file
+
+
+def load_profile(dataset: str) -> DatasetConfig:
+    """The profile a source names: conf/dataset/<dataset>.yaml, or the YAML file at ``dataset``."""
+    path = Path(dataset) if dataset.endswith((".yaml", ".yml")) else CONF / "dataset" / f"{dataset}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (CONF / "dataset").glob("*.yaml"))
+        raise ValueError(f"data.sources: dataset {dataset!r}: no profile {path} (the profiles: {known}, "
+                         "or a path to a .yaml profile)")
+    return profile_from_file(path)
+
+
+def source_config(config: PipelineConfig, source: SourceConfig) -> PipelineConfig:
+    """``config`` for ``source`` alone: its profile, runs, cache and the profile's bounding boxes."""
+    profile = load_profile(source.dataset)
+    boxes = profile.bounding_boxes
+    return dataclasses.replace(
+        config, dataset=profile,
+        data=dataclasses.replace(config.data, processed_dir=source.processed_dir, runs=source.runs, sources=None,
+                                 raw_dir=source.raw_dir if source.raw_dir is not None else config.data.raw_dir),
+        geometry=dataclasses.replace(config.geometry, bounding_box_volume=boxes.volume,
+                                     bounding_box_surface=boxes.surface),
+        cache=dataclasses.replace(config.cache, dir=source.cache_dir))
+
+
+def own_source(config: PipelineConfig) -> SourceConfig:
+    """The one source of a config without ``data.sources``: its dataset, runs and cache."""
+    return SourceConfig(name=config.dataset.name, dataset=config.dataset.name,
+                        processed_dir=config.data.processed_dir, cache_dir=config.cache.dir, weight=1.0,
+                        raw_dir=config.data.raw_dir, runs=config.data.runs, val_runs=None)
+
+
+def sources_of(config: PipelineConfig) -> list[tuple[SourceConfig, PipelineConfig]]:
+    """Each source with its one-dataset config; the config itself when it lists none."""
+    if config.data.sources is None:
+        return [(own_source(config), config)]
+    return [(source, source_config(config, source)) for source in config.data.sources]
+
+
+def uses_sources(config: PipelineConfig) -> bool:
+    """Whether train.py and predict.py go through the sources (several, or one in the form)."""
+    return config.data.sources is not None or bool(config.data.nondimensional)
+
+
+def nondimensional(config: PipelineConfig) -> bool:
+    """Whether targets are in the non-dimensional form: ``data.nondimensional``, else with 2+ sources."""
+    if config.data.nondimensional is not None:
+        return config.data.nondimensional
+    return len(config.data.sources or ()) > 1

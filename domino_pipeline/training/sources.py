@@ -1,0 +1,141 @@
+"""A training run over sources (``data.sources``, or one dataset in the non-dimensional form;
+docs/mixtures.md): each source's split, each run's form, the scaling factors over every source's
+training runs in that form, and the mixture datasets and sampler train.py draws from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from domino_pipeline.compute.nondimensional_form import RunForm, form_variables, identity_form, run_form, run_velocity
+from domino_pipeline.compute.scaling import check_factors_match, merge_statistics
+from domino_pipeline.config import PipelineConfig, SourceConfig
+from domino_pipeline.inputs.statistics.run_quality import quality_selection
+from domino_pipeline.loading.cached import CachedDoMINODataset
+from domino_pipeline.loading.mixture import MixtureDataset, Source, check_sources_agree
+from domino_pipeline.processed.runs import list_runs, run_name, split_from_config
+from domino_pipeline.run_selection import select_items
+from domino_pipeline.source_configs import nondimensional, sources_of
+from domino_pipeline.variables import VARIABLE_WIDTH
+
+
+@dataclass(frozen=True)
+class SourceSplit:
+    """One source, its one-dataset config, and its training and validation runs."""
+
+    source: SourceConfig
+    config: PipelineConfig
+    train_runs: list[Path | str]
+    val_runs: list[Path | str]
+
+    def names(self, which: str) -> list[str]:
+        """``<source>/<run>`` of the ``which`` ("train", "val") runs."""
+        return [f"{self.source.name}/{run_name(r)}" for r in getattr(self, f"{which}_runs")]
+
+
+def split_sources(config: PipelineConfig, say: Callable[[str], None]) -> list[SourceSplit]:
+    """Each source's runs, less those its quality checks reject, split by its ``val_runs`` or by
+    ``train.val_fraction``; every refusal names the source."""
+    if not config.cache.enabled:
+        raise ValueError("data.sources and data.nondimensional read caches: set cache.enabled=true "
+                         "(--config-name=cached) and build each source's cache with cache_data.py")
+    splits = []
+    for source, own in sources_of(config):
+        selection = quality_selection(list_runs(own.data.processed_dir), own.data, own.dataset)
+        say(f"source {source.name}: {selection.summary()}")
+        runs = select_items(selection.require_some(own.data.processed_dir), run_name, source.runs, None,
+                            source=f"source {source.name}'s runs")
+        if source.val_runs is None:
+            train_runs, val_runs = split_from_config(runs, config.train, config.seed)
+        else:
+            val_runs = select_items(runs, run_name, source.val_runs, None, source=f"source {source.name}'s val_runs")
+            train_runs = [r for r in runs if r not in val_runs]
+        if not train_runs:
+            raise ValueError(f"source {source.name}: no training runs left of {[run_name(r) for r in runs]}")
+        splits.append(SourceSplit(source, own, train_runs, val_runs))
+    return splits
+
+
+def target_variables(config: PipelineConfig, form: bool) -> dict[str, list[list[str]]]:
+    """Per part, [name, kind] of the targets: the form's names, or the profile's own."""
+    if form:
+        return {part: form_variables(config.dataset, part) for part in ("surface", "volume")}
+    return {part: [[n, k] for n, k in config.dataset.variables(part).items()] for part in ("surface", "volume")}
+
+
+def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool) -> list[RunForm]:
+    """Each run's form, from the references its cache run records; identities in the stored form."""
+    if not form:
+        widths = {part: sum(VARIABLE_WIDTH[k] for k in config.dataset.variables(part).values())
+                  for part in ("surface", "volume")}
+        return [identity_form(widths)] * len(dataset)
+    forms = []
+    for index, (name, _) in enumerate(dataset.run_sources):
+        scalars = dataset.run(index).attrs["scalars"]
+        stored_velocity, stored_density = (float(v) for v in scalars["global_params_values"][:2])
+        velocity = run_velocity(config.dataset, scalars.get("published_velocity"), f"{dataset.cache_dir}/{name}")
+        forms.append(run_form(config.dataset, stored_velocity=stored_velocity, stored_density=stored_density,
+                              velocity=velocity))
+    return forms
+
+
+MakeDataset = Callable[..., CachedDoMINODataset]  # datapipe.dataset_from_config
+
+
+def source_datasets(splits: list[SourceSplit], config: PipelineConfig, make_dataset: MakeDataset, *,
+                    train: bool) -> list[Source]:
+    """Each source's cached runs of the split (``make_dataset``: drawn unscaled), with their forms;
+    sources without runs in it left out."""
+    form = nondimensional(config)
+    sources = []
+    for split in splits:
+        runs = split.train_runs if train else split.val_runs
+        if not runs:
+            continue
+        dataset = make_dataset(split.config, runs, train=train, scaled=False)
+        sources.append(Source(name=split.source.name, dataset=dataset, forms=run_forms(dataset, split.config, form),
+                              weight=split.source.weight, variables=target_variables(split.config, form)))
+    return sources
+
+
+def mixture_factors(sources: list[Source], normalization: str, form: bool) -> dict:
+    """Scaling factors over every run of ``sources`` in the mixture's form, from the statistics each
+    cache run records (cache_data.py), converted run by run."""
+    per_run, names = [], []
+    for source in sources:
+        for index, (name, _) in enumerate(source.dataset.run_sources):
+            statistics = source.dataset.run(index).attrs["scalars"]["field_statistics"]
+            per_run.append({part: source.forms[index].statistics(part, statistics[part])
+                            for part in source.dataset.parts})
+            names.append(f"{source.name}/{name}")
+    variables = {part: source_variables for part, source_variables in sources[0].variables.items()}
+    factors = merge_statistics(per_run, names, normalization=normalization, variables=variables)
+    factors["form"] = "nondimensional" if form else "stored"
+    return factors
+
+
+def mixtures(config: PipelineConfig, splits: list[SourceSplit], make_dataset: MakeDataset, factors: dict | None
+             ) -> tuple[MixtureDataset, MixtureDataset | None, dict]:
+    """The training and validation mixtures (None: no validation runs) and their scaling factors:
+    ``factors``, or (None) those over every source's training runs in the mixture's form."""
+    train_sources = source_datasets(splits, config, make_dataset, train=True)
+    val_sources = source_datasets(splits, config, make_dataset, train=False)
+    check_sources_agree(train_sources + val_sources)
+    if factors is None:
+        factors = mixture_factors(train_sources, config.sampling.normalization, nondimensional(config))
+    check_factors_match(factors, *(train_sources[0].variables[part] for part in ("surface", "volume")),
+                        "sampling.scaling_factors", train_sources[0].dataset.parts)
+    train_set = MixtureDataset(train_sources, scaling_factors=factors)
+    val_set = MixtureDataset(val_sources, scaling_factors=factors) if val_sources else None
+    return train_set, val_set, factors
+
+
+def split_record(splits: list[SourceSplit]) -> dict:
+    """split.json of a training run over sources: every run as ``<source>/<run>``, and per source."""
+    return {"train": [n for s in splits for n in s.names("train")],
+            "val": [n for s in splits for n in s.names("val")],
+            "sources": {s.source.name: {"dataset": s.config.dataset.name,
+                                        "train": [run_name(r) for r in s.train_runs],
+                                        "val": [run_name(r) for r in s.val_runs]} for s in splits}}

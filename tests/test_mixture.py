@@ -1,0 +1,209 @@
+"""One model over several datasets (docs/mixtures.md): tiny synthetic DrivAerML- and AhmedML-layout
+runs and the committed OpenFOAM fixture, each processed with its own profile and cached by
+cache_data.py over ``data.sources``; a mixture's items against each source's own items; the
+weighted sampler's shares, determinism and rank split; a training run with metrics per source;
+predictions in each dataset's own units and conventions; sources that cannot share a model refused.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import typed_config, yaml_config
+from test_train import TINY
+
+from domino_pipeline.compute.nondimensional_form import form_variables, run_form
+from domino_pipeline.compute.scaling import merge_statistics, run_statistics
+from domino_pipeline.config import sources_from
+from domino_pipeline.loading.mixture import REPEAT_EPOCHS, WeightedSourceSampler, from_form
+from domino_pipeline.source_configs import load_profile
+
+OPENFOAM = Path(__file__).resolve().parent / "data" / "openfoam"
+PROFILES = {"drivaer": "drivaerml", "ahmed": "ahmedml", "foam": "openfoam"}
+WEIGHTS = {"drivaer": 1, "ahmed": 1, "foam": 2}
+
+
+# ---- the form, against the physics written out
+
+def test_the_form_divides_each_run_by_its_own_flow() -> None:
+    """DrivAerML (kinematic, shear on the fluid, normals into the body): stored over U = 30 m/s and
+    rho = 1.205, the form is Cp = p / (U^2 / 2), Cf = -tau / (U^2 / 2), u / U, nut / (U L)."""
+    profile = load_profile("drivaerml")
+    u_stored, rho_stored, u_run, length = 30.0, 1.205, profile.flow.velocity, 4.2
+    p, tau, u, nut = 120.0, np.array([3.0, -1.0, 0.5]), np.array([20.0, 1.0, -2.0]), 0.01
+    stored_surface = np.array([p, *tau]) / (rho_stored * u_stored**2)
+    stored_volume = np.array([*u / u_stored, p / (rho_stored * u_stored**2), nut / (u_stored * length)])
+    form = run_form(profile, stored_velocity=u_stored, stored_density=rho_stored, velocity=u_run)
+    q = 0.5 * u_run**2
+    np.testing.assert_allclose(form.to_form("surface", stored_surface), [p / q, *(-tau / q)], rtol=1e-6)
+    np.testing.assert_allclose(form.to_form("volume", stored_volume), [*u / u_run, p / q, nut / (u_run * length)],
+                               rtol=1e-6)
+    assert form.normal == -1.0 and form.area == pytest.approx(1 / profile.references.length**2)
+    np.testing.assert_allclose(form.to_stored("surface", form.to_form("surface", stored_surface)), stored_surface,
+                               rtol=1e-6)
+    assert [n for n, _ in form_variables(profile, "surface")] == ["cp", "cf"]
+
+
+def test_a_dataset_of_coefficients_keeps_them_and_a_dense_one_divides_by_its_density() -> None:
+    """WindsorML's fields are cp and cf already (factor 1, its shear's sign); a dataset whose
+    pressure is in pascals divides by its own density."""
+    windsor = load_profile("windsorml")
+    form = run_form(windsor, stored_velocity=30.0, stored_density=1.205, velocity=windsor.flow.velocity)
+    sign = 1.0 if windsor.flow.wall_shear == "on_body" else -1.0
+    np.testing.assert_allclose(form.fields["surface"], [1.0, sign, sign, sign])
+    dense = load_profile("drivaerml")
+    dense = type(dense)(**{**dense.__dict__, "flow": type(dense.flow)(**{**dense.flow.__dict__, "kinematic": False,
+                                                                          "density": 1.2})})
+    form = run_form(dense, stored_velocity=30.0, stored_density=1.205, velocity=40.0)
+    assert form.fields["surface"][0] == pytest.approx(1.205 * 30.0**2 / (0.5 * 1.2 * 40.0**2))
+
+
+def test_statistics_of_the_form_are_those_of_the_converted_fields() -> None:
+    profile = load_profile("drivaerml")
+    form = run_form(profile, stored_velocity=30.0, stored_density=1.205, velocity=38.0)
+    fields = np.random.default_rng(0).normal(size=(500, 4)).astype(np.float32)
+    converted = merge_statistics([{"surface": form.statistics("surface", run_statistics(
+        {"surface_fields": fields}, parts=("surface",))["surface"])}], ["a"])
+    direct = merge_statistics([run_statistics({"surface_fields": form.to_form("surface", fields)},
+                                              parts=("surface",))], ["a"])
+    for key in ("min", "max", "mean", "std"):
+        np.testing.assert_allclose(converted["surface"][key], direct["surface"][key], rtol=1e-5, atol=1e-7)
+
+
+# ---- the sampler
+
+def test_each_source_is_drawn_by_its_weight_not_its_size() -> None:
+    """Sizes 40, 4 and 2 (by size: 87%, 9%, 4%), weights 1:1:2: over 300 draws (50 epochs of 6) each
+    source's share is within 3 standard errors of its weight."""
+    sizes, weights = [40, 4, 2], [1.0, 1.0, 2.0]
+    sampler = WeightedSourceSampler(sizes, weights, seed=3, draws=6)
+    starts, total = np.cumsum([0] + sizes), sum(sizes)
+    draws = []
+    for epoch in range(50):
+        sampler.set_epoch(epoch)
+        keys = list(sampler)
+        assert len(set(keys)) == len(keys) == 6
+        draws += [int(np.searchsorted(starts, k % total, side="right") - 1) for k in keys]
+    shares = np.bincount(draws, minlength=3) / len(draws)
+    expected = np.asarray(weights) / sum(weights)
+    standard_error = np.sqrt(expected * (1 - expected) / len(draws))
+    assert np.all(np.abs(shares - expected) <= 3 * standard_error), (shares, expected)
+
+
+def test_a_small_source_is_drawn_in_rounds_with_new_points_each_repeat() -> None:
+    sampler = WeightedSourceSampler([10, 2], [1.0, 1.0], seed=0, draws=12)
+    sampler.set_epoch(1)
+    keys = list(sampler)
+    small = sorted(k for k in keys if k % 12 >= 10)
+    assert small == [10, 11, 22, 23, 34, 35]  # each of its 2 runs in 3 rounds: repeats 0, 1, 2
+    big = [k for k in keys if k % 12 < 10]
+    assert len(big) == len(set(k % 12 for k in big)) == 6  # the large source: no run twice
+
+
+def test_the_keys_of_an_epoch_are_fixed_resumable_and_split_between_ranks() -> None:
+    ranks = [WeightedSourceSampler([5, 3, 2], [1.0, 1.0, 2.0], num_replicas=3, rank=r, seed=7) for r in range(3)]
+    for sampler in ranks:
+        sampler.set_epoch(4)
+    keys = [list(s) for s in ranks]
+    assert [list(s) for s in ranks] == keys  # the same on every call: a resumed epoch skips a prefix
+    flat = [k for rank in keys for k in rank]
+    assert len(flat) == len(set(flat)) == 12 and {len(k) for k in keys} == {4}  # 10 draws, rounded up to 3 x 4
+    ranks[0].set_epoch(5)
+    assert list(ranks[0]) != keys[0]
+
+
+# ---- the config
+
+def test_sources_are_read_with_defaults_and_refused_when_ambiguous() -> None:
+    config = typed_config("data.sources=[{name: a, dataset: ahmedml, processed_dir: /p, cache_dir: /c}]")
+    [source] = config.data.sources
+    assert source.weight == 1.0 and source.runs is None and source.val_runs is None
+    with pytest.raises(ValueError, match=r"names \['a'\] are given to more than one source"):
+        sources_from([{"name": "a", "dataset": "x", "processed_dir": "p", "cache_dir": "c"}] * 2)
+    with pytest.raises(ValueError, match="weight must be positive"):
+        sources_from([{"name": "a", "dataset": "x", "processed_dir": "p", "cache_dir": "c", "weight": 0}])
+    with pytest.raises(ValueError, match="no profile .*nosuch.yaml"):
+        load_profile("nosuch")
+
+
+# ---- three datasets end to end (slow: processing, caches, training, prediction)
+
+def sources_override(work: Path, caches: dict[str, Path] | None = None) -> str:
+    """``data.sources=[...]`` of the three fixture sources under ``work``."""
+    entries = []
+    for name, profile in PROFILES.items():
+        cache = (caches or {}).get(name, work / name / "cache")
+        entries.append(f"{{name: {name}, dataset: {profile}, processed_dir: '{work / name / 'processed'}', "
+                       f"cache_dir: '{cache}', raw_dir: '{work / name / 'raw'}', weight: {WEIGHTS[name]}}}")
+    return f"data.sources=[{', '.join(entries)}]"
+
+
+COMMON = [*TINY, "model_type=surface", "process.parts=surface", "process.num_processes=1", "train.val_fraction=0.5",
+          "train.epochs=1"]
+
+
+@pytest.fixture(scope="module")
+def mixture(tmp_path_factory, tiny_dataset_dir) -> dict:
+    """The three datasets' raw runs, processed with their profiles, cached by one cache_data.py over
+    ``data.sources``, and the config of that mixture."""
+    import shutil
+
+    import cache_data
+    import process_data
+
+    work = tmp_path_factory.mktemp("mixture")
+    raws = {"drivaer": tiny_dataset_dir("drivaerml"), "ahmed": tiny_dataset_dir("ahmedml"), "foam": OPENFOAM}
+    for name, raw in raws.items():
+        shutil.copytree(raw, work / name / "raw")
+        process_data.main(yaml_config(f"dataset={PROFILES[name]}", f"data.raw_dir={work / name / 'raw'}",
+                                      f"data.processed_dir={work / name / 'processed'}", *COMMON))
+    overrides = [*COMMON, sources_override(work), f"output_dir={work / 'train'}"]
+    cache_data.main(yaml_config(*overrides, name="cached"))  # exits non-zero on a failure
+    return {"work": work, "overrides": overrides}
+
+
+def single_source_dataset(work: Path, name: str, runs: list[str], *, train: bool):
+    """The source's own cached dataset (its profile's config), unscaled, as train.py would build it."""
+    from datapipe import dataset_from_config
+    config = typed_config(f"dataset={PROFILES[name]}", f"data.processed_dir={work / name / 'processed'}",
+                          f"cache.dir={work / name / 'cache'}", *COMMON, name="cached")
+    return dataset_from_config(config, [work / name / "processed" / f"{r}.zarr" for r in runs], train=train,
+                               scaled=False)
+
+
+@pytest.mark.slow
+def test_a_mixture_item_is_its_source_item_in_the_form(mixture) -> None:
+    """Every run's mixture item (repeat 0 and 1, training and validation draws), converted back, equals
+    the item its source's own dataset draws for that run: same rows, fields to float32 rounding."""
+    from datapipe import dataset_from_config
+    from domino_pipeline.training.sources import mixtures, split_sources
+
+    config = typed_config(*mixture["overrides"], name="cached")
+    splits = split_sources(config, lambda line: None)
+    train_set, val_set, factors = mixtures(config, splits, dataset_from_config, None)
+    assert factors["form"] == "nondimensional" and factors["variables"]["surface"] == [["cp", "scalar"],
+                                                                                       ["cf", "vector"]]
+    checked = 0
+    for mixed, train in ((train_set, True), (val_set, False)):
+        mixed.set_epoch(3)
+        for index in range(len(mixed)):
+            source_index, run = mixed.locate(index)
+            source = mixed.sources[source_index]
+            name = source.dataset.run_sources[run][0]
+            own = single_source_dataset(mixture["work"], source.name, [name], train=train)
+            for repeat in (0, 1):
+                back = from_form(mixed[repeat * len(mixed) + index], source.forms[run], ("surface",), factors)
+                expected = own.item(0, 3 + repeat * REPEAT_EPOCHS)
+                assert set(back) == set(expected)
+                for key, value in expected.items():
+                    np.testing.assert_allclose(back[key].numpy(), value.numpy(), rtol=2e-6, atol=1e-7,
+                                               err_msg=f"{source.name}/{name} repeat {repeat}: {key}")
+                checked += 1
+    assert checked == 12  # 3 sources x 2 runs x 2 repeats
+    first, second = (train_set[k]["surface_mesh_centers"] for k in (0, len(train_set)))
+    assert not torch.equal(first, second)  # a repeat draws other points
