@@ -207,3 +207,147 @@ def test_a_mixture_item_is_its_source_item_in_the_form(mixture) -> None:
     assert checked == 12  # 3 sources x 2 runs x 2 repeats
     first, second = (train_set[k]["surface_mesh_centers"] for k in (0, len(train_set)))
     assert not torch.equal(first, second)  # a repeat draws other points
+
+
+@pytest.fixture(scope="module")
+def trained(mixture) -> dict:
+    """One epoch of a surface model over the three sources (one training run of each)."""
+    import train
+
+    train.main(yaml_config(*mixture["overrides"], name="cached"))
+    return mixture
+
+
+@pytest.mark.slow
+def test_a_training_run_over_sources_logs_each_source(trained) -> None:
+    out = trained["work"] / "train"
+    [epoch] = [r for r in map(json.loads, (out / "epochs.jsonl").read_text().splitlines()) if r["kind"] == "epoch"]
+    split = json.loads((out / "split.json").read_text())
+    assert sorted(split["sources"]) == sorted(PROFILES) and len(split["val"]) == 3
+    for name in PROFILES:
+        assert np.isfinite(epoch[f"val_source/{name}/loss"])
+        for column in ("cp", "cf_x", "cf_y", "cf_z"):
+            assert np.isfinite(epoch[f"val_source/{name}/rel_l2/surface/{column}"])
+    trained_on = [s for s in map(json.loads, (out / "steps.jsonl").read_text().splitlines())]
+    drawn = [name for step in trained_on for name in step["sources"]]
+    assert sorted(drawn) == sorted(PROFILES)  # 3 draws (the training runs' count) at 1:1:2: 0.75, 0.75, 1.5 rounded
+    assert {f"train_loss/source/{n}" for n in PROFILES} <= set(epoch)
+    factors = json.loads((out / "scaling_factors.json").read_text())
+    assert factors["form"] == "nondimensional" and len(factors["runs"]) == 3
+
+
+@pytest.mark.slow
+def test_predictions_over_sources_are_in_each_datasets_units_and_conventions(trained) -> None:
+    """predict.py writes each source's validation run into <out>/<source>/, its coefficients over the
+    dataset's own references and conventions: the true ones equal, to 1e-6, those the source's
+    one-dataset predict.py integrates from the same files; the predicted ones are finite."""
+    import predict
+
+    work = trained["work"]
+    out = work / "predictions"
+    predict.main(yaml_config(*trained["overrides"], "predict.split=val", f"predict.out_dir={out}",
+                             "predict.plot=false", name="cached"))
+    split = json.loads((work / "train" / "split.json").read_text())["sources"]
+    for name, profile in PROFILES.items():
+        [run] = split[name]["val"]
+        alone = work / f"alone_{name}"
+        predict.main(yaml_config(f"dataset={profile}", *COMMON, f"data.processed_dir={work / name / 'processed'}",
+                                 f"cache.dir={work / name / 'cache'}", f"output_dir={work / 'train'}",
+                                 f"predict.runs=[{work / name / 'raw' / run}]", f"predict.out_dir={alone}",
+                                 "predict.plot=false", name="cached"))
+        [mixed], [single] = (list(csv.DictReader(open(folder / "predictions.csv"))) for folder in (out / name, alone))
+        assert mixed["run"] == single["run"] == run
+        true_columns = [c for c in single if c.endswith("_true") and single[c] not in ("", "nan")]
+        assert {"cd_true", "cl_true"} <= set(true_columns)
+        for column in true_columns:
+            assert float(mixed[column]) == pytest.approx(float(single[column]), rel=1e-6, abs=1e-12), (name, column)
+        assert np.isfinite(float(mixed["cd_pred"])) and np.isfinite(float(mixed["cl_pred"]))
+
+
+@pytest.mark.slow
+def test_a_perfect_prediction_comes_back_as_each_datasets_truth(trained, monkeypatch, tmp_path) -> None:
+    """The model replaced by the truth in the mixture's scaled form: every source's predicted fields,
+    taken back through the run's form, the scaling factors and the dataset's units, integrate to its
+    true coefficients: the conversion back holds for each dataset's flow and conventions."""
+    import predict
+    from domino_pipeline.compute.scaling import load_scaling_factors, scale_fields
+    from domino_pipeline.inference import predict_runs
+
+    factors = load_scaling_factors(trained["work"] / "train" / "scaling_factors.json")
+    forms = []
+
+    def remember_form(*args, **kwargs):
+        forms.append(kwargs["form"])
+        return original(*args, **kwargs)
+
+    def truth(forward, items, *, part, **kwargs):
+        return scale_fields(forms[-1].to_form(part, items.prepared.surface_fields), factors, part)
+
+    original = predict_runs.predict_run
+    monkeypatch.setattr(predict, "predict_run", remember_form)
+    monkeypatch.setattr(predict_runs, "predict_part", truth)
+    predict.main(yaml_config(*trained["overrides"], "predict.split=val", f"predict.out_dir={tmp_path}",
+                             "predict.plot=false", name="cached"))
+    assert len(forms) == 3 and len({f.fields["surface"][0] for f in forms}) == 2  # AhmedML's 1 m/s, 38.889 m/s
+    for name in PROFILES:
+        [row] = list(csv.DictReader(open(tmp_path / name / "predictions.csv")))
+        for key in ("cd", "cl", "cd_constref", "cl_constref"):
+            assert float(row[f"{key}_pred"]) == pytest.approx(float(row[f"{key}_true"]), rel=1e-5, abs=1e-9), \
+                (name, key)
+
+
+@pytest.mark.slow
+def test_a_source_cached_on_another_grid_is_refused_before_the_first_step(mixture, capsys) -> None:
+    import cache_data
+    import train
+
+    work = mixture["work"]
+    other = work / "ahmed" / "cache_coarse"
+    cache_data.main(yaml_config("dataset=ahmedml", *COMMON, "geometry.interp_res=[8,8,8]",
+                                f"data.processed_dir={work / 'ahmed' / 'processed'}", f"cache.dir={other}",
+                                name="cached"))
+    capsys.readouterr()
+    output = work / "refused"
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(yaml_config(*COMMON, sources_override(work, {"ahmed": other}), f"output_dir={output}",
+                               name="cached"))
+    assert exit_info.value.code == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "source ahmed" in line and "geometry.interp_res=[8, 8, 8]" in line
+    assert "source drivaer" in line and "geometry.interp_res=[16, 8, 8]" in line
+    assert not (output / "checkpoints").exists()
+
+
+def _rank_keys(rank: int, world_size: int, init_file: str, out: str) -> None:
+    """A gloo rank: its keys of epoch 2 of a weighted sampler, gathered on rank 0 into ``out``."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    sampler = WeightedSourceSampler([2, 2, 2], [1.0, 1.0, 2.0], num_replicas=dist.get_world_size(),
+                                    rank=dist.get_rank(), seed=42, draws=12)
+    sampler.set_epoch(2)
+    gathered = [None] * world_size
+    dist.all_gather_object(gathered, list(sampler))
+    if rank == 0:
+        Path(out).write_text(json.dumps(gathered))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_draw_disjoint_items(trained, tmp_path) -> None:
+    """Two DDP ranks (gloo) each take their share of an epoch's 12 keys over the three sources (each
+    run drawn twice): no key on both, and the items the keys draw are all different."""
+    import torch.multiprocessing as mp
+    from datapipe import dataset_from_config
+    from domino_pipeline.training.sources import mixtures, split_sources
+
+    out = tmp_path / "keys.json"
+    mp.spawn(_rank_keys, args=(2, str(tmp_path / "init"), str(out)), nprocs=2, join=True)
+    first, second = json.loads(out.read_text())
+    assert len(first) == len(second) == 6 and not set(first) & set(second)
+    config = typed_config(*trained["overrides"], "train.val_fraction=0", name="cached")
+    train_set, _, _ = mixtures(config, split_sources(config, lambda line: None), dataset_from_config, None)
+    assert train_set.sizes == [2, 2, 2]
+    train_set.set_epoch(2)
+    centres = [train_set[key]["surface_mesh_centers"].numpy() for key in first + second]
+    assert all(not np.array_equal(a, b) for i, a in enumerate(centres) for b in centres[i + 1:])

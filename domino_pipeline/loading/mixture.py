@@ -45,17 +45,24 @@ class Source:
             raise ValueError(f"source {self.name}: {len(self.forms)} forms for {len(self.dataset)} runs")
 
 
+def check_settings_agree(caches: Sequence[tuple[str, object, dict]]) -> None:
+    """Refuse, in one line naming both sources and values, caches (source name, cache location, its
+    settings) built with another grid, neighbour count or layout than the first source's."""
+    name, where, settings = caches[0]
+    for other, other_where, other_settings in caches[1:]:
+        for key, setting in SHARED_SETTINGS.items():
+            mine, theirs = settings.get(key), other_settings.get(key)
+            if mine != theirs:
+                raise ValueError(f"data.sources: source {other} ({other_where}) was cached with {setting}={theirs}, "
+                                 f"source {name} ({where}) with {setting}={mine}; one model needs the same for "
+                                 "every source")
+
+
 def check_sources_agree(sources: Sequence[Source]) -> None:
-    """Refuse, in one line naming both sources and values, caches built with another grid, neighbour
-    count or layout than the first source's, or targets of other variables in the form."""
+    """``check_settings_agree`` of the sources' caches, and refuse targets of other variables in the form."""
+    check_settings_agree([(s.name, s.dataset.cache_dir, s.dataset.settings) for s in sources])
     first = sources[0]
     for other in sources[1:]:
-        for key, setting in SHARED_SETTINGS.items():
-            mine, theirs = first.dataset.settings.get(key), other.dataset.settings.get(key)
-            if mine != theirs:
-                raise ValueError(f"data.sources: source {other.name} ({other.dataset.cache_dir}) was cached with "
-                                 f"{setting}={theirs}, source {first.name} ({first.dataset.cache_dir}) with "
-                                 f"{setting}={mine}; one model needs the same for every source")
         if other.variables != first.variables:
             raise ValueError(f"data.sources: source {other.name} has targets {other.variables}, source "
                              f"{first.name} {first.variables}; set data.nondimensional=true, or give sources "

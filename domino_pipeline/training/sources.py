@@ -14,10 +14,11 @@ from domino_pipeline.compute.scaling import check_factors_match, merge_statistic
 from domino_pipeline.config import PipelineConfig, SourceConfig
 from domino_pipeline.inputs.statistics.run_quality import quality_selection
 from domino_pipeline.loading.cached import CachedDoMINODataset
-from domino_pipeline.loading.mixture import MixtureDataset, Source, check_sources_agree
+from domino_pipeline.loading.mixture import MixtureDataset, Source, check_settings_agree, check_sources_agree
 from domino_pipeline.processed.runs import list_runs, run_name, split_from_config
 from domino_pipeline.run_selection import select_items
 from domino_pipeline.source_configs import nondimensional, sources_of
+from domino_pipeline.store.manifest import read_manifest
 from domino_pipeline.variables import VARIABLE_WIDTH
 
 
@@ -120,6 +121,8 @@ def mixtures(config: PipelineConfig, splits: list[SourceSplit], make_dataset: Ma
              ) -> tuple[MixtureDataset, MixtureDataset | None, dict]:
     """The training and validation mixtures (None: no validation runs) and their scaling factors:
     ``factors``, or (None) those over every source's training runs in the mixture's form."""
+    check_settings_agree([(s.source.name, s.config.cache.dir, read_manifest(s.config.cache.dir)["settings"])
+                          for s in splits])  # before any source's own check against the config
     train_sources = source_datasets(splits, config, make_dataset, train=True)
     val_sources = source_datasets(splits, config, make_dataset, train=False)
     check_sources_agree(train_sources + val_sources)
