@@ -234,8 +234,8 @@ def checked_scaling_factors(factors: object, where: str, normalization: str | No
     return _validate_factors(factors, where)
 
 
-def _affine(factors: dict, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """Return (offset, scale) with scaled = (x - offset) / scale."""
+def affine(factors: dict, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(offset, scale) of ``kind``'s columns with scaled = (x - offset) / scale."""
     if kind not in KINDS:
         raise ValueError(f"unknown field kind {kind!r}; expected one of {KINDS}")
     if kind not in factors:
@@ -258,7 +258,7 @@ def _is_tensor(values) -> bool:
 
 def scale_fields(fields, factors: dict, kind: str):
     """Scale target fields (..., n_vars) of ``kind`` "surface" or "volume"; numpy or torch, float32 out."""
-    offset, scale = _affine(factors, kind)
+    offset, scale = affine(factors, kind)
     if _is_tensor(fields):
         import torch
         return (fields - torch.from_numpy(offset).to(fields)) / torch.from_numpy(scale).to(fields)
@@ -267,7 +267,7 @@ def scale_fields(fields, factors: dict, kind: str):
 
 def unscale_fields(fields, factors: dict, kind: str):
     """Inverse of ``scale_fields``: model outputs back to physical (non-dimensional) units."""
-    offset, scale = _affine(factors, kind)
+    offset, scale = affine(factors, kind)
     if _is_tensor(fields):
         import torch
         return fields * torch.from_numpy(scale).to(fields) + torch.from_numpy(offset).to(fields)

@@ -64,7 +64,7 @@ def predict_run(model: torch.nn.Module, run: PredictionRun, settings: Preprocess
     if volume and "volume" not in parts:
         raise ValueError(f"{run.name}: predict.volume=true, but the model has no volume head (it predicts {parts})")
     prepared = prepare_run(run.arrays, settings, parts=parts, source=run.name)
-    if form is not None and "surface" in parts:  # as mixture.in_form converts a drawn item
+    if form is not None and "surface" in parts:  # as mixture.ItemTransform converts a drawn item
         prepared.surface_normals = prepared.surface_normals * np.float32(form.normal)
         prepared.surface_areas = prepared.surface_areas * np.float32(form.area)
     steps = {"prepare": time.perf_counter() - start}

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from domino_pipeline.compute.nondimensional_form import RunForm
-from domino_pipeline.compute.scaling import scale_fields, unscale_fields
+from domino_pipeline.compute.scaling import affine, unscale_fields
 from domino_pipeline.loading.cached import CachedDoMINODataset
 
 REPEAT_EPOCHS = 2**32  # far beyond any epoch count: a repeat's draws never meet another epoch's
@@ -69,24 +69,42 @@ def check_sources_agree(sources: Sequence[Source]) -> None:
                              "of the same fields")
 
 
-def in_form(item: dict[str, torch.Tensor], form: RunForm, parts: Sequence[str],
-            factors: dict | None) -> dict[str, torch.Tensor]:
-    """A source's unscaled item in the mixture's form: fields converted and scaled by ``factors``,
-    normals out of the body, areas over the reference length squared."""
+@dataclass(frozen=True)
+class ItemTransform:
+    """One run's item into the mixture's form: per part one multiply-add (the form's factors and the
+    scaling together), the normals' sign and the areas' factor."""
+
+    fields: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    normal: float
+    area: float
+
+    def apply(self, item: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``item`` (a source's own, unscaled: its tensors are its own) converted in place."""
+        for part, (multiply, add) in self.fields.items():
+            item[f"{part}_fields"].mul_(multiply).add_(add)
+        if "surface" in self.fields:
+            if self.normal != 1.0:
+                for key in NORMAL_KEYS:
+                    item[key].neg_()
+            for key in AREA_KEYS:
+                item[key].mul_(self.area)
+        return item
+
+
+def item_transform(form: RunForm, parts: Sequence[str], factors: dict | None) -> ItemTransform:
+    """``form`` then ``factors`` (None: unscaled) as one multiply-add per part of ``parts``."""
+    fields = {}
     for part in parts:
-        fields = form.to_form(part, item[f"{part}_fields"])
-        item[f"{part}_fields"] = fields if factors is None else scale_fields(fields, factors, part)
-    if "surface" in parts:
-        for key in NORMAL_KEYS:
-            item[key] = item[key] * form.normal
-        for key in AREA_KEYS:
-            item[key] = item[key] * form.area
-    return item
+        offset, scale = (0.0, 1.0) if factors is None else affine(factors, part)
+        fields[part] = (torch.from_numpy((form.fields[part] / scale).astype(np.float32)),
+                        torch.from_numpy((-np.asarray(offset) / scale * np.ones_like(form.fields[part]))
+                                         .astype(np.float32)))
+    return ItemTransform(fields, float(form.normal), float(form.area))
 
 
 def from_form(item: dict[str, torch.Tensor], form: RunForm, parts: Sequence[str],
               factors: dict | None) -> dict[str, torch.Tensor]:
-    """The inverse of ``in_form``: a mixture's item as its source gives it, unscaled."""
+    """The inverse of ``item_transform``'s conversion: a mixture's item as its source gives it, unscaled."""
     item = dict(item)
     for part in parts:
         fields = item[f"{part}_fields"]
@@ -112,6 +130,7 @@ class MixtureDataset(Dataset):
         self.parts = sources[0].dataset.parts
         self.settings = sources[0].dataset.settings  # the shared grid, neighbours and layout (checked)
         self.starts = np.cumsum([0] + [len(s.dataset) for s in sources]).tolist()
+        self._transforms: dict[tuple[int, int], ItemTransform] = {}  # per process, made on first use
 
     def __len__(self) -> int:
         return self.starts[-1]
@@ -157,7 +176,9 @@ class MixtureDataset(Dataset):
         source, run = self.locate(index)
         chosen = self.sources[source]
         item = chosen.dataset.item(run, self.epoch + repeat * REPEAT_EPOCHS)
-        return in_form(item, chosen.forms[run], self.parts, self.scaling_factors)
+        if (source, run) not in self._transforms:
+            self._transforms[source, run] = item_transform(chosen.forms[run], self.parts, self.scaling_factors)
+        return self._transforms[source, run].apply(item)
 
 
 class WeightedSourceSampler(Sampler[int]):
