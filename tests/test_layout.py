@@ -104,6 +104,7 @@ READING = [
     "import datapipe",
     "from datapipe import CachedDoMINODataset, collate_items, dataset_from_config",
     "from domino_pipeline.loading.cached import CachedDoMINODataset",
+    "from domino_pipeline.loading.mixture import MixtureDataset, WeightedSourceSampler",
     "import domino_pipeline.store.validate, domino_pipeline.store.staleness",
     "import domino_pipeline.store.cache_format, domino_pipeline.store.chunk_reader, domino_pipeline.atomic_store",
     "import " + ", ".join(LOADING),
