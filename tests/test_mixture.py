@@ -264,17 +264,14 @@ def test_predictions_over_sources_are_in_each_datasets_units_and_conventions(tra
         assert np.isfinite(float(mixed["cd_pred"])) and np.isfinite(float(mixed["cl_pred"]))
 
 
-@pytest.mark.slow
-def test_a_perfect_prediction_comes_back_as_each_datasets_truth(trained, monkeypatch, tmp_path) -> None:
-    """The model replaced by the truth in the mixture's scaled form: every source's predicted fields,
-    taken back through the run's form, the scaling factors and the dataset's units, integrate to its
-    true coefficients: the conversion back holds for each dataset's flow and conventions."""
+def predict_the_truth(monkeypatch, factors_path: Path) -> list:
+    """Make predict.py's model output each run's true fields in the trained form, scaled by the
+    factors at ``factors_path``; the list fills with the form of each run predicted."""
     import predict
     from domino_pipeline.compute.scaling import load_scaling_factors, scale_fields
     from domino_pipeline.inference import predict_runs
 
-    factors = load_scaling_factors(trained["work"] / "train" / "scaling_factors.json")
-    forms = []
+    factors, forms, original = load_scaling_factors(factors_path), [], predict_runs.predict_run
 
     def remember_form(*args, **kwargs):
         forms.append(kwargs["form"])
@@ -283,9 +280,19 @@ def test_a_perfect_prediction_comes_back_as_each_datasets_truth(trained, monkeyp
     def truth(forward, items, *, part, **kwargs):
         return scale_fields(forms[-1].to_form(part, items.prepared.surface_fields), factors, part)
 
-    original = predict_runs.predict_run
     monkeypatch.setattr(predict, "predict_run", remember_form)
     monkeypatch.setattr(predict_runs, "predict_part", truth)
+    return forms
+
+
+@pytest.mark.slow
+def test_a_perfect_prediction_comes_back_as_each_datasets_truth(trained, monkeypatch, tmp_path) -> None:
+    """The model replaced by the truth in the mixture's scaled form: every source's predicted fields,
+    taken back through the run's form, the scaling factors and the dataset's units, integrate to its
+    true coefficients: the conversion back holds for each dataset's flow and conventions."""
+    import predict
+
+    forms = predict_the_truth(monkeypatch, trained["work"] / "train" / "scaling_factors.json")
     predict.main(yaml_config(*trained["overrides"], "predict.split=val", f"predict.out_dir={tmp_path}",
                              "predict.plot=false", name="cached"))
     assert len(forms) == 3 and len({f.fields["surface"][0] for f in forms}) == 2  # AhmedML's 1 m/s, 38.889 m/s
@@ -351,3 +358,28 @@ def test_two_gloo_ranks_draw_disjoint_items(trained, tmp_path) -> None:
     train_set.set_epoch(2)
     centres = [train_set[key]["surface_mesh_centers"].numpy() for key in first + second]
     assert all(not np.array_equal(a, b) for i, a in enumerate(centres) for b in centres[i + 1:])
+
+
+@pytest.mark.slow
+def test_one_dataset_trains_and_predicts_in_the_form(mixture, monkeypatch, tmp_path) -> None:
+    """``data.nondimensional=true`` without sources: the config's own dataset is the one source; its
+    factors are of the form, and its predictions come back in its units (a prediction equal to the
+    truth integrates to the true coefficients)."""
+    import predict
+    import train
+    from domino_pipeline.compute.scaling import load_scaling_factors
+
+    work = mixture["work"]
+    overrides = ["dataset=openfoam", *COMMON, f"data.raw_dir={work / 'foam' / 'raw'}",
+                 f"data.processed_dir={work / 'foam' / 'processed'}", f"cache.dir={work / 'foam' / 'cache'}",
+                 "data.nondimensional=true", f"output_dir={tmp_path / 'train'}"]
+    train.main(yaml_config(*overrides, name="cached"))
+    factors = load_scaling_factors(tmp_path / "train" / "scaling_factors.json")
+    assert factors["form"] == "nondimensional" and [n for n, _ in factors["variables"]["surface"]] == ["cp", "cf"]
+    assert list(json.loads((tmp_path / "train" / "split.json").read_text())["sources"]) == ["openfoam"]
+    forms = predict_the_truth(monkeypatch, tmp_path / "train" / "scaling_factors.json")
+    predict.main(yaml_config(*overrides, "predict.split=val", f"predict.out_dir={tmp_path / 'out'}",
+                             "predict.plot=false", name="cached"))
+    [row] = list(csv.DictReader(open(tmp_path / "out" / "openfoam" / "predictions.csv")))
+    assert float(row["cd_pred"]) == pytest.approx(float(row["cd_true"]), rel=1e-5)
+    assert forms[0].fields["surface"][0] != 1.0  # the form, not the stored units
