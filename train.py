@@ -43,7 +43,7 @@ from domino_pipeline.processed.runs import list_runs, read_options_from_config, 
 from domino_pipeline.launch import launch_environment
 from domino_pipeline.loading.mixture import WeightedSourceSampler
 from domino_pipeline.object_store import name_of
-from domino_pipeline.source_configs import uses_sources
+from domino_pipeline.source_configs import sources_of, uses_sources
 from domino_pipeline.training import distributed
 from domino_pipeline.training.checkpointing import CheckpointFiles, TrainingState
 from domino_pipeline.training.distributed import DistInfo
@@ -75,7 +75,10 @@ def target_variable_names(config: PipelineConfig) -> dict[str, list[str]]:
 
 
 def data_source(config: PipelineConfig) -> str:
-    """How the training data is named in messages: the cache directory, or the uncached datapipe."""
+    """How the training data is named in messages: the sources' caches, the cache directory, or the
+    uncached datapipe."""
+    if uses_sources(config):
+        return "caches " + ", ".join(f"{source.name}: {own.cache.dir}" for source, own in sources_of(config))
     if config.cache.enabled:
         return f"cache {config.cache.dir}"
     return f"the uncached datapipe over {config.data.processed_dir}"
@@ -191,7 +194,7 @@ def describe(trainer: Trainer, config: PipelineConfig) -> str:
     info = trainer.info
     return (f"DoMINO {config.model_type}: {parameters:,} parameters on {info.device} x {info.world_size} "
             f"({info.launcher}); {len(data.train_runs)} training / {len(data.val_runs)} validation runs; "
-            f"{'cache ' + config.cache.dir if config.cache.enabled else 'uncached datapipe'}; "
+            f"{data_source(config)}; "
             f"loss {trainer.objective.description}")
 
 

@@ -383,3 +383,22 @@ def test_one_dataset_trains_and_predicts_in_the_form(mixture, monkeypatch, tmp_p
     [row] = list(csv.DictReader(open(tmp_path / "out" / "openfoam" / "predictions.csv")))
     assert float(row["cd_pred"]) == pytest.approx(float(row["cd_true"]), rel=1e-5)
     assert forms[0].fields["surface"][0] != 1.0  # the form, not the stored units
+
+
+@pytest.mark.slow
+def test_torchrun_two_ranks_train_over_sources(mixture) -> None:
+    """train.py over the three sources under torchrun (2 gloo ranks): the epoch's draws split between
+    the ranks, validation summed over both, per source."""
+    import os
+    import sys
+
+    from test_train import run
+
+    out = mixture["work"] / "ddp"
+    overrides = [o for o in mixture["overrides"] if not o.startswith("output_dir=")]
+    run([str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node=2", "train.py",
+         "--config-name=cached", *overrides, f"output_dir={out}"], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    [epoch] = [r for r in map(json.loads, (out / "epochs.jsonl").read_text().splitlines()) if r["kind"] == "epoch"]
+    assert epoch["world_size"] == 2 and all(len(runs) == 2 for runs in epoch["runs_by_rank"])
+    for name in PROFILES:
+        assert np.isfinite(epoch[f"val_source/{name}/loss"]) and np.isfinite(epoch[f"train_loss/source/{name}"])
