@@ -20,7 +20,15 @@ shape parameters in ``parameters.csv``), under ``--work``:
    run's wall time), and the table says which;
 6. the accuracy cost of the cache's sampling law: the default law against ``sampling.exact=true``,
    same split, ``--seeds`` (three by default), each arm predicted on the held-out bodies; mean
-   and spread per arm, and whether the default lies within the exact law's seed-to-seed range.
+   and spread per arm, and whether the default lies within the exact law's seed-to-seed range;
+7. with ``--mixture-with DIR`` (raw runs of a second dataset in its published layout, profile
+   ``--mixture-dataset``, drivaerml by default): DIR processed with its own profile into
+   ``work/mixture/processed`` and cached (the family's cache is reused), and one more model, the
+   main run's seed and overrides, trained over ``data.sources`` in the non-dimensional form: the
+   family (weight 1, validated on exactly the held-out bodies) and every run of the second
+   dataset (``--mixture-weight``, none held out); predicted on the held-out bodies, its column
+   "mixture (family + <dataset>)" beside "this run" (its epochs draw both sources' training runs,
+   so its training time covers more draws).
 
 Every run validates on the same draws (``sampling.val_exact=true``) with the cache's scaling
 factors. Prints the table with the command, seeds, date and commit; writes ``--json`` and
@@ -33,6 +41,8 @@ machine are noisy: compare the ratios of runs made side by side.
         --epochs 40 --json docs/benchmark_learning.json --png docs/benchmark_learning.png
     python benchmarks/benchmark_learning.py --family F --work W --epochs 1 --seeds 0 \
         --set geometry.interp_res=[16,8,8] ...                     # any override of every stage
+    python benchmarks/benchmark_learning.py --family F --work W --skip-uncached --skip-exact \
+        --mixture-with /data/drivaerml_runs --mixture-weight 0.5   # the family + DrivAerML row
 """
 
 from __future__ import annotations
@@ -226,15 +236,19 @@ def first_reaching(result: dict, target: float) -> dict | None:
 
 # ---- predictions of the held-out bodies ----
 
-def predict_held_out(work: Path, name: str, overrides: list[str]) -> list[dict]:
-    """predict.py (this process) on the held-out runs with ``name``'s last model; the CSV's rows."""
+def predict_held_out(work: Path, name: str, overrides: list[str], source: str | None = None) -> list[dict]:
+    """predict.py (this process) on the held-out runs with ``name``'s last model; the CSV's rows.
+    ``source``: a model over sources, only that source's validation runs (predict.py writes them
+    into ``<out>/<source>/``)."""
     import csv
     train_dir, out = work / "train" / name, work / "predictions" / name
-    if not (out / "predictions.csv").is_file():
-        run_entry_point("predict", [*overrides, f"output_dir={train_dir}", "predict.split=val",
+    table = out / source / "predictions.csv" if source else out / "predictions.csv"
+    if not table.is_file():
+        chosen = [f"predict.source={source}"] if source else []
+        run_entry_point("predict", [*overrides, f"output_dir={train_dir}", "predict.split=val", *chosen,
                                     f"predict.checkpoint={train_dir / 'checkpoints' / 'model_last.mdlus'}",
                                     f"predict.out_dir={out}"])
-    with open(out / "predictions.csv", newline="") as f:
+    with open(table, newline="") as f:
         return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
@@ -373,6 +387,93 @@ def ab_summary(arms: dict[str, dict[int, dict]], seeds: list[int]) -> dict:
     return summary
 
 
+# ---- the mixture: the family and a second dataset in one model ----
+
+FAMILY_SOURCE = "family"  # the family's name among data.sources (and its predictions' folder)
+
+
+def mixture_label(dataset: str) -> str:
+    """The table's column of the mixture arm."""
+    return f"mixture ({FAMILY_SOURCE} + {dataset})"
+
+
+def _quoted(text: str | Path) -> str:
+    """``text`` as a single-quoted string of a data.sources override (paths and run names as they are)."""
+    return "'" + str(text).replace("'", "\\'") + "'"
+
+
+def source_entry(name: str, dataset: str, processed: Path, cache: Path, raw: Path, weight: float,
+                 val_runs: list[str]) -> str:
+    """One ``data.sources`` entry as override text (train.py's Hydra and the in-process composer read it)."""
+    runs = ", ".join(_quoted(r) for r in val_runs)
+    return (f"{{name: {_quoted(name)}, dataset: {_quoted(dataset)}, processed_dir: {_quoted(processed)}, "
+            f"cache_dir: {_quoted(cache)}, raw_dir: {_quoted(raw)}, weight: {weight!r}, val_runs: [{runs}]}}")
+
+
+def process_mixture(args: argparse.Namespace, work: Path) -> list[Path]:
+    """process_data.py on ``--mixture-with`` with its own profile (surface only, as the family) into
+    ``work/mixture/processed``; the runs its quality checks keep (train.py keeps the same)."""
+    own = [f"dataset={args.mixture_dataset}", "process.parts=surface", "model_type=surface",
+           f"data.raw_dir={args.mixture_with.resolve()}", f"data.processed_dir={work / 'mixture' / 'processed'}",
+           f"cache.dir={work / 'mixture' / 'cache'}", *args.set]
+    run_entry_point("process_data", [*own, "process.num_processes=2"])
+    return kept_runs(own)
+
+
+def with_override(overrides: list[str], key: str, value: object) -> list[str]:
+    """``overrides`` with ``key`` set to ``value`` (any earlier setting of it dropped: one value per key)."""
+    return [o for o in overrides if o.partition("=")[0] != key] + [f"{key}={value}"]
+
+
+def mixture_overrides(args: argparse.Namespace, work: Path, overrides: list[str], split: dict[str, list[str]],
+                      other_runs: list[Path], notes: list[str]) -> list[str]:
+    """The main run's overrides over two sources in the non-dimensional form: the family (its
+    processed runs and cache, validated on exactly the main split's held-out bodies) and the
+    second dataset (every run trains: ``val_runs: []``); geometry points lowered to the second
+    dataset's fewest STL vertices where they exceed them (a draw takes them without replacement)."""
+    family = source_entry(FAMILY_SOURCE, "openfoam", work / "processed", work / "cache", args.family.resolve(),
+                          1.0, split["held_out"])
+    other = source_entry(args.mixture_dataset, args.mixture_dataset,  # named by its profile
+                         work / "mixture" / "processed", work / "mixture" / "cache", args.mixture_with.resolve(),
+                         args.mixture_weight, [])
+    mixed = [*overrides, f"data.sources=[{family}, {other}]", "data.nondimensional=true"]
+    fewest = min(run_attributes(run)["counts"]["stl_points"] for run in other_runs)
+    wanted = typed_config(mixed).sampling.geometry_points
+    if wanted <= fewest:
+        return mixed
+    notes.append(f"mixture: sampling.geometry_points={fewest}, the fewest STL vertices of a {args.mixture_dataset} "
+                 f"run (the main run's {wanted} would exceed them)")
+    return with_override(mixed, "sampling.geometry_points", fewest)
+
+
+def check_mixture_split(train_dir: Path, split: dict[str, list[str]]) -> dict:
+    """The mixture's split.json per source; stop the benchmark unless the family's validation runs
+    are exactly the main run's held-out bodies (the two columns would score other bodies)."""
+    sources = json.loads((train_dir / "split.json").read_text())["sources"]
+    if sorted(sources[FAMILY_SOURCE]["val"]) != sorted(split["held_out"]):
+        sys.exit(f"mixture: the family's validation runs {sources[FAMILY_SOURCE]['val']} are not the held-out "
+                 f"bodies {split['held_out']}")
+    return sources
+
+
+def mixture_arm(args: argparse.Namespace, work: Path, overrides: list[str], split: dict[str, list[str]],
+                notes: list[str]) -> tuple[dict, dict]:
+    """The family and ``--mixture-with`` in one model (the main run's seed): its held-out scores
+    (model_scores and train_s, as "this run") and its record (overrides, command, split, per run)."""
+    other_runs = process_mixture(args, work)
+    mixed = mixture_overrides(args, work, overrides, split, other_runs, notes)
+    run_entry_point("cache_data", mixed)  # the second source's cache; the family's runs are current
+    name = f"mixture_seed{args.seeds[0]}"
+    result = train(work, name, [*mixed, f"seed={args.seeds[0]}"])
+    sources = check_mixture_split(work / "train" / name, split)
+    rows = predict_held_out(work, name, mixed, source=FAMILY_SOURCE)
+    record = {"dataset": args.mixture_dataset, "raw_dir": str(args.mixture_with.resolve()),
+              "weights": {FAMILY_SOURCE: 1.0, args.mixture_dataset: args.mixture_weight},
+              "overrides": mixed, "command": result["command"], "split": sources, "per_run": rows,
+              "wall_s": result["wall_s"], "final_val_loss": final_val_loss(result)}
+    return model_scores(rows) | {"train_s": result["wall_s"]}, record
+
+
 # ---- output ----
 
 def provenance(argv: list[str]) -> dict:
@@ -420,6 +521,15 @@ def per_run_table(rows: list[dict], guesses: dict[str, dict]) -> str:
         cells += [f"{r['cl_pred']:.4f}", f"{r['cl_published']:.4f}", f"{list(field_errors([r]).values())[0]:.4f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def mixture_text(mixture: dict) -> str:
+    """One line: what the mixture column trained on (its command is in the JSON report)."""
+    family, other = mixture["split"][FAMILY_SOURCE], mixture["split"][mixture["dataset"]]
+    return (f"{mixture_label(mixture['dataset'])}: one model, the main run's seed, non-dimensional, over the "
+            f"{FAMILY_SOURCE}'s {len(family['train'])} training bodies (weight 1) and {len(other['train'])} "
+            f"{mixture['dataset']} runs (weight {mixture['weights'][mixture['dataset']]}); validated and scored on "
+            f"the {len(family['val'])} held-out bodies; train.py {mixture['wall_s']:.0f} s")
 
 
 def timing_text(timing: dict) -> str:
@@ -506,6 +616,12 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--uncached-cap-s", type=float,
                         help="stop the uncached run here (default: 2 x the cached wall)")
     parser.add_argument("--set", nargs="*", default=[], help="overrides for every stage (key=value)")
+    parser.add_argument("--mixture-with", type=Path, metavar="DIR",
+                        help="raw runs of a second dataset (published layout): also train the family with them")
+    parser.add_argument("--mixture-dataset", default="drivaerml", metavar="NAME",
+                        help="the second dataset's profile (conf/dataset/NAME.yaml)")
+    parser.add_argument("--mixture-weight", type=float, default=1.0, metavar="W",
+                        help="the second dataset's share of the draws (the family's weight is 1)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     return parser
@@ -548,7 +664,16 @@ def measure(args: argparse.Namespace, argv: list[str]) -> dict:
                              sampling_ab(work, overrides, args.seeds, main, scores))
     report["pressure_png"] = str(work / "predictions" / f"default_seed{args.seeds[0]}" /
                                  f"{representative_run(rows)}_pressure.png")
+    if args.mixture_with is not None:
+        add_mixture(report, *mixture_arm(args, work, overrides, split, notes))
     return report
+
+
+def add_mixture(report: dict, scores: dict, record: dict) -> None:
+    """The mixture's column beside "this run" (the table reads the columns in order) and its record."""
+    columns = list(report["columns"].items())
+    report["columns"] = dict([columns[0], (mixture_label(record["dataset"]), scores), *columns[1:]])
+    report["mixture"] = record
 
 
 def print_report(report: dict) -> None:
@@ -558,6 +683,8 @@ def print_report(report: dict) -> None:
     print(f"held out ({len(report['split']['held_out'])}): {', '.join(report['split']['held_out'])}; "
           f"{len(report['split']['train'])} training bodies")
     print(main_table(report["columns"]))
+    if "mixture" in report:
+        print(mixture_text(report["mixture"]))
     print(per_run_table(report["per_run"], report["guesses"]))
     timing = report["timing"]
     print(f"timing skipped ({timing['skipped']})" if "skipped" in timing else timing_text(timing))
@@ -567,11 +694,24 @@ def print_report(report: dict) -> None:
         print(f"note: {note}")
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """Stop on arguments a later stage would refuse, before the first run is trained."""
+    if args.held_out < MIN_HELD_OUT:
+        sys.exit(f"--held-out {args.held_out}: hold at least {MIN_HELD_OUT} bodies out")
+    if args.mixture_with is None:
+        return
+    if not args.mixture_with.is_dir():
+        sys.exit(f"--mixture-with {args.mixture_with}: no such folder")
+    if not (ROOT / "conf" / "dataset" / f"{args.mixture_dataset}.yaml").is_file():
+        sys.exit(f"--mixture-dataset {args.mixture_dataset}: no profile conf/dataset/{args.mixture_dataset}.yaml")
+    if not args.mixture_weight > 0:
+        sys.exit(f"--mixture-weight {args.mixture_weight}: a share of the draws must be positive")
+
+
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = arguments().parse_args(argv)
-    if args.held_out < MIN_HELD_OUT:
-        sys.exit(f"--held-out {args.held_out}: hold at least {MIN_HELD_OUT} bodies out")
+    check_arguments(args)
     report = measure(args, argv)
     print_report(report)
     if args.json:

@@ -1,5 +1,6 @@
-"""benchmarks/benchmark_learning.py: its scores and baselines against figures worked by hand, and
-the whole benchmark end to end on the two committed OpenFOAM runs copied to eight bodies."""
+"""benchmarks/benchmark_learning.py: its scores and baselines against figures worked by hand, the
+mixture arm's sources, and the whole benchmark end to end on the two committed OpenFOAM runs copied
+to eight bodies, with a mixture of them and two tiny synthetic DrivAerML runs."""
 
 from __future__ import annotations
 
@@ -87,13 +88,69 @@ def eight_bodies(folder: Path) -> Path:
     return folder
 
 
+def test_the_mixture_validates_on_the_held_out_bodies_and_trains_on_every_run_of_the_other(monkeypatch, tmp_path):
+    """The data.sources override, read as train.py's Hydra and the in-process composer read it: the
+    family validated on exactly the held-out bodies, the second dataset all training (val_runs
+    []), quoted paths with a space; geometry points lowered (once) to its fewest STL vertices."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    benchmark = import_benchmark("benchmark_learning")
+    work = tmp_path / "my work"
+    args = benchmark.arguments().parse_args(["--family", str(tmp_path / "fam"), "--work", str(work),
+                                             "--mixture-with", str(tmp_path / "dr"), "--mixture-weight", "0.5"])
+    monkeypatch.setattr(benchmark, "run_attributes", lambda run: {"counts": {"stl_points": 300}})
+    split, notes = {"train": ["run_1", "run_2"], "held_out": ["run_3", "run_10"]}, []
+    mixed = benchmark.mixture_overrides(args, work, ["dataset=openfoam", "sampling.geometry_points=400"], split,
+                                        [tmp_path / "run_1.zarr"], notes)
+    expected = [
+        {"name": "family", "dataset": "openfoam", "processed_dir": str(work / "processed"),
+         "cache_dir": str(work / "cache"), "raw_dir": str(tmp_path / "fam"), "weight": 1.0,
+         "val_runs": ["run_3", "run_10"]},
+        {"name": "drivaerml", "dataset": "drivaerml", "processed_dir": str(work / "mixture" / "processed"),
+         "cache_dir": str(work / "mixture" / "cache"), "raw_dir": str(tmp_path / "dr"), "weight": 0.5, "val_runs": []}]
+    config = benchmark.typed_config(mixed)  # as the in-process stages (cache_data.py, predict.py) read it
+    assert [{key: getattr(source, key) for key in e} for source, e in zip(config.data.sources, expected)] == expected
+    [override] = OverridesParser.create().parse_overrides([o for o in mixed if o.startswith("data.sources=")])
+    assert [dict(e) for e in override.value()] == expected  # as train.py's command line (Hydra) reads it
+    assert config.data.nondimensional is True and config.sampling.geometry_points == 300
+    assert [o for o in mixed if o.startswith("sampling.geometry_points=")] == ["sampling.geometry_points=300"]
+    assert "fewest STL vertices of a drivaerml run" in notes[0]
+
+
+def test_mixture_arguments_a_later_stage_would_refuse_stop_the_benchmark_before_training(tmp_path):
+    benchmark = import_benchmark("benchmark_learning")
+    for extra, message in ((["--mixture-with", str(tmp_path / "absent")], "no such folder"),
+                           (["--mixture-dataset", "nosuch"], "no profile conf/dataset/nosuch.yaml"),
+                           (["--mixture-weight", "0"], "must be positive")):
+        args = benchmark.arguments().parse_args(["--family", str(tmp_path), "--mixture-with", str(tmp_path), *extra])
+        with pytest.raises(SystemExit, match=message):
+            benchmark.check_arguments(args)
+
+
+def test_the_mixture_column_stands_beside_this_run():
+    benchmark = import_benchmark("benchmark_learning")
+    report = {"columns": {"this run": {"p": 0.2}, "DoMINO published (DrivAerML)": {"p": 0.101}}}
+    record = {"dataset": "drivaerml", "weights": {"family": 1.0, "drivaerml": 0.5}, "wall_s": 12.0,
+              "split": {"family": {"train": ["run_1", "run_2"], "val": ["run_3"]},
+                        "drivaerml": {"train": ["run_1", "run_2"], "val": []}}}
+    benchmark.add_mixture(report, {"p": 0.3}, record)
+    assert list(report["columns"]) == ["this run", "mixture (family + drivaerml)", "DoMINO published (DrivAerML)"]
+    assert "| pressure rel. L2 (area-weighted) | 0.2000 | 0.3000 | 0.1010 |" in benchmark.main_table(report["columns"])
+    assert ("over the family's 2 training bodies (weight 1) and 2 drivaerml runs (weight 0.5); validated and "
+            "scored on the 1 held-out bodies") in benchmark.mixture_text(record)
+
+
 @pytest.mark.slow
-def test_the_learning_benchmark_runs_end_to_end_on_eight_openfoam_bodies(tmp_path, capsys):
+def test_the_learning_benchmark_runs_end_to_end_on_eight_openfoam_bodies_and_a_mixture(tmp_path, capsys):
+    """The whole benchmark, and its mixture arm with two tiny synthetic DrivAerML runs (in the same
+    run: the family's processing, cache and main run are shared)."""
+    from synthetic_data import generate_runs
     benchmark = import_benchmark("benchmark_learning")
     family = eight_bodies(tmp_path / "family")
+    generate_runs(tmp_path / "drivaerml", 2, preset="tiny", seed=0, dataset="drivaerml")
     tiny = [o for o in TINY if not o.startswith("train.device")] + ["model.parameter_model.base_layer=16"]
     benchmark.main(["--family", str(family), "--work", str(tmp_path / "work"), "--epochs", "1", "--seeds", "3",
                     "--skip-exact",  # its runs are the main run's functions (test_the_sampling_ab_trains_...)
+                    "--mixture-with", str(tmp_path / "drivaerml"),
                     "--json", str(tmp_path / "out.json"), "--png", str(tmp_path / "out.png"), "--set", *tiny])
     out = capsys.readouterr().out
     report = json.loads((tmp_path / "out.json").read_text())
@@ -102,7 +159,9 @@ def test_the_learning_benchmark_runs_end_to_end_on_eight_openfoam_bodies(tmp_pat
     assert len(split["held_out"]) == 6 and len(split["train"]) == 2 and not set(split["held_out"]) & set(split["train"])
     assert json.loads((tmp_path / "work" / "split.json").read_text()) == split
     columns = report["columns"]
-    assert set(columns) == {"this run", "DoMINO published (DrivAerML)", "training mean", "nearest body"}
+    assert set(columns) == {"this run", "mixture (family + drivaerml)", "DoMINO published (DrivAerML)",
+                            "training mean", "nearest body"}
+    check_mixture(report, out)
     for key, label in benchmark.ROWS:
         assert f"| {label} |" in out
         if key in ("p", "wss_x", "wss_y", "wss_z", "cd_r2", "cd_mae_percent", "cl_r2", "cl_mae_percent", "train_s"):
@@ -119,6 +178,22 @@ def test_the_learning_benchmark_runs_end_to_end_on_eight_openfoam_bodies(tmp_pat
     assert math.isfinite(timing["cached"]["reached_s"]) and timing["cached"]["epoch"] == 1
     assert report["sampling_ab"] == {"skipped": "--skip-exact"} and "sampling A/B skipped (--skip-exact)" in out
     assert (tmp_path / "out.png").stat().st_size > 10_000
+
+
+def check_mixture(report: dict, out: str) -> None:
+    """The mixture arm of the end-to-end run: trained on the family's training bodies and both
+    DrivAerML runs, scored (finite) on exactly the held-out bodies, its column printed."""
+    held_out, mixture = sorted(report["split"]["held_out"]), report["mixture"]
+    family = mixture["split"]["family"]
+    assert sorted(family["val"]) == held_out and sorted(family["train"]) == sorted(report["split"]["train"])
+    assert mixture["split"]["drivaerml"]["val"] == [] and len(mixture["split"]["drivaerml"]["train"]) == 2
+    assert sorted(r["run"] for r in mixture["per_run"]) == held_out
+    scores = report["columns"]["mixture (family + drivaerml)"]
+    for key in ("p", "wss_x", "cd_r2", "cd_mae_percent", "cd_mae", "train_s"):
+        assert math.isfinite(scores[key]), key
+    assert "data.nondimensional=true" in mixture["overrides"] and "seed=3" in mixture["command"]
+    assert "| measure (held-out bodies) | this run | mixture (family + drivaerml) |" in out
+    assert "mixture (family + drivaerml): one model" in out
 
 
 def _run(losses: list[float], every_s: float, stopped: bool = False) -> dict:

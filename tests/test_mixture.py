@@ -400,5 +400,7 @@ def test_torchrun_two_ranks_train_over_sources(mixture) -> None:
          "--config-name=cached", *overrides, f"output_dir={out}"], env={**os.environ, "OMP_NUM_THREADS": "1"})
     [epoch] = [r for r in map(json.loads, (out / "epochs.jsonl").read_text().splitlines()) if r["kind"] == "epoch"]
     assert epoch["world_size"] == 2 and all(len(runs) == 2 for runs in epoch["runs_by_rank"])
+    split = json.loads((out / "split.json").read_text())
+    assert {run for runs in epoch["runs_by_rank"] for run in runs} == set(split["train"])  # <source>/<run>
     for name in PROFILES:
         assert np.isfinite(epoch[f"val_source/{name}/loss"]) and np.isfinite(epoch[f"train_loss/source/{name}"])

@@ -143,8 +143,7 @@ class MixtureDataset(Dataset):
     @property
     def run_names(self) -> list[str]:
         """``<source>/<run>`` of every run, in index order."""
-        return [f"{s.name}/{p.name if hasattr(p, 'name') else str(p).rstrip('/').rsplit('/', 1)[-1]}"
-                for s in self.sources for p in s.dataset.run_paths]
+        return [f"{s.name}/{name}" for s in self.sources for name, _ in s.dataset.run_sources]
 
     @property
     def worker_context(self) -> str | None:
