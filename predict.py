@@ -60,12 +60,18 @@ def main(config: PipelineConfig) -> None:
         predict_runs(config, runs_to_predict(options, config.data), model, parameters, factors, device,
                      Path(options.out_dir))
         return
-    chosen = [(s, own) for s, own in sources_of(config) if options.source in (None, s.name)]
+    sources = sources_of(config)
+    names = [s.name for s, _ in sources]
+    if options.runs and options.source is None:
+        raise ValueError(f"predict.runs={options.runs}: a model over sources needs to know whose runs they are: "
+                         f"set predict.source to one of {names}")
+    if not options.runs and options.split is None:
+        raise ValueError("nothing to predict: give predict.split=val, or predict.source=<name> and predict.runs=[...]")
+    chosen = [(s, own) for s, own in sources if options.source in (None, s.name)]
     if not chosen:
-        raise ValueError(f"predict.source={options.source}: no such source; the sources are "
-                         f"{[s.name for s, _ in sources_of(config)]}")
+        raise ValueError(f"predict.source={options.source}: no such source; the sources are {names}")
     for source, own in chosen:
-        runs = [as_location(r) for r in options.runs] if options.source is not None else []
+        runs = [as_location(r) for r in options.runs]
         if options.split is not None:
             runs += source_split_runs(Path(options.train_dir), options.split, source.name, own.data)
         if runs:

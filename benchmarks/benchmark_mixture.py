@@ -91,7 +91,8 @@ def mixture_dataset(cache: Path, params: dict, config: PipelineConfig) -> Mixtur
     sources = []
     for name in ("a", "b"):
         dataset = cached_dataset(cache, params, None)
-        sources.append(Source(name=name, dataset=dataset, forms=run_forms(dataset, config, True), weight=1.0,
+        forms, statistics = run_forms(dataset, config, True)
+        sources.append(Source(name=name, dataset=dataset, forms=forms, statistics=statistics, weight=1.0,
                               variables=target_variables(config, True)))
     factors = mixture_factors(sources, config.sampling.normalization, True)
     return MixtureDataset(sources, scaling_factors=factors)

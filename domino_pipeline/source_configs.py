@@ -6,6 +6,7 @@ the config shared. Without ``data.sources`` the config itself is the one source.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
 from domino_pipeline.config import PipelineConfig, SourceConfig
@@ -13,8 +14,10 @@ from domino_pipeline.config_files import CONF
 from domino_pipeline.dataset_profile import DatasetConfig, profile_from_file
 
 
+@functools.lru_cache(maxsize=32)
 def load_profile(dataset: str) -> DatasetConfig:
-    """The profile a source names: conf/dataset/<dataset>.yaml, or the YAML file at ``dataset``."""
+    """The profile a source names: conf/dataset/<dataset>.yaml, or the YAML file at ``dataset``
+    (read once per process: every stage asks for each source's config several times)."""
     path = Path(dataset) if dataset.endswith((".yaml", ".yml")) else CONF / "dataset" / f"{dataset}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in (CONF / "dataset").glob("*.yaml"))

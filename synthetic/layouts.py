@@ -11,15 +11,14 @@ published CSVs spell their values. The facts and their sources: docs/datasets.md
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from domino_pipeline.dataset_profile import DatasetConfig, profile_from_file
+from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.source_configs import load_profile as named_profile
 from synthetic.body import ShapeRanges
 from synthetic.vtk_xml_writer import Encoding
 
-PROFILES = Path(__file__).resolve().parents[1] / "conf" / "dataset"
 GROUND_Z = -0.318469  # the synthetic DrivAerML ground plane, m (the real one lies within 1 mm of it)
 
 
@@ -72,10 +71,9 @@ DATASETS = tuple(LAYOUTS)
 
 def load_profile(name: str) -> DatasetConfig:
     """The dataset profile conf/dataset/<name>.yaml, whose layout and names the runs are written in."""
-    path = PROFILES / f"{name}.yaml"
-    if name not in LAYOUTS or not path.is_file():
+    if name not in LAYOUTS:
         raise ValueError(f"unknown dataset {name!r}; the generator writes {list(DATASETS)}")
-    return profile_from_file(path)
+    return named_profile(name)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from test_train import TINY
 from domino_pipeline.compute.nondimensional_form import form_variables, run_form
 from domino_pipeline.compute.scaling import merge_statistics, run_statistics
 from domino_pipeline.config import sources_from
-from domino_pipeline.loading.mixture import REPEAT_EPOCHS, WeightedSourceSampler, from_form
+from domino_pipeline.compute.scaling import unscale_fields
+from domino_pipeline.loading.mixture import AREA_KEYS, NORMAL_KEYS, REPEAT_EPOCHS, WeightedSourceSampler
 from domino_pipeline.source_configs import load_profile
 
 OPENFOAM = Path(__file__).resolve().parent / "data" / "openfoam"
@@ -165,6 +166,20 @@ def mixture(tmp_path_factory, tiny_dataset_dir) -> dict:
     overrides = [*COMMON, sources_override(work), f"output_dir={work / 'train'}"]
     cache_data.main(yaml_config(*overrides, name="cached"))  # exits non-zero on a failure
     return {"work": work, "overrides": overrides}
+
+
+def from_form(item: dict[str, torch.Tensor], form, parts: tuple[str, ...], factors: dict) -> dict[str, torch.Tensor]:
+    """A mixture's item back as its source gives it, unscaled: the inverse of the mixture's conversion
+    written out (unscale, form to stored units, normals' sign, areas' factor)."""
+    item = dict(item)
+    for part in parts:
+        fields = unscale_fields(item[f"{part}_fields"].numpy(), factors, part)
+        item[f"{part}_fields"] = torch.from_numpy(form.to_stored(part, fields))
+    for key in NORMAL_KEYS:
+        item[key] = item[key] * form.normal
+    for key in AREA_KEYS:
+        item[key] = item[key] / form.area
+    return item
 
 
 def single_source_dataset(work: Path, name: str, runs: list[str], *, train: bool):

@@ -11,7 +11,7 @@ the conversion and its inverse are exact up to rounding, and run statistics conv
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,20 +39,13 @@ class RunForm:
     area: float
     normal: float
 
-    def to_form(self, part: str, stored):
-        """``stored`` fields (..., C) of ``part`` (numpy or torch) in the form."""
-        return stored * self._factors(part, stored)
+    def to_form(self, part: str, stored: np.ndarray) -> np.ndarray:
+        """``stored`` fields (..., C) of ``part`` in the form."""
+        return stored * self.fields[part].astype(np.float32)
 
-    def to_stored(self, part: str, form):
+    def to_stored(self, part: str, form: np.ndarray) -> np.ndarray:
         """The inverse of ``to_form``: fields in the form back in the stored units."""
-        return form / self._factors(part, form)
-
-    def _factors(self, part: str, like):
-        factors = self.fields[part]
-        if type(like).__module__.split(".")[0] == "torch":
-            import torch
-            return torch.from_numpy(factors.astype(np.float32)).to(like)
-        return factors.astype(np.float32)
+        return form / self.fields[part].astype(np.float32)
 
     def statistics(self, part: str, stats: Mapping) -> dict:
         """``run_statistics`` sums (n, lo, hi, s1, s2 per column) of the stored fields, of the form."""
@@ -63,9 +56,19 @@ class RunForm:
                 "s2": (factor**2 * np.asarray(stats["s2"])).tolist()}
 
 
-def identity_form(widths: Mapping[str, int]) -> RunForm:
-    """The stored units themselves (a run trained in the stored form)."""
-    return RunForm({part: np.ones(width) for part, width in widths.items()}, 1.0, 1.0)
+def identity_form(dataset: DatasetConfig) -> RunForm:
+    """The stored units themselves (a run of ``dataset`` trained in the stored form)."""
+    return RunForm({part: np.ones(sum(VARIABLE_WIDTH[k] for k in dataset.variables(part).values()))
+                    for part in ("surface", "volume")}, 1.0, 1.0)
+
+
+def stored_run_form(dataset: DatasetConfig, global_params: Sequence[float], published_velocity: float | None,
+                    run: str) -> RunForm:
+    """The form of a run of ``dataset`` whose stored references are its ``global_params`` (U, rho, as
+    process_data.py wrote them) and whose files publish ``published_velocity`` (or None)."""
+    stored_velocity, stored_density = (float(v) for v in global_params[:2])
+    return run_form(dataset, stored_velocity=stored_velocity, stored_density=stored_density,
+                    velocity=run_velocity(dataset, published_velocity, run))
 
 
 def run_velocity(dataset: DatasetConfig, published_velocity: float | None, run: str) -> float:

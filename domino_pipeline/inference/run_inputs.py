@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyvista as pv
 
-from domino_pipeline.compute.nondimensional_form import RunForm, identity_form, run_form, run_velocity
+from domino_pipeline.compute.nondimensional_form import RunForm, identity_form, stored_run_form
 from domino_pipeline.config import DataConfig, PredictConfig
 from domino_pipeline.inference.forces import mesh_vector_areas
 from domino_pipeline.dataset_profile import DatasetConfig
@@ -29,7 +29,6 @@ from domino_pipeline.inputs.sources.run_folder import run_files
 from domino_pipeline.processed.runs import load_run as load_run_arrays
 from domino_pipeline.processed.runs import open_run, require_parts, run_name
 from domino_pipeline.object_store import as_location, is_url, join, name_of
-from domino_pipeline.variables import VARIABLE_WIDTH
 
 KINDS = ("raw", "processed", "stl")
 
@@ -127,12 +126,10 @@ def source_split_runs(train_dir: Path, split: str, source: str, data: DataConfig
 def prediction_form(run: PredictionRun, dataset: DatasetConfig, nondimensional: bool) -> RunForm:
     """The form a model over sources predicts ``run`` in: its own flow's (``nondimensional``), else the
     stored units; the stored references are the run's global parameters, as in its cache run."""
-    widths = {part: sum(VARIABLE_WIDTH[k] for k in dataset.variables(part).values()) for part in ("surface", "volume")}
     if not nondimensional:
-        return identity_form(widths)
-    stored_velocity, stored_density = (float(v) for v in run.arrays["global_params_values"][:2])
-    velocity = run_velocity(dataset, run.published.velocity if run.published else None, run.name)
-    return run_form(dataset, stored_velocity=stored_velocity, stored_density=stored_density, velocity=velocity)
+        return identity_form(dataset)
+    return stored_run_form(dataset, run.arrays["global_params_values"],
+                           run.published.velocity if run.published else None, run.name)
 
 
 def runs_to_predict(options: PredictConfig, data: DataConfig) -> list[Path | str]:

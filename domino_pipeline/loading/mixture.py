@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from domino_pipeline.compute.nondimensional_form import RunForm
-from domino_pipeline.compute.scaling import affine, unscale_fields
+from domino_pipeline.compute.scaling import affine
 from domino_pipeline.loading.cached import CachedDoMINODataset
 
 REPEAT_EPOCHS = 2**32  # far beyond any epoch count: a repeat's draws never meet another epoch's
@@ -32,17 +32,20 @@ AREA_KEYS = ("surface_areas", "surface_neighbors_areas")
 
 @dataclass(frozen=True)
 class Source:
-    """One source of a mixture: its cached runs (drawn unscaled), each run's form, its weight."""
+    """One source of a mixture: its cached runs (drawn unscaled), each run's form and field statistics
+    in it (what the scaling factors merge), its weight."""
 
     name: str
     dataset: CachedDoMINODataset
     forms: list[RunForm]
+    statistics: list[dict]
     weight: float
     variables: dict[str, list[list[str]]]  # per part, [name, kind] of the targets in the mixture's form
 
     def __post_init__(self) -> None:
-        if len(self.forms) != len(self.dataset):
-            raise ValueError(f"source {self.name}: {len(self.forms)} forms for {len(self.dataset)} runs")
+        if not len(self.forms) == len(self.statistics) == len(self.dataset):
+            raise ValueError(f"source {self.name}: {len(self.forms)} forms and {len(self.statistics)} statistics "
+                             f"for {len(self.dataset)} runs")
 
 
 def check_settings_agree(caches: Sequence[tuple[str, object, dict]]) -> None:
@@ -100,22 +103,6 @@ def item_transform(form: RunForm, parts: Sequence[str], factors: dict | None) ->
                         torch.from_numpy((-np.asarray(offset) / scale * np.ones_like(form.fields[part]))
                                          .astype(np.float32)))
     return ItemTransform(fields, float(form.normal), float(form.area))
-
-
-def from_form(item: dict[str, torch.Tensor], form: RunForm, parts: Sequence[str],
-              factors: dict | None) -> dict[str, torch.Tensor]:
-    """The inverse of ``item_transform``'s conversion: a mixture's item as its source gives it, unscaled."""
-    item = dict(item)
-    for part in parts:
-        fields = item[f"{part}_fields"]
-        fields = fields if factors is None else unscale_fields(fields, factors, part)
-        item[f"{part}_fields"] = form.to_stored(part, fields)
-    if "surface" in parts:
-        for key in NORMAL_KEYS:
-            item[key] = item[key] * form.normal
-        for key in AREA_KEYS:
-            item[key] = item[key] / form.area
-    return item
 
 
 class MixtureDataset(Dataset):

@@ -9,17 +9,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from domino_pipeline.compute.nondimensional_form import RunForm, form_variables, identity_form, run_form, run_velocity
+from domino_pipeline.compute.nondimensional_form import RunForm, form_variables, identity_form, stored_run_form
 from domino_pipeline.compute.scaling import check_factors_match, merge_statistics
 from domino_pipeline.config import PipelineConfig, SourceConfig
 from domino_pipeline.inputs.statistics.run_quality import quality_selection
 from domino_pipeline.loading.cached import CachedDoMINODataset
-from domino_pipeline.loading.mixture import MixtureDataset, Source, check_settings_agree, check_sources_agree
+from domino_pipeline.loading.mixture import MixtureDataset, Source, check_settings_agree
 from domino_pipeline.processed.runs import list_runs, run_name, split_from_config
 from domino_pipeline.run_selection import select_items
 from domino_pipeline.source_configs import nondimensional, sources_of
 from domino_pipeline.store.manifest import read_manifest
-from domino_pipeline.variables import VARIABLE_WIDTH
 
 
 @dataclass(frozen=True)
@@ -66,20 +65,19 @@ def target_variables(config: PipelineConfig, form: bool) -> dict[str, list[list[
     return {part: [[n, k] for n, k in config.dataset.variables(part).items()] for part in ("surface", "volume")}
 
 
-def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool) -> list[RunForm]:
-    """Each run's form, from the references its cache run records; identities in the stored form."""
-    if not form:
-        widths = {part: sum(VARIABLE_WIDTH[k] for k in config.dataset.variables(part).values())
-                  for part in ("surface", "volume")}
-        return [identity_form(widths)] * len(dataset)
-    forms = []
+def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool
+              ) -> tuple[list[RunForm], list[dict]]:
+    """Each run's form (identities in the stored form) and its field statistics in that form, from
+    the references and statistics its cache run records, read once."""
+    forms, statistics = [], []
     for index, (name, _) in enumerate(dataset.run_sources):
         scalars = dataset.run(index).attrs["scalars"]
-        stored_velocity, stored_density = (float(v) for v in scalars["global_params_values"][:2])
-        velocity = run_velocity(config.dataset, scalars.get("published_velocity"), f"{dataset.cache_dir}/{name}")
-        forms.append(run_form(config.dataset, stored_velocity=stored_velocity, stored_density=stored_density,
-                              velocity=velocity))
-    return forms
+        forms.append(stored_run_form(config.dataset, scalars["global_params_values"],
+                                     scalars.get("published_velocity"), f"{dataset.cache_dir}/{name}")
+                     if form else identity_form(config.dataset))
+        statistics.append({part: forms[-1].statistics(part, scalars["field_statistics"][part])
+                           for part in dataset.parts})
+    return forms, statistics
 
 
 MakeDataset = Callable[..., CachedDoMINODataset]  # datapipe.dataset_from_config
@@ -96,7 +94,8 @@ def source_datasets(splits: list[SourceSplit], config: PipelineConfig, make_data
         if not runs:
             continue
         dataset = make_dataset(split.config, runs, train=train, scaled=False)
-        sources.append(Source(name=split.source.name, dataset=dataset, forms=run_forms(dataset, split.config, form),
+        forms, statistics = run_forms(dataset, split.config, form)
+        sources.append(Source(name=split.source.name, dataset=dataset, forms=forms, statistics=statistics,
                               weight=split.source.weight, variables=target_variables(split.config, form)))
     return sources
 
@@ -104,15 +103,9 @@ def source_datasets(splits: list[SourceSplit], config: PipelineConfig, make_data
 def mixture_factors(sources: list[Source], normalization: str, form: bool) -> dict:
     """Scaling factors over every run of ``sources`` in the mixture's form, from the statistics each
     cache run records (cache_data.py), converted run by run."""
-    per_run, names = [], []
-    for source in sources:
-        for index, (name, _) in enumerate(source.dataset.run_sources):
-            statistics = source.dataset.run(index).attrs["scalars"]["field_statistics"]
-            per_run.append({part: source.forms[index].statistics(part, statistics[part])
-                            for part in source.dataset.parts})
-            names.append(f"{source.name}/{name}")
-    variables = {part: source_variables for part, source_variables in sources[0].variables.items()}
-    factors = merge_statistics(per_run, names, normalization=normalization, variables=variables)
+    per_run = [statistics for source in sources for statistics in source.statistics]
+    names = [f"{source.name}/{name}" for source in sources for name, _ in source.dataset.run_sources]
+    factors = merge_statistics(per_run, names, normalization=normalization, variables=sources[0].variables)
     factors["form"] = "nondimensional" if form else "stored"
     return factors
 
@@ -125,7 +118,6 @@ def mixtures(config: PipelineConfig, splits: list[SourceSplit], make_dataset: Ma
                           for s in splits])  # before any source's own check against the config
     train_sources = source_datasets(splits, config, make_dataset, train=True)
     val_sources = source_datasets(splits, config, make_dataset, train=False)
-    check_sources_agree(train_sources + val_sources)
     if factors is None:
         factors = mixture_factors(train_sources, config.sampling.normalization, nondimensional(config))
     check_factors_match(factors, *(train_sources[0].variables[part] for part in ("surface", "volume")),
