@@ -30,7 +30,7 @@ from pathlib import Path
 
 from datapipe import scaling_factors_of
 from domino_pipeline.compute.settings import settings_from_config
-from domino_pipeline.config import PipelineConfig
+from domino_pipeline.config import PipelineConfig, SourceConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.object_store import as_location
 from domino_pipeline.source_configs import nondimensional, sources_of, uses_sources
@@ -53,14 +53,28 @@ from domino_pipeline.variables import column_names
 def main(config: PipelineConfig) -> None:
     """Predict every run asked for; write and print the table (over sources: one per source)."""
     options = config.predict
+    chosen = chosen_sources(config) if uses_sources(config) else None  # refusals before the model loads
     device = resolve_train_device(options.device, 0)
     model, parameters = load_trained_model(options.checkpoint, device)
     factors = scaling_factors_of(config)  # train.py's: the cache's (a local folder or a URL), checked
-    if not uses_sources(config):
+    if chosen is None:
         predict_runs(config, runs_to_predict(options, config.data), model, parameters, factors, device,
                      Path(options.out_dir))
         return
-    sources = sources_of(config)
+    for source, own in chosen:
+        runs = [as_location(r) for r in options.runs]
+        if options.split is not None:
+            runs += source_split_runs(Path(options.train_dir), options.split, source.name, own.data)
+        if runs:
+            print(f"source {source.name} (dataset {own.dataset.name}):", flush=True)
+            predict_runs(own, runs, model, parameters, factors, device, Path(options.out_dir) / source.name,
+                         form=nondimensional(config))
+
+
+def chosen_sources(config: PipelineConfig) -> list[tuple[SourceConfig, PipelineConfig]]:
+    """The sources whose runs predict.py predicts (``predict.source``, else all); refused: runs
+    without their source, nothing to predict, an unknown source."""
+    options, sources = config.predict, sources_of(config)
     names = [s.name for s, _ in sources]
     if options.runs and options.source is None:
         raise ValueError(f"predict.runs={options.runs}: a model over sources needs to know whose runs they are: "
@@ -70,14 +84,7 @@ def main(config: PipelineConfig) -> None:
     chosen = [(s, own) for s, own in sources if options.source in (None, s.name)]
     if not chosen:
         raise ValueError(f"predict.source={options.source}: no such source; the sources are {names}")
-    for source, own in chosen:
-        runs = [as_location(r) for r in options.runs]
-        if options.split is not None:
-            runs += source_split_runs(Path(options.train_dir), options.split, source.name, own.data)
-        if runs:
-            print(f"source {source.name} (dataset {own.dataset.name}):", flush=True)
-            predict_runs(own, runs, model, parameters, factors, device, Path(options.out_dir) / source.name,
-                         form=nondimensional(config))
+    return chosen
 
 
 def predict_runs(config: PipelineConfig, runs: list, model, parameters: dict, factors: dict, device,

@@ -419,3 +419,16 @@ def test_torchrun_two_ranks_train_over_sources(mixture) -> None:
     assert {run for runs in epoch["runs_by_rank"] for run in runs} == set(split["train"])  # <source>/<run>
     for name in PROFILES:
         assert np.isfinite(epoch[f"val_source/{name}/loss"]) and np.isfinite(epoch[f"train_loss/source/{name}"])
+
+
+def test_predict_refuses_runs_over_sources_without_their_source(tmp_path, capsys) -> None:
+    """predict.runs over data.sources without predict.source: one line, before any model is loaded."""
+    import predict
+
+    sources = ("data.sources=[{name: a, dataset: ahmedml, processed_dir: /p, cache_dir: /c}, "
+               "{name: b, dataset: drivaerml, processed_dir: /q, cache_dir: /d}]")
+    with pytest.raises(SystemExit):
+        predict.main(yaml_config(sources, f"predict.runs=[{tmp_path / 'run_1'}]",
+                                 f"predict.checkpoint={tmp_path / 'none.mdlus'}", name="cached"))
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "set predict.source to one of ['a', 'b']" in line
