@@ -195,3 +195,24 @@ def test_prism_layers_are_asked_of_snappyhexmesh_only_when_set():
     layered = sampling.make_case.snappy_dict(sampling.with_settings(variant, layers=3))
     assert "addLayers       true;" in layered and '"body.*" { nSurfaceLayers 3; }' in layered
     assert layered.replace("addLayers       true;", "addLayers       false;").replace(' "body.*" { nSurfaceLayers 3; } ', "") == plain
+
+
+def test_a_laminar_family_writes_its_viscosity_no_model_and_a_zero_nut(tmp_path):
+    laminar = sampling.Flow("laminar", 0.4)
+    case = tmp_path / "case"
+    sampling.make_case.write_case(case, sampling.variant(sampling.sample_parameters(4, 0)[0], laminar))
+    assert "nu 0.4;" in (case / "constant/transportProperties").read_text()
+    assert "simulationType laminar;" in (case / "constant/turbulenceProperties").read_text()
+    nut = (case / "0/nut").read_text()
+    assert "WallFunction" not in nut and nut.count("type calculated;") == 4  # inlet, outlet, ground, body
+    rans = tmp_path / "rans"
+    sampling.make_case.write_case(rans, sampling.variant(sampling.sample_parameters(4, 0)[0]))
+    assert "nu 1.5e-05;" in (rans / "constant/transportProperties").read_text()
+    assert "RASModel kOmegaSST;" in (rans / "constant/turbulenceProperties").read_text()
+    assert "nutkWallFunction" in (rans / "0/nut").read_text()
+    # the solver wrote time 500 without nut: the zero field goes there, so foamToVTK exports it
+    (case / "500").mkdir()
+    build_family.copy_zero_nut(case)
+    assert (case / "500/nut").read_text() == nut
+    assert build_family.settings(laminar)["openfoam"] == "v1912 simpleFoam laminar nu 0.4"
+    assert build_family.settings()["openfoam"] == "v1912 simpleFoam kOmegaSST"  # families built before: unchanged

@@ -8,7 +8,7 @@ moved back to the body's frame), bound what a model that sees only the geometry 
 this data: the solver's answer itself varies that much with where the mesh happens to fall.
 
     WM_PROJECT_DIR=/usr/share/openfoam .venv/bin/python tools/openfoam_family/alignment_study.py \\
-        /tmp/alignment --bodies 1 2 3 --shifts 0 0.25 0.5 0.75 [--jobs 2] [--base-factor 1.5] [--layers 3] [--json F]
+        /tmp/alignment --bodies 1 2 3 --shifts 0 0.25 0.5 0.75 [--jobs 2] [--base-factor 1.5] [--layers 3] [--laminar-nu 0.4] [--json F]
 
 Pressure needs pyvista and scipy (the project's .venv); without them only Cd and Cl are compared.
 """
@@ -80,16 +80,19 @@ def pressure_difference(a: tuple, b: tuple) -> float:
 
 
 def study_body(work: Path, body: int, shape: dict, fractions: list[float], jobs: int, factor: float = 1.0,
-               layers: int = 0) -> dict:
+               layers: int = 0, laminar_nu: float | None = None) -> dict:
     """Solve one body at each shift, its base grid refined by ``factor``, ``layers`` prism layers on
-    the body; its table rows and spreads."""
+    the body (laminar flow at viscosity ``laminar_nu`` where given); its table rows and spreads."""
     base = sampling.variant(shape)
     if factor != 1.0:
         base = mesh_study.refined(shape, factor, base.end_time)
     base = sampling.with_settings(base, layers=layers)
+    if laminar_nu is not None:
+        base = sampling.with_settings(base, turbulence="laminar", nu=laminar_nu)
     cell = finest_cell(base)
     shifts = [f * cell for f in fractions]
-    tag = ("" if factor == 1.0 else f"_x{factor:g}") + (f"_layers{layers}" if layers else "")
+    tag = (("" if factor == 1.0 else f"_x{factor:g}") + (f"_layers{layers}" if layers else "")
+           + ("" if laminar_nu is None else f"_laminar{laminar_nu:g}"))
     cases = [work / f"run_{body}{tag}_shift{f:g}" for f in fractions]
     variants = [sampling.with_settings(base, x_nose=base.x_nose + s) for s in shifts]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -140,11 +143,14 @@ def main() -> None:
     parser.add_argument("--base-factor", type=float, default=1.0,
                         help="the base grid's cells multiplied by this in each direction (mesh_study.py's factor)")
     parser.add_argument("--layers", type=int, default=0, help="prism layers snappyHexMesh adds on the body")
+    parser.add_argument("--laminar-nu", type=float, default=None,
+                        help="solve laminar flow at this kinematic viscosity (m^2/s) instead of kOmegaSST")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     os.environ.setdefault("WM_PROJECT_DIR", "/usr/share/openfoam")
     shapes = sampling.sample_parameters(args.n, args.seed)
-    results = [study_body(args.work, b, shapes[b - 1], args.shifts, args.jobs, args.base_factor, args.layers) for b in args.bodies]
+    results = [study_body(args.work, b, shapes[b - 1], args.shifts, args.jobs, args.base_factor, args.layers,
+                          args.laminar_nu) for b in args.bodies]
     print_results(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -70,6 +70,14 @@ def cell_count(case: Path) -> int:
     return int(counts[-1]) if counts else -1
 
 
+def copy_zero_nut(case: Path) -> None:
+    """A laminar case writes no nut: its zero initial field into the last time, so that the run
+    folders hold the same fields in every flow."""
+    last = max((d for d in case.iterdir() if d.is_dir() and re.fullmatch(r"[0-9.]+", d.name)), key=lambda d: float(d.name))
+    if last.name != "0":
+        shutil.copy(case / "0" / "nut", last / "nut")
+
+
 def stage_outputs(case: Path, staging: Path) -> None:
     """Copy the run folder's four files (as tests/data/openfoam/run_1) into ``staging``."""
     staging.mkdir(parents=True)
@@ -79,18 +87,21 @@ def stage_outputs(case: Path, staging: Path) -> None:
     shutil.copy(case / "postProcessing/forceCoeffs1/0/coefficient.dat", staging / "coefficient.dat")
 
 
-def build_case(root: Path, work: Path, index: int, shape: dict[str, float], keep: bool) -> dict:
-    """Write, mesh, solve, export and judge case ``index``; commit it; return its record."""
+def build_case(root: Path, work: Path, index: int, shape: dict[str, float], keep: bool,
+               flow: sampling.Flow = sampling.RANS) -> dict:
+    """Write, mesh, solve, export and judge case ``index`` in ``flow``; commit it; return its record."""
     bookkeeping.clear_half_done(root, index, work)
     case = work / f"case_{index}"
     start = time.monotonic()
-    info = make_case.write_case(case, sampling.variant(shape))
+    info = make_case.write_case(case, sampling.variant(shape, flow))
     record = {"index": index, "shape": shape, "angles": sampling.derived_angles(shape),
               "Aref": info["Aref"], "triangles": int(info["triangles"])}
     staging = bookkeeping.staging_folder(root, index)
     try:
         for log, command in STEPS:
             run_step(case, log, command)
+            if log == "simpleFoam" and flow.turbulence == "laminar":
+                copy_zero_nut(case)
     except StepFailed as failed:
         record.update(converged=False, reason=str(failed), seconds=round(time.monotonic() - start, 1))
         staging.mkdir(parents=True)
@@ -106,16 +117,16 @@ def build_case(root: Path, work: Path, index: int, shape: dict[str, float], keep
     return record
 
 
-def settings() -> dict:
+def settings(flow: sampling.Flow = sampling.RANS) -> dict:
     """Everything that fixes the family besides N and the seed: ranges, mesh, solver, criteria."""
     return {"parameters": [dataclasses.asdict(p) for p in sampling.PARAMETERS],
             "mesh": {k: list(v) if isinstance(v, tuple) else v for k, v in sampling.MESH.items()},
-            "criteria": dataclasses.asdict(CRITERIA), "openfoam": "v1912 simpleFoam kOmegaSST"}
+            "criteria": dataclasses.asdict(CRITERIA), "openfoam": f"v1912 simpleFoam {flow.describe()}"}
 
 
-def check_family(root: Path, n: int, seed: int) -> None:
+def check_family(root: Path, n: int, seed: int, flow: sampling.Flow = sampling.RANS) -> None:
     """Write family.json on a new family; refuse a folder built with other settings."""
-    wanted = {"n": n, "seed": seed, **settings()}
+    wanted = {"n": n, "seed": seed, **settings(flow)}
     path = root / "family.json"
     if path.is_file():
         found = json.loads(path.read_text())
@@ -172,17 +183,18 @@ def summary(records: list[dict]) -> str:
     return text
 
 
-def build(root: Path, work: Path, n: int, seed: int, jobs: int, keep: bool) -> list[dict]:
-    """Build every unfinished case of the family with ``jobs`` cases at a time."""
+def build(root: Path, work: Path, n: int, seed: int, jobs: int, keep: bool,
+          flow: sampling.Flow = sampling.RANS) -> list[dict]:
+    """Build every unfinished case of the family in ``flow`` with ``jobs`` cases at a time."""
     root.mkdir(parents=True, exist_ok=True)
-    check_family(root, n, seed)
+    check_family(root, n, seed, flow)
     shapes = sampling.sample_parameters(n, seed)
     indices = list(range(1, n + 1))
     todo = bookkeeping.pending(root, indices)
     print(f"{root}: {n - len(todo)} of {n} cases finished, building {len(todo)} with {jobs} processes", flush=True)
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(build_case, root, work, i, shapes[i - 1], keep) for i in todo]
+        futures = [pool.submit(build_case, root, work, i, shapes[i - 1], keep, flow) for i in todo]
         for done, future in enumerate(as_completed(futures), start=n - len(todo) + 1):
             print(progress_line(done, n, future.result(), started), flush=True)
     return write_tables(root, indices)
@@ -198,10 +210,13 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None,
                         help="case folders (default: <root>/.cases); each removed once its case is done")
     parser.add_argument("--keep-cases", action="store_true", help="keep each OpenFOAM case folder")
+    parser.add_argument("--laminar-nu", type=float, default=None,
+                        help="laminar flow at this kinematic viscosity (m^2/s); default: kOmegaSST at 1.5e-5")
     args = parser.parse_args()
     os.environ.setdefault("WM_PROJECT_DIR", "/usr/share/openfoam")
     work = args.work or args.root / ".cases"
-    records = build(args.root.resolve(), work.resolve(), args.n, args.seed, args.jobs, args.keep_cases)
+    flow = sampling.RANS if args.laminar_nu is None else sampling.Flow("laminar", args.laminar_nu)
+    records = build(args.root.resolve(), work.resolve(), args.n, args.seed, args.jobs, args.keep_cases, flow)
     print(summary(records), flush=True)
 
 

@@ -48,6 +48,21 @@ MESH = dict(x_nose=-0.7, section_exponent=5.0, n_along=48, n_around=40, base_cel
             surface_levels=(2, 3), box_level=1, end_time=500, underside_lift=0.25)
 
 
+@dataclass(frozen=True)
+class Flow:
+    """The family's flow: a RAS model (or "laminar") and the kinematic viscosity (m^2/s)."""
+
+    turbulence: str
+    nu: float
+
+    def describe(self) -> str:
+        """family.json's words for it: the model, and the viscosity where it is not air's."""
+        return self.turbulence if self == RANS else f"{self.turbulence} nu {self.nu:g}"
+
+
+RANS = Flow("kOmegaSST", 1.5e-5)  # air at the fixture's 38.889 m/s: Re about 1e7 over the length
+
+
 def latin_hypercube(n: int, dims: int, rng: np.random.Generator) -> np.ndarray:
     """(n, dims) points in [0, 1): each column has exactly one point in each of the n strata
     [k/n, (k+1)/n), placed uniformly inside it, the strata permuted independently per column."""
@@ -66,12 +81,12 @@ def sample_parameters(n: int, seed: int) -> list[dict[str, float]]:
     return [{p.field: round(float(v), 6) for p, v in zip(PARAMETERS, row)} for row in values]
 
 
-def variant(shape: dict[str, float]) -> make_case.Variant:
-    """The make_case.Variant of one body: its shape parameters with the family's MESH settings."""
+def variant(shape: dict[str, float], flow: Flow = RANS) -> make_case.Variant:
+    """The make_case.Variant of one body: its shape parameters with the family's MESH settings, in ``flow``."""
     unknown = set(shape) - {p.field for p in PARAMETERS}
     if unknown:
         raise ValueError(f"unknown shape parameters {sorted(unknown)}")
-    return make_case.Variant(**MESH, **shape)
+    return make_case.Variant(**MESH, **shape, turbulence=flow.turbulence, nu=flow.nu)
 
 
 def derived_angles(shape: dict[str, float]) -> dict[str, float]:

@@ -41,7 +41,8 @@ class Variant:
     sin(pi t) ** cabin_exponent (small: a boxy cabin with steep screens, 1: a round one);
     ``cabin_peak``: where the roof is highest, as a fraction of the cabin (below 0.5 a short
     steep windscreen and a long rear slant); ``underside_lift``: how far the underside rises towards nose and tail (m);
-    ``layers``: prism layers snappyHexMesh adds on the body (0: none, the fixture's and family's mesh)."""
+    ``layers``: prism layers snappyHexMesh adds on the body (0: none, the fixture's and family's mesh);
+    ``nu``: kinematic viscosity (m^2/s); ``turbulence``: the RAS model, or "laminar" (no model)."""
 
     x_nose: float
     length: float
@@ -64,6 +65,8 @@ class Variant:
     underside_lift: float = 0.25
     cabin_peak: float = 0.5
     layers: int = 0
+    nu: float = 1.5e-5
+    turbulence: str = "kOmegaSST"
 
 
 VARIANTS = {
@@ -80,7 +83,6 @@ VARIANTS = {
 DOMAIN_MIN = (-8.0, -5.0, 0.0)
 DOMAIN_MAX = (16.0, 5.0, 6.0)
 U_INF = 38.889
-NU = 1.5e-5
 PATCHES = ("body_upper", "body_lower")
 
 
@@ -407,8 +409,9 @@ def field(dims: str, internal: str, entries: dict[str, str]) -> str:
     return f"\ndimensions      {dims};\ninternalField   {internal};\nboundaryField\n{{\n{bf}\n}}\n"
 
 
-def initial_fields(case: Path) -> None:
-    """Write 0/U, p, k, omega, nut: fixed inlet, moving ground, no-slip body, slip top/sides."""
+def initial_fields(case: Path, laminar: bool = False) -> None:
+    """Write 0/U, p, k, omega, nut: fixed inlet, moving ground, no-slip body, slip top/sides (laminar:
+    nut zero everywhere, which foamToVTK exports as the run's nut)."""
     u = f"uniform ({U_INF} 0 0)"
     k = 1.5 * (0.01 * U_INF) ** 2
     omega = math.sqrt(k) / (0.09 ** 0.25 * 0.5)
@@ -431,7 +434,7 @@ def initial_fields(case: Path) -> None:
             "ground": f"type {wall}; value {val};", "bodyGroup": f"type {wall}; value {val};",
             "top": slip, "sides": slip}))
     calc = "type calculated; value uniform 0;"
-    wall = "type nutkWallFunction; value uniform 0;"
+    wall = calc if laminar else "type nutkWallFunction; value uniform 0;"
     _write(case, "0/nut", "volScalarField", field("[0 2 -1 0 0 0 0]", "uniform 0", {
         "inlet": calc, "outlet": calc, "ground": wall, "bodyGroup": wall, "top": slip, "sides": slip}))
 
@@ -455,6 +458,13 @@ def reference_dict(patches: tuple[str, ...]) -> str:
     return "\nfunctions\n{" + "".join(blocks) + "\n}\n"
 
 
+def turbulence_properties(v: Variant) -> str:
+    """turbulenceProperties: the variant's RAS model, or laminar flow."""
+    if v.turbulence == "laminar":
+        return "\nsimulationType laminar;\n"
+    return f"\nsimulationType RAS;\nRAS {{ RASModel {v.turbulence}; turbulence on; printCoeffs on; }}\n"
+
+
 def write_case(case: Path, v: Variant) -> dict[str, float]:
     """Write every file of the case; return the forceCoeffs references used."""
     points, tris, regions = body_triangles(v)
@@ -469,10 +479,9 @@ def write_case(case: Path, v: Variant) -> dict[str, float]:
     _write(case, "system/fvSolution", "dictionary", FV_SOLUTION)
     _write(case, "system/referenceIntegrals", "dictionary", reference_dict(PATCHES))
     _write(case, "constant/transportProperties", "dictionary",
-           f"\ntransportModel Newtonian;\nnu {NU};\n")
-    _write(case, "constant/turbulenceProperties", "dictionary",
-           "\nsimulationType RAS;\nRAS { RASModel kOmegaSST; turbulence on; printCoeffs on; }\n")
-    initial_fields(case)
+           f"\ntransportModel Newtonian;\nnu {v.nu:.9g};\n")
+    _write(case, "constant/turbulenceProperties", "dictionary", turbulence_properties(v))
+    initial_fields(case, laminar=v.turbulence == "laminar")
     return {"Aref": aref, "triangles": float(len(tris)), "points": float(len(points))}
 
 
