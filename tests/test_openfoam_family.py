@@ -198,7 +198,7 @@ def test_prism_layers_are_asked_of_snappyhexmesh_only_when_set():
 
 
 def test_a_laminar_family_writes_its_viscosity_no_model_and_a_zero_nut(tmp_path):
-    laminar = sampling.Flow("laminar", 0.4)
+    laminar = sampling.Settings("laminar", 0.4, base_factor=2.0)
     case = tmp_path / "case"
     sampling.make_case.write_case(case, sampling.variant(sampling.sample_parameters(4, 0)[0], laminar))
     assert "nu 0.4;" in (case / "constant/transportProperties").read_text()
@@ -214,5 +214,8 @@ def test_a_laminar_family_writes_its_viscosity_no_model_and_a_zero_nut(tmp_path)
     (case / "500").mkdir()
     build_family.copy_zero_nut(case)
     assert (case / "500/nut").read_text() == nut
-    assert build_family.settings(laminar)["openfoam"] == "v1912 simpleFoam laminar nu 0.4"
-    assert build_family.settings()["openfoam"] == "v1912 simpleFoam kOmegaSST"  # families built before: unchanged
+    assert build_family.family_settings(laminar)["openfoam"] == "v1912 simpleFoam laminar nu 0.4"
+    assert build_family.family_settings(laminar)["mesh"]["base_cells"] == [56, 24, 14]
+    assert "(56 24 14) simpleGrading" in (case / "system/blockMeshDict").read_text()
+    before = json.loads(json.dumps({**build_family.family_settings(), "n": 4, "seed": 0}))
+    assert before["openfoam"] == "v1912 simpleFoam kOmegaSST" and before["mesh"]["base_cells"] == [28, 12, 7]

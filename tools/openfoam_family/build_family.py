@@ -88,19 +88,19 @@ def stage_outputs(case: Path, staging: Path) -> None:
 
 
 def build_case(root: Path, work: Path, index: int, shape: dict[str, float], keep: bool,
-               flow: sampling.Flow = sampling.RANS) -> dict:
-    """Write, mesh, solve, export and judge case ``index`` in ``flow``; commit it; return its record."""
+               settings: sampling.Settings = sampling.RANS) -> dict:
+    """Write, mesh, solve, export and judge case ``index`` at ``settings``; commit it; return its record."""
     bookkeeping.clear_half_done(root, index, work)
     case = work / f"case_{index}"
     start = time.monotonic()
-    info = make_case.write_case(case, sampling.variant(shape, flow))
+    info = make_case.write_case(case, sampling.variant(shape, settings))
     record = {"index": index, "shape": shape, "angles": sampling.derived_angles(shape),
               "Aref": info["Aref"], "triangles": int(info["triangles"])}
     staging = bookkeeping.staging_folder(root, index)
     try:
         for log, command in STEPS:
             run_step(case, log, command)
-            if log == "simpleFoam" and flow.turbulence == "laminar":
+            if log == "simpleFoam" and settings.turbulence == "laminar":
                 copy_zero_nut(case)
     except StepFailed as failed:
         record.update(converged=False, reason=str(failed), seconds=round(time.monotonic() - start, 1))
@@ -117,16 +117,16 @@ def build_case(root: Path, work: Path, index: int, shape: dict[str, float], keep
     return record
 
 
-def settings(flow: sampling.Flow = sampling.RANS) -> dict:
+def family_settings(settings: sampling.Settings = sampling.RANS) -> dict:
     """Everything that fixes the family besides N and the seed: ranges, mesh, solver, criteria."""
     return {"parameters": [dataclasses.asdict(p) for p in sampling.PARAMETERS],
-            "mesh": {k: list(v) if isinstance(v, tuple) else v for k, v in sampling.MESH.items()},
-            "criteria": dataclasses.asdict(CRITERIA), "openfoam": f"v1912 simpleFoam {flow.describe()}"}
+            "mesh": {k: list(v) if isinstance(v, tuple) else v for k, v in sampling.mesh(settings).items()},
+            "criteria": dataclasses.asdict(CRITERIA), "openfoam": f"v1912 simpleFoam {settings.describe()}"}
 
 
-def check_family(root: Path, n: int, seed: int, flow: sampling.Flow = sampling.RANS) -> None:
+def check_family(root: Path, n: int, seed: int, settings: sampling.Settings = sampling.RANS) -> None:
     """Write family.json on a new family; refuse a folder built with other settings."""
-    wanted = {"n": n, "seed": seed, **settings(flow)}
+    wanted = {"n": n, "seed": seed, **family_settings(settings)}
     path = root / "family.json"
     if path.is_file():
         found = json.loads(path.read_text())
@@ -184,17 +184,17 @@ def summary(records: list[dict]) -> str:
 
 
 def build(root: Path, work: Path, n: int, seed: int, jobs: int, keep: bool,
-          flow: sampling.Flow = sampling.RANS) -> list[dict]:
-    """Build every unfinished case of the family in ``flow`` with ``jobs`` cases at a time."""
+          settings: sampling.Settings = sampling.RANS) -> list[dict]:
+    """Build every unfinished case of the family at ``settings`` with ``jobs`` cases at a time."""
     root.mkdir(parents=True, exist_ok=True)
-    check_family(root, n, seed, flow)
+    check_family(root, n, seed, settings)
     shapes = sampling.sample_parameters(n, seed)
     indices = list(range(1, n + 1))
     todo = bookkeeping.pending(root, indices)
     print(f"{root}: {n - len(todo)} of {n} cases finished, building {len(todo)} with {jobs} processes", flush=True)
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(build_case, root, work, i, shapes[i - 1], keep, flow) for i in todo]
+        futures = [pool.submit(build_case, root, work, i, shapes[i - 1], keep, settings) for i in todo]
         for done, future in enumerate(as_completed(futures), start=n - len(todo) + 1):
             print(progress_line(done, n, future.result(), started), flush=True)
     return write_tables(root, indices)
@@ -212,11 +212,15 @@ def main() -> None:
     parser.add_argument("--keep-cases", action="store_true", help="keep each OpenFOAM case folder")
     parser.add_argument("--laminar-nu", type=float, default=None,
                         help="laminar flow at this kinematic viscosity (m^2/s); default: kOmegaSST at 1.5e-5")
+    parser.add_argument("--base-factor", type=float, default=1.0,
+                        help="the base grid's cells multiplied by this in each direction (default 1: 28 x 12 x 7)")
     args = parser.parse_args()
     os.environ.setdefault("WM_PROJECT_DIR", "/usr/share/openfoam")
     work = args.work or args.root / ".cases"
-    flow = sampling.RANS if args.laminar_nu is None else sampling.Flow("laminar", args.laminar_nu)
-    records = build(args.root.resolve(), work.resolve(), args.n, args.seed, args.jobs, args.keep_cases, flow)
+    settings = sampling.Settings(base_factor=args.base_factor)
+    if args.laminar_nu is not None:
+        settings = dataclasses.replace(settings, turbulence="laminar", nu=args.laminar_nu)
+    records = build(args.root.resolve(), work.resolve(), args.n, args.seed, args.jobs, args.keep_cases, settings)
     print(summary(records), flush=True)
 
 

@@ -22,8 +22,7 @@ import sampling
 def refined(shape: dict[str, float], factor: float, iterations: int):
     """The body's Variant with the base grid's cells multiplied by ``factor`` in each direction,
     solved for ``iterations``."""
-    cells = tuple(int(round(n * factor)) for n in sampling.MESH["base_cells"])
-    return sampling.with_settings(sampling.variant(shape), base_cells=cells, end_time=iterations)
+    return sampling.with_settings(sampling.variant(shape, sampling.Settings(base_factor=factor)), end_time=iterations)
 
 
 def solve(case: Path, variant) -> tuple[int, convergence.Verdict, float]:

@@ -49,18 +49,26 @@ MESH = dict(x_nose=-0.7, section_exponent=5.0, n_along=48, n_around=40, base_cel
 
 
 @dataclass(frozen=True)
-class Flow:
-    """The family's flow: a RAS model (or "laminar") and the kinematic viscosity (m^2/s)."""
+class Settings:
+    """What a family may change of MESH and the solver: the RAS model (or "laminar"), the kinematic
+    viscosity (m^2/s) and the base grid's cells multiplied by ``base_factor`` in each direction."""
 
-    turbulence: str
-    nu: float
+    turbulence: str = "kOmegaSST"
+    nu: float = 1.5e-5
+    base_factor: float = 1.0
 
     def describe(self) -> str:
-        """family.json's words for it: the model, and the viscosity where it is not air's."""
-        return self.turbulence if self == RANS else f"{self.turbulence} nu {self.nu:g}"
+        """family.json's words for the solver: the model, and the viscosity where it is not air's."""
+        return self.turbulence if self.nu == RANS.nu else f"{self.turbulence} nu {self.nu:g}"
 
 
-RANS = Flow("kOmegaSST", 1.5e-5)  # air at the fixture's 38.889 m/s: Re about 1e7 over the length
+RANS = Settings()  # air at the fixture's 38.889 m/s (Re about 1e7 over the length), the fixture's mesh
+
+
+def mesh(settings: Settings = RANS) -> dict:
+    """MESH with the base grid refined by ``settings.base_factor``."""
+    cells = tuple(int(round(n * settings.base_factor)) for n in MESH["base_cells"])
+    return {**MESH, "base_cells": cells}
 
 
 def latin_hypercube(n: int, dims: int, rng: np.random.Generator) -> np.ndarray:
@@ -81,12 +89,12 @@ def sample_parameters(n: int, seed: int) -> list[dict[str, float]]:
     return [{p.field: round(float(v), 6) for p, v in zip(PARAMETERS, row)} for row in values]
 
 
-def variant(shape: dict[str, float], flow: Flow = RANS) -> make_case.Variant:
-    """The make_case.Variant of one body: its shape parameters with the family's MESH settings, in ``flow``."""
+def variant(shape: dict[str, float], settings: Settings = RANS) -> make_case.Variant:
+    """The make_case.Variant of one body: its shape parameters with the family's mesh and solver settings."""
     unknown = set(shape) - {p.field for p in PARAMETERS}
     if unknown:
         raise ValueError(f"unknown shape parameters {sorted(unknown)}")
-    return make_case.Variant(**MESH, **shape, turbulence=flow.turbulence, nu=flow.nu)
+    return make_case.Variant(**mesh(settings), **shape, turbulence=settings.turbulence, nu=settings.nu)
 
 
 def derived_angles(shape: dict[str, float]) -> dict[str, float]:
