@@ -73,7 +73,8 @@ def cell_count(case: Path) -> int:
 def copy_zero_nut(case: Path) -> None:
     """A laminar case writes no nut: its zero initial field into the last time, so that the run
     folders hold the same fields in every flow."""
-    last = max((d for d in case.iterdir() if d.is_dir() and re.fullmatch(r"[0-9.]+", d.name)), key=lambda d: float(d.name))
+    times = [d for d in case.iterdir() if d.is_dir() and re.fullmatch(r"[0-9.]+", d.name)]
+    last = max(times, key=lambda d: float(d.name))
     if last.name != "0":
         shutil.copy(case / "0" / "nut", last / "nut")
 
