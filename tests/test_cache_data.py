@@ -88,7 +88,7 @@ def assert_factors_are_train_pys(cache: Path, manifest: dict, processed: Path) -
     assert record["sha256"] == hashlib.sha256(stored).hexdigest()
     train_runs, _ = split_from_config(list_runs(processed), DEFAULTS.train, DEFAULTS.seed)
     variables = {"surface": SURFACE_VARIABLES, "volume": VOLUME_VARIABLES}
-    expected = compute_scaling_factors(train_runs, variables=variables)
+    expected = compute_scaling_factors(train_runs, normalization=DEFAULTS.sampling.normalization, variables=variables)
     assert json.loads(stored) == json.loads(json.dumps(expected)) and record["runs"] == expected["runs"]
 
 
