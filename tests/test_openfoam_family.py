@@ -34,17 +34,29 @@ def test_latin_hypercube_puts_one_point_in_each_stratum_of_each_column():
         sampling.latin_hypercube(0, 5, np.random.default_rng(0))
 
 
-def test_sampled_shapes_lie_in_their_ranges_and_make_closed_bodies():
-    shapes = sampling.sample_parameters(8, seed=3)
-    for p in sampling.PARAMETERS:
+@pytest.mark.parametrize("name", sorted(sampling.RANGES))
+def test_sampled_shapes_lie_in_their_ranges_and_make_closed_bodies(name):
+    ranges = sampling.RANGES[name]
+    shapes = sampling.sample_parameters(8, seed=3, ranges=ranges)
+    for p in ranges:
         values = [s[p.field] for s in shapes]
         assert p.low <= min(values) and max(values) <= p.high, p.field
         assert max(values) - min(values) > 0.5 * (p.high - p.low)  # spread over the range, 8 strata
-    points, tris, _ = sampling.make_case.body_triangles(sampling.variant(shapes[0]))
-    edges = np.sort(np.concatenate([tris[:, [0, 1]], tris[:, [1, 2]], tris[:, [2, 0]]]), axis=1)
-    assert (np.unique(edges, axis=0, return_counts=True)[1] == 2).all()  # watertight
+    for shape in shapes:
+        points, tris, _ = sampling.make_case.body_triangles(sampling.variant(shape))
+        edges = np.sort(np.concatenate([tris[:, [0, 1]], tris[:, [1, 2]], tris[:, [2, 0]]]), axis=1)
+        assert (np.unique(edges, axis=0, return_counts=True)[1] == 2).all()  # watertight
     with pytest.raises(ValueError, match=r"unknown shape parameters \['wheels'\]"):
         sampling.variant({**shapes[0], "wheels": 4.0})
+
+
+def test_wide_ranges_widen_the_proportions_and_keep_the_rest():
+    car, wide = ({p.field: p for p in sampling.RANGES[k]} for k in ("car", "wide"))
+    assert list(car) == list(wide)
+    widened = {f for f in car if (wide[f].low, wide[f].high) != (car[f].low, car[f].high)}
+    assert widened == {"length", "width", "z_roof"}
+    assert all(wide[f].low < car[f].low and car[f].high < wide[f].high for f in widened)
+    assert max(p.high for p in sampling.RANGES["wide"] if p.field == "z_belt") < wide["z_roof"].low  # a cabin on every body
 
 
 def test_derived_angles_of_a_symmetric_cabin_are_equal():
@@ -168,6 +180,9 @@ def test_a_build_resumes_without_redoing_finished_cases(tmp_path, monkeypatch):
     assert calls == []
     with pytest.raises(SystemExit, match="family built with other settings \\(n, seed differ\\)"):
         build_family.build(root, work, n=5, seed=1, jobs=1, keep=False)
+    with pytest.raises(SystemExit, match="family built with other settings \\(parameters differ\\)"):
+        build_family.build(root, work, n=4, seed=0, jobs=1, keep=False, ranges=sampling.RANGES["wide"])
+    assert calls == []
 
 
 def test_alignment_study_reads_coefficients_and_compares_pressures_face_by_face():

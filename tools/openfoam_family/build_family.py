@@ -118,16 +118,18 @@ def build_case(root: Path, work: Path, index: int, shape: dict[str, float], keep
     return record
 
 
-def family_settings(settings: sampling.Settings = sampling.RANS) -> dict:
+def family_settings(settings: sampling.Settings = sampling.RANS,
+                    ranges: tuple[sampling.Range, ...] = sampling.PARAMETERS) -> dict:
     """Everything that fixes the family besides N and the seed: ranges, mesh, solver, criteria."""
-    return {"parameters": [dataclasses.asdict(p) for p in sampling.PARAMETERS],
+    return {"parameters": [dataclasses.asdict(p) for p in ranges],
             "mesh": {k: list(v) if isinstance(v, tuple) else v for k, v in sampling.mesh(settings).items()},
             "criteria": dataclasses.asdict(CRITERIA), "openfoam": f"v1912 simpleFoam {settings.describe()}"}
 
 
-def check_family(root: Path, n: int, seed: int, settings: sampling.Settings = sampling.RANS) -> None:
+def check_family(root: Path, n: int, seed: int, settings: sampling.Settings = sampling.RANS,
+                 ranges: tuple[sampling.Range, ...] = sampling.PARAMETERS) -> None:
     """Write family.json on a new family; refuse a folder built with other settings."""
-    wanted = {"n": n, "seed": seed, **family_settings(settings)}
+    wanted = {"n": n, "seed": seed, **family_settings(settings, ranges)}
     path = root / "family.json"
     if path.is_file():
         found = json.loads(path.read_text())
@@ -185,11 +187,13 @@ def summary(records: list[dict]) -> str:
 
 
 def build(root: Path, work: Path, n: int, seed: int, jobs: int, keep: bool,
-          settings: sampling.Settings = sampling.RANS) -> list[dict]:
-    """Build every unfinished case of the family at ``settings`` with ``jobs`` cases at a time."""
+          settings: sampling.Settings = sampling.RANS,
+          ranges: tuple[sampling.Range, ...] = sampling.PARAMETERS) -> list[dict]:
+    """Build every unfinished case of the family (shapes drawn over ``ranges``) at ``settings``
+    with ``jobs`` cases at a time."""
     root.mkdir(parents=True, exist_ok=True)
-    check_family(root, n, seed, settings)
-    shapes = sampling.sample_parameters(n, seed)
+    check_family(root, n, seed, settings, ranges)
+    shapes = sampling.sample_parameters(n, seed, ranges)
     indices = list(range(1, n + 1))
     todo = bookkeeping.pending(root, indices)
     print(f"{root}: {n - len(todo)} of {n} cases finished, building {len(todo)} with {jobs} processes", flush=True)
@@ -215,13 +219,16 @@ def main() -> None:
                         help="laminar flow at this kinematic viscosity (m^2/s); default: kOmegaSST at 1.5e-5")
     parser.add_argument("--base-factor", type=float, default=1.0,
                         help="the base grid's cells multiplied by this in each direction (default 1: 28 x 12 x 7)")
+    parser.add_argument("--ranges", choices=sorted(sampling.RANGES), default="car",
+                        help="the shape parameters' bounds (sampling.py): car (default) or wide (Cd spread further)")
     args = parser.parse_args()
     os.environ.setdefault("WM_PROJECT_DIR", "/usr/share/openfoam")
     work = args.work or args.root / ".cases"
     settings = sampling.Settings(base_factor=args.base_factor)
     if args.laminar_nu is not None:
         settings = dataclasses.replace(settings, turbulence="laminar", nu=args.laminar_nu)
-    records = build(args.root.resolve(), work.resolve(), args.n, args.seed, args.jobs, args.keep_cases, settings)
+    records = build(args.root.resolve(), work.resolve(), args.n, args.seed, args.jobs, args.keep_cases, settings,
+                    sampling.RANGES[args.ranges])
     print(summary(records), flush=True)
 
 

@@ -43,6 +43,14 @@ PARAMETERS: tuple[Range, ...] = (
     Range("cabin_exponent", 0.3, 1.0, "cabin profile sin(pi t)^e: small is boxy with steep screens"),
 )
 
+# The same eleven parameters, the body's proportions (length, width, roof height) over wider bounds:
+# drag per frontal area moves most with them, so that Cd spreads further than over the car-like ranges.
+WIDE: tuple[Range, ...] = tuple(
+    Range(p.field, *{"length": (3.0, 4.8), "width": (1.5, 2.1), "z_roof": (1.05, 1.75)}.get(p.field, (p.low, p.high)),
+          p.meaning)
+    for p in PARAMETERS)
+RANGES: dict[str, tuple[Range, ...]] = {"car": PARAMETERS, "wide": WIDE}
+
 # The one set of mesh and solver settings of every body (fixture variant 2's mesh).
 MESH = dict(x_nose=-0.7, section_exponent=5.0, n_along=48, n_around=40, base_cells=(28, 12, 7),
             surface_levels=(2, 3), box_level=1, end_time=500, underside_lift=0.25)
@@ -80,13 +88,13 @@ def latin_hypercube(n: int, dims: int, rng: np.random.Generator) -> np.ndarray:
     return (strata + rng.random((n, dims))) / n
 
 
-def sample_parameters(n: int, seed: int) -> list[dict[str, float]]:
-    """The shape parameters of ``n`` bodies: a Latin hypercube (seeded) scaled to PARAMETERS."""
-    unit = latin_hypercube(n, len(PARAMETERS), np.random.default_rng(seed))
-    low = np.array([p.low for p in PARAMETERS])
-    high = np.array([p.high for p in PARAMETERS])
+def sample_parameters(n: int, seed: int, ranges: tuple[Range, ...] = PARAMETERS) -> list[dict[str, float]]:
+    """The shape parameters of ``n`` bodies: a Latin hypercube (seeded) scaled to ``ranges``."""
+    unit = latin_hypercube(n, len(ranges), np.random.default_rng(seed))
+    low = np.array([p.low for p in ranges])
+    high = np.array([p.high for p in ranges])
     values = low + unit * (high - low)
-    return [{p.field: round(float(v), 6) for p, v in zip(PARAMETERS, row)} for row in values]
+    return [{p.field: round(float(v), 6) for p, v in zip(ranges, row)} for row in values]
 
 
 def variant(shape: dict[str, float], settings: Settings = RANS) -> make_case.Variant:
