@@ -45,10 +45,10 @@ PARAMETERS: tuple[Range, ...] = (
 
 # The same eleven parameters, the body's proportions (length, width, roof height) over wider bounds:
 # drag per frontal area moves most with them, so that Cd spreads further than over the car-like ranges.
+WIDER_BOUNDS = {"length": (3.0, 4.8), "width": (1.5, 2.1), "z_roof": (1.05, 1.75)}
 WIDE: tuple[Range, ...] = tuple(
-    Range(p.field, *{"length": (3.0, 4.8), "width": (1.5, 2.1), "z_roof": (1.05, 1.75)}.get(p.field, (p.low, p.high)),
-          p.meaning)
-    for p in PARAMETERS)
+    dataclasses.replace(p, low=WIDER_BOUNDS[p.field][0], high=WIDER_BOUNDS[p.field][1])
+    if p.field in WIDER_BOUNDS else p for p in PARAMETERS)
 RANGES: dict[str, tuple[Range, ...]] = {"car": PARAMETERS, "wide": WIDE}
 
 # The one set of mesh and solver settings of every body (fixture variant 2's mesh).
