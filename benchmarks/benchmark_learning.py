@@ -31,7 +31,8 @@ shape parameters in ``parameters.csv``), under ``--work``:
    so its training time covers more draws).
 
 Every run validates on the same draws (``sampling.val_exact=true``) with the cache's scaling
-factors. Prints the table with the command, seeds, date and commit; writes ``--json`` and
+factors. When a body's surface leaves the configured surface box (long bodies against the
+``dataset=openfoam`` profile's), the box is widened to hold every body, with a note. Prints the table with the command, seeds, date and commit; writes ``--json`` and
 ``--png`` (predicted against published Cd with the y = x line, beside one held-out body's
 pressure map against the solver's, predict.py's ``<run>_pressure.png``). A finished training
 run under ``--work`` is reused, so an interrupted benchmark resumes. Timings on a shared
@@ -135,10 +136,10 @@ def run_attributes(run: Path) -> dict:
 
 def fitted_overrides(runs: list[Path], overrides: list[str], notes: list[str]) -> list[str]:
     """Geometry points no more than the fewest STL vertices (a draw takes them without
-    replacement); notes: a surface window that spans whole bodies, and each run whose surface
-    leaves the surface bounding box."""
+    replacement) and a surface box that holds every body (``surface_box_overrides``); notes: a
+    surface window that spans whole bodies."""
     config = typed_config(overrides)
-    attributes = {run.name: run_attributes(run) for run in runs}
+    attributes = {run_name(run): run_attributes(run) for run in runs}
     fewest = min(a["counts"]["stl_points"] for a in attributes.values())
     added = []
     if config.sampling.geometry_points > fewest:
@@ -150,13 +151,31 @@ def fitted_overrides(runs: list[Path], overrides: list[str], notes: list[str]) -
     if window is not None and window * config.sampling.surface_points >= cells:
         notes.append(f"the default law's surface window ({window} x {config.sampling.surface_points} rows) spans "
                      f"every body's whole surface ({cells} cells or more): both sampling laws draw from all of it")
-    box_min, box_max = (np.array(config.geometry.bounding_box_surface[k]) for k in ("min", "max"))
-    for name, a in attributes.items():
-        low, high = np.array(a["bounds"]["surface"])
-        if np.any(low < box_min) or np.any(high > box_max):
-            notes.append(f"{name}: its surface {low.tolist()}..{high.tolist()} leaves the surface box "
-                         f"{box_min.tolist()}..{box_max.tolist()}")
-    return overrides + added
+    box = [config.geometry.bounding_box_surface[k] for k in ("min", "max")]
+    bounds = {name: a["bounds"]["surface"] for name, a in attributes.items()}
+    return overrides + added + surface_box_overrides(bounds, *box, notes)
+
+
+def surface_box_overrides(bounds: dict[str, list], box_min: list[float], box_max: list[float],
+                          notes: list[str]) -> list[str]:
+    """The surface box widened to hold every run's surface with a margin of 5% of their extent
+    (rounded out to 0.1 m), when a run leaves it: its surface grid would miss the cells outside.
+    Nothing when every run fits; notes name the runs that left the box and the new box."""
+    lows, highs = (np.array([b[i] for b in bounds.values()], dtype=float) for i in (0, 1))
+    box_min, box_max = np.array(box_min, dtype=float), np.array(box_max, dtype=float)
+    leaving = [name for name, low, high in zip(bounds, lows, highs)
+               if np.any(low < box_min) or np.any(high > box_max)]
+    if not leaving:
+        return []
+    low, high = lows.min(axis=0), highs.max(axis=0)
+    margin = 0.05 * (high - low)
+    wider_min = np.minimum(box_min, np.floor((low - margin) * 10) / 10).round(1).tolist()
+    wider_max = np.maximum(box_max, np.ceil((high + margin) * 10) / 10).round(1).tolist()
+    named = ", ".join(leaving[:5]) + (", ..." if len(leaving) > 5 else "")
+    notes.append(f"surface box {box_min.tolist()}..{box_max.tolist()} widened to {wider_min}..{wider_max}: "
+                 f"{len(leaving)} of {len(bounds)} runs leave it ({named})")
+    return [f"dataset.bounding_boxes.surface.{key}=[{','.join(map(str, corner))}]"
+            for key, corner in (("min", wider_min), ("max", wider_max))]
 
 
 def split_overrides(runs: list[Path], held_out: int, split_seed: int) -> tuple[list[str], dict[str, list[str]]]:

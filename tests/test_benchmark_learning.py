@@ -61,6 +61,21 @@ def test_a_parameter_table_without_a_run_column_is_refused(tmp_path):
         metrics.read_parameters(path)
 
 
+def test_the_surface_box_is_widened_only_when_a_body_leaves_it_and_then_holds_every_body():
+    benchmark = import_benchmark("benchmark_learning")
+    box = ([-1.2, -1.2, 0.0], [3.6, 1.2, 1.8])
+    inside = {"run_1": [[-0.7, -0.9, 0.2], [3.1, 0.9, 1.5]], "run_2": [[-0.7, -0.8, 0.3], [3.3, 0.8, 1.6]]}
+    notes = []
+    assert benchmark.surface_box_overrides(inside, *box, notes) == [] and notes == []
+
+    longer = inside | {"run_3": [[-0.7, -1.0, 0.25], [4.1, 1.0, 1.7]]}
+    overrides = benchmark.surface_box_overrides(longer, *box, notes)
+    # extent x -0.7..4.1 (4.8 m): 0.24 m margin, rounded out to 0.1 m; y and z stay the box's
+    assert overrides == ["dataset.bounding_boxes.surface.min=[-1.2,-1.2,0.0]",
+                         "dataset.bounding_boxes.surface.max=[4.4,1.2,1.8]"]
+    assert len(notes) == 1 and "1 of 3 runs leave it (run_3)" in notes[0]
+
+
 def test_the_sampling_ab_says_by_how_much_the_default_leaves_the_exact_range():
     benchmark = import_benchmark("benchmark_learning")
     arms = {"default": {1: {"val_loss": 0.05, "p": 0.2, "cd_mae_percent": 5.0},
