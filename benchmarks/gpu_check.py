@@ -56,14 +56,14 @@ def plan(out: Path) -> list[dict]:
     train = ["--config-name=demo", *demo, "train.device=cuda", "train.epochs=2"]
     return [
         {"name": "environment", "timeout": 20, "seen": "environment", "argv": [py, "-c", ENVIRONMENT]},
-        {"name": "demo_data", "timeout": 90, "seen": "requested", "argv": ["bash", "-c", " && ".join([
+        {"name": "demo_data", "timeout": 60, "seen": "requested", "argv": ["bash", "-c", " && ".join([
             f"{py} synthetic_data.py --preset demo --runs 6 --seed 0 --out {work}/demo/raw "
             "--surface-cells 400000 --stl-triangles 200000",
             f"{py} process_data.py --config-name=demo {' '.join(demo[:2])}",
             f"{py} cache_data.py --config-name=demo {' '.join(demo)}"])]},
-        {"name": "train_cached", "timeout": 80, "seen": "train_log",
+        {"name": "train_cached", "timeout": 50, "seen": "train_log",
          "argv": [py, "train.py", *train, f"output_dir={out}/train_cached"]},
-        {"name": "train_uncached", "timeout": 70, "seen": "train_log",
+        {"name": "train_uncached", "timeout": 50, "seen": "train_log",
          "argv": [py, "train.py", *train, f"output_dir={out}/train_uncached", "cache.enabled=false",
                   "train.epochs=1", "train.num_workers=0", "train.val_num_workers=0"]},
         {"name": "training_report", "timeout": 15, "seen": "none",
@@ -71,10 +71,10 @@ def plan(out: Path) -> list[dict]:
                   "--uncached", f"{out}/train_uncached", "--out", f"{out}/training_report"]},
         {"name": "cuda_tests", "timeout": 45, "seen": "pytest",
          "argv": [py, "-m", "pytest", "-q", "-rs", "-k", CUDA_TESTS, "tests"]},
-        {"name": "geometry_benchmark", "timeout": 50, "seen": "geometry_json",
+        {"name": "geometry_benchmark", "timeout": 60, "seen": "geometry_json",
          "argv": [py, "benchmarks/benchmark_geometry.py", "--quick", "--devices", "cuda", "--require-cuda",
                   "--json", str(out / "geometry.json")]},
-        {"name": "cache_benchmark", "timeout": 80, "seen": "scale_json",
+        {"name": "cache_benchmark", "timeout": 140, "seen": "scale_json",
          "argv": [py, "benchmarks/benchmark_scale.py", "--presets", "bench", "--draws", "5",
                   "--geometry-device", "cuda", "--work", str(work / "scale"),
                   "--json", str(out / "scale.json"), "--png", str(out / "scale.png")]},

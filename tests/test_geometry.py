@@ -253,6 +253,15 @@ def brute_force_distance(vertices, faces, queries):
     return dist, closest
 
 
+def tied_closest_points(vertices, faces, query, tolerance):
+    """Each face's closest point to ``query`` that is as close as the nearest one, to ``tolerance``;
+    float64."""
+    v = vertices.astype(np.float64)
+    candidates = closest_on_triangles(query.astype(np.float64), v[faces[:, 0]], v[faces[:, 1]], v[faces[:, 2]])
+    distance = np.linalg.norm(candidates - query, axis=1)
+    return candidates[distance <= distance.min() + tolerance]
+
+
 def winding_number(vertices, faces, queries):
     """Sum of signed solid angles of all triangles over 4 pi (1 inside, 0 outside)."""
     v = vertices.astype(np.float64)
@@ -395,7 +404,14 @@ def test_sdf_cuda_matches_cpu():
     gpu = geometry.signed_distance(vertices, faces, queries, device="cuda:0")
     scale = float(np.ptp(vertices, axis=0).max())
     np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-5, atol=1e-6 * scale)
-    np.testing.assert_allclose(gpu[1], cpu[1], rtol=1e-5, atol=1e-6 * scale)
+    check_sdf(vertices, faces, queries, *gpu, winding_number(vertices, faces, queries) > 0.5)
+    # The closest points agree except where two faces of the curved mesh are equally close to
+    # float32 precision (3 of 450 queries on an H200): there each device picks one of the tied points.
+    moved = np.linalg.norm(gpu[1] - cpu[1], axis=1) > 1e-6 * scale
+    for n in np.flatnonzero(moved):
+        tied = tied_closest_points(vertices, faces, queries[n], 1e-6 * scale)
+        for picked in (cpu[1][n], gpu[1][n]):
+            assert np.linalg.norm(tied - picked, axis=1).min() < 1e-6 * scale, (n, picked, tied)
 
 
 # ------------------------------------------------------------------------------ benchmark smoke
