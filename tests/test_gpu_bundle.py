@@ -68,7 +68,7 @@ def test_trim_keeps_what_the_check_loads_and_the_parts_unpack_to_the_same_files(
     assert not [p for p in parts.iterdir() if p.name in names]  # the joined archives are removed
 
 
-def test_a_corrupt_part_is_named_and_nothing_is_unpacked_from_it(tmp_path):
+def test_a_corrupt_or_missing_part_or_a_blocked_target_names_the_archive(tmp_path):
     site, parts = tmp_path / "site", tmp_path / "parts"
     fake_site(site)
     manifest = build_bundle.pack(site, parts, part_bytes=4000)
@@ -81,4 +81,9 @@ def test_a_corrupt_part_is_named_and_nothing_is_unpacked_from_it(tmp_path):
     (parts / vtk["parts"][0]).unlink()
     with pytest.raises(unpack_bundle.BundleError, match=r"missing part vtk.tar.xz.part00 of vtk.tar.xz"):
         unpack_bundle.unpack(parts, vtk, tmp_path / "target")
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "warp").write_text("a file where the folder goes")
+    with pytest.raises(unpack_bundle.BundleError, match=r"warp.so.xz: unpacking into .*blocked failed"):
+        unpack_bundle.unpack(parts, manifest["archives"][0], blocked)
     assert json.loads((parts / "bundle.json").read_text()) == manifest

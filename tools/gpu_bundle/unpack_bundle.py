@@ -41,15 +41,19 @@ def joined(parts_dir: Path, archive: dict) -> Path:
 def unpack(parts_dir: Path, archive: dict, target: Path) -> str:
     """One archive into ``target``: a single file at its path, or a tar's members."""
     whole = joined(parts_dir, archive)
-    if archive["kind"] == "file":
-        dest = target / archive["path"]
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with lzma.open(whole) as source, open(dest, "wb") as out:
-            shutil.copyfileobj(source, out, 1 << 24)
-    else:
-        with tarfile.open(whole, mode="r:xz") as tar:
-            tar.extractall(target, filter="data")
-    whole.unlink()
+    try:
+        if archive["kind"] == "file":
+            dest = target / archive["path"]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with lzma.open(whole) as source, open(dest, "wb") as out:
+                shutil.copyfileobj(source, out, 1 << 24)
+        else:
+            with tarfile.open(whole, mode="r:xz") as tar:
+                tar.extractall(target, filter="data")
+    except (OSError, lzma.LZMAError, tarfile.TarError) as error:
+        raise BundleError(f"{archive['name']}: unpacking into {target} failed: {error}") from error
+    finally:
+        whole.unlink()
     return archive["name"]
 
 
