@@ -73,6 +73,7 @@ def library_key(name: str) -> str:
 
 
 def read_library_list(path: Path) -> set[str]:
+    """The library names of a list such as vtk_libraries.txt (one per line, ``#`` comments)."""
     return {line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")}
 
 
@@ -151,7 +152,8 @@ def pack(site: Path, out: Path, part_bytes: int) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     files = sorted(p for p in site.rglob("*") if p.is_file() or p.is_symlink())
     vtk = [p for p in files if p.parent == site / "vtkmodules" and p.suffix == ".so"]
-    rest = [p for p in files if p not in set(vtk) | {site / WARP_LIB}]
+    elsewhere = set(vtk) | {site / WARP_LIB}
+    rest = [p for p in files if p not in elsewhere]
     archives = []
     if (site / WARP_LIB).is_file():
         sink = _Compressed(PartWriter(out, "warp.so.xz", part_bytes), (site / WARP_LIB).stat().st_size)
