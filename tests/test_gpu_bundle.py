@@ -78,6 +78,7 @@ def test_a_corrupt_or_missing_part_or_a_blocked_target_names_the_archive(tmp_pat
     with pytest.raises(unpack_bundle.BundleError, match=r"vtk.tar.xz: sha256 .* expected"):
         unpack_bundle.unpack(parts, vtk, tmp_path / "target")
     assert not (tmp_path / "target" / "vtkmodules").exists()
+    assert not (parts / "vtk.tar.xz").exists()  # the joined archive that failed its check is removed
     (parts / vtk["parts"][0]).unlink()
     with pytest.raises(unpack_bundle.BundleError, match=r"missing part vtk.tar.xz.part00 of vtk.tar.xz"):
         unpack_bundle.unpack(parts, vtk, tmp_path / "target")

@@ -23,18 +23,22 @@ class BundleError(RuntimeError):
 def joined(parts_dir: Path, archive: dict) -> Path:
     """The archive's parts as one file beside them, after checking its sha256."""
     whole, digest = parts_dir / archive["name"], hashlib.sha256()
-    with open(whole, "wb") as out:
-        for part in archive["parts"]:
-            path = parts_dir / part
-            if not path.is_file():
-                raise BundleError(f"{path}: missing part {part} of {archive['name']}")
-            with open(path, "rb") as source:
-                while chunk := source.read(1 << 24):
-                    digest.update(chunk)
-                    out.write(chunk)
-    if digest.hexdigest() != archive["sha256"]:
-        raise BundleError(f"{archive['name']}: sha256 {digest.hexdigest()} of its parts, expected "
-                          f"{archive['sha256']} (a part corrupt or from another bundle)")
+    try:
+        with open(whole, "wb") as out:
+            for part in archive["parts"]:
+                path = parts_dir / part
+                if not path.is_file():
+                    raise BundleError(f"{path}: missing part {part} of {archive['name']}")
+                with open(path, "rb") as source:
+                    while chunk := source.read(1 << 24):
+                        digest.update(chunk)
+                        out.write(chunk)
+        if digest.hexdigest() != archive["sha256"]:
+            raise BundleError(f"{archive['name']}: sha256 {digest.hexdigest()} of its parts, expected "
+                              f"{archive['sha256']} (a part corrupt or from another bundle)")
+    except BaseException:
+        whole.unlink(missing_ok=True)
+        raise
     return whole
 
 
