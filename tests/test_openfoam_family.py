@@ -41,7 +41,7 @@ def test_sampled_shapes_lie_in_their_ranges_and_make_closed_bodies(name):
     for p in ranges:
         values = [s[p.field] for s in shapes]
         assert p.low <= min(values) and max(values) <= p.high, p.field
-        assert max(values) - min(values) > 0.5 * (p.high - p.low)  # spread over the range, 8 strata
+        assert max(values) - min(values) > 0.5 * (p.high - p.low) or p.low == p.high  # 8 strata
     for shape in shapes:
         points, tris, _ = sampling.make_case.body_triangles(sampling.variant(shape))
         edges = np.sort(np.concatenate([tris[:, [0, 1]], tris[:, [1, 2]], tris[:, [2, 0]]]), axis=1)
@@ -57,6 +57,17 @@ def test_wide_ranges_widen_the_proportions_and_keep_the_rest():
     assert widened == {"length", "width", "z_roof"}
     assert all(wide[f].low < car[f].low and car[f].high < wide[f].high for f in widened)
     assert max(p.high for p in sampling.RANGES["wide"] if p.field == "z_belt") < wide["z_roof"].low  # a cabin on every body
+
+
+def test_five_ranges_vary_five_parameters_and_fix_the_rest_at_their_middle():
+    car, wide, five = ({p.field: p for p in sampling.RANGES[k]} for k in ("car", "wide", "five"))
+    assert list(five) == list(car)
+    varied = {f for f, p in five.items() if p.low < p.high}
+    assert varied == set(sampling.VARIED_FIVE) == {"length", "z_roof", "nose_exponent", "tail_exponent", "cabin_end"}
+    assert all((five[f].low, five[f].high) == (wide[f].low, wide[f].high) for f in varied)
+    assert all(five[f].low == five[f].high == round((car[f].low + car[f].high) / 2, 6) for f in set(five) - varied)
+    shapes = sampling.sample_parameters(6, seed=0, ranges=sampling.RANGES["five"])
+    assert all(s["width"] == 1.75 and s["cabin_peak"] == 0.5 for s in shapes)
 
 
 def test_derived_angles_of_a_symmetric_cabin_are_equal():

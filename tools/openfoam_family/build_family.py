@@ -220,7 +220,8 @@ def main() -> None:
     parser.add_argument("--base-factor", type=float, default=1.0,
                         help="the base grid's cells multiplied by this in each direction (default 1: 28 x 12 x 7)")
     parser.add_argument("--ranges", choices=sorted(sampling.RANGES), default="car",
-                        help="the shape parameters' bounds (sampling.py): car (default) or wide (Cd spread further)")
+                        help="the shape parameters' bounds (sampling.py): car (default), wide (Cd spread further) "
+                             "or five (five of them varied, the rest fixed)")
     args = parser.parse_args()
     os.environ.setdefault("WM_PROJECT_DIR", "/usr/share/openfoam")
     work = args.work or args.root / ".cases"
