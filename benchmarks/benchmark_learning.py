@@ -324,7 +324,12 @@ def baselines(runs: dict[str, Path], split: dict[str, list[str]], parameters_csv
         columns, table = read_parameters(parameters_csv)
         nearest = nearest_runs(table, split["train"], split["held_out"])
         guesses["nearest_body"] = {r: coefficients[nearest[r]] | {"run": nearest[r]} for r in truth}
-        notes.append(f"nearest body: range-scaled Euclidean distance over {', '.join(columns)} ({parameters_csv.name})")
+        values = np.stack(list(table.values()))
+        varied = [c for c, low, high in zip(columns, values.min(axis=0), values.max(axis=0)) if high > low]
+        fixed = [c for c in columns if c not in varied]
+        constant = f"; constant in this family: {', '.join(fixed)}" if fixed else ""
+        notes.append(f"nearest body: range-scaled Euclidean distance over {', '.join(varied)} "
+                     f"({parameters_csv.name}{constant})")
     return {name: baseline_scores(g, truth) for name, g in guesses.items()}, guesses
 
 

@@ -50,6 +50,23 @@ def test_the_nearest_body_is_the_closest_in_range_scaled_parameters(tmp_path):
         metrics.nearest_runs(table, ["run_9"], ["run_1"])
 
 
+def test_a_parameter_fixed_across_the_family_neither_moves_the_nearest_body_nor_is_named_as_varied(
+        monkeypatch, tmp_path):
+    benchmark = import_benchmark("benchmark_learning")
+    path = tmp_path / "parameters.csv"
+    path.write_text("run,length,width,z_roof\nrun_1,3.0,1.75,1.1\nrun_2,4.0,1.75,1.7\nrun_3,3.2,1.75,1.6\n")
+    coefficients = {"run_1": {"cd": 1.2, "cl": 0.1}, "run_2": {"cd": 1.5, "cl": 0.3}, "run_3": {"cd": 1.4, "cl": 0.2}}
+    monkeypatch.setattr(benchmark, "published", lambda path: coefficients[path.name])
+    notes = []
+    _, guesses = benchmark.baselines({run: Path(run) for run in coefficients},
+                                     {"train": ["run_1", "run_2"], "held_out": ["run_3"]}, path, notes)
+    # ranges 1.0 and 0.6: from run_3 to run_1 sqrt(0.04 + 0.694), to run_2 sqrt(0.64 + 0.0278)
+    assert guesses["nearest_body"]["run_3"]["run"] == "run_2"
+    assert guesses["training_mean"]["run_3"]["cd"] == pytest.approx(1.35)
+    assert ("nearest body: range-scaled Euclidean distance over length, z_roof "
+            "(parameters.csv; constant in this family: width)") in notes
+
+
 def test_a_parameter_table_without_a_run_column_is_refused(tmp_path):
     metrics = import_benchmark("learning_metrics")
     path = tmp_path / "p.csv"
