@@ -11,7 +11,8 @@ Any setting is one override away, e.g. `model_type=combined train.epochs=50 outp
 Runs the quality checks reject (`data.quality`: <processed_dir>/statistics.csv, written by
 process_data.py) are left out and named; `data.quality.include=[run_37]` takes one back.
 
-Everything a run writes goes to `output_dir`: checkpoints/checkpoint.pt (resumed from automatically),
+Everything a run writes goes to `output_dir`: checkpoints/checkpoint-e<epoch>-s<step>.pt (the newest
+two, each with its SHA-256 digest; the newest that passes its check is resumed from automatically),
 checkpoints/model_last.mdlus and model_best.mdlus (physicsnemo's format: the latest model and the one
 with the lowest validation loss; `physicsnemo.Module.from_checkpoint` loads them, model_best.json says
 which epoch), epochs.jsonl (one record per epoch: losses, data wait vs compute, samples/s, peak
@@ -21,6 +22,9 @@ Each checkpointed epoch end also writes physicsnemo's save_checkpoint pair (DoMI
 checkpoint.0.<e>.pt) for its load_checkpoint; `train.resume_from=/example/models` continues such a
 pair written by the DoMINO example (domino_pipeline/training/checkpointing.py).
 Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves a checkpoint and exits with 128+signal.
+A loss or gradient that is not finite stops every rank at that step with one line and exit code 1,
+nothing saved (`train.max_nonfinite_steps` skips that many such steps instead); what is checked and
+how a run resumes: docs/checkpoints.md.
 
 This file wires the pieces of domino_pipeline/training/ together: the epoch loop with its draw,
 step and validation (epochs.py), checkpoints (checkpointing.py), records and logs (run_log.py),
@@ -45,7 +49,7 @@ from domino_pipeline.loading.mixture import WeightedSourceSampler
 from domino_pipeline.object_store import name_of
 from domino_pipeline.source_configs import sources_of, uses_sources
 from domino_pipeline.training import distributed
-from domino_pipeline.training.checkpointing import CheckpointFiles, TrainingState
+from domino_pipeline.training.checkpointing import CheckpointFiles, TrainingState, agreed_checkpoint, checkpoint_folder
 from domino_pipeline.training.distributed import DistInfo
 from domino_pipeline.training.domino_model import (
     amp_dtype,
@@ -160,8 +164,10 @@ def build_source_data(config: PipelineConfig, info: DistInfo, log: RunLog) -> tu
 
 def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
     """Everything the epoch loop needs; refusals (missing data, a stale cache, sources that cannot
-    share a model, a model that does not fit the data) come before the model is built."""
+    share a model, a model that does not fit the data) come before the model is built; a folder of
+    checkpoints none of which passes its checks, before anything is written."""
     output_dir = Path(config.output_dir)
+    saved = agreed_checkpoint(checkpoint_folder(output_dir))
     if info.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
     log = RunLog(output_dir, enabled=info.is_main)
@@ -183,8 +189,9 @@ def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
     check_data_fits_model(data.train_set.settings, resolved_parameters(config.model), data_source(config))
     objective = Objective(loss=config.loss, description=config.loss.describe(parts_of(model_type)),
                           variable_names=names, unscale=unscaler(factors))
+    files = CheckpointFiles.under(output_dir, config.as_dict(), keep=config.train.keep_checkpoints)
     return Trainer(info=info, config=config.train, state=build_state(config, info), data=data, objective=objective,
-                   files=CheckpointFiles.under(output_dir, config.as_dict()), log=log, stop=StopFlag())
+                   files=files, saved=saved, log=log, stop=StopFlag())
 
 
 def describe(trainer: Trainer, config: PipelineConfig) -> str:

@@ -81,21 +81,47 @@ def write_json_atomic(path: str | os.PathLike, data: object) -> Path:
     return write_bytes_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` via a hidden temporary file and a rename: readers never see a part."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+def write_bytes_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False) -> Path:
+    """Write ``data`` to ``path`` via a hidden temporary file and a rename: readers never see a part;
+    ``durable``: on disk before this returns (``atomic_file``)."""
+    with atomic_file(path, durable=durable) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+@contextmanager
+def atomic_file(final: str | os.PathLike, *, durable: bool = False, suffix: str = "") -> Iterator[Path]:
+    """Yield a new hidden temporary path beside ``final`` (ending in ``suffix``, for writers that
+    insist on an extension), locked by this process (so that
+    ``remove_stale_temporaries`` spares it) for the caller to write; on success rename it to
+    ``final``, replacing any old file; on an exception remove it and leave ``final`` as it was.
+    ``durable``: the file's bytes reach the disk before the rename, and the rename before the return,
+    so that a crash or power cut leaves the old file or the whole new one."""
+    final = Path(final)
+    tmp = final.with_name(f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.write(fd, data)
-        os.replace(tmp, path)
+        yield tmp
+        if durable:
+            flush_to_disk(tmp)
+        os.replace(tmp, final)
+        if durable:
+            flush_to_disk(final.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     finally:
         os.close(fd)
-    return path
+
+
+def flush_to_disk(path: str | os.PathLike) -> None:
+    """``fsync`` a file's bytes, or a folder's entries (a rename in it), to the disk."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_json(path: str | os.PathLike, missing: str, error: type[Exception] = ValueError) -> object:

@@ -358,11 +358,13 @@ class TrainConfig:
     step_size: int
     gamma: float
     clip_grad_norm: float   # <= 0: no clipping
+    max_nonfinite_steps: int  # steps whose loss or gradient is not finite skipped before training stops; 0: none
     amp: str                # bf16 | fp16 | none; used on CUDA only
     val_fraction: float
     split_seed: int | None  # seeds the train/validation split; None: the run's seed
     val_every: int
     checkpoint_every: int
+    keep_checkpoints: int   # checkpoints kept (the newest that pass their check); older ones removed
     num_workers: int
     val_num_workers: int
     device: str             # auto | cpu | cuda
@@ -376,8 +378,9 @@ class TrainConfig:
         check_choice("train.device", self.device, DEVICES)
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"train.val_fraction must be in [0, 1), not {self.val_fraction}")
-        check_at_least("train", self, ("cpu_threads", "num_workers", "val_num_workers"), 0)
-        check_at_least("train", self, ("epochs", "batch_size", "val_every", "checkpoint_every", "step_size"), 1)
+        check_at_least("train", self, ("cpu_threads", "num_workers", "val_num_workers", "max_nonfinite_steps"), 0)
+        check_at_least("train", self, ("epochs", "batch_size", "val_every", "checkpoint_every", "keep_checkpoints",
+                                       "step_size"), 1)
 
 
 @dataclass(frozen=True)

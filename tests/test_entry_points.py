@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, yaml_config
+from tiny_training import TinySurfaceModel
 
 import cache_data
 import predict
@@ -15,6 +17,8 @@ import process_data
 import synthetic_data
 import train
 from domino_pipeline.entry_point import check_override_keys, config_name, one_line, refusals_in_one_line
+from domino_pipeline.file_digests import write_checked
+from domino_pipeline.training.model_files import save_model_file
 
 
 def refusal(capsys, call) -> str:
@@ -48,6 +52,40 @@ def test_predict_names_a_missing_model_file(tmp_path, capsys):
     cfg = yaml_config(f"predict.checkpoint={tmp_path / 'model.mdlus'}", "predict.device=cpu")
     line = refusal(capsys, lambda: predict.main(cfg))
     assert line.startswith(f"error: {tmp_path / 'model.mdlus'}: no such model file")
+
+
+def flip_middle(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("writer", ["train.py", "physicsnemo"])
+def test_predict_names_a_damaged_model_file(tmp_path, capsys, writer):
+    """64 flipped bytes inside a .mdlus: train.py's (checked by its digest) or one physicsnemo saved
+    (by the zip's CRC-32s); one line, never zipfile's traceback."""
+    path, model = tmp_path / "model_best.mdlus", TinySurfaceModel()
+    save_model_file(model, path) if writer == "train.py" else model.save(str(path))
+    flip_middle(path)
+    cfg = yaml_config(f"predict.checkpoint={path}", "predict.device=cpu")
+    fault = ("its SHA-256 does not match model_best.mdlus.sha256: its bytes changed after it was written"
+             if writer == "train.py" else "its member model.pt fails its CRC-32 or header check: damaged")
+    assert refusal(capsys, lambda: predict.main(cfg)) == f"error: {path}: {fault}"
+
+
+def test_train_refuses_a_folder_whose_checkpoints_all_fail_and_writes_nothing(tmp_path, capsys):
+    folder = tmp_path / "run" / "checkpoints"
+    for name in ("checkpoint-e0003-s000000.pt", "checkpoint-e0002-s000000.pt"):
+        write_checked(folder / name, lambda tmp: tmp.write_bytes(b"x" * 1000))
+        flip_middle(folder / name)
+    before = {p: p.read_bytes() for p in sorted((tmp_path / "run").rglob("*"))  if p.is_file()}
+    cfg = yaml_config(f"data.processed_dir={tmp_path / 'empty'}", f"output_dir={tmp_path / 'run'}", "train.device=cpu")
+    line = refusal(capsys, lambda: train.main(cfg))
+    assert line.startswith(f"error: {folder}: no checkpoint passes its checks (checkpoint-e0003-s000000.pt: its SHA-256 "
+                           "does not match checkpoint-e0003-s000000.pt.sha256")
+    assert line.endswith("nothing was written or removed: move the folder away to train afresh")
+    assert {p: p.read_bytes() for p in sorted((tmp_path / "run").rglob("*")) if p.is_file()} == before
 
 
 def test_synthetic_data_names_an_output_it_cannot_write(tmp_path, capsys):
@@ -99,7 +137,7 @@ def test_a_refusal_from_the_command_line_has_no_traceback(tmp_path):
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         f"error: {tmp_path / 'none.mdlus'}: no such model file (train.py writes checkpoints/model_best.mdlus "
-        "when it validates, checkpoints/model_last.mdlus and checkpoint.pt always)"]
+        "when it validates, checkpoints/model_last.mdlus and checkpoint-e<epoch>-s<step>.pt always)"]
     done = subprocess.run([sys.executable, "process_data.py", "data.input_dir=/data"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert (done.returncode, done.stderr.strip()) == (

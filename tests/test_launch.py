@@ -227,8 +227,8 @@ def test_slurm_tasks_build_the_cache_and_train_as_torchrun_does(tiny_processed_d
     steps, reference_steps = _steps(slurm / "train"), _steps(reference / "train")
     assert len(steps) == 2 and all(np.isfinite(s["loss"]) for s in steps)
     assert steps == reference_steps
-    weights = checkpointing.load_checkpoint(checkpointing.checkpoint_path(slurm / "train"))["model"]
-    reference_weights = checkpointing.load_checkpoint(checkpointing.checkpoint_path(reference / "train"))["model"]
+    weights = checkpointing.load_checkpoint(checkpointing.newest_checkpoint(slurm / "train"))["model"]
+    reference_weights = checkpointing.load_checkpoint(checkpointing.newest_checkpoint(reference / "train"))["model"]
     assert sorted(weights) == sorted(reference_weights)
     for name, tensor in reference_weights.items():
         torch.testing.assert_close(weights[name], tensor, rtol=0, atol=0, msg=name)

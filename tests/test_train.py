@@ -18,9 +18,10 @@ from conftest import PROCESS_OPTIONS, typed_config
 from omegaconf import OmegaConf
 
 from domino_pipeline.config import load_config
+from domino_pipeline.file_digests import write_checked
 from domino_pipeline.config_files import compose_files
 from domino_pipeline.processed.runs import DEFAULT_OPTIONS, split_runs
-from domino_pipeline.training import checkpointing
+from domino_pipeline.training import checkpointing, example_checkpoints, model_files
 from domino_pipeline.training.checkpointing import check_same_model
 from domino_pipeline.training.domino_model import (
     build_model,
@@ -106,7 +107,7 @@ def test_three_cached_epochs_lower_the_training_loss(three_epochs):
         assert record["peak_memory_mb"] > 0 and record["memory_kind"] == "cpu_peak_rss"
         rel_l2 = [v for k, v in record.items() if k.startswith("val_rel_l2/surface/")]
         assert len(rel_l2) == 4 and all(np.isfinite(rel_l2)) and np.isfinite(record["val_loss"])
-    state = checkpointing.load_checkpoint(checkpointing.checkpoint_path(three_epochs))
+    state = checkpointing.load_checkpoint(checkpointing.newest_checkpoint(three_epochs))
     assert state["epoch"] == 4 and state["step"] == 0
     assert checkpointing.config_from_checkpoint(state)["train"]["epochs"] == 3
     assert list((three_epochs / "tensorboard").glob("events.out.tfevents.*"))
@@ -133,7 +134,7 @@ def test_killed_run_resumes_with_the_losses_of_an_uninterrupted_run(setup, three
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGINT, output[-3000:]
-    state = checkpointing.load_checkpoint(checkpointing.checkpoint_path(out))
+    state = checkpointing.load_checkpoint(checkpointing.newest_checkpoint(out))
     assert state["epoch"] == 1 and 1 <= state["step"] < 3, "the signal should stop the first epoch half-way"
     interrupted = [json.loads(line) for line in (out / "epochs.jsonl").read_text().splitlines()]
     assert interrupted[-1]["kind"] == "interrupted"
@@ -144,8 +145,8 @@ def test_killed_run_resumes_with_the_losses_of_an_uninterrupted_run(setup, three
     assert [r["epoch"] for r in got] == [1, 2, 3]
     for key in ("train_loss", "val_loss"):
         np.testing.assert_allclose([r[key] for r in got], [r[key] for r in expected], rtol=0, atol=1e-5)
-    final = checkpointing.load_checkpoint(checkpointing.checkpoint_path(out))["model"]
-    reference = checkpointing.load_checkpoint(checkpointing.checkpoint_path(three_epochs))["model"]
+    final = checkpointing.load_checkpoint(checkpointing.newest_checkpoint(out))["model"]
+    reference = checkpointing.load_checkpoint(checkpointing.newest_checkpoint(three_epochs))["model"]
     for name, tensor in reference.items():
         torch.testing.assert_close(final[name], tensor, rtol=0, atol=1e-5, msg=name)
 
@@ -243,12 +244,19 @@ def test_rng_state_survives_a_weights_only_checkpoint(tmp_path):
 
 
 def test_a_foreign_checkpoint_is_refused(tmp_path):
-    path = tmp_path / "checkpoint.pt"
+    path = tmp_path / "checkpoint-e0002-s000000.pt"
     path.write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="checkpoint.pt: not a readable training checkpoint"):
+    with pytest.raises(ValueError, match=r"checkpoint-e0002-s000000.pt: no checkpoint-e0002-s000000.pt.sha256 beside it"):
         checkpointing.load_checkpoint(path)
-    torch.save({"model": {}}, path)
+    write_checked(path, lambda tmp: tmp.write_bytes(b"not a checkpoint"))  # whole, but not a checkpoint
+    with pytest.raises(ValueError, match="checkpoint-e0002-s000000.pt: not a readable training checkpoint"):
+        checkpointing.load_checkpoint(path)
+    write_checked(path, lambda tmp: torch.save({"model": {}}, tmp))
     with pytest.raises(ValueError, match="checkpoint lacks"):
+        checkpointing.load_checkpoint(path)
+    state = {key: 0 for key in checkpointing.CHECKPOINT_KEYS} | {"model": {}, "epoch": 3}
+    write_checked(path, lambda tmp: torch.save(state, tmp))
+    with pytest.raises(ValueError, match="checkpoint-e0002-s000000.pt: holds epoch 3, step 0, not its name's"):
         checkpointing.load_checkpoint(path)
     with pytest.raises(ValueError, match="other \\['model'\\] settings"):
         check_same_model({"model_type": "surface", "model": {"a": 1}}, {"model_type": "surface", "model": {"a": 2}}, path)
@@ -351,7 +359,7 @@ def test_physicsnemo_loads_the_saved_models_with_the_same_outputs(setup, three_e
 
     cfg = tiny_config(setup)
     trained = build_model("surface", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu"))
-    trained.load_state_dict(checkpointing.load_checkpoint(checkpointing.checkpoint_path(three_epochs))["model"])
+    trained.load_state_dict(checkpointing.load_checkpoint(checkpointing.newest_checkpoint(three_epochs))["model"])
     files = checkpointing.model_file_paths(three_epochs)
     loaded = Module.from_checkpoint(str(files["last"]))
     assert type(loaded).__name__ == "DoMINO"
@@ -381,7 +389,7 @@ def test_training_starts_from_a_physicsnemo_mdlus(setup):
                                "train.lr=0", "train.weight_decay=0", "sampling.allow_other_split=true"))
     assert f"initialised the model from {path}" in result.stdout
     # lr 0: the trained weights are the file's, bit for bit
-    state = checkpointing.load_checkpoint(checkpointing.checkpoint_path(out))["model"]
+    state = checkpointing.load_checkpoint(checkpointing.newest_checkpoint(out))["model"]
     for name, tensor in foreign.state_dict().items():
         assert torch.equal(state[name], tensor), name
 
@@ -389,7 +397,7 @@ def test_training_starts_from_a_physicsnemo_mdlus(setup):
                               torch.device("cpu"))
     with pytest.raises(ValueError, match=r"foreign.mdlus: the model in this file differs .*\n  model_parameters.activation: "
                                          r"this config 'relu', the file 'gelu'"):
-        checkpointing.init_weights_from(other, path)
+        model_files.init_weights_from(other, path)
 
 
 def first_state(optimizer_state: dict) -> dict:
@@ -405,7 +413,7 @@ def test_physicsnemos_load_checkpoint_finds_our_checkpoints(setup, three_epochs)
     from physicsnemo.utils.checkpoint import load_checkpoint
 
     cfg = tiny_config(setup)
-    folder = checkpointing.checkpoint_path(three_epochs).parent
+    folder = checkpointing.checkpoint_folder(three_epochs)
     assert sorted(p.name for p in folder.glob("*.0.*")) == ["DoMINO.0.2.mdlus", "checkpoint.0.2.pt"]  # the latest pair only
     model = build_model("surface", OmegaConf.to_container(cfg.model, resolve=True), torch.device("cpu"))
     config = load_config(cfg).train
@@ -414,7 +422,7 @@ def test_physicsnemos_load_checkpoint_finds_our_checkpoints(setup, three_epochs)
     assert load_checkpoint(str(folder), models=model, optimizer=optimizer, scheduler=scheduler) == 2
     batch = first_batch(setup)
     assert torch.equal(outputs_of(model, batch), outputs_of(Module.from_checkpoint(str(folder / "model_last.mdlus")), batch))
-    ours = checkpointing.load_checkpoint(checkpointing.checkpoint_path(three_epochs))
+    ours = checkpointing.load_checkpoint(checkpointing.newest_checkpoint(three_epochs))
     assert torch.equal(first_state(optimizer.state_dict())["exp_avg"], first_state(ours["optimizer"])["exp_avg"])
     assert scheduler.last_epoch == ours["scheduler"]["last_epoch"] == 3
 
@@ -450,7 +458,7 @@ def test_an_example_checkpoint_resumes_here_with_its_optimizer_state(setup):
     assert f"resumed from {folder} (physicsnemo checkpoint of epoch index 1): epoch 3" in result.stdout
     assert "the checkpoint's scheduler" in result.stdout and "MultiStepLR" not in result.stdout  # a note, by its keys
     assert [r["epoch"] for r in epochs(out)] == [3]  # the example finished 0-based epochs 0 and 1
-    state = checkpointing.load_checkpoint(checkpointing.checkpoint_path(out))
+    state = checkpointing.load_checkpoint(checkpointing.newest_checkpoint(out))
     assert state["epoch"] == 4
     assert first_state(state["optimizer"])["step"] == 5 + 3  # its 5 steps, then one epoch of 3 training runs
     # the run's own checkpoint now wins over train.resume_from
@@ -472,17 +480,17 @@ def test_an_example_checkpoint_with_this_runs_scheduler_kind_loads_it(setup, tmp
     save_checkpoint(str(tmp_path), models=model, optimizer=optimizer, scheduler=scheduler, epoch=3)
     fresh_optimizer = build_optimizer(model, config)
     fresh_scheduler = build_scheduler(fresh_optimizer, config)
-    example = checkpointing.load_example_checkpoint(tmp_path)
+    example = example_checkpoints.load_example_checkpoint(tmp_path)
     assert example.index == 3 and example.next_epoch == 5
-    notes = checkpointing.restore_example_states(example, fresh_optimizer, fresh_scheduler,
+    notes = example_checkpoints.restore_example_states(example, fresh_optimizer, fresh_scheduler,
                                                  torch.amp.GradScaler("cpu", enabled=False))
     assert notes == [] and fresh_scheduler.state_dict() == scheduler.state_dict()
     assert fresh_optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
     (tmp_path / "DoMINO.0.3.mdlus").unlink()
     with pytest.raises(FileNotFoundError, match=r"DoMINO.0.3.mdlus: missing; checkpoint.0.3.pt has no model beside it"):
-        checkpointing.load_example_checkpoint(tmp_path)
+        example_checkpoints.load_example_checkpoint(tmp_path)
     with pytest.raises(FileNotFoundError, match="no physicsnemo checkpoint"):
-        checkpointing.load_example_checkpoint(tmp_path / "none")
+        example_checkpoints.load_example_checkpoint(tmp_path / "none")
 
 
 

@@ -1,6 +1,7 @@
 """A trained DoMINO for prediction, from a physicsnemo ``.mdlus`` (rebuilt from its own constructor
-arguments) or this project's ``checkpoint.pt`` (from its resolved config), with the model's
-resolved parameters, to check the data against.
+arguments) or one of this project's checkpoints (``checkpoint-e<epoch>-s<step>.pt``, from its
+resolved config), with the model's resolved parameters, to check the data against. Either is
+checked first (its digest, or a foreign .mdlus's zip CRC-32s): a damaged file is named, never loaded.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 import torch
 
-from domino_pipeline.training import checkpointing
+from domino_pipeline.training import checkpointing, model_files
 from domino_pipeline.training.domino_model import build_model, resolved_parameters
 from domino_pipeline.variables import column_names
 
@@ -20,10 +21,10 @@ def load_trained_model(path: str | Path, device: torch.device) -> tuple[torch.nn
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model file (train.py writes checkpoints/model_best.mdlus when it "
-                                "validates, checkpoints/model_last.mdlus and checkpoint.pt always)")
+                                "validates, checkpoints/model_last.mdlus and checkpoint-e<epoch>-s<step>.pt always)")
     if path.suffix == ".mdlus":
-        parameters = dict(checkpointing.read_model_args(path)["__args__"]["model_parameters"])
-        return checkpointing.load_model_file(path, device), parameters
+        model = model_files.load_model_file(path, device)  # checked first
+        return model, dict(model_files.read_model_args(path)["__args__"]["model_parameters"])
     state = checkpointing.load_checkpoint(path)
     config = checkpointing.config_from_checkpoint(state)
     widths = {part: len(column_names(config["variables"][part])) for part in ("surface", "volume")}

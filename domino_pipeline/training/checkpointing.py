@@ -1,18 +1,18 @@
 """Training checkpoints: when and what a run saves, how it resumes, and the files themselves
-(``TrainingState`` what a step changes, ``CheckpointFiles`` where it goes). The files are
-described in docs/configuration.md ("Checkpoints") and docs/example_keys.md.
+(``TrainingState`` what a step changes, ``CheckpointFiles`` where it goes). Every checkpoint is a new
+file, ``checkpoint-e<epoch>-s<step>.pt``, written with its digest (``file_digests``); an older one
+is removed only once a newer one is on disk and checked, and resuming takes the newest that passes
+its checks. The files and what is checked: docs/checkpoints.md; their contents:
+docs/configuration.md ("Checkpoints") and docs/example_keys.md.
 """
 
 from __future__ import annotations
 
-import collections
+import io
 import json
 import math
-import os
 import random
 import re
-import shutil
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,15 +20,28 @@ from typing import Any
 import numpy as np
 import torch
 
+from domino_pipeline.atomic_store import remove_stale_temporaries, write_json_atomic
+from domino_pipeline.entry_point import one_line
+from domino_pipeline.file_digests import (
+    DIGEST_SUFFIX,
+    DamagedFileError,
+    check_file,
+    read_checked,
+    remove_checked,
+    write_checked,
+)
 from domino_pipeline.training import distributed
 from domino_pipeline.training.distributed import DistInfo
+from domino_pipeline.training.example_checkpoints import load_example_checkpoint, restore_example_states, save_example_checkpoint
+from domino_pipeline.training.model_files import init_weights_from, nonfinite_tensors, require_finite_weights, save_model_file
 from domino_pipeline.training.run_log import EpochResult
 
-CHECKPOINT_NAME = "checkpoint.pt"
+CHECKPOINT_NAME = "checkpoint-e{epoch:04d}-s{step:06d}.pt"
+_CHECKPOINT_PATTERN = re.compile(r"^checkpoint-e(\d+)-s(\d+)\.pt$")
+LEGACY_CHECKPOINT = "checkpoint.pt"  # written before checkpoints carried digests: named on resume, never loaded
 LAST_MODEL_NAME = "model_last.mdlus"
 BEST_MODEL_NAME = "model_best.mdlus"
-# The models a .mdlus may name for this project to rebuild: DoMINO from physicsnemo, nothing else.
-MODEL_CLASSES = {("DoMINO", "physicsnemo.models.domino.model")}
+CHECKPOINT_KEYS = {"model", "optimizer", "scheduler", "scaler", "epoch", "step", "rng_states", "config"}
 
 
 # ---- the policy: what a run saves when, and how it resumes
@@ -44,52 +57,78 @@ class TrainingState:
     scaler: torch.amp.GradScaler
     amp_dtype: torch.dtype | None
     best_val_loss: float = math.inf
+    nonfinite_steps: int = 0        # steps skipped so far for a loss or gradient that was not finite
 
 
 @dataclass(frozen=True)
 class CheckpointFiles:
-    """Where a run's checkpoint and models go, and the resolved config they record."""
+    """Where a run's checkpoints and models go, how many checkpoints it keeps, the resolved config
+    they record."""
 
-    checkpoint: Path
+    folder: Path
     models: dict[str, Path] = field(repr=False)  # last, best (physicsnemo .mdlus) and best_record (JSON)
     config_json: str = field(repr=False)
+    keep: int = 2
 
     @classmethod
-    def under(cls, output_dir: Path, config: dict[str, Any]) -> CheckpointFiles:
+    def under(cls, output_dir: Path, config: dict[str, Any], keep: int = 2) -> CheckpointFiles:
         """The files of a run writing to ``output_dir`` with the resolved ``config``."""
-        return cls(checkpoint_path(output_dir), model_file_paths(output_dir), json.dumps(config))
+        return cls(checkpoint_folder(output_dir), model_file_paths(output_dir), json.dumps(config), keep)
 
 
 def save_checkpoint(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, epoch: int, step: int,
-                    partial: EpochResult) -> None:
+                    partial: EpochResult) -> Path:
     """Collective: gather every rank's RNG state and partial sums, rank 0 writes the checkpoint
-    (``epoch`` to run next, ``step`` batches of it done) and the last model, all wait."""
+    (``epoch`` to run next, ``step`` batches of it done) and the last model, then removes the older
+    checkpoints; every rank raises rank 0's error if it failed. Weights that are not finite are
+    refused on every rank before anything is written. The checkpoint's path."""
+    require_finite_weights(state.model, f"epoch {epoch}, step {step}")
     rng_states = distributed.gather_objects(capture_rng_state())
-    partials = distributed.gather_objects(
-        {"loss_sum": partial.loss_sum, "batches": partial.batches, "term_sums": partial.term_sums})
+    partials = distributed.gather_objects({"loss_sum": partial.loss_sum, "batches": partial.batches,
+                                           "term_sums": partial.term_sums, "skipped": partial.skipped})
+    path = files.folder / CHECKPOINT_NAME.format(epoch=epoch, step=step)
+    error = None
     if info.is_main:
-        write_checkpoint(files.checkpoint, {
-            "model": state.model.state_dict(), "optimizer": state.optimizer.state_dict(),
-            "scheduler": state.scheduler.state_dict(), "scaler": state.scaler.state_dict(),
-            "epoch": epoch, "step": step, "epoch_partial": partials, "rng_states": rng_states,
-            "config": files.config_json, "best_val_loss": state.best_val_loss,
-        })
-        save_model_file(state.model, files.models["last"])
-        if step == 0 and epoch >= 2:  # an epoch's end: physicsnemo's pair too, for its load_checkpoint
-            states = {"optimizer": state.optimizer.state_dict(), "scheduler": state.scheduler.state_dict(),
-                      "scaler": state.scaler.state_dict()}
-            save_example_checkpoint(files.checkpoint.parent, files.models["last"], states, index=epoch - 2)
-    distributed.barrier()
+        try:
+            write_files(state, files, path, {
+                "model": state.model.state_dict(), "optimizer": state.optimizer.state_dict(),
+                "scheduler": state.scheduler.state_dict(), "scaler": state.scaler.state_dict(),
+                "epoch": epoch, "step": step, "epoch_partial": partials, "rng_states": rng_states,
+                "config": files.config_json, "best_val_loss": state.best_val_loss,
+                "nonfinite_steps": state.nonfinite_steps,
+            })
+        except (OSError, ValueError) as failed:
+            error = failed
+    failure = distributed.gather_objects(None if error is None else one_line(error))[0]
+    if error is not None:
+        raise error
+    if failure is not None:
+        raise OSError(failure)
+    return path
+
+
+def write_files(state: TrainingState, files: CheckpointFiles, path: Path, contents: dict[str, Any]) -> None:
+    """Rank 0's part of a checkpoint: the checkpoint, the last model, at an epoch's end physicsnemo's
+    pair; each written, flushed and checked before the older checkpoints are removed."""
+    write_checked(path, lambda tmp: torch.save(contents, tmp))
+    save_model_file(state.model, files.models["last"])
+    epoch, step = contents["epoch"], contents["step"]
+    if step == 0 and epoch >= 2:  # an epoch's end: physicsnemo's pair too, for its load_checkpoint
+        states = {name: contents[name] for name in ("optimizer", "scheduler", "scaler")}
+        save_example_checkpoint(files.folder, files.models["last"], states, index=epoch - 2)
+    remove_older_checkpoints(path, files.keep)
 
 
 def keep_best(state: TrainingState, files: CheckpointFiles, info: DistInfo, epoch: int, val_loss: float) -> None:
-    """Rank 0 saves the model as the best one when the validation loss is the lowest so far."""
+    """Rank 0 saves the model as the best one when the validation loss is the lowest so far (a
+    validation loss that is not finite never is)."""
     if not val_loss < state.best_val_loss:
         return
+    require_finite_weights(state.model, f"the best model of epoch {epoch}")
     state.best_val_loss = val_loss
     if info.is_main:
         save_model_file(state.model, files.models["best"])
-        files.models["best_record"].write_text(json.dumps({"epoch": epoch, "val_loss": val_loss}) + "\n")
+        write_json_atomic(files.models["best_record"], {"epoch": epoch, "val_loss": val_loss})
 
 
 def check_same_model(saved: dict[str, Any], current: dict[str, Any], path: Path) -> None:
@@ -111,11 +150,11 @@ class ResumePoint:
     partial: EpochResult = field(default_factory=EpochResult)
 
 
-def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, init_from: str | None,
-           resume_from: str | None = None, say=print) -> ResumePoint:
-    """Restore the latest checkpoint if there is one, else continue the physicsnemo checkpoint folder
+def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, saved: GoodCheckpoint | None,
+           init_from: str | None, resume_from: str | None = None, say=print) -> ResumePoint:
+    """Restore ``saved`` (the newest checkpoint that passed its checks: ``agreed_checkpoint``) if
+    there is one, naming the newer ones it skipped, else continue the physicsnemo checkpoint folder
     ``resume_from``, else start from ``init_from`` (a .mdlus) when given; ``say`` reports which."""
-    saved = load_checkpoint(files.checkpoint)
     if saved is None and resume_from:
         return resume_from_example(state, resume_from, info, say)
     if saved is None:
@@ -123,18 +162,22 @@ def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, init
             init_weights_from(state.model, init_from)
             say(f"initialised the model from {init_from}")
         return ResumePoint()
+    for line in saved.skipped:
+        say(f"skipped {line}")
     if init_from:
-        say(f"note: resuming {files.checkpoint}; train.init_from={init_from} is not used")
-    check_same_model(config_from_checkpoint(saved), json.loads(files.config_json), files.checkpoint)
-    state.model.load_state_dict(saved["model"])
-    state.optimizer.load_state_dict(saved["optimizer"])
-    state.scheduler.load_state_dict(saved["scheduler"])
-    state.scaler.load_state_dict(saved["scaler"])
-    state.best_val_loss = float(saved.get("best_val_loss", math.inf))
-    restore_rng_state(saved["rng_states"][info.rank % len(saved["rng_states"])])
-    partial = EpochResult(**saved["epoch_partial"][info.rank % len(saved["epoch_partial"])])
-    say(f"resumed from {files.checkpoint}: epoch {saved['epoch']}, step {saved['step']}")
-    return ResumePoint(saved["epoch"], saved["step"], partial)
+        say(f"note: resuming {saved.path}; train.init_from={init_from} is not used")
+    contents = saved.state
+    check_same_model(config_from_checkpoint(contents), json.loads(files.config_json), saved.path)
+    state.model.load_state_dict(contents["model"])
+    state.optimizer.load_state_dict(contents["optimizer"])
+    state.scheduler.load_state_dict(contents["scheduler"])
+    state.scaler.load_state_dict(contents["scaler"])
+    state.best_val_loss = float(contents.get("best_val_loss", math.inf))
+    state.nonfinite_steps = int(contents.get("nonfinite_steps", 0))
+    restore_rng_state(contents["rng_states"][info.rank % len(contents["rng_states"])])
+    partial = EpochResult(**contents["epoch_partial"][info.rank % len(contents["epoch_partial"])])
+    say(f"resumed from {saved.path}: epoch {contents['epoch']}, step {contents['step']}")
+    return ResumePoint(contents["epoch"], contents["step"], partial)
 
 
 def resume_from_example(state: TrainingState, folder: str, info: DistInfo, say=print) -> ResumePoint:
@@ -149,7 +192,148 @@ def resume_from_example(state: TrainingState, folder: str, info: DistInfo, say=p
     return ResumePoint(example.next_epoch)
 
 
-# ---- the files: checkpoints, RNG states, models (.mdlus), physicsnemo's checkpoint pairs
+# ---- the checkpoint files: named by position, each with its digest; the newest good one wins
+
+def checkpoint_folder(output_dir: str | Path) -> Path:
+    """Where a run's checkpoints and models live."""
+    return Path(output_dir) / "checkpoints"
+
+
+def model_file_paths(output_dir: str | Path) -> dict[str, Path]:
+    """Where a run's last and best models (physicsnemo .mdlus) and the best model's record live."""
+    folder = checkpoint_folder(output_dir)
+    return {"last": folder / LAST_MODEL_NAME, "best": folder / BEST_MODEL_NAME,
+            "best_record": folder / "model_best.json"}
+
+
+def checkpoint_position(path: Path) -> tuple[int, int]:
+    """(epoch, step) of a checkpoint by its name; (0, -1), before any, for the legacy ``checkpoint.pt``."""
+    match = _CHECKPOINT_PATTERN.match(path.name)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, -1)
+
+
+def checkpoints_newest_first(folder: str | Path) -> list[Path]:
+    """The checkpoint files of ``folder`` (by name), newest first; a legacy ``checkpoint.pt`` last."""
+    folder = Path(folder)
+    named = [p for p in folder.glob("checkpoint-e*-s*.pt") if _CHECKPOINT_PATTERN.match(p.name)]
+    legacy = [folder / LEGACY_CHECKPOINT] if (folder / LEGACY_CHECKPOINT).is_file() else []
+    return sorted(named, key=checkpoint_position, reverse=True) + legacy
+
+
+def newest_checkpoint(output_dir: str | Path) -> Path:
+    """The newest checkpoint of the run writing to ``output_dir`` (by name, unchecked)."""
+    found = checkpoints_newest_first(checkpoint_folder(output_dir))
+    if not found:
+        raise FileNotFoundError(f"{checkpoint_folder(output_dir)}: no checkpoint")
+    return found[0]
+
+
+def load_checkpoint(path: str | Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
+    """The checkpoint at ``path``, read once and checked: its digest, its format, its keys, that its
+    position is its name's and that its weights are finite; else an error naming the file."""
+    path = Path(path)
+    data = read_checked(path)
+    try:
+        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as error:  # torch raises several types for corrupt or foreign files
+        raise DamagedFileError(f"{path}: not a readable training checkpoint ({error})") from error
+    if not isinstance(state, dict) or CHECKPOINT_KEYS - set(state):
+        raise DamagedFileError(f"{path}: checkpoint lacks {sorted(CHECKPOINT_KEYS - set(state or {}))}")
+    if path.name != LEGACY_CHECKPOINT and (state["epoch"], state["step"]) != checkpoint_position(path):
+        raise DamagedFileError(f"{path}: holds epoch {state['epoch']}, step {state['step']}, not its name's")
+    bad = nonfinite_tensors(state["model"])
+    if bad:
+        raise DamagedFileError(f"{path}: its model weights are not finite ({', '.join(bad[:3])})")
+    return state
+
+
+def config_from_checkpoint(state: dict[str, Any]) -> dict[str, Any]:
+    """The resolved config stored in a checkpoint, as a plain dict."""
+    return json.loads(state["config"])
+
+
+@dataclass(frozen=True)
+class GoodCheckpoint:
+    """The newest checkpoint of a folder that passed its checks, its contents, and one line for
+    each newer one skipped (the file and what is wrong with it)."""
+
+    path: Path
+    state: dict[str, Any] = field(repr=False)
+    skipped: tuple[str, ...] = ()
+
+
+class NoGoodCheckpointError(ValueError):
+    """A folder with checkpoints of which none passes its checks: training refuses to start."""
+
+
+def last_good_checkpoint(folder: str | Path, map_location: torch.device | str = "cpu") -> GoodCheckpoint | None:
+    """The newest checkpoint of ``folder`` that ``load_checkpoint`` accepts; None when there is no
+    checkpoint; NoGoodCheckpointError naming each file and its fault when none passes."""
+    folder, skipped = Path(folder), []
+    for path in checkpoints_newest_first(folder):
+        try:
+            return GoodCheckpoint(path, load_checkpoint(path, map_location), tuple(skipped))
+        except (ValueError, OSError) as error:
+            skipped.append(one_line(error))
+    if skipped:
+        reasons = "; ".join(line.replace(f"{folder}/", "") for line in skipped)
+        raise NoGoodCheckpointError(f"{folder}: no checkpoint passes its checks ({reasons}); nothing was "
+                                    "written or removed: move the folder away to train afresh")
+    return None
+
+
+def agreed_checkpoint(folder: str | Path) -> GoodCheckpoint | None:
+    """Collective: ``last_good_checkpoint`` on every rank, which must all find the same file; every
+    rank raises the same error when one rank's search failed or the ranks disagree."""
+    found, error = None, None
+    try:
+        found = last_good_checkpoint(folder)
+    except (ValueError, OSError) as failed:
+        error = failed
+    outcomes = distributed.gather_objects({"error": None if error is None else one_line(error),
+                                           "name": None if found is None else found.path.name})
+    if error is not None:
+        raise error
+    errors = [o["error"] for o in outcomes if o["error"] is not None]
+    if errors:
+        raise NoGoodCheckpointError(errors[0])
+    names = [o["name"] for o in outcomes]
+    if len(set(names)) > 1:
+        raise NoGoodCheckpointError(f"{folder}: the ranks found different checkpoints to resume ({names}): "
+                                    "every rank must see the same folder")
+    return found
+
+
+def remove_older_checkpoints(newest: Path, keep: int) -> list[Path]:
+    """After ``newest`` is written and checked: of the checkpoints older than it keep the ``keep - 1``
+    newest that pass their digest check and remove the others (damaged ones too), with temporaries
+    no live writer holds and digests left without their file. Newer-named ones (damaged: resume
+    skipped them) stay until training reaches them. What was removed."""
+    folder, position, kept, removed = newest.parent, checkpoint_position(newest), 0, []
+    for path in checkpoints_newest_first(folder):
+        if path == newest or checkpoint_position(path) > position:
+            continue
+        if kept < keep - 1 and _passes(path):
+            kept += 1
+            continue
+        remove_checked(path)
+        removed.append(path)
+    remove_stale_temporaries(folder)
+    for digest in folder.glob(f"*{DIGEST_SUFFIX}"):
+        if not digest.with_name(digest.name.removesuffix(DIGEST_SUFFIX)).exists():
+            digest.unlink(missing_ok=True)
+    return removed
+
+
+def _passes(path: Path) -> bool:
+    try:
+        check_file(path)
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+# ---- RNG states
 
 
 def capture_rng_state() -> dict[str, Any]:
@@ -207,199 +391,3 @@ def restore_cuda_rng_states(states: list[torch.Tensor]) -> int:
     return restored
 
 
-def checkpoint_path(output_dir: str | Path) -> Path:
-    """Where the latest checkpoint of a run lives."""
-    return Path(output_dir) / "checkpoints" / CHECKPOINT_NAME
-
-
-def write_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """Write to a temporary file beside `path`, then rename: a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    torch.save(state, temporary)
-    os.replace(temporary, path)
-
-
-def load_checkpoint(path: Path, map_location: torch.device | str = "cpu") -> dict[str, Any] | None:
-    """The checkpoint at `path`, or None when there is none yet; refuses a file that is not one."""
-    if not path.exists():
-        return None
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as error:  # torch raises several types for corrupt or foreign files
-        raise ValueError(f"{path}: not a readable training checkpoint ({error})") from error
-    missing = {"model", "optimizer", "scheduler", "scaler", "epoch", "step", "rng_states", "config"} - set(state)
-    if missing:
-        raise ValueError(f"{path}: checkpoint lacks {sorted(missing)}")
-    return state
-
-
-def config_from_checkpoint(state: dict[str, Any]) -> dict[str, Any]:
-    """The resolved config stored in a checkpoint, as a plain dict."""
-    return json.loads(state["config"])
-
-
-def model_file_paths(output_dir: str | Path) -> dict[str, Path]:
-    """Where a run's last and best models (physicsnemo .mdlus) and the best model's record live."""
-    folder = Path(output_dir) / "checkpoints"
-    return {"last": folder / LAST_MODEL_NAME, "best": folder / BEST_MODEL_NAME,
-            "best_record": folder / "model_best.json"}
-
-
-def save_model_file(model: torch.nn.Module, path: Path) -> None:
-    """`Module.save` (physicsnemo's .mdlus) to a temporary name beside `path`, then rename it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.stem}.tmp{os.getpid()}.mdlus")
-    model.save(str(temporary))
-    os.replace(temporary, path)
-
-
-def read_model_args(path: str | Path) -> dict[str, Any]:
-    """The constructor record (`args.json`) of a .mdlus file, read from the zip without loading anything."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such model file")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            args = json.loads(archive.read("args.json"))
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: not a physicsnemo .mdlus model file (zip with args.json): {error}") from error
-    if not {"__name__", "__module__", "__args__"} <= set(args):
-        raise ValueError(f"{path}: args.json lacks __name__, __module__ or __args__")
-    return args
-
-
-def _check_model_class(args: dict[str, Any], path: Path) -> None:
-    if (args["__name__"], args["__module__"]) not in MODEL_CLASSES:
-        raise ValueError(f"{path}: holds a {args['__module__']}.{args['__name__']}; this project loads "
-                         f"only {sorted(MODEL_CLASSES)}")
-
-
-def differing_args(expected: dict[str, Any], found: dict[str, Any], prefix: str = "") -> list[str]:
-    """`key: expected X, file Y` for each constructor argument (nested keys dotted) that differs."""
-    differences = []
-    for key in sorted(set(expected) | set(found)):
-        mine, theirs = expected.get(key), found.get(key)
-        if isinstance(mine, dict) and isinstance(theirs, dict):
-            differences += differing_args(mine, theirs, f"{prefix}{key}.")
-        elif json.loads(json.dumps(mine)) != json.loads(json.dumps(theirs)):
-            differences.append(f"{prefix}{key}: this config {mine!r}, the file {theirs!r}")
-    return differences
-
-
-def init_weights_from(model: torch.nn.Module, path: str | Path) -> None:
-    """Load the weights of a physicsnemo .mdlus into ``model`` (weights_only), after checking that its
-    DoMINO was built with the same constructor arguments (the error lists every difference)."""
-    path = Path(path)
-    args = read_model_args(path)
-    _check_model_class(args, path)
-    differences = differing_args(model._args["__args__"], args["__args__"])
-    if differences:
-        raise ValueError(f"{path}: the model in this file differs from the configured one:\n  "
-                         + "\n  ".join(differences))
-    model.load(str(path), map_location=next(model.parameters()).device)
-
-
-def load_model_file(path: str | Path, device: torch.device | str = "cpu") -> torch.nn.Module:
-    """The DoMINO of a .mdlus rebuilt from its own arguments and weights, on `device`, in eval mode."""
-    from physicsnemo.models.domino import DoMINO
-
-    path = Path(path)
-    _check_model_class(read_model_args(path), path)
-    return DoMINO.from_checkpoint(str(path)).to(device).eval()
-
-
-# physicsnemo's save_checkpoint names: "<class name>.<model parallel rank>.<index>.mdlus" and
-# "checkpoint.<rank>.<index>.pt"; one process writes rank 0.
-EXAMPLE_STATE = "checkpoint.0.{index}.pt"
-EXAMPLE_MODEL = "DoMINO.0.{index}.mdlus"
-_EXAMPLE_STATE_PATTERN = re.compile(r"^checkpoint\.0\.(\d+)\.pt$")
-EXAMPLE_STATE_KEYS = ("optimizer_state_dict", "scheduler_state_dict", "scaler_state_dict")
-
-
-def save_example_checkpoint(folder: Path, model_file: Path, states: dict[str, Any], index: int) -> None:
-    """Write physicsnemo's pair for finished epoch ``index`` into ``folder`` (``DoMINO.0.<index>.mdlus``
-    linked to ``model_file``, ``checkpoint.0.<index>.pt`` of ``states``); remove the older pairs."""
-    model_path = folder / EXAMPLE_MODEL.format(index=index)
-    temporary = model_path.with_name(f".{model_path.stem}.tmp{os.getpid()}.mdlus")
-    try:
-        os.link(model_file, temporary)
-    except OSError:
-        shutil.copyfile(model_file, temporary)
-    os.replace(temporary, model_path)
-    state = {f"{name}_state_dict": states[name] for name in ("optimizer", "scheduler", "scaler")} | {"epoch": index}
-    write_checkpoint(folder / EXAMPLE_STATE.format(index=index), state)
-    for older in example_indices(folder):
-        if older != index:
-            (folder / EXAMPLE_STATE.format(index=older)).unlink(missing_ok=True)
-            (folder / EXAMPLE_MODEL.format(index=older)).unlink(missing_ok=True)
-
-
-def example_indices(folder: Path) -> list[int]:
-    """The indices of the ``checkpoint.0.<index>.pt`` files in ``folder``, ascending."""
-    found = (_EXAMPLE_STATE_PATTERN.match(path.name) for path in Path(folder).glob("checkpoint.0.*.pt"))
-    return sorted(int(match.group(1)) for match in found if match)
-
-
-@dataclass(frozen=True)
-class ExampleCheckpoint:
-    """The latest pair of a physicsnemo checkpoint folder."""
-
-    index: int                     # the 0-based epoch it finished
-    model_path: Path
-    states: dict[str, Any]         # the state dicts: optimizer, scheduler, scaler (absent ones missing)
-
-    @property
-    def next_epoch(self) -> int:
-        """The epoch to run next, 1-based as this project counts: index + 2."""
-        return self.index + 2
-
-
-def load_example_checkpoint(folder: str | Path, map_location: torch.device | str = "cpu") -> ExampleCheckpoint:
-    """The latest ``checkpoint.0.<e>.pt`` / ``DoMINO.0.<e>.mdlus`` pair of ``folder``, read with
-    ``weights_only`` (MultiStepLR's milestone Counter allowed); errors name the folder and the file."""
-    folder = Path(folder)
-    indices = example_indices(folder)
-    if not indices:
-        raise FileNotFoundError(f"{folder}: no physicsnemo checkpoint (checkpoint.0.<epoch>.pt and "
-                                "DoMINO.0.<epoch>.mdlus, as save_checkpoint writes them)")
-    index = indices[-1]
-    model_path = folder / EXAMPLE_MODEL.format(index=index)
-    if not model_path.is_file():
-        raise FileNotFoundError(f"{model_path}: missing; {EXAMPLE_STATE.format(index=index)} has no model beside it")
-    path = folder / EXAMPLE_STATE.format(index=index)
-    try:
-        with torch.serialization.safe_globals([collections.Counter]):
-            state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as error:  # torch raises several types for corrupt or foreign files
-        raise ValueError(f"{path}: not a readable physicsnemo training checkpoint ({error})") from error
-    if "optimizer_state_dict" not in state:
-        raise ValueError(f"{path}: no optimizer_state_dict; keys {sorted(state)}")
-    if "epoch" in state and int(state["epoch"]) != index:
-        raise ValueError(f"{path}: its epoch {state['epoch']} is not the {index} of its name")
-    states = {key.removesuffix("_state_dict"): state[key] for key in EXAMPLE_STATE_KEYS if key in state}
-    return ExampleCheckpoint(index=index, model_path=model_path, states=states)
-
-
-def restore_example_states(checkpoint: ExampleCheckpoint, optimizer: torch.optim.Optimizer,
-                           scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler) -> list[str]:
-    """Load a physicsnemo checkpoint's optimizer, scaler and scheduler states; the notes to print (a
-    scheduler of another kind is set to the resumed epoch instead)."""
-    states, notes = checkpoint.states, []
-    optimizer.load_state_dict(states["optimizer"])
-    if states.get("scaler"):
-        scaler.load_state_dict(states["scaler"])
-    elif scaler.is_enabled():
-        notes.append("the checkpoint has no grad scaler state; the scaler starts afresh")
-    saved = states.get("scheduler") or {}
-    if set(saved) == set(scheduler.state_dict()):
-        scheduler.load_state_dict(saved)
-        return notes
-    epochs_done = checkpoint.index + 1
-    scheduler.last_epoch = epochs_done
-    for group, lr in zip(optimizer.param_groups, scheduler._get_closed_form_lr()):
-        group["lr"] = lr
-    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
-    notes.append(f"the checkpoint's scheduler (state keys {sorted(saved)}) is not the configured "
-                 f"{type(scheduler).__name__}: the learning rate follows train.scheduler from epoch {epochs_done + 1}")
-    return notes

@@ -4,6 +4,7 @@ timeouts from the ``distributed`` section (docs/gpu.md, "Several GPUs").
 """
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -104,13 +105,14 @@ def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     return values
 
 
-def any_rank(flag: bool, device: torch.device) -> bool:
-    """True when the flag is set on at least one rank, so that all ranks stop together."""
+def any_ranks(flags: Sequence[bool], device: torch.device) -> list[bool]:
+    """Each flag: True when it is set on at least one rank (one collective for them all), so that
+    all ranks act together."""
     if not dist.is_initialized():
-        return flag
-    value = torch.tensor([1.0 if flag else 0.0], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item() > 0)
+        return [bool(flag) for flag in flags]
+    values = torch.tensor([1.0 if flag else 0.0 for flag in flags], device=device)
+    dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return [value > 0 for value in values.tolist()]
 
 
 def gather_objects(obj: Any, group: Any = None) -> list[Any]:

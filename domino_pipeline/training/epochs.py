@@ -1,6 +1,7 @@
 """The epoch loop of DoMINO, top to bottom: resume, then per epoch draw this rank's samples, step
 over them, combine the ranks' records, step the schedule, validate and checkpoint when due, log;
-a signal stops it after the current step with a checkpoint of the partial epoch. ``data_wait_s``
+a signal stops it after the current step with a checkpoint of the partial epoch; a loss or gradient
+that is not finite stops it at that step on every rank, nothing saved (nonfinite.py). ``data_wait_s``
 is the time the loop waits for the DataLoader, ``compute_s`` from a batch in hand to the
 optimizer step done (``loss.item()`` synchronises the GPU).
 """
@@ -27,6 +28,7 @@ from domino_pipeline.object_store import name_of
 from domino_pipeline.training import distributed
 from domino_pipeline.training.checkpointing import (
     CheckpointFiles,
+    GoodCheckpoint,
     ResumePoint,
     TrainingState,
     keep_best,
@@ -35,6 +37,7 @@ from domino_pipeline.training.checkpointing import (
 )
 from domino_pipeline.training.distributed import DistInfo
 from domino_pipeline.training.losses import loss_terms, total_loss
+from domino_pipeline.training.nonfinite import NonFiniteLossError, nonfinite_line, step_is_finite
 from domino_pipeline.training.run_log import (
     EpochResult,
     RunLog,
@@ -109,6 +112,7 @@ class Trainer:
     data: TrainData
     objective: Objective
     files: CheckpointFiles
+    saved: GoodCheckpoint | None    # the checkpoint to resume (checkpointing.agreed_checkpoint); None: none yet
     log: RunLog
     stop: StopFlag
 
@@ -117,7 +121,7 @@ class Trainer:
 
 def train_epochs(trainer: Trainer) -> int | None:
     """Run the remaining epochs; the signal number when stopped by one, else None."""
-    start = resume(trainer.state, trainer.files, trainer.info, init_from=trainer.config.init_from,
+    start = resume(trainer.state, trainer.files, trainer.info, saved=trainer.saved, init_from=trainer.config.init_from,
                    resume_from=trainer.config.resume_from, say=trainer.log.print)
     epochs = trainer.config.epochs
     if start.epoch > epochs:
@@ -125,9 +129,10 @@ def train_epochs(trainer: Trainer) -> int | None:
     for epoch in range(start.epoch, epochs + 1):
         result, record = train_epoch(trainer, epoch, start)
         if result.interrupted:
-            save_checkpoint(trainer.state, trainer.files, trainer.info, epoch=epoch, step=result.batches, partial=result)
+            path = save_checkpoint(trainer.state, trainer.files, trainer.info, epoch=epoch, step=result.batches,
+                                   partial=result)
             trainer.log.append("epochs.jsonl", {"kind": "interrupted", "epoch": epoch, "step": result.batches})
-            trainer.log.print(f"stopped by signal in epoch {epoch}; checkpoint saved to {trainer.files.checkpoint}")
+            trainer.log.print(f"stopped by signal in epoch {epoch}; checkpoint saved to {path}")
             return trainer.stop.signal_number or signal.SIGINT
         finish_epoch(trainer, epoch, record)
         start = ResumePoint(epoch + 1)
@@ -143,24 +148,45 @@ def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[Epoch
     began = time.perf_counter()
     # the loss of a resumed epoch: all its steps
     result = EpochResult(loss_sum=start.partial.loss_sum, batches=start.partial.batches,
-                         term_sums=dict(start.partial.term_sums))
+                         term_sums=dict(start.partial.term_sums), skipped=start.partial.skipped)
 
     by_source = SourceLosses(data.source_of, indices, config.batch_size, first_batch=result.batches)
 
-    def log_step(loss: float) -> None:
-        step = {"epoch": epoch, "step": result.batches, "loss": loss}
+    def log_step(loss: float | None) -> None:
+        step = {"epoch": epoch, "step": result.batches, "loss": loss} | ({"skipped": "not finite"} if loss is None else {})
         trainer.log.append("steps.jsonl", step | by_source.add(result.batches, loss))
+
+    def on_nonfinite(step: int, loss: float, grad_norm: float) -> None:
+        at = (step - 1 - start.step) * config.batch_size
+        runs = [data.train_names[key % len(data.train_names)] for key in indices[at:at + config.batch_size]]
+        nonfinite_step(trainer, epoch, step, {"loss": loss, "grad_norm": grad_norm, "runs": runs})
 
     result = train_one_epoch(
         state.trained, loader_over(data.train_loader, indices), len(indices), state.optimizer, state.scaler,
         device=info.device, amp_dtype=state.amp_dtype, clip_grad_norm=config.clip_grad_norm,
-        loss_config=trainer.objective.loss, should_stop=lambda: distributed.any_rank(trainer.stop.is_set, info.device),
+        loss_config=trainer.objective.loss, should_stop=lambda: trainer.stop.is_set, on_nonfinite=on_nonfinite,
         after_step=log_step, result=result, progress=f"epoch {epoch}" if info.is_main else None,
     )
     ranks = distributed.gather_objects(rank_summary(result, indices, data.train_names, info.device))
     record = epoch_record(epoch, ranks, time.perf_counter() - began, state.optimizer.param_groups[0]["lr"],
                           start.step, trainer.objective.description)
     return result, record | by_source.means(distributed.gather_objects(by_source.sums))
+
+
+def nonfinite_step(trainer: Trainer, epoch: int, step: int, mine: dict[str, Any]) -> None:
+    """Collective, at a step whose loss or gradient is not finite on some rank (``mine``: this rank's
+    loss, gradient norm and runs): raise NonFiniteLossError with the same line on every rank, nothing
+    saved, unless ``train.max_nonfinite_steps`` allows one more skipped step (then say so and return)."""
+    line = nonfinite_line(epoch, step, distributed.gather_objects(mine))
+    state, allowed = trainer.state, trainer.config.max_nonfinite_steps
+    if state.nonfinite_steps < allowed:
+        state.nonfinite_steps += 1
+        trainer.log.print(f"{line}: step skipped ({state.nonfinite_steps} of train.max_nonfinite_steps={allowed})")
+        return
+    trainer.log.append("epochs.jsonl", {"kind": "nonfinite", "epoch": epoch, "step": step, "message": line})
+    trainer.log.close()
+    raise NonFiniteLossError(f"{line}: training stopped there, the checkpoints and models as they were "
+                             f"(train.max_nonfinite_steps={allowed} skipped steps allowed)")
 
 
 class SourceLosses:
@@ -172,13 +198,14 @@ class SourceLosses:
         self.source_of, self.indices, self.batch_size, self.first_batch = source_of, indices, batch_size, first_batch
         self.sums: dict[str, list[float]] = {}
 
-    def add(self, batches: int, loss: float) -> dict[str, Any]:
-        """Count the loss of the ``batches``-th batch of the epoch; its sources, for steps.jsonl."""
+    def add(self, batches: int, loss: float | None) -> dict[str, Any]:
+        """Count the loss of the ``batches``-th batch of the epoch (None: a skipped step, not counted);
+        its sources, for steps.jsonl."""
         if self.source_of is None:
             return {}
         at = (batches - 1 - self.first_batch) * self.batch_size
         names = [self.source_of(key) for key in self.indices[at:at + self.batch_size]]
-        for name in names:
+        for name in names if loss is not None else ():
             total = self.sums.setdefault(name, [0.0, 0.0])
             total[0] += loss / len(names)
             total[1] += 1.0 / len(names)
@@ -275,30 +302,41 @@ def train_one_epoch(
     clip_grad_norm: float,
     loss_config: LossConfig,
     should_stop: Callable[[], bool],
-    after_step: Callable[[float], None],
+    on_nonfinite: Callable[[int, float, float], None],
+    after_step: Callable[[float | None], None],
     result: EpochResult,
     progress: str | None,
 ) -> EpochResult:
-    """Train over `loader` into `result`, calling `after_step(loss)` after each step and stopping after
-    one when `should_stop()`; `progress`: the tqdm description, or None for no bar."""
+    """Train over `loader` into `result`, calling `after_step(loss)` after each step (None: skipped)
+    and stopping after one when `should_stop()` on any rank. A step whose loss or gradient is not
+    finite on any rank is not taken: `on_nonfinite(step, loss, gradient norm)` raises to stop
+    training or returns to skip it. `progress`: the tqdm description, or None for no bar."""
     model.train()
     bar = tqdm(total=num_samples, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True)
     for batch in timed_batches(loader, result):
         start = time.perf_counter()
         batch = to_device(batch, device)
         loss, terms, predictions = model_loss(model, batch, device, amp_dtype, loss_config)
-        optimizer_step(model, loss, optimizer, scaler, clip_grad_norm)
-        loss_value = loss.item()
+        grad_norm = backward(model, loss, optimizer, scaler, clip_grad_norm)
+        loss_value, norm_value = torch.stack([loss.detach().float(), grad_norm.to(loss.device).float()]).tolist()
+        finite = step_is_finite(loss_value, norm_value, scaler.is_enabled())
+        nonfinite, stop = distributed.any_ranks([not finite, should_stop()], device)
+        if nonfinite:
+            on_nonfinite(result.batches + 1, loss_value, norm_value)
+            drop_step(optimizer, scaler)
+            result.skipped += 1
+        else:
+            optimizer_step(optimizer, scaler)
+            result.loss_sum += loss_value
+            result.add_terms(terms)
         result.compute_s += time.perf_counter() - start
         size = next(iter(predictions.values())).shape[0]
-        result.loss_sum += loss_value
-        result.add_terms(terms)
         result.batches += 1
         result.samples += size
         bar.update(size)
         bar.set_postfix(loss=f"{loss_value:.4g}")
-        after_step(loss_value)
-        if should_stop():
+        after_step(None if nonfinite else loss_value)
+        if stop:
             result.interrupted = True
             break
     bar.close()
@@ -317,21 +355,34 @@ def model_loss(
     return total_loss(terms, loss_config), terms, predictions
 
 
-def optimizer_step(
+def backward(
     model: nn.Module,
     loss: torch.Tensor,
     optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler,
     clip_grad_norm: float,
-) -> None:
-    """Backward, unscale, clip the gradient norm (when > 0) and step; the scaler is a no-op unless fp16."""
+) -> torch.Tensor:
+    """Backward (the loss scaled when fp16), then the gradients' total norm: unscaled and clipped
+    to ``clip_grad_norm`` when it is > 0, else measured only (what the finiteness check reads)."""
     optimizer.zero_grad(set_to_none=True)
     scaler.scale(loss).backward()
     if clip_grad_norm > 0:
         scaler.unscale_(optimizer)
-        nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+        return nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
+    return nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> None:
+    """Step (the scaler is a no-op unless fp16; then it skips a step whose gradient overflowed)."""
     scaler.step(optimizer)
     scaler.update()
+
+
+def drop_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> None:
+    """Forget a step's gradients without stepping; fp16's scaler keeps its scale."""
+    optimizer.zero_grad(set_to_none=True)
+    if scaler.is_enabled():
+        scaler.update(scaler.get_scale())
 
 
 def autocast_context(device: torch.device, amp_dtype: torch.dtype | None):

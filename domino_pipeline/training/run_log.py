@@ -24,8 +24,9 @@ class EpochResult:
     """What one (possibly interrupted or resumed) pass over the training loader did."""
 
     loss_sum: float = 0.0
-    batches: int = 0
+    batches: int = 0                # the batches of the epoch done, skipped ones among them
     term_sums: dict[str, float] = field(default_factory=dict)  # each loss term (unweighted), summed over batches
+    skipped: int = 0                # batches whose step was skipped (a loss or gradient not finite): in no sum
     samples: int = 0
     data_wait_s: float = 0.0
     compute_s: float = 0.0
@@ -57,7 +58,8 @@ def rank_summary(result: EpochResult, indices: list[int], names: list[str], devi
     memory, kind = peak_memory_mb(device)
     seen = [i % len(names) for i in indices[: result.samples]]
     return {
-        "loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches, "samples": result.samples,
+        "loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches,
+        "skipped": result.skipped, "samples": result.samples,
         "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
         "peak_memory_mb": memory, "memory_kind": kind, "runs": [names[i] for i in seen],
     }
@@ -65,9 +67,11 @@ def rank_summary(result: EpochResult, indices: list[int], names: list[str], devi
 
 def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int,
                  loss_function: str) -> dict[str, Any]:
-    """Every rank's summary combined into one epoch record (mean times, max memory, the loss terms)."""
+    """Every rank's summary combined into one epoch record (mean times, max memory, the loss terms
+    over the steps taken: skipped ones are counted apart)."""
     samples = sum(r["samples"] for r in ranks)
-    batches = max(sum(r["batches"] for r in ranks), 1)
+    skipped = sum(r["skipped"] for r in ranks)
+    batches = max(sum(r["batches"] for r in ranks) - skipped, 1)
     terms = sorted({term for r in ranks for term in r["term_sums"]})
     return {
         "kind": "epoch", "epoch": epoch, "lr": lr, "loss_function": loss_function,
@@ -78,6 +82,7 @@ def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: fl
         "compute_s": float(np.mean([r["compute_s"] for r in ranks])),
         "peak_memory_mb": max(r["peak_memory_mb"] for r in ranks), "memory_kind": ranks[0]["memory_kind"],
         "world_size": len(ranks), "resumed_at_step": resumed_at, "runs_by_rank": [r["runs"] for r in ranks],
+        "skipped_steps": skipped,
     }
 
 
@@ -167,11 +172,13 @@ class RunLog:
 
 def format_epoch(record: dict[str, Any], epochs: int) -> str:
     """The console line of an epoch record."""
+    skipped = record.get("skipped_steps", 0)
     return (
         f"epoch {record['epoch']}/{epochs}  loss {record['train_loss']:.5g}  "
         f"data wait {record['data_wait_s']:.2f} s  compute {record['compute_s']:.2f} s  "
         f"total {record['epoch_s']:.2f} s  {record['samples_per_s']:.2f} samples/s  "
         f"peak {record['peak_memory_mb']:.0f} MiB ({record['memory_kind']})"
+        + (f"  {skipped} steps skipped (not finite)" if skipped else "")
     )
 
 
