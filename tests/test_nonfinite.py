@@ -74,6 +74,21 @@ def test_a_diverging_run_stops_at_its_first_nonfinite_step_with_nothing_written(
     assert not checkpoint_folder(tmp_path).exists()
 
 
+def test_the_fp16_loss_scaler_skipping_an_overflow_is_not_an_error(tmp_path):
+    """One batch whose targets are huge but finite: its loss is finite, its gradient times the
+    scale overflows; the scaler skips that step and halves its scale, as under fp16, and training
+    goes on."""
+    item, _ = poisoned_batch(epoch=2, step=2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1e25, growth_interval=1000)
+    trainer = tiny_trainer(tmp_path, poisoned=frozenset({(2, item)}), poison=1e17, scaler=scaler)
+    assert train_epochs(trainer) is None
+    assert scaler.get_scale() == pytest.approx(0.5e25)  # one overflow: one step skipped, the scale halved
+    assert trainer.state.optimizer.state_dict()["state"][0]["step"] == 9 - 1
+    records = [r for r in epochs_of(tmp_path) if r["kind"] == "epoch"]
+    assert trainer.state.nonfinite_steps == 0 and [r["skipped_steps"] for r in records] == [0, 0, 0]
+    assert all(math.isfinite(r["train_loss"]) for r in records) and records[1]["train_loss"] > 1e30
+
+
 def test_the_line_names_each_rank():
     ranks = [{"loss": 0.25, "grad_norm": math.nan, "runs": ["run_1.zarr", "run_2.zarr"]},
              {"loss": math.inf, "grad_norm": math.nan, "runs": ["run_3.zarr"]}]

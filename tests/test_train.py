@@ -3,12 +3,16 @@ torchrun gives each rank different runs, the uncached entry point and demo_repor
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +22,8 @@ from conftest import PROCESS_OPTIONS, typed_config
 from omegaconf import OmegaConf
 
 from domino_pipeline.config import load_config
-from domino_pipeline.file_digests import write_checked
 from domino_pipeline.config_files import compose_files
+from domino_pipeline.file_digests import write_checked
 from domino_pipeline.processed.runs import DEFAULT_OPTIONS, split_runs
 from domino_pipeline.training import checkpointing, example_checkpoints, model_files
 from domino_pipeline.training.checkpointing import check_same_model
@@ -149,6 +153,118 @@ def test_killed_run_resumes_with_the_losses_of_an_uninterrupted_run(setup, three
     reference = checkpointing.load_checkpoint(checkpointing.newest_checkpoint(three_epochs))["model"]
     for name, tensor in reference.items():
         torch.testing.assert_close(final[name], tensor, rtol=0, atol=1e-5, msg=name)
+
+
+# ---- the issue's faults on the real command: checked checkpoints and models, a diverging run
+
+def flip_middle(path: Path, count: int = 64) -> None:
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + count] = bytes(b ^ 0xFF for b in data[middle:middle + count])
+    path.write_bytes(bytes(data))
+
+
+def finite_and_checked(folder: Path) -> None:
+    """Every checkpoint and model in ``folder`` passes its digest and holds finite weights."""
+    from domino_pipeline.training.model_files import check_model_file, nonfinite_tensors
+
+    for path in checkpointing.checkpoints_newest_first(folder):
+        checkpointing.load_checkpoint(path)  # checks the digest and the weights
+    for path in folder.glob("[!.]*.mdlus"):
+        check_model_file(path)
+        with zipfile.ZipFile(path) as archive:
+            state = torch.load(io.BytesIO(archive.read("model.pt")), weights_only=True)
+        assert nonfinite_tensors(state) == [], path
+
+
+@pytest.fixture(scope="module")
+def two_epochs(setup) -> Path:
+    """Two epochs on the cache: checkpoints of epochs 1 and 2, the last and best models."""
+    out = setup["work"] / "two_epochs"
+    run(train_command(setup, out, "train.epochs=2", "train.val_fraction=0.25"))
+    return out
+
+
+@pytest.mark.slow
+def test_a_checkpoint_with_flipped_bytes_is_named_and_the_older_one_resumed(setup, two_epochs, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(two_epochs, out)
+    folder = checkpointing.checkpoint_folder(out)
+    assert [p.name for p in checkpointing.checkpoints_newest_first(folder)] == [
+        "checkpoint-e0003-s000000.pt", "checkpoint-e0002-s000000.pt"]
+    flip_middle(folder / "checkpoint-e0003-s000000.pt")
+    result = run(train_command(setup, out, "train.epochs=3", "train.val_fraction=0.25"))
+    lines = result.stdout.splitlines()
+    assert f"skipped {folder / 'checkpoint-e0003-s000000.pt'}: its SHA-256 does not match " \
+           "checkpoint-e0003-s000000.pt.sha256: its bytes changed after it was written" in lines
+    assert f"resumed from {folder / 'checkpoint-e0002-s000000.pt'}: epoch 2, step 0" in lines
+    records = epochs(out)
+    assert [r["epoch"] for r in records] == [1, 2, 2, 3]
+    assert all(np.isfinite(r["train_loss"]) and np.isfinite(r["val_loss"]) for r in records)
+    finite_and_checked(folder)
+
+
+@pytest.mark.slow
+def test_train_refuses_when_every_checkpoint_is_damaged_and_touches_nothing(setup, two_epochs, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(two_epochs, out)
+    folder = checkpointing.checkpoint_folder(out)
+    flip_middle(folder / "checkpoint-e0003-s000000.pt")
+    cut = folder / "checkpoint-e0002-s000000.pt"
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*"))}
+    result = subprocess.run(train_command(setup, out, "train.epochs=3", "train.val_fraction=0.25"), cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {folder}: no checkpoint passes its checks (checkpoint-e0003-s000000.pt: its SHA-256")
+    assert "checkpoint-e0002-s000000.pt: " in line and ": truncated" in line
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*"))} == before
+
+
+@pytest.mark.slow
+def test_a_kill_mid_epoch_resumes_from_the_last_checkpoint(setup, tmp_path):
+    out = tmp_path / "run"
+    command = train_command(setup, out, "train.epochs=2", "train.val_fraction=0.25")
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for_steps(out, 4, process)  # epoch 1's three steps and checkpoint, one step of epoch 2
+    process.kill()
+    process.communicate(timeout=60)
+    resumed = run(command)
+    assert f"resumed from {checkpointing.checkpoint_folder(out) / 'checkpoint-e0002-s000000.pt'}: epoch 2, step 0" \
+        in resumed.stdout
+    assert [r["epoch"] for r in epochs(out)] == [1, 2]
+    finite_and_checked(checkpointing.checkpoint_folder(out))
+
+
+@pytest.mark.slow
+def test_a_diverging_run_stops_at_its_first_nonfinite_step_in_one_line(setup, tmp_path):
+    out = tmp_path / "run"
+    result = subprocess.run(train_command(setup, out, "train.epochs=2", "train.val_fraction=0.25", "train.lr=1e9",
+                                          "train.clip_grad_norm=0"), cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1, result.stdout[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr
+    assert re.match(r"error: epoch \d+, step \d+: the (loss|gradient) is not finite \(loss .*\); its batch: run_\d\.zarr: "
+                    r"training stopped there", errors[0]), errors[0]
+    if checkpointing.checkpoint_folder(out).exists():
+        finite_and_checked(checkpointing.checkpoint_folder(out))
+
+
+@pytest.mark.slow
+def test_predict_names_a_damaged_model_best_in_one_line(setup, three_epochs, tmp_path):
+    model = tmp_path / "model_best.mdlus"
+    shutil.copy(checkpointing.model_file_paths(three_epochs)["best"], model)
+    shutil.copy(f"{checkpointing.model_file_paths(three_epochs)['best']}.sha256", f"{model}.sha256")
+    flip_middle(model)
+    result = subprocess.run([PYTHON, "predict.py", "--config-name=cached", *common_overrides(setup),
+                             f"output_dir={three_epochs}", f"predict.checkpoint={model}", "predict.split=val",
+                             f"predict.out_dir={tmp_path / 'predictions'}"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: {model}: its SHA-256 does not match model_best.mdlus.sha256: its bytes changed after it was written"]
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ draw depends on (epoch, index), as the real datasets' do; items may be made non-
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -38,10 +39,10 @@ class TinySurfaceModel(physicsnemo.Module):
 
 class TinyItems(Dataset):
     """Surface items whose draw depends on (epoch, index), as the real datasets' do; the targets of
-    the (epoch, index) pairs in ``poisoned`` are NaN."""
+    the (epoch, index) pairs in ``poisoned`` are ``poison`` (NaN by default)."""
 
-    def __init__(self, count: int, poisoned: frozenset[tuple[int, int]] = frozenset()) -> None:
-        self.count, self.epoch, self.poisoned = count, 0, poisoned
+    def __init__(self, count: int, poisoned: frozenset[tuple[int, int]] = frozenset(), poison: float = math.nan) -> None:
+        self.count, self.epoch, self.poisoned, self.poison = count, 0, poisoned, poison
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -53,7 +54,7 @@ class TinyItems(Dataset):
         points = torch.rand(16, 3, generator=torch.Generator().manual_seed(1000 * self.epoch + index))
         fields = points @ WEIGHTS
         if (self.epoch, index) in self.poisoned:
-            fields = torch.full_like(fields, float("nan"))
+            fields = torch.full_like(fields, self.poison)
         return {"surface_mesh_centers": points, "surface_fields": fields}
 
 
@@ -74,17 +75,19 @@ class StopAfter:
 
 
 def tiny_trainer(out: Path, *, epochs: int = 3, stop_after: int | None = None, info: DistInfo = CPU,
-                 poisoned: frozenset[tuple[int, int]] = frozenset(), **train_changes) -> Trainer:
+                 poisoned: frozenset[tuple[int, int]] = frozenset(), poison: float = math.nan,
+                 scaler: torch.amp.GradScaler | None = None, **train_changes) -> Trainer:
     """A trainer of a tiny model on 6 training and 2 validation items, writing to ``out``, resuming
-    what is there; ``info``: this rank's place (the model DDP-wrapped when distributed)."""
+    what is there; ``info``: this rank's place (the model DDP-wrapped when distributed); ``scaler``:
+    a loss scaler (default: off, as for fp32 and bf16)."""
     torch.manual_seed(0)
     model = TinySurfaceModel()
     config = replace(DEFAULTS.train, **{"epochs": epochs, "lr": 0.05, "batch_size": 2} | train_changes)
     optimizer = build_optimizer(model, config)
     trained = torch.nn.parallel.DistributedDataParallel(model) if info.is_distributed else model
     state = TrainingState(model=model, trained=trained, optimizer=optimizer, scheduler=build_scheduler(optimizer, config),
-                          scaler=grad_scaler(CPU.device, None), amp_dtype=None)
-    train_set, val_set = TinyItems(6, poisoned), TinyItems(2)
+                          scaler=scaler or grad_scaler(CPU.device, None), amp_dtype=None)
+    train_set, val_set = TinyItems(6, poisoned, poison), TinyItems(2)
     data = TrainData(train_runs=[Path(f"run_{i}.zarr") for i in range(6)], val_runs=[Path("run_7.zarr"), Path("run_8.zarr")],
                      train_set=train_set, sampler=DistributedSampler(train_set, num_replicas=info.world_size,
                                                                      rank=info.rank, seed=0),

@@ -166,7 +166,7 @@ def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, save
         say(f"skipped {line}")
     if init_from:
         say(f"note: resuming {saved.path}; train.init_from={init_from} is not used")
-    contents = saved.state
+    contents = saved.hand_over()
     check_same_model(config_from_checkpoint(contents), json.loads(files.config_json), saved.path)
     state.model.load_state_dict(contents["model"])
     state.optimizer.load_state_dict(contents["optimizer"])
@@ -239,7 +239,7 @@ def load_checkpoint(path: str | Path, map_location: torch.device | str = "cpu") 
         raise DamagedFileError(f"{path}: not a readable training checkpoint ({error})") from error
     if not isinstance(state, dict) or CHECKPOINT_KEYS - set(state):
         raise DamagedFileError(f"{path}: checkpoint lacks {sorted(CHECKPOINT_KEYS - set(state or {}))}")
-    if path.name != LEGACY_CHECKPOINT and (state["epoch"], state["step"]) != checkpoint_position(path):
+    if _CHECKPOINT_PATTERN.match(path.name) and (state["epoch"], state["step"]) != checkpoint_position(path):
         raise DamagedFileError(f"{path}: holds epoch {state['epoch']}, step {state['step']}, not its name's")
     bad = nonfinite_tensors(state["model"])
     if bad:
@@ -252,14 +252,21 @@ def config_from_checkpoint(state: dict[str, Any]) -> dict[str, Any]:
     return json.loads(state["config"])
 
 
-@dataclass(frozen=True)
+@dataclass
 class GoodCheckpoint:
-    """The newest checkpoint of a folder that passed its checks, its contents, and one line for
-    each newer one skipped (the file and what is wrong with it)."""
+    """The newest checkpoint of a folder that passed its checks, its contents (until handed over),
+    and one line for each newer one skipped (the file and what is wrong with it)."""
 
     path: Path
-    state: dict[str, Any] = field(repr=False)
+    state: dict[str, Any] | None = field(repr=False)
     skipped: tuple[str, ...] = ()
+
+    def hand_over(self) -> dict[str, Any]:
+        """The contents, once: this object keeps no copy of the model and optimizer for the whole run."""
+        if self.state is None:
+            raise ValueError(f"{self.path}: its contents were handed over already")
+        state, self.state = self.state, None
+        return state
 
 
 class NoGoodCheckpointError(ValueError):
