@@ -289,7 +289,7 @@ train_epochs(tiny_trainer(out, keep_checkpoints=keep))
 @pytest.mark.slow
 @pytest.mark.parametrize(("point", "keep", "resumed_from", "skipped"), [
     ("checkpoint data", 2, "checkpoint-e0002-s000000.pt", None),   # half of epoch 2's checkpoint, not yet renamed
-    ("checkpoint digest", 2, "checkpoint-e0002-s000000.pt", "checkpoint-e0003-s000000.pt: no checkpoint-e0003-s000000.pt.sha256 beside it"),
+    ("checkpoint digest", 2, "checkpoint-e0002-s000000.pt", "checkpoint-e0003-s000000.pt"),  # renamed, no digest
     ("model data", 2, "checkpoint-e0003-s000000.pt", None),        # the checkpoint done, the last model half-written
     ("model digest", 2, "checkpoint-e0003-s000000.pt", None),      # the new model renamed in place, its digest not final
     ("rotation", 1, "checkpoint-e0003-s000000.pt", None),          # epoch 1's checkpoint removed, its digest left
@@ -309,9 +309,9 @@ def test_a_kill_during_a_checkpoint_write_resumes_from_the_last_whole_one(tmp_pa
     assert resumed.saved.path.name == resumed_from
     train_epochs(resumed)
     lines = capsys.readouterr().out.splitlines()
-    assert [line for line in lines if line.startswith("skipped ")] == ([f"skipped {folder / skipped}: its write did "
-                                                                        "not finish, or this project did not write it"]
-                                                                       if skipped else [])
+    named = f"skipped {folder / skipped}: no {skipped}.sha256 beside it: its write did not finish, or this project " \
+            "did not write it"
+    assert [line for line in lines if line.startswith("skipped ")] == ([named] if skipped else [])
     assert_same_run(resumed, whole)
     leftovers = [p.name for p in folder.iterdir() if p.name.startswith(".")
                  or (p.suffix == ".sha256" and not p.with_suffix("").exists())]

@@ -3,7 +3,7 @@ over them, combine the ranks' records, step the schedule, validate and checkpoin
 a signal stops it after the current step with a checkpoint of the partial epoch; a loss or gradient
 that is not finite stops it at that step on every rank, nothing saved (nonfinite.py). ``data_wait_s``
 is the time the loop waits for the DataLoader, ``compute_s`` from a batch in hand to the
-optimizer step done (``loss.item()`` synchronises the GPU).
+optimizer step done (reading the loss and the gradient norm before the step synchronises the GPU).
 """
 
 from __future__ import annotations
@@ -153,8 +153,9 @@ def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[Epoch
     by_source = SourceLosses(data.source_of, indices, config.batch_size, first_batch=result.batches)
 
     def log_step(loss: float | None) -> None:
-        step = {"epoch": epoch, "step": result.batches, "loss": loss} | ({"skipped": "not finite"} if loss is None else {})
-        trainer.log.append("steps.jsonl", step | by_source.add(result.batches, loss))
+        step = {"epoch": epoch, "step": result.batches, "loss": loss}
+        skipped = {"skipped": "not finite"} if loss is None else {}
+        trainer.log.append("steps.jsonl", step | skipped | by_source.add(result.batches, loss))
 
     def on_nonfinite(step: int, loss: float, grad_norm: float) -> None:
         at = (step - 1 - start.step) * config.batch_size
