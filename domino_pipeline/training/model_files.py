@@ -24,9 +24,14 @@ class NonFiniteWeightsError(ValueError):
 
 
 def nonfinite_tensors(state: dict[str, torch.Tensor]) -> list[str]:
-    """The names of the floating-point tensors of a state dict that hold NaN or infinity."""
-    return [name for name, value in state.items()
-            if torch.is_tensor(value) and value.is_floating_point() and not bool(torch.isfinite(value).all())]
+    """The names of the floating-point tensors of a state dict that hold NaN or infinity (one
+    device synchronisation for them all)."""
+    tensors = {name: value for name, value in state.items() if torch.is_tensor(value) and value.is_floating_point()}
+    if not tensors:
+        return []
+    device = next(iter(tensors.values())).device
+    finite = torch.stack([torch.isfinite(value).all().to(device) for value in tensors.values()]).tolist()
+    return [name for name, ok in zip(tensors, finite) if not ok]
 
 
 def require_finite_weights(model: torch.nn.Module, what: str) -> None:
