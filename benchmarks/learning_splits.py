@@ -59,9 +59,9 @@ def draw_splits(names: Sequence[str], count: int, val: int, test: int, seed: int
 
 
 def split_overrides(split: dict, total: int) -> list[str]:
-    """train.py's overrides that reproduce ``split`` among ``total`` runs: its test runs named,
-    the validation fraction and seed."""
-    return [f"train.test_runs=[{','.join(split['test'])}]",
+    """train.py's overrides that reproduce ``split`` among ``total`` runs: its test runs named
+    (no test fraction beside them), the validation fraction and seed."""
+    return [f"train.test_runs=[{','.join(split['test'])}]", "train.test_fraction=0",
             f"train.val_fraction={fraction_for(len(split['val']), total)!r}", f"train.split_seed={split['split_seed']}"]
 
 

@@ -110,7 +110,7 @@ def test_the_mixture_trains_on_the_splits_training_bodies_validates_on_its_valid
                                              "--mixture-with", str(tmp_path / "dr"), "--mixture-weight", "0.5"])
     monkeypatch.setattr(benchmark, "run_attributes", lambda run: {"counts": {"stl_points": 300}})
     split, notes = {"train": ["run_1", "run_2"], "val": ["run_3"], "test": ["run_10"]}, []
-    own = ["dataset=openfoam", "sampling.geometry_points=400", "train.test_runs=[run_10]",
+    own = ["dataset=openfoam", "sampling.geometry_points=400", "train.test_runs=[run_10]", "train.test_fraction=0",
            f"sampling.scaling_factors={tmp_path / 'f.json'}"]
     mixed = benchmark.mixture_overrides(args, work, own, split, [tmp_path / "run_1.zarr"], notes)
     expected = [
@@ -126,6 +126,7 @@ def test_the_mixture_trains_on_the_splits_training_bodies_validates_on_its_valid
     assert [dict(e) for e in override.value()] == expected  # as train.py's command line (Hydra) reads it
     assert config.data.nondimensional is True and config.sampling.geometry_points == 300
     assert config.train.test_runs is None and config.sampling.scaling_factors is None
+    assert config.train.test_fraction == 0  # conf/demo.yaml's test fraction does not hold family bodies out
     assert [o for o in mixed if o.startswith("sampling.geometry_points=")] == ["sampling.geometry_points=300"]
     assert "fewest STL vertices of a drivaerml run" in notes[0]
 

@@ -138,13 +138,13 @@ def test_a_tiny_model_trained_on_the_cache_predicts_the_pressure_and_drag_of_tes
     errors = train_and_predict(tmp_path, SEED)
     baseline = training_mean_errors(tmp_path, SEED, {run: e["cd_true"] for run, e in errors.items()})
     assert sorted(errors) == sorted(baseline) and len(errors) == 2, (errors, baseline)
-    for run, error in errors.items():
-        # the threshold means something only where the training mean is far from the truth
-        assert baseline[run]["p"] > 3 * THRESHOLD, f"{run}: the training mean's error is only {baseline[run]['p']:.4f}"
-        assert error["p"] < THRESHOLD, (f"{run}: test pressure L2 {error['p']:.4f} (area-weighted) is not below "
-                                        f"{THRESHOLD}; the training mean's: {baseline[run]['p']:.4f}")
-    model_cd = np.mean([abs(e["cd"]) for e in errors.values()])
-    mean_cd = np.mean([abs(e["cd"]) for e in baseline.values()])
-    assert mean_cd > CD_THRESHOLD, f"the training mean's Cd error is only {mean_cd:.1f}%"
-    assert model_cd < CD_THRESHOLD, (f"test Cd error {model_cd:.1f}% (mean over the test runs) is not below "
-                                     f"{CD_THRESHOLD}%; the training mean's: {mean_cd:.1f}%")
+    model_cd = float(np.mean([abs(e["cd"]) for e in errors.values()]))
+    mean_cd = float(np.mean([abs(e["cd"]) for e in baseline.values()]))
+    figures = "; ".join(f"{run}: pressure L2 {e['p']:.4f} (training mean {baseline[run]['p']:.4f}), Cd error "
+                        f"{e['cd']:+.1f}% (training mean {baseline[run]['cd']:+.1f}%)" for run, e in errors.items())
+    figures += f"; mean |Cd error| {model_cd:.1f}% (training mean {mean_cd:.1f}%)"
+    print(f"learning guard: {figures}")
+    # the thresholds mean something only where the training mean is far from the truth
+    assert all(b["p"] > 3 * THRESHOLD for b in baseline.values()) and mean_cd > CD_THRESHOLD, figures
+    assert all(e["p"] < THRESHOLD for e in errors.values()), f"pressure L2 not below {THRESHOLD}: {figures}"
+    assert model_cd < CD_THRESHOLD, f"mean |Cd error| not below {CD_THRESHOLD}%: {figures}"

@@ -33,7 +33,7 @@ def test_train_py_given_a_splits_overrides_draws_exactly_its_roles():
     splits_module = import_benchmark("learning_splits")
     for split in splits_module.draw_splits(NAMES, 3, val=4, test=5, seed=1):
         overrides = splits_module.split_overrides(split, len(NAMES))
-        config = typed_config(*overrides)
+        config = typed_config("train.test_fraction=0.2", *overrides)  # a config's own test fraction yields
         drawn = run_split_from_config(NAMES, config.train, config.seed)
         assert (drawn.train, drawn.val, drawn.test) == (split["train"], split["val"], split["test"])
     assert math.ceil(splits_module.fraction_for(12, 88) * 88) == 12
