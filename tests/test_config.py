@@ -26,7 +26,7 @@ def test_the_yaml_values_arrive_typed():
     assert DEFAULTS.physics.stream_velocity == 30.0 and isinstance(DEFAULTS.physics.stream_velocity, float)
     assert DEFAULTS.model["interp_res"] == DEFAULTS.geometry.interp_res  # ${geometry.interp_res} resolved
     demo = typed_config(name="demo")
-    assert (demo.cache.enabled, demo.train.epochs, demo.geometry.interp_res) == (True, 32, [32, 16, 16])
+    assert (demo.cache.enabled, demo.train.epochs, demo.geometry.interp_res) == (True, 37, [32, 16, 16])
     assert demo.output_dir == "outputs/demo/surface"
     assert load_config(OmegaConf.create(demo.as_dict())) == demo
 
