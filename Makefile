@@ -12,7 +12,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO := outputs/demo
-# synthetic runs of the demo: conf/demo.yaml's val_fraction holds 4 of them out, unseen in training
+# synthetic runs of the demo: conf/demo.yaml holds 2 out to validate (choosing the checkpoint) and 4 to test
 DEMO_RUNS := 20
 
 .PHONY: setup test test-fast bench-setup install-check demo gpu-check clean-demo
@@ -52,10 +52,10 @@ demo: $(STAMP)
 	$(PY) train.py --config-name=demo output_dir=$(DEMO)/train_cached
 	$(PY) train.py --config-name=demo output_dir=$(DEMO)/train_uncached cache.enabled=false \
 		train.epochs=1 train.num_workers=0 train.val_num_workers=0
-	$(PY) predict.py --config-name=demo output_dir=$(DEMO)/train_cached predict.split=val \
+	$(PY) predict.py --config-name=demo output_dir=$(DEMO)/train_cached predict.split=test \
 		predict.out_dir=$(DEMO)/predictions
 	$(PY) benchmarks/demo_report.py --cached $(DEMO)/train_cached --uncached $(DEMO)/train_uncached \
-		--predictions $(DEMO)/predictions/predictions.csv --out $(DEMO)/report
+		--predictions $(DEMO)/predictions/predictions.csv --processed $(DEMO)/processed --out $(DEMO)/report
 
 gpu-check: $(STAMP)   # on a GPU machine: CUDA tests, benchmarks, a short training run
 	$(PY) benchmarks/gpu_check.py --out outputs/gpu_check

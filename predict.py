@@ -11,7 +11,8 @@ model_best / model_last, or any DoMINO saved with `Module.save`) or this project
 `predict.runs` takes raw DrivAerML run folders, processed `<run>.zarr` groups (local, or URLs:
 `s3://bucket/processed/run_7.zarr`, gs://, az://) or `.stl` files; `predict.split=val` adds the
 validation runs of `<predict.train_dir>/split.json` (from `data.processed_dir`, a folder or a URL,
-where `data.raw_dir` has no folder of the run).
+where `data.raw_dir` has no folder of the run), `predict.split=test` its test runs (held out of
+training and validation: `train.test_fraction` or `train.test_runs`).
 
 For each run, in `predict.out_dir`: `<run>_surface.vtp` with the predicted arrays `<name>_pred`
 beside the true `<name>` (physical units, as in the source files), `<run>_volume.vtu` when asked,

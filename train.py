@@ -16,7 +16,7 @@ two, each with its SHA-256 digest; the newest that passes its check is resumed f
 checkpoints/model_last.mdlus and model_best.mdlus (physicsnemo's format: the latest model and the one
 with the lowest validation loss; `physicsnemo.Module.from_checkpoint` loads them, model_best.json says
 which epoch), epochs.jsonl (one record per epoch: losses, data wait vs compute, samples/s, peak
-memory, the runs each rank saw), steps.jsonl (loss per step), split.json (train/validation runs)
+memory, the runs each rank saw), steps.jsonl (loss per step), split.json (train/validation/test runs)
 and tensorboard/. Fine-tune from any physicsnemo DoMINO `.mdlus`: `train.init_from=/path/model.mdlus`.
 Each checkpointed epoch end also writes physicsnemo's save_checkpoint pair (DoMINO.0.<e>.mdlus,
 checkpoint.0.<e>.pt) for its load_checkpoint; `train.resume_from=/example/models` continues such a
@@ -43,7 +43,7 @@ from domino_pipeline.compute.scaling import load_scaling_factors, save_scaling_f
 from domino_pipeline.config import PipelineConfig
 from domino_pipeline.entry_point import entry_point
 from domino_pipeline.inputs.statistics.run_quality import quality_selection
-from domino_pipeline.processed.runs import list_runs, read_options_from_config, split_from_config
+from domino_pipeline.processed.runs import RunSplit, list_runs, read_options_from_config, run_split_from_config
 from domino_pipeline.launch import launch_environment
 from domino_pipeline.loading.mixture import WeightedSourceSampler
 from domino_pipeline.object_store import name_of
@@ -88,13 +88,14 @@ def data_source(config: PipelineConfig) -> str:
     return f"the uncached datapipe over {config.data.processed_dir}"
 
 
-def split_and_scale(config: PipelineConfig, info: DistInfo) -> tuple[list[Path], list[Path], Path]:
-    """The training and validation runs and their scaling factors' file, computed first when missing."""
+def split_and_scale(config: PipelineConfig, info: DistInfo) -> tuple[RunSplit, Path]:
+    """The training, validation and test runs and the scaling factors' file (over the training
+    runs), computed first when missing."""
     selection = quality_selection(list_runs(config.data.processed_dir), config.data, config.dataset)
     if info.is_main:
         print(selection.summary(), flush=True)
-    train_runs, val_runs = split_from_config(selection.require_some(config.data.processed_dir), config.train,
-                                             config.seed)
+    split = run_split_from_config(selection.require_some(config.data.processed_dir), config.train, config.seed)
+    train_runs = split.train
     path = scaling_factors_path(config)
     if isinstance(path, str):  # a cache on object storage: its factors, checked, kept beside the outputs
         from domino_pipeline.store.manifest import manifest_scaling_factors
@@ -103,7 +104,7 @@ def split_and_scale(config: PipelineConfig, info: DistInfo) -> tuple[list[Path],
     ensure_scaling_factors(path, train_runs, sampling=config.sampling, cached=config.cache.enabled,
                            variables=config.variables, options=read_options_from_config(config.data, config.physics),
                            info=info, work_timeout_s=config.distributed.work_timeout_s)
-    return train_runs, val_runs, path
+    return split, path
 
 
 def build_data(config: PipelineConfig, info: DistInfo, train_runs: list[Path], val_runs: list[Path]) -> TrainData:
@@ -178,11 +179,11 @@ def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
         variables = data.train_set.sources[0].variables
         names = {f"{part}_fields": column_names(dict(variables[part])) for part in parts_of(model_type)}
     else:
-        train_runs, val_runs, path = split_and_scale(config, info)
-        log.write_json("split.json", {"train": [name_of(r) for r in train_runs],
-                                      "val": [name_of(r) for r in val_runs]})
+        split, path = split_and_scale(config, info)
+        log.write_json("split.json", {role: [name_of(r) for r in getattr(split, role)]
+                                      for role in ("train", "val", "test")})
         factors = load_scaling_factors(path, config.sampling.normalization, allow_pickle=config.data.allow_pickle)
-        data, names = build_data(config, info, train_runs, val_runs), target_variable_names(config)
+        data, names = build_data(config, info, split.train, split.val), target_variable_names(config)
     # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;
     # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
     torch.manual_seed(config.seed + info.rank)

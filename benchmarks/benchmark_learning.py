@@ -1,49 +1,60 @@
-"""Does the pipeline teach DoMINO the flow? Train on a family of OpenFOAM bodies, predict the bodies held out.
+"""Does the pipeline teach DoMINO the flow? Train on a family of OpenFOAM bodies, predict bodies that chose nothing.
 
 On a folder of ``dataset=openfoam`` run folders (tools/openfoam_family/ writes one, with its
 shape parameters in ``parameters.csv``), under ``--work``:
 
 1. process_data.py (``process.parts=surface``) and cache_data.py, in this process;
-2. a seeded split that holds ``--held-out`` bodies out (at least 6; written to split.json);
-3. train.py on the cache (the demo's CPU-sized surface DoMINO, ``--epochs``), in a child
-   process, timed; predict.py on the held-out bodies with the last epoch's model (never chosen
-   by its validation loss: the held-out bodies are the validation runs);
-4. one table beside DoMINO's published figures (physicsnemo's DoMINO README, DrivAerML,
-   surface-only): area-weighted relative L2 of pressure and wall shear (predict.py's
-   ``rel_l2_area_*``), Cd and Cl R^2 and mean absolute error against forceCoeffs' published
-   values, training time; with two baselines on the same bodies: the training mean of Cd and Cl,
-   and the nearest training body in shape parameters (range-scaled distance over the family's
-   parameter table; skipped with a note when there is none);
-5. time to reach the final validation error, cached against uncached (``cache.enabled=false``,
-   no workers, as upstream trains), side by side; the uncached run stops once it reaches the
-   cached run's final validation loss or at ``--uncached-cap-s`` (default: twice the cached
-   run's wall time), and the table says which;
-6. the accuracy cost of the cache's sampling law: the default law against ``sampling.exact=true``,
-   same split, ``--seeds`` (three by default), each arm predicted on the held-out bodies; mean
-   and spread per arm, and whether the default lies within the exact law's seed-to-seed range;
-7. with ``--mixture-with DIR`` (raw runs of a second dataset in its published layout, profile
-   ``--mixture-dataset``, drivaerml by default): DIR processed with its own profile into
-   ``work/mixture/processed`` and cached (the family's cache is reused), and one more model, the
-   main run's seed and overrides, trained over ``data.sources`` in the non-dimensional form: the
-   family (weight 1, validated on exactly the held-out bodies) and every run of the second
-   dataset (``--mixture-weight``, none held out); predicted on the held-out bodies, its column
-   "mixture (family + <dataset>)" beside "this run" (its epochs draw both sources' training runs,
-   so its training time covers more draws).
+2. ``--splits`` splits (learning_splits.py), each into ``--test`` test bodies, ``--val``
+   validation bodies and the training bodies (the rest); the test bodies of successive splits
+   do not repeat while the family has bodies left; every split's roles go into the JSON;
+3. per split: train.py on the cache (the demo's CPU-sized surface DoMINO, ``--epochs``), in a
+   child process, timed, its test bodies named (``train.test_runs``: held out of training and
+   validation) and its target scaling factors over its own training bodies; the checkpoint is
+   chosen by the validation loss (``model_best.mdlus``), the only choice made, and on the
+   validation bodies only; predict.py with it on the validation bodies (the figures a choice
+   between settings may read) and once on the test bodies (the figures reported);
+4. per split, baselines on the same test bodies from the training bodies only
+   (learning_baselines.py): the training mean (Cd, Cl, and each field's area-weighted mean); the
+   nearest training body by geometry (the symmetric surface distance between STLs), its Cd and
+   Cl and its fields carried onto the test body cell by cell; linear and Gaussian-process
+   regressions of Cd and Cl on descriptors any car's STL gives (length, width, height, frontal
+   area, wetted area, volume); with a parameter table, a Gaussian process on the family's own
+   parameters, an oracle a real dataset does not have. Fields are scored as predict.py scores the
+   model (area-weighted relative L2 of the non-dimensional fields, ``rel_l2_area_*``);
+5. one table of every measure's mean ± sd over the splits beside DoMINO's published figures
+   (physicsnemo's DoMINO README, DrivAerML, surface-only), one row per split, one table of the
+   test bodies per split, and how the model stands against the best baseline and the oracle;
+6. on the first split only: time to reach the final validation error, cached against uncached
+   (``cache.enabled=false``, no workers, as upstream trains), side by side; the uncached run
+   stops once it reaches the cached run's final validation loss or at ``--uncached-cap-s``
+   (default: twice the cached run's wall time), and the table says which;
+7. on the first split only: the accuracy cost of the cache's sampling law: the default law
+   against ``sampling.exact=true``, ``--seeds`` (three by default), each arm's chosen checkpoint
+   predicted on the test bodies; mean and spread per arm, and whether the default lies within the
+   exact law's seed-to-seed range;
+8. with ``--mixture-with DIR`` (raw runs of a second dataset in its published layout, profile
+   ``--mixture-dataset``, drivaerml by default), on the first split: DIR processed with its own
+   profile into ``work/mixture/processed`` and cached, and one more model, the first split's seed
+   and overrides, trained over ``data.sources`` in the non-dimensional form: the family's
+   training and validation bodies (weight 1; validated on the validation bodies) and every run of
+   the second dataset (``--mixture-weight``), its test bodies left out; predicted on the test
+   bodies, its column "mixture (family + <dataset>)" beside "this run".
 
-Every run validates on the same draws (``sampling.val_exact=true``) with the cache's scaling
-factors. When a body's surface leaves the configured surface box (long bodies against the
-``dataset=openfoam`` profile's), the box is widened to hold every body, with a note. Prints the table with the command, seeds, date and commit; writes ``--json`` and
-``--png`` (predicted against published Cd with the y = x line, beside one held-out body's
-pressure map against the solver's, predict.py's ``<run>_pressure.png``). A finished training
-run under ``--work`` is reused, so an interrupted benchmark resumes. Timings on a shared
-machine are noisy: compare the ratios of runs made side by side.
+Every run validates on the same draws (``sampling.val_exact=true``). When a body's surface leaves
+the configured surface box (long bodies against the ``dataset=openfoam`` profile's), the box is
+widened to hold every body (their geometry, no label), with a note. Prints the tables with the
+command, seeds, date and commit; writes ``--json`` and ``--png`` (predicted against published Cd
+over every split's test bodies with the y = x line, beside one test body's pressure map against
+the solver's, predict.py's ``<run>_pressure.png``). A finished training run under ``--work`` is
+reused, so an interrupted benchmark resumes. Timings on a shared machine are noisy: compare the
+ratios of runs made side by side.
 
     nice -n 10 python benchmarks/benchmark_learning.py --family /data/openfoam_family --work /tmp/learning \
-        --epochs 40 --json docs/benchmark_learning.json --png docs/benchmark_learning.png
-    python benchmarks/benchmark_learning.py --family F --work W --epochs 1 --seeds 0 \
+        --epochs 40 --splits 3 --val 12 --test 12 --json docs/benchmark_learning.json --png docs/benchmark_learning.png
+    python benchmarks/benchmark_learning.py --family F --work W --epochs 1 --seeds 0 --splits 1 \
         --set geometry.interp_res=[16,8,8] ...                     # any override of every stage
     python benchmarks/benchmark_learning.py --family F --work W --skip-uncached --skip-exact \
-        --mixture-with /data/drivaerml_runs --mixture-weight 0.5   # the family + DrivAerML row
+        --mixture-with /data/drivaerml_runs --mixture-weight 0.5   # the family + DrivAerML column
 """
 
 from __future__ import annotations
@@ -52,7 +63,6 @@ import argparse
 import datetime
 import json
 import math
-import os
 import shlex
 import shutil
 import signal
@@ -68,19 +78,28 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the entry points (process_data.py, cache_data.py, predict.py), as from the repository
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from learning_metrics import coefficient_scores, nearest_runs, read_parameters  # noqa: E402
+import learning_baselines  # noqa: E402
+from learning_metrics import coefficient_scores, read_parameters  # noqa: E402
+from learning_report import (  # noqa: E402
+    BASELINES,
+    MODEL,
+    ab_table,
+    mixture_text,
+    per_run_table,
+    plot,
+    ratios_text,
+    representative_run,
+    split_table,
+    summary_table,
+    timing_text,
+)
+from learning_splits import draw_splits, over_splits, split_overrides  # noqa: E402
 
 CONFIG_NAME = "demo"  # the CPU-sized DoMINO of `make demo`
-MIN_HELD_OUT = 6
+MIN_TEST = 3
+CHOSEN = "model_best.mdlus"  # the checkpoint of the lowest validation loss (train.py; model_best.json: its epoch)
 # physicsnemo's DoMINO README, DrivAerML validation, surface-only model
 DOMINO_PUBLISHED = {"p": 0.101, "wss_x": 0.138, "wss_y": 0.174, "wss_z": 0.198, "cd_r2": 0.983, "cl_r2": 0.971}
-ROWS = (  # key, label
-    ("p", "pressure rel. L2 (area-weighted)"), ("wss_x", "wall shear x rel. L2"),
-    ("wss_y", "wall shear y rel. L2"), ("wss_z", "wall shear z rel. L2"),
-    ("cd_r2", "Cd R^2"), ("cd_mae_percent", "Cd mean abs. error %"), ("cd_mae", "Cd mean abs. error"),
-    ("cl_r2", "Cl R^2"), ("cl_mae_percent", "Cl mean abs. error %"), ("cl_mae", "Cl mean abs. error"),
-    ("train_s", "training time s (train.py wall)"),
-)
 FIELD_KEYS = ("p", "wss_x", "wss_y", "wss_z")  # predict.py's surface variables, in their order
 REACHED_SLACK = 1e-3  # the uncached run reaches the target within this relative slack (float noise)
 
@@ -178,17 +197,46 @@ def surface_box_overrides(bounds: dict[str, list], box_min: list[float], box_max
             for key, corner in (("min", wider_min), ("max", wider_max))]
 
 
-def split_overrides(runs: list[Path], held_out: int, split_seed: int) -> tuple[list[str], dict[str, list[str]]]:
-    """train.py's split holding exactly ``held_out`` of ``runs`` out: its overrides and the split."""
-    from domino_pipeline.processed.runs import split_runs
-    fraction = (held_out - 0.5) / len(runs)  # ceil(fraction * n) == held_out
-    train, val = split_runs(runs, fraction, split_seed)
-    names = {"train": [run_name(r) for r in train], "held_out": [run_name(r) for r in val]}
-    return [f"train.val_fraction={fraction!r}", f"train.split_seed={split_seed}"], names
-
-
 def run_name(path: Path | str) -> str:
+    """A run's name: its folder or processed group's name without .zarr."""
     return Path(path).name.removesuffix(".zarr")
+
+
+# ---- the splits: each scaled by its own training bodies, checked against train.py's ----
+
+def write_split_factors(path: Path, train: list[str], overrides: list[str]) -> Path:
+    """The target scaling factors over ``train`` (one split's training bodies) at ``path``, from
+    the statistics each cache run records, as cache_data.py computes the cache's own."""
+    from domino_pipeline.compute.scaling import merge_statistics, save_scaling_factors
+    from domino_pipeline.compute.settings import settings_from_config
+    from domino_pipeline.store.cache_format import current_generation, run_folder
+    from domino_pipeline.store.cache_run import CacheRun
+    config = typed_config(overrides)
+    settings = settings_from_config(config.geometry, config.variables, parts=config.process.part_names)
+    variables = {"surface": settings.surface_variables, "volume": settings.volume_variables}
+    statistics_per_run = [CacheRun(current_generation(run_folder(Path(config.cache.dir), run))).attrs["scalars"]
+                          ["field_statistics"] for run in train]
+    factors = merge_statistics(statistics_per_run, train, normalization=config.sampling.normalization,
+                               variables={part: variables[part] for part in settings.parts})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_scaling_factors(path, factors)
+
+
+def split_run_overrides(work: Path, split: dict, overrides: list[str], total: int) -> list[str]:
+    """The stages' overrides for one split: its roles (train.py's test runs, validation fraction
+    and seed) and its own scaling factors."""
+    factors = write_split_factors(work / "splits" / f"split{split['index']}_scaling_factors.json", split["train"],
+                                  overrides)
+    return [*overrides, *split_overrides(split, total), f"sampling.scaling_factors={factors}"]
+
+
+def check_split(train_dir: Path, split: dict) -> None:
+    """Stop unless train.py put exactly the split's bodies in each role (``split.json``)."""
+    written = json.loads((train_dir / "split.json").read_text())
+    for role in ("train", "val", "test"):
+        if sorted(map(run_name, written.get(role, []))) != sorted(split[role]):
+            sys.exit(f"{train_dir / 'split.json'}: its {role} runs {written.get(role)} are not the split's "
+                     f"{split[role]}")
 
 
 # ---- training runs, timed in a child process ----
@@ -253,22 +301,34 @@ def first_reaching(result: dict, target: float) -> dict | None:
     return next((r for r in result["epochs"] if r.get("val_loss", math.inf) <= target * (1 + REACHED_SLACK)), None)
 
 
-# ---- predictions of the held-out bodies ----
+# ---- predictions with the checkpoint chosen on validation ----
 
-def predict_held_out(work: Path, name: str, overrides: list[str], source: str | None = None) -> list[dict]:
-    """predict.py (this process) on the held-out runs with ``name``'s last model; the CSV's rows.
-    ``source``: a model over sources, only that source's validation runs (predict.py writes them
-    into ``<out>/<source>/``)."""
+def chosen_checkpoint(train_dir: Path) -> dict:
+    """The model train.py kept for the lowest validation loss: its path, epoch and loss."""
+    record = train_dir / "checkpoints" / "model_best.json"
+    if not record.is_file():
+        sys.exit(f"{record}: no model chosen by validation loss (a run without validation bodies?)")
+    return json.loads(record.read_text()) | {"checkpoint": str(train_dir / "checkpoints" / CHOSEN)}
+
+
+def predict_role(work: Path, name: str, overrides: list[str], role: str, *, source: str | None = None,
+                 runs: list[Path] | None = None) -> list[dict]:
+    """predict.py (this process) with ``name``'s chosen checkpoint on its ``role`` bodies ("val",
+    "test"; or ``runs``), once: the CSV's rows, each with its FIELD_KEYS figures. ``source``: a
+    model over sources, that source's runs (predict.py writes them into ``<out>/<source>/``)."""
     import csv
-    train_dir, out = work / "train" / name, work / "predictions" / name
+    train_dir, out = work / "train" / name, work / "predictions" / name / role
     table = out / source / "predictions.csv" if source else out / "predictions.csv"
     if not table.is_file():
+        which = [f"predict.split={role}"] if runs is None else [
+            "predict.runs=[" + ",".join(_quoted(r) for r in runs) + "]"]
         chosen = [f"predict.source={source}"] if source else []
-        run_entry_point("predict", [*overrides, f"output_dir={train_dir}", "predict.split=val", *chosen,
-                                    f"predict.checkpoint={train_dir / 'checkpoints' / 'model_last.mdlus'}",
+        run_entry_point("predict", [*overrides, f"output_dir={train_dir}", *which, *chosen,
+                                    f"predict.checkpoint={chosen_checkpoint(train_dir)['checkpoint']}",
                                     f"predict.out_dir={out}"])
     with open(table, newline="") as f:
-        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        rows = [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    return [row | dict(zip(FIELD_KEYS, (row[c] for c in row if c.startswith("rel_l2_area_")))) for row in rows]
 
 
 def _number(text: str) -> float | str:
@@ -279,13 +339,12 @@ def _number(text: str) -> float | str:
 
 
 def field_errors(rows: list[dict]) -> dict[str, float]:
-    """Mean over the bodies of each surface variable's area-weighted relative L2 (FIELD_KEYS order)."""
-    columns = [c for c in rows[0] if c.startswith("rel_l2_area_")]
-    return {key: float(np.mean([r[c] for r in rows])) for key, c in zip(FIELD_KEYS, columns)}
+    """Mean over the bodies of each surface variable's area-weighted relative L2 (FIELD_KEYS)."""
+    return {key: float(np.mean([r[key] for r in rows])) for key in FIELD_KEYS if key in rows[0]}
 
 
 def model_scores(rows: list[dict]) -> dict[str, float]:
-    """The held-out figures of a trained model: field errors and coefficient scores."""
+    """A trained model's figures on some bodies: field errors and coefficient scores."""
     scores = field_errors(rows)
     for name in ("cd", "cl"):
         figures = coefficient_scores([r[f"{name}_pred"] for r in rows], [r[f"{name}_published"] for r in rows])
@@ -293,7 +352,7 @@ def model_scores(rows: list[dict]) -> dict[str, float]:
     return scores
 
 
-# ---- baselines ----
+# ---- baselines, from the training bodies alone ----
 
 def published(run: Path) -> dict[str, float]:
     """forceCoeffs' Cd and Cl of a processed run (kept from its raw folder)."""
@@ -311,34 +370,89 @@ def baseline_scores(guesses: dict[str, dict[str, float]], truth: dict[str, dict[
     return scores
 
 
-def baselines(runs: dict[str, Path], split: dict[str, list[str]], parameters_csv: Path | None,
-              notes: list[str]) -> tuple[dict[str, dict], dict[str, dict]]:
-    """The two baselines' scores, and their per-run guesses (with the nearest run's name)."""
-    coefficients = {name: published(path) for name, path in runs.items()}
-    truth = {r: coefficients[r] for r in split["held_out"]}
-    mean = {k: float(np.mean([coefficients[r][k] for r in split["train"]])) for k in ("cd", "cl")}
-    guesses = {"training_mean": {r: dict(mean) for r in truth}}
-    if parameters_csv is None:
-        notes.append("nearest-body baseline skipped: no parameter table (--parameters) in the family folder")
-    else:
-        columns, table = read_parameters(parameters_csv)
-        nearest = nearest_runs(table, split["train"], split["held_out"])
-        guesses["nearest_body"] = {r: coefficients[nearest[r]] | {"run": nearest[r]} for r in truth}
-        values = np.stack(list(table.values()))
-        varied = [c for c, low, high in zip(columns, values.min(axis=0), values.max(axis=0)) if high > low]
-        fixed = [c for c in columns if c not in varied]
-        constant = f"; constant in this family: {', '.join(fixed)}" if fixed else ""
-        notes.append(f"nearest body: range-scaled Euclidean distance over {', '.join(varied)} "
-                     f"({parameters_csv.name}{constant})")
-    return {name: baseline_scores(g, truth) for name, g in guesses.items()}, guesses
+def family_parameters(path: Path | None, names: list[str], notes: list[str]) -> dict[str, np.ndarray] | None:
+    """The family's parameters per body (the oracle's inputs), or None (with a note) without a
+    table or with bodies it lacks; a note names the parameters that vary and those held constant."""
+    if path is None or not path.is_file():
+        notes.append("oracle baseline skipped: no parameter table (--parameters) in the family folder")
+        return None
+    columns, table = read_parameters(path)
+    absent = [n for n in names if n not in table]
+    if absent:
+        notes.append(f"oracle baseline skipped: {path.name} has no row for {', '.join(absent[:5])}")
+        return None
+    values = np.stack([table[n] for n in names])
+    varied = [c for c, low, high in zip(columns, values.min(axis=0), values.max(axis=0)) if high > low]
+    fixed = [c for c in columns if c not in varied]
+    constant = f"; constant in this family: {', '.join(fixed)}" if fixed else ""
+    notes.append(f"oracle: a Gaussian process on {', '.join(varied)} ({path.name}{constant})")
+    return {n: table[n] for n in names}
 
 
-# ---- the measurements beside the main run ----
+def field_baselines(bodies: dict, train: list[str], test: list[str], nearest: dict[str, str]) -> dict[str, dict]:
+    """Each test body's FIELD_KEYS figures, scored as predict.py scores the model, of the training
+    cells' area-weighted mean fields and of its nearest body's fields carried onto its cells."""
+    from domino_pipeline.inference.report import relative_l2
+    mean = learning_baselines.area_weighted_mean([bodies[r].fields for r in train], [bodies[r].areas for r in train])
+    found: dict[str, dict] = {"training_mean": {}, "nearest_body": {}}
+    for run in test:
+        body, near = bodies[run], bodies[nearest[run]]
+        guesses = {"training_mean": np.broadcast_to(mean, body.fields.shape),
+                   "nearest_body": learning_baselines.carried_fields(near.centres, near.fields, body.centres)}
+        for key, fields in guesses.items():
+            found[key][run] = dict(zip(FIELD_KEYS, map(float, relative_l2(fields, body.fields, body.areas))))
+    return found
+
+
+def split_baselines(bodies: dict, coefficients: dict[str, dict], split: dict,
+                    parameters: dict[str, np.ndarray] | None) -> tuple[dict, dict, dict]:
+    """Every baseline of one split on its test bodies, from its training bodies: the columns
+    (label -> scores), the guesses (key -> run -> Cd, Cl) and the field figures (key -> run -> figures)."""
+    from shape_geometry import distance_matrix
+    train, test = split["train"], split["test"]
+    distances = distance_matrix([bodies[r].stl_points for r in test], [bodies[r].stl_points for r in train])
+    nearest = learning_baselines.nearest_bodies(distances, train, test)
+    descriptors = {r: bodies[r].descriptors for r in [*train, *test]}
+    guesses = {"training_mean": learning_baselines.training_mean(coefficients, train, test),
+               "nearest_body": learning_baselines.nearest_guesses(coefficients, nearest),
+               "linear_descriptors": learning_baselines.regression_guesses(descriptors, coefficients, train, test,
+                                                                           "linear"),
+               "gp_descriptors": learning_baselines.regression_guesses(descriptors, coefficients, train, test, "gp")}
+    if parameters is not None:
+        guesses["gp_parameters"] = learning_baselines.regression_guesses(parameters, coefficients, train, test, "gp")
+    fields = field_baselines(bodies, train, test, nearest)
+    truth = {r: coefficients[r] for r in test}
+    columns = {BASELINES[key]: baseline_scores(g, truth) | (field_errors(list(fields[key].values()))
+                                                           if key in fields else {})
+               for key, g in guesses.items()}
+    return columns, guesses, fields
+
+
+# ---- one split, and the measurements beside its main run ----
+
+def measure_split(args: argparse.Namespace, work: Path, overrides: list[str], split: dict, total: int,
+                  bodies: dict, coefficients: dict[str, dict], parameters: dict | None) -> tuple[dict, dict]:
+    """Train one split's model, choose its checkpoint on validation, predict validation and test
+    once; its baselines. The split's record and the training run's."""
+    own = split_run_overrides(work, split, overrides, total)
+    name = f"split{split['index']}_default_seed{args.seeds[0]}"
+    result = train(work, name, [*own, f"seed={args.seeds[0]}"])
+    check_split(work / "train" / name, split)
+    validation, rows = (predict_role(work, name, own, role) for role in ("val", "test"))
+    columns, guesses, fields = split_baselines(bodies, coefficients, split, parameters)
+    chosen = chosen_checkpoint(work / "train" / name)
+    record = {"index": split["index"], "split_seed": split["split_seed"], "name": name,
+              "roles": {role: split[role] for role in ("train", "val", "test")}, "overrides": own,
+              "chosen": chosen | {"checkpoint": CHOSEN}, "validation": model_scores(validation),
+              "per_run": rows, "guesses": guesses, "baseline_fields": fields,
+              "columns": {MODEL: model_scores(rows) | {"train_s": result["wall_s"]}, **columns},
+              "run": {k: result[k] for k in ("wall_s", "epochs")}}
+    return record, result
+
 
 def cached_against_uncached(work: Path, overrides: list[str], main: dict, cap_s: float | None) -> dict:
-    """Time to reach the cached run's final validation loss, cached and uncached (same seed and
-    draws, the cache's scaling factors, no workers); the uncached run stops when it reaches it
-    or at the cap."""
+    """Time to reach the cached run's final validation loss, cached and uncached (same seed, split,
+    draws and scaling factors, no workers); the uncached run stops when it reaches it or at the cap."""
     target = final_val_loss(main)
     cap = cap_s if cap_s is not None else 2.0 * main["wall_s"]
 
@@ -349,9 +463,8 @@ def cached_against_uncached(work: Path, overrides: list[str], main: dict, cap_s:
             return False
         return seconds > cap or bool(records and records[-1].get("val_loss", math.inf) <= target * (1 + REACHED_SLACK))
 
-    uncached = train(work, "uncached", [*overrides, "cache.enabled=false", "train.num_workers=0",
-                                        "train.val_num_workers=0",
-                                        f"sampling.scaling_factors={work / 'cache' / 'scaling_factors.json'}"], stop)
+    uncached = train(work, "split0_uncached", [*overrides, "cache.enabled=false", "train.num_workers=0",
+                                               "train.val_num_workers=0"], stop)
     cached_hit, uncached_hit = first_reaching(main, target), first_reaching(uncached, target)
     report = {
         "target_val_loss": target, "cap_s": cap,
@@ -380,19 +493,17 @@ def epochs_seconds(result: dict, epoch: int) -> float:
     return sum(r["epoch_s"] for r in result["epochs"] if r["epoch"] <= epoch)
 
 
-def sampling_ab(work: Path, overrides: list[str], seeds: list[int], main: dict, main_scores: dict) -> dict:
-    """The default sampling law against the exact one per seed: final validation loss and the
-    held-out figures of each arm's last model."""
+def sampling_ab(work: Path, overrides: list[str], seeds: list[int], main: dict) -> dict:
+    """The default sampling law against the exact one per seed, on the first split: each arm's
+    best validation loss (its chosen checkpoint's) and that checkpoint's test figures."""
     arms: dict[str, dict[int, dict]] = {"default": {}, "exact": {}}
     for seed in seeds:
         for arm, extra in (("default", []), ("exact", ["sampling.exact=true"])):
-            name = f"{arm}_seed{seed}"
-            if arm == "default" and seed == seeds[0]:
-                result, scores = main, main_scores
-            else:
-                result = train(work, name, [*overrides, f"seed={seed}", *extra])
-                scores = model_scores(predict_held_out(work, name, overrides))
-            arms[arm][seed] = {"val_loss": final_val_loss(result), "p": scores["p"],
+            name = f"split0_{arm}_seed{seed}"
+            if not (arm == "default" and seed == seeds[0]):  # the first split's main run is that arm
+                train(work, name, [*overrides, f"seed={seed}", *extra])
+            scores = model_scores(predict_role(work, name, overrides, "test"))
+            arms[arm][seed] = {"val_loss": chosen_checkpoint(work / "train" / name)["val_loss"], "p": scores["p"],
                                "cd_mae_percent": scores["cd_mae_percent"]}
     return {"arms": arms, "summary": ab_summary(arms, seeds)}
 
@@ -422,16 +533,18 @@ def mixture_label(dataset: str) -> str:
 
 
 def _quoted(text: str | Path) -> str:
-    """``text`` as a single-quoted string of a data.sources override (paths and run names as they are)."""
+    """``text`` as a single-quoted string of an override's list (paths and run names as they are)."""
     return "'" + str(text).replace("'", "\\'") + "'"
 
 
 def source_entry(name: str, dataset: str, processed: Path, cache: Path, raw: Path, weight: float,
-                 val_runs: list[str]) -> str:
-    """One ``data.sources`` entry as override text (train.py's Hydra and the in-process composer read it)."""
-    runs = ", ".join(_quoted(r) for r in val_runs)
+                 val_runs: list[str], runs: list[str] | None = None) -> str:
+    """One ``data.sources`` entry as override text (train.py's Hydra and the in-process composer
+    read it); ``runs`` None: every run of the source."""
+    listed = "null" if runs is None else "[" + ", ".join(_quoted(r) for r in runs) + "]"
     return (f"{{name: {_quoted(name)}, dataset: {_quoted(dataset)}, processed_dir: {_quoted(processed)}, "
-            f"cache_dir: {_quoted(cache)}, raw_dir: {_quoted(raw)}, weight: {weight!r}, val_runs: [{runs}]}}")
+            f"cache_dir: {_quoted(cache)}, raw_dir: {_quoted(raw)}, weight: {weight!r}, runs: {listed}, "
+            f"val_runs: [{', '.join(_quoted(r) for r in val_runs)}]}}")
 
 
 def process_mixture(args: argparse.Namespace, work: Path) -> list[Path]:
@@ -449,18 +562,21 @@ def with_override(overrides: list[str], key: str, value: object) -> list[str]:
     return [o for o in overrides if o.partition("=")[0] != key] + [f"{key}={value}"]
 
 
-def mixture_overrides(args: argparse.Namespace, work: Path, overrides: list[str], split: dict[str, list[str]],
+def mixture_overrides(args: argparse.Namespace, work: Path, overrides: list[str], split: dict,
                       other_runs: list[Path], notes: list[str]) -> list[str]:
-    """The main run's overrides over two sources in the non-dimensional form: the family (its
-    processed runs and cache, validated on exactly the main split's held-out bodies) and the
-    second dataset (every run trains: ``val_runs: []``); geometry points lowered to the second
-    dataset's fewest STL vertices where they exceed them (a draw takes them without replacement)."""
+    """The first split's overrides over two sources in the non-dimensional form: the family (its
+    training and validation bodies, validated on exactly the latter; its test bodies left out) and
+    the second dataset (every run trains: ``val_runs: []``); the scaling factors those of the
+    mixture (train.py's, over both sources' training runs), not the split's; geometry points lowered
+    to the second dataset's fewest STL vertices where they exceed them (a draw takes them without
+    replacement)."""
     family = source_entry(FAMILY_SOURCE, "openfoam", work / "processed", work / "cache", args.family.resolve(),
-                          1.0, split["held_out"])
+                          1.0, split["val"], runs=[*split["train"], *split["val"]])
     other = source_entry(args.mixture_dataset, args.mixture_dataset,  # named by its profile
                          work / "mixture" / "processed", work / "mixture" / "cache", args.mixture_with.resolve(),
                          args.mixture_weight, [])
-    mixed = [*overrides, f"data.sources=[{family}, {other}]", "data.nondimensional=true"]
+    kept = [o for o in overrides if o.partition("=")[0] not in ("train.test_runs", "sampling.scaling_factors")]
+    mixed = [*kept, f"data.sources=[{family}, {other}]", "data.nondimensional=true"]
     fewest = min(run_attributes(run)["counts"]["stl_points"] for run in other_runs)
     wanted = typed_config(mixed).sampling.geometry_points
     if wanted <= fewest:
@@ -470,31 +586,34 @@ def mixture_overrides(args: argparse.Namespace, work: Path, overrides: list[str]
     return with_override(mixed, "sampling.geometry_points", fewest)
 
 
-def check_mixture_split(train_dir: Path, split: dict[str, list[str]]) -> dict:
-    """The mixture's split.json per source; stop the benchmark unless the family's validation runs
-    are exactly the main run's held-out bodies (the two columns would score other bodies)."""
+def check_mixture_split(train_dir: Path, split: dict) -> dict:
+    """The mixture's split.json per source; stop the benchmark unless the family trained on
+    exactly the split's training bodies and validated on its validation bodies."""
     sources = json.loads((train_dir / "split.json").read_text())["sources"]
-    if sorted(sources[FAMILY_SOURCE]["val"]) != sorted(split["held_out"]):
-        sys.exit(f"mixture: the family's validation runs {sources[FAMILY_SOURCE]['val']} are not the held-out "
-                 f"bodies {split['held_out']}")
+    family = sources[FAMILY_SOURCE]
+    for role in ("train", "val"):
+        if sorted(family[role]) != sorted(split[role]):
+            sys.exit(f"mixture: the family's {role} runs {family[role]} are not the split's {split[role]}")
     return sources
 
 
-def mixture_arm(args: argparse.Namespace, work: Path, overrides: list[str], split: dict[str, list[str]],
+def mixture_arm(args: argparse.Namespace, work: Path, overrides: list[str], split: dict,
                 notes: list[str]) -> tuple[dict, dict]:
-    """The family and ``--mixture-with`` in one model (the main run's seed): its held-out scores
+    """The family and ``--mixture-with`` in one model (the first split's seed): its test scores
     (model_scores and train_s, as "this run") and its record (overrides, command, split, per run)."""
     other_runs = process_mixture(args, work)
     mixed = mixture_overrides(args, work, overrides, split, other_runs, notes)
     run_entry_point("cache_data", mixed)  # the second source's cache; the family's runs are current
-    name = f"mixture_seed{args.seeds[0]}"
+    name = f"split0_mixture_seed{args.seeds[0]}"
     result = train(work, name, [*mixed, f"seed={args.seeds[0]}"])
     sources = check_mixture_split(work / "train" / name, split)
-    rows = predict_held_out(work, name, mixed, source=FAMILY_SOURCE)
-    record = {"dataset": args.mixture_dataset, "raw_dir": str(args.mixture_with.resolve()),
+    rows = predict_role(work, name, mixed, "test", source=FAMILY_SOURCE,
+                        runs=[args.family.resolve() / run for run in split["test"]])
+    record = {"dataset": args.mixture_dataset, "family_source": FAMILY_SOURCE,
+              "raw_dir": str(args.mixture_with.resolve()),
               "weights": {FAMILY_SOURCE: 1.0, args.mixture_dataset: args.mixture_weight},
               "overrides": mixed, "command": result["command"], "split": sources, "per_run": rows,
-              "wall_s": result["wall_s"], "final_val_loss": final_val_loss(result)}
+              "wall_s": result["wall_s"], "chosen": chosen_checkpoint(work / "train" / name)}
     return model_scores(rows) | {"train_s": result["wall_s"]}, record
 
 
@@ -512,115 +631,30 @@ def provenance(argv: list[str]) -> dict:
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit}
 
 
-def _cell(value: float | None, key: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if key == "train_s":
-        return f"{value:.0f}"
-    return f"{value:.1f}" if key.endswith("percent") else f"{value:.3f}" if key.endswith("r2") else f"{value:.4f}"
-
-
-def main_table(columns: dict[str, dict]) -> str:
-    """Markdown: one row per ROWS measure, one column per model or baseline ("-": not defined)."""
-    lines = ["| measure (held-out bodies) | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
-    for key, label in ROWS:
-        lines.append(f"| {label} | " + " | ".join(_cell(c.get(key), key) for c in columns.values()) + " |")
-    return "\n".join(lines)
-
-
-def per_run_table(rows: list[dict], guesses: dict[str, dict]) -> str:
-    """Markdown: each held-out body's Cd and Cl, predicted, published and the baselines' guesses."""
-    nearest = ["Cd nearest (run)"] if "nearest_body" in guesses else []
-    head = ["run", "Cd pred", "Cd published", "err %", "Cd mean", *nearest,
-            "Cl pred", "Cl published", "p rel. L2"]
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    for r in rows:
-        run = r["run"]
-        cells = [run, f"{r['cd_pred']:.4f}", f"{r['cd_published']:.4f}",
-                 f"{100 * (r['cd_pred'] - r['cd_published']) / r['cd_published']:+.1f}",
-                 f"{guesses['training_mean'][run]['cd']:.4f}"]
-        if "nearest_body" in guesses:
-            near = guesses["nearest_body"][run]
-            cells.append(f"{near['cd']:.4f} ({near['run']})")
-        cells += [f"{r['cl_pred']:.4f}", f"{r['cl_published']:.4f}", f"{list(field_errors([r]).values())[0]:.4f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def mixture_text(mixture: dict) -> str:
-    """One line: what the mixture column trained on (its command is in the JSON report)."""
-    family, other = mixture["split"][FAMILY_SOURCE], mixture["split"][mixture["dataset"]]
-    return (f"{mixture_label(mixture['dataset'])}: one model, the main run's seed, non-dimensional, over the "
-            f"{FAMILY_SOURCE}'s {len(family['train'])} training bodies (weight 1) and {len(other['train'])} "
-            f"{mixture['dataset']} runs (weight {mixture['weights'][mixture['dataset']]}); validated and scored on "
-            f"the {len(family['val'])} held-out bodies; train.py {mixture['wall_s']:.0f} s")
-
-
-def timing_text(timing: dict) -> str:
-    c, u = timing["cached"], timing["uncached"]
-    if u["reached_s"] is None and c.get("reached_uncached_best_s") is not None:
-        return (f"time to the cached run's final validation loss {timing['target_val_loss']:.5f}: cached "
-                f"{c['reached_s']:.0f} s (epoch {c['epoch']}); the uncached run {u['ended']} after "
-                f"{u['epochs_run']} epochs, {u['wall_s']:.0f} s (cap {timing['cap_s']:.0f} s), its best validation "
-                f"loss {u['best_val_loss']:.5f} at {u['reached_best_s']:.0f} s; the cached run reached that loss at "
-                f"{c['reached_uncached_best_s']:.0f} s: uncached / cached "
-                f"{u['reached_best_s'] / c['reached_uncached_best_s']:.2f}x (times from train.py's start)")
-    reached = f"{u['reached_s']:.0f} s (epoch {u['epoch']})" if u["reached_s"] is not None else "not reached"
-    ratio = f"; uncached / cached {u['reached_s'] / c['reached_s']:.2f}x" if u["reached_s"] else ""
-    epochs = (f"; training epochs alone {c['epochs_s_to_reach']:.0f} s cached, {u['epochs_s_to_reach']:.0f} s uncached"
-              if u["epochs_s_to_reach"] is not None else "")
-    return (f"time to the cached run's final validation loss {timing['target_val_loss']:.5f} (from train.py's start): "
-            f"cached {c['reached_s']:.0f} s (epoch {c['epoch']}), uncached {reached}{ratio}{epochs}; the uncached run "
-            f"{u['ended']} after {u['epochs_run']} epochs, {u['wall_s']:.0f} s (cap {timing['cap_s']:.0f} s)")
-
-
-def ab_table(ab: dict, seeds: list[int]) -> str:
-    """Markdown: per measure each seed's default / exact figure, then mean ± sd per arm."""
-    head = ["measure", *(f"seed {s}: default / exact" for s in seeds), "default mean ± sd", "exact mean ± sd",
-            "default outside exact range by"]
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    labels = {"val_loss": "final validation loss", "p": "held-out pressure rel. L2",
-              "cd_mae_percent": "Cd mean abs. error %"}
-    for measure, label in labels.items():
-        arms, summary = ab["arms"], ab["summary"][measure]
-        cells = [f"{arms['default'][s][measure]:.4f} / {arms['exact'][s][measure]:.4f}" for s in seeds]
-        cells += [f"{summary[a]['mean']:.4f} ± {summary[a]['sd']:.4f}" for a in ("default", "exact")]
-        outside = summary["default_outside_exact_range_by"]
-        cells.append("within" if outside == 0 else f"{outside:+.4f}")
-        lines.append("| " + " | ".join([label, *cells]) + " |")
-    return "\n".join(lines)
-
-
-def plot(rows: list[dict], guesses: dict[str, dict], pressure_png: Path, path: Path) -> None:
-    """Left: predicted (and the baselines') against published Cd with y = x; right: one held-out
-    body's pressure, predicted against the solver's (predict.py's picture)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    figure, (scatter, picture) = plt.subplots(1, 2, figsize=(16, 6), gridspec_kw={"width_ratios": [1, 1.6]})
-    true = [r["cd_published"] for r in rows]
-    scatter.scatter(true, [r["cd_pred"] for r in rows], label="DoMINO (this run)", zorder=3)
-    for name, marker in (("training_mean", "_"), ("nearest_body", "x")):
-        if name in guesses:
-            scatter.scatter(true, [guesses[name][r["run"]]["cd"] for r in rows], marker=marker, s=80,
-                            label=name.replace("_", " "))
-    values = true + [r["cd_pred"] for r in rows]
-    span = [min(values) * 0.95, max(values) * 1.05]
-    scatter.plot(span, span, "k--", linewidth=1, label="y = x")
-    scatter.set(xlabel="Cd published (forceCoeffs)", ylabel="Cd predicted", title="Held-out bodies: drag")
-    scatter.legend()
-    picture.imshow(plt.imread(pressure_png))
-    picture.set_axis_off()
-    picture.set_title(f"{pressure_png.stem.removesuffix('_pressure')}: pressure, solver (top) and predicted (bottom)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-
-
-def representative_run(rows: list[dict]) -> str:
-    """The held-out run of median pressure error: the picture shows a typical body."""
-    ordered = sorted(rows, key=lambda r: list(field_errors([r]).values())[0])
-    return ordered[len(ordered) // 2]["run"]
+def print_report(report: dict) -> None:
+    """Every table of the report, with its provenance and notes."""
+    sizes = report["sizes"]
+    print(f"\ncommand: {report['command']}\ndate: {report['date']}  commit: {report['commit']}  "
+          f"seeds: {report['seeds']} (main runs: {report['seeds'][0]})  split seed: {report['split_seed']}  "
+          f"epochs: {report['epochs']}")
+    print(f"{len(report['splits'])} splits of {sizes['train']} training / {sizes['val']} validation / "
+          f"{sizes['test']} test bodies; checkpoint: the lowest validation loss ({CHOSEN})")
+    print(summary_table(report["summary"], DOMINO_PUBLISHED, len(report["splits"])))
+    print(ratios_text(report["summary"]))
+    print(split_table(report["splits"]))
+    for split in report["splits"]:
+        print(f"\nsplit {split['index']}: test bodies")
+        print(per_run_table(split["per_run"], split["guesses"], split["baseline_fields"]))
+    if "mixture" in report:
+        print(mixture_text(report["mixture"]))
+        print(f"mixture on split 0's test bodies: pressure L2 {report['mixture']['columns']['p']:.4f}, "
+              f"Cd MAE {report['mixture']['columns']['cd_mae_percent']:.2f}%")
+    timing = report["timing"]
+    print(f"timing skipped ({timing['skipped']})" if "skipped" in timing else timing_text(timing))
+    ab = report["sampling_ab"]
+    print(f"sampling A/B skipped ({ab['skipped']})" if "skipped" in ab else ab_table(ab, report["seeds"]))
+    for note in report["notes"]:
+        print(f"note: {note}")
 
 
 # ---- wiring ----
@@ -629,12 +663,14 @@ def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--family", type=Path, required=True, help="the run_<i>/ folders (dataset=openfoam)")
     parser.add_argument("--parameters", type=Path,
-                        help="the family's shape parameters (default: FAMILY/parameters.csv)")
+                        help="the family's shape parameters, the oracle's inputs (default: FAMILY/parameters.csv)")
     parser.add_argument("--work", type=Path, default=Path("outputs/learning"), help="processed runs, cache, training")
     parser.add_argument("--epochs", type=int, default=40)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2], help="the first trains the main run")
-    parser.add_argument("--held-out", type=int, default=MIN_HELD_OUT, help=f"bodies held out (at least {MIN_HELD_OUT})")
-    parser.add_argument("--split-seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2], help="the first trains every split")
+    parser.add_argument("--splits", type=int, default=3, help="splits into training, validation and test bodies")
+    parser.add_argument("--val", type=int, default=12, help="validation bodies per split (they choose the checkpoint)")
+    parser.add_argument("--test", type=int, default=12, help=f"test bodies per split (at least {MIN_TEST})")
+    parser.add_argument("--split-seed", type=int, default=0, help="seeds the test sets; split k's validation: + k")
     parser.add_argument("--skip-uncached", action="store_true", help="no cached-against-uncached timing")
     parser.add_argument("--skip-exact", action="store_true", help="no sampling-law A/B")
     parser.add_argument("--uncached-cap-s", type=float,
@@ -651,77 +687,59 @@ def arguments() -> argparse.ArgumentParser:
     return parser
 
 
-def prepare(args: argparse.Namespace, work: Path, notes: list[str]) -> tuple[list[str], dict, dict[str, Path]]:
-    """Process and cache the family; the overrides of every later stage, the split and the runs."""
+def prepare(args: argparse.Namespace, work: Path, notes: list[str]) -> tuple[list[str], list[dict], dict[str, Path]]:
+    """Process and cache the family; the overrides every split shares, the splits and the runs."""
     overrides = stage_overrides(args, work)
     run_entry_point("process_data", [*overrides, "process.num_processes=2"])
     runs = kept_runs(overrides)
-    if len(runs) - args.held_out < 2:
-        sys.exit(f"{len(runs)} runs kept: too few to hold {args.held_out} out and train on the rest")
-    split_args, split = split_overrides(runs, args.held_out, args.split_seed)
-    overrides = fitted_overrides(runs, overrides + split_args, notes)
-    (work / "split.json").write_text(json.dumps(split, indent=1) + "\n")
-    run_entry_point("cache_data", overrides)
-    return overrides, split, {run_name(r): r for r in runs}
+    names = [run_name(r) for r in runs]
+    try:
+        splits = draw_splits(names, args.splits, args.val, args.test, args.split_seed)
+    except ValueError as error:
+        sys.exit(str(error))
+    overrides = fitted_overrides(runs, overrides, notes)
+    (work / "splits.json").write_text(json.dumps(splits, indent=1) + "\n")
+    run_entry_point("cache_data", [*overrides, *split_overrides(splits[0], len(runs))])  # its factors: split 0's
+    return overrides, splits, dict(zip(names, runs))
 
 
 def measure(args: argparse.Namespace, argv: list[str]) -> dict:
     """Every measurement of the module docstring; the JSON report."""
+    from learning_bodies import read_bodies
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     report = provenance(argv) | {"seeds": args.seeds, "epochs": args.epochs, "split_seed": args.split_seed}
-    overrides, split, runs = prepare(args, work, notes)
-    seed_overrides = [*overrides, f"seed={args.seeds[0]}"]
-    main = train(work, f"default_seed{args.seeds[0]}", seed_overrides)
-    rows = predict_held_out(work, f"default_seed{args.seeds[0]}", overrides)
-    scores = model_scores(rows) | {"train_s": main["wall_s"]}
-    parameters = args.parameters or (args.family / "parameters.csv")
-    baseline, guesses = baselines(runs, split, parameters if parameters.is_file() else None, notes)
-    report |= {"overrides": overrides, "split": split, "notes": notes, "per_run": rows, "guesses": guesses,
-               "columns": {"this run": scores, "DoMINO published (DrivAerML)": DOMINO_PUBLISHED,
-                           **{name.replace("_", " "): s for name, s in baseline.items()}},
-               "main_run": {k: main[k] for k in ("wall_s", "epochs")}}
+    overrides, splits, runs = prepare(args, work, notes)
+    bodies = read_bodies({name: args.family.resolve() / name for name in runs}, typed_config(overrides))
+    coefficients = {name: published(path) for name, path in runs.items()}
+    parameters = family_parameters(args.parameters or args.family / "parameters.csv", list(runs), notes)
+    records, results = zip(*(measure_split(args, work, overrides, split, len(runs), bodies, coefficients, parameters)
+                             for split in splits))
+    first = records[0]
+    report |= {"overrides": overrides, "notes": notes, "checkpoint": CHOSEN,
+               "sizes": {role: len(first["roles"][role]) for role in ("train", "val", "test")},
+               "splits": list(records), "summary": over_splits([r["columns"] for r in records]),
+               "validation_summary": over_splits([{MODEL: r["validation"]} for r in records])[MODEL]}
     report["timing"] = ({"skipped": "--skip-uncached"} if args.skip_uncached else
-                        cached_against_uncached(work, seed_overrides, main, args.uncached_cap_s))
+                        cached_against_uncached(work, [*first["overrides"], f"seed={args.seeds[0]}"], results[0],
+                                                args.uncached_cap_s))
     report["sampling_ab"] = ({"skipped": "--skip-exact"} if args.skip_exact else
-                             sampling_ab(work, overrides, args.seeds, main, scores))
-    report["pressure_png"] = str(work / "predictions" / f"default_seed{args.seeds[0]}" /
-                                 f"{representative_run(rows)}_pressure.png")
+                             sampling_ab(work, first["overrides"], args.seeds, results[0]))
+    report["pressure_png"] = str(work / "predictions" / first["name"] / "test" /
+                                 f"{representative_run(first['per_run'])}_pressure.png")
     if args.mixture_with is not None:
-        add_mixture(report, *mixture_arm(args, work, overrides, split, notes))
+        scores, record = mixture_arm(args, work, first["overrides"], splits[0], notes)
+        report["mixture"] = record | {"columns": scores}
     return report
-
-
-def add_mixture(report: dict, scores: dict, record: dict) -> None:
-    """The mixture's column beside "this run" (the table reads the columns in order) and its record."""
-    columns = list(report["columns"].items())
-    report["columns"] = dict([columns[0], (mixture_label(record["dataset"]), scores), *columns[1:]])
-    report["mixture"] = record
-
-
-def print_report(report: dict) -> None:
-    print(f"\ncommand: {report['command']}\ndate: {report['date']}  commit: {report['commit']}  "
-          f"seeds: {report['seeds']} (main run: {report['seeds'][0]})  split seed: {report['split_seed']}  "
-          f"epochs: {report['epochs']}")
-    print(f"held out ({len(report['split']['held_out'])}): {', '.join(report['split']['held_out'])}; "
-          f"{len(report['split']['train'])} training bodies")
-    print(main_table(report["columns"]))
-    if "mixture" in report:
-        print(mixture_text(report["mixture"]))
-    print(per_run_table(report["per_run"], report["guesses"]))
-    timing = report["timing"]
-    print(f"timing skipped ({timing['skipped']})" if "skipped" in timing else timing_text(timing))
-    ab = report["sampling_ab"]
-    print(f"sampling A/B skipped ({ab['skipped']})" if "skipped" in ab else ab_table(ab, report["seeds"]))
-    for note in report["notes"]:
-        print(f"note: {note}")
 
 
 def check_arguments(args: argparse.Namespace) -> None:
     """Stop on arguments a later stage would refuse, before the first run is trained."""
-    if args.held_out < MIN_HELD_OUT:
-        sys.exit(f"--held-out {args.held_out}: hold at least {MIN_HELD_OUT} bodies out")
+    if args.test < MIN_TEST:
+        sys.exit(f"--test {args.test}: hold at least {MIN_TEST} test bodies out")
+    if args.val < 1 or args.splits < 1:
+        sys.exit(f"--val {args.val} --splits {args.splits}: at least one validation body and one split")
     if args.mixture_with is None:
         return
     if not args.mixture_with.is_dir():
@@ -743,7 +761,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     if args.png:
         args.png.parent.mkdir(parents=True, exist_ok=True)
-        plot(report["per_run"], report["guesses"], Path(report["pressure_png"]), args.png)
+        plot(report["splits"], Path(report["pressure_png"]), args.png)
         print(f"wrote {args.png}")
     return report
 

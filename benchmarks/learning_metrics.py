@@ -1,6 +1,6 @@
-"""What benchmark_learning.py reports about held-out bodies: scores of predicted coefficients
-against the published ones, the two baselines (the training mean; the nearest training body in
-shape parameters), and the family's parameter table. Pure functions over plain numbers."""
+"""What benchmark_learning.py reports about test bodies: scores of predicted coefficients against
+the published ones, and the family's parameter table (the oracle baseline's inputs). Pure
+functions over plain numbers."""
 
 from __future__ import annotations
 
@@ -70,17 +70,3 @@ def read_parameters(path: Path, columns: Sequence[str] | None = None) -> tuple[l
 def _run_name(value: str) -> str:
     value = value.strip()
     return f"run_{value}" if value.isdigit() else value
-
-
-def nearest_runs(parameters: dict[str, np.ndarray], train: Sequence[str], held_out: Sequence[str]) -> dict[str, str]:
-    """For each held-out run, the training run nearest in shape: Euclidean distance of the
-    parameters, each scaled by its range over the whole table (so every parameter counts alike)."""
-    absent = [run for run in [*train, *held_out] if run not in parameters]
-    if absent:
-        raise ValueError(f"runs without a row in the parameter table: {absent}")
-    values = np.stack(list(parameters.values()))
-    span = values.max(axis=0) - values.min(axis=0)
-    span[span == 0] = 1.0
-    candidates = np.stack([parameters[run] for run in train]) / span
-    return {run: train[int(np.argmin(np.linalg.norm(candidates - parameters[run] / span, axis=1)))]
-            for run in held_out}

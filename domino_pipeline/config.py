@@ -26,7 +26,7 @@ NEIGHBOR_LAYOUTS = ("indices", "features")
 NORMALIZATIONS = ("min_max", "mean_std")
 SCHEDULERS = ("cosine", "step")
 AMP_CHOICES = ("bf16", "fp16", "none")
-SPLITS = ("train", "val")
+SPLITS = ("train", "val", "test")
 EXECUTOR_KINDS = ("pool", "dask")  # worker processes on this machine | a dask.distributed cluster
 LOSS_TYPES = ("mse", "rmse")
 LOSS_TERMS = ("volume", "surface", "surface_area", "integral")
@@ -361,6 +361,8 @@ class TrainConfig:
     max_nonfinite_steps: int  # steps whose loss or gradient is not finite skipped before training stops; 0: none
     amp: str                # bf16 | fp16 | none; used on CUDA only
     val_fraction: float
+    test_fraction: float    # held out of training and validation alike (predict.split=test)
+    test_runs: list[int | str] | None  # those runs instead (data.runs' forms); None: test_fraction of them
     split_seed: int | None  # seeds the train/validation split; None: the run's seed
     val_every: int
     checkpoint_every: int
@@ -378,6 +380,11 @@ class TrainConfig:
         check_choice("train.device", self.device, DEVICES)
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"train.val_fraction must be in [0, 1), not {self.val_fraction}")
+        if not 0.0 <= self.test_fraction < 1.0:
+            raise ValueError(f"train.test_fraction must be in [0, 1), not {self.test_fraction}")
+        if self.test_runs is not None and self.test_fraction > 0:
+            raise ValueError(f"train.test_runs={self.test_runs} and train.test_fraction={self.test_fraction}: "
+                             "give one of them")
         check_at_least("train", self, ("cpu_threads", "num_workers", "val_num_workers", "max_nonfinite_steps"), 0)
         check_at_least("train", self, ("epochs", "batch_size", "val_every", "checkpoint_every", "keep_checkpoints",
                                        "step_size"), 1)

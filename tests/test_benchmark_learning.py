@@ -29,42 +29,18 @@ def test_scores_of_predicted_coefficients_match_hand_worked_figures():
     assert metrics.coefficient_scores(predicted, true)["mae"] == pytest.approx(0.1 / 3)
 
 
-def test_the_nearest_body_is_the_closest_in_range_scaled_parameters(tmp_path):
-    metrics = import_benchmark("learning_metrics")
-    path = tmp_path / "parameters.csv"
-    path.write_text("run,length,width,slant_angle_deg,Cd\n"
-                    "run_1,3.0,1.0,10,0.3\nrun_2,4.0,2.0,20,0.2\n3,3.15,1.9,30,0.25\nrun_4,3.8,1.15,40,0.1\n")
-    columns, table = metrics.read_parameters(path)
-    assert columns == ["length", "width"] and set(table) == {"run_1", "run_2", "run_3", "run_4"}
-    # both ranges 1.0: from run_3 (3.15, 1.9) to run_1 sqrt(0.0225 + 0.81), to run_4 sqrt(0.4225 + 0.5625)
-    assert metrics.nearest_runs(table, ["run_1", "run_4"], ["run_3"]) == {"run_3": "run_1"}
-    # brute force over every split of one, with the widths in other units (tenfold): the same answers
-    table = {run: values * [1.0, 10.0] for run, values in table.items()}
-    scaled = np.stack(list(table.values()))
-    span = scaled.max(0) - scaled.min(0)
-    for held in table:
-        train = [r for r in table if r != held]
-        expected = min(train, key=lambda r: np.linalg.norm((table[r] - table[held]) / span))
-        assert metrics.nearest_runs(table, train, [held])[held] == expected
-    with pytest.raises(ValueError, match="runs without a row in the parameter table: \\['run_9'\\]"):
-        metrics.nearest_runs(table, ["run_9"], ["run_1"])
-
-
-def test_a_parameter_fixed_across_the_family_neither_moves_the_nearest_body_nor_is_named_as_varied(
-        monkeypatch, tmp_path):
+def test_the_oracle_reads_the_parameters_and_names_those_the_family_holds_constant(tmp_path):
     benchmark = import_benchmark("benchmark_learning")
     path = tmp_path / "parameters.csv"
-    path.write_text("run,length,width,z_roof\nrun_1,3.0,1.75,1.1\nrun_2,4.0,1.75,1.7\nrun_3,3.2,1.75,1.6\n")
-    coefficients = {"run_1": {"cd": 1.2, "cl": 0.1}, "run_2": {"cd": 1.5, "cl": 0.3}, "run_3": {"cd": 1.4, "cl": 0.2}}
-    monkeypatch.setattr(benchmark, "published", lambda path: coefficients[path.name])
+    path.write_text("run,length,width,z_roof,slant_deg,Cd\n"
+                    "run_1,3.0,1.75,1.1,10,1.2\nrun_2,4.0,1.75,1.7,20,1.5\n3,3.2,1.75,1.6,30,1.4\n")
     notes = []
-    _, guesses = benchmark.baselines({run: Path(run) for run in coefficients},
-                                     {"train": ["run_1", "run_2"], "held_out": ["run_3"]}, path, notes)
-    # ranges 1.0 and 0.6: from run_3 to run_1 sqrt(0.04 + 0.694), to run_2 sqrt(0.64 + 0.0278)
-    assert guesses["nearest_body"]["run_3"]["run"] == "run_2"
-    assert guesses["training_mean"]["run_3"]["cd"] == pytest.approx(1.35)
-    assert ("nearest body: range-scaled Euclidean distance over length, z_roof "
-            "(parameters.csv; constant in this family: width)") in notes
+    table = benchmark.family_parameters(path, ["run_1", "run_2", "run_3"], notes)
+    assert sorted(table) == ["run_1", "run_2", "run_3"] and list(table["run_3"]) == [3.2, 1.75, 1.6]
+    assert notes == ["oracle: a Gaussian process on length, z_roof (parameters.csv; constant in this family: width)"]
+    assert benchmark.family_parameters(path, ["run_1", "run_4"], notes) is None
+    assert "oracle baseline skipped: parameters.csv has no row for run_4" in notes[-1]
+    assert benchmark.family_parameters(tmp_path / "absent.csv", ["run_1"], notes) is None
 
 
 def test_a_parameter_table_without_a_run_column_is_refused(tmp_path):
@@ -120,30 +96,37 @@ def eight_bodies(folder: Path) -> Path:
     return folder
 
 
-def test_the_mixture_validates_on_the_held_out_bodies_and_trains_on_every_run_of_the_other(monkeypatch, tmp_path):
+def test_the_mixture_trains_on_the_splits_training_bodies_validates_on_its_validation_bodies_and_leaves_test_out(
+        monkeypatch, tmp_path):
     """The data.sources override, read as train.py's Hydra and the in-process composer read it: the
-    family validated on exactly the held-out bodies, the second dataset all training (val_runs
-    []), quoted paths with a space; geometry points lowered (once) to its fewest STL vertices."""
+    family's runs its training and validation bodies, validated on exactly the latter, the second
+    dataset all training (val_runs []), quoted paths with a space; the split's test runs and scaling
+    factors dropped (the mixture scales over both sources); geometry points lowered (once) to its
+    fewest STL vertices."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     benchmark = import_benchmark("benchmark_learning")
     work = tmp_path / "my work"
     args = benchmark.arguments().parse_args(["--family", str(tmp_path / "fam"), "--work", str(work),
                                              "--mixture-with", str(tmp_path / "dr"), "--mixture-weight", "0.5"])
     monkeypatch.setattr(benchmark, "run_attributes", lambda run: {"counts": {"stl_points": 300}})
-    split, notes = {"train": ["run_1", "run_2"], "held_out": ["run_3", "run_10"]}, []
-    mixed = benchmark.mixture_overrides(args, work, ["dataset=openfoam", "sampling.geometry_points=400"], split,
-                                        [tmp_path / "run_1.zarr"], notes)
+    split, notes = {"train": ["run_1", "run_2"], "val": ["run_3"], "test": ["run_10"]}, []
+    own = ["dataset=openfoam", "sampling.geometry_points=400", "train.test_runs=[run_10]", "train.test_fraction=0",
+           f"sampling.scaling_factors={tmp_path / 'f.json'}"]
+    mixed = benchmark.mixture_overrides(args, work, own, split, [tmp_path / "run_1.zarr"], notes)
     expected = [
         {"name": "family", "dataset": "openfoam", "processed_dir": str(work / "processed"),
          "cache_dir": str(work / "cache"), "raw_dir": str(tmp_path / "fam"), "weight": 1.0,
-         "val_runs": ["run_3", "run_10"]},
+         "runs": ["run_1", "run_2", "run_3"], "val_runs": ["run_3"]},
         {"name": "drivaerml", "dataset": "drivaerml", "processed_dir": str(work / "mixture" / "processed"),
-         "cache_dir": str(work / "mixture" / "cache"), "raw_dir": str(tmp_path / "dr"), "weight": 0.5, "val_runs": []}]
+         "cache_dir": str(work / "mixture" / "cache"), "raw_dir": str(tmp_path / "dr"), "weight": 0.5,
+         "runs": None, "val_runs": []}]
     config = benchmark.typed_config(mixed)  # as the in-process stages (cache_data.py, predict.py) read it
     assert [{key: getattr(source, key) for key in e} for source, e in zip(config.data.sources, expected)] == expected
     [override] = OverridesParser.create().parse_overrides([o for o in mixed if o.startswith("data.sources=")])
     assert [dict(e) for e in override.value()] == expected  # as train.py's command line (Hydra) reads it
     assert config.data.nondimensional is True and config.sampling.geometry_points == 300
+    assert config.train.test_runs is None and config.sampling.scaling_factors is None
+    assert config.train.test_fraction == 0  # conf/demo.yaml's test fraction does not hold family bodies out
     assert [o for o in mixed if o.startswith("sampling.geometry_points=")] == ["sampling.geometry_points=300"]
     assert "fewest STL vertices of a drivaerml run" in notes[0]
 
@@ -152,79 +135,122 @@ def test_mixture_arguments_a_later_stage_would_refuse_stop_the_benchmark_before_
     benchmark = import_benchmark("benchmark_learning")
     for extra, message in ((["--mixture-with", str(tmp_path / "absent")], "no such folder"),
                            (["--mixture-dataset", "nosuch"], "no profile conf/dataset/nosuch.yaml"),
-                           (["--mixture-weight", "0"], "must be positive")):
+                           (["--mixture-weight", "0"], "must be positive"), (["--test", "2"], "at least 3 test")):
         args = benchmark.arguments().parse_args(["--family", str(tmp_path), "--mixture-with", str(tmp_path), *extra])
         with pytest.raises(SystemExit, match=message):
             benchmark.check_arguments(args)
 
 
-def test_the_mixture_column_stands_beside_this_run():
+def test_a_training_run_whose_split_is_not_the_benchmarks_stops_it(tmp_path):
     benchmark = import_benchmark("benchmark_learning")
-    report = {"columns": {"this run": {"p": 0.2}, "DoMINO published (DrivAerML)": {"p": 0.101}}}
-    record = {"dataset": "drivaerml", "weights": {"family": 1.0, "drivaerml": 0.5}, "wall_s": 12.0,
-              "split": {"family": {"train": ["run_1", "run_2"], "val": ["run_3"]},
-                        "drivaerml": {"train": ["run_1", "run_2"], "val": []}}}
-    benchmark.add_mixture(report, {"p": 0.3}, record)
-    assert list(report["columns"]) == ["this run", "mixture (family + drivaerml)", "DoMINO published (DrivAerML)"]
-    assert "| pressure rel. L2 (area-weighted) | 0.2000 | 0.3000 | 0.1010 |" in benchmark.main_table(report["columns"])
-    assert ("over the family's 2 training bodies (weight 1) and 2 drivaerml runs (weight 0.5); validated and "
-            "scored on the 1 held-out bodies") in benchmark.mixture_text(record)
+    split = {"train": ["run_1", "run_2"], "val": ["run_3"], "test": ["run_4"]}
+    (tmp_path / "split.json").write_text(json.dumps({"train": ["run_1.zarr", "run_2.zarr"], "val": ["run_3.zarr"],
+                                                     "test": ["run_4.zarr"]}))
+    benchmark.check_split(tmp_path, split)
+    (tmp_path / "split.json").write_text(json.dumps({"train": ["run_1.zarr", "run_2.zarr", "run_4.zarr"],
+                                                     "val": ["run_3.zarr"]}))
+    with pytest.raises(SystemExit, match="its train runs .* are not the split's"):
+        benchmark.check_split(tmp_path, split)
+
+
+def test_the_tables_print_mean_and_spread_over_splits_and_the_ratio_to_the_best_baseline():
+    report = import_benchmark("learning_report")
+    summary = {"this run": {"p": {"mean": 0.05, "sd": 0.01}, "cd_mae_percent": {"mean": 0.5, "sd": 0.1}},
+               "nearest body (surface distance)": {"p": {"mean": 0.2, "sd": 0.02},
+                                                   "cd_mae_percent": {"mean": 3.0, "sd": 0.5}},
+               "GP (descriptors)": {"cd_mae_percent": {"mean": 1.25, "sd": 0.2}},
+               "GP (family parameters, oracle)": {"cd_mae_percent": {"mean": 0.25, "sd": 0.05}}}
+    table = report.summary_table(summary, {"p": 0.101}, splits=3)
+    assert "| pressure rel. L2 (area-weighted) | 0.0500 ± 0.0100 | 0.2000 ± 0.0200 | - | - | 0.1010 |" in table
+    text = report.ratios_text(summary)
+    assert "pressure L2 0.0500 = 0.25 x the nearest body's carried fields' 0.2000" in text
+    assert "Cd error 0.50% = 0.40 x the best baseline's (GP (descriptors): 1.25%)" in text
+    assert "2.00 x the oracle's (GP (family parameters, oracle): 0.25%)" in text
+    record = {"dataset": "drivaerml", "family_source": "family", "weights": {"family": 1.0, "drivaerml": 0.5},
+              "wall_s": 12.0, "per_run": [{}, {}], "split": {"family": {"train": ["run_1", "run_2"], "val": ["run_3"]},
+                                                         "drivaerml": {"train": ["run_1", "run_2"], "val": []}}}
+    assert ("over the family's 2 training bodies (weight 1) and 2 drivaerml runs (weight 0.5); validated on the 1 "
+            "validation bodies, scored on the first split's 2 test bodies") in report.mixture_text(record)
 
 
 @pytest.mark.slow
 def test_the_learning_benchmark_runs_end_to_end_on_eight_openfoam_bodies_and_a_mixture(tmp_path, capsys):
-    """The whole benchmark, and its mixture arm with two tiny synthetic DrivAerML runs (in the same
-    run: the family's processing, cache and main run are shared)."""
+    """The whole benchmark over two splits, and its mixture arm with two tiny synthetic DrivAerML
+    runs (in the same run: the family's processing, cache and first split's run are shared)."""
     from synthetic_data import generate_runs
     benchmark = import_benchmark("benchmark_learning")
+    report_module = import_benchmark("learning_report")
     family = eight_bodies(tmp_path / "family")
     generate_runs(tmp_path / "drivaerml", 2, preset="tiny", seed=0, dataset="drivaerml")
     tiny = [o for o in TINY if not o.startswith("train.device")] + ["model.parameter_model.base_layer=16"]
-    benchmark.main(["--family", str(family), "--work", str(tmp_path / "work"), "--epochs", "1", "--seeds", "3",
+    work = tmp_path / "work"
+    benchmark.main(["--family", str(family), "--work", str(work), "--epochs", "2", "--seeds", "3",
+                    "--splits", "2", "--val", "2", "--test", "3",
                     "--skip-exact",  # its runs are the main run's functions (test_the_sampling_ab_trains_...)
                     "--mixture-with", str(tmp_path / "drivaerml"),
                     "--json", str(tmp_path / "out.json"), "--png", str(tmp_path / "out.png"), "--set", *tiny])
     out = capsys.readouterr().out
     report = json.loads((tmp_path / "out.json").read_text())
     assert "command: python benchmarks/benchmark_learning.py --family" in out and "commit: " in out
-    split = report["split"]
-    assert len(split["held_out"]) == 6 and len(split["train"]) == 2 and not set(split["held_out"]) & set(split["train"])
-    assert json.loads((tmp_path / "work" / "split.json").read_text()) == split
-    columns = report["columns"]
-    assert set(columns) == {"this run", "mixture (family + drivaerml)", "DoMINO published (DrivAerML)",
-                            "training mean", "nearest body"}
-    check_mixture(report, out)
-    for key, label in benchmark.ROWS:
+    assert report["sizes"] == {"train": 3, "val": 2, "test": 3} and len(report["splits"]) == 2
+    tested = [set(split["roles"]["test"]) for split in report["splits"]]
+    assert not tested[0] & tested[1]  # no body tested twice
+    for split in report["splits"]:
+        check_split_record(split, work)
+    assert json.loads((work / "splits.json").read_text())[1]["test"] == report["splits"][1]["roles"]["test"]
+    summary = report["summary"]
+    assert set(summary) == {"this run", *report_module.BASELINES.values()}
+    for key, label in report_module.ROWS:
         assert f"| {label} |" in out
-        if key in ("p", "wss_x", "wss_y", "wss_z", "cd_r2", "cd_mae_percent", "cl_r2", "cl_mae_percent", "train_s"):
-            assert math.isfinite(columns["this run"][key]), key
-    for baseline in ("training mean", "nearest body"):
-        assert all(math.isfinite(columns[baseline][f"{c}_{k}"]) for c in ("cd", "cl") for k in ("r2", "mae_percent"))
-    # the training mean is the mean of the two training bodies' forceCoeffs Cd (one of each source run)
+        assert math.isfinite(summary["this run"][key]["mean"]), key
+    for name in report_module.BASELINES.values():
+        assert all(math.isfinite(summary[name][f"{c}_{k}"]["mean"]) for c in ("cd", "cl") for k in ("mae", "r2"))
+    # the training mean of the first split: the mean of its three training bodies' forceCoeffs Cd
+    first = report["splits"][0]
     published = {1: 0.179394, 2: 0.204230}  # tools/openfoam_fixture/README.md, last line of coefficient.dat
-    train_cd = [published[1 + int(run.split("_")[1]) % 2] for run in split["train"]]
-    assert report["guesses"]["training_mean"][split["held_out"][0]]["cd"] == pytest.approx(np.mean(train_cd), rel=1e-5)
+    train_cd = [published[1 + int(run.split("_")[1]) % 2] for run in first["roles"]["train"]]
+    assert first["guesses"]["training_mean"][first["roles"]["test"][0]]["cd"] == pytest.approx(np.mean(train_cd),
+                                                                                               rel=1e-5)
+    # eight copies of two bodies: each test body's nearest training body is a copy of it, its fields exact
+    for run, guess in first["guesses"]["nearest_body"].items():
+        assert int(run.split("_")[1]) % 2 == int(guess["run"].split("_")[1]) % 2
+        assert first["baseline_fields"]["nearest_body"][run]["p"] == pytest.approx(0.0, abs=1e-6)
+    check_mixture(report, out)
     timing = report["timing"]
     assert timing["uncached"]["ended"] in ("reached the target", "cut at the time cap",
                                            "ran all epochs without reaching it")
-    assert math.isfinite(timing["cached"]["reached_s"]) and timing["cached"]["epoch"] == 1
+    assert math.isfinite(timing["cached"]["reached_s"])
     assert report["sampling_ab"] == {"skipped": "--skip-exact"} and "sampling A/B skipped (--skip-exact)" in out
     assert (tmp_path / "out.png").stat().st_size > 10_000
 
 
+def check_split_record(split: dict, work: Path) -> None:
+    """One split of the end-to-end run: train.py trained and validated on its roles, the chosen
+    checkpoint is the lowest validation loss, and predictions were made on its test bodies only."""
+    roles = split["roles"]
+    written = json.loads((work / "train" / split["name"] / "split.json").read_text())
+    assert {role: sorted(r.removesuffix(".zarr") for r in written[role]) for role in roles} == {
+        role: sorted(runs) for role, runs in roles.items()}
+    epochs = [r for r in map(json.loads, (work / "train" / split["name"] / "epochs.jsonl").read_text().splitlines())
+              if r.get("kind") == "epoch"]
+    best = min(epochs, key=lambda r: r["val_loss"])
+    assert (split["chosen"]["epoch"], split["chosen"]["val_loss"]) == (best["epoch"], best["val_loss"])
+    assert sorted(r["run"] for r in split["per_run"]) == sorted(roles["test"])
+    assert sorted(split["guesses"]["gp_descriptors"]) == sorted(roles["test"])
+    assert math.isfinite(split["validation"]["p"]) and math.isfinite(split["columns"]["this run"]["p"])
+
+
 def check_mixture(report: dict, out: str) -> None:
-    """The mixture arm of the end-to-end run: trained on the family's training bodies and both
-    DrivAerML runs, scored (finite) on exactly the held-out bodies, its column printed."""
-    held_out, mixture = sorted(report["split"]["held_out"]), report["mixture"]
+    """The mixture arm of the end-to-end run: trained on the first split's training bodies and both
+    DrivAerML runs, validated on its validation bodies, scored (finite) on exactly its test bodies."""
+    roles, mixture = report["splits"][0]["roles"], report["mixture"]
     family = mixture["split"]["family"]
-    assert sorted(family["val"]) == held_out and sorted(family["train"]) == sorted(report["split"]["train"])
+    assert sorted(family["val"]) == sorted(roles["val"]) and sorted(family["train"]) == sorted(roles["train"])
     assert mixture["split"]["drivaerml"]["val"] == [] and len(mixture["split"]["drivaerml"]["train"]) == 2
-    assert sorted(r["run"] for r in mixture["per_run"]) == held_out
-    scores = report["columns"]["mixture (family + drivaerml)"]
+    assert sorted(r["run"] for r in mixture["per_run"]) == sorted(roles["test"])
     for key in ("p", "wss_x", "cd_r2", "cd_mae_percent", "cd_mae", "train_s"):
-        assert math.isfinite(scores[key]), key
+        assert math.isfinite(mixture["columns"][key]), key
     assert "data.nondimensional=true" in mixture["overrides"] and "seed=3" in mixture["command"]
-    assert "| measure (held-out bodies) | this run | mixture (family + drivaerml) |" in out
     assert "mixture (family + drivaerml): one model" in out
 
 
@@ -259,23 +285,33 @@ def test_an_uncached_run_cut_at_the_cap_is_compared_at_the_loss_it_reached(monke
 
 def test_the_sampling_ab_trains_each_arm_and_seed_once_and_reuses_the_main_run(monkeypatch, tmp_path):
     benchmark = import_benchmark("benchmark_learning")
+    report = import_benchmark("learning_report")
     trained = []
 
     def fake_train(work, name, overrides, stop=None):
         trained.append((name, [o for o in overrides if o.startswith(("seed=", "sampling.exact"))]))
-        return _run([0.5, 0.1 if "exact" in name else 0.2], every_s=10)
+        return _run([0.5, 0.1], every_s=10)
 
-    rows = [{"run": "run_1", "cd_pred": 0.2, "cd_published": 0.25, "cl_pred": -0.1, "cl_published": -0.2,
-             "rel_l2_area_p": 0.3, "rel_l2_area_wx": 0.1, "rel_l2_area_wy": 0.1, "rel_l2_area_wz": 0.1},
-            {"run": "run_2", "cd_pred": 0.3, "cd_published": 0.25, "cl_pred": -0.3, "cl_published": -0.3,
-             "rel_l2_area_p": 0.5, "rel_l2_area_wx": 0.1, "rel_l2_area_wy": 0.1, "rel_l2_area_wz": 0.1}]
+    def rows(p: float, cd: float) -> list[dict]:
+        return [{"run": "run_1", "cd_pred": cd, "cd_published": 0.25, "cl_pred": -0.1, "cl_published": -0.2,
+                 "p": p, "wss_x": 0.1, "wss_y": 0.1, "wss_z": 0.1}]
+
+    predicted = []
+
+    def fake_predict(work, name, overrides, role):
+        predicted.append((name, role))
+        return rows(0.4, 0.3) if "exact" in name else rows(0.25, 0.2)
+
+    best = {"split0_default_seed7": 0.3, "split0_exact_seed7": 0.1, "split0_default_seed8": 0.2,
+            "split0_exact_seed8": 0.1}
     monkeypatch.setattr(benchmark, "train", fake_train)
-    monkeypatch.setattr(benchmark, "predict_held_out", lambda work, name, overrides: rows)
-    main = _run([0.5, 0.3], every_s=10)
-    ab = benchmark.sampling_ab(tmp_path, ["x=1"], [7, 8], main, {"p": 0.25, "cd_mae_percent": 9.0})
-    assert trained == [("exact_seed7", ["seed=7", "sampling.exact=true"]), ("default_seed8", ["seed=8"]),
-                       ("exact_seed8", ["seed=8", "sampling.exact=true"])]
-    assert ab["arms"]["default"][7] == {"val_loss": 0.3, "p": 0.25, "cd_mae_percent": 9.0}  # the main run's
+    monkeypatch.setattr(benchmark, "predict_role", fake_predict)
+    monkeypatch.setattr(benchmark, "chosen_checkpoint", lambda folder: {"val_loss": best[folder.name], "epoch": 2})
+    ab = benchmark.sampling_ab(tmp_path, ["x=1"], [7, 8], _run([0.5, 0.3], every_s=10))
+    assert trained == [("split0_exact_seed7", ["seed=7", "sampling.exact=true"]), ("split0_default_seed8", ["seed=8"]),
+                       ("split0_exact_seed8", ["seed=8", "sampling.exact=true"])]  # the main run is not trained again
+    assert predicted == [(name, "test") for name in best]  # each arm's chosen model, on the test bodies, once
+    assert ab["arms"]["default"][7] == {"val_loss": 0.3, "p": 0.25, "cd_mae_percent": pytest.approx(20.0)}
     assert ab["arms"]["exact"][8] == {"val_loss": 0.1, "p": pytest.approx(0.4), "cd_mae_percent": pytest.approx(20.0)}
     assert ab["summary"]["val_loss"]["default_outside_exact_range_by"] == pytest.approx(0.15)
-    assert "| final validation loss | 0.3000 / 0.1000 | 0.2000 / 0.1000 |" in benchmark.ab_table(ab, [7, 8])
+    assert "| best validation loss | 0.3000 / 0.1000 | 0.2000 / 0.1000 |" in report.ab_table(ab, [7, 8])

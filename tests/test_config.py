@@ -26,7 +26,7 @@ def test_the_yaml_values_arrive_typed():
     assert DEFAULTS.physics.stream_velocity == 30.0 and isinstance(DEFAULTS.physics.stream_velocity, float)
     assert DEFAULTS.model["interp_res"] == DEFAULTS.geometry.interp_res  # ${geometry.interp_res} resolved
     demo = typed_config(name="demo")
-    assert (demo.cache.enabled, demo.train.epochs, demo.geometry.interp_res) == (True, 32, [32, 16, 16])
+    assert (demo.cache.enabled, demo.train.epochs, demo.geometry.interp_res) == (True, 37, [32, 16, 16])
     assert demo.output_dir == "outputs/demo/surface"
     assert load_config(OmegaConf.create(demo.as_dict())) == demo
 
@@ -72,7 +72,7 @@ def test_a_value_of_the_wrong_type_names_its_key(override, message):
     ("process.volume_source=faces", r"process.volume_source must be one of \['points', 'cells'\]"),
     ("train.amp=fp8", r"train.amp must be one of \['bf16', 'fp16', 'none'\]"),
     ("train.scheduler=linear", r"train.scheduler must be one of \['cosine', 'step'\]"),
-    ("predict.split=test", r"predict.split must be one of \['train', 'val'\]"),
+    ("predict.split=holdout", r"predict.split must be one of \['train', 'val', 'test'\]"),
     ("dataset.flow.normals=outward", r"dataset.flow.normals must be one of \['into_body', 'out_of_body'\]"),
     ("loss.type=l1", r"loss.type must be one of \['mse', 'rmse'\]"),
     ("physics.air_density=0", "physics: stream_velocity, air_density and reference_length"),

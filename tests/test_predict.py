@@ -4,6 +4,7 @@ VTP, STL-only runs, batching that does not change the result; the force integrat
 from __future__ import annotations
 
 import csv
+import json
 import io
 import subprocess
 import sys
@@ -333,3 +334,15 @@ def test_volume_batches_share_one_warp_mesh_and_match_the_whole_run(tiny_process
     sdf = np.concatenate([items.volume(window)["sdf"] for window in windows])
     assert len(built) == before  # no mesh per batch
     np.testing.assert_array_equal(sdf, volume_sdf(prepared, settings)[0])
+
+
+def test_the_test_split_names_the_runs_held_out_of_training_and_validation(tmp_path):
+    from domino_pipeline.inference.run_inputs import split_runs_of
+    (tmp_path / "raw" / "run_3").mkdir(parents=True)
+    (tmp_path / "split.json").write_text(json.dumps({"train": ["run_1.zarr"], "val": ["run_2.zarr"],
+                                                     "test": ["run_3.zarr", "run_4.zarr"]}))
+    assert split_runs_of(tmp_path, "test", tmp_path / "raw", tmp_path / "processed") == [
+        tmp_path / "raw" / "run_3", tmp_path / "processed" / "run_4.zarr"]
+    (tmp_path / "split.json").write_text(json.dumps({"train": ["run_1.zarr"], "val": ["run_2.zarr"]}))
+    with pytest.raises(ValueError, match="split.json: the test split is empty \\(train with train.test_fraction"):
+        split_runs_of(tmp_path, "test", tmp_path / "raw", tmp_path / "processed")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import typed_config
 from curator_fixtures import write_curator_npz, write_curator_zarr, write_legacy_npy
 
 from domino_pipeline.processed.run_layout import ARRAY_NAMES, ProcessedRunError
@@ -22,8 +23,10 @@ from domino_pipeline.processed.runs import (
     open_run,
     run_format,
     run_name,
+    run_split_from_config,
     source_fingerprint,
     split_runs,
+    split_with_test,
 )
 
 
@@ -160,3 +163,40 @@ def test_split_runs_is_deterministic():
     runs = [Path(f"run_{i}.zarr") for i in range(10)]
     train, val = split_runs(runs, 0.2, seed=3)
     assert (train, val) == split_runs(runs, 0.2, seed=3) and len(val) == 2 and set(train) | set(val) == set(runs)
+
+
+def test_a_split_without_test_runs_is_split_runs_own_and_test_runs_follow_the_validation_runs():
+    runs = [Path(f"run_{i}.zarr") for i in range(1, 21)]
+    for n, fraction, seed in ((20, 0.2, 3), (7, 0.1, 0), (2, 0.5, 1), (1, 0.5, 0), (20, 0.0, 4)):
+        split = split_with_test(runs[:n], fraction, seed)
+        assert (split.train, split.val, split.test) == (*split_runs(runs[:n], fraction, seed), [])
+    # 20 runs, val 0.1 and test 0.2: the permutation's first 2 validate (as without test runs), the next 4 test
+    order = [runs[i] for i in np.random.default_rng(5).permutation(20)]
+    split = split_with_test(runs, 0.1, 5, test_fraction=0.2)
+    assert split.val == sorted(order[:2], key=runs.index) == split_runs(runs, 0.1, 5)[1]
+    assert split.test == sorted(order[2:6], key=runs.index)
+    assert split.train == [r for r in runs if r not in order[:6]]
+
+
+def test_named_test_runs_are_left_out_of_training_and_validation():
+    runs = [Path(f"run_{i}.zarr") for i in range(1, 11)]
+    split = split_with_test(runs, 0.2, 0, test_runs=["run_3", 7, "9-10"])
+    assert [run_name(r) for r in split.test] == ["run_3", "run_7", "run_9", "run_10"]
+    # validation: ceil(0.2 x 10) runs, the first of the seeded permutation that are not test runs
+    order = [runs[i] for i in np.random.default_rng(0).permutation(len(runs)) if runs[i] not in split.test]
+    assert split.val == sorted(order[:2], key=runs.index)
+    assert split.train == [r for r in runs if r not in split.val and r not in split.test]
+    with pytest.raises(ValueError, match="none would be left to train on"):
+        split_with_test(runs[:2], 0.5, 0, test_runs=["1-2"])
+    with pytest.raises(ValueError, match="'run_99' matches no run of train.test_runs"):
+        split_with_test(runs, 0.2, 0, test_runs=["run_99"])
+
+
+def test_train_config_takes_a_test_fraction_or_test_runs_not_both():
+    split = run_split_from_config([f"run_{i}" for i in range(1, 11)],
+                                  typed_config("train.val_fraction=0.1", "train.test_fraction=0.3").train, seed=2)
+    assert (len(split.train), len(split.val), len(split.test)) == (6, 1, 3)
+    with pytest.raises(ValueError, match="train.test_runs=\\[3\\] and train.test_fraction=0.2: give one of them"):
+        typed_config("train.test_runs=[3]", "train.test_fraction=0.2")
+    with pytest.raises(ValueError, match="train.test_fraction must be in \\[0, 1\\), not 1.0"):
+        typed_config("train.test_fraction=1.0")

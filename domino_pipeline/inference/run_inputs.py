@@ -101,9 +101,10 @@ def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike,
     path = train_dir / "split.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no split; train with output_dir={train_dir} first, or list predict.runs")
-    names = json.loads(path.read_text())[split]
+    names = json.loads(path.read_text()).get(split)
     if not names:
-        raise ValueError(f"{path}: the {split} split is empty")
+        held = "train.test_fraction or train.test_runs" if split == "test" else "train.val_fraction"
+        raise ValueError(f"{path}: the {split} split is empty (train with {held})")
     raw = None if is_url(raw_dir) else Path(raw_dir)
     return [raw / run_name(name) if raw is not None and (raw / run_name(name)).is_dir()
             else join(processed_dir, name) for name in names]

@@ -29,6 +29,7 @@ from domino_pipeline.processed.run_layout import (
     natural_key,
 )
 from domino_pipeline.byte_source import read_in_order
+from domino_pipeline.run_selection import select_items
 from domino_pipeline.object_store import (
     ObjectInfo,
     as_location,
@@ -146,10 +147,54 @@ def split_runs(runs: list[Path | str], val_fraction: float, seed: int) -> tuple[
     return train, val
 
 
+@dataclass(frozen=True)
+class RunSplit:
+    """train.py's three roles: training, validation (chooses the checkpoint) and test (chooses nothing)."""
+
+    train: list[Path | str]
+    val: list[Path | str]
+    test: list[Path | str]
+
+
+def split_with_test(runs: list[Path | str], val_fraction: float, seed: int, *, test_fraction: float = 0.0,
+                    test_runs: Sequence[int | str] | None = None) -> RunSplit:
+    """``split_runs`` with test runs held out of training and validation alike: ``test_runs``
+    (``data.runs``' forms) when given, else the ceil(``test_fraction`` * n) runs that follow the
+    validation runs in the seeded permutation (so a split without test runs is ``split_runs``'
+    own); validation takes ceil(``val_fraction`` * n) of the rest. ValueError when no run is left
+    to train on."""
+    if not runs:
+        raise ValueError("no processed runs to train on")
+    order = [runs[i] for i in np.random.default_rng(seed).permutation(len(runs))]
+    n_val = math.ceil(val_fraction * len(runs)) if val_fraction > 0 else 0
+    if test_runs is not None:
+        test = select_items(runs, run_name, test_runs, None, source="train.test_runs")
+    else:
+        n_test = math.ceil(test_fraction * len(runs)) if test_fraction > 0 else 0
+        test = order[min(n_val, len(runs) - 1):][:n_test]
+    rest = [run for run in order if run not in test]
+    if not rest:
+        raise ValueError(f"train.test_fraction / train.test_runs hold {len(test)} of {len(runs)} runs out: "
+                         "none would be left to train on")
+    val = rest[:min(n_val, len(rest) - 1)]
+    in_order = lambda chosen: [run for run in runs if run in chosen]  # noqa: E731
+    return RunSplit(train=[run for run in runs if run not in val and run not in test], val=in_order(val),
+                    test=in_order(test))
+
+
 def split_from_config(runs: list[Path | str], train: TrainConfig, seed: int
                       ) -> tuple[list[Path | str], list[Path | str]]:
-    """train.py's split of ``runs`` (``train.val_fraction``, seeded by ``train.split_seed`` or ``seed``)."""
-    return split_runs(runs, train.val_fraction, seed if train.split_seed is None else train.split_seed)
+    """train.py's training and validation runs (``train.val_fraction``, seeded by ``train.split_seed``
+    or ``seed``), the test runs (``test_from_config``) left out of both."""
+    split = run_split_from_config(runs, train, seed)
+    return split.train, split.val
+
+
+def run_split_from_config(runs: list[Path | str], train: TrainConfig, seed: int) -> RunSplit:
+    """train.py's three roles: ``split_with_test`` with ``train.val_fraction``, ``train.test_fraction``
+    or ``train.test_runs``, seeded by ``train.split_seed`` or ``seed``."""
+    return split_with_test(runs, train.val_fraction, seed if train.split_seed is None else train.split_seed,
+                           test_fraction=train.test_fraction, test_runs=train.test_runs)
 
 
 def _zarr_run(path: Path | str) -> OpenedRun:

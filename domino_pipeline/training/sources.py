@@ -6,7 +6,7 @@ training runs in that form, and the mixture datasets and sampler train.py draws 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from domino_pipeline.compute.nondimensional_form import RunForm, form_variables, identity_form, stored_run_form
@@ -15,7 +15,7 @@ from domino_pipeline.config import PipelineConfig, SourceConfig
 from domino_pipeline.inputs.statistics.run_quality import quality_selection
 from domino_pipeline.loading.cached import CachedDoMINODataset
 from domino_pipeline.loading.mixture import MixtureDataset, Source, check_settings_agree
-from domino_pipeline.processed.runs import list_runs, run_name, split_from_config
+from domino_pipeline.processed.runs import list_runs, run_name, run_split_from_config
 from domino_pipeline.run_selection import select_items
 from domino_pipeline.source_configs import nondimensional, sources_of
 from domino_pipeline.store.manifest import read_manifest
@@ -23,21 +23,23 @@ from domino_pipeline.store.manifest import read_manifest
 
 @dataclass(frozen=True)
 class SourceSplit:
-    """One source, its one-dataset config, and its training and validation runs."""
+    """One source, its one-dataset config, and its training, validation and test runs."""
 
     source: SourceConfig
     config: PipelineConfig
     train_runs: list[Path | str]
     val_runs: list[Path | str]
+    test_runs: list[Path | str] = field(default_factory=list)
 
     def names(self, which: str) -> list[str]:
-        """``<source>/<run>`` of the ``which`` ("train", "val") runs."""
+        """``<source>/<run>`` of the ``which`` ("train", "val", "test") runs."""
         return [f"{self.source.name}/{run_name(r)}" for r in getattr(self, f"{which}_runs")]
 
 
 def split_sources(config: PipelineConfig, say: Callable[[str], None]) -> list[SourceSplit]:
     """Each source's runs, less those its quality checks reject, split by its ``val_runs`` or by
-    ``train.val_fraction``; every refusal names the source."""
+    ``train.val_fraction``, less the test runs (``train.test_fraction`` or ``train.test_runs``);
+    every refusal names the source."""
     if not config.cache.enabled:
         raise ValueError("data.sources and data.nondimensional read caches: set cache.enabled=true "
                          "(--config-name=cached) and build each source's cache with cache_data.py")
@@ -47,14 +49,18 @@ def split_sources(config: PipelineConfig, say: Callable[[str], None]) -> list[So
         say(f"source {source.name}: {selection.summary()}")
         runs = select_items(selection.require_some(own.data.processed_dir), run_name, source.runs, None,
                             source=f"source {source.name}'s runs")
-        if source.val_runs is None:
-            train_runs, val_runs = split_from_config(runs, config.train, config.seed)
-        else:
+        split = run_split_from_config(runs, config.train, config.seed)
+        train_runs, val_runs = split.train, split.val
+        if source.val_runs is not None:
             val_runs = select_items(runs, run_name, source.val_runs, None, source=f"source {source.name}'s val_runs")
-            train_runs = [r for r in runs if r not in val_runs]
+            both = [run_name(r) for r in val_runs if r in split.test]
+            if both:
+                raise ValueError(f"source {source.name}: runs {both} are both validation runs (val_runs) and test "
+                                 "runs (train.test_fraction or train.test_runs)")
+            train_runs = [r for r in runs if r not in val_runs and r not in split.test]
         if not train_runs:
             raise ValueError(f"source {source.name}: no training runs left of {[run_name(r) for r in runs]}")
-        splits.append(SourceSplit(source, own, train_runs, val_runs))
+        splits.append(SourceSplit(source, own, train_runs, val_runs, split.test))
     return splits
 
 
@@ -131,6 +137,8 @@ def split_record(splits: list[SourceSplit]) -> dict:
     """split.json of a training run over sources: every run as ``<source>/<run>``, and per source."""
     return {"train": [n for s in splits for n in s.names("train")],
             "val": [n for s in splits for n in s.names("val")],
+            "test": [n for s in splits for n in s.names("test")],
             "sources": {s.source.name: {"dataset": s.config.dataset.name,
                                         "train": [run_name(r) for r in s.train_runs],
-                                        "val": [run_name(r) for r in s.val_runs]} for s in splits}}
+                                        "val": [run_name(r) for r in s.val_runs],
+                                        "test": [run_name(r) for r in s.test_runs]} for s in splits}}
