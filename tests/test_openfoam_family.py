@@ -316,3 +316,14 @@ def test_the_regime_of_a_family_from_its_run_folders(tmp_path):
     assert drag_shares.family_viscosity(air) == sampling.RANS.nu
     with pytest.raises(ValueError, match="no magUInf, Aref in its header"):
         drag_shares.coefficient_header("# Time Cd\n1 0.2\n")
+
+
+def test_alignment_study_solves_the_bodies_of_the_family_its_ranges_name(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(alignment_study, "study_body", lambda work, body, shape, *rest: seen.append((body, shape)) or
+                        {"body": body, "rows": [], "cd_std_over_mean": 0.0, "cd_range_over_mean": 0.0, "cl_std": 0.0})
+    monkeypatch.setattr(sys, "argv", ["alignment_study.py", str(tmp_path), "--bodies", "39", "2", "--n", "80",
+                                      "--ranges", "five", "--laminar-nu", "0.005"])
+    alignment_study.main()
+    five = sampling.sample_parameters(80, 0, sampling.RANGES["five"])
+    assert seen == [(39, five[38]), (2, five[1])] and five[38] != sampling.sample_parameters(80, 0)[38]
