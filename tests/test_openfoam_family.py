@@ -17,6 +17,7 @@ import alignment_study  # noqa: E402
 import bookkeeping  # noqa: E402
 import build_family  # noqa: E402
 import convergence  # noqa: E402
+import drag_shares  # noqa: E402
 import sampling  # noqa: E402
 
 sys.path.remove(str(ROOT / "tools" / "openfoam_family"))
@@ -149,8 +150,10 @@ def _stand_in(calls: list, fail_index: int | None = None):
         calls.append((index, log))
         if index == fail_index and log == "snappyHexMesh":
             raise build_family.StepFailed(f"{case}/log.{log}: snappyHexMesh exited with 1")
+        cd, share = 0.2 + 0.01 * index, 0.5 + 0.1 * index
+        printed = f"    Coefficients\n        Cd       : {cd}\t(pressure: {share * cd}\tviscous: {(1 - share) * cd})\n"
         (case / f"log.{log}").write_text({"snappyHexMesh": "Snapped mesh : cells:1234  faces:1",
-                                          "simpleFoam": _log([{"Ux": 1e-6, "p": 1e-6}])}.get(log, ""))
+                                          "simpleFoam": _log([{"Ux": 1e-6, "p": 1e-6}]) + printed}.get(log, ""))
         if log == "simpleFoam":
             coefficients = case / "postProcessing/forceCoeffs1/0/coefficient.dat"
             coefficients.parent.mkdir(parents=True)
@@ -180,6 +183,17 @@ def test_a_build_resumes_without_redoing_finished_cases(tmp_path, monkeypatch):
     assert build_family.summary(records).startswith("2 of 4 cases converged; Cd min 0.2100, mean 0.2150, max 0.2200")
     lines = (root / "parameters.csv").read_text().splitlines()
     assert lines[0].startswith("run,length,width,") and [l.split(",")[0] for l in lines[1:]] == ["run_1", "run_2"]
+    lengths = [shape["length"] for shape in sampling.sample_parameters(4, 0)]
+    assert build_family.summary(records).endswith(
+        f"; pressure share of drag min 60.0%, median 65.0%, max 70.0%; "
+        f"Re (U length / nu) {38.889 * min(lengths[:2]) / 1.5e-5:,.0f} .. {38.889 * max(lengths[:2]) / 1.5e-5:,.0f}")
+    assert records[0]["cd_pressure"] == pytest.approx(0.6 * 0.21) and records[0]["cd_viscous"] == pytest.approx(0.4 * 0.21)
+    assert records[1]["cd_pressure_share"] == pytest.approx(0.7)
+    assert records[0]["reynolds"] == pytest.approx(38.889 * lengths[0] / 1.5e-5, abs=0.05)
+    table = (root / "convergence.csv").read_text().splitlines()
+    assert ",Cd_pressure,Cd_viscous,Cd_pressure_share,Re," in table[0]
+    assert ",0.126,0.084,0.6," in table[1] and table[4].startswith("run_4,False,")
+    assert "pressure" not in lines[0]  # the benchmark reads parameters.csv's columns as shape parameters
     assert len((root / "convergence.csv").read_text().splitlines()) == 5
     # a kill while case 2 was being staged, after case 1 finished
     (root / "run_2").rename(bookkeeping.staging_folder(root, 2))
@@ -245,3 +259,71 @@ def test_a_laminar_family_writes_its_viscosity_no_model_and_a_zero_nut(tmp_path)
     assert "(56 24 14) simpleGrading" in (case / "system/blockMeshDict").read_text()
     before = json.loads(json.dumps({**build_family.family_settings(), "n": 4, "seed": 0}))
     assert before["openfoam"] == "v1912 simpleFoam kOmegaSST" and before["mesh"]["base_cells"] == [28, 12, 7]
+
+
+OPENFOAM_FIXTURE = ROOT / "tests" / "data" / "openfoam"
+
+
+@pytest.mark.parametrize("name", ["run_1", "run_2"])
+def test_the_drag_split_from_the_surface_is_the_one_openfoam_printed(name):
+    """boundary.vtp's p and wallShearStress integrated (drag_shares.surface_split) against what
+    forceCoeffs printed for the same run (reference/openfoam_reference.txt, read by log_split)."""
+    printed = drag_shares.log_split((OPENFOAM_FIXTURE / name / "reference" / "openfoam_reference.txt").read_text())
+    integrated = drag_shares.surface_split(OPENFOAM_FIXTURE / name)
+    assert integrated.pressure == pytest.approx(printed.pressure, rel=1e-6)
+    assert integrated.viscous == pytest.approx(printed.viscous, rel=1e-6)
+    assert 0.9 < integrated.pressure_share < 0.97  # the air fixture: drag mostly pressure
+    coefficients = convergence.coefficient_columns((OPENFOAM_FIXTURE / name / "coefficient.dat").read_text())
+    assert integrated.total == pytest.approx(coefficients["Cd"][-1], rel=1e-6)
+
+
+def test_log_split_takes_the_last_iteration_and_refuses_a_log_without_one():
+    log = ("Time = 1\n        Cd       : 0.5\t(pressure: 0.2\tviscous: 0.3)\n"
+           "Time = 2\n        Cd       : 0.45\t(pressure: 0.25\tviscous: 0.2)\n"
+           "        Cs       : 0.01\t(pressure: 0.02\tviscous: -0.01)\n")
+    split = drag_shares.log_split(log)
+    assert (split.pressure, split.viscous) == (0.25, 0.2) and split.pressure_share == pytest.approx(0.25 / 0.45)
+    assert split.record() == {"cd_pressure": 0.25, "cd_viscous": 0.2, "cd_pressure_share": split.pressure_share}
+    with pytest.raises(ValueError, match="no forceCoeffs line"):
+        drag_shares.log_split(_log([{"Ux": 1e-6}]))
+    with pytest.raises(ValueError, match="Cd 0.5 is not its pressure 0.2 plus viscous 0.2"):
+        drag_shares.log_split("Cd : 0.5 (pressure: 0.2 viscous: 0.2)")
+
+
+def test_the_regime_of_a_family_from_its_run_folders(tmp_path):
+    """A family of the two fixture runs, one of them given a length: Re = U length / nu with family.json's nu."""
+    root = tmp_path / "family"
+    for index, length in ((1, 4.0), (2, 3.0)):
+        run = root / f"run_{index}"
+        run.mkdir(parents=True)
+        for name in ("boundary.vtp", "coefficient.dat"):
+            (run / name).write_bytes((OPENFOAM_FIXTURE / f"run_{index}" / name).read_bytes())
+        bookkeeping.write_atomic(bookkeeping.record_path(root, index),
+                                 json.dumps({"index": index, "cd": 0.2, "shape": {"length": length}}))
+    laminar = sampling.Settings("laminar", 0.02)
+    (root / "family.json").write_text(json.dumps(build_family.family_settings(laminar)))
+    regime = drag_shares.family_regime(root)
+    assert regime["nu"] == 0.02 and [r["run"] for r in regime["runs"]] == ["run_1", "run_2"]
+    assert [r["re"] for r in regime["runs"]] == pytest.approx([38.889 * 4.0 / 0.02, 38.889 * 3.0 / 0.02])
+    assert regime["re_spread"] == pytest.approx({"min": 5833.35, "median": 6805.575, "max": 7777.8})
+    printed = [drag_shares.log_split((OPENFOAM_FIXTURE / f"run_{i}/reference/openfoam_reference.txt").read_text())
+               for i in (1, 2)]
+    shares = sorted(p.pressure_share for p in printed)
+    assert regime["cd_pressure_share_spread"]["min"] == pytest.approx(shares[0], rel=1e-6)
+    assert regime["cd_pressure_share_spread"]["max"] == pytest.approx(shares[1], rel=1e-6)
+    assert drag_shares.describe(regime).startswith("2 runs, nu 0.02 m^2/s: Re (U length / nu) 5,833 .. 7,778; Cd ")
+    air = {"openfoam": build_family.family_settings()["openfoam"]}
+    assert drag_shares.family_viscosity(air) == sampling.RANS.nu
+    with pytest.raises(ValueError, match="no magUInf, Aref in its header"):
+        drag_shares.coefficient_header("# Time Cd\n1 0.2\n")
+
+
+def test_alignment_study_solves_the_bodies_of_the_family_its_ranges_name(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(alignment_study, "study_body", lambda work, body, shape, *rest: seen.append((body, shape)) or
+                        {"body": body, "rows": [], "cd_std_over_mean": 0.0, "cd_range_over_mean": 0.0, "cl_std": 0.0})
+    monkeypatch.setattr(sys, "argv", ["alignment_study.py", str(tmp_path), "--bodies", "39", "2", "--n", "80",
+                                      "--ranges", "five", "--laminar-nu", "0.005"])
+    alignment_study.main()
+    five = sampling.sample_parameters(80, 0, sampling.RANGES["five"])
+    assert seen == [(39, five[38]), (2, five[1])] and five[38] != sampling.sample_parameters(80, 0)[38]

@@ -8,7 +8,7 @@ moved back to the body's frame), bound what a model that sees only the geometry 
 this data: the solver's answer itself varies that much with where the mesh happens to fall.
 
     WM_PROJECT_DIR=/usr/share/openfoam .venv/bin/python tools/openfoam_family/alignment_study.py \\
-        /tmp/alignment --bodies 1 2 3 --shifts 0 0.25 0.5 0.75 [--jobs 2] [--base-factor 1.5] [--layers 3] [--laminar-nu 0.4] [--json F]
+        /tmp/alignment --bodies 1 2 3 --shifts 0 0.25 0.5 0.75 [--jobs 2] [--base-factor 1.5] [--layers 3] [--laminar-nu 0.4] [--ranges five] [--json F]
 
 Pressure needs pyvista and scipy (the project's .venv); without them only Cd and Cl are compared.
 """
@@ -29,6 +29,7 @@ import numpy as np
 
 import build_family
 import convergence
+import drag_shares
 import mesh_study
 import sampling
 
@@ -47,8 +48,10 @@ def solve(case: Path, variant) -> dict:
     for log, command in (build_family.STEPS[:3] + build_family.STEPS[4:]):  # no internal export
         build_family.run_step(case, log, command)
     coefficients = (case / "postProcessing/forceCoeffs1/0/coefficient.dat").read_text()
-    verdict = convergence.judge((case / "log.simpleFoam").read_text(), coefficients, build_family.CRITERIA)
+    log = (case / "log.simpleFoam").read_text()
+    verdict = convergence.judge(log, coefficients, build_family.CRITERIA)
     return {"cd": verdict.cd, "cl": last_column(coefficients, "Cl"), "converged": verdict.converged,
+            "reason": verdict.reason, **drag_shares.log_split(log).record(),
             "cells": build_family.cell_count(case), "seconds": round(time.monotonic() - start, 1)}
 
 
@@ -116,11 +119,12 @@ def study_body(work: Path, body: int, shape: dict, fractions: list[float], jobs:
 
 def print_results(results: list[dict]) -> None:
     """One row per solve, then one per body."""
-    print("| body | shift (cells) | shift m | cells | Cd | Cl | converged | s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| body | shift (cells) | shift m | cells | Cd | pressure share of Cd | Cl | converged | s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in (row for res in results for row in res["rows"]):
+        verdict = "yes" if r["converged"] else f"no ({r['reason']})"
         print(f"| run_{r['body']} | {r['fraction']:g} | {r['shift_m']:.4f} | {r['cells']} | {r['cd']:.4f} | "
-              f"{r['cl']:.4f} | {r['converged']} | {r['seconds']:.0f} |")
+              f"{r['cd_pressure_share']:.1%} | {r['cl']:.4f} | {verdict} | {r['seconds']:.0f} |")
     print("\n| body | Cd std / mean | Cd (max - min) / mean | Cl std | p rel. L2 between shifts (median, max) |")
     print("|---|---|---|---|---|")
     for res in results:
@@ -145,10 +149,12 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=0, help="prism layers snappyHexMesh adds on the body")
     parser.add_argument("--laminar-nu", type=float, default=None,
                         help="solve laminar flow at this kinematic viscosity (m^2/s) instead of kOmegaSST")
+    parser.add_argument("--ranges", choices=sorted(sampling.RANGES), default="car",
+                        help="the family's shape parameter bounds (build_family.py's --ranges)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     os.environ.setdefault("WM_PROJECT_DIR", "/usr/share/openfoam")
-    shapes = sampling.sample_parameters(args.n, args.seed)
+    shapes = sampling.sample_parameters(args.n, args.seed, sampling.RANGES[args.ranges])
     results = [study_body(args.work, b, shapes[b - 1], args.shifts, args.jobs, args.base_factor, args.layers,
                           args.laminar_nu) for b in args.bodies]
     print_results(results)

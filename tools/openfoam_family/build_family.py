@@ -29,6 +29,7 @@ from pathlib import Path
 
 import bookkeeping
 import convergence
+import drag_shares
 import sampling
 
 make_case = sampling.make_case
@@ -108,10 +109,12 @@ def build_case(root: Path, work: Path, index: int, shape: dict[str, float], keep
         staging.mkdir(parents=True)
         bookkeeping.commit_case(root, index, record)
         return record
-    verdict = convergence.judge((case / "log.simpleFoam").read_text(),
-                                (case / "postProcessing/forceCoeffs1/0/coefficient.dat").read_text(), CRITERIA)
+    log = (case / "log.simpleFoam").read_text()
+    verdict = convergence.judge(log, (case / "postProcessing/forceCoeffs1/0/coefficient.dat").read_text(), CRITERIA)
     stage_outputs(case, staging)
-    record.update(dataclasses.asdict(verdict), cells=cell_count(case), seconds=round(time.monotonic() - start, 1))
+    record.update(dataclasses.asdict(verdict), **drag_shares.log_split(log).record(),
+                  reynolds=round(drag_shares.reynolds(make_case.U_INF, shape["length"], settings.nu), 1),
+                  cells=cell_count(case), seconds=round(time.monotonic() - start, 1))
     bookkeeping.commit_case(root, index, record)
     if not keep:
         shutil.rmtree(case, ignore_errors=True)
@@ -149,6 +152,9 @@ def progress_line(done: int, total: int, record: dict, started: float) -> str:
 
 
 RESIDUAL_FIELDS = ("Ux", "Uy", "Uz", "p", "k", "omega")
+# The drag's parts go to convergence.csv, not parameters.csv: a parameter table's every column
+# but run, Cd, Cl, Aref, cells and angles is read as a shape parameter by the learning benchmark.
+DRAG_COLUMNS = {"cd_pressure": "Cd_pressure", "cd_viscous": "Cd_viscous", "cd_pressure_share": "Cd_pressure_share"}
 
 
 def write_tables(root: Path, indices: list[int]) -> list[dict]:
@@ -165,24 +171,34 @@ def write_tables(root: Path, indices: list[int]) -> list[dict]:
     with (root / "convergence.csv").open("w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["run", "converged", "iterations", "Cd", "Cd_rel_range_last_20pct",
-                      *(f"residual_{k}" for k in RESIDUAL_FIELDS), "cells", "seconds", "reason"])
+                      *(f"residual_{k}" for k in RESIDUAL_FIELDS), *DRAG_COLUMNS.values(), "Re", "cells", "seconds",
+                      "reason"])
         for r in records:
             res = r.get("residuals", {})
             out.writerow([f"run_{r['index']}", r["converged"], r.get("iterations", ""),
                           f"{r['cd']:.6g}" if "cd" in r else "", f"{r.get('cd_rel_range', float('nan')):.3e}",
                           *(f"{res[k]:.2e}" if k in res else "" for k in RESIDUAL_FIELDS),
+                          *(f"{r[k]:.6g}" if k in r else "" for k in DRAG_COLUMNS), r.get("reynolds", ""),
                           r.get("cells", ""), r["seconds"], r["reason"]])
     return records
 
 
 def summary(records: list[dict]) -> str:
-    """Counts and the Cd spread of the converged cases."""
-    cds = [r["cd"] for r in records if r["converged"]]
+    """Counts, the Cd spread of the converged cases, and their pressure share of drag and Reynolds numbers
+    (the last two where every converged case has them: families built before they were recorded have not)."""
+    converged = [r for r in records if r["converged"]]
+    cds = [r["cd"] for r in converged]
     text = f"{len(cds)} of {len(records)} cases converged"
     if cds:
         mean = sum(cds) / len(cds)
         text += (f"; Cd min {min(cds):.4f}, mean {mean:.4f}, max {max(cds):.4f} "
                  f"({(min(cds) - mean) / mean:+.1%} .. {(max(cds) - mean) / mean:+.1%} around the mean)")
+    shares = [r["cd_pressure_share"] for r in converged if "cd_pressure_share" in r]
+    if shares and len(shares) == len(converged):
+        share = drag_shares.spread(shares)
+        numbers = [r["reynolds"] for r in converged]
+        text += (f"; pressure share of drag min {share['min']:.1%}, median {share['median']:.1%}, "
+                 f"max {share['max']:.1%}; Re (U length / nu) {min(numbers):,.0f} .. {max(numbers):,.0f}")
     return text
 
 

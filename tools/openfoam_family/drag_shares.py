@@ -1,0 +1,167 @@
+"""The pressure and viscous parts of a body's drag, and the regime figures of a family.
+
+Drag is the sum of two integrals over the body: the pressure's (form drag) and the wall shear's
+(skin friction). Which one dominates says what a surrogate is judged on: where the viscous part
+dominates, Cd follows the wetted area; where the pressure part dominates, it follows the wake.
+
+Two sources, which agree to OpenFOAM's printed digits (tests/test_openfoam_family.py):
+
+- a case's simpleFoam log: forceCoeffs prints ``Cd : total (pressure: p viscous: v)`` at each
+  iteration (``log_split``; build_family.py records the last one per case, no extra package);
+- a run folder's boundary.vtp: p and wallShearStress integrated over the faces
+  (``surface_split``; domino_pipeline/inference/forces.py, needs the project's .venv), for a
+  family whose case folders are gone.
+
+The Reynolds number is U * length / nu: the free stream (coefficient.dat's magUInf), the body's
+length (its record's shape) and the family's kinematic viscosity (family.json).
+
+    PYTHONPATH=$PWD .venv/bin/python tools/openfoam_family/drag_shares.py /work/data/five88 [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+AIR_NU = 1.5e-5  # sampling.RANS.nu: family.json's solver words name nu only where it is not air's
+CD_LINE = re.compile(r"^\s*Cd\s*:\s*(\S+)\s*\(pressure:\s*(\S+)\s+viscous:\s*(\S+)\)", re.M)
+HEADER_VALUE = re.compile(r"^#\s*(\w+)\s*:\s*(\S+)\s*$", re.M)
+
+
+@dataclass(frozen=True)
+class DragSplit:
+    """A body's drag coefficient in its pressure and viscous parts (same references as forceCoeffs)."""
+
+    pressure: float
+    viscous: float
+
+    @property
+    def total(self) -> float:
+        """Cd: the two parts summed."""
+        return self.pressure + self.viscous
+
+    @property
+    def pressure_share(self) -> float:
+        """The pressure part's fraction of the drag."""
+        return self.pressure / self.total
+
+    def record(self) -> dict[str, float]:
+        """The figures a case's record and convergence.csv keep."""
+        return {"cd_pressure": self.pressure, "cd_viscous": self.viscous, "cd_pressure_share": self.pressure_share}
+
+
+def log_split(log_text: str) -> DragSplit:
+    """The drag's parts at the last iteration forceCoeffs printed in a simpleFoam log."""
+    found = CD_LINE.findall(log_text)
+    if not found:
+        raise ValueError("simpleFoam log: no forceCoeffs line 'Cd : ... (pressure: ... viscous: ...)' "
+                         "(forceCoeffs1 needs 'log yes')")
+    total, pressure, viscous = (float(x) for x in found[-1])
+    split = DragSplit(pressure, viscous)
+    if abs(split.total - total) > 1e-6 * max(abs(total), 1e-12):
+        raise ValueError(f"simpleFoam log: Cd {total} is not its pressure {pressure} plus viscous {viscous}")
+    return split
+
+
+def coefficient_header(coefficient_text: str) -> dict[str, float]:
+    """The scalar references of a coefficient.dat header (magUInf, lRef, Aref) by name."""
+    values = {}
+    for name, value in HEADER_VALUE.findall(coefficient_text):
+        try:
+            values[name] = float(value)
+        except ValueError:
+            continue  # vectors such as (1 0 0)
+    missing = [k for k in ("magUInf", "Aref") if k not in values]
+    if missing:
+        raise ValueError(f"coefficient.dat: no {', '.join(missing)} in its header")
+    return values
+
+
+def surface_split(run: Path) -> DragSplit:
+    """The drag's parts from a run folder's boundary.vtp (p and wallShearStress on the body's faces,
+    OpenFOAM's face area vectors) over coefficient.dat's magUInf and Aref, as forceCoeffs does."""
+    import numpy as np
+    import pyvista
+
+    from domino_pipeline.force_integration import ForceConvention
+    from domino_pipeline.inference.forces import mesh_vector_areas
+
+    header = coefficient_header((run / "coefficient.dat").read_text())
+    mesh = pyvista.read(run / "boundary.vtp")
+    missing = [k for k in ("p", "wallShearStress") if k not in mesh.cell_data]
+    if missing:
+        raise ValueError(f"{run / 'boundary.vtp'}: no cell field {', '.join(missing)}")
+    vector_areas = mesh_vector_areas(mesh)
+    areas = np.linalg.norm(vector_areas, axis=1)
+    pressure = np.asarray(mesh.cell_data["p"], np.float64) @ vector_areas
+    shear = areas @ np.asarray(mesh.cell_data["wallShearStress"], np.float64)
+    convention = ForceConvention(normals="into_body", wall_shear="on_fluid")  # foamToVTK: conf/dataset/openfoam.yaml
+    per_force = 1.0 / (0.5 * header["magUInf"] ** 2 * header["Aref"])  # kinematic fields, rhoInf 1
+    return DragSplit(float(convention.force(pressure, np.zeros(3))[0] * per_force),
+                     float(convention.force(np.zeros(3), shear)[0] * per_force))
+
+
+def reynolds(speed: float, length: float, nu: float) -> float:
+    """Re = U * length / nu."""
+    return speed * length / nu
+
+
+def family_viscosity(family: dict) -> float:
+    """The kinematic viscosity of a family from family.json (its ``openfoam`` words name nu unless it is air's)."""
+    words = family.get("openfoam", "")
+    found = re.search(r"\bnu (\S+)", words)
+    return float(found.group(1)) if found else AIR_NU
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """min, median and max."""
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def family_regime(root: Path, split_of=surface_split) -> dict:
+    """Each converged run's Cd, its parts and Re, and their spreads over the family at ``root``."""
+    nu = family_viscosity(json.loads((root / "family.json").read_text()))
+    runs = sorted((p for p in root.glob("run_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
+    if not runs:
+        raise ValueError(f"{root}: no run_<i> folder")
+    rows = []
+    for run in runs:
+        record = json.loads((root / "records" / f"case_{run.name.split('_')[1]}.json").read_text())
+        speed = coefficient_header((run / "coefficient.dat").read_text())["magUInf"]
+        split = split_of(run)
+        rows.append({"run": run.name, "cd_recorded": record["cd"], "length": record["shape"]["length"],
+                     "re": reynolds(speed, record["shape"]["length"], nu), **split.record(), "cd": split.total})
+    return {"root": str(root), "nu": nu, "runs": rows,
+            **{f"{key}_spread": spread([r[key] for r in rows])
+               for key in ("re", "cd", "cd_pressure", "cd_viscous", "cd_pressure_share")}}
+
+
+def describe(regime: dict) -> str:
+    """The regime in one paragraph: Re, Cd and the pressure share over the family."""
+    re_, cd, share = (regime[f"{k}_spread"] for k in ("re", "cd", "cd_pressure_share"))
+    return (f"{len(regime['runs'])} runs, nu {regime['nu']:g} m^2/s: Re (U length / nu) {re_['min']:,.0f} .. "
+            f"{re_['max']:,.0f}; Cd {cd['min']:.4f} .. {cd['max']:.4f}; pressure share of drag min "
+            f"{share['min']:.1%}, median {share['median']:.1%}, max {share['max']:.1%} (viscous "
+            f"{1 - share['max']:.1%} .. {1 - share['min']:.1%})")
+
+
+def main() -> None:
+    """Integrate every converged run of a family and print its regime."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("root", type=Path, help="a family's folder (family.json, run_<i>/, records/)")
+    parser.add_argument("--json", type=Path, help="write the per-run figures and the spreads here")
+    args = parser.parse_args()
+    regime = family_regime(args.root)
+    worst = max(abs(r["cd"] / r["cd_recorded"] - 1) for r in regime["runs"])
+    print(describe(regime))
+    print(f"integrated Cd against forceCoeffs' recorded Cd: largest relative difference {worst:.1e}")
+    if args.json:
+        args.json.write_text(json.dumps(regime, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
