@@ -114,12 +114,18 @@ def stage_overrides(args: argparse.Namespace, work: Path) -> list[str]:
             f"geometry.device={args.device}", f"train.device={args.device}", *args.set]
 
 
-def prepare(args: argparse.Namespace, size: str, work: Path) -> tuple[list[str], dict]:
-    """Generate, process and cache one size; the overrides and what the size holds (cells per body,
-    runs, the cache build's seconds: measured at the build, kept for reruns)."""
+def generate_and_process(args: argparse.Namespace, size: str, work: Path) -> list[str]:
+    """One size's runs generated and processed (both skip what is done); the stages' overrides."""
     overrides = stage_overrides(args, work)
     generate(work / "raw", args.runs, args.seed, SIZES[size], args.processes)
     run_entry_point("process_data", [*overrides, f"process.num_processes={args.processes}"])
+    return overrides
+
+
+def prepare(args: argparse.Namespace, size: str, work: Path) -> tuple[list[str], dict]:
+    """Generate, process and cache one size; the overrides and what the size holds (cells per body,
+    runs, the cache build's seconds: measured at the build, kept for reruns)."""
+    overrides = generate_and_process(args, size, work)
     runs = kept_runs(overrides)
     record = work / "cache_build.json"
     if not record.is_file():
@@ -271,6 +277,8 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="training and geometry device")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="generation and processing")
     parser.add_argument("--set", nargs="*", default=[], help="overrides for every stage and arm (key=value)")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="generate and process the runs, then stop (no cache, no training)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     return parser
@@ -284,6 +292,10 @@ def main(argv: list[str] | None = None) -> dict:
     report = provenance(argv) | {"device": args.device, "epochs": args.epochs, "seed": args.seed,
                                  "runs": args.runs, "cap_factor": args.cap_factor, "max_cap_s": args.max_cap_s,
                                  "overrides": args.set, "sizes": {}}
+    if args.prepare_only:
+        for size in args.sizes:
+            generate_and_process(args, size, (args.work / size).resolve())
+        return report
     for size in args.sizes:
         report["sizes"][size] = measure_size(args, size)
         if args.json:  # after each size, so a long run leaves what it has measured
