@@ -339,8 +339,10 @@ class KnnIndex:
             return self._brute(k, qry)
         self.prepare_grid()
         search = _WarpKnnSearch(self, qry, k)
-        scale = _calibrate(search)
-        search.search(np.arange(len(search.query_order), dtype=np.int32), search.spacing * max(scale, 1e-6))
+        scale, piloted = _calibrate(search)
+        rest = np.setdiff1d(np.arange(len(search.query_order), dtype=np.int32), piloted)  # the pilot's rows are final
+        if len(rest):
+            search.search(rest, search.spacing[rest] * max(scale, 1e-6))
         return search.result()
 
     def _brute(self, k: int, queries: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -436,16 +438,17 @@ class _WarpKnnSearch:
         return self.out_index.numpy(), np.sqrt(self.out_d2.numpy()).astype(np.float32)
 
 
-def _calibrate(search: _WarpKnnSearch) -> float:
+def _calibrate(search: _WarpKnnSearch) -> tuple[float, np.ndarray]:
     """Scale from the local spacing estimate to a starting radius, from a small query sample searched
     exactly (started at ``_PILOT_START`` estimates, where most finish in one round), chosen so that
-    ``_PILOT_QUANTILE`` of the queries finish in one round."""
+    ``_PILOT_QUANTILE`` of the queries finish in one round; and the sample's positions, whose rows
+    are exact and final already (all of them for a search of up to ``_PILOT_QUERIES`` queries)."""
     n_queries = len(search.query_order)
     rng = np.random.default_rng(0)
-    sample = np.sort(rng.choice(n_queries, size=min(n_queries, _PILOT_QUERIES), replace=False))
-    search.search(sample.astype(np.int32), search.spacing[sample] * _PILOT_START, level_ratio=4.0)
+    sample = np.sort(rng.choice(n_queries, size=min(n_queries, _PILOT_QUERIES), replace=False)).astype(np.int32)
+    search.search(sample, search.spacing[sample] * _PILOT_START, level_ratio=4.0)
     ratio = search.kth_distances(sample) / search.spacing[sample]
-    return float(np.quantile(ratio, _PILOT_QUANTILE)) / float(_ACCEPT)
+    return float(np.quantile(ratio, _PILOT_QUANTILE)) / float(_ACCEPT), sample
 
 
 def _knn_ckdtree(points: np.ndarray, queries: np.ndarray | None, k: int, threads: int, tree):
