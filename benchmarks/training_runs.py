@@ -9,7 +9,6 @@ and one arm's summary (time to the target, epoch time, data-wait share, peak mem
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import threading
@@ -119,7 +118,3 @@ def time_ratio(slow: dict, fast: dict) -> dict:
         return {"ratio": ratio, "bound": None, "text": f"{ratio:.1f}x"}
     bound = slow["wall_s"] / fast["time_to_target_s"]
     return {"ratio": None, "bound": bound, "text": f"> {bound:.1f}x (not reached)"}
-
-
-def finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -145,7 +144,7 @@ def test_the_benchmark_runs_three_arms_end_to_end_at_a_tiny_size(tmp_path, capsy
     assert [c[1] for c in uncached["curve"]] == pytest.approx([c[1] for c in cached["curve"]], rel=1e-5)
     assert cached["time_to_target_s"] is not None and record["target_val_loss"] == cached["curve"][-1][1]
     assert uncached["time_to_target_s"] is not None
-    assert f"| physicsnemo | " in printed and (tmp_path / "out.png").stat().st_size > 10_000
+    assert "| physicsnemo | " in printed and (tmp_path / "out.png").stat().st_size > 10_000
     pn_log = (tmp_path / "work" / "tiny" / "train" / "physicsnemo" / "train.log").read_text()
     assert "physicsnemo DoMINODataPipe (CPU preprocessing)" in pn_log
     assert math.isfinite(record["arms"]["physicsnemo"]["loss_at_end"])
