@@ -28,7 +28,7 @@ Prints one table per size with the command, date and commit; writes ``--json`` (
 ``data_wait_share``, ...) and ``--png`` (validation loss against wall time, one line per arm).
 Finished training runs under ``--work`` are reused, so an interrupted benchmark resumes.
 
-    nice -n 5 python benchmarks/benchmark_time_to_accuracy.py --sizes laminar bench --work /data/tta \\
+    nice -n 5 python benchmarks/benchmark_time_to_accuracy.py --sizes laminar drivaerml --work /data/tta \\
         --json docs/benchmark_time_to_accuracy.json --png docs/benchmark_time_to_accuracy.png
     python benchmarks/benchmark_time_to_accuracy.py --sizes tiny --runs 5 --epochs 2 --set geometry.interp_res=[16,8,8] ...
     python benchmarks/benchmark_time_to_accuracy.py --sizes bench --device cuda ...   # on a GPU machine
@@ -68,6 +68,7 @@ SIZES = {
     "tiny": {"preset": "tiny", "volume_points": 2_000},
     "laminar": {"preset": "demo", "surface_cells": 5_000, "stl_triangles": 8_400, "volume_points": 10_000},
     "bench": {"preset": "bench", "volume_points": 10_000},
+    "drivaerml": {"preset": "full", "volume_points": 10_000},  # DrivAerML's 8.8M surface cells and STL size
 }
 
 
@@ -264,9 +265,9 @@ def plot(report: dict, path: Path) -> None:
 
 def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", default=["laminar", "bench"], choices=list(SIZES))
+    parser.add_argument("--sizes", nargs="+", default=["laminar", "drivaerml"], choices=list(SIZES))
     parser.add_argument("--work", type=Path, default=Path("outputs/time_to_accuracy"))
-    parser.add_argument("--runs", type=int, default=20, help="bodies per size (conf/demo.yaml holds 20%% out)")
+    parser.add_argument("--runs", type=int, default=8, help="bodies per size (conf/demo.yaml holds 20%% out)")
     parser.add_argument("--epochs", type=int, default=24, help="the cached arm's epochs (and the schedule's)")
     parser.add_argument("--seed", type=int, default=0, help="the bodies', the split's and the model's seed")
     parser.add_argument("--cap-factor", type=float, default=12.0,
