@@ -340,7 +340,9 @@ class KnnIndex:
         self.prepare_grid()
         search = _WarpKnnSearch(self, qry, k)
         scale, piloted = _calibrate(search)
-        rest = np.setdiff1d(np.arange(len(search.query_order), dtype=np.int32), piloted)  # the pilot's rows are final
+        rest = np.ones(len(search.query_order), dtype=bool)
+        rest[piloted] = False  # the pilot's rows are final
+        rest = np.flatnonzero(rest).astype(np.int32)
         if len(rest):
             search.search(rest, search.spacing[rest] * max(scale, 1e-6))
         return search.result()
