@@ -15,7 +15,7 @@ DEMO := outputs/demo
 # synthetic runs of the demo: conf/demo.yaml holds 2 out to validate (choosing the checkpoint) and 4 to test
 DEMO_RUNS := 20
 
-.PHONY: setup test test-fast bench-setup install-check demo gpu-check clean-demo
+.PHONY: setup test test-fast bench-setup install-check demo gpu-check gpu-run clean-demo
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,13 @@ demo: $(STAMP)
 
 gpu-check: $(STAMP)   # on a GPU machine: CUDA tests, benchmarks, a short training run
 	$(PY) benchmarks/gpu_check.py --out outputs/gpu_check
+
+# a bare GPU machine (its image's python3 with torch, numpy, scipy, matplotlib, pytest) and the offline
+# bundle of tools/gpu_bundle: gpu_check's steps, time to accuracy at bench size beside physicsnemo's GPU
+# preprocessing, kNN and SDF at DrivAerML's sizes, in 540 s; one JSON (docs/gpu.md, "One slot")
+GPU_PYTHON ?= python3
+gpu-run:
+	$(GPU_PYTHON) benchmarks/gpu_run.py --out outputs/gpu_run $(if $(BUNDLE),--bundle $(BUNDLE))
 
 clean-demo:
 	rm -rf $(DEMO)

@@ -3,6 +3,7 @@
     python benchmarks/benchmark_geometry.py                      # full sizes: several minutes on 2 CPU cores
     python benchmarks/benchmark_geometry.py --quick              # small sizes: under a minute
     python benchmarks/benchmark_geometry.py --json outputs/benchmark_geometry.json
+    python benchmarks/benchmark_geometry.py --sizes drivaerml --devices cuda --inputs /tmp/g  # a GPU, DrivAerML's sizes
 
 Inputs come from synthetic_data (no files written there): the surface cell centres of a
 car-like body (1M cells), its STL (~600k triangles), volume points around it (1M) and a
@@ -56,14 +57,28 @@ FULL = {"knn_sizes": (250_000, 1_000_000), "brute_knn_size": 20_000, "stl_triang
         "volume_points": 1_000_000, "grid": (128, 64, 48)}
 QUICK = {"knn_sizes": (25_000, 100_000), "brute_knn_size": 5_000, "stl_triangles": 20_000,
          "volume_points": 50_000, "grid": (32, 16, 12)}
+# drivaerml: a DrivAerML run's 8.8M surface cells and its car's STL (~600k triangles, the synthetic
+# full preset's), SDF of DoMINO's default 128 x 64 x 64 grid plus 1M volume points; tiny: a smoke run
+SIZES = {"quick": QUICK, "full": FULL,
+         "drivaerml": {"knn_sizes": (8_800_000,), "brute_knn_size": 20_000, "stl_triangles": 600_400,
+                       "volume_points": 1_000_000, "grid": (128, 64, 64)},
+         "tiny": {"knn_sizes": (3_000,), "brute_knn_size": 1_000, "stl_triangles": 2_000,
+                  "volume_points": 2_000, "grid": (16, 8, 8)}}
 
 
 # ------------------------------------------------------------------------------------- inputs
 
 
 def write_inputs(scratch: Path, sizes: dict, seed: int) -> dict[str, Path]:
-    """Generate the car inputs once and save them as .npy files for the case processes."""
+    """Generate the car inputs once and save them as .npy files for the case processes; inputs
+    written before for the same sizes and seed (``inputs.json`` beside them) are reused."""
     import synthetic_data as sd
+
+    record = scratch / "inputs.json"
+    wanted = json.loads(json.dumps({"sizes": sizes, "seed": seed}))
+    if record.is_file() and json.loads(record.read_text())["made"] == wanted:
+        return {name: Path(path) for name, path in json.loads(record.read_text())["paths"].items()}
+    scratch.mkdir(parents=True, exist_ok=True)
 
     rng = np.random.default_rng(seed)
     shape = sd.random_shape(rng)
@@ -77,6 +92,7 @@ def write_inputs(scratch: Path, sizes: dict, seed: int) -> dict[str, Path]:
     volume = sd.volume_points(shape, sizes["volume_points"], rng)
     queries = np.concatenate([_grid(sd.VOLUME_BOX, sizes["grid"]), volume]).astype(np.float32)
     paths["sdf_queries"] = _save(scratch / "sdf_queries.npy", queries)
+    record.write_text(json.dumps({"made": wanted, "paths": {k: str(v) for k, v in paths.items()}}) + "\n")
     return paths
 
 
@@ -387,9 +403,25 @@ def environment() -> dict:
             "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
 
 
+def brute_force_memory_note(sizes: dict, cuda: bool) -> str | None:
+    """Why physicsnemo's kNN is not run at the largest size on CUDA: without cuML its torch search
+    forms an N x N x 3 float32 difference array (its N x N distances beside it)."""
+    n = max(sizes["knn_sizes"])
+    if not cuda or importlib.util.find_spec("cuml") or n <= sizes["brute_knn_size"]:
+        return None
+    return (f"physicsnemo's knn at {n:,} points not run: without cuML it forms an N x N x 3 float32 array, "
+            f"{n * n * 12 / 1e12:,.1f} TB; compared at {sizes['brute_knn_size']:,} points instead")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run (--sizes quick)")
+    parser.add_argument("--sizes", choices=list(SIZES), default=None,
+                        help="full (default), quick, drivaerml (8.8M surface cells) or tiny")
+    parser.add_argument("--inputs", type=Path, default=None,
+                        help="keep the generated inputs here and reuse them (default: a temporary folder)")
+    parser.add_argument("--inputs-only", action="store_true", help="write --inputs and stop")
+    parser.add_argument("--no-host-preparation", action="store_true", help="skip the kNN host preparation line")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--repeats", type=int, default=3, help="timed repetitions per kNN case")
     parser.add_argument("--sdf-repeats", type=int, default=2, help="timed repetitions per SDF case")
@@ -406,7 +438,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from domino_pipeline.compute import geometry
 
-    sizes = QUICK if args.quick else FULL
+    sizes = SIZES[args.sizes or ("quick" if args.quick else "full")]
+    if args.inputs_only:
+        if args.inputs is None:
+            raise SystemExit("benchmark_geometry: --inputs-only needs --inputs DIR")
+        write_inputs(args.inputs, sizes, args.seed)
+        return 0
     device = geometry.resolve_device("auto")
     cuda = device.startswith("cuda")
     if args.require_cuda and not cuda:
@@ -415,27 +452,32 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     with tempfile.TemporaryDirectory(dir=args.scratch) as tmp:
         scratch = Path(tmp)
-        paths = write_inputs(scratch, sizes, args.seed)
+        paths = write_inputs(args.inputs or scratch, sizes, args.seed)
         counts = {"sdf": len(np.load(paths["sdf_queries"], mmap_mode="r")),
                   "triangles": len(np.load(paths["stl_faces"], mmap_mode="r"))}
         cases = plan_cases(paths, sizes, cuda, args.repeats, args.sdf_repeats, cpu=args.devices == "all")
         results = run_cases(cases, scratch, counts)
         notes = agreement(scratch, results)
-        preparation = host_preparation(paths[f"surface_{max(sizes['knn_sizes'])}"], device)
+        skipped = brute_force_memory_note(sizes, cuda)
+        if skipped:
+            notes["knn_physicsnemo_cuda_largest"] = skipped
+        preparation = None if args.no_host_preparation else host_preparation(
+            paths[f"surface_{max(sizes['knn_sizes'])}"], device)
     print(f"\nkNN: k={K}, all surface points as queries. SDF: {counts['sdf']:,} queries "
           f"(grid {'x'.join(map(str, sizes['grid']))} + {sizes['volume_points']:,} volume points) "
           f"against an STL of {counts['triangles']:,} triangles.\n")
     print(markdown_table(results))
     for case, note in notes.items():
         print(f"- {case}: {note}")
-    print(f"- {host_preparation_line(preparation)}")
+    if preparation is not None:
+        print(f"- {host_preparation_line(preparation)}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {"environment": environment(), "sizes": sizes, "counts": counts,
                    "results": results, "agreement": notes, "knn_host_preparation": preparation}
         args.json.write_text(json.dumps(payload, indent=2, default=list))
     failed = [r["id"] for r in results if "error" in r and (args.require_cuda or r["device"] == "cpu")]
-    if not preparation["same_neighbours"]:
+    if preparation is not None and not preparation["same_neighbours"]:
         failed.append("knn_host_preparation")
     return 1 if failed else 0
 

@@ -47,20 +47,41 @@ ENVIRONMENT = (
     "'warp': wp.config.version, 'warp_cuda_devices': wp.get_cuda_device_count()}))")
 
 
-def plan(out: Path) -> list[dict]:
+# What each step runs at: ``gpu`` is the check itself; ``smoke`` the same steps on the CPU at tiny
+# sizes (benchmarks/gpu_run.py --cpu-smoke), which proves the plumbing where no GPU is at hand.
+PROFILES = {
+    "gpu": {"device": "cuda", "demo": {"runs": 6, "surface_cells": 400_000, "stl_triangles": 200_000},
+            "train": [], "tests": ["-k", CUDA_TESTS, "tests"],
+            "geometry": ["--quick", "--devices", "cuda", "--require-cuda"],
+            "scale": ["--presets", "bench", "--draws", "5"]},
+    "smoke": {"device": "cpu", "demo": {"runs": 5, "surface_cells": 3_000, "stl_triangles": 1_500},
+              "train": ["geometry.interp_res=[16,8,8]", "sampling.surface_points=128", "sampling.geometry_points=400",
+                        "model.geometry_rep.geo_conv.base_neurons=8", "model.geometry_local.base_layer=16",
+                        "model.nn_basis_functions.base_layer=16", "model.aggregation_model.base_layer=16",
+                        "model.position_encoder.base_neurons=16", "model.parameter_model.base_layer=16",
+                        "train.num_workers=1", "train.val_num_workers=1"],
+              "tests": ["-k", "lattice and not cuda", "tests/test_knn_ties.py"],
+              "geometry": ["--sizes", "tiny", "--repeats", "1", "--sdf-repeats", "1"],
+              "scale": ["--presets", "tiny", "--draws", "2"]},
+}
+
+
+def plan(out: Path, profile: str = "gpu") -> list[dict]:
     """The steps in order: name, argv (run from the repository root), limit in seconds, the
-    device each asks for, and how its device is read back (``seen``)."""
-    py, work = sys.executable, out / "work"
+    device each asks for, and how its device is read back (``seen``); at ``profile``'s sizes."""
+    py, work, p = sys.executable, out / "work", PROFILES[profile]
+    device = p["device"]
     demo = [f"data.raw_dir={work}/demo/raw", f"data.processed_dir={work}/demo/processed",
-            f"cache.dir={work}/demo/cache", "geometry.device=cuda"]
-    train = ["--config-name=demo", *demo, "train.device=cuda", "train.epochs=2"]
+            f"cache.dir={work}/demo/cache", f"geometry.device={device}"]
+    train = ["--config-name=demo", *demo, f"train.device={device}", "train.epochs=2", *p["train"]]
+    sizes = p["demo"]
     return [
         {"name": "environment", "timeout": 20, "seen": "environment", "argv": [py, "-c", ENVIRONMENT]},
         {"name": "demo_data", "timeout": 100, "seen": "requested", "argv": ["bash", "-c", " && ".join([
-            f"{py} synthetic_data.py --preset demo --runs 6 --seed 0 --out {work}/demo/raw "
-            "--surface-cells 400000 --stl-triangles 200000",
+            f"{py} synthetic_data.py --preset demo --runs {sizes['runs']} --seed 0 --out {work}/demo/raw "
+            f"--surface-cells {sizes['surface_cells']} --stl-triangles {sizes['stl_triangles']}",
             f"{py} process_data.py --config-name=demo {' '.join(demo[:2])}",
-            f"{py} cache_data.py --config-name=demo {' '.join(demo)}"])]},
+            f"{py} cache_data.py --config-name=demo {' '.join(demo)} {' '.join(p['train'][:1])}"])]},
         {"name": "train_cached", "timeout": 60, "seen": "train_log",
          "argv": [py, "train.py", *train, f"output_dir={out}/train_cached"]},
         {"name": "train_uncached", "timeout": 80, "seen": "train_log",
@@ -70,14 +91,12 @@ def plan(out: Path) -> list[dict]:
          "argv": [py, "benchmarks/demo_report.py", "--cached", f"{out}/train_cached",
                   "--uncached", f"{out}/train_uncached", "--out", f"{out}/training_report"]},
         {"name": "cuda_tests", "timeout": 60, "seen": "pytest",
-         "argv": [py, "-m", "pytest", "-q", "-rs", "-k", CUDA_TESTS, "tests"]},
+         "argv": [py, "-m", "pytest", "-q", "-rs", *p["tests"]]},
         {"name": "geometry_benchmark", "timeout": 80, "seen": "geometry_json",
-         "argv": [py, "benchmarks/benchmark_geometry.py", "--quick", "--devices", "cuda", "--require-cuda",
-                  "--json", str(out / "geometry.json")]},
+         "argv": [py, "benchmarks/benchmark_geometry.py", *p["geometry"], "--json", str(out / "geometry.json")]},
         {"name": "cache_benchmark", "timeout": 160, "seen": "scale_json",
-         "argv": [py, "benchmarks/benchmark_scale.py", "--presets", "bench", "--draws", "5",
-                  "--geometry-device", "cuda", "--work", str(work / "scale"),
-                  "--json", str(out / "scale.json"), "--png", str(out / "scale.png")]},
+         "argv": [py, "benchmarks/benchmark_scale.py", *p["scale"], "--geometry-device", device,
+                  "--work", str(work / "scale"), "--json", str(out / "scale.json"), "--png", str(out / "scale.png")]},
     ]
 
 
@@ -150,8 +169,9 @@ def _json_after(output: str) -> dict:
     return {}
 
 
-def device_seen(result: dict) -> str:
-    """The device a finished step reports having used ("" where it reports none)."""
+def device_seen(result: dict, device: str = "cuda") -> str:
+    """The device a finished step reports having used ("" where it reports none); ``device``: the
+    one a step asked for explicitly (``requested``)."""
     kind, output = result["seen"], result["output_tail"]
     if kind == "environment":
         env = _json_after(output)
@@ -160,7 +180,7 @@ def device_seen(result: dict) -> str:
         found = re.search(r"parameters on (\S+) x \d+", output)
         return found.group(1) if found else ""
     if kind == "pytest":
-        return "cuda" if re.search(r"\d+ passed", output) and "skipped" not in output else "not all: CUDA tests skipped"
+        return device if re.search(r"\d+ passed", output) and "skipped" not in output else "not all: tests skipped"
     if kind in ("geometry_json", "scale_json"):
         path = Path(result["argv"][result["argv"].index("--json") + 1])
         data = json.loads(path.read_text()) if path.is_file() else {}
@@ -168,16 +188,16 @@ def device_seen(result: dict) -> str:
             return str(data.get("geometry_device", ""))
         return ",".join(sorted({r["device"] for r in data.get("results", []) if "error" not in r}))
     if kind == "requested":
-        return "cuda (requested explicitly: a CUDA failure fails the step)"
+        return f"{device} (requested explicitly: a {device} failure fails the step)"
     return "not applicable"
 
 
-def judge(result: dict) -> dict:
-    """The step's result with its device and whether it passed (exit 0 and CUDA where it
+def judge(result: dict, device: str = "cuda") -> dict:
+    """The step's result with its device and whether it passed (exit 0 and ``device`` where it
     reports a device)."""
-    seen = device_seen(result) if result["returncode"] == 0 else ""
-    on_cuda = result["seen"] == "none" or seen.startswith("cuda")
-    return result | {"device_seen": seen, "ok": result["returncode"] == 0 and on_cuda}
+    seen = device_seen(result, device) if result["returncode"] == 0 else ""
+    on_device = result["seen"] == "none" or seen.startswith(device)
+    return result | {"device_seen": seen, "ok": result["returncode"] == 0 and on_device}
 
 
 def write_report(out: Path, payload: dict) -> Path:

@@ -132,6 +132,39 @@ def test_knn_backends_agree_exactly():
     np.testing.assert_allclose(warp_distance, tree_distance, rtol=1e-6)
 
 
+@pytest.mark.parametrize("cloud", ["uniform", "clustered", "duplicates"])
+def test_knn_every_pair_search_matches_ckdtree_and_the_grid_search(monkeypatch, cloud):
+    """The one-launch search of every pair (``_knn_brute``, small searches) returns the grid
+    search's rows bit for bit, all points or other queries, on one thread or several."""
+    rng = np.random.default_rng(12)
+    points = {"uniform": lambda: uniform_cloud(1500, rng), "clustered": lambda: clustered_cloud(rng)[::3],
+              "duplicates": lambda: np.repeat(uniform_cloud(300, rng), 4, axis=0)}[cloud]()
+    queries = np.concatenate([points[::7], rng.normal(0.5, 1.0, (100, 3))]).astype(np.float32)
+    results = {}
+    for name, pairs in (("grid", 0), ("brute", 1 << 40)):
+        monkeypatch.setattr(geometry, "BRUTE_PAIRS", {"cpu": pairs, "cuda": pairs})
+        index = geometry.KnnIndex(points, device="cpu", cpu_threads=3)
+        assert (index.grid is None) == (name == "brute")  # no host preparation for a search of every pair
+        results[name] = (index.query(7), index.query(7, queries),
+                         geometry.knn(points, 7, device="cpu", cpu_threads=1))
+    for grid, brute in zip(results["grid"], results["brute"]):
+        assert np.array_equal(grid[0], brute[0]) and np.array_equal(grid[1], brute[1])
+    if cloud != "duplicates":  # cKDTree's order of exact ties is its own
+        assert_exact_knn(points, None, 7, *results["brute"][0], self_query=True)
+        assert_exact_knn(points, queries, 7, *results["brute"][1])
+
+
+def test_knn_picks_every_pair_only_for_small_searches(monkeypatch):
+    monkeypatch.setattr(geometry, "BRUTE_PAIRS", {"cpu": 1000 * 50, "cuda": 0})
+    points = uniform_cloud(1000, np.random.default_rng(13))
+    calls = []
+    monkeypatch.setattr(geometry.KnnIndex, "_brute", lambda self, k, q: calls.append(len(q)) or ("brute", None))
+    index = geometry.KnnIndex(points, device="cpu")
+    assert index.grid is not None                   # 1000 x 1000 pairs: the grid is prepared at once
+    assert index.query(3, points[:50]) == ("brute", None) and calls == [50]
+    assert index.query(3, points[:51])[0].shape == (51, 3) and calls == [50]  # one pair too many: the grid
+
+
 def test_knn_all_identical_points():
     points = np.ones((20, 3), dtype=np.float32)
     index, distance = geometry.knn(points, 4, device="cpu", backend="warp")

@@ -35,8 +35,18 @@ def brute_force(points: np.ndarray, queries: np.ndarray | None, k: int) -> tuple
     return index.astype(np.int32), np.sqrt(np.take_along_axis(d2, order, 1)).astype(np.float32)
 
 
+SEARCHES = {"grid": 0, "brute": 1 << 40}  # geometry.BRUTE_PAIRS forcing the grid's rounds or every pair
+
+
+@pytest.fixture(params=list(SEARCHES))
+def search(request, monkeypatch):
+    """The Warp kNN's grid search or its one-launch search of every pair, on every device."""
+    monkeypatch.setattr(geometry, "BRUTE_PAIRS", {"cpu": SEARCHES[request.param], "cuda": SEARCHES[request.param]})
+    return request.param
+
+
 @pytest.mark.parametrize("k", [7, 8, 19])  # 8: ties at the k-th place for every interior point
-def test_lattice_neighbours_are_the_same_on_every_backend_and_call(k):
+def test_lattice_neighbours_are_the_same_on_every_backend_and_call(k, search):
     points = lattice()
     expected = brute_force(points, None, k)
     tied = (np.diff(expected[1], axis=1) == 0).any(axis=1)
@@ -50,7 +60,7 @@ def test_lattice_neighbours_are_the_same_on_every_backend_and_call(k):
         assert np.array_equal(distance, expected[1])
 
 
-def test_lattice_queries_in_blocks_of_one_index_match_brute_force():
+def test_lattice_queries_in_blocks_of_one_index_match_brute_force(search):
     points = lattice(seed=1)
     queries = points[::3]
     expected = brute_force(points, queries, 8)
@@ -90,7 +100,7 @@ HAS_CUDA = geometry.resolve_device("auto").startswith("cuda")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
-def test_cuda_gives_the_same_bits_as_the_cpu_on_a_lattice_and_a_cloud():
+def test_cuda_gives_the_same_bits_as_the_cpu_on_a_lattice_and_a_cloud(search):
     points = lattice()
     expected = brute_force(points, None, 8)
     on_cuda = geometry.knn(points, 8, device="cuda")

@@ -4,7 +4,8 @@ present and on the CPU otherwise (CPU launches split into chunks on a thread poo
 
 kNN is exact: each query searches a hash grid out to its own radius (from the local density,
 scaled by a pilot sample) and is accepted only when its k-th candidate lies inside the radius,
-else it retries at twice the radius on a coarser grid. ``knn``: k <= ``MAX_K`` (32) for Warp;
+else it retries at twice the radius on a coarser grid; a search of few point-query pairs
+(``BRUTE_PAIRS``) tries every pair in one launch instead, with the same order. ``knn``: k <= ``MAX_K`` (32) for Warp;
 every row holds k real neighbours, with the same distances and tie order on every device and
 backend (``distance_sq``; docs/gpu.md). ``signed_distance``: positive outside, negative inside
 (winding number); zero-area triangles are skipped, a mesh with none usable is a ValueError.
@@ -26,6 +27,10 @@ from domino_pipeline.devices import cuda_index
 wp.set_module_options({"enable_backward": False})
 
 MAX_K = 32
+# A search of at most this many point-query pairs tries every pair in one launch (``_knn_brute``)
+# instead of the grid's rounds, each a grid build, a launch and a read back: per device kind,
+# from benchmark_geometry.py's small cases (docs/benchmarks.md, "Geometry engine").
+BRUTE_PAIRS = {"cpu": 1 << 20, "cuda": 1 << 30}
 _KNN_BACKENDS = ("auto", "warp", "ckdtree")
 _ACCEPT = wp.constant(0.999)  # k-th neighbour accepted only this far inside the radius
 _EPS32 = wp.constant(float(np.finfo(np.float32).eps))
@@ -33,6 +38,7 @@ _SLACK_ULPS = wp.constant(8.0)
 _LEVEL_RATIO = float(np.sqrt(2.0))  # radius range of one hash grid level
 _PILOT_QUERIES = 1024
 _PILOT_QUANTILE = 0.9
+_PILOT_START = 2.0  # the pilot's first radius, in spacing estimates: its k-th distances are exact from any start
 _SDF_BATCH = 1 << 20
 _CKDTREE_BATCH = 1 << 18
 _MIN_THREAD_CHUNK = 4096  # CPU launches smaller than this stay on one thread
@@ -170,6 +176,45 @@ def _knn_round(
         done[t] = 0
 
 
+@wp.kernel
+def _knn_brute(
+    points: wp.array(dtype=wp.vec3),
+    queries: wp.array(dtype=wp.vec3),
+    first: wp.int32,
+    self_query: wp.int32,
+    k: wp.int32,
+    out_index: wp.array2d(dtype=wp.int32),
+    out_d2: wp.array2d(dtype=wp.float64),
+):
+    """The k best of all points for query ``first + tid``, in ``_knn_round``'s order: one launch, no
+    grid (small searches, where a grid's rounds cost more than trying every pair)."""
+    t = first + wp.tid()
+    q = queries[t]
+    best_d = _vec_kd()
+    best_key = _vec_ki()
+    count = wp.int32(0)
+    for pi in range(points.shape[0]):
+        d2 = _distance_sq(points[pi], q)
+        key = wp.int32(pi)
+        if self_query != 0 and pi == t:
+            key = -1
+        if count < k or _precedes(d2, key, best_d[k - 1], best_key[k - 1]):
+            j = wp.min(count, k - 1)
+            while j > 0 and _precedes(d2, key, best_d[j - 1], best_key[j - 1]):
+                best_d[j] = best_d[j - 1]
+                best_key[j] = best_key[j - 1]
+                j -= 1
+            best_d[j] = d2
+            best_key[j] = key
+            count = wp.min(count + 1, k)
+    for j in range(k):
+        key = best_key[j]
+        if key < 0:
+            key = t
+        out_index[t, j] = key
+        out_d2[t, j] = best_d[j]
+
+
 def _as_points(name: str, array, allow_empty: bool = False) -> np.ndarray:
     """Validate an (n, 3) finite coordinate array and return it as contiguous float32."""
     arr = np.asarray(array)
@@ -262,6 +307,16 @@ class KnnIndex:
             from scipy.spatial import cKDTree
             self.tree = cKDTree(self.points.astype(np.float64))
             return
+        self.brute_pairs = BRUTE_PAIRS["cpu" if self.device == "cpu" else "cuda"]
+        self.grid: wp.HashGrid | None = None
+        self._device_points: wp.array | None = None
+        if len(self.points) ** 2 > self.brute_pairs:  # an all-points search needs the grid: prepare it now
+            self.prepare_grid()
+
+    def prepare_grid(self) -> None:
+        """The grid search's host preparation, once: Z-order, density counts, sorted points on the device."""
+        if self.grid is not None:
+            return
         self.order = _morton_order(self.points, self.lo, self.extent)
         self.density = _Density(self.points, self.lo, self.extent)
         self.sorted_points = wp.array(self.points[self.order], dtype=wp.vec3, device=self.device)
@@ -280,10 +335,33 @@ class KnnIndex:
             return _knn_ckdtree(self.points, qry, k, self.threads, self.tree)
         if k > MAX_K:
             raise ValueError(f"k={k} exceeds the Warp kNN limit MAX_K={MAX_K}; use backend='ckdtree'")
+        if len(self.points) * (len(self.points) if qry is None else len(qry)) <= self.brute_pairs:
+            return self._brute(k, qry)
+        self.prepare_grid()
         search = _WarpKnnSearch(self, qry, k)
-        scale = _calibrate(search)
-        search.search(np.arange(len(search.query_order), dtype=np.int32), search.spacing * max(scale, 1e-6))
+        scale, piloted = _calibrate(search)
+        rest = np.ones(len(search.query_order), dtype=bool)
+        rest[piloted] = False  # the pilot's rows are final
+        rest = np.flatnonzero(rest).astype(np.int32)
+        if len(rest):
+            search.search(rest, search.spacing[rest] * max(scale, 1e-6))
         return search.result()
+
+    def _brute(self, k: int, queries: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Every pair in one launch (``_knn_brute``): the points go to the device once per index."""
+        if self._device_points is None:
+            self._device_points = wp.array(self.points, dtype=wp.vec3, device=self.device)
+        points = self._device_points
+        q = points if queries is None else wp.array(queries, dtype=wp.vec3, device=self.device)
+        n = q.shape[0]
+        out_index = wp.empty((n, k), dtype=wp.int32, device=self.device)
+        out_d2 = wp.empty((n, k), dtype=wp.float64, device=self.device)
+
+        def inputs(start: int, stop: int) -> list:
+            return [points, q, start, int(queries is None), k, out_index, out_d2]
+
+        _launch(_knn_brute, n, inputs, self.device, self.threads)
+        return out_index.numpy(), np.sqrt(out_d2.numpy()).astype(np.float32)
 
     def build_grid(self, width: float) -> None:
         """(Re)build the hash grid for cells of ``width`` unless it has that width already."""
@@ -362,15 +440,17 @@ class _WarpKnnSearch:
         return self.out_index.numpy(), np.sqrt(self.out_d2.numpy()).astype(np.float32)
 
 
-def _calibrate(search: _WarpKnnSearch) -> float:
-    """Scale from the local spacing estimate to a starting radius, from a small query sample started
-    well below its estimate, chosen so that ``_PILOT_QUANTILE`` of the queries finish in one round."""
+def _calibrate(search: _WarpKnnSearch) -> tuple[float, np.ndarray]:
+    """Scale from the local spacing estimate to a starting radius, from a small query sample searched
+    exactly (started at ``_PILOT_START`` estimates, where most finish in one round), chosen so that
+    ``_PILOT_QUANTILE`` of the queries finish in one round; and the sample's positions, whose rows
+    are exact and final already (all of them for a search of up to ``_PILOT_QUERIES`` queries)."""
     n_queries = len(search.query_order)
     rng = np.random.default_rng(0)
-    sample = np.sort(rng.choice(n_queries, size=min(n_queries, _PILOT_QUERIES), replace=False))
-    search.search(sample.astype(np.int32), search.spacing[sample] / 2.0, level_ratio=4.0)
+    sample = np.sort(rng.choice(n_queries, size=min(n_queries, _PILOT_QUERIES), replace=False)).astype(np.int32)
+    search.search(sample, search.spacing[sample] * _PILOT_START, level_ratio=4.0)
     ratio = search.kth_distances(sample) / search.spacing[sample]
-    return float(np.quantile(ratio, _PILOT_QUANTILE)) / float(_ACCEPT)
+    return float(np.quantile(ratio, _PILOT_QUANTILE)) / float(_ACCEPT), sample
 
 
 def _knn_ckdtree(points: np.ndarray, queries: np.ndarray | None, k: int, threads: int, tree):
