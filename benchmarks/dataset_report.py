@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from domino_pipeline.config import PipelineConfig, load_config  # noqa: E402
-from domino_pipeline.config_files import compose_files  # noqa: E402
-from domino_pipeline.force_integration import ForceConvention  # noqa: E402
+from domino_pipeline.configuration.config import PipelineConfig, load_config  # noqa: E402
+from domino_pipeline.configuration.config_files import compose_files  # noqa: E402
+from domino_pipeline.configuration.force_integration import ForceConvention  # noqa: E402
 from domino_pipeline.inputs.statistics.run_quality import QualityVerdicts, judge, label, unflatten  # noqa: E402
 from domino_pipeline.inputs.statistics.run_statistics import integrated_coefficients  # noqa: E402
 from domino_pipeline.processed.runs import read_options_from_config  # noqa: E402
@@ -47,7 +47,7 @@ from domino_pipeline.inputs.statistics.statistics_table import (  # noqa: E402
     save_table,
     table_location,
 )
-from domino_pipeline.object_store import is_url  # noqa: E402
+from domino_pipeline.storage.object_store import is_url  # noqa: E402
 
 MAX_PANELS = 16
 COLUMNS = 4

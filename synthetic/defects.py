@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pyvista as pv
 
-from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.configuration.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.sources.concat_bytes import file_pieces
 from domino_pipeline.inputs.sources.run_folder import find_runs, run_files
 from synthetic.writers import join_pieces, split_into_pieces

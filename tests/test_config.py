@@ -9,8 +9,8 @@ import pytest
 from conftest import DEFAULTS, typed_config, yaml_config
 from omegaconf import OmegaConf
 
-from domino_pipeline.config import SECTIONS, PipelineConfig, load_config
-from domino_pipeline.example_keys import EXAMPLE_KEYS, check_example_keys, check_example_overrides
+from domino_pipeline.configuration.config import SECTIONS, PipelineConfig, load_config
+from domino_pipeline.configuration.example_keys import EXAMPLE_KEYS, check_example_keys, check_example_overrides
 
 
 def test_no_field_has_a_default_outside_the_yaml():

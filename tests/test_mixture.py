@@ -19,10 +19,10 @@ from test_train import TINY
 
 from domino_pipeline.compute.nondimensional_form import form_variables, run_form
 from domino_pipeline.compute.scaling import merge_statistics, run_statistics
-from domino_pipeline.config import sources_from
+from domino_pipeline.configuration.config import sources_from
 from domino_pipeline.compute.scaling import unscale_fields
 from domino_pipeline.loading.mixture import AREA_KEYS, NORMAL_KEYS, REPEAT_EPOCHS, WeightedSourceSampler
-from domino_pipeline.source_configs import load_profile
+from domino_pipeline.configuration.source_configs import load_profile
 
 OPENFOAM = Path(__file__).resolve().parent / "data" / "openfoam"
 PROFILES = {"drivaer": "drivaerml", "ahmed": "ahmedml", "foam": "openfoam"}

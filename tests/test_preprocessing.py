@@ -20,7 +20,7 @@ from domino_pipeline.compute.preprocessing import (
 )
 from domino_pipeline.compute.rows import drop_self, make_grid, normalize, prepare_rows
 from domino_pipeline.compute.settings import neighbor_layout_of, settings_from_config
-from domino_pipeline.config import load_config
+from domino_pipeline.configuration.config import load_config
 from domino_pipeline.processed.runs import list_runs, load_run
 
 

@@ -13,7 +13,7 @@ import pytest
 import matplotlib.pyplot as plt
 from conftest import DEFAULTS, import_benchmark, typed_config
 
-from domino_pipeline.force_integration import ForceConvention
+from domino_pipeline.configuration.force_integration import ForceConvention
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
 from domino_pipeline.inputs.statistics.run_quality import (
     Selection,

@@ -20,7 +20,7 @@ from domino_pipeline.compute.scaling import (
     scale_fields,
     unscale_fields,
 )
-from domino_pipeline.config import MODEL_TYPES
+from domino_pipeline.configuration.config import MODEL_TYPES
 from domino_pipeline.loading.batch_transfer import mark_constant
 
 

@@ -34,7 +34,7 @@ from domino_pipeline.processed.runs import (
     run_name,
 )
 from domino_pipeline.loading.items import EpochDataset, build_item
-from domino_pipeline.object_store import as_location, is_url
+from domino_pipeline.storage.object_store import as_location, is_url
 
 KNN_INDEXES_KEPT = 4  # runs whose surface kNN index a process keeps between draws
 

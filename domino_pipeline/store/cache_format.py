@@ -18,8 +18,8 @@ from domino_pipeline.compute.settings import (
     neighbor_layout_of,
 )
 from domino_pipeline.compute.volume_order import VOLUME_BLOCK_ROWS
-from domino_pipeline.byte_source import source_and_key
-from domino_pipeline.object_store import is_url, join
+from domino_pipeline.storage.byte_source import source_and_key
+from domino_pipeline.storage.object_store import is_url, join
 
 FORMAT = "domino-cache"
 FORMAT_VERSION = 2  # of the layout on disk; part of every run fingerprint

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from domino_pipeline.config import DataConfig, PhysicsConfig, QualityConfig
-from domino_pipeline.dataset_profile import DatasetConfig, FlowProfile
-from domino_pipeline.force_integration import ALL_CONVENTIONS, ForceConvention
+from domino_pipeline.configuration.config import DataConfig, PhysicsConfig, QualityConfig
+from domino_pipeline.configuration.dataset_profile import DatasetConfig, FlowProfile
+from domino_pipeline.configuration.force_integration import ALL_CONVENTIONS, ForceConvention
 from domino_pipeline.inputs.statistics.run_statistics import integrated_coefficients
 from domino_pipeline.processed.runs import list_runs, read_options_from_config, run_name
 from domino_pipeline.inputs.statistics.statistics_table import TABLE_NAME, read_statistics_table, write_statistics_table
-from domino_pipeline.variables import column_names
+from domino_pipeline.configuration.variables import column_names
 
 MAD_TO_SIGMA = 1.4826  # the MAD of normal values times this is their standard deviation
 RELATIVE_FLOOR = 1e-3

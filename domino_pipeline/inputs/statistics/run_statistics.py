@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from domino_pipeline.dataset_profile import FlowProfile
-from domino_pipeline.force_integration import (
+from domino_pipeline.configuration.dataset_profile import FlowProfile
+from domino_pipeline.configuration.force_integration import (
     ForceConvention,
     FreeStream,
     coefficients_of_force,
@@ -23,7 +23,7 @@ from domino_pipeline.inputs.statistics.column_quantiles import ColumnQuantiles
 from domino_pipeline.inputs.meshes.vtk_reader import stl_defect_counts
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
 from domino_pipeline.inputs.processing.published_forces import Published
-from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH, FieldName, column_names, variables_of
+from domino_pipeline.configuration.variables import FIELD_ROLES, VARIABLE_WIDTH, FieldName, column_names, variables_of
 
 STATISTICS_VERSION = 2  # 2: the quantiles and trimmed moments that run_quality.py scores
 AXES = ("x", "y", "z")

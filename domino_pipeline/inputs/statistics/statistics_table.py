@@ -11,15 +11,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from domino_pipeline.atomic_store import write_bytes_atomic
-from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.storage.atomic_store import write_bytes_atomic
+from domino_pipeline.configuration.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.statistics.array_statistics import statistics_of_run
 from domino_pipeline.processed.run_layout import ProcessedRunError
 from domino_pipeline.inputs.processing.published_forces import read_published
 from domino_pipeline.inputs.statistics.run_statistics import AXES, STATISTICS_VERSION
 from domino_pipeline.processed.runs import ReadOptions, list_runs, open_run, run_name, stat_fingerprint
-from domino_pipeline.byte_source import read_bytes
-from domino_pipeline.object_store import is_url, join
+from domino_pipeline.storage.byte_source import read_bytes
+from domino_pipeline.storage.object_store import is_url, join
 
 TABLE_NAME = "statistics.csv"
 TEXT_COLUMNS = ("run", "format", "source", "error", "published.error")

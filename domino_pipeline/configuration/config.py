@@ -12,11 +12,11 @@ from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from domino_pipeline.config_section import check_choice, check_type, from_section
-from domino_pipeline.dataset_profile import DatasetConfig
-from domino_pipeline.example_keys import check_example_keys
-from domino_pipeline.run_selection import check_spec, parse_shard
-from domino_pipeline.variables import PARTS  # the meshes of a run besides its STL, which every stage reads
+from domino_pipeline.configuration.config_section import check_choice, check_type, from_section
+from domino_pipeline.configuration.dataset_profile import DatasetConfig
+from domino_pipeline.configuration.example_keys import check_example_keys
+from domino_pipeline.configuration.run_selection import check_spec, parse_shard
+from domino_pipeline.configuration.variables import PARTS  # the meshes of a run besides its STL, which every stage reads
 
 MODEL_TYPES = ("surface", "volume", "combined")
 DEVICES = ("auto", "cpu", "cuda")
