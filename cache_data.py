@@ -20,7 +20,7 @@ and its checksums instead of building. ``process.parts=surface`` builds a cache 
 surface only (no volume read, no volume work; its factors are the surface's), for a surface model;
 ``process.parts=volume`` one without the surface rows; the manifest records the parts. Runs the
 quality checks reject (``data.quality``, from ``<processed_dir>/statistics.csv``;
-domino_pipeline/inputs/statistics/run_quality.py) are left out and named in the summary, as train.py leaves
+domino_pipeline/processed/run_quality.py) are left out and named in the summary, as train.py leaves
 them out; ``data.quality.include=[run_37]`` takes one back, ``data.quality.enabled=false`` all.
 ``cache.num_processes`` runs are built at once, in a local
 pool or on a Dask cluster (``executor``); ``data.runs`` and ``data.shard`` choose the runs built,
@@ -49,7 +49,7 @@ from domino_pipeline.compute.settings import PreprocessSettings, settings_from_c
 from domino_pipeline.configuration.config import ExecutorConfig, PipelineConfig
 from domino_pipeline.runtime.entry_point import entry_point
 from domino_pipeline.runtime.executors import LOCAL_POOL, run_tasks
-from domino_pipeline.inputs.statistics.run_quality import quality_selection
+from domino_pipeline.processed.run_quality import quality_selection
 from domino_pipeline.processed.runs import (
     DEFAULT_OPTIONS,
     ReadOptions,

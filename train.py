@@ -42,7 +42,7 @@ from datapipe import dataset_from_config, parts_of, scaling_factors_of, scaling_
 from domino_pipeline.compute.scaling import load_scaling_factors, save_scaling_factors
 from domino_pipeline.configuration.config import PipelineConfig
 from domino_pipeline.runtime.entry_point import entry_point
-from domino_pipeline.inputs.statistics.run_quality import quality_selection
+from domino_pipeline.processed.run_quality import quality_selection
 from domino_pipeline.processed.runs import RunSplit, list_runs, read_options_from_config, run_split_from_config
 from domino_pipeline.runtime.launch import launch_environment
 from domino_pipeline.loading.mixture import WeightedSourceSampler

@@ -139,7 +139,7 @@ def typed_config(overrides: list[str]):
 
 def kept_runs(overrides: list[str]) -> list[Path]:
     """The processed runs train.py will split: those the quality checks keep (named when not)."""
-    from domino_pipeline.inputs.statistics.run_quality import quality_selection
+    from domino_pipeline.processed.run_quality import quality_selection
     from domino_pipeline.processed.runs import list_runs
     config = typed_config(overrides)
     selection = quality_selection(list_runs(config.data.processed_dir), config.data, config.dataset)

@@ -1,5 +1,5 @@
 """Known defects injected into synthetic runs already written (synthetic_data.py, ``--defects``), so that the data
-quality checks (domino_pipeline/inputs/statistics/run_quality.py) and their report have known answers.
+quality checks (domino_pipeline/processed/run_quality.py) and their report have known answers.
 
 Each defect rewrites files of one run folder, named by the dataset profile; the file stays valid
 and plausible on its own, the run is wrong as a run:

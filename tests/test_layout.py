@@ -1,6 +1,7 @@
 """The package layout: stages import only their own stage, lower stages and the ground floor
-(an import walk over every module), the root holds few modules, and the reading and validating
-path imports neither Warp nor the DoMINO model (fresh interpreters)."""
+(an import walk over every module), the root holds few modules, only inputs/ and inference/ import
+inputs/, and the reading and validating path imports neither Warp nor the DoMINO model (fresh
+interpreters)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,30 @@ def test_every_stage_is_named():
 def test_the_root_holds_few_modules():
     """The ground floor at the root: its own modules and the GROUND folders, each counted once."""
     assert len([*PACKAGE.glob("*.py"), *GROUND]) <= ROOT_MODULES
+
+
+def _imports_of_inputs() -> list[str]:
+    """``module:line -> imported`` for each import of inputs/ from outside inputs/ and inference/."""
+    def room(module: str) -> str:
+        return (module.split(".") + [""])[1]
+
+    return [f"{module}:{line} -> {name}" for path in sorted(PACKAGE.rglob("*.py"))
+            if room(module := _module_name(path)) not in ("inputs", "inference")
+            for name, line in _imports(path) if room(name) == "inputs"]
+
+
+def test_only_inputs_and_inference_import_inputs():
+    assert _imports_of_inputs() == []
+
+
+def test_the_inputs_check_sees_an_import_of_inputs(tmp_path, monkeypatch):
+    """The check itself: training/ importing inputs/ is reported, inference/ importing it is not."""
+    fake = tmp_path / PACKAGE.name
+    for room in ("training", "inference"):
+        (fake / room).mkdir(parents=True)
+        (fake / room / "x.py").write_text("from domino_pipeline.inputs.statistics import run_statistics\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    assert _imports_of_inputs() == [f"{PACKAGE.name}.training.x:1 -> {PACKAGE.name}.inputs.statistics.run_statistics"]
 
 
 def _modules_after(statements: list[str]) -> list[list[str]]:
