@@ -59,7 +59,7 @@ def test_a_profile_with_an_unknown_role_or_key_is_refused() -> None:
         typed_config("+dataset.flow.speed=3")
     cfg = yaml_config()
     del cfg.dataset.files["stl"]
-    with pytest.raises(ValueError, match=r"dataset.files config: unknown keys \[\], missing keys \['stl'\]"):
+    with pytest.raises(ValueError, match=r"dataset.files config: missing keys \['stl'\]$"):
         from domino_pipeline.configuration.config import load_config
         load_config(cfg)
 

@@ -132,6 +132,18 @@ def test_sources_are_read_with_defaults_and_refused_when_ambiguous() -> None:
         load_profile("nosuch")
 
 
+def test_a_source_is_named_after_its_dataset_where_no_other_source_has_it() -> None:
+    entry = {"processed_dir": "p", "cache_dir": "c"}
+    sources = sources_from([{"dataset": "ahmedml", **entry}, {"dataset": "/profiles/cars.v2.yaml", **entry},
+                            {"name": "w1", "dataset": "windsorml", **entry}, {"name": "w2", "dataset": "windsorml", **entry}])
+    assert [s.name for s in sources] == ["ahmedml", "cars.v2", "w1", "w2"]
+    assert typed_config("data.sources=[{dataset: ahmedml, processed_dir: /p, cache_dir: /c}]").data.sources[0].name == "ahmedml"
+    with pytest.raises(ValueError, match=r"^data.sources\[1\] config: missing keys \['name'\]$"):
+        sources_from([{"name": "a", "dataset": "ahmedml", **entry}, {"dataset": "ahmedml", **entry}])
+    with pytest.raises(ValueError, match=r"^data.sources\[0\] config: unknown keys \['nme'\]$"):
+        sources_from([{"nme": "a", "dataset": "ahmedml", **entry}])
+
+
 # ---- three datasets end to end (slow: processing, caches, training, prediction)
 
 def sources_override(work: Path, caches: dict[str, Path] | None = None) -> str:
