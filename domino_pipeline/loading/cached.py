@@ -21,12 +21,7 @@ from domino_pipeline.processed.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
 from domino_pipeline.loading.items import EpochDataset, build_item
 from domino_pipeline.storage.object_store import is_url
-from domino_pipeline.store.cache_format import (
-    CacheError,
-    StaleCacheError,
-    diff_settings,
-    layout_arrays,
-)
+from domino_pipeline.store.cache_format import CacheError, StaleCacheError, diff_settings, layout_arrays
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.chunk_reader import Allocator
 from domino_pipeline.store.manifest import manifest_scaling_factors, read_manifest, run_path

@@ -10,11 +10,7 @@ import os
 import time
 from pathlib import Path, PurePosixPath
 
-from domino_pipeline.storage.atomic_store import (
-    exclusive_lock,
-    read_json,
-    write_json_atomic,
-)
+from domino_pipeline.storage.atomic_store import exclusive_lock, read_json, write_json_atomic
 from domino_pipeline.compute.scaling import checked_scaling_factors
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.storage.byte_source import read_bytes, read_versioned, source_and_key
