@@ -20,7 +20,7 @@ and its checksums instead of building. ``process.parts=surface`` builds a cache 
 surface only (no volume read, no volume work; its factors are the surface's), for a surface model;
 ``process.parts=volume`` one without the surface rows; the manifest records the parts. Runs the
 quality checks reject (``data.quality``, from ``<processed_dir>/statistics.csv``;
-domino_pipeline/inputs/statistics/run_quality.py) are left out and named in the summary, as train.py leaves
+domino_pipeline/processed/run_quality.py) are left out and named in the summary, as train.py leaves
 them out; ``data.quality.include=[run_37]`` takes one back, ``data.quality.enabled=false`` all.
 ``cache.num_processes`` runs are built at once, in a local
 pool or on a Dask cluster (``executor``); ``data.runs`` and ``data.shard`` choose the runs built,
@@ -44,12 +44,12 @@ from pathlib import Path
 
 import numpy as np
 
-from domino_pipeline.atomic_store import remove_stale_temporaries
+from domino_pipeline.storage.atomic_store import remove_stale_temporaries
 from domino_pipeline.compute.settings import PreprocessSettings, settings_from_config
-from domino_pipeline.config import ExecutorConfig, PipelineConfig
-from domino_pipeline.entry_point import entry_point
-from domino_pipeline.executors import LOCAL_POOL, run_tasks
-from domino_pipeline.inputs.statistics.run_quality import quality_selection
+from domino_pipeline.configuration.config import ExecutorConfig, PipelineConfig
+from domino_pipeline.runtime.entry_point import entry_point
+from domino_pipeline.runtime.executors import LOCAL_POOL, run_tasks
+from domino_pipeline.processed.run_quality import quality_selection
 from domino_pipeline.processed.runs import (
     DEFAULT_OPTIONS,
     ReadOptions,
@@ -57,12 +57,12 @@ from domino_pipeline.processed.runs import (
     read_options_from_config,
     run_name,
 )
-from domino_pipeline.launch import launch_environment
-from domino_pipeline.run_report import RunResult, summarize
-from domino_pipeline.run_selection import select_items
-from domino_pipeline.source_configs import sources_of
+from domino_pipeline.runtime.launch import launch_environment
+from domino_pipeline.runtime.run_report import RunResult, summarize
+from domino_pipeline.configuration.run_selection import select_items
+from domino_pipeline.configuration.source_configs import sources_of
 from domino_pipeline.store.build import cache_run, finish_build
-from domino_pipeline.object_store import is_url, join
+from domino_pipeline.storage.object_store import is_url, join
 from domino_pipeline.store.staleness import check_scaling_factors, manifest_records
 from domino_pipeline.store.object_cache import ABANDONED_AFTER_S
 from domino_pipeline.store.rank_records import finish_rank, remove_finished_jobs

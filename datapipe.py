@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 from domino_pipeline.compute.sampling import sampling_law
 from domino_pipeline.compute.scaling import load_scaling_factors
 from domino_pipeline.compute.settings import settings_from_config
-from domino_pipeline.config import CacheConfig, DataConfig, PipelineConfig, load_config
+from domino_pipeline.configuration.config import CacheConfig, DataConfig, PipelineConfig, load_config
 from domino_pipeline.processed.runs import (
     list_runs,
     read_options_from_config,
@@ -37,8 +37,8 @@ from domino_pipeline.loading.items import (
     constant_grid,
     parts_of,
 )
-from domino_pipeline.object_store import as_location, exists, is_url, join
-from domino_pipeline.source_configs import uses_sources
+from domino_pipeline.storage.object_store import as_location, exists, is_url, join
+from domino_pipeline.configuration.source_configs import uses_sources
 from domino_pipeline.store.manifest import manifest_scaling_factors
 
 __all__ = [

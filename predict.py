@@ -31,10 +31,10 @@ from pathlib import Path
 
 from datapipe import scaling_factors_of
 from domino_pipeline.compute.settings import settings_from_config
-from domino_pipeline.config import PipelineConfig, SourceConfig
-from domino_pipeline.entry_point import entry_point
-from domino_pipeline.object_store import as_location
-from domino_pipeline.source_configs import nondimensional, sources_of, uses_sources
+from domino_pipeline.configuration.config import PipelineConfig, SourceConfig
+from domino_pipeline.runtime.entry_point import entry_point
+from domino_pipeline.storage.object_store import as_location
+from domino_pipeline.configuration.source_configs import nondimensional, sources_of, uses_sources
 from domino_pipeline.inference.forces import ForceSettings
 from domino_pipeline.inference.predict_runs import predict_run, report_table, run_record, write_run_outputs
 from domino_pipeline.inference.run_inputs import (
@@ -47,7 +47,7 @@ from domino_pipeline.inference.run_inputs import (
 from domino_pipeline.inference.trained_model import load_trained_model
 from domino_pipeline.training.distributed import resolve_train_device
 from domino_pipeline.training.domino_model import check_data_fits_model
-from domino_pipeline.variables import column_names
+from domino_pipeline.configuration.variables import column_names
 
 
 @entry_point

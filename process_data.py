@@ -8,7 +8,7 @@ a bad run gets one line naming the file and the problem, and the command exits n
 run failed. ``data.runs`` and ``data.shard`` choose the runs (the jobs of an array split them). Each run's statistics are gathered while it is
 streamed (``process.statistics``) and the folder's table written as
 ``<processed_dir>/statistics.csv``, with the runs the quality checks would leave out of
-cache_data.py and train.py (``data.quality``; domino_pipeline/inputs/statistics/run_quality.py);
+cache_data.py and train.py (``data.quality``; domino_pipeline/processed/run_quality.py);
 benchmarks/dataset_report.py plots it.
 
     python process_data.py data.raw_dir=/data/drivaerml data.processed_dir=/data/processed
@@ -22,15 +22,15 @@ benchmarks/dataset_report.py plots it.
 
 from __future__ import annotations
 
-from domino_pipeline.config import PipelineConfig
-from domino_pipeline.entry_point import entry_point
+from domino_pipeline.configuration.config import PipelineConfig
+from domino_pipeline.runtime.entry_point import entry_point
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
 from domino_pipeline.inputs.processing.process_runs import fetch_summary, process_all
 from domino_pipeline.inputs.sources.raw_reading import RemoteAccess
 from domino_pipeline.inputs.sources.remote_files import is_remote
-from domino_pipeline.inputs.statistics.run_quality import quality_summary
-from domino_pipeline.object_store import is_url
-from domino_pipeline.run_report import summarize
+from domino_pipeline.inputs.statistics.table_writer import quality_summary
+from domino_pipeline.storage.object_store import is_url
+from domino_pipeline.runtime.run_report import summarize
 
 
 @entry_point

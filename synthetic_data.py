@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from domino_pipeline.entry_point import refusals_in_one_line
+from domino_pipeline.runtime.entry_point import refusals_in_one_line
 from synthetic import body
 from synthetic.body import CarShape, boundary_mesh, stl_mesh
 from synthetic.faces import face_geometry, ragged_face_geometry

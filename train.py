@@ -40,14 +40,14 @@ from torch.utils.data import DistributedSampler
 
 from datapipe import dataset_from_config, parts_of, scaling_factors_of, scaling_factors_path
 from domino_pipeline.compute.scaling import load_scaling_factors, save_scaling_factors
-from domino_pipeline.config import PipelineConfig
-from domino_pipeline.entry_point import entry_point
-from domino_pipeline.inputs.statistics.run_quality import quality_selection
+from domino_pipeline.configuration.config import PipelineConfig
+from domino_pipeline.runtime.entry_point import entry_point
+from domino_pipeline.processed.run_quality import quality_selection
 from domino_pipeline.processed.runs import RunSplit, list_runs, read_options_from_config, run_split_from_config
-from domino_pipeline.launch import launch_environment
+from domino_pipeline.runtime.launch import launch_environment
 from domino_pipeline.loading.mixture import WeightedSourceSampler
-from domino_pipeline.object_store import name_of
-from domino_pipeline.source_configs import sources_of, uses_sources
+from domino_pipeline.storage.object_store import name_of
+from domino_pipeline.configuration.source_configs import sources_of, uses_sources
 from domino_pipeline.training import distributed
 from domino_pipeline.training.checkpointing import CheckpointFiles, TrainingState, agreed_checkpoint, checkpoint_folder
 from domino_pipeline.training.distributed import DistInfo
@@ -66,7 +66,7 @@ from domino_pipeline.training.epochs import Objective, StopFlag, TrainData, Trai
 from domino_pipeline.training.run_log import RunLog
 from domino_pipeline.training.sources import mixtures, split_record, split_sources
 from domino_pipeline.training.target_scaling import ensure_scaling_factors, unscaler
-from domino_pipeline.variables import column_names
+from domino_pipeline.configuration.variables import column_names
 
 def target_variable_names(config: PipelineConfig) -> dict[str, list[str]]:
     """Output variable names per target key, for the model type in use."""

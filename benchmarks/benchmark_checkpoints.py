@@ -30,13 +30,13 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from domino_pipeline.config import load_config
-from domino_pipeline.config_files import compose_files
+from domino_pipeline.configuration.config import load_config
+from domino_pipeline.configuration.config_files import compose_files
 from domino_pipeline.training import checkpointing
 from domino_pipeline.training.checkpointing import CheckpointFiles, TrainingState
 from domino_pipeline.training.domino_model import build_model, build_optimizer, build_scheduler, grad_scaler
 from domino_pipeline.training.model_files import save_model_file
-from domino_pipeline.variables import column_names
+from domino_pipeline.configuration.variables import column_names
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,8 +26,8 @@ ARRAYS = ("surface_mesh_centers", "surface_fields", "volume_mesh_centers", "volu
 
 def processed_arrays(run_dir: Path, *overrides: str) -> dict[str, np.ndarray]:
     """The processed arrays of one raw run, in memory (process_in_memory)."""
-    from domino_pipeline.config import load_config
-    from domino_pipeline.config_files import compose_files
+    from domino_pipeline.configuration.config import load_config
+    from domino_pipeline.configuration.config_files import compose_files
     from domino_pipeline.inputs.processing.process_options import ProcessOptions
     from domino_pipeline.inputs.processing.process_runs import process_in_memory
 

@@ -35,8 +35,8 @@ def _kib_to_mib(kib: int) -> float:
 def _run_stage(stage: str, preset: str, work: Path, repeat: int, conn) -> None:
     """In a child process: import, run one stage, send back seconds and memory figures."""
     import synthetic_data
-    from domino_pipeline.config import load_config
-    from domino_pipeline.config_files import compose_files
+    from domino_pipeline.configuration.config import load_config
+    from domino_pipeline.configuration.config_files import compose_files
     from domino_pipeline.inputs.processing.process_options import ProcessOptions
     from domino_pipeline.inputs.processing.process_runs import process_run
 

@@ -80,9 +80,9 @@ def fewest_stl_points(processed: Path) -> int:
 def settings_for(params: dict):
     """Our preprocessing settings: conf/config.yaml with the preset's grid."""
     from domino_pipeline.compute.settings import settings_from_config
-    from domino_pipeline.config import load_config
+    from domino_pipeline.configuration.config import load_config
 
-    from domino_pipeline.config_files import compose_files
+    from domino_pipeline.configuration.config_files import compose_files
 
     cfg = compose_files(ROOT / "conf", "config")
     cfg.geometry.interp_res = list(params["interp_res"])

@@ -119,7 +119,7 @@ def run_entry_point(module: str, overrides: list[str]) -> None:
     stop the benchmark when it fails."""
     import importlib
 
-    from domino_pipeline.config_files import compose_files
+    from domino_pipeline.configuration.config_files import compose_files
     print(f"$ python {module}.py --config-name={CONFIG_NAME} {shlex.join(overrides)}", flush=True)
     started = time.perf_counter()
     try:
@@ -132,14 +132,14 @@ def run_entry_point(module: str, overrides: list[str]) -> None:
 
 def typed_config(overrides: list[str]):
     """The PipelineConfig the entry points build from ``overrides``."""
-    from domino_pipeline.config import load_config
-    from domino_pipeline.config_files import compose_files
+    from domino_pipeline.configuration.config import load_config
+    from domino_pipeline.configuration.config_files import compose_files
     return load_config(compose_files(ROOT / "conf", CONFIG_NAME, overrides))
 
 
 def kept_runs(overrides: list[str]) -> list[Path]:
     """The processed runs train.py will split: those the quality checks keep (named when not)."""
-    from domino_pipeline.inputs.statistics.run_quality import quality_selection
+    from domino_pipeline.processed.run_quality import quality_selection
     from domino_pipeline.processed.runs import list_runs
     config = typed_config(overrides)
     selection = quality_selection(list_runs(config.data.processed_dir), config.data, config.dataset)

@@ -43,7 +43,7 @@ from benchmark_dataloader import PRESETS, ensure_processed, fewest_stl_points, s
 
 if TYPE_CHECKING:
     from domino_pipeline.compute.settings import PreprocessSettings
-    from domino_pipeline.config import PipelineConfig
+    from domino_pipeline.configuration.config import PipelineConfig
     from domino_pipeline.loading.cached import CachedDoMINODataset
     from domino_pipeline.loading.mixture import MixtureDataset
 

@@ -50,7 +50,7 @@ def config_defaults(config_path: str | Path = CONFIG_PATH) -> dict[str, Any]:
     """
     from omegaconf import OmegaConf
 
-    from domino_pipeline.config_files import compose_files
+    from domino_pipeline.configuration.config_files import compose_files
 
     cfg = compose_files(Path(config_path).parent, Path(config_path).stem)
     return {

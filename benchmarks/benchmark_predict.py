@@ -27,8 +27,8 @@ import torch
 from omegaconf import OmegaConf
 
 from domino_pipeline.compute.settings import settings_from_config
-from domino_pipeline.config import load_config
-from domino_pipeline.config_files import compose_files
+from domino_pipeline.configuration.config import load_config
+from domino_pipeline.configuration.config_files import compose_files
 from domino_pipeline.inference.full_resolution import (
     BatchItems,
     model_parts,

@@ -62,8 +62,8 @@ DRIVAERML = {"volume": 49_052_296_843, "boundary": 659_606_189, "stl": 142_346_7
 
 
 def _options():
-    from domino_pipeline.config import load_config
-    from domino_pipeline.config_files import compose_files
+    from domino_pipeline.configuration.config import load_config
+    from domino_pipeline.configuration.config_files import compose_files
     from domino_pipeline.inputs.processing.process_options import ProcessOptions
 
     config = load_config(compose_files(ROOT / "conf", "config", []))

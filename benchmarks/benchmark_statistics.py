@@ -32,8 +32,8 @@ if str(ROOT) not in sys.path:
 
 import domino_pipeline.inputs.processing.process_runs as process_runs  # noqa: E402
 import domino_pipeline.inputs.statistics.run_statistics as run_statistics  # noqa: E402
-from domino_pipeline.config import load_config  # noqa: E402
-from domino_pipeline.config_files import compose_files  # noqa: E402
+from domino_pipeline.configuration.config import load_config  # noqa: E402
+from domino_pipeline.configuration.config_files import compose_files  # noqa: E402
 from domino_pipeline.inputs.statistics.cell_quality import CellQuality  # noqa: E402
 from domino_pipeline.inputs.processing.process_options import ProcessOptions  # noqa: E402
 from domino_pipeline.inputs.statistics.run_statistics import PartStatistics, RunStatistics  # noqa: E402

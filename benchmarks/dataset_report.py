@@ -6,11 +6,11 @@ marked and named.
     python benchmarks/dataset_report.py data.processed_dir=/data/curated data.raw_dir=/data/drivaerml \\
         data.quality.robust_threshold=10 --out /tmp/report
 
-The table is brought up to date first (domino_pipeline/inputs/statistics/statistics_table.py: processed runs'
+The table is brought up to date first (domino_pipeline/inputs/statistics/table_writer.py: processed runs'
 statistics from their attributes, other forms' by a pass over their arrays, rows of unchanged runs
 reused) and written into a local processed folder, where cache_data.py and train.py read it, and
 into ``--out`` (statistics.csv); ``--out`` also gets quality.json (the rejected runs, their
-reasons, the notes) and dataset_report.png. The checks are domino_pipeline/inputs/statistics/run_quality.py's,
+reasons, the notes) and dataset_report.png. The checks are domino_pipeline/processed/run_quality.py's,
 with ``data.quality`` and the dataset profile as configured. Values far outside the other runs'
 are drawn at the panel's edge, with an arrow and their value.
 """
@@ -34,20 +34,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from domino_pipeline.config import PipelineConfig, load_config  # noqa: E402
-from domino_pipeline.config_files import compose_files  # noqa: E402
-from domino_pipeline.force_integration import ForceConvention  # noqa: E402
-from domino_pipeline.inputs.statistics.run_quality import QualityVerdicts, judge, label, unflatten  # noqa: E402
-from domino_pipeline.inputs.statistics.run_statistics import integrated_coefficients  # noqa: E402
+from domino_pipeline.configuration.config import PipelineConfig, load_config  # noqa: E402
+from domino_pipeline.configuration.config_files import compose_files  # noqa: E402
+from domino_pipeline.configuration.force_integration import ForceConvention  # noqa: E402
+from domino_pipeline.inputs.statistics.table_writer import collect_statistics  # noqa: E402
+from domino_pipeline.processed.run_quality import QualityVerdicts, integrated_coefficients, judge, label, unflatten  # noqa: E402
 from domino_pipeline.processed.runs import read_options_from_config  # noqa: E402
-from domino_pipeline.inputs.statistics.statistics_table import (  # noqa: E402
-    TABLE_NAME,
-    collect_statistics,
-    read_statistics_table,
-    save_table,
-    table_location,
-)
-from domino_pipeline.object_store import is_url  # noqa: E402
+from domino_pipeline.processed.statistics_table import TABLE_NAME, read_statistics_table, save_table, table_location  # noqa: E402
+from domino_pipeline.storage.object_store import is_url  # noqa: E402
 
 MAX_PANELS = 16
 COLUMNS = 4

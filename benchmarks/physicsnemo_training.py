@@ -149,9 +149,9 @@ def arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int | None:
     """Train as train.py does, with physicsnemo's draws; 128 + the signal's number when stopped by one."""
     import train
-    from domino_pipeline.config import load_config
-    from domino_pipeline.config_files import compose_files
-    from domino_pipeline.launch import launch_environment
+    from domino_pipeline.configuration.config import load_config
+    from domino_pipeline.configuration.config_files import compose_files
+    from domino_pipeline.runtime.launch import launch_environment
     from domino_pipeline.training import distributed
     from domino_pipeline.training.epochs import train_epochs
 

@@ -169,7 +169,7 @@ def case_kept_mtime(processed: Path, work: Path) -> tuple[bool, str]:
 
 WRITER = """
 import sys, time
-from domino_pipeline.atomic_store import atomic_directory
+from domino_pipeline.storage.atomic_store import atomic_directory
 with atomic_directory(sys.argv[1]) as tmp:
     print(tmp, flush=True)
     time.sleep(120)

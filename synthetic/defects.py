@@ -1,5 +1,5 @@
 """Known defects injected into synthetic runs already written (synthetic_data.py, ``--defects``), so that the data
-quality checks (domino_pipeline/inputs/statistics/run_quality.py) and their report have known answers.
+quality checks (domino_pipeline/processed/run_quality.py) and their report have known answers.
 
 Each defect rewrites files of one run folder, named by the dataset profile; the file stays valid
 and plausible on its own, the run is wrong as a run:
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pyvista as pv
 
-from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.configuration.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.sources.concat_bytes import file_pieces
 from domino_pipeline.inputs.sources.run_folder import find_runs, run_files
 from synthetic.writers import join_pieces, split_into_pieces

@@ -1,4 +1,4 @@
-"""Smooth, plausible flow fields of the synthetic runs, by role (domino_pipeline/variables.py), in
+"""Smooth, plausible flow fields of the synthetic runs, by role (domino_pipeline/configuration/variables.py), in
 the body frame (x downstream, z up): potential-flow-like stagnation at the nose, suction over the
 roof, wall shear along the flow, a wake behind the body. Sizes scale with the body's length, so a
 1 m Ahmed body and a 4.5 m car get the same flow; velocities and pressures scale with ``u_inf``.

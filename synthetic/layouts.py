@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from domino_pipeline.dataset_profile import DatasetConfig
-from domino_pipeline.source_configs import load_profile as named_profile
+from domino_pipeline.configuration.dataset_profile import DatasetConfig
+from domino_pipeline.configuration.source_configs import load_profile as named_profile
 from synthetic.body import ShapeRanges
 from synthetic.vtk_xml_writer import Encoding
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig
 
-from domino_pipeline.config import PipelineConfig, load_config
-from domino_pipeline.config_files import compose_files
+from domino_pipeline.configuration.config import PipelineConfig, load_config
+from domino_pipeline.configuration.config_files import compose_files
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
 
 ROOT = Path(__file__).resolve().parents[1]

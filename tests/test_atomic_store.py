@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from domino_pipeline.atomic_store import (
+from domino_pipeline.storage.atomic_store import (
     atomic_directory,
     exclusive_lock,
     read_json,
@@ -120,7 +120,7 @@ def test_a_temporary_directory_is_held_while_in_use_and_removed_after_it(tmp_pat
 
 WRITER = """
 import sys, time
-from domino_pipeline.atomic_store import atomic_directory
+from domino_pipeline.storage.atomic_store import atomic_directory
 with atomic_directory(sys.argv[1]) as tmp:
     print(tmp, flush=True)
     time.sleep(60)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from domino_pipeline.byte_source import LocalSource, Request, coalesce
-from domino_pipeline.object_store import is_url, join, split_url
+from domino_pipeline.storage.byte_source import LocalSource, Request, coalesce
+from domino_pipeline.storage.object_store import is_url, join, split_url
 
 
 def test_touching_and_overlapping_ranges_are_merged_and_each_member_named():

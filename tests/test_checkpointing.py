@@ -19,8 +19,8 @@ import torch
 from conftest import ROOT
 from tiny_training import TinySurfaceModel, epochs_of, tiny_trainer
 
-from domino_pipeline.entry_point import one_line
-from domino_pipeline.file_digests import DamagedFileError, check_file, digest_path, write_checked
+from domino_pipeline.runtime.entry_point import one_line
+from domino_pipeline.storage.file_digests import DamagedFileError, check_file, digest_path, write_checked
 from domino_pipeline.training import checkpointing, example_checkpoints, model_files
 from domino_pipeline.training.checkpointing import NoGoodCheckpointError, agreed_checkpoint, checkpoint_folder
 from domino_pipeline.training.epochs import train_epochs
@@ -235,7 +235,7 @@ import os, signal, sys
 from pathlib import Path
 import torch
 from tiny_training import TinySurfaceModel, tiny_trainer
-from domino_pipeline import file_digests
+from domino_pipeline.storage import file_digests
 from domino_pipeline.training import checkpointing
 from domino_pipeline.training.epochs import train_epochs
 

@@ -12,11 +12,11 @@ from domino_pipeline.compute.settings import PREPROCESS_CODE_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ("compute/settings", "compute/rows", "compute/volume_order", "compute/preprocessing",
-           "compute/geometry", "variables")
+           "compute/geometry", "configuration/variables")
 # PREPROCESS_CODE_VERSION -> the hash of its code (docstrings and comments left out). A change
 # that leaves every cache's contents as they were (a refactor) records its hash in place.
 RECORDED = {1: "fa8b4106e88754157fddc1a8b3cb5adf80778ae57634caab7bbd779dc68b848e",
-            2: "719e5d047625d8fe5abae19a599c42e2f33b6bcb9cc92b8d6050dd093979731c"}  # 2 also: roles and kinds no existing cache uses; column_names moved here; parts_of renamed held_parts; the kNN's search of every pair for small searches, its pilot's start, the pilot's rows kept (the same rows, tests/test_knn_ties.py)
+            2: "58075b2f259697e67d08476abee07679087b39fe536d747512448181a751ef8f"}  # 2 also: the ground floor's modules in folders; roles and kinds no existing cache uses; column_names moved here; parts_of renamed held_parts; the kNN's search of every pair for small searches, its pilot's start, the pilot's rows kept (the same rows, tests/test_knn_ties.py)
 
 
 def code_hash() -> str:

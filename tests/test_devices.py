@@ -10,8 +10,8 @@ import torch
 import warp as wp
 
 from domino_pipeline.compute import geometry
-from domino_pipeline.devices import cuda_index
-from domino_pipeline.launch import launch_environment
+from domino_pipeline.runtime.devices import cuda_index
+from domino_pipeline.runtime.launch import launch_environment
 from domino_pipeline.training import checkpointing, distributed
 
 

@@ -23,7 +23,7 @@ from cache_fixtures import OVERRIDES, build_tiny_cache, tiny_settings
 from conftest import DEFAULTS
 
 from domino_pipeline.compute.scaling import compute_scaling_factors, load_scaling_factors
-from domino_pipeline.config import VariablesConfig
+from domino_pipeline.configuration.config import VariablesConfig
 from domino_pipeline.processed.runs import DEFAULT_OPTIONS, list_runs
 from domino_pipeline.store.manifest import read_manifest
 from domino_pipeline.training import distributed, target_scaling

@@ -16,8 +16,8 @@ import predict
 import process_data
 import synthetic_data
 import train
-from domino_pipeline.entry_point import check_override_keys, config_name, one_line, refusals_in_one_line
-from domino_pipeline.file_digests import write_checked
+from domino_pipeline.runtime.entry_point import check_override_keys, config_name, one_line, refusals_in_one_line
+from domino_pipeline.storage.file_digests import write_checked
 from domino_pipeline.training.model_files import save_model_file
 
 

@@ -14,11 +14,11 @@ import pytest
 from cache_fixtures import tiny_settings
 from conftest import PROCESS_OPTIONS
 
-from domino_pipeline.config import ExecutorConfig
-from domino_pipeline.executors import LOCAL_POOL, run_tasks
+from domino_pipeline.configuration.config import ExecutorConfig
+from domino_pipeline.runtime.executors import LOCAL_POOL, run_tasks
 from domino_pipeline.processed.runs import list_runs
-from domino_pipeline.inputs.statistics.statistics_table import TABLE_NAME as STATISTICS_TABLE
-from domino_pipeline.run_report import RunResult
+from domino_pipeline.processed.statistics_table import TABLE_NAME as STATISTICS_TABLE
+from domino_pipeline.runtime.run_report import RunResult
 from domino_pipeline.inputs.processing.process_runs import process_all
 from synthetic_data import generate_runs
 

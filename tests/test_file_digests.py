@@ -11,9 +11,9 @@ import zipfile
 
 import pytest
 
-from domino_pipeline import file_digests
-from domino_pipeline.entry_point import one_line
-from domino_pipeline.file_digests import (
+from domino_pipeline.storage import file_digests
+from domino_pipeline.runtime.entry_point import one_line
+from domino_pipeline.storage.file_digests import (
     DamagedFileError,
     Version,
     check_file,

@@ -20,7 +20,7 @@ from domino_pipeline.compute.rows import prepare_rows
 from domino_pipeline.processed.run_layout import ProcessedRunError
 from domino_pipeline.processed.runs import load_run
 from domino_pipeline.store.build import cache_run
-from domino_pipeline.run_report import summarize
+from domino_pipeline.runtime.run_report import summarize
 from domino_pipeline.inputs.processing.process_runs import process_all
 
 

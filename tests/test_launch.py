@@ -16,7 +16,7 @@ import torch
 from cache_fixtures import OVERRIDES, assert_same_cache
 from test_train import PYTHON, ROOT, TINY, TORCHRUN, epochs
 
-from domino_pipeline.launch import SLURM_PORTS, Launch, first_host, launch_environment
+from domino_pipeline.runtime.launch import SLURM_PORTS, Launch, first_host, launch_environment
 from domino_pipeline.store.manifest import read_manifest
 from domino_pipeline.training import checkpointing
 

@@ -1,6 +1,7 @@
 """The package layout: stages import only their own stage, lower stages and the ground floor
-(an import walk over every module), and the reading and validating path imports neither Warp
-nor the DoMINO model (fresh interpreters)."""
+(an import walk over every module), the root holds few modules, only inputs/ and inference/ import
+inputs/, and the reading and validating path imports neither Warp nor the DoMINO model (fresh
+interpreters)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ HEAVY = ("warp", "physicsnemo")
 WATCHED = ("torch", "zarr", *HEAVY)
 PACKAGE = Path(__file__).resolve().parents[1] / "domino_pipeline"
 # docs/architecture.md states this order; the package's modules outside these folders are the
-# ground floor (level 0), domino_pipeline/__init__.py among them.
+# ground floor (level 0): domino_pipeline/*.py and the GROUND folders, shared by every stage.
 STAGES = ("processed", "inputs", "compute", "store", "loading", "training", "inference")
+GROUND = ("configuration", "storage", "runtime")
+ROOT_MODULES = 10  # at most: the root's own *.py files (__init__.py among them) and GROUND folders
 
 
 def _module_name(path: Path) -> str:
@@ -78,7 +81,36 @@ def test_the_import_walk_sees_imports_inside_functions(tmp_path, monkeypatch):
 
 def test_every_stage_is_named():
     folders = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
-    assert folders == set(STAGES)
+    assert folders == set(STAGES) | set(GROUND)
+
+
+def test_the_root_holds_few_modules():
+    """The ground floor at the root: its own modules and the GROUND folders, each counted once."""
+    assert len([*PACKAGE.glob("*.py"), *GROUND]) <= ROOT_MODULES
+
+
+def _imports_of_inputs() -> list[str]:
+    """``module:line -> imported`` for each import of inputs/ from outside inputs/ and inference/."""
+    def room(module: str) -> str:
+        return (module.split(".") + [""])[1]
+
+    return [f"{module}:{line} -> {name}" for path in sorted(PACKAGE.rglob("*.py"))
+            if room(module := _module_name(path)) not in ("inputs", "inference")
+            for name, line in _imports(path) if room(name) == "inputs"]
+
+
+def test_only_inputs_and_inference_import_inputs():
+    assert _imports_of_inputs() == []
+
+
+def test_the_inputs_check_sees_an_import_of_inputs(tmp_path, monkeypatch):
+    """The check itself: training/ importing inputs/ is reported, inference/ importing it is not."""
+    fake = tmp_path / PACKAGE.name
+    for room in ("training", "inference"):
+        (fake / room).mkdir(parents=True)
+        (fake / room / "x.py").write_text("from domino_pipeline.inputs.statistics import run_statistics\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    assert _imports_of_inputs() == [f"{PACKAGE.name}.training.x:1 -> {PACKAGE.name}.inputs.statistics.run_statistics"]
 
 
 def _modules_after(statements: list[str]) -> list[list[str]]:
@@ -106,7 +138,7 @@ READING = [
     "from domino_pipeline.loading.cached import CachedDoMINODataset",
     "from domino_pipeline.loading.mixture import MixtureDataset, WeightedSourceSampler",
     "import domino_pipeline.store.validate, domino_pipeline.store.staleness",
-    "import domino_pipeline.store.cache_format, domino_pipeline.store.chunk_reader, domino_pipeline.atomic_store",
+    "import domino_pipeline.store.cache_format, domino_pipeline.store.chunk_reader, domino_pipeline.storage.atomic_store",
     "import " + ", ".join(LOADING),
     "import domino_pipeline.processed.runs, domino_pipeline.compute.sampling, domino_pipeline.compute.scaling",
 ]

@@ -103,11 +103,11 @@ def training_mean_errors(work: Path, seed: int, cd_true: dict[str, float]) -> di
     as the training runs' area-weighted mean pressure and every run's drag as the mean of the Cd the
     training runs publish; the runs read and scored as predict.py reads and scores them, against
     ``cd_true`` (predict.py's Cd of the true fields)."""
-    from domino_pipeline.config import load_config
+    from domino_pipeline.configuration.config import load_config
     from domino_pipeline.inference.report import relative_l2
     from domino_pipeline.inference.run_inputs import Physics, load_prediction_run
     from domino_pipeline.processed.runs import open_run
-    from domino_pipeline.variables import column_names
+    from domino_pipeline.configuration.variables import column_names
 
     config = load_config(yaml_config(*overrides(work, seed), name="cached"))
     physics = Physics(config.physics.stream_velocity, config.physics.air_density, config.physics.reference_length)

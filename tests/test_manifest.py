@@ -125,7 +125,7 @@ def test_an_edited_array_description_is_caught_by_validate_and_at_open(cache, ti
 
 
 def test_a_read_only_cache_fails_each_run_in_one_line(tiny_processed_dir, tmp_path, monkeypatch):
-    from domino_pipeline import atomic_store
+    from domino_pipeline.storage import atomic_store
     from domino_pipeline.store.build import cache_run
 
     real_open = atomic_store.os.open

@@ -19,10 +19,10 @@ from test_train import TINY
 
 from domino_pipeline.compute.nondimensional_form import form_variables, run_form
 from domino_pipeline.compute.scaling import merge_statistics, run_statistics
-from domino_pipeline.config import sources_from
+from domino_pipeline.configuration.config import sources_from
 from domino_pipeline.compute.scaling import unscale_fields
 from domino_pipeline.loading.mixture import AREA_KEYS, NORMAL_KEYS, REPEAT_EPOCHS, WeightedSourceSampler
-from domino_pipeline.source_configs import load_profile
+from domino_pipeline.configuration.source_configs import load_profile
 
 OPENFOAM = Path(__file__).resolve().parent / "data" / "openfoam"
 PROFILES = {"drivaer": "drivaerml", "ahmed": "ahmedml", "foam": "openfoam"}
@@ -130,6 +130,18 @@ def test_sources_are_read_with_defaults_and_refused_when_ambiguous() -> None:
         sources_from([{"name": "a", "dataset": "x", "processed_dir": "p", "cache_dir": "c", "weight": 0}])
     with pytest.raises(ValueError, match="no profile .*nosuch.yaml"):
         load_profile("nosuch")
+
+
+def test_a_source_is_named_after_its_dataset_where_no_other_source_has_it() -> None:
+    entry = {"processed_dir": "p", "cache_dir": "c"}
+    sources = sources_from([{"dataset": "ahmedml", **entry}, {"dataset": "/profiles/cars.v2.yaml", **entry},
+                            {"name": "w1", "dataset": "windsorml", **entry}, {"name": "w2", "dataset": "windsorml", **entry}])
+    assert [s.name for s in sources] == ["ahmedml", "cars.v2", "w1", "w2"]
+    assert typed_config("data.sources=[{dataset: ahmedml, processed_dir: /p, cache_dir: /c}]").data.sources[0].name == "ahmedml"
+    with pytest.raises(ValueError, match=r"^data.sources\[1\] config: missing keys \['name'\]$"):
+        sources_from([{"name": "a", "dataset": "ahmedml", **entry}, {"dataset": "ahmedml", **entry}])
+    with pytest.raises(ValueError, match=r"^data.sources\[0\] config: unknown keys \['nme'\]$"):
+        sources_from([{"nme": "a", "dataset": "ahmedml", **entry}])
 
 
 # ---- three datasets end to end (slow: processing, caches, training, prediction)

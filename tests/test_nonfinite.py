@@ -14,8 +14,8 @@ import torch
 import torch.multiprocessing as mp
 from tiny_training import epochs_of, poisoned_batch, tiny_trainer, train_rank
 
-from domino_pipeline.entry_point import one_line
-from domino_pipeline.file_digests import check_file
+from domino_pipeline.runtime.entry_point import one_line
+from domino_pipeline.storage.file_digests import check_file
 from domino_pipeline.training import checkpointing
 from domino_pipeline.training.checkpointing import checkpoint_folder
 from domino_pipeline.training.epochs import train_epochs

@@ -11,9 +11,9 @@ from cache_fixtures import SAMPLES, tiny_settings
 from s3_server import FaultProxy
 
 from domino_pipeline.loading.cached import CachedDoMINODataset
-from domino_pipeline import byte_source
-from domino_pipeline.byte_source import ConflictError, Request, shared_source, source_and_key
-from domino_pipeline.object_store import split_url
+from domino_pipeline.storage import byte_source
+from domino_pipeline.storage.byte_source import ConflictError, Request, shared_source, source_and_key
+from domino_pipeline.storage.object_store import split_url
 from domino_pipeline.store.cache_format import CacheError, StaleCacheError
 from domino_pipeline.store.manifest import read_manifest, read_manifest_version, write_manifest
 from domino_pipeline.store.object_cache import upload_folder

@@ -22,7 +22,7 @@ from test_train import TINY
 from domino_pipeline.processed.runs import list_runs
 from domino_pipeline.loading.cached import CachedDoMINODataset
 from domino_pipeline.store.build import manifest_runs, write_scaling_factors
-from domino_pipeline.byte_source import Request, source_and_key
+from domino_pipeline.storage.byte_source import Request, source_and_key
 from domino_pipeline.store.cache_format import layout_arrays
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import read_manifest, read_manifest_version, run_path, write_manifest
@@ -79,7 +79,7 @@ def test_a_cache_built_on_s3_reads_as_the_local_build(s3_server, tiny_processed_
 def test_a_build_on_s3_removes_the_staging_folders_of_killed_builds_only(
         s3_server, tiny_processed_dir, tmp_path, monkeypatch):
     from cache_data import build_cache
-    from domino_pipeline.atomic_store import hold_temporary
+    from domino_pipeline.storage.atomic_store import hold_temporary
     from domino_pipeline.store.build import staging_root
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

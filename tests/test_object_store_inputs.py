@@ -20,8 +20,8 @@ from domino_pipeline.processed.run_layout import ARRAY_NAMES, ProcessedRunError
 from domino_pipeline.processed.runs import list_runs, load_run, open_run, run_format, run_name
 from domino_pipeline.processed.runs import source_fingerprint, stat_fingerprint
 from domino_pipeline.loading.cached import CachedDoMINODataset
-from domino_pipeline.byte_source import read_bytes
-from domino_pipeline.object_store import bucket_and_key, is_url
+from domino_pipeline.storage.byte_source import read_bytes
+from domino_pipeline.storage.object_store import bucket_and_key, is_url
 from domino_pipeline.store.build import manifest_runs, write_scaling_factors
 from domino_pipeline.store.cache_format import StaleCacheError
 from domino_pipeline.store.manifest import write_manifest
@@ -166,7 +166,7 @@ def test_runs_on_s3_load_through_transient_errors_and_slow_responses(s3_server, 
                                                                     tiny_processed_dir, monkeypatch):
     from s3_server import FaultProxy
 
-    from domino_pipeline import object_store
+    from domino_pipeline.storage import object_store
     proxy = FaultProxy(s3_server.endpoint, fail_every=3, slow_every=5, delay=0.1)
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
@@ -183,8 +183,8 @@ def test_runs_on_s3_load_through_transient_errors_and_slow_responses(s3_server, 
 
 @pytest.mark.slow
 def test_a_missing_bucket_is_named_in_one_line(s3_server):
-    from domino_pipeline.entry_point import one_line
-    from domino_pipeline.object_store import ObjectStoreError
+    from domino_pipeline.runtime.entry_point import one_line
+    from domino_pipeline.storage.object_store import ObjectStoreError
 
     with pytest.raises(ObjectStoreError) as raised:
         list_runs("s3://no-such-bucket-7f3/processed")

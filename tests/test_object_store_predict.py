@@ -18,9 +18,9 @@ from conftest import DEFAULTS
 from test_train import TINY
 
 import predict
-from domino_pipeline.entry_point import one_line
+from domino_pipeline.runtime.entry_point import one_line
 from domino_pipeline.inference.run_inputs import load_processed, load_prediction_run, run_kind, split_runs_of
-from domino_pipeline.object_store import ObjectStoreError
+from domino_pipeline.storage.object_store import ObjectStoreError
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 def test_a_run_on_s3_predicts_as_the_same_run_from_the_folder(model_and_factors, s3_processed, tiny_processed_dir):
     from domino_pipeline.compute.scaling import load_scaling_factors
     from domino_pipeline.compute.settings import settings_from_config
-    from domino_pipeline.config import load_config
+    from domino_pipeline.configuration.config import load_config
     from domino_pipeline.inference.predict_runs import predict_run
     from domino_pipeline.inference.trained_model import load_trained_model
 

@@ -25,7 +25,7 @@ from test_train import TINY
 
 from domino_pipeline.compute.box_coverage import box_notes
 from domino_pipeline.compute.settings import settings_from_config
-from domino_pipeline.dataset_profile import COEFFICIENTS
+from domino_pipeline.configuration.dataset_profile import COEFFICIENTS
 from domino_pipeline.inference.forces import ForceSettings
 from domino_pipeline.inference.predict_runs import RunPrediction, coefficient_columns, run_record
 from domino_pipeline.inference.run_inputs import Physics, load_processed, load_raw_run

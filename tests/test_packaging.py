@@ -81,6 +81,7 @@ def test_the_wheel_installs_only_the_package(wheel):
     (info,) = {top for top in tops if top.endswith(".dist-info")}
     assert tops - {info} == {"domino_pipeline"} and info.startswith("domino_pipeline-")
     assert "domino_pipeline/loading/cached.py" in wheel.namelist()
+    assert "domino_pipeline/configuration/example_keys.json" in wheel.namelist()  # package data, read on import
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from conftest import import_benchmark
 from omegaconf import OmegaConf
 from test_train import TINY
 
-from domino_pipeline.config_files import compose_files
+from domino_pipeline.configuration.config_files import compose_files
 from domino_pipeline.training.domino_model import build_model
 from domino_pipeline.compute.scaling import (
     compute_scaling_factors,
@@ -140,7 +140,7 @@ def test_an_stl_alone_gets_predictions_on_its_triangles(predicted, tiny_raw_dir)
 def test_batches_do_not_change_the_prediction(model_and_factors, tiny_processed_dir):
     from domino_pipeline.compute.scaling import load_scaling_factors
     from domino_pipeline.compute.settings import settings_from_config
-    from domino_pipeline.config import load_config
+    from domino_pipeline.configuration.config import load_config
     from domino_pipeline.inference.predict_runs import predict_run
     from domino_pipeline.inference.run_inputs import load_processed
     from domino_pipeline.inference.trained_model import load_trained_model
@@ -193,7 +193,7 @@ def test_forces_on_a_cube():
 def test_a_combined_model_predicts_the_volume_points_too(model_and_factors, tiny_processed_dir):
     from domino_pipeline.compute.scaling import load_scaling_factors
     from domino_pipeline.compute.settings import settings_from_config
-    from domino_pipeline.config import load_config
+    from domino_pipeline.configuration.config import load_config
     from domino_pipeline.inference.forces import ForceSettings
     from domino_pipeline.inputs.processing.published_forces import References
     from domino_pipeline.inference.predict_runs import (
@@ -236,7 +236,7 @@ def _encoded_against_forward(model: torch.nn.Module, cfg, run, parts: tuple[str,
     """Each batch's outputs through ``EncodedDoMINO`` (one geometry encoding for the run) equal
     those of ``model(batch)``, the volume's drawn from the same seed."""
     from domino_pipeline.compute.settings import settings_from_config
-    from domino_pipeline.config import load_config
+    from domino_pipeline.configuration.config import load_config
     from domino_pipeline.inference.full_resolution import (
         BatchItems,
         EncodedDoMINO,
@@ -314,7 +314,7 @@ def test_volume_batches_share_one_warp_mesh_and_match_the_whole_run(tiny_process
     from domino_pipeline.inference.full_resolution import BatchItems, prepare_run, row_batches
     from domino_pipeline.inference.run_inputs import load_processed
 
-    from domino_pipeline.config import load_config
+    from domino_pipeline.configuration.config import load_config
 
     config = load_config(tiny_model_config())
     settings = settings_from_config(config.geometry, config.variables)

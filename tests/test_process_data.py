@@ -347,7 +347,7 @@ def test_an_unexpected_error_fails_only_that_run_and_keeps_its_traceback(tmp_pat
         raise RuntimeError("vtkXMLReader: bad block\nmore detail")
 
     from domino_pipeline.inputs.processing import process_runs
-    from domino_pipeline.run_report import summarize
+    from domino_pipeline.runtime.run_report import summarize
 
     monkeypatch.setattr(process_runs, "process_run", explode)
     result = process_runs._process_one(tmp_path / "run_7", tmp_path / "out" / "run_7.zarr", PROCESS_OPTIONS)

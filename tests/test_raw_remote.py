@@ -26,7 +26,7 @@ from hub_server import HubServer
 from s3_server import FaultProxy
 from synthetic_data import join_pieces, split_into_pieces
 
-from domino_pipeline import object_store
+from domino_pipeline.storage import object_store
 from domino_pipeline.inputs.processing.process_runs import fetch_summary, process_all
 from domino_pipeline.inputs.sources.raw_reading import RemoteAccess
 from domino_pipeline.inputs.sources.remote_runs import find_remote_runs, remote_run_files
@@ -341,7 +341,7 @@ def test_openfoam_output_read_from_the_hub_equals_the_local_reading(tmp_path, mo
 
 
 def test_hub_urls_name_a_folder_at_a_revision(monkeypatch):
-    from domino_pipeline.hub import HubFolder
+    from domino_pipeline.storage.hub import HubFolder
 
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     folder = HubFolder.parse("hf://datasets/neashton/drivaerml@refs%2Fpr%2F3/run_1")

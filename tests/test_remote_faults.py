@@ -21,9 +21,9 @@ from conftest import ROOT
 from s3_server import CREDENTIALS, FaultProxy
 from test_raw_remote import NO_CREDENTIALS, assert_same_run, published_raw  # noqa: F401  (a fixture)
 
-from domino_pipeline.byte_source import require_unchanged
+from domino_pipeline.storage.byte_source import require_unchanged
 from domino_pipeline.inputs.sources.remote_files import RemoteObject
-from domino_pipeline.object_store import ObjectStoreError, _reason
+from domino_pipeline.storage.object_store import ObjectStoreError, _reason
 
 VOLUME = "run_1/volume_1.vtu.01.part"  # the volume's middle piece
 

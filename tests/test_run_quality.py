@@ -13,9 +13,9 @@ import pytest
 import matplotlib.pyplot as plt
 from conftest import DEFAULTS, import_benchmark, typed_config
 
-from domino_pipeline.force_integration import ForceConvention
+from domino_pipeline.configuration.force_integration import ForceConvention
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
-from domino_pipeline.inputs.statistics.run_quality import (
+from domino_pipeline.processed.run_quality import (
     Selection,
     clipped_magnitude,
     coefficient_mismatches,
@@ -25,7 +25,8 @@ from domino_pipeline.inputs.statistics.run_quality import (
     quality_selection,
 )
 from domino_pipeline.processed.runs import list_runs, load_run, read_options_from_config
-from domino_pipeline.inputs.statistics.statistics_table import read_statistics_table, write_statistics_table
+from domino_pipeline.inputs.statistics.table_writer import write_statistics_table
+from domino_pipeline.processed.statistics_table import read_statistics_table
 from domino_pipeline.inputs.processing.process_runs import process_all
 from synthetic_data import generate_runs
 from synthetic.defects import inject_defects, parse_defects

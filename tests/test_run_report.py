@@ -3,7 +3,7 @@ note, and the count of each status."""
 
 from __future__ import annotations
 
-from domino_pipeline.run_report import RunResult, summarize
+from domino_pipeline.runtime.run_report import RunResult, summarize
 
 
 def test_the_summary_names_failed_runs_and_notes_then_counts_each_status():

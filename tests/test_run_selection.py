@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from domino_pipeline.run_selection import parse_shard, run_number, select_runs
+from domino_pipeline.configuration.run_selection import parse_shard, run_number, select_runs
 
 NAMES = [f"run_{i}" for i in (1, 2, 3, 5, 7, 10, 11, 12, 100)]  # gaps, as DrivAerML has
 

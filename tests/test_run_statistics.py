@@ -18,8 +18,8 @@ from domino_pipeline.inputs.statistics.cell_quality import polygon_quality
 from domino_pipeline.inputs.processing.nondimensional import field_divisors
 from domino_pipeline.processed.runs import load_run, open_run
 from domino_pipeline.inputs.processing.published_forces import read_published
-from domino_pipeline.inputs.statistics.statistics_table import flatten
-from domino_pipeline.variables import column_names
+from domino_pipeline.processed.statistics_table import flatten
+from domino_pipeline.configuration.variables import column_names
 from domino_pipeline.inputs.processing.process_runs import process_run
 
 

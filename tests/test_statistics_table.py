@@ -12,16 +12,12 @@ import zarr
 from conftest import DEFAULTS
 from curator_fixtures import write_curator_npz
 
-import domino_pipeline.inputs.statistics.statistics_table as statistics_table
-from domino_pipeline.inputs.statistics.run_quality import judge
+import domino_pipeline.inputs.statistics.table_writer as table_writer
+from domino_pipeline.inputs.statistics.table_writer import write_statistics_table
+from domino_pipeline.processed.run_quality import judge
 from domino_pipeline.inputs.statistics.run_statistics import STATISTICS_VERSION
 from domino_pipeline.processed.runs import DEFAULT_OPTIONS, load_run, open_run
-from domino_pipeline.inputs.statistics.statistics_table import (
-    TABLE_NAME,
-    flatten,
-    read_statistics_table,
-    write_statistics_table,
-)
+from domino_pipeline.processed.statistics_table import TABLE_NAME, flatten, read_statistics_table
 
 
 @pytest.fixture()
@@ -53,8 +49,8 @@ def test_unchanged_runs_are_not_passed_over_again(folder, monkeypatch):
     write_statistics_table(folder, DEFAULTS.dataset, DEFAULT_OPTIONS)
     before = read_statistics_table(folder)
     calls = []
-    real = statistics_table.statistics_of_run
-    monkeypatch.setattr(statistics_table, "statistics_of_run", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = table_writer.statistics_of_run
+    monkeypatch.setattr(table_writer, "statistics_of_run", lambda *a, **k: calls.append(1) or real(*a, **k))
     write_statistics_table(folder, DEFAULTS.dataset, DEFAULT_OPTIONS)
     assert calls == [] and read_statistics_table(folder) == before
     arrays = dict(np.load(folder / "run_2.npz"))

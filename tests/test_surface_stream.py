@@ -27,7 +27,7 @@ from domino_pipeline.inputs.meshes.vtk_reader import read_stl, read_surface
 from domino_pipeline.inputs.meshes.mesh_stream import WholeFileFallback
 from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
 from domino_pipeline.processed.runs import load_run, open_run
-from domino_pipeline.inputs.statistics.statistics_table import flatten
+from domino_pipeline.processed.statistics_table import flatten
 from domino_pipeline.inputs.meshes.surface_stream import open_surface
 from domino_pipeline.inputs.processing.process_runs import process_run
 from synthetic_data import join_pieces

@@ -17,7 +17,7 @@ import pyvista as pv
 from conftest import ROOT
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
-from domino_pipeline.dataset_profile import profile_from_file
+from domino_pipeline.configuration.dataset_profile import profile_from_file
 from domino_pipeline.inputs.sources.concat_bytes import file_pieces
 from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
 from synthetic_data import GROUND_Z, STREAM_VELOCITY, VOLUME_BOX, generate_runs, join_pieces
@@ -77,7 +77,7 @@ def _cell_sizes(mesh: pv.PolyData) -> np.ndarray:
 
 def _names(fields: dict) -> dict[str, int]:
     """Array name -> components of a profile's role -> name mapping (components: one each)."""
-    from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH
+    from domino_pipeline.configuration.variables import FIELD_ROLES, VARIABLE_WIDTH
 
     out = {}
     for role, name in fields.items():

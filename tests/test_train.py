@@ -21,9 +21,9 @@ import torch
 from conftest import PROCESS_OPTIONS, typed_config
 from omegaconf import OmegaConf
 
-from domino_pipeline.config import load_config
-from domino_pipeline.config_files import compose_files
-from domino_pipeline.file_digests import write_checked
+from domino_pipeline.configuration.config import load_config
+from domino_pipeline.configuration.config_files import compose_files
+from domino_pipeline.storage.file_digests import write_checked
 from domino_pipeline.processed.runs import DEFAULT_OPTIONS, split_runs
 from domino_pipeline.training import checkpointing, example_checkpoints, model_files
 from domino_pipeline.training.checkpointing import check_same_model

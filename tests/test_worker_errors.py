@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from cache_fixtures import OVERRIDES
 from domino_pipeline.compute.sampling import TooFewPointsError
-from domino_pipeline.entry_point import one_line
+from domino_pipeline.runtime.entry_point import one_line
 from domino_pipeline.loading.worker_deaths import checked_batches
 from domino_pipeline.loading.worker_errors import worker_message
 

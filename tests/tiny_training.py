@@ -121,7 +121,7 @@ def train_rank(rank: int, world_size: int, out: Path, rendezvous: str,
     it stopped with (or ``finished``) into ``results/rank<r>.txt``."""
     import torch.distributed as dist
 
-    from domino_pipeline.entry_point import one_line
+    from domino_pipeline.runtime.entry_point import one_line
     from domino_pipeline.training.epochs import train_epochs
     from domino_pipeline.training.nonfinite import NonFiniteLossError
 

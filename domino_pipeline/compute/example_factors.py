@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from domino_pipeline.atomic_store import write_json_atomic
+from domino_pipeline.storage.atomic_store import write_json_atomic
 from domino_pipeline.processed.curator_forms import NumpyOnlyUnpickler
 
 PICKLE_MAGIC = b"\x80"  # every pickle of protocol 2 or later starts with the PROTO opcode

@@ -22,7 +22,7 @@ from typing import Callable, Literal
 import numpy as np
 import warp as wp
 
-from domino_pipeline.devices import cuda_index
+from domino_pipeline.runtime.devices import cuda_index
 
 wp.set_module_options({"enable_backward": False})
 

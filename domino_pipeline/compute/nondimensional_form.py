@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from domino_pipeline.dataset_profile import DatasetConfig
-from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH
+from domino_pipeline.configuration.dataset_profile import DatasetConfig
+from domino_pipeline.configuration.variables import FIELD_ROLES, VARIABLE_WIDTH
 
 # role -> the variable's name in the form; roles not named keep their own name
 FORM_NAMES = {"pressure": "cp", "pressure_coefficient": "cp", "wall_shear_stress": "cf",

@@ -12,11 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from domino_pipeline.compute.settings import (
-    NEIGHBOR_FEATURES,
-    PARTS,
-    PreprocessSettings,
-)
+from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, PARTS, PreprocessSettings
 from domino_pipeline.compute.volume_order import volume_order
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from domino_pipeline.config import SamplingConfig
+from domino_pipeline.configuration.config import SamplingConfig
 
 _STREAM = {"geometry": 0, "surface": 1, "volume": 2}
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from domino_pipeline.atomic_store import read_json, write_json_atomic
+from domino_pipeline.storage.atomic_store import read_json, write_json_atomic
 from domino_pipeline.compute.example_factors import is_pickle, read_example_factors
-from domino_pipeline.variables import VARIABLE_WIDTH
+from domino_pipeline.configuration.variables import VARIABLE_WIDTH
 
 NORMALIZATIONS = ("min_max", "mean_std")
 KINDS = ("surface", "volume")

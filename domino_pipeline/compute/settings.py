@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from domino_pipeline.config import (
+from domino_pipeline.configuration.config import (
     NEIGHBOR_LAYOUTS,
     PARTS,
     GeometryConfig,
@@ -20,7 +20,7 @@ from domino_pipeline.config import (
     check_choice,
     parts_setting,
 )
-from domino_pipeline.variables import VARIABLE_WIDTH
+from domino_pipeline.configuration.variables import VARIABLE_WIDTH
 # The version of the code that computes a cache's contents, in every settings fingerprint;
 # tests/test_code_version.py fails when that code changes without this number being bumped.
 PREPROCESS_CODE_VERSION = 2

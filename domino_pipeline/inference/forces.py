@@ -2,7 +2,7 @@
 
 The formulas (OpenFOAM's forceCoeffs), the free stream, the data sets' normal and shear
 conventions and the references are in docs/predict.md, "Force and moment coefficients".
-``FreeStream`` and ``ForceConvention`` live in domino_pipeline/force_integration.py, which the
+``FreeStream`` and ``ForceConvention`` live in domino_pipeline/configuration/force_integration.py, which the
 per-run statistics use too.
 """
 
@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from domino_pipeline.config import ForcesConfig
-from domino_pipeline.dataset_profile import COEFFICIENTS, DatasetConfig
-from domino_pipeline.force_integration import ForceConvention, FreeStream, cell_arrays, coefficients_of_force, unit
+from domino_pipeline.configuration.config import ForcesConfig
+from domino_pipeline.configuration.dataset_profile import COEFFICIENTS, DatasetConfig
+from domino_pipeline.configuration.force_integration import ForceConvention, FreeStream, cell_arrays, coefficients_of_force, unit
 from domino_pipeline.inputs.meshes.cell_geometry import polygon_vector_areas
 from domino_pipeline.inputs.processing.published_forces import Published, References, constant_references
-from domino_pipeline.variables import VARIABLE_WIDTH
+from domino_pipeline.configuration.variables import VARIABLE_WIDTH
 
 
 def cell_forces(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,

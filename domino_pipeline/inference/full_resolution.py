@@ -13,12 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from domino_pipeline.compute.preprocessing import (
-    all_surface_neighbors,
-    grid_sdf,
-    volume_mesh,
-    volume_sdf,
-)
+from domino_pipeline.compute.preprocessing import all_surface_neighbors, grid_sdf, volume_mesh, volume_sdf
 from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.loading.items import box_key, build_item, constant_grid

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from domino_pipeline.compute.nondimensional_form import RunForm
 from domino_pipeline.compute.scaling import unscale_fields
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.dataset_profile import COEFFICIENTS
+from domino_pipeline.configuration.dataset_profile import COEFFICIENTS
 from domino_pipeline.inference.forces import ForceSettings, Loads
 from domino_pipeline.inference.full_resolution import (
     BatchItems,
@@ -40,7 +40,7 @@ from domino_pipeline.inference.report import (
     write_mesh,
 )
 from domino_pipeline.inference.run_inputs import PredictionRun
-from domino_pipeline.variables import column_names
+from domino_pipeline.configuration.variables import column_names
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyvista as pv
 
-from domino_pipeline.variables import VARIABLE_WIDTH
+from domino_pipeline.configuration.variables import VARIABLE_WIDTH
 
 PREDICTED_SUFFIX = "_pred"
 

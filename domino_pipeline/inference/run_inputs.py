@@ -16,9 +16,9 @@ import numpy as np
 import pyvista as pv
 
 from domino_pipeline.compute.nondimensional_form import RunForm, identity_form, stored_run_form
-from domino_pipeline.config import DataConfig, PredictConfig
+from domino_pipeline.configuration.config import DataConfig, PredictConfig
 from domino_pipeline.inference.forces import mesh_vector_areas
-from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.configuration.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.meshes.vtk_reader import read_mesh, read_stl
 from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
@@ -28,7 +28,7 @@ from domino_pipeline.inputs.processing.published_forces import Published
 from domino_pipeline.inputs.sources.run_folder import run_files
 from domino_pipeline.processed.runs import load_run as load_run_arrays
 from domino_pipeline.processed.runs import open_run, require_parts, run_name
-from domino_pipeline.object_store import as_location, is_url, join, name_of
+from domino_pipeline.storage.object_store import as_location, is_url, join, name_of
 
 KINDS = ("raw", "processed", "stl")
 

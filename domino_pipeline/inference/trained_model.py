@@ -13,7 +13,7 @@ import torch
 
 from domino_pipeline.training import checkpointing, model_files
 from domino_pipeline.training.domino_model import build_model, resolved_parameters
-from domino_pipeline.variables import column_names
+from domino_pipeline.configuration.variables import column_names
 
 
 def load_trained_model(path: str | Path, device: torch.device) -> tuple[torch.nn.Module, dict[str, Any]]:

@@ -16,17 +16,12 @@ import torch
 from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError, part_window, window_spans
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, held_parts, neighbor_layout_of
-from domino_pipeline.config import parts_setting
+from domino_pipeline.configuration.config import parts_setting
 from domino_pipeline.processed.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
 from domino_pipeline.loading.items import EpochDataset, build_item
-from domino_pipeline.object_store import is_url
-from domino_pipeline.store.cache_format import (
-    CacheError,
-    StaleCacheError,
-    diff_settings,
-    layout_arrays,
-)
+from domino_pipeline.storage.object_store import is_url
+from domino_pipeline.store.cache_format import CacheError, StaleCacheError, diff_settings, layout_arrays
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.chunk_reader import Allocator
 from domino_pipeline.store.manifest import manifest_scaling_factors, read_manifest, run_path

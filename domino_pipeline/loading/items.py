@@ -15,12 +15,8 @@ from torch.utils.data import Dataset
 
 from domino_pipeline.compute.rows import make_grid, normalize
 from domino_pipeline.compute.sampling import Draw, SamplingLaw, sample_draw
-from domino_pipeline.compute.scaling import (
-    load_scaling_factors,
-    scale_fields,
-    unscale_fields,
-)
-from domino_pipeline.config import MODEL_TYPES
+from domino_pipeline.compute.scaling import load_scaling_factors, scale_fields, unscale_fields
+from domino_pipeline.configuration.config import MODEL_TYPES
 from domino_pipeline.loading.batch_transfer import mark_constant
 
 

@@ -14,27 +14,15 @@ import torch
 from torch.utils.data import get_worker_info
 
 from domino_pipeline.compute import geometry
-from domino_pipeline.compute.preprocessing import (
-    grid_sdf,
-    surface_index,
-    surface_neighbors,
-    volume_sdf,
-)
+from domino_pipeline.compute.preprocessing import grid_sdf, surface_index, surface_neighbors, volume_sdf
 from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
 from domino_pipeline.compute.sampling import Draw, SamplingLaw, TooFewPointsError
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import PreprocessSettings, parse_box
 from domino_pipeline.processed.run_layout import arrays_for
-from domino_pipeline.processed.runs import (
-    DEFAULT_OPTIONS,
-    ReadOptions,
-    list_runs,
-    load_run,
-    require_parts,
-    run_name,
-)
+from domino_pipeline.processed.runs import DEFAULT_OPTIONS, ReadOptions, list_runs, load_run, require_parts, run_name
 from domino_pipeline.loading.items import EpochDataset, build_item
-from domino_pipeline.object_store import as_location, is_url
+from domino_pipeline.storage.object_store import as_location, is_url
 
 KNN_INDEXES_KEPT = 4  # runs whose surface kNN index a process keeps between draws
 

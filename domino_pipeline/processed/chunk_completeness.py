@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from domino_pipeline.byte_source import read_bytes
-from domino_pipeline.object_store import as_location, is_url, join, list_objects
+from domino_pipeline.storage.byte_source import read_bytes
+from domino_pipeline.storage.object_store import as_location, is_url, join, list_objects
 
 ABSENT = 2**64 - 1  # Zarr's shard index entry of an inner chunk that was not written
 _INDEX_ENTRY_BYTES, _CRC_BYTES = 16, 4

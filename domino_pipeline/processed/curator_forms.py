@@ -15,8 +15,8 @@ import numpy as np
 import zarr
 
 from domino_pipeline.processed.run_layout import ProcessedRunError
-from domino_pipeline.byte_source import read_bytes
-from domino_pipeline.object_store import is_url, zarr_store
+from domino_pipeline.storage.byte_source import read_bytes
+from domino_pipeline.storage.object_store import is_url, zarr_store
 
 # Globals a legacy .npy dict may name: numpy's array, dtype and scalar reconstructors (numpy 1
 # and 2 module names). Pickle opcodes build dicts, lists, strings and numbers without globals.

@@ -14,10 +14,10 @@ import numpy as np
 import zarr
 from zarr.codecs import BloscCodec
 
-from domino_pipeline.atomic_store import atomic_directory
-from domino_pipeline.config import PARTS, parts_named
-from domino_pipeline.object_store import name_of
-from domino_pipeline.run_selection import name_key
+from domino_pipeline.storage.atomic_store import atomic_directory
+from domino_pipeline.configuration.config import PARTS, parts_named
+from domino_pipeline.storage.object_store import name_of
+from domino_pipeline.configuration.run_selection import name_key
 
 FORMAT = "drivaerml-processed"
 FORMAT_VERSION = 2

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from domino_pipeline.config import PARTS, DataConfig, PhysicsConfig, TrainConfig, parts_named, parts_setting
+from domino_pipeline.configuration.config import PARTS, DataConfig, PhysicsConfig, TrainConfig, parts_named, parts_setting
 from domino_pipeline.processed.chunk_completeness import missing_chunks
 from domino_pipeline.processed.curator_forms import npz_names, read_npy, read_npz, read_zarr_group
 from domino_pipeline.processed.run_layout import (
@@ -28,9 +28,9 @@ from domino_pipeline.processed.run_layout import (
     check_values,
     natural_key,
 )
-from domino_pipeline.byte_source import read_in_order
-from domino_pipeline.run_selection import select_items
-from domino_pipeline.object_store import (
+from domino_pipeline.storage.byte_source import read_in_order
+from domino_pipeline.configuration.run_selection import select_items
+from domino_pipeline.storage.object_store import (
     ObjectInfo,
     as_location,
     exists,

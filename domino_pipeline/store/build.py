@@ -15,7 +15,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from domino_pipeline.atomic_store import remove_stale_temporaries, temporary_directory
+from domino_pipeline.storage.atomic_store import remove_stale_temporaries, temporary_directory
 from domino_pipeline.compute.box_coverage import box_notes
 from domino_pipeline.compute.preprocessing import VOLUME_ARRAYS, plan_run
 from domino_pipeline.compute.scaling import (
@@ -25,7 +25,7 @@ from domino_pipeline.compute.scaling import (
     save_scaling_factors,
 )
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.config import PipelineConfig, parts_setting
+from domino_pipeline.configuration.config import PipelineConfig, parts_setting
 from domino_pipeline.processed.run_layout import arrays_for, check_values
 from domino_pipeline.processed.runs import (
     DEFAULT_OPTIONS,
@@ -38,9 +38,9 @@ from domino_pipeline.processed.runs import (
     run_name,
     split_from_config,
 )
-from domino_pipeline.run_report import RunResult
-from domino_pipeline.byte_source import ConflictError, source_and_key
-from domino_pipeline.object_store import is_url, join
+from domino_pipeline.runtime.run_report import RunResult
+from domino_pipeline.storage.byte_source import ConflictError, source_and_key
+from domino_pipeline.storage.object_store import is_url, join
 from domino_pipeline.store.cache_format import (
     CacheError,
     current_generation,

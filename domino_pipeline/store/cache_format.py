@@ -10,16 +10,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from domino_pipeline.compute.settings import (
-    IMPLICIT_DEFAULTS,
-    NEIGHBOR_LAYOUTS,
-    PARTS,
-    held_parts,
-    neighbor_layout_of,
-)
+from domino_pipeline.compute.settings import IMPLICIT_DEFAULTS, NEIGHBOR_LAYOUTS, PARTS, held_parts, neighbor_layout_of
 from domino_pipeline.compute.volume_order import VOLUME_BLOCK_ROWS
-from domino_pipeline.byte_source import source_and_key
-from domino_pipeline.object_store import is_url, join
+from domino_pipeline.storage.byte_source import source_and_key
+from domino_pipeline.storage.object_store import is_url, join
 
 FORMAT = "domino-cache"
 FORMAT_VERSION = 2  # of the layout on disk; part of every run fingerprint

@@ -16,8 +16,8 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from domino_pipeline.byte_source import ByteSource, LocalSource, Request, shared_source
-from domino_pipeline.object_store import is_url, split_url
+from domino_pipeline.storage.byte_source import ByteSource, LocalSource, Request, shared_source
+from domino_pipeline.storage.object_store import is_url, split_url
 from domino_pipeline.store.cache_format import (
     ARRAYS,
     FORMAT,

@@ -18,7 +18,7 @@ from typing import Any
 import crc32c
 import numpy as np
 
-from domino_pipeline.byte_source import ByteSource, LocalSource, Request
+from domino_pipeline.storage.byte_source import ByteSource, LocalSource, Request
 from domino_pipeline.store.shard_index import (
     ABSENT,
     CHECKSUM_BYTES,

@@ -10,15 +10,11 @@ import os
 import time
 from pathlib import Path, PurePosixPath
 
-from domino_pipeline.atomic_store import (
-    exclusive_lock,
-    read_json,
-    write_json_atomic,
-)
+from domino_pipeline.storage.atomic_store import exclusive_lock, read_json, write_json_atomic
 from domino_pipeline.compute.scaling import checked_scaling_factors
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.byte_source import read_bytes, read_versioned, source_and_key
-from domino_pipeline.object_store import is_url, join, name_of
+from domino_pipeline.storage.byte_source import read_bytes, read_versioned, source_and_key
+from domino_pipeline.storage.object_store import is_url, join, name_of
 from domino_pipeline.store.cache_format import (
     FORMAT,
     FORMAT_VERSION,

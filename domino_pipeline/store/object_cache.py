@@ -10,9 +10,9 @@ import os
 import time
 from pathlib import Path
 
-from domino_pipeline.object_store import delete_objects, objects_by_folder
-from domino_pipeline.byte_source import ConflictError, source_and_key
-from domino_pipeline.object_store import join
+from domino_pipeline.storage.object_store import delete_objects, objects_by_folder
+from domino_pipeline.storage.byte_source import ConflictError, source_and_key
+from domino_pipeline.storage.object_store import join
 from domino_pipeline.store.cache_format import GENERATION, CacheError
 from domino_pipeline.store.manifest import MANIFEST, read_manifest
 from domino_pipeline.store.run_writer import KEEP_GENERATIONS

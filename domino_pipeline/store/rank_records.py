@@ -13,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from domino_pipeline.atomic_store import exclusive_lock, read_json, write_json_atomic
-from domino_pipeline.object_store import delete_objects, objects_by_folder
-from domino_pipeline.byte_source import ConflictError, Request, source_and_key
-from domino_pipeline.object_store import is_url, join
+from domino_pipeline.storage.atomic_store import exclusive_lock, read_json, write_json_atomic
+from domino_pipeline.storage.object_store import delete_objects, objects_by_folder
+from domino_pipeline.storage.byte_source import ConflictError, Request, source_and_key
+from domino_pipeline.storage.object_store import is_url, join
 from domino_pipeline.store.object_cache import untouched_for
 
 RANKS_DIR = ".ranks"

@@ -16,16 +16,9 @@ import numpy as np
 import zarr
 from zarr.codecs import BytesCodec, Crc32cCodec
 
-from domino_pipeline.atomic_store import exclusive_lock, hold_temporary, remove_stale_temporaries
+from domino_pipeline.storage.atomic_store import exclusive_lock, hold_temporary, remove_stale_temporaries
 from domino_pipeline.compute.settings import PARTS
-from domino_pipeline.store.cache_format import (
-    FORMAT,
-    FORMAT_VERSION,
-    ArraySpec,
-    generations,
-    layout_arrays,
-    run_folder,
-)
+from domino_pipeline.store.cache_format import FORMAT, FORMAT_VERSION, ArraySpec, generations, layout_arrays, run_folder
 
 KEEP_GENERATIONS = 2  # the new one and the one datasets opened before it may still read
 

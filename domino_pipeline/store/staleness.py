@@ -11,7 +11,7 @@ from pathlib import Path
 
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.processed.runs import run_name, source_fingerprint, stat_fingerprint
-from domino_pipeline.object_store import is_url, name_of
+from domino_pipeline.storage.object_store import is_url, name_of
 from domino_pipeline.store.cache_format import (
     CacheError,
     current_generation,

@@ -7,16 +7,10 @@ from pathlib import Path
 
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.processed.runs import run_name, source_fingerprint
-from domino_pipeline.run_report import RunResult
-from domino_pipeline.byte_source import source_and_key
-from domino_pipeline.object_store import is_url, name_of
-from domino_pipeline.store.cache_format import (
-    CacheError,
-    diff_settings,
-    generations,
-    layout_arrays,
-    run_folder,
-)
+from domino_pipeline.runtime.run_report import RunResult
+from domino_pipeline.storage.byte_source import source_and_key
+from domino_pipeline.storage.object_store import is_url, name_of
+from domino_pipeline.store.cache_format import CacheError, diff_settings, generations, layout_arrays, run_folder
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import read_manifest, run_path
 from domino_pipeline.store.staleness import stale_reasons

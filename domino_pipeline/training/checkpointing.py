@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from domino_pipeline.atomic_store import remove_stale_temporaries, write_json_atomic
-from domino_pipeline.entry_point import one_line
-from domino_pipeline.file_digests import (
+from domino_pipeline.storage.atomic_store import remove_stale_temporaries, write_json_atomic
+from domino_pipeline.runtime.entry_point import one_line
+from domino_pipeline.storage.file_digests import (
     DIGEST_SUFFIX,
     DamagedFileError,
     check_file,

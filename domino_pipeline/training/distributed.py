@@ -12,8 +12,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from domino_pipeline.devices import cuda_index
-from domino_pipeline.launch import Launch
+from domino_pipeline.runtime.devices import cuda_index
+from domino_pipeline.runtime.launch import Launch
 
 
 @dataclass(frozen=True)

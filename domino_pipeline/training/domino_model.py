@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from domino_pipeline.config import TrainConfig
+from domino_pipeline.configuration.config import TrainConfig
 from domino_pipeline.loading.items import MODEL_TYPES
 from domino_pipeline.training.distributed import DistInfo
 

@@ -21,10 +21,10 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 from tqdm import tqdm
 
-from domino_pipeline.config import LossConfig, TrainConfig
+from domino_pipeline.configuration.config import LossConfig, TrainConfig
 from domino_pipeline.loading.collate import collate_items
 from domino_pipeline.loading.worker_deaths import checked_batches
-from domino_pipeline.object_store import name_of
+from domino_pipeline.storage.object_store import name_of
 from domino_pipeline.training import distributed
 from domino_pipeline.training.checkpointing import (
     CheckpointFiles,

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from domino_pipeline.file_digests import check_zip, has_digest, read_checked, remove_checked, write_checked
+from domino_pipeline.storage.file_digests import check_zip, has_digest, read_checked, remove_checked, write_checked
 from domino_pipeline.training.model_files import check_model_file
 
 # physicsnemo's save_checkpoint names: "<class name>.<model parallel rank>.<index>.mdlus" and

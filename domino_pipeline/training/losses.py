@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import torch
 
-from domino_pipeline.config import LossConfig
+from domino_pipeline.configuration.config import LossConfig
 
 
 def volume_loss(prediction: torch.Tensor, target: torch.Tensor, loss_type: str) -> torch.Tensor:

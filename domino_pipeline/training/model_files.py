@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from domino_pipeline.file_digests import check_file, check_zip, has_digest, write_checked
+from domino_pipeline.storage.file_digests import check_file, check_zip, has_digest, write_checked
 
 # The models a .mdlus may name for this project to rebuild: DoMINO from physicsnemo, nothing else.
 MODEL_CLASSES = {("DoMINO", "physicsnemo.models.domino.model")}

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from domino_pipeline.compute.nondimensional_form import RunForm, form_variables, identity_form, stored_run_form
 from domino_pipeline.compute.scaling import check_factors_match, merge_statistics
-from domino_pipeline.config import PipelineConfig, SourceConfig
-from domino_pipeline.inputs.statistics.run_quality import quality_selection
+from domino_pipeline.configuration.config import PipelineConfig, SourceConfig
 from domino_pipeline.loading.cached import CachedDoMINODataset
 from domino_pipeline.loading.mixture import MixtureDataset, Source, check_settings_agree
+from domino_pipeline.processed.run_quality import quality_selection
 from domino_pipeline.processed.runs import list_runs, run_name, run_split_from_config
-from domino_pipeline.run_selection import select_items
-from domino_pipeline.source_configs import nondimensional, sources_of
+from domino_pipeline.configuration.run_selection import select_items
+from domino_pipeline.configuration.source_configs import nondimensional, sources_of
 from domino_pipeline.store.manifest import read_manifest
 
 

@@ -18,7 +18,7 @@ from domino_pipeline.compute.scaling import (
     save_scaling_factors,
     unscale_fields,
 )
-from domino_pipeline.config import SamplingConfig, VariablesConfig
+from domino_pipeline.configuration.config import SamplingConfig, VariablesConfig
 from domino_pipeline.processed.runs import ReadOptions, run_name
 from domino_pipeline.training import distributed
 from domino_pipeline.training.distributed import DistInfo

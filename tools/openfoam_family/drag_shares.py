@@ -87,7 +87,7 @@ def surface_split(run: Path) -> DragSplit:
     import numpy as np
     import pyvista
 
-    from domino_pipeline.force_integration import ForceConvention
+    from domino_pipeline.configuration.force_integration import ForceConvention
     from domino_pipeline.inference.forces import mesh_vector_areas
 
     header = coefficient_header((run / "coefficient.dat").read_text())

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from domino_pipeline.inputs.meshes.run_errors import MissingFieldError, RunError
-from domino_pipeline.variables import variable_width
+from domino_pipeline.configuration.variables import variable_width
 
 SURFACE_ARRAYS = ("surface_mesh_centers", "surface_normals", "surface_areas", "surface_fields")
 

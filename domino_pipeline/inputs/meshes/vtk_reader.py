@@ -13,7 +13,7 @@ from vtkmodules.vtkCommonCore import vtkLogger
 from vtkmodules.vtkIOGeometry import vtkSTLReader
 from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
 
-from domino_pipeline.config import VOLUME_SOURCES
+from domino_pipeline.configuration.config import VOLUME_SOURCES
 from domino_pipeline.inputs.meshes.cell_geometry import (
     SURFACE_CELL_TYPES,
     CellGeometryError,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH, FieldName, check_roles
+from domino_pipeline.configuration.variables import FIELD_ROLES, VARIABLE_WIDTH, FieldName, check_roles
 
 
 def field_divisors(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from domino_pipeline.config import (
+from domino_pipeline.configuration.config import (
     VOLUME_SOURCES,
     PhysicsConfig,
     ProcessConfig,
@@ -14,9 +14,9 @@ from domino_pipeline.config import (
     check_scaling_references,
     parts_named,
 )
-from domino_pipeline.dataset_profile import LOCATIONS, DatasetConfig
+from domino_pipeline.configuration.dataset_profile import LOCATIONS, DatasetConfig
 from domino_pipeline.inputs.processing.nondimensional import field_divisors
-from domino_pipeline.variables import FieldName, arrays_of, variables_of
+from domino_pipeline.configuration.variables import FieldName, arrays_of, variables_of
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from domino_pipeline.atomic_store import exclusive_lock, remove_stale_temporaries
-from domino_pipeline.config import ExecutorConfig
-from domino_pipeline.executors import LOCAL_POOL, report, run_tasks
+from domino_pipeline.storage.atomic_store import exclusive_lock, remove_stale_temporaries
+from domino_pipeline.configuration.config import ExecutorConfig
+from domino_pipeline.runtime.executors import LOCAL_POOL, report, run_tasks
 from domino_pipeline.inputs.statistics.column_moments import ColumnBounds
 from domino_pipeline.inputs.meshes.mesh_rows import SURFACE_ARRAYS
 from domino_pipeline.inputs.meshes.run_errors import RunError
@@ -40,8 +40,8 @@ from domino_pipeline.inputs.statistics.run_statistics import RunStatistics, star
 from domino_pipeline.processed.runs import open_run
 from domino_pipeline.inputs.meshes.surface_stream import CellsObserver, SurfaceRows, SurfaceStream, open_surface
 from domino_pipeline.inputs.meshes.volume_stream import VolumeStream, open_volume
-from domino_pipeline.run_report import RunResult
-from domino_pipeline.run_selection import select_items
+from domino_pipeline.runtime.run_report import RunResult
+from domino_pipeline.configuration.run_selection import select_items
 
 VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read, checked and scaled at a time
 SURFACE_BLOCK_CELLS = 1 << 18  # surface cells read at a time (their geometry is computed cell_geometry.CHUNK_CELLS at a time)

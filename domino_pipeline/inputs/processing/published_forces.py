@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from domino_pipeline.dataset_profile import DatasetConfig, ReferencesProfile
+from domino_pipeline.configuration.dataset_profile import DatasetConfig, ReferencesProfile
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from domino_pipeline.atomic_store import temporary_directory
-from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.storage.atomic_store import temporary_directory
+from domino_pipeline.configuration.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.sources.concat_bytes import file_pieces
 from domino_pipeline.inputs.meshes.run_errors import RunError
 from domino_pipeline.inputs.meshes.vtk_reader import read_stl_triangles
@@ -25,7 +25,7 @@ from domino_pipeline.inputs.sources.remote_bytes import CHUNK_BYTES, IN_FLIGHT, 
 from domino_pipeline.inputs.sources.remote_files import RemoteFile
 from domino_pipeline.inputs.sources.run_folder import RunFiles
 from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
-from domino_pipeline.object_store import RETRY_DEADLINE_S
+from domino_pipeline.storage.object_store import RETRY_DEADLINE_S
 
 T = TypeVar("T")
 HUB_CHUNK_BYTES, HUB_IN_FLIGHT = 32 << 20, 4  # the Hub's sweeps: fewer, larger GETs

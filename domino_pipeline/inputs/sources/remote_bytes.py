@@ -16,8 +16,8 @@ from pathlib import Path, PurePosixPath
 
 from domino_pipeline.inputs.sources.concat_bytes import PiecedStream
 from domino_pipeline.inputs.sources.remote_files import RemoteFile, RemoteObject
-from domino_pipeline.byte_source import get_listed_range
-from domino_pipeline.object_store import ObjectStoreError
+from domino_pipeline.storage.byte_source import get_listed_range
+from domino_pipeline.storage.object_store import ObjectStoreError
 
 CHUNK_BYTES = 8 << 20  # one ranged GET of a sweep
 IN_FLIGHT = 8  # GETs of a sweep at once: 64 MiB in flight

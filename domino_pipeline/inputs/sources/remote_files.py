@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from domino_pipeline.hub import is_hub, token_headers
-from domino_pipeline.object_store import RETRY_DEADLINE_S, is_url, shared_store
+from domino_pipeline.storage.hub import is_hub, token_headers
+from domino_pipeline.storage.object_store import RETRY_DEADLINE_S, is_url, shared_store
 
 
 def is_remote(location: str | os.PathLike) -> bool:

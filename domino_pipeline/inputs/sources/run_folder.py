@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from domino_pipeline.config import PROCESS_PARTS, check_choice
-from domino_pipeline.dataset_profile import DatasetConfig
+from domino_pipeline.configuration.config import PROCESS_PARTS, check_choice
+from domino_pipeline.configuration.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.sources.concat_bytes import present_among
 from domino_pipeline.inputs.sources.remote_files import RemoteFile
 from domino_pipeline.inputs.meshes.run_errors import MissingFieldError

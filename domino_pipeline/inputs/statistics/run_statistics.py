@@ -10,23 +10,19 @@ from typing import Any
 
 import numpy as np
 
-from domino_pipeline.dataset_profile import FlowProfile
-from domino_pipeline.force_integration import (
-    ForceConvention,
-    FreeStream,
-    coefficients_of_force,
-    force_sums,
-)
+from domino_pipeline.configuration.dataset_profile import FlowProfile
+from domino_pipeline.configuration.force_integration import ForceConvention, force_sums
 from domino_pipeline.inputs.statistics.cell_quality import CellQuality
 from domino_pipeline.inputs.statistics.column_moments import ColumnBounds, ColumnMoments
 from domino_pipeline.inputs.statistics.column_quantiles import ColumnQuantiles
 from domino_pipeline.inputs.meshes.vtk_reader import stl_defect_counts
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
 from domino_pipeline.inputs.processing.published_forces import Published
-from domino_pipeline.variables import FIELD_ROLES, VARIABLE_WIDTH, FieldName, column_names, variables_of
+from domino_pipeline.processed.run_quality import integrated_coefficients
+from domino_pipeline.processed.statistics_table import AXES
+from domino_pipeline.configuration.variables import FIELD_ROLES, VARIABLE_WIDTH, FieldName, column_names, variables_of
 
 STATISTICS_VERSION = 2  # 2: the quantiles and trimmed moments that run_quality.py scores
-AXES = ("x", "y", "z")
 # the role of each streamed array in a part's block (run_layout.py's names)
 ARRAY_ROLES = {"surface_mesh_centers": "positions", "surface_normals": "normals", "surface_areas": "areas",
                "surface_fields": "fields", "volume_mesh_centers": "positions", "volume_fields": "fields"}
@@ -189,25 +185,6 @@ def consistency(statistics: Mapping[str, Any]) -> dict[str, float | None]:
     gap = float(max(np.abs(low[:, 0] - low[:, 1]).max(), np.abs(high[:, 0] - high[:, 1]).max()))
     ratio = surface["enclosed_volume"] / stl["enclosed_volume"] if stl["enclosed_volume"] else None
     return {"surface_to_stl_volume": ratio, "surface_stl_bounds_gap": gap / extent if extent > 0 else None}
-
-
-def integrated_coefficients(statistics: Mapping[str, Any], flow: FlowProfile,
-                            convention: ForceConvention) -> dict[str, dict[str, float]]:
-    """{"own", "constant": {cd, cl}} of a run's force sums under ``convention``; empty without a speed."""
-    sums = (statistics.get("surface") or {}).get("force_sums")
-    published = statistics.get("published") or {}
-    velocity = flow.velocity or published.get("velocity")
-    if sums is None or not velocity:
-        return {}
-    force = convention.force(sums["pressure"], sums["shear"])
-    dynamic_pressure = FreeStream(velocity, flow.density, flow.kinematic).dynamic_pressure
-    found = {}
-    for which in ("own", "constant"):
-        area = published.get(f"{which}_area")
-        if area:
-            found[which] = coefficients_of_force(force, reference_area=area, dynamic_pressure=dynamic_pressure,
-                                                 drag_direction=flow.drag_direction, lift_direction=flow.lift_direction)
-    return found
 
 
 def plain(value: Any) -> Any:

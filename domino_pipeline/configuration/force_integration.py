@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from domino_pipeline.config_section import check_choice
-from domino_pipeline.dataset_profile import NORMALS, WALL_SHEAR
+from domino_pipeline.configuration.config_section import check_choice
+from domino_pipeline.configuration.dataset_profile import NORMALS, WALL_SHEAR
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,16 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from domino_pipeline.config import DataConfig, PhysicsConfig, QualityConfig
-from domino_pipeline.dataset_profile import DatasetConfig, FlowProfile
-from domino_pipeline.force_integration import ALL_CONVENTIONS, ForceConvention
-from domino_pipeline.inputs.statistics.run_statistics import integrated_coefficients
-from domino_pipeline.processed.runs import list_runs, read_options_from_config, run_name
-from domino_pipeline.inputs.statistics.statistics_table import TABLE_NAME, read_statistics_table, write_statistics_table
-from domino_pipeline.variables import column_names
+from domino_pipeline.configuration.config import DataConfig, QualityConfig
+from domino_pipeline.configuration.dataset_profile import DatasetConfig, FlowProfile
+from domino_pipeline.configuration.force_integration import ALL_CONVENTIONS, ForceConvention, FreeStream, coefficients_of_force
+from domino_pipeline.processed.runs import run_name
+from domino_pipeline.processed.statistics_table import TABLE_NAME, read_statistics_table
+from domino_pipeline.configuration.variables import column_names
 
 MAD_TO_SIGMA = 1.4826  # the MAD of normal values times this is their standard deviation
 RELATIVE_FLOOR = 1e-3
@@ -121,6 +121,25 @@ def _score(rows: Sequence[Mapping], threshold: float, verdicts: QualityVerdicts)
             if abs(score) > threshold:
                 spread = f"{abs(score):.0f} sigma" if np.isfinite(score) else f"median {median:.4g}, no spread"
                 verdicts.reject(name, f"{label(column)} {value:.4g}, {spread}", abs(score))
+
+
+def integrated_coefficients(statistics: Mapping[str, Any], flow: FlowProfile,
+                            convention: ForceConvention) -> dict[str, dict[str, float]]:
+    """{"own", "constant": {cd, cl}} of a run's force sums under ``convention``; empty without a speed."""
+    sums = (statistics.get("surface") or {}).get("force_sums")
+    published = statistics.get("published") or {}
+    velocity = flow.velocity or published.get("velocity")
+    if sums is None or not velocity:
+        return {}
+    force = convention.force(sums["pressure"], sums["shear"])
+    dynamic_pressure = FreeStream(velocity, flow.density, flow.kinematic).dynamic_pressure
+    found = {}
+    for which in ("own", "constant"):
+        area = published.get(f"{which}_area")
+        if area:
+            found[which] = coefficients_of_force(force, reference_area=area, dynamic_pressure=dynamic_pressure,
+                                                 drag_direction=flow.drag_direction, lift_direction=flow.lift_direction)
+    return found
 
 
 def coefficient_mismatches(row: Mapping, flow: FlowProfile, convention: ForceConvention,
@@ -299,13 +318,3 @@ def quality_selection(runs: Sequence[Path | str], data: DataConfig, dataset: Dat
             if reasons:
                 selection.included[run_name(run)] = reasons
     return selection
-
-
-def quality_summary(data: DataConfig, physics: PhysicsConfig, dataset: DatasetConfig) -> str:
-    """process_data.py's last lines: the statistics table written, and the runs quality would drop."""
-    table = write_statistics_table(data.processed_dir, dataset, read_options_from_config(data, physics), data.raw_dir)
-    rows = read_statistics_table(data.processed_dir)
-    passed = sum(bool(row.get("source")) for row in rows)
-    selection = quality_selection(list_runs(data.processed_dir), data, dataset)
-    return (f"statistics: {table} ({len(rows) - passed} runs from their attributes, {passed} from a pass "
-            f"over their arrays)\n{selection.summary()}")

@@ -19,10 +19,15 @@ def from_section(cls: type[T], section: DictConfig | Mapping[str, Any], name: st
     values = OmegaConf.to_container(section, resolve=True) if isinstance(section, DictConfig) else dict(section)
     known = {f.name for f in dataclasses.fields(cls)}
     if set(values) != known:
-        raise ValueError(f"{name} config: unknown keys {sorted(set(values) - known)}, "
-                         f"missing keys {sorted(known - set(values))}")
+        raise ValueError(f"{name} config: {wrong_keys(values, known)}")
     hints = typing.get_type_hints(cls)
     return cls(**{key: check_type(f"{name}.{key}", value, hints[key]) for key, value in values.items()})
+
+
+def wrong_keys(given: Mapping[str, Any], known: set[str]) -> str:
+    """The unknown keys of ``given`` and the missing ones, each only when there are some."""
+    wrong = {"unknown": set(given) - known, "missing": known - set(given)}
+    return ", ".join(f"{what} keys {sorted(keys)}" for what, keys in wrong.items() if keys)
 
 
 def check_type(key: str, value: Any, hint: Any) -> Any:

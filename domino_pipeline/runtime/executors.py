@@ -24,8 +24,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from domino_pipeline.config import ExecutorConfig
-from domino_pipeline.run_report import RunResult
+from domino_pipeline.configuration.config import ExecutorConfig
+from domino_pipeline.runtime.run_report import RunResult
 
 LOCAL_POOL = ExecutorConfig(kind="pool", address=None)
 # A run is one long task: a local cluster's workers need not profile their stacks every 10 ms nor

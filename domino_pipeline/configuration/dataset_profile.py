@@ -12,8 +12,8 @@ from typing import ClassVar
 
 from omegaconf import OmegaConf
 
-from domino_pipeline.config_section import check_choice, from_section
-from domino_pipeline.variables import PARTS, FieldName, arrays_of, check_roles, column_name, roles_of, variables_of
+from domino_pipeline.configuration.config_section import check_choice, from_section
+from domino_pipeline.configuration.variables import PARTS, FieldName, arrays_of, check_roles, column_name, roles_of, variables_of
 
 NORMALS = ("into_body", "out_of_body")
 WALL_SHEAR = ("on_fluid", "on_body")

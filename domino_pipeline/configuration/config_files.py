@@ -12,9 +12,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from domino_pipeline.config import HYDRA_KEYS
+from domino_pipeline.configuration.config import HYDRA_KEYS
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def _compose(conf_dir: Path, name: str, choices: dict[str, str]) -> DictConfig:

@@ -20,8 +20,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from domino_pipeline.config import PipelineConfig, load_config
-from domino_pipeline.example_keys import check_example_overrides
+from domino_pipeline.configuration.config import PipelineConfig, load_config
+from domino_pipeline.configuration.example_keys import check_example_overrides
 
 REFUSALS = (OSError, ValueError, OmegaConfBaseException)
 

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from domino_pipeline.config_section import check_choice, check_type, from_section
-from domino_pipeline.dataset_profile import DatasetConfig
-from domino_pipeline.example_keys import check_example_keys
-from domino_pipeline.run_selection import check_spec, parse_shard
-from domino_pipeline.variables import PARTS  # the meshes of a run besides its STL, which every stage reads
+from domino_pipeline.configuration.config_section import check_choice, check_type, from_section, wrong_keys
+from domino_pipeline.configuration.dataset_profile import DatasetConfig
+from domino_pipeline.configuration.example_keys import check_example_keys
+from domino_pipeline.configuration.run_selection import check_spec, parse_shard
+from domino_pipeline.configuration.variables import PARTS  # the meshes of a run besides its STL, which every stage reads
 
 MODEL_TYPES = ("surface", "volume", "combined")
 DEVICES = ("auto", "cpu", "cuda")
@@ -95,7 +96,7 @@ def check_positive(section: str, config: Any, names: tuple[str, ...]) -> None:
 class SourceConfig:
     """One entry of ``data.sources``: a dataset's runs, its cache and its share of the draws (docs/mixtures.md)."""
 
-    name: str               # names the source in logs, metrics, split.json and prediction folders
+    name: str               # names the source in logs, metrics, split.json and prediction folders (default_name)
     dataset: str            # a profile: conf/dataset/<dataset>.yaml, or a path to such a file
     processed_dir: str      # its processed runs: a folder or URL
     cache_dir: str          # its cache (cache_data.py builds it with the source's profile): a folder or URL
@@ -114,8 +115,19 @@ class SourceConfig:
             raise ValueError(f"data.sources: a source's name must be non-empty and hold no '/', not {self.name!r}")
 
 
+def default_name(entry: dict, datasets: list[Any]) -> dict[str, str]:
+    """``{"name": <its dataset's name>}`` for an entry without one whose dataset no other entry names:
+    the profile's name, or a profile file's name without .yaml; else nothing."""
+    dataset = entry.get("dataset")
+    if "name" in entry or not isinstance(dataset, str) or datasets.count(dataset) > 1:
+        return {}
+    return {"name": Path(dataset).stem if dataset.endswith((".yaml", ".yml")) else dataset}
+
+
 def sources_from(entries: list[Any]) -> list[SourceConfig]:
-    """``data.sources`` entries (mappings; the OPTIONAL keys may be left out) as SourceConfigs."""
+    """``data.sources`` entries (mappings; the OPTIONAL keys may be left out, ``name`` where
+    ``default_name`` gives one) as SourceConfigs."""
+    datasets = [entry.get("dataset") for entry in entries if isinstance(entry, dict)]
     sources = []
     for i, entry in enumerate(entries):
         if isinstance(entry, SourceConfig):
@@ -124,7 +136,8 @@ def sources_from(entries: list[Any]) -> list[SourceConfig]:
         if not isinstance(entry, dict):
             raise ValueError(f"data.sources[{i}] must be a mapping of {list(SourceConfig.__dataclass_fields__)}, "
                              f"not {entry!r}")
-        sources.append(from_section(SourceConfig, SourceConfig.OPTIONAL | entry, f"data.sources[{i}]"))
+        defaults = SourceConfig.OPTIONAL | default_name(entry, datasets)
+        sources.append(from_section(SourceConfig, defaults | entry, f"data.sources[{i}]"))
     names = [source.name for source in sources]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:
@@ -481,8 +494,7 @@ def load_config(cfg: DictConfig) -> PipelineConfig:
     check_example_keys(values)
     known = set(SECTIONS) | set(TOP_LEVEL)
     if set(values) != known:
-        raise ValueError(f"config: unknown keys {sorted(set(values) - known)}, "
-                         f"missing keys {sorted(known - set(values))}")
+        raise ValueError(f"config: {wrong_keys(values, known)}")
     sections = {name: from_section(cls, values[name], name) for name, cls in SECTIONS.items()}
     top = {key: check_type(key, values[key], hint) for key, hint in TOP_LEVEL.items()}
     return PipelineConfig(**top, **sections)

@@ -9,9 +9,9 @@ import dataclasses
 import functools
 from pathlib import Path
 
-from domino_pipeline.config import PipelineConfig, SourceConfig
-from domino_pipeline.config_files import CONF
-from domino_pipeline.dataset_profile import DatasetConfig, profile_from_file
+from domino_pipeline.configuration.config import PipelineConfig, SourceConfig
+from domino_pipeline.configuration.config_files import CONF
+from domino_pipeline.configuration.dataset_profile import DatasetConfig, profile_from_file
 
 
 @functools.lru_cache(maxsize=32)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from domino_pipeline.object_store import ObjectStoreError, is_url, join, make_store, named_errors, split_url
+from domino_pipeline.storage.object_store import ObjectStoreError, is_url, join, make_store, named_errors, split_url
 
 THREADS = 32  # objects fetched at once (a draw touches about a dozen)
 

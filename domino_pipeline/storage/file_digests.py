@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from domino_pipeline.atomic_store import atomic_file, write_bytes_atomic
+from domino_pipeline.storage.atomic_store import atomic_file, write_bytes_atomic
 
 DIGEST_SUFFIX = ".sha256"
 

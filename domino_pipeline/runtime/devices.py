@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from domino_pipeline.launch import launch_environment
+from domino_pipeline.runtime.launch import launch_environment
 
 
 def cuda_index(visible: int, rank: int | None = None) -> int:
