@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 import torch.multiprocessing as mp
+from tqdm import tqdm
 from tiny_training import epochs_of, poisoned_batch, tiny_trainer, train_rank
 
 from domino_pipeline.runtime.entry_point import one_line
@@ -69,9 +70,12 @@ def test_allowed_nonfinite_steps_are_skipped_then_the_next_one_stops(tmp_path, c
 
 
 def test_a_diverging_run_stops_at_its_first_nonfinite_step_with_nothing_written(tmp_path):
-    with pytest.raises(NonFiniteLossError, match=r"^epoch 1, step \d: the (loss|gradient) is not finite"):
+    with pytest.raises(NonFiniteLossError, match=r"^epoch 1, step \d: the (loss|gradient) is not finite") as stopped:
         train_epochs(tiny_trainer(tmp_path, lr=1e30, clip_grad_norm=0.0))
     assert not checkpoint_folder(tmp_path).exists()
+    # the epoch's progress bar is closed as the error leaves it (its traceback, held here, keeps the
+    # bar alive), so the error's line is printed after the bar is cleared, not onto it
+    assert stopped.traceback and not list(getattr(tqdm, "_instances", ()))
 
 
 def test_the_fp16_loss_scaler_skipping_an_overflow_is_not_an_error(tmp_path):

@@ -313,34 +313,34 @@ def train_one_epoch(
     finite on any rank is not taken: `on_nonfinite(step, loss, gradient norm)` raises to stop
     training or returns to skip it. `progress`: the tqdm description, or None for no bar."""
     model.train()
-    bar = tqdm(total=num_samples, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True)
-    for batch in timed_batches(loader, result):
-        start = time.perf_counter()
-        batch = to_device(batch, device)
-        loss, terms, predictions = model_loss(model, batch, device, amp_dtype, loss_config)
-        grad_norm = backward(model, loss, optimizer, scaler, clip_grad_norm)
-        loss_value, norm_value = torch.stack([loss.detach().float(), grad_norm.to(loss.device).float()]).tolist()
-        finite = step_is_finite(loss_value, norm_value, scaler.is_enabled())
-        nonfinite, stop = distributed.any_ranks([not finite, should_stop()], device)
-        if nonfinite:
-            on_nonfinite(result.batches + 1, loss_value, norm_value)
-            drop_step(optimizer, scaler)
-            result.skipped += 1
-        else:
-            optimizer_step(optimizer, scaler)
-            result.loss_sum += loss_value
-            result.add_terms(terms)
-        result.compute_s += time.perf_counter() - start
-        size = next(iter(predictions.values())).shape[0]
-        result.batches += 1
-        result.samples += size
-        bar.update(size)
-        bar.set_postfix(loss=f"{loss_value:.4g}")
-        after_step(None if nonfinite else loss_value)
-        if stop:
-            result.interrupted = True
-            break
-    bar.close()
+    with tqdm(total=num_samples, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True) as bar:
+        # closed before an error's line is printed, so the line stands alone
+        for batch in timed_batches(loader, result):
+            start = time.perf_counter()
+            batch = to_device(batch, device)
+            loss, terms, predictions = model_loss(model, batch, device, amp_dtype, loss_config)
+            grad_norm = backward(model, loss, optimizer, scaler, clip_grad_norm)
+            loss_value, norm_value = torch.stack([loss.detach().float(), grad_norm.to(loss.device).float()]).tolist()
+            finite = step_is_finite(loss_value, norm_value, scaler.is_enabled())
+            nonfinite, stop = distributed.any_ranks([not finite, should_stop()], device)
+            if nonfinite:
+                on_nonfinite(result.batches + 1, loss_value, norm_value)
+                drop_step(optimizer, scaler)
+                result.skipped += 1
+            else:
+                optimizer_step(optimizer, scaler)
+                result.loss_sum += loss_value
+                result.add_terms(terms)
+            result.compute_s += time.perf_counter() - start
+            size = next(iter(predictions.values())).shape[0]
+            result.batches += 1
+            result.samples += size
+            bar.update(size)
+            bar.set_postfix(loss=f"{loss_value:.4g}")
+            after_step(None if nonfinite else loss_value)
+            if stop:
+                result.interrupted = True
+                break
     return result
 
 
