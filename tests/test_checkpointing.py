@@ -309,9 +309,9 @@ def test_a_kill_during_a_checkpoint_write_resumes_from_the_last_whole_one(tmp_pa
     assert resumed.saved.path.name == resumed_from
     train_epochs(resumed)
     lines = capsys.readouterr().out.splitlines()
-    named = f"skipped {folder / skipped}: no {skipped}.sha256 beside it: its write did not finish, or this project " \
-            "did not write it"
-    assert [line for line in lines if line.startswith("skipped ")] == ([named] if skipped else [])
+    named = [f"skipped {folder / skipped}: no {skipped}.sha256 beside it: its write did not finish, or this project "
+             "did not write it"] if skipped else []
+    assert [line for line in lines if line.startswith("skipped ")] == named
     assert_same_run(resumed, whole)
     leftovers = [p.name for p in folder.iterdir() if p.name.startswith(".")
                  or (p.suffix == ".sha256" and not p.with_suffix("").exists())]

@@ -24,6 +24,7 @@ from conftest import DEFAULTS
 
 from domino_pipeline.compute.scaling import compute_scaling_factors, load_scaling_factors
 from domino_pipeline.configuration.config import VariablesConfig
+from domino_pipeline.runtime.launch import Launch
 from domino_pipeline.processed.runs import DEFAULT_OPTIONS, list_runs
 from domino_pipeline.store.manifest import read_manifest
 from domino_pipeline.training import distributed, target_scaling
@@ -83,6 +84,19 @@ def test_control_the_same_wait_on_the_short_collective_timeout_fails(tiny_proces
     runs = list_runs(tiny_processed_dir)
     with pytest.raises(Exception, match="(?i)timed? ?out"):
         mp.spawn(_rank, args=(2, _free_port(), runs, tmp_path, SHORT_TIMEOUT_S), nprocs=2, join=True)
+
+
+def _late_rank(rank: int, port: int, out: Path) -> None:
+    """``job_id`` on ``rank``, rank 1 starting SLOW_RANK_DELAY_S after rank 0; the id written to ``out``."""
+    time.sleep(SLOW_RANK_DELAY_S if rank == 1 else 0.0)
+    launch = Launch("slurm", rank=rank, world_size=2, local_rank=rank, master_addr="127.0.0.1", master_port=port)
+    (out / f"rank-{rank}").write_text(distributed.job_id(launch, SHORT_TIMEOUT_S))
+
+
+def test_the_job_id_waits_for_a_rank_that_starts_later_than_the_collective_timeout(tmp_path):
+    mp.spawn(_late_rank, args=(_free_port(), tmp_path), nprocs=2, join=True)
+    ids = {(tmp_path / f"rank-{rank}").read_text() for rank in (0, 1)}
+    assert len(ids) == 1 and len(ids.pop()) == 32
 
 
 def test_torchrun_build_writes_the_manifest_when_one_rank_finishes_long_before_the_other(

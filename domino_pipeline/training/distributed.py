@@ -15,6 +15,8 @@ import torch.distributed as dist
 from domino_pipeline.runtime.devices import cuda_index
 from domino_pipeline.runtime.launch import Launch
 
+START_WAIT_S = 600.0  # how long the job's first meeting waits for a rank still starting
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -76,10 +78,12 @@ def work_group(timeout_s: float) -> Any:
 
 def job_id(launch: Launch, timeout_s: float) -> str:
     """One id shared by every rank of this job (rank 0's, broadcast), for files the ranks write about
-    the job; the process group is then left, so the ranks' work that follows cannot time out."""
+    the job; the process group is then left, so the ranks' work that follows cannot time out.
+    The ranks meet here as they start, seconds apart on a loaded node, so the meeting waits at
+    least ``START_WAIT_S`` whatever the collective timeout ``timeout_s``."""
     chosen = [uuid.uuid4().hex]
     if launch.world_size > 1:
-        join_group(launch, "gloo", timeout_s)
+        join_group(launch, "gloo", max(timeout_s, START_WAIT_S))
         dist.broadcast_object_list(chosen, src=0)
         dist.destroy_process_group()
     return chosen[0]
