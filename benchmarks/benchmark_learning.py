@@ -12,7 +12,8 @@ shape parameters in ``parameters.csv``), under ``--work``:
    validation) and its target scaling factors over its own training bodies; the checkpoint is
    chosen by the validation loss (``model_best.mdlus``), the only choice made, and on the
    validation bodies only; predict.py with it on the validation bodies (the figures a choice
-   between settings may read) and once on the test bodies (the figures reported);
+   between settings may read) and once on the test bodies (the figures reported); with
+   ``--train-jobs K`` the splits' models are first trained K at a time, then measured in turn;
 4. per split, baselines on the same test bodies from the training bodies only
    (learning_baselines.py): the training mean (Cd, Cl, and each field's area-weighted mean); the
    nearest training body by geometry (the symmetric surface distance between STLs), its Cd and
@@ -71,6 +72,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -430,12 +432,29 @@ def split_baselines(bodies: dict, coefficients: dict[str, dict], split: dict,
 
 # ---- one split, and the measurements beside its main run ----
 
+def split_training(args: argparse.Namespace, work: Path, overrides: list[str], split: dict,
+                   total: int) -> tuple[str, list[str]]:
+    """A split's training run: its name and its overrides (the seed aside)."""
+    return f"split{split['index']}_default_seed{args.seeds[0]}", split_run_overrides(work, split, overrides, total)
+
+
+def train_splits_side_by_side(args: argparse.Namespace, work: Path, overrides: list[str], splits: list[dict],
+                              total: int) -> None:
+    """Every split's model trained ``--train-jobs`` at a time, before the splits are measured one
+    by one (which then reuse them): on a machine with cores to spare, K splits in the time of fewer."""
+    def one(split: dict) -> dict:
+        name, own = split_training(args, work, overrides, split, total)
+        return train(work, name, [*own, f"seed={args.seeds[0]}"])
+
+    with ThreadPoolExecutor(args.train_jobs) as pool:
+        list(pool.map(one, splits))
+
+
 def measure_split(args: argparse.Namespace, work: Path, overrides: list[str], split: dict, total: int,
                   bodies: dict, coefficients: dict[str, dict], parameters: dict | None) -> tuple[dict, dict]:
     """Train one split's model, choose its checkpoint on validation, predict validation and test
     once; its baselines. The split's record and the training run's."""
-    own = split_run_overrides(work, split, overrides, total)
-    name = f"split{split['index']}_default_seed{args.seeds[0]}"
+    name, own = split_training(args, work, overrides, split, total)
     result = train(work, name, [*own, f"seed={args.seeds[0]}"])
     check_split(work / "train" / name, split)
     validation, rows = (predict_role(work, name, own, role) for role in ("val", "test"))
@@ -670,6 +689,8 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--splits", type=int, default=3, help="splits into training, validation and test bodies")
     parser.add_argument("--val", type=int, default=12, help="validation bodies per split (they choose the checkpoint)")
     parser.add_argument("--test", type=int, default=12, help=f"test bodies per split (at least {MIN_TEST})")
+    parser.add_argument("--train-jobs", type=int, default=1,
+                        help="split models trained at a time (each with train.cpu_threads threads)")
     parser.add_argument("--split-seed", type=int, default=0, help="seeds the test sets; split k's validation: + k")
     parser.add_argument("--skip-uncached", action="store_true", help="no cached-against-uncached timing")
     parser.add_argument("--skip-exact", action="store_true", help="no sampling-law A/B")
@@ -713,6 +734,8 @@ def measure(args: argparse.Namespace, argv: list[str]) -> dict:
     overrides, splits, runs = prepare(args, work, notes)
     bodies = read_bodies({name: args.family.resolve() / name for name in runs}, typed_config(overrides))
     coefficients = {name: published(path) for name, path in runs.items()}
+    if args.train_jobs > 1:
+        train_splits_side_by_side(args, work, overrides, splits, len(runs))
     parameters = family_parameters(args.parameters or args.family / "parameters.csv", list(runs), notes)
     records, results = zip(*(measure_split(args, work, overrides, split, len(runs), bodies, coefficients, parameters)
                              for split in splits))

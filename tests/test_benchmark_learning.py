@@ -175,7 +175,7 @@ def test_the_tables_print_mean_and_spread_over_splits_and_the_ratio_to_the_best_
 
 @pytest.mark.slow
 def test_the_learning_benchmark_runs_end_to_end_on_eight_openfoam_bodies_and_a_mixture(tmp_path, capsys):
-    """The whole benchmark over two splits, and its mixture arm with two tiny synthetic DrivAerML
+    """The whole benchmark over two splits trained side by side, and its mixture arm with two tiny synthetic DrivAerML
     runs (in the same run: the family's processing, cache and first split's run are shared)."""
     from synthetic_data import generate_runs
     benchmark = import_benchmark("benchmark_learning")
@@ -185,13 +185,15 @@ def test_the_learning_benchmark_runs_end_to_end_on_eight_openfoam_bodies_and_a_m
     tiny = [o for o in TINY if not o.startswith("train.device")] + ["model.parameter_model.base_layer=16"]
     work = tmp_path / "work"
     benchmark.main(["--family", str(family), "--work", str(work), "--epochs", "2", "--seeds", "3",
-                    "--splits", "2", "--val", "2", "--test", "3",
+                    "--splits", "2", "--val", "2", "--test", "3", "--train-jobs", "2",
                     "--skip-exact",  # its runs are the main run's functions (test_the_sampling_ab_trains_...)
                     "--mixture-with", str(tmp_path / "drivaerml"),
                     "--json", str(tmp_path / "out.json"), "--png", str(tmp_path / "out.png"), "--set", *tiny])
     out = capsys.readouterr().out
     report = json.loads((tmp_path / "out.json").read_text())
     assert "command: python benchmarks/benchmark_learning.py --family" in out and "commit: " in out
+    for split in report["splits"]:  # trained side by side first, then reused as each split is measured
+        assert out.count(f"reusing {work / 'train' / split['name']}\n") == 1
     assert report["sizes"] == {"train": 3, "val": 2, "test": 3} and len(report["splits"]) == 2
     tested = [set(split["roles"]["test"]) for split in report["splits"]]
     assert not tested[0] & tested[1]  # no body tested twice
