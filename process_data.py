@@ -26,8 +26,8 @@ from domino_pipeline.configuration.config import PipelineConfig
 from domino_pipeline.runtime.entry_point import entry_point
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
 from domino_pipeline.inputs.processing.process_runs import fetch_summary, process_all
-from domino_pipeline.inputs.sources.raw_reading import RemoteAccess
-from domino_pipeline.inputs.sources.remote_files import is_remote
+from domino_pipeline.inputs.raw_files.raw_reading import RemoteAccess
+from domino_pipeline.inputs.raw_files.remote_files import is_remote
 from domino_pipeline.inputs.statistics.table_writer import quality_summary
 from domino_pipeline.storage.object_store import is_url
 from domino_pipeline.runtime.run_report import summarize

@@ -119,7 +119,7 @@ def _fetch_timed(source, waves: list, checksum: bool = False) -> float:
     with ``checksum``, compute each one's CRC32C)."""
     import crc32c
 
-    from domino_pipeline.storage.byte_source import Request
+    from domino_pipeline.storage.byte_reader import Request
 
     ranges = [Request(r.key, r.start, r.length) for wave in waves for r in wave if r.start is not None]
     started = time.perf_counter()
@@ -144,11 +144,11 @@ def child_remote(url: str, preset: str, n: int) -> dict:
     """Waves, requests, MB and time per draw from object storage (first and steady, medians),
     and the server floor: each steady draw's byte ranges fetched as one batch right after it
     (also the median of each draw's ratio to, and excess over, its own floor)."""
-    from domino_pipeline.storage.byte_source import shared_source
+    from domino_pipeline.storage.byte_reader import shared_reader
     from domino_pipeline.storage.object_store import split_url
 
     ds = _dataset(url, preset)
-    source = shared_source(split_url(url)[0])
+    source = shared_reader(split_url(url)[0])
     before = (source.waves, source.requests, source.bytes)
     ds[0]
     first = {"first_waves": source.waves - before[0], "first_requests": source.requests - before[1],
@@ -173,7 +173,7 @@ def child_remote(url: str, preset: str, n: int) -> dict:
 
 def _round_trip_ms(source, key: str, n: int) -> float:
     """A wave of one 4 KB ranged GET of object ``key``, median of ``n``."""
-    from domino_pipeline.storage.byte_source import Request
+    from domino_pipeline.storage.byte_reader import Request
 
     times = []
     for _ in range(n):

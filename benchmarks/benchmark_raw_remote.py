@@ -78,7 +78,7 @@ def child_process(raw: str, out: str, anonymous: bool) -> dict:
     bytes fetched, the files' bytes and the seconds the block readers spent decoding arrays."""
     from domino_pipeline.inputs.vtk import array_data as vtk_array_data, xml_stream as vtk_xml_stream
     from domino_pipeline.inputs.processing.process_runs import process_all
-    from domino_pipeline.inputs.sources.raw_reading import RemoteAccess
+    from domino_pipeline.inputs.raw_files.raw_reading import RemoteAccess
 
     decoding = [0.0]
     original = vtk_xml_stream.VtkXmlFile.read
@@ -108,7 +108,7 @@ def child_floor(run_dir: str) -> dict:
 
     from domino_pipeline.inputs.meshes.mesh_rows import SurfaceRows
     from domino_pipeline.inputs.meshes.vtk_reader import read_stl_triangles
-    from domino_pipeline.inputs.sources.run_folder import run_files
+    from domino_pipeline.inputs.raw_files.run_folder import run_files
     from domino_pipeline.inputs.meshes.surface_stream import surface_arrays
     from domino_pipeline.inputs.meshes.volume_stream import open_rows, volume_arrays
 

@@ -32,8 +32,8 @@ import numpy as np
 import pyvista as pv
 
 from domino_pipeline.configuration.dataset_profile import DatasetConfig
-from domino_pipeline.inputs.sources.concat_bytes import file_pieces
-from domino_pipeline.inputs.sources.run_folder import find_runs, run_files
+from domino_pipeline.inputs.raw_files.concat_bytes import file_pieces
+from domino_pipeline.inputs.raw_files.run_folder import find_runs, run_files
 from synthetic.writers import join_pieces, split_into_pieces
 
 SCALE = 10.0

@@ -20,7 +20,7 @@ import pyvista as pv
 from tqdm import tqdm
 
 from domino_pipeline.configuration.dataset_profile import DatasetConfig
-from domino_pipeline.inputs.sources.concat_bytes import file_pieces, piece_path
+from domino_pipeline.inputs.raw_files.concat_bytes import file_pieces, piece_path
 from synthetic.body import BoundaryMesh, CarShape
 from synthetic.faces import point_weights, ragged_face_geometry
 from synthetic.fields import surface_fields, volume_fields

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from domino_pipeline.configuration.config_files import compose_files
 from domino_pipeline.configuration.dataset_profile import profile_from_file
-from domino_pipeline.inputs.sources.run_folder import find_runs, run_files
+from domino_pipeline.inputs.raw_files.run_folder import find_runs, run_files
 
 PROFILES = sorted((ROOT / "conf" / "dataset").glob("*.yaml"))
 

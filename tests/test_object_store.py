@@ -11,8 +11,8 @@ from cache_fixtures import SAMPLES, tiny_settings
 from s3_server import FaultProxy
 
 from domino_pipeline.loading.cached import CachedDoMINODataset
-from domino_pipeline.storage import byte_source
-from domino_pipeline.storage.byte_source import ConflictError, Request, shared_source, source_and_key
+from domino_pipeline.storage import byte_reader
+from domino_pipeline.storage.byte_reader import ConflictError, Request, shared_reader, reader_and_key
 from domino_pipeline.storage.object_store import split_url
 from domino_pipeline.store.cache_format import CacheError, StaleCacheError
 from domino_pipeline.store.manifest import read_manifest, read_manifest_version, write_manifest
@@ -58,7 +58,7 @@ def test_a_steady_draw_is_one_request_wave_and_a_first_draw_three(s3_features_ca
     """Windowed draws fetch their windows and the areas in one wave; a draw taking all of a
     part's rows (exact) reads the areas, then the chosen rows."""
     ds = CachedDoMINODataset(s3_features_cache, model_type="combined", exact=exact, **SAMPLES)
-    source = shared_source(split_url(s3_features_cache)[0])
+    source = shared_reader(split_url(s3_features_cache)[0])
     waves = []
     for epoch in range(6):
         ds.set_epoch(epoch)
@@ -81,14 +81,14 @@ def _copy_of(s3_server, cache_dir) -> str:
 
 def _shard_key(url: str, run: str, array: str) -> str:
     """The key (within its bucket) of the first shard object of ``array`` in run ``run``."""
-    source, prefix = source_and_key(url)
+    source, prefix = reader_and_key(url)
     generation = read_manifest(url)["runs"][run]["path"]
     return f"{prefix}/{generation}/{array}/c/0/0"
 
 
 def test_corrupt_and_missing_objects_are_named(s3_server, cache_dir):
     url = _copy_of(s3_server, cache_dir)
-    source, _ = source_and_key(url)
+    source, _ = reader_and_key(url)
     key = _shard_key(url, "run_2", "surface_fields")
     [(data, _)] = source.fetch([Request(key)])
     flipped = bytearray(data)
@@ -112,7 +112,7 @@ def test_a_missing_manifest_or_run_is_named(s3_server, cache_dir):
     with pytest.raises(FileNotFoundError, match=r"s3://.*/empty/manifest.json: no cache manifest"):
         CachedDoMINODataset(url)
     url = _copy_of(s3_server, cache_dir)
-    source, prefix = source_and_key(url)
+    source, prefix = reader_and_key(url)
     source.delete(f"{prefix}/run_1/g1.zarr/zarr.json")
     with pytest.raises(CacheError, match=r"/cache/run_1/g1.zarr: the run's metadata \(zarr.json\) is missing"):
         CachedDoMINODataset(url, model_type="surface", **SAMPLES)[0]
@@ -123,7 +123,7 @@ def test_transient_errors_and_slow_responses_are_survived(s3_server, cache_dir, 
     proxy = FaultProxy(s3_server.endpoint, fail_every=3, slow_every=5, delay=0.3)
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        monkeypatch.setattr(byte_source, "_SOURCES", {})  # new clients, through the proxy
+        monkeypatch.setattr(byte_reader, "_SOURCES", {})  # new clients, through the proxy
         local = CachedDoMINODataset(cache_dir, model_type="combined", **SAMPLES)
         remote = CachedDoMINODataset(url, model_type="combined", **SAMPLES)
         for index in range(2):

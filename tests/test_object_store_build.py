@@ -22,7 +22,7 @@ from test_train import TINY
 from domino_pipeline.processed.runs import list_runs
 from domino_pipeline.loading.cached import CachedDoMINODataset
 from domino_pipeline.store.build import manifest_runs, write_scaling_factors
-from domino_pipeline.storage.byte_source import Request, source_and_key
+from domino_pipeline.storage.byte_reader import Request, reader_and_key
 from domino_pipeline.store.cache_format import layout_arrays
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import read_manifest, read_manifest_version, run_path, write_manifest
@@ -139,7 +139,7 @@ def test_the_command_lines_build_validate_train_and_predict_on_s3_and_write_no_s
 def _assert_no_secret(marker: str, urls: list[str], folder: Path, printed: str) -> None:
     """``marker`` is in no object under ``urls``, no file under ``folder``, nothing printed."""
     for url in urls:
-        source, key = source_and_key(url)
+        source, key = reader_and_key(url)
         objects = source.list_all(key)
         assert len(objects) > 20
         for obj in objects:
@@ -156,7 +156,7 @@ REPEATS = int(os.environ.get("DOMINO_STORE_REPEATS", "1"))  # 5 for the acceptan
 
 def _generation_objects(url: str, run: str) -> dict[str, list[str]]:
     """The objects under each generation prefix of ``run``, by generation name."""
-    source, key = source_and_key(url)
+    source, key = reader_and_key(url)
     found: dict[str, list[str]] = {}
     for obj in source.list_all(f"{key}/{run}"):
         generation = obj["path"][len(key) + len(run) + 2:].split("/", 1)
@@ -232,7 +232,7 @@ def test_rank_records_on_s3_let_the_last_rank_finish_the_job_once(s3_server):
     assert finish_rank(url, "job-a", 0, 3, {"failed": 0}, calls.append) is None
     assert finish_rank(url, "job-a", 2, 3, {"failed": 2}, lambda r: calls.append(r) or "done") == "done"
     assert calls == [[{"failed": 0}, {"failed": 1}, {"failed": 2}]]
-    source, key = source_and_key(url)
+    source, key = reader_and_key(url)
     assert [o["path"].rsplit("/", 1)[-1] for o in source.list_all(f"{key}/.ranks/job-a")] == ["finished"]
     # two ranks that see every record at once: the one whose claim comes second does nothing
     assert finish_rank(url, "job-b", 0, 2, {"failed": 0}, calls.append) is None
@@ -261,7 +261,7 @@ def test_torchrun_builds_into_s3_and_the_last_rank_commits_the_manifest(
     assert out.count("1 runs: 1 built") == 2  # each rank built its run
     assert out.count("manifest: ") == 1 and out.count("the last rank to finish writes the manifest") == 1
     assert_same_as(url, cache_dir)
-    source, key = source_and_key(url)
+    source, key = reader_and_key(url)
     left = [o["path"].rsplit("/", 1)[-1] for o in source.list_all(f"{key}/.ranks")]
     assert left == ["finished"]  # the records are gone, the job's claim stays
     _assert_no_secret(marker, [url], tmp_path, out + result.stderr)
@@ -283,7 +283,7 @@ def test_a_build_removes_the_generations_no_reader_needs(s3_server, cache_dir):
     assert sorted(_generation_objects(url, "run_1")) == ["g1.zarr", "g2.zarr", "g3.zarr"]  # g1: named
     write_manifest(url, tiny_settings(), {"run_1": {"path": "run_1/g3.zarr"}},
                    if_version=read_manifest_version(url)[1])
-    source, key = source_and_key(url)
+    source, key = reader_and_key(url)
     source.put(f"{key}/run_1/g4.zarr/.claim", b"pid 1\n", mode="create")  # killed during its upload
     source.put(f"{key}/run_1/g4.zarr/surface_areas/c/0", b"partial")
     publish_generation(local, url, "run_1")  # g5; g4 is young: perhaps a live upload
@@ -312,7 +312,7 @@ def test_an_upload_holds_a_bounded_batch_of_files_in_memory(tmp_path, monkeypatc
 
         def put(self, key, data, **kwargs):
             singles.append(key)
-    monkeypatch.setattr(object_cache, "source_and_key", lambda location: (Recorder(), "pre"))
+    monkeypatch.setattr(object_cache, "reader_and_key", lambda location: (Recorder(), "pre"))
     monkeypatch.setattr(object_cache, "UPLOAD_BATCH_BYTES", 250)
     assert object_cache.upload_folder(tmp_path, "s3://bucket/pre") == 6
     assert [len(b) for b in batches] == [3, 2]  # 300 bytes reach the bound; the rest after

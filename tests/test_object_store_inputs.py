@@ -20,7 +20,7 @@ from domino_pipeline.processed.run_layout import ARRAY_NAMES, ProcessedRunError
 from domino_pipeline.processed.runs import list_runs, load_run, open_run, run_format, run_name
 from domino_pipeline.processed.runs import source_fingerprint, stat_fingerprint
 from domino_pipeline.loading.cached import CachedDoMINODataset
-from domino_pipeline.storage.byte_source import read_bytes
+from domino_pipeline.storage.byte_reader import read_bytes
 from domino_pipeline.storage.object_store import bucket_and_key, is_url
 from domino_pipeline.store.build import manifest_runs, write_scaling_factors
 from domino_pipeline.store.cache_format import StaleCacheError

@@ -34,7 +34,7 @@ from domino_pipeline.inputs.processing.process_options import ProcessOptions
 from domino_pipeline.inputs.processing.process_runs import process_all, process_run
 from domino_pipeline.processed.runs import load_run
 from domino_pipeline.inputs.processing.published_forces import read_published
-from domino_pipeline.inputs.sources.run_folder import run_files
+from domino_pipeline.inputs.raw_files.run_folder import run_files
 
 FIXTURE = ROOT / "tests" / "data" / "openfoam"
 RUNS = ("run_1", "run_2")

@@ -28,8 +28,8 @@ from synthetic_data import join_pieces, split_into_pieces
 
 from domino_pipeline.storage import object_store
 from domino_pipeline.inputs.processing.process_runs import fetch_summary, process_all
-from domino_pipeline.inputs.sources.raw_reading import RemoteAccess
-from domino_pipeline.inputs.sources.remote_runs import find_remote_runs, remote_run_files
+from domino_pipeline.inputs.raw_files.raw_reading import RemoteAccess
+from domino_pipeline.inputs.raw_files.remote_runs import find_remote_runs, remote_run_files
 from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
 
 PREFIX = "drivaer/dataset"
@@ -224,7 +224,7 @@ def test_a_damaged_published_file_is_named_by_its_url_and_finished_runs_stay(hub
 
 
 def test_an_etag_is_a_checksum_only_when_it_is_a_plain_md5():
-    from domino_pipeline.inputs.sources.remote_runs import _md5_checksum
+    from domino_pipeline.inputs.raw_files.remote_runs import _md5_checksum
 
     assert _md5_checksum('"174ac9a4f023a557a68ab0417355970e"') == "md5:174ac9a4f023a557a68ab0417355970e"
     assert _md5_checksum('"67697355489d2004c75eb412929cb432-19"') is None  # a multipart upload's
@@ -255,7 +255,7 @@ def test_opening_an_inline_binary_file_reads_its_header_not_its_data(tmp_path):
     """DrivAerML's volume stores its arrays inline (base64 between the tags): opening it skips
     their text where each array's header says it ends, instead of scanning gigabytes."""
     from synthetic_data import generate_run
-    from domino_pipeline.inputs.sources import concat_bytes
+    from domino_pipeline.inputs.raw_files import concat_bytes
     from synthetic.vtk_xml_writer import Encoding
 
     run = generate_run(tmp_path / "run_1", 1, 0, 1500, 3000, 200_000, Encoding("binary", "none"))
@@ -356,7 +356,7 @@ def test_hub_urls_name_a_folder_at_a_revision(monkeypatch):
 
 
 def test_fetch_bars_follow_each_run_from_its_start_to_its_end():
-    from domino_pipeline.inputs.sources.fetch_progress import FetchBars
+    from domino_pipeline.inputs.raw_files.fetch_progress import FetchBars
 
     bars = FetchBars(enabled=True)
     bars.take(("run_1", 1000, 0))

@@ -103,7 +103,7 @@ def test_processing_leaves_no_reader_thread_whether_the_run_is_written_or_fails(
 
 
 def test_a_growing_staged_array_is_read_as_its_bytes_are_staged_and_names_the_error_that_ends_it(tmp_path: Path) -> None:
-    from domino_pipeline.inputs.sources.array_staging import GrowingStagedArray
+    from domino_pipeline.inputs.raw_files.array_staging import GrowingStagedArray
 
     path = tmp_path / "array.bin"
     array = GrowingStagedArray(path, 8)

@@ -21,8 +21,8 @@ from conftest import ROOT
 from s3_server import CREDENTIALS, FaultProxy
 from test_raw_remote import NO_CREDENTIALS, assert_same_run, published_raw  # noqa: F401  (a fixture)
 
-from domino_pipeline.storage.byte_source import require_unchanged
-from domino_pipeline.inputs.sources.remote_files import RemoteObject
+from domino_pipeline.storage.byte_reader import require_unchanged
+from domino_pipeline.inputs.raw_files.remote_files import RemoteObject
 from domino_pipeline.storage.object_store import ObjectStoreError, _reason
 
 VOLUME = "run_1/volume_1.vtu.01.part"  # the volume's middle piece
@@ -170,7 +170,7 @@ def test_a_reply_of_another_etag_or_size_is_a_changed_object():
 def test_the_retry_deadline_is_configured_and_must_be_positive():
     from conftest import typed_config
 
-    from domino_pipeline.inputs.sources.raw_reading import RemoteAccess
+    from domino_pipeline.inputs.raw_files.raw_reading import RemoteAccess
     assert typed_config().data.retry_deadline_s == 60
     assert typed_config("data.retry_deadline_s=5").data.retry_deadline_s == 5
     with pytest.raises(ValueError, match=r"data\.retry_deadline_s must be positive, not 0"):

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from domino_pipeline.compute.scaling import check_factors_match, compute_scaling_factors, scale_fields
 from domino_pipeline.inputs.meshes import surface_stream, volume_stream, vtk_reader
-from domino_pipeline.inputs.sources import concat_bytes
+from domino_pipeline.inputs.raw_files import concat_bytes
 from domino_pipeline.inputs.processing.process_runs import process_all, process_run
 from domino_pipeline.processed.run_layout import (
     ProcessedRunError,

@@ -18,7 +18,7 @@ from conftest import ROOT
 from vtkmodules.util.numpy_support import vtk_to_numpy
 
 from domino_pipeline.configuration.dataset_profile import profile_from_file
-from domino_pipeline.inputs.sources.concat_bytes import file_pieces
+from domino_pipeline.inputs.raw_files.concat_bytes import file_pieces
 from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
 from synthetic_data import GROUND_Z, STREAM_VELOCITY, VOLUME_BOX, generate_runs, join_pieces
 

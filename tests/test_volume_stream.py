@@ -16,7 +16,7 @@ import pyvista as pv
 from conftest import PROCESS_OPTIONS, import_benchmark, parametrize_tiered
 from test_xml_stream import write
 
-from domino_pipeline.inputs.sources.concat_bytes import piece_path
+from domino_pipeline.inputs.raw_files.concat_bytes import piece_path
 from domino_pipeline.inputs.meshes.run_errors import RunError
 from domino_pipeline.inputs.meshes.vtk_reader import read_volume
 from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors

@@ -22,7 +22,7 @@ from vtkmodules.vtkIOXML import (
     vtkXMLUnstructuredGridWriter,
 )
 
-from domino_pipeline.inputs.sources.concat_bytes import PieceError, file_pieces, piece_path, present_among
+from domino_pipeline.inputs.raw_files.concat_bytes import PieceError, file_pieces, piece_path, present_among
 from domino_pipeline.inputs.vtk.xml_stream import VtkXmlError, VtkXmlFile
 from synthetic_data import split_into_pieces
 

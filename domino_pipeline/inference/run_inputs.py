@@ -25,7 +25,7 @@ from domino_pipeline.inputs.processing.process_options import ProcessOptions
 from domino_pipeline.inputs.processing.process_runs import process_in_memory
 from domino_pipeline.processed.run_layout import ProcessedRunError, arrays_for
 from domino_pipeline.inputs.processing.published_forces import Published
-from domino_pipeline.inputs.sources.run_folder import run_files
+from domino_pipeline.inputs.raw_files.run_folder import run_files
 from domino_pipeline.processed.runs import load_run as load_run_arrays
 from domino_pipeline.processed.runs import open_run, require_parts, run_name
 from domino_pipeline.storage.object_store import as_location, is_url, join, name_of

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from domino_pipeline.storage.byte_source import read_bytes
+from domino_pipeline.storage.byte_reader import read_bytes
 from domino_pipeline.storage.object_store import as_location, is_url, join, list_objects
 
 ABSENT = 2**64 - 1  # Zarr's shard index entry of an inner chunk that was not written

@@ -15,7 +15,7 @@ import numpy as np
 import zarr
 
 from domino_pipeline.processed.run_layout import ProcessedRunError
-from domino_pipeline.storage.byte_source import read_bytes
+from domino_pipeline.storage.byte_reader import read_bytes
 from domino_pipeline.storage.object_store import is_url, zarr_store
 
 # Globals a legacy .npy dict may name: numpy's array, dtype and scalar reconstructors (numpy 1

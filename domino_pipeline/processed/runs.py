@@ -28,7 +28,7 @@ from domino_pipeline.processed.run_layout import (
     check_values,
     natural_key,
 )
-from domino_pipeline.storage.byte_source import read_in_order
+from domino_pipeline.storage.byte_reader import read_in_order
 from domino_pipeline.configuration.run_selection import select_items
 from domino_pipeline.storage.object_store import (
     ObjectInfo,

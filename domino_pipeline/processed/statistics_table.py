@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from domino_pipeline.storage.atomic_store import write_bytes_atomic
-from domino_pipeline.storage.byte_source import read_bytes
+from domino_pipeline.storage.byte_reader import read_bytes
 from domino_pipeline.storage.object_store import join
 
 TABLE_NAME = "statistics.csv"

@@ -1,6 +1,6 @@
 """Locations on object storage: URLs, the one place object-store clients are made (retries,
 timeouts, credentials, unsigned requests, the fork guard), the listings that processed runs and
-caches need, and the one-line naming of a failed request. The reads themselves: byte_source.py.
+caches need, and the one-line naming of a failed request. The reads themselves: byte_reader.py.
 docs/remote_reading.md, "Retries" and "Clients, credentials, forks"."""
 
 from __future__ import annotations

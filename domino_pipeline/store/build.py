@@ -39,7 +39,7 @@ from domino_pipeline.processed.runs import (
     split_from_config,
 )
 from domino_pipeline.runtime.run_report import RunResult
-from domino_pipeline.storage.byte_source import ConflictError, source_and_key
+from domino_pipeline.storage.byte_reader import ConflictError, reader_and_key
 from domino_pipeline.storage.object_store import is_url, join
 from domino_pipeline.store.cache_format import (
     CacheError,
@@ -172,7 +172,7 @@ def write_scaling_factors(train_runs: list[Path], cache_dir: Path, settings: Pre
                                normalization=normalization, variables=variables)
     if is_url(cache_dir):
         data = (json.dumps(checked_scaling_factors(factors, FACTORS_FILE), indent=2) + "\n").encode()
-        source, key = source_and_key(join(cache_dir, FACTORS_FILE))
+        source, key = reader_and_key(join(cache_dir, FACTORS_FILE))
         source.put(key, data)
     else:
         data = save_scaling_factors(cache_dir / FACTORS_FILE, factors).read_bytes()

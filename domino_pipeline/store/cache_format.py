@@ -12,7 +12,7 @@ from pathlib import Path
 
 from domino_pipeline.compute.settings import IMPLICIT_DEFAULTS, NEIGHBOR_LAYOUTS, PARTS, held_parts, neighbor_layout_of
 from domino_pipeline.compute.volume_order import VOLUME_BLOCK_ROWS
-from domino_pipeline.storage.byte_source import source_and_key
+from domino_pipeline.storage.byte_reader import reader_and_key
 from domino_pipeline.storage.object_store import is_url, join
 
 FORMAT = "domino-cache"
@@ -130,7 +130,7 @@ def generations(folder: str | os.PathLike) -> list[tuple[int, Path | str]]:
     """The complete generations in a run folder, oldest first, as (number, path); on object storage a
     generation is complete once its group ``zarr.json``, uploaded last, is there."""
     if is_url(folder):
-        source, key = source_and_key(folder)
+        source, key = reader_and_key(folder)
         names = [n for n in source.list(key)[0] if GENERATION.match(n)]
         found = [(int(GENERATION.match(n).group(1)), join(folder, n)) for n in names
                  if source.head(f"{key}/{n}/zarr.json") is not None]
@@ -151,7 +151,7 @@ def current_generation(folder: str | os.PathLike) -> Path | str | None:
 def directory_bytes(path: str | os.PathLike) -> int:
     """Total size of the files (objects) under ``path``."""
     if is_url(path):
-        source, key = source_and_key(path)
+        source, key = reader_and_key(path)
         return sum(o["size"] for o in source.list_all(key))
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
@@ -159,6 +159,6 @@ def directory_bytes(path: str | os.PathLike) -> int:
 def file_count(path: str | os.PathLike) -> int:
     """Number of files (objects) under ``path``."""
     if is_url(path):
-        source, key = source_and_key(path)
+        source, key = reader_and_key(path)
         return len(source.list_all(key))
     return sum(1 for f in Path(path).rglob("*") if f.is_file())

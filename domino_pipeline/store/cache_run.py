@@ -16,7 +16,7 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from domino_pipeline.storage.byte_source import ByteSource, LocalSource, Request, shared_source
+from domino_pipeline.storage.byte_reader import ByteReader, LocalReader, Request, shared_reader
 from domino_pipeline.storage.object_store import is_url, split_url
 from domino_pipeline.store.cache_format import (
     ARRAYS,
@@ -106,12 +106,12 @@ class CacheRun:
                                   "bytes and CRC32C codecs, inner chunks dividing shards)")
         return reader.shape
 
-    def _source(self) -> tuple[ByteSource, str]:
+    def _source(self) -> tuple[ByteReader, str]:
         """The source the run is read through and the run's key prefix within it."""
         if not self.remote:
-            return LocalSource(self.path), ""
+            return LocalReader(self.path), ""
         root, key = split_url(self.path)
-        return shared_source(root), key + "/"
+        return shared_reader(root), key + "/"
 
     def _read_metadata(self) -> dict[str, bytes]:
         """Every ``zarr.json`` of the run by its path within the run (remotely in one wave)."""

@@ -1,7 +1,7 @@
 """Checked reads of cache arrays straight from their shard objects, without zarr-python, for the one
 layout the cache writes (docs/cache_format.md, "Layout", "Reading chunks directly"). A read is
 planned (the inner chunks a selection touches, their ranges from the kept shard indexes), then
-``read_many`` fetches the ranges of several arrays in one wave of a ``ByteSource``, checks every
+``read_many`` fetches the ranges of several arrays in one wave of a ``ByteReader``, checks every
 checksum and assembles the arrays. ``ChunkedArray.open`` returns None for any other layout; the
 caller then uses zarr-python. A reader is not thread-safe.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import crc32c
 import numpy as np
 
-from domino_pipeline.storage.byte_source import ByteSource, LocalSource, Request
+from domino_pipeline.storage.byte_reader import ByteReader, LocalReader, Request
 from domino_pipeline.store.shard_index import (
     ABSENT,
     CHECKSUM_BYTES,
@@ -48,10 +48,10 @@ class CorruptChunkError(ValueError):
 
 
 class ChunkedArray:
-    """One array of a supported layout, read through a ByteSource with checksums checked. ``key``: the
+    """One array of a supported layout, read through a ByteReader with checksums checked. ``key``: the
     array's folder within the source; ``bytes_read`` counts every byte fetched for it."""
 
-    def __init__(self, source: ByteSource, key: str, shape: tuple[int, ...], dtype: np.dtype,
+    def __init__(self, source: ByteReader, key: str, shape: tuple[int, ...], dtype: np.dtype,
                  chunk_rows: int, shard_rows: int, metadata_bytes: int = 0) -> None:
         self.source, self.prefix = source, (key.strip("/") + "/" if key.strip("/") else "")
         self.name = key.strip("/").rsplit("/", 1)[-1] or Path(source.location).name
@@ -72,10 +72,10 @@ class ChunkedArray:
             raw = (path / "zarr.json").read_bytes()
         except OSError:
             return None
-        return cls.from_metadata(LocalSource(path.parent), path.name, raw)
+        return cls.from_metadata(LocalReader(path.parent), path.name, raw)
 
     @classmethod
-    def from_metadata(cls, source: ByteSource, key: str, raw: bytes | None) -> ChunkedArray | None:
+    def from_metadata(cls, source: ByteReader, key: str, raw: bytes | None) -> ChunkedArray | None:
         """The array at ``key`` of ``source`` whose ``zarr.json`` is ``raw``, if its layout is supported; else None."""
         try:
             meta = json.loads(bytes(raw)) if raw is not None else None

@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from domino_pipeline.storage.atomic_store import exclusive_lock, read_json, write_json_atomic
 from domino_pipeline.compute.scaling import checked_scaling_factors
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.storage.byte_source import read_bytes, read_versioned, source_and_key
+from domino_pipeline.storage.byte_reader import read_bytes, read_versioned, reader_and_key
 from domino_pipeline.storage.object_store import is_url, join, name_of
 from domino_pipeline.store.cache_format import (
     FORMAT,
@@ -58,7 +58,7 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
     manifest["sha256"] = manifest_digest(manifest)
     path = join(cache_dir, MANIFEST)
     if is_url(cache_dir):
-        source, key = source_and_key(path)
+        source, key = reader_and_key(path)
         source.put(key, (json.dumps(manifest, indent=2) + "\n").encode(),
                    mode={"e_tag": if_version} if if_version else "create")
         return path

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from domino_pipeline.storage.object_store import delete_objects, objects_by_folder
-from domino_pipeline.storage.byte_source import ConflictError, source_and_key
+from domino_pipeline.storage.byte_reader import ConflictError, reader_and_key
 from domino_pipeline.storage.object_store import join
 from domino_pipeline.store.cache_format import GENERATION, CacheError
 from domino_pipeline.store.manifest import MANIFEST, read_manifest
@@ -26,7 +26,7 @@ def upload_folder(folder: str | os.PathLike, location: str) -> int:
     """Upload every file under the local cache ``folder`` to ``location`` (hidden temporaries and
     locks left out), the manifest last; return the number of objects written."""
     folder = Path(folder)
-    source, prefix = source_and_key(location)
+    source, prefix = reader_and_key(location)
     files = sorted(p for p in folder.rglob("*") if p.is_file()
                    and not any(part.startswith(".") for part in p.relative_to(folder).parts))
     files.sort(key=lambda p: p.relative_to(folder).as_posix() == MANIFEST)
@@ -59,7 +59,7 @@ def _generation_numbers(source, folder_key: str) -> list[int]:
 def claim_generation(cache_url: str, name: str) -> tuple[int, str]:
     """Claim run ``name``'s next generation number by a create-only put of its ``.claim``: (number, URL)."""
     folder = join(cache_url, name)
-    source, key = source_and_key(folder)
+    source, key = reader_and_key(folder)
     number = max(_generation_numbers(source, key), default=0) + 1
     while True:
         try:
@@ -75,7 +75,7 @@ def publish_generation(local: str | os.PathLike, cache_url: str, name: str, *,
     it is listed only once whole), then remove the old generations; return its URL."""
     local = Path(local)
     number, url = claim_generation(cache_url, name)
-    source, key = source_and_key(url)
+    source, key = reader_and_key(url)
     files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
     _put_in_batches(source, [(f"{key}/{f}", local / f) for f in files if f != "zarr.json"])
     group = json.loads((local / "zarr.json").read_bytes())

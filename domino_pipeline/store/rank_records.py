@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from domino_pipeline.storage.atomic_store import exclusive_lock, read_json, write_json_atomic
 from domino_pipeline.storage.object_store import delete_objects, objects_by_folder
-from domino_pipeline.storage.byte_source import ConflictError, Request, source_and_key
+from domino_pipeline.storage.byte_reader import ConflictError, Request, reader_and_key
 from domino_pipeline.storage.object_store import is_url, join
 from domino_pipeline.store.object_cache import untouched_for
 
@@ -50,7 +50,7 @@ def finish_rank(cache_dir: str | Path, job: str, rank: int, world_size: int, rec
 def _finish_remote(folder: str, rank: int, world_size: int, record: dict,
                    on_last: Callable[[list[dict]], T]) -> T | None:
     """``finish_rank`` on object storage: create-only puts, a listing, a create-only claim."""
-    source, key = source_and_key(folder)
+    source, key = reader_and_key(folder)
     names = [f"rank-{r}.json" for r in range(world_size)]
     source.put(f"{key}/{names[rank]}", json.dumps(record).encode(), mode="create")
     listed = {o["path"].rsplit("/", 1)[-1] for o in source.list(key)[1]}

@@ -8,7 +8,7 @@ from pathlib import Path
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.processed.runs import run_name, source_fingerprint
 from domino_pipeline.runtime.run_report import RunResult
-from domino_pipeline.storage.byte_source import source_and_key
+from domino_pipeline.storage.byte_reader import reader_and_key
 from domino_pipeline.storage.object_store import is_url, name_of
 from domino_pipeline.store.cache_format import CacheError, diff_settings, generations, layout_arrays, run_folder
 from domino_pipeline.store.cache_run import CacheRun
@@ -63,7 +63,7 @@ def _checked(name: str, check, *args) -> RunResult:
 def _folders(cache_dir: Path | str) -> list[str]:
     """The names of the folders (prefixes) directly in the cache."""
     if is_url(cache_dir):
-        source, key = source_and_key(cache_dir)
+        source, key = reader_and_key(cache_dir)
         return source.list(key)[0]
     return [p.name for p in cache_dir.iterdir() if p.is_dir()]
 

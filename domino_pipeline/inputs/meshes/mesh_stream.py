@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from domino_pipeline.inputs.sources.concat_bytes import PieceError
+from domino_pipeline.inputs.raw_files.concat_bytes import PieceError
 from domino_pipeline.inputs.meshes.run_errors import RunError
 from domino_pipeline.inputs.vtk.xml_stream import VtkXmlError, VtkXmlFile
 

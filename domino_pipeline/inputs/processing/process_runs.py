@@ -20,7 +20,7 @@ from domino_pipeline.inputs.statistics.column_moments import ColumnBounds
 from domino_pipeline.inputs.meshes.mesh_rows import SURFACE_ARRAYS
 from domino_pipeline.inputs.meshes.run_errors import RunError
 from domino_pipeline.inputs.meshes.vtk_reader import drop_zero_area, stl_defects
-from domino_pipeline.inputs.sources.fetch_progress import FetchBars
+from domino_pipeline.inputs.raw_files.fetch_progress import FetchBars
 from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
 from domino_pipeline.processed.run_layout import (
@@ -32,10 +32,10 @@ from domino_pipeline.processed.run_layout import (
 )
 from domino_pipeline.inputs.processing.published_forces import Published
 from domino_pipeline.inputs.processing.read_ahead import ReadAhead
-from domino_pipeline.inputs.sources.raw_reading import LocalReading, RemoteAccess, RemoteReading, run_reading
-from domino_pipeline.inputs.sources.remote_files import RemoteFile, RemoteRun, is_remote
-from domino_pipeline.inputs.sources.remote_runs import find_remote_runs, remote_run_files
-from domino_pipeline.inputs.sources.run_folder import RunFiles, find_runs, profile_field_hints, run_files
+from domino_pipeline.inputs.raw_files.raw_reading import LocalReading, RemoteAccess, RemoteReading, run_reading
+from domino_pipeline.inputs.raw_files.remote_files import RemoteFile, RemoteRun, is_remote
+from domino_pipeline.inputs.raw_files.remote_runs import find_remote_runs, remote_run_files
+from domino_pipeline.inputs.raw_files.run_folder import RunFiles, find_runs, profile_field_hints, run_files
 from domino_pipeline.inputs.statistics.run_statistics import RunStatistics, start_run_statistics
 from domino_pipeline.processed.runs import open_run
 from domino_pipeline.inputs.meshes.surface_stream import CellsObserver, SurfaceRows, SurfaceStream, open_surface

@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 
-from domino_pipeline.inputs.sources.concat_bytes import ConcatBytes
+from domino_pipeline.inputs.raw_files.concat_bytes import ConcatBytes
 
 # the most a compressed block of n bytes decompresses to: deflate expands at most 1032-fold
 # (zlib's own bound), an lz4 block at most 255-fold (one length byte per 255 bytes of match);

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from domino_pipeline.inputs.sources.concat_bytes import ConcatBytes
+from domino_pipeline.inputs.raw_files.concat_bytes import ConcatBytes
 from domino_pipeline.inputs.vtk.array_data import COMPRESSORS, ArrayData, VtkXmlError
 
 _TYPES = {"Int8": "i1", "UInt8": "u1", "Int16": "i2", "UInt16": "u2", "Int32": "i4",

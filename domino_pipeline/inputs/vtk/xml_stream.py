@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from domino_pipeline.inputs.sources.concat_bytes import ConcatBytes, file_pieces
+from domino_pipeline.inputs.raw_files.concat_bytes import ConcatBytes, file_pieces
 from domino_pipeline.inputs.vtk.array_data import ArrayData, VtkXmlError
 from domino_pipeline.inputs.vtk.xml_header import CELL_SECTIONS, ArrayEntry, VtkXmlHeader
 

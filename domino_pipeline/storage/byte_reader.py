@@ -1,7 +1,7 @@
 """The one place bytes of files and objects are read, whole or by ranges, in waves of requests
 (docs/remote_reading.md, "Clients, credentials, forks"; docs/cache_format.md, "On object
 storage"): the cache's readers, the processed runs' (``read_bytes``) and the raw runs'
-(``get_listed_range``). Sources are made per process (``shared_source``)."""
+(``get_listed_range``). Readers are made per process (``shared_reader``)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def coalesce(ranges: list[tuple[int, int]]) -> list[tuple[int, int, list[int]]]:
     return merged
 
 
-class ByteSource:
+class ByteReader:
     """Reads requests in waves, counting ``waves``, ``requests`` (coalesced) and ``bytes``, for benchmarks."""
 
     location: str
@@ -89,7 +89,7 @@ class ByteSource:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Release what the source keeps open."""
+        """Release what the reader keeps open."""
 
 
 class ConflictError(RuntimeError):
@@ -102,7 +102,7 @@ def _split(buffer: memoryview, merged, ranges) -> dict[int, memoryview]:
     return {i: buffer[ranges[i][0] - start:ranges[i][0] - start + ranges[i][1]] for i in merged[2]}
 
 
-class LocalSource(ByteSource):
+class LocalReader(ByteReader):
     """A local folder read through read-only maps of its files, remade when a size changes (short at the end)."""
 
     def __init__(self, root: str | os.PathLike) -> None:
@@ -195,7 +195,7 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
     return done
 
 
-class ObjectSource(ByteSource):
+class ObjectReader(ByteReader):
     """An object-store prefix read through obstore's blocking calls in threads, one per object (no
     Python object handed to the client's threads, which could outlive the interpreter)."""
 
@@ -206,7 +206,7 @@ class ObjectSource(ByteSource):
         self.location = url.rstrip("/")
         self._obstore = obstore
         self.store = make_store(self.location)
-        self._pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="object-source")
+        self._pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="object-reader")
 
     def _fetch(self, requests, ranged, results) -> None:
         singles = [i for i, r in enumerate(requests) if r.start is None or r.length is None]
@@ -298,15 +298,15 @@ class ObjectSource(ByteSource):
         self.store = None
 
 
-_SOURCES: dict[tuple[int, str], ByteSource] = {}
+_READERS: dict[tuple[int, str], ByteReader] = {}
 
 
 @atexit.register
-def _close_sources() -> None:
-    """Close this process's sources at exit: an object-store client's threads must not outlive Python."""
-    for source in _SOURCES.values():
-        source.close()
-    _SOURCES.clear()
+def _close_readers() -> None:
+    """Close this process's readers at exit: an object-store client's threads must not outlive Python."""
+    for reader in _READERS.values():
+        reader.close()
+    _READERS.clear()
 
 
 def read_bytes(location: str | os.PathLike, start: int | None = None, length: int | None = None
@@ -315,7 +315,7 @@ def read_bytes(location: str | os.PathLike, start: int | None = None, length: in
     if not is_url(location):
         return _read_file(Path(location), start, length)
     root, key = split_url(str(location))
-    [(data, _)] = shared_source(root).fetch([Request(key, start, length)])
+    [(data, _)] = shared_reader(root).fetch([Request(key, start, length)])
     return None if data is None else bytes(data)
 
 
@@ -370,28 +370,28 @@ def _bare(e_tag: str) -> str:
 def read_versioned(location: str) -> tuple[bytes | None, str | None]:
     """The object at URL ``location`` and the e-tag of the version read (None, None if absent)."""
     root, key = split_url(location)
-    return shared_source(root).get_versioned(key)
+    return shared_reader(root).get_versioned(key)
 
 
-def source_and_key(location: str | os.PathLike) -> tuple[ByteSource, str]:
-    """The shared source of the bucket (or the folder) holding ``location``, and its key there."""
+def reader_and_key(location: str | os.PathLike) -> tuple[ByteReader, str]:
+    """The shared reader of the bucket (or the folder) holding ``location``, and its key there."""
     if is_url(location):
         root, key = split_url(str(location))
-        return shared_source(root), key
+        return shared_reader(root), key
     path = Path(location)
-    return shared_source(path.parent), path.name
+    return shared_reader(path.parent), path.name
 
 
-def open_source(location: str | os.PathLike) -> ByteSource:
-    """A fresh source for ``location``: an ObjectSource for a URL, a LocalSource otherwise."""
+def open_reader(location: str | os.PathLike) -> ByteReader:
+    """A fresh reader for ``location``: an ObjectReader for a URL, a LocalReader otherwise."""
     if not is_url(location):
-        return LocalSource(location)
-    return ObjectSource(str(location))
+        return LocalReader(location)
+    return ObjectReader(str(location))
 
 
-def shared_source(location: str | os.PathLike) -> ByteSource:
-    """One source per process and location, for small reads (manifests, metadata, listings)."""
+def shared_reader(location: str | os.PathLike) -> ByteReader:
+    """One reader per process and location, for small reads (manifests, metadata, listings)."""
     key = (os.getpid(), str(location))
-    if key not in _SOURCES:
-        _SOURCES[key] = open_source(location)
-    return _SOURCES[key]
+    if key not in _READERS:
+        _READERS[key] = open_reader(location)
+    return _READERS[key]

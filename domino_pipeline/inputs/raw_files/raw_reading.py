@@ -16,14 +16,14 @@ import numpy as np
 
 from domino_pipeline.storage.atomic_store import temporary_directory
 from domino_pipeline.configuration.dataset_profile import DatasetConfig
-from domino_pipeline.inputs.sources.concat_bytes import file_pieces
+from domino_pipeline.inputs.raw_files.concat_bytes import file_pieces
 from domino_pipeline.inputs.meshes.run_errors import RunError
 from domino_pipeline.inputs.meshes.vtk_reader import read_stl_triangles
 from domino_pipeline.inputs.meshes.mesh_stream import open_rows
 from domino_pipeline.inputs.processing.published_forces import Published, read_published
-from domino_pipeline.inputs.sources.remote_bytes import CHUNK_BYTES, IN_FLIGHT, FetchCounter, RemoteBytes
-from domino_pipeline.inputs.sources.remote_files import RemoteFile
-from domino_pipeline.inputs.sources.run_folder import RunFiles
+from domino_pipeline.inputs.raw_files.remote_bytes import CHUNK_BYTES, IN_FLIGHT, FetchCounter, RemoteBytes
+from domino_pipeline.inputs.raw_files.remote_files import RemoteFile
+from domino_pipeline.inputs.raw_files.run_folder import RunFiles
 from domino_pipeline.inputs.vtk.xml_stream import VtkXmlFile
 from domino_pipeline.storage.object_store import RETRY_DEADLINE_S
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from domino_pipeline.storage.byte_source import LocalSource, Request, coalesce
+from domino_pipeline.storage.byte_reader import LocalReader, Request, coalesce
 from domino_pipeline.storage.object_store import is_url, join, split_url
 
 
@@ -17,7 +17,7 @@ def test_one_wave_reads_ranges_tails_whole_files_and_names_the_absent(tmp_path):
     data = bytes(range(256)) * 4
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "shard").write_bytes(data)
-    source = LocalSource(tmp_path)
+    source = LocalReader(tmp_path)
     requests = [Request("a/shard", 10, 5), Request("a/shard", 15, 5), Request("a/shard", None, 8),
                 Request("a/shard"), Request("missing", 0, 4), Request("a/shard", 1020, 10)]
     got = source.fetch(requests)
@@ -33,7 +33,7 @@ def test_one_wave_reads_ranges_tails_whole_files_and_names_the_absent(tmp_path):
 def test_a_file_that_shrinks_or_grows_between_waves_is_read_as_it_now_is(tmp_path):
     path = tmp_path / "shard"
     path.write_bytes(bytes(range(200)))
-    source = LocalSource(tmp_path)
+    source = LocalReader(tmp_path)
     assert bytes(source.fetch([Request("shard", 100, 50)])[0][0]) == bytes(range(100, 150))
     with open(path, "r+b") as f:  # truncated in place, as an interrupted rewrite leaves it
         f.truncate(120)
@@ -47,7 +47,7 @@ def test_a_file_that_shrinks_or_grows_between_waves_is_read_as_it_now_is(tmp_pat
 def test_empty_files_and_closed_sources(tmp_path):
     (tmp_path / "empty").write_bytes(b"")
     (tmp_path / "full").write_bytes(b"0123456789")
-    source = LocalSource(tmp_path)
+    source = LocalReader(tmp_path)
     assert bytes(source.fetch([Request("empty", 0, 4)])[0][0]) == b""
     kept = source.fetch([Request("full", 2, 3)])[0][0]
     source.close()

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-from domino_pipeline.storage.byte_source import coalesce
+from domino_pipeline.storage.byte_reader import coalesce
 from domino_pipeline.inputs.vtk.array_data import ArrayData, VtkXmlError
 
 SLAB_BYTES = 3 << 22  # decoded bytes of an array decoded and written at a time (12 MiB)

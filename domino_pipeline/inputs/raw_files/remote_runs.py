@@ -12,10 +12,10 @@ from collections.abc import Collection
 from domino_pipeline.configuration.config import PROCESS_PARTS, check_choice
 from domino_pipeline.configuration.dataset_profile import DatasetConfig
 from domino_pipeline.storage.hub import HubFolder, is_hub, tree
-from domino_pipeline.inputs.sources.concat_bytes import pieces_among
+from domino_pipeline.inputs.raw_files.concat_bytes import pieces_among
 from domino_pipeline.processed.run_layout import natural_key
-from domino_pipeline.inputs.sources.remote_files import Origin, RemoteFile, RemoteObject, RemoteRun
-from domino_pipeline.inputs.sources.run_folder import RunFiles, resolve_name
+from domino_pipeline.inputs.raw_files.remote_files import Origin, RemoteFile, RemoteObject, RemoteRun
+from domino_pipeline.inputs.raw_files.run_folder import RunFiles, resolve_name
 from domino_pipeline.storage.object_store import (
     RETRY_DEADLINE_S,
     anonymous_for,

@@ -14,9 +14,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from domino_pipeline.inputs.sources.concat_bytes import PiecedStream
-from domino_pipeline.inputs.sources.remote_files import RemoteFile, RemoteObject
-from domino_pipeline.storage.byte_source import get_listed_range
+from domino_pipeline.inputs.raw_files.concat_bytes import PiecedStream
+from domino_pipeline.inputs.raw_files.remote_files import RemoteFile, RemoteObject
+from domino_pipeline.storage.byte_reader import get_listed_range
 from domino_pipeline.storage.object_store import ObjectStoreError
 
 CHUNK_BYTES = 8 << 20  # one ranged GET of a sweep
@@ -205,7 +205,7 @@ class RemoteBytes(PiecedStream):
     def prepare(self, file, keys: list[tuple[str, str]]):
         """Stage the arrays ``keys`` of ``file`` into ``staging`` and seal the stream: None once staged
         (pieces checked whole), else the Staging of arrays read as they grow, to close after."""
-        from domino_pipeline.inputs.sources.array_staging import stage_arrays, stage_growing
+        from domino_pipeline.inputs.raw_files.array_staging import stage_arrays, stage_growing
 
         whole = [(self.starts[i], self.starts[i + 1]) for i, piece in enumerate(self.file.pieces)
                  if self.verify and piece.checksum]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from domino_pipeline.configuration.config import PROCESS_PARTS, check_choice
 from domino_pipeline.configuration.dataset_profile import DatasetConfig
-from domino_pipeline.inputs.sources.concat_bytes import present_among
-from domino_pipeline.inputs.sources.remote_files import RemoteFile
+from domino_pipeline.inputs.raw_files.concat_bytes import present_among
+from domino_pipeline.inputs.raw_files.remote_files import RemoteFile
 from domino_pipeline.inputs.meshes.run_errors import MissingFieldError
 from domino_pipeline.processed.run_layout import natural_key
 
