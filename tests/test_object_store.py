@@ -123,7 +123,7 @@ def test_transient_errors_and_slow_responses_are_survived(s3_server, cache_dir, 
     proxy = FaultProxy(s3_server.endpoint, fail_every=3, slow_every=5, delay=0.3)
     try:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-        monkeypatch.setattr(byte_reader, "_SOURCES", {})  # new clients, through the proxy
+        monkeypatch.setattr(byte_reader, "_READERS", {})  # new clients, through the proxy
         local = CachedDoMINODataset(cache_dir, model_type="combined", **SAMPLES)
         remote = CachedDoMINODataset(url, model_type="combined", **SAMPLES)
         for index in range(2):
