@@ -1,6 +1,7 @@
-"""The target scaling factors of a training run: made sure of before the datasets open them (an
-uncached run's computed by every rank in parts, merged in run order: docs/gpu.md), and turned
-into the function that brings the model's scaled outputs back to physical units.
+"""The target scaling factors of a training run, decided in one place from whichever origin the
+config names (a file, the cache's, computed from the processed training runs by every rank in
+parts and merged in run order: docs/gpu.md, or merged over a mixture's sources), and turned into
+the function that brings the model's scaled outputs back to physical units.
 """
 
 from __future__ import annotations
@@ -12,18 +13,63 @@ from typing import Any
 import torch
 
 from domino_pipeline.compute.scaling import (
+    check_factors_match,
     load_scaling_factors,
     merge_statistics,
     processed_run_statistics,
     save_scaling_factors,
     unscale_fields,
 )
-from domino_pipeline.configuration.config import SamplingConfig, VariablesConfig
-from domino_pipeline.processed.runs import ReadOptions, run_name
+from domino_pipeline.configuration.config import PipelineConfig, SamplingConfig, VariablesConfig
+from domino_pipeline.loading.assembly import TrainingSources, scaling_factors_path
+from domino_pipeline.processed.runs import ReadOptions, read_options_from_config, run_name
+from domino_pipeline.store.manifest import manifest_scaling_factors
 from domino_pipeline.training import distributed
 from domino_pipeline.training.distributed import DistInfo
 
 Gather = Callable[[Any], list[Any]]
+
+
+def training_scaling_factors(config: PipelineConfig, sources: TrainingSources, info: DistInfo) -> dict:
+    """The scaling factors of a training run over ``sources``, by their origin:
+
+    - ``sampling.scaling_factors``: that file;
+    - a mixture: merged from the statistics each source's cache records of its training runs, run by
+      run in the mixture's form, written to <output_dir>/scaling_factors.json (by the main rank);
+    - one cached dataset: the cache's own, checked against its manifest (of a cache on object
+      storage, a copy kept as <output_dir>/cache_scaling_factors.json);
+    - one uncached dataset: <output_dir>/scaling_factors.json, computed from the training runs when missing.
+
+    One dataset's factors of another split are refused unless ``sampling.allow_other_split``; a
+    mixture's of other target variables or parts."""
+    sampling, given = config.sampling, config.sampling.scaling_factors is not None
+    if sources.mixture is not None:
+        train_sources = sources.mixture[0]
+        if given:
+            factors = load_scaling_factors(sampling.scaling_factors, sampling.normalization,
+                                           allow_pickle=config.data.allow_pickle)
+        else:
+            factors = merge_statistics([stats for source in train_sources for stats in source.statistics],
+                                       [f"{source.name}/{name}" for source in train_sources
+                                        for name, _ in source.dataset.run_sources],
+                                       normalization=sampling.normalization, variables=train_sources[0].variables)
+            factors["form"] = "nondimensional" if sources.form else "stored"
+        check_factors_match(factors, *(train_sources[0].variables[part] for part in ("surface", "volume")),
+                            "sampling.scaling_factors", train_sources[0].dataset.parts)
+        if info.is_main and not given:
+            save_scaling_factors(scaling_factors_path(config), factors)
+        return factors
+    config = sources.config  # one dataset's own
+    path = scaling_factors_path(config)
+    if isinstance(path, str):  # a cache on object storage: its factors, checked, kept beside the outputs
+        path = save_scaling_factors(Path(config.output_dir) / "cache_scaling_factors.json",
+                                    manifest_scaling_factors(config.cache.dir))
+    ensure_scaling_factors(path, sources.train_runs, sampling=sampling, cached=config.cache.enabled,
+                           variables=config.variables, options=read_options_from_config(config.data, config.physics),
+                           info=info, work_timeout_s=config.distributed.work_timeout_s)
+    if config.cache.enabled and not given:
+        return manifest_scaling_factors(config.cache.dir, normalization=sampling.normalization)
+    return load_scaling_factors(path, sampling.normalization, allow_pickle=config.data.allow_pickle)
 
 
 def ensure_scaling_factors(path: Path, train_runs: Sequence[Path], *, sampling: SamplingConfig, cached: bool,
