@@ -36,12 +36,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch.utils.data import DistributedSampler
 
 from domino_pipeline.configuration.config import PipelineConfig
 from domino_pipeline.configuration.source_configs import sources_of
 from domino_pipeline.configuration.variables import column_names
 from domino_pipeline.loading.assembly import TrainingSources, split_record, training_sources
 from domino_pipeline.loading.items import parts_of
+from domino_pipeline.loading.mixture import WeightedSourceSampler
 from domino_pipeline.runtime.entry_point import entry_point
 from domino_pipeline.runtime.launch import launch_environment
 from domino_pipeline.training import distributed
@@ -75,26 +77,39 @@ def data_source(config: PipelineConfig) -> str:
 
 def build_data(config: PipelineConfig, info: DistInfo, sources: TrainingSources, factors: dict) -> TrainData:
     """Datasets and loaders over every source; validation draws the same samples every time, so
-    epochs compare; over a mixture, each validation run's source and each training key's."""
+    epochs compare; over a mixture, each source drawn by its weight, each validation run's source
+    and each training key's."""
     train_set, val_set = sources.datasets(factors)
     if val_set is not None:
         val_set.set_epoch(0)
     train, splits = config.train, sources.splits
-    sampler = sources.sampler(train_set, seed=config.seed, world_size=info.world_size, rank=info.rank)
     loaders = dict(train_loader=make_loader(train_set, train.batch_size, train.num_workers, info.device),
                    val_loader=None if val_set is None else make_loader(val_set, train.batch_size,
                                                                        train.val_num_workers, info.device))
     if sources.mixture is None:
         [split] = splits
-        return TrainData(train_runs=split.train_runs, val_runs=split.val_runs, train_set=train_set, sampler=sampler,
-                         **loaders)
+        return TrainData(train_runs=split.train_runs, val_runs=split.val_runs, train_set=train_set, **loaders,
+                         sampler=DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank,
+                                                    shuffle=True, seed=config.seed))
     names = train_set.run_names
     return TrainData(
         train_runs=[n for s in splits for n in s.names("train")], val_runs=[n for s in splits for n in s.names("val")],
-        train_set=train_set, sampler=sampler, run_names=names, **loaders,
+        train_set=train_set, run_names=names, **loaders,
+        sampler=WeightedSourceSampler(train_set.sizes, [s.weight for s in train_set.sources], seed=config.seed,
+                                      num_replicas=info.world_size, rank=info.rank),
         val_sources={} if val_set is None else {s.name: list(val_set.source_indices(i))
                                                  for i, s in enumerate(val_set.sources)},
         source_of=lambda key: names[key % len(names)].split("/")[0])
+
+
+def target_variable_names(config: PipelineConfig, sources: TrainingSources, parts: tuple[str, ...]
+                          ) -> dict[str, list[str]]:
+    """Output variable names per target key of ``parts``: the mixture's (in its form), else the config's."""
+    if sources.mixture is None:
+        variables = {"volume": config.variables.volume, "surface": config.variables.surface}
+    else:
+        variables = {part: dict(names) for part, names in sources.mixture[0][0].variables.items()}
+    return {f"{part}_fields": column_names(variables[part]) for part in variables if part in parts}
 
 
 def build_state(config: PipelineConfig, info: DistInfo) -> TrainingState:
@@ -120,11 +135,9 @@ def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
     model_type = resolve_model_type(config.model_type, config.model)
     config.loss.check(parts_of(model_type), len(column_names(config.variables.surface)))
     sources = training_sources(config, log.print)
-    factors = training_scaling_factors(config, sources, info)
+    factors = training_scaling_factors(sources, info)
     log.write_json("split.json", split_record(sources.splits, sources.mixture is not None))
-    data = build_data(config, info, sources, factors)
-    names = {f"{part}_fields": column_names(variables) for part, variables in sources.target_variables.items()
-             if part in parts_of(model_type)}
+    data, names = build_data(config, info, sources, factors), target_variable_names(config, sources, parts_of(model_type))
     # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;
     # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
     torch.manual_seed(config.seed + info.rank)

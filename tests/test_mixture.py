@@ -210,7 +210,7 @@ def mixture_sets(config) -> tuple:
     from domino_pipeline.training.target_scaling import training_scaling_factors
 
     sources = training_sources(config, lambda line: None)
-    factors = training_scaling_factors(config, sources, DistInfo(0, 0, 1, torch.device("cpu")))
+    factors = training_scaling_factors(sources, DistInfo(0, 0, 1, torch.device("cpu")))
     return (*sources.datasets(factors), factors)
 
 

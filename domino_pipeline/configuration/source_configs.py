@@ -39,18 +39,14 @@ def source_config(config: PipelineConfig, source: SourceConfig) -> PipelineConfi
         cache=dataclasses.replace(config.cache, dir=source.cache_dir))
 
 
-def own_source(config: PipelineConfig) -> SourceConfig:
-    """The one source of a config without ``data.sources``: its dataset and cache, every run it
-    holds (``data.runs`` chooses the runs process_data.py and cache_data.py build, not those trained on)."""
-    return SourceConfig(name=config.dataset.name, dataset=config.dataset.name,
-                        processed_dir=config.data.processed_dir, cache_dir=config.cache.dir, weight=1.0,
-                        raw_dir=config.data.raw_dir, runs=None, val_runs=None)
-
-
 def sources_of(config: PipelineConfig) -> list[tuple[SourceConfig, PipelineConfig]]:
-    """Each source with its one-dataset config; the config itself when it lists none."""
+    """Each source with its one-dataset config; without ``data.sources`` the config itself, its one
+    source its dataset and cache with every run it holds (``data.runs`` chooses the runs
+    process_data.py and cache_data.py build, not those trained on)."""
     if config.data.sources is None:
-        return [(own_source(config), config)]
+        return [(SourceConfig(name=config.dataset.name, dataset=config.dataset.name, weight=1.0,
+                              processed_dir=config.data.processed_dir, cache_dir=config.cache.dir,
+                              raw_dir=config.data.raw_dir, runs=None, val_runs=None), config)]
     return [(source, source_config(config, source)) for source in config.data.sources]
 
 

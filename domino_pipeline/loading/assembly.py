@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig
-from torch.utils.data import Dataset, DistributedSampler, Sampler
+from torch.utils.data import Dataset
 
 from domino_pipeline.compute.nondimensional_form import RunForm, form_variables, identity_form, stored_run_form
 from domino_pipeline.compute.sampling import sampling_law
@@ -23,7 +23,7 @@ from domino_pipeline.configuration.config import CacheConfig, DataConfig, Pipeli
 from domino_pipeline.configuration.run_selection import select_items
 from domino_pipeline.configuration.source_configs import mixture, nondimensional, sources_of
 from domino_pipeline.loading.cached import CachedDoMINODataset
-from domino_pipeline.loading.mixture import MixtureDataset, Source, WeightedSourceSampler, check_settings_agree, check_sources_agree
+from domino_pipeline.loading.mixture import MixtureDataset, Source, check_settings_agree, check_sources_agree
 from domino_pipeline.processed.run_quality import quality_selection
 from domino_pipeline.processed.runs import list_runs, read_options_from_config, run_name, run_split_from_config, stat_fingerprint
 from domino_pipeline.storage.object_store import as_location, exists, is_url, join, name_of
@@ -43,16 +43,10 @@ def scaling_factors_path(config: PipelineConfig | DictConfig) -> Path | str:
     if config.sampling.scaling_factors is not None:
         return Path(config.sampling.scaling_factors)
     if config.cache.enabled and not mixture(config):
-        cache_dir = _one_cache(config)
-        record = read_manifest(cache_dir).get("scaling_factors") or {"path": "scaling_factors.json"}
-        return join(cache_dir, record["path"])
+        [(_, own)] = sources_of(config)
+        record = read_manifest(own.cache.dir).get("scaling_factors") or {"path": "scaling_factors.json"}
+        return join(own.cache.dir, record["path"])
     return Path(config.output_dir) / "scaling_factors.json"
-
-
-def _one_cache(config: PipelineConfig) -> str | os.PathLike:
-    """The cache of a config's one source."""
-    [(_, own)] = sources_of(config)
-    return own.cache.dir
 
 
 def scaling_factors_of(config: PipelineConfig | DictConfig) -> dict:
@@ -60,7 +54,8 @@ def scaling_factors_of(config: PipelineConfig | DictConfig) -> dict:
     config = typed(config)
     sampling = config.sampling
     if sampling.scaling_factors is None and config.cache.enabled and not mixture(config):
-        return manifest_scaling_factors(_one_cache(config), normalization=sampling.normalization)
+        [(_, own)] = sources_of(config)
+        return manifest_scaling_factors(own.cache.dir, normalization=sampling.normalization)
     return load_scaling_factors(scaling_factors_path(config), sampling.normalization,
                                 allow_pickle=config.data.allow_pickle)
 
@@ -160,15 +155,13 @@ def split_sources(config: PipelineConfig, say: Callable[[str], None]) -> list[So
 def split_record(splits: list[SourceSplit], mixed: bool) -> dict:
     """split.json: the training, validation and test runs (one dataset's by file name); over a
     mixture (``mixed``) every run as ``<source>/<run>``, and per source."""
+    roles = ("train", "val", "test")
     if not mixed:
-        return {role: [name_of(r) for r in getattr(splits[0], f"{role}_runs")] for role in ("train", "val", "test")}
-    return {"train": [n for s in splits for n in s.names("train")],
-            "val": [n for s in splits for n in s.names("val")],
-            "test": [n for s in splits for n in s.names("test")],
+        return {role: [name_of(r) for r in getattr(splits[0], f"{role}_runs")] for role in roles}
+    return {**{role: [n for s in splits for n in s.names(role)] for role in roles},
             "sources": {s.source.name: {"dataset": s.config.dataset.name,
-                                        "train": [run_name(r) for r in s.train_runs],
-                                        "val": [run_name(r) for r in s.val_runs],
-                                        "test": [run_name(r) for r in s.test_runs]} for s in splits}}
+                                        **{role: [run_name(r) for r in getattr(s, f"{role}_runs")] for role in roles}}
+                        for s in splits}}
 
 
 def target_variables(config: PipelineConfig, form: bool) -> dict[str, list[list[str]]]:
@@ -213,47 +206,21 @@ def source_datasets(splits: list[SourceSplit], config: PipelineConfig, *, train:
 
 @dataclass(frozen=True)
 class TrainingSources:
-    """A training run's sources: each one's split, and over a mixture each one's cached runs (drawn
-    unscaled, with their forms and statistics: what the scaling factors merge); None: one dataset,
-    drawn by its own dataset in its stored form."""
+    """A training run's sources: each one's split and, over a mixture, each one's training and
+    validation runs' cached datasets (drawn unscaled, with their forms and statistics: what the
+    scaling factors merge); None: one dataset, drawn by its own dataset in its stored form."""
 
     config: PipelineConfig   # one dataset's own config, or the mixture's
     splits: list[SourceSplit]
-    mixture: tuple[list[Source], list[Source]] | None   # (training, validation) sources
-
-    @property
-    def form(self) -> bool:
-        """Whether the targets are in the non-dimensional form."""
-        return nondimensional(self.config)
-
-    @property
-    def target_variables(self) -> dict[str, dict[str, str]]:
-        """Per part, the targets' names and kinds: the mixture's (in its form), else the config's own."""
-        if self.mixture is None:
-            return {"volume": dict(self.config.variables.volume), "surface": dict(self.config.variables.surface)}
-        return {part: dict(variables) for part, variables in self.mixture[0][0].variables.items()}
-
-    @property
-    def train_runs(self) -> list[Path | str]:
-        return [r for s in self.splits for r in s.train_runs]
+    mixture: tuple[list[Source], list[Source]] | None
 
     def datasets(self, factors: dict) -> tuple[Dataset, Dataset | None]:
         """The training and validation sets (None: no validation runs), scaled by ``factors``."""
         if self.mixture is None:
             [split] = self.splits
-            return (dataset_from_config(self.config, split.train_runs, train=True, scaled=factors),
-                    dataset_from_config(self.config, split.val_runs, train=False, scaled=factors)
-                    if split.val_runs else None)
-        train_sources, val_sources = self.mixture
-        return (MixtureDataset(train_sources, scaling_factors=factors),
-                MixtureDataset(val_sources, scaling_factors=factors) if val_sources else None)
-
-    def sampler(self, train_set: Dataset, *, seed: int, world_size: int, rank: int) -> Sampler[int]:
-        """The training shuffle: each source drawn by its weight over a mixture, else every run once."""
-        if self.mixture is None:
-            return DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-        return WeightedSourceSampler(train_set.sizes, [s.weight for s in train_set.sources], seed=seed,
-                                     num_replicas=world_size, rank=rank)
+            return tuple(dataset_from_config(self.config, runs, train=train, scaled=factors) if runs else None
+                         for runs, train in ((split.train_runs, True), (split.val_runs, False)))
+        return tuple(MixtureDataset(sources, scaling_factors=factors) if sources else None for sources in self.mixture)
 
 
 def training_sources(config: PipelineConfig, say: Callable[[str], None]) -> TrainingSources:
