@@ -29,13 +29,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from domino_pipeline.compute.nondimensional_form import stored_run_form
 from domino_pipeline.compute.settings import settings_from_config
 from domino_pipeline.configuration.config import PipelineConfig, SourceConfig
 from domino_pipeline.configuration.source_configs import mixture, nondimensional, sources_of
 from domino_pipeline.configuration.variables import column_names
 from domino_pipeline.inference.forces import ForceSettings
 from domino_pipeline.inference.predict_runs import predict_run, report_table, run_record, write_run_outputs
-from domino_pipeline.inference.run_inputs import Physics, load_prediction_run, prediction_form, split_runs_of
+from domino_pipeline.inference.run_inputs import Physics, load_prediction_run, split_runs_of
 from domino_pipeline.inference.trained_model import load_trained_model
 from domino_pipeline.loading.assembly import scaling_factors_of
 from domino_pipeline.runtime.entry_point import entry_point
@@ -98,7 +99,9 @@ def predict_runs(config: PipelineConfig, runs: list, model, parameters: dict, fa
         prediction = predict_run(model, run, settings, scaling_factors=factors,
                                  geometry_points=config.sampling.geometry_points, batch_points=options.batch_points,
                                  device=device, volume=options.volume, seed=config.seed, progress=True,
-                                 form=prediction_form(run, config.dataset, form))
+                                 form=stored_run_form(config.dataset, run.arrays["global_params_values"],
+                                                      run.published.velocity if run.published else None, run.name,
+                                                      form))
         record = run_record(run, prediction, variables=variables, forces=forces)
         written = write_run_outputs(run, prediction, variables=variables, out_dir=out_dir, plot=options.plot,
                                     record=record, pressure=forces.pressure)

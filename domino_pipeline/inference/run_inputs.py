@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import pyvista as pv
 
-from domino_pipeline.compute.nondimensional_form import RunForm, identity_form, stored_run_form
 from domino_pipeline.inference.forces import mesh_vector_areas
 from domino_pipeline.configuration.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.meshes.vtk_reader import read_mesh, read_stl
@@ -115,15 +114,6 @@ def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike, proce
     raw = None if is_url(raw_dir) else Path(raw_dir)
     return [raw / run_name(name) if raw is not None and (raw / run_name(name)).is_dir()
             else join(processed_dir, name) for name in names]
-
-
-def prediction_form(run: PredictionRun, dataset: DatasetConfig, nondimensional: bool) -> RunForm:
-    """The form a model over sources predicts ``run`` in: its own flow's (``nondimensional``), else the
-    stored units; the stored references are the run's global parameters, as in its cache run."""
-    if not nondimensional:
-        return identity_form(dataset)
-    return stored_run_form(dataset, run.arrays["global_params_values"],
-                           run.published.velocity if run.published else None, run.name)
 
 
 def load_prediction_run(path: str | os.PathLike, *, dataset: DatasetConfig, physics: Physics, volume: bool,

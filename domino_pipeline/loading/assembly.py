@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 from torch.utils.data import Dataset
 
-from domino_pipeline.compute.nondimensional_form import RunForm, form_variables, identity_form, stored_run_form
+from domino_pipeline.compute.nondimensional_form import RunForm, form_variables, stored_run_form
 from domino_pipeline.compute.sampling import sampling_law
 from domino_pipeline.compute.scaling import load_scaling_factors
 from domino_pipeline.compute.settings import settings_from_config
@@ -179,8 +179,7 @@ def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool
     for index, (name, _) in enumerate(dataset.run_sources):
         scalars = dataset.run(index).attrs["scalars"]
         forms.append(stored_run_form(config.dataset, scalars["global_params_values"],
-                                     scalars.get("published_velocity"), f"{dataset.cache_dir}/{name}")
-                     if form else identity_form(config.dataset))
+                                     scalars.get("published_velocity"), f"{dataset.cache_dir}/{name}", form))
         statistics.append({part: forms[-1].statistics(part, scalars["field_statistics"][part])
                            for part in dataset.parts})
     return forms, statistics
