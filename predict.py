@@ -54,6 +54,8 @@ def main(config: PipelineConfig) -> None:
     device = resolve_train_device(options.device, 0)
     model, parameters = load_trained_model(options.checkpoint, device)
     factors = scaling_factors_of(config)  # train.py's: the cache's (a local folder or a URL), checked
+    if not options.runs and options.split is None:
+        raise ValueError("nothing to predict: give predict.runs=[...] or predict.split=val")
     for source, own in chosen:
         runs = [as_location(r) for r in options.runs]
         if options.split is not None:
@@ -68,15 +70,13 @@ def main(config: PipelineConfig) -> None:
 
 
 def chosen_sources(config: PipelineConfig) -> list[tuple[SourceConfig, PipelineConfig]]:
-    """The sources whose runs predict.py predicts (``predict.source``, else all); refused: nothing to
-    predict, runs of several sources without their source, an unknown source."""
+    """The sources whose runs predict.py predicts (``predict.source``, else all); refused: runs of
+    several sources without their source, an unknown source."""
     options, sources = config.predict, sources_of(config)
     names = [s.name for s, _ in sources]
     if options.runs and options.source is None and len(sources) > 1:
         raise ValueError(f"predict.runs={options.runs}: a model over sources needs to know whose runs they are: "
                          f"set predict.source to one of {names}")
-    if not options.runs and options.split is None:
-        raise ValueError("nothing to predict: give predict.runs=[...] or predict.split=val")
     chosen = [(s, own) for s, own in sources if options.source in (None, s.name)]
     if not chosen:
         raise ValueError(f"predict.source={options.source}: no such source; the sources are {names}")
