@@ -1,8 +1,6 @@
 """The datasets a config asks for: one dataset's (cached or uncached), and a training run's over its
-sources (``data.sources``; a config without them is its own one source, docs/mixtures.md): each
-source's split, and the training and validation sets, one source's own dataset in its stored form,
-else the mixture of every source in the run's form. The scaling factors a config points at are read
-here; a training run's are decided in training/target_scaling.py.
+sources (``data.sources``; a config without them is its own one source, docs/mixtures.md): one
+source's own dataset in its stored form, else the mixture of every source in the run's form.
 """
 
 from __future__ import annotations
@@ -205,9 +203,8 @@ def source_datasets(splits: list[SourceSplit], config: PipelineConfig, *, train:
 
 @dataclass(frozen=True)
 class TrainingSources:
-    """A training run's sources: each one's split and, over a mixture, each one's training and
-    validation runs' cached datasets (drawn unscaled, with their forms and statistics: what the
-    scaling factors merge); None: one dataset, drawn by its own dataset in its stored form."""
+    """A training run's sources: each one's split and, over a mixture, the training and validation
+    runs' cached datasets of each (drawn unscaled, with their forms and statistics); None: one dataset."""
 
     config: PipelineConfig   # one dataset's own config, or the mixture's
     splits: list[SourceSplit]

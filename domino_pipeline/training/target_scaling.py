@@ -21,7 +21,7 @@ from domino_pipeline.compute.scaling import (
 )
 from domino_pipeline.configuration.config import SamplingConfig, VariablesConfig
 from domino_pipeline.configuration.source_configs import nondimensional
-from domino_pipeline.loading.assembly import TrainingSources, scaling_factors_path
+from domino_pipeline.loading.assembly import TrainingSources, scaling_factors_of, scaling_factors_path
 from domino_pipeline.processed.runs import ReadOptions, read_options_from_config, run_name
 from domino_pipeline.store.manifest import manifest_scaling_factors
 from domino_pipeline.training import distributed
@@ -29,24 +29,19 @@ from domino_pipeline.training.distributed import DistInfo
 
 
 def training_scaling_factors(sources: TrainingSources, info: DistInfo) -> dict:
-    """The scaling factors of a training run over ``sources``, by their origin:
-
-    - ``sampling.scaling_factors``: that file;
-    - a mixture: merged from the statistics each source's cache records of its training runs, run by
-      run in the mixture's form, written to <output_dir>/scaling_factors.json (by the main rank);
-    - one cached dataset: the cache's own, checked against its manifest (of a cache on object
-      storage, a copy kept as <output_dir>/cache_scaling_factors.json);
-    - one uncached dataset: <output_dir>/scaling_factors.json, computed from the training runs when
-      missing, by every rank in parts.
-
-    One dataset's factors of another split are refused unless ``sampling.allow_other_split``; a
-    mixture's of other target variables or parts."""
+    """The scaling factors of a training run over ``sources``, by origin: ``sampling.scaling_factors``
+    (a file); over a mixture, merged from the statistics each source's cache records of its training
+    runs in the mixture's form (saved as <output_dir>/scaling_factors.json); one cached dataset's,
+    its cache's (checked against its manifest; of a cache on object storage, a copy kept as
+    <output_dir>/cache_scaling_factors.json); one uncached dataset's, <output_dir>/scaling_factors.json,
+    computed from the training runs when missing. Refused: one dataset's factors of another split
+    (unless ``sampling.allow_other_split``), a mixture's of other target variables or parts."""
     config, sampling = sources.config, sources.config.sampling
     given, path = sampling.scaling_factors is not None, scaling_factors_path(sources.config)
     if sources.mixture is not None:
         train_sources = sources.mixture[0]
         if given:
-            factors = load_scaling_factors(path, sampling.normalization, allow_pickle=config.data.allow_pickle)
+            factors = scaling_factors_of(config)
         else:
             factors = merge_statistics([stats for source in train_sources for stats in source.statistics],
                                        [f"{source.name}/{name}" for source in train_sources
@@ -64,9 +59,7 @@ def training_scaling_factors(sources: TrainingSources, info: DistInfo) -> dict:
     ensure_scaling_factors(path, sources.splits[0].train_runs, sampling=sampling, cached=config.cache.enabled,
                            variables=config.variables, options=read_options_from_config(config.data, config.physics),
                            info=info, work_timeout_s=config.distributed.work_timeout_s)
-    if config.cache.enabled and not given:
-        return manifest_scaling_factors(config.cache.dir, normalization=sampling.normalization)
-    return load_scaling_factors(path, sampling.normalization, allow_pickle=config.data.allow_pickle)
+    return scaling_factors_of(config)
 
 
 def ensure_scaling_factors(path: Path, train_runs: Sequence[Path], *, sampling: SamplingConfig, cached: bool,
