@@ -133,12 +133,11 @@ def main(config: PipelineConfig) -> int:
     of the whole build; the others exit 0 (their failures are printed and counted there), so
     that the launcher does not stop a rank that is still building."""
     rank, world_size, job = _rank_and_job(config)
-    if config.data.sources is None:
-        return build_or_validate(config, rank, world_size, job)
-    codes = []
-    for source, own in sources_of(config):  # each with its own profile, runs and cache
-        print(f"source {source.name} (dataset {own.dataset.name}): {own.data.processed_dir} -> {own.cache.dir}",
-              flush=True)
+    sources, codes = sources_of(config), []
+    for source, own in sources:  # each with its own profile, runs and cache
+        if len(sources) > 1:
+            print(f"source {source.name} (dataset {own.dataset.name}): {own.data.processed_dir} -> {own.cache.dir}",
+                  flush=True)
         codes.append(build_or_validate(own, rank, world_size, job))
     return max(codes)
 

@@ -29,59 +29,54 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datapipe import scaling_factors_of
+from domino_pipeline.compute.nondimensional_form import stored_run_form
 from domino_pipeline.compute.settings import settings_from_config
 from domino_pipeline.configuration.config import PipelineConfig, SourceConfig
-from domino_pipeline.runtime.entry_point import entry_point
-from domino_pipeline.storage.object_store import as_location
-from domino_pipeline.configuration.source_configs import nondimensional, sources_of, uses_sources
+from domino_pipeline.configuration.source_configs import mixture, nondimensional, sources_of
+from domino_pipeline.configuration.variables import column_names
 from domino_pipeline.inference.forces import ForceSettings
 from domino_pipeline.inference.predict_runs import predict_run, report_table, run_record, write_run_outputs
-from domino_pipeline.inference.run_inputs import (
-    Physics,
-    load_prediction_run,
-    prediction_form,
-    runs_to_predict,
-    source_split_runs,
-)
+from domino_pipeline.inference.run_inputs import Physics, load_prediction_run, split_runs_of
 from domino_pipeline.inference.trained_model import load_trained_model
+from domino_pipeline.loading.assembly import scaling_factors_of
+from domino_pipeline.runtime.entry_point import entry_point
+from domino_pipeline.storage.object_store import as_location
 from domino_pipeline.training.distributed import resolve_train_device
 from domino_pipeline.training.domino_model import check_data_fits_model
-from domino_pipeline.configuration.variables import column_names
 
 
 @entry_point
 def main(config: PipelineConfig) -> None:
-    """Predict every run asked for; write and print the table (over sources: one per source)."""
-    options = config.predict
-    chosen = chosen_sources(config) if uses_sources(config) else None  # refusals before the model loads
+    """Predict every run asked for, source by source; write and print the table (over a mixture, one
+    per source, each into ``<out_dir>/<source>/``)."""
+    options, mixed = config.predict, mixture(config)
+    chosen = chosen_sources(config)  # refusals before the model loads
     device = resolve_train_device(options.device, 0)
     model, parameters = load_trained_model(options.checkpoint, device)
     factors = scaling_factors_of(config)  # train.py's: the cache's (a local folder or a URL), checked
-    if chosen is None:
-        predict_runs(config, runs_to_predict(options, config.data), model, parameters, factors, device,
-                     Path(options.out_dir))
-        return
+    if not options.runs and options.split is None:
+        raise ValueError("nothing to predict: give predict.runs=[...] or predict.split=val")
     for source, own in chosen:
         runs = [as_location(r) for r in options.runs]
         if options.split is not None:
-            runs += source_split_runs(Path(options.train_dir), options.split, source.name, own.data)
-        if runs:
+            runs += split_runs_of(Path(options.train_dir), options.split, own.data.raw_dir, own.data.processed_dir,
+                                  source.name if mixed else None)
+        if not runs:
+            continue
+        if mixed:
             print(f"source {source.name} (dataset {own.dataset.name}):", flush=True)
-            predict_runs(own, runs, model, parameters, factors, device, Path(options.out_dir) / source.name,
-                         form=nondimensional(config))
+        predict_runs(own, runs, model, parameters, factors, device,
+                     Path(options.out_dir) / source.name if mixed else Path(options.out_dir), form=nondimensional(config))
 
 
 def chosen_sources(config: PipelineConfig) -> list[tuple[SourceConfig, PipelineConfig]]:
-    """The sources whose runs predict.py predicts (``predict.source``, else all); refused: runs
-    without their source, nothing to predict, an unknown source."""
+    """The sources whose runs predict.py predicts (``predict.source``, else all); refused: runs of
+    several sources without their source, an unknown source."""
     options, sources = config.predict, sources_of(config)
     names = [s.name for s, _ in sources]
-    if options.runs and options.source is None:
+    if options.runs and options.source is None and len(sources) > 1:
         raise ValueError(f"predict.runs={options.runs}: a model over sources needs to know whose runs they are: "
                          f"set predict.source to one of {names}")
-    if not options.runs and options.split is None:
-        raise ValueError("nothing to predict: give predict.split=val, or predict.source=<name> and predict.runs=[...]")
     chosen = [(s, own) for s, own in sources if options.source in (None, s.name)]
     if not chosen:
         raise ValueError(f"predict.source={options.source}: no such source; the sources are {names}")
@@ -89,9 +84,9 @@ def chosen_sources(config: PipelineConfig) -> list[tuple[SourceConfig, PipelineC
 
 
 def predict_runs(config: PipelineConfig, runs: list, model, parameters: dict, factors: dict, device,
-                 out_dir: Path, *, form: bool | None = None) -> None:
-    """Predict ``runs`` of the config's dataset into ``out_dir``; ``form``: a model over sources, in
-    the non-dimensional form (True) or the stored one (False); None: a one-dataset model."""
+                 out_dir: Path, *, form: bool) -> None:
+    """Predict ``runs`` of the config's dataset into ``out_dir``; ``form``: of a model in the
+    non-dimensional form (each run's own), else in the stored units."""
     options, forces = config.predict, ForceSettings.from_config(config.forces, config.dataset)
     settings = settings_from_config(config.geometry, config.variables)
     variables = {"surface": config.variables.surface, "volume": config.variables.volume}
@@ -104,7 +99,9 @@ def predict_runs(config: PipelineConfig, runs: list, model, parameters: dict, fa
         prediction = predict_run(model, run, settings, scaling_factors=factors,
                                  geometry_points=config.sampling.geometry_points, batch_points=options.batch_points,
                                  device=device, volume=options.volume, seed=config.seed, progress=True,
-                                 form=None if form is None else prediction_form(run, config.dataset, form))
+                                 form=stored_run_form(config.dataset, run.arrays["global_params_values"],
+                                                      run.published.velocity if run.published else None, run.name,
+                                                      form))
         record = run_record(run, prediction, variables=variables, forces=forces)
         written = write_run_outputs(run, prediction, variables=variables, out_dir=out_dir, plot=options.plot,
                                     record=record, pressure=forces.pressure)

@@ -38,16 +38,14 @@ from pathlib import Path
 import torch
 from torch.utils.data import DistributedSampler
 
-from datapipe import dataset_from_config, parts_of, scaling_factors_of, scaling_factors_path
-from domino_pipeline.compute.scaling import load_scaling_factors, save_scaling_factors
 from domino_pipeline.configuration.config import PipelineConfig
-from domino_pipeline.runtime.entry_point import entry_point
-from domino_pipeline.processed.run_quality import quality_selection
-from domino_pipeline.processed.runs import RunSplit, list_runs, read_options_from_config, run_split_from_config
-from domino_pipeline.runtime.launch import launch_environment
+from domino_pipeline.configuration.source_configs import sources_of
+from domino_pipeline.configuration.variables import column_names
+from domino_pipeline.loading.assembly import TrainingSources, split_record, training_sources
+from domino_pipeline.loading.items import parts_of
 from domino_pipeline.loading.mixture import WeightedSourceSampler
-from domino_pipeline.storage.object_store import name_of
-from domino_pipeline.configuration.source_configs import sources_of, uses_sources
+from domino_pipeline.runtime.entry_point import entry_point
+from domino_pipeline.runtime.launch import launch_environment
 from domino_pipeline.training import distributed
 from domino_pipeline.training.checkpointing import CheckpointFiles, TrainingState, agreed_checkpoint, checkpoint_folder
 from domino_pipeline.training.distributed import DistInfo
@@ -64,64 +62,54 @@ from domino_pipeline.training.domino_model import (
 )
 from domino_pipeline.training.epochs import Objective, StopFlag, TrainData, Trainer, make_loader, train_epochs
 from domino_pipeline.training.run_log import RunLog
-from domino_pipeline.training.sources import mixtures, split_record, split_sources
-from domino_pipeline.training.target_scaling import ensure_scaling_factors, unscaler
-from domino_pipeline.configuration.variables import column_names
-
-def target_variable_names(config: PipelineConfig) -> dict[str, list[str]]:
-    """Output variable names per target key, for the model type in use."""
-    names = {}
-    if config.model_type in ("volume", "combined"):
-        names["volume_fields"] = column_names(config.variables.volume)
-    if config.model_type in ("surface", "combined"):
-        names["surface_fields"] = column_names(config.variables.surface)
-    return names
+from domino_pipeline.training.target_scaling import training_scaling_factors, unscaler
 
 
 def data_source(config: PipelineConfig) -> str:
     """How the training data is named in messages: the sources' caches, the cache directory, or the
     uncached datapipe."""
-    if uses_sources(config):
+    if config.data.sources is not None:
         return "caches " + ", ".join(f"{source.name}: {own.cache.dir}" for source, own in sources_of(config))
     if config.cache.enabled:
         return f"cache {config.cache.dir}"
     return f"the uncached datapipe over {config.data.processed_dir}"
 
 
-def split_and_scale(config: PipelineConfig, info: DistInfo) -> tuple[RunSplit, Path]:
-    """The training, validation and test runs and the scaling factors' file (over the training
-    runs), computed first when missing."""
-    selection = quality_selection(list_runs(config.data.processed_dir), config.data, config.dataset)
-    if info.is_main:
-        print(selection.summary(), flush=True)
-    split = run_split_from_config(selection.require_some(config.data.processed_dir), config.train, config.seed)
-    train_runs = split.train
-    path = scaling_factors_path(config)
-    if isinstance(path, str):  # a cache on object storage: its factors, checked, kept beside the outputs
-        from domino_pipeline.store.manifest import manifest_scaling_factors
-        path = save_scaling_factors(Path(config.output_dir) / "cache_scaling_factors.json",
-                                    manifest_scaling_factors(config.cache.dir))
-    ensure_scaling_factors(path, train_runs, sampling=config.sampling, cached=config.cache.enabled,
-                           variables=config.variables, options=read_options_from_config(config.data, config.physics),
-                           info=info, work_timeout_s=config.distributed.work_timeout_s)
-    return split, path
-
-
-def build_data(config: PipelineConfig, info: DistInfo, train_runs: list[Path], val_runs: list[Path]) -> TrainData:
-    """Datasets and loaders; validation draws the same samples every time, so epochs compare."""
-    train_set = dataset_from_config(config, train_runs, train=True)
-    val_set = dataset_from_config(config, val_runs, train=False) if val_runs else None
+def build_data(config: PipelineConfig, info: DistInfo, sources: TrainingSources, factors: dict) -> TrainData:
+    """Datasets and loaders over every source; validation draws the same samples every time, so
+    epochs compare; over a mixture, each source drawn by its weight, each validation run's source
+    and each training key's."""
+    train_set, val_set = sources.datasets(factors)
     if val_set is not None:
         val_set.set_epoch(0)
-    train = config.train
+    train, splits = config.train, sources.splits
+    loaders = dict(train_loader=make_loader(train_set, train.batch_size, train.num_workers, info.device),
+                   val_loader=None if val_set is None else make_loader(val_set, train.batch_size,
+                                                                       train.val_num_workers, info.device))
+    if sources.mixture is None:
+        [split] = splits
+        return TrainData(train_runs=split.train_runs, val_runs=split.val_runs, train_set=train_set, **loaders,
+                         sampler=DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank,
+                                                    shuffle=True, seed=config.seed))
+    names = train_set.run_names
     return TrainData(
-        train_runs=train_runs, val_runs=val_runs, train_set=train_set,
-        sampler=DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank, shuffle=True,
-                                   seed=config.seed),
-        train_loader=make_loader(train_set, train.batch_size, train.num_workers, info.device),
-        val_loader=None if val_set is None else make_loader(val_set, train.batch_size, train.val_num_workers,
-                                                            info.device),
-    )
+        train_runs=[n for s in splits for n in s.names("train")], val_runs=[n for s in splits for n in s.names("val")],
+        train_set=train_set, run_names=names, **loaders,
+        sampler=WeightedSourceSampler(train_set.sizes, [s.weight for s in train_set.sources], seed=config.seed,
+                                      num_replicas=info.world_size, rank=info.rank),
+        val_sources={} if val_set is None else {s.name: list(val_set.source_indices(i))
+                                                 for i, s in enumerate(val_set.sources)},
+        source_of=lambda key: names[key % len(names)].split("/")[0])
+
+
+def target_variable_names(config: PipelineConfig, sources: TrainingSources, parts: tuple[str, ...]
+                          ) -> dict[str, list[str]]:
+    """Output variable names per target key of ``parts``: the mixture's (in its form), else the config's."""
+    if sources.mixture is None:
+        variables = {"volume": config.variables.volume, "surface": config.variables.surface}
+    else:
+        variables = {part: dict(names) for part, names in sources.mixture[0][0].variables.items()}
+    return {f"{part}_fields": column_names(variables[part]) for part in variables if part in parts}
 
 
 def build_state(config: PipelineConfig, info: DistInfo) -> TrainingState:
@@ -135,34 +123,6 @@ def build_state(config: PipelineConfig, info: DistInfo) -> TrainingState:
                          amp_dtype=dtype)
 
 
-def build_source_data(config: PipelineConfig, info: DistInfo, log: RunLog) -> tuple[TrainData, dict]:
-    """Over sources (``data.sources``, or ``data.nondimensional``): the mixtures of every source's
-    training and validation runs, each source drawn by its weight, and their scaling factors
-    (over every source's training runs, in the form; saved as <output_dir>/scaling_factors.json)."""
-    splits = split_sources(config, log.print)
-    given = config.sampling.scaling_factors is not None
-    train_set, val_set, factors = mixtures(config, splits, dataset_from_config,
-                                           scaling_factors_of(config) if given else None)
-    if info.is_main and not given:
-        save_scaling_factors(scaling_factors_path(config), factors)
-    log.write_json("split.json", split_record(splits))
-    if val_set is not None:
-        val_set.set_epoch(0)
-    names, train = train_set.run_names, config.train
-    sampler = WeightedSourceSampler(train_set.sizes, [s.weight for s in train_set.sources], seed=config.seed,
-                                    num_replicas=info.world_size, rank=info.rank)
-    data = TrainData(
-        train_runs=[n for s in splits for n in s.names("train")], val_runs=[n for s in splits for n in s.names("val")],
-        train_set=train_set, sampler=sampler, run_names=names,
-        train_loader=make_loader(train_set, train.batch_size, train.num_workers, info.device),
-        val_loader=None if val_set is None else make_loader(val_set, train.batch_size, train.val_num_workers,
-                                                            info.device),
-        val_sources={} if val_set is None else {s.name: list(val_set.source_indices(i))
-                                                 for i, s in enumerate(val_set.sources)},
-        source_of=lambda key: names[key % len(names)].split("/")[0])
-    return data, factors
-
-
 def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
     """Everything the epoch loop needs; refusals (missing data, a stale cache, sources that cannot
     share a model, a model that does not fit the data) come before the model is built; a folder of
@@ -174,16 +134,10 @@ def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
     log = RunLog(output_dir, enabled=info.is_main)
     model_type = resolve_model_type(config.model_type, config.model)
     config.loss.check(parts_of(model_type), len(column_names(config.variables.surface)))
-    if uses_sources(config):
-        data, factors = build_source_data(config, info, log)
-        variables = data.train_set.sources[0].variables
-        names = {f"{part}_fields": column_names(dict(variables[part])) for part in parts_of(model_type)}
-    else:
-        split, path = split_and_scale(config, info)
-        log.write_json("split.json", {role: [name_of(r) for r in getattr(split, role)]
-                                      for role in ("train", "val", "test")})
-        factors = load_scaling_factors(path, config.sampling.normalization, allow_pickle=config.data.allow_pickle)
-        data, names = build_data(config, info, split.train, split.val), target_variable_names(config)
+    sources = training_sources(config, log.print)
+    factors = training_scaling_factors(sources, info)
+    log.write_json("split.json", split_record(sources.splits, sources.mixture is not None))
+    data, names = build_data(config, info, sources, factors), target_variable_names(config, sources, parts_of(model_type))
     # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;
     # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
     torch.manual_seed(config.seed + info.rank)

@@ -8,7 +8,7 @@ in the manifest. Two datasets read that cache:
   from one dataset;
 - mixture: a ``MixtureDataset`` of two sources "a" and "b" (weights 1:1), each an unscaled
   ``CachedDoMINODataset`` over the same cache, every run in its non-dimensional form
-  (``run_forms``), scaled by ``mixture_factors`` over both sources.
+  (``run_forms``), scaled by the factors merged over both sources (as train.py merges them).
 
 Both sources read the same runs, so a mixture draw reads the same rows as the single-source draw
 of the same run and epoch; the ratio of their times is the mixture's own cost (key to source, form
@@ -85,8 +85,9 @@ def cached_dataset(cache: Path, params: dict, scaling_factors: str | None) -> Ca
 def mixture_dataset(cache: Path, params: dict, config: PipelineConfig) -> MixtureDataset:
     """Two sources over the same cache, weights 1:1, in the non-dimensional form, scaled by the
     factors over both sources' runs in that form (what train.py builds for ``data.sources``)."""
+    from domino_pipeline.compute.scaling import merge_statistics
+    from domino_pipeline.loading.assembly import run_forms, target_variables
     from domino_pipeline.loading.mixture import MixtureDataset, Source
-    from domino_pipeline.training.sources import mixture_factors, run_forms, target_variables
 
     sources = []
     for name in ("a", "b"):
@@ -94,7 +95,10 @@ def mixture_dataset(cache: Path, params: dict, config: PipelineConfig) -> Mixtur
         forms, statistics = run_forms(dataset, config, True)
         sources.append(Source(name=name, dataset=dataset, forms=forms, statistics=statistics, weight=1.0,
                               variables=target_variables(config, True)))
-    factors = mixture_factors(sources, config.sampling.normalization, True)
+    factors = merge_statistics([stats for source in sources for stats in source.statistics],
+                               [f"{source.name}/{name}" for source in sources for name, _ in source.dataset.run_sources],
+                               normalization=config.sampling.normalization, variables=sources[0].variables)
+    factors["form"] = "nondimensional"
     return MixtureDataset(sources, scaling_factors=factors)
 
 

@@ -81,12 +81,12 @@ def assert_factors_are_train_pys(cache: Path, manifest: dict, processed: Path) -
     from conftest import DEFAULTS
 
     from domino_pipeline.compute.scaling import compute_scaling_factors
-    from domino_pipeline.processed.runs import list_runs, split_from_config
+    from domino_pipeline.processed.runs import list_runs, run_split_from_config
 
     record = manifest["scaling_factors"]
     stored = (cache / record["path"]).read_bytes()
     assert record["sha256"] == hashlib.sha256(stored).hexdigest()
-    train_runs, _ = split_from_config(list_runs(processed), DEFAULTS.train, DEFAULTS.seed)
+    train_runs = run_split_from_config(list_runs(processed), DEFAULTS.train, DEFAULTS.seed).train
     variables = {"surface": SURFACE_VARIABLES, "volume": VOLUME_VARIABLES}
     expected = compute_scaling_factors(train_runs, normalization=DEFAULTS.sampling.normalization, variables=variables)
     assert json.loads(stored) == json.loads(json.dumps(expected)) and record["runs"] == expected["runs"]

@@ -27,6 +27,7 @@ from domino_pipeline.configuration.config import VariablesConfig
 from domino_pipeline.runtime.launch import Launch
 from domino_pipeline.processed.runs import DEFAULT_OPTIONS, list_runs
 from domino_pipeline.store.manifest import read_manifest
+from domino_pipeline.compute import scaling
 from domino_pipeline.training import distributed, target_scaling
 from domino_pipeline.training.distributed import DistInfo
 
@@ -47,13 +48,13 @@ def _free_port() -> int:
 
 def _slow_on_rank_0(rank: int) -> None:
     """Rank 0's share of the statistics takes SLOW_RANK_DELAY_S longer."""
-    real = target_scaling.processed_run_statistics
+    real = scaling.processed_run_statistics
 
     def slow(path, **kwargs):
         time.sleep(SLOW_RANK_DELAY_S if rank == 0 else 0.0)
         return real(path, **kwargs)
 
-    target_scaling.processed_run_statistics = slow
+    scaling.processed_run_statistics = slow
 
 
 def _rank(rank: int, world_size: int, port: int, runs: list[Path], out: Path, work_timeout_s: float) -> None:

@@ -203,16 +203,23 @@ def single_source_dataset(work: Path, name: str, runs: list[str], *, train: bool
                                scaled=False)
 
 
+def mixture_sets(config) -> tuple:
+    """The training and validation mixtures of ``config`` and their scaling factors, as train.py builds them."""
+    from domino_pipeline.loading.assembly import training_sources
+    from domino_pipeline.training.distributed import DistInfo
+    from domino_pipeline.training.target_scaling import training_scaling_factors
+
+    sources = training_sources(config, lambda line: None)
+    factors = training_scaling_factors(sources, DistInfo(0, 0, 1, torch.device("cpu")))
+    return (*sources.datasets(factors), factors)
+
+
 @pytest.mark.slow
 def test_a_mixture_item_is_its_source_item_in_the_form(mixture) -> None:
     """Every run's mixture item (repeat 0 and 1, training and validation draws), converted back, equals
     the item its source's own dataset draws for that run: same rows, fields to float32 rounding."""
-    from datapipe import dataset_from_config
-    from domino_pipeline.training.sources import mixtures, split_sources
-
     config = typed_config(*mixture["overrides"], name="cached")
-    splits = split_sources(config, lambda line: None)
-    train_set, val_set, factors = mixtures(config, splits, dataset_from_config, None)
+    train_set, val_set, factors = mixture_sets(config)
     assert factors["form"] == "nondimensional" and factors["variables"]["surface"] == [["cp", "scalar"],
                                                                                        ["cf", "vector"]]
     checked = 0
@@ -372,15 +379,13 @@ def test_two_gloo_ranks_draw_disjoint_items(trained, tmp_path) -> None:
     """Two DDP ranks (gloo) each take their share of an epoch's 12 keys over the three sources (each
     run drawn twice): no key on both, and the items the keys draw are all different."""
     import torch.multiprocessing as mp
-    from datapipe import dataset_from_config
-    from domino_pipeline.training.sources import mixtures, split_sources
 
     out = tmp_path / "keys.json"
     mp.spawn(_rank_keys, args=(2, str(tmp_path / "init"), str(out)), nprocs=2, join=True)
     first, second = json.loads(out.read_text())
     assert len(first) == len(second) == 6 and not set(first) & set(second)
     config = typed_config(*trained["overrides"], "train.val_fraction=0", name="cached")
-    train_set, _, _ = mixtures(config, split_sources(config, lambda line: None), dataset_from_config, None)
+    train_set, _, _ = mixture_sets(config)
     assert train_set.sizes == [2, 2, 2]
     train_set.set_epoch(2)
     centres = [train_set[key]["surface_mesh_centers"].numpy() for key in first + second]

@@ -9,7 +9,7 @@ min) - 1`` (DoMINO's, in [-1, 1]), or ``mean_std``, ``(x - mean) / std``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -142,17 +142,23 @@ def compute_scaling_factors(
     max_volume_rows_per_run: int | None = MAX_VOLUME_ROWS,
     options=None,
     variables: Mapping[str, Sequence] | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    gather: Callable[[dict], list[dict]] | None = None,
 ) -> dict:
     """Statistics of the targets over the given runs (any form runs.py reads), streamed block by block,
-    each run's volume limited to ``max_volume_rows_per_run`` uniform rows; ``variables`` recorded."""
+    each run's volume limited to ``max_volume_rows_per_run`` uniform rows; ``variables`` recorded.
+    In parts: this ``rank`` of ``world_size`` reads every ``world_size``-th run, ``gather`` brings
+    every rank's share; merged in run order."""
     from domino_pipeline.processed.runs import run_name
 
     _check_normalization(normalization)
     if not processed_paths:
         raise ValueError("compute_scaling_factors needs at least one processed run")
-    per_run = [processed_run_statistics(path, options=options, max_volume_rows=max_volume_rows_per_run)
-               for path in processed_paths]
-    return merge_statistics(per_run, [run_name(p) for p in processed_paths],
+    mine = {i: processed_run_statistics(path, options=options, max_volume_rows=max_volume_rows_per_run)
+            for i, path in enumerate(processed_paths) if i % world_size == rank}
+    per_run = {i: stats for share in ([mine] if gather is None else gather(mine)) for i, stats in share.items()}
+    return merge_statistics([per_run[i] for i in range(len(processed_paths))], [run_name(p) for p in processed_paths],
                             normalization=normalization, variables=variables)
 
 

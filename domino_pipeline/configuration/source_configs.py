@@ -39,23 +39,22 @@ def source_config(config: PipelineConfig, source: SourceConfig) -> PipelineConfi
         cache=dataclasses.replace(config.cache, dir=source.cache_dir))
 
 
-def own_source(config: PipelineConfig) -> SourceConfig:
-    """The one source of a config without ``data.sources``: its dataset, runs and cache."""
-    return SourceConfig(name=config.dataset.name, dataset=config.dataset.name,
-                        processed_dir=config.data.processed_dir, cache_dir=config.cache.dir, weight=1.0,
-                        raw_dir=config.data.raw_dir, runs=config.data.runs, val_runs=None)
-
-
 def sources_of(config: PipelineConfig) -> list[tuple[SourceConfig, PipelineConfig]]:
-    """Each source with its one-dataset config; the config itself when it lists none."""
+    """Each source with its one-dataset config; without ``data.sources`` the config itself, its one
+    source its dataset and cache with every run it holds (``data.runs`` chooses the runs
+    process_data.py and cache_data.py build, not those trained on)."""
     if config.data.sources is None:
-        return [(own_source(config), config)]
+        return [(SourceConfig(name=config.dataset.name, dataset=config.dataset.name, weight=1.0,
+                              processed_dir=config.data.processed_dir, cache_dir=config.cache.dir,
+                              raw_dir=config.data.raw_dir, runs=None, val_runs=None), config)]
     return [(source, source_config(config, source)) for source in config.data.sources]
 
 
-def uses_sources(config: PipelineConfig) -> bool:
-    """Whether train.py and predict.py go through the sources (several, or one in the form)."""
-    return config.data.sources is not None or bool(config.data.nondimensional)
+def mixture(config: PipelineConfig) -> bool:
+    """Whether a training run draws a mixture (two or more sources, or one in the non-dimensional form;
+    its runs named ``<source>/<run>``, its predictions one folder per source) rather than one dataset
+    as its own dataset draws it."""
+    return len(config.data.sources or ()) > 1 or nondimensional(config)
 
 
 def nondimensional(config: PipelineConfig) -> bool:

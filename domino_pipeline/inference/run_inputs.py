@@ -15,8 +15,6 @@ from pathlib import Path
 import numpy as np
 import pyvista as pv
 
-from domino_pipeline.compute.nondimensional_form import RunForm, identity_form, stored_run_form
-from domino_pipeline.configuration.config import DataConfig, PredictConfig
 from domino_pipeline.inference.forces import mesh_vector_areas
 from domino_pipeline.configuration.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.meshes.vtk_reader import read_mesh, read_stl
@@ -94,53 +92,28 @@ def run_kind(path: str | os.PathLike) -> str:
     raise FileNotFoundError(f"{path}: neither an STL file, a processed run (.zarr) nor a run folder")
 
 
-def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike,
-                  processed_dir: str | os.PathLike) -> list[Path | str]:
-    """The runs train.py put in ``split`` (``<train_dir>/split.json``): each run's raw folder
-    when a local ``raw_dir`` has one, else its processed run (a URL under a URL ``processed_dir``)."""
+def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike, processed_dir: str | os.PathLike,
+                  source: str | None = None) -> list[Path | str]:
+    """The runs train.py put in ``split`` (``<train_dir>/split.json``; over a mixture, those of
+    ``source``): each run's raw folder when a local ``raw_dir`` has one, else its processed run (a
+    URL under a URL ``processed_dir``)."""
     path = train_dir / "split.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no split; train with output_dir={train_dir} first, or list predict.runs")
-    names = json.loads(path.read_text()).get(split)
-    if not names:
-        held = "train.test_fraction or train.test_runs" if split == "test" else "train.val_fraction"
-        raise ValueError(f"{path}: the {split} split is empty (train with {held})")
+    record = json.loads(path.read_text())
+    if source is None:
+        names = record.get(split)
+        if not names:
+            held = "train.test_fraction or train.test_runs" if split == "test" else "train.val_fraction"
+            raise ValueError(f"{path}: the {split} split is empty (train with {held})")
+    else:
+        sources = record.get("sources", {})
+        if source not in sources:
+            raise ValueError(f"{path}: no source {source!r} (it has {sorted(sources)}): train over these data.sources")
+        names = sources[source][split]
     raw = None if is_url(raw_dir) else Path(raw_dir)
     return [raw / run_name(name) if raw is not None and (raw / run_name(name)).is_dir()
             else join(processed_dir, name) for name in names]
-
-
-def source_split_runs(train_dir: Path, split: str, source: str, data: DataConfig) -> list[Path | str]:
-    """The runs of ``source`` that train.py over sources put in ``split`` (``<train_dir>/split.json``),
-    each its raw folder where the source's ``raw_dir`` has one, else its processed run."""
-    path = train_dir / "split.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no split; train with output_dir={train_dir} first, or list predict.runs")
-    sources = json.loads(path.read_text()).get("sources", {})
-    if source not in sources:
-        raise ValueError(f"{path}: no source {source!r} (it has {sorted(sources)}): train over these data.sources")
-    raw = None if is_url(data.raw_dir) else Path(data.raw_dir)
-    return [raw / name if raw is not None and (raw / name).is_dir() else join(data.processed_dir, name)
-            for name in sources[source][split]]
-
-
-def prediction_form(run: PredictionRun, dataset: DatasetConfig, nondimensional: bool) -> RunForm:
-    """The form a model over sources predicts ``run`` in: its own flow's (``nondimensional``), else the
-    stored units; the stored references are the run's global parameters, as in its cache run."""
-    if not nondimensional:
-        return identity_form(dataset)
-    return stored_run_form(dataset, run.arrays["global_params_values"],
-                           run.published.velocity if run.published else None, run.name)
-
-
-def runs_to_predict(options: PredictConfig, data: DataConfig) -> list[Path | str]:
-    """The runs of ``predict.runs`` and of ``predict.split`` (paths, and URLs of processed runs)."""
-    runs = [as_location(run) for run in options.runs]
-    if options.split is not None:
-        runs += split_runs_of(Path(options.train_dir), options.split, data.raw_dir, data.processed_dir)
-    if not runs:
-        raise ValueError("nothing to predict: give predict.runs=[...] or predict.split=val")
-    return runs
 
 
 def load_prediction_run(path: str | os.PathLike, *, dataset: DatasetConfig, physics: Physics, volume: bool,

@@ -7,7 +7,6 @@ docs/cache_format.md, "The item a draw returns"), the epoch counter and draws
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
 import torch
@@ -25,12 +24,6 @@ def parts_of(model_type: str) -> tuple[str, ...]:
     if model_type not in MODEL_TYPES:
         raise ValueError(f"unknown model_type {model_type!r}; expected one of {MODEL_TYPES}")
     return {"surface": ("surface",), "volume": ("volume",), "combined": ("surface", "volume")}[model_type]
-
-
-def _as_factors(scaling_factors: dict | str | os.PathLike | None) -> dict | None:
-    if scaling_factors is None or isinstance(scaling_factors, dict):
-        return scaling_factors
-    return load_scaling_factors(scaling_factors)
 
 
 def as_tensor(array: np.ndarray) -> torch.Tensor:
@@ -95,7 +88,8 @@ class EpochDataset(Dataset):
         self.geometry_points = int(geometry_points)
         self.law = law
         self.seed = int(seed)
-        self.scaling_factors = _as_factors(scaling_factors)
+        self.scaling_factors = (scaling_factors if scaling_factors is None or isinstance(scaling_factors, dict)
+                                else load_scaling_factors(scaling_factors))  # a file
         # Shared memory: a worker forked or spawned once (persistent_workers) sees later updates.
         self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
 

@@ -182,14 +182,6 @@ def split_with_test(runs: list[Path | str], val_fraction: float, seed: int, *, t
                     test=in_order(test))
 
 
-def split_from_config(runs: list[Path | str], train: TrainConfig, seed: int
-                      ) -> tuple[list[Path | str], list[Path | str]]:
-    """train.py's training and validation runs (``train.val_fraction``, seeded by ``train.split_seed``
-    or ``seed``), the test runs (``test_from_config``) left out of both."""
-    split = run_split_from_config(runs, train, seed)
-    return split.train, split.val
-
-
 def run_split_from_config(runs: list[Path | str], train: TrainConfig, seed: int) -> RunSplit:
     """train.py's three roles: ``split_with_test`` with ``train.val_fraction``, ``train.test_fraction``
     or ``train.test_runs``, seeded by ``train.split_seed`` or ``seed``."""

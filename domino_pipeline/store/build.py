@@ -36,7 +36,7 @@ from domino_pipeline.processed.runs import (
     require_parts,
     run_format,
     run_name,
-    split_from_config,
+    run_split_from_config,
 )
 from domino_pipeline.runtime.run_report import RunResult
 from domino_pipeline.storage.byte_reader import ConflictError, reader_and_key
@@ -234,7 +234,7 @@ def _commit_remote_manifest(config: PipelineConfig, runs: list[Path], cache_dir:
 def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str, dict], cache_dir: Path | str,
                     settings: PreprocessSettings) -> dict | None:
     """Write the scaling factors when every training run is in the cache; their manifest record."""
-    train_runs, _ = split_from_config(runs, config.train, config.seed)
+    train_runs = run_split_from_config(runs, config.train, config.seed).train
     absent = [run_name(p) for p in train_runs if run_name(p) not in entries]
     if absent:
         shown = ", ".join(absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")

@@ -56,7 +56,7 @@ TARGET_KEYS = ("volume_fields", "surface_fields")  # the order DoMINO returns it
 @dataclass(frozen=True)
 class TrainData:
     """The training and validation runs, their datasets and loaders, and the training shuffle; over
-    sources (training/sources.py), each validation run's source and each training key's."""
+    a mixture (loading/assembly.py), each validation run's source and each training key's."""
 
     train_runs: list[Path]
     val_runs: list[Path]
