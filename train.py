@@ -65,7 +65,7 @@ from domino_pipeline.training.run_log import RunLog
 from domino_pipeline.training.target_scaling import training_scaling_factors, unscaler
 
 
-def data_source(config: PipelineConfig) -> str:
+def data_description(config: PipelineConfig) -> str:
     """How the training data is named in messages: the sources' caches, the cache directory, or the
     uncached datapipe."""
     if config.data.sources is not None:
@@ -141,7 +141,7 @@ def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
     # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;
     # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
     torch.manual_seed(config.seed + info.rank)
-    check_data_fits_model(data.train_set.settings, resolved_parameters(config.model), data_source(config))
+    check_data_fits_model(data.train_set.settings, resolved_parameters(config.model), data_description(config))
     objective = Objective(loss=config.loss, description=config.loss.describe(parts_of(model_type)),
                           variable_names=names, unscale=unscaler(factors))
     files = CheckpointFiles.under(output_dir, config.as_dict(), keep=config.train.keep_checkpoints)
@@ -156,7 +156,7 @@ def describe(trainer: Trainer, config: PipelineConfig) -> str:
     info = trainer.info
     return (f"DoMINO {config.model_type}: {parameters:,} parameters on {info.device} x {info.world_size} "
             f"({info.launcher}); {len(data.train_runs)} training / {len(data.val_runs)} validation runs; "
-            f"{data_source(config)}; "
+            f"{data_description(config)}; "
             f"loss {trainer.objective.description}")
 
 

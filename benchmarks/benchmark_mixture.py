@@ -87,16 +87,16 @@ def mixture_dataset(cache: Path, params: dict, config: PipelineConfig) -> Mixtur
     factors over both sources' runs in that form (what train.py builds for ``data.sources``)."""
     from domino_pipeline.compute.scaling import merge_statistics
     from domino_pipeline.loading.assembly import run_forms, target_variables
-    from domino_pipeline.loading.mixture import MixtureDataset, Source
+    from domino_pipeline.loading.mixture import MixtureDataset, MixturePart
 
     sources = []
     for name in ("a", "b"):
         dataset = cached_dataset(cache, params, None)
         forms, statistics = run_forms(dataset, config, True)
-        sources.append(Source(name=name, dataset=dataset, forms=forms, statistics=statistics, weight=1.0,
+        sources.append(MixturePart(name=name, dataset=dataset, forms=forms, statistics=statistics, weight=1.0,
                               variables=target_variables(config, True)))
     factors = merge_statistics([stats for source in sources for stats in source.statistics],
-                               [f"{source.name}/{name}" for source in sources for name, _ in source.dataset.run_sources],
+                               [f"{source.name}/{name}" for source in sources for name, _ in source.dataset.run_origins],
                                normalization=config.sampling.normalization, variables=sources[0].variables)
     factors["form"] = "nondimensional"
     return MixtureDataset(sources, scaling_factors=factors)

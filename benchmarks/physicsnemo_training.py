@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int | None:
     try:
         trainer = with_physicsnemo_draws(train.build_trainer(config, info), config, on_gpu)
         trainer.log.print(train.describe(trainer, config).replace(
-            train.data_source(config), f"physicsnemo DoMINODataPipe ({'GPU' if on_gpu else 'CPU'} preprocessing)"))
+            train.data_description(config), f"physicsnemo DoMINODataPipe ({'GPU' if on_gpu else 'CPU'} preprocessing)"))
         signum = train_epochs(trainer)
         trainer.log.close()
     finally:

@@ -79,11 +79,14 @@ def test_validate_names_a_run_whose_checks_raise_and_goes_on(cache, tiny_process
     assert results["run_1"].message == "RuntimeError: disk on fire" and results["run_2"].status == "ok"
 
 
-def test_a_reprocessed_source_is_refused_by_the_dataset(cache, tiny_processed_dir):
-    sources = {p.stem: stat_fingerprint(p) for p in list_runs(tiny_processed_dir)}
-    CachedDoMINODataset(cache, sources=sources, **SAMPLES)
+def test_a_reprocessed_run_is_refused_by_the_dataset(cache, tiny_processed_dir):
+    stats = {p.stem: stat_fingerprint(p) for p in list_runs(tiny_processed_dir)}
+    CachedDoMINODataset(cache, processed_stats=stats, **SAMPLES)
     with pytest.raises(StaleCacheError, match=r"runs \[.run_2.\] were written again"):
-        CachedDoMINODataset(cache, sources={**sources, "run_2": "0" * 64}, **SAMPLES)
+        CachedDoMINODataset(cache, processed_stats={**stats, "run_2": "0" * 64}, **SAMPLES)
+    with pytest.warns(DeprecationWarning, match="processed_stats"):  # the earlier keyword, still checked
+        with pytest.raises(StaleCacheError, match=r"runs \[.run_2.\] were written again"):
+            CachedDoMINODataset(cache, sources={**stats, "run_2": "0" * 64}, **SAMPLES)
 
 
 def test_a_manifest_that_cannot_be_written_is_one_line(cache, monkeypatch, capsys):
@@ -160,7 +163,7 @@ def test_a_rewrite_that_keeps_size_and_mtime_is_seen_without_validate(tiny_proce
     assert (chunk.stat().st_size, chunk.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
     sources = {p.stem: stat_fingerprint(p) for p in runs}
     with pytest.raises(StaleCacheError, match=r"runs \['run_1'\] were written again"):
-        CachedDoMINODataset(cache, sources=sources, **SAMPLES)
+        CachedDoMINODataset(cache, processed_stats=sources, **SAMPLES)
     results = {r.name: r for r in build_cache(runs, cache, tiny_settings(), rebuild=False)}
     assert results["run_1"].status == "stale" and "source: the processed run has changed" in results["run_1"].message
     assert results["run_2"].status == "skipped"

@@ -228,7 +228,7 @@ def test_a_mixture_item_is_its_source_item_in_the_form(mixture) -> None:
         for index in range(len(mixed)):
             source_index, run = mixed.locate(index)
             source = mixed.sources[source_index]
-            name = source.dataset.run_sources[run][0]
+            name = source.dataset.run_origins[run][0]
             own = single_source_dataset(mixture["work"], source.name, [name], train=train)
             for repeat in (0, 1):
                 back = from_form(mixed[repeat * len(mixed) + index], source.forms[run], ("surface",), factors)

@@ -113,7 +113,7 @@ def test_a_cache_built_from_s3_runs_equals_the_local_build_and_refuses_once_they
     assert_same_as(url, cache_dir)
     assert [r.status for r in build_cache(runs, url, settings, rebuild=False)] == ["skipped", "skipped"]
     sources = {run_name(r): stat_fingerprint(r) for r in runs}
-    CachedDoMINODataset(url, model_type="surface", sources=sources, **SAMPLES)[0]
+    CachedDoMINODataset(url, model_type="surface", processed_stats=sources, **SAMPLES)[0]
 
     attrs = f"{runs[0]}/zarr.json"
     _put(attrs, read_bytes(attrs).replace(b'"write_id": "', b'"write_id": "0'))  # a rewrite
@@ -122,7 +122,7 @@ def test_a_cache_built_from_s3_runs_equals_the_local_build_and_refuses_once_they
     assert not state.current and "the processed run has changed" in " ".join(state.reasons)
     changed = {run_name(r): stat_fingerprint(r) for r in runs}
     with pytest.raises(StaleCacheError, match=r"runs \['run_1'\] were written again"):
-        CachedDoMINODataset(url, model_type="surface", sources=changed, **SAMPLES)
+        CachedDoMINODataset(url, model_type="surface", processed_stats=changed, **SAMPLES)
     assert [r.status for r in build_cache(runs, url, settings, rebuild=False)] == ["stale", "skipped"]
 
 

@@ -15,7 +15,7 @@ from vtkmodules.util.numpy_support import vtk_to_numpy
 
 from domino_pipeline.inputs.statistics.array_statistics import statistics_of_run
 from domino_pipeline.inputs.statistics.cell_quality import polygon_quality
-from domino_pipeline.inputs.processing.nondimensional import field_divisors
+from domino_pipeline.inputs.processing.field_divisors import field_divisors
 from domino_pipeline.processed.runs import load_run, open_run
 from domino_pipeline.inputs.processing.published_forces import read_published
 from domino_pipeline.processed.statistics_table import flatten

@@ -25,7 +25,7 @@ from domino_pipeline.inputs.meshes.mesh_rows import SURFACE_ARRAYS
 from domino_pipeline.inputs.meshes.run_errors import RunError
 from domino_pipeline.inputs.meshes.vtk_reader import read_stl, read_surface
 from domino_pipeline.inputs.meshes.mesh_stream import WholeFileFallback
-from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
+from domino_pipeline.inputs.processing.field_divisors import car_length, field_divisors
 from domino_pipeline.processed.runs import load_run, open_run
 from domino_pipeline.processed.statistics_table import flatten
 from domino_pipeline.inputs.meshes.surface_stream import open_surface

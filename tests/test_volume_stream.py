@@ -19,7 +19,7 @@ from test_xml_stream import write
 from domino_pipeline.inputs.raw_files.concat_bytes import piece_path
 from domino_pipeline.inputs.meshes.run_errors import RunError
 from domino_pipeline.inputs.meshes.vtk_reader import read_volume
-from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
+from domino_pipeline.inputs.processing.field_divisors import car_length, field_divisors
 from domino_pipeline.processed.runs import load_run, open_run
 from domino_pipeline.inputs.meshes.mesh_stream import WholeFileFallback
 from domino_pipeline.inputs.meshes.volume_stream import open_volume

@@ -1,7 +1,7 @@
 """The non-dimensional form in which runs of several datasets share one model (docs/mixtures.md).
 
 Stored fields are divided by the references process_data.py was configured with (``physics``:
-one U, rho for every run, nondimensional.py). The form divides each run by its own flow instead:
+one U, rho for every run, field_divisors.py). The form divides each run by its own flow instead:
 pressure and wall shear by its dynamic pressure (Cp, Cf, the shear as the stress on the body),
 velocity by its free-stream speed, turbulent viscosity by U_inf L; normals point out of the
 body; areas are over the dataset's reference length squared (positions are already over the

@@ -18,7 +18,7 @@ import pyvista as pv
 from domino_pipeline.inference.forces import mesh_vector_areas
 from domino_pipeline.configuration.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.meshes.vtk_reader import read_mesh, read_stl
-from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
+from domino_pipeline.inputs.processing.field_divisors import car_length, field_divisors
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
 from domino_pipeline.inputs.processing.process_runs import process_in_memory
 from domino_pipeline.processed.run_layout import ProcessedRunError, arrays_for

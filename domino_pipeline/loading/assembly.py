@@ -21,7 +21,7 @@ from domino_pipeline.configuration.config import CacheConfig, DataConfig, Pipeli
 from domino_pipeline.configuration.run_selection import select_items
 from domino_pipeline.configuration.source_configs import mixture, nondimensional, sources_of
 from domino_pipeline.loading.cached import CachedDoMINODataset
-from domino_pipeline.loading.mixture import MixtureDataset, Source, check_settings_agree, check_sources_agree
+from domino_pipeline.loading.mixture import MixtureDataset, MixturePart, check_settings_agree, check_parts_agree
 from domino_pipeline.processed.run_quality import quality_selection
 from domino_pipeline.processed.runs import list_runs, read_options_from_config, run_name, run_split_from_config, stat_fingerprint
 from domino_pipeline.storage.object_store import as_location, exists, is_url, join, name_of
@@ -78,7 +78,7 @@ def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str 
                   volume_window_factor=law.volume_window_factor, exact=law.exact)
     if config.cache.enabled:
         return CachedDoMINODataset(config.cache.dir, expected=settings.fingerprinted(),
-                                   sources=_fingerprints(config.cache, config.data, runs),
+                                   processed_stats=_fingerprints(config.cache, config.data, runs),
                                    max_open_runs=config.cache.max_open_runs, **common)
     from domino_pipeline.loading.uncached import DoMINODataPipe
     return DoMINODataPipe(
@@ -174,7 +174,7 @@ def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool
     """Each run's form (identities in the stored form) and its field statistics in that form, from
     the references and statistics its cache run records, read once."""
     forms, statistics = [], []
-    for index, (name, _) in enumerate(dataset.run_sources):
+    for index, (name, _) in enumerate(dataset.run_origins):
         scalars = dataset.run(index).attrs["scalars"]
         forms.append(stored_run_form(config.dataset, scalars["global_params_values"],
                                      scalars.get("published_velocity"), f"{dataset.cache_dir}/{name}", form))
@@ -183,7 +183,7 @@ def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool
     return forms, statistics
 
 
-def source_datasets(splits: list[SourceSplit], config: PipelineConfig, *, train: bool) -> list[Source]:
+def source_datasets(splits: list[SourceSplit], config: PipelineConfig, *, train: bool) -> list[MixturePart]:
     """Each source's cached runs of the split (drawn unscaled), with their forms; sources without runs
     in it left out; sources that cannot share a model refused."""
     form = nondimensional(config)
@@ -194,10 +194,10 @@ def source_datasets(splits: list[SourceSplit], config: PipelineConfig, *, train:
             continue
         dataset = dataset_from_config(split.config, runs, train=train, scaled=False)
         forms, statistics = run_forms(dataset, split.config, form)
-        sources.append(Source(name=split.source.name, dataset=dataset, forms=forms, statistics=statistics,
+        sources.append(MixturePart(name=split.source.name, dataset=dataset, forms=forms, statistics=statistics,
                               weight=split.source.weight, variables=target_variables(split.config, form)))
     if sources:
-        check_sources_agree(sources)
+        check_parts_agree(sources)
     return sources
 
 
@@ -208,7 +208,7 @@ class TrainingSources:
 
     config: PipelineConfig   # one dataset's own config, or the mixture's
     splits: list[SourceSplit]
-    mixture: tuple[list[Source], list[Source]] | None
+    mixture: tuple[list[MixturePart], list[MixturePart]] | None
 
     def datasets(self, factors: dict) -> tuple[Dataset, Dataset | None]:
         """The training and validation sets (None: no validation runs), scaled by ``factors``."""

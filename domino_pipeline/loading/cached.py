@@ -6,6 +6,7 @@ Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the ca
 from __future__ import annotations
 
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,8 +33,9 @@ class CachedDoMINODataset(EpochDataset):
 
     Each process opens runs lazily, at most ``max_open_runs`` at a time, reading the generations the
     manifest named. ``expected``: the settings the cache must have; ``scaling_factors``: "manifest"
-    (the cache's own, checked), a dict or file, or None; ``sources``: run name -> the processed run's
-    ``stat_fingerprint``, a run written again since it was cached is stale.
+    (the cache's own, checked), a dict or file, or None; ``processed_stats``: run name -> the processed
+    run's ``stat_fingerprint``, a run written again since it was cached is stale (``sources``, its
+    earlier name, is still read, with a DeprecationWarning).
     """
 
     def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
@@ -41,7 +43,12 @@ class CachedDoMINODataset(EpochDataset):
                  geometry_points: int = 300_000, scaling_factors: dict | str | os.PathLike | None = "manifest",
                  seed: int = 0, expected: dict | None = None, surface_window_factor: int | None = 8,
                  volume_window_factor: int | None = 8, exact: bool = False,
-                 sources: dict[str, str] | None = None, max_open_runs: int = 8) -> None:
+                 processed_stats: dict[str, str] | None = None, max_open_runs: int = 8,
+                 sources: dict[str, str] | None = None) -> None:
+        if sources is not None:
+            warnings.warn("CachedDoMINODataset(sources=...) is now processed_stats=...", DeprecationWarning,
+                          stacklevel=2)
+            processed_stats = sources if processed_stats is None else processed_stats
         law = SamplingLaw(surface_window_factor=surface_window_factor,
                           volume_window_factor=volume_window_factor, exact=exact)
         self.cache_dir = cache_dir if is_url(cache_dir) else Path(cache_dir)
@@ -63,10 +70,10 @@ class CachedDoMINODataset(EpochDataset):
         if missing:
             raise FileNotFoundError(f"{self.cache_dir}: runs {missing} are not in the cache manifest")
         entries = [manifest["runs"][n] for n in names]
-        _check_sources(self.cache_dir, names, entries, sources)
+        _check_processed_stats(self.cache_dir, names, entries, processed_stats)
         self.run_paths = [run_path(self.cache_dir, n, e) for n, e in zip(names, entries)]
         self.run_metadata = [e.get("metadata_sha256") for e in entries]
-        self.run_sources = [(n, {"source": e.get("source")}) for n, e in zip(names, entries)]
+        self.run_origins = [(n, {"source": e.get("source")}) for n, e in zip(names, entries)]
         self.max_open_runs = max(1, int(max_open_runs))
         self._open: OrderedDict[int, CacheRun] = OrderedDict()
         self._pid = os.getpid()
@@ -90,7 +97,7 @@ class CachedDoMINODataset(EpochDataset):
             self._open.move_to_end(index)
             return self._open[index]
         run = CacheRun(self.run_paths[index], metadata=self.run_metadata[index],
-                       entry=self.run_sources[index])
+                       entry=self.run_origins[index])
         if run.attrs.get("settings_fingerprint") != self.fingerprint:
             raise StaleCacheError(
                 f"{run.path}: built with other settings than the manifest records:\n  "
@@ -232,13 +239,13 @@ def _part(drawn: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
             and not name.endswith("grid_sdf")}
 
 
-def _check_sources(cache_dir: Path, names: list[str], entries: list[dict],
-                   sources: dict[str, str] | None) -> None:
+def _check_processed_stats(cache_dir: Path, names: list[str], entries: list[dict],
+                           stats: dict[str, str] | None) -> None:
     """StaleCacheError naming the runs built from another version of their processed run."""
-    if sources is None:
+    if stats is None:
         return
     changed = [n for n, e in zip(names, entries)
-               if n in sources and e.get("source", {}).get("stat") != sources[n]]
+               if n in stats and e.get("source", {}).get("stat") != stats[n]]
     if changed:
         raise StaleCacheError(f"{cache_dir}: runs {changed} were written again after the cache "
                               "was built; rerun cache_data.py (cache.rebuild=true where their data "

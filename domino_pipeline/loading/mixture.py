@@ -31,8 +31,8 @@ AREA_KEYS = ("surface_areas", "surface_neighbors_areas")
 
 
 @dataclass(frozen=True)
-class Source:
-    """One source of a mixture: its cached runs (drawn unscaled), each run's form and field statistics
+class MixturePart:
+    """One ``data.sources`` entry's part of a mixture: its cached runs (drawn unscaled), each run's form and field statistics
     in it (what the scaling factors merge), its weight."""
 
     name: str
@@ -61,7 +61,7 @@ def check_settings_agree(caches: Sequence[tuple[str, object, dict]]) -> None:
                                  "every source")
 
 
-def check_sources_agree(sources: Sequence[Source]) -> None:
+def check_parts_agree(sources: Sequence[MixturePart]) -> None:
     """``check_settings_agree`` of the sources' caches, and refuse targets of other variables in the form."""
     check_settings_agree([(s.name, s.dataset.cache_dir, s.dataset.settings) for s in sources])
     first = sources[0]
@@ -108,10 +108,10 @@ def item_transform(form: RunForm, parts: Sequence[str], factors: dict | None) ->
 class MixtureDataset(Dataset):
     """The runs of every source, in order, as one dataset of items in the mixture's form."""
 
-    def __init__(self, sources: Sequence[Source], *, scaling_factors: dict | None) -> None:
+    def __init__(self, sources: Sequence[MixturePart], *, scaling_factors: dict | None) -> None:
         if not sources:
             raise ValueError("a mixture needs at least one source")
-        check_sources_agree(sources)
+        check_parts_agree(sources)
         self.sources = list(sources)
         self.scaling_factors = scaling_factors
         self.parts = sources[0].dataset.parts
@@ -130,7 +130,7 @@ class MixtureDataset(Dataset):
     @property
     def run_names(self) -> list[str]:
         """``<source>/<run>`` of every run, in index order."""
-        return [f"{s.name}/{name}" for s in self.sources for name, _ in s.dataset.run_sources]
+        return [f"{s.name}/{name}" for s in self.sources for name, _ in s.dataset.run_origins]
 
     @property
     def worker_context(self) -> str | None:

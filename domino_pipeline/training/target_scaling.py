@@ -45,7 +45,7 @@ def training_scaling_factors(sources: TrainingSources, info: DistInfo) -> dict:
         else:
             factors = merge_statistics([stats for source in train_sources for stats in source.statistics],
                                        [f"{source.name}/{name}" for source in train_sources
-                                        for name, _ in source.dataset.run_sources],
+                                        for name, _ in source.dataset.run_origins],
                                        normalization=sampling.normalization, variables=train_sources[0].variables)
             factors["form"] = "nondimensional" if nondimensional(config) else "stored"
         check_factors_match(factors, *(train_sources[0].variables[part] for part in ("surface", "volume")),

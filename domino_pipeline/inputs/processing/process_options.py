@@ -15,7 +15,7 @@ from domino_pipeline.configuration.config import (
     parts_named,
 )
 from domino_pipeline.configuration.dataset_profile import LOCATIONS, DatasetConfig
-from domino_pipeline.inputs.processing.nondimensional import field_divisors
+from domino_pipeline.inputs.processing.field_divisors import field_divisors
 from domino_pipeline.configuration.variables import FieldName, arrays_of, variables_of
 
 

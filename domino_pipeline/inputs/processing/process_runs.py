@@ -21,7 +21,7 @@ from domino_pipeline.inputs.meshes.mesh_rows import SURFACE_ARRAYS
 from domino_pipeline.inputs.meshes.run_errors import RunError
 from domino_pipeline.inputs.meshes.vtk_reader import drop_zero_area, stl_defects
 from domino_pipeline.inputs.raw_files.fetch_progress import FetchBars
-from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
+from domino_pipeline.inputs.processing.field_divisors import car_length, field_divisors
 from domino_pipeline.inputs.processing.process_options import ProcessOptions
 from domino_pipeline.processed.run_layout import (
     ProcessedRunError,

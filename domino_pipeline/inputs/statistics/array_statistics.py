@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from domino_pipeline.configuration.dataset_profile import DatasetConfig
-from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
+from domino_pipeline.inputs.processing.field_divisors import car_length, field_divisors
 from domino_pipeline.inputs.processing.published_forces import Published
 from domino_pipeline.inputs.statistics.run_statistics import ARRAY_ROLES, PartStatistics, RunStatistics, field_columns
 from domino_pipeline.processed.runs import GEOMETRY_ARRAYS, NamedArray, OpenedRun, load_run, physics_constants

@@ -1,4 +1,4 @@
-"""How each field is made dimensionless by its role (inputs/processing/nondimensional.py): one divisor per
+"""How each field is made dimensionless by its role (inputs/processing/field_divisors.py): one divisor per
 column, from U, rho and L as the DoMINO example divides them, whatever the field is called."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from domino_pipeline.inputs.processing.nondimensional import car_length, field_divisors
+from domino_pipeline.inputs.processing.field_divisors import car_length, field_divisors
 
 
 def test_each_column_gets_its_field_s_divisor():
