@@ -137,7 +137,8 @@ def build_trainer(config: PipelineConfig, info: DistInfo) -> Trainer:
     sources = training_sources(config, log.print)
     factors = training_scaling_factors(sources, info)
     log.write_json("split.json", split_record(sources.splits, sources.mixture is not None))
-    data, names = build_data(config, info, sources, factors), target_variable_names(config, sources, parts_of(model_type))
+    data = build_data(config, info, sources, factors)
+    names = target_variable_names(config, sources, parts_of(model_type))
     # DoMINO draws its initial weights and its volume sampling noise from torch's global generator;
     # seeding it here (and checkpointing it) is what makes a run repeatable and resumable.
     torch.manual_seed(config.seed + info.rank)

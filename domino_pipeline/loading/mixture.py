@@ -32,8 +32,8 @@ AREA_KEYS = ("surface_areas", "surface_neighbors_areas")
 
 @dataclass(frozen=True)
 class MixturePart:
-    """One ``data.sources`` entry's part of a mixture: its cached runs (drawn unscaled), each run's form and field statistics
-    in it (what the scaling factors merge), its weight."""
+    """One ``data.sources`` entry's part of a mixture: its cached runs (drawn unscaled), each run's form
+    and field statistics in it (what the scaling factors merge), its weight."""
 
     name: str
     dataset: CachedDoMINODataset
