@@ -94,7 +94,7 @@ def mixture_dataset(cache: Path, params: dict, config: PipelineConfig) -> Mixtur
         dataset = cached_dataset(cache, params, None)
         forms, statistics = run_forms(dataset, config, True)
         sources.append(MixturePart(name=name, dataset=dataset, forms=forms, statistics=statistics, weight=1.0,
-                              variables=target_variables(config, True)))
+                                   variables=target_variables(config, True)))
     factors = merge_statistics([stats for source in sources for stats in source.statistics],
                                [f"{source.name}/{name}" for source in sources for name, _ in source.dataset.run_origins],
                                normalization=config.sampling.normalization, variables=sources[0].variables)

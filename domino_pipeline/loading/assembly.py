@@ -21,9 +21,10 @@ from domino_pipeline.configuration.config import CacheConfig, DataConfig, Pipeli
 from domino_pipeline.configuration.run_selection import select_items
 from domino_pipeline.configuration.source_configs import mixture, nondimensional, sources_of
 from domino_pipeline.loading.cached import CachedDoMINODataset
-from domino_pipeline.loading.mixture import MixtureDataset, MixturePart, check_settings_agree, check_parts_agree
+from domino_pipeline.loading.mixture import MixtureDataset, MixturePart, check_parts_agree, check_settings_agree
 from domino_pipeline.processed.run_quality import quality_selection
-from domino_pipeline.processed.runs import list_runs, read_options_from_config, run_name, run_split_from_config, stat_fingerprint
+from domino_pipeline.processed.runs import (list_runs, read_options_from_config, run_name, run_split_from_config,
+                                            stat_fingerprint)
 from domino_pipeline.storage.object_store import as_location, exists, is_url, join, name_of
 from domino_pipeline.store.manifest import manifest_scaling_factors, read_manifest
 
@@ -195,7 +196,7 @@ def source_datasets(splits: list[SourceSplit], config: PipelineConfig, *, train:
         dataset = dataset_from_config(split.config, runs, train=train, scaled=False)
         forms, statistics = run_forms(dataset, split.config, form)
         sources.append(MixturePart(name=split.source.name, dataset=dataset, forms=forms, statistics=statistics,
-                              weight=split.source.weight, variables=target_variables(split.config, form)))
+                                   weight=split.source.weight, variables=target_variables(split.config, form)))
     if sources:
         check_parts_agree(sources)
     return sources
