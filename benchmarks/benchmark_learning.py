@@ -650,12 +650,25 @@ def provenance(argv: list[str]) -> dict:
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "commit": commit}
 
 
+def family_regime(family: Path, names: list[str]) -> dict:
+    """The flow the figures hold in, over the bodies used (tools/openfoam_family/drag_shares.py): the
+    solver, Re, Cd and the pressure share of drag, printed above the tables so that no figure is read
+    without its regime."""
+    tools = str(ROOT / "tools" / "openfoam_family")
+    if tools not in sys.path:
+        sys.path.append(tools)
+    import drag_shares
+    regime = drag_shares.family_regime(family, names)
+    return {k: v for k, v in regime.items() if k != "runs"} | {"text": drag_shares.describe(regime)}
+
+
 def print_report(report: dict) -> None:
     """Every table of the report, with its provenance and notes."""
     sizes = report["sizes"]
     print(f"\ncommand: {report['command']}\ndate: {report['date']}  commit: {report['commit']}  "
           f"seeds: {report['seeds']} (main runs: {report['seeds'][0]})  split seed: {report['split_seed']}  "
           f"epochs: {report['epochs']}")
+    print(f"regime: {report['regime']['text']}")
     print(f"{len(report['splits'])} splits of {sizes['train']} training / {sizes['val']} validation / "
           f"{sizes['test']} test bodies; checkpoint: the lowest validation loss ({CHOSEN})")
     print(summary_table(report["summary"], DOMINO_PUBLISHED, len(report["splits"])))
@@ -741,6 +754,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> dict:
                              for split in splits))
     first = records[0]
     report |= {"overrides": overrides, "notes": notes, "checkpoint": CHOSEN,
+               "regime": family_regime(args.family.resolve(), list(runs)),
                "sizes": {role: len(first["roles"][role]) for role in ("train", "val", "test")},
                "splits": list(records), "summary": over_splits([r["columns"] for r in records]),
                "validation_summary": over_splits([{MODEL: r["validation"]} for r in records])[MODEL]}

@@ -192,6 +192,10 @@ def test_the_learning_benchmark_runs_end_to_end_on_eight_openfoam_bodies_and_a_m
     out = capsys.readouterr().out
     report = json.loads((tmp_path / "out.json").read_text())
     assert "command: python benchmarks/benchmark_learning.py --family" in out and "commit: " in out
+    assert "regime: 8 runs (solver not recorded (no family.json)): Re not known" in out  # no family.json here
+    share = report["regime"]["cd_pressure_share_spread"]  # the two fixture runs' forceCoeffs parts, copied 4 times
+    assert 0 < share["min"] < share["max"] < 1
+    assert report["regime"]["cd_spread"]["max"] == pytest.approx(0.20423, rel=1e-4)
     for split in report["splits"]:  # trained side by side first, then reused as each split is measured
         assert out.count(f"reusing {work / 'train' / split['name']}\n") == 1
     assert report["sizes"] == {"train": 3, "val": 2, "test": 3} and len(report["splits"]) == 2

@@ -89,6 +89,17 @@ def test_the_root_holds_few_modules():
     assert len([*PACKAGE.glob("*.py"), *GROUND]) <= ROOT_MODULES
 
 
+def test_the_datapipe_facade_only_re_exports():
+    """datapipe.py, the names users import, holds no logic of its own: imports, ``__all__`` and the
+    lazy ``__getattr__`` for the Warp-loading DoMINODataPipe, in at most 40 lines."""
+    path = PACKAGE.parent / "datapipe.py"
+    tree = ast.parse(path.read_text())
+    kinds = {type(node).__name__ for node in tree.body}
+    functions = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+    assert len(path.read_text().splitlines()) <= 40
+    assert kinds <= {"Expr", "ImportFrom", "Import", "Assign", "FunctionDef"} and functions == ["__getattr__"]
+
+
 def _imports_of_inputs() -> list[str]:
     """``module:line -> imported`` for each import of inputs/ from outside inputs/ and inference/."""
     def room(module: str) -> str:

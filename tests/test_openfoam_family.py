@@ -311,7 +311,14 @@ def test_the_regime_of_a_family_from_its_run_folders(tmp_path):
     shares = sorted(p.pressure_share for p in printed)
     assert regime["cd_pressure_share_spread"]["min"] == pytest.approx(shares[0], rel=1e-6)
     assert regime["cd_pressure_share_spread"]["max"] == pytest.approx(shares[1], rel=1e-6)
-    assert drag_shares.describe(regime).startswith("2 runs, nu 0.02 m^2/s: Re (U length / nu) 5,833 .. 7,778; Cd ")
+    assert drag_shares.describe(regime).startswith(
+        "2 runs (v1912 simpleFoam laminar nu 0.02): Re (U length / nu) 5,833 .. 7,778 (median 6,806); Cd ")
+    only_two = drag_shares.family_regime(root, ["run_2"])
+    assert [r["run"] for r in only_two["runs"]] == ["run_2"] and only_two["re_spread"]["max"] == pytest.approx(5833.35)
+    (root / "family.json").unlink()  # a folder of runs without the family's records: Cd and its parts still
+    bare = drag_shares.family_regime(root)
+    assert "re_spread" not in bare and bare["cd_pressure_share_spread"] == regime["cd_pressure_share_spread"]
+    assert "solver not recorded (no family.json)): Re not known" in drag_shares.describe(bare)
     air = {"openfoam": build_family.family_settings()["openfoam"]}
     assert drag_shares.family_viscosity(air) == sampling.RANS.nu
     with pytest.raises(ValueError, match="no magUInf, Aref in its header"):

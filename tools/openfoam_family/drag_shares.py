@@ -122,31 +122,47 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
-def family_regime(root: Path, split_of=surface_split) -> dict:
-    """Each converged run's Cd, its parts and Re, and their spreads over the family at ``root``."""
-    nu = family_viscosity(json.loads((root / "family.json").read_text()))
-    runs = sorted((p for p in root.glob("run_*") if p.is_dir()), key=lambda p: int(p.name.split("_")[1]))
+def family_regime(root: Path, names: list[str] | None = None, split_of=surface_split) -> dict:
+    """Each run's Cd, its parts and Re, and their spreads over the family at ``root`` (every run_<i>
+    folder, or those ``names``). Re needs the family's nu (family.json) and each body's length (its
+    record); a run folder without them still gives Cd and its parts, and ``re_spread`` is then absent."""
+    family_json = root / "family.json"
+    nu = family_viscosity(json.loads(family_json.read_text())) if family_json.is_file() else None
+    runs = sorted((root / n for n in names) if names is not None else (p for p in root.glob("run_*") if p.is_dir()),
+                  key=lambda p: int(p.name.split("_")[1]))
     if not runs:
         raise ValueError(f"{root}: no run_<i> folder")
     rows = []
     for run in runs:
-        record = json.loads((root / "records" / f"case_{run.name.split('_')[1]}.json").read_text())
-        speed = coefficient_header((run / "coefficient.dat").read_text())["magUInf"]
         split = split_of(run)
-        rows.append({"run": run.name, "cd_recorded": record["cd"], "length": record["shape"]["length"],
-                     "re": reynolds(speed, record["shape"]["length"], nu), **split.record(), "cd": split.total})
-    return {"root": str(root), "nu": nu, "runs": rows,
-            **{f"{key}_spread": spread([r[key] for r in rows])
-               for key in ("re", "cd", "cd_pressure", "cd_viscous", "cd_pressure_share")}}
+        row = {"run": run.name, **split.record(), "cd": split.total}
+        record_path = root / "records" / f"case_{run.name.split('_')[1]}.json"
+        if nu is not None and record_path.is_file():
+            record = json.loads(record_path.read_text())
+            speed = coefficient_header((run / "coefficient.dat").read_text())["magUInf"]
+            row |= {"cd_recorded": record["cd"], "length": record["shape"]["length"],
+                    "re": reynolds(speed, record["shape"]["length"], nu)}
+        rows.append(row)
+    keys = ["cd", "cd_pressure", "cd_viscous", "cd_pressure_share"] + (["re"] if all("re" in r for r in rows) else [])
+    return {"root": str(root), "nu": nu, "solver": _solver_words(family_json), "runs": rows,
+            **{f"{key}_spread": spread([r[key] for r in rows]) for key in keys}}
+
+
+def _solver_words(family_json: Path) -> str:
+    if not family_json.is_file():
+        return "solver not recorded (no family.json)"
+    return json.loads(family_json.read_text()).get("openfoam", "solver not recorded in family.json")
 
 
 def describe(regime: dict) -> str:
-    """The regime in one paragraph: Re, Cd and the pressure share over the family."""
-    re_, cd, share = (regime[f"{k}_spread"] for k in ("re", "cd", "cd_pressure_share"))
-    return (f"{len(regime['runs'])} runs, nu {regime['nu']:g} m^2/s: Re (U length / nu) {re_['min']:,.0f} .. "
-            f"{re_['max']:,.0f}; Cd {cd['min']:.4f} .. {cd['max']:.4f}; pressure share of drag min "
-            f"{share['min']:.1%}, median {share['median']:.1%}, max {share['max']:.1%} (viscous "
-            f"{1 - share['max']:.1%} .. {1 - share['min']:.1%})")
+    """The regime in one paragraph: the solver, Re, Cd and the pressure share over the family."""
+    cd, share = regime["cd_spread"], regime["cd_pressure_share_spread"]
+    re_ = regime.get("re_spread")
+    flow = (f"Re (U length / nu) {re_['min']:,.0f} .. {re_['max']:,.0f} (median {re_['median']:,.0f})"
+            if re_ else "Re not known (no family.json or records)")
+    return (f"{len(regime['runs'])} runs ({regime['solver']}): {flow}; Cd {cd['min']:.4f} .. {cd['max']:.4f}; "
+            f"pressure share of drag min {share['min']:.1%}, median {share['median']:.1%}, max {share['max']:.1%} "
+            f"(viscous {1 - share['max']:.1%} .. {1 - share['min']:.1%})")
 
 
 def main() -> None:
@@ -156,9 +172,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the per-run figures and the spreads here")
     args = parser.parse_args()
     regime = family_regime(args.root)
-    worst = max(abs(r["cd"] / r["cd_recorded"] - 1) for r in regime["runs"])
     print(describe(regime))
-    print(f"integrated Cd against forceCoeffs' recorded Cd: largest relative difference {worst:.1e}")
+    recorded = [r for r in regime["runs"] if "cd_recorded" in r]
+    if recorded:
+        worst = max(abs(r["cd"] / r["cd_recorded"] - 1) for r in recorded)
+        print(f"integrated Cd against forceCoeffs' recorded Cd: largest relative difference {worst:.1e}")
     if args.json:
         args.json.write_text(json.dumps(regime, indent=1) + "\n")
 
