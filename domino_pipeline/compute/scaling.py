@@ -1,9 +1,7 @@
-"""Target scaling factors: computed once over the training runs, saved as JSON, applied per draw.
-
-Targets are stored unscaled, so changing the factors never invalidates a cache. The file holds,
-per target kind of the parts the runs hold, each variable's ``min``, ``max``, ``mean`` and
-``std`` and the ``normalization`` ``scale_fields`` applies: ``min_max``, ``2 (x - min) / (max -
-min) - 1`` (DoMINO's, in [-1, 1]), or ``mean_std``, ``(x - mean) / std``.
+"""Target scaling factors: computed once over the training runs, saved as JSON, applied per draw
+(targets are stored unscaled, so new factors never invalidate a cache). The file holds, per target
+kind, each variable's ``min``, ``max``, ``mean`` and ``std`` and the ``normalization``: ``min_max``,
+``2 (x - min) / (max - min) - 1`` (DoMINO's, in [-1, 1]), or ``mean_std``, ``(x - mean) / std``.
 """
 
 from __future__ import annotations
@@ -46,8 +44,7 @@ class _RunningStats:
             raise ValueError("target fields hold NaN or infinite values")
         if len(rows) == 0:
             return
-        self.merge(len(rows), rows.min(axis=0), rows.max(axis=0), rows.sum(axis=0),
-                   np.square(rows).sum(axis=0))
+        self.merge(len(rows), rows.min(axis=0), rows.max(axis=0), rows.sum(axis=0), np.square(rows).sum(axis=0))
 
     def merge(self, n: int, lo, hi, s1, s2) -> None:
         """Add the statistics of other rows (``as_dict``'s values)."""
@@ -67,8 +64,7 @@ class _RunningStats:
     def result(self) -> dict[str, list[float]]:
         mean = self.s1 / self.n
         std = np.sqrt(np.maximum(self.s2 / self.n - mean**2, 0.0))
-        return {"min": self.lo.tolist(), "max": self.hi.tolist(), "mean": mean.tolist(),
-                "std": std.tolist()}
+        return {"min": self.lo.tolist(), "max": self.hi.tolist(), "mean": mean.tolist(), "std": std.tolist()}
 
 
 def uniform_rows(n_rows: int, limit: int | None) -> np.ndarray | None:
@@ -135,17 +131,10 @@ def merge_statistics(per_run: Sequence[dict], run_names: Sequence[str], *, norma
     return factors
 
 
-def compute_scaling_factors(
-    processed_paths: Sequence[str | os.PathLike],
-    *,
-    normalization: str = "min_max",
-    max_volume_rows_per_run: int | None = MAX_VOLUME_ROWS,
-    options=None,
-    variables: Mapping[str, Sequence] | None = None,
-    rank: int = 0,
-    world_size: int = 1,
-    gather: Callable[[dict], list[dict]] | None = None,
-) -> dict:
+def compute_scaling_factors(processed_paths: Sequence[str | os.PathLike], *, normalization: str = "min_max",
+                            max_volume_rows_per_run: int | None = MAX_VOLUME_ROWS, options=None,
+                            variables: Mapping[str, Sequence] | None = None, rank: int = 0, world_size: int = 1,
+                            gather: Callable[[dict], list[dict]] | None = None) -> dict:
     """Statistics of the targets over the given runs (any form runs.py reads), streamed block by block,
     each run's volume limited to ``max_volume_rows_per_run`` uniform rows; ``variables`` recorded.
     In parts: this ``rank`` of ``world_size`` reads every ``world_size``-th run, ``gather`` brings
@@ -181,9 +170,8 @@ def check_factors_match(factors: dict | None, surface_variables, volume_variable
     if absent:
         raise ValueError(f"{source}: the scaling factors have no {' and '.join(absent)} part (computed from "
                          f"runs or a cache of the {' and '.join(kinds)} only); the model needs {list(parts)}")
-    expected = {"surface": [list(v) for v in surface_variables],
-                "volume": [list(v) for v in volume_variables]}
-    expected = {kind: expected[kind] for kind in kinds}
+    given = {"surface": surface_variables, "volume": volume_variables}
+    expected = {kind: [list(v) for v in given[kind]] for kind in kinds}
     recorded = factors.get("variables")
     if recorded is not None and recorded != expected:
         raise ValueError(f"{source}: scaling factors were computed for variables {recorded}, "

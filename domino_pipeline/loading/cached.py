@@ -6,7 +6,6 @@ Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the ca
 from __future__ import annotations
 
 import os
-import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,8 +33,7 @@ class CachedDoMINODataset(EpochDataset):
     Each process opens runs lazily, at most ``max_open_runs`` at a time, reading the generations the
     manifest named. ``expected``: the settings the cache must have; ``scaling_factors``: "manifest"
     (the cache's own, checked), a dict or file, or None; ``processed_stats``: run name -> the processed
-    run's ``stat_fingerprint``, a run written again since it was cached is stale (``sources``, its
-    earlier name, is still read, with a DeprecationWarning).
+    run's ``stat_fingerprint``, a run written again since it was cached is stale.
     """
 
     def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
@@ -43,12 +41,7 @@ class CachedDoMINODataset(EpochDataset):
                  geometry_points: int = 300_000, scaling_factors: dict | str | os.PathLike | None = "manifest",
                  seed: int = 0, expected: dict | None = None, surface_window_factor: int | None = 8,
                  volume_window_factor: int | None = 8, exact: bool = False,
-                 processed_stats: dict[str, str] | None = None, max_open_runs: int = 8,
-                 sources: dict[str, str] | None = None) -> None:
-        if sources is not None:
-            warnings.warn("CachedDoMINODataset(sources=...) is now processed_stats=...", DeprecationWarning,
-                          stacklevel=2)
-            processed_stats = sources if processed_stats is None else processed_stats
+                 processed_stats: dict[str, str] | None = None, max_open_runs: int = 8) -> None:
         law = SamplingLaw(surface_window_factor=surface_window_factor,
                           volume_window_factor=volume_window_factor, exact=exact)
         self.cache_dir = cache_dir if is_url(cache_dir) else Path(cache_dir)

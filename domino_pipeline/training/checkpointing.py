@@ -1,10 +1,7 @@
-"""Training checkpoints: when and what a run saves, how it resumes, and the files themselves
-(``TrainingState`` what a step changes, ``CheckpointFiles`` where it goes). Every checkpoint is a new
-file, ``checkpoint-e<epoch>-s<step>.pt``, written with its digest (``file_digests``); an older one
-is removed only once a newer one is on disk and checked, and resuming takes the newest that passes
-its checks. The files and what is checked: docs/checkpoints.md; their contents:
-docs/configuration.md ("Checkpoints") and docs/example_keys.md.
-"""
+"""Training checkpoints: when and what a run saves, how it resumes, and the files. Each checkpoint
+is a new file ``checkpoint-e<epoch>-s<step>.pt`` with its digest; an older one is removed only once a
+newer one is on disk and checked; resuming takes the newest that passes its checks (docs/checkpoints.md,
+docs/configuration.md "Checkpoints", docs/example_keys.md)."""
 
 from __future__ import annotations
 
@@ -71,8 +68,7 @@ class TrainingState:
 
 @dataclass(frozen=True)
 class CheckpointFiles:
-    """Where a run's checkpoints and models go, how many checkpoints it keeps, the resolved config
-    they record."""
+    """Where a run's checkpoints and models go, how many it keeps, the resolved config they record."""
 
     folder: Path
     models: dict[str, Path] = field(repr=False)  # last, best (physicsnemo .mdlus) and best_record (JSON)
@@ -144,10 +140,8 @@ def check_same_model(saved: dict[str, Any], current: dict[str, Any], path: Path)
     """Refuse to resume a checkpoint of another model type or architecture."""
     differing = [key for key in ("model_type", "model") if saved.get(key) != current.get(key)]
     if differing:
-        raise ValueError(
-            f"{path}: checkpoint was trained with other {differing} settings; "
-            "use another output_dir or delete the checkpoint"
-        )
+        raise ValueError(f"{path}: checkpoint was trained with other {differing} settings; "
+                         "use another output_dir or delete the checkpoint")
 
 
 @dataclass(frozen=True)
@@ -351,25 +345,16 @@ def _passes(path: Path) -> bool:
 
 # ---- RNG states
 
-
 def capture_rng_state() -> dict[str, Any]:
     """This process's torch, CUDA, numpy and Python RNG states as tensors and plain values."""
     np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
     py_version, py_internal, py_gauss = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {
-            "kind": str(np_kind),
-            "keys": torch.from_numpy(np_keys.astype(np.int64)),
-            "pos": int(np_pos),
-            "has_gauss": int(np_has_gauss),
-            "cached_gaussian": float(np_gauss),
-        },
-        "python": {
-            "version": int(py_version),
-            "internal": torch.tensor(py_internal, dtype=torch.int64),
-            "gauss_next": py_gauss,
-        },
+        "numpy": {"kind": str(np_kind), "keys": torch.from_numpy(np_keys.astype(np.int64)), "pos": int(np_pos),
+                  "has_gauss": int(np_has_gauss), "cached_gaussian": float(np_gauss)},
+        "python": {"version": int(py_version), "internal": torch.tensor(py_internal, dtype=torch.int64),
+                   "gauss_next": py_gauss},
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -379,20 +364,10 @@ def capture_rng_state() -> dict[str, Any]:
 def restore_rng_state(state: dict[str, Any]) -> None:
     """Inverse of `capture_rng_state`."""
     torch.set_rng_state(state["torch"])
-    numpy_state = state["numpy"]
-    np.random.set_state(
-        (
-            numpy_state["kind"],
-            numpy_state["keys"].numpy().astype(np.uint32),
-            numpy_state["pos"],
-            numpy_state["has_gauss"],
-            numpy_state["cached_gaussian"],
-        )
-    )
-    python_state = state["python"]
-    random.setstate(
-        (python_state["version"], tuple(python_state["internal"].tolist()), python_state["gauss_next"])
-    )
+    numpy_state, python_state = state["numpy"], state["python"]
+    np.random.set_state((numpy_state["kind"], numpy_state["keys"].numpy().astype(np.uint32), numpy_state["pos"],
+                         numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
+    random.setstate((python_state["version"], tuple(python_state["internal"].tolist()), python_state["gauss_next"]))
     restore_cuda_rng_states(state.get("cuda", []))
 
 
@@ -405,5 +380,3 @@ def restore_cuda_rng_states(states: list[torch.Tensor]) -> int:
     for device in range(restored):
         torch.cuda.set_rng_state(states[device], device)
     return restored
-
-

@@ -146,10 +146,8 @@ def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[Epoch
     indices = epoch_indices(data.sampler, epoch, start.step * config.batch_size)
     reset_peak_memory(info.device)
     began = time.perf_counter()
-    # the loss of a resumed epoch: all its steps
-    result = EpochResult(loss_sum=start.partial.loss_sum, batches=start.partial.batches,
+    result = EpochResult(loss_sum=start.partial.loss_sum, batches=start.partial.batches,  # a resumed epoch's: all steps
                          term_sums=dict(start.partial.term_sums), skipped=start.partial.skipped)
-
     by_source = SourceLosses(data.source_of, indices, config.batch_size, first_batch=result.batches)
 
     def log_step(loss: float | None) -> None:
@@ -252,16 +250,10 @@ class PassIndices(Sampler[int]):
 
 def make_loader(dataset: Dataset, batch_size: int, num_workers: int, device: torch.device) -> DataLoader:
     """A loader over the indices set in its `PassIndices` sampler; workers persist across passes."""
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=PassIndices(),
-        num_workers=num_workers,
-        persistent_workers=num_workers > 0,
-        multiprocessing_context=getattr(dataset, "worker_context", None) if num_workers > 0 else None,
-        pin_memory=device.type == "cuda",
-        collate_fn=collate_items,
-    )
+    context = getattr(dataset, "worker_context", None) if num_workers > 0 else None
+    return DataLoader(dataset, batch_size=batch_size, sampler=PassIndices(), num_workers=num_workers,
+                      persistent_workers=num_workers > 0, multiprocessing_context=context,
+                      pin_memory=device.type == "cuda", collate_fn=collate_items)
 
 
 def loader_over(loader: DataLoader, indices: list[int]) -> DataLoader:
@@ -291,23 +283,12 @@ def timed_batches(loader: Iterable, result: EpochResult) -> Iterator:
 
 # ---- the step
 
-def train_one_epoch(
-    model: nn.Module,
-    loader: Iterable[dict[str, torch.Tensor]],
-    num_samples: int,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    *,
-    device: torch.device,
-    amp_dtype: torch.dtype | None,
-    clip_grad_norm: float,
-    loss_config: LossConfig,
-    should_stop: Callable[[], bool],
-    on_nonfinite: Callable[[int, float, float], None],
-    after_step: Callable[[float | None], None],
-    result: EpochResult,
-    progress: str | None,
-) -> EpochResult:
+def train_one_epoch(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]], num_samples: int,
+                    optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, *, device: torch.device,
+                    amp_dtype: torch.dtype | None, clip_grad_norm: float, loss_config: LossConfig,
+                    should_stop: Callable[[], bool], on_nonfinite: Callable[[int, float, float], None],
+                    after_step: Callable[[float | None], None], result: EpochResult,
+                    progress: str | None) -> EpochResult:
     """Train over `loader` into `result`, calling `after_step(loss)` after each step (None: skipped)
     and stopping after one when `should_stop()` on any rank. A step whose loss or gradient is not
     finite on any rank is not taken: `on_nonfinite(step, loss, gradient norm)` raises to stop
@@ -327,8 +308,9 @@ def train_one_epoch(
                 on_nonfinite(result.batches + 1, loss_value, norm_value)
                 drop_step(optimizer, scaler)
                 result.skipped += 1
-            else:
-                optimizer_step(optimizer, scaler)
+            else:  # the scaler is a no-op unless fp16; then it skips a step whose gradient overflowed
+                scaler.step(optimizer)
+                scaler.update()
                 result.loss_sum += loss_value
                 result.add_terms(terms)
             result.compute_s += time.perf_counter() - start
@@ -344,10 +326,8 @@ def train_one_epoch(
     return result
 
 
-def model_loss(
-    model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, amp_dtype: torch.dtype | None,
-    loss_config: LossConfig,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def model_loss(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, amp_dtype: torch.dtype | None,
+               loss_config: LossConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """The configured loss on the scaled targets (losses.py), its unweighted terms, and the outputs."""
     with autocast_context(device, amp_dtype):
         outputs = model(batch)
@@ -356,13 +336,8 @@ def model_loss(
     return total_loss(terms, loss_config), terms, predictions
 
 
-def backward(
-    model: nn.Module,
-    loss: torch.Tensor,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    clip_grad_norm: float,
-) -> torch.Tensor:
+def backward(model: nn.Module, loss: torch.Tensor, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+             clip_grad_norm: float) -> torch.Tensor:
     """Backward (the loss scaled when fp16), then the gradients' total norm: unscaled and clipped
     to ``clip_grad_norm`` when it is > 0, else measured only (what the finiteness check reads)."""
     optimizer.zero_grad(set_to_none=True)
@@ -371,12 +346,6 @@ def backward(
         scaler.unscale_(optimizer)
         return nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
     return nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-
-
-def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> None:
-    """Step (the scaler is a no-op unless fp16; then it skips a step whose gradient overflowed)."""
-    scaler.step(optimizer)
-    scaler.update()
 
 
 def drop_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> None:
@@ -433,16 +402,9 @@ def validation_sums(trainer: Trainer, indices: list[int]) -> dict[str, torch.Ten
 
 
 @torch.no_grad()
-def evaluate(
-    model: nn.Module,
-    loader: Iterable[dict[str, torch.Tensor]],
-    *,
-    device: torch.device,
-    amp_dtype: torch.dtype | None,
-    unscale: Callable[[str, torch.Tensor], torch.Tensor],
-    target_widths: dict[str, int],
-    loss_config: LossConfig,
-) -> dict[str, torch.Tensor]:
+def evaluate(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]], *, device: torch.device,
+             amp_dtype: torch.dtype | None, unscale: Callable[[str, torch.Tensor], torch.Tensor],
+             target_widths: dict[str, int], loss_config: LossConfig) -> dict[str, torch.Tensor]:
     """Sums over this rank's validation samples (loss, terms, count, per-variable relative L2 errors in
     physical units), with the same keys on every rank."""
     model.eval()
