@@ -1,7 +1,6 @@
 """The DoMINO example's ``scaling_factors.pkl`` as this project's factors (docs/example_keys.md):
 refused unless ``data.allow_pickle=true``, and even then read by a restricted unpickler that
-builds only numpy arrays, plain containers and the example's ``ScalingFactors`` record.
-"""
+builds only numpy arrays, plain containers and the example's ``ScalingFactors`` record."""
 
 from __future__ import annotations
 

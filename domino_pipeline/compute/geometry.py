@@ -10,8 +10,7 @@ every row holds k real neighbours, with the same distances and tie order on ever
 backend (``distance_sq``; docs/gpu.md). ``signed_distance``: positive outside, negative inside
 (winding number); zero-area triangles are skipped, a mesh with none usable is a ValueError.
 Empty queries give empty results; empty clouds or meshes and NaN or infinite coordinates are
-ValueErrors. Coordinates are float32.
-"""
+ValueErrors. Coordinates are float32."""
 
 from __future__ import annotations
 

@@ -6,8 +6,7 @@ pressure and wall shear by its dynamic pressure (Cp, Cf, the shear as the stress
 velocity by its free-stream speed, turbulent viscosity by U_inf L; normals point out of the
 body; areas are over the dataset's reference length squared (positions are already over the
 dataset's box). ``RunForm`` holds one run's factors, stored -> form by a product per column, so
-the conversion and its inverse are exact up to rounding, and run statistics convert too.
-"""
+the conversion and its inverse are exact up to rounding, and run statistics convert too."""
 
 from __future__ import annotations
 

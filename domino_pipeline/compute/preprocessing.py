@@ -3,8 +3,7 @@
 ``cache_data.py`` writes the pieces ``plan_run`` yields, streaming the volume a bucket at a time
 (volume_order.py); the uncached ``DoMINODataPipe`` runs the same steps per draw, computing the
 expensive geometry only for the rows drawn; ``preprocess_run`` assembles the pieces in memory.
-Only the parts ``settings.parts`` names are computed; targets stay unscaled (scaling.py).
-"""
+Only the parts ``settings.parts`` names are computed; targets stay unscaled (scaling.py)."""
 
 from __future__ import annotations
 

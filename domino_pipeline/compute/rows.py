@@ -3,8 +3,7 @@
 ``prepare_rows`` drops surface cells with area <= 0 or outside the volume box and volume points
 outside it (DoMINO's rules), puts the rows in their stored order (docs/cache_format.md, "Arrays
 of a run"), normalises coordinates to [-1, 1] (surface box for surface quantities, volume box
-for volume ones) and computes the area-weighted centre of mass.
-"""
+for volume ones) and computes the area-weighted centre of mass."""
 
 from __future__ import annotations
 

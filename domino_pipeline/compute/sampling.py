@@ -1,8 +1,7 @@
 """The one sampling function of both datasets: which rows a draw takes, from (seed, epoch, index)
 and the part drawn only, never from the worker or the model type. The law (``SamplingLaw``) is
 specified in docs/cache_format.md, "What a draw reads"; it relies on the stored rows being in a
-fixed random permutation (``rows.prepare_rows``).
-"""
+fixed random permutation (``rows.prepare_rows``)."""
 
 from __future__ import annotations
 

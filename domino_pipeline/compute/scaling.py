@@ -1,8 +1,7 @@
 """Target scaling factors: computed once over the training runs, saved as JSON, applied per draw
 (targets are stored unscaled, so new factors never invalidate a cache). The file holds, per target
 kind, each variable's ``min``, ``max``, ``mean`` and ``std`` and the ``normalization``: ``min_max``,
-``2 (x - min) / (max - min) - 1`` (DoMINO's, in [-1, 1]), or ``mean_std``, ``(x - mean) / std``.
-"""
+``2 (x - min) / (max - min) - 1`` (DoMINO's, in [-1, 1]), or ``mean_std``, ``(x - mean) / std``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The settings that decide a run's preprocessed contents, and their fingerprint.
 
 ``PreprocessSettings`` is built once from the config's sections (``settings_from_config``) and passed
-down as plain arguments; its ``fingerprinted()`` form is what a cache records and compares.
-"""
+down as plain arguments; its ``fingerprinted()`` form is what a cache records and compares."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """What predict.py is given, read into one ``PredictionRun``: a raw run folder, a processed run, or
 an STL alone (docs/predict.md, "Inputs"): the arrays in the processed-run layout, the mesh whose
-cells the surface rows are (where predictions are written), and what is true.
-"""
+cells the surface rows are (where predictions are written), and what is true."""
 
 from __future__ import annotations
 

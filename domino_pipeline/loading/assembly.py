@@ -1,7 +1,6 @@
 """The datasets a config asks for: one dataset's (cached or uncached), and a training run's over its
 sources (``data.sources``; a config without them is its own one source, docs/mixtures.md): one
-source's own dataset in its stored form, else the mixture of every source in the run's form.
-"""
+source's own dataset in its stored form, else the mixture of every source in the run's form."""
 
 from __future__ import annotations
 
@@ -65,8 +64,7 @@ def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str 
 
     Training draws use ``seed``, validation draws ``seed + 1`` (so they differ from the training
     draws of the same run), by the exact law when ``sampling.val_exact``. Scaling factors: ``scaled``
-    True, ``scaling_factors_of``; a dict, those; False, none, targets as stored (a mixture scales them).
-    """
+    True, ``scaling_factors_of``; a dict, those; False, none, targets as stored (a mixture scales them)."""
     config = typed(config)
     settings = settings_from_config(config.geometry, config.variables)
     sampling = config.sampling

@@ -5,8 +5,7 @@ small message, the buffer's descriptor travelling once; the receiver maps each b
 builds the batch as views of it, and a finalizer marks the buffer free (byte 0: 1 held, 0 free;
 data from ``HEADER``) when the last view goes. Constants (``mark_constant``) travel as recipes;
 arrays from ``output_array`` are already in the buffer. Without memfd or a free buffer ``pack``
-returns None and torch's own shared memory is used.
-"""
+returns None and torch's own shared memory is used."""
 
 from __future__ import annotations
 

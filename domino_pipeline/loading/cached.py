@@ -1,7 +1,6 @@
 """``CachedDoMINODataset``: DoMINO items drawn from a cache written by ``cache_data.py``.
 
-Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the cache stays light.
-"""
+Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the cache stays light."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ class CachedDoMINODataset(EpochDataset):
     Each process opens runs lazily, at most ``max_open_runs`` at a time, reading the generations the
     manifest named. ``expected``: the settings the cache must have; ``scaling_factors``: "manifest"
     (the cache's own, checked), a dict or file, or None; ``processed_stats``: run name -> the processed
-    run's ``stat_fingerprint``, a run written again since it was cached is stale.
-    """
+    run's ``stat_fingerprint``, a run written again since it was cached is stale."""
 
     def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
                  model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,

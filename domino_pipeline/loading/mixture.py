@@ -6,8 +6,7 @@ size. Imports neither Warp nor the model: it runs in DataLoader workers.
 A draw is named by a key, ``repeat * len(dataset) + index``: ``index`` the run in the sources'
 concatenated order, ``repeat`` how many times the epoch drew it before. Repeat 0 is the source's
 own item of that epoch; repeat r draws it as in epoch ``epoch + r * REPEAT_EPOCHS``, so a small
-source drawn several times per epoch gives new points each time.
-"""
+source drawn several times per epoch gives new points each time."""
 
 from __future__ import annotations
 

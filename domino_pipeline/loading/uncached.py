@@ -1,7 +1,6 @@
 """``DoMINODataPipe``: DoMINO items preprocessed on every draw from the processed runs (no cache).
 
-Imports Warp (the geometry kernels); ``CachedDoMINODataset`` does not.
-"""
+Imports Warp (the geometry kernels); ``CachedDoMINODataset`` does not."""
 
 from __future__ import annotations
 

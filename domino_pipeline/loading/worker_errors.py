@@ -1,7 +1,6 @@
 """An error raised in a DataLoader worker, given back its own message: torch raises it again in the
 main process with ``Caught <Type> in DataLoader worker process <i>.`` and the worker's traceback,
-so an entry point's one line would say only where it was caught.
-"""
+so an entry point's one line would say only where it was caught."""
 
 from __future__ import annotations
 

@@ -6,5 +6,4 @@
   fingerprint (this project's runs and physicsnemo-curator's)
 - curator_forms.py: the readers of physicsnemo-curator's forms (Zarr v2/v3 groups, .npz, .npy)
 - chunk_completeness.py: whether every chunk of a run's Zarr arrays was written
-- statistics_table.py, run_quality.py: a folder's table of run statistics, and the runs it shows wrong
-"""
+- statistics_table.py, run_quality.py: a folder's table of run statistics, and the runs it shows wrong"""

@@ -1,6 +1,5 @@
 """The DoMINO cache on disk: its layout, version, fingerprints and errors (spec:
-docs/cache_format.md, "Layout" and "The settings and the fingerprint").
-"""
+docs/cache_format.md, "Layout" and "The settings and the fingerprint")."""
 
 from __future__ import annotations
 

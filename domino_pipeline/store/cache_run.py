@@ -50,8 +50,7 @@ class CacheRun:
 
     ``location``: a local folder or an object-store URL; ``metadata``: the manifest's SHA-256 of its
     ``zarr.json`` files; ``entry``: (run name, manifest entry) for the checks of docs/cache_format.md
-    ("Checks when a run is opened"). Open one per process; ``close`` releases its descriptors.
-    """
+    ("Checks when a run is opened"). Open one per process; ``close`` releases its descriptors."""
 
     def __init__(self, location: str | os.PathLike, *,
                  metadata: str | None = None, entry: tuple[str, dict] | None = None) -> None:

@@ -3,8 +3,7 @@ layout the cache writes (docs/cache_format.md, "Layout", "Reading chunks directl
 planned (the inner chunks a selection touches, their ranges from the kept shard indexes), then
 ``read_many`` fetches the ranges of several arrays in one wave of a ``ByteReader``, checks every
 checksum and assembles the arrays. ``ChunkedArray.open`` returns None for any other layout; the
-caller then uses zarr-python. A reader is not thread-safe.
-"""
+caller then uses zarr-python. A reader is not thread-safe."""
 
 from __future__ import annotations
 

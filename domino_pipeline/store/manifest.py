@@ -1,6 +1,5 @@
 """``<cache_dir>/manifest.json``: the runs of a cache and the generation of each, the settings
-that built it and a checksum of itself (docs/cache_format.md, "manifest.json").
-"""
+that built it and a checksum of itself (docs/cache_format.md, "manifest.json")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """A cache on object storage: uploading a local cache folder or one run generation, and
 removing the generations no reader needs (docs/cache_format.md, "On object storage"). The
-manifest is uploaded last: it is the commit that makes the runs it names readable.
-"""
+manifest is uploaded last: it is the commit that makes the runs it names readable."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 a record in ``<cache>/.ranks/<job>/``; the rank that finds every record there is the last one and
 alone writes the manifest (docs/cache_format.md). On object storage the last rank claims the
 job's end with a create-only put of ``<job>/finished``, which stays until a later build removes
-it (``remove_finished_jobs``), so the end is claimed once.
-"""
+it (``remove_finished_jobs``), so the end is claimed once."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Checks of a cache run generation's metadata against itself and against the manifest entry it
 sits under: counts against array lengths, grid shapes against the settings, the recorded run
-name and source against the manifest's. Plain values in, ``RunMetadataError`` out.
-"""
+name and source against the manifest's. Plain values in, ``RunMetadataError`` out."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Writing one cache run: a new generation, array by array or block by block, built under a hidden
-temporary name and renamed into place whole; placed generations are never modified.
-"""
+temporary name and renamed into place whole; placed generations are never modified."""
 
 from __future__ import annotations
 

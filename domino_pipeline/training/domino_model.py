@@ -1,8 +1,7 @@
 """DoMINO from the config: one place decides the model type, builds the model, checks that the
 data fits it, and sets up its optimisation from the ``train:`` section (AdamW, the per-epoch
 learning-rate schedule, mixed precision and its gradient scaler, DDP around the model). The
-physicsnemo model is imported inside the functions, so importing this module stays light.
-"""
+physicsnemo model is imported inside the functions, so importing this module stays light."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """A training step whose loss or gradient is not finite: whether a step is, and the one line that
 names it (the epoch, the step, each rank's loss and gradient norm, the runs of each rank's batch),
 the same on every rank. Training stops there (``NonFiniteLossError``) unless
-``train.max_nonfinite_steps`` allows the step to be skipped (docs/checkpoints.md).
-"""
+``train.max_nonfinite_steps`` allows the step to be skipped (docs/checkpoints.md)."""
 
 from __future__ import annotations
 

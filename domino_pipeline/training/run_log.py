@@ -2,8 +2,7 @@
 into one epoch record, the validation metrics and peak memory (docs/gpu.md, "What the figures
 mean"); rank 0's console lines, TensorBoard scalars and JSON-lines files (``epochs.jsonl``,
 ``steps.jsonl``, ``split.json``). On the other ranks every ``RunLog`` call does nothing, so the
-loop calls it unconditionally. Warp is never imported here: the cached path has no Warp memory.
-"""
+loop calls it unconditionally. Warp is never imported here: the cached path has no Warp memory."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The target scaling factors of a training run, decided in one place from whichever origin the
 config names (a file, the cache's, computed from the processed training runs by every rank in
 parts and merged in run order: docs/gpu.md, or merged over a mixture's sources), and turned into
-the function that brings the model's scaled outputs back to physical units.
-"""
+the function that brings the model's scaled outputs back to physical units."""
 
 from __future__ import annotations
 
