@@ -1,16 +1,14 @@
-"""Exact k-nearest neighbours and signed distance to a triangle mesh, with NVIDIA Warp on CUDA when
-present and on the CPU otherwise (CPU launches split into chunks on a thread pool of
-``cpu_threads``, default all cores: a launch releases the GIL).
+"""Exact k-nearest neighbours and signed distance to a triangle mesh, with NVIDIA Warp on CUDA when present and on the
+CPU otherwise (CPU launches split into chunks on a thread pool of ``cpu_threads``, default all cores: a launch releases
+the GIL).
 
-kNN is exact: each query searches a hash grid out to its own radius (from the local density,
-scaled by a pilot sample) and is accepted only when its k-th candidate lies inside the radius,
-else it retries at twice the radius on a coarser grid; a search of few point-query pairs
-(``BRUTE_PAIRS``) tries every pair in one launch instead, with the same order. ``knn``: k <= ``MAX_K`` (32) for Warp;
-every row holds k real neighbours, with the same distances and tie order on every device and
-backend (``distance_sq``; docs/gpu.md). ``signed_distance``: positive outside, negative inside
-(winding number); zero-area triangles are skipped, a mesh with none usable is a ValueError.
-Empty queries give empty results; empty clouds or meshes and NaN or infinite coordinates are
-ValueErrors. Coordinates are float32."""
+kNN is exact: each query searches a hash grid out to its own radius (from the local density, scaled by a pilot sample)
+and is accepted only when its k-th candidate lies inside the radius, else it retries at twice the radius on a coarser
+grid; a search of few point-query pairs (``BRUTE_PAIRS``) tries every pair in one launch instead, with the same order.
+``knn``: k <= ``MAX_K`` (32) for Warp; every row holds k real neighbours, with the same distances and tie order on every
+device and backend (``distance_sq``; docs/gpu.md). ``signed_distance``: positive outside, negative inside (winding
+number); zero-area triangles are skipped, a mesh with none usable is a ValueError. Empty queries give empty results;
+empty clouds or meshes and NaN or infinite coordinates are ValueErrors. Coordinates are float32."""
 
 from __future__ import annotations
 
@@ -89,9 +87,7 @@ def _launch(kernel, n: int, inputs: Callable[[int, int], list], device: str, thr
         list(pool.map(run, bounds[:-1], bounds[1:]))
 
 
-# ----------------------------------------------------------------------------------------------
-# kNN
-
+# ---- kNN
 
 def distance_sq(points, queries) -> np.ndarray:
     """Squared distances of float32 ``points`` and ``queries`` with the kNN kernel's bits on every device
@@ -117,22 +113,11 @@ def _precedes(d_a: wp.float64, key_a: wp.int32, d_b: wp.float64, key_b: wp.int32
 
 
 @wp.kernel
-def _knn_round(
-    grid: wp.uint64,
-    points: wp.array(dtype=wp.vec3),
-    point_ids: wp.array(dtype=wp.int32),
-    queries: wp.array(dtype=wp.vec3),
-    query_ids: wp.array(dtype=wp.int32),
-    active: wp.array(dtype=wp.int32),
-    radii: wp.array(dtype=wp.float32),
-    self_query: wp.int32,
-    k: wp.int32,
-    max_radius: wp.float32,
-    coord_scale: wp.float32,
-    out_index: wp.array2d(dtype=wp.int32),
-    out_d2: wp.array2d(dtype=wp.float64),
-    done: wp.array(dtype=wp.int32),
-):
+def _knn_round(grid: wp.uint64, points: wp.array(dtype=wp.vec3), point_ids: wp.array(dtype=wp.int32),
+               queries: wp.array(dtype=wp.vec3), query_ids: wp.array(dtype=wp.int32), active: wp.array(dtype=wp.int32),
+               radii: wp.array(dtype=wp.float32), self_query: wp.int32, k: wp.int32, max_radius: wp.float32,
+               coord_scale: wp.float32, out_index: wp.array2d(dtype=wp.int32), out_d2: wp.array2d(dtype=wp.float64),
+               done: wp.array(dtype=wp.int32)):
     """k best candidates of query ``active[t]`` within ``radii[t]``, written out (``done[t]``) when exact;
     ``point_ids`` and ``query_ids`` map the Z-ordered points to the original indices."""
     t = wp.tid()
@@ -176,15 +161,8 @@ def _knn_round(
 
 
 @wp.kernel
-def _knn_brute(
-    points: wp.array(dtype=wp.vec3),
-    queries: wp.array(dtype=wp.vec3),
-    first: wp.int32,
-    self_query: wp.int32,
-    k: wp.int32,
-    out_index: wp.array2d(dtype=wp.int32),
-    out_d2: wp.array2d(dtype=wp.float64),
-):
+def _knn_brute(points: wp.array(dtype=wp.vec3), queries: wp.array(dtype=wp.vec3), first: wp.int32, self_query: wp.int32,
+               k: wp.int32, out_index: wp.array2d(dtype=wp.int32), out_d2: wp.array2d(dtype=wp.float64)):
     """The k best of all points for query ``first + tid``, in ``_knn_round``'s order: one launch, no
     grid (small searches, where a grid's rounds cost more than trying every pair)."""
     t = first + wp.tid()
@@ -499,32 +477,19 @@ def _exact_row(points, qpoint, radius, k, self_id, tree):
     return cand[order], d2[order]
 
 
-def knn(
-    points,
-    k: int,
-    queries=None,
-    device: str = "auto",
-    backend: Literal["auto", "warp", "ckdtree"] = "auto",
-    cpu_threads: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+def knn(points, k: int, queries=None, device: str = "auto", backend: Literal["auto", "warp", "ckdtree"] = "auto",
+        cpu_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Exact k nearest neighbours of ``queries`` (default: every point): int32 indices and float32
     distances (Q, k), ascending by ``distance_sq``, ties by the query itself first, then lower index."""
     return KnnIndex(points, device=device, backend=backend, cpu_threads=cpu_threads).query(k, queries)
 
 
-# ----------------------------------------------------------------------------------------------
-# Signed distance
-
+# ---- Signed distance
 
 @wp.kernel
-def _signed_distance(
-    mesh: wp.uint64,
-    queries: wp.array(dtype=wp.vec3),
-    max_dist: wp.float32,
-    sdf: wp.array(dtype=wp.float32),
-    closest: wp.array(dtype=wp.vec3),
-    found: wp.array(dtype=wp.int32),
-):
+def _signed_distance(mesh: wp.uint64, queries: wp.array(dtype=wp.vec3), max_dist: wp.float32,
+                     sdf: wp.array(dtype=wp.float32), closest: wp.array(dtype=wp.vec3),
+                     found: wp.array(dtype=wp.int32)):
     """Distance to the closest point on the mesh, signed by the winding number."""
     t = wp.tid()
     p = queries[t]
@@ -567,11 +532,8 @@ class SdfMesh:
         faces = _as_faces(faces, len(self.vertices))
         self.device = resolve_device(device)
         self.threads = _cpu_threads(cpu_threads)
-        self.mesh = wp.Mesh(
-            points=wp.array(self.vertices, dtype=wp.vec3, device=self.device),
-            indices=wp.array(faces, dtype=wp.int32, device=self.device),
-            support_winding_number=True,
-        )
+        self.mesh = wp.Mesh(points=wp.array(self.vertices, dtype=wp.vec3, device=self.device),
+                            indices=wp.array(faces, dtype=wp.int32, device=self.device), support_winding_number=True)
 
     def query(self, queries) -> tuple[np.ndarray, np.ndarray]:
         """``signed_distance``'s result for ``queries`` (Q, 3) against this mesh."""
@@ -591,13 +553,8 @@ class SdfMesh:
         return sdf, closest
 
 
-def signed_distance(
-    vertices,
-    faces,
-    queries,
-    device: str = "auto",
-    cpu_threads: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+def signed_distance(vertices, faces, queries, device: str = "auto",
+                    cpu_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Signed distance (Q,) from each query point to a triangle mesh and the closest mesh point (Q, 3);
     to query one mesh several times, build an ``SdfMesh`` once."""
     verts = _as_points("vertices", vertices)

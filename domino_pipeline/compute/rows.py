@@ -1,9 +1,7 @@
-"""The cheap preprocessing steps, O(rows) and free of Warp: filter, permute, normalise.
-
-``prepare_rows`` drops surface cells with area <= 0 or outside the volume box and volume points
-outside it (DoMINO's rules), puts the rows in their stored order (docs/cache_format.md, "Arrays
-of a run"), normalises coordinates to [-1, 1] (surface box for surface quantities, volume box
-for volume ones) and computes the area-weighted centre of mass."""
+"""The cheap preprocessing steps, O(rows) and free of Warp: filter, permute, normalise. ``prepare_rows`` drops surface
+cells with area <= 0 or outside the volume box and volume points outside it (DoMINO's rules), puts the rows in their
+stored order (docs/cache_format.md, "Arrays of a run"), normalises coordinates to [-1, 1] (surface box for surface
+quantities, volume box for volume ones) and computes the area-weighted centre of mass."""
 
 from __future__ import annotations
 
@@ -86,14 +84,11 @@ def _prepare_surface(arrays: dict, settings: PreprocessSettings, source: str) ->
                          f"fewer than num_neighbors_surface={settings.num_neighbors_surface}")
     rows = keep[_permutation(len(keep), settings.permutation_seed, 1)]
     points = np.ascontiguousarray(centers[rows], dtype=np.float32)
-    return {
-        "surface_points": points,
-        "surface_coordinates": normalize(points, settings.bounding_box_surface),
-        "surface_normals": np.ascontiguousarray(arrays["surface_normals"][rows], dtype=np.float32),
-        "surface_areas": np.ascontiguousarray(areas[rows], dtype=np.float32),
-        "surface_fields": np.ascontiguousarray(arrays["surface_fields"][rows], dtype=np.float32),
-        "surface_rows": rows,
-    }
+    return {"surface_points": points, "surface_coordinates": normalize(points, settings.bounding_box_surface),
+            "surface_normals": np.ascontiguousarray(arrays["surface_normals"][rows], dtype=np.float32),
+            "surface_areas": np.ascontiguousarray(areas[rows], dtype=np.float32),
+            "surface_fields": np.ascontiguousarray(arrays["surface_fields"][rows], dtype=np.float32),
+            "surface_rows": rows}
 
 
 def _prepare_volume(arrays: dict, settings: PreprocessSettings, source: str) -> dict:
@@ -102,11 +97,8 @@ def _prepare_volume(arrays: dict, settings: PreprocessSettings, source: str) -> 
     inside = inside_box(centers, settings.bounding_box_volume)
     require_inside(int(inside.sum()), "volume point", settings.bounding_box_volume, source)
     rows = volume_order(inside, settings.permutation_seed)
-    return {
-        "volume_coordinates": normalize(centers[rows], settings.bounding_box_volume),
-        "volume_fields": np.ascontiguousarray(arrays["volume_fields"][rows], dtype=np.float32),
-        "volume_rows": rows,
-    }
+    return {"volume_coordinates": normalize(centers[rows], settings.bounding_box_volume),
+            "volume_fields": np.ascontiguousarray(arrays["volume_fields"][rows], dtype=np.float32), "volume_rows": rows}
 
 
 def center_of_mass(stl_centers: np.ndarray, stl_areas: np.ndarray) -> np.ndarray:
@@ -121,14 +113,11 @@ def prepare_rows(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *,
     faces = np.asarray(arrays["stl_faces"]).reshape(-1)
     vertices = np.ascontiguousarray(arrays["stl_coordinates"], dtype=np.float32)
     order = _permutation(len(vertices), settings.permutation_seed, 0)
-    prepared = PreparedRun(
-        stl_vertices=vertices,
-        stl_faces=faces.astype(np.int32),
-        geometry_coordinates=vertices[order],
-        center_of_mass=center_of_mass(arrays["stl_centers"], arrays["stl_areas"]),
-        global_params_values=np.asarray(arrays["global_params_values"], dtype=np.float32),
-        global_params_reference=np.asarray(arrays["global_params_reference"], dtype=np.float32),
-    )
+    prepared = PreparedRun(stl_vertices=vertices, stl_faces=faces.astype(np.int32),
+                           geometry_coordinates=vertices[order],
+                           center_of_mass=center_of_mass(arrays["stl_centers"], arrays["stl_areas"]),
+                           global_params_values=np.asarray(arrays["global_params_values"], dtype=np.float32),
+                           global_params_reference=np.asarray(arrays["global_params_reference"], dtype=np.float32))
     if "surface" in parts:
         vars(prepared).update(_prepare_surface(arrays, settings, source))
     if "volume" in parts:

@@ -1,7 +1,6 @@
-"""The one sampling function of both datasets: which rows a draw takes, from (seed, epoch, index)
-and the part drawn only, never from the worker or the model type. The law (``SamplingLaw``) is
-specified in docs/cache_format.md, "What a draw reads"; it relies on the stored rows being in a
-fixed random permutation (``rows.prepare_rows``)."""
+"""The one sampling function of both datasets: which rows a draw takes, from (seed, epoch, index) and the part drawn
+only, never from the worker or the model type. The law (``SamplingLaw``) is specified in docs/cache_format.md, "What a
+draw reads"; it relies on the stored rows being in a fixed random permutation (``rows.prepare_rows``)."""
 
 from __future__ import annotations
 
@@ -138,18 +137,9 @@ def draw_volume(rng: np.random.Generator, n_rows: int, points: int, law: Samplin
     return np.sort((start + local) % n_rows).astype(np.int64)
 
 
-def sample_draw(
-    seed: int,
-    epoch: int,
-    index: int,
-    *,
-    counts: dict[str, int],
-    geometry_points: int,
-    surface_points: int | None,
-    volume_points: int | None,
-    read_surface_areas: Callable[[int, int], np.ndarray] | None,
-    law: SamplingLaw = SamplingLaw(),
-) -> Draw:
+def sample_draw(seed: int, epoch: int, index: int, *, counts: dict[str, int], geometry_points: int,
+                surface_points: int | None, volume_points: int | None,
+                read_surface_areas: Callable[[int, int], np.ndarray] | None, law: SamplingLaw = SamplingLaw()) -> Draw:
     """The rows of draw (seed, epoch, index) by ``law`` (``surface_points`` / ``volume_points`` None skip
     a part; ``read_surface_areas(start, stop)``: the kept surface rows' areas)."""
     geometry = choose_uniform(draw_rng(seed, epoch, index, "geometry"), counts["geometry"],

@@ -109,13 +109,8 @@ def settings_from_config(geometry: GeometryConfig, variables: VariablesConfig, *
     """The settings of the ``geometry`` and ``variables`` sections (``parts``: those a cache holds)."""
     return PreprocessSettings(
         bounding_box_volume=parse_box(geometry.bounding_box_volume),
-        bounding_box_surface=parse_box(geometry.bounding_box_surface),
-        interp_res=tuple(geometry.interp_res),
-        num_neighbors_surface=geometry.num_neighbors_surface,
-        surface_variables=tuple(variables.surface.items()),
-        volume_variables=tuple(variables.volume.items()),
-        permutation_seed=geometry.permutation_seed,
-        neighbor_layout=geometry.neighbor_layout,
-        parts=tuple(parts),
-        device=geometry.device if device is None else device,
-    )
+        bounding_box_surface=parse_box(geometry.bounding_box_surface), interp_res=tuple(geometry.interp_res),
+        num_neighbors_surface=geometry.num_neighbors_surface, surface_variables=tuple(variables.surface.items()),
+        volume_variables=tuple(variables.volume.items()), permutation_seed=geometry.permutation_seed,
+        neighbor_layout=geometry.neighbor_layout, parts=tuple(parts),
+        device=geometry.device if device is None else device)

@@ -1,7 +1,6 @@
-"""The stored order of the kept volume rows: a uniformly random permutation that a cache build
-applies block by block in bounded memory (``deal_block`` in the first pass,
-``bucket_permutation`` in the second) and the uncached path in memory (``volume_order``),
-identically. The draw is specified in docs/cache_format.md ("Arrays of a run", row order)."""
+"""The stored order of the kept volume rows: a uniformly random permutation that a cache build applies block by block in
+bounded memory (``deal_block`` in the first pass, ``bucket_permutation`` in the second) and the uncached path in memory
+(``volume_order``), identically. The draw is specified in docs/cache_format.md ("Arrays of a run", row order)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""One run through prediction: the model over every cell (and volume point), the errors against
-the truth, the force and moment coefficients, and the files people look at (docs/predict.md,
-"Outputs")."""
+"""One run through prediction: the model over every cell (and volume point), the errors against the truth, the force and
+moment coefficients, and the files people look at (docs/predict.md, "Outputs")."""
 
 from __future__ import annotations
 

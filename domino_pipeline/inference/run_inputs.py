@@ -93,9 +93,8 @@ def run_kind(path: str | os.PathLike) -> str:
 
 def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike, processed_dir: str | os.PathLike,
                   source: str | None = None) -> list[Path | str]:
-    """The runs train.py put in ``split`` (``<train_dir>/split.json``; over a mixture, those of
-    ``source``): each run's raw folder when a local ``raw_dir`` has one, else its processed run (a
-    URL under a URL ``processed_dir``)."""
+    """The runs train.py put in ``split`` (``<train_dir>/split.json``; over a mixture, those of ``source``): each run's
+    raw folder when a local ``raw_dir`` has one, else its processed run (a URL under a URL ``processed_dir``)."""
     path = train_dir / "split.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no split; train with output_dir={train_dir} first, or list predict.runs")

@@ -1,7 +1,6 @@
-"""What both DoMINO datasets share: the item they return (``build_item``; its keys and shapes:
-docs/cache_format.md, "The item a draw returns"), the epoch counter and draws
-(``EpochDataset``) and the constant grids. Both datasets return the same dict for the same
-(seed, epoch, index)."""
+"""What both DoMINO datasets share: the item they return (``build_item``; its keys and shapes: docs/cache_format.md,
+"The item a draw returns"), the epoch counter and draws (``EpochDataset``) and the constant grids. Both datasets return
+the same dict for the same (seed, epoch, index)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Readers of the forms physicsnemo-curator (and physicsnemo's older example) write: Zarr v2/v3
-groups, .npz, pickled .npy dicts (restricted unpickler, opt-in); docs/processed_runs.md, "The
-accepted forms". Each returns the arrays (lazy where it can) and attributes; ``runs.open_run``
-normalises them."""
+"""Readers of the forms physicsnemo-curator (and physicsnemo's older example) write: Zarr v2/v3 groups, .npz, pickled
+.npy dicts (restricted unpickler, opt-in); docs/processed_runs.md, "The accepted forms". Each returns the arrays (lazy
+where it can) and attributes; ``runs.open_run`` normalises them."""
 
 from __future__ import annotations
 

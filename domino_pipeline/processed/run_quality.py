@@ -1,7 +1,6 @@
-"""Which runs of a processed folder are wrong as runs, from its statistics table, each with every
-reason; cache_data.py and train.py leave them out (``data.quality``). The checks, their formulas
-and defaults: docs/data_quality.md, "Which runs are rejected". A run the table lacks, or holds
-without statistics, is not checked, and the summary says so."""
+"""Which runs of a processed folder are wrong as runs, from its statistics table, each with every reason; cache_data.py
+and train.py leave them out (``data.quality``). The checks, their formulas and defaults: docs/data_quality.md, "Which
+runs are rejected". A run the table lacks, or holds without statistics, is not checked, and the summary says so."""
 
 from __future__ import annotations
 

@@ -158,11 +158,10 @@ class RunSplit:
 
 def split_with_test(runs: list[Path | str], val_fraction: float, seed: int, *, test_fraction: float = 0.0,
                     test_runs: Sequence[int | str] | None = None) -> RunSplit:
-    """``split_runs`` with test runs held out of training and validation alike: ``test_runs``
-    (``data.runs``' forms) when given, else the ceil(``test_fraction`` * n) runs that follow the
-    validation runs in the seeded permutation (so a split without test runs is ``split_runs``'
-    own); validation takes ceil(``val_fraction`` * n) of the rest. ValueError when no run is left
-    to train on."""
+    """``split_runs`` with test runs held out of training and validation alike: ``test_runs`` (``data.runs``' forms)
+    when given, else the ceil(``test_fraction`` * n) runs that follow the validation runs in the seeded permutation (so
+    a split without test runs is ``split_runs``' own); validation takes ceil(``val_fraction`` * n) of the rest.
+    ValueError when no run is left to train on."""
     if not runs:
         raise ValueError("no processed runs to train on")
     order = [runs[i] for i in np.random.default_rng(seed).permutation(len(runs))]

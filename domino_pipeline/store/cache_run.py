@@ -1,6 +1,5 @@
-"""Reading one cache run generation, from a local folder or an object-store prefix: its
-attributes, the arrays every draw reads (kept with the open run) and checked, batched reads
-of the others."""
+"""Reading one cache run generation, from a local folder or an object-store prefix: its attributes, the arrays every
+draw reads (kept with the open run) and checked, batched reads of the others."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""Checked reads of cache arrays straight from their shard objects, without zarr-python, for the one
-layout the cache writes (docs/cache_format.md, "Layout", "Reading chunks directly"). A read is
-planned (the inner chunks a selection touches, their ranges from the kept shard indexes), then
-``read_many`` fetches the ranges of several arrays in one wave of a ``ByteReader``, checks every
-checksum and assembles the arrays. ``ChunkedArray.open`` returns None for any other layout; the
-caller then uses zarr-python. A reader is not thread-safe."""
+"""Checked reads of cache arrays straight from their shard objects, without zarr-python, for the one layout the cache
+writes (docs/cache_format.md, "Layout", "Reading chunks directly"). A read is planned (the inner chunks a selection
+touches, their ranges from the kept shard indexes), then ``read_many`` fetches the ranges of several arrays in one wave
+of a ``ByteReader``, checks every checksum and assembles the arrays. ``ChunkedArray.open`` returns None for any other
+layout; the caller then uses zarr-python. A reader is not thread-safe."""
 
 from __future__ import annotations
 
@@ -287,8 +286,7 @@ class ChunkedArray:
         return result
 
     def _checked(self, indices: np.ndarray) -> np.ndarray:
-        """``indices`` as int64 with negatives wrapped; IndexError naming the array if any is
-        out of range."""
+        """``indices`` as int64 with negatives wrapped; IndexError naming the array if any is out of range."""
         indices = np.asarray(indices)
         if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
             raise IndexError(f"{self.name}: row indices must be a 1-D integer array, "

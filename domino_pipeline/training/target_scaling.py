@@ -28,13 +28,12 @@ from domino_pipeline.training.distributed import DistInfo
 
 
 def training_scaling_factors(sources: TrainingSources, info: DistInfo) -> dict:
-    """The scaling factors of a training run over ``sources``, by origin: ``sampling.scaling_factors``
-    (a file); over a mixture, merged from the statistics each source's cache records of its training
-    runs in the mixture's form (saved as <output_dir>/scaling_factors.json); one cached dataset's,
-    its cache's (checked against its manifest; of a cache on object storage, a copy kept as
-    <output_dir>/cache_scaling_factors.json); one uncached dataset's, <output_dir>/scaling_factors.json,
-    computed from the training runs when missing. Refused: one dataset's factors of another split
-    (unless ``sampling.allow_other_split``), a mixture's of other target variables or parts."""
+    """The scaling factors of a training run over ``sources``, by origin: ``sampling.scaling_factors`` (a file); over a
+    mixture, merged from the statistics each source's cache records of its training runs in the mixture's form (saved as
+    <output_dir>/scaling_factors.json); one cached dataset's, its cache's (checked against its manifest; of a cache on
+    object storage, a copy kept as <output_dir>/cache_scaling_factors.json); one uncached dataset's,
+    <output_dir>/scaling_factors.json, computed from the training runs when missing. Refused: one dataset's factors of
+    another split (unless ``sampling.allow_other_split``), a mixture's of other target variables or parts."""
     config, sampling = sources.config, sources.config.sampling
     given, path = sampling.scaling_factors is not None, scaling_factors_path(sources.config)
     if sources.mixture is not None:
