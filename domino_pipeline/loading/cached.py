@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError, part_window, window_spans
+from domino_pipeline.compute.sampling import TooFewPointsError, part_window, window_spans
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, held_parts, neighbor_layout_of
 from domino_pipeline.configuration.config import parts_setting
@@ -40,15 +40,14 @@ class CachedDoMINODataset(EpochDataset):
                  seed: int = 0, expected: dict | None = None, surface_window_factor: int | None = 8,
                  volume_window_factor: int | None = 8, exact: bool = False,
                  processed_stats: dict[str, str] | None = None, max_open_runs: int = 8) -> None:
-        law = SamplingLaw(surface_window_factor=surface_window_factor,
-                          volume_window_factor=volume_window_factor, exact=exact)
         self.cache_dir = cache_dir if is_url(cache_dir) else Path(cache_dir)
         manifest = read_manifest(self.cache_dir)
         if isinstance(scaling_factors, str) and scaling_factors == "manifest":
             scaling_factors = manifest_scaling_factors(self.cache_dir, manifest)
-        super().__init__(model_type=model_type, surface_points=surface_points,
+        super().__init__(self.cache_dir, model_type=model_type, surface_points=surface_points,
                          volume_points=volume_points, geometry_points=geometry_points,
-                         law=law, seed=seed, scaling_factors=scaling_factors)
+                         surface_window_factor=surface_window_factor, volume_window_factor=volume_window_factor,
+                         exact=exact, seed=seed, scaling_factors=scaling_factors)
         self.settings, self.fingerprint = manifest["settings"], manifest["fingerprint"]
         self.neighbor_layout = neighbor_layout_of(self.settings)
         if expected is not None:
@@ -68,12 +67,6 @@ class CachedDoMINODataset(EpochDataset):
         self.max_open_runs = max(1, int(max_open_runs))
         self._open: OrderedDict[int, CacheRun] = OrderedDict()
         self._pid = os.getpid()
-
-    @property
-    def worker_context(self) -> str | None:
-        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for a cache on
-        object storage (its client does not survive ``fork``), else None."""
-        return "spawn" if is_url(self.cache_dir) else None
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

@@ -15,6 +15,7 @@ from domino_pipeline.compute.sampling import Draw, SamplingLaw, sample_draw
 from domino_pipeline.compute.scaling import load_scaling_factors, scale_fields, unscale_fields
 from domino_pipeline.configuration.config import MODEL_TYPES
 from domino_pipeline.loading.batch_transfer import mark_constant
+from domino_pipeline.storage.object_store import is_url
 
 
 def parts_of(model_type: str) -> tuple[str, ...]:
@@ -78,13 +79,16 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
 class EpochDataset(Dataset):
     """Shared plumbing: the epoch counter that reaches persistent workers, draws and grids."""
 
-    def __init__(self, *, model_type: str, surface_points: int, volume_points: int,
-                 geometry_points: int, law: SamplingLaw, seed: int, scaling_factors) -> None:
+    def __init__(self, location, *, model_type: str, surface_points: int, volume_points: int, geometry_points: int,
+                 surface_window_factor: int | None, volume_window_factor: int | None, exact: bool, seed: int,
+                 scaling_factors) -> None:
+        self.location = location  # the folder or URL the runs are read from
         self.parts = parts_of(model_type)
         self.model_type = model_type
         self.surface_points, self.volume_points = int(surface_points), int(volume_points)
         self.geometry_points = int(geometry_points)
-        self.law = law
+        self.law = SamplingLaw(surface_window_factor=surface_window_factor, volume_window_factor=volume_window_factor,
+                               exact=exact)
         self.seed = int(seed)
         self.scaling_factors = (scaling_factors if scaling_factors is None or isinstance(scaling_factors, dict)
                                 else load_scaling_factors(scaling_factors))  # a file
@@ -93,6 +97,12 @@ class EpochDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.run_paths)
+
+    @property
+    def worker_context(self) -> str | None:
+        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for runs on
+        object storage (its client does not survive ``fork``), else None."""
+        return "spawn" if is_url(self.location) else None
 
     def set_epoch(self, epoch: int) -> None:
         """Draw the points of ``epoch`` from now on, in this process and in every worker."""

@@ -15,15 +15,16 @@ from torch.utils.data import get_worker_info
 from domino_pipeline.compute import geometry
 from domino_pipeline.compute.preprocessing import grid_sdf, surface_index, surface_neighbors, volume_sdf
 from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
-from domino_pipeline.compute.sampling import Draw, SamplingLaw, TooFewPointsError
+from domino_pipeline.compute.sampling import Draw, TooFewPointsError
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import PreprocessSettings, parse_box
 from domino_pipeline.processed.run_layout import arrays_for
 from domino_pipeline.processed.runs import DEFAULT_OPTIONS, ReadOptions, list_runs, load_run, require_parts, run_name
 from domino_pipeline.loading.items import EpochDataset, build_item
-from domino_pipeline.storage.object_store import as_location, is_url
+from domino_pipeline.storage.object_store import as_location
 
 KNN_INDEXES_KEPT = 4  # runs whose surface kNN index a process keeps between draws
+
 
 class DoMINODataPipe(EpochDataset):
     """DoMINO items preprocessed on every draw from the processed runs, the expensive geometry computed
@@ -38,12 +39,11 @@ class DoMINODataPipe(EpochDataset):
                  seed: int = 0, device: str = "auto", surface_window_factor: int | None = 8,
                  volume_window_factor: int | None = 8, exact: bool = False,
                  read_options: ReadOptions = DEFAULT_OPTIONS) -> None:
-        law = SamplingLaw(surface_window_factor=surface_window_factor,
-                          volume_window_factor=volume_window_factor, exact=exact)
-        super().__init__(model_type=model_type, surface_points=surface_points,
-                         volume_points=volume_points, geometry_points=geometry_points,
-                         law=law, seed=seed, scaling_factors=scaling_factors)
         self.processed_dir = as_location(processed_dir)  # a URL: runs read from object storage
+        super().__init__(self.processed_dir, model_type=model_type, surface_points=surface_points,
+                         volume_points=volume_points, geometry_points=geometry_points,
+                         surface_window_factor=surface_window_factor, volume_window_factor=volume_window_factor,
+                         exact=exact, seed=seed, scaling_factors=scaling_factors)
         self.read_options = read_options
         all_runs = list_runs(self.processed_dir)
         if runs is None:
@@ -66,12 +66,6 @@ class DoMINODataPipe(EpochDataset):
             require_parts(path, self.parts, f"model_type={model_type}", read_options)
         check_factors_match(self.scaling_factors, self.preprocess.surface_variables,
                             self.preprocess.volume_variables, str(self.processed_dir), self.parts)
-
-    @property
-    def worker_context(self) -> str | None:
-        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for
-        processed runs on object storage (the client does not survive ``fork``), else None."""
-        return "spawn" if is_url(self.processed_dir) else None
 
     def __getstate__(self) -> dict:
         return self.__dict__ | {"_knn_indexes": OrderedDict()}  # device arrays stay in their process

@@ -136,17 +136,6 @@ def list_runs(directory: str | os.PathLike) -> list[Path | str]:
     return runs
 
 
-def split_runs(runs: list[Path | str], val_fraction: float, seed: int) -> tuple[list[Path | str], list[Path | str]]:
-    """Deterministic split: a seeded permutation, the first ceil(f*n) validate (at least one, never all)."""
-    if not runs:
-        raise ValueError("no processed runs to train on")
-    n_val = min(math.ceil(val_fraction * len(runs)), len(runs) - 1) if val_fraction > 0 else 0
-    order = np.random.default_rng(seed).permutation(len(runs))
-    val = sorted((runs[i] for i in order[:n_val]), key=runs.index)
-    train = [run for run in runs if run not in val]
-    return train, val
-
-
 @dataclass(frozen=True)
 class RunSplit:
     """train.py's three roles: training, validation (chooses the checkpoint) and test (chooses nothing)."""
@@ -158,10 +147,10 @@ class RunSplit:
 
 def split_with_test(runs: list[Path | str], val_fraction: float, seed: int, *, test_fraction: float = 0.0,
                     test_runs: Sequence[int | str] | None = None) -> RunSplit:
-    """``split_runs`` with test runs held out of training and validation alike: ``test_runs`` (``data.runs``' forms)
-    when given, else the ceil(``test_fraction`` * n) runs that follow the validation runs in the seeded permutation (so
-    a split without test runs is ``split_runs``' own); validation takes ceil(``val_fraction`` * n) of the rest.
-    ValueError when no run is left to train on."""
+    """A deterministic split over a seeded permutation: test runs held out of training and validation alike,
+    ``test_runs`` (``data.runs``' forms) when given, else the ceil(``test_fraction`` * n) runs that follow the
+    validation runs in the permutation; validation takes the first ceil(``val_fraction`` * n) of the rest (at least
+    one, never all). ValueError when no run is left to train on."""
     if not runs:
         raise ValueError("no processed runs to train on")
     order = [runs[i] for i in np.random.default_rng(seed).permutation(len(runs))]
