@@ -130,9 +130,7 @@ def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: Prepro
         if volume["volume_fields"].shape[1] != settings.width("volume"):
             raise ValueError(f"{source}: volume_fields has {volume['volume_fields'].shape[1]} columns; the "
                              f"configured variables need {settings.width('volume')}")
-    scalars = {"center_of_mass": prepared.center_of_mass.tolist(),
-               "global_params_values": prepared.global_params_values.tolist(),
-               "global_params_reference": prepared.global_params_reference.tolist()}
+    scalars = {name: value.tolist() for name, value in prepared.scalars.items()}
     pieces = _pieces(prepared, volume, settings, counts.get("volume", 0), check, scratch_dir, block_rows)
     return RunPlan(shapes=_shapes(prepared, counts, settings), counts=counts, scalars=scalars, pieces=pieces)
 

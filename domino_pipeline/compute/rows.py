@@ -47,6 +47,12 @@ class PreparedRun:
     surface_rows: np.ndarray | None = None  # (Ns,) the input row (mesh cell) of each kept surface row
     volume_rows: np.ndarray | None = None  # (Nv,) the input row of each kept volume row
 
+    @property
+    def scalars(self) -> dict[str, np.ndarray]:
+        """The per-run values of an item (``build_item``'s ``scalars``)."""
+        return {"center_of_mass": self.center_of_mass, "global_params_values": self.global_params_values,
+                "global_params_reference": self.global_params_reference}
+
 
 def require_inside(count: int, what: str, box, source: str) -> None:
     """ValueError naming ``source`` and ``box`` when none of its ``what`` lies inside the box."""
@@ -139,3 +145,11 @@ def gather_neighbors(prepared: PreparedRun, neighbors: np.ndarray) -> dict[str, 
     """The coordinates, normals and areas of the surface rows ``neighbors`` (Q, K-1), keyed by
     ``NEIGHBOR_FEATURES``, for the uncached path and the ``features`` cache alike."""
     return {name: getattr(prepared, f"surface_{name}")[neighbors] for name in NEIGHBOR_FEATURES}
+
+
+def drawn_surface(prepared: PreparedRun, rows: np.ndarray, neighbors: np.ndarray) -> dict[str, np.ndarray]:
+    """``build_item``'s ``surface`` of the surface ``rows``, their ``neighbors`` (Q, K-1) gathered."""
+    gathered = gather_neighbors(prepared, neighbors)
+    return {"coordinates": prepared.surface_coordinates[rows], "normals": prepared.surface_normals[rows],
+            "areas": prepared.surface_areas[rows], "fields": prepared.surface_fields[rows],
+            **{f"neighbor_{name}": values for name, values in gathered.items()}}

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from domino_pipeline.compute.preprocessing import all_surface_neighbors, grid_sdf, volume_mesh, volume_sdf
-from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
+from domino_pipeline.compute.rows import PreparedRun, drawn_surface, prepare_rows
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.loading.items import box_key, build_item, constant_grid
 from domino_pipeline.training.epochs import predictions_by_target
@@ -70,11 +70,7 @@ class BatchItems:
         return grids
 
     def surface(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        prepared = self.prepared
-        neighbors = gather_neighbors(prepared, self.neighbors[rows])
-        return {"coordinates": prepared.surface_coordinates[rows], "normals": prepared.surface_normals[rows],
-                "areas": prepared.surface_areas[rows], "fields": prepared.surface_fields[rows],
-                **{f"neighbor_{name}": values for name, values in neighbors.items()}}
+        return drawn_surface(self.prepared, rows, self.neighbors[rows])
 
     def volume(self, window: tuple[int, int]) -> dict[str, np.ndarray]:
         sdf, closest = volume_sdf(self.prepared, self.settings, np.arange(*window), self.mesh)
@@ -84,12 +80,9 @@ class BatchItems:
 
     def item(self, surface_rows: np.ndarray | None, volume_window: tuple[int, int] | None) -> dict[str, torch.Tensor]:
         """The model's input (batch of one) for these surface rows and this window of volume rows."""
-        prepared = self.prepared
-        scalars = {"center_of_mass": prepared.center_of_mass,
-                   "global_params_values": prepared.global_params_values,
-                   "global_params_reference": prepared.global_params_reference}
-        item = build_item(settings=self.fingerprinted, scalars=scalars, geometry_coordinates=self.geometry_coordinates,
-                          grids=self.grids, surface=None if surface_rows is None else self.surface(surface_rows),
+        item = build_item(settings=self.fingerprinted, scalars=self.prepared.scalars,
+                          geometry_coordinates=self.geometry_coordinates, grids=self.grids,
+                          surface=None if surface_rows is None else self.surface(surface_rows),
                           volume=None if volume_window is None else self.volume(volume_window), scaling_factors=None)
         return {key: value.unsqueeze(0) for key, value in item.items()}
 

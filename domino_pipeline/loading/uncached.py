@@ -14,7 +14,7 @@ from torch.utils.data import get_worker_info
 
 from domino_pipeline.compute import geometry
 from domino_pipeline.compute.preprocessing import grid_sdf, surface_index, surface_neighbors, volume_sdf
-from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
+from domino_pipeline.compute.rows import PreparedRun, drawn_surface, prepare_rows
 from domino_pipeline.compute.sampling import Draw, TooFewPointsError
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import PreprocessSettings, parse_box
@@ -107,11 +107,8 @@ class DoMINODataPipe(EpochDataset):
                        "sdf_surf_grid": grid_sdf(prepared, self.preprocess, "surface")}
         if "volume" in self.parts:
             drawn_grids.update(grid=grids["grid"], sdf_grid=grid_sdf(prepared, self.preprocess, "volume"))
-        scalars = {"center_of_mass": prepared.center_of_mass,
-                   "global_params_values": prepared.global_params_values,
-                   "global_params_reference": prepared.global_params_reference}
         return build_item(
-            settings=self.settings, scalars=scalars,
+            settings=self.settings, scalars=prepared.scalars,
             geometry_coordinates=prepared.geometry_coordinates[draw.geometry_rows], grids=drawn_grids,
             surface=None if draw.surface_rows is None else self._surface(prepared, draw.surface_rows, index),
             volume=None if draw.volume_rows is None else self._volume(prepared, draw.volume_rows),
@@ -119,10 +116,7 @@ class DoMINODataPipe(EpochDataset):
 
     def _surface(self, prepared: PreparedRun, rows: np.ndarray, index: int) -> dict[str, np.ndarray]:
         neighbors = surface_neighbors(prepared, self.preprocess, rows, self._surface_index(index, prepared))
-        gathered = gather_neighbors(prepared, neighbors)
-        return {"coordinates": prepared.surface_coordinates[rows], "normals": prepared.surface_normals[rows],
-                "areas": prepared.surface_areas[rows], "fields": prepared.surface_fields[rows],
-                **{f"neighbor_{name}": values for name, values in gathered.items()}}
+        return drawn_surface(prepared, rows, neighbors)
 
     def _volume(self, prepared: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
         sdf, closest = volume_sdf(prepared, self.preprocess, rows)

@@ -119,17 +119,6 @@ class ChunkedArray:
         except CorruptChunkError:
             pass
 
-    def chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
-        """(shard, first, last inner chunk) of each run of consecutive chunks ``selection`` touches."""
-        runs = []
-        for chunk in (int(c) for c in self.chunks(selection)):
-            shard, inner = divmod(chunk, self.chunks_per_shard)
-            if runs and runs[-1][0] == shard and runs[-1][2] == inner - 1:
-                runs[-1] = (shard, runs[-1][1], inner)
-            else:
-                runs.append((shard, inner, inner))
-        return runs
-
     @property
     def _chunk_count(self) -> int:
         return -(-len(self) // self.chunk_rows)

@@ -33,11 +33,9 @@ def resolve_model_type(model_type: str, model_section: Mapping[str, Any]) -> str
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
     inner = model_section["model_type"] if "model_type" in model_section else model_type
     if inner != model_type:
-        raise ValueError(
-            f"model.model_type={inner!r} conflicts with model_type={model_type!r}: the top-level "
-            f"model_type decides what the data and the model hold; set model_type={inner} instead "
-            "(model.model_type follows it)"
-        )
+        raise ValueError(f"model.model_type={inner!r} conflicts with model_type={model_type!r}: the top-level "
+                         f"model_type decides what the data and the model hold; set model_type={inner} instead "
+                         "(model.model_type follows it)")
     return model_type
 
 
@@ -71,13 +69,10 @@ def build_model(model_type: str, section: Mapping[str, Any], device: torch.devic
     from physicsnemo.models.domino.config import Config
 
     outputs = {**DEFAULT_OUTPUTS, **(outputs or {})}
-    model = DoMINO(
-        input_features=INPUT_FEATURES,
-        output_features_vol=outputs["volume"] if model_type in ("volume", "combined") else None,
-        output_features_surf=outputs["surface"] if model_type in ("surface", "combined") else None,
-        global_features=GLOBAL_FEATURES,
-        model_parameters=Config(resolved_parameters(section)),
-    )
+    model = DoMINO(input_features=INPUT_FEATURES,
+                   output_features_vol=outputs["volume"] if model_type in ("volume", "combined") else None,
+                   output_features_surf=outputs["surface"] if model_type in ("surface", "combined") else None,
+                   global_features=GLOBAL_FEATURES, model_parameters=Config(resolved_parameters(section)))
     return model.to(device)
 
 

@@ -162,8 +162,7 @@ def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[Epoch
         state.trained, loader_over(data.train_loader, indices), len(indices), state.optimizer, state.scaler,
         device=info.device, amp_dtype=state.amp_dtype, clip_grad_norm=config.clip_grad_norm,
         loss_config=trainer.objective.loss, should_stop=lambda: trainer.stop.is_set, on_nonfinite=on_nonfinite,
-        after_step=log_step, result=result, progress=f"epoch {epoch}" if info.is_main else None,
-    )
+        after_step=log_step, result=result, progress=f"epoch {epoch}" if info.is_main else None)
     ranks = distributed.gather_objects(rank_summary(result, indices, data.train_names, info.device))
     record = epoch_record(epoch, ranks, time.perf_counter() - began, state.optimizer.param_groups[0]["lr"],
                           start.step, trainer.objective.description)
@@ -394,8 +393,7 @@ def validation_sums(trainer: Trainer, indices: list[int]) -> dict[str, torch.Ten
     sums = evaluate(
         trainer.state.model, loader_over(trainer.data.val_loader, indices[info.rank::info.world_size]),
         device=info.device, amp_dtype=trainer.state.amp_dtype, unscale=objective.unscale, target_widths=widths,
-        loss_config=objective.loss,
-    )
+        loss_config=objective.loss)
     return {key: distributed.all_reduce_sum(value) for key, value in sorted(sums.items())}
 
 

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 
-
 @dataclass
 class EpochResult:
     """What one (possibly interrupted or resumed) pass over the training loader did."""
@@ -172,13 +171,11 @@ class RunLog:
 def format_epoch(record: dict[str, Any], epochs: int) -> str:
     """The console line of an epoch record."""
     skipped = record.get("skipped_steps", 0)
-    return (
-        f"epoch {record['epoch']}/{epochs}  loss {record['train_loss']:.5g}  "
-        f"data wait {record['data_wait_s']:.2f} s  compute {record['compute_s']:.2f} s  "
-        f"total {record['epoch_s']:.2f} s  {record['samples_per_s']:.2f} samples/s  "
-        f"peak {record['peak_memory_mb']:.0f} MiB ({record['memory_kind']})"
-        + (f"  {skipped} steps skipped (not finite)" if skipped else "")
-    )
+    return (f"epoch {record['epoch']}/{epochs}  loss {record['train_loss']:.5g}  "
+            f"data wait {record['data_wait_s']:.2f} s  compute {record['compute_s']:.2f} s  "
+            f"total {record['epoch_s']:.2f} s  {record['samples_per_s']:.2f} samples/s  "
+            f"peak {record['peak_memory_mb']:.0f} MiB ({record['memory_kind']})"
+            + (f"  {skipped} steps skipped (not finite)" if skipped else ""))
 
 
 def epoch_scalars(record: dict[str, Any]) -> dict[str, float]:
