@@ -16,24 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from domino_pipeline.compute import geometry
-from domino_pipeline.compute.rows import (
-    PreparedRun,
-    drop_self,
-    gather_neighbors,
-    inside_box,
-    make_grid,
-    normalize,
-    prepare_rows,
-    require_inside,
-)
+from domino_pipeline.compute.rows import (PreparedRun, drop_self, gather_neighbors, inside_box, make_grid, normalize,
+                                          prepare_rows, require_inside)
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, PreprocessSettings
-from domino_pipeline.compute.volume_order import (
-    VOLUME_BLOCK_ROWS,
-    bucket_permutation,
-    bucket_sizes,
-    deal_block,
-    labels_rng,
-)
+from domino_pipeline.compute.volume_order import (VOLUME_BLOCK_ROWS, bucket_permutation, bucket_sizes, deal_block,
+                                                  labels_rng)
 
 VOLUME_ARRAYS = ("volume_mesh_centers", "volume_fields")
 FEATURE_BLOCK_ROWS = 1 << 20  # surface rows per block of gathered neighbour features

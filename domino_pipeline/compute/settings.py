@@ -11,14 +11,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from domino_pipeline.configuration.config import (
-    NEIGHBOR_LAYOUTS,
-    PARTS,
-    GeometryConfig,
-    VariablesConfig,
-    check_choice,
-    parts_setting,
-)
+from domino_pipeline.configuration.config import (NEIGHBOR_LAYOUTS, PARTS, GeometryConfig, VariablesConfig,
+                                                  check_choice, parts_setting)
 from domino_pipeline.configuration.variables import VARIABLE_WIDTH
 # The version of the code that computes a cache's contents, in every settings fingerprint;
 # tests/test_code_version.py fails when that code changes without this number being bumped.

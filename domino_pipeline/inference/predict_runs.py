@@ -19,24 +19,10 @@ from domino_pipeline.compute.scaling import unscale_fields
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.configuration.dataset_profile import COEFFICIENTS
 from domino_pipeline.inference.forces import ForceSettings, Loads
-from domino_pipeline.inference.full_resolution import (
-    BatchItems,
-    model_parts,
-    part_forward,
-    predict_part,
-    prepare_run,
-    rows_to_mesh,
-)
-from domino_pipeline.inference.report import (
-    PREDICTED_SUFFIX,
-    add_arrays,
-    format_table,
-    plot_surface_pressure,
-    relative_l2,
-    split_columns,
-    write_csv,
-    write_mesh,
-)
+from domino_pipeline.inference.full_resolution import (BatchItems, model_parts, part_forward, predict_part,
+                                                       prepare_run, rows_to_mesh)
+from domino_pipeline.inference.report import (PREDICTED_SUFFIX, add_arrays, format_table, plot_surface_pressure,
+                                              relative_l2, split_columns, write_csv, write_mesh)
 from domino_pipeline.inference.run_inputs import PredictionRun
 from domino_pipeline.configuration.variables import column_names
 

@@ -16,31 +16,13 @@ import numpy as np
 from domino_pipeline.configuration.config import PARTS, DataConfig, PhysicsConfig, TrainConfig, parts_named, parts_setting
 from domino_pipeline.processed.chunk_completeness import missing_chunks
 from domino_pipeline.processed.curator_forms import npz_names, read_npy, read_npz, read_zarr_group
-from domino_pipeline.processed.run_layout import (
-    ARRAY_NAMES,
-    ARRAY_SHAPES,
-    FORMAT,
-    PART_ARRAYS,
-    ProcessedRunError,
-    arrays_for,
-    check_format_version,
-    check_shapes,
-    check_values,
-    natural_key,
-)
+from domino_pipeline.processed.run_layout import (ARRAY_NAMES, ARRAY_SHAPES, FORMAT, PART_ARRAYS, ProcessedRunError,
+                                                  arrays_for, check_format_version, check_shapes, check_values,
+                                                  natural_key)
 from domino_pipeline.storage.byte_reader import read_in_order
 from domino_pipeline.configuration.run_selection import select_items
-from domino_pipeline.storage.object_store import (
-    ObjectInfo,
-    as_location,
-    exists,
-    folder_contents,
-    head,
-    is_url,
-    join,
-    list_objects,
-    name_of,
-)
+from domino_pipeline.storage.object_store import (ObjectInfo, as_location, exists, folder_contents, head, is_url, join,
+                                                  list_objects, name_of)
 
 RUN_SUFFIXES = (".zarr", ".npz", ".npy")
 FORMATS = ("processed", "curator-zarr-v2", "curator-zarr-v3", "curator-npz", "curator-npy")

@@ -16,45 +16,21 @@ from pathlib import Path
 from domino_pipeline.storage.atomic_store import remove_stale_temporaries, temporary_directory
 from domino_pipeline.compute.box_coverage import box_notes
 from domino_pipeline.compute.preprocessing import VOLUME_ARRAYS, plan_run
-from domino_pipeline.compute.scaling import (
-    checked_scaling_factors,
-    merge_statistics,
-    run_statistics,
-    save_scaling_factors,
-)
+from domino_pipeline.compute.scaling import (checked_scaling_factors, merge_statistics, run_statistics,
+                                             save_scaling_factors)
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.configuration.config import PipelineConfig, parts_setting
 from domino_pipeline.processed.run_layout import arrays_for, check_values
-from domino_pipeline.processed.runs import (
-    DEFAULT_OPTIONS,
-    NamedArray,
-    ReadOptions,
-    load_run,
-    open_run,
-    require_parts,
-    run_format,
-    run_name,
-    run_split_from_config,
-)
+from domino_pipeline.processed.runs import (DEFAULT_OPTIONS, NamedArray, ReadOptions, load_run, open_run,
+                                            require_parts, run_format, run_name, run_split_from_config)
 from domino_pipeline.runtime.run_report import RunResult
 from domino_pipeline.storage.byte_reader import ConflictError, reader_and_key
 from domino_pipeline.storage.object_store import is_url, join
-from domino_pipeline.store.cache_format import (
-    CacheError,
-    current_generation,
-    directory_bytes,
-    run_fingerprint,
-    run_folder,
-)
+from domino_pipeline.store.cache_format import (CacheError, current_generation, directory_bytes, run_fingerprint,
+                                                run_folder)
 from domino_pipeline.store.cache_run import CacheRun
-from domino_pipeline.store.manifest import (
-    MANIFEST,
-    manifest_entry,
-    manifest_lock,
-    read_manifest,
-    read_manifest_version,
-    write_manifest,
-)
+from domino_pipeline.store.manifest import (MANIFEST, manifest_entry, manifest_lock, read_manifest,
+                                            read_manifest_version, write_manifest)
 from domino_pipeline.store.object_cache import publish_generation
 from domino_pipeline.store.run_writer import RunWriter, run_lock
 from domino_pipeline.store.staleness import manifest_records, run_state

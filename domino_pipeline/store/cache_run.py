@@ -17,27 +17,11 @@ from zarr.storage import LocalStore
 
 from domino_pipeline.storage.byte_reader import ByteReader, LocalReader, Request, shared_reader
 from domino_pipeline.storage.object_store import is_url, split_url
-from domino_pipeline.store.cache_format import (
-    ARRAYS,
-    FORMAT,
-    FORMAT_VERSION,
-    GENERATION,
-    NEIGHBOR_FEATURE_ARRAYS,
-    CacheError,
-    StaleCacheError,
-    metadata_digest,
-    metadata_files,
-    settings_arrays,
-)
-from domino_pipeline.store.chunk_reader import (
-    Allocator,
-    ChunkedArray,
-    CorruptChunkError,
-    Staged,
-    fetch_chunks,
-    read_many,
-    supported_layout,
-)
+from domino_pipeline.store.cache_format import (ARRAYS, FORMAT, FORMAT_VERSION, GENERATION, NEIGHBOR_FEATURE_ARRAYS,
+                                                CacheError, StaleCacheError, metadata_digest, metadata_files,
+                                                settings_arrays)
+from domino_pipeline.store.chunk_reader import (Allocator, ChunkedArray, CorruptChunkError, Staged, fetch_chunks,
+                                                read_many, supported_layout)
 from domino_pipeline.store.run_checks import RunMetadataError, check_counts, check_grids, check_origin
 from domino_pipeline.store.shard_index import CHECKSUM_BYTES, ShardIndexError, check_shards
 

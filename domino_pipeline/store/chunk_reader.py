@@ -17,15 +17,8 @@ import crc32c
 import numpy as np
 
 from domino_pipeline.storage.byte_reader import ByteReader, LocalReader, Request
-from domino_pipeline.store.shard_index import (
-    ABSENT,
-    CHECKSUM_BYTES,
-    INDEX_ENTRY_BYTES,
-    ShardIndexError,
-    check_index,
-    chunks_in_shard,
-    shard_nbytes,
-)
+from domino_pipeline.store.shard_index import (ABSENT, CHECKSUM_BYTES, INDEX_ENTRY_BYTES, ShardIndexError, check_index,
+                                               chunks_in_shard, shard_nbytes)
 
 # Zarr v3 data types whose names numpy reads directly.
 DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",

@@ -14,14 +14,8 @@ from domino_pipeline.compute.scaling import checked_scaling_factors
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.storage.byte_reader import read_bytes, read_versioned, reader_and_key
 from domino_pipeline.storage.object_store import is_url, join, name_of
-from domino_pipeline.store.cache_format import (
-    FORMAT,
-    FORMAT_VERSION,
-    CacheError,
-    directory_bytes,
-    file_count,
-    layout_arrays,
-)
+from domino_pipeline.store.cache_format import (FORMAT, FORMAT_VERSION, CacheError, directory_bytes, file_count,
+                                                layout_arrays)
 from domino_pipeline.store.cache_run import CacheRun
 
 MANIFEST = "manifest.json"

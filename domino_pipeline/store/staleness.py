@@ -10,13 +10,8 @@ from pathlib import Path
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.processed.runs import run_name, source_fingerprint, stat_fingerprint
 from domino_pipeline.storage.object_store import is_url, name_of
-from domino_pipeline.store.cache_format import (
-    CacheError,
-    current_generation,
-    diff_settings,
-    run_fingerprint,
-    run_folder,
-)
+from domino_pipeline.store.cache_format import (CacheError, current_generation, diff_settings, run_fingerprint,
+                                                run_folder)
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import manifest_scaling_factors, read_manifest
 

@@ -19,27 +19,14 @@ import torch
 
 from domino_pipeline.storage.atomic_store import remove_stale_temporaries, write_json_atomic
 from domino_pipeline.runtime.entry_point import one_line
-from domino_pipeline.storage.file_digests import (
-    DIGEST_SUFFIX,
-    DamagedFileError,
-    check_file,
-    read_checked,
-    remove_checked,
-    write_checked,
-)
+from domino_pipeline.storage.file_digests import (DIGEST_SUFFIX, DamagedFileError, check_file, read_checked,
+                                                  remove_checked, write_checked)
 from domino_pipeline.training import distributed
 from domino_pipeline.training.distributed import DistInfo
-from domino_pipeline.training.example_checkpoints import (
-    load_example_checkpoint,
-    restore_example_states,
-    save_example_checkpoint,
-)
-from domino_pipeline.training.model_files import (
-    init_weights_from,
-    nonfinite_tensors,
-    require_finite_weights,
-    save_model_file,
-)
+from domino_pipeline.training.example_checkpoints import (load_example_checkpoint, restore_example_states,
+                                                          save_example_checkpoint)
+from domino_pipeline.training.model_files import (init_weights_from, nonfinite_tensors, require_finite_weights,
+                                                  save_model_file)
 from domino_pipeline.training.run_log import EpochResult
 
 CHECKPOINT_NAME = "checkpoint-e{epoch:04d}-s{step:06d}.pt"

@@ -24,27 +24,13 @@ from domino_pipeline.loading.collate import collate_items
 from domino_pipeline.loading.worker_deaths import checked_batches
 from domino_pipeline.storage.object_store import name_of
 from domino_pipeline.training import distributed
-from domino_pipeline.training.checkpointing import (
-    CheckpointFiles,
-    GoodCheckpoint,
-    ResumePoint,
-    TrainingState,
-    keep_best,
-    resume,
-    save_checkpoint,
-)
+from domino_pipeline.training.checkpointing import (CheckpointFiles, GoodCheckpoint, ResumePoint, TrainingState,
+                                                    keep_best, resume, save_checkpoint)
 from domino_pipeline.training.distributed import DistInfo
 from domino_pipeline.training.losses import loss_terms, total_loss
 from domino_pipeline.training.nonfinite import NonFiniteLossError, nonfinite_line, step_is_finite
-from domino_pipeline.training.run_log import (
-    EpochResult,
-    RunLog,
-    epoch_record,
-    log_epoch,
-    rank_summary,
-    reset_peak_memory,
-    validation_metrics,
-)
+from domino_pipeline.training.run_log import (EpochResult, RunLog, epoch_record, log_epoch, rank_summary,
+                                              reset_peak_memory, validation_metrics)
 
 TARGET_KEYS = ("volume_fields", "surface_fields")  # the order DoMINO returns its outputs in
 

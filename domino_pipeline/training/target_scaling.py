@@ -10,14 +10,8 @@ from pathlib import Path
 
 import torch
 
-from domino_pipeline.compute.scaling import (
-    check_factors_match,
-    compute_scaling_factors,
-    load_scaling_factors,
-    merge_statistics,
-    save_scaling_factors,
-    unscale_fields,
-)
+from domino_pipeline.compute.scaling import (check_factors_match, compute_scaling_factors, load_scaling_factors,
+                                             merge_statistics, save_scaling_factors, unscale_fields)
 from domino_pipeline.configuration.config import SamplingConfig, VariablesConfig
 from domino_pipeline.configuration.source_configs import nondimensional
 from domino_pipeline.loading.assembly import TrainingSources, scaling_factors_of, scaling_factors_path
