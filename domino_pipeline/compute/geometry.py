@@ -386,8 +386,7 @@ class _WarpKnnSearch:
         def inputs(start: int, stop: int) -> list:
             return [index.grid.id, index.sorted_points, index.sorted_ids, self.queries, self.query_ids,
                     active_wp[start:stop], radii_wp[start:stop], int(self.self_query), self.k,
-                    float(self.max_radius), self.coord_scale, self.out_index, self.out_d2,
-                    done[start:stop]]
+                    float(self.max_radius), self.coord_scale, self.out_index, self.out_d2, done[start:stop]]
 
         _launch(_knn_round, len(active), inputs, self.device, self.threads)
         return done.numpy() != 0
@@ -469,8 +468,7 @@ def _order_ties(points, qb, d, i, k, ids, tree):
 
 def _exact_row(points, qpoint, radius, k, self_id, tree):
     """All points within ``radius`` of one query, ordered like the Warp kernel; first k."""
-    cand = np.asarray(tree.query_ball_point(qpoint.astype(np.float64), r=radius * (1 + 1e-6) + 1e-30),
-                      dtype=np.int64)
+    cand = np.asarray(tree.query_ball_point(qpoint.astype(np.float64), r=radius * (1 + 1e-6) + 1e-30), dtype=np.int64)
     d2 = distance_sq(points[cand], qpoint)
     key = np.where(cand == self_id, -1, cand) if self_id is not None else cand
     order = np.lexsort((key, d2))[:k]
@@ -572,8 +570,7 @@ def _sdf_batch(mesh: wp.Mesh, queries: np.ndarray, max_dist: float, device: str,
     found = wp.zeros(len(queries), dtype=wp.int32, device=device)
 
     def inputs(start: int, stop: int) -> list:
-        return [mesh.id, q[start:stop], float(max_dist), sdf[start:stop], closest[start:stop],
-                found[start:stop]]
+        return [mesh.id, q[start:stop], float(max_dist), sdf[start:stop], closest[start:stop], found[start:stop]]
 
     _launch(_signed_distance, len(queries), inputs, device, threads)
     if not found.numpy().all():

@@ -50,8 +50,7 @@ class RunForm:
         factor = self.fields[part].astype(np.float64)
         lo, hi = factor * np.asarray(stats["lo"]), factor * np.asarray(stats["hi"])
         return {"n": stats["n"], "lo": np.minimum(lo, hi).tolist(), "hi": np.maximum(lo, hi).tolist(),
-                "s1": (factor * np.asarray(stats["s1"])).tolist(),
-                "s2": (factor**2 * np.asarray(stats["s2"])).tolist()}
+                "s1": (factor * np.asarray(stats["s1"])).tolist(), "s2": (factor**2 * np.asarray(stats["s2"])).tolist()}
 
 
 def identity_form(dataset: DatasetConfig) -> RunForm:

@@ -189,8 +189,7 @@ def _source_blocks(volume: Mapping, check: Check, block_rows: int, names=VOLUME_
         yield start, {name: check(name, volume[name][start:start + block_rows]) for name in names}
 
 
-def _count_inside(centers, settings: PreprocessSettings, check: Check, block_rows: int,
-                  source: str) -> int:
+def _count_inside(centers, settings: PreprocessSettings, check: Check, block_rows: int, source: str) -> int:
     count = sum(int(inside_box(block["volume_mesh_centers"], settings.bounding_box_volume).sum())
                 for _, block in _source_blocks({"volume_mesh_centers": centers}, check, block_rows,
                                                names=("volume_mesh_centers",)))
@@ -232,8 +231,7 @@ class _Buckets:
     def __enter__(self) -> _Buckets:
         if self.scratch_dir is not None:
             Path(self.scratch_dir).mkdir(parents=True, exist_ok=True)
-            self.folder = Path(tempfile.mkdtemp(dir=self.scratch_dir, prefix=".scratch.tmp-"
-                                                f"{os.getpid()}-"))
+            self.folder = Path(tempfile.mkdtemp(dir=self.scratch_dir, prefix=f".scratch.tmp-{os.getpid()}-"))
         return self
 
     def __exit__(self, *exc) -> None:

@@ -74,8 +74,7 @@ def _permutation(n: int, seed: int, stream: int) -> np.ndarray:
 
 def _check_fields(fields: np.ndarray, width: int, name: str, source: str) -> None:
     if fields.ndim != 2 or fields.shape[1] != width:
-        raise ValueError(f"{source}: {name} has shape {fields.shape}; the configured variables "
-                         f"need {width} columns")
+        raise ValueError(f"{source}: {name} has shape {fields.shape}; the configured variables need {width} columns")
 
 
 def _prepare_surface(arrays: dict, settings: PreprocessSettings, source: str) -> dict:

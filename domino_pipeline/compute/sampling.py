@@ -30,8 +30,7 @@ class SamplingLaw:
         for name in ("surface_window_factor", "volume_window_factor"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
-                raise ValueError(f"sampling.{name} must be an integer >= 1 or null (the whole "
-                                 f"part); got {value!r}")
+                raise ValueError(f"sampling.{name} must be an integer >= 1 or null (the whole part); got {value!r}")
 
     def window(self, part: str, points: int, n_rows: int) -> int:
         """Rows in the window a draw of ``points`` takes from ``n_rows`` (``n_rows``: no window)."""
@@ -100,8 +99,7 @@ def window_spans(start: int, width: int, n_rows: int) -> list[tuple[int, int]]:
     return [(start, stop)] if stop <= n_rows else [(start, n_rows), (0, stop - n_rows)]
 
 
-def read_window(read: Callable[[int, int], np.ndarray], start: int, width: int,
-                n_rows: int) -> np.ndarray:
+def read_window(read: Callable[[int, int], np.ndarray], start: int, width: int, n_rows: int) -> np.ndarray:
     """The values of a cyclic window from ``read(a, b)`` (rows a..b-1): one or two spans."""
     spans = window_spans(start, width, n_rows)
     if len(spans) == 1:
@@ -150,6 +148,5 @@ def sample_draw(seed: int, epoch: int, index: int, *, counts: dict[str, int], ge
                                surface_points, read_surface_areas, law)
     volume = None
     if volume_points is not None:
-        volume = draw_volume(draw_rng(seed, epoch, index, "volume"), counts["volume"],
-                             volume_points, law)
+        volume = draw_volume(draw_rng(seed, epoch, index, "volume"), counts["volume"], volume_points, law)
     return Draw(geometry_rows=geometry, surface_rows=surface, volume_rows=volume)

@@ -43,8 +43,7 @@ class PreprocessSettings:
         for name in ("bounding_box_volume", "bounding_box_surface"):
             lo, hi = (np.asarray(b, dtype=np.float64) for b in getattr(self, name))
             if lo.shape != (3,) or hi.shape != (3,) or not np.all(hi > lo):
-                raise ValueError(f"{name} needs min and max of 3 values with max > min; "
-                                 f"got {getattr(self, name)}")
+                raise ValueError(f"{name} needs min and max of 3 values with max > min; got {getattr(self, name)}")
         if len(self.interp_res) != 3 or min(self.interp_res) < 2:
             raise ValueError(f"interp_res needs 3 values >= 2; got {self.interp_res}")
         if self.num_neighbors_surface < 1:

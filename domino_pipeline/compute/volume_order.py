@@ -42,9 +42,7 @@ def volume_order(inside: np.ndarray, seed: int, block_rows: int = VOLUME_BLOCK_R
     sizes = bucket_sizes(len(kept), block_rows)
     remaining, rng = sizes.copy(), labels_rng(seed)
     per_block = np.bincount(kept // block_rows, minlength=-(-len(inside) // block_rows))
-    labels = np.concatenate([deal_block(rng, remaining, int(m)) for m in per_block] or
-                            [np.zeros(0, dtype=np.int64)])
+    labels = np.concatenate([deal_block(rng, remaining, int(m)) for m in per_block] or [np.zeros(0, dtype=np.int64)])
     grouped = kept[np.argsort(labels, kind="stable")]
     parts = np.split(grouped, np.cumsum(sizes)[:-1])
-    return np.concatenate([part[bucket_permutation(seed, b, len(part))]
-                           for b, part in enumerate(parts)] or [kept])
+    return np.concatenate([part[bucket_permutation(seed, b, len(part))] for b, part in enumerate(parts)] or [kept])

@@ -148,13 +148,11 @@ class ForceSettings:
         pressure, shear = COEFFICIENT_ROLES if coefficient_fields else STRESS_ROLES
         return cls(constant_references=constant_references(dataset.references),
                    convention=ForceConvention(normals=flow.normals, wall_shear=flow.wall_shear),
-                   pressure=dataset.field("surface", pressure),
-                   wall_shear_stress=dataset.field("surface", shear),
+                   pressure=dataset.field("surface", pressure), wall_shear_stress=dataset.field("surface", shear),
                    velocity=flow.velocity, density=flow.density, kinematic=flow.kinematic,
                    reference_area_per_run=forces.reference_area_per_run,
                    directions=Directions(tuple(flow.drag_direction), tuple(flow.lift_direction),
-                                         tuple(flow.side_direction)),
-                   fields_are_coefficients=coefficient_fields)
+                                         tuple(flow.side_direction)), fields_are_coefficients=coefficient_fields)
 
     def columns(self, variables: dict[str, str]) -> tuple[int, slice]:
         """The column of the pressure and the columns of the wall shear in the surface fields."""

@@ -157,8 +157,7 @@ def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
                                 "process_data.py writes (their attributes name the fields)")
     require_parts(opened, ("surface", "volume") if volume else ("surface",),
                   "predict.volume=true" if volume else "predict.py (the surface it writes predictions onto)")
-    arrays = load_run_arrays(opened.path, arrays_for(("surface", "volume") if volume else ("surface",)),
-                             opened=opened)
+    arrays = load_run_arrays(opened.path, arrays_for(("surface", "volume") if volume else ("surface",)), opened=opened)
     vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
     mesh = point_cloud(arrays["surface_mesh_centers"], "poly")
     return _prediction_run(run_name(opened.path), "processed", arrays, opened.attrs, (mesh, vector_areas), volume,
@@ -195,8 +194,7 @@ def load_stl(path: Path, dataset: DatasetConfig, physics: Physics, normals_out_o
     normals = vector_areas / np.maximum(np.linalg.norm(vector_areas, axis=1, keepdims=True), 1e-30)
     width = len(physics.divisors(fields["surface"]))
     arrays |= {"surface_mesh_centers": arrays["stl_centers"], "surface_normals": normals.astype(np.float32),
-               "surface_areas": arrays["stl_areas"],
-               "surface_fields": np.zeros((len(faces), width), dtype=np.float32),
+               "surface_areas": arrays["stl_areas"], "surface_fields": np.zeros((len(faces), width), dtype=np.float32),
                "global_params_values": physics.global_params(), "global_params_reference": physics.global_params()}
     mesh = pv.PolyData(arrays["stl_coordinates"], np.column_stack([np.full(len(faces), 3), faces]).ravel())
     divisors = {part: physics.divisors(fields[part]) for part in ("surface", "volume")}

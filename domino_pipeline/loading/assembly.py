@@ -98,8 +98,7 @@ def _fingerprints(cache: CacheConfig, data: DataConfig, runs: Sequence[str | os.
     if not cache.check_sources or not (exists(processed) if is_url(processed) else processed.is_dir()):
         return None
     wanted = None if runs is None else {run_name(r) for r in runs}
-    return {run_name(p): stat_fingerprint(p) for p in list_runs(processed)
-            if wanted is None or run_name(p) in wanted}
+    return {run_name(p): stat_fingerprint(p) for p in list_runs(processed) if wanted is None or run_name(p) in wanted}
 
 
 # ---- a training run's sets, over its sources
@@ -168,8 +167,7 @@ def target_variables(config: PipelineConfig, form: bool) -> dict[str, list[list[
     return {part: [[n, k] for n, k in config.dataset.variables(part).items()] for part in ("surface", "volume")}
 
 
-def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool
-              ) -> tuple[list[RunForm], list[dict]]:
+def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool) -> tuple[list[RunForm], list[dict]]:
     """Each run's form (identities in the stored form) and its field statistics in that form, from
     the references and statistics its cache run records, read once."""
     forms, statistics = [], []

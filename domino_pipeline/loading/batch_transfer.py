@@ -151,8 +151,7 @@ def output_array(shape: tuple[int, ...], dtype) -> np.ndarray:
 class PackedBatch:
     """A batch written into a pooled buffer; unpickles as the batch dict (``unpack``)."""
 
-    def __init__(self, buffer: _Buffer, keys: tuple, layout: tuple, constants: dict,
-                 retired: tuple) -> None:
+    def __init__(self, buffer: _Buffer, keys: tuple, layout: tuple, constants: dict, retired: tuple) -> None:
         self.buffer, self.keys, self.layout = buffer, keys, layout
         self.constants, self.retired = constants, retired
 

@@ -80,8 +80,7 @@ class CachedDoMINODataset(EpochDataset):
         if index in self._open:
             self._open.move_to_end(index)
             return self._open[index]
-        run = CacheRun(self.run_paths[index], metadata=self.run_metadata[index],
-                       entry=self.run_origins[index])
+        run = CacheRun(self.run_paths[index], metadata=self.run_metadata[index], entry=self.run_origins[index])
         if run.attrs.get("settings_fingerprint") != self.fingerprint:
             raise StaleCacheError(
                 f"{run.path}: built with other settings than the manifest records:\n  "
@@ -125,8 +124,7 @@ class CachedDoMINODataset(EpochDataset):
             settings=self.settings, scalars=run.attrs["scalars"],
             geometry_coordinates=drawn["geometry_coordinates"], grids=drawn_grids,
             surface=None if draw.surface_rows is None else _part(drawn, "surface_"),
-            volume=None if draw.volume_rows is None else _part(drawn, "volume_"),
-            scaling_factors=self.scaling_factors)
+            volume=None if draw.volume_rows is None else _part(drawn, "volume_"), scaling_factors=self.scaling_factors)
 
     def _window_spans(self, index: int, epoch: int, counts: dict) -> dict[str, list[tuple[int, int]]]:
         """The rows each row array of the draw comes from, known before its rows are chosen (its part's
@@ -181,8 +179,7 @@ class CachedDoMINODataset(EpochDataset):
 
     def _indexed_arrays(self, resident: list[str]) -> list[str]:
         """The row arrays of the parts this dataset draws, whose shard indexes an open run keeps."""
-        return [n for n in layout_arrays(self.neighbor_layout)
-                if n not in resident and n.split("_")[0] in self.parts]
+        return [n for n in layout_arrays(self.neighbor_layout) if n not in resident and n.split("_")[0] in self.parts]
 
     def _reads(self, draw) -> list[tuple[str, object, object]]:
         """The (array, selection, allocator) triples a draw reads after choosing its rows: the grids, its
@@ -228,8 +225,7 @@ def _check_processed_stats(cache_dir: Path, names: list[str], entries: list[dict
     """StaleCacheError naming the runs built from another version of their processed run."""
     if stats is None:
         return
-    changed = [n for n, e in zip(names, entries)
-               if n in stats and e.get("source", {}).get("stat") != stats[n]]
+    changed = [n for n, e in zip(names, entries) if n in stats and e.get("source", {}).get("stat") != stats[n]]
     if changed:
         raise StaleCacheError(f"{cache_dir}: runs {changed} were written again after the cache "
                               "was built; rerun cache_data.py (cache.rebuild=true where their data "

@@ -103,8 +103,7 @@ class DoMINODataPipe(EpochDataset):
     def _item(self, prepared: PreparedRun, draw: Draw, index: int) -> dict[str, torch.Tensor]:
         """The geometry work for the drawn rows, then the item."""
         grids = self._derived_grids()
-        drawn_grids = {"surf_grid": grids["surf_grid"],
-                       "sdf_surf_grid": grid_sdf(prepared, self.preprocess, "surface")}
+        drawn_grids = {"surf_grid": grids["surf_grid"], "sdf_surf_grid": grid_sdf(prepared, self.preprocess, "surface")}
         if "volume" in self.parts:
             drawn_grids.update(grid=grids["grid"], sdf_grid=grid_sdf(prepared, self.preprocess, "volume"))
         return build_item(

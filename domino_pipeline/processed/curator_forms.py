@@ -36,8 +36,7 @@ class NumpyOnlyUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _NUMPY_GLOBALS:
             return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: not a numpy array, "
-                                     "dtype or scalar")
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: not a numpy array, dtype or scalar")
 
 
 def _binary(path: Path | str) -> IO[bytes]:
@@ -101,8 +100,7 @@ def _npy_dtype(handle: IO[bytes], path: Path | str) -> np.dtype:
     """Read an .npy header; return the array's dtype (the handle is left at the data)."""
     try:
         version = np.lib.format.read_magic(handle)
-        header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                  else np.lib.format.read_array_header_2_0)
+        header = (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)
         _, _, dtype = header(handle)
     except ValueError as err:
         raise ProcessedRunError(f"{path}: not an .npy file ({err})") from err

@@ -49,8 +49,7 @@ DEFAULT_OPTIONS = ReadOptions()
 
 def read_options_from_config(data: DataConfig, physics: PhysicsConfig) -> ReadOptions:
     """ReadOptions from the ``data`` and ``physics`` sections."""
-    return ReadOptions(allow_pickle=data.allow_pickle,
-                       global_params=(physics.stream_velocity, physics.air_density),
+    return ReadOptions(allow_pickle=data.allow_pickle, global_params=(physics.stream_velocity, physics.air_density),
                        allow_missing_chunks=data.allow_missing_chunks)
 
 
@@ -240,8 +239,7 @@ def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
     if missing:
         lacking = [part for part in PARTS if set(PART_ARRAYS[part]) & set(missing) and part not in run_parts(run)]
         why = _without(run.format, run_parts(run), lacking) if lacking else run.format
-        raise ProcessedRunError(f"{run.path}: missing arrays {missing} ({why}; it holds "
-                                f"{sorted(run.arrays)})")
+        raise ProcessedRunError(f"{run.path}: missing arrays {missing} ({why}; it holds {sorted(run.arrays)})")
     check_shapes({name: _as_stored(name, tuple(a.shape)) for name, a in present.items()}, run.path)
     n_points = present["stl_coordinates"].shape[0] if "stl_coordinates" in present else None
     loaded = {}

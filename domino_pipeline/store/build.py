@@ -53,8 +53,7 @@ def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
     volume = {n: NamedArray(opened, n) for n in VOLUME_ARRAYS if "volume" in settings.parts}
     statistics = run_statistics({**arrays, **volume}, parts=settings.parts, source=str(processed_path))
     notes = box_notes(arrays, settings)
-    plan = plan_run(arrays, volume, settings, source=str(processed_path),
-                    scratch_dir=run_folder(cache_dir, name),
+    plan = plan_run(arrays, volume, settings, source=str(processed_path), scratch_dir=run_folder(cache_dir, name),
                     check=lambda array, block: check_values(array, block, processed_path, None))
     del arrays  # the plan keeps the prepared rows; the raw ones can go
     attrs = {"settings": settings.fingerprinted(), "settings_fingerprint": settings.fingerprint(),

@@ -183,8 +183,7 @@ class CacheRun:
     def check_present(self) -> None:
         """StaleCacheError if this local generation was removed while open (replaced by rebuilds)."""
         if not self.remote and not os.path.exists(os.path.join(self.path, "zarr.json")):
-            raise StaleCacheError(f"{self.path}: removed while open (replaced by rebuilds); "
-                                  "open the dataset again")
+            raise StaleCacheError(f"{self.path}: removed while open (replaced by rebuilds); open the dataset again")
 
     def keep(self, resident: list[str], indexed: list[str]) -> None:
         """Read in one wave the ``resident`` arrays whole (kept with the run) and the ``indexed`` arrays' indexes."""
@@ -213,8 +212,7 @@ class CacheRun:
                 self._resident[name] = array.assemble_rows(array.plan(Ellipsis)[0], chunks, views)
         self._kept.add(asked)
 
-    def read(self, name: str, selection: Any = slice(None),
-             allocate: Allocator = np.empty) -> np.ndarray:
+    def read(self, name: str, selection: Any = slice(None), allocate: Allocator = np.empty) -> np.ndarray:
         """``array[selection]``: from memory for a kept array, through ``ChunkedArray`` where it can, else
         with zarr-python; a bad or missing chunk raises CacheError naming the run and the array."""
         return self.read_many([(name, selection, allocate)])[0]

@@ -176,8 +176,7 @@ class ChunkedArray:
         index = np.frombuffer(bytes(raw), dtype="<u8").reshape(self.chunks_per_shard, 2)  # a copy
         inside = chunks_in_shard(len(self), shard, self.chunks_per_shard * self.chunk_rows, self.chunk_rows)
         try:
-            check_index(index, size - self.index_nbytes - CHECKSUM_BYTES, self.chunk_nbytes + CHECKSUM_BYTES,
-                        inside)
+            check_index(index, size - self.index_nbytes - CHECKSUM_BYTES, self.chunk_nbytes + CHECKSUM_BYTES, inside)
         except ShardIndexError as err:
             raise CorruptChunkError(self.name, f"the index of shard {key}: {err}") from None
         self._indexes[shard] = index
@@ -205,8 +204,7 @@ class ChunkedArray:
         where = f"inner chunk {inner} of shard {self.key(shard)}"
         if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
             raise CorruptChunkError(self.name, f"{where} is missing (every chunk is written)")
-        raise CorruptChunkError(self.name, f"{where} has {nbytes} bytes, expected "
-                                f"{self.chunk_nbytes + CHECKSUM_BYTES}")
+        raise CorruptChunkError(self.name, f"{where} has {nbytes} bytes, expected {self.chunk_nbytes + CHECKSUM_BYTES}")
 
     def chunk_array(self, chunk: int, data: memoryview | None) -> np.ndarray:
         """Inner chunk ``chunk`` as (chunk_rows, *row_shape), a view of ``data`` after checking size and CRC32C."""
@@ -248,8 +246,7 @@ class ChunkedArray:
         chunks = indices // self.chunk_rows
         order = None
         if np.any(chunks[1:] < chunks[:-1]):  # group by chunk; a radix sort for small chunk ids
-            order = np.argsort(chunks.astype(np.uint16 if self._chunk_count <= 1 << 16 else np.int64),
-                               kind="stable")
+            order = np.argsort(chunks.astype(np.uint16 if self._chunk_count <= 1 << 16 else np.int64), kind="stable")
             indices, chunks = indices[order], chunks[order]
         shape = (len(indices), *self.row_shape)
         out = allocate(shape, self.dtype) if order is None else np.empty(shape, self.dtype)
@@ -319,8 +316,7 @@ def fetch_chunks(wanted: list[tuple[ChunkedArray, np.ndarray]]) -> Staged:
     if not wanted:
         return {}
     source = wanted[0][0].source
-    indexes = [(array, shard, request) for array, chunks in wanted
-               for shard, request in array.index_requests(chunks)]
+    indexes = [(array, shard, request) for array, chunks in wanted for shard, request in array.index_requests(chunks)]
     for (array, shard, _), result in zip(indexes, source.fetch([r for _, _, r in indexes])):
         array.set_index(shard, result)
     requests = [array.chunk_requests(chunks) for array, chunks in wanted]

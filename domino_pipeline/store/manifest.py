@@ -97,8 +97,7 @@ def _check_manifest(manifest: object, cache_dir: str | os.PathLike) -> None:
     if manifest.get("format") != FORMAT:
         raise CacheError(f"{path}: not a {FORMAT} manifest (format={manifest.get('format')!r})")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise CacheError(f"{path}: format_version {manifest.get('format_version')}, "
-                         f"this reader reads {FORMAT_VERSION}")
+        raise CacheError(f"{path}: format_version {manifest.get('format_version')}, this reader reads {FORMAT_VERSION}")
     if manifest.get("sha256") != manifest_digest(manifest):
         raise CacheError(f"{path}: its checksum does not match its contents: edited or corrupt; "
                          "rewrite it with cache_data.py")

@@ -102,12 +102,10 @@ def _generation_objects(cache_url: str, name: str) -> dict[str, dict]:
 def untouched_for(objects: dict, seconds: float) -> bool:
     """Whether no object of ``objects`` was written in the last ``seconds``."""
     now = time.time()
-    return all(o.last_modified is not None and now - o.last_modified.timestamp() > seconds
-               for o in objects.values())
+    return all(o.last_modified is not None and now - o.last_modified.timestamp() > seconds for o in objects.values())
 
 
-def remove_old_generations(cache_url: str, name: str, *,
-                           abandoned_after_s: float = ABANDONED_AFTER_S) -> list[str]:
+def remove_old_generations(cache_url: str, name: str, *, abandoned_after_s: float = ABANDONED_AFTER_S) -> list[str]:
     """Delete the generations of run ``name`` no reader needs; return their names. A generation loses
     its ``zarr.json`` first, so it is never listed half deleted."""
     by_generation = _generation_objects(cache_url, name)

@@ -58,6 +58,5 @@ def check_origin(attrs: dict, name: str, entry: dict) -> None:
                                "in manifest.json (copied or linked from another run?)")
     listed = entry.get("source") if isinstance(entry, dict) else None
     if not isinstance(listed, dict) or listed.get("fingerprint") != source.get("fingerprint"):
-        raise RunMetadataError("was built from another version of its processed run than "
-                               "manifest.json records")
+        raise RunMetadataError("was built from another version of its processed run than manifest.json records")
 

@@ -71,8 +71,7 @@ class RunWriter:
             chunks, shards = _grid(spec, shape)
             self.arrays[name] = self.group.create_array(
                 name, shape=shape, dtype=spec.dtype, chunks=chunks, shards=shards,
-                serializer=BytesCodec(), compressors=[Crc32cCodec()], fill_value=0,
-                config={"write_empty_chunks": True})
+                serializer=BytesCodec(), compressors=[Crc32cCodec()], fill_value=0, config={"write_empty_chunks": True})
         return self
 
     def write(self, name: str, data: np.ndarray) -> None:
@@ -104,12 +103,10 @@ class RunWriter:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return
         try:
-            short = {n: (done, self.shapes[n][0]) for n, done in self.written.items()
-                     if done < self.shapes[n][0]}
+            short = {n: (done, self.shapes[n][0]) for n, done in self.written.items() if done < self.shapes[n][0]}
             if short:
                 raise ValueError(f"{self.tmp}: arrays written only in part (rows written, rows): {short}")
-            self.attrs |= {"format": FORMAT, "format_version": FORMAT_VERSION,
-                           "generation": self.number,
+            self.attrs |= {"format": FORMAT, "format_version": FORMAT_VERSION, "generation": self.number,
                            "build_seconds": round(time.time() - self.started, 3)}
             self.group.attrs.update(self.attrs)  # last: a group with attrs has all its arrays
             os.rename(self.tmp, self.path)

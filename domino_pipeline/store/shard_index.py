@@ -63,15 +63,13 @@ def shard_nbytes(rows: int, shard: int, shard_rows: int, chunk_rows: int, chunk_
             + per_shard * INDEX_ENTRY_BYTES + CHECKSUM_BYTES)
 
 
-def check_shards(rows: int, chunk_rows: int, shard_rows: int, chunk_nbytes: int,
-                 sizes: dict[int, int]) -> None:
+def check_shards(rows: int, chunk_rows: int, shard_rows: int, chunk_nbytes: int, sizes: dict[int, int]) -> None:
     """ShardIndexError unless the shard files ``sizes`` (shard -> bytes) are exactly what the array's
     shape and chunking imply; checked before any allocation."""
     if not 0 < chunk_rows <= shard_rows or shard_rows % chunk_rows:
         raise ShardIndexError(f"inner chunks of {chunk_rows} rows do not divide shards of {shard_rows} rows")
     if chunk_nbytes > MAX_CHUNK_BYTES + CHECKSUM_BYTES:
-        raise ShardIndexError(f"inner chunks of {chunk_nbytes} bytes, more than the format's "
-                              f"{MAX_CHUNK_BYTES}")
+        raise ShardIndexError(f"inner chunks of {chunk_nbytes} bytes, more than the format's {MAX_CHUNK_BYTES}")
     if shard_rows // chunk_rows > MAX_CHUNKS_PER_SHARD:
         raise ShardIndexError(f"{shard_rows // chunk_rows} inner chunks per shard, more than the "
                               f"format's {MAX_CHUNKS_PER_SHARD}")
@@ -84,5 +82,4 @@ def check_shards(rows: int, chunk_rows: int, shard_rows: int, chunk_nbytes: int,
     for shard, size in sorted(sizes.items()):
         want = shard_nbytes(rows, shard, shard_rows, chunk_rows, chunk_nbytes)
         if size != want:
-            raise ShardIndexError(f"shard {shard} has {size} bytes; {rows} rows in this chunking "
-                                  f"make it {want}")
+            raise ShardIndexError(f"shard {shard} has {size} bytes; {rows} rows in this chunking make it {want}")

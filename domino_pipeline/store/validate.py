@@ -84,5 +84,4 @@ def validate_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettin
     processed = {run_name(p): p for p in runs}
     folders = {n for n in _folders(cache_dir) if generations(run_folder(cache_dir, n))}
     names = sorted(set(processed) | set(manifest["runs"]) | folders)
-    return results + [_checked(n, validate_run, processed.get(n), cache_dir, settings, manifest)
-                      for n in names]
+    return results + [_checked(n, validate_run, processed.get(n), cache_dir, settings, manifest) for n in names]

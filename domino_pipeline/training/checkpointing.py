@@ -341,8 +341,7 @@ def capture_rng_state() -> dict[str, Any]:
         "numpy": {"kind": str(np_kind), "keys": torch.from_numpy(np_keys.astype(np.int64)), "pos": int(np_pos),
                   "has_gauss": int(np_has_gauss), "cached_gaussian": float(np_gauss)},
         "python": {"version": int(py_version), "internal": torch.tensor(py_internal, dtype=torch.int64),
-                   "gauss_next": py_gauss},
-    }
+                   "gauss_next": py_gauss}}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state

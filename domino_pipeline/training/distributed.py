@@ -64,8 +64,7 @@ def join_group(launch: Launch, backend: str, timeout_s: float, device_id: torch.
     """``init_process_group`` at ``launch``'s rendezvous (torchrun's ``env://``, Slurm's rank 0
     by ``tcp://``), with its rank and world size given, not read again from the environment."""
     dist.init_process_group(backend=backend, init_method=launch.init_method, rank=launch.rank,
-                            world_size=launch.world_size, timeout=timedelta(seconds=timeout_s),
-                            device_id=device_id)
+                            world_size=launch.world_size, timeout=timedelta(seconds=timeout_s), device_id=device_id)
 
 
 def work_group(timeout_s: float) -> Any:

@@ -59,8 +59,7 @@ def rank_summary(result: EpochResult, indices: list[int], names: list[str], devi
         "loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches,
         "skipped": result.skipped, "samples": result.samples,
         "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
-        "peak_memory_mb": memory, "memory_kind": kind, "runs": [names[i] for i in seen],
-    }
+        "peak_memory_mb": memory, "memory_kind": kind, "runs": [names[i] for i in seen]}
 
 
 def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int,
@@ -80,8 +79,7 @@ def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: fl
         "compute_s": float(np.mean([r["compute_s"] for r in ranks])),
         "peak_memory_mb": max(r["peak_memory_mb"] for r in ranks), "memory_kind": ranks[0]["memory_kind"],
         "world_size": len(ranks), "resumed_at_step": resumed_at, "runs_by_rank": [r["runs"] for r in ranks],
-        "skipped_steps": skipped,
-    }
+        "skipped_steps": skipped}
 
 
 def validation_metrics(sums: dict[str, torch.Tensor], names: dict[str, list[str]]) -> dict[str, float]:
