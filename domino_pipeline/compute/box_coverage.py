@@ -1,6 +1,5 @@
-"""What a run's bounding boxes leave out, as notes for the cache build's summary: the volume box drops the surface cells
-and volume rows outside it, the surface box normalises the surface coordinates (cells outside it get coordinates beyond
-[-1, 1]), so a box that does not hold the whole body quietly trains on part of it; here each is measured."""
+"""What a run's bounding boxes leave out, measured for the cache build's summary: the volume box drops the surface cells
+and volume rows outside it; surface cells outside the surface box get coordinates beyond [-1, 1]."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The DoMINO example's ``scaling_factors.pkl`` as this project's factors (docs/example_keys.md):
-refused unless ``data.allow_pickle=true``, and even then read by a restricted unpickler that
-builds only numpy arrays, plain containers and the example's ``ScalingFactors`` record."""
+"""The DoMINO example's ``scaling_factors.pkl`` as this project's factors (docs/example_keys.md): refused unless
+``data.allow_pickle=true``, then read by an unpickler that builds only numpy values and the ``ScalingFactors`` record.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""The non-dimensional form in which runs of several datasets share one model (docs/mixtures.md).
-
-Stored fields are divided by the references process_data.py was configured with (``physics``: one U, rho for every run,
-field_divisors.py). The form divides each run by its own flow instead: pressure and wall shear by its dynamic pressure
-(Cp, Cf, the shear as the stress on the body), velocity by its free-stream speed, turbulent viscosity by U_inf L;
-normals point out of the body; areas are over the dataset's reference length squared (positions are already over the
-dataset's box). ``RunForm`` holds one run's factors, stored -> form by a product per column, so the conversion and its
-inverse are exact up to rounding, and run statistics convert too."""
+"""The non-dimensional form in which runs of several datasets share one model (docs/mixtures.md). Stored fields are
+divided by the configured references (``physics``: one U, rho for every run); the form divides each run by its own flow:
+pressure and wall shear by its dynamic pressure (Cp, Cf, shear as the stress on the body), velocity by its free-stream
+speed, turbulent viscosity by U_inf L; normals point out of the body; areas are over the dataset's reference length
+squared. ``RunForm`` holds one run's factors, a product per column, so the conversion, its inverse and run statistics
+convert exactly up to rounding."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The one preprocessing function of both paths: processed run -> DoMINO-ready arrays, unsampled.
-
-``cache_data.py`` writes the pieces ``plan_run`` yields, streaming the volume a bucket at a time
-(volume_order.py); the uncached ``DoMINODataPipe`` runs the same steps per draw, computing the
-expensive geometry only for the rows drawn; ``preprocess_run`` assembles the pieces in memory.
-Only the parts ``settings.parts`` names are computed; targets stay unscaled (scaling.py)."""
+"""The one preprocessing function of both paths: processed run -> DoMINO-ready arrays, unsampled. ``cache_data.py``
+writes the pieces ``plan_run`` yields, the volume a bucket at a time (volume_order.py); the uncached ``DoMINODataPipe``
+runs the same steps per draw, the expensive geometry for the drawn rows only. Targets stay unscaled (scaling.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The settings that decide a run's preprocessed contents, and their fingerprint.
-
-``PreprocessSettings`` is built once from the config's sections (``settings_from_config``) and passed
-down as plain arguments; its ``fingerprinted()`` form is what a cache records and compares."""
+"""The settings that decide a run's preprocessed contents: ``PreprocessSettings``, built once from the config
+(``settings_from_config``); its ``fingerprinted()`` form is what a cache records and compares."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Force and moment coefficients from surface pressure and wall shear, integrated over the cells.
-
-The formulas (OpenFOAM's forceCoeffs), the free stream, the data sets' normal and shear conventions and the references
-are in docs/predict.md, "Force and moment coefficients". ``FreeStream`` and ``ForceConvention`` live in
-domino_pipeline/configuration/force_integration.py, which the per-run statistics use too."""
+"""Force and moment coefficients from surface pressure and wall shear, integrated over the cells: the formulas
+(OpenFOAM's forceCoeffs), conventions and references are in docs/predict.md, "Force and moment coefficients"."""
 
 from __future__ import annotations
 

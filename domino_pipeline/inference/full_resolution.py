@@ -1,8 +1,7 @@
-"""DoMINO over every surface cell (and every volume point) of a run, in batches of bounded size, through the training
-path's own preprocessing and item builder, so the model sees what it was trained on (docs/predict.md, "Inputs"). The
-geometry points are the first ``geometry_points`` STL vertices in stored order (a uniform subset); ``EncodedDoMINO``
-computes the geometry encodings once per run. A model with both heads gets one row of the other part in every batch,
-whose prediction is dropped."""
+"""DoMINO over every surface cell (and volume point) of a run in bounded batches, through the training path's own
+preprocessing and item builder (docs/predict.md, "Inputs"). The geometry points are the first ``geometry_points`` STL
+vertices in stored order (a uniform subset); ``EncodedDoMINO`` encodes the geometry once per run. A model with both
+heads gets one row of the other part in every batch, its prediction dropped."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What predict.py is given, read into one ``PredictionRun``: a raw run folder, a processed run, or
-an STL alone (docs/predict.md, "Inputs"): the arrays in the processed-run layout, the mesh whose
-cells the surface rows are (where predictions are written), and what is true."""
+"""What predict.py is given, read into one ``PredictionRun`` (docs/predict.md, "Inputs"): a raw run folder, a processed
+run or an STL alone, as arrays in the processed-run layout, the mesh predictions are written onto, and the truth."""
 
 from __future__ import annotations
 

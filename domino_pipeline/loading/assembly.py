@@ -1,6 +1,5 @@
-"""The datasets a config asks for: one dataset's (cached or uncached), and a training run's over its
-sources (``data.sources``; a config without them is its own one source, docs/mixtures.md): one
-source's own dataset in its stored form, else the mixture of every source in the run's form."""
+"""The datasets a config asks for: one dataset's (cached or uncached), and a training run's over its sources
+(``data.sources``, docs/mixtures.md): one source's own dataset, else the mixture of every source in the run's form."""
 
 from __future__ import annotations
 

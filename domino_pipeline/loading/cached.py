@@ -1,6 +1,5 @@
-"""``CachedDoMINODataset``: DoMINO items drawn from a cache written by ``cache_data.py``.
-
-Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the cache stays light."""
+"""``CachedDoMINODataset``: DoMINO items drawn from a cache written by ``cache_data.py``. Imports neither Warp nor the
+model, so a DataLoader worker stays light."""
 
 from __future__ import annotations
 

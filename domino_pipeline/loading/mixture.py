@@ -1,12 +1,10 @@
-"""Several cached datasets as one (docs/mixtures.md): ``MixtureDataset`` draws a run of any source,
-in the non-dimensional form (or the stored one) and scaled by factors over every source;
-``WeightedSourceSampler`` gives each source its weight's share of an epoch's draws, whatever its
-size. Imports neither Warp nor the model: it runs in DataLoader workers.
+"""Several cached datasets as one (docs/mixtures.md): ``MixtureDataset`` draws a run of any source, in the
+non-dimensional (or stored) form, scaled by factors over every source; ``WeightedSourceSampler`` gives each source its
+weight's share of an epoch's draws. Imports neither Warp nor the model: it runs in DataLoader workers.
 
-A draw is named by a key, ``repeat * len(dataset) + index``: ``index`` the run in the sources'
-concatenated order, ``repeat`` how many times the epoch drew it before. Repeat 0 is the source's
-own item of that epoch; repeat r draws it as in epoch ``epoch + r * REPEAT_EPOCHS``, so a small
-source drawn several times per epoch gives new points each time."""
+A draw's key is ``repeat * len(dataset) + index``: ``index`` the run in the sources' order, ``repeat`` how many times
+the epoch drew it before; repeat r draws it as in epoch ``epoch + r * REPEAT_EPOCHS``, so every repeat has new points.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""``DoMINODataPipe``: DoMINO items preprocessed on every draw from the processed runs (no cache).
-
-Imports Warp (the geometry kernels); ``CachedDoMINODataset`` does not."""
+"""``DoMINODataPipe``: DoMINO items preprocessed on every draw from the processed runs (no cache); imports Warp."""
 
 from __future__ import annotations
 

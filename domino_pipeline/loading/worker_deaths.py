@@ -1,7 +1,6 @@
-"""A DataLoader worker's death named: which worker, which signal, whatever the main process was doing. A worker killed
-while the main process fetches a batch's file descriptors from it surfaces as a socket error before torch notices the
-death; ``checked_batches`` turns those (and torch's "worker ... exited" errors) into ``WorkerDiedError`` naming the
-worker's index, pid and signal."""
+"""A DataLoader worker's death named: a worker killed while the main process fetches a batch's descriptors surfaces as a
+socket error before torch notices; ``checked_batches`` turns those and torch's "worker ... exited" errors into
+``WorkerDiedError`` naming the worker's index, pid and signal."""
 
 from __future__ import annotations
 

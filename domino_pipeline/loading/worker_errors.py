@@ -1,6 +1,5 @@
-"""An error raised in a DataLoader worker, given back its own message: torch raises it again in the
-main process with ``Caught <Type> in DataLoader worker process <i>.`` and the worker's traceback,
-so an entry point's one line would say only where it was caught."""
+"""An error raised in a DataLoader worker given back its own message: torch raises it again as ``Caught <Type> in
+DataLoader worker process <i>.`` with the worker's traceback, so an entry point's one line would say only that."""
 
 from __future__ import annotations
 

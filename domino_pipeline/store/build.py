@@ -1,7 +1,7 @@
-"""Building cache runs: one processed run through ``preprocessing.plan_run`` into a new run generation (run_writer.py),
-one writer per run at a time; the manifest entries of the current runs; the scaling factors beside the cache; and the
-build's commit, the manifest (``finish_build``): under a lock locally, by a conditional put (retried) on object storage.
-Imports Warp (through the preprocessing); the reading side of the store does not."""
+"""Building cache runs: one processed run through ``preprocessing.plan_run`` into a new generation (run_writer.py), one
+writer per run at a time; the scaling factors beside the cache; the manifest, the build's commit (``finish_build``):
+under a lock locally, by a retried conditional put on object storage. Imports Warp; the store's reading side does not.
+"""
 
 from __future__ import annotations
 

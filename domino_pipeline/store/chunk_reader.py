@@ -1,8 +1,7 @@
 """Checked reads of cache arrays straight from their shard objects, without zarr-python, for the one layout the cache
-writes (docs/cache_format.md, "Layout", "Reading chunks directly"). A read is planned (the inner chunks a selection
-touches, their ranges from the kept shard indexes), then ``read_many`` fetches the ranges of several arrays in one wave
-of a ``ByteReader``, checks every checksum and assembles the arrays. ``ChunkedArray.open`` returns None for any other
-layout; the caller then uses zarr-python. A reader is not thread-safe."""
+writes (docs/cache_format.md, "Reading chunks directly"): a read is planned (inner chunks, their ranges from the kept
+shard indexes), ``read_many`` fetches several arrays' ranges in one wave of a ``ByteReader``, checks every checksum and
+assembles the arrays. ``ChunkedArray.open`` returns None for other layouts (zarr-python's). Not thread-safe."""
 
 from __future__ import annotations
 

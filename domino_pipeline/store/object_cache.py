@@ -1,6 +1,5 @@
-"""A cache on object storage: uploading a local cache folder or one run generation, and
-removing the generations no reader needs (docs/cache_format.md, "On object storage"). The
-manifest is uploaded last: it is the commit that makes the runs it names readable."""
+"""A cache on object storage: uploading a cache folder or one run generation, and removing the generations no reader
+needs (docs/cache_format.md, "On object storage"). The manifest goes last: it commits the runs it names."""
 
 from __future__ import annotations
 

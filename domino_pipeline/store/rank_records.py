@@ -1,8 +1,6 @@
-"""How the ranks of a multi-process cache build finish without waiting for one another: each leaves
-a record in ``<cache>/.ranks/<job>/``; the rank that finds every record there is the last one and
-alone writes the manifest (docs/cache_format.md). On object storage the last rank claims the
-job's end with a create-only put of ``<job>/finished``, which stays until a later build removes
-it (``remove_finished_jobs``), so the end is claimed once."""
+"""How the ranks of a multi-process cache build finish without waiting for one another: each leaves a record in
+``<cache>/.ranks/<job>/``; the rank that finds them all alone writes the manifest (docs/cache_format.md). On object
+storage it claims the job's end by a create-only put of ``<job>/finished``, kept until ``remove_finished_jobs``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Checks of a cache run generation's metadata against itself and against the manifest entry it
-sits under: counts against array lengths, grid shapes against the settings, the recorded run
-name and source against the manifest's. Plain values in, ``RunMetadataError`` out."""
+"""Checks of a cache run generation's metadata against itself and its manifest entry: counts against array lengths, grid
+shapes against the settings, the recorded run name and source. Plain values in, ``RunMetadataError`` out."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Checks of a cache array's shards that need only plain numbers: a shard's index as a whole, and
-a shard's size against what the array's metadata implies, so any byte source can use them.
-Arithmetic is in Python ints or bounded before it is done in uint64, so a crafted offset near
-2**64 cannot wrap past a bound check (docs/cache_format.md, "Reading chunks directly")."""
+"""Checks of a cache array's shards from plain numbers (any byte source can use them): a shard's index, and its size
+against the array's metadata. Arithmetic is in Python ints or bounded before uint64, so a crafted offset near 2**64
+cannot wrap past a bound check (docs/cache_format.md, "Reading chunks directly")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Whether a cache run is current: its newest generation's fingerprint against the settings and the processed run it was
-built from, and the manifest's records of both; whether the manifest's scaling factors are usable. The read side of the
-store: neither this module nor its imports load Warp."""
+"""Whether a cache run is current (its newest generation's fingerprint against the settings, the processed run and the
+manifest's records) and whether the manifest's scaling factors are usable. Neither this module nor its imports load
+Warp."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Process-group setup for one process or many under torchrun or srun, and the few collectives
-training needs: in a world of size 1 every collective is a no-op. NCCL on CUDA, gloo on the CPU;
-timeouts from the ``distributed`` section (docs/gpu.md, "Several GPUs")."""
+"""Process-group setup for one process or many (torchrun, srun) and the few collectives training needs, no-ops in a
+world of size 1. NCCL on CUDA, gloo on the CPU; timeouts from ``distributed`` (docs/gpu.md, "Several GPUs")."""
 
 import uuid
 from collections.abc import Sequence

@@ -1,7 +1,5 @@
-"""DoMINO from the config: one place decides the model type, builds the model, checks that the
-data fits it, and sets up its optimisation from the ``train:`` section (AdamW, the per-epoch
-learning-rate schedule, mixed precision and its gradient scaler, DDP around the model). The
-physicsnemo model is imported inside the functions, so importing this module stays light."""
+"""DoMINO from the config: the model type, the model, the check that the data fits it, and its optimisation from
+``train:`` (AdamW, the per-epoch schedule, mixed precision, DDP). physicsnemo is imported inside the functions."""
 
 from __future__ import annotations
 

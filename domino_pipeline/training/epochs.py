@@ -1,8 +1,8 @@
 """The epoch loop of DoMINO, top to bottom: resume, then per epoch draw this rank's samples, step over them, combine the
-ranks' records, step the schedule, validate and checkpoint when due, log; a signal stops it after the current step with
-a checkpoint of the partial epoch; a loss or gradient that is not finite stops it at that step on every rank, nothing
-saved (nonfinite.py). ``data_wait_s`` is the time the loop waits for the DataLoader, ``compute_s`` from a batch in hand
-to the optimizer step done (reading the loss and the gradient norm before the step synchronises the GPU)."""
+ranks' records, step the schedule, validate and checkpoint when due, log. A signal stops it after the current step with
+a checkpoint; a loss or gradient not finite stops it on every rank, nothing saved (nonfinite.py). ``data_wait_s``: the
+wait for the DataLoader; ``compute_s``: from a batch in hand to the optimizer step (the loss and gradient norm read
+before the step synchronise the GPU)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The checkpoint pair of physicsnemo's ``save_checkpoint`` (the DoMINO example's), which every
-epoch end here also writes for physicsnemo's ``load_checkpoint``, and which ``train.resume_from``
-continues: ``DoMINO.0.<e>.mdlus`` and ``checkpoint.0.<e>.pt`` (docs/example_keys.md). Ours carry
-digests (``file_digests``); a pair without them (the example's own) is checked by its zip CRC-32s."""
+"""The checkpoint pair of physicsnemo's ``save_checkpoint`` (``DoMINO.0.<e>.mdlus``, ``checkpoint.0.<e>.pt``;
+docs/example_keys.md), written at every epoch end and continued by ``train.resume_from``. Ours carry digests; the
+example's own are checked by their zip CRC-32s."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Models in physicsnemo's ``.mdlus`` format (a zip of ``model.pt``, ``args.json``, ``metadata.json``): written with
-their digest (``file_digests``), checked before anything loads them (the digest where this project wrote the file, the
-zip's CRC-32s where it did not), rebuilt only as a DoMINO."""
+"""Models in physicsnemo's ``.mdlus`` format (a zip of ``model.pt``, ``args.json``, ``metadata.json``): written with a
+digest, checked before loading (the digest, or a foreign file's zip CRC-32s), rebuilt only as a DoMINO."""
 
 from __future__ import annotations
 

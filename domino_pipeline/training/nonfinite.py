@@ -1,7 +1,6 @@
-"""A training step whose loss or gradient is not finite: whether a step is, and the one line that
-names it (the epoch, the step, each rank's loss and gradient norm, the runs of each rank's batch),
-the same on every rank. Training stops there (``NonFiniteLossError``) unless
-``train.max_nonfinite_steps`` allows the step to be skipped (docs/checkpoints.md)."""
+"""A training step whose loss or gradient is not finite: the test, and the one line naming it (epoch, step, each rank's
+loss, gradient norm and batch runs), the same on every rank. Training stops there (``NonFiniteLossError``) unless
+``train.max_nonfinite_steps`` allows skipping it (docs/checkpoints.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""What a training run reports: each rank's sums and timings (``EpochResult``), their combination
-into one epoch record, the validation metrics and peak memory (docs/gpu.md, "What the figures
-mean"); rank 0's console lines, TensorBoard scalars and JSON-lines files (``epochs.jsonl``,
-``steps.jsonl``, ``split.json``). On the other ranks every ``RunLog`` call does nothing, so the
-loop calls it unconditionally. Warp is never imported here: the cached path has no Warp memory."""
+"""What a training run reports (docs/gpu.md, "What the figures mean"): each rank's sums and timings (``EpochResult``)
+combined into one epoch record, validation metrics and peak memory; rank 0's console lines, TensorBoard scalars and JSON
+files. On other ranks ``RunLog`` does nothing, so the loop calls it unconditionally. Never imports Warp."""
 
 from __future__ import annotations
 

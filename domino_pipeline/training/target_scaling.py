@@ -1,7 +1,6 @@
-"""The target scaling factors of a training run, decided in one place from whichever origin the
-config names (a file, the cache's, computed from the processed training runs by every rank in
-parts and merged in run order: docs/gpu.md, or merged over a mixture's sources), and turned into
-the function that brings the model's scaled outputs back to physical units."""
+"""The target scaling factors of a training run, decided in one place from the origin the config names (a file, the
+cache's, computed from the training runs by all ranks in parts, or merged over a mixture's sources), and the function
+that brings the model's outputs back to physical units."""
 
 from __future__ import annotations
 
