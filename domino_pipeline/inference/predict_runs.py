@@ -40,9 +40,8 @@ class RunPrediction:
 def predict_run(model: torch.nn.Module, run: PredictionRun, settings: PreprocessSettings, *,
                 scaling_factors: dict, geometry_points: int, batch_points: int, device: torch.device,
                 volume: bool = False, seed: int = 0, progress: bool = False, form: RunForm | None = None) -> RunPrediction:
-    """Predict the run's surface (when the model has a surface head) and volume (when asked);
-    ``progress`` shows a bar per part with the rows (cells, points) per second. ``form``: the run's
-    form of a model trained over sources (its inputs and outputs converted; predictions stored units)."""
+    """Predict the run's surface (with a surface head) and volume (when asked); ``progress``: a bar per part; ``form``:
+    the run's form for a model trained over sources (predictions in stored units)."""
     start = time.perf_counter()
     parts = model_parts(model)
     if volume and "volume" not in parts:

@@ -33,9 +33,9 @@ def typed(config: PipelineConfig | DictConfig) -> PipelineConfig:
 
 
 def scaling_factors_path(config: PipelineConfig | DictConfig) -> Path | str:
-    """Where a training run over the config records its scaling factors: ``sampling.scaling_factors``
-    when given; else, one cached dataset in its stored form, the file cache_data.py wrote beside the
-    cache (a URL for a cache on object storage); else ``<output_dir>/scaling_factors.json`` (train.py's)."""
+    """Where a training run over the config records its scaling factors: ``sampling.scaling_factors`` when given; one
+    cached dataset's, the file cache_data.py wrote beside the cache (a URL on object storage); else
+    ``<output_dir>/scaling_factors.json``."""
     config = typed(config)
     if config.sampling.scaling_factors is not None:
         return Path(config.sampling.scaling_factors)
@@ -59,11 +59,9 @@ def scaling_factors_of(config: PipelineConfig | DictConfig) -> dict:
 
 def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str | os.PathLike] | None, *,
                         train: bool, scaled: bool | dict = True) -> Dataset:
-    """The dataset the config asks for: cached (``cache.enabled``) or uncached, same items.
-
-    Training draws use ``seed``, validation draws ``seed + 1`` (so they differ from the training
-    draws of the same run), by the exact law when ``sampling.val_exact``. Scaling factors: ``scaled``
-    True, ``scaling_factors_of``; a dict, those; False, none, targets as stored (a mixture scales them)."""
+    """The dataset the config asks for, cached (``cache.enabled``) or uncached, same items. Validation draws use ``seed
+    + 1`` (by the exact law when ``sampling.val_exact``), training draws ``seed``. ``scaled``: True,
+    ``scaling_factors_of``; a dict, those; False, targets as stored (a mixture scales them)."""
     config = typed(config)
     settings = settings_from_config(config.geometry, config.variables)
     sampling = config.sampling
@@ -89,10 +87,8 @@ def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str 
 
 
 def _fingerprints(cache: CacheConfig, data: DataConfig, runs: Sequence[str | os.PathLike] | None) -> dict[str, str] | None:
-    """The stat fingerprints (file names, sizes, times) of the processed runs a cached dataset
-    draws from, so that runs written again since the cache was built are refused; None when
-    ``cache.check_sources`` is false or there are no processed runs here (a machine that holds
-    only the cache). Processed runs on object storage are fingerprinted from their listing."""
+    """The stat fingerprints of the processed runs a cached dataset draws from, so that runs written again since the
+    cache was built are refused; None when ``cache.check_sources`` is false or the processed runs are not here."""
     processed = as_location(data.processed_dir)
     if not cache.check_sources or not (exists(processed) if is_url(processed) else processed.is_dir()):
         return None
@@ -119,9 +115,8 @@ class SourceSplit:
 
 
 def split_sources(config: PipelineConfig, say: Callable[[str], None]) -> list[SourceSplit]:
-    """Each source's runs, less those its quality checks reject, split by its ``val_runs`` or by
-    ``train.val_fraction``, less the test runs (``train.test_fraction`` or ``train.test_runs``);
-    over a mixture, every refusal names the source."""
+    """Each source's runs, less those its quality checks reject, split by its ``val_runs`` or ``train.val_fraction``,
+    less the test runs; over a mixture, every refusal names the source."""
     mixed = mixture(config)
     if mixed and not config.cache.enabled:
         raise ValueError("data.sources and data.nondimensional read caches: set cache.enabled=true "

@@ -165,11 +165,10 @@ class MixtureDataset(Dataset):
 
 
 class WeightedSourceSampler(Sampler[int]):
-    """Each epoch ``draws`` keys of a ``MixtureDataset``: source s gets weight_s / sum(weights) of them
-    (largest remainders, ties drawn at random), its runs in shuffled rounds (every run once before
-    any twice), all shuffled together; deterministic in (seed, epoch). The epoch's keys are
-    distinct, rounded up to a multiple of ``num_replicas``, and rank r takes every
-    ``num_replicas``-th from the r-th: ranks draw disjoint items. ``draws`` None: the runs of all."""
+    """Each epoch ``draws`` keys (None: the runs of all) of a ``MixtureDataset``: source s gets weight_s / sum(weights)
+    (largest remainders, ties at random), its runs in shuffled rounds, all shuffled together; deterministic in (seed,
+    epoch). The keys are distinct, rounded up to a multiple of ``num_replicas``; rank r takes every ``num_replicas``-th
+    from the r-th."""
 
     def __init__(self, sizes: Sequence[int], weights: Sequence[float], *, num_replicas: int = 1, rank: int = 0,
                  seed: int = 0, draws: int | None = None) -> None:

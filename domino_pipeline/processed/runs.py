@@ -128,10 +128,9 @@ class RunSplit:
 
 def split_with_test(runs: list[Path | str], val_fraction: float, seed: int, *, test_fraction: float = 0.0,
                     test_runs: Sequence[int | str] | None = None) -> RunSplit:
-    """A deterministic split over a seeded permutation: test runs held out of training and validation alike,
-    ``test_runs`` (``data.runs``' forms) when given, else the ceil(``test_fraction`` * n) runs that follow the
-    validation runs in the permutation; validation takes the first ceil(``val_fraction`` * n) of the rest (at least
-    one, never all). ValueError when no run is left to train on."""
+    """A seeded split: test runs (``test_runs``, else the ceil(``test_fraction`` * n) after the validation runs in the
+    permutation) held out; validation takes the first ceil(``val_fraction`` * n) of the rest, at least one, never all.
+    ValueError when none is left to train on."""
     if not runs:
         raise ValueError("no processed runs to train on")
     order = [runs[i] for i in np.random.default_rng(seed).permutation(len(runs))]

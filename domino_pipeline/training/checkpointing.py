@@ -70,10 +70,9 @@ class CheckpointFiles:
 
 def save_checkpoint(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, epoch: int, step: int,
                     partial: EpochResult) -> Path:
-    """Collective: gather every rank's RNG state and partial sums, rank 0 writes the checkpoint
-    (``epoch`` to run next, ``step`` batches of it done) and the last model, then removes the older
-    checkpoints; every rank raises rank 0's error if it failed. Weights that are not finite are
-    refused on every rank before anything is written. The checkpoint's path."""
+    """Collective: rank 0 writes the checkpoint (``epoch`` to run next, ``step`` batches of it done, every rank's RNG
+    state and partial sums) and the last model, then removes older checkpoints; every rank raises rank 0's error.
+    Weights not finite are refused before anything is written. The checkpoint's path."""
     require_finite_weights(state.model, f"epoch {epoch}, step {step}")
     rng_states = distributed.gather_objects(capture_rng_state())
     partials = distributed.gather_objects({"loss_sum": partial.loss_sum, "batches": partial.batches,
@@ -142,9 +141,8 @@ class ResumePoint:
 
 def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, saved: GoodCheckpoint | None,
            init_from: str | None, resume_from: str | None = None, say=print) -> ResumePoint:
-    """Restore ``saved`` (the newest checkpoint that passed its checks: ``agreed_checkpoint``) if
-    there is one, naming the newer ones it skipped, else continue the physicsnemo checkpoint folder
-    ``resume_from``, else start from ``init_from`` (a .mdlus) when given; ``say`` reports which."""
+    """Restore ``saved`` (``agreed_checkpoint``), naming the newer ones it skipped; else continue the physicsnemo
+    checkpoint folder ``resume_from``; else start from ``init_from`` (a .mdlus) when given; ``say`` reports which."""
     if saved is None and resume_from:
         return resume_from_example(state, resume_from, info, say)
     if saved is None:
@@ -302,10 +300,9 @@ def agreed_checkpoint(folder: str | Path) -> GoodCheckpoint | None:
 
 
 def remove_older_checkpoints(newest: Path, keep: int) -> list[Path]:
-    """After ``newest`` is written and checked: of the checkpoints older than it keep the ``keep - 1``
-    newest that pass their digest check and remove the others (damaged ones too), with temporaries
-    no live writer holds and digests left without their file. Newer-named ones (damaged: resume
-    skipped them) stay until training reaches them. What was removed."""
+    """After ``newest`` is written and checked: keep the ``keep - 1`` newest older checkpoints that pass their digest
+    check, remove the rest, dead writers' temporaries and digests without their file; newer-named (damaged) ones stay.
+    What was removed."""
     folder, position, kept, removed = newest.parent, checkpoint_position(newest), 0, []
     for path in checkpoints_newest_first(folder):
         if path == newest or checkpoint_position(path) > position:

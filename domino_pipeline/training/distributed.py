@@ -74,10 +74,8 @@ def work_group(timeout_s: float) -> Any:
 
 
 def job_id(launch: Launch, timeout_s: float) -> str:
-    """One id shared by every rank of this job (rank 0's, broadcast), for files the ranks write about
-    the job; the process group is then left, so the ranks' work that follows cannot time out.
-    The ranks meet here as they start, seconds apart on a loaded node, so the meeting waits at
-    least ``START_WAIT_S`` whatever the collective timeout ``timeout_s``."""
+    """One id shared by every rank of this job (rank 0's, broadcast), then the process group is left so later work
+    cannot time out; the ranks meet as they start, so the meeting waits at least ``START_WAIT_S``."""
     chosen = [uuid.uuid4().hex]
     if launch.world_size > 1:
         join_group(launch, "gloo", max(timeout_s, START_WAIT_S))

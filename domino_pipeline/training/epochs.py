@@ -156,9 +156,9 @@ def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[Epoch
 
 
 def nonfinite_step(trainer: Trainer, epoch: int, step: int, mine: dict[str, Any]) -> None:
-    """Collective, at a step whose loss or gradient is not finite on some rank (``mine``: this rank's
-    loss, gradient norm and runs): raise NonFiniteLossError with the same line on every rank, nothing
-    saved, unless ``train.max_nonfinite_steps`` allows one more skipped step (then say so and return)."""
+    """Collective, at a step not finite on some rank (``mine``: this rank's loss, gradient norm and runs):
+    NonFiniteLossError with the same line on every rank, nothing saved, unless ``train.max_nonfinite_steps`` allows
+    skipping it."""
     line = nonfinite_line(epoch, step, distributed.gather_objects(mine))
     state, allowed = trainer.state, trainer.config.max_nonfinite_steps
     if state.nonfinite_steps < allowed:
@@ -272,10 +272,9 @@ def train_one_epoch(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]],
                     should_stop: Callable[[], bool], on_nonfinite: Callable[[int, float, float], None],
                     after_step: Callable[[float | None], None], result: EpochResult,
                     progress: str | None) -> EpochResult:
-    """Train over `loader` into `result`, calling `after_step(loss)` after each step (None: skipped)
-    and stopping after one when `should_stop()` on any rank. A step whose loss or gradient is not
-    finite on any rank is not taken: `on_nonfinite(step, loss, gradient norm)` raises to stop
-    training or returns to skip it. `progress`: the tqdm description, or None for no bar."""
+    """Train over `loader` into `result`, `after_step(loss)` after each step (None: skipped), stopping when
+    `should_stop()` on any rank. A step not finite on any rank is not taken: `on_nonfinite(step, loss, gradient norm)`
+    raises or returns to skip it. `progress`: the tqdm description (None: no bar)."""
     model.train()
     with tqdm(total=num_samples, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True) as bar:
         # closed before an error's line is printed, so the line stands alone

@@ -92,9 +92,8 @@ def differing_args(expected: dict[str, Any], found: dict[str, Any], prefix: str 
 
 
 def init_weights_from(model: torch.nn.Module, path: str | Path) -> None:
-    """Load the weights of a physicsnemo .mdlus into ``model`` (weights_only), after checking the
-    file (``check_model_file``) and that its DoMINO was built with the same constructor arguments
-    (the error lists every difference)."""
+    """Load a checked physicsnemo .mdlus's weights into ``model`` (weights_only), refusing a DoMINO built with other
+    constructor arguments (the error lists every difference)."""
     path = Path(path)
     check_model_file(path)
     args = read_model_args(path)

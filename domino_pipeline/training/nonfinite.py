@@ -13,9 +13,8 @@ class NonFiniteLossError(ValueError):
 
 
 def step_is_finite(loss: float, grad_norm: float, scaled: bool) -> bool:
-    """Whether a step may be taken: its loss finite, and its gradient norm too unless fp16's loss
-    scaler is on (``scaled``): the scaler skips a step whose scaled gradient overflowed and lowers
-    its scale, which is its normal work, not an error."""
+    """Whether a step may be taken: loss finite, and gradient norm too unless fp16's loss scaler is on (``scaled``),
+    which skips an overflowed step itself."""
     return math.isfinite(loss) and (scaled or math.isfinite(grad_norm))
 
 
