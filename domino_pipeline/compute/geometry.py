@@ -257,8 +257,7 @@ class _Density:
         return np.where(self.occupied[at] == cells, counts[at], 0)
 
     def spacing(self, queries: np.ndarray, k: int) -> np.ndarray:
-        """Rough k-th neighbour distance per query, 3w sqrt(k / (pi c)) for the c points of its block; only
-        ratios matter (a pilot sample calibrates the scale)."""
+        """Rough k-th neighbour distance per query, 3w sqrt(k / (pi c)) of its block's c points (ratios only)."""
         c = self._count_at(self._cell_ids(queries), self.block).astype(np.float64)
         return 3.0 * self.width * np.sqrt(k / (np.pi * np.maximum(c, 0.5)))
 
@@ -550,8 +549,7 @@ class SdfMesh:
 
 def signed_distance(vertices, faces, queries, device: str = "auto",
                     cpu_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Signed distance (Q,) from each query point to a triangle mesh and the closest mesh point (Q, 3);
-    to query one mesh several times, build an ``SdfMesh`` once."""
+    """Signed distance (Q,) of each query to a triangle mesh and its closest mesh point (Q, 3)."""
     verts = _as_points("vertices", vertices)
     tris = _as_faces(faces, len(verts))
     qry = _as_points("queries", queries, allow_empty=True)

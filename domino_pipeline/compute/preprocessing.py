@@ -218,8 +218,7 @@ def _volume_buckets(volume: Mapping, settings: PreprocessSettings, n_volume: int
 
 
 class _Buckets:
-    """The rows dealt to each bucket, in dealing order: in memory, or in files of a scratch
-    folder (removed on exit) so that a build holds one block at a time."""
+    """Rows dealt to each bucket, in memory or in scratch files (removed on exit): one block held."""
 
     def __init__(self, scratch_dir) -> None:
         self.scratch_dir = scratch_dir

@@ -141,8 +141,7 @@ def drop_self(indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def gather_neighbors(prepared: PreparedRun, neighbors: np.ndarray) -> dict[str, np.ndarray]:
-    """The coordinates, normals and areas of the surface rows ``neighbors`` (Q, K-1), keyed by
-    ``NEIGHBOR_FEATURES``, for the uncached path and the ``features`` cache alike."""
+    """The coordinates, normals and areas (``NEIGHBOR_FEATURES``) of the surface rows ``neighbors`` (Q, K-1)."""
     return {name: getattr(prepared, f"surface_{name}")[neighbors] for name in NEIGHBOR_FEATURES}
 
 

@@ -75,8 +75,7 @@ def uniform_rows(n_rows: int, limit: int | None) -> np.ndarray | None:
 
 
 def _stream_rows(array, rows: np.ndarray | None) -> Iterator[np.ndarray]:
-    """Yield ``array``'s ``rows`` (all when None) block by block of _ROW_BLOCK stored rows, the same
-    blocks whether ``array`` is in memory or on disk."""
+    """``array``'s ``rows`` (None: all) in blocks of _ROW_BLOCK stored rows, in memory or on disk alike."""
     total = array.shape[0]
     for start in range(0, total, _ROW_BLOCK):
         stop = min(start + _ROW_BLOCK, total)
@@ -212,8 +211,7 @@ def save_scaling_factors(path: str | os.PathLike, factors: dict) -> Path:
 
 def load_scaling_factors(path: str | os.PathLike, normalization: str | None = None, *,
                          allow_pickle: bool = False) -> dict:
-    """Read factors written by ``save_scaling_factors``; the example's pickle only with ``allow_pickle``;
-    ``normalization`` (when given) replaces the stored one."""
+    """Read factors (the example's pickle with ``allow_pickle``); ``normalization`` replaces the stored one."""
     if is_pickle(path):
         return checked_scaling_factors(read_example_factors(path, allow_pickle=allow_pickle), str(path), normalization)
     return checked_scaling_factors(read_json(path, "no scaling factors file"), str(path), normalization)

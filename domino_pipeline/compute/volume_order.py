@@ -36,8 +36,7 @@ def bucket_permutation(seed: int, bucket: int, size: int) -> np.ndarray:
 
 
 def volume_order(inside: np.ndarray, seed: int, block_rows: int = VOLUME_BLOCK_ROWS) -> np.ndarray:
-    """The source rows of the kept volume points (``inside``: a mask over all source rows) in stored
-    order, as a build reading ``block_rows`` raw rows at a time stores them."""
+    """The source rows of the kept volume points (``inside``) in stored order, as a block-wise build stores them."""
     kept = np.flatnonzero(inside)
     sizes = bucket_sizes(len(kept), block_rows)
     remaining, rng = sizes.copy(), labels_rng(seed)

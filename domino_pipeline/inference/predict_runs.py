@@ -101,8 +101,7 @@ REFERENCE_SET_COLUMNS = {"own": "", "constant": "_constref"}
 
 
 def coefficient_columns(which: str, kind: str) -> dict[str, str]:
-    """{coefficient: column} of the reference set ``which`` (own, constant) and ``kind`` (pred,
-    true, published): ``cd_pred``, ``cd_constref_true``, ..."""
+    """{coefficient: column} of reference set ``which`` and ``kind``: ``cd_pred``, ``cd_constref_true``, ..."""
     return {name: f"{name}{REFERENCE_SET_COLUMNS[which]}_{kind}" for name in COEFFICIENTS}
 
 
@@ -110,8 +109,7 @@ PRINTED_COEFFICIENTS = ("cd", "cl", "clf", "clr")  # of the run's own references
 
 
 def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
-    """Every column of the CSV: the references, each coefficient predicted, true and published
-    over the run's own references and over the constant ones, the errors."""
+    """Every CSV column: references, each coefficient (pred, true, published; own and constant), errors."""
     columns = ["run", "cells", "u_inf"]
     for which in ("own", "constant"):
         suffix = REFERENCE_SET_COLUMNS[which]

@@ -87,8 +87,7 @@ def write_csv(records: Sequence[Mapping[str, Any]], columns: Sequence[str], path
 
 def plot_surface_pressure(centers: np.ndarray, predicted: np.ndarray, true: np.ndarray | None, path: Path,
                           title: str) -> Path:
-    """Side (x-z) and top (x-y) views of the surface cells coloured by pressure: true above,
-    predicted below, one colour scale; cells nearer the viewer drawn last."""
+    """Side and top views of the surface coloured by pressure, true above, predicted below."""
     import matplotlib
 
     matplotlib.use("Agg")

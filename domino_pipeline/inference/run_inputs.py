@@ -73,8 +73,7 @@ class PredictionRun:
 
 
 def run_kind(path: str | os.PathLike) -> str:
-    """"stl" for an .stl file, "processed" for a <run>.zarr group, "raw" for a run folder; a URL
-    is a processed run (object storage holds processed runs only)."""
+    """"stl" (.stl), "processed" (<run>.zarr, or any URL) or "raw" (a run folder)."""
     if is_url(path):
         if name_of(path).lower().endswith(".stl"):
             raise ValueError(f"{path}: an STL file on object storage; copy it to a local folder "
@@ -128,8 +127,7 @@ def load_prediction_run(path: str | os.PathLike, *, dataset: DatasetConfig, phys
 
 def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume: bool,
                  volume_source: str = "points") -> PredictionRun:
-    """A raw run folder read as process_data.py reads it, with its published coefficients and
-    references, and its VTP read whole to write the predictions onto."""
+    """A raw run read as process_data.py reads it, published values included, its VTP whole."""
     rows = dataset.surface_rows
     options = ProcessOptions(dataset=dataset, surface_fields=dict(dataset.fields.surface),
                              volume_fields=dict(dataset.fields.volume), stream_velocity=physics.stream_velocity,

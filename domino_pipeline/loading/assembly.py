@@ -143,8 +143,7 @@ def split_sources(config: PipelineConfig, say: Callable[[str], None]) -> list[So
 
 
 def split_record(splits: list[SourceSplit], mixed: bool) -> dict:
-    """split.json: the training, validation and test runs (one dataset's by file name); over a
-    mixture (``mixed``) every run as ``<source>/<run>``, and per source."""
+    """split.json: the train, val and test runs; over a mixture every run as ``<source>/<run>``, and per source."""
     roles = ("train", "val", "test")
     if not mixed:
         return {role: [name_of(r) for r in getattr(splits[0], f"{role}_runs")] for role in roles}
@@ -162,8 +161,7 @@ def target_variables(config: PipelineConfig, form: bool) -> dict[str, list[list[
 
 
 def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool) -> tuple[list[RunForm], list[dict]]:
-    """Each run's form (identities in the stored form) and its field statistics in that form, from
-    the references and statistics its cache run records, read once."""
+    """Each run's form (identities in the stored form) and its field statistics in that form."""
     forms, statistics = [], []
     for index, (name, _) in enumerate(dataset.run_origins):
         scalars = dataset.run(index).attrs["scalars"]
@@ -175,8 +173,7 @@ def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool) 
 
 
 def source_datasets(splits: list[SourceSplit], config: PipelineConfig, *, train: bool) -> list[MixturePart]:
-    """Each source's cached runs of the split (drawn unscaled), with their forms; sources without runs
-    in it left out; sources that cannot share a model refused."""
+    """Each source's cached runs of the split (unscaled), with forms; sources without runs left out."""
     form = nondimensional(config)
     sources = []
     for split in splits:

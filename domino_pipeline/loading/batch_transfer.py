@@ -161,8 +161,7 @@ class PackedBatch:
 
 
 def pack(items: list[dict[str, torch.Tensor]]) -> PackedBatch | None:
-    """The items stacked into one pooled buffer (constants by recipe, ``output_array`` ones in place);
-    None where no buffer is available."""
+    """The items stacked into one pooled buffer (constants by recipe); None where no buffer is available."""
     if not hasattr(os, "memfd_create"):
         return None
     pool = _this_process_pool()

@@ -179,8 +179,7 @@ class CachedDoMINODataset(EpochDataset):
         return [n for n in layout_arrays(self.neighbor_layout) if n not in resident and n.split("_")[0] in self.parts]
 
     def _reads(self, draw) -> list[tuple[str, object, object]]:
-        """The (array, selection, allocator) triples a draw reads after choosing its rows: the grids, its
-        STL vertices, its surface rows (``_row_arrays``) and its volume rows."""
+        """The (array, selection, allocator) triples a draw reads once its rows are chosen."""
         reads = [(name, Ellipsis, output_array) for name in self._grid_arrays()]
         reads.append(("geometry_coordinates", draw.geometry_rows, output_array))
         for part, rows in (("surface", draw.surface_rows), ("volume", draw.volume_rows)):
@@ -190,8 +189,7 @@ class CachedDoMINODataset(EpochDataset):
 
 
 def _check_settings(cache_dir: Path | str, settings: dict, expected: dict) -> None:
-    """StaleCacheError listing every setting the cache was built with otherwise than ``expected``;
-    the parts it holds are ``_check_parts``'s to judge."""
+    """StaleCacheError listing every setting (but the parts) the cache was built with otherwise."""
     differences = diff_settings(*({k: v for k, v in s.items() if k != "parts"} for s in (settings, expected)))
     if differences:
         raise StaleCacheError(f"{cache_dir}: the cache was built with other settings; "

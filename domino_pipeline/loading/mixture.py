@@ -71,8 +71,7 @@ def check_parts_agree(sources: Sequence[MixturePart]) -> None:
 
 @dataclass(frozen=True)
 class ItemTransform:
-    """One run's item into the mixture's form: per part one multiply-add (the form's factors and the
-    scaling together), the normals' sign and the areas' factor."""
+    """One run's item into the mixture's form: per part one multiply-add, the normals' sign, the areas' factor."""
 
     fields: dict[str, tuple[torch.Tensor, torch.Tensor]]
     normal: float

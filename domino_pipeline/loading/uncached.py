@@ -25,8 +25,7 @@ KNN_INDEXES_KEPT = 4  # runs whose surface kNN index a process keeps between dra
 
 
 class DoMINODataPipe(EpochDataset):
-    """DoMINO items preprocessed on every draw from the processed runs, the expensive geometry computed
-    for the drawn rows only; on CUDA it refuses DataLoader workers."""
+    """DoMINO items preprocessed per draw, the geometry for the drawn rows; refuses workers on CUDA."""
 
     def __init__(self, processed_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
                  model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,

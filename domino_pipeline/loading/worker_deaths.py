@@ -20,8 +20,7 @@ class WorkerDiedError(ChildProcessError):
 
 
 def checked_batches(loader: Iterable) -> Iterator:
-    """The loader's batches; a batch lost to a dead worker raises WorkerDiedError naming it, and a
-    worker's own error is raised with its message."""
+    """The loader's batches; a dead worker raises WorkerDiedError, a worker's own error its own message."""
     iterator = iter(loader)
     while True:
         try:

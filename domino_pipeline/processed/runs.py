@@ -151,8 +151,7 @@ def split_with_test(runs: list[Path | str], val_fraction: float, seed: int, *, t
 
 
 def run_split_from_config(runs: list[Path | str], train: TrainConfig, seed: int) -> RunSplit:
-    """train.py's three roles: ``split_with_test`` with ``train.val_fraction``, ``train.test_fraction``
-    or ``train.test_runs``, seeded by ``train.split_seed`` or ``seed``."""
+    """train.py's ``split_with_test`` from the ``train`` section, seeded by ``train.split_seed`` or ``seed``."""
     return split_with_test(runs, train.val_fraction, seed if train.split_seed is None else train.split_seed,
                            test_fraction=train.test_fraction, test_runs=train.test_runs)
 

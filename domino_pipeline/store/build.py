@@ -40,8 +40,7 @@ FACTORS_FILE = "scaling_factors.json"
 
 def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, source: dict,
               options: ReadOptions = DEFAULT_OPTIONS) -> tuple[Path, str, list[str]]:
-    """Write the next generation of the processed run's cache run, of ``settings.parts`` (the volume a
-    block at a time); return its path, the run's form and ``box_notes``."""
+    """Write the processed run's next cache generation of ``settings.parts``; its path, form and ``box_notes``."""
     name = run_name(processed_path)
     opened = open_run(processed_path, options)
     require_parts(opened, settings.parts, f"a cache of process.parts={parts_setting(settings.parts)}")

@@ -53,8 +53,7 @@ NEIGHBOR_FEATURE_ARRAYS: dict[str, ArraySpec] = {
 
 
 def layout_arrays(neighbor_layout: str, parts: tuple[str, ...] | list[str] = PARTS) -> dict[str, ArraySpec]:
-    """The arrays (name -> spec) a run of ``neighbor_layout`` holding ``parts`` holds: ARRAYS, plus
-    NEIGHBOR_FEATURE_ARRAYS in "features", less the arrays of a part left out."""
+    """The arrays (name -> spec) of a run of ``neighbor_layout`` and ``parts``."""
     if neighbor_layout not in NEIGHBOR_LAYOUTS:
         raise ValueError(f"neighbor_layout must be one of {list(NEIGHBOR_LAYOUTS)}; got {neighbor_layout!r}")
     arrays = ARRAYS | NEIGHBOR_FEATURE_ARRAYS if neighbor_layout == "features" else dict(ARRAYS)

@@ -216,8 +216,7 @@ class CacheRun:
         return self.read_many([(name, selection, allocate)])[0]
 
     def stage(self, spans: dict[str, list[tuple[int, int]]]) -> Staged:
-        """Fetch in one wave the inner chunks that hold rows [a, b) of each named array for every (a, b)
-        of ``spans`` (a draw's windows), for ``read_many(..., staged=)``."""
+        """Fetch in one wave the inner chunks of rows [a, b) of each array for ``spans``, for ``read_many``."""
         wanted = []
         for name, parts in spans.items():
             reader = self.reader(name)
@@ -228,8 +227,7 @@ class CacheRun:
             return fetch_chunks(wanted)
 
     def read_many(self, reads: list[tuple[str, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
-        """``read`` of every (name, selection, allocate) triple, the direct ones fetched together, or taken
-        from ``staged`` where it holds every chunk they need."""
+        """``read`` of (name, selection, allocate) triples, direct ones fetched together or from ``staged``."""
         out: list[np.ndarray | None] = [None] * len(reads)
         direct = []
         for i, (name, selection, allocate) in enumerate(reads):
@@ -310,8 +308,7 @@ def _newer_generation(path: Path) -> bool:
 
 
 def check_array_files(array_dir: Path) -> tuple[int, ...]:
-    """The shape of a cache array after checking its description and its shard files against each
-    other (ShardIndexError naming the problem); reads no data."""
+    """A cache array's shape, its description and shard files checked together (ShardIndexError); no data read."""
     if array_dir.is_symlink():
         raise ShardIndexError("a symbolic link; a cache holds none")
     try:

@@ -310,8 +310,7 @@ def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged |
 
 
 def fetch_chunks(wanted: list[tuple[ChunkedArray, np.ndarray]]) -> Staged:
-    """The bytes of the inner chunks of every (array, chunks) pair, the arrays sharing one source: the
-    missing shard indexes in one wave, then the chunks in one more."""
+    """The bytes of every (array, chunks) pair of one source: missing indexes in one wave, chunks in another."""
     if not wanted:
         return {}
     source = wanted[0][0].source

@@ -21,8 +21,7 @@ ABANDONED_AFTER_S = 3600.0  # an unfinished generation untouched this long: its 
 
 
 def upload_folder(folder: str | os.PathLike, location: str) -> int:
-    """Upload every file under the local cache ``folder`` to ``location`` (hidden temporaries and
-    locks left out), the manifest last; return the number of objects written."""
+    """Upload a cache ``folder`` to ``location`` (hidden files left out), the manifest last; the object count."""
     folder = Path(folder)
     source, prefix = reader_and_key(location)
     files = sorted(p for p in folder.rglob("*") if p.is_file()
@@ -105,8 +104,7 @@ def untouched_for(objects: dict, seconds: float) -> bool:
 
 
 def remove_old_generations(cache_url: str, name: str, *, abandoned_after_s: float = ABANDONED_AFTER_S) -> list[str]:
-    """Delete the generations of run ``name`` no reader needs; return their names. A generation loses
-    its ``zarr.json`` first, so it is never listed half deleted."""
+    """Delete run ``name``'s generations no reader needs, each ``zarr.json`` first; their names."""
     by_generation = _generation_objects(cache_url, name)
     complete = sorted((n for n, files in by_generation.items() if "zarr.json" in files),
                       key=lambda n: int(GENERATION.match(n).group(1)))

@@ -21,8 +21,7 @@ def counted_kind(array: str) -> str | None:
 
 
 def check_counts(counts: Any, lengths: dict[str, int]) -> None:
-    """RunMetadataError unless ``counts`` gives every kind's rows as a non-negative int equal to the
-    length of each array of that kind (``lengths``: array -> rows)."""
+    """RunMetadataError unless ``counts`` gives each kind's rows as the length of its arrays (``lengths``)."""
     if not isinstance(counts, dict):
         raise RunMetadataError(f"counts {counts!r} is not a mapping")
     for array, rows in sorted(lengths.items()):

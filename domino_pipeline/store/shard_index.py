@@ -63,8 +63,7 @@ def shard_nbytes(rows: int, shard: int, shard_rows: int, chunk_rows: int, chunk_
 
 
 def check_shards(rows: int, chunk_rows: int, shard_rows: int, chunk_nbytes: int, sizes: dict[int, int]) -> None:
-    """ShardIndexError unless the shard files ``sizes`` (shard -> bytes) are exactly what the array's
-    shape and chunking imply; checked before any allocation."""
+    """ShardIndexError unless the shard sizes (shard -> bytes) are what shape and chunking imply."""
     if not 0 < chunk_rows <= shard_rows or shard_rows % chunk_rows:
         raise ShardIndexError(f"inner chunks of {chunk_rows} rows do not divide shards of {shard_rows} rows")
     if chunk_nbytes > MAX_CHUNK_BYTES + CHECKSUM_BYTES:

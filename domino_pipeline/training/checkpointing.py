@@ -111,8 +111,7 @@ def write_files(state: TrainingState, files: CheckpointFiles, path: Path, conten
 
 
 def keep_best(state: TrainingState, files: CheckpointFiles, info: DistInfo, epoch: int, val_loss: float) -> None:
-    """Rank 0 saves the model as the best one when the validation loss is the lowest so far (a
-    validation loss that is not finite never is)."""
+    """Rank 0 saves the model as the best when the validation loss is the lowest so far (and finite)."""
     if not val_loss < state.best_val_loss:
         return
     require_finite_weights(state.model, f"the best model of epoch {epoch}")
@@ -242,8 +241,7 @@ def config_from_checkpoint(state: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class GoodCheckpoint:
-    """The newest checkpoint of a folder that passed its checks, its contents (until handed over),
-    and one line for each newer one skipped (the file and what is wrong with it)."""
+    """The newest checkpoint of a folder that passed its checks, its contents, and a line per newer one skipped."""
 
     path: Path
     state: dict[str, Any] | None = field(repr=False)

@@ -105,8 +105,7 @@ def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
 
 
 def any_ranks(flags: Sequence[bool], device: torch.device) -> list[bool]:
-    """Each flag: True when it is set on at least one rank (one collective for them all), so that
-    all ranks act together."""
+    """Each flag: True when set on any rank (one collective for them all), so that all ranks act together."""
     if not dist.is_initialized():
         return [bool(flag) for flag in flags]
     values = torch.tensor([1.0 if flag else 0.0 for flag in flags], device=device)

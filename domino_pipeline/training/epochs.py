@@ -172,8 +172,7 @@ def nonfinite_step(trainer: Trainer, epoch: int, step: int, mine: dict[str, Any]
 
 
 class SourceLosses:
-    """The training loss per source of a mixture (``source_of``; nothing without one): each step's
-    loss counted to the sources of its batch, by their share of it."""
+    """The training loss per source of a mixture: each step's loss shared among its batch's sources."""
 
     def __init__(self, source_of: Callable[[int], str] | None, indices: list[int], batch_size: int,
                  first_batch: int) -> None:
@@ -181,8 +180,7 @@ class SourceLosses:
         self.sums: dict[str, list[float]] = {}
 
     def add(self, batches: int, loss: float | None) -> dict[str, Any]:
-        """Count the loss of the ``batches``-th batch of the epoch (None: a skipped step, not counted);
-        its sources, for steps.jsonl."""
+        """Count the ``batches``-th batch's loss (None: skipped, not counted); its sources, for steps.jsonl."""
         if self.source_of is None:
             return {}
         at = (batches - 1 - self.first_batch) * self.batch_size
@@ -386,8 +384,7 @@ def validation_sums(trainer: Trainer, indices: list[int]) -> dict[str, torch.Ten
 def evaluate(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]], *, device: torch.device,
              amp_dtype: torch.dtype | None, unscale: Callable[[str, torch.Tensor], torch.Tensor],
              target_widths: dict[str, int], loss_config: LossConfig) -> dict[str, torch.Tensor]:
-    """Sums over this rank's validation samples (loss, terms, count, per-variable relative L2 errors in
-    physical units), with the same keys on every rank."""
+    """This rank's validation sums (loss, terms, count, per-variable relative L2 in physical units)."""
     model.eval()
     parts = tuple(key.removesuffix("_fields") for key in target_widths)
     sums = {key: torch.zeros(width, device=device) for key, width in target_widths.items()}

@@ -106,8 +106,7 @@ def _read_example_state(path: Path, map_location: torch.device | str) -> dict[st
 
 def restore_example_states(checkpoint: ExampleCheckpoint, optimizer: torch.optim.Optimizer,
                            scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler) -> list[str]:
-    """Load a physicsnemo checkpoint's optimizer, scaler and scheduler states; the notes to print (a
-    scheduler of another kind is set to the resumed epoch instead)."""
+    """Load a physicsnemo checkpoint's optimizer, scaler and scheduler states; the notes to print."""
     states, notes = checkpoint.states, []
     optimizer.load_state_dict(states["optimizer"])
     if states.get("scaler"):

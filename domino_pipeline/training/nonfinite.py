@@ -19,8 +19,7 @@ def step_is_finite(loss: float, grad_norm: float, scaled: bool) -> bool:
 
 
 def nonfinite_line(epoch: int, step: int, ranks: list[dict[str, Any]]) -> str:
-    """The line naming a non-finite step from every rank's ``{"loss", "grad_norm", "runs"}`` (in
-    rank order): the same text on every rank."""
+    """The line naming a non-finite step from every rank's ``{"loss", "grad_norm", "runs"}``, in rank order."""
     bad = [rank for rank, r in enumerate(ranks) if not math.isfinite(r["loss"])]
     what = "the loss is not finite" if bad else "the gradient is not finite"
     if bad and len(ranks) > 1:

@@ -62,8 +62,7 @@ def rank_summary(result: EpochResult, indices: list[int], names: list[str], devi
 
 def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int,
                  loss_function: str) -> dict[str, Any]:
-    """Every rank's summary combined into one epoch record (mean times, max memory, the loss terms
-    over the steps taken: skipped ones are counted apart)."""
+    """Every rank's summary as one epoch record (mean times, max memory, loss terms of the steps taken)."""
     samples = sum(r["samples"] for r in ranks)
     skipped = sum(r["skipped"] for r in ranks)
     batches = max(sum(r["batches"] for r in ranks) - skipped, 1)
@@ -106,8 +105,7 @@ def warp_pool_peak_bytes(device: torch.device) -> int | None:
 
 
 def cuda_peak_mib(device: torch.device) -> tuple[float, str]:
-    """(peak MiB, what it counts) on a CUDA ``device``: torch's peak since the last reset plus
-    Warp's pool high-water mark, or the device's used memory where Warp's pool is off."""
+    """(peak MiB, what it counts): torch's peak plus Warp's pool peak, or the device's used memory."""
     warp_peak = warp_pool_peak_bytes(device)
     if warp_peak is None:
         free, total = torch.cuda.mem_get_info(device)
