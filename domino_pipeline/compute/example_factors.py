@@ -81,8 +81,7 @@ def factors_from_record(record: Any, source: str, normalization: str) -> dict:
 
 
 def convert(pickle_path: str | os.PathLike, json_path: str | os.PathLike, normalization: str = "min_max") -> Path:
-    """Write the example's ``scaling_factors.pkl`` as this project's JSON factors file (running this is
-    the trust decision); scaling.load_scaling_factors reads it back and checks it."""
+    """Write the example's ``scaling_factors.pkl`` as our JSON factors file (running this is the trust decision)."""
     path = Path(json_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, read_example_factors(pickle_path, allow_pickle=True, normalization=normalization))

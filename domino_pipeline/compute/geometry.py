@@ -116,8 +116,7 @@ def _knn_round(grid: wp.uint64, points: wp.array(dtype=wp.vec3), point_ids: wp.a
                radii: wp.array(dtype=wp.float32), self_query: wp.int32, k: wp.int32, max_radius: wp.float32,
                coord_scale: wp.float32, out_index: wp.array2d(dtype=wp.int32), out_d2: wp.array2d(dtype=wp.float64),
                done: wp.array(dtype=wp.int32)):
-    """k best candidates of query ``active[t]`` within ``radii[t]``, written out (``done[t]``) when exact;
-    ``point_ids`` and ``query_ids`` map the Z-ordered points to the original indices."""
+    """k best candidates of query ``active[t]`` within ``radii[t]``, written out (``done[t]``) when exact."""
     t = wp.tid()
     qi = active[t]
     q = queries[qi]
@@ -161,8 +160,7 @@ def _knn_round(grid: wp.uint64, points: wp.array(dtype=wp.vec3), point_ids: wp.a
 @wp.kernel
 def _knn_brute(points: wp.array(dtype=wp.vec3), queries: wp.array(dtype=wp.vec3), first: wp.int32, self_query: wp.int32,
                k: wp.int32, out_index: wp.array2d(dtype=wp.int32), out_d2: wp.array2d(dtype=wp.float64)):
-    """The k best of all points for query ``first + tid``, in ``_knn_round``'s order: one launch, no
-    grid (small searches, where a grid's rounds cost more than trying every pair)."""
+    """The k best of all points for query ``first + tid`` in ``_knn_round``'s order, no grid (small searches)."""
     t = first + wp.tid()
     q = queries[t]
     best_d = _vec_kd()
@@ -234,8 +232,7 @@ def _morton_order(xyz: np.ndarray, lo: np.ndarray, extent: float) -> np.ndarray:
 
 
 class _Density:
-    """Point counts on a coarse grid (~16 surface points per cell) over the cloud's bounding cube, for
-    starting radii; a query counts the 3 x 3 x 3 block of cells around its cell."""
+    """Point counts on a coarse grid over the cloud's bounding cube; a query counts its 3 x 3 x 3 block of cells."""
 
     def __init__(self, points: np.ndarray, lo: np.ndarray, extent: float) -> None:
         self.side = int(np.clip(round(np.sqrt(len(points) / 16.0)), 2, 1024))
@@ -263,8 +260,7 @@ class _Density:
 
 
 class KnnIndex:
-    """Exact k-nearest-neighbour search over one point cloud, prepared once, then ``query`` per block.
-    ``backend``: "warp", "ckdtree" (same result and tie order) or "auto" (Warp: docs/benchmarks.md)."""
+    """Exact kNN over one point cloud, prepared once, then ``query`` per block; ``backend``: warp, ckdtree, auto."""
 
     def __init__(self, points, device: str = "auto",
                  backend: Literal["auto", "warp", "ckdtree"] = "auto", cpu_threads: int | None = None):
@@ -389,8 +385,7 @@ class _WarpKnnSearch:
         return done.numpy() != 0
 
     def search(self, active: np.ndarray, radii: np.ndarray, level_ratio: float = _LEVEL_RATIO) -> None:
-        """Search the query positions ``active`` from ``radii`` until all are exact; queries whose radii
-        lie within a factor ``level_ratio`` share one grid and one launch."""
+        """Search ``active`` from ``radii`` until all are exact, radii within ``level_ratio`` sharing one launch."""
         radii = np.minimum(radii.astype(np.float64), self.max_radius)
         while len(active):
             levels = self._level(radii, level_ratio)

@@ -78,8 +78,7 @@ def run_velocity(dataset: DatasetConfig, published_velocity: float | None, run: 
 
 
 def run_form(dataset: DatasetConfig, *, stored_velocity: float, stored_density: float, velocity: float) -> RunForm:
-    """The factors of a run of ``dataset`` whose fields were stored over ``stored_velocity`` and
-    ``stored_density`` (process_data.py's ``physics``), its own free stream being ``velocity``."""
+    """The factors of a run stored over ``stored_velocity`` and ``stored_density``, its free stream ``velocity``."""
     flow = dataset.flow
     dynamic = 0.5 * (1.0 if flow.kinematic else flow.density) * velocity**2
     stored_dynamic = stored_density * stored_velocity**2

@@ -31,8 +31,7 @@ def surface_index(prepared: PreparedRun, settings: PreprocessSettings) -> geomet
 
 def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
                       rows: np.ndarray | None = None, index: geometry.KnnIndex | None = None) -> np.ndarray:
-    """int32 (Q, K-1): the nearest kept surface cells of ``rows`` (all when None), self dropped.
-    ``index``: the run's ``surface_index`` when the caller keeps it (else built here)."""
+    """int32 (Q, K-1): the nearest kept surface cells of ``rows`` (None: all), self dropped; ``index`` reused."""
     index = surface_index(prepared, settings) if index is None else index
     points = prepared.surface_points
     queries = None if rows is None else points[rows]
@@ -43,8 +42,7 @@ def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
 
 def all_surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
                           block_rows: int = KNN_BLOCK_ROWS) -> np.ndarray:
-    """``surface_neighbors`` of every kept surface cell, searched ``block_rows`` cells at a time
-    against one index prepared once per run, so memory does not grow with the surface."""
+    """``surface_neighbors`` of every kept cell, ``block_rows`` at a time against one index: bounded memory."""
     n = len(prepared.surface_points)
     index = surface_index(prepared, settings)
     out = np.empty((n, settings.num_neighbors_surface - 1), dtype=np.int32)
@@ -71,8 +69,7 @@ def volume_mesh(prepared: PreparedRun, settings: PreprocessSettings) -> geometry
 
 def volume_sdf(prepared: PreparedRun, settings: PreprocessSettings,
                rows: np.ndarray | None = None, mesh: geometry.SdfMesh | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Signed distance (Q,) and closest STL point (Q, 3) of the kept volume ``rows`` (all when None),
-    in volume-box normalised coordinates; ``mesh``: the run's ``volume_mesh``, else built here."""
+    """Signed distance (Q,) and closest STL point (Q, 3) of kept volume ``rows`` (None: all), normalised."""
     queries = prepared.volume_coordinates
     if rows is not None:
         queries = np.ascontiguousarray(queries[rows])
@@ -82,8 +79,7 @@ def volume_sdf(prepared: PreparedRun, settings: PreprocessSettings,
 
 @dataclass
 class RunPlan:
-    """A cache run in pieces: the shape of every array, the per-run scalars and row counts, and
-    ``pieces``, an iterator of (array name, first row, rows) that computes them in turn."""
+    """A cache run in pieces: array shapes, scalars, row counts, ``pieces`` yielding (array, first row, rows)."""
 
     shapes: dict[str, tuple[int, ...]]
     counts: dict[str, int]
@@ -196,8 +192,7 @@ def _count_inside(centers, settings: PreprocessSettings, check: Check, block_row
 
 def _volume_buckets(volume: Mapping, settings: PreprocessSettings, n_volume: int, check: Check,
                     scratch_dir, block_rows: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """(first stored row, normalised coordinates, fields) of each bucket in stored order: a first pass
-    deals each source block's kept rows into buckets, a second shuffles each (volume_order.py)."""
+    """(first stored row, coordinates, fields) of each bucket in stored order: rows dealt, then shuffled."""
     sizes = bucket_sizes(n_volume, block_rows)
     remaining, rng = sizes.copy(), labels_rng(settings.permutation_seed)
     box = settings.bounding_box_volume

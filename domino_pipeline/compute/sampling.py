@@ -138,8 +138,8 @@ def draw_volume(rng: np.random.Generator, n_rows: int, points: int, law: Samplin
 def sample_draw(seed: int, epoch: int, index: int, *, counts: dict[str, int], geometry_points: int,
                 surface_points: int | None, volume_points: int | None,
                 read_surface_areas: Callable[[int, int], np.ndarray] | None, law: SamplingLaw = SamplingLaw()) -> Draw:
-    """The rows of draw (seed, epoch, index) by ``law`` (``surface_points`` / ``volume_points`` None skip
-    a part; ``read_surface_areas(start, stop)``: the kept surface rows' areas)."""
+    """The rows of draw (seed, epoch, index) by ``law``; None points skip a part; surface areas read through a reader.
+    """
     geometry = choose_uniform(draw_rng(seed, epoch, index, "geometry"), counts["geometry"],
                               geometry_points, "STL vertices")
     surface = None

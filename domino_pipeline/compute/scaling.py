@@ -67,8 +67,7 @@ class _RunningStats:
 
 
 def uniform_rows(n_rows: int, limit: int | None) -> np.ndarray | None:
-    """``limit`` rows of ``n_rows`` uniformly without replacement (sorted, fixed seed, so every reader
-    takes the same rows), or None for all rows: processed runs may keep the mesh's row order."""
+    """``limit`` sorted uniform rows of ``n_rows`` (fixed seed: every reader takes the same), or None for all."""
     if limit is None or n_rows <= limit:
         return None
     return np.sort(np.random.default_rng(0).choice(n_rows, limit, replace=False))
@@ -89,8 +88,8 @@ def _stream_rows(array, rows: np.ndarray | None) -> Iterator[np.ndarray]:
 
 def run_statistics(fields: Mapping[str, object], *, parts: Sequence[str] = KINDS,
                    max_volume_rows: int | None = MAX_VOLUME_ROWS, source: str = "run") -> dict[str, dict]:
-    """Per-run sums of the ``parts``' fields (in memory or lazy Zarr), the volume limited to
-    ``max_volume_rows`` uniformly drawn rows: what ``merge_statistics`` turns into factors."""
+    """Per-run sums of the ``parts``' fields, the volume's on ``max_volume_rows`` uniform rows (``merge_statistics``).
+    """
     stats = {}
     for kind in (k for k in KINDS if k in parts):
         name = f"{kind}_fields"

@@ -68,8 +68,7 @@ class Directions:
 
 def coefficients(loads: Loads, references: References, dynamic_pressure: float,
                  directions: Directions = Directions()) -> dict[str, float]:
-    """Every coefficient of COEFFICIENTS (docs/predict.md) of ``loads`` over ``references``, with
-    ``dynamic_pressure`` (0.5 rho U^2) in the units of the pressure the loads were summed from."""
+    """Every coefficient of ``loads`` over ``references``, ``dynamic_pressure`` in the loads' pressure units."""
     if not (references.area > 0 and references.length > 0):
         raise ValueError(f"the reference area and length must be positive, not {references.area} and "
                          f"{references.length}")
@@ -122,8 +121,7 @@ COEFFICIENT_ROLES = ("pressure_coefficient", "skin_friction_coefficient")
 
 @dataclass(frozen=True)
 class ForceSettings:
-    """How predict.py integrates the coefficients: the profile's flow, the pressure and wall-shear
-    variables (or cp and cf), the constant references, whether a run's own are preferred."""
+    """How predict.py integrates coefficients: flow, force variables (or cp and cf), references, whose are preferred."""
 
     constant_references: References
     convention: ForceConvention

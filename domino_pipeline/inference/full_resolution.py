@@ -27,8 +27,7 @@ def model_parts(model: torch.nn.Module) -> tuple[str, ...]:
 
 
 def with_volume_filler(arrays: dict[str, np.ndarray], settings: PreprocessSettings) -> dict[str, np.ndarray]:
-    """``arrays`` with one volume point (near the volume box's upper corner, far from any car) when
-    they have none: what a model with a volume head needs to predict the surface alone."""
+    """``arrays`` with one far volume point when they have none: a volume head needs one to predict the surface."""
     if "volume_mesh_centers" in arrays:
         return arrays
     lo, hi = (np.asarray(b, dtype=np.float32) for b in settings.bounding_box_volume)
@@ -87,8 +86,7 @@ class BatchItems:
 
 
 class EncodedDoMINO:
-    """DoMINO's forward pass in two steps, the geometry encodings once per run, then the per-point part
-    per batch; mirrors ``DoMINO.forward`` of ``SUPPORTED_PHYSICSNEMO`` (the tests compare them)."""
+    """DoMINO's forward in two steps, the geometry encoded once per run; mirrors ``DoMINO.forward`` (tested)."""
 
     SUPPORTED_PHYSICSNEMO = ("2.2.2",)
 

@@ -139,8 +139,7 @@ def print_table(records: list[dict], columns: list[str]) -> None:
 
 
 def report_table(records: list[dict], surface_names: list[str], *, out_dir: Path, forces: ForceSettings) -> Path:
-    """Write ``<out_dir>/predictions.csv`` (every column), print the table's chosen columns and the
-    conventions of the coefficients; warn of a negative true drag. The CSV's path."""
+    """Write ``<out_dir>/predictions.csv``, print the chosen columns and the conventions; the CSV's path."""
     columns = table_columns(records, surface_names)
     csv_path = write_csv(records, columns, out_dir / "predictions.csv")
     print_table(records, columns)
@@ -178,8 +177,7 @@ def _surface_record(run: PredictionRun, predicted: np.ndarray, variables: dict[s
 
 
 def _coefficients_record(run: PredictionRun, loads: dict[str, Loads], forces: ForceSettings) -> dict[str, Any]:
-    """Each reference set's references (``a_ref``, ``l_ref``), coefficients of ``loads`` (pred,
-    true) and the published ones; none (a note instead) without a free-stream speed."""
+    """Each reference set's references, coefficients of ``loads`` and published ones; none without a speed."""
     free_stream = forces.free_stream(run.published)
     if free_stream is None:
         run.notes.append(f"{run.name}: no coefficients: dataset.flow.velocity is null and the run states no "

@@ -218,8 +218,7 @@ def point_cloud(points: np.ndarray, kind: str) -> pv.DataSet:
 
 
 def surface_polydata(mesh: pv.DataSet) -> pv.PolyData:
-    """A surface as PolyData with its points, cells and arrays in their order: a VTU of polygon
-    cells becomes the PolyData of the same polygons (VTK's surface filter would renumber them)."""
+    """A surface as PolyData with points, cells and arrays in their order (VTK's surface filter renumbers them)."""
     if isinstance(mesh, pv.PolyData):
         return mesh
     poly = pv.PolyData(np.asarray(mesh.points), faces=np.asarray(mesh.cells))

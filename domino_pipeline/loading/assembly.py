@@ -208,8 +208,7 @@ class TrainingSources:
 
 
 def training_sources(config: PipelineConfig, say: Callable[[str], None]) -> TrainingSources:
-    """Every source's split and, over a mixture, its training and validation runs' cached datasets
-    (caches built with another grid, neighbour count or layout refused before any of them opens)."""
+    """Every source's split and, over a mixture, its cached datasets (caches that cannot share a model refused)."""
     splits = split_sources(config, say)
     if not mixture(config):
         return TrainingSources(splits[0].config, splits, None)

@@ -139,8 +139,7 @@ def _this_process_pool() -> _Pool:
 
 
 def output_array(shape: tuple[int, ...], dtype) -> np.ndarray:
-    """An empty array for a value of the item being drawn (``np.empty``'s signature): in a DataLoader
-    worker it lies in the shared buffer the batch will travel in, so ``pack`` sends it without a copy."""
+    """An empty array (``np.empty``'s signature), in a worker in the buffer its batch travels in: no copy."""
     if get_worker_info() is None or not hasattr(os, "memfd_create"):
         return np.empty(shape, dtype)
     return _this_process_pool().output(tuple(shape), np.dtype(dtype))

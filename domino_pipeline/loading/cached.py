@@ -124,8 +124,7 @@ class CachedDoMINODataset(EpochDataset):
             volume=None if draw.volume_rows is None else _part(drawn, "volume_"), scaling_factors=self.scaling_factors)
 
     def _window_spans(self, index: int, epoch: int, counts: dict) -> dict[str, list[tuple[int, int]]]:
-        """The rows each row array of the draw comes from, known before its rows are chosen (its part's
-        cyclic window), so they come in one wave; nothing where a part takes all its rows."""
+        """The rows each array of a draw comes from (its part's cyclic window), fetched in one wave."""
         spans = {}
         for part, points in (("surface", self.surface_points), ("volume", self.volume_points)):
             if part not in self.parts:
@@ -150,8 +149,7 @@ class CachedDoMINODataset(EpochDataset):
             [(f"surface_neighbor_{n}", output_array) for n in NEIGHBOR_FEATURES]
 
     def _areas_reader(self, run: CacheRun, n_rows: int, staged):
-        """``read(a, b)``: surface areas of rows a..b-1 (from ``staged`` where it holds them); both spans of
-        a wrapping window are read at the first call, in one wave."""
+        """``read(a, b)``: areas of surface rows a..b-1 (from ``staged``); a wrapping window's two spans in one wave."""
         width = self.law.window("surface", self.surface_points, n_rows)
         pending: dict[tuple[int, int], np.ndarray] = {}
 

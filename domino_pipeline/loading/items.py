@@ -100,8 +100,7 @@ class EpochDataset(Dataset):
 
     @property
     def worker_context(self) -> str | None:
-        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for runs on
-        object storage (its client does not survive ``fork``), else None."""
+        """"spawn" for runs on object storage (its client does not survive ``fork``), else None."""
         return "spawn" if is_url(self.location) else None
 
     def set_epoch(self, epoch: int) -> None:
@@ -142,8 +141,7 @@ class EpochDataset(Dataset):
 
 @functools.lru_cache(maxsize=16)
 def constant_grid(box: tuple, res: tuple[int, int, int]) -> torch.Tensor:
-    """The grid of ``res`` points over ``box`` in normalised coordinates, one read-only tensor per
-    process, sent between processes as its recipe (batch_transfer.mark_constant)."""
+    """The normalised grid of ``res`` points over ``box``, one read-only tensor per process, sent as its recipe."""
     grid = as_tensor(make_grid(np.asarray(box), res))
     mark_constant(grid, constant_grid, (box, res))
     return grid

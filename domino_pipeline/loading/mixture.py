@@ -29,8 +29,7 @@ AREA_KEYS = ("surface_areas", "surface_neighbors_areas")
 
 @dataclass(frozen=True)
 class MixturePart:
-    """One ``data.sources`` entry's part of a mixture: its cached runs (drawn unscaled), each run's form
-    and field statistics in it (what the scaling factors merge), its weight."""
+    """One ``data.sources`` entry of a mixture: its cached runs (unscaled), their forms and statistics, its weight."""
 
     name: str
     dataset: CachedDoMINODataset
@@ -46,8 +45,7 @@ class MixturePart:
 
 
 def check_settings_agree(caches: Sequence[tuple[str, object, dict]]) -> None:
-    """Refuse, in one line naming both sources and values, caches (source name, cache location, its
-    settings) built with another grid, neighbour count or layout than the first source's."""
+    """Refuse caches (name, location, settings) built with another grid, neighbour count or layout than the first."""
     name, where, settings = caches[0]
     for other, other_where, other_settings in caches[1:]:
         for key, setting in SHARED_SETTINGS.items():

@@ -14,8 +14,7 @@ def raised_in_worker(err: BaseException) -> bool:
 
 
 def with_worker_message(err: BaseException) -> BaseException:
-    """``err`` with the message it had in the worker when torch re-raised it from one, else unchanged (a
-    RuntimeError torch made instead keeps its type's name before the message)."""
+    """``err`` with the message it had in the worker, when torch re-raised it from one; else unchanged."""
     text = str(err)
     caught = _CAUGHT.match(text)
     message = worker_message(text) if caught else None

@@ -129,8 +129,8 @@ def _create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype: n
 
 
 class StreamedRows:
-    """Arrays written from an iterator of row blocks (``blocks``: tuples in ``shapes`` order), each
-    checked block shown to ``observe(name, block)``; ``attrs()`` is stored once all are written."""
+    """Arrays written from row blocks (tuples in ``shapes`` order), each shown to ``observe``; ``attrs()`` stored last.
+    """
 
     def __init__(self, shapes: Mapping[str, tuple[int, ...]], blocks, observe=None, attrs=None) -> None:
         self.shapes = {name: tuple(int(n) for n in shape) for name, shape in shapes.items()}

@@ -99,8 +99,7 @@ def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
 
 
 def list_runs(directory: str | os.PathLike) -> list[Path | str]:
-    """The runs in ``directory`` (a folder or a URL prefix), naturally sorted, hidden names left out;
-    FileNotFoundError, NoRunsError (naming what it holds), ValueError for a name held twice."""
+    """The runs in ``directory`` (a folder or URL prefix), naturally sorted; NoRunsError names what it holds."""
     directory = as_location(directory)
     entries = _entries(directory)
     runs = sorted((where for name, kind, where in entries if (name.endswith(".zarr") and kind == "folder")
@@ -225,8 +224,7 @@ def _as_stored(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
              options: ReadOptions = DEFAULT_OPTIONS, opened: OpenedRun | None = None) -> dict[str, np.ndarray]:
-    """Read ``arrays`` (default: those of the run's parts) of a run of any form, validated, stl_faces
-    as int32, the rest float32; ProcessedRunError naming the file, form and array."""
+    """``arrays`` (None: the run's parts') of a run of any form, validated, float32 (stl_faces int32)."""
     run = opened if opened is not None else open_run(path, options)
     names = arrays_for(run_parts(run)) if arrays is None else list(arrays)
     unknown = sorted(set(names) - set(ARRAY_SHAPES))
@@ -274,8 +272,7 @@ def stored_parts(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS
 
 def require_parts(run: OpenedRun | str | os.PathLike, parts: Sequence[str], needed_by: str,
                   options: ReadOptions = DEFAULT_OPTIONS) -> None:
-    """ProcessedRunError naming the run (opened, or a path: metadata only), the parts it lacks, why,
-    and what needs them (``needed_by``: "model_type=combined", say), when it lacks any."""
+    """ProcessedRunError naming the run, the parts it lacks and what needs them (``needed_by``), when it lacks any."""
     if isinstance(run, OpenedRun):
         path, form, held = run.path, run.format, run_parts(run)
     else:

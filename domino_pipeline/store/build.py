@@ -83,8 +83,7 @@ def _form(processed_path: Path) -> str:
 def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, *,
               rebuild: bool, options: ReadOptions = DEFAULT_OPTIONS,
               records: dict[str, dict] | None = None) -> RunResult:
-    """Build one cache run unless it is current, as its only writer; a failure becomes a result.
-    ``records``: the manifest's run entries, when the caller has read them (else read here)."""
+    """Build one cache run unless it is current, as its only writer; a failure becomes a result."""
     name = run_name(processed_path)
     started = time.time()
     form = _form(processed_path)
@@ -165,8 +164,7 @@ def finish_build(config: PipelineConfig, runs: list[Path], cache_dir: Path | str
 
 def commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path | str,
                     settings: PreprocessSettings) -> Path | str:
-    """List the current runs and write the manifest as its only writer; a rerun that would write the
-    same runs takes no lock and writes nothing (it succeeds on a read-only cache)."""
+    """Write the manifest as its only writer; a rerun that would write the same runs takes no lock, writes nothing."""
     if is_url(cache_dir):
         return _commit_remote_manifest(config, runs, cache_dir, settings)
     path = cache_dir / MANIFEST
@@ -180,8 +178,7 @@ def commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path | 
 
 def _commit_remote_manifest(config: PipelineConfig, runs: list[Path], cache_dir: str,
                             settings: PreprocessSettings, attempts: int = 20) -> str:
-    """Commit the manifest on object storage: list the current runs, then put it only if the manifest
-    is still the version read; when another builder committed meanwhile, read and list again."""
+    """Commit the manifest remotely: put it only at the version read, else read, list and try again."""
     for _ in range(attempts):
         try:
             old, version = read_manifest_version(cache_dir)

@@ -125,8 +125,7 @@ def run_folder(cache_dir: str | os.PathLike, name: str) -> Path | str:
 
 
 def generations(folder: str | os.PathLike) -> list[tuple[int, Path | str]]:
-    """The complete generations in a run folder, oldest first, as (number, path); on object storage a
-    generation is complete once its group ``zarr.json``, uploaded last, is there."""
+    """(number, path) of a run folder's complete generations (remotely: group ``zarr.json`` present), oldest first."""
     if is_url(folder):
         source, key = reader_and_key(folder)
         names = [n for n in source.list(key)[0] if GENERATION.match(n)]

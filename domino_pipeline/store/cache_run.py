@@ -61,8 +61,7 @@ class CacheRun:
             raise CacheError(f"{self.path}: {err}") from None
 
     def _check_metadata(self, name: str, entry: dict) -> None:
-        """The run's metadata against itself and its shards, counts against array lengths, grids against
-        the settings' resolution, and against the manifest ``entry`` of run ``name``."""
+        """The run's metadata against its shards, counts, grid resolution and the manifest ``entry`` of run ``name``."""
         settings = self.attrs.get("settings")
         names = settings_arrays(settings if isinstance(settings, dict) else {})
         shapes = {}
@@ -211,8 +210,7 @@ class CacheRun:
         self._kept.add(asked)
 
     def read(self, name: str, selection: Any = slice(None), allocate: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]``: from memory for a kept array, through ``ChunkedArray`` where it can, else
-        with zarr-python; a bad or missing chunk raises CacheError naming the run and the array."""
+        """``array[selection]`` from memory, ``ChunkedArray`` or zarr-python; a bad chunk is CacheError naming both."""
         return self.read_many([(name, selection, allocate)])[0]
 
     def stage(self, spans: dict[str, list[tuple[int, int]]]) -> Staged:

@@ -38,8 +38,8 @@ class CorruptChunkError(ValueError):
 
 
 class ChunkedArray:
-    """One array of a supported layout, read through a ByteReader with checksums checked. ``key``: the
-    array's folder within the source; ``bytes_read`` counts every byte fetched for it."""
+    """One array of a supported layout read through a ByteReader, checksums checked; ``bytes_read`` counts every byte.
+    """
 
     def __init__(self, source: ByteReader, key: str, shape: tuple[int, ...], dtype: np.dtype,
                  chunk_rows: int, shard_rows: int, metadata_bytes: int = 0) -> None:
@@ -90,8 +90,7 @@ class ChunkedArray:
         return isinstance(selection, np.ndarray) and selection.ndim == 1 and selection.dtype.kind in "iu"
 
     def read(self, selection: Any, allocate: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]`` for a selection ``supports`` accepts (slices clip like numpy's, index arrays
-        gather rows orthogonally), into a result from ``allocate(shape, dtype)``."""
+        """``array[selection]`` (slices clip as numpy's; index arrays gather rows), into ``allocate(shape, dtype)``."""
         return read_many([(self, selection, allocate)])[0]
 
     def rows(self, start: int, stop: int, allocate: Allocator = np.empty) -> np.ndarray:
@@ -286,8 +285,7 @@ Staged = dict["ChunkedArray", dict[int, memoryview | None]]  # array -> inner ch
 
 
 def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
-    """``array[selection]`` of every (array, selection, allocate) triple, the arrays sharing one
-    source: those whose chunks are all in ``staged`` from there, the others fetched in two waves."""
+    """``array[selection]`` of (array, selection, allocate) triples of one source, from ``staged`` or in two waves."""
     if not reads:
         return []
     staged = staged or {}

@@ -35,8 +35,7 @@ def manifest_digest(manifest: dict) -> str:
 def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
                    runs: dict[str, dict], config: dict | None = None,
                    scaling_factors: dict | None = None, *, if_version: str | None = None) -> Path | str:
-    """Write ``<cache_dir>/manifest.json`` atomically: locally by a rename; on object storage only if it
-    is still at version ``if_version`` (absent when None), else ConflictError."""
+    """Write ``<cache_dir>/manifest.json`` atomically; remotely only at version ``if_version``, else ConflictError."""
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -137,8 +136,7 @@ def manifest_entry(cache_dir: str | os.PathLike, run: CacheRun) -> dict:
 
 def manifest_scaling_factors(cache_dir: str | os.PathLike, manifest: dict | None = None,
                              normalization: str | None = None) -> dict:
-    """The scaling factors cache_data.py wrote beside the cache, checked against the manifest's SHA-256
-    (CacheError when absent or changed); ``normalization`` replaces the stored one."""
+    """The scaling factors beside the cache, checked against the manifest's SHA-256 (CacheError)."""
     manifest = read_manifest(cache_dir) if manifest is None else manifest
     record = manifest.get("scaling_factors")
     if record is None:

@@ -68,8 +68,7 @@ def claim_generation(cache_url: str, name: str) -> tuple[int, str]:
 
 def publish_generation(local: str | os.PathLike, cache_url: str, name: str, *,
                        abandoned_after_s: float = ABANDONED_AFTER_S) -> str:
-    """Upload ``local`` as run ``name``'s next generation under ``cache_url`` (its ``zarr.json`` last, so
-    it is listed only once whole), then remove the old generations; return its URL."""
+    """Upload ``local`` as run ``name``'s next generation (``zarr.json`` last), remove old ones; its URL."""
     local = Path(local)
     number, url = claim_generation(cache_url, name)
     source, key = reader_and_key(url)

@@ -41,8 +41,7 @@ def _grid(spec: ArraySpec, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tup
 
 
 class RunWriter:
-    """Writes generation N+1 of one cache run (the caller holds ``run_lock``): every array of ``shapes``,
-    every inner chunk (fill-valued ones too), the ``attrs`` last; an array left short is an error."""
+    """Writes generation N+1 of a run under ``run_lock``: every array and inner chunk, ``attrs`` last."""
 
     def __init__(self, cache_dir: str | os.PathLike, name: str, shapes: dict[str, tuple[int, ...]],
                  attrs: dict[str, Any], *, neighbor_layout: str, parts: tuple[str, ...] = PARTS) -> None:

@@ -17,8 +17,8 @@ from domino_pipeline.store.manifest import manifest_scaling_factors, read_manife
 
 
 def current_source(processed_path: Path, recorded: dict | None = None, *, full: bool = False) -> dict:
-    """The processed run's source record: its path, the SHA-256 of its bytes (hashed only when the
-    stat fingerprint differs from ``recorded``'s, or ``full``) and its stat fingerprint."""
+    """The processed run's source record: path, SHA-256 (hashed when the stat fingerprint changed, or ``full``), stat.
+    """
     stat = stat_fingerprint(processed_path)
     if not full and recorded and recorded.get("stat") == stat and recorded.get("fingerprint"):
         fingerprint = recorded["fingerprint"]
@@ -55,8 +55,7 @@ def _recorded_source(entry: dict, run: CacheRun) -> dict:
 
 @dataclass(frozen=True)
 class RunState:
-    """A run's newest cache generation set against its processed run: whether one is ``built``, the
-    ``reasons`` it is stale, the processed run's current ``source`` record, the opened ``run``."""
+    """A run's newest cache generation against its processed run: ``built``, stale ``reasons``, ``source``, ``run``."""
 
     built: bool
     reasons: list[str]

@@ -99,8 +99,8 @@ def save_checkpoint(state: TrainingState, files: CheckpointFiles, info: DistInfo
 
 
 def write_files(state: TrainingState, files: CheckpointFiles, path: Path, contents: dict[str, Any]) -> None:
-    """Rank 0's part of a checkpoint: the checkpoint, the last model, at an epoch's end physicsnemo's
-    pair; each written, flushed and checked before the older checkpoints are removed."""
+    """Rank 0's checkpoint, last model and (at an epoch's end) physicsnemo's pair, each checked; then prune older ones.
+    """
     write_checked(path, lambda tmp: torch.save(contents, tmp))
     save_model_file(state.model, files.models["last"])
     epoch, step = contents["epoch"], contents["step"]
@@ -168,8 +168,7 @@ def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, save
 
 
 def resume_from_example(state: TrainingState, folder: str, info: DistInfo, say=print) -> ResumePoint:
-    """Continue a physicsnemo checkpoint (the DoMINO example's): model, optimizer, scaler, scheduler
-    and epoch; RNG states and the best validation loss start afresh (not in that layout)."""
+    """Continue a physicsnemo checkpoint (model, optimizer, scaler, scheduler, epoch); RNG states start afresh."""
     example = load_example_checkpoint(folder, map_location=info.device)
     init_weights_from(state.model, example.model_path)
     for note in restore_example_states(example, state.optimizer, state.scheduler, state.scaler):
@@ -216,8 +215,7 @@ def newest_checkpoint(output_dir: str | Path) -> Path:
 
 
 def load_checkpoint(path: str | Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
-    """The checkpoint at ``path``, read once and checked: its digest, its format, its keys, that its
-    position is its name's and that its weights are finite; else an error naming the file."""
+    """The checkpoint at ``path``, its digest, format, keys, position and finite weights checked."""
     path = Path(path)
     data = read_checked(path)
     try:
@@ -260,8 +258,7 @@ class NoGoodCheckpointError(ValueError):
 
 
 def last_good_checkpoint(folder: str | Path, map_location: torch.device | str = "cpu") -> GoodCheckpoint | None:
-    """The newest checkpoint of ``folder`` that ``load_checkpoint`` accepts; None when there is no
-    checkpoint; NoGoodCheckpointError naming each file and its fault when none passes."""
+    """The newest checkpoint ``load_checkpoint`` accepts, None without any; NoGoodCheckpointError when none passes."""
     folder, skipped = Path(folder), []
     for path in checkpoints_newest_first(folder):
         try:
@@ -276,8 +273,7 @@ def last_good_checkpoint(folder: str | Path, map_location: torch.device | str = 
 
 
 def agreed_checkpoint(folder: str | Path) -> GoodCheckpoint | None:
-    """Collective: ``last_good_checkpoint`` on every rank, which must all find the same file; every
-    rank raises the same error when one rank's search failed or the ranks disagree."""
+    """Collective ``last_good_checkpoint``: every rank raises the same error if one failed or the ranks disagree."""
     found, error = None, None
     try:
         found = last_good_checkpoint(folder)
@@ -353,8 +349,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 
 def restore_cuda_rng_states(states: list[torch.Tensor]) -> int:
-    """Restore the saved per-device CUDA generator states on the devices that exist now (others
-    skipped, new ones fresh), so a checkpoint resumes with another number of GPUs; return how many."""
+    """Restore per-device CUDA generator states on the devices there are now; how many."""
     if not torch.cuda.is_available():
         return 0
     restored = min(len(states), torch.cuda.device_count())

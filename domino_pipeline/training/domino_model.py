@@ -60,8 +60,7 @@ def resolved_parameters(section: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_model(model_type: str, section: Mapping[str, Any], device: torch.device,
                 outputs: Mapping[str, int] | None = None) -> torch.nn.Module:
-    """DoMINO with 3 input features, the volume / surface outputs the model type asks for
-    (``outputs``: target columns per part, DrivAerML's 5 and 4 by default), 2 global parameters."""
+    """DoMINO with 3 input features, 2 global parameters and the outputs the model type asks for (``outputs``)."""
     model_type = resolve_model_type(model_type, section)  # before importing physicsnemo's models (slow to import)
     from physicsnemo.models.domino import DoMINO
     from physicsnemo.models.domino.config import Config
@@ -75,8 +74,7 @@ def build_model(model_type: str, section: Mapping[str, Any], device: torch.devic
 
 
 def check_data_fits_model(data_settings: Mapping[str, Any], parameters: Mapping[str, Any], data_source: str) -> None:
-    """Refuse data whose grid resolution or surface neighbour count differs from the model's (DoMINO
-    would fail deep in its forward pass or ignore neighbours); the error names both keys."""
+    """Refuse data whose grid resolution or neighbour count differs from the model's; the error names both keys."""
     problems = []
     for model_key, data_key, config_key in DATA_BOUND_PARAMETERS:
         data_value, model_value = data_settings.get(data_key), parameters.get(model_key)
@@ -122,8 +120,7 @@ def grad_scaler(device: torch.device, dtype: torch.dtype | None) -> torch.amp.Gr
 
 
 def wrap_ddp(model: torch.nn.Module, model_type: str, info: DistInfo) -> torch.nn.Module:
-    """DDP across ranks. DoMINO builds both geometry branches whatever the model type, so a
-    surface- or volume-only model leaves one branch without gradients: DDP must look for them."""
+    """DDP across ranks, looking for unused parameters: a one-part model leaves a geometry branch without gradients."""
     if not info.is_distributed:
         return model
     device_ids = [info.device.index] if info.device.type == "cuda" else None

@@ -39,8 +39,7 @@ TARGET_KEYS = ("volume_fields", "surface_fields")  # the order DoMINO returns it
 
 @dataclass(frozen=True)
 class TrainData:
-    """The training and validation runs, their datasets and loaders, and the training shuffle; over
-    a mixture (loading/assembly.py), each validation run's source and each training key's."""
+    """The runs, datasets, loaders and shuffle of training; over a mixture, the sources of runs and keys."""
 
     train_runs: list[Path]
     val_runs: list[Path]
@@ -318,8 +317,7 @@ def model_loss(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.d
 
 def backward(model: nn.Module, loss: torch.Tensor, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
              clip_grad_norm: float) -> torch.Tensor:
-    """Backward (the loss scaled when fp16), then the gradients' total norm: unscaled and clipped
-    to ``clip_grad_norm`` when it is > 0, else measured only (what the finiteness check reads)."""
+    """Backward, then the gradient norm (unscaled and clipped when ``clip_grad_norm`` > 0): what the check reads."""
     optimizer.zero_grad(set_to_none=True)
     scaler.scale(loss).backward()
     if clip_grad_norm > 0:
@@ -356,8 +354,7 @@ def predictions_by_target(outputs: tuple[torch.Tensor | None, torch.Tensor | Non
 # compare), summed over all ranks into the loss and per-variable errors
 
 def run_validation(trainer: Trainer) -> dict[str, float]:
-    """The validation metrics (``val_loss``, ``val_loss/<term>``, ``val_rel_l2/<part>/<name>``), and
-    over sources the same per source (``val_source/<source>/loss``, ...)."""
+    """The validation metrics (``val_loss``, ``val_loss/<term>``, ``val_rel_l2/<part>/<name>``), also per source."""
     groups = trainer.data.val_sources or {"": list(range(len(trainer.data.val_runs)))}
     per_group = {name: validation_sums(trainer, indices) for name, indices in groups.items()}
     total = {key: sum(sums[key] for sums in per_group.values()) for key in next(iter(per_group.values()))}

@@ -27,8 +27,7 @@ EXAMPLE_STATE_KEYS = ("optimizer_state_dict", "scheduler_state_dict", "scaler_st
 
 
 def save_example_checkpoint(folder: Path, model_file: Path, states: dict[str, Any], index: int) -> None:
-    """Write physicsnemo's pair for finished epoch ``index`` into ``folder`` (the model linked to ``model_file``,
-    ``states``), each with its digest; then remove the older pairs."""
+    """Write physicsnemo's pair for finished epoch ``index``, each file with its digest; then remove older pairs."""
     write_checked(folder / EXAMPLE_MODEL.format(index=index), lambda tmp: _link_or_copy(model_file, tmp))
     state = {f"{name}_state_dict": states[name] for name in ("optimizer", "scheduler", "scaler")} | {"epoch": index}
     write_checked(folder / EXAMPLE_STATE.format(index=index), lambda tmp: torch.save(state, tmp))

@@ -13,8 +13,7 @@ class NonFiniteLossError(ValueError):
 
 
 def step_is_finite(loss: float, grad_norm: float, scaled: bool) -> bool:
-    """Whether a step may be taken: loss finite, and gradient norm too unless fp16's loss scaler is on (``scaled``),
-    which skips an overflowed step itself."""
+    """Whether a step may be taken: loss finite, gradient norm too unless fp16's scaler (``scaled``) skips it."""
     return math.isfinite(loss) and (scaled or math.isfinite(grad_norm))
 
 

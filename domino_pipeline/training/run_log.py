@@ -93,8 +93,7 @@ def validation_metrics(sums: dict[str, torch.Tensor], names: dict[str, list[str]
 
 
 def warp_pool_peak_bytes(device: torch.device) -> int | None:
-    """High-water mark of Warp's memory pool on ``device``; 0 where this process has not loaded
-    Warp, None where Warp is loaded but allocates outside a pool (not measurable that way)."""
+    """Warp's memory pool peak on ``device``; 0 without Warp, None where Warp allocates outside a pool."""
     wp = sys.modules.get("warp")
     if wp is None or device.type != "cuda":
         return 0
