@@ -44,8 +44,7 @@ _vec_ki = wp.types.vector(length=MAX_K, dtype=wp.int32)
 
 
 def resolve_device(device: str = "auto") -> str:
-    """The Warp device: "auto" and "cuda" mean this process's GPU (``devices.cuda_index``), else "cpu";
-    explicit names are checked, so a missing GPU fails here, not inside a kernel launch."""
+    """The Warp device ("auto", "cuda": this process's GPU), checked, so a missing GPU fails here."""
     wp.init()
     if device == "auto":
         device = "cuda" if wp.is_cuda_available() else "cpu"
@@ -88,8 +87,7 @@ def _launch(kernel, n: int, inputs: Callable[[int, int], list], device: str, thr
 # ---- kNN
 
 def distance_sq(points, queries) -> np.ndarray:
-    """Squared distances of float32 ``points`` and ``queries`` with the kNN kernel's bits on every device
-    (float32 differences, squared in float64, summed x, y, z: docs/gpu.md)."""
+    """Squared distances with the kNN kernel's bits on every device (float32 differences, float64 squares)."""
     diff = (np.asarray(points, dtype=np.float32) - np.asarray(queries, dtype=np.float32)).astype(np.float64)
     return (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
 
@@ -341,8 +339,7 @@ class KnnIndex:
 
 
 class _WarpKnnSearch:
-    """Expanding-radius search of one query set over a ``KnnIndex``: queries run level by level (radii
-    within a factor sqrt(2)) on a grid of their largest radius; an inexact query retries at twice it."""
+    """Expanding-radius search of one query set, level by level; an inexact query retries at twice its radius."""
 
     def __init__(self, index: KnnIndex, queries: np.ndarray | None, k: int):
         self.index, self.device, self.threads, self.k = index, index.device, index.threads, k
@@ -468,8 +465,7 @@ def _exact_row(points, qpoint, radius, k, self_id, tree):
 
 def knn(points, k: int, queries=None, device: str = "auto", backend: Literal["auto", "warp", "ckdtree"] = "auto",
         cpu_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Exact k nearest neighbours of ``queries`` (default: every point): int32 indices and float32
-    distances (Q, k), ascending by ``distance_sq``, ties by the query itself first, then lower index."""
+    """Exact k nearest neighbours (Q, k) of ``queries`` (None: every point), by ``distance_sq``, then index."""
     return KnnIndex(points, device=device, backend=backend, cpu_threads=cpu_threads).query(k, queries)
 
 

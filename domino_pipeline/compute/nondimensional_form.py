@@ -59,8 +59,7 @@ def identity_form(dataset: DatasetConfig) -> RunForm:
 
 def stored_run_form(dataset: DatasetConfig, global_params: Sequence[float], published_velocity: float | None,
                     run: str, nondimensional: bool = True) -> RunForm:
-    """The form of a run of ``dataset`` stored over references ``global_params`` (U, rho) whose files publish
-    ``published_velocity`` (or None); not ``nondimensional``: the stored units themselves."""
+    """The form of a run stored over ``global_params`` (U, rho); not ``nondimensional``: the stored units."""
     if not nondimensional:
         return identity_form(dataset)
     stored_velocity, stored_density = (float(v) for v in global_params[:2])

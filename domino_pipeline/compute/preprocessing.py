@@ -97,8 +97,7 @@ def _as_float32(name: str, block: np.ndarray) -> np.ndarray:
 def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: PreprocessSettings, *,
              source: str = "run", scratch_dir: str | os.PathLike | None = None,
              check: Check = _as_float32, block_rows: int = VOLUME_BLOCK_ROWS) -> RunPlan:
-    """Plan one cache run of ``settings.parts`` from ``arrays`` (in memory) and ``volume`` (read block by
-    block, each ``check``-ed to float32; its buckets in ``scratch_dir``, or in memory when None)."""
+    """Plan a cache run of ``settings.parts`` from ``arrays`` and ``volume`` (read a block at a time)."""
     parts = settings.parts
     prepared = prepare_rows(arrays, settings, parts=("surface",) if "surface" in parts else (), source=source)
     prepared.surface_rows = None  # the input row of each kept cell: for predictions, not for a cache

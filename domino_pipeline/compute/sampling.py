@@ -83,8 +83,7 @@ def cyclic_window(rng: np.random.Generator, n_rows: int, width: int) -> tuple[in
 
 def part_window(seed: int, epoch: int, index: int, part: str, n_rows: int, points: int,
                 law: SamplingLaw) -> tuple[int, int]:
-    """(start, width) of the cyclic window draw (seed, epoch, index) takes ``part``'s rows from, as
-    ``draw_surface`` / ``draw_volume`` take it, so a reader can fetch it before rows are chosen."""
+    """(start, width) of ``part``'s cyclic window in draw (seed, epoch, index), known before rows are chosen."""
     return cyclic_window(draw_rng(seed, epoch, index, part), n_rows, law.window(part, points, n_rows))
 
 
@@ -138,8 +137,7 @@ def draw_volume(rng: np.random.Generator, n_rows: int, points: int, law: Samplin
 def sample_draw(seed: int, epoch: int, index: int, *, counts: dict[str, int], geometry_points: int,
                 surface_points: int | None, volume_points: int | None,
                 read_surface_areas: Callable[[int, int], np.ndarray] | None, law: SamplingLaw = SamplingLaw()) -> Draw:
-    """The rows of draw (seed, epoch, index) by ``law``; None points skip a part; surface areas read through a reader.
-    """
+    """The rows of draw (seed, epoch, index) by ``law``; None points skip a part; areas through a reader."""
     geometry = choose_uniform(draw_rng(seed, epoch, index, "geometry"), counts["geometry"],
                               geometry_points, "STL vertices")
     surface = None

@@ -88,8 +88,7 @@ def _stream_rows(array, rows: np.ndarray | None) -> Iterator[np.ndarray]:
 
 def run_statistics(fields: Mapping[str, object], *, parts: Sequence[str] = KINDS,
                    max_volume_rows: int | None = MAX_VOLUME_ROWS, source: str = "run") -> dict[str, dict]:
-    """Per-run sums of the ``parts``' fields, the volume's on ``max_volume_rows`` uniform rows (``merge_statistics``).
-    """
+    """Per-run sums of the ``parts``' fields, the volume's on ``max_volume_rows`` uniform rows."""
     stats = {}
     for kind in (k for k in KINDS if k in parts):
         name = f"{kind}_fields"

@@ -40,8 +40,7 @@ class RunPrediction:
 def predict_run(model: torch.nn.Module, run: PredictionRun, settings: PreprocessSettings, *,
                 scaling_factors: dict, geometry_points: int, batch_points: int, device: torch.device,
                 volume: bool = False, seed: int = 0, progress: bool = False, form: RunForm | None = None) -> RunPrediction:
-    """Predict the run's surface (with a surface head) and volume (when asked); ``progress``: a bar per part; ``form``:
-    the run's form for a model trained over sources (predictions in stored units)."""
+    """Predict the run's surface and (when asked) volume; ``form``: a mixture model's form of the run."""
     start = time.perf_counter()
     parts = model_parts(model)
     if volume and "volume" not in parts:
@@ -198,8 +197,7 @@ def _coefficients_record(run: PredictionRun, loads: dict[str, Loads], forces: Fo
 
 def write_run_outputs(run: PredictionRun, prediction: RunPrediction, *, variables: Mapping[str, Mapping[str, str]],
                       out_dir: Path, plot: bool, record: Mapping[str, Any], pressure: str) -> list[Path]:
-    """``<run>_surface.vtp`` (predicted arrays ``<name>_pred`` beside the true ``<name>``, physical
-    units as in the source files), ``<run>_volume.vtu`` when predicted, ``<run>_pressure.png``."""
+    """``<run>_surface.vtp`` (``<name>_pred`` beside ``<name>``), ``<run>_volume.vtu``, ``<run>_pressure.png``."""
     paths = []
     if prediction.surface is not None:
         mesh = run.surface_mesh.copy()

@@ -201,8 +201,7 @@ def load_stl(path: Path, dataset: DatasetConfig, physics: Physics, normals_out_o
 
 
 def triangle_vector_areas(vertices: np.ndarray, faces: np.ndarray, *, out_of_body: bool) -> np.ndarray:
-    """Area times unit normal (F, 3), float64, of a closed triangle mesh's triangles, out of the body or
-    into it: the sign of the enclosed volume (divergence theorem) says which way the winding points."""
+    """Area times unit normal (F, 3) of a closed mesh's triangles, oriented by the sign of the enclosed volume."""
     v0, v1, v2 = (vertices[faces[:, k]].astype(np.float64) for k in range(3))
     vector_areas = 0.5 * np.cross(v1 - v0, v2 - v0)
     enclosed = np.einsum("ij,ij->", v0, np.cross(v1, v2)) / 6.0

@@ -115,8 +115,7 @@ class SourceSplit:
 
 
 def split_sources(config: PipelineConfig, say: Callable[[str], None]) -> list[SourceSplit]:
-    """Each source's runs, less those its quality checks reject, split by its ``val_runs`` or ``train.val_fraction``,
-    less the test runs; over a mixture, every refusal names the source."""
+    """Each source's runs less quality rejects, split into training, validation and test runs."""
     mixed = mixture(config)
     if mixed and not config.cache.enabled:
         raise ValueError("data.sources and data.nondimensional read caches: set cache.enabled=true "
@@ -191,8 +190,7 @@ def source_datasets(splits: list[SourceSplit], config: PipelineConfig, *, train:
 
 @dataclass(frozen=True)
 class TrainingSources:
-    """A training run's sources: each one's split and, over a mixture, the training and validation
-    runs' cached datasets of each (drawn unscaled, with their forms and statistics); None: one dataset."""
+    """A training run's sources: each one's split and, over a mixture, its cached datasets; None: one dataset."""
 
     config: PipelineConfig   # one dataset's own config, or the mixture's
     splits: list[SourceSplit]

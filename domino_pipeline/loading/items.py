@@ -113,8 +113,7 @@ class EpochDataset(Dataset):
 
     def unscale_model_outputs(self, volume_fields: torch.Tensor | None = None,
                               surface_fields: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(volume, surface) scaled targets or predictions back in the stored non-dimensional units, as
-        physicsnemo's ``DoMINODataPipe.unscale_model_outputs`` (the example's ``compute_l2`` calls it)."""
+        """(volume, surface) back in stored units, as physicsnemo's ``DoMINODataPipe.unscale_model_outputs``."""
         if self.scaling_factors is None:
             return volume_fields, surface_fields
         return tuple(None if fields is None else unscale_fields(fields, self.scaling_factors, kind)

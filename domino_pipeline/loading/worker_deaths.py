@@ -45,8 +45,7 @@ def _may_be_a_death(err: BaseException) -> bool:
 
 
 def worker_deaths(iterator: Any, settle_s: float = SETTLE_S) -> str | None:
-    """"DataLoader worker <i> (pid <p>) was killed by signal <NAME>" for each exited worker of a torch
-    multi-process iterator, waiting up to ``settle_s`` for one; None when every worker lives."""
+    """A line per exited worker of a torch iterator, waiting up to ``settle_s``; None when all live."""
     workers = list(getattr(iterator, "_workers", None) or [])
     deadline = time.monotonic() + settle_s
     while workers:

@@ -129,8 +129,7 @@ def _create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype: n
 
 
 class StreamedRows:
-    """Arrays written from row blocks (tuples in ``shapes`` order), each shown to ``observe``; ``attrs()`` stored last.
-    """
+    """Arrays written from row blocks (in ``shapes`` order), each shown to ``observe``; ``attrs()`` last."""
 
     def __init__(self, shapes: Mapping[str, tuple[int, ...]], blocks, observe=None, attrs=None) -> None:
         self.shapes = {name: tuple(int(n) for n in shape) for name, shape in shapes.items()}

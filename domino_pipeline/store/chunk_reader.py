@@ -38,8 +38,7 @@ class CorruptChunkError(ValueError):
 
 
 class ChunkedArray:
-    """One array of a supported layout read through a ByteReader, checksums checked; ``bytes_read`` counts every byte.
-    """
+    """One array of a supported layout read through a ByteReader, checksums checked, every byte counted."""
 
     def __init__(self, source: ByteReader, key: str, shape: tuple[int, ...], dtype: np.dtype,
                  chunk_rows: int, shard_rows: int, metadata_bytes: int = 0) -> None:

@@ -17,8 +17,7 @@ from domino_pipeline.store.manifest import manifest_scaling_factors, read_manife
 
 
 def current_source(processed_path: Path, recorded: dict | None = None, *, full: bool = False) -> dict:
-    """The processed run's source record: path, SHA-256 (hashed when the stat fingerprint changed, or ``full``), stat.
-    """
+    """The processed run's source record: path, SHA-256 (rehashed when its stat changed, or ``full``), stat."""
     stat = stat_fingerprint(processed_path)
     if not full and recorded and recorded.get("stat") == stat and recorded.get("fingerprint"):
         fingerprint = recorded["fingerprint"]

@@ -99,8 +99,7 @@ def save_checkpoint(state: TrainingState, files: CheckpointFiles, info: DistInfo
 
 
 def write_files(state: TrainingState, files: CheckpointFiles, path: Path, contents: dict[str, Any]) -> None:
-    """Rank 0's checkpoint, last model and (at an epoch's end) physicsnemo's pair, each checked; then prune older ones.
-    """
+    """Rank 0's checkpoint, last model and, at an epoch's end, physicsnemo's pair; then older ones pruned."""
     write_checked(path, lambda tmp: torch.save(contents, tmp))
     save_model_file(state.model, files.models["last"])
     epoch, step = contents["epoch"], contents["step"]
@@ -140,8 +139,7 @@ class ResumePoint:
 
 def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, saved: GoodCheckpoint | None,
            init_from: str | None, resume_from: str | None = None, say=print) -> ResumePoint:
-    """Restore ``saved`` (``agreed_checkpoint``), naming the newer ones it skipped; else continue the physicsnemo
-    checkpoint folder ``resume_from``; else start from ``init_from`` (a .mdlus) when given; ``say`` reports which."""
+    """Restore ``saved``; else continue the physicsnemo folder ``resume_from``; else start from ``init_from``."""
     if saved is None and resume_from:
         return resume_from_example(state, resume_from, info, say)
     if saved is None:

@@ -60,8 +60,7 @@ def init_distributed(launch: Launch, device_name: str = "auto", timeout_s: float
 
 
 def join_group(launch: Launch, backend: str, timeout_s: float, device_id: torch.device | None = None) -> None:
-    """``init_process_group`` at ``launch``'s rendezvous, its rank and world size given, not read from the environment.
-    """
+    """``init_process_group`` at ``launch``'s rendezvous, its rank and world size given, not read again."""
     dist.init_process_group(backend=backend, init_method=launch.init_method, rank=launch.rank,
                             world_size=launch.world_size, timeout=timedelta(seconds=timeout_s), device_id=device_id)
 

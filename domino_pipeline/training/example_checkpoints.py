@@ -67,8 +67,7 @@ class ExampleCheckpoint:
 
 
 def load_example_checkpoint(folder: str | Path, map_location: torch.device | str = "cpu") -> ExampleCheckpoint:
-    """The latest ``checkpoint.0.<e>.pt`` / ``DoMINO.0.<e>.mdlus`` pair of ``folder``, both files checked, read with
-    ``weights_only`` (MultiStepLR's milestone Counter allowed); errors name the folder and the file."""
+    """The latest physicsnemo pair of ``folder``, both files checked, read with ``weights_only``."""
     folder = Path(folder)
     indices = example_indices(folder)
     if not indices:

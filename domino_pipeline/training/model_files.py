@@ -89,8 +89,7 @@ def differing_args(expected: dict[str, Any], found: dict[str, Any], prefix: str 
 
 
 def init_weights_from(model: torch.nn.Module, path: str | Path) -> None:
-    """Load a checked physicsnemo .mdlus's weights into ``model`` (weights_only), refusing a DoMINO built with other
-    constructor arguments (the error lists every difference)."""
+    """Load a checked .mdlus's weights into ``model``, refusing one built with other constructor arguments."""
     path = Path(path)
     check_model_file(path)
     args = read_model_args(path)

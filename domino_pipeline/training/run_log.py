@@ -49,8 +49,7 @@ def peak_memory_mb(device: torch.device) -> tuple[float, str]:
 
 
 def rank_summary(result: EpochResult, indices: list[int], names: list[str], device: torch.device) -> dict[str, Any]:
-    """This rank's part of an epoch record: timings, loss sums, memory, and the runs it trained on,
-    by their ``names`` (a key past the runs, a mixture's repeat of a run, is run ``key % len(names)``)."""
+    """This rank's part of an epoch record: timings, loss sums, memory, the runs it trained on (by ``names``)."""
     memory, kind = peak_memory_mb(device)
     seen = [i % len(names) for i in indices[: result.samples]]
     return {

@@ -55,8 +55,7 @@ def training_scaling_factors(sources: TrainingSources, info: DistInfo) -> dict:
 def ensure_scaling_factors(path: Path, train_runs: Sequence[Path], *, sampling: SamplingConfig, cached: bool,
                            variables: VariablesConfig, options: ReadOptions, info: DistInfo,
                            work_timeout_s: float) -> None:
-    """The factors at ``path``, computed by all ranks in parts when any lacks them (merged in run order); those of
-    another split refused unless ``sampling.allow_other_split``; a cache's missing ones an error."""
+    """The factors at ``path``, computed by all ranks in parts when missing; another split's refused."""
     if not path.exists() and cached and sampling.scaling_factors is None:
         raise FileNotFoundError(f"{path}: the cache has no scaling factors; rerun cache_data.py, which writes them")
     group = distributed.work_group(work_timeout_s)
