@@ -210,11 +210,6 @@ def _check_k(k: int, n_points: int) -> int:
     return int(k)
 
 
-def _grid_dim(n_points: int) -> int:
-    """Hash grid side: about one physical cell per point, between 8 and 128 per axis."""
-    return int(np.clip(round(n_points ** (1.0 / 3.0)), 8, 128))
-
-
 def _morton_order(xyz: np.ndarray, lo: np.ndarray, extent: float) -> np.ndarray:
     """Permutation that sorts points along a Z-order curve (10 bits per axis) for locality."""
     cells = np.clip((xyz - lo) * (1023.0 / max(extent, 1e-30)), 0, 1023).astype(np.uint64)
@@ -289,7 +284,7 @@ class KnnIndex:
         self.density = _Density(self.points, self.lo, self.extent)
         self.sorted_points = wp.array(self.points[self.order], dtype=wp.vec3, device=self.device)
         self.sorted_ids = wp.array(self.order.astype(np.int32), dtype=wp.int32, device=self.device)
-        dim = _grid_dim(len(self.points))
+        dim = int(np.clip(round(len(self.points) ** (1.0 / 3.0)), 8, 128))  # about one cell per point
         self.grid = wp.HashGrid(dim, dim, dim, device=self.device)
         self.grid_width: float | None = None
 

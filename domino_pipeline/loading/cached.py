@@ -100,7 +100,7 @@ class CachedDoMINODataset(EpochDataset):
         run = self.run(index)
         run.check_present()
         counts = run.attrs["counts"]
-        resident = self._resident_arrays()
+        resident = self._grid_arrays() + ["geometry_coordinates"]  # what every draw reads: kept with the open run
         run.keep(resident, self._indexed_arrays(resident))
         staged = run.stage(self._window_spans(index, epoch, counts))
         try:
@@ -167,10 +167,6 @@ class CachedDoMINODataset(EpochDataset):
 
     def _grid_arrays(self) -> list[str]:
         return ["surface_grid_sdf"] + (["volume_grid_sdf"] if "volume" in self.parts else [])
-
-    def _resident_arrays(self) -> list[str]:
-        """What every draw reads, kept with the open run: the grid SDFs and the STL vertices."""
-        return self._grid_arrays() + ["geometry_coordinates"]
 
     def _indexed_arrays(self, resident: list[str]) -> list[str]:
         """The row arrays of the parts this dataset draws, whose shard indexes an open run keeps."""

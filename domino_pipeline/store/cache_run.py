@@ -250,11 +250,7 @@ class CacheRun:
                 data = array.get_orthogonal_selection(selection)
             else:
                 data = array[selection]
-        if allocate is np.empty:
-            return data
-        out = allocate(data.shape, data.dtype)
-        out[...] = data
-        return out
+        return data if allocate is np.empty else _copied(data, allocate)
 
     @contextmanager
     def _naming_errors(self, what: str) -> Iterator[None]:
@@ -264,9 +260,7 @@ class CacheRun:
         except CacheError:
             raise
         except Exception as err:
-            if not self.remote and not (self.path / "zarr.json").exists():
-                raise StaleCacheError(f"{self.path}: removed while open (replaced by rebuilds); "
-                                      "open the dataset again") from err
+            self.check_present()  # a generation removed while open: StaleCacheError
             what = f"array {err.array!r}" if isinstance(err, CorruptChunkError) else what
             raise CacheError(f"{self.path}: {what} is corrupt or unreadable: {err}") from err
 
@@ -282,7 +276,11 @@ def _from_memory(array: np.ndarray, selection: Any, allocate: Allocator) -> np.n
         out = allocate((len(selection), *array.shape[1:]), array.dtype)
         np.take(array, selection, axis=0, out=out)
         return out
-    data = array[selection]
+    return _copied(array[selection], allocate)
+
+
+def _copied(data: np.ndarray, allocate: Allocator) -> np.ndarray:
+    """``data`` copied into a new array from ``allocate``."""
     out = allocate(data.shape, data.dtype)
     out[...] = data
     return out

@@ -73,10 +73,6 @@ class RunWriter:
                 serializer=BytesCodec(), compressors=[Crc32cCodec()], fill_value=0, config={"write_empty_chunks": True})
         return self
 
-    def write(self, name: str, data: np.ndarray) -> None:
-        """Write the whole array ``name``."""
-        self.write_rows(name, 0, data)
-
     def write_rows(self, name: str, start: int, data: np.ndarray) -> None:
         """Write rows ``start : start + len(data)`` of array ``name`` (whole shards where aligned to them)."""
         array = self.arrays[name]
