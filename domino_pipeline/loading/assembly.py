@@ -77,13 +77,12 @@ def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str 
                                    processed_stats=_fingerprints(config.cache, config.data, runs),
                                    max_open_runs=config.cache.max_open_runs, **common)
     from domino_pipeline.loading.uncached import DoMINODataPipe
-    return DoMINODataPipe(
-        config.data.processed_dir, bounding_box_volume=settings.bounding_box_volume,
-        bounding_box_surface=settings.bounding_box_surface, interp_res=settings.interp_res,
-        num_neighbors_surface=settings.num_neighbors_surface,
-        surface_variables=settings.surface_variables, volume_variables=settings.volume_variables,
-        permutation_seed=settings.permutation_seed, device=settings.device,
-        read_options=read_options_from_config(config.data, config.physics), **common)
+    return DoMINODataPipe(config.data.processed_dir, bounding_box_volume=settings.bounding_box_volume,
+                          bounding_box_surface=settings.bounding_box_surface, interp_res=settings.interp_res,
+                          num_neighbors_surface=settings.num_neighbors_surface,
+                          surface_variables=settings.surface_variables, volume_variables=settings.volume_variables,
+                          permutation_seed=settings.permutation_seed, device=settings.device,
+                          read_options=read_options_from_config(config.data, config.physics), **common)
 
 
 def _fingerprints(cache: CacheConfig, data: DataConfig, runs: Sequence[str | os.PathLike] | None) -> dict[str, str] | None:

@@ -79,9 +79,8 @@ class CachedDoMINODataset(EpochDataset):
             return self._open[index]
         run = CacheRun(self.run_paths[index], metadata=self.run_metadata[index], entry=self.run_origins[index])
         if run.attrs.get("settings_fingerprint") != self.fingerprint:
-            raise StaleCacheError(
-                f"{run.path}: built with other settings than the manifest records:\n  "
-                + "\n  ".join(diff_settings(run.attrs.get("settings", {}), self.settings)))
+            raise StaleCacheError(f"{run.path}: built with other settings than the manifest records:\n  "
+                                  + "\n  ".join(diff_settings(run.attrs.get("settings", {}), self.settings)))
         self._open[index] = run
         while len(self._open) > self.max_open_runs:
             _, closed = self._open.popitem(last=False)

@@ -324,10 +324,9 @@ def check_all_chunks(run: OpenedRun, allow_missing: bool = False) -> None:
                                     f"layout ({type(err).__name__}: {err})") from err
         if missing:
             more = " and more" if len(missing) > 5 else ""
-            raise ProcessedRunError(
-                f"{run.path}: array {name} ({run.format}) lacks chunks {missing[:5]}{more}, which "
-                "zarr would read as fill values (zeros); rewrite the run, or set "
-                "data.allow_missing_chunks=true if its writer omits fill-valued chunks on purpose")
+            raise ProcessedRunError(f"{run.path}: array {name} ({run.format}) lacks chunks {missing[:5]}{more}, which "
+                                    "zarr would read as fill values (zeros); rewrite the run, or set "
+                                    "data.allow_missing_chunks=true if its writer omits fill-valued chunks on purpose")
 
 
 def _run_files(path: Path | str) -> tuple[bool, list[tuple[str, Path | str, Any]]]:

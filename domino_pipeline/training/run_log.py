@@ -52,11 +52,10 @@ def rank_summary(result: EpochResult, indices: list[int], names: list[str], devi
     """This rank's part of an epoch record: timings, loss sums, memory, the runs it trained on (by ``names``)."""
     memory, kind = peak_memory_mb(device)
     seen = [i % len(names) for i in indices[: result.samples]]
-    return {
-        "loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches,
-        "skipped": result.skipped, "samples": result.samples,
-        "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
-        "peak_memory_mb": memory, "memory_kind": kind, "runs": [names[i] for i in seen]}
+    return {"loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches,
+            "skipped": result.skipped, "samples": result.samples,
+            "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
+            "peak_memory_mb": memory, "memory_kind": kind, "runs": [names[i] for i in seen]}
 
 
 def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int,
@@ -66,16 +65,15 @@ def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: fl
     skipped = sum(r["skipped"] for r in ranks)
     batches = max(sum(r["batches"] for r in ranks) - skipped, 1)
     terms = sorted({term for r in ranks for term in r["term_sums"]})
-    return {
-        "kind": "epoch", "epoch": epoch, "lr": lr, "loss_function": loss_function,
-        "train_loss": sum(r["loss_sum"] for r in ranks) / batches,
-        **{f"train_loss/{t}": sum(r["term_sums"].get(t, 0.0) for r in ranks) / batches for t in terms},
-        "samples": samples, "epoch_s": epoch_s, "samples_per_s": samples / epoch_s if epoch_s > 0 else 0.0,
-        "data_wait_s": float(np.mean([r["data_wait_s"] for r in ranks])),
-        "compute_s": float(np.mean([r["compute_s"] for r in ranks])),
-        "peak_memory_mb": max(r["peak_memory_mb"] for r in ranks), "memory_kind": ranks[0]["memory_kind"],
-        "world_size": len(ranks), "resumed_at_step": resumed_at, "runs_by_rank": [r["runs"] for r in ranks],
-        "skipped_steps": skipped}
+    return {"kind": "epoch", "epoch": epoch, "lr": lr, "loss_function": loss_function,
+            "train_loss": sum(r["loss_sum"] for r in ranks) / batches,
+            **{f"train_loss/{t}": sum(r["term_sums"].get(t, 0.0) for r in ranks) / batches for t in terms},
+            "samples": samples, "epoch_s": epoch_s, "samples_per_s": samples / epoch_s if epoch_s > 0 else 0.0,
+            "data_wait_s": float(np.mean([r["data_wait_s"] for r in ranks])),
+            "compute_s": float(np.mean([r["compute_s"] for r in ranks])),
+            "peak_memory_mb": max(r["peak_memory_mb"] for r in ranks), "memory_kind": ranks[0]["memory_kind"],
+            "world_size": len(ranks), "resumed_at_step": resumed_at, "runs_by_rank": [r["runs"] for r in ranks],
+            "skipped_steps": skipped}
 
 
 def validation_metrics(sums: dict[str, torch.Tensor], names: dict[str, list[str]]) -> dict[str, float]:
