@@ -62,9 +62,8 @@ def check_parts_agree(sources: Sequence[MixturePart]) -> None:
     first = sources[0]
     for other in sources[1:]:
         if other.variables != first.variables:
-            raise ValueError(f"data.sources: source {other.name} has targets {other.variables}, source "
-                             f"{first.name} {first.variables}; set data.nondimensional=true, or give sources "
-                             "of the same fields")
+            raise ValueError(f"data.sources: source {other.name} has targets {other.variables}, source {first.name} "
+                             f"{first.variables}; set data.nondimensional=true, or give sources of the same fields")
 
 
 @dataclass(frozen=True)

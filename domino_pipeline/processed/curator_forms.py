@@ -24,10 +24,9 @@ _NUMPY_GLOBALS = frozenset({
     ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
     ("numpy", "ndarray"), ("numpy", "dtype"),
 })
-PICKLE_HINT = ("it is a pickled Python dict (physicsnemo's older np.save format), and reading a "
-               "pickle can run code; convert it to .npz (np.savez(path, **d)), or set "
-               "data.allow_pickle=true if you trust the file (numpy arrays, scalars and plain "
-               "containers only are read even then)")
+PICKLE_HINT = ("it is a pickled Python dict (physicsnemo's older np.save format), and reading a pickle can run code; "
+               "convert it to .npz (np.savez(path, **d)), or set data.allow_pickle=true if you trust the file (numpy "
+               "arrays, scalars and plain containers only are read even then)")
 
 
 class NumpyOnlyUnpickler(pickle.Unpickler):
