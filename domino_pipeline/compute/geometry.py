@@ -401,9 +401,8 @@ class _WarpKnnSearch:
 
 
 def _calibrate(search: _WarpKnnSearch) -> tuple[float, np.ndarray]:
-    """Scale from the local spacing estimate to a starting radius such that ``_PILOT_QUANTILE`` of a query sample
-    (searched exactly from ``_PILOT_START`` estimates) finish in one round; and the sample's positions, whose rows are
-    final already."""
+    """Scale from the spacing estimate to a starting radius such that ``_PILOT_QUANTILE`` of a sample of queries finish
+    in one round; the sample's positions, final already."""
     n_queries = len(search.query_order)
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(n_queries, size=min(n_queries, _PILOT_QUERIES), replace=False)).astype(np.int32)

@@ -131,9 +131,8 @@ def compute_scaling_factors(processed_paths: Sequence[str | os.PathLike], *, nor
                             max_volume_rows_per_run: int | None = MAX_VOLUME_ROWS, options=None,
                             variables: Mapping[str, Sequence] | None = None, rank: int = 0, world_size: int = 1,
                             gather: Callable[[dict], list[dict]] | None = None) -> dict:
-    """Statistics of the targets over the given runs (any form runs.py reads), streamed, each run's volume limited to
-    ``max_volume_rows_per_run`` uniform rows; in parts: ``rank`` of ``world_size`` reads every ``world_size``-th run,
-    ``gather`` brings the shares, merged in run order."""
+    """Target statistics over the runs, streamed, each volume on ``max_volume_rows_per_run`` uniform rows; in parts:
+    ``rank`` of ``world_size`` reads every ``world_size``-th run, ``gather`` brings the shares, merged in run order."""
     from domino_pipeline.processed.runs import run_name
 
     _check_normalization(normalization)

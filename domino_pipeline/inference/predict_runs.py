@@ -130,18 +130,13 @@ def printed_columns(records: list[dict], columns: list[str]) -> list[str]:
     return [c for c in shown if c != "cells_not_predicted" or any(r.get(c) for r in records)]
 
 
-def print_table(records: list[dict], columns: list[str]) -> None:
-    """The printed columns (the CSV has every column)."""
-    shown = printed_columns(records, columns)
-    print(format_table(records, shown, {c: c.removeprefix("rel_l2_area_") for c in shown}))
-    print("columns after the coefficients: relative L2 error per variable over the surface, area-weighted")
-
-
 def report_table(records: list[dict], surface_names: list[str], *, out_dir: Path, forces: ForceSettings) -> Path:
     """Write ``<out_dir>/predictions.csv``, print the chosen columns and the conventions; the CSV's path."""
     columns = table_columns(records, surface_names)
     csv_path = write_csv(records, columns, out_dir / "predictions.csv")
-    print_table(records, columns)
+    shown = printed_columns(records, columns)  # the CSV has every column
+    print(format_table(records, shown, {c: c.removeprefix("rel_l2_area_") for c in shown}))
+    print("columns after the coefficients: relative L2 error per variable over the surface, area-weighted")
     speed = f"{forces.velocity} m/s" if forces.velocity is not None else "each run's own (u_inf)"
     fields = ("coefficient fields (dynamic pressure 1)" if forces.fields_are_coefficients else
               "kinematic fields" if forces.kinematic else f"density {forces.density} kg/m^3")

@@ -33,9 +33,8 @@ def typed(config: PipelineConfig | DictConfig) -> PipelineConfig:
 
 
 def scaling_factors_path(config: PipelineConfig | DictConfig) -> Path | str:
-    """Where a training run over the config records its scaling factors: ``sampling.scaling_factors`` when given; one
-    cached dataset's, the file cache_data.py wrote beside the cache (a URL on object storage); else
-    ``<output_dir>/scaling_factors.json``."""
+    """Where a training run records its scaling factors: ``sampling.scaling_factors``; one cached dataset's, the file
+    beside the cache (a URL on object storage); else ``<output_dir>/scaling_factors.json``."""
     config = typed(config)
     if config.sampling.scaling_factors is not None:
         return Path(config.sampling.scaling_factors)

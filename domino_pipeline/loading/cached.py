@@ -26,10 +26,9 @@ from domino_pipeline.store.manifest import manifest_scaling_factors, read_manife
 
 
 class CachedDoMINODataset(EpochDataset):
-    """DoMINO items drawn from a cache (docs/cache_format.md); each process opens at most ``max_open_runs`` runs at a
-    time, the generations the manifest names. ``expected``: the settings the cache must have; ``scaling_factors``:
-    "manifest" (the cache's own, checked), a dict or file, or None; ``processed_stats``: run name ->
-    ``stat_fingerprint``, a run written again since it was cached is stale."""
+    """DoMINO items drawn from a cache (docs/cache_format.md), at most ``max_open_runs`` runs open per process.
+    ``expected``: the settings the cache must have; ``scaling_factors``: "manifest" (the cache's own, checked), a dict,
+    a file or None; ``processed_stats``: run -> ``stat_fingerprint`` (a run written since it was cached is stale)."""
 
     def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
                  model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,

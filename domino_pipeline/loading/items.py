@@ -36,9 +36,9 @@ def _scaled(fields: np.ndarray, scaling_factors: dict | None, kind: str) -> np.n
 def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarray,
                grids: dict[str, np.ndarray], surface: dict | None, volume: dict | None,
                scaling_factors: dict | None) -> dict[str, torch.Tensor]:
-    """DoMINO's input dict from the drawn rows (numpy, coordinates normalised): ``grids`` ("surf_grid", "sdf_surf_grid",
-    with a volume "grid", "sdf_grid"), ``surface`` (coordinates, normals, areas, fields, their neighbor_ ones),
-    ``volume`` (coordinates, fields, sdf, closest)."""
+    """DoMINO's input dict from the drawn rows (numpy, normalised): ``grids`` (surf_grid, sdf_surf_grid, with a volume
+    grid, sdf_grid), ``surface`` (coordinates, normals, areas, fields, their neighbor_ ones), ``volume`` (coordinates,
+    fields, sdf, closest)."""
     com = np.asarray(scalars["center_of_mass"], dtype=np.float32)
     item = {
         "geometry_coordinates": as_tensor(geometry_coordinates),

@@ -161,10 +161,10 @@ class MixtureDataset(Dataset):
 
 
 class WeightedSourceSampler(Sampler[int]):
-    """Each epoch ``draws`` keys (None: the runs of all) of a ``MixtureDataset``: source s gets weight_s / sum(weights)
-    (largest remainders, ties at random), its runs in shuffled rounds, all shuffled together; deterministic in (seed,
-    epoch). The keys are distinct, rounded up to a multiple of ``num_replicas``; rank r takes every ``num_replicas``-th
-    from the r-th."""
+    """Each epoch ``draws`` keys (None: all runs) of a ``MixtureDataset``: source s gets weight_s / sum(weights)
+    (largest remainders, ties at random), its runs in shuffled rounds, all shuffled together, deterministic in (seed,
+    epoch); distinct keys, rounded up to a multiple of ``num_replicas``, rank r taking every ``num_replicas``-th from
+    the r-th."""
 
     def __init__(self, sizes: Sequence[int], weights: Sequence[float], *, num_replicas: int = 1, rank: int = 0,
                  seed: int = 0, draws: int | None = None) -> None:

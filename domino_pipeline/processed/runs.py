@@ -80,10 +80,6 @@ def _describe(entries: list[tuple[str, str, Path | str]]) -> str:
     return shown + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
-def _kind(path: Path) -> str:
-    return "folder" if path.is_dir() else "file" if path.is_file() else "other"
-
-
 def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
     """(name, "folder" | "file" | "other", location) of a folder's or prefix's visible entries."""
     if is_url(directory):
@@ -92,7 +88,8 @@ def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
         if not found:
             raise FileNotFoundError(f"{directory}: no such processed-data prefix (nothing there)")
     elif directory.is_dir():
-        found = [(p.name, _kind(p), p) for p in directory.iterdir()]
+        found = [(p.name, "folder" if p.is_dir() else "file" if p.is_file() else "other", p)
+                 for p in directory.iterdir()]
     else:
         raise FileNotFoundError(f"{directory}: no such processed-data directory")
     return [entry for entry in found if not entry[0].startswith(".")]
@@ -127,9 +124,8 @@ class RunSplit:
 
 def split_with_test(runs: list[Path | str], val_fraction: float, seed: int, *, test_fraction: float = 0.0,
                     test_runs: Sequence[int | str] | None = None) -> RunSplit:
-    """A seeded split: test runs (``test_runs``, else the ceil(``test_fraction`` * n) after the validation runs in the
-    permutation) held out; validation takes the first ceil(``val_fraction`` * n) of the rest, at least one, never all.
-    ValueError when none is left to train on."""
+    """A seeded split: test runs (``test_runs``, else ceil(``test_fraction`` * n) after the validation runs) held out;
+    validation takes the first ceil(``val_fraction`` * n) of the rest, at least one, never all."""
     if not runs:
         raise ValueError("no processed runs to train on")
     order = [runs[i] for i in np.random.default_rng(seed).permutation(len(runs))]

@@ -55,21 +55,16 @@ def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
     plan = plan_run(arrays, volume, settings, source=str(processed_path), scratch_dir=run_folder(cache_dir, name),
                     check=lambda array, block: check_values(array, block, processed_path, None))
     del arrays  # the plan keeps the prepared rows; the raw ones can go
+    published = opened.attrs.get("published") if isinstance(opened.attrs.get("published"), dict) else {}
     attrs = {"settings": settings.fingerprinted(), "settings_fingerprint": settings.fingerprint(),
              "source": source, "fingerprint": run_fingerprint(settings.fingerprint(), source["fingerprint"]),
              "counts": plan.counts, "scalars": plan.scalars | {"field_statistics": statistics,
-                                                     "published_velocity": _published_velocity(opened.attrs)}}
+                                                     "published_velocity": published.get("velocity")}}
     with RunWriter(cache_dir, name, plan.shapes, attrs, neighbor_layout=settings.neighbor_layout,
                    parts=settings.parts) as writer:
         for array, start, rows in plan.pieces:
             writer.write_rows(array, start, rows)
     return writer.path, opened.format, notes
-
-
-def _published_velocity(attrs: dict) -> float | None:
-    """The free-stream speed the processed run's files publish (its ``published`` record), or None."""
-    published = attrs.get("published")
-    return published.get("velocity") if isinstance(published, dict) else None
 
 
 def _form(processed_path: Path) -> str:

@@ -29,9 +29,9 @@ CACHE_ARRAYS = tuple(ARRAYS) + tuple(NEIGHBOR_FEATURE_ARRAYS)  # every array a r
 
 
 class CacheRun:
-    """One cache run generation opened read-only: its attributes and checked reads of its arrays. ``location``: a folder
-    or URL; ``metadata``: the manifest's SHA-256 of its ``zarr.json`` files; ``entry``: (run name, manifest entry) for
-    the checks at open (docs/cache_format.md). One per process; ``close`` releases its descriptors."""
+    """One cache run generation (a folder or URL) opened read-only, for one process; ``metadata``: the manifest's
+    SHA-256 of its ``zarr.json`` files; ``entry``: (run name, manifest entry) for the checks at open
+    (docs/cache_format.md)."""
 
     def __init__(self, location: str | os.PathLike, *,
                  metadata: str | None = None, entry: tuple[str, dict] | None = None) -> None:

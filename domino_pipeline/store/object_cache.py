@@ -48,16 +48,12 @@ def _put_in_batches(source, items: list[tuple[str, Path]]) -> None:
     source.put_many(batch)
 
 
-def _generation_numbers(source, folder_key: str) -> list[int]:
-    """Numbers of every generation prefix under a run's folder, complete or not."""
-    return [int(m.group(1)) for n in source.list(folder_key)[0] if (m := GENERATION.match(n))]
-
-
 def claim_generation(cache_url: str, name: str) -> tuple[int, str]:
     """Claim run ``name``'s next generation number by a create-only put of its ``.claim``: (number, URL)."""
     folder = join(cache_url, name)
     source, key = reader_and_key(folder)
-    number = max(_generation_numbers(source, key), default=0) + 1
+    numbers = [int(m.group(1)) for n in source.list(key)[0] if (m := GENERATION.match(n))]  # complete or not
+    number = max(numbers, default=0) + 1
     while True:
         try:
             source.put(f"{key}/g{number}.zarr/{CLAIM}", f"pid {os.getpid()}\n".encode(), mode="create")

@@ -15,19 +15,14 @@ class RunMetadataError(CacheError):
     """Metadata of a cache run that contradicts itself, its bytes or its manifest entry."""
 
 
-def counted_kind(array: str) -> str | None:
-    """The ``counts`` key (geometry, surface, volume) of array ``array``'s rows; None for the grids."""
-    return None if array in GRIDS else array.split("_", 1)[0]
-
-
 def check_counts(counts: Any, lengths: dict[str, int]) -> None:
     """RunMetadataError unless ``counts`` gives each kind's rows as the length of its arrays (``lengths``)."""
     if not isinstance(counts, dict):
         raise RunMetadataError(f"counts {counts!r} is not a mapping")
     for array, rows in sorted(lengths.items()):
-        kind = counted_kind(array)
-        if kind is None:
+        if array in GRIDS:
             continue
+        kind = array.split("_", 1)[0]  # the counts key: geometry, surface or volume
         count = counts.get(kind)
         if type(count) is not int or count < 0:
             raise RunMetadataError(f"counts.{kind} is {count!r}, not a row count")

@@ -18,9 +18,8 @@ class ShardIndexError(ValueError):
 
 
 def check_index(index: np.ndarray, data_nbytes: int, chunk_nbytes: int, written: int) -> None:
-    """ShardIndexError naming the first bad inner chunk unless a shard's (n, 2) uint64 ``index`` is whole: its first
-    ``written`` entries written, each ``chunk_nbytes`` long inside the ``data_nbytes`` before the index, none
-    overlapping or half absent."""
+    """ShardIndexError naming the first bad inner chunk unless a shard's (n, 2) uint64 ``index`` is whole: ``written``
+    entries, each ``chunk_nbytes`` inside the ``data_nbytes`` of data, none overlapping or half absent."""
     offsets, sizes = index[:, 0], index[:, 1]
     absent = (offsets == ABSENT) & (sizes == ABSENT)
     _first("has only one of offset and size absent", (offsets == ABSENT) ^ (sizes == ABSENT))

@@ -71,8 +71,8 @@ class CheckpointFiles:
 def save_checkpoint(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, epoch: int, step: int,
                     partial: EpochResult) -> Path:
     """Collective: rank 0 writes the checkpoint (``epoch`` to run next, ``step`` batches of it done, every rank's RNG
-    state and partial sums) and the last model, then removes older checkpoints; every rank raises rank 0's error.
-    Weights not finite are refused before anything is written. The checkpoint's path."""
+    state and sums) and the last model, then prunes; every rank raises rank 0's error. Weights not finite are refused
+    first."""
     require_finite_weights(state.model, f"epoch {epoch}, step {step}")
     rng_states = distributed.gather_objects(capture_rng_state())
     partials = distributed.gather_objects({"loss_sum": partial.loss_sum, "batches": partial.batches,
@@ -292,9 +292,8 @@ def agreed_checkpoint(folder: str | Path) -> GoodCheckpoint | None:
 
 
 def remove_older_checkpoints(newest: Path, keep: int) -> list[Path]:
-    """After ``newest`` is written and checked: keep the ``keep - 1`` newest older checkpoints that pass their digest
-    check, remove the rest, dead writers' temporaries and digests without their file; newer-named (damaged) ones stay.
-    What was removed."""
+    """After ``newest`` is checked: keep the ``keep - 1`` newest older checkpoints that pass their digest check, remove
+    the rest, stale temporaries and orphan digests; newer-named (damaged) ones stay. What was removed."""
     folder, position, kept, removed = newest.parent, checkpoint_position(newest), 0, []
     for path in checkpoints_newest_first(folder):
         if path == newest or checkpoint_position(path) > position:

@@ -155,9 +155,8 @@ def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[Epoch
 
 
 def nonfinite_step(trainer: Trainer, epoch: int, step: int, mine: dict[str, Any]) -> None:
-    """Collective, at a step not finite on some rank (``mine``: this rank's loss, gradient norm and runs):
-    NonFiniteLossError with the same line on every rank, nothing saved, unless ``train.max_nonfinite_steps`` allows
-    skipping it."""
+    """Collective, at a step not finite on some rank (``mine``: this rank's loss, norm and runs): the same
+    NonFiniteLossError on every rank, unless ``train.max_nonfinite_steps`` allows skipping it."""
     line = nonfinite_line(epoch, step, distributed.gather_objects(mine))
     state, allowed = trainer.state, trainer.config.max_nonfinite_steps
     if state.nonfinite_steps < allowed:
@@ -270,8 +269,8 @@ def train_one_epoch(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]],
                     after_step: Callable[[float | None], None], result: EpochResult,
                     progress: str | None) -> EpochResult:
     """Train over `loader` into `result`, `after_step(loss)` after each step (None: skipped), stopping when
-    `should_stop()` on any rank. A step not finite on any rank is not taken: `on_nonfinite(step, loss, gradient norm)`
-    raises or returns to skip it. `progress`: the tqdm description (None: no bar)."""
+    `should_stop()` on any rank; a step not finite on any rank is not taken: `on_nonfinite` raises or returns to skip
+    it."""
     model.train()
     with tqdm(total=num_samples, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True) as bar:
         # closed before an error's line is printed, so the line stands alone
