@@ -22,9 +22,8 @@ from domino_pipeline.runtime.devices import cuda_index
 wp.set_module_options({"enable_backward": False})
 
 MAX_K = 32
-# A search of at most this many point-query pairs tries every pair in one launch (``_knn_brute``)
-# instead of the grid's rounds, each a grid build, a launch and a read back: per device kind,
-# from benchmark_geometry.py's small cases (docs/benchmarks.md, "Geometry engine").
+# Searches of at most this many point-query pairs try every pair in one launch (``_knn_brute``), not the grid's rounds:
+# per device kind, from benchmark_geometry.py's small cases (docs/benchmarks.md, "Geometry engine").
 BRUTE_PAIRS = {"cpu": 1 << 20, "cuda": 1 << 30}
 _KNN_BACKENDS = ("auto", "warp", "ckdtree")
 _ACCEPT = wp.constant(0.999)  # k-th neighbour accepted only this far inside the radius

@@ -17,8 +17,7 @@ from domino_pipeline.configuration.variables import VARIABLE_WIDTH
 PREPROCESS_CODE_VERSION = 2
 # The features a cache stores of each surface cell's neighbours with neighbor_layout features
 NEIGHBOR_FEATURES = ("coordinates", "normals", "areas")
-# Settings that fingerprinted() leaves out at these values, so caches built before the setting
-# existed keep their fingerprint; where absent, a cache's settings have these values.
+# Settings fingerprinted() leaves out at these values, so older caches keep their fingerprint (absent: these values)
 IMPLICIT_DEFAULTS = {"neighbor_layout": "indices", "parts": list(PARTS)}
 
 

@@ -53,8 +53,7 @@ class BatchItems:
         self.fingerprinted = settings.fingerprinted()
         self.geometry_coordinates = prepared.geometry_coordinates[:geometry_points]
         self.grids = self._grids()
-        # searched a block of cells at a time, as a cache build does: the search's memory stays
-        # bounded at DrivAerML's 8.8M cells
+        # searched a block of cells at a time, as a cache build does: bounded memory at DrivAerML's 8.8M cells
         self.neighbors = all_surface_neighbors(prepared, settings) if "surface" in parts else None
         self.mesh = volume_mesh(prepared, settings) if "volume" in parts else None
 

@@ -28,8 +28,8 @@ CHUNK_BYTES = 1 << 20
 CHUNKS_PER_SHARD = 64
 CLEVEL = 1  # zstd level
 
-# Array name -> symbolic shape; a string is a length shared across arrays, an int is fixed, None
-# is any width (field columns). stl_faces is handled apart: its length is 3 * stl_triangles.
+# Array name -> symbolic shape: a string a length shared across arrays, an int fixed, None any width (field columns);
+# stl_faces is handled apart: its length is 3 * stl_triangles.
 ARRAY_SHAPES: dict[str, tuple[str | int | None, ...]] = {
     "stl_coordinates": ("stl_points", 3),
     "stl_faces": ("stl_face_indices",),

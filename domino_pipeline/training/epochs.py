@@ -210,9 +210,8 @@ def finish_epoch(trainer: Trainer, epoch: int, record: dict[str, Any]) -> None:
     log_epoch(trainer.log, record, config.epochs)
 
 
-# ---- the draw: one DataLoader each for training and validation, for the whole run, its persistent
-# workers serving every pass; the sample indices of a pass are set before it (this rank's share of
-# a seeded shuffle, less the samples a resumed epoch already trained on)
+# ---- the draw: one DataLoader each for training and validation, its persistent workers serving every pass; a pass's
+# indices are set before it (this rank's share of a seeded shuffle, less what a resumed epoch trained on)
 
 class PassIndices(Sampler[int]):
     """The sample indices of the current pass, replaced before each, so one loader serves every epoch."""

@@ -18,8 +18,7 @@ import torch
 from domino_pipeline.storage.file_digests import check_zip, has_digest, read_checked, remove_checked, write_checked
 from domino_pipeline.training.model_files import check_model_file
 
-# physicsnemo's save_checkpoint names: "<class name>.<model parallel rank>.<index>.mdlus" and
-# "checkpoint.<rank>.<index>.pt"; one process writes rank 0.
+# physicsnemo's names: "<class name>.<model parallel rank>.<index>.mdlus", "checkpoint.<rank>.<index>.pt"; rank 0 here
 EXAMPLE_STATE = "checkpoint.0.{index}.pt"
 EXAMPLE_MODEL = "DoMINO.0.{index}.mdlus"
 _EXAMPLE_STATE_PATTERN = re.compile(r"^checkpoint\.0\.(\d+)\.pt$")
