@@ -1,6 +1,5 @@
-"""The DoMINO example's ``scaling_factors.pkl`` as this project's factors (docs/example_keys.md): refused unless
-``data.allow_pickle=true``, then read by an unpickler that builds only numpy values and the ``ScalingFactors`` record.
-"""
+"""The DoMINO example's ``scaling_factors.pkl`` as our factors (docs/example_keys.md): refused unless
+``data.allow_pickle=true``, then read by an unpickler building only numpy values and the ``ScalingFactors`` record."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
 """Exact k-nearest neighbours and signed distance to a triangle mesh with NVIDIA Warp, on CUDA when present, else on the
 CPU (launches split into chunks on a pool of ``cpu_threads``, default all cores: a launch releases the GIL).
-
 kNN: each query searches a hash grid out to its own radius (the local density scaled by a pilot sample), accepted when
-its k-th candidate lies inside it, else retried at twice the radius; a search of few point-query pairs (``BRUTE_PAIRS``)
-tries every pair in one launch. k <= ``MAX_K`` (32) for Warp; every row holds k neighbours, with the same distances and
-tie order on every device and backend (``distance_sq``; docs/gpu.md). ``signed_distance``: positive outside, negative
-inside (winding number); zero-area triangles are skipped. Empty queries give empty results; empty clouds or meshes, no
-usable triangle, NaN or infinite coordinates are ValueErrors. Coordinates are float32."""
+its k-th candidate lies inside it, else retried at twice the radius; few point-query pairs (``BRUTE_PAIRS``): every
+pair in one launch. k <= ``MAX_K`` (32) for Warp; rows hold k neighbours, with the same distances and tie order on every
+device and backend (``distance_sq``; docs/gpu.md). ``signed_distance``: positive outside, negative inside (winding
+number), zero-area triangles skipped. Empty queries give empty results; empty clouds or meshes, no usable triangle,
+NaN or infinite coordinates are ValueErrors. Coordinates are float32."""
 
 from __future__ import annotations
 

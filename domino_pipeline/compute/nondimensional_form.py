@@ -1,9 +1,8 @@
 """The non-dimensional form in which runs of several datasets share one model (docs/mixtures.md). Stored fields are
-divided by the configured references (``physics``: one U, rho for every run); the form divides each run by its own flow:
-pressure and wall shear by its dynamic pressure (Cp, Cf, shear as the stress on the body), velocity by its free-stream
-speed, turbulent viscosity by U_inf L; normals point out of the body; areas are over the dataset's reference length
-squared. ``RunForm`` holds one run's factors, a product per column, so the conversion, its inverse and run statistics
-convert exactly up to rounding."""
+divided by the configured references (``physics``: one U, rho for every run); the form divides each run by its own
+flow: pressure and wall shear by its dynamic pressure (Cp, Cf, shear as the stress on the body), velocity by its
+free-stream speed, turbulent viscosity by U_inf L; normals point out of the body; areas are over the reference length
+squared. ``RunForm``: one run's factors, a product per column, so conversions and statistics are exact to rounding."""
 
 from __future__ import annotations
 

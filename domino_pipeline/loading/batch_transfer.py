@@ -1,8 +1,8 @@
-"""Batches from DataLoader workers to the main process through reused shared memory. Each worker keeps a small pool of
-memfd buffers: a batch is copied into a free one and sent as a small message, the descriptor travelling once; the
-receiver maps each buffer once, builds the batch as views of it, and marks the buffer free (byte 0: 1 held, 0 free; data
-from ``HEADER``) when the last view goes. Constants (``mark_constant``) travel as recipes; ``output_array`` arrays are
-in the buffer already. Without memfd or a free buffer ``pack`` returns None: torch's own shared memory."""
+"""Batches from DataLoader workers to the main process through reused shared memory: each worker keeps a pool of memfd
+buffers; a batch is copied into a free one and sent as a small message, the descriptor travelling once; the receiver
+maps each buffer once, builds the batch as views of it and frees the buffer (byte 0: 1 held, 0 free; data from
+``HEADER``) with the last view. Constants (``mark_constant``) travel as recipes; ``output_array`` arrays are in the
+buffer already. Without memfd or a free buffer ``pack`` returns None (torch's own shared memory)."""
 
 from __future__ import annotations
 

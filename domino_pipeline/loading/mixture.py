@@ -1,10 +1,8 @@
-"""Several cached datasets as one (docs/mixtures.md): ``MixtureDataset`` draws a run of any source, in the
+"""Several cached datasets as one (docs/mixtures.md): ``MixtureDataset`` draws a run of any source in the
 non-dimensional (or stored) form, scaled by factors over every source; ``WeightedSourceSampler`` gives each source its
-weight's share of an epoch's draws. Imports neither Warp nor the model: it runs in DataLoader workers.
-
-A draw's key is ``repeat * len(dataset) + index``: ``index`` the run in the sources' order, ``repeat`` how many times
-the epoch drew it before; repeat r draws it as in epoch ``epoch + r * REPEAT_EPOCHS``, so every repeat has new points.
-"""
+weight's share of an epoch's draws. Imports neither Warp nor the model: it runs in DataLoader workers. A draw's key is
+``repeat * len(dataset) + index``: ``index`` the run in the sources' order, ``repeat`` how many times the epoch drew it
+before; repeat r draws it as in epoch ``epoch + r * REPEAT_EPOCHS``, so every repeat has new points."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Building cache runs: one processed run through ``preprocessing.plan_run`` into a new generation (run_writer.py), one
-writer per run at a time; the scaling factors beside the cache; the manifest, the build's commit (``finish_build``):
-under a lock locally, by a retried conditional put on object storage. Imports Warp; the store's reading side does not.
-"""
+"""Building cache runs: a processed run through ``preprocessing.plan_run`` into a new generation (run_writer.py), one
+writer per run; the scaling factors beside the cache; the manifest, the build's commit (``finish_build``), under a lock
+locally, by a retried conditional put on object storage. Imports Warp; the store's reading side does not."""
 
 from __future__ import annotations
 

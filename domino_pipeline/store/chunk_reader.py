@@ -1,7 +1,7 @@
-"""Checked reads of cache arrays straight from their shard objects, without zarr-python, for the one layout the cache
-writes (docs/cache_format.md, "Reading chunks directly"): a read is planned (inner chunks, their ranges from the kept
-shard indexes), ``read_many`` fetches several arrays' ranges in one wave of a ``ByteReader``, checks every checksum and
-assembles the arrays. ``ChunkedArray.open`` returns None for other layouts (zarr-python's). Not thread-safe."""
+"""Checked reads of cache arrays from their shard objects without zarr-python, for the layout the cache writes
+(docs/cache_format.md, "Reading chunks directly"): a read is planned (inner chunks, ranges from the kept shard indexes),
+``read_many`` fetches several arrays' ranges in one wave of a ``ByteReader``, checks every checksum and assembles them.
+``ChunkedArray.open`` returns None for other layouts (zarr-python's). Not thread-safe."""
 
 from __future__ import annotations
 

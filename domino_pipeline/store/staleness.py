@@ -1,6 +1,5 @@
-"""Whether a cache run is current (its newest generation's fingerprint against the settings, the processed run and the
-manifest's records) and whether the manifest's scaling factors are usable. Neither this module nor its imports load
-Warp."""
+"""Whether a cache run is current (its newest generation against the settings, the processed run and the manifest)
+and whether the manifest's scaling factors are usable. Neither this module nor its imports load Warp."""
 
 from __future__ import annotations
 

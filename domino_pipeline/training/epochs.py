@@ -1,8 +1,7 @@
 """The epoch loop of DoMINO, top to bottom: resume, then per epoch draw this rank's samples, step over them, combine the
 ranks' records, step the schedule, validate and checkpoint when due, log. A signal stops it after the current step with
 a checkpoint; a loss or gradient not finite stops it on every rank, nothing saved (nonfinite.py). ``data_wait_s``: the
-wait for the DataLoader; ``compute_s``: from a batch in hand to the optimizer step (the loss and gradient norm read
-before the step synchronise the GPU)."""
+wait for batches; ``compute_s``: from a batch to the optimizer step (reading the loss and norm synchronises the GPU)."""
 
 from __future__ import annotations
 
