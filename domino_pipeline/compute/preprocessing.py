@@ -90,13 +90,10 @@ class RunPlan:
 Check = Callable[[str, np.ndarray], np.ndarray]
 
 
-def _as_float32(name: str, block: np.ndarray) -> np.ndarray:
-    return np.asarray(block, dtype=np.float32)
-
-
 def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: PreprocessSettings, *,
              source: str = "run", scratch_dir: str | os.PathLike | None = None,
-             check: Check = _as_float32, block_rows: int = VOLUME_BLOCK_ROWS) -> RunPlan:
+             check: Check = lambda name, block: np.asarray(block, dtype=np.float32),
+             block_rows: int = VOLUME_BLOCK_ROWS) -> RunPlan:
     """Plan a cache run of ``settings.parts`` from ``arrays`` and ``volume`` (read a block at a time)."""
     parts = settings.parts
     prepared = prepare_rows(arrays, settings, parts=("surface",) if "surface" in parts else (), source=source)

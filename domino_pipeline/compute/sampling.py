@@ -87,11 +87,6 @@ def part_window(seed: int, epoch: int, index: int, part: str, n_rows: int, point
     return cyclic_window(draw_rng(seed, epoch, index, part), n_rows, law.window(part, points, n_rows))
 
 
-def window_rows(start: int, width: int, n_rows: int) -> np.ndarray:
-    """The stored rows of a cyclic window, in window order (int64)."""
-    return (start + np.arange(width, dtype=np.int64)) % n_rows
-
-
 def window_spans(start: int, width: int, n_rows: int) -> list[tuple[int, int]]:
     """The [a, b) row spans of a cyclic window, in window order: one, or two where it wraps."""
     stop = start + width
@@ -121,7 +116,7 @@ def draw_surface(rng: np.random.Generator, n_rows: int, points: int,
     _check_enough(n_rows, points, "surface cells")
     start, width = cyclic_window(rng, n_rows, law.window("surface", points, n_rows))
     taken = choose_weighted(rng, read_window(read_areas, start, width, n_rows), points)
-    return np.sort(window_rows(start, width, n_rows)[taken])
+    return np.sort(((start + np.arange(width, dtype=np.int64)) % n_rows)[taken])  # the window's rows, in its order
 
 
 def draw_volume(rng: np.random.Generator, n_rows: int, points: int, law: SamplingLaw) -> np.ndarray:

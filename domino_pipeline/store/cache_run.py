@@ -15,7 +15,7 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from domino_pipeline.storage.byte_reader import ByteReader, LocalReader, Request, shared_reader
+from domino_pipeline.storage.byte_reader import LocalReader, Request, shared_reader
 from domino_pipeline.storage.object_store import is_url, split_url
 from domino_pipeline.store.cache_format import (ARRAYS, FORMAT, FORMAT_VERSION, GENERATION, NEIGHBOR_FEATURE_ARRAYS,
                                                 CacheError, StaleCacheError, metadata_digest, metadata_files,
@@ -37,7 +37,11 @@ class CacheRun:
                  metadata: str | None = None, entry: tuple[str, dict] | None = None) -> None:
         self.remote = is_url(location)
         self.path = str(location).rstrip("/") if self.remote else Path(location)
-        self.source, self.prefix = self._source()
+        if self.remote:  # the source the run is read through, and the run's key prefix in it
+            root, key = split_url(self.path)
+            self.source, self.prefix = shared_reader(root), key + "/"
+        else:
+            self.source, self.prefix = LocalReader(self.path), ""
         self._metadata = self._read_metadata()
         if metadata is not None and metadata_digest(self._metadata) != metadata:
             raise CacheError(f"{self.path}: its metadata (attributes or array descriptions) differ "
@@ -84,13 +88,6 @@ class CacheRun:
             raise ShardIndexError("its description is not the layout a cache writes (sharded rows, "
                                   "bytes and CRC32C codecs, inner chunks dividing shards)")
         return reader.shape
-
-    def _source(self) -> tuple[ByteReader, str]:
-        """The source the run is read through and the run's key prefix within it."""
-        if not self.remote:
-            return LocalReader(self.path), ""
-        root, key = split_url(self.path)
-        return shared_reader(root), key + "/"
 
     def _read_metadata(self) -> dict[str, bytes]:
         """Every ``zarr.json`` of the run by its path within the run (remotely in one wave)."""

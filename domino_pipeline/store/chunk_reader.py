@@ -105,7 +105,9 @@ class ChunkedArray:
     def prefetch(self, selection: Any) -> None:
         """Read the shard indexes ``selection`` needs (one wave); faults are left for the read to report."""
         try:
-            self.load_indexes(self.chunks(selection))
+            wanted = self.index_requests(self.chunks(selection))
+            for (shard, _), result in zip(wanted, self.source.fetch([r for _, r in wanted])):
+                self.set_index(shard, result)
         except CorruptChunkError:
             pass
 
@@ -149,12 +151,6 @@ class ChunkedArray:
         shards = np.unique(np.asarray(chunks, dtype=np.int64) // self.chunks_per_shard)
         return [(int(s), Request(self.prefix + self.key(int(s)), None, self.index_nbytes + CHECKSUM_BYTES))
                 for s in shards if int(s) not in self._indexes]
-
-    def load_indexes(self, chunks: np.ndarray) -> None:
-        """Read and keep the missing shard indexes of ``chunks`` (one wave)."""
-        wanted = self.index_requests(chunks)
-        for (shard, _), result in zip(wanted, self.source.fetch([r for _, r in wanted])):
-            self.set_index(shard, result)
 
     def set_index(self, shard: int, result: tuple[memoryview | None, int | None]) -> None:
         """Check (CRC32C, chunks inside the data part) and keep shard ``shard``'s index from its fetched tail."""

@@ -119,14 +119,10 @@ def run_path(cache_dir: str | os.PathLike, name: str, entry: dict) -> Path | str
     return join(cache_dir, *parts)
 
 
-def run_folder_of(generation: Path | str) -> Path | str:
-    """The run folder holding a generation (its parent folder or prefix)."""
-    return generation.rsplit("/", 1)[0] if isinstance(generation, str) else generation.parent
-
-
 def manifest_entry(cache_dir: str | os.PathLike, run: CacheRun) -> dict:
     """The manifest's record of one run generation."""
-    relative = f"{name_of(run_folder_of(run.path))}/{name_of(run.path)}"
+    folder = run.path.rsplit("/", 1)[0] if isinstance(run.path, str) else run.path.parent  # the run's folder or prefix
+    relative = f"{name_of(folder)}/{name_of(run.path)}"
     return {"path": relative, "generation": run.attrs.get("generation"),
             "fingerprint": run.attrs["fingerprint"], "source": run.attrs["source"],
             "counts": run.attrs["counts"], "metadata_sha256": run.metadata_sha256,
