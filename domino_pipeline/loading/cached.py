@@ -122,7 +122,7 @@ class CachedDoMINODataset(EpochDataset):
             volume=None if draw.volume_rows is None else _part(drawn, "volume_"), scaling_factors=self.scaling_factors)
 
     def _window_spans(self, index: int, epoch: int, counts: dict) -> dict[str, list[tuple[int, int]]]:
-        """The rows each array of a draw comes from (its part's cyclic window), fetched in one wave."""
+        """The rows each array of a draw comes from (its part's window), in one wave; none where a part takes all."""
         spans = {}
         for part, points in (("surface", self.surface_points), ("volume", self.volume_points)):
             if part not in self.parts:
