@@ -68,7 +68,7 @@ def write_run(cache_dir: Path, name: str, contents: dict, settings: PreprocessSe
              "scalars": contents["scalars"]}
     with RunWriter(cache_dir, name, shapes, attrs, neighbor_layout=settings.neighbor_layout) as writer:
         for array in shapes:
-            writer.write(array, contents[array])
+            writer.write_rows(array, 0, contents[array])
     return writer.path
 
 

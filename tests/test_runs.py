@@ -4,6 +4,7 @@ parameters from the run or the config, and the source fingerprint of curator out
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import shutil
@@ -25,7 +26,6 @@ from domino_pipeline.processed.runs import (
     run_name,
     run_split_from_config,
     source_fingerprint,
-    split_runs,
     split_with_test,
 )
 
@@ -159,21 +159,29 @@ def test_rewriting_a_curator_run_with_new_data_changes_its_fingerprint(form, sou
     assert source_fingerprint(path) != first
 
 
-def test_split_runs_is_deterministic():
+def test_split_is_deterministic():
     runs = [Path(f"run_{i}.zarr") for i in range(10)]
-    train, val = split_runs(runs, 0.2, seed=3)
-    assert (train, val) == split_runs(runs, 0.2, seed=3) and len(val) == 2 and set(train) | set(val) == set(runs)
+    split = split_with_test(runs, 0.2, seed=3)
+    assert split == split_with_test(runs, 0.2, seed=3) and len(split.val) == 2
+    assert set(split.train) | set(split.val) == set(runs)
 
 
-def test_a_split_without_test_runs_is_split_runs_own_and_test_runs_follow_the_validation_runs():
+def _validation_first(runs, fraction, seed):
+    """The split's rule without test runs: the permutation's first ceil(f * n) validate (at least one, never all)."""
+    n_val = min(math.ceil(fraction * len(runs)), len(runs) - 1) if fraction > 0 else 0
+    val = sorted((runs[i] for i in np.random.default_rng(seed).permutation(len(runs))[:n_val]), key=runs.index)
+    return [run for run in runs if run not in val], val
+
+
+def test_a_split_without_test_runs_validates_the_first_runs_and_test_runs_follow_the_validation_runs():
     runs = [Path(f"run_{i}.zarr") for i in range(1, 21)]
     for n, fraction, seed in ((20, 0.2, 3), (7, 0.1, 0), (2, 0.5, 1), (1, 0.5, 0), (20, 0.0, 4)):
         split = split_with_test(runs[:n], fraction, seed)
-        assert (split.train, split.val, split.test) == (*split_runs(runs[:n], fraction, seed), [])
+        assert (split.train, split.val, split.test) == (*_validation_first(runs[:n], fraction, seed), [])
     # 20 runs, val 0.1 and test 0.2: the permutation's first 2 validate (as without test runs), the next 4 test
     order = [runs[i] for i in np.random.default_rng(5).permutation(20)]
     split = split_with_test(runs, 0.1, 5, test_fraction=0.2)
-    assert split.val == sorted(order[:2], key=runs.index) == split_runs(runs, 0.1, 5)[1]
+    assert split.val == sorted(order[:2], key=runs.index) == _validation_first(runs, 0.1, 5)[1]
     assert split.test == sorted(order[2:6], key=runs.index)
     assert split.train == [r for r in runs if r not in order[:6]]
 

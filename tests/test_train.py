@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from domino_pipeline.configuration.config import load_config
 from domino_pipeline.configuration.config_files import compose_files
 from domino_pipeline.storage.file_digests import write_checked
-from domino_pipeline.processed.runs import DEFAULT_OPTIONS, split_runs
+from domino_pipeline.processed.runs import DEFAULT_OPTIONS, split_with_test
 from domino_pipeline.training import checkpointing, example_checkpoints, model_files
 from domino_pipeline.training.checkpointing import check_same_model
 from domino_pipeline.training.domino_model import (
@@ -323,14 +323,14 @@ def test_uncached_training_and_demo_report(setup, three_epochs):
 
 def test_split_is_deterministic_and_keeps_a_validation_run():
     runs = [Path(f"run_{i}.zarr") for i in range(1, 11)]
-    train_runs, val_runs = split_runs(runs, 0.2, seed=3)
-    assert (train_runs, val_runs) == split_runs(runs, 0.2, seed=3)
-    assert len(val_runs) == 2 and sorted(train_runs + val_runs) == sorted(runs)
-    assert len(split_runs(runs[:2], 0.01, seed=0)[1]) == 1
-    assert split_runs(runs[:1], 0.5, seed=0) == (runs[:1], [])
-    assert split_runs(runs, 0.0, seed=0) == (runs, [])
+    split = split_with_test(runs, 0.2, seed=3)
+    assert split == split_with_test(runs, 0.2, seed=3)
+    assert len(split.val) == 2 and sorted(split.train + split.val) == sorted(runs)
+    assert len(split_with_test(runs[:2], 0.01, seed=0).val) == 1
+    assert (split_with_test(runs[:1], 0.5, seed=0).train, split_with_test(runs[:1], 0.5, seed=0).val) == (runs[:1], [])
+    assert (split_with_test(runs, 0.0, seed=0).train, split_with_test(runs, 0.0, seed=0).val) == (runs, [])
     with pytest.raises(ValueError, match="no processed runs"):
-        split_runs([], 0.1, seed=0)
+        split_with_test([], 0.1, seed=0)
 
 
 def test_config_errors_name_the_problem():

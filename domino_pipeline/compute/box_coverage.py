@@ -1,8 +1,5 @@
-"""What a run's bounding boxes leave out, as notes for the cache build's summary: the volume box
-drops the surface cells and volume rows outside it, the surface box normalises the surface
-coordinates (cells outside it get coordinates beyond [-1, 1]), so a box that does not hold the
-whole body quietly trains on part of it; here each is measured.
-"""
+"""What a run's bounding boxes leave out, measured for the cache build's summary: the volume box drops the surface cells
+and volume rows outside it; surface cells outside the surface box get coordinates beyond [-1, 1]."""
 
 from __future__ import annotations
 
@@ -45,8 +42,7 @@ def _cell_notes(centres: np.ndarray, areas: np.ndarray, settings: PreprocessSett
 
 
 def box_notes(arrays: Mapping[str, np.ndarray], settings: PreprocessSettings) -> list[str]:
-    """Notes on the boxes of a run: the share of the boundary cells (and their area) and of the STL's
-    vertices each box leaves out; nothing for a box that holds the whole body."""
+    """Notes on what each box leaves out of the boundary cells, their area and the STL's vertices."""
     vertices = arrays["stl_coordinates"]
     notes = []
     if "surface_mesh_centers" in arrays:  # a run of the volume part alone has no boundary cells

@@ -1,7 +1,5 @@
-"""The DoMINO example's ``scaling_factors.pkl`` as this project's factors (docs/example_keys.md):
-refused unless ``data.allow_pickle=true``, and even then read by a restricted unpickler that
-builds only numpy arrays, plain containers and the example's ``ScalingFactors`` record.
-"""
+"""The DoMINO example's ``scaling_factors.pkl`` as our factors (docs/example_keys.md): refused unless
+``data.allow_pickle=true``, then read by an unpickler building only numpy values and the ``ScalingFactors`` record."""
 
 from __future__ import annotations
 
@@ -82,8 +80,7 @@ def factors_from_record(record: Any, source: str, normalization: str) -> dict:
 
 
 def convert(pickle_path: str | os.PathLike, json_path: str | os.PathLike, normalization: str = "min_max") -> Path:
-    """Write the example's ``scaling_factors.pkl`` as this project's JSON factors file (running this is
-    the trust decision); scaling.load_scaling_factors reads it back and checks it."""
+    """Write the example's ``scaling_factors.pkl`` as our JSON factors file (running this is the trust decision)."""
     path = Path(json_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, read_example_factors(pickle_path, allow_pickle=True, normalization=normalization))

@@ -1,17 +1,11 @@
-"""Exact k-nearest neighbours and signed distance to a triangle mesh, with NVIDIA Warp on CUDA when
-present and on the CPU otherwise (CPU launches split into chunks on a thread pool of
-``cpu_threads``, default all cores: a launch releases the GIL).
-
-kNN is exact: each query searches a hash grid out to its own radius (from the local density,
-scaled by a pilot sample) and is accepted only when its k-th candidate lies inside the radius,
-else it retries at twice the radius on a coarser grid; a search of few point-query pairs
-(``BRUTE_PAIRS``) tries every pair in one launch instead, with the same order. ``knn``: k <= ``MAX_K`` (32) for Warp;
-every row holds k real neighbours, with the same distances and tie order on every device and
-backend (``distance_sq``; docs/gpu.md). ``signed_distance``: positive outside, negative inside
-(winding number); zero-area triangles are skipped, a mesh with none usable is a ValueError.
-Empty queries give empty results; empty clouds or meshes and NaN or infinite coordinates are
-ValueErrors. Coordinates are float32.
-"""
+"""Exact k-nearest neighbours and signed distance to a triangle mesh with NVIDIA Warp, on CUDA when present, else on the
+CPU (launches split into chunks on a pool of ``cpu_threads``, default all cores: a launch releases the GIL).
+kNN: each query searches a hash grid out to its own radius (the local density scaled by a pilot sample), accepted when
+its k-th candidate lies inside it, else retried at twice the radius; few point-query pairs (``BRUTE_PAIRS``): every
+pair in one launch. k <= ``MAX_K`` (32) for Warp; rows hold k neighbours, with the same distances and tie order on every
+device and backend (``distance_sq``; docs/gpu.md). ``signed_distance``: positive outside, negative inside (winding
+number), zero-area triangles skipped. Empty queries give empty results; empty clouds or meshes, no usable triangle,
+NaN or infinite coordinates are ValueErrors. Coordinates are float32."""
 
 from __future__ import annotations
 
@@ -27,9 +21,8 @@ from domino_pipeline.runtime.devices import cuda_index
 wp.set_module_options({"enable_backward": False})
 
 MAX_K = 32
-# A search of at most this many point-query pairs tries every pair in one launch (``_knn_brute``)
-# instead of the grid's rounds, each a grid build, a launch and a read back: per device kind,
-# from benchmark_geometry.py's small cases (docs/benchmarks.md, "Geometry engine").
+# Searches of at most this many point-query pairs try every pair in one launch (``_knn_brute``), not the grid's rounds:
+# per device kind, from benchmark_geometry.py's small cases (docs/benchmarks.md, "Geometry engine").
 BRUTE_PAIRS = {"cpu": 1 << 20, "cuda": 1 << 30}
 _KNN_BACKENDS = ("auto", "warp", "ckdtree")
 _ACCEPT = wp.constant(0.999)  # k-th neighbour accepted only this far inside the radius
@@ -49,8 +42,7 @@ _vec_ki = wp.types.vector(length=MAX_K, dtype=wp.int32)
 
 
 def resolve_device(device: str = "auto") -> str:
-    """The Warp device: "auto" and "cuda" mean this process's GPU (``devices.cuda_index``), else "cpu";
-    explicit names are checked, so a missing GPU fails here, not inside a kernel launch."""
+    """The Warp device ("auto", "cuda": this process's GPU), checked, so a missing GPU fails here."""
     wp.init()
     if device == "auto":
         device = "cuda" if wp.is_cuda_available() else "cpu"
@@ -90,13 +82,10 @@ def _launch(kernel, n: int, inputs: Callable[[int, int], list], device: str, thr
         list(pool.map(run, bounds[:-1], bounds[1:]))
 
 
-# ----------------------------------------------------------------------------------------------
-# kNN
-
+# ---- kNN
 
 def distance_sq(points, queries) -> np.ndarray:
-    """Squared distances of float32 ``points`` and ``queries`` with the kNN kernel's bits on every device
-    (float32 differences, squared in float64, summed x, y, z: docs/gpu.md)."""
+    """Squared distances with the kNN kernel's bits on every device (float32 differences, float64 squares)."""
     diff = (np.asarray(points, dtype=np.float32) - np.asarray(queries, dtype=np.float32)).astype(np.float64)
     return (diff[..., 0] * diff[..., 0] + diff[..., 1] * diff[..., 1]) + diff[..., 2] * diff[..., 2]
 
@@ -118,24 +107,12 @@ def _precedes(d_a: wp.float64, key_a: wp.int32, d_b: wp.float64, key_b: wp.int32
 
 
 @wp.kernel
-def _knn_round(
-    grid: wp.uint64,
-    points: wp.array(dtype=wp.vec3),
-    point_ids: wp.array(dtype=wp.int32),
-    queries: wp.array(dtype=wp.vec3),
-    query_ids: wp.array(dtype=wp.int32),
-    active: wp.array(dtype=wp.int32),
-    radii: wp.array(dtype=wp.float32),
-    self_query: wp.int32,
-    k: wp.int32,
-    max_radius: wp.float32,
-    coord_scale: wp.float32,
-    out_index: wp.array2d(dtype=wp.int32),
-    out_d2: wp.array2d(dtype=wp.float64),
-    done: wp.array(dtype=wp.int32),
-):
-    """k best candidates of query ``active[t]`` within ``radii[t]``, written out (``done[t]``) when exact;
-    ``point_ids`` and ``query_ids`` map the Z-ordered points to the original indices."""
+def _knn_round(grid: wp.uint64, points: wp.array(dtype=wp.vec3), point_ids: wp.array(dtype=wp.int32),
+               queries: wp.array(dtype=wp.vec3), query_ids: wp.array(dtype=wp.int32), active: wp.array(dtype=wp.int32),
+               radii: wp.array(dtype=wp.float32), self_query: wp.int32, k: wp.int32, max_radius: wp.float32,
+               coord_scale: wp.float32, out_index: wp.array2d(dtype=wp.int32), out_d2: wp.array2d(dtype=wp.float64),
+               done: wp.array(dtype=wp.int32)):
+    """k best candidates of query ``active[t]`` within ``radii[t]``, written out (``done[t]``) when exact."""
     t = wp.tid()
     qi = active[t]
     q = queries[qi]
@@ -177,17 +154,9 @@ def _knn_round(
 
 
 @wp.kernel
-def _knn_brute(
-    points: wp.array(dtype=wp.vec3),
-    queries: wp.array(dtype=wp.vec3),
-    first: wp.int32,
-    self_query: wp.int32,
-    k: wp.int32,
-    out_index: wp.array2d(dtype=wp.int32),
-    out_d2: wp.array2d(dtype=wp.float64),
-):
-    """The k best of all points for query ``first + tid``, in ``_knn_round``'s order: one launch, no
-    grid (small searches, where a grid's rounds cost more than trying every pair)."""
+def _knn_brute(points: wp.array(dtype=wp.vec3), queries: wp.array(dtype=wp.vec3), first: wp.int32, self_query: wp.int32,
+               k: wp.int32, out_index: wp.array2d(dtype=wp.int32), out_d2: wp.array2d(dtype=wp.float64)):
+    """The k best of all points for query ``first + tid`` in ``_knn_round``'s order, no grid (small searches)."""
     t = first + wp.tid()
     q = queries[t]
     best_d = _vec_kd()
@@ -239,11 +208,6 @@ def _check_k(k: int, n_points: int) -> int:
     return int(k)
 
 
-def _grid_dim(n_points: int) -> int:
-    """Hash grid side: about one physical cell per point, between 8 and 128 per axis."""
-    return int(np.clip(round(n_points ** (1.0 / 3.0)), 8, 128))
-
-
 def _morton_order(xyz: np.ndarray, lo: np.ndarray, extent: float) -> np.ndarray:
     """Permutation that sorts points along a Z-order curve (10 bits per axis) for locality."""
     cells = np.clip((xyz - lo) * (1023.0 / max(extent, 1e-30)), 0, 1023).astype(np.uint64)
@@ -259,8 +223,7 @@ def _morton_order(xyz: np.ndarray, lo: np.ndarray, extent: float) -> np.ndarray:
 
 
 class _Density:
-    """Point counts on a coarse grid (~16 surface points per cell) over the cloud's bounding cube, for
-    starting radii; a query counts the 3 x 3 x 3 block of cells around its cell."""
+    """Point counts on a coarse grid over the cloud's bounding cube; a query counts its 3 x 3 x 3 block of cells."""
 
     def __init__(self, points: np.ndarray, lo: np.ndarray, extent: float) -> None:
         self.side = int(np.clip(round(np.sqrt(len(points) / 16.0)), 2, 1024))
@@ -282,15 +245,13 @@ class _Density:
         return np.where(self.occupied[at] == cells, counts[at], 0)
 
     def spacing(self, queries: np.ndarray, k: int) -> np.ndarray:
-        """Rough k-th neighbour distance per query, 3w sqrt(k / (pi c)) for the c points of its block; only
-        ratios matter (a pilot sample calibrates the scale)."""
+        """Rough k-th neighbour distance per query, 3w sqrt(k / (pi c)) of its block's c points (ratios only)."""
         c = self._count_at(self._cell_ids(queries), self.block).astype(np.float64)
         return 3.0 * self.width * np.sqrt(k / (np.pi * np.maximum(c, 0.5)))
 
 
 class KnnIndex:
-    """Exact k-nearest-neighbour search over one point cloud, prepared once, then ``query`` per block.
-    ``backend``: "warp", "ckdtree" (same result and tie order) or "auto" (Warp: docs/benchmarks.md)."""
+    """Exact kNN over one point cloud, prepared once, then ``query`` per block; ``backend``: warp, ckdtree, auto."""
 
     def __init__(self, points, device: str = "auto",
                  backend: Literal["auto", "warp", "ckdtree"] = "auto", cpu_threads: int | None = None):
@@ -321,7 +282,7 @@ class KnnIndex:
         self.density = _Density(self.points, self.lo, self.extent)
         self.sorted_points = wp.array(self.points[self.order], dtype=wp.vec3, device=self.device)
         self.sorted_ids = wp.array(self.order.astype(np.int32), dtype=wp.int32, device=self.device)
-        dim = _grid_dim(len(self.points))
+        dim = int(np.clip(round(len(self.points) ** (1.0 / 3.0)), 8, 128))  # about one cell per point
         self.grid = wp.HashGrid(dim, dim, dim, device=self.device)
         self.grid_width: float | None = None
 
@@ -371,8 +332,7 @@ class KnnIndex:
 
 
 class _WarpKnnSearch:
-    """Expanding-radius search of one query set over a ``KnnIndex``: queries run level by level (radii
-    within a factor sqrt(2)) on a grid of their largest radius; an inexact query retries at twice it."""
+    """Expanding-radius search of one query set, level by level; an inexact query retries at twice its radius."""
 
     def __init__(self, index: KnnIndex, queries: np.ndarray | None, k: int):
         self.index, self.device, self.threads, self.k = index, index.device, index.threads, k
@@ -409,15 +369,13 @@ class _WarpKnnSearch:
         def inputs(start: int, stop: int) -> list:
             return [index.grid.id, index.sorted_points, index.sorted_ids, self.queries, self.query_ids,
                     active_wp[start:stop], radii_wp[start:stop], int(self.self_query), self.k,
-                    float(self.max_radius), self.coord_scale, self.out_index, self.out_d2,
-                    done[start:stop]]
+                    float(self.max_radius), self.coord_scale, self.out_index, self.out_d2, done[start:stop]]
 
         _launch(_knn_round, len(active), inputs, self.device, self.threads)
         return done.numpy() != 0
 
     def search(self, active: np.ndarray, radii: np.ndarray, level_ratio: float = _LEVEL_RATIO) -> None:
-        """Search the query positions ``active`` from ``radii`` until all are exact; queries whose radii
-        lie within a factor ``level_ratio`` share one grid and one launch."""
+        """Search ``active`` from ``radii`` until all are exact, radii within ``level_ratio`` sharing one launch."""
         radii = np.minimum(radii.astype(np.float64), self.max_radius)
         while len(active):
             levels = self._level(radii, level_ratio)
@@ -441,10 +399,8 @@ class _WarpKnnSearch:
 
 
 def _calibrate(search: _WarpKnnSearch) -> tuple[float, np.ndarray]:
-    """Scale from the local spacing estimate to a starting radius, from a small query sample searched
-    exactly (started at ``_PILOT_START`` estimates, where most finish in one round), chosen so that
-    ``_PILOT_QUANTILE`` of the queries finish in one round; and the sample's positions, whose rows
-    are exact and final already (all of them for a search of up to ``_PILOT_QUERIES`` queries)."""
+    """Scale from the spacing estimate to a starting radius such that ``_PILOT_QUANTILE`` of a sample of queries finish
+    in one round; the sample's positions, final already."""
     n_queries = len(search.query_order)
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(n_queries, size=min(n_queries, _PILOT_QUERIES), replace=False)).astype(np.int32)
@@ -492,40 +448,25 @@ def _order_ties(points, qb, d, i, k, ids, tree):
 
 def _exact_row(points, qpoint, radius, k, self_id, tree):
     """All points within ``radius`` of one query, ordered like the Warp kernel; first k."""
-    cand = np.asarray(tree.query_ball_point(qpoint.astype(np.float64), r=radius * (1 + 1e-6) + 1e-30),
-                      dtype=np.int64)
+    cand = np.asarray(tree.query_ball_point(qpoint.astype(np.float64), r=radius * (1 + 1e-6) + 1e-30), dtype=np.int64)
     d2 = distance_sq(points[cand], qpoint)
     key = np.where(cand == self_id, -1, cand) if self_id is not None else cand
     order = np.lexsort((key, d2))[:k]
     return cand[order], d2[order]
 
 
-def knn(
-    points,
-    k: int,
-    queries=None,
-    device: str = "auto",
-    backend: Literal["auto", "warp", "ckdtree"] = "auto",
-    cpu_threads: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exact k nearest neighbours of ``queries`` (default: every point): int32 indices and float32
-    distances (Q, k), ascending by ``distance_sq``, ties by the query itself first, then lower index."""
+def knn(points, k: int, queries=None, device: str = "auto", backend: Literal["auto", "warp", "ckdtree"] = "auto",
+        cpu_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact k nearest neighbours (Q, k) of ``queries`` (None: every point), by ``distance_sq``, then index."""
     return KnnIndex(points, device=device, backend=backend, cpu_threads=cpu_threads).query(k, queries)
 
 
-# ----------------------------------------------------------------------------------------------
-# Signed distance
-
+# ---- Signed distance
 
 @wp.kernel
-def _signed_distance(
-    mesh: wp.uint64,
-    queries: wp.array(dtype=wp.vec3),
-    max_dist: wp.float32,
-    sdf: wp.array(dtype=wp.float32),
-    closest: wp.array(dtype=wp.vec3),
-    found: wp.array(dtype=wp.int32),
-):
+def _signed_distance(mesh: wp.uint64, queries: wp.array(dtype=wp.vec3), max_dist: wp.float32,
+                     sdf: wp.array(dtype=wp.float32), closest: wp.array(dtype=wp.vec3),
+                     found: wp.array(dtype=wp.int32)):
     """Distance to the closest point on the mesh, signed by the winding number."""
     t = wp.tid()
     p = queries[t]
@@ -568,11 +509,8 @@ class SdfMesh:
         faces = _as_faces(faces, len(self.vertices))
         self.device = resolve_device(device)
         self.threads = _cpu_threads(cpu_threads)
-        self.mesh = wp.Mesh(
-            points=wp.array(self.vertices, dtype=wp.vec3, device=self.device),
-            indices=wp.array(faces, dtype=wp.int32, device=self.device),
-            support_winding_number=True,
-        )
+        self.mesh = wp.Mesh(points=wp.array(self.vertices, dtype=wp.vec3, device=self.device),
+                            indices=wp.array(faces, dtype=wp.int32, device=self.device), support_winding_number=True)
 
     def query(self, queries) -> tuple[np.ndarray, np.ndarray]:
         """``signed_distance``'s result for ``queries`` (Q, 3) against this mesh."""
@@ -592,15 +530,9 @@ class SdfMesh:
         return sdf, closest
 
 
-def signed_distance(
-    vertices,
-    faces,
-    queries,
-    device: str = "auto",
-    cpu_threads: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Signed distance (Q,) from each query point to a triangle mesh and the closest mesh point (Q, 3);
-    to query one mesh several times, build an ``SdfMesh`` once."""
+def signed_distance(vertices, faces, queries, device: str = "auto",
+                    cpu_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Signed distance (Q,) of each query to a triangle mesh and its closest mesh point (Q, 3)."""
     verts = _as_points("vertices", vertices)
     tris = _as_faces(faces, len(verts))
     qry = _as_points("queries", queries, allow_empty=True)
@@ -616,8 +548,7 @@ def _sdf_batch(mesh: wp.Mesh, queries: np.ndarray, max_dist: float, device: str,
     found = wp.zeros(len(queries), dtype=wp.int32, device=device)
 
     def inputs(start: int, stop: int) -> list:
-        return [mesh.id, q[start:stop], float(max_dist), sdf[start:stop], closest[start:stop],
-                found[start:stop]]
+        return [mesh.id, q[start:stop], float(max_dist), sdf[start:stop], closest[start:stop], found[start:stop]]
 
     _launch(_signed_distance, len(queries), inputs, device, threads)
     if not found.numpy().all():

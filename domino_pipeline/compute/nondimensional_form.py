@@ -1,13 +1,8 @@
-"""The non-dimensional form in which runs of several datasets share one model (docs/mixtures.md).
-
-Stored fields are divided by the references process_data.py was configured with (``physics``:
-one U, rho for every run, field_divisors.py). The form divides each run by its own flow instead:
-pressure and wall shear by its dynamic pressure (Cp, Cf, the shear as the stress on the body),
-velocity by its free-stream speed, turbulent viscosity by U_inf L; normals point out of the
-body; areas are over the dataset's reference length squared (positions are already over the
-dataset's box). ``RunForm`` holds one run's factors, stored -> form by a product per column, so
-the conversion and its inverse are exact up to rounding, and run statistics convert too.
-"""
+"""The non-dimensional form in which runs of several datasets share one model (docs/mixtures.md). Stored fields are
+divided by the configured references (``physics``: one U, rho for every run); the form divides each run by its own
+flow: pressure and wall shear by its dynamic pressure (Cp, Cf, shear as the stress on the body), velocity by its
+free-stream speed, turbulent viscosity by U_inf L; normals point out of the body; areas are over the reference length
+squared. ``RunForm``: one run's factors, a product per column, so conversions and statistics are exact to rounding."""
 
 from __future__ import annotations
 
@@ -52,8 +47,7 @@ class RunForm:
         factor = self.fields[part].astype(np.float64)
         lo, hi = factor * np.asarray(stats["lo"]), factor * np.asarray(stats["hi"])
         return {"n": stats["n"], "lo": np.minimum(lo, hi).tolist(), "hi": np.maximum(lo, hi).tolist(),
-                "s1": (factor * np.asarray(stats["s1"])).tolist(),
-                "s2": (factor**2 * np.asarray(stats["s2"])).tolist()}
+                "s1": (factor * np.asarray(stats["s1"])).tolist(), "s2": (factor**2 * np.asarray(stats["s2"])).tolist()}
 
 
 def identity_form(dataset: DatasetConfig) -> RunForm:
@@ -64,9 +58,7 @@ def identity_form(dataset: DatasetConfig) -> RunForm:
 
 def stored_run_form(dataset: DatasetConfig, global_params: Sequence[float], published_velocity: float | None,
                     run: str, nondimensional: bool = True) -> RunForm:
-    """The form of a run of ``dataset`` whose stored references are its ``global_params`` (U, rho, as
-    process_data.py wrote them) and whose files publish ``published_velocity`` (or None); not
-    ``nondimensional``: the stored units themselves."""
+    """The form of a run stored over ``global_params`` (U, rho); not ``nondimensional``: the stored units."""
     if not nondimensional:
         return identity_form(dataset)
     stored_velocity, stored_density = (float(v) for v in global_params[:2])
@@ -84,8 +76,7 @@ def run_velocity(dataset: DatasetConfig, published_velocity: float | None, run: 
 
 
 def run_form(dataset: DatasetConfig, *, stored_velocity: float, stored_density: float, velocity: float) -> RunForm:
-    """The factors of a run of ``dataset`` whose fields were stored over ``stored_velocity`` and
-    ``stored_density`` (process_data.py's ``physics``), its own free stream being ``velocity``."""
+    """The factors of a run stored over ``stored_velocity`` and ``stored_density``, its free stream ``velocity``."""
     flow = dataset.flow
     dynamic = 0.5 * (1.0 if flow.kinematic else flow.density) * velocity**2
     stored_dynamic = stored_density * stored_velocity**2

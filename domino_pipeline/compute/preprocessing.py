@@ -1,10 +1,6 @@
-"""The one preprocessing function of both paths: processed run -> DoMINO-ready arrays, unsampled.
-
-``cache_data.py`` writes the pieces ``plan_run`` yields, streaming the volume a bucket at a time
-(volume_order.py); the uncached ``DoMINODataPipe`` runs the same steps per draw, computing the
-expensive geometry only for the rows drawn; ``preprocess_run`` assembles the pieces in memory.
-Only the parts ``settings.parts`` names are computed; targets stay unscaled (scaling.py).
-"""
+"""The one preprocessing function of both paths: processed run -> DoMINO-ready arrays, unsampled. ``cache_data.py``
+writes the pieces ``plan_run`` yields, the volume a bucket at a time (volume_order.py); the uncached ``DoMINODataPipe``
+runs the same steps per draw, the expensive geometry for the drawn rows only. Targets stay unscaled (scaling.py)."""
 
 from __future__ import annotations
 
@@ -17,24 +13,11 @@ from pathlib import Path
 import numpy as np
 
 from domino_pipeline.compute import geometry
-from domino_pipeline.compute.rows import (
-    PreparedRun,
-    drop_self,
-    gather_neighbors,
-    inside_box,
-    make_grid,
-    normalize,
-    prepare_rows,
-    require_inside,
-)
+from domino_pipeline.compute.rows import (PreparedRun, drop_self, gather_neighbors, inside_box, make_grid, normalize,
+                                          prepare_rows, require_inside)
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, PreprocessSettings
-from domino_pipeline.compute.volume_order import (
-    VOLUME_BLOCK_ROWS,
-    bucket_permutation,
-    bucket_sizes,
-    deal_block,
-    labels_rng,
-)
+from domino_pipeline.compute.volume_order import (VOLUME_BLOCK_ROWS, bucket_permutation, bucket_sizes, deal_block,
+                                                  labels_rng)
 
 VOLUME_ARRAYS = ("volume_mesh_centers", "volume_fields")
 FEATURE_BLOCK_ROWS = 1 << 20  # surface rows per block of gathered neighbour features
@@ -48,8 +31,7 @@ def surface_index(prepared: PreparedRun, settings: PreprocessSettings) -> geomet
 
 def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
                       rows: np.ndarray | None = None, index: geometry.KnnIndex | None = None) -> np.ndarray:
-    """int32 (Q, K-1): the nearest kept surface cells of ``rows`` (all when None), self dropped.
-    ``index``: the run's ``surface_index`` when the caller keeps it (else built here)."""
+    """int32 (Q, K-1): the nearest kept surface cells of ``rows`` (None: all), self dropped; ``index`` reused."""
     index = surface_index(prepared, settings) if index is None else index
     points = prepared.surface_points
     queries = None if rows is None else points[rows]
@@ -60,8 +42,7 @@ def surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
 
 def all_surface_neighbors(prepared: PreparedRun, settings: PreprocessSettings,
                           block_rows: int = KNN_BLOCK_ROWS) -> np.ndarray:
-    """``surface_neighbors`` of every kept surface cell, searched ``block_rows`` cells at a time
-    against one index prepared once per run, so memory does not grow with the surface."""
+    """``surface_neighbors`` of every kept cell, ``block_rows`` at a time against one index: bounded memory."""
     n = len(prepared.surface_points)
     index = surface_index(prepared, settings)
     out = np.empty((n, settings.num_neighbors_surface - 1), dtype=np.int32)
@@ -88,8 +69,7 @@ def volume_mesh(prepared: PreparedRun, settings: PreprocessSettings) -> geometry
 
 def volume_sdf(prepared: PreparedRun, settings: PreprocessSettings,
                rows: np.ndarray | None = None, mesh: geometry.SdfMesh | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Signed distance (Q,) and closest STL point (Q, 3) of the kept volume ``rows`` (all when None),
-    in volume-box normalised coordinates; ``mesh``: the run's ``volume_mesh``, else built here."""
+    """Signed distance (Q,) and closest STL point (Q, 3) of kept volume ``rows`` (None: all), normalised."""
     queries = prepared.volume_coordinates
     if rows is not None:
         queries = np.ascontiguousarray(queries[rows])
@@ -99,8 +79,7 @@ def volume_sdf(prepared: PreparedRun, settings: PreprocessSettings,
 
 @dataclass
 class RunPlan:
-    """A cache run in pieces: the shape of every array, the per-run scalars and row counts, and
-    ``pieces``, an iterator of (array name, first row, rows) that computes them in turn."""
+    """A cache run in pieces: array shapes, scalars, row counts, ``pieces`` yielding (array, first row, rows)."""
 
     shapes: dict[str, tuple[int, ...]]
     counts: dict[str, int]
@@ -111,15 +90,11 @@ class RunPlan:
 Check = Callable[[str, np.ndarray], np.ndarray]
 
 
-def _as_float32(name: str, block: np.ndarray) -> np.ndarray:
-    return np.asarray(block, dtype=np.float32)
-
-
 def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: PreprocessSettings, *,
              source: str = "run", scratch_dir: str | os.PathLike | None = None,
-             check: Check = _as_float32, block_rows: int = VOLUME_BLOCK_ROWS) -> RunPlan:
-    """Plan one cache run of ``settings.parts`` from ``arrays`` (in memory) and ``volume`` (read block by
-    block, each ``check``-ed to float32; its buckets in ``scratch_dir``, or in memory when None)."""
+             check: Check = lambda name, block: np.asarray(block, dtype=np.float32),
+             block_rows: int = VOLUME_BLOCK_ROWS) -> RunPlan:
+    """Plan a cache run of ``settings.parts`` from ``arrays`` and ``volume`` (read a block at a time)."""
     parts = settings.parts
     prepared = prepare_rows(arrays, settings, parts=("surface",) if "surface" in parts else (), source=source)
     prepared.surface_rows = None  # the input row of each kept cell: for predictions, not for a cache
@@ -131,9 +106,7 @@ def plan_run(arrays: Mapping[str, np.ndarray], volume: Mapping, settings: Prepro
         if volume["volume_fields"].shape[1] != settings.width("volume"):
             raise ValueError(f"{source}: volume_fields has {volume['volume_fields'].shape[1]} columns; the "
                              f"configured variables need {settings.width('volume')}")
-    scalars = {"center_of_mass": prepared.center_of_mass.tolist(),
-               "global_params_values": prepared.global_params_values.tolist(),
-               "global_params_reference": prepared.global_params_reference.tolist()}
+    scalars = {name: value.tolist() for name, value in prepared.scalars.items()}
     pieces = _pieces(prepared, volume, settings, counts.get("volume", 0), check, scratch_dir, block_rows)
     return RunPlan(shapes=_shapes(prepared, counts, settings), counts=counts, scalars=scalars, pieces=pieces)
 
@@ -205,8 +178,7 @@ def _source_blocks(volume: Mapping, check: Check, block_rows: int, names=VOLUME_
         yield start, {name: check(name, volume[name][start:start + block_rows]) for name in names}
 
 
-def _count_inside(centers, settings: PreprocessSettings, check: Check, block_rows: int,
-                  source: str) -> int:
+def _count_inside(centers, settings: PreprocessSettings, check: Check, block_rows: int, source: str) -> int:
     count = sum(int(inside_box(block["volume_mesh_centers"], settings.bounding_box_volume).sum())
                 for _, block in _source_blocks({"volume_mesh_centers": centers}, check, block_rows,
                                                names=("volume_mesh_centers",)))
@@ -216,8 +188,7 @@ def _count_inside(centers, settings: PreprocessSettings, check: Check, block_row
 
 def _volume_buckets(volume: Mapping, settings: PreprocessSettings, n_volume: int, check: Check,
                     scratch_dir, block_rows: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """(first stored row, normalised coordinates, fields) of each bucket in stored order: a first pass
-    deals each source block's kept rows into buckets, a second shuffles each (volume_order.py)."""
+    """(first stored row, coordinates, fields) of each bucket in stored order: rows dealt, then shuffled."""
     sizes = bucket_sizes(n_volume, block_rows)
     remaining, rng = sizes.copy(), labels_rng(settings.permutation_seed)
     box = settings.bounding_box_volume
@@ -238,8 +209,7 @@ def _volume_buckets(volume: Mapping, settings: PreprocessSettings, n_volume: int
 
 
 class _Buckets:
-    """The rows dealt to each bucket, in dealing order: in memory, or in files of a scratch
-    folder (removed on exit) so that a build holds one block at a time."""
+    """Rows dealt to each bucket, in memory or in scratch files (removed on exit): one block held."""
 
     def __init__(self, scratch_dir) -> None:
         self.scratch_dir = scratch_dir
@@ -248,8 +218,7 @@ class _Buckets:
     def __enter__(self) -> _Buckets:
         if self.scratch_dir is not None:
             Path(self.scratch_dir).mkdir(parents=True, exist_ok=True)
-            self.folder = Path(tempfile.mkdtemp(dir=self.scratch_dir, prefix=".scratch.tmp-"
-                                                f"{os.getpid()}-"))
+            self.folder = Path(tempfile.mkdtemp(dir=self.scratch_dir, prefix=f".scratch.tmp-{os.getpid()}-"))
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,10 +1,7 @@
-"""The cheap preprocessing steps, O(rows) and free of Warp: filter, permute, normalise.
-
-``prepare_rows`` drops surface cells with area <= 0 or outside the volume box and volume points
-outside it (DoMINO's rules), puts the rows in their stored order (docs/cache_format.md, "Arrays
-of a run"), normalises coordinates to [-1, 1] (surface box for surface quantities, volume box
-for volume ones) and computes the area-weighted centre of mass.
-"""
+"""The cheap preprocessing steps, O(rows) and free of Warp: filter, permute, normalise. ``prepare_rows`` drops surface
+cells with area <= 0 or outside the volume box and volume points outside it (DoMINO's rules), puts the rows in their
+stored order (docs/cache_format.md, "Arrays of a run"), normalises coordinates to [-1, 1] (surface box for surface
+quantities, volume box for volume ones) and computes the area-weighted centre of mass."""
 
 from __future__ import annotations
 
@@ -50,6 +47,12 @@ class PreparedRun:
     surface_rows: np.ndarray | None = None  # (Ns,) the input row (mesh cell) of each kept surface row
     volume_rows: np.ndarray | None = None  # (Nv,) the input row of each kept volume row
 
+    @property
+    def scalars(self) -> dict[str, np.ndarray]:
+        """The per-run values of an item (``build_item``'s ``scalars``)."""
+        return {"center_of_mass": self.center_of_mass, "global_params_values": self.global_params_values,
+                "global_params_reference": self.global_params_reference}
+
 
 def require_inside(count: int, what: str, box, source: str) -> None:
     """ValueError naming ``source`` and ``box`` when none of its ``what`` lies inside the box."""
@@ -71,8 +74,7 @@ def _permutation(n: int, seed: int, stream: int) -> np.ndarray:
 
 def _check_fields(fields: np.ndarray, width: int, name: str, source: str) -> None:
     if fields.ndim != 2 or fields.shape[1] != width:
-        raise ValueError(f"{source}: {name} has shape {fields.shape}; the configured variables "
-                         f"need {width} columns")
+        raise ValueError(f"{source}: {name} has shape {fields.shape}; the configured variables need {width} columns")
 
 
 def _prepare_surface(arrays: dict, settings: PreprocessSettings, source: str) -> dict:
@@ -87,14 +89,11 @@ def _prepare_surface(arrays: dict, settings: PreprocessSettings, source: str) ->
                          f"fewer than num_neighbors_surface={settings.num_neighbors_surface}")
     rows = keep[_permutation(len(keep), settings.permutation_seed, 1)]
     points = np.ascontiguousarray(centers[rows], dtype=np.float32)
-    return {
-        "surface_points": points,
-        "surface_coordinates": normalize(points, settings.bounding_box_surface),
-        "surface_normals": np.ascontiguousarray(arrays["surface_normals"][rows], dtype=np.float32),
-        "surface_areas": np.ascontiguousarray(areas[rows], dtype=np.float32),
-        "surface_fields": np.ascontiguousarray(arrays["surface_fields"][rows], dtype=np.float32),
-        "surface_rows": rows,
-    }
+    return {"surface_points": points, "surface_coordinates": normalize(points, settings.bounding_box_surface),
+            "surface_normals": np.ascontiguousarray(arrays["surface_normals"][rows], dtype=np.float32),
+            "surface_areas": np.ascontiguousarray(areas[rows], dtype=np.float32),
+            "surface_fields": np.ascontiguousarray(arrays["surface_fields"][rows], dtype=np.float32),
+            "surface_rows": rows}
 
 
 def _prepare_volume(arrays: dict, settings: PreprocessSettings, source: str) -> dict:
@@ -103,11 +102,8 @@ def _prepare_volume(arrays: dict, settings: PreprocessSettings, source: str) -> 
     inside = inside_box(centers, settings.bounding_box_volume)
     require_inside(int(inside.sum()), "volume point", settings.bounding_box_volume, source)
     rows = volume_order(inside, settings.permutation_seed)
-    return {
-        "volume_coordinates": normalize(centers[rows], settings.bounding_box_volume),
-        "volume_fields": np.ascontiguousarray(arrays["volume_fields"][rows], dtype=np.float32),
-        "volume_rows": rows,
-    }
+    return {"volume_coordinates": normalize(centers[rows], settings.bounding_box_volume),
+            "volume_fields": np.ascontiguousarray(arrays["volume_fields"][rows], dtype=np.float32), "volume_rows": rows}
 
 
 def center_of_mass(stl_centers: np.ndarray, stl_areas: np.ndarray) -> np.ndarray:
@@ -122,14 +118,11 @@ def prepare_rows(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *,
     faces = np.asarray(arrays["stl_faces"]).reshape(-1)
     vertices = np.ascontiguousarray(arrays["stl_coordinates"], dtype=np.float32)
     order = _permutation(len(vertices), settings.permutation_seed, 0)
-    prepared = PreparedRun(
-        stl_vertices=vertices,
-        stl_faces=faces.astype(np.int32),
-        geometry_coordinates=vertices[order],
-        center_of_mass=center_of_mass(arrays["stl_centers"], arrays["stl_areas"]),
-        global_params_values=np.asarray(arrays["global_params_values"], dtype=np.float32),
-        global_params_reference=np.asarray(arrays["global_params_reference"], dtype=np.float32),
-    )
+    prepared = PreparedRun(stl_vertices=vertices, stl_faces=faces.astype(np.int32),
+                           geometry_coordinates=vertices[order],
+                           center_of_mass=center_of_mass(arrays["stl_centers"], arrays["stl_areas"]),
+                           global_params_values=np.asarray(arrays["global_params_values"], dtype=np.float32),
+                           global_params_reference=np.asarray(arrays["global_params_reference"], dtype=np.float32))
     if "surface" in parts:
         vars(prepared).update(_prepare_surface(arrays, settings, source))
     if "volume" in parts:
@@ -148,6 +141,13 @@ def drop_self(indices: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def gather_neighbors(prepared: PreparedRun, neighbors: np.ndarray) -> dict[str, np.ndarray]:
-    """The coordinates, normals and areas of the surface rows ``neighbors`` (Q, K-1), keyed by
-    ``NEIGHBOR_FEATURES``, for the uncached path and the ``features`` cache alike."""
+    """The coordinates, normals and areas (``NEIGHBOR_FEATURES``) of the surface rows ``neighbors`` (Q, K-1)."""
     return {name: getattr(prepared, f"surface_{name}")[neighbors] for name in NEIGHBOR_FEATURES}
+
+
+def drawn_surface(prepared: PreparedRun, rows: np.ndarray, neighbors: np.ndarray) -> dict[str, np.ndarray]:
+    """``build_item``'s ``surface`` of the surface ``rows``, their ``neighbors`` (Q, K-1) gathered."""
+    gathered = gather_neighbors(prepared, neighbors)
+    return {"coordinates": prepared.surface_coordinates[rows], "normals": prepared.surface_normals[rows],
+            "areas": prepared.surface_areas[rows], "fields": prepared.surface_fields[rows],
+            **{f"neighbor_{name}": values for name, values in gathered.items()}}

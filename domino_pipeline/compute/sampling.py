@@ -1,8 +1,6 @@
-"""The one sampling function of both datasets: which rows a draw takes, from (seed, epoch, index)
-and the part drawn only, never from the worker or the model type. The law (``SamplingLaw``) is
-specified in docs/cache_format.md, "What a draw reads"; it relies on the stored rows being in a
-fixed random permutation (``rows.prepare_rows``).
-"""
+"""The one sampling function of both datasets: which rows a draw takes, from (seed, epoch, index) and the part drawn
+only, never from the worker or the model type. The law (``SamplingLaw``) is specified in docs/cache_format.md, "What a
+draw reads"; it relies on the stored rows being in a fixed random permutation (``rows.prepare_rows``)."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ class SamplingLaw:
         for name in ("surface_window_factor", "volume_window_factor"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
-                raise ValueError(f"sampling.{name} must be an integer >= 1 or null (the whole "
-                                 f"part); got {value!r}")
+                raise ValueError(f"sampling.{name} must be an integer >= 1 or null (the whole part); got {value!r}")
 
     def window(self, part: str, points: int, n_rows: int) -> int:
         """Rows in the window a draw of ``points`` takes from ``n_rows`` (``n_rows``: no window)."""
@@ -86,14 +83,8 @@ def cyclic_window(rng: np.random.Generator, n_rows: int, width: int) -> tuple[in
 
 def part_window(seed: int, epoch: int, index: int, part: str, n_rows: int, points: int,
                 law: SamplingLaw) -> tuple[int, int]:
-    """(start, width) of the cyclic window draw (seed, epoch, index) takes ``part``'s rows from, as
-    ``draw_surface`` / ``draw_volume`` take it, so a reader can fetch it before rows are chosen."""
+    """(start, width) of ``part``'s cyclic window in draw (seed, epoch, index), known before rows are chosen."""
     return cyclic_window(draw_rng(seed, epoch, index, part), n_rows, law.window(part, points, n_rows))
-
-
-def window_rows(start: int, width: int, n_rows: int) -> np.ndarray:
-    """The stored rows of a cyclic window, in window order (int64)."""
-    return (start + np.arange(width, dtype=np.int64)) % n_rows
 
 
 def window_spans(start: int, width: int, n_rows: int) -> list[tuple[int, int]]:
@@ -102,8 +93,7 @@ def window_spans(start: int, width: int, n_rows: int) -> list[tuple[int, int]]:
     return [(start, stop)] if stop <= n_rows else [(start, n_rows), (0, stop - n_rows)]
 
 
-def read_window(read: Callable[[int, int], np.ndarray], start: int, width: int,
-                n_rows: int) -> np.ndarray:
+def read_window(read: Callable[[int, int], np.ndarray], start: int, width: int, n_rows: int) -> np.ndarray:
     """The values of a cyclic window from ``read(a, b)`` (rows a..b-1): one or two spans."""
     spans = window_spans(start, width, n_rows)
     if len(spans) == 1:
@@ -126,7 +116,7 @@ def draw_surface(rng: np.random.Generator, n_rows: int, points: int,
     _check_enough(n_rows, points, "surface cells")
     start, width = cyclic_window(rng, n_rows, law.window("surface", points, n_rows))
     taken = choose_weighted(rng, read_window(read_areas, start, width, n_rows), points)
-    return np.sort(window_rows(start, width, n_rows)[taken])
+    return np.sort(((start + np.arange(width, dtype=np.int64)) % n_rows)[taken])  # the window's rows, in its order
 
 
 def draw_volume(rng: np.random.Generator, n_rows: int, points: int, law: SamplingLaw) -> np.ndarray:
@@ -139,20 +129,10 @@ def draw_volume(rng: np.random.Generator, n_rows: int, points: int, law: Samplin
     return np.sort((start + local) % n_rows).astype(np.int64)
 
 
-def sample_draw(
-    seed: int,
-    epoch: int,
-    index: int,
-    *,
-    counts: dict[str, int],
-    geometry_points: int,
-    surface_points: int | None,
-    volume_points: int | None,
-    read_surface_areas: Callable[[int, int], np.ndarray] | None,
-    law: SamplingLaw = SamplingLaw(),
-) -> Draw:
-    """The rows of draw (seed, epoch, index) by ``law`` (``surface_points`` / ``volume_points`` None skip
-    a part; ``read_surface_areas(start, stop)``: the kept surface rows' areas)."""
+def sample_draw(seed: int, epoch: int, index: int, *, counts: dict[str, int], geometry_points: int,
+                surface_points: int | None, volume_points: int | None,
+                read_surface_areas: Callable[[int, int], np.ndarray] | None, law: SamplingLaw = SamplingLaw()) -> Draw:
+    """The rows of draw (seed, epoch, index) by ``law``; None points skip a part; areas through a reader."""
     geometry = choose_uniform(draw_rng(seed, epoch, index, "geometry"), counts["geometry"],
                               geometry_points, "STL vertices")
     surface = None
@@ -161,6 +141,5 @@ def sample_draw(
                                surface_points, read_surface_areas, law)
     volume = None
     if volume_points is not None:
-        volume = draw_volume(draw_rng(seed, epoch, index, "volume"), counts["volume"],
-                             volume_points, law)
+        volume = draw_volume(draw_rng(seed, epoch, index, "volume"), counts["volume"], volume_points, law)
     return Draw(geometry_rows=geometry, surface_rows=surface, volume_rows=volume)

@@ -1,10 +1,7 @@
-"""Target scaling factors: computed once over the training runs, saved as JSON, applied per draw.
-
-Targets are stored unscaled, so changing the factors never invalidates a cache. The file holds,
-per target kind of the parts the runs hold, each variable's ``min``, ``max``, ``mean`` and
-``std`` and the ``normalization`` ``scale_fields`` applies: ``min_max``, ``2 (x - min) / (max -
-min) - 1`` (DoMINO's, in [-1, 1]), or ``mean_std``, ``(x - mean) / std``.
-"""
+"""Target scaling factors: computed once over the training runs, saved as JSON, applied per draw
+(targets are stored unscaled, so new factors never invalidate a cache). The file holds, per target
+kind, each variable's ``min``, ``max``, ``mean`` and ``std`` and the ``normalization``: ``min_max``,
+``2 (x - min) / (max - min) - 1`` (DoMINO's, in [-1, 1]), or ``mean_std``, ``(x - mean) / std``."""
 
 from __future__ import annotations
 
@@ -46,8 +43,7 @@ class _RunningStats:
             raise ValueError("target fields hold NaN or infinite values")
         if len(rows) == 0:
             return
-        self.merge(len(rows), rows.min(axis=0), rows.max(axis=0), rows.sum(axis=0),
-                   np.square(rows).sum(axis=0))
+        self.merge(len(rows), rows.min(axis=0), rows.max(axis=0), rows.sum(axis=0), np.square(rows).sum(axis=0))
 
     def merge(self, n: int, lo, hi, s1, s2) -> None:
         """Add the statistics of other rows (``as_dict``'s values)."""
@@ -67,21 +63,18 @@ class _RunningStats:
     def result(self) -> dict[str, list[float]]:
         mean = self.s1 / self.n
         std = np.sqrt(np.maximum(self.s2 / self.n - mean**2, 0.0))
-        return {"min": self.lo.tolist(), "max": self.hi.tolist(), "mean": mean.tolist(),
-                "std": std.tolist()}
+        return {"min": self.lo.tolist(), "max": self.hi.tolist(), "mean": mean.tolist(), "std": std.tolist()}
 
 
 def uniform_rows(n_rows: int, limit: int | None) -> np.ndarray | None:
-    """``limit`` rows of ``n_rows`` uniformly without replacement (sorted, fixed seed, so every reader
-    takes the same rows), or None for all rows: processed runs may keep the mesh's row order."""
+    """``limit`` sorted uniform rows of ``n_rows`` (fixed seed: every reader takes the same), or None for all."""
     if limit is None or n_rows <= limit:
         return None
     return np.sort(np.random.default_rng(0).choice(n_rows, limit, replace=False))
 
 
 def _stream_rows(array, rows: np.ndarray | None) -> Iterator[np.ndarray]:
-    """Yield ``array``'s ``rows`` (all when None) block by block of _ROW_BLOCK stored rows, the same
-    blocks whether ``array`` is in memory or on disk."""
+    """``array``'s ``rows`` (None: all) in blocks of _ROW_BLOCK stored rows, in memory or on disk alike."""
     total = array.shape[0]
     for start in range(0, total, _ROW_BLOCK):
         stop = min(start + _ROW_BLOCK, total)
@@ -95,8 +88,7 @@ def _stream_rows(array, rows: np.ndarray | None) -> Iterator[np.ndarray]:
 
 def run_statistics(fields: Mapping[str, object], *, parts: Sequence[str] = KINDS,
                    max_volume_rows: int | None = MAX_VOLUME_ROWS, source: str = "run") -> dict[str, dict]:
-    """Per-run sums of the ``parts``' fields (in memory or lazy Zarr), the volume limited to
-    ``max_volume_rows`` uniformly drawn rows: what ``merge_statistics`` turns into factors."""
+    """Per-run sums of the ``parts``' fields, the volume's on ``max_volume_rows`` uniform rows."""
     stats = {}
     for kind in (k for k in KINDS if k in parts):
         name = f"{kind}_fields"
@@ -135,21 +127,12 @@ def merge_statistics(per_run: Sequence[dict], run_names: Sequence[str], *, norma
     return factors
 
 
-def compute_scaling_factors(
-    processed_paths: Sequence[str | os.PathLike],
-    *,
-    normalization: str = "min_max",
-    max_volume_rows_per_run: int | None = MAX_VOLUME_ROWS,
-    options=None,
-    variables: Mapping[str, Sequence] | None = None,
-    rank: int = 0,
-    world_size: int = 1,
-    gather: Callable[[dict], list[dict]] | None = None,
-) -> dict:
-    """Statistics of the targets over the given runs (any form runs.py reads), streamed block by block,
-    each run's volume limited to ``max_volume_rows_per_run`` uniform rows; ``variables`` recorded.
-    In parts: this ``rank`` of ``world_size`` reads every ``world_size``-th run, ``gather`` brings
-    every rank's share; merged in run order."""
+def compute_scaling_factors(processed_paths: Sequence[str | os.PathLike], *, normalization: str = "min_max",
+                            max_volume_rows_per_run: int | None = MAX_VOLUME_ROWS, options=None,
+                            variables: Mapping[str, Sequence] | None = None, rank: int = 0, world_size: int = 1,
+                            gather: Callable[[dict], list[dict]] | None = None) -> dict:
+    """Target statistics over the runs, streamed, each volume on ``max_volume_rows_per_run`` uniform rows; in parts:
+    ``rank`` of ``world_size`` reads every ``world_size``-th run, ``gather`` brings the shares, merged in run order."""
     from domino_pipeline.processed.runs import run_name
 
     _check_normalization(normalization)
@@ -181,9 +164,8 @@ def check_factors_match(factors: dict | None, surface_variables, volume_variable
     if absent:
         raise ValueError(f"{source}: the scaling factors have no {' and '.join(absent)} part (computed from "
                          f"runs or a cache of the {' and '.join(kinds)} only); the model needs {list(parts)}")
-    expected = {"surface": [list(v) for v in surface_variables],
-                "volume": [list(v) for v in volume_variables]}
-    expected = {kind: expected[kind] for kind in kinds}
+    given = {"surface": surface_variables, "volume": volume_variables}
+    expected = {kind: [list(v) for v in given[kind]] for kind in kinds}
     recorded = factors.get("variables")
     if recorded is not None and recorded != expected:
         raise ValueError(f"{source}: scaling factors were computed for variables {recorded}, "
@@ -226,8 +208,7 @@ def save_scaling_factors(path: str | os.PathLike, factors: dict) -> Path:
 
 def load_scaling_factors(path: str | os.PathLike, normalization: str | None = None, *,
                          allow_pickle: bool = False) -> dict:
-    """Read factors written by ``save_scaling_factors``; the example's pickle only with ``allow_pickle``;
-    ``normalization`` (when given) replaces the stored one."""
+    """Read factors (the example's pickle with ``allow_pickle``); ``normalization`` replaces the stored one."""
     if is_pickle(path):
         return checked_scaling_factors(read_example_factors(path, allow_pickle=allow_pickle), str(path), normalization)
     return checked_scaling_factors(read_json(path, "no scaling factors file"), str(path), normalization)

@@ -1,8 +1,5 @@
-"""The settings that decide a run's preprocessed contents, and their fingerprint.
-
-``PreprocessSettings`` is built once from the config's sections (``settings_from_config``) and passed
-down as plain arguments; its ``fingerprinted()`` form is what a cache records and compares.
-"""
+"""The settings that decide a run's preprocessed contents: ``PreprocessSettings``, built once from the config
+(``settings_from_config``); its ``fingerprinted()`` form is what a cache records and compares."""
 
 from __future__ import annotations
 
@@ -12,22 +9,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from domino_pipeline.configuration.config import (
-    NEIGHBOR_LAYOUTS,
-    PARTS,
-    GeometryConfig,
-    VariablesConfig,
-    check_choice,
-    parts_setting,
-)
+from domino_pipeline.configuration.config import (NEIGHBOR_LAYOUTS, PARTS, GeometryConfig, VariablesConfig,
+                                                  check_choice, parts_setting)
 from domino_pipeline.configuration.variables import VARIABLE_WIDTH
 # The version of the code that computes a cache's contents, in every settings fingerprint;
 # tests/test_code_version.py fails when that code changes without this number being bumped.
 PREPROCESS_CODE_VERSION = 2
 # The features a cache stores of each surface cell's neighbours with neighbor_layout features
 NEIGHBOR_FEATURES = ("coordinates", "normals", "areas")
-# Settings that fingerprinted() leaves out at these values, so caches built before the setting
-# existed keep their fingerprint; where absent, a cache's settings have these values.
+# Settings fingerprinted() leaves out at these values, so older caches keep their fingerprint (absent: these values)
 IMPLICIT_DEFAULTS = {"neighbor_layout": "indices", "parts": list(PARTS)}
 
 
@@ -50,8 +40,7 @@ class PreprocessSettings:
         for name in ("bounding_box_volume", "bounding_box_surface"):
             lo, hi = (np.asarray(b, dtype=np.float64) for b in getattr(self, name))
             if lo.shape != (3,) or hi.shape != (3,) or not np.all(hi > lo):
-                raise ValueError(f"{name} needs min and max of 3 values with max > min; "
-                                 f"got {getattr(self, name)}")
+                raise ValueError(f"{name} needs min and max of 3 values with max > min; got {getattr(self, name)}")
         if len(self.interp_res) != 3 or min(self.interp_res) < 2:
             raise ValueError(f"interp_res needs 3 values >= 2; got {self.interp_res}")
         if self.num_neighbors_surface < 1:
@@ -110,13 +99,8 @@ def settings_from_config(geometry: GeometryConfig, variables: VariablesConfig, *
     """The settings of the ``geometry`` and ``variables`` sections (``parts``: those a cache holds)."""
     return PreprocessSettings(
         bounding_box_volume=parse_box(geometry.bounding_box_volume),
-        bounding_box_surface=parse_box(geometry.bounding_box_surface),
-        interp_res=tuple(geometry.interp_res),
-        num_neighbors_surface=geometry.num_neighbors_surface,
-        surface_variables=tuple(variables.surface.items()),
-        volume_variables=tuple(variables.volume.items()),
-        permutation_seed=geometry.permutation_seed,
-        neighbor_layout=geometry.neighbor_layout,
-        parts=tuple(parts),
-        device=geometry.device if device is None else device,
-    )
+        bounding_box_surface=parse_box(geometry.bounding_box_surface), interp_res=tuple(geometry.interp_res),
+        num_neighbors_surface=geometry.num_neighbors_surface, surface_variables=tuple(variables.surface.items()),
+        volume_variables=tuple(variables.volume.items()), permutation_seed=geometry.permutation_seed,
+        neighbor_layout=geometry.neighbor_layout, parts=tuple(parts),
+        device=geometry.device if device is None else device)

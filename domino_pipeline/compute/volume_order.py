@@ -1,8 +1,6 @@
-"""The stored order of the kept volume rows: a uniformly random permutation that a cache build
-applies block by block in bounded memory (``deal_block`` in the first pass,
-``bucket_permutation`` in the second) and the uncached path in memory (``volume_order``),
-identically. The draw is specified in docs/cache_format.md ("Arrays of a run", row order).
-"""
+"""The stored order of the kept volume rows: a uniformly random permutation that a cache build applies block by block in
+bounded memory (``deal_block`` in the first pass, ``bucket_permutation`` in the second) and the uncached path in memory
+(``volume_order``), identically. The draw is specified in docs/cache_format.md ("Arrays of a run", row order)."""
 
 from __future__ import annotations
 
@@ -38,15 +36,12 @@ def bucket_permutation(seed: int, bucket: int, size: int) -> np.ndarray:
 
 
 def volume_order(inside: np.ndarray, seed: int, block_rows: int = VOLUME_BLOCK_ROWS) -> np.ndarray:
-    """The source rows of the kept volume points (``inside``: a mask over all source rows) in stored
-    order, as a build reading ``block_rows`` raw rows at a time stores them."""
+    """The source rows of the kept volume points (``inside``) in stored order, as a block-wise build stores them."""
     kept = np.flatnonzero(inside)
     sizes = bucket_sizes(len(kept), block_rows)
     remaining, rng = sizes.copy(), labels_rng(seed)
     per_block = np.bincount(kept // block_rows, minlength=-(-len(inside) // block_rows))
-    labels = np.concatenate([deal_block(rng, remaining, int(m)) for m in per_block] or
-                            [np.zeros(0, dtype=np.int64)])
+    labels = np.concatenate([deal_block(rng, remaining, int(m)) for m in per_block] or [np.zeros(0, dtype=np.int64)])
     grouped = kept[np.argsort(labels, kind="stable")]
     parts = np.split(grouped, np.cumsum(sizes)[:-1])
-    return np.concatenate([part[bucket_permutation(seed, b, len(part))]
-                           for b, part in enumerate(parts)] or [kept])
+    return np.concatenate([part[bucket_permutation(seed, b, len(part))] for b, part in enumerate(parts)] or [kept])

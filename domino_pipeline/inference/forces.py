@@ -1,10 +1,5 @@
-"""Force and moment coefficients from surface pressure and wall shear, integrated over the cells.
-
-The formulas (OpenFOAM's forceCoeffs), the free stream, the data sets' normal and shear
-conventions and the references are in docs/predict.md, "Force and moment coefficients".
-``FreeStream`` and ``ForceConvention`` live in domino_pipeline/configuration/force_integration.py, which the
-per-run statistics use too.
-"""
+"""Force and moment coefficients from surface pressure and wall shear, integrated over the cells: the formulas
+(OpenFOAM's forceCoeffs), conventions and references are in docs/predict.md, "Force and moment coefficients"."""
 
 from __future__ import annotations
 
@@ -73,8 +68,7 @@ class Directions:
 
 def coefficients(loads: Loads, references: References, dynamic_pressure: float,
                  directions: Directions = Directions()) -> dict[str, float]:
-    """Every coefficient of COEFFICIENTS (docs/predict.md) of ``loads`` over ``references``, with
-    ``dynamic_pressure`` (0.5 rho U^2) in the units of the pressure the loads were summed from."""
+    """Every coefficient of ``loads`` over ``references``, ``dynamic_pressure`` in the loads' pressure units."""
     if not (references.area > 0 and references.length > 0):
         raise ValueError(f"the reference area and length must be positive, not {references.area} and "
                          f"{references.length}")
@@ -127,8 +121,7 @@ COEFFICIENT_ROLES = ("pressure_coefficient", "skin_friction_coefficient")
 
 @dataclass(frozen=True)
 class ForceSettings:
-    """How predict.py integrates the coefficients: the profile's flow, the pressure and wall-shear
-    variables (or cp and cf), the constant references, whether a run's own are preferred."""
+    """How predict.py integrates coefficients: flow, force variables (or cp and cf), references, whose are preferred."""
 
     constant_references: References
     convention: ForceConvention
@@ -150,13 +143,11 @@ class ForceSettings:
         pressure, shear = COEFFICIENT_ROLES if coefficient_fields else STRESS_ROLES
         return cls(constant_references=constant_references(dataset.references),
                    convention=ForceConvention(normals=flow.normals, wall_shear=flow.wall_shear),
-                   pressure=dataset.field("surface", pressure),
-                   wall_shear_stress=dataset.field("surface", shear),
+                   pressure=dataset.field("surface", pressure), wall_shear_stress=dataset.field("surface", shear),
                    velocity=flow.velocity, density=flow.density, kinematic=flow.kinematic,
                    reference_area_per_run=forces.reference_area_per_run,
                    directions=Directions(tuple(flow.drag_direction), tuple(flow.lift_direction),
-                                         tuple(flow.side_direction)),
-                   fields_are_coefficients=coefficient_fields)
+                                         tuple(flow.side_direction)), fields_are_coefficients=coefficient_fields)
 
     def columns(self, variables: dict[str, str]) -> tuple[int, slice]:
         """The column of the pressure and the columns of the wall shear in the surface fields."""

@@ -1,10 +1,7 @@
-"""DoMINO over every surface cell (and every volume point) of a run, in batches of bounded size,
-through the training path's own preprocessing and item builder, so the model sees what it was
-trained on (docs/predict.md, "Inputs"). The geometry points are the first ``geometry_points``
-STL vertices in stored order (a uniform subset); ``EncodedDoMINO`` computes the geometry
-encodings once per run. A model with both heads gets one row of the other part in every batch,
-whose prediction is dropped.
-"""
+"""DoMINO over every surface cell (and volume point) of a run in bounded batches, through the training path's own
+preprocessing and item builder (docs/predict.md, "Inputs"). The geometry points are the first ``geometry_points`` STL
+vertices in stored order (a uniform subset); ``EncodedDoMINO`` encodes the geometry once per run. A model with both
+heads gets one row of the other part in every batch, its prediction dropped."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ import numpy as np
 import torch
 
 from domino_pipeline.compute.preprocessing import all_surface_neighbors, grid_sdf, volume_mesh, volume_sdf
-from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
+from domino_pipeline.compute.rows import PreparedRun, drawn_surface, prepare_rows
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.loading.items import box_key, build_item, constant_grid
 from domino_pipeline.training.epochs import predictions_by_target
@@ -30,8 +27,7 @@ def model_parts(model: torch.nn.Module) -> tuple[str, ...]:
 
 
 def with_volume_filler(arrays: dict[str, np.ndarray], settings: PreprocessSettings) -> dict[str, np.ndarray]:
-    """``arrays`` with one volume point (near the volume box's upper corner, far from any car) when
-    they have none: what a model with a volume head needs to predict the surface alone."""
+    """``arrays`` with one far volume point when they have none: a volume head needs one to predict the surface."""
     if "volume_mesh_centers" in arrays:
         return arrays
     lo, hi = (np.asarray(b, dtype=np.float32) for b in settings.bounding_box_volume)
@@ -57,8 +53,7 @@ class BatchItems:
         self.fingerprinted = settings.fingerprinted()
         self.geometry_coordinates = prepared.geometry_coordinates[:geometry_points]
         self.grids = self._grids()
-        # searched a block of cells at a time, as a cache build does: the search's memory stays
-        # bounded at DrivAerML's 8.8M cells
+        # searched a block of cells at a time, as a cache build does: bounded memory at DrivAerML's 8.8M cells
         self.neighbors = all_surface_neighbors(prepared, settings) if "surface" in parts else None
         self.mesh = volume_mesh(prepared, settings) if "volume" in parts else None
 
@@ -72,11 +67,7 @@ class BatchItems:
         return grids
 
     def surface(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        prepared = self.prepared
-        neighbors = gather_neighbors(prepared, self.neighbors[rows])
-        return {"coordinates": prepared.surface_coordinates[rows], "normals": prepared.surface_normals[rows],
-                "areas": prepared.surface_areas[rows], "fields": prepared.surface_fields[rows],
-                **{f"neighbor_{name}": values for name, values in neighbors.items()}}
+        return drawn_surface(self.prepared, rows, self.neighbors[rows])
 
     def volume(self, window: tuple[int, int]) -> dict[str, np.ndarray]:
         sdf, closest = volume_sdf(self.prepared, self.settings, np.arange(*window), self.mesh)
@@ -86,19 +77,15 @@ class BatchItems:
 
     def item(self, surface_rows: np.ndarray | None, volume_window: tuple[int, int] | None) -> dict[str, torch.Tensor]:
         """The model's input (batch of one) for these surface rows and this window of volume rows."""
-        prepared = self.prepared
-        scalars = {"center_of_mass": prepared.center_of_mass,
-                   "global_params_values": prepared.global_params_values,
-                   "global_params_reference": prepared.global_params_reference}
-        item = build_item(settings=self.fingerprinted, scalars=scalars, geometry_coordinates=self.geometry_coordinates,
-                          grids=self.grids, surface=None if surface_rows is None else self.surface(surface_rows),
+        item = build_item(settings=self.fingerprinted, scalars=self.prepared.scalars,
+                          geometry_coordinates=self.geometry_coordinates, grids=self.grids,
+                          surface=None if surface_rows is None else self.surface(surface_rows),
                           volume=None if volume_window is None else self.volume(volume_window), scaling_factors=None)
         return {key: value.unsqueeze(0) for key, value in item.items()}
 
 
 class EncodedDoMINO:
-    """DoMINO's forward pass in two steps, the geometry encodings once per run, then the per-point part
-    per batch; mirrors ``DoMINO.forward`` of ``SUPPORTED_PHYSICSNEMO`` (the tests compare them)."""
+    """DoMINO's forward in two steps, the geometry encoded once per run; mirrors ``DoMINO.forward`` (tested)."""
 
     SUPPORTED_PHYSICSNEMO = ("2.2.2",)
 

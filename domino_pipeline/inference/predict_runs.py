@@ -1,7 +1,5 @@
-"""One run through prediction: the model over every cell (and volume point), the errors against
-the truth, the force and moment coefficients, and the files people look at (docs/predict.md,
-"Outputs").
-"""
+"""One run through prediction: the model over every cell (and volume point), the errors against the truth, the force and
+moment coefficients, and the files people look at (docs/predict.md, "Outputs")."""
 
 from __future__ import annotations
 
@@ -21,24 +19,10 @@ from domino_pipeline.compute.scaling import unscale_fields
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.configuration.dataset_profile import COEFFICIENTS
 from domino_pipeline.inference.forces import ForceSettings, Loads
-from domino_pipeline.inference.full_resolution import (
-    BatchItems,
-    model_parts,
-    part_forward,
-    predict_part,
-    prepare_run,
-    rows_to_mesh,
-)
-from domino_pipeline.inference.report import (
-    PREDICTED_SUFFIX,
-    add_arrays,
-    format_table,
-    plot_surface_pressure,
-    relative_l2,
-    split_columns,
-    write_csv,
-    write_mesh,
-)
+from domino_pipeline.inference.full_resolution import (BatchItems, model_parts, part_forward, predict_part,
+                                                       prepare_run, rows_to_mesh)
+from domino_pipeline.inference.report import (PREDICTED_SUFFIX, add_arrays, format_table, plot_surface_pressure,
+                                              relative_l2, split_columns, write_csv, write_mesh)
 from domino_pipeline.inference.run_inputs import PredictionRun
 from domino_pipeline.configuration.variables import column_names
 
@@ -56,9 +40,7 @@ class RunPrediction:
 def predict_run(model: torch.nn.Module, run: PredictionRun, settings: PreprocessSettings, *,
                 scaling_factors: dict, geometry_points: int, batch_points: int, device: torch.device,
                 volume: bool = False, seed: int = 0, progress: bool = False, form: RunForm | None = None) -> RunPrediction:
-    """Predict the run's surface (when the model has a surface head) and volume (when asked);
-    ``progress`` shows a bar per part with the rows (cells, points) per second. ``form``: the run's
-    form of a model trained over sources (its inputs and outputs converted; predictions stored units)."""
+    """Predict the run's surface and (when asked) volume; ``form``: a mixture model's form of the run."""
     start = time.perf_counter()
     parts = model_parts(model)
     if volume and "volume" not in parts:
@@ -118,8 +100,7 @@ REFERENCE_SET_COLUMNS = {"own": "", "constant": "_constref"}
 
 
 def coefficient_columns(which: str, kind: str) -> dict[str, str]:
-    """{coefficient: column} of the reference set ``which`` (own, constant) and ``kind`` (pred,
-    true, published): ``cd_pred``, ``cd_constref_true``, ..."""
+    """{coefficient: column} of reference set ``which`` and ``kind``: ``cd_pred``, ``cd_constref_true``, ..."""
     return {name: f"{name}{REFERENCE_SET_COLUMNS[which]}_{kind}" for name in COEFFICIENTS}
 
 
@@ -127,8 +108,7 @@ PRINTED_COEFFICIENTS = ("cd", "cl", "clf", "clr")  # of the run's own references
 
 
 def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
-    """Every column of the CSV: the references, each coefficient predicted, true and published
-    over the run's own references and over the constant ones, the errors."""
+    """Every CSV column: references, each coefficient (pred, true, published; own and constant), errors."""
     columns = ["run", "cells", "u_inf"]
     for which in ("own", "constant"):
         suffix = REFERENCE_SET_COLUMNS[which]
@@ -150,19 +130,13 @@ def printed_columns(records: list[dict], columns: list[str]) -> list[str]:
     return [c for c in shown if c != "cells_not_predicted" or any(r.get(c) for r in records)]
 
 
-def print_table(records: list[dict], columns: list[str]) -> None:
-    """The printed columns (the CSV has every column)."""
-    shown = printed_columns(records, columns)
-    print(format_table(records, shown, {c: c.removeprefix("rel_l2_area_") for c in shown}))
-    print("columns after the coefficients: relative L2 error per variable over the surface, area-weighted")
-
-
 def report_table(records: list[dict], surface_names: list[str], *, out_dir: Path, forces: ForceSettings) -> Path:
-    """Write ``<out_dir>/predictions.csv`` (every column), print the table's chosen columns and the
-    conventions of the coefficients; warn of a negative true drag. The CSV's path."""
+    """Write ``<out_dir>/predictions.csv``, print the chosen columns and the conventions; the CSV's path."""
     columns = table_columns(records, surface_names)
     csv_path = write_csv(records, columns, out_dir / "predictions.csv")
-    print_table(records, columns)
+    shown = printed_columns(records, columns)  # the CSV has every column
+    print(format_table(records, shown, {c: c.removeprefix("rel_l2_area_") for c in shown}))
+    print("columns after the coefficients: relative L2 error per variable over the surface, area-weighted")
     speed = f"{forces.velocity} m/s" if forces.velocity is not None else "each run's own (u_inf)"
     fields = ("coefficient fields (dynamic pressure 1)" if forces.fields_are_coefficients else
               "kinematic fields" if forces.kinematic else f"density {forces.density} kg/m^3")
@@ -197,8 +171,7 @@ def _surface_record(run: PredictionRun, predicted: np.ndarray, variables: dict[s
 
 
 def _coefficients_record(run: PredictionRun, loads: dict[str, Loads], forces: ForceSettings) -> dict[str, Any]:
-    """Each reference set's references (``a_ref``, ``l_ref``), coefficients of ``loads`` (pred,
-    true) and the published ones; none (a note instead) without a free-stream speed."""
+    """Each reference set's references, coefficients of ``loads`` and published ones; none without a speed."""
     free_stream = forces.free_stream(run.published)
     if free_stream is None:
         run.notes.append(f"{run.name}: no coefficients: dataset.flow.velocity is null and the run states no "
@@ -219,8 +192,7 @@ def _coefficients_record(run: PredictionRun, loads: dict[str, Loads], forces: Fo
 
 def write_run_outputs(run: PredictionRun, prediction: RunPrediction, *, variables: Mapping[str, Mapping[str, str]],
                       out_dir: Path, plot: bool, record: Mapping[str, Any], pressure: str) -> list[Path]:
-    """``<run>_surface.vtp`` (predicted arrays ``<name>_pred`` beside the true ``<name>``, physical
-    units as in the source files), ``<run>_volume.vtu`` when predicted, ``<run>_pressure.png``."""
+    """``<run>_surface.vtp`` (``<name>_pred`` beside ``<name>``), ``<run>_volume.vtu``, ``<run>_pressure.png``."""
     paths = []
     if prediction.surface is not None:
         mesh = run.surface_mesh.copy()

@@ -41,14 +41,11 @@ def split_columns(values: np.ndarray, variables: Mapping[str, str]) -> dict[str,
 
 
 def add_arrays(mesh: pv.DataSet, values: np.ndarray, variables: Mapping[str, str], *, where: str,
-               suffix: str = "") -> list[str]:
+               suffix: str = "") -> None:
     """Put each variable of ``values`` on the mesh's cell or point data as ``<name><suffix>``."""
     data = mesh.cell_data if where == "cells" else mesh.point_data
-    names = []
     for name, column in split_columns(values, variables).items():
         data[name + suffix] = np.ascontiguousarray(column, dtype=np.float32)
-        names.append(name + suffix)
-    return names
 
 
 def write_mesh(mesh: pv.DataSet, path: Path) -> Path:
@@ -87,8 +84,7 @@ def write_csv(records: Sequence[Mapping[str, Any]], columns: Sequence[str], path
 
 def plot_surface_pressure(centers: np.ndarray, predicted: np.ndarray, true: np.ndarray | None, path: Path,
                           title: str) -> Path:
-    """Side (x-z) and top (x-y) views of the surface cells coloured by pressure: true above,
-    predicted below, one colour scale; cells nearer the viewer drawn last."""
+    """Side and top views of the surface coloured by pressure, true above, predicted below."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,7 +1,5 @@
-"""What predict.py is given, read into one ``PredictionRun``: a raw run folder, a processed run, or
-an STL alone (docs/predict.md, "Inputs"): the arrays in the processed-run layout, the mesh whose
-cells the surface rows are (where predictions are written), and what is true.
-"""
+"""What predict.py is given, read into one ``PredictionRun`` (docs/predict.md, "Inputs"): a raw run folder, a processed
+run or an STL alone, as arrays in the processed-run layout, the mesh predictions are written onto, and the truth."""
 
 from __future__ import annotations
 
@@ -75,8 +73,7 @@ class PredictionRun:
 
 
 def run_kind(path: str | os.PathLike) -> str:
-    """"stl" for an .stl file, "processed" for a <run>.zarr group, "raw" for a run folder; a URL
-    is a processed run (object storage holds processed runs only)."""
+    """"stl" (.stl), "processed" (<run>.zarr, or any URL) or "raw" (a run folder)."""
     if is_url(path):
         if name_of(path).lower().endswith(".stl"):
             raise ValueError(f"{path}: an STL file on object storage; copy it to a local folder "
@@ -94,9 +91,8 @@ def run_kind(path: str | os.PathLike) -> str:
 
 def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike, processed_dir: str | os.PathLike,
                   source: str | None = None) -> list[Path | str]:
-    """The runs train.py put in ``split`` (``<train_dir>/split.json``; over a mixture, those of
-    ``source``): each run's raw folder when a local ``raw_dir`` has one, else its processed run (a
-    URL under a URL ``processed_dir``)."""
+    """The runs train.py put in ``split`` (``<train_dir>/split.json``; over a mixture, those of ``source``): each run's
+    raw folder when a local ``raw_dir`` has one, else its processed run (a URL under a URL ``processed_dir``)."""
     path = train_dir / "split.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no split; train with output_dir={train_dir} first, or list predict.runs")
@@ -131,8 +127,7 @@ def load_prediction_run(path: str | os.PathLike, *, dataset: DatasetConfig, phys
 
 def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume: bool,
                  volume_source: str = "points") -> PredictionRun:
-    """A raw run folder read as process_data.py reads it, with its published coefficients and
-    references, and its VTP read whole to write the predictions onto."""
+    """A raw run read as process_data.py reads it, published values included, its VTP whole."""
     rows = dataset.surface_rows
     options = ProcessOptions(dataset=dataset, surface_fields=dict(dataset.fields.surface),
                              volume_fields=dict(dataset.fields.volume), stream_velocity=physics.stream_velocity,
@@ -159,8 +154,7 @@ def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
                                 "process_data.py writes (their attributes name the fields)")
     require_parts(opened, ("surface", "volume") if volume else ("surface",),
                   "predict.volume=true" if volume else "predict.py (the surface it writes predictions onto)")
-    arrays = load_run_arrays(opened.path, arrays_for(("surface", "volume") if volume else ("surface",)),
-                             opened=opened)
+    arrays = load_run_arrays(opened.path, arrays_for(("surface", "volume") if volume else ("surface",)), opened=opened)
     vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
     mesh = point_cloud(arrays["surface_mesh_centers"], "poly")
     return _prediction_run(run_name(opened.path), "processed", arrays, opened.attrs, (mesh, vector_areas), volume,
@@ -197,8 +191,7 @@ def load_stl(path: Path, dataset: DatasetConfig, physics: Physics, normals_out_o
     normals = vector_areas / np.maximum(np.linalg.norm(vector_areas, axis=1, keepdims=True), 1e-30)
     width = len(physics.divisors(fields["surface"]))
     arrays |= {"surface_mesh_centers": arrays["stl_centers"], "surface_normals": normals.astype(np.float32),
-               "surface_areas": arrays["stl_areas"],
-               "surface_fields": np.zeros((len(faces), width), dtype=np.float32),
+               "surface_areas": arrays["stl_areas"], "surface_fields": np.zeros((len(faces), width), dtype=np.float32),
                "global_params_values": physics.global_params(), "global_params_reference": physics.global_params()}
     mesh = pv.PolyData(arrays["stl_coordinates"], np.column_stack([np.full(len(faces), 3), faces]).ravel())
     divisors = {part: physics.divisors(fields[part]) for part in ("surface", "volume")}
@@ -208,8 +201,7 @@ def load_stl(path: Path, dataset: DatasetConfig, physics: Physics, normals_out_o
 
 
 def triangle_vector_areas(vertices: np.ndarray, faces: np.ndarray, *, out_of_body: bool) -> np.ndarray:
-    """Area times unit normal (F, 3), float64, of a closed triangle mesh's triangles, out of the body or
-    into it: the sign of the enclosed volume (divergence theorem) says which way the winding points."""
+    """Area times unit normal (F, 3) of a closed mesh's triangles, oriented by the sign of the enclosed volume."""
     v0, v1, v2 = (vertices[faces[:, k]].astype(np.float64) for k in range(3))
     vector_areas = 0.5 * np.cross(v1 - v0, v2 - v0)
     enclosed = np.einsum("ij,ij->", v0, np.cross(v1, v2)) / 6.0
@@ -225,8 +217,7 @@ def point_cloud(points: np.ndarray, kind: str) -> pv.DataSet:
 
 
 def surface_polydata(mesh: pv.DataSet) -> pv.PolyData:
-    """A surface as PolyData with its points, cells and arrays in their order: a VTU of polygon
-    cells becomes the PolyData of the same polygons (VTK's surface filter would renumber them)."""
+    """A surface as PolyData with points, cells and arrays in their order (VTK's surface filter renumbers them)."""
     if isinstance(mesh, pv.PolyData):
         return mesh
     poly = pv.PolyData(np.asarray(mesh.points), faces=np.asarray(mesh.cells))

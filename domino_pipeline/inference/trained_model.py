@@ -1,8 +1,5 @@
-"""A trained DoMINO for prediction, from a physicsnemo ``.mdlus`` (rebuilt from its own constructor
-arguments) or one of this project's checkpoints (``checkpoint-e<epoch>-s<step>.pt``, from its
-resolved config), with the model's resolved parameters, to check the data against. Either is
-checked first (its digest, or a foreign .mdlus's zip CRC-32s): a damaged file is named, never loaded.
-"""
+"""A trained DoMINO for prediction, from a physicsnemo ``.mdlus`` (rebuilt from its own arguments) or a checkpoint (from
+its resolved config), with its resolved parameters; the file is checked first, a damaged one never loaded."""
 
 from __future__ import annotations
 

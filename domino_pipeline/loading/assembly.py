@@ -1,7 +1,5 @@
-"""The datasets a config asks for: one dataset's (cached or uncached), and a training run's over its
-sources (``data.sources``; a config without them is its own one source, docs/mixtures.md): one
-source's own dataset in its stored form, else the mixture of every source in the run's form.
-"""
+"""The datasets a config asks for: one dataset's (cached or uncached), and a training run's over its sources
+(``data.sources``, docs/mixtures.md): one source's own dataset, else the mixture of every source in the run's form."""
 
 from __future__ import annotations
 
@@ -35,9 +33,8 @@ def typed(config: PipelineConfig | DictConfig) -> PipelineConfig:
 
 
 def scaling_factors_path(config: PipelineConfig | DictConfig) -> Path | str:
-    """Where a training run over the config records its scaling factors: ``sampling.scaling_factors``
-    when given; else, one cached dataset in its stored form, the file cache_data.py wrote beside the
-    cache (a URL for a cache on object storage); else ``<output_dir>/scaling_factors.json`` (train.py's)."""
+    """Where a training run records its scaling factors: ``sampling.scaling_factors``; one cached dataset's, the file
+    beside the cache (a URL on object storage); else ``<output_dir>/scaling_factors.json``."""
     config = typed(config)
     if config.sampling.scaling_factors is not None:
         return Path(config.sampling.scaling_factors)
@@ -61,12 +58,9 @@ def scaling_factors_of(config: PipelineConfig | DictConfig) -> dict:
 
 def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str | os.PathLike] | None, *,
                         train: bool, scaled: bool | dict = True) -> Dataset:
-    """The dataset the config asks for: cached (``cache.enabled``) or uncached, same items.
-
-    Training draws use ``seed``, validation draws ``seed + 1`` (so they differ from the training
-    draws of the same run), by the exact law when ``sampling.val_exact``. Scaling factors: ``scaled``
-    True, ``scaling_factors_of``; a dict, those; False, none, targets as stored (a mixture scales them).
-    """
+    """The dataset the config asks for, cached (``cache.enabled``) or uncached, same items. Validation draws use ``seed
+    + 1`` (by the exact law when ``sampling.val_exact``), training draws ``seed``. ``scaled``: True,
+    ``scaling_factors_of``; a dict, those; False, targets as stored (a mixture scales them)."""
     config = typed(config)
     settings = settings_from_config(config.geometry, config.variables)
     sampling = config.sampling
@@ -82,26 +76,22 @@ def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str 
                                    processed_stats=_fingerprints(config.cache, config.data, runs),
                                    max_open_runs=config.cache.max_open_runs, **common)
     from domino_pipeline.loading.uncached import DoMINODataPipe
-    return DoMINODataPipe(
-        config.data.processed_dir, bounding_box_volume=settings.bounding_box_volume,
-        bounding_box_surface=settings.bounding_box_surface, interp_res=settings.interp_res,
-        num_neighbors_surface=settings.num_neighbors_surface,
-        surface_variables=settings.surface_variables, volume_variables=settings.volume_variables,
-        permutation_seed=settings.permutation_seed, device=settings.device,
-        read_options=read_options_from_config(config.data, config.physics), **common)
+    return DoMINODataPipe(config.data.processed_dir, bounding_box_volume=settings.bounding_box_volume,
+                          bounding_box_surface=settings.bounding_box_surface, interp_res=settings.interp_res,
+                          num_neighbors_surface=settings.num_neighbors_surface,
+                          surface_variables=settings.surface_variables, volume_variables=settings.volume_variables,
+                          permutation_seed=settings.permutation_seed, device=settings.device,
+                          read_options=read_options_from_config(config.data, config.physics), **common)
 
 
 def _fingerprints(cache: CacheConfig, data: DataConfig, runs: Sequence[str | os.PathLike] | None) -> dict[str, str] | None:
-    """The stat fingerprints (file names, sizes, times) of the processed runs a cached dataset
-    draws from, so that runs written again since the cache was built are refused; None when
-    ``cache.check_sources`` is false or there are no processed runs here (a machine that holds
-    only the cache). Processed runs on object storage are fingerprinted from their listing."""
+    """The stat fingerprints of the processed runs a cached dataset draws from, so that runs written again since the
+    cache was built are refused; None when ``cache.check_sources`` is false or the processed runs are not here."""
     processed = as_location(data.processed_dir)
     if not cache.check_sources or not (exists(processed) if is_url(processed) else processed.is_dir()):
         return None
     wanted = None if runs is None else {run_name(r) for r in runs}
-    return {run_name(p): stat_fingerprint(p) for p in list_runs(processed)
-            if wanted is None or run_name(p) in wanted}
+    return {run_name(p): stat_fingerprint(p) for p in list_runs(processed) if wanted is None or run_name(p) in wanted}
 
 
 # ---- a training run's sets, over its sources
@@ -123,9 +113,7 @@ class SourceSplit:
 
 
 def split_sources(config: PipelineConfig, say: Callable[[str], None]) -> list[SourceSplit]:
-    """Each source's runs, less those its quality checks reject, split by its ``val_runs`` or by
-    ``train.val_fraction``, less the test runs (``train.test_fraction`` or ``train.test_runs``);
-    over a mixture, every refusal names the source."""
+    """Each source's runs less quality rejects, split into training, validation and test runs."""
     mixed = mixture(config)
     if mixed and not config.cache.enabled:
         raise ValueError("data.sources and data.nondimensional read caches: set cache.enabled=true "
@@ -152,8 +140,7 @@ def split_sources(config: PipelineConfig, say: Callable[[str], None]) -> list[So
 
 
 def split_record(splits: list[SourceSplit], mixed: bool) -> dict:
-    """split.json: the training, validation and test runs (one dataset's by file name); over a
-    mixture (``mixed``) every run as ``<source>/<run>``, and per source."""
+    """split.json: the train, val and test runs; over a mixture every run as ``<source>/<run>``, and per source."""
     roles = ("train", "val", "test")
     if not mixed:
         return {role: [name_of(r) for r in getattr(splits[0], f"{role}_runs")] for role in roles}
@@ -170,10 +157,8 @@ def target_variables(config: PipelineConfig, form: bool) -> dict[str, list[list[
     return {part: [[n, k] for n, k in config.dataset.variables(part).items()] for part in ("surface", "volume")}
 
 
-def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool
-              ) -> tuple[list[RunForm], list[dict]]:
-    """Each run's form (identities in the stored form) and its field statistics in that form, from
-    the references and statistics its cache run records, read once."""
+def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool) -> tuple[list[RunForm], list[dict]]:
+    """Each run's form (identities in the stored form) and its field statistics in that form."""
     forms, statistics = [], []
     for index, (name, _) in enumerate(dataset.run_origins):
         scalars = dataset.run(index).attrs["scalars"]
@@ -185,8 +170,7 @@ def run_forms(dataset: CachedDoMINODataset, config: PipelineConfig, form: bool
 
 
 def source_datasets(splits: list[SourceSplit], config: PipelineConfig, *, train: bool) -> list[MixturePart]:
-    """Each source's cached runs of the split (drawn unscaled), with their forms; sources without runs
-    in it left out; sources that cannot share a model refused."""
+    """Each source's cached runs of the split (unscaled), with forms; sources without runs left out."""
     form = nondimensional(config)
     sources = []
     for split in splits:
@@ -204,8 +188,7 @@ def source_datasets(splits: list[SourceSplit], config: PipelineConfig, *, train:
 
 @dataclass(frozen=True)
 class TrainingSources:
-    """A training run's sources: each one's split and, over a mixture, the training and validation
-    runs' cached datasets of each (drawn unscaled, with their forms and statistics); None: one dataset."""
+    """A training run's sources: each one's split and, over a mixture, its cached datasets; None: one dataset."""
 
     config: PipelineConfig   # one dataset's own config, or the mixture's
     splits: list[SourceSplit]
@@ -221,8 +204,7 @@ class TrainingSources:
 
 
 def training_sources(config: PipelineConfig, say: Callable[[str], None]) -> TrainingSources:
-    """Every source's split and, over a mixture, its training and validation runs' cached datasets
-    (caches built with another grid, neighbour count or layout refused before any of them opens)."""
+    """Every source's split and, over a mixture, its cached datasets (caches that cannot share a model refused)."""
     splits = split_sources(config, say)
     if not mixture(config):
         return TrainingSources(splits[0].config, splits, None)

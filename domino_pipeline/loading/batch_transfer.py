@@ -1,12 +1,8 @@
-"""Hand batches from DataLoader workers to the main process through reused shared memory.
-
-Each worker keeps a small pool of memfd buffers: a batch is copied into a free one and sent as a
-small message, the buffer's descriptor travelling once; the receiver maps each buffer once and
-builds the batch as views of it, and a finalizer marks the buffer free (byte 0: 1 held, 0 free;
-data from ``HEADER``) when the last view goes. Constants (``mark_constant``) travel as recipes;
-arrays from ``output_array`` are already in the buffer. Without memfd or a free buffer ``pack``
-returns None and torch's own shared memory is used.
-"""
+"""Batches from DataLoader workers to the main process through reused shared memory: each worker keeps a pool of memfd
+buffers; a batch is copied into a free one and sent as a small message, the descriptor travelling once; the receiver
+maps each buffer once, builds the batch as views of it and frees the buffer (byte 0: 1 held, 0 free; data from
+``HEADER``) with the last view. Constants (``mark_constant``) travel as recipes; ``output_array`` arrays are in the
+buffer already. Without memfd or a free buffer ``pack`` returns None (torch's own shared memory)."""
 
 from __future__ import annotations
 
@@ -143,8 +139,7 @@ def _this_process_pool() -> _Pool:
 
 
 def output_array(shape: tuple[int, ...], dtype) -> np.ndarray:
-    """An empty array for a value of the item being drawn (``np.empty``'s signature): in a DataLoader
-    worker it lies in the shared buffer the batch will travel in, so ``pack`` sends it without a copy."""
+    """An empty array (``np.empty``'s signature), in a worker in the buffer its batch travels in: no copy."""
     if get_worker_info() is None or not hasattr(os, "memfd_create"):
         return np.empty(shape, dtype)
     return _this_process_pool().output(tuple(shape), np.dtype(dtype))
@@ -153,8 +148,7 @@ def output_array(shape: tuple[int, ...], dtype) -> np.ndarray:
 class PackedBatch:
     """A batch written into a pooled buffer; unpickles as the batch dict (``unpack``)."""
 
-    def __init__(self, buffer: _Buffer, keys: tuple, layout: tuple, constants: dict,
-                 retired: tuple) -> None:
+    def __init__(self, buffer: _Buffer, keys: tuple, layout: tuple, constants: dict, retired: tuple) -> None:
         self.buffer, self.keys, self.layout = buffer, keys, layout
         self.constants, self.retired = constants, retired
 
@@ -166,8 +160,7 @@ class PackedBatch:
 
 
 def pack(items: list[dict[str, torch.Tensor]]) -> PackedBatch | None:
-    """The items stacked into one pooled buffer (constants by recipe, ``output_array`` ones in place);
-    None where no buffer is available."""
+    """The items stacked into one pooled buffer (constants by recipe); None where no buffer is available."""
     if not hasattr(os, "memfd_create"):
         return None
     pool = _this_process_pool()

@@ -1,12 +1,9 @@
-"""``CachedDoMINODataset``: DoMINO items drawn from a cache written by ``cache_data.py``.
-
-Imports neither Warp nor the DoMINO model: a DataLoader worker that reads the cache stays light.
-"""
+"""``CachedDoMINODataset``: DoMINO items drawn from a cache written by ``cache_data.py``. Imports neither Warp nor the
+model, so a DataLoader worker stays light."""
 
 from __future__ import annotations
 
 import os
-import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from domino_pipeline.compute.sampling import SamplingLaw, TooFewPointsError, part_window, window_spans
+from domino_pipeline.compute.sampling import TooFewPointsError, part_window, window_spans
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, held_parts, neighbor_layout_of
 from domino_pipeline.configuration.config import parts_setting
@@ -29,35 +26,24 @@ from domino_pipeline.store.manifest import manifest_scaling_factors, read_manife
 
 
 class CachedDoMINODataset(EpochDataset):
-    """DoMINO items drawn from a cache written by ``cache_data.py`` (docs/cache_format.md).
-
-    Each process opens runs lazily, at most ``max_open_runs`` at a time, reading the generations the
-    manifest named. ``expected``: the settings the cache must have; ``scaling_factors``: "manifest"
-    (the cache's own, checked), a dict or file, or None; ``processed_stats``: run name -> the processed
-    run's ``stat_fingerprint``, a run written again since it was cached is stale (``sources``, its
-    earlier name, is still read, with a DeprecationWarning).
-    """
+    """DoMINO items drawn from a cache (docs/cache_format.md), at most ``max_open_runs`` runs open per process.
+    ``expected``: the settings the cache must have; ``scaling_factors``: "manifest" (the cache's own, checked), a dict,
+    a file or None; ``processed_stats``: run -> ``stat_fingerprint`` (a run written since it was cached is stale)."""
 
     def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
                  model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,
                  geometry_points: int = 300_000, scaling_factors: dict | str | os.PathLike | None = "manifest",
                  seed: int = 0, expected: dict | None = None, surface_window_factor: int | None = 8,
                  volume_window_factor: int | None = 8, exact: bool = False,
-                 processed_stats: dict[str, str] | None = None, max_open_runs: int = 8,
-                 sources: dict[str, str] | None = None) -> None:
-        if sources is not None:
-            warnings.warn("CachedDoMINODataset(sources=...) is now processed_stats=...", DeprecationWarning,
-                          stacklevel=2)
-            processed_stats = sources if processed_stats is None else processed_stats
-        law = SamplingLaw(surface_window_factor=surface_window_factor,
-                          volume_window_factor=volume_window_factor, exact=exact)
+                 processed_stats: dict[str, str] | None = None, max_open_runs: int = 8) -> None:
         self.cache_dir = cache_dir if is_url(cache_dir) else Path(cache_dir)
         manifest = read_manifest(self.cache_dir)
         if isinstance(scaling_factors, str) and scaling_factors == "manifest":
             scaling_factors = manifest_scaling_factors(self.cache_dir, manifest)
-        super().__init__(model_type=model_type, surface_points=surface_points,
+        super().__init__(self.cache_dir, model_type=model_type, surface_points=surface_points,
                          volume_points=volume_points, geometry_points=geometry_points,
-                         law=law, seed=seed, scaling_factors=scaling_factors)
+                         surface_window_factor=surface_window_factor, volume_window_factor=volume_window_factor,
+                         exact=exact, seed=seed, scaling_factors=scaling_factors)
         self.settings, self.fingerprint = manifest["settings"], manifest["fingerprint"]
         self.neighbor_layout = neighbor_layout_of(self.settings)
         if expected is not None:
@@ -78,12 +64,6 @@ class CachedDoMINODataset(EpochDataset):
         self._open: OrderedDict[int, CacheRun] = OrderedDict()
         self._pid = os.getpid()
 
-    @property
-    def worker_context(self) -> str | None:
-        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for a cache on
-        object storage (its client does not survive ``fork``), else None."""
-        return "spawn" if is_url(self.cache_dir) else None
-
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_open"] = OrderedDict()  # open stores stay in their process
@@ -96,12 +76,10 @@ class CachedDoMINODataset(EpochDataset):
         if index in self._open:
             self._open.move_to_end(index)
             return self._open[index]
-        run = CacheRun(self.run_paths[index], metadata=self.run_metadata[index],
-                       entry=self.run_origins[index])
+        run = CacheRun(self.run_paths[index], metadata=self.run_metadata[index], entry=self.run_origins[index])
         if run.attrs.get("settings_fingerprint") != self.fingerprint:
-            raise StaleCacheError(
-                f"{run.path}: built with other settings than the manifest records:\n  "
-                + "\n  ".join(diff_settings(run.attrs.get("settings", {}), self.settings)))
+            raise StaleCacheError(f"{run.path}: built with other settings than the manifest records:\n  "
+                                  + "\n  ".join(diff_settings(run.attrs.get("settings", {}), self.settings)))
         self._open[index] = run
         while len(self._open) > self.max_open_runs:
             _, closed = self._open.popitem(last=False)
@@ -120,7 +98,7 @@ class CachedDoMINODataset(EpochDataset):
         run = self.run(index)
         run.check_present()
         counts = run.attrs["counts"]
-        resident = self._resident_arrays()
+        resident = self._grid_arrays() + ["geometry_coordinates"]  # what every draw reads: kept with the open run
         run.keep(resident, self._indexed_arrays(resident))
         staged = run.stage(self._window_spans(index, epoch, counts))
         try:
@@ -141,12 +119,10 @@ class CachedDoMINODataset(EpochDataset):
             settings=self.settings, scalars=run.attrs["scalars"],
             geometry_coordinates=drawn["geometry_coordinates"], grids=drawn_grids,
             surface=None if draw.surface_rows is None else _part(drawn, "surface_"),
-            volume=None if draw.volume_rows is None else _part(drawn, "volume_"),
-            scaling_factors=self.scaling_factors)
+            volume=None if draw.volume_rows is None else _part(drawn, "volume_"), scaling_factors=self.scaling_factors)
 
     def _window_spans(self, index: int, epoch: int, counts: dict) -> dict[str, list[tuple[int, int]]]:
-        """The rows each row array of the draw comes from, known before its rows are chosen (its part's
-        cyclic window), so they come in one wave; nothing where a part takes all its rows."""
+        """The rows each array of a draw comes from (its part's window), in one wave; none where a part takes all."""
         spans = {}
         for part, points in (("surface", self.surface_points), ("volume", self.volume_points)):
             if part not in self.parts:
@@ -171,8 +147,7 @@ class CachedDoMINODataset(EpochDataset):
             [(f"surface_neighbor_{n}", output_array) for n in NEIGHBOR_FEATURES]
 
     def _areas_reader(self, run: CacheRun, n_rows: int, staged):
-        """``read(a, b)``: surface areas of rows a..b-1 (from ``staged`` where it holds them); both spans of
-        a wrapping window are read at the first call, in one wave."""
+        """``read(a, b)``: areas of surface rows a..b-1 (from ``staged``); a wrapping window's two spans in one wave."""
         width = self.law.window("surface", self.surface_points, n_rows)
         pending: dict[tuple[int, int], np.ndarray] = {}
 
@@ -191,18 +166,12 @@ class CachedDoMINODataset(EpochDataset):
     def _grid_arrays(self) -> list[str]:
         return ["surface_grid_sdf"] + (["volume_grid_sdf"] if "volume" in self.parts else [])
 
-    def _resident_arrays(self) -> list[str]:
-        """What every draw reads, kept with the open run: the grid SDFs and the STL vertices."""
-        return self._grid_arrays() + ["geometry_coordinates"]
-
     def _indexed_arrays(self, resident: list[str]) -> list[str]:
         """The row arrays of the parts this dataset draws, whose shard indexes an open run keeps."""
-        return [n for n in layout_arrays(self.neighbor_layout)
-                if n not in resident and n.split("_")[0] in self.parts]
+        return [n for n in layout_arrays(self.neighbor_layout) if n not in resident and n.split("_")[0] in self.parts]
 
     def _reads(self, draw) -> list[tuple[str, object, object]]:
-        """The (array, selection, allocator) triples a draw reads after choosing its rows: the grids, its
-        STL vertices, its surface rows (``_row_arrays``) and its volume rows."""
+        """The (array, selection, allocator) triples a draw reads once its rows are chosen."""
         reads = [(name, Ellipsis, output_array) for name in self._grid_arrays()]
         reads.append(("geometry_coordinates", draw.geometry_rows, output_array))
         for part, rows in (("surface", draw.surface_rows), ("volume", draw.volume_rows)):
@@ -212,8 +181,7 @@ class CachedDoMINODataset(EpochDataset):
 
 
 def _check_settings(cache_dir: Path | str, settings: dict, expected: dict) -> None:
-    """StaleCacheError listing every setting the cache was built with otherwise than ``expected``;
-    the parts it holds are ``_check_parts``'s to judge."""
+    """StaleCacheError listing every setting (but the parts) the cache was built with otherwise."""
     differences = diff_settings(*({k: v for k, v in s.items() if k != "parts"} for s in (settings, expected)))
     if differences:
         raise StaleCacheError(f"{cache_dir}: the cache was built with other settings; "
@@ -244,8 +212,7 @@ def _check_processed_stats(cache_dir: Path, names: list[str], entries: list[dict
     """StaleCacheError naming the runs built from another version of their processed run."""
     if stats is None:
         return
-    changed = [n for n, e in zip(names, entries)
-               if n in stats and e.get("source", {}).get("stat") != stats[n]]
+    changed = [n for n, e in zip(names, entries) if n in stats and e.get("source", {}).get("stat") != stats[n]]
     if changed:
         raise StaleCacheError(f"{cache_dir}: runs {changed} were written again after the cache "
                               "was built; rerun cache_data.py (cache.rebuild=true where their data "

@@ -9,8 +9,7 @@ from domino_pipeline.loading.batch_transfer import pack
 
 
 def collate_items(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Batch items like torch's default collate, cheaper across processes: views in the main process, a
-    ``batch_transfer.PackedBatch`` in a reused shared buffer in a DataLoader worker."""
+    """Batch items as torch's default collate, in a worker as a ``PackedBatch`` in a reused shared buffer."""
     if get_worker_info() is not None:
         packed = pack(items)
         if packed is not None:

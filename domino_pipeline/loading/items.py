@@ -1,8 +1,6 @@
-"""What both DoMINO datasets share: the item they return (``build_item``; its keys and shapes:
-docs/cache_format.md, "The item a draw returns"), the epoch counter and draws
-(``EpochDataset``) and the constant grids. Both datasets return the same dict for the same
-(seed, epoch, index).
-"""
+"""What both DoMINO datasets share: the item they return (``build_item``; its keys and shapes: docs/cache_format.md,
+"The item a draw returns"), the epoch counter and draws (``EpochDataset``) and the constant grids. Both datasets return
+the same dict for the same (seed, epoch, index)."""
 
 from __future__ import annotations
 
@@ -17,6 +15,7 @@ from domino_pipeline.compute.sampling import Draw, SamplingLaw, sample_draw
 from domino_pipeline.compute.scaling import load_scaling_factors, scale_fields, unscale_fields
 from domino_pipeline.configuration.config import MODEL_TYPES
 from domino_pipeline.loading.batch_transfer import mark_constant
+from domino_pipeline.storage.object_store import is_url
 
 
 def parts_of(model_type: str) -> tuple[str, ...]:
@@ -37,9 +36,9 @@ def _scaled(fields: np.ndarray, scaling_factors: dict | None, kind: str) -> np.n
 def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarray,
                grids: dict[str, np.ndarray], surface: dict | None, volume: dict | None,
                scaling_factors: dict | None) -> dict[str, torch.Tensor]:
-    """Assemble DoMINO's input dict from the drawn rows (numpy, coordinates normalised): ``grids``
-    ("surf_grid", "sdf_surf_grid", with a volume "grid", "sdf_grid"), ``surface`` (coordinates,
-    normals, areas, fields and their neighbor_ ones), ``volume`` (coordinates, fields, sdf, closest)."""
+    """DoMINO's input dict from the drawn rows (numpy, normalised): ``grids`` (surf_grid, sdf_surf_grid, with a volume
+    grid, sdf_grid), ``surface`` (coordinates, normals, areas, fields, their neighbor_ ones), ``volume`` (coordinates,
+    fields, sdf, closest)."""
     com = np.asarray(scalars["center_of_mass"], dtype=np.float32)
     item = {
         "geometry_coordinates": as_tensor(geometry_coordinates),
@@ -80,13 +79,16 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
 class EpochDataset(Dataset):
     """Shared plumbing: the epoch counter that reaches persistent workers, draws and grids."""
 
-    def __init__(self, *, model_type: str, surface_points: int, volume_points: int,
-                 geometry_points: int, law: SamplingLaw, seed: int, scaling_factors) -> None:
+    def __init__(self, location, *, model_type: str, surface_points: int, volume_points: int, geometry_points: int,
+                 surface_window_factor: int | None, volume_window_factor: int | None, exact: bool, seed: int,
+                 scaling_factors) -> None:
+        self.location = location  # the folder or URL the runs are read from
         self.parts = parts_of(model_type)
         self.model_type = model_type
         self.surface_points, self.volume_points = int(surface_points), int(volume_points)
         self.geometry_points = int(geometry_points)
-        self.law = law
+        self.law = SamplingLaw(surface_window_factor=surface_window_factor, volume_window_factor=volume_window_factor,
+                               exact=exact)
         self.seed = int(seed)
         self.scaling_factors = (scaling_factors if scaling_factors is None or isinstance(scaling_factors, dict)
                                 else load_scaling_factors(scaling_factors))  # a file
@@ -95,6 +97,11 @@ class EpochDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.run_paths)
+
+    @property
+    def worker_context(self) -> str | None:
+        """"spawn" for runs on object storage (its client does not survive ``fork``), else None."""
+        return "spawn" if is_url(self.location) else None
 
     def set_epoch(self, epoch: int) -> None:
         """Draw the points of ``epoch`` from now on, in this process and in every worker."""
@@ -106,8 +113,7 @@ class EpochDataset(Dataset):
 
     def unscale_model_outputs(self, volume_fields: torch.Tensor | None = None,
                               surface_fields: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(volume, surface) scaled targets or predictions back in the stored non-dimensional units, as
-        physicsnemo's ``DoMINODataPipe.unscale_model_outputs`` (the example's ``compute_l2`` calls it)."""
+        """(volume, surface) back in stored units, as physicsnemo's ``DoMINODataPipe.unscale_model_outputs``."""
         if self.scaling_factors is None:
             return volume_fields, surface_fields
         return tuple(None if fields is None else unscale_fields(fields, self.scaling_factors, kind)
@@ -134,8 +140,7 @@ class EpochDataset(Dataset):
 
 @functools.lru_cache(maxsize=16)
 def constant_grid(box: tuple, res: tuple[int, int, int]) -> torch.Tensor:
-    """The grid of ``res`` points over ``box`` in normalised coordinates, one read-only tensor per
-    process, sent between processes as its recipe (batch_transfer.mark_constant)."""
+    """The normalised grid of ``res`` points over ``box``, one read-only tensor per process, sent as its recipe."""
     grid = as_tensor(make_grid(np.asarray(box), res))
     mark_constant(grid, constant_grid, (box, res))
     return grid

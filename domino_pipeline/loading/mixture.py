@@ -1,13 +1,8 @@
-"""Several cached datasets as one (docs/mixtures.md): ``MixtureDataset`` draws a run of any source,
-in the non-dimensional form (or the stored one) and scaled by factors over every source;
-``WeightedSourceSampler`` gives each source its weight's share of an epoch's draws, whatever its
-size. Imports neither Warp nor the model: it runs in DataLoader workers.
-
-A draw is named by a key, ``repeat * len(dataset) + index``: ``index`` the run in the sources'
-concatenated order, ``repeat`` how many times the epoch drew it before. Repeat 0 is the source's
-own item of that epoch; repeat r draws it as in epoch ``epoch + r * REPEAT_EPOCHS``, so a small
-source drawn several times per epoch gives new points each time.
-"""
+"""Several cached datasets as one (docs/mixtures.md): ``MixtureDataset`` draws a run of any source in the
+non-dimensional (or stored) form, scaled by factors over every source; ``WeightedSourceSampler`` gives each source its
+weight's share of an epoch's draws. Imports neither Warp nor the model: it runs in DataLoader workers. A draw's key is
+``repeat * len(dataset) + index``: ``index`` the run in the sources' order, ``repeat`` how many times the epoch drew it
+before; repeat r draws it as in epoch ``epoch + r * REPEAT_EPOCHS``, so every repeat has new points."""
 
 from __future__ import annotations
 
@@ -32,8 +27,7 @@ AREA_KEYS = ("surface_areas", "surface_neighbors_areas")
 
 @dataclass(frozen=True)
 class MixturePart:
-    """One ``data.sources`` entry's part of a mixture: its cached runs (drawn unscaled), each run's form
-    and field statistics in it (what the scaling factors merge), its weight."""
+    """One ``data.sources`` entry of a mixture: its cached runs (unscaled), their forms and statistics, its weight."""
 
     name: str
     dataset: CachedDoMINODataset
@@ -49,8 +43,7 @@ class MixturePart:
 
 
 def check_settings_agree(caches: Sequence[tuple[str, object, dict]]) -> None:
-    """Refuse, in one line naming both sources and values, caches (source name, cache location, its
-    settings) built with another grid, neighbour count or layout than the first source's."""
+    """Refuse caches (name, location, settings) built with another grid, neighbour count or layout than the first."""
     name, where, settings = caches[0]
     for other, other_where, other_settings in caches[1:]:
         for key, setting in SHARED_SETTINGS.items():
@@ -67,15 +60,13 @@ def check_parts_agree(sources: Sequence[MixturePart]) -> None:
     first = sources[0]
     for other in sources[1:]:
         if other.variables != first.variables:
-            raise ValueError(f"data.sources: source {other.name} has targets {other.variables}, source "
-                             f"{first.name} {first.variables}; set data.nondimensional=true, or give sources "
-                             "of the same fields")
+            raise ValueError(f"data.sources: source {other.name} has targets {other.variables}, source {first.name} "
+                             f"{first.variables}; set data.nondimensional=true, or give sources of the same fields")
 
 
 @dataclass(frozen=True)
 class ItemTransform:
-    """One run's item into the mixture's form: per part one multiply-add (the form's factors and the
-    scaling together), the normals' sign and the areas' factor."""
+    """One run's item into the mixture's form: per part one multiply-add, the normals' sign, the areas' factor."""
 
     fields: dict[str, tuple[torch.Tensor, torch.Tensor]]
     normal: float
@@ -168,11 +159,10 @@ class MixtureDataset(Dataset):
 
 
 class WeightedSourceSampler(Sampler[int]):
-    """Each epoch ``draws`` keys of a ``MixtureDataset``: source s gets weight_s / sum(weights) of them
-    (largest remainders, ties drawn at random), its runs in shuffled rounds (every run once before
-    any twice), all shuffled together; deterministic in (seed, epoch). The epoch's keys are
-    distinct, rounded up to a multiple of ``num_replicas``, and rank r takes every
-    ``num_replicas``-th from the r-th: ranks draw disjoint items. ``draws`` None: the runs of all."""
+    """Each epoch ``draws`` keys (None: all runs) of a ``MixtureDataset``: source s gets weight_s / sum(weights)
+    (largest remainders, ties at random), its runs in shuffled rounds, all shuffled together, deterministic in (seed,
+    epoch); distinct keys, rounded up to a multiple of ``num_replicas``, rank r taking every ``num_replicas``-th from
+    the r-th."""
 
     def __init__(self, sizes: Sequence[int], weights: Sequence[float], *, num_replicas: int = 1, rank: int = 0,
                  seed: int = 0, draws: int | None = None) -> None:

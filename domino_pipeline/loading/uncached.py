@@ -1,7 +1,4 @@
-"""``DoMINODataPipe``: DoMINO items preprocessed on every draw from the processed runs (no cache).
-
-Imports Warp (the geometry kernels); ``CachedDoMINODataset`` does not.
-"""
+"""``DoMINODataPipe``: DoMINO items preprocessed on every draw from the processed runs (no cache); imports Warp."""
 
 from __future__ import annotations
 
@@ -15,20 +12,20 @@ from torch.utils.data import get_worker_info
 
 from domino_pipeline.compute import geometry
 from domino_pipeline.compute.preprocessing import grid_sdf, surface_index, surface_neighbors, volume_sdf
-from domino_pipeline.compute.rows import PreparedRun, gather_neighbors, prepare_rows
-from domino_pipeline.compute.sampling import Draw, SamplingLaw, TooFewPointsError
+from domino_pipeline.compute.rows import PreparedRun, drawn_surface, prepare_rows
+from domino_pipeline.compute.sampling import Draw, TooFewPointsError
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import PreprocessSettings, parse_box
 from domino_pipeline.processed.run_layout import arrays_for
 from domino_pipeline.processed.runs import DEFAULT_OPTIONS, ReadOptions, list_runs, load_run, require_parts, run_name
 from domino_pipeline.loading.items import EpochDataset, build_item
-from domino_pipeline.storage.object_store import as_location, is_url
+from domino_pipeline.storage.object_store import as_location
 
 KNN_INDEXES_KEPT = 4  # runs whose surface kNN index a process keeps between draws
 
+
 class DoMINODataPipe(EpochDataset):
-    """DoMINO items preprocessed on every draw from the processed runs, the expensive geometry computed
-    for the drawn rows only; on CUDA it refuses DataLoader workers."""
+    """DoMINO items preprocessed per draw, the geometry for the drawn rows; refuses workers on CUDA."""
 
     def __init__(self, processed_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
                  model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,
@@ -39,12 +36,11 @@ class DoMINODataPipe(EpochDataset):
                  seed: int = 0, device: str = "auto", surface_window_factor: int | None = 8,
                  volume_window_factor: int | None = 8, exact: bool = False,
                  read_options: ReadOptions = DEFAULT_OPTIONS) -> None:
-        law = SamplingLaw(surface_window_factor=surface_window_factor,
-                          volume_window_factor=volume_window_factor, exact=exact)
-        super().__init__(model_type=model_type, surface_points=surface_points,
-                         volume_points=volume_points, geometry_points=geometry_points,
-                         law=law, seed=seed, scaling_factors=scaling_factors)
         self.processed_dir = as_location(processed_dir)  # a URL: runs read from object storage
+        super().__init__(self.processed_dir, model_type=model_type, surface_points=surface_points,
+                         volume_points=volume_points, geometry_points=geometry_points,
+                         surface_window_factor=surface_window_factor, volume_window_factor=volume_window_factor,
+                         exact=exact, seed=seed, scaling_factors=scaling_factors)
         self.read_options = read_options
         all_runs = list_runs(self.processed_dir)
         if runs is None:
@@ -67,12 +63,6 @@ class DoMINODataPipe(EpochDataset):
             require_parts(path, self.parts, f"model_type={model_type}", read_options)
         check_factors_match(self.scaling_factors, self.preprocess.surface_variables,
                             self.preprocess.volume_variables, str(self.processed_dir), self.parts)
-
-    @property
-    def worker_context(self) -> str | None:
-        """The DataLoader ``multiprocessing_context`` this dataset's workers need: "spawn" for
-        processed runs on object storage (the client does not survive ``fork``), else None."""
-        return "spawn" if is_url(self.processed_dir) else None
 
     def __getstate__(self) -> dict:
         return self.__dict__ | {"_knn_indexes": OrderedDict()}  # device arrays stay in their process
@@ -110,15 +100,11 @@ class DoMINODataPipe(EpochDataset):
     def _item(self, prepared: PreparedRun, draw: Draw, index: int) -> dict[str, torch.Tensor]:
         """The geometry work for the drawn rows, then the item."""
         grids = self._derived_grids()
-        drawn_grids = {"surf_grid": grids["surf_grid"],
-                       "sdf_surf_grid": grid_sdf(prepared, self.preprocess, "surface")}
+        drawn_grids = {"surf_grid": grids["surf_grid"], "sdf_surf_grid": grid_sdf(prepared, self.preprocess, "surface")}
         if "volume" in self.parts:
             drawn_grids.update(grid=grids["grid"], sdf_grid=grid_sdf(prepared, self.preprocess, "volume"))
-        scalars = {"center_of_mass": prepared.center_of_mass,
-                   "global_params_values": prepared.global_params_values,
-                   "global_params_reference": prepared.global_params_reference}
         return build_item(
-            settings=self.settings, scalars=scalars,
+            settings=self.settings, scalars=prepared.scalars,
             geometry_coordinates=prepared.geometry_coordinates[draw.geometry_rows], grids=drawn_grids,
             surface=None if draw.surface_rows is None else self._surface(prepared, draw.surface_rows, index),
             volume=None if draw.volume_rows is None else self._volume(prepared, draw.volume_rows),
@@ -126,10 +112,7 @@ class DoMINODataPipe(EpochDataset):
 
     def _surface(self, prepared: PreparedRun, rows: np.ndarray, index: int) -> dict[str, np.ndarray]:
         neighbors = surface_neighbors(prepared, self.preprocess, rows, self._surface_index(index, prepared))
-        gathered = gather_neighbors(prepared, neighbors)
-        return {"coordinates": prepared.surface_coordinates[rows], "normals": prepared.surface_normals[rows],
-                "areas": prepared.surface_areas[rows], "fields": prepared.surface_fields[rows],
-                **{f"neighbor_{name}": values for name, values in gathered.items()}}
+        return drawn_surface(prepared, rows, neighbors)
 
     def _volume(self, prepared: PreparedRun, rows: np.ndarray) -> dict[str, np.ndarray]:
         sdf, closest = volume_sdf(prepared, self.preprocess, rows)

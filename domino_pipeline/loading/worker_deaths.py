@@ -1,9 +1,6 @@
-"""A DataLoader worker's death named: which worker, which signal, whatever the main process was
-doing. A worker killed while the main process fetches a batch's file descriptors from it
-surfaces as a socket error before torch notices the death; ``checked_batches`` turns those (and
-torch's "worker ... exited" errors) into ``WorkerDiedError`` naming the worker's index, pid and
-signal.
-"""
+"""A DataLoader worker's death named: a worker killed while the main process fetches a batch's descriptors surfaces as a
+socket error before torch notices; ``checked_batches`` turns those and torch's "worker ... exited" errors into
+``WorkerDiedError`` naming the worker's index, pid and signal."""
 
 from __future__ import annotations
 
@@ -23,8 +20,7 @@ class WorkerDiedError(ChildProcessError):
 
 
 def checked_batches(loader: Iterable) -> Iterator:
-    """The loader's batches; a batch lost to a dead worker raises WorkerDiedError naming it, and a
-    worker's own error is raised with its message."""
+    """The loader's batches; a dead worker raises WorkerDiedError, a worker's own error its own message."""
     iterator = iter(loader)
     while True:
         try:
@@ -49,8 +45,7 @@ def _may_be_a_death(err: BaseException) -> bool:
 
 
 def worker_deaths(iterator: Any, settle_s: float = SETTLE_S) -> str | None:
-    """"DataLoader worker <i> (pid <p>) was killed by signal <NAME>" for each exited worker of a torch
-    multi-process iterator, waiting up to ``settle_s`` for one; None when every worker lives."""
+    """A line per exited worker of a torch iterator, waiting up to ``settle_s``; None when all live."""
     workers = list(getattr(iterator, "_workers", None) or [])
     deadline = time.monotonic() + settle_s
     while workers:

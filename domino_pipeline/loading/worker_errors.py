@@ -1,7 +1,5 @@
-"""An error raised in a DataLoader worker, given back its own message: torch raises it again in the
-main process with ``Caught <Type> in DataLoader worker process <i>.`` and the worker's traceback,
-so an entry point's one line would say only where it was caught.
-"""
+"""An error raised in a DataLoader worker given back its own message: torch raises it again as ``Caught <Type> in
+DataLoader worker process <i>.`` with the worker's traceback, so an entry point's one line would say only that."""
 
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ def raised_in_worker(err: BaseException) -> bool:
 
 
 def with_worker_message(err: BaseException) -> BaseException:
-    """``err`` with the message it had in the worker when torch re-raised it from one, else unchanged (a
-    RuntimeError torch made instead keeps its type's name before the message)."""
+    """``err`` with the message it had in the worker, when torch re-raised it from one; else unchanged."""
     text = str(err)
     caught = _CAUGHT.match(text)
     message = worker_message(text) if caught else None

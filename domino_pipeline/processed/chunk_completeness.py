@@ -47,8 +47,7 @@ def _grid(array_dir: Path | str) -> dict[str, Any]:
     meta = _metadata(array_dir, ".zarray")
     if meta is not None:
         separator = meta.get("dimension_separator") or "."
-        return {"shape": meta["shape"], "chunks": meta["chunks"], "inner": None,
-                "key": _keys(separator, None)}
+        return {"shape": meta["shape"], "chunks": meta["chunks"], "inner": None, "key": _keys(separator, None)}
     meta = _metadata(array_dir, "zarr.json")
     if meta is None:
         raise ValueError(f"{array_dir}: no .zarray or zarr.json")

@@ -1,7 +1,6 @@
-"""Readers of the forms physicsnemo-curator (and physicsnemo's older example) write: Zarr v2/v3
-groups, .npz, pickled .npy dicts (restricted unpickler, opt-in); docs/processed_runs.md, "The
-accepted forms". Each returns the arrays (lazy where it can) and attributes; ``runs.open_run``
-normalises them."""
+"""Readers of the forms physicsnemo-curator (and physicsnemo's older example) write: Zarr v2/v3 groups, .npz, pickled
+.npy dicts (restricted unpickler, opt-in); docs/processed_runs.md, "The accepted forms". Each returns the arrays (lazy
+where it can) and attributes; ``runs.open_run`` normalises them."""
 
 from __future__ import annotations
 
@@ -25,10 +24,9 @@ _NUMPY_GLOBALS = frozenset({
     ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
     ("numpy", "ndarray"), ("numpy", "dtype"),
 })
-PICKLE_HINT = ("it is a pickled Python dict (physicsnemo's older np.save format), and reading a "
-               "pickle can run code; convert it to .npz (np.savez(path, **d)), or set "
-               "data.allow_pickle=true if you trust the file (numpy arrays, scalars and plain "
-               "containers only are read even then)")
+PICKLE_HINT = ("it is a pickled Python dict (physicsnemo's older np.save format), and reading a pickle can run code; "
+               "convert it to .npz (np.savez(path, **d)), or set data.allow_pickle=true if you trust the file (numpy "
+               "arrays, scalars and plain containers only are read even then)")
 
 
 class NumpyOnlyUnpickler(pickle.Unpickler):
@@ -37,8 +35,7 @@ class NumpyOnlyUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _NUMPY_GLOBALS:
             return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: not a numpy array, "
-                                     "dtype or scalar")
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: not a numpy array, dtype or scalar")
 
 
 def _binary(path: Path | str) -> IO[bytes]:
@@ -102,8 +99,7 @@ def _npy_dtype(handle: IO[bytes], path: Path | str) -> np.dtype:
     """Read an .npy header; return the array's dtype (the handle is left at the data)."""
     try:
         version = np.lib.format.read_magic(handle)
-        header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                  else np.lib.format.read_array_header_2_0)
+        header = (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)
         _, _, dtype = header(handle)
     except ValueError as err:
         raise ProcessedRunError(f"{path}: not an .npy file ({err})") from err

@@ -28,8 +28,8 @@ CHUNK_BYTES = 1 << 20
 CHUNKS_PER_SHARD = 64
 CLEVEL = 1  # zstd level
 
-# Array name -> symbolic shape; a string is a length shared across arrays, an int is fixed, None
-# is any width (field columns). stl_faces is handled apart: its length is 3 * stl_triangles.
+# Array name -> symbolic shape: a string a length shared across arrays, an int fixed, None any width (field columns);
+# stl_faces is handled apart: its length is 3 * stl_triangles.
 ARRAY_SHAPES: dict[str, tuple[str | int | None, ...]] = {
     "stl_coordinates": ("stl_points", 3),
     "stl_faces": ("stl_face_indices",),
@@ -60,13 +60,7 @@ class ProcessedRunError(ValueError):
     """A processed run that is missing an array or holds one of the wrong shape or values."""
 
 
-def _codec() -> BloscCodec:
-    return BloscCodec(cname="zstd", clevel=CLEVEL, shuffle="shuffle")
-
-
-def row_chunking(
-    shape: tuple[int, ...], itemsize: int
-) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+def row_chunking(shape: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """(chunk shape, shard shape or None): row chunks of about CHUNK_BYTES, sharded when many."""
     row_bytes = itemsize * int(np.prod(shape[1:], dtype=np.int64))
     rows = max(1, min(max(shape[0], 1), CHUNK_BYTES // max(row_bytes, 1)))
@@ -76,10 +70,8 @@ def row_chunking(
     return chunks, (rows * CHUNKS_PER_SHARD, *shape[1:])
 
 
-def write_processed_run(
-    path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
-    streamed: "Sequence[StreamedRows]" = (),
-) -> Path:
+def write_processed_run(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
+                        streamed: "Sequence[StreamedRows]" = ()) -> Path:
     """Validate and write ``arrays``, ``attrs`` and ``streamed`` rows as ``path`` atomically; the path."""
     path = Path(path)
     arrays = _checked_arrays(path, arrays, attrs, streamed)
@@ -95,10 +87,8 @@ def write_processed_run(
     return path
 
 
-def processed_in_memory(
-    where: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
-    streamed: "Sequence[StreamedRows]" = (),
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def processed_in_memory(where: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
+                        streamed: "Sequence[StreamedRows]" = ()) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """What ``write_processed_run`` would store, in memory, checked alike; ``where`` names the run."""
     where = Path(where)
     arrays = dict(_checked_arrays(where, arrays, attrs, streamed))
@@ -134,12 +124,12 @@ def _group_attrs(attrs: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str
 def _create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype: np.dtype) -> zarr.Array:
     chunks, shards = row_chunking(shape, np.dtype(dtype).itemsize)
     return group.create_array(name, shape=shape, dtype=dtype, chunks=chunks, shards=shards,
-                              compressors=_codec(), config={"write_empty_chunks": True})
+                              compressors=BloscCodec(cname="zstd", clevel=CLEVEL, shuffle="shuffle"),
+                              config={"write_empty_chunks": True})
 
 
 class StreamedRows:
-    """Arrays written from an iterator of row blocks (``blocks``: tuples in ``shapes`` order), each
-    checked block shown to ``observe(name, block)``; ``attrs()`` is stored once all are written."""
+    """Arrays written from row blocks (in ``shapes`` order), each shown to ``observe``; ``attrs()`` last."""
 
     def __init__(self, shapes: Mapping[str, tuple[int, ...]], blocks, observe=None, attrs=None) -> None:
         self.shapes = {name: tuple(int(n) for n in shape) for name, shape in shapes.items()}
@@ -224,23 +214,17 @@ def check_shapes(shapes: Mapping[str, tuple[int, ...]], path: Path) -> None:
             raise ProcessedRunError(f"{path}: array {name} has shape {shape}, expected {expected}")
         for size, want in zip(shape, expected):
             if isinstance(want, int) and size != want:
-                raise ProcessedRunError(
-                    f"{path}: array {name} has shape {shape}, expected {expected}"
-                )
+                raise ProcessedRunError(f"{path}: array {name} has shape {shape}, expected {expected}")
             if isinstance(want, str):
                 seen = sizes.setdefault(want, (size, name))
                 if seen[0] != size:
-                    raise ProcessedRunError(
-                        f"{path}: arrays {seen[1]} and {name} have different lengths ({want}): "
-                        f"{seen[0]} and {size} rows, {abs(size - seen[0])} apart"
-                    )
+                    raise ProcessedRunError(f"{path}: arrays {seen[1]} and {name} have different lengths ({want}): "
+                                            f"{seen[0]} and {size} rows, {abs(size - seen[0])} apart")
     if "stl_face_indices" in sizes:
         n_indices, _ = sizes["stl_face_indices"]
         n_triangles = sizes.get("stl_triangles", (n_indices // 3, ""))[0]
         if n_indices != 3 * n_triangles:
-            raise ProcessedRunError(
-                f"{path}: array stl_faces has {n_indices} indices, expected 3 x {n_triangles}"
-            )
+            raise ProcessedRunError(f"{path}: array stl_faces has {n_indices} indices, expected 3 x {n_triangles}")
 
 
 def check_values(name: str, data: np.ndarray, path: Path, n_points: int | None) -> np.ndarray:
@@ -257,15 +241,12 @@ def check_values(name: str, data: np.ndarray, path: Path, n_points: int | None) 
     if not np.array_equal(faces, data):
         raise ProcessedRunError(f"{path}: array stl_faces holds non-integer indices")
     if faces.size and (faces.min() < 0 or (n_points is not None and faces.max() >= n_points)):
-        raise ProcessedRunError(
-            f"{path}: array stl_faces indexes outside 0..{n_points} STL points"
-        )
+        raise ProcessedRunError(f"{path}: array stl_faces indexes outside 0..{n_points} STL points")
     return faces
 
 
-def validate_arrays(
-    arrays: Mapping[str, np.ndarray], path: str | os.PathLike, required: Sequence[str] = ()
-) -> dict[str, np.ndarray]:
+def validate_arrays(arrays: Mapping[str, np.ndarray], path: str | os.PathLike,
+                    required: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Check names, shapes, finiteness and face indices (ProcessedRunError); the arrays in their dtypes."""
     path = Path(path)
     unknown = sorted(set(arrays) - set(ARRAY_SHAPES))

@@ -1,7 +1,6 @@
-"""Which runs of a processed folder are wrong as runs, from its statistics table, each with every
-reason; cache_data.py and train.py leave them out (``data.quality``). The checks, their formulas
-and defaults: docs/data_quality.md, "Which runs are rejected". A run the table lacks, or holds
-without statistics, is not checked, and the summary says so."""
+"""Which runs of a processed folder are wrong as runs, from its statistics table, each with every reason; cache_data.py
+and train.py leave them out (``data.quality``). The checks, their formulas and defaults: docs/data_quality.md, "Which
+runs are rejected". A run the table lacks, or holds without statistics, is not checked, and the summary says so."""
 
 from __future__ import annotations
 
@@ -82,8 +81,7 @@ def robust_scores(values: Sequence[float | None], minimum_scale: float = 0.0) ->
     if not len(present):
         return np.full(len(data), np.nan), math.nan, math.nan
     median = float(np.median(present))
-    scale = max(MAD_TO_SIGMA * float(np.median(np.abs(present - median))), RELATIVE_FLOOR * abs(median),
-                minimum_scale)
+    scale = max(MAD_TO_SIGMA * float(np.median(np.abs(present - median))), RELATIVE_FLOOR * abs(median), minimum_scale)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = (data - median) / scale if scale > 0 else np.where(data == median, 0.0, np.sign(data - median) * np.inf)
     return z, median, scale
@@ -307,8 +305,7 @@ def quality_selection(runs: Sequence[Path | str], data: DataConfig, dataset: Dat
     verdicts = judge([row for row in rows if row["run"] in names], quality, dataset)
     unknown = sorted(set(quality.include) - names)
     notes = verdicts.notes + ([f"data.quality.include names no run here: {unknown}"] if unknown else [])
-    selection = Selection([], unchecked=[run_name(r) for r in runs if run_name(r) not in verdicts.checked],
-                          notes=notes)
+    selection = Selection([], unchecked=[run_name(r) for r in runs if run_name(r) not in verdicts.checked], notes=notes)
     for run in runs:
         reasons = verdicts.rejected.get(run_name(run))
         if reasons and run_name(run) not in quality.include:

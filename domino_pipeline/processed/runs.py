@@ -16,31 +16,13 @@ import numpy as np
 from domino_pipeline.configuration.config import PARTS, DataConfig, PhysicsConfig, TrainConfig, parts_named, parts_setting
 from domino_pipeline.processed.chunk_completeness import missing_chunks
 from domino_pipeline.processed.curator_forms import npz_names, read_npy, read_npz, read_zarr_group
-from domino_pipeline.processed.run_layout import (
-    ARRAY_NAMES,
-    ARRAY_SHAPES,
-    FORMAT,
-    PART_ARRAYS,
-    ProcessedRunError,
-    arrays_for,
-    check_format_version,
-    check_shapes,
-    check_values,
-    natural_key,
-)
+from domino_pipeline.processed.run_layout import (ARRAY_NAMES, ARRAY_SHAPES, FORMAT, PART_ARRAYS, ProcessedRunError,
+                                                  arrays_for, check_format_version, check_shapes, check_values,
+                                                  natural_key)
 from domino_pipeline.storage.byte_reader import read_in_order
 from domino_pipeline.configuration.run_selection import select_items
-from domino_pipeline.storage.object_store import (
-    ObjectInfo,
-    as_location,
-    exists,
-    folder_contents,
-    head,
-    is_url,
-    join,
-    list_objects,
-    name_of,
-)
+from domino_pipeline.storage.object_store import (ObjectInfo, as_location, exists, folder_contents, head, is_url, join,
+                                                  list_objects, name_of)
 
 RUN_SUFFIXES = (".zarr", ".npz", ".npy")
 FORMATS = ("processed", "curator-zarr-v2", "curator-zarr-v3", "curator-npz", "curator-npy")
@@ -67,8 +49,7 @@ DEFAULT_OPTIONS = ReadOptions()
 
 def read_options_from_config(data: DataConfig, physics: PhysicsConfig) -> ReadOptions:
     """ReadOptions from the ``data`` and ``physics`` sections."""
-    return ReadOptions(allow_pickle=data.allow_pickle,
-                       global_params=(physics.stream_velocity, physics.air_density),
+    return ReadOptions(allow_pickle=data.allow_pickle, global_params=(physics.stream_velocity, physics.air_density),
                        allow_missing_chunks=data.allow_missing_chunks)
 
 
@@ -99,10 +80,6 @@ def _describe(entries: list[tuple[str, str, Path | str]]) -> str:
     return shown + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
-def _kind(path: Path) -> str:
-    return "folder" if path.is_dir() else "file" if path.is_file() else "other"
-
-
 def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
     """(name, "folder" | "file" | "other", location) of a folder's or prefix's visible entries."""
     if is_url(directory):
@@ -111,15 +88,15 @@ def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
         if not found:
             raise FileNotFoundError(f"{directory}: no such processed-data prefix (nothing there)")
     elif directory.is_dir():
-        found = [(p.name, _kind(p), p) for p in directory.iterdir()]
+        found = [(p.name, "folder" if p.is_dir() else "file" if p.is_file() else "other", p)
+                 for p in directory.iterdir()]
     else:
         raise FileNotFoundError(f"{directory}: no such processed-data directory")
     return [entry for entry in found if not entry[0].startswith(".")]
 
 
 def list_runs(directory: str | os.PathLike) -> list[Path | str]:
-    """The runs in ``directory`` (a folder or a URL prefix), naturally sorted, hidden names left out;
-    FileNotFoundError, NoRunsError (naming what it holds), ValueError for a name held twice."""
+    """The runs in ``directory`` (a folder or URL prefix), naturally sorted; NoRunsError names what it holds."""
     directory = as_location(directory)
     entries = _entries(directory)
     runs = sorted((where for name, kind, where in entries if (name.endswith(".zarr") and kind == "folder")
@@ -136,17 +113,6 @@ def list_runs(directory: str | os.PathLike) -> list[Path | str]:
     return runs
 
 
-def split_runs(runs: list[Path | str], val_fraction: float, seed: int) -> tuple[list[Path | str], list[Path | str]]:
-    """Deterministic split: a seeded permutation, the first ceil(f*n) validate (at least one, never all)."""
-    if not runs:
-        raise ValueError("no processed runs to train on")
-    n_val = min(math.ceil(val_fraction * len(runs)), len(runs) - 1) if val_fraction > 0 else 0
-    order = np.random.default_rng(seed).permutation(len(runs))
-    val = sorted((runs[i] for i in order[:n_val]), key=runs.index)
-    train = [run for run in runs if run not in val]
-    return train, val
-
-
 @dataclass(frozen=True)
 class RunSplit:
     """train.py's three roles: training, validation (chooses the checkpoint) and test (chooses nothing)."""
@@ -158,11 +124,8 @@ class RunSplit:
 
 def split_with_test(runs: list[Path | str], val_fraction: float, seed: int, *, test_fraction: float = 0.0,
                     test_runs: Sequence[int | str] | None = None) -> RunSplit:
-    """``split_runs`` with test runs held out of training and validation alike: ``test_runs``
-    (``data.runs``' forms) when given, else the ceil(``test_fraction`` * n) runs that follow the
-    validation runs in the seeded permutation (so a split without test runs is ``split_runs``'
-    own); validation takes ceil(``val_fraction`` * n) of the rest. ValueError when no run is left
-    to train on."""
+    """A seeded split: test runs (``test_runs``, else ceil(``test_fraction`` * n) after the validation runs) held out;
+    validation takes the first ceil(``val_fraction`` * n) of the rest, at least one, never all."""
     if not runs:
         raise ValueError("no processed runs to train on")
     order = [runs[i] for i in np.random.default_rng(seed).permutation(len(runs))]
@@ -183,8 +146,7 @@ def split_with_test(runs: list[Path | str], val_fraction: float, seed: int, *, t
 
 
 def run_split_from_config(runs: list[Path | str], train: TrainConfig, seed: int) -> RunSplit:
-    """train.py's three roles: ``split_with_test`` with ``train.val_fraction``, ``train.test_fraction``
-    or ``train.test_runs``, seeded by ``train.split_seed`` or ``seed``."""
+    """train.py's ``split_with_test`` from the ``train`` section, seeded by ``train.split_seed`` or ``seed``."""
     return split_with_test(runs, train.val_fraction, seed if train.split_seed is None else train.split_seed,
                            test_fraction=train.test_fraction, test_runs=train.test_runs)
 
@@ -258,8 +220,7 @@ def _as_stored(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
              options: ReadOptions = DEFAULT_OPTIONS, opened: OpenedRun | None = None) -> dict[str, np.ndarray]:
-    """Read ``arrays`` (default: those of the run's parts) of a run of any form, validated, stl_faces
-    as int32, the rest float32; ProcessedRunError naming the file, form and array."""
+    """``arrays`` (None: the run's parts') of a run of any form, validated, float32 (stl_faces int32)."""
     run = opened if opened is not None else open_run(path, options)
     names = arrays_for(run_parts(run)) if arrays is None else list(arrays)
     unknown = sorted(set(names) - set(ARRAY_SHAPES))
@@ -270,8 +231,7 @@ def load_run(path: str | os.PathLike, arrays: Sequence[str] | None = None, *,
     if missing:
         lacking = [part for part in PARTS if set(PART_ARRAYS[part]) & set(missing) and part not in run_parts(run)]
         why = _without(run.format, run_parts(run), lacking) if lacking else run.format
-        raise ProcessedRunError(f"{run.path}: missing arrays {missing} ({why}; it holds "
-                                f"{sorted(run.arrays)})")
+        raise ProcessedRunError(f"{run.path}: missing arrays {missing} ({why}; it holds {sorted(run.arrays)})")
     check_shapes({name: _as_stored(name, tuple(a.shape)) for name, a in present.items()}, run.path)
     n_points = present["stl_coordinates"].shape[0] if "stl_coordinates" in present else None
     loaded = {}
@@ -308,8 +268,7 @@ def stored_parts(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS
 
 def require_parts(run: OpenedRun | str | os.PathLike, parts: Sequence[str], needed_by: str,
                   options: ReadOptions = DEFAULT_OPTIONS) -> None:
-    """ProcessedRunError naming the run (opened, or a path: metadata only), the parts it lacks, why,
-    and what needs them (``needed_by``: "model_type=combined", say), when it lacks any."""
+    """ProcessedRunError naming the run, the parts it lacks and what needs them (``needed_by``), when it lacks any."""
     if isinstance(run, OpenedRun):
         path, form, held = run.path, run.format, run_parts(run)
     else:
@@ -361,10 +320,9 @@ def check_all_chunks(run: OpenedRun, allow_missing: bool = False) -> None:
                                     f"layout ({type(err).__name__}: {err})") from err
         if missing:
             more = " and more" if len(missing) > 5 else ""
-            raise ProcessedRunError(
-                f"{run.path}: array {name} ({run.format}) lacks chunks {missing[:5]}{more}, which "
-                "zarr would read as fill values (zeros); rewrite the run, or set "
-                "data.allow_missing_chunks=true if its writer omits fill-valued chunks on purpose")
+            raise ProcessedRunError(f"{run.path}: array {name} ({run.format}) lacks chunks {missing[:5]}{more}, which "
+                                    "zarr would read as fill values (zeros); rewrite the run, or set "
+                                    "data.allow_missing_chunks=true if its writer omits fill-valued chunks on purpose")
 
 
 def _run_files(path: Path | str) -> tuple[bool, list[tuple[str, Path | str, Any]]]:

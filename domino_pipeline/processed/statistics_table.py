@@ -1,7 +1,5 @@
-"""The statistics of every run of a processed folder, one row per run, in
-``<processed_dir>/statistics.csv`` (its columns: docs/data_quality.md): its name, its columns, its
-text, read and saved. process_data.py writes it (inputs/statistics/table_writer.py) and
-run_quality.py reads it to find the outliers."""
+"""The statistics of every run of a processed folder, one row per run, in ``<processed_dir>/statistics.csv`` (columns:
+docs/data_quality.md), read and saved; process_data.py writes it and run_quality.py finds the outliers in it."""
 
 from __future__ import annotations
 

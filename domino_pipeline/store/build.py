@@ -1,9 +1,6 @@
-"""Building cache runs: one processed run through ``preprocessing.plan_run`` into a new run
-generation (run_writer.py), one writer per run at a time; the manifest entries of the current
-runs; the scaling factors beside the cache; and the build's commit, the manifest
-(``finish_build``): under a lock locally, by a conditional put (retried) on object storage.
-Imports Warp (through the preprocessing); the reading side of the store does not.
-"""
+"""Building cache runs: a processed run through ``preprocessing.plan_run`` into a new generation (run_writer.py), one
+writer per run; the scaling factors beside the cache; the manifest, the build's commit (``finish_build``), under a lock
+locally, by a retried conditional put on object storage. Imports Warp; the store's reading side does not."""
 
 from __future__ import annotations
 
@@ -18,45 +15,21 @@ from pathlib import Path
 from domino_pipeline.storage.atomic_store import remove_stale_temporaries, temporary_directory
 from domino_pipeline.compute.box_coverage import box_notes
 from domino_pipeline.compute.preprocessing import VOLUME_ARRAYS, plan_run
-from domino_pipeline.compute.scaling import (
-    checked_scaling_factors,
-    merge_statistics,
-    run_statistics,
-    save_scaling_factors,
-)
+from domino_pipeline.compute.scaling import (checked_scaling_factors, merge_statistics, run_statistics,
+                                             save_scaling_factors)
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.configuration.config import PipelineConfig, parts_setting
 from domino_pipeline.processed.run_layout import arrays_for, check_values
-from domino_pipeline.processed.runs import (
-    DEFAULT_OPTIONS,
-    NamedArray,
-    ReadOptions,
-    load_run,
-    open_run,
-    require_parts,
-    run_format,
-    run_name,
-    run_split_from_config,
-)
+from domino_pipeline.processed.runs import (DEFAULT_OPTIONS, NamedArray, ReadOptions, load_run, open_run,
+                                            require_parts, run_format, run_name, run_split_from_config)
 from domino_pipeline.runtime.run_report import RunResult
 from domino_pipeline.storage.byte_reader import ConflictError, reader_and_key
 from domino_pipeline.storage.object_store import is_url, join
-from domino_pipeline.store.cache_format import (
-    CacheError,
-    current_generation,
-    directory_bytes,
-    run_fingerprint,
-    run_folder,
-)
+from domino_pipeline.store.cache_format import (CacheError, current_generation, directory_bytes, run_fingerprint,
+                                                run_folder)
 from domino_pipeline.store.cache_run import CacheRun
-from domino_pipeline.store.manifest import (
-    MANIFEST,
-    manifest_entry,
-    manifest_lock,
-    read_manifest,
-    read_manifest_version,
-    write_manifest,
-)
+from domino_pipeline.store.manifest import (MANIFEST, manifest_entry, manifest_lock, read_manifest,
+                                            read_manifest_version, write_manifest)
 from domino_pipeline.store.object_cache import publish_generation
 from domino_pipeline.store.run_writer import RunWriter, run_lock
 from domino_pipeline.store.staleness import manifest_records, run_state
@@ -66,8 +39,7 @@ FACTORS_FILE = "scaling_factors.json"
 
 def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, source: dict,
               options: ReadOptions = DEFAULT_OPTIONS) -> tuple[Path, str, list[str]]:
-    """Write the next generation of the processed run's cache run, of ``settings.parts`` (the volume a
-    block at a time); return its path, the run's form and ``box_notes``."""
+    """Write the processed run's next cache generation of ``settings.parts``; its path, form and ``box_notes``."""
     name = run_name(processed_path)
     opened = open_run(processed_path, options)
     require_parts(opened, settings.parts, f"a cache of process.parts={parts_setting(settings.parts)}")
@@ -79,25 +51,19 @@ def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
     volume = {n: NamedArray(opened, n) for n in VOLUME_ARRAYS if "volume" in settings.parts}
     statistics = run_statistics({**arrays, **volume}, parts=settings.parts, source=str(processed_path))
     notes = box_notes(arrays, settings)
-    plan = plan_run(arrays, volume, settings, source=str(processed_path),
-                    scratch_dir=run_folder(cache_dir, name),
+    plan = plan_run(arrays, volume, settings, source=str(processed_path), scratch_dir=run_folder(cache_dir, name),
                     check=lambda array, block: check_values(array, block, processed_path, None))
     del arrays  # the plan keeps the prepared rows; the raw ones can go
+    published = opened.attrs.get("published") if isinstance(opened.attrs.get("published"), dict) else {}
     attrs = {"settings": settings.fingerprinted(), "settings_fingerprint": settings.fingerprint(),
              "source": source, "fingerprint": run_fingerprint(settings.fingerprint(), source["fingerprint"]),
              "counts": plan.counts, "scalars": plan.scalars | {"field_statistics": statistics,
-                                                     "published_velocity": _published_velocity(opened.attrs)}}
+                                                     "published_velocity": published.get("velocity")}}
     with RunWriter(cache_dir, name, plan.shapes, attrs, neighbor_layout=settings.neighbor_layout,
                    parts=settings.parts) as writer:
         for array, start, rows in plan.pieces:
             writer.write_rows(array, start, rows)
     return writer.path, opened.format, notes
-
-
-def _published_velocity(attrs: dict) -> float | None:
-    """The free-stream speed the processed run's files publish (its ``published`` record), or None."""
-    published = attrs.get("published")
-    return published.get("velocity") if isinstance(published, dict) else None
 
 
 def _form(processed_path: Path) -> str:
@@ -111,8 +77,7 @@ def _form(processed_path: Path) -> str:
 def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, *,
               rebuild: bool, options: ReadOptions = DEFAULT_OPTIONS,
               records: dict[str, dict] | None = None) -> RunResult:
-    """Build one cache run unless it is current, as its only writer; a failure becomes a result.
-    ``records``: the manifest's run entries, when the caller has read them (else read here)."""
+    """Build one cache run unless it is current, as its only writer; a failure becomes a result."""
     name = run_name(processed_path)
     started = time.time()
     form = _form(processed_path)
@@ -193,8 +158,7 @@ def finish_build(config: PipelineConfig, runs: list[Path], cache_dir: Path | str
 
 def commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path | str,
                     settings: PreprocessSettings) -> Path | str:
-    """List the current runs and write the manifest as its only writer; a rerun that would write the
-    same runs takes no lock and writes nothing (it succeeds on a read-only cache)."""
+    """Write the manifest as its only writer; a rerun that would write the same runs takes no lock, writes nothing."""
     if is_url(cache_dir):
         return _commit_remote_manifest(config, runs, cache_dir, settings)
     path = cache_dir / MANIFEST
@@ -208,8 +172,7 @@ def commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path | 
 
 def _commit_remote_manifest(config: PipelineConfig, runs: list[Path], cache_dir: str,
                             settings: PreprocessSettings, attempts: int = 20) -> str:
-    """Commit the manifest on object storage: list the current runs, then put it only if the manifest
-    is still the version read; when another builder committed meanwhile, read and list again."""
+    """Commit the manifest remotely: put it only at the version read, else read, list and try again."""
     for _ in range(attempts):
         try:
             old, version = read_manifest_version(cache_dir)

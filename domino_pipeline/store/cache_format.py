@@ -1,6 +1,5 @@
 """The DoMINO cache on disk: its layout, version, fingerprints and errors (spec:
-docs/cache_format.md, "Layout" and "The settings and the fingerprint").
-"""
+docs/cache_format.md, "Layout" and "The settings and the fingerprint")."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ NEIGHBOR_FEATURE_ARRAYS: dict[str, ArraySpec] = {
 
 
 def layout_arrays(neighbor_layout: str, parts: tuple[str, ...] | list[str] = PARTS) -> dict[str, ArraySpec]:
-    """The arrays (name -> spec) a run of ``neighbor_layout`` holding ``parts`` holds: ARRAYS, plus
-    NEIGHBOR_FEATURE_ARRAYS in "features", less the arrays of a part left out."""
+    """The arrays (name -> spec) of a run of ``neighbor_layout`` and ``parts``."""
     if neighbor_layout not in NEIGHBOR_LAYOUTS:
         raise ValueError(f"neighbor_layout must be one of {list(NEIGHBOR_LAYOUTS)}; got {neighbor_layout!r}")
     arrays = ARRAYS | NEIGHBOR_FEATURE_ARRAYS if neighbor_layout == "features" else dict(ARRAYS)
@@ -127,8 +125,7 @@ def run_folder(cache_dir: str | os.PathLike, name: str) -> Path | str:
 
 
 def generations(folder: str | os.PathLike) -> list[tuple[int, Path | str]]:
-    """The complete generations in a run folder, oldest first, as (number, path); on object storage a
-    generation is complete once its group ``zarr.json``, uploaded last, is there."""
+    """(number, path) of a run folder's complete generations (remotely: group ``zarr.json`` present), oldest first."""
     if is_url(folder):
         source, key = reader_and_key(folder)
         names = [n for n in source.list(key)[0] if GENERATION.match(n)]

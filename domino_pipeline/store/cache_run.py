@@ -1,6 +1,5 @@
-"""Reading one cache run generation, from a local folder or an object-store prefix: its
-attributes, the arrays every draw reads (kept with the open run) and checked, batched reads
-of the others."""
+"""Reading one cache run generation, from a local folder or an object-store prefix: its attributes, the arrays every
+draw reads (kept with the open run) and checked, batched reads of the others."""
 
 from __future__ import annotations
 
@@ -16,29 +15,13 @@ import numpy as np
 import zarr
 from zarr.storage import LocalStore
 
-from domino_pipeline.storage.byte_reader import ByteReader, LocalReader, Request, shared_reader
+from domino_pipeline.storage.byte_reader import LocalReader, Request, shared_reader
 from domino_pipeline.storage.object_store import is_url, split_url
-from domino_pipeline.store.cache_format import (
-    ARRAYS,
-    FORMAT,
-    FORMAT_VERSION,
-    GENERATION,
-    NEIGHBOR_FEATURE_ARRAYS,
-    CacheError,
-    StaleCacheError,
-    metadata_digest,
-    metadata_files,
-    settings_arrays,
-)
-from domino_pipeline.store.chunk_reader import (
-    Allocator,
-    ChunkedArray,
-    CorruptChunkError,
-    Staged,
-    fetch_chunks,
-    read_many,
-    supported_layout,
-)
+from domino_pipeline.store.cache_format import (ARRAYS, FORMAT, FORMAT_VERSION, GENERATION, NEIGHBOR_FEATURE_ARRAYS,
+                                                CacheError, StaleCacheError, metadata_digest, metadata_files,
+                                                settings_arrays)
+from domino_pipeline.store.chunk_reader import (Allocator, ChunkedArray, CorruptChunkError, Staged, fetch_chunks,
+                                                read_many, supported_layout)
 from domino_pipeline.store.run_checks import RunMetadataError, check_counts, check_grids, check_origin
 from domino_pipeline.store.shard_index import CHECKSUM_BYTES, ShardIndexError, check_shards
 
@@ -46,18 +29,19 @@ CACHE_ARRAYS = tuple(ARRAYS) + tuple(NEIGHBOR_FEATURE_ARRAYS)  # every array a r
 
 
 class CacheRun:
-    """One cache run generation opened read-only: its attributes and checked reads of its arrays.
-
-    ``location``: a local folder or an object-store URL; ``metadata``: the manifest's SHA-256 of its
-    ``zarr.json`` files; ``entry``: (run name, manifest entry) for the checks of docs/cache_format.md
-    ("Checks when a run is opened"). Open one per process; ``close`` releases its descriptors.
-    """
+    """One cache run generation (a folder or URL) opened read-only, for one process; ``metadata``: the manifest's
+    SHA-256 of its ``zarr.json`` files; ``entry``: (run name, manifest entry) for the checks at open
+    (docs/cache_format.md)."""
 
     def __init__(self, location: str | os.PathLike, *,
                  metadata: str | None = None, entry: tuple[str, dict] | None = None) -> None:
         self.remote = is_url(location)
         self.path = str(location).rstrip("/") if self.remote else Path(location)
-        self.source, self.prefix = self._source()
+        if self.remote:  # the source the run is read through, and the run's key prefix in it
+            root, key = split_url(self.path)
+            self.source, self.prefix = shared_reader(root), key + "/"
+        else:
+            self.source, self.prefix = LocalReader(self.path), ""
         self._metadata = self._read_metadata()
         if metadata is not None and metadata_digest(self._metadata) != metadata:
             raise CacheError(f"{self.path}: its metadata (attributes or array descriptions) differ "
@@ -81,8 +65,7 @@ class CacheRun:
             raise CacheError(f"{self.path}: {err}") from None
 
     def _check_metadata(self, name: str, entry: dict) -> None:
-        """The run's metadata against itself and its shards, counts against array lengths, grids against
-        the settings' resolution, and against the manifest ``entry`` of run ``name``."""
+        """The run's metadata against its shards, counts, grid resolution and the manifest ``entry`` of run ``name``."""
         settings = self.attrs.get("settings")
         names = settings_arrays(settings if isinstance(settings, dict) else {})
         shapes = {}
@@ -105,13 +88,6 @@ class CacheRun:
             raise ShardIndexError("its description is not the layout a cache writes (sharded rows, "
                                   "bytes and CRC32C codecs, inner chunks dividing shards)")
         return reader.shape
-
-    def _source(self) -> tuple[ByteReader, str]:
-        """The source the run is read through and the run's key prefix within it."""
-        if not self.remote:
-            return LocalReader(self.path), ""
-        root, key = split_url(self.path)
-        return shared_reader(root), key + "/"
 
     def _read_metadata(self) -> dict[str, bytes]:
         """Every ``zarr.json`` of the run by its path within the run (remotely in one wave)."""
@@ -201,8 +177,7 @@ class CacheRun:
     def check_present(self) -> None:
         """StaleCacheError if this local generation was removed while open (replaced by rebuilds)."""
         if not self.remote and not os.path.exists(os.path.join(self.path, "zarr.json")):
-            raise StaleCacheError(f"{self.path}: removed while open (replaced by rebuilds); "
-                                  "open the dataset again")
+            raise StaleCacheError(f"{self.path}: removed while open (replaced by rebuilds); open the dataset again")
 
     def keep(self, resident: list[str], indexed: list[str]) -> None:
         """Read in one wave the ``resident`` arrays whole (kept with the run) and the ``indexed`` arrays' indexes."""
@@ -231,15 +206,12 @@ class CacheRun:
                 self._resident[name] = array.assemble_rows(array.plan(Ellipsis)[0], chunks, views)
         self._kept.add(asked)
 
-    def read(self, name: str, selection: Any = slice(None),
-             allocate: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]``: from memory for a kept array, through ``ChunkedArray`` where it can, else
-        with zarr-python; a bad or missing chunk raises CacheError naming the run and the array."""
+    def read(self, name: str, selection: Any = slice(None), allocate: Allocator = np.empty) -> np.ndarray:
+        """``array[selection]`` from memory, ``ChunkedArray`` or zarr-python; a bad chunk is CacheError naming both."""
         return self.read_many([(name, selection, allocate)])[0]
 
     def stage(self, spans: dict[str, list[tuple[int, int]]]) -> Staged:
-        """Fetch in one wave the inner chunks that hold rows [a, b) of each named array for every (a, b)
-        of ``spans`` (a draw's windows), for ``read_many(..., staged=)``."""
+        """Fetch in one wave the inner chunks of rows [a, b) of each array for ``spans``, for ``read_many``."""
         wanted = []
         for name, parts in spans.items():
             reader = self.reader(name)
@@ -250,8 +222,7 @@ class CacheRun:
             return fetch_chunks(wanted)
 
     def read_many(self, reads: list[tuple[str, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
-        """``read`` of every (name, selection, allocate) triple, the direct ones fetched together, or taken
-        from ``staged`` where it holds every chunk they need."""
+        """``read`` of (name, selection, allocate) triples, direct ones fetched together or from ``staged``."""
         out: list[np.ndarray | None] = [None] * len(reads)
         direct = []
         for i, (name, selection, allocate) in enumerate(reads):
@@ -276,11 +247,7 @@ class CacheRun:
                 data = array.get_orthogonal_selection(selection)
             else:
                 data = array[selection]
-        if allocate is np.empty:
-            return data
-        out = allocate(data.shape, data.dtype)
-        out[...] = data
-        return out
+        return data if allocate is np.empty else _copied(data, allocate)
 
     @contextmanager
     def _naming_errors(self, what: str) -> Iterator[None]:
@@ -290,9 +257,7 @@ class CacheRun:
         except CacheError:
             raise
         except Exception as err:
-            if not self.remote and not (self.path / "zarr.json").exists():
-                raise StaleCacheError(f"{self.path}: removed while open (replaced by rebuilds); "
-                                      "open the dataset again") from err
+            self.check_present()  # a generation removed while open: StaleCacheError
             what = f"array {err.array!r}" if isinstance(err, CorruptChunkError) else what
             raise CacheError(f"{self.path}: {what} is corrupt or unreadable: {err}") from err
 
@@ -308,7 +273,11 @@ def _from_memory(array: np.ndarray, selection: Any, allocate: Allocator) -> np.n
         out = allocate((len(selection), *array.shape[1:]), array.dtype)
         np.take(array, selection, axis=0, out=out)
         return out
-    data = array[selection]
+    return _copied(array[selection], allocate)
+
+
+def _copied(data: np.ndarray, allocate: Allocator) -> np.ndarray:
+    """``data`` copied into a new array from ``allocate``."""
     out = allocate(data.shape, data.dtype)
     out[...] = data
     return out
@@ -332,8 +301,7 @@ def _newer_generation(path: Path) -> bool:
 
 
 def check_array_files(array_dir: Path) -> tuple[int, ...]:
-    """The shape of a cache array after checking its description and its shard files against each
-    other (ShardIndexError naming the problem); reads no data."""
+    """A cache array's shape, its description and shard files checked together (ShardIndexError); no data read."""
     if array_dir.is_symlink():
         raise ShardIndexError("a symbolic link; a cache holds none")
     try:

@@ -1,10 +1,7 @@
-"""Checked reads of cache arrays straight from their shard objects, without zarr-python, for the one
-layout the cache writes (docs/cache_format.md, "Layout", "Reading chunks directly"). A read is
-planned (the inner chunks a selection touches, their ranges from the kept shard indexes), then
-``read_many`` fetches the ranges of several arrays in one wave of a ``ByteReader``, checks every
-checksum and assembles the arrays. ``ChunkedArray.open`` returns None for any other layout; the
-caller then uses zarr-python. A reader is not thread-safe.
-"""
+"""Checked reads of cache arrays from their shard objects without zarr-python, for the layout the cache writes
+(docs/cache_format.md, "Reading chunks directly"): a read is planned (inner chunks, ranges from the kept shard indexes),
+``read_many`` fetches several arrays' ranges in one wave of a ``ByteReader``, checks every checksum and assembles them.
+``ChunkedArray.open`` returns None for other layouts (zarr-python's). Not thread-safe."""
 
 from __future__ import annotations
 
@@ -19,15 +16,8 @@ import crc32c
 import numpy as np
 
 from domino_pipeline.storage.byte_reader import ByteReader, LocalReader, Request
-from domino_pipeline.store.shard_index import (
-    ABSENT,
-    CHECKSUM_BYTES,
-    INDEX_ENTRY_BYTES,
-    ShardIndexError,
-    check_index,
-    chunks_in_shard,
-    shard_nbytes,
-)
+from domino_pipeline.store.shard_index import (ABSENT, CHECKSUM_BYTES, INDEX_ENTRY_BYTES, ShardIndexError, check_index,
+                                               chunks_in_shard, shard_nbytes)
 
 # Zarr v3 data types whose names numpy reads directly.
 DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
@@ -48,8 +38,7 @@ class CorruptChunkError(ValueError):
 
 
 class ChunkedArray:
-    """One array of a supported layout, read through a ByteReader with checksums checked. ``key``: the
-    array's folder within the source; ``bytes_read`` counts every byte fetched for it."""
+    """One array of a supported layout read through a ByteReader, checksums checked, every byte counted."""
 
     def __init__(self, source: ByteReader, key: str, shape: tuple[int, ...], dtype: np.dtype,
                  chunk_rows: int, shard_rows: int, metadata_bytes: int = 0) -> None:
@@ -100,8 +89,7 @@ class ChunkedArray:
         return isinstance(selection, np.ndarray) and selection.ndim == 1 and selection.dtype.kind in "iu"
 
     def read(self, selection: Any, allocate: Allocator = np.empty) -> np.ndarray:
-        """``array[selection]`` for a selection ``supports`` accepts (slices clip like numpy's, index arrays
-        gather rows orthogonally), into a result from ``allocate(shape, dtype)``."""
+        """``array[selection]`` (slices clip as numpy's; index arrays gather rows), into ``allocate(shape, dtype)``."""
         return read_many([(self, selection, allocate)])[0]
 
     def rows(self, start: int, stop: int, allocate: Allocator = np.empty) -> np.ndarray:
@@ -117,20 +105,11 @@ class ChunkedArray:
     def prefetch(self, selection: Any) -> None:
         """Read the shard indexes ``selection`` needs (one wave); faults are left for the read to report."""
         try:
-            self.load_indexes(self.chunks(selection))
+            wanted = self.index_requests(self.chunks(selection))
+            for (shard, _), result in zip(wanted, self.source.fetch([r for _, r in wanted])):
+                self.set_index(shard, result)
         except CorruptChunkError:
             pass
-
-    def chunk_runs(self, selection: Any) -> list[tuple[int, int, int]]:
-        """(shard, first, last inner chunk) of each run of consecutive chunks ``selection`` touches."""
-        runs = []
-        for chunk in (int(c) for c in self.chunks(selection)):
-            shard, inner = divmod(chunk, self.chunks_per_shard)
-            if runs and runs[-1][0] == shard and runs[-1][2] == inner - 1:
-                runs[-1] = (shard, runs[-1][1], inner)
-            else:
-                runs.append((shard, inner, inner))
-        return runs
 
     @property
     def _chunk_count(self) -> int:
@@ -173,12 +152,6 @@ class ChunkedArray:
         return [(int(s), Request(self.prefix + self.key(int(s)), None, self.index_nbytes + CHECKSUM_BYTES))
                 for s in shards if int(s) not in self._indexes]
 
-    def load_indexes(self, chunks: np.ndarray) -> None:
-        """Read and keep the missing shard indexes of ``chunks`` (one wave)."""
-        wanted = self.index_requests(chunks)
-        for (shard, _), result in zip(wanted, self.source.fetch([r for _, r in wanted])):
-            self.set_index(shard, result)
-
     def set_index(self, shard: int, result: tuple[memoryview | None, int | None]) -> None:
         """Check (CRC32C, chunks inside the data part) and keep shard ``shard``'s index from its fetched tail."""
         key = self.key(shard)
@@ -196,8 +169,7 @@ class ChunkedArray:
         index = np.frombuffer(bytes(raw), dtype="<u8").reshape(self.chunks_per_shard, 2)  # a copy
         inside = chunks_in_shard(len(self), shard, self.chunks_per_shard * self.chunk_rows, self.chunk_rows)
         try:
-            check_index(index, size - self.index_nbytes - CHECKSUM_BYTES, self.chunk_nbytes + CHECKSUM_BYTES,
-                        inside)
+            check_index(index, size - self.index_nbytes - CHECKSUM_BYTES, self.chunk_nbytes + CHECKSUM_BYTES, inside)
         except ShardIndexError as err:
             raise CorruptChunkError(self.name, f"the index of shard {key}: {err}") from None
         self._indexes[shard] = index
@@ -225,8 +197,7 @@ class ChunkedArray:
         where = f"inner chunk {inner} of shard {self.key(shard)}"
         if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
             raise CorruptChunkError(self.name, f"{where} is missing (every chunk is written)")
-        raise CorruptChunkError(self.name, f"{where} has {nbytes} bytes, expected "
-                                f"{self.chunk_nbytes + CHECKSUM_BYTES}")
+        raise CorruptChunkError(self.name, f"{where} has {nbytes} bytes, expected {self.chunk_nbytes + CHECKSUM_BYTES}")
 
     def chunk_array(self, chunk: int, data: memoryview | None) -> np.ndarray:
         """Inner chunk ``chunk`` as (chunk_rows, *row_shape), a view of ``data`` after checking size and CRC32C."""
@@ -268,8 +239,7 @@ class ChunkedArray:
         chunks = indices // self.chunk_rows
         order = None
         if np.any(chunks[1:] < chunks[:-1]):  # group by chunk; a radix sort for small chunk ids
-            order = np.argsort(chunks.astype(np.uint16 if self._chunk_count <= 1 << 16 else np.int64),
-                               kind="stable")
+            order = np.argsort(chunks.astype(np.uint16 if self._chunk_count <= 1 << 16 else np.int64), kind="stable")
             indices, chunks = indices[order], chunks[order]
         shape = (len(indices), *self.row_shape)
         out = allocate(shape, self.dtype) if order is None else np.empty(shape, self.dtype)
@@ -288,8 +258,7 @@ class ChunkedArray:
         return result
 
     def _checked(self, indices: np.ndarray) -> np.ndarray:
-        """``indices`` as int64 with negatives wrapped; IndexError naming the array if any is
-        out of range."""
+        """``indices`` as int64 with negatives wrapped; IndexError naming the array if any is out of range."""
         indices = np.asarray(indices)
         if indices.ndim != 1 or (indices.size and indices.dtype.kind not in "iu"):
             raise IndexError(f"{self.name}: row indices must be a 1-D integer array, "
@@ -311,8 +280,7 @@ Staged = dict["ChunkedArray", dict[int, memoryview | None]]  # array -> inner ch
 
 
 def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
-    """``array[selection]`` of every (array, selection, allocate) triple, the arrays sharing one
-    source: those whose chunks are all in ``staged`` from there, the others fetched in two waves."""
+    """``array[selection]`` of (array, selection, allocate) triples of one source, from ``staged`` or in two waves."""
     if not reads:
         return []
     staged = staged or {}
@@ -335,13 +303,11 @@ def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged |
 
 
 def fetch_chunks(wanted: list[tuple[ChunkedArray, np.ndarray]]) -> Staged:
-    """The bytes of the inner chunks of every (array, chunks) pair, the arrays sharing one source: the
-    missing shard indexes in one wave, then the chunks in one more."""
+    """The bytes of every (array, chunks) pair of one source: missing indexes in one wave, chunks in another."""
     if not wanted:
         return {}
     source = wanted[0][0].source
-    indexes = [(array, shard, request) for array, chunks in wanted
-               for shard, request in array.index_requests(chunks)]
+    indexes = [(array, shard, request) for array, chunks in wanted for shard, request in array.index_requests(chunks)]
     for (array, shard, _), result in zip(indexes, source.fetch([r for _, _, r in indexes])):
         array.set_index(shard, result)
     requests = [array.chunk_requests(chunks) for array, chunks in wanted]

@@ -1,6 +1,5 @@
 """``<cache_dir>/manifest.json``: the runs of a cache and the generation of each, the settings
-that built it and a checksum of itself (docs/cache_format.md, "manifest.json").
-"""
+that built it and a checksum of itself (docs/cache_format.md, "manifest.json")."""
 
 from __future__ import annotations
 
@@ -15,14 +14,8 @@ from domino_pipeline.compute.scaling import checked_scaling_factors
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.storage.byte_reader import read_bytes, read_versioned, reader_and_key
 from domino_pipeline.storage.object_store import is_url, join, name_of
-from domino_pipeline.store.cache_format import (
-    FORMAT,
-    FORMAT_VERSION,
-    CacheError,
-    directory_bytes,
-    file_count,
-    layout_arrays,
-)
+from domino_pipeline.store.cache_format import (FORMAT, FORMAT_VERSION, CacheError, directory_bytes, file_count,
+                                                layout_arrays)
 from domino_pipeline.store.cache_run import CacheRun
 
 MANIFEST = "manifest.json"
@@ -42,8 +35,7 @@ def manifest_digest(manifest: dict) -> str:
 def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
                    runs: dict[str, dict], config: dict | None = None,
                    scaling_factors: dict | None = None, *, if_version: str | None = None) -> Path | str:
-    """Write ``<cache_dir>/manifest.json`` atomically: locally by a rename; on object storage only if it
-    is still at version ``if_version`` (absent when None), else ConflictError."""
+    """Write ``<cache_dir>/manifest.json`` atomically; remotely only at version ``if_version``, else ConflictError."""
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -104,8 +96,7 @@ def _check_manifest(manifest: object, cache_dir: str | os.PathLike) -> None:
     if manifest.get("format") != FORMAT:
         raise CacheError(f"{path}: not a {FORMAT} manifest (format={manifest.get('format')!r})")
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise CacheError(f"{path}: format_version {manifest.get('format_version')}, "
-                         f"this reader reads {FORMAT_VERSION}")
+        raise CacheError(f"{path}: format_version {manifest.get('format_version')}, this reader reads {FORMAT_VERSION}")
     if manifest.get("sha256") != manifest_digest(manifest):
         raise CacheError(f"{path}: its checksum does not match its contents: edited or corrupt; "
                          "rewrite it with cache_data.py")
@@ -128,14 +119,10 @@ def run_path(cache_dir: str | os.PathLike, name: str, entry: dict) -> Path | str
     return join(cache_dir, *parts)
 
 
-def run_folder_of(generation: Path | str) -> Path | str:
-    """The run folder holding a generation (its parent folder or prefix)."""
-    return generation.rsplit("/", 1)[0] if isinstance(generation, str) else generation.parent
-
-
 def manifest_entry(cache_dir: str | os.PathLike, run: CacheRun) -> dict:
     """The manifest's record of one run generation."""
-    relative = f"{name_of(run_folder_of(run.path))}/{name_of(run.path)}"
+    folder = run.path.rsplit("/", 1)[0] if isinstance(run.path, str) else run.path.parent  # the run's folder or prefix
+    relative = f"{name_of(folder)}/{name_of(run.path)}"
     return {"path": relative, "generation": run.attrs.get("generation"),
             "fingerprint": run.attrs["fingerprint"], "source": run.attrs["source"],
             "counts": run.attrs["counts"], "metadata_sha256": run.metadata_sha256,
@@ -145,8 +132,7 @@ def manifest_entry(cache_dir: str | os.PathLike, run: CacheRun) -> dict:
 
 def manifest_scaling_factors(cache_dir: str | os.PathLike, manifest: dict | None = None,
                              normalization: str | None = None) -> dict:
-    """The scaling factors cache_data.py wrote beside the cache, checked against the manifest's SHA-256
-    (CacheError when absent or changed); ``normalization`` replaces the stored one."""
+    """The scaling factors beside the cache, checked against the manifest's SHA-256 (CacheError)."""
     manifest = read_manifest(cache_dir) if manifest is None else manifest
     record = manifest.get("scaling_factors")
     if record is None:

@@ -1,7 +1,5 @@
-"""A cache on object storage: uploading a local cache folder or one run generation, and
-removing the generations no reader needs (docs/cache_format.md, "On object storage"). The
-manifest is uploaded last: it is the commit that makes the runs it names readable.
-"""
+"""A cache on object storage: uploading a cache folder or one run generation, and removing the generations no reader
+needs (docs/cache_format.md, "On object storage"). The manifest goes last: it commits the runs it names."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ ABANDONED_AFTER_S = 3600.0  # an unfinished generation untouched this long: its 
 
 
 def upload_folder(folder: str | os.PathLike, location: str) -> int:
-    """Upload every file under the local cache ``folder`` to ``location`` (hidden temporaries and
-    locks left out), the manifest last; return the number of objects written."""
+    """Upload a cache ``folder`` to ``location`` (hidden files left out), the manifest last; the object count."""
     folder = Path(folder)
     source, prefix = reader_and_key(location)
     files = sorted(p for p in folder.rglob("*") if p.is_file()
@@ -51,16 +48,12 @@ def _put_in_batches(source, items: list[tuple[str, Path]]) -> None:
     source.put_many(batch)
 
 
-def _generation_numbers(source, folder_key: str) -> list[int]:
-    """Numbers of every generation prefix under a run's folder, complete or not."""
-    return [int(m.group(1)) for n in source.list(folder_key)[0] if (m := GENERATION.match(n))]
-
-
 def claim_generation(cache_url: str, name: str) -> tuple[int, str]:
     """Claim run ``name``'s next generation number by a create-only put of its ``.claim``: (number, URL)."""
     folder = join(cache_url, name)
     source, key = reader_and_key(folder)
-    number = max(_generation_numbers(source, key), default=0) + 1
+    numbers = [int(m.group(1)) for n in source.list(key)[0] if (m := GENERATION.match(n))]  # complete or not
+    number = max(numbers, default=0) + 1
     while True:
         try:
             source.put(f"{key}/g{number}.zarr/{CLAIM}", f"pid {os.getpid()}\n".encode(), mode="create")
@@ -71,8 +64,7 @@ def claim_generation(cache_url: str, name: str) -> tuple[int, str]:
 
 def publish_generation(local: str | os.PathLike, cache_url: str, name: str, *,
                        abandoned_after_s: float = ABANDONED_AFTER_S) -> str:
-    """Upload ``local`` as run ``name``'s next generation under ``cache_url`` (its ``zarr.json`` last, so
-    it is listed only once whole), then remove the old generations; return its URL."""
+    """Upload ``local`` as run ``name``'s next generation (``zarr.json`` last), remove old ones; its URL."""
     local = Path(local)
     number, url = claim_generation(cache_url, name)
     source, key = reader_and_key(url)
@@ -103,14 +95,11 @@ def _generation_objects(cache_url: str, name: str) -> dict[str, dict]:
 def untouched_for(objects: dict, seconds: float) -> bool:
     """Whether no object of ``objects`` was written in the last ``seconds``."""
     now = time.time()
-    return all(o.last_modified is not None and now - o.last_modified.timestamp() > seconds
-               for o in objects.values())
+    return all(o.last_modified is not None and now - o.last_modified.timestamp() > seconds for o in objects.values())
 
 
-def remove_old_generations(cache_url: str, name: str, *,
-                           abandoned_after_s: float = ABANDONED_AFTER_S) -> list[str]:
-    """Delete the generations of run ``name`` no reader needs; return their names. A generation loses
-    its ``zarr.json`` first, so it is never listed half deleted."""
+def remove_old_generations(cache_url: str, name: str, *, abandoned_after_s: float = ABANDONED_AFTER_S) -> list[str]:
+    """Delete run ``name``'s generations no reader needs, each ``zarr.json`` first; their names."""
     by_generation = _generation_objects(cache_url, name)
     complete = sorted((n for n, files in by_generation.items() if "zarr.json" in files),
                       key=lambda n: int(GENERATION.match(n).group(1)))

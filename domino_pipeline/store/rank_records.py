@@ -1,9 +1,6 @@
-"""How the ranks of a multi-process cache build finish without waiting for one another: each leaves
-a record in ``<cache>/.ranks/<job>/``; the rank that finds every record there is the last one and
-alone writes the manifest (docs/cache_format.md). On object storage the last rank claims the
-job's end with a create-only put of ``<job>/finished``, which stays until a later build removes
-it (``remove_finished_jobs``), so the end is claimed once.
-"""
+"""How the ranks of a multi-process cache build finish without waiting for one another: each leaves a record in
+``<cache>/.ranks/<job>/``; the rank that finds them all alone writes the manifest (docs/cache_format.md). On object
+storage it claims the job's end by a create-only put of ``<job>/finished``, kept until ``remove_finished_jobs``."""
 
 from __future__ import annotations
 
@@ -24,17 +21,13 @@ FINISHED = "finished"  # the object whose create-only put claims a job's end (ob
 T = TypeVar("T")
 
 
-def job_folder(cache_dir: str | Path, job: str) -> Path | str:
-    """Where the ranks of job ``job`` leave their records (a folder, or a URL prefix)."""
-    return join(cache_dir, RANKS_DIR, job)
-
-
 def finish_rank(cache_dir: str | Path, job: str, rank: int, world_size: int, record: dict,
                 on_last: Callable[[list[dict]], T]) -> T | None:
     """Leave this rank's ``record``; the last of ``world_size`` returns ``on_last(records)`` and removes them."""
+    folder = join(cache_dir, RANKS_DIR, job)  # the job's records: a folder, or a URL prefix
     if is_url(cache_dir):
-        return _finish_remote(str(job_folder(cache_dir, job)), rank, world_size, record, on_last)
-    folder = Path(job_folder(cache_dir, job))
+        return _finish_remote(str(folder), rank, world_size, record, on_last)
+    folder = Path(folder)
     mine = folder / f"rank-{rank}.json"
     folder.mkdir(parents=True, exist_ok=True)
     write_json_atomic(mine, record)

@@ -1,7 +1,5 @@
-"""Checks of a cache run generation's metadata against itself and against the manifest entry it
-sits under: counts against array lengths, grid shapes against the settings, the recorded run
-name and source against the manifest's. Plain values in, ``RunMetadataError`` out.
-"""
+"""Checks of a cache run generation's metadata against itself and its manifest entry: counts against array lengths, grid
+shapes against the settings, the recorded run name and source. Plain values in, ``RunMetadataError`` out."""
 
 from __future__ import annotations
 
@@ -17,20 +15,14 @@ class RunMetadataError(CacheError):
     """Metadata of a cache run that contradicts itself, its bytes or its manifest entry."""
 
 
-def counted_kind(array: str) -> str | None:
-    """The ``counts`` key (geometry, surface, volume) of array ``array``'s rows; None for the grids."""
-    return None if array in GRIDS else array.split("_", 1)[0]
-
-
 def check_counts(counts: Any, lengths: dict[str, int]) -> None:
-    """RunMetadataError unless ``counts`` gives every kind's rows as a non-negative int equal to the
-    length of each array of that kind (``lengths``: array -> rows)."""
+    """RunMetadataError unless ``counts`` gives each kind's rows as the length of its arrays (``lengths``)."""
     if not isinstance(counts, dict):
         raise RunMetadataError(f"counts {counts!r} is not a mapping")
     for array, rows in sorted(lengths.items()):
-        kind = counted_kind(array)
-        if kind is None:
+        if array in GRIDS:
             continue
+        kind = array.split("_", 1)[0]  # the counts key: geometry, surface or volume
         count = counts.get(kind)
         if type(count) is not int or count < 0:
             raise RunMetadataError(f"counts.{kind} is {count!r}, not a row count")
@@ -59,6 +51,5 @@ def check_origin(attrs: dict, name: str, entry: dict) -> None:
                                "in manifest.json (copied or linked from another run?)")
     listed = entry.get("source") if isinstance(entry, dict) else None
     if not isinstance(listed, dict) or listed.get("fingerprint") != source.get("fingerprint"):
-        raise RunMetadataError("was built from another version of its processed run than "
-                               "manifest.json records")
+        raise RunMetadataError("was built from another version of its processed run than manifest.json records")
 

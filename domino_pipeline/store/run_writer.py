@@ -1,6 +1,5 @@
 """Writing one cache run: a new generation, array by array or block by block, built under a hidden
-temporary name and renamed into place whole; placed generations are never modified.
-"""
+temporary name and renamed into place whole; placed generations are never modified."""
 
 from __future__ import annotations
 
@@ -42,8 +41,7 @@ def _grid(spec: ArraySpec, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tup
 
 
 class RunWriter:
-    """Writes generation N+1 of one cache run (the caller holds ``run_lock``): every array of ``shapes``,
-    every inner chunk (fill-valued ones too), the ``attrs`` last; an array left short is an error."""
+    """Writes generation N+1 of a run under ``run_lock``: every array and inner chunk, ``attrs`` last."""
 
     def __init__(self, cache_dir: str | os.PathLike, name: str, shapes: dict[str, tuple[int, ...]],
                  attrs: dict[str, Any], *, neighbor_layout: str, parts: tuple[str, ...] = PARTS) -> None:
@@ -72,13 +70,8 @@ class RunWriter:
             chunks, shards = _grid(spec, shape)
             self.arrays[name] = self.group.create_array(
                 name, shape=shape, dtype=spec.dtype, chunks=chunks, shards=shards,
-                serializer=BytesCodec(), compressors=[Crc32cCodec()], fill_value=0,
-                config={"write_empty_chunks": True})
+                serializer=BytesCodec(), compressors=[Crc32cCodec()], fill_value=0, config={"write_empty_chunks": True})
         return self
-
-    def write(self, name: str, data: np.ndarray) -> None:
-        """Write the whole array ``name``."""
-        self.write_rows(name, 0, data)
 
     def write_rows(self, name: str, start: int, data: np.ndarray) -> None:
         """Write rows ``start : start + len(data)`` of array ``name`` (whole shards where aligned to them)."""
@@ -105,12 +98,10 @@ class RunWriter:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return
         try:
-            short = {n: (done, self.shapes[n][0]) for n, done in self.written.items()
-                     if done < self.shapes[n][0]}
+            short = {n: (done, self.shapes[n][0]) for n, done in self.written.items() if done < self.shapes[n][0]}
             if short:
                 raise ValueError(f"{self.tmp}: arrays written only in part (rows written, rows): {short}")
-            self.attrs |= {"format": FORMAT, "format_version": FORMAT_VERSION,
-                           "generation": self.number,
+            self.attrs |= {"format": FORMAT, "format_version": FORMAT_VERSION, "generation": self.number,
                            "build_seconds": round(time.time() - self.started, 3)}
             self.group.attrs.update(self.attrs)  # last: a group with attrs has all its arrays
             os.rename(self.tmp, self.path)

@@ -1,8 +1,6 @@
-"""Checks of a cache array's shards that need only plain numbers: a shard's index as a whole, and
-a shard's size against what the array's metadata implies, so any byte source can use them.
-Arithmetic is in Python ints or bounded before it is done in uint64, so a crafted offset near
-2**64 cannot wrap past a bound check (docs/cache_format.md, "Reading chunks directly").
-"""
+"""Checks of a cache array's shards from plain numbers (any byte source can use them): a shard's index, and its size
+against the array's metadata. Arithmetic is in Python ints or bounded before uint64, so a crafted offset near 2**64
+cannot wrap past a bound check (docs/cache_format.md, "Reading chunks directly")."""
 
 from __future__ import annotations
 
@@ -20,9 +18,8 @@ class ShardIndexError(ValueError):
 
 
 def check_index(index: np.ndarray, data_nbytes: int, chunk_nbytes: int, written: int) -> None:
-    """ShardIndexError naming the first bad inner chunk unless the (n, 2) uint64 ``index`` of a shard is
-    whole: its first ``written`` entries written, each ``chunk_nbytes`` long inside the
-    ``data_nbytes`` before the index, none overlapping, none half absent."""
+    """ShardIndexError naming the first bad inner chunk unless a shard's (n, 2) uint64 ``index`` is whole: ``written``
+    entries, each ``chunk_nbytes`` inside the ``data_nbytes`` of data, none overlapping or half absent."""
     offsets, sizes = index[:, 0], index[:, 1]
     absent = (offsets == ABSENT) & (sizes == ABSENT)
     _first("has only one of offset and size absent", (offsets == ABSENT) ^ (sizes == ABSENT))
@@ -64,15 +61,12 @@ def shard_nbytes(rows: int, shard: int, shard_rows: int, chunk_rows: int, chunk_
             + per_shard * INDEX_ENTRY_BYTES + CHECKSUM_BYTES)
 
 
-def check_shards(rows: int, chunk_rows: int, shard_rows: int, chunk_nbytes: int,
-                 sizes: dict[int, int]) -> None:
-    """ShardIndexError unless the shard files ``sizes`` (shard -> bytes) are exactly what the array's
-    shape and chunking imply; checked before any allocation."""
+def check_shards(rows: int, chunk_rows: int, shard_rows: int, chunk_nbytes: int, sizes: dict[int, int]) -> None:
+    """ShardIndexError unless the shard sizes (shard -> bytes) are what shape and chunking imply."""
     if not 0 < chunk_rows <= shard_rows or shard_rows % chunk_rows:
         raise ShardIndexError(f"inner chunks of {chunk_rows} rows do not divide shards of {shard_rows} rows")
     if chunk_nbytes > MAX_CHUNK_BYTES + CHECKSUM_BYTES:
-        raise ShardIndexError(f"inner chunks of {chunk_nbytes} bytes, more than the format's "
-                              f"{MAX_CHUNK_BYTES}")
+        raise ShardIndexError(f"inner chunks of {chunk_nbytes} bytes, more than the format's {MAX_CHUNK_BYTES}")
     if shard_rows // chunk_rows > MAX_CHUNKS_PER_SHARD:
         raise ShardIndexError(f"{shard_rows // chunk_rows} inner chunks per shard, more than the "
                               f"format's {MAX_CHUNKS_PER_SHARD}")
@@ -85,5 +79,4 @@ def check_shards(rows: int, chunk_rows: int, shard_rows: int, chunk_nbytes: int,
     for shard, size in sorted(sizes.items()):
         want = shard_nbytes(rows, shard, shard_rows, chunk_rows, chunk_nbytes)
         if size != want:
-            raise ShardIndexError(f"shard {shard} has {size} bytes; {rows} rows in this chunking "
-                                  f"make it {want}")
+            raise ShardIndexError(f"shard {shard} has {size} bytes; {rows} rows in this chunking make it {want}")

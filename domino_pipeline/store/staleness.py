@@ -1,8 +1,5 @@
-"""Whether a cache run is current: its newest generation's fingerprint against the settings and
-the processed run it was built from, and the manifest's records of both; whether the manifest's
-scaling factors are usable. The read side of the store: neither this module nor its imports
-load Warp.
-"""
+"""Whether a cache run is current (its newest generation against the settings, the processed run and the manifest)
+and whether the manifest's scaling factors are usable. Neither this module nor its imports load Warp."""
 
 from __future__ import annotations
 
@@ -12,20 +9,14 @@ from pathlib import Path
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.processed.runs import run_name, source_fingerprint, stat_fingerprint
 from domino_pipeline.storage.object_store import is_url, name_of
-from domino_pipeline.store.cache_format import (
-    CacheError,
-    current_generation,
-    diff_settings,
-    run_fingerprint,
-    run_folder,
-)
+from domino_pipeline.store.cache_format import (CacheError, current_generation, diff_settings, run_fingerprint,
+                                                run_folder)
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import manifest_scaling_factors, read_manifest
 
 
 def current_source(processed_path: Path, recorded: dict | None = None, *, full: bool = False) -> dict:
-    """The processed run's source record: its path, the SHA-256 of its bytes (hashed only when the
-    stat fingerprint differs from ``recorded``'s, or ``full``) and its stat fingerprint."""
+    """The processed run's source record: path, SHA-256 (rehashed when its stat changed, or ``full``), stat."""
     stat = stat_fingerprint(processed_path)
     if not full and recorded and recorded.get("stat") == stat and recorded.get("fingerprint"):
         fingerprint = recorded["fingerprint"]
@@ -62,8 +53,7 @@ def _recorded_source(entry: dict, run: CacheRun) -> dict:
 
 @dataclass(frozen=True)
 class RunState:
-    """A run's newest cache generation set against its processed run: whether one is ``built``, the
-    ``reasons`` it is stale, the processed run's current ``source`` record, the opened ``run``."""
+    """A run's newest cache generation against its processed run: ``built``, stale ``reasons``, ``source``, ``run``."""
 
     built: bool
     reasons: list[str]

@@ -25,8 +25,7 @@ def read_in_blocks(run: CacheRun, name: str, rows: int = 1 << 20) -> None:
 
 def validate_run(name: str, processed_path: Path | None, cache_dir: Path,
                  settings: PreprocessSettings, manifest: dict) -> RunResult:
-    """Check one run as docs/cache_format.md ("Building, resuming, validating") lists: its manifest
-    entry, generation, metadata, fingerprints and every chunk's checksum."""
+    """Check one run's manifest entry, generation, metadata, fingerprints and checksums (docs/cache_format.md)."""
     entry = manifest.get("runs", {}).get(name)
     if entry is None:
         return RunResult(name, "failed", f"{run_folder(cache_dir, name)}: not listed in manifest.json")
@@ -69,8 +68,7 @@ def _folders(cache_dir: Path | str) -> list[str]:
 
 
 def validate_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettings) -> list[RunResult]:
-    """Validate the manifest and every run among the processed runs, the manifest's entries and the run
-    folders; a missing or corrupt manifest fails every run."""
+    """Validate the manifest and every run it lists, processed or in a folder; no manifest fails them all."""
     try:
         manifest = read_manifest(cache_dir)
     except (CacheError, FileNotFoundError) as err:
@@ -84,5 +82,4 @@ def validate_cache(runs: list[Path], cache_dir: Path, settings: PreprocessSettin
     processed = {run_name(p): p for p in runs}
     folders = {n for n in _folders(cache_dir) if generations(run_folder(cache_dir, n))}
     names = sorted(set(processed) | set(manifest["runs"]) | folders)
-    return results + [_checked(n, validate_run, processed.get(n), cache_dir, settings, manifest)
-                      for n in names]
+    return results + [_checked(n, validate_run, processed.get(n), cache_dir, settings, manifest) for n in names]

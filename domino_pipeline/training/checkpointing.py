@@ -1,10 +1,7 @@
-"""Training checkpoints: when and what a run saves, how it resumes, and the files themselves
-(``TrainingState`` what a step changes, ``CheckpointFiles`` where it goes). Every checkpoint is a new
-file, ``checkpoint-e<epoch>-s<step>.pt``, written with its digest (``file_digests``); an older one
-is removed only once a newer one is on disk and checked, and resuming takes the newest that passes
-its checks. The files and what is checked: docs/checkpoints.md; their contents:
-docs/configuration.md ("Checkpoints") and docs/example_keys.md.
-"""
+"""Training checkpoints: when and what a run saves, how it resumes, and the files. Each checkpoint
+is a new file ``checkpoint-e<epoch>-s<step>.pt`` with its digest; an older one is removed only once a
+newer one is on disk and checked; resuming takes the newest that passes its checks (docs/checkpoints.md,
+docs/configuration.md "Checkpoints", docs/example_keys.md)."""
 
 from __future__ import annotations
 
@@ -22,27 +19,14 @@ import torch
 
 from domino_pipeline.storage.atomic_store import remove_stale_temporaries, write_json_atomic
 from domino_pipeline.runtime.entry_point import one_line
-from domino_pipeline.storage.file_digests import (
-    DIGEST_SUFFIX,
-    DamagedFileError,
-    check_file,
-    read_checked,
-    remove_checked,
-    write_checked,
-)
+from domino_pipeline.storage.file_digests import (DIGEST_SUFFIX, DamagedFileError, check_file, read_checked,
+                                                  remove_checked, write_checked)
 from domino_pipeline.training import distributed
 from domino_pipeline.training.distributed import DistInfo
-from domino_pipeline.training.example_checkpoints import (
-    load_example_checkpoint,
-    restore_example_states,
-    save_example_checkpoint,
-)
-from domino_pipeline.training.model_files import (
-    init_weights_from,
-    nonfinite_tensors,
-    require_finite_weights,
-    save_model_file,
-)
+from domino_pipeline.training.example_checkpoints import (load_example_checkpoint, restore_example_states,
+                                                          save_example_checkpoint)
+from domino_pipeline.training.model_files import (init_weights_from, nonfinite_tensors, require_finite_weights,
+                                                  save_model_file)
 from domino_pipeline.training.run_log import EpochResult
 
 CHECKPOINT_NAME = "checkpoint-e{epoch:04d}-s{step:06d}.pt"
@@ -71,8 +55,7 @@ class TrainingState:
 
 @dataclass(frozen=True)
 class CheckpointFiles:
-    """Where a run's checkpoints and models go, how many checkpoints it keeps, the resolved config
-    they record."""
+    """Where a run's checkpoints and models go, how many it keeps, the resolved config they record."""
 
     folder: Path
     models: dict[str, Path] = field(repr=False)  # last, best (physicsnemo .mdlus) and best_record (JSON)
@@ -87,10 +70,9 @@ class CheckpointFiles:
 
 def save_checkpoint(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, epoch: int, step: int,
                     partial: EpochResult) -> Path:
-    """Collective: gather every rank's RNG state and partial sums, rank 0 writes the checkpoint
-    (``epoch`` to run next, ``step`` batches of it done) and the last model, then removes the older
-    checkpoints; every rank raises rank 0's error if it failed. Weights that are not finite are
-    refused on every rank before anything is written. The checkpoint's path."""
+    """Collective: rank 0 writes the checkpoint (``epoch`` to run next, ``step`` batches of it done, every rank's RNG
+    state and sums) and the last model, then prunes; every rank raises rank 0's error. Weights not finite are refused
+    first."""
     require_finite_weights(state.model, f"epoch {epoch}, step {step}")
     rng_states = distributed.gather_objects(capture_rng_state())
     partials = distributed.gather_objects({"loss_sum": partial.loss_sum, "batches": partial.batches,
@@ -117,8 +99,7 @@ def save_checkpoint(state: TrainingState, files: CheckpointFiles, info: DistInfo
 
 
 def write_files(state: TrainingState, files: CheckpointFiles, path: Path, contents: dict[str, Any]) -> None:
-    """Rank 0's part of a checkpoint: the checkpoint, the last model, at an epoch's end physicsnemo's
-    pair; each written, flushed and checked before the older checkpoints are removed."""
+    """Rank 0's checkpoint, last model and, at an epoch's end, physicsnemo's pair; then older ones pruned."""
     write_checked(path, lambda tmp: torch.save(contents, tmp))
     save_model_file(state.model, files.models["last"])
     epoch, step = contents["epoch"], contents["step"]
@@ -129,8 +110,7 @@ def write_files(state: TrainingState, files: CheckpointFiles, path: Path, conten
 
 
 def keep_best(state: TrainingState, files: CheckpointFiles, info: DistInfo, epoch: int, val_loss: float) -> None:
-    """Rank 0 saves the model as the best one when the validation loss is the lowest so far (a
-    validation loss that is not finite never is)."""
+    """Rank 0 saves the model as the best when the validation loss is the lowest so far (and finite)."""
     if not val_loss < state.best_val_loss:
         return
     require_finite_weights(state.model, f"the best model of epoch {epoch}")
@@ -144,10 +124,8 @@ def check_same_model(saved: dict[str, Any], current: dict[str, Any], path: Path)
     """Refuse to resume a checkpoint of another model type or architecture."""
     differing = [key for key in ("model_type", "model") if saved.get(key) != current.get(key)]
     if differing:
-        raise ValueError(
-            f"{path}: checkpoint was trained with other {differing} settings; "
-            "use another output_dir or delete the checkpoint"
-        )
+        raise ValueError(f"{path}: checkpoint was trained with other {differing} settings; "
+                         "use another output_dir or delete the checkpoint")
 
 
 @dataclass(frozen=True)
@@ -161,9 +139,7 @@ class ResumePoint:
 
 def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, saved: GoodCheckpoint | None,
            init_from: str | None, resume_from: str | None = None, say=print) -> ResumePoint:
-    """Restore ``saved`` (the newest checkpoint that passed its checks: ``agreed_checkpoint``) if
-    there is one, naming the newer ones it skipped, else continue the physicsnemo checkpoint folder
-    ``resume_from``, else start from ``init_from`` (a .mdlus) when given; ``say`` reports which."""
+    """Restore ``saved``; else continue the physicsnemo folder ``resume_from``; else start from ``init_from``."""
     if saved is None and resume_from:
         return resume_from_example(state, resume_from, info, say)
     if saved is None:
@@ -190,8 +166,7 @@ def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, save
 
 
 def resume_from_example(state: TrainingState, folder: str, info: DistInfo, say=print) -> ResumePoint:
-    """Continue a physicsnemo checkpoint (the DoMINO example's): model, optimizer, scaler, scheduler
-    and epoch; RNG states and the best validation loss start afresh (not in that layout)."""
+    """Continue a physicsnemo checkpoint (model, optimizer, scaler, scheduler, epoch); RNG states start afresh."""
     example = load_example_checkpoint(folder, map_location=info.device)
     init_weights_from(state.model, example.model_path)
     for note in restore_example_states(example, state.optimizer, state.scheduler, state.scaler):
@@ -238,8 +213,7 @@ def newest_checkpoint(output_dir: str | Path) -> Path:
 
 
 def load_checkpoint(path: str | Path, map_location: torch.device | str = "cpu") -> dict[str, Any]:
-    """The checkpoint at ``path``, read once and checked: its digest, its format, its keys, that its
-    position is its name's and that its weights are finite; else an error naming the file."""
+    """The checkpoint at ``path``, its digest, format, keys, position and finite weights checked."""
     path = Path(path)
     data = read_checked(path)
     try:
@@ -263,8 +237,7 @@ def config_from_checkpoint(state: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class GoodCheckpoint:
-    """The newest checkpoint of a folder that passed its checks, its contents (until handed over),
-    and one line for each newer one skipped (the file and what is wrong with it)."""
+    """The newest checkpoint of a folder that passed its checks, its contents, and a line per newer one skipped."""
 
     path: Path
     state: dict[str, Any] | None = field(repr=False)
@@ -283,8 +256,7 @@ class NoGoodCheckpointError(ValueError):
 
 
 def last_good_checkpoint(folder: str | Path, map_location: torch.device | str = "cpu") -> GoodCheckpoint | None:
-    """The newest checkpoint of ``folder`` that ``load_checkpoint`` accepts; None when there is no
-    checkpoint; NoGoodCheckpointError naming each file and its fault when none passes."""
+    """The newest checkpoint ``load_checkpoint`` accepts, None without any; NoGoodCheckpointError when none passes."""
     folder, skipped = Path(folder), []
     for path in checkpoints_newest_first(folder):
         try:
@@ -299,8 +271,7 @@ def last_good_checkpoint(folder: str | Path, map_location: torch.device | str = 
 
 
 def agreed_checkpoint(folder: str | Path) -> GoodCheckpoint | None:
-    """Collective: ``last_good_checkpoint`` on every rank, which must all find the same file; every
-    rank raises the same error when one rank's search failed or the ranks disagree."""
+    """Collective ``last_good_checkpoint``: every rank raises the same error if one failed or the ranks disagree."""
     found, error = None, None
     try:
         found = last_good_checkpoint(folder)
@@ -321,10 +292,8 @@ def agreed_checkpoint(folder: str | Path) -> GoodCheckpoint | None:
 
 
 def remove_older_checkpoints(newest: Path, keep: int) -> list[Path]:
-    """After ``newest`` is written and checked: of the checkpoints older than it keep the ``keep - 1``
-    newest that pass their digest check and remove the others (damaged ones too), with temporaries
-    no live writer holds and digests left without their file. Newer-named ones (damaged: resume
-    skipped them) stay until training reaches them. What was removed."""
+    """After ``newest`` is checked: keep the ``keep - 1`` newest older checkpoints that pass their digest check, remove
+    the rest, stale temporaries and orphan digests; newer-named (damaged) ones stay. What was removed."""
     folder, position, kept, removed = newest.parent, checkpoint_position(newest), 0, []
     for path in checkpoints_newest_first(folder):
         if path == newest or checkpoint_position(path) > position:
@@ -351,26 +320,16 @@ def _passes(path: Path) -> bool:
 
 # ---- RNG states
 
-
 def capture_rng_state() -> dict[str, Any]:
     """This process's torch, CUDA, numpy and Python RNG states as tensors and plain values."""
     np_kind, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
     py_version, py_internal, py_gauss = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {
-            "kind": str(np_kind),
-            "keys": torch.from_numpy(np_keys.astype(np.int64)),
-            "pos": int(np_pos),
-            "has_gauss": int(np_has_gauss),
-            "cached_gaussian": float(np_gauss),
-        },
-        "python": {
-            "version": int(py_version),
-            "internal": torch.tensor(py_internal, dtype=torch.int64),
-            "gauss_next": py_gauss,
-        },
-    }
+        "numpy": {"kind": str(np_kind), "keys": torch.from_numpy(np_keys.astype(np.int64)), "pos": int(np_pos),
+                  "has_gauss": int(np_has_gauss), "cached_gaussian": float(np_gauss)},
+        "python": {"version": int(py_version), "internal": torch.tensor(py_internal, dtype=torch.int64),
+                   "gauss_next": py_gauss}}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -379,31 +338,18 @@ def capture_rng_state() -> dict[str, Any]:
 def restore_rng_state(state: dict[str, Any]) -> None:
     """Inverse of `capture_rng_state`."""
     torch.set_rng_state(state["torch"])
-    numpy_state = state["numpy"]
-    np.random.set_state(
-        (
-            numpy_state["kind"],
-            numpy_state["keys"].numpy().astype(np.uint32),
-            numpy_state["pos"],
-            numpy_state["has_gauss"],
-            numpy_state["cached_gaussian"],
-        )
-    )
-    python_state = state["python"]
-    random.setstate(
-        (python_state["version"], tuple(python_state["internal"].tolist()), python_state["gauss_next"])
-    )
+    numpy_state, python_state = state["numpy"], state["python"]
+    np.random.set_state((numpy_state["kind"], numpy_state["keys"].numpy().astype(np.uint32), numpy_state["pos"],
+                         numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
+    random.setstate((python_state["version"], tuple(python_state["internal"].tolist()), python_state["gauss_next"]))
     restore_cuda_rng_states(state.get("cuda", []))
 
 
 def restore_cuda_rng_states(states: list[torch.Tensor]) -> int:
-    """Restore the saved per-device CUDA generator states on the devices that exist now (others
-    skipped, new ones fresh), so a checkpoint resumes with another number of GPUs; return how many."""
+    """Restore per-device CUDA generator states on the devices there are now; how many."""
     if not torch.cuda.is_available():
         return 0
     restored = min(len(states), torch.cuda.device_count())
     for device in range(restored):
         torch.cuda.set_rng_state(states[device], device)
     return restored
-
-

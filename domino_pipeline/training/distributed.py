@@ -1,7 +1,5 @@
-"""Process-group setup for one process or many under torchrun or srun, and the few collectives
-training needs: in a world of size 1 every collective is a no-op. NCCL on CUDA, gloo on the CPU;
-timeouts from the ``distributed`` section (docs/gpu.md, "Several GPUs").
-"""
+"""Process-group setup for one process or many (torchrun, srun) and the few collectives training needs, no-ops in a
+world of size 1. NCCL on CUDA, gloo on the CPU; timeouts from ``distributed`` (docs/gpu.md, "Several GPUs")."""
 
 import uuid
 from collections.abc import Sequence
@@ -62,11 +60,9 @@ def init_distributed(launch: Launch, device_name: str = "auto", timeout_s: float
 
 
 def join_group(launch: Launch, backend: str, timeout_s: float, device_id: torch.device | None = None) -> None:
-    """``init_process_group`` at ``launch``'s rendezvous (torchrun's ``env://``, Slurm's rank 0
-    by ``tcp://``), with its rank and world size given, not read again from the environment."""
+    """``init_process_group`` at ``launch``'s rendezvous, its rank and world size given, not read again."""
     dist.init_process_group(backend=backend, init_method=launch.init_method, rank=launch.rank,
-                            world_size=launch.world_size, timeout=timedelta(seconds=timeout_s),
-                            device_id=device_id)
+                            world_size=launch.world_size, timeout=timedelta(seconds=timeout_s), device_id=device_id)
 
 
 def work_group(timeout_s: float) -> Any:
@@ -77,10 +73,8 @@ def work_group(timeout_s: float) -> Any:
 
 
 def job_id(launch: Launch, timeout_s: float) -> str:
-    """One id shared by every rank of this job (rank 0's, broadcast), for files the ranks write about
-    the job; the process group is then left, so the ranks' work that follows cannot time out.
-    The ranks meet here as they start, seconds apart on a loaded node, so the meeting waits at
-    least ``START_WAIT_S`` whatever the collective timeout ``timeout_s``."""
+    """One id shared by every rank of this job (rank 0's, broadcast), then the process group is left so later work
+    cannot time out; the ranks meet as they start, so the meeting waits at least ``START_WAIT_S``."""
     chosen = [uuid.uuid4().hex]
     if launch.world_size > 1:
         join_group(launch, "gloo", max(timeout_s, START_WAIT_S))
@@ -110,8 +104,7 @@ def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
 
 
 def any_ranks(flags: Sequence[bool], device: torch.device) -> list[bool]:
-    """Each flag: True when it is set on at least one rank (one collective for them all), so that
-    all ranks act together."""
+    """Each flag: True when set on any rank (one collective for them all), so that all ranks act together."""
     if not dist.is_initialized():
         return [bool(flag) for flag in flags]
     values = torch.tensor([1.0 if flag else 0.0 for flag in flags], device=device)

@@ -1,8 +1,5 @@
-"""DoMINO from the config: one place decides the model type, builds the model, checks that the
-data fits it, and sets up its optimisation from the ``train:`` section (AdamW, the per-epoch
-learning-rate schedule, mixed precision and its gradient scaler, DDP around the model). The
-physicsnemo model is imported inside the functions, so importing this module stays light.
-"""
+"""DoMINO from the config: the model type, the model, the check that the data fits it, and its optimisation from
+``train:`` (AdamW, the per-epoch schedule, mixed precision, DDP). physicsnemo is imported inside the functions."""
 
 from __future__ import annotations
 
@@ -34,11 +31,9 @@ def resolve_model_type(model_type: str, model_section: Mapping[str, Any]) -> str
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
     inner = model_section["model_type"] if "model_type" in model_section else model_type
     if inner != model_type:
-        raise ValueError(
-            f"model.model_type={inner!r} conflicts with model_type={model_type!r}: the top-level "
-            f"model_type decides what the data and the model hold; set model_type={inner} instead "
-            "(model.model_type follows it)"
-        )
+        raise ValueError(f"model.model_type={inner!r} conflicts with model_type={model_type!r}: the top-level "
+                         f"model_type decides what the data and the model hold; set model_type={inner} instead "
+                         "(model.model_type follows it)")
     return model_type
 
 
@@ -65,26 +60,21 @@ def resolved_parameters(section: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_model(model_type: str, section: Mapping[str, Any], device: torch.device,
                 outputs: Mapping[str, int] | None = None) -> torch.nn.Module:
-    """DoMINO with 3 input features, the volume / surface outputs the model type asks for
-    (``outputs``: target columns per part, DrivAerML's 5 and 4 by default), 2 global parameters."""
+    """DoMINO with 3 input features, 2 global parameters and the outputs the model type asks for (``outputs``)."""
     model_type = resolve_model_type(model_type, section)  # before importing physicsnemo's models (slow to import)
     from physicsnemo.models.domino import DoMINO
     from physicsnemo.models.domino.config import Config
 
     outputs = {**DEFAULT_OUTPUTS, **(outputs or {})}
-    model = DoMINO(
-        input_features=INPUT_FEATURES,
-        output_features_vol=outputs["volume"] if model_type in ("volume", "combined") else None,
-        output_features_surf=outputs["surface"] if model_type in ("surface", "combined") else None,
-        global_features=GLOBAL_FEATURES,
-        model_parameters=Config(resolved_parameters(section)),
-    )
+    model = DoMINO(input_features=INPUT_FEATURES,
+                   output_features_vol=outputs["volume"] if model_type in ("volume", "combined") else None,
+                   output_features_surf=outputs["surface"] if model_type in ("surface", "combined") else None,
+                   global_features=GLOBAL_FEATURES, model_parameters=Config(resolved_parameters(section)))
     return model.to(device)
 
 
 def check_data_fits_model(data_settings: Mapping[str, Any], parameters: Mapping[str, Any], data_source: str) -> None:
-    """Refuse data whose grid resolution or surface neighbour count differs from the model's (DoMINO
-    would fail deep in its forward pass or ignore neighbours); the error names both keys."""
+    """Refuse data whose grid resolution or neighbour count differs from the model's; the error names both keys."""
     problems = []
     for model_key, data_key, config_key in DATA_BOUND_PARAMETERS:
         data_value, model_value = data_settings.get(data_key), parameters.get(model_key)
@@ -130,8 +120,7 @@ def grad_scaler(device: torch.device, dtype: torch.dtype | None) -> torch.amp.Gr
 
 
 def wrap_ddp(model: torch.nn.Module, model_type: str, info: DistInfo) -> torch.nn.Module:
-    """DDP across ranks. DoMINO builds both geometry branches whatever the model type, so a
-    surface- or volume-only model leaves one branch without gradients: DDP must look for them."""
+    """DDP across ranks, looking for unused parameters: a one-part model leaves a geometry branch without gradients."""
     if not info.is_distributed:
         return model
     device_ids = [info.device.index] if info.device.type == "cuda" else None

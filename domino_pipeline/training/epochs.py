@@ -1,10 +1,7 @@
-"""The epoch loop of DoMINO, top to bottom: resume, then per epoch draw this rank's samples, step
-over them, combine the ranks' records, step the schedule, validate and checkpoint when due, log;
-a signal stops it after the current step with a checkpoint of the partial epoch; a loss or gradient
-that is not finite stops it at that step on every rank, nothing saved (nonfinite.py). ``data_wait_s``
-is the time the loop waits for the DataLoader, ``compute_s`` from a batch in hand to the
-optimizer step done (reading the loss and the gradient norm before the step synchronises the GPU).
-"""
+"""The epoch loop of DoMINO, top to bottom: resume, then per epoch draw this rank's samples, step over them, combine the
+ranks' records, step the schedule, validate and checkpoint when due, log. A signal stops it after the current step with
+a checkpoint; a loss or gradient not finite stops it on every rank, nothing saved (nonfinite.py). ``data_wait_s``: the
+wait for batches; ``compute_s``: from a batch to the optimizer step (reading the loss and norm synchronises the GPU)."""
 
 from __future__ import annotations
 
@@ -26,27 +23,13 @@ from domino_pipeline.loading.collate import collate_items
 from domino_pipeline.loading.worker_deaths import checked_batches
 from domino_pipeline.storage.object_store import name_of
 from domino_pipeline.training import distributed
-from domino_pipeline.training.checkpointing import (
-    CheckpointFiles,
-    GoodCheckpoint,
-    ResumePoint,
-    TrainingState,
-    keep_best,
-    resume,
-    save_checkpoint,
-)
+from domino_pipeline.training.checkpointing import (CheckpointFiles, GoodCheckpoint, ResumePoint, TrainingState,
+                                                    keep_best, resume, save_checkpoint)
 from domino_pipeline.training.distributed import DistInfo
 from domino_pipeline.training.losses import loss_terms, total_loss
 from domino_pipeline.training.nonfinite import NonFiniteLossError, nonfinite_line, step_is_finite
-from domino_pipeline.training.run_log import (
-    EpochResult,
-    RunLog,
-    epoch_record,
-    log_epoch,
-    rank_summary,
-    reset_peak_memory,
-    validation_metrics,
-)
+from domino_pipeline.training.run_log import (EpochResult, RunLog, epoch_record, log_epoch, rank_summary,
+                                              reset_peak_memory, validation_metrics)
 
 TARGET_KEYS = ("volume_fields", "surface_fields")  # the order DoMINO returns its outputs in
 
@@ -55,8 +38,7 @@ TARGET_KEYS = ("volume_fields", "surface_fields")  # the order DoMINO returns it
 
 @dataclass(frozen=True)
 class TrainData:
-    """The training and validation runs, their datasets and loaders, and the training shuffle; over
-    a mixture (loading/assembly.py), each validation run's source and each training key's."""
+    """The runs, datasets, loaders and shuffle of training; over a mixture, the sources of runs and keys."""
 
     train_runs: list[Path]
     val_runs: list[Path]
@@ -146,10 +128,8 @@ def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[Epoch
     indices = epoch_indices(data.sampler, epoch, start.step * config.batch_size)
     reset_peak_memory(info.device)
     began = time.perf_counter()
-    # the loss of a resumed epoch: all its steps
-    result = EpochResult(loss_sum=start.partial.loss_sum, batches=start.partial.batches,
+    result = EpochResult(loss_sum=start.partial.loss_sum, batches=start.partial.batches,  # a resumed epoch's: all steps
                          term_sums=dict(start.partial.term_sums), skipped=start.partial.skipped)
-
     by_source = SourceLosses(data.source_of, indices, config.batch_size, first_batch=result.batches)
 
     def log_step(loss: float | None) -> None:
@@ -166,8 +146,7 @@ def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[Epoch
         state.trained, loader_over(data.train_loader, indices), len(indices), state.optimizer, state.scaler,
         device=info.device, amp_dtype=state.amp_dtype, clip_grad_norm=config.clip_grad_norm,
         loss_config=trainer.objective.loss, should_stop=lambda: trainer.stop.is_set, on_nonfinite=on_nonfinite,
-        after_step=log_step, result=result, progress=f"epoch {epoch}" if info.is_main else None,
-    )
+        after_step=log_step, result=result, progress=f"epoch {epoch}" if info.is_main else None)
     ranks = distributed.gather_objects(rank_summary(result, indices, data.train_names, info.device))
     record = epoch_record(epoch, ranks, time.perf_counter() - began, state.optimizer.param_groups[0]["lr"],
                           start.step, trainer.objective.description)
@@ -175,9 +154,8 @@ def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[Epoch
 
 
 def nonfinite_step(trainer: Trainer, epoch: int, step: int, mine: dict[str, Any]) -> None:
-    """Collective, at a step whose loss or gradient is not finite on some rank (``mine``: this rank's
-    loss, gradient norm and runs): raise NonFiniteLossError with the same line on every rank, nothing
-    saved, unless ``train.max_nonfinite_steps`` allows one more skipped step (then say so and return)."""
+    """Collective, at a step not finite on some rank (``mine``: this rank's loss, norm and runs): the same
+    NonFiniteLossError on every rank, unless ``train.max_nonfinite_steps`` allows skipping it."""
     line = nonfinite_line(epoch, step, distributed.gather_objects(mine))
     state, allowed = trainer.state, trainer.config.max_nonfinite_steps
     if state.nonfinite_steps < allowed:
@@ -191,8 +169,7 @@ def nonfinite_step(trainer: Trainer, epoch: int, step: int, mine: dict[str, Any]
 
 
 class SourceLosses:
-    """The training loss per source of a mixture (``source_of``; nothing without one): each step's
-    loss counted to the sources of its batch, by their share of it."""
+    """The training loss per source of a mixture: each step's loss shared among its batch's sources."""
 
     def __init__(self, source_of: Callable[[int], str] | None, indices: list[int], batch_size: int,
                  first_batch: int) -> None:
@@ -200,8 +177,7 @@ class SourceLosses:
         self.sums: dict[str, list[float]] = {}
 
     def add(self, batches: int, loss: float | None) -> dict[str, Any]:
-        """Count the loss of the ``batches``-th batch of the epoch (None: a skipped step, not counted);
-        its sources, for steps.jsonl."""
+        """Count the ``batches``-th batch's loss (None: skipped, not counted); its sources, for steps.jsonl."""
         if self.source_of is None:
             return {}
         at = (batches - 1 - self.first_batch) * self.batch_size
@@ -233,9 +209,8 @@ def finish_epoch(trainer: Trainer, epoch: int, record: dict[str, Any]) -> None:
     log_epoch(trainer.log, record, config.epochs)
 
 
-# ---- the draw: one DataLoader each for training and validation, for the whole run, its persistent
-# workers serving every pass; the sample indices of a pass are set before it (this rank's share of
-# a seeded shuffle, less the samples a resumed epoch already trained on)
+# ---- the draw: one DataLoader each for training and validation, its persistent workers serving every pass; a pass's
+# indices are set before it (this rank's share of a seeded shuffle, less what a resumed epoch trained on)
 
 class PassIndices(Sampler[int]):
     """The sample indices of the current pass, replaced before each, so one loader serves every epoch."""
@@ -252,16 +227,10 @@ class PassIndices(Sampler[int]):
 
 def make_loader(dataset: Dataset, batch_size: int, num_workers: int, device: torch.device) -> DataLoader:
     """A loader over the indices set in its `PassIndices` sampler; workers persist across passes."""
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        sampler=PassIndices(),
-        num_workers=num_workers,
-        persistent_workers=num_workers > 0,
-        multiprocessing_context=getattr(dataset, "worker_context", None) if num_workers > 0 else None,
-        pin_memory=device.type == "cuda",
-        collate_fn=collate_items,
-    )
+    context = getattr(dataset, "worker_context", None) if num_workers > 0 else None
+    return DataLoader(dataset, batch_size=batch_size, sampler=PassIndices(), num_workers=num_workers,
+                      persistent_workers=num_workers > 0, multiprocessing_context=context,
+                      pin_memory=device.type == "cuda", collate_fn=collate_items)
 
 
 def loader_over(loader: DataLoader, indices: list[int]) -> DataLoader:
@@ -291,27 +260,15 @@ def timed_batches(loader: Iterable, result: EpochResult) -> Iterator:
 
 # ---- the step
 
-def train_one_epoch(
-    model: nn.Module,
-    loader: Iterable[dict[str, torch.Tensor]],
-    num_samples: int,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    *,
-    device: torch.device,
-    amp_dtype: torch.dtype | None,
-    clip_grad_norm: float,
-    loss_config: LossConfig,
-    should_stop: Callable[[], bool],
-    on_nonfinite: Callable[[int, float, float], None],
-    after_step: Callable[[float | None], None],
-    result: EpochResult,
-    progress: str | None,
-) -> EpochResult:
-    """Train over `loader` into `result`, calling `after_step(loss)` after each step (None: skipped)
-    and stopping after one when `should_stop()` on any rank. A step whose loss or gradient is not
-    finite on any rank is not taken: `on_nonfinite(step, loss, gradient norm)` raises to stop
-    training or returns to skip it. `progress`: the tqdm description, or None for no bar."""
+def train_one_epoch(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]], num_samples: int,
+                    optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, *, device: torch.device,
+                    amp_dtype: torch.dtype | None, clip_grad_norm: float, loss_config: LossConfig,
+                    should_stop: Callable[[], bool], on_nonfinite: Callable[[int, float, float], None],
+                    after_step: Callable[[float | None], None], result: EpochResult,
+                    progress: str | None) -> EpochResult:
+    """Train over `loader` into `result`, `after_step(loss)` after each step (None: skipped), stopping when
+    `should_stop()` on any rank; a step not finite on any rank is not taken: `on_nonfinite` raises or returns to skip
+    it."""
     model.train()
     with tqdm(total=num_samples, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True) as bar:
         # closed before an error's line is printed, so the line stands alone
@@ -327,8 +284,9 @@ def train_one_epoch(
                 on_nonfinite(result.batches + 1, loss_value, norm_value)
                 drop_step(optimizer, scaler)
                 result.skipped += 1
-            else:
-                optimizer_step(optimizer, scaler)
+            else:  # the scaler is a no-op unless fp16; then it skips a step whose gradient overflowed
+                scaler.step(optimizer)
+                scaler.update()
                 result.loss_sum += loss_value
                 result.add_terms(terms)
             result.compute_s += time.perf_counter() - start
@@ -344,10 +302,8 @@ def train_one_epoch(
     return result
 
 
-def model_loss(
-    model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, amp_dtype: torch.dtype | None,
-    loss_config: LossConfig,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+def model_loss(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, amp_dtype: torch.dtype | None,
+               loss_config: LossConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """The configured loss on the scaled targets (losses.py), its unweighted terms, and the outputs."""
     with autocast_context(device, amp_dtype):
         outputs = model(batch)
@@ -356,27 +312,15 @@ def model_loss(
     return total_loss(terms, loss_config), terms, predictions
 
 
-def backward(
-    model: nn.Module,
-    loss: torch.Tensor,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    clip_grad_norm: float,
-) -> torch.Tensor:
-    """Backward (the loss scaled when fp16), then the gradients' total norm: unscaled and clipped
-    to ``clip_grad_norm`` when it is > 0, else measured only (what the finiteness check reads)."""
+def backward(model: nn.Module, loss: torch.Tensor, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+             clip_grad_norm: float) -> torch.Tensor:
+    """Backward, then the gradient norm (unscaled and clipped when ``clip_grad_norm`` > 0): what the check reads."""
     optimizer.zero_grad(set_to_none=True)
     scaler.scale(loss).backward()
     if clip_grad_norm > 0:
         scaler.unscale_(optimizer)
         return nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
     return nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-
-
-def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> None:
-    """Step (the scaler is a no-op unless fp16; then it skips a step whose gradient overflowed)."""
-    scaler.step(optimizer)
-    scaler.update()
 
 
 def drop_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> None:
@@ -407,8 +351,7 @@ def predictions_by_target(outputs: tuple[torch.Tensor | None, torch.Tensor | Non
 # compare), summed over all ranks into the loss and per-variable errors
 
 def run_validation(trainer: Trainer) -> dict[str, float]:
-    """The validation metrics (``val_loss``, ``val_loss/<term>``, ``val_rel_l2/<part>/<name>``), and
-    over sources the same per source (``val_source/<source>/loss``, ...)."""
+    """The validation metrics (``val_loss``, ``val_loss/<term>``, ``val_rel_l2/<part>/<name>``), also per source."""
     groups = trainer.data.val_sources or {"": list(range(len(trainer.data.val_runs)))}
     per_group = {name: validation_sums(trainer, indices) for name, indices in groups.items()}
     total = {key: sum(sums[key] for sums in per_group.values()) for key in next(iter(per_group.values()))}
@@ -427,24 +370,15 @@ def validation_sums(trainer: Trainer, indices: list[int]) -> dict[str, torch.Ten
     sums = evaluate(
         trainer.state.model, loader_over(trainer.data.val_loader, indices[info.rank::info.world_size]),
         device=info.device, amp_dtype=trainer.state.amp_dtype, unscale=objective.unscale, target_widths=widths,
-        loss_config=objective.loss,
-    )
+        loss_config=objective.loss)
     return {key: distributed.all_reduce_sum(value) for key, value in sorted(sums.items())}
 
 
 @torch.no_grad()
-def evaluate(
-    model: nn.Module,
-    loader: Iterable[dict[str, torch.Tensor]],
-    *,
-    device: torch.device,
-    amp_dtype: torch.dtype | None,
-    unscale: Callable[[str, torch.Tensor], torch.Tensor],
-    target_widths: dict[str, int],
-    loss_config: LossConfig,
-) -> dict[str, torch.Tensor]:
-    """Sums over this rank's validation samples (loss, terms, count, per-variable relative L2 errors in
-    physical units), with the same keys on every rank."""
+def evaluate(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]], *, device: torch.device,
+             amp_dtype: torch.dtype | None, unscale: Callable[[str, torch.Tensor], torch.Tensor],
+             target_widths: dict[str, int], loss_config: LossConfig) -> dict[str, torch.Tensor]:
+    """This rank's validation sums (loss, terms, count, per-variable relative L2 in physical units)."""
     model.eval()
     parts = tuple(key.removesuffix("_fields") for key in target_widths)
     sums = {key: torch.zeros(width, device=device) for key, width in target_widths.items()}

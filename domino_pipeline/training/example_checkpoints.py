@@ -1,8 +1,6 @@
-"""The checkpoint pair of physicsnemo's ``save_checkpoint`` (the DoMINO example's), which every
-epoch end here also writes for physicsnemo's ``load_checkpoint``, and which ``train.resume_from``
-continues: ``DoMINO.0.<e>.mdlus`` and ``checkpoint.0.<e>.pt`` (docs/example_keys.md). Ours carry
-digests (``file_digests``); a pair without them (the example's own) is checked by its zip CRC-32s.
-"""
+"""The checkpoint pair of physicsnemo's ``save_checkpoint`` (``DoMINO.0.<e>.mdlus``, ``checkpoint.0.<e>.pt``;
+docs/example_keys.md), written at every epoch end and continued by ``train.resume_from``. Ours carry digests; the
+example's own are checked by their zip CRC-32s."""
 
 from __future__ import annotations
 
@@ -20,8 +18,7 @@ import torch
 from domino_pipeline.storage.file_digests import check_zip, has_digest, read_checked, remove_checked, write_checked
 from domino_pipeline.training.model_files import check_model_file
 
-# physicsnemo's save_checkpoint names: "<class name>.<model parallel rank>.<index>.mdlus" and
-# "checkpoint.<rank>.<index>.pt"; one process writes rank 0.
+# physicsnemo's names: "<class name>.<model parallel rank>.<index>.mdlus", "checkpoint.<rank>.<index>.pt"; rank 0 here
 EXAMPLE_STATE = "checkpoint.0.{index}.pt"
 EXAMPLE_MODEL = "DoMINO.0.{index}.mdlus"
 _EXAMPLE_STATE_PATTERN = re.compile(r"^checkpoint\.0\.(\d+)\.pt$")
@@ -29,9 +26,7 @@ EXAMPLE_STATE_KEYS = ("optimizer_state_dict", "scheduler_state_dict", "scaler_st
 
 
 def save_example_checkpoint(folder: Path, model_file: Path, states: dict[str, Any], index: int) -> None:
-    """Write physicsnemo's pair for finished epoch ``index`` into ``folder`` (``DoMINO.0.<index>.mdlus``
-    linked to ``model_file``, ``checkpoint.0.<index>.pt`` of ``states``), each with its digest; then,
-    both written and checked, remove the older pairs."""
+    """Write physicsnemo's pair for finished epoch ``index``, each file with its digest; then remove older pairs."""
     write_checked(folder / EXAMPLE_MODEL.format(index=index), lambda tmp: _link_or_copy(model_file, tmp))
     state = {f"{name}_state_dict": states[name] for name in ("optimizer", "scheduler", "scaler")} | {"epoch": index}
     write_checked(folder / EXAMPLE_STATE.format(index=index), lambda tmp: torch.save(state, tmp))
@@ -71,9 +66,7 @@ class ExampleCheckpoint:
 
 
 def load_example_checkpoint(folder: str | Path, map_location: torch.device | str = "cpu") -> ExampleCheckpoint:
-    """The latest ``checkpoint.0.<e>.pt`` / ``DoMINO.0.<e>.mdlus`` pair of ``folder``, both files
-    checked, read with ``weights_only`` (MultiStepLR's milestone Counter allowed); errors name the
-    folder and the file."""
+    """The latest physicsnemo pair of ``folder``, both files checked, read with ``weights_only``."""
     folder = Path(folder)
     indices = example_indices(folder)
     if not indices:
@@ -110,8 +103,7 @@ def _read_example_state(path: Path, map_location: torch.device | str) -> dict[st
 
 def restore_example_states(checkpoint: ExampleCheckpoint, optimizer: torch.optim.Optimizer,
                            scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler) -> list[str]:
-    """Load a physicsnemo checkpoint's optimizer, scaler and scheduler states; the notes to print (a
-    scheduler of another kind is set to the resumed epoch instead)."""
+    """Load a physicsnemo checkpoint's optimizer, scaler and scheduler states; the notes to print."""
     states, notes = checkpoint.states, []
     optimizer.load_state_dict(states["optimizer"])
     if states.get("scaler"):

@@ -1,6 +1,5 @@
 """DoMINO's training losses, as physicsnemo's DoMINO example defines them, chosen by config
-(docs/configuration.md, "Losses").
-"""
+(docs/configuration.md, "Losses")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Models in physicsnemo's ``.mdlus`` format (a zip of ``model.pt``, ``args.json``,
-``metadata.json``): written with their digest (``file_digests``), checked before anything loads them
-(the digest where this project wrote the file, the zip's CRC-32s where it did not), rebuilt only as
-a DoMINO.
-"""
+"""Models in physicsnemo's ``.mdlus`` format (a zip of ``model.pt``, ``args.json``, ``metadata.json``): written with a
+digest, checked before loading (the digest, or a foreign file's zip CRC-32s), rebuilt only as a DoMINO."""
 
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ class NonFiniteWeightsError(ValueError):
 
 
 def nonfinite_tensors(state: dict[str, torch.Tensor]) -> list[str]:
-    """The names of the floating-point tensors of a state dict that hold NaN or infinity (one
-    device synchronisation for them all)."""
+    """The floating-point tensors of a state dict holding NaN or infinity (one device synchronisation)."""
     tensors = {name: value for name, value in state.items() if torch.is_tensor(value) and value.is_floating_point()}
     if not tensors:
         return []
@@ -43,15 +39,13 @@ def require_finite_weights(model: torch.nn.Module, what: str) -> None:
 
 
 def save_model_file(model: torch.nn.Module, path: Path) -> None:
-    """`Module.save` (physicsnemo's .mdlus) to ``path`` with its digest (``write_checked``); a model
-    with weights that are not finite is refused."""
+    """`Module.save` (.mdlus) to ``path`` with its digest; a model with weights not finite is refused."""
     require_finite_weights(model, str(path))
     write_checked(path, lambda tmp: model.save(str(tmp)))
 
 
 def check_model_file(path: str | Path) -> None:
-    """Refuse a missing or damaged .mdlus, naming it: against its digest when this project wrote
-    it, else every member against the zip's CRC-32."""
+    """Refuse a missing or damaged .mdlus: its digest where this project wrote it, else the zip's CRC-32s."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such model file")
@@ -95,9 +89,7 @@ def differing_args(expected: dict[str, Any], found: dict[str, Any], prefix: str 
 
 
 def init_weights_from(model: torch.nn.Module, path: str | Path) -> None:
-    """Load the weights of a physicsnemo .mdlus into ``model`` (weights_only), after checking the
-    file (``check_model_file``) and that its DoMINO was built with the same constructor arguments
-    (the error lists every difference)."""
+    """Load a checked .mdlus's weights into ``model``, refusing one built with other constructor arguments."""
     path = Path(path)
     check_model_file(path)
     args = read_model_args(path)

@@ -1,8 +1,6 @@
-"""A training step whose loss or gradient is not finite: whether a step is, and the one line that
-names it (the epoch, the step, each rank's loss and gradient norm, the runs of each rank's batch),
-the same on every rank. Training stops there (``NonFiniteLossError``) unless
-``train.max_nonfinite_steps`` allows the step to be skipped (docs/checkpoints.md).
-"""
+"""A training step whose loss or gradient is not finite: the test, and the one line naming it (epoch, step, each rank's
+loss, gradient norm and batch runs), the same on every rank. Training stops there (``NonFiniteLossError``) unless
+``train.max_nonfinite_steps`` allows skipping it (docs/checkpoints.md)."""
 
 from __future__ import annotations
 
@@ -15,15 +13,12 @@ class NonFiniteLossError(ValueError):
 
 
 def step_is_finite(loss: float, grad_norm: float, scaled: bool) -> bool:
-    """Whether a step may be taken: its loss finite, and its gradient norm too unless fp16's loss
-    scaler is on (``scaled``): the scaler skips a step whose scaled gradient overflowed and lowers
-    its scale, which is its normal work, not an error."""
+    """Whether a step may be taken: loss finite, gradient norm too unless fp16's scaler (``scaled``) skips it."""
     return math.isfinite(loss) and (scaled or math.isfinite(grad_norm))
 
 
 def nonfinite_line(epoch: int, step: int, ranks: list[dict[str, Any]]) -> str:
-    """The line naming a non-finite step from every rank's ``{"loss", "grad_norm", "runs"}`` (in
-    rank order): the same text on every rank."""
+    """The line naming a non-finite step from every rank's ``{"loss", "grad_norm", "runs"}``, in rank order."""
     bad = [rank for rank, r in enumerate(ranks) if not math.isfinite(r["loss"])]
     what = "the loss is not finite" if bad else "the gradient is not finite"
     if bad and len(ranks) > 1:

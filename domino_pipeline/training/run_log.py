@@ -1,9 +1,6 @@
-"""What a training run reports: each rank's sums and timings (``EpochResult``), their combination
-into one epoch record, the validation metrics and peak memory (docs/gpu.md, "What the figures
-mean"); rank 0's console lines, TensorBoard scalars and JSON-lines files (``epochs.jsonl``,
-``steps.jsonl``, ``split.json``). On the other ranks every ``RunLog`` call does nothing, so the
-loop calls it unconditionally. Warp is never imported here: the cached path has no Warp memory.
-"""
+"""What a training run reports (docs/gpu.md, "What the figures mean"): each rank's sums and timings (``EpochResult``)
+combined into one epoch record, validation metrics and peak memory; rank 0's console lines, TensorBoard scalars and JSON
+files. On other ranks ``RunLog`` does nothing, so the loop calls it unconditionally. Never imports Warp."""
 
 from __future__ import annotations
 
@@ -16,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import torch
-
 
 
 @dataclass
@@ -53,37 +49,31 @@ def peak_memory_mb(device: torch.device) -> tuple[float, str]:
 
 
 def rank_summary(result: EpochResult, indices: list[int], names: list[str], device: torch.device) -> dict[str, Any]:
-    """This rank's part of an epoch record: timings, loss sums, memory, and the runs it trained on,
-    by their ``names`` (a key past the runs, a mixture's repeat of a run, is run ``key % len(names)``)."""
+    """This rank's part of an epoch record: timings, loss sums, memory, the runs it trained on (by ``names``)."""
     memory, kind = peak_memory_mb(device)
     seen = [i % len(names) for i in indices[: result.samples]]
-    return {
-        "loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches,
-        "skipped": result.skipped, "samples": result.samples,
-        "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
-        "peak_memory_mb": memory, "memory_kind": kind, "runs": [names[i] for i in seen],
-    }
+    return {"loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches,
+            "skipped": result.skipped, "samples": result.samples,
+            "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
+            "peak_memory_mb": memory, "memory_kind": kind, "runs": [names[i] for i in seen]}
 
 
 def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int,
                  loss_function: str) -> dict[str, Any]:
-    """Every rank's summary combined into one epoch record (mean times, max memory, the loss terms
-    over the steps taken: skipped ones are counted apart)."""
+    """Every rank's summary as one epoch record (mean times, max memory, loss terms of the steps taken)."""
     samples = sum(r["samples"] for r in ranks)
     skipped = sum(r["skipped"] for r in ranks)
     batches = max(sum(r["batches"] for r in ranks) - skipped, 1)
     terms = sorted({term for r in ranks for term in r["term_sums"]})
-    return {
-        "kind": "epoch", "epoch": epoch, "lr": lr, "loss_function": loss_function,
-        "train_loss": sum(r["loss_sum"] for r in ranks) / batches,
-        **{f"train_loss/{t}": sum(r["term_sums"].get(t, 0.0) for r in ranks) / batches for t in terms},
-        "samples": samples, "epoch_s": epoch_s, "samples_per_s": samples / epoch_s if epoch_s > 0 else 0.0,
-        "data_wait_s": float(np.mean([r["data_wait_s"] for r in ranks])),
-        "compute_s": float(np.mean([r["compute_s"] for r in ranks])),
-        "peak_memory_mb": max(r["peak_memory_mb"] for r in ranks), "memory_kind": ranks[0]["memory_kind"],
-        "world_size": len(ranks), "resumed_at_step": resumed_at, "runs_by_rank": [r["runs"] for r in ranks],
-        "skipped_steps": skipped,
-    }
+    return {"kind": "epoch", "epoch": epoch, "lr": lr, "loss_function": loss_function,
+            "train_loss": sum(r["loss_sum"] for r in ranks) / batches,
+            **{f"train_loss/{t}": sum(r["term_sums"].get(t, 0.0) for r in ranks) / batches for t in terms},
+            "samples": samples, "epoch_s": epoch_s, "samples_per_s": samples / epoch_s if epoch_s > 0 else 0.0,
+            "data_wait_s": float(np.mean([r["data_wait_s"] for r in ranks])),
+            "compute_s": float(np.mean([r["compute_s"] for r in ranks])),
+            "peak_memory_mb": max(r["peak_memory_mb"] for r in ranks), "memory_kind": ranks[0]["memory_kind"],
+            "world_size": len(ranks), "resumed_at_step": resumed_at, "runs_by_rank": [r["runs"] for r in ranks],
+            "skipped_steps": skipped}
 
 
 def validation_metrics(sums: dict[str, torch.Tensor], names: dict[str, list[str]]) -> dict[str, float]:
@@ -100,8 +90,7 @@ def validation_metrics(sums: dict[str, torch.Tensor], names: dict[str, list[str]
 
 
 def warp_pool_peak_bytes(device: torch.device) -> int | None:
-    """High-water mark of Warp's memory pool on ``device``; 0 where this process has not loaded
-    Warp, None where Warp is loaded but allocates outside a pool (not measurable that way)."""
+    """Warp's memory pool peak on ``device``; 0 without Warp, None where Warp allocates outside a pool."""
     wp = sys.modules.get("warp")
     if wp is None or device.type != "cuda":
         return 0
@@ -112,8 +101,7 @@ def warp_pool_peak_bytes(device: torch.device) -> int | None:
 
 
 def cuda_peak_mib(device: torch.device) -> tuple[float, str]:
-    """(peak MiB, what it counts) on a CUDA ``device``: torch's peak since the last reset plus
-    Warp's pool high-water mark, or the device's used memory where Warp's pool is off."""
+    """(peak MiB, what it counts): torch's peak plus Warp's pool peak, or the device's used memory."""
     warp_peak = warp_pool_peak_bytes(device)
     if warp_peak is None:
         free, total = torch.cuda.mem_get_info(device)
@@ -173,13 +161,11 @@ class RunLog:
 def format_epoch(record: dict[str, Any], epochs: int) -> str:
     """The console line of an epoch record."""
     skipped = record.get("skipped_steps", 0)
-    return (
-        f"epoch {record['epoch']}/{epochs}  loss {record['train_loss']:.5g}  "
-        f"data wait {record['data_wait_s']:.2f} s  compute {record['compute_s']:.2f} s  "
-        f"total {record['epoch_s']:.2f} s  {record['samples_per_s']:.2f} samples/s  "
-        f"peak {record['peak_memory_mb']:.0f} MiB ({record['memory_kind']})"
-        + (f"  {skipped} steps skipped (not finite)" if skipped else "")
-    )
+    return (f"epoch {record['epoch']}/{epochs}  loss {record['train_loss']:.5g}  "
+            f"data wait {record['data_wait_s']:.2f} s  compute {record['compute_s']:.2f} s  "
+            f"total {record['epoch_s']:.2f} s  {record['samples_per_s']:.2f} samples/s  "
+            f"peak {record['peak_memory_mb']:.0f} MiB ({record['memory_kind']})"
+            + (f"  {skipped} steps skipped (not finite)" if skipped else ""))
 
 
 def epoch_scalars(record: dict[str, Any]) -> dict[str, float]:

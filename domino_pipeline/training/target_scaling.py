@@ -1,8 +1,6 @@
-"""The target scaling factors of a training run, decided in one place from whichever origin the
-config names (a file, the cache's, computed from the processed training runs by every rank in
-parts and merged in run order: docs/gpu.md, or merged over a mixture's sources), and turned into
-the function that brings the model's scaled outputs back to physical units.
-"""
+"""The target scaling factors of a training run, decided in one place from the origin the config names (a file, the
+cache's, computed from the training runs by all ranks in parts, or merged over a mixture's sources), and the function
+that brings the model's outputs back to physical units."""
 
 from __future__ import annotations
 
@@ -11,14 +9,8 @@ from pathlib import Path
 
 import torch
 
-from domino_pipeline.compute.scaling import (
-    check_factors_match,
-    compute_scaling_factors,
-    load_scaling_factors,
-    merge_statistics,
-    save_scaling_factors,
-    unscale_fields,
-)
+from domino_pipeline.compute.scaling import (check_factors_match, compute_scaling_factors, load_scaling_factors,
+                                             merge_statistics, save_scaling_factors, unscale_fields)
 from domino_pipeline.configuration.config import SamplingConfig, VariablesConfig
 from domino_pipeline.configuration.source_configs import nondimensional
 from domino_pipeline.loading.assembly import TrainingSources, scaling_factors_of, scaling_factors_path
@@ -29,13 +21,11 @@ from domino_pipeline.training.distributed import DistInfo
 
 
 def training_scaling_factors(sources: TrainingSources, info: DistInfo) -> dict:
-    """The scaling factors of a training run over ``sources``, by origin: ``sampling.scaling_factors``
-    (a file); over a mixture, merged from the statistics each source's cache records of its training
-    runs in the mixture's form (saved as <output_dir>/scaling_factors.json); one cached dataset's,
-    its cache's (checked against its manifest; of a cache on object storage, a copy kept as
-    <output_dir>/cache_scaling_factors.json); one uncached dataset's, <output_dir>/scaling_factors.json,
-    computed from the training runs when missing. Refused: one dataset's factors of another split
-    (unless ``sampling.allow_other_split``), a mixture's of other target variables or parts."""
+    """The scaling factors of a training run over ``sources``: ``sampling.scaling_factors`` (a file); over a mixture,
+    merged from each source's cached statistics in the mixture's form (saved as <output_dir>/scaling_factors.json); one
+    cached dataset's, its cache's (on object storage, a checked copy as <output_dir>/cache_scaling_factors.json); one
+    uncached dataset's, <output_dir>/scaling_factors.json, computed when missing. Refused: factors of another split
+    (unless ``sampling.allow_other_split``), a mixture's of other variables or parts."""
     config, sampling = sources.config, sources.config.sampling
     given, path = sampling.scaling_factors is not None, scaling_factors_path(sources.config)
     if sources.mixture is not None:
@@ -65,9 +55,7 @@ def training_scaling_factors(sources: TrainingSources, info: DistInfo) -> dict:
 def ensure_scaling_factors(path: Path, train_runs: Sequence[Path], *, sampling: SamplingConfig, cached: bool,
                            variables: VariablesConfig, options: ReadOptions, info: DistInfo,
                            work_timeout_s: float) -> None:
-    """The factors at ``path``, computed by all ranks in parts when any lacks them (this rank's share
-    of the runs read here, the others' gathered, merged in run order); those of another split refused
-    unless ``sampling.allow_other_split``; a cache's missing ones an error."""
+    """The factors at ``path``, computed by all ranks in parts when missing; another split's refused."""
     if not path.exists() and cached and sampling.scaling_factors is None:
         raise FileNotFoundError(f"{path}: the cache has no scaling factors; rerun cache_data.py, which writes them")
     group = distributed.work_group(work_timeout_s)
