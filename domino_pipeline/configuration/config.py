@@ -498,16 +498,16 @@ def renamed_message(old: str, new: str) -> str:
 
 def with_new_names(values: dict[str, Any]) -> dict[str, Any]:
     """``values`` (a whole config) with each old key of RENAMED_KEYS under its new name, a
-    DeprecationWarning for each; ValueError when a section gives both names."""
+    DeprecationWarning for each. The shipped conf/ holds only new names, so a config composed over
+    it that sets an old key holds both: the old one, which someone wrote, is the value taken."""
     for old, new in RENAMED_KEYS.items():
         (section, old_key), new_key = old.split("."), new.split(".")[1]
         entries = values.get(section)
         if not isinstance(entries, dict) or old_key not in entries:
             continue
-        if new_key in entries:
-            raise ValueError(f"{old} and {new} are both given: {old} is the old name of {new}; give only {new}")
         warnings.warn(renamed_message(old, new), DeprecationWarning, stacklevel=3)
-        values = values | {section: {new_key if key == old_key else key: v for key, v in entries.items()}}
+        kept = {key: v for key, v in entries.items() if key not in (old_key, new_key)}
+        values = values | {section: kept | {new_key: entries[old_key]}}
     return values
 
 
