@@ -138,3 +138,23 @@ def _paths(values: dict, prefix: str = ""):
 def test_a_bounding_box_that_is_not_min_below_max_in_3d_is_refused(box):
     with pytest.raises(ValueError, match=r"geometry.bounding_box_volume must be \{min: \[x, y, z\], max"):
         typed_config(f"geometry.bounding_box_volume={box}")
+
+
+def test_the_old_name_of_check_processed_stats_is_read_with_a_warning():
+    cfg = yaml_config()
+    values = OmegaConf.to_container(cfg)
+    del values["cache"]["check_processed_stats"]
+    values["cache"]["check_sources"] = False
+    with pytest.warns(DeprecationWarning, match=r"cache\.check_sources is deprecated: it is now "
+                                                r"cache\.check_processed_stats"):
+        config = load_config(OmegaConf.create(values))
+    assert config.cache.check_processed_stats is False
+    assert typed_config("cache.check_processed_stats=false").cache.check_processed_stats is False
+
+
+def test_a_config_composed_over_the_defaults_with_the_old_name_takes_the_old_value():
+    """A user's config that sets cache.check_sources over conf/config.yaml holds both names: the old
+    one is what its author wrote (the shipped files hold only the new one), so it is taken, with a warning."""
+    with pytest.warns(DeprecationWarning, match=r"cache\.check_sources is deprecated"):
+        config = typed_config("+cache.check_sources=false")
+    assert config.cache.check_processed_stats is False

@@ -143,3 +143,15 @@ def test_a_refusal_from_the_command_line_has_no_traceback(tmp_path):
     assert (done.returncode, done.stderr.strip()) == (
         1, "error: data.input_dir is data.processed_dir here (training and validation runs come from one folder)")
 
+
+
+def test_an_override_of_a_renamed_key_takes_its_new_name_with_a_warning(capsys):
+    from domino_pipeline.runtime.entry_point import with_new_override_names
+
+    arguments = ["-cn", "demo", "cache.check_sources=false", "train.epochs=2"]
+    assert with_new_override_names(arguments) == ["-cn", "demo", "cache.check_processed_stats=false", "train.epochs=2"]
+    assert capsys.readouterr().err.strip() == ("warning: cache.check_sources is deprecated: it is now "
+                                               "cache.check_processed_stats")
+    assert with_new_override_names(["+cache.check_sources=true"]) == ["cache.check_processed_stats=true"]
+    with pytest.raises(ValueError, match=r"cache\.check_sources and cache\.check_processed_stats are both given"):
+        with_new_override_names(["cache.check_sources=false", "cache.check_processed_stats=true"])

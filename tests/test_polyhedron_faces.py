@@ -189,7 +189,8 @@ def test_polyhedra_without_faces_or_with_broken_records_are_named(tmp_path: Path
     ends = file.read("Cells", "faceoffsets", 0, file.n_cells)[:, 0].astype(np.int64)
     first = next(i for i, c in enumerate(cells) if c[2] is not None)
     ends[first] -= 1  # the first record loses its last point id: its face counts overrun it
-    start, size = file.raw_span("Cells", "faceoffsets")
+    data = file.array_data("Cells", "faceoffsets")
+    start, size = data.data_at, data.n_bytes
     assert size == 8 * len(ends)
     with open(path, "r+b") as out:
         out.seek(start)

@@ -7,6 +7,7 @@ section once at an entry point.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -34,6 +35,8 @@ LOSS_TERMS = ("volume", "surface", "surface_area", "integral")
 SURFACE_TERMS = ("surface", "surface_area", "integral")
 # Keys Hydra itself adds to a config loaded from a file (not sections of ours)
 HYDRA_KEYS = ("defaults", "hydra")
+# old key -> its new name: the old one is still read, with a DeprecationWarning naming the new one
+RENAMED_KEYS = {"cache.check_sources": "cache.check_processed_stats"}
 
 
 def check_at_least(section: str, config: Any, names: tuple[str, ...], minimum: float) -> None:
@@ -297,7 +300,7 @@ class CacheConfig:
     dir: str
     rebuild: bool
     validate: bool
-    check_sources: bool
+    check_processed_stats: bool  # refuse runs whose processed run's stat fingerprint changed since the cache was built
     max_open_runs: int
     num_processes: int    # runs built at once (the executor's pool or local Dask cluster)
 
@@ -488,9 +491,30 @@ class PipelineConfig:
         return dataclasses.asdict(self)
 
 
+def renamed_message(old: str, new: str) -> str:
+    """The one-line warning for the renamed key ``old``."""
+    return f"{old} is deprecated: it is now {new}"
+
+
+def with_new_names(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (a whole config) with each old key of RENAMED_KEYS under its new name, a
+    DeprecationWarning for each. The shipped conf/ holds only new names, so a config composed over
+    it that sets an old key holds both: the old one, which someone wrote, is the value taken."""
+    for old, new in RENAMED_KEYS.items():
+        (section, old_key), new_key = old.split("."), new.split(".")[1]
+        entries = values.get(section)
+        if not isinstance(entries, dict) or old_key not in entries:
+            continue
+        warnings.warn(renamed_message(old, new), DeprecationWarning, stacklevel=3)
+        kept = {key: v for key, v in entries.items() if key not in (old_key, new_key)}
+        values = values | {section: kept | {new_key: entries[old_key]}}
+    return values
+
+
 def load_config(cfg: DictConfig) -> PipelineConfig:
     """Every section of ``cfg`` into its dataclass; unknown and missing keys are errors."""
     values = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in HYDRA_KEYS}
+    values = with_new_names(values)
     check_example_keys(values)
     known = set(SECTIONS) | set(TOP_LEVEL)
     if set(values) != known:

@@ -223,10 +223,6 @@ class DatasetConfig:
         match = re.fullmatch(re.escape(head) + r"(\w+?)" + re.escape(tail), folder_name)
         return match.group(1) if match else None
 
-    def folder_glob(self) -> str:
-        """A glob that matches every run folder's name."""
-        return self.run_folders.replace("{index}", "*")
-
 
 def profile_from_file(path: str | os.PathLike) -> DatasetConfig:
     """The typed, checked profile of a conf/dataset/<name>.yaml file, for tools that run outside Hydra."""

@@ -46,20 +46,12 @@ class ForceConvention:
         check_choice("dataset.flow.normals", self.normals, NORMALS)
         check_choice("dataset.flow.wall_shear", self.wall_shear, WALL_SHEAR)
 
-    @property
-    def outward_sign(self) -> float:
-        """+1 when the normals point out of the car, -1 when into it."""
-        return 1.0 if self.normals == "out_of_body" else -1.0
-
-    @property
-    def shear_on_body_sign(self) -> float:
-        """+1 when the wall shear is the stress on the car, -1 when on the fluid."""
-        return 1.0 if self.wall_shear == "on_body" else -1.0
-
     def force(self, pressure_sum: np.ndarray, shear_sum: np.ndarray) -> np.ndarray:
         """The force on the body from ``force_sums``' sums (3,), or per cell from ``p n A`` and ``tau A`` (N, 3)."""
-        return -self.outward_sign * np.asarray(pressure_sum, np.float64) \
-            + self.shear_on_body_sign * np.asarray(shear_sum, np.float64)
+        outward_sign = 1.0 if self.normals == "out_of_body" else -1.0  # -1: the normals point into the car
+        shear_on_body_sign = 1.0 if self.wall_shear == "on_body" else -1.0  # -1: the stress on the fluid
+        return -outward_sign * np.asarray(pressure_sum, np.float64) \
+            + shear_on_body_sign * np.asarray(shear_sum, np.float64)
 
 
 ALL_CONVENTIONS = tuple(ForceConvention(n, w) for n in NORMALS for w in WALL_SHEAR)

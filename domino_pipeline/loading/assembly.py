@@ -86,9 +86,9 @@ def dataset_from_config(config: PipelineConfig | DictConfig, runs: Sequence[str 
 
 def _fingerprints(cache: CacheConfig, data: DataConfig, runs: Sequence[str | os.PathLike] | None) -> dict[str, str] | None:
     """The stat fingerprints of the processed runs a cached dataset draws from, so that runs written again since the
-    cache was built are refused; None when ``cache.check_sources`` is false or the processed runs are not here."""
+    cache was built are refused; None when ``cache.check_processed_stats`` is false or the processed runs are not here."""
     processed = as_location(data.processed_dir)
-    if not cache.check_sources or not (exists(processed) if is_url(processed) else processed.is_dir()):
+    if not cache.check_processed_stats or not (exists(processed) if is_url(processed) else processed.is_dir()):
         return None
     wanted = None if runs is None else {run_name(r) for r in runs}
     return {run_name(p): stat_fingerprint(p) for p in list_runs(processed) if wanted is None or run_name(p) in wanted}

@@ -216,7 +216,7 @@ def _check_processed_stats(cache_dir: Path, names: list[str], entries: list[dict
     if changed:
         raise StaleCacheError(f"{cache_dir}: runs {changed} were written again after the cache "
                               "was built; rerun cache_data.py (cache.rebuild=true where their data "
-                              "changed), or set cache.check_sources=false")
+                              "changed), or set cache.check_processed_stats=false")
 
 
 def _gather_neighbors(run: CacheRun, rows: np.ndarray, neighbors: np.ndarray) -> dict[str, np.ndarray]:

@@ -20,7 +20,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from domino_pipeline.configuration.config import PipelineConfig, load_config
+from domino_pipeline.configuration.config import RENAMED_KEYS, PipelineConfig, load_config, renamed_message
 from domino_pipeline.configuration.example_keys import check_example_overrides
 
 REFUSALS = (OSError, ValueError, OmegaConfBaseException)
@@ -75,6 +75,26 @@ def check_override_keys(arguments: Sequence[str], conf_dir: Path) -> None:
             raise ValueError(f"{key} is not a setting" + (f"; did you mean {', '.join(close)}?" if close else ""))
 
 
+def with_new_override_names(arguments: Sequence[str]) -> list[str]:
+    """The command line with each override (``key=value``, ``+key=value``) of an old key of
+    RENAMED_KEYS under its new name, a one-line warning on stderr for each; ValueError when an
+    old key and its new name are both given."""
+    keys = {a.split("=", 1)[0].lstrip("+~") for a in arguments if "=" in a and not a.startswith("-")}
+    renamed = []
+    for argument in arguments:
+        key, equals, value = argument.partition("=")
+        old = key.lstrip("+~")
+        if not equals or argument.startswith("-") or old not in RENAMED_KEYS:
+            renamed.append(argument)
+            continue
+        new = RENAMED_KEYS[old]
+        if new in keys:
+            raise ValueError(f"{old} and {new} are both given: {old} is the old name of {new}; give only {new}")
+        print(f"warning: {renamed_message(old, new)}", file=sys.stderr, flush=True)
+        renamed.append(f"{new}={value}")
+    return renamed
+
+
 def entry_point(task: Callable[[PipelineConfig], int | None]) -> Callable[..., None]:
     """The command-line entry of ``task`` (module docstring); the returned ``main`` takes an already
     composed DictConfig too, so that tests run it in-process."""
@@ -92,6 +112,7 @@ def entry_point(task: Callable[[PipelineConfig], int | None]) -> Callable[..., N
     def main(cfg: DictConfig | None = None) -> None:
         if cfg is None:
             with refusals_in_one_line():
+                sys.argv[1:] = with_new_override_names(sys.argv[1:])
                 check_example_overrides(sys.argv[1:])
                 check_override_keys(sys.argv[1:], Path(inspect.getfile(task)).parent / "conf")
         hydra_main(cfg)

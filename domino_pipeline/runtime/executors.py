@@ -107,7 +107,11 @@ def _dask_results(function: Task, tasks: Mapping[str, tuple], executor: Executor
                   workers: int) -> Iterator[tuple[str, RunResult]]:
     """(name, result) as tasks finish, from the Dask cluster; each result is let go as soon as
     it is here, so that a worker lost later costs no finished run."""
-    distributed = _import_distributed()
+    try:
+        import distributed
+    except ImportError as err:
+        raise ImportError("executor.kind=dask needs dask.distributed: pip install 'dask[distributed]' "
+                          "(requirements.txt pins the tested version)") from err
     lost = ("its worker process died each time it ran it (more often than the scheduler's "
             "distributed.scheduler.allowed-failures)")
     batch = uuid.uuid4().hex[:8]
@@ -147,16 +151,6 @@ def _warnings_only(logger: str) -> Iterator[None]:
         yield
     finally:
         log.setLevel(level)
-
-
-def _import_distributed() -> Any:
-    """``dask.distributed``, or an ImportError saying how to install it."""
-    try:
-        import distributed
-    except ImportError as err:
-        raise ImportError("executor.kind=dask needs dask.distributed: pip install 'dask[distributed]' "
-                          "(requirements.txt pins the tested version)") from err
-    return distributed
 
 
 def _checked(name: str, result: Callable[[], RunResult], killed: type[BaseException], lost: str) -> RunResult:

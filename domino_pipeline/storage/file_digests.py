@@ -49,11 +49,6 @@ def file_version(path: str | os.PathLike) -> Version:
         return Version(hashlib.file_digest(file, "sha256").hexdigest(), os.fstat(file.fileno()).st_size)
 
 
-def bytes_version(data: bytes) -> Version:
-    """The SHA-256 and size of ``data``."""
-    return Version(hashlib.sha256(data).hexdigest(), len(data))
-
-
 def write_checked(path: str | os.PathLike, produce: Callable[[Path], None]) -> Version:
     """Write ``path`` by ``produce(temporary path)``, then its digest, then check it back: returns
     only once both are whole on disk and agree. A failed write leaves the old file and digest (or
@@ -129,7 +124,7 @@ def read_checked(path: str | os.PathLike) -> bytes:
         data = path.read_bytes()
     except OSError as error:
         raise DamagedFileError(f"{path}: cannot be read ({error.strerror or error})") from error
-    _compare(path, bytes_version(data), versions)
+    _compare(path, Version(hashlib.sha256(data).hexdigest(), len(data)), versions)
     return data
 
 

@@ -138,11 +138,13 @@ def make_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | N
     from obstore.store import from_url
 
     _CLIENT_PID[:] = [os.getpid()]
+    # an S3 endpoint in the environment over plain http: a local test server
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
     retries = {"max_retries": RETRIES, "retry_timeout": timedelta(seconds=retry_deadline_s),
                "backoff": {"init_backoff": timedelta(milliseconds=100),  # each wait drawn up to 4x the last
                            "max_backoff": timedelta(seconds=5), "base": 4}}
     options = {"timeout": REQUEST_TIMEOUT, "connect_timeout": "10s",
-               **({"allow_http": True} if _plain_http() or url.startswith("http://") else {})}
+               **({"allow_http": True} if endpoint.startswith("http://") or url.startswith("http://") else {})}
     with named_errors(url):
         if url.lower().startswith(HTTP_SCHEMES):
             from obstore.store import HTTPStore
@@ -151,12 +153,6 @@ def make_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | N
                                       client_options={**options, **({"default_headers": headers} if headers else {})})
         return from_url(url.rstrip("/"), retry_config=retries, client_options=options,
                         **({"skip_signature": True} if anonymous else {}))
-
-
-def _plain_http() -> bool:
-    """Whether the S3 endpoint in the environment is plain http (a local test server)."""
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
-    return endpoint.startswith("http://")
 
 
 _STORES: dict[tuple, Any] = {}

@@ -73,7 +73,7 @@ def _array_columns(data: Mapping, name: str, width: int, what: str, path: Path, 
         raise MissingFieldError(path, where, [name], data.keys())
     values = np.asarray(data[name], dtype=np.float32)
     values = values.reshape(len(values), -1)
-    bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+    bad = nonfinite(values)
     if bad:
         raise RunError(f"{path}: {where} data {name} has {bad} non-finite values (NaN or Inf)")
     if values.shape[1] != width:

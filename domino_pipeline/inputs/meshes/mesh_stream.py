@@ -108,6 +108,14 @@ def cell_vertices(file: VtkXmlFile, section: str, start: int, stop: int,
     return np.concatenate([[0], ends[:-1] - first]), ends - first, ids
 
 
+def cell_types(file: VtkXmlFile) -> set[int]:
+    """The VTK types of the cells of a VTU, read a slab at a time."""
+    rows, step, types = file.rows("Cells", "types"), 1 << 24, set()
+    for start in range(0, rows, step):
+        types |= set(np.unique(file.read("Cells", "types", start, min(start + step, rows))).tolist())
+    return types
+
+
 def require_rising(ends: np.ndarray, first: int, start: int, file: VtkXmlFile, section: str) -> None:
     """VtkXmlError unless cell offsets ``ends`` (after ``first``) rise and stay within the connectivity."""
     steps = np.diff(ends, prepend=first)

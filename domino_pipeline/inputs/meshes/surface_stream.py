@@ -181,10 +181,7 @@ def _unstreamable(file: VtkXmlFile) -> str:
 
 def require_polygon_cells(file: VtkXmlFile) -> None:
     """RunError naming a surface VTU whose cells are not all triangles, polygons and quads."""
-    rows, step, types = file.rows("Cells", "types"), 1 << 24, set()
-    for start in range(0, rows, step):
-        types |= set(np.unique(file.read("Cells", "types", start, min(start + step, rows))).tolist())
-    other = sorted(types - SURFACE_CELL_TYPES)
+    other = sorted(mesh_stream.cell_types(file) - SURFACE_CELL_TYPES)
     if other:
         raise RunError(f"{file.path}: cell types {other} on a boundary surface, which holds triangles, "
                        f"polygons and quads (VTK types {sorted(SURFACE_CELL_TYPES)})")

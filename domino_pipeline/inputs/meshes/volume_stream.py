@@ -22,6 +22,7 @@ from domino_pipeline.inputs.meshes.mesh_rows import field_columns, nonfinite, re
 from domino_pipeline.inputs.meshes.run_errors import RunError
 from domino_pipeline.inputs.meshes.vtk_reader import VOLUME_SOURCES, read_volume, volume_source_used
 from domino_pipeline.inputs.meshes.mesh_stream import (
+    cell_types,
     cell_vertices,
     fall_back_to_vtk,
     open_rows,
@@ -117,9 +118,7 @@ def _unstreamable(file: VtkXmlFile, source: str) -> str:
     if not file.streamable:
         return "its data is inline ascii, which cannot be read by rows"
     if source == "cells":
-        rows, step, types = file.rows("Cells", "types"), 1 << 24, set()
-        for start in range(0, rows, step):
-            types |= set(np.unique(file.read("Cells", "types", start, min(start + step, rows))).tolist())
+        types = cell_types(file)
         other = sorted(types - CELL_TYPES)
         if other:
             return f"cell types {other} are not read by rows"

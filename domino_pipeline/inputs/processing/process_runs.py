@@ -47,10 +47,6 @@ VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read, checked and scaled at a time
 SURFACE_BLOCK_CELLS = 1 << 18  # surface cells read at a time (their geometry is computed cell_geometry.CHUNK_CELLS at a time)
 
 
-def _bounds(points: np.ndarray) -> list[list[float]]:
-    return [points.min(axis=0).tolist(), points.max(axis=0).tolist()]
-
-
 def process_run(run_dir: str | os.PathLike | RemoteRun | RunFiles, out_path: str | os.PathLike, options: ProcessOptions,
                 block_rows: int = VOLUME_BLOCK_ROWS, surface_block: int = SURFACE_BLOCK_CELLS, *,
                 access: RemoteAccess = RemoteAccess(),
@@ -145,7 +141,8 @@ def _contents(files: RunFiles, options: ProcessOptions, reading: LocalReading | 
         "sources": {kind: reading.record(p) for kind, p in files.sources().items()},
         "published": reading.published(files, options.dataset).as_attrs(),
     }
-    bounds = {"stl": _bounds(stl["stl_coordinates"])}
+    corners = stl["stl_coordinates"]
+    bounds = {"stl": [corners.min(axis=0).tolist(), corners.max(axis=0).tolist()]}
     surface_divisors = field_divisors(options.surface_fields, *refs)
     volume_divisors = field_divisors(options.volume_fields, *refs)
     statistics = start_run_statistics(options, stl, dropped, Published.from_attrs(attrs["published"]),
@@ -157,21 +154,19 @@ def _contents(files: RunFiles, options: ProcessOptions, reading: LocalReading | 
     streamed = []
     if surface is not None:
         cell_quality = None if statistics is None else statistics.surface.cells.add
-        streamed.append(_streamed_rows(surface_shapes(surface.n_cells, len(surface_divisors)),
+        n = surface.n_cells
+        shapes = (n, 3), (n, 3), (n,), (n, len(surface_divisors))
+        streamed.append(_streamed_rows(dict(zip(SURFACE_ARRAYS, shapes)),
                                        _scaled(_cells_shown(surface_blocks, cell_quality), surface_divisors),
                                        bounds, "surface", statistics))
     if volume is not None:
         streamed.append(_streamed_rows({"volume_mesh_centers": (volume.n_rows, 3),
                                         "volume_fields": (volume.n_rows, len(volume_divisors))},
                                        _scaled(volume_blocks, volume_divisors), bounds, "volume", statistics))
-    streamed.append(_sources_at_end(files, reading))
+    # no rows: the run's ``sources`` recorded again once every block is read (with every stretch read)
+    streamed.append(StreamedRows({}, iter(()), attrs=lambda: {"sources": {kind: reading.record(p)
+                                                                          for kind, p in files.sources().items()}}))
     return RunContents(arrays, attrs, streamed, notes)
-
-
-def _sources_at_end(files: RunFiles, reading: LocalReading | RemoteReading) -> StreamedRows:
-    """No rows: the run's ``sources`` recorded again once every block is read (with every stretch read)."""
-    return StreamedRows({}, iter(()), attrs=lambda: {"sources": {kind: reading.record(p)
-                                                                 for kind, p in files.sources().items()}})
 
 
 def _with_cells(surface: SurfaceStream, cells: int) -> Iterator[tuple[tuple[np.ndarray, ...], tuple | None]]:
@@ -207,11 +202,6 @@ def surface_rows(options: ProcessOptions, published_areas, reading: LocalReading
                        reading.local(published_areas) if points else None)
 
 
-def surface_shapes(n_cells: int, n_fields: int) -> dict[str, tuple[int, ...]]:
-    """The shapes of the surface arrays (SURFACE_ARRAYS) of ``n_cells`` cells."""
-    return dict(zip(SURFACE_ARRAYS, ((n_cells, 3), (n_cells, 3), (n_cells,), (n_cells, n_fields))))
-
-
 def _scaled(blocks: Iterator[tuple[np.ndarray, ...]], divisors: np.ndarray) -> Iterator[tuple[np.ndarray, ...]]:
     """The blocks with their last array (the raw fields) divided by ``divisors``."""
     for *rows, fields in blocks:
@@ -243,7 +233,9 @@ def _process_one(run: Path | RunFiles, out_path: Path, options: ProcessOptions, 
                  access: RemoteAccess = RemoteAccess()) -> RunResult:
     """Process one run in a worker as its only writer; failures come back as a result, bytes reported."""
     name, fetched, started = run.name, [0], time.monotonic()
-    total = remote_bytes_of(run)
+    local = isinstance(run, (str, os.PathLike))
+    # the bytes of a remote run's files read (meshes and published files)
+    total = 0 if local else sum(f.size for f in [*run.sources().values(), *run.published] if isinstance(f, RemoteFile))
 
     def progress(n: int) -> None:
         fetched[0] += n
@@ -262,24 +254,13 @@ def _process_one(run: Path | RunFiles, out_path: Path, options: ProcessOptions, 
         result = RunResult(name, "failed", str(err).splitlines()[0] or type(err).__name__)
     except Exception as err:  # a fault of the program or a library: one run's failure, with its traceback
         first = str(err).splitlines()[0] if str(err) else ""
-        result = RunResult(name, "failed", f"{run_location(run)}: internal error {type(err).__name__}: {first}",
+        location = run if local else run.folder
+        result = RunResult(name, "failed", f"{location}: internal error {type(err).__name__}: {first}",
                            detail=traceback.format_exc())
     if total:
         report((name, -1, 0))
     result.seconds, result.bytes, result.source_bytes = time.monotonic() - started, fetched[0], total
     return result
-
-
-def run_location(run: Path | RunFiles) -> str:
-    """A run folder's path, or a remote run's URL."""
-    return str(run) if isinstance(run, (str, os.PathLike)) else str(run.folder)
-
-
-def remote_bytes_of(run: Path | RunFiles) -> int:
-    """The bytes of a remote run's files read (meshes and published files; 0 for a local run)."""
-    if isinstance(run, (str, os.PathLike)):
-        return 0
-    return sum(f.size for f in [*run.sources().values(), *run.published] if isinstance(f, RemoteFile))
 
 
 def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, options: ProcessOptions, *,
@@ -292,7 +273,9 @@ def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, op
     processed_dir.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(processed_dir)
     results, jobs = [], {}
-    for run in _selected_runs(raw_dir, options, runs, shard, access):
+    found = (find_remote_runs(str(raw_dir), options.dataset, access.anonymous, access.retry_deadline_s)
+             if is_remote(raw_dir) else find_runs(raw_dir, options.dataset))
+    for run in select_items(found, lambda run: run.name, runs, shard, source=str(raw_dir)):
         out = processed_dir / f"{run.name}.zarr"
         if out.exists() and not overwrite:
             differences = settings_differences(out, options)
@@ -309,15 +292,6 @@ def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, op
     results += run_tasks(_process_one, jobs, executor, workers=num_processes, progress="processing runs",
                          on_report=bars.take)
     return sorted(results, key=lambda r: natural_key(Path(r.name)))
-
-
-def _selected_runs(raw_dir: str | os.PathLike, options: ProcessOptions, runs: list | None, shard: str | None,
-                   access: RemoteAccess) -> list[Path | RemoteRun]:
-    """The run folders of ``raw_dir`` (local or remote) that the selection ``runs`` and ``shard`` take."""
-    found = (find_remote_runs(str(raw_dir), options.dataset, access.anonymous, access.retry_deadline_s)
-             if is_remote(raw_dir)
-             else find_runs(raw_dir, options.dataset))
-    return select_items(found, lambda run: run.name, runs, shard, source=str(raw_dir))
 
 
 def _listed(run: RemoteRun, options: ProcessOptions) -> RunFiles | RunResult:

@@ -38,7 +38,7 @@ def _numbered_pieces(name: str, names: Iterable[str]) -> dict[str, list[tuple[in
     return found
 
 
-def _folder_names(folder: Path) -> list[str]:
+def folder_names(folder: Path) -> list[str]:
     """The names of the files in ``folder`` (none when it is absent)."""
     try:
         return [entry.name for entry in os.scandir(folder) if entry.is_file()]
@@ -65,7 +65,7 @@ def file_pieces(path: Path) -> list[Path]:
     """The files that hold ``path``, in order: itself, or its ``.00.part``, ... or ``.part1``, ... pieces;
     FileNotFoundError for none, PieceError naming the file for a gap, two namings or whole and pieces."""
     path = Path(path)
-    names = set(_folder_names(path.parent))
+    names = set(folder_names(path.parent))
     if path.is_file():
         names.add(path.name)
     return [path.parent / name for name in pieces_among(path.name, names, str(path.parent))]

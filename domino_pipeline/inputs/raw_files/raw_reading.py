@@ -57,8 +57,6 @@ class RemoteAccess:
 class LocalReading:
     """A local run folder's files, read where they lie."""
 
-    fetched = 0
-
     def stl_triangles(self, path: Path) -> dict[str, np.ndarray]:
         """The STL's triangles (vtk_reader.read_stl_triangles)."""
         return read_stl_triangles(path)
@@ -105,11 +103,6 @@ class RemoteReading:
         self.files = staging / "files"  # the small files fetched whole, where the run folder has them
         self.counter = FetchCounter(progress=progress)
         self.reads: dict[str, list[tuple[int, int, str]]] = {}  # by file URL: stretches read, their SHA-256
-
-    @property
-    def fetched(self) -> int:
-        """Bytes fetched so far."""
-        return self.counter.bytes
 
     def _stream(self, file: RemoteFile) -> RemoteBytes:
         """The file's bytes, the stretches read recorded where not every piece's checksum is checked."""

@@ -15,7 +15,7 @@ from domino_pipeline.storage.hub import HubFolder, is_hub, tree
 from domino_pipeline.inputs.raw_files.concat_bytes import pieces_among
 from domino_pipeline.processed.run_layout import natural_key
 from domino_pipeline.inputs.raw_files.remote_files import Origin, RemoteFile, RemoteObject, RemoteRun
-from domino_pipeline.inputs.raw_files.run_folder import RunFiles, resolve_name
+from domino_pipeline.inputs.raw_files.run_folder import RunFiles, resolve_name, run_index
 from domino_pipeline.storage.object_store import (
     RETRY_DEADLINE_S,
     anonymous_for,
@@ -83,10 +83,7 @@ def find_remote_runs(raw_url: str, profile: DatasetConfig, anonymous: bool | Non
 def remote_run_files(run: RemoteRun, profile: DatasetConfig, parts: str = "all") -> RunFiles:
     """The run's files (RemoteFiles) by the profile among its listed objects; FileNotFoundError naming one."""
     check_choice("process.parts", parts, PROCESS_PARTS)
-    index = profile.run_index(run.name)
-    if index is None:
-        raise ValueError(f"{run.url}: not a run folder of dataset {profile.name} "
-                         f"(dataset.run_folders is {profile.run_folders})")
+    index = run_index(run.url, profile)
     origin, _, objects = _listing(run.url, run.origin.anonymous, recursive=True,
                                   retry_deadline_s=run.origin.retry_deadline_s)
 

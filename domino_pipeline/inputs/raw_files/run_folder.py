@@ -12,7 +12,7 @@ from pathlib import Path
 
 from domino_pipeline.configuration.config import PROCESS_PARTS, check_choice
 from domino_pipeline.configuration.dataset_profile import DatasetConfig
-from domino_pipeline.inputs.raw_files.concat_bytes import present_among
+from domino_pipeline.inputs.raw_files.concat_bytes import folder_names, present_among
 from domino_pipeline.inputs.raw_files.remote_files import RemoteFile
 from domino_pipeline.inputs.meshes.run_errors import MissingFieldError
 from domino_pipeline.processed.run_layout import natural_key
@@ -42,9 +42,9 @@ class RunFiles:
         return {kind: path for kind, path in found.items() if path is not None}
 
 
-def run_index(run_dir: Path, profile: DatasetConfig) -> str:
-    """The ``{index}`` of a run folder; ValueError when its name is not the profile's."""
-    index = profile.run_index(run_dir.name)
+def run_index(run_dir: Path | str, profile: DatasetConfig) -> str:
+    """The ``{index}`` of a run folder (a path or a URL); ValueError when its name is not the profile's."""
+    index = profile.run_index(Path(run_dir).name)
     if index is None:
         raise ValueError(f"{run_dir}: not a run folder of dataset {profile.name} "
                          f"(dataset.run_folders is {profile.run_folders})")
@@ -56,7 +56,8 @@ def find_runs(raw_dir: str | os.PathLike, profile: DatasetConfig) -> list[Path]:
     raw_dir = Path(raw_dir)
     if not raw_dir.is_dir():
         raise FileNotFoundError(f"{raw_dir}: no such raw-data directory")
-    runs = [p for p in raw_dir.glob(profile.folder_glob()) if p.is_dir() and profile.run_index(p.name)]
+    runs = [p for p in raw_dir.glob(profile.run_folders.replace("{index}", "*"))
+            if p.is_dir() and profile.run_index(p.name)]
     return sorted(runs, key=natural_key)
 
 
@@ -66,10 +67,7 @@ def resolve(run_dir: Path, pattern: str, index: str, key: str) -> Path:
         names = [p.relative_to(run_dir).as_posix() for p in run_dir.glob(pattern.replace("{index}", index))
                  if p.is_file()]
     else:
-        try:
-            names = [entry.name for entry in os.scandir(run_dir) if entry.is_file()]
-        except (FileNotFoundError, NotADirectoryError):
-            names = []
+        names = folder_names(run_dir)
     return run_dir / resolve_name(names, pattern, index, key, str(run_dir))
 
 

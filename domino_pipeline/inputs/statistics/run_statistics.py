@@ -86,15 +86,11 @@ class PartStatistics:
             self.pressure_sum += pressure_sum
             self.shear_sum += shear_sum
 
-    def field_summary(self) -> dict[str, dict[str, float]]:
-        """Each field column's moments and quantiles (docs/data_quality.md)."""
-        quantiles = self.quantiles.summary(self.columns)
-        return {name: {**moments, **quantiles[name]} for name, moments in self.fields.summary(self.columns).items()}
-
     def summary(self) -> dict[str, Any]:
         """The part's statistics (docs/data_quality.md)."""
-        found: dict[str, Any] = {"count": self.count, "positions": self.positions.summary(AXES),
-                                 "fields": self.field_summary()}
+        quantiles = self.quantiles.summary(self.columns)
+        fields = {name: {**moments, **quantiles[name]} for name, moments in self.fields.summary(self.columns).items()}
+        found: dict[str, Any] = {"count": self.count, "positions": self.positions.summary(AXES), "fields": fields}
         if self.surface and self.areas.count[0]:
             area = self.areas.summary(["area"])["area"]
             found["area"] = {"min": area["min"], "max": area["max"], "mean": area["mean"],

@@ -69,7 +69,6 @@ def write_statistics_table(processed_dir: str | os.PathLike, profile: DatasetCon
     return save_table(table_location(processed_dir), collect_statistics(processed_dir, profile, options, raw_dir))
 
 
-
 def quality_summary(data: DataConfig, physics: PhysicsConfig, dataset: DatasetConfig) -> str:
     """process_data.py's last lines: the statistics table written, and the runs quality would drop."""
     table = write_statistics_table(data.processed_dir, dataset, read_options_from_config(data, physics), data.raw_dir)

@@ -135,13 +135,6 @@ class VtkXmlFile(VtkXmlHeader):
             raise VtkXmlError(f"{self.path}: {entry.label} is inline ascii, which cannot be read by rows")
         return self._data[key]
 
-    def raw_span(self, section: str, name: str) -> tuple[int, int] | None:
-        """(stream position, bytes) of an uncompressed raw array's data; None otherwise."""
-        data = self._array(self.entry(section, name))
-        if data.base64 or data.blocks is not None:
-            return None
-        return data.data_at, data.n_bytes
-
     def array_data(self, section: str, name: str) -> ArrayData:
         """The data of an array (VtkXmlError when it is inline ascii)."""
         return self._array(self.entry(section, name))
