@@ -84,6 +84,9 @@ def test_a_reprocessed_run_is_refused_by_the_dataset(cache, tiny_processed_dir):
     CachedDoMINODataset(cache, processed_stats=stats, **SAMPLES)
     with pytest.raises(StaleCacheError, match=r"runs \[.run_2.\] were written again"):
         CachedDoMINODataset(cache, processed_stats={**stats, "run_2": "0" * 64}, **SAMPLES)
+    with pytest.warns(DeprecationWarning, match="processed_stats"):  # the earlier keyword, still checked
+        with pytest.raises(StaleCacheError, match=r"runs \[.run_2.\] were written again"):
+            CachedDoMINODataset(cache, sources={**stats, "run_2": "0" * 64}, **SAMPLES)
 
 
 def test_a_manifest_that_cannot_be_written_is_one_line(cache, monkeypatch, capsys):

@@ -4,6 +4,7 @@ model, so a DataLoader worker stays light."""
 from __future__ import annotations
 
 import os
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,14 +29,19 @@ from domino_pipeline.store.manifest import manifest_scaling_factors, read_manife
 class CachedDoMINODataset(EpochDataset):
     """DoMINO items drawn from a cache (docs/cache_format.md), at most ``max_open_runs`` runs open per process.
     ``expected``: the settings the cache must have; ``scaling_factors``: "manifest" (the cache's own, checked), a dict,
-    a file or None; ``processed_stats``: run -> ``stat_fingerprint`` (a run written since it was cached is stale)."""
+    a file or None; ``processed_stats``: run -> ``stat_fingerprint`` (a run written since it was cached is stale;
+    ``sources``, its earlier name, is still read, with a DeprecationWarning)."""
 
     def __init__(self, cache_dir: str | os.PathLike, *, runs: Sequence[str | os.PathLike] | None = None,
                  model_type: str = "surface", surface_points: int = 8192, volume_points: int = 8192,
                  geometry_points: int = 300_000, scaling_factors: dict | str | os.PathLike | None = "manifest",
                  seed: int = 0, expected: dict | None = None, surface_window_factor: int | None = 8,
                  volume_window_factor: int | None = 8, exact: bool = False,
-                 processed_stats: dict[str, str] | None = None, max_open_runs: int = 8) -> None:
+                 processed_stats: dict[str, str] | None = None, max_open_runs: int = 8,
+                 sources: dict[str, str] | None = None) -> None:
+        if sources is not None:
+            warnings.warn("CachedDoMINODataset(sources=...) is now processed_stats=...", DeprecationWarning, stacklevel=2)
+            processed_stats = sources if processed_stats is None else processed_stats
         self.cache_dir = cache_dir if is_url(cache_dir) else Path(cache_dir)
         manifest = read_manifest(self.cache_dir)
         if isinstance(scaling_factors, str) and scaling_factors == "manifest":
