@@ -40,7 +40,8 @@ class CachedDoMINODataset(EpochDataset):
                  processed_stats: dict[str, str] | None = None, max_open_runs: int = 8,
                  sources: dict[str, str] | None = None) -> None:
         if sources is not None:
-            warnings.warn("CachedDoMINODataset(sources=...) is now processed_stats=...", DeprecationWarning, stacklevel=2)
+            warnings.warn("CachedDoMINODataset(sources=...) is now processed_stats=...", DeprecationWarning,
+                          stacklevel=2)
             processed_stats = sources if processed_stats is None else processed_stats
         self.cache_dir = cache_dir if is_url(cache_dir) else Path(cache_dir)
         manifest = read_manifest(self.cache_dir)
