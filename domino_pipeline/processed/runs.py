@@ -96,7 +96,8 @@ def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
 
 
 def list_runs(directory: str | os.PathLike) -> list[Path | str]:
-    """The runs in ``directory`` (a folder or URL prefix), naturally sorted; NoRunsError names what it holds."""
+    """The runs in ``directory`` (a folder or URL prefix), naturally sorted, hidden names left out;
+    FileNotFoundError, NoRunsError (naming what it holds), ValueError for a name held twice."""
     directory = as_location(directory)
     entries = _entries(directory)
     runs = sorted((where for name, kind, where in entries if (name.endswith(".zarr") and kind == "folder")

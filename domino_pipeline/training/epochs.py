@@ -267,8 +267,8 @@ def train_one_epoch(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]],
                     after_step: Callable[[float | None], None], result: EpochResult,
                     progress: str | None) -> EpochResult:
     """Train over `loader` into `result`, `after_step(loss)` after each step (None: skipped), stopping when
-    `should_stop()` on any rank; a step not finite on any rank is not taken: `on_nonfinite` raises or returns to skip
-    it."""
+    `should_stop()` on any rank; a step not finite on any rank is not taken: `on_nonfinite(step, loss, gradient
+    norm)` raises or returns to skip it. `progress`: the tqdm description, or None for no bar."""
     model.train()
     with tqdm(total=num_samples, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True) as bar:
         # closed before an error's line is printed, so the line stands alone
