@@ -127,7 +127,8 @@ def family_regime(root: Path, names: list[str] | None = None, split_of=surface_s
     folder, or those ``names``). Re needs the family's nu (family.json) and each body's length (its
     record); a run folder without them still gives Cd and its parts, and ``re_spread`` is then absent."""
     family_json = root / "family.json"
-    nu = family_viscosity(json.loads(family_json.read_text())) if family_json.is_file() else None
+    family = json.loads(family_json.read_text()) if family_json.is_file() else None
+    nu = family_viscosity(family) if family is not None else None
     runs = sorted((root / n for n in names) if names is not None else (p for p in root.glob("run_*") if p.is_dir()),
                   key=lambda p: int(p.name.split("_")[1]))
     if not runs:
@@ -144,14 +145,10 @@ def family_regime(root: Path, names: list[str] | None = None, split_of=surface_s
                     "re": reynolds(speed, record["shape"]["length"], nu)}
         rows.append(row)
     keys = ["cd", "cd_pressure", "cd_viscous", "cd_pressure_share"] + (["re"] if all("re" in r for r in rows) else [])
-    return {"root": str(root), "nu": nu, "solver": _solver_words(family_json), "runs": rows,
+    solver = ("solver not recorded (no family.json)" if family is None else
+              family.get("openfoam", "solver not recorded in family.json"))
+    return {"root": str(root), "nu": nu, "solver": solver, "runs": rows,
             **{f"{key}_spread": spread([r[key] for r in rows]) for key in keys}}
-
-
-def _solver_words(family_json: Path) -> str:
-    if not family_json.is_file():
-        return "solver not recorded (no family.json)"
-    return json.loads(family_json.read_text()).get("openfoam", "solver not recorded in family.json")
 
 
 def describe(regime: dict) -> str:
