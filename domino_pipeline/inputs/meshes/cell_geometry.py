@@ -32,7 +32,6 @@ POINT_WEIGHTED = {1: vtkVertex, 3: vtkLine, 5: vtkTriangle, 8: vtkPixel, 9: vtkQ
 # VTK's fixed-size 3-D cells, whose faces come from VTK's own cell
 SOLID = {10: vtkTetra, 11: vtkVoxel, 12: vtkHexahedron, 13: vtkWedge, 14: vtkPyramid}
 CELL_TYPES = frozenset(POINT_WEIGHTED) | frozenset(SOLID) | {POLYHEDRON}
-SURFACE_CELL_TYPES = frozenset({5, 7, 9})  # VTK_TRIANGLE, VTK_POLYGON, VTK_QUAD: a surface VTU's cells
 
 
 class CellGeometryError(ValueError):
@@ -102,10 +101,7 @@ def _fans(corners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Centres and area vectors (m, 3) of polygons (m, k, 3), summed vertex after vertex as OpenFOAM does."""
     p = np.ascontiguousarray(corners.transpose(1, 2, 0))  # (k, 3, m): each vertex's coordinates contiguous
     k = len(p)
-    estimate = p[0].copy()
-    for i in range(1, k):
-        estimate += p[i]
-    estimate /= k
+    estimate = p.sum(axis=0) / k
     vector, moment, total = np.zeros_like(estimate), np.zeros_like(estimate), np.zeros(estimate.shape[1])
     for i in range(k):
         this, following = p[i], p[(i + 1) % k]
@@ -231,23 +227,17 @@ def _vertex_ids(block: CellBlock, rows: np.ndarray, cell_type: int, count: int) 
 
 def _face_geometry(points: np.ndarray, block: CellBlock) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(cell of each face, face centres, outward area vectors) of the block's 3-D cells."""
-    cells, centres, vectors = [], [], []
+    parts = []  # (cells, face centres, area vectors) of each face of each type, then of the polyhedra
     for cell_type in sorted(set(np.unique(block.types).tolist()) & set(SOLID)):
         rows = np.flatnonzero(block.types == cell_type)
         ids = _vertex_ids(block, rows, cell_type, vertex_count(cell_type))
         for face in solid_faces(cell_type):
             corners = np.asarray(points[ids[:, face]], dtype=np.float64)
-            centre, vector = (_triangles if len(face) == 3 else _fans)(corners)
-            cells.append(rows)
-            centres.append(centre)
-            vectors.append(vector)
+            parts.append((rows, *(_triangles if len(face) == 3 else _fans)(corners)))
     if np.any(block.types == POLYHEDRON):
         faces = _polyhedron_faces(block)
-        centre, vector = polygon_geometry(points, faces.begins, faces.ends, faces.ids)
-        cells.append(faces.cell)
-        centres.append(centre)
-        vectors.append(vector)
-    return np.concatenate(cells), np.concatenate(centres), np.concatenate(vectors)
+        parts.append((faces.cell, *polygon_geometry(points, faces.begins, faces.ends, faces.ids)))
+    return tuple(np.concatenate(part) for part in zip(*parts))
 
 
 def _polyhedron_faces(block: CellBlock) -> Faces:

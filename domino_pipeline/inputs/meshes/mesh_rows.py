@@ -14,6 +14,7 @@ from domino_pipeline.inputs.meshes.run_errors import MissingFieldError, RunError
 from domino_pipeline.configuration.variables import variable_width
 
 SURFACE_ARRAYS = ("surface_mesh_centers", "surface_normals", "surface_areas", "surface_fields")
+SURFACE_CELL_TYPES = frozenset({5, 7, 9})  # VTK_TRIANGLE, VTK_POLYGON, VTK_QUAD: a surface VTU's cells
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,14 @@ def require_names(available: list[str], names: Collection[str], path: Path, wher
     missing = [name for name in names if name not in available]
     if missing:
         raise MissingFieldError(path, where, missing, available)
+
+
+def require_polygon_types(types: set[int], path: Path) -> None:
+    """RunError naming a boundary surface whose cell ``types`` are not all triangles, polygons and quads."""
+    other = sorted(types - SURFACE_CELL_TYPES)
+    if other:
+        raise RunError(f"{path}: cell types {other} on a boundary surface, which holds triangles, polygons "
+                       f"and quads (VTK types {sorted(SURFACE_CELL_TYPES)})")
 
 
 def source_arrays(variables: Mapping[str, str], arrays: Mapping[str, list[str]] | None = None) -> list[str]:

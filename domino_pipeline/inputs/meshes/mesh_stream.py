@@ -103,9 +103,14 @@ def cell_vertices(file: VtkXmlFile, section: str, start: int, stop: int,
     first = int(file.read(section, "offsets", start - 1, start)[0, 0]) if start else 0
     require_rising(ends, first, start, file, section)
     ids = file.read(section, "connectivity", first, int(ends[-1]))[:, 0]
-    if ids.size and (ids.min() < 0 or ids.max() >= n_points):
-        raise RunError(f"{file.path}: cell connectivity outside the {n_points} points")
+    require_point_ids(ids, n_points, file.path, "cell connectivity")
     return np.concatenate([[0], ends[:-1] - first]), ends - first, ids
+
+
+def require_point_ids(ids: np.ndarray, n_points: int, path, what: str) -> None:
+    """RunError naming ``path`` when ``what`` (point ids) reach outside the ``n_points`` points."""
+    if ids.size and (ids.min() < 0 or ids.max() >= n_points):
+        raise RunError(f"{path}: {what} outside the {n_points} points")
 
 
 def cell_types(file: VtkXmlFile) -> set[int]:

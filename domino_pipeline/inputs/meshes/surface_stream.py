@@ -13,7 +13,6 @@ import numpy as np
 
 from domino_pipeline.inputs.meshes import mesh_stream
 from domino_pipeline.inputs.meshes.cell_geometry import (
-    SURFACE_CELL_TYPES,
     CellGeometryError,
     polygon_vertex_shares,
     require_no_strips,
@@ -27,6 +26,7 @@ from domino_pipeline.inputs.meshes.mesh_rows import (
     published_areas,
     require_finite_points,
     require_names,
+    require_polygon_types,
     source_arrays,
     unit_rows,
 )
@@ -170,18 +170,10 @@ def _unstreamable(file: VtkXmlFile) -> str:
     if not file.streamable:
         return "its data is inline ascii, which cannot be read by rows"
     if file.kind == "UnstructuredGrid":
-        require_polygon_cells(file)
+        require_polygon_types(mesh_stream.cell_types(file), file.path)
         return ""
     other = [kind for section, kind in (("Verts", "vertex"), ("Lines", "line"))
              if file.piece_counts.get(f"NumberOf{section}", 0)]
     if other:
         return f"it has {' and '.join(other)} cells besides polygons, which are not read by cells"
     return ""
-
-
-def require_polygon_cells(file: VtkXmlFile) -> None:
-    """RunError naming a surface VTU whose cells are not all triangles, polygons and quads."""
-    other = sorted(mesh_stream.cell_types(file) - SURFACE_CELL_TYPES)
-    if other:
-        raise RunError(f"{file.path}: cell types {other} on a boundary surface, which holds triangles, "
-                       f"polygons and quads (VTK types {sorted(SURFACE_CELL_TYPES)})")

@@ -15,7 +15,6 @@ from domino_pipeline.inputs.meshes.cell_geometry import (
     POLYHEDRON,
     CellBlock,
     CellGeometryError,
-    Faces,
     cell_centres,
 )
 from domino_pipeline.inputs.meshes.mesh_rows import field_columns, nonfinite, require_finite_points, source_arrays
@@ -29,6 +28,7 @@ from domino_pipeline.inputs.meshes.mesh_stream import (
     points_table,
     prepared_rows,
     read_errors_named,
+    require_point_ids,
     require_rows,
 )
 from domino_pipeline.inputs.meshes.polyhedron_faces import PolyhedronFaces
@@ -49,12 +49,13 @@ class VolumeStream:
     notes: list[str] = field(default_factory=list)
     file: VtkXmlFile | None = None  # None: read whole with VTK
     arrays: Mapping[str, list[str]] | None = None  # variable -> the arrays it is read from
-    _whole: dict[str, np.ndarray] | None = None
 
     def blocks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(positions (n, 3), raw fields (n, F)), float32, ``rows`` at a time (remote arrays staged)."""
         if self.file is None:
-            yield from _whole_blocks(self, rows)
+            whole, _, _ = read_volume(self.path, self.variables, self.source, self.arrays)
+            for start in range(0, len(whole["volume_mesh_centers"]), rows):
+                yield whole["volume_mesh_centers"][start:start + rows], whole["volume_fields"][start:start + rows]
             return
         with prepared_rows(self.file, volume_arrays(self.file, source_arrays(self.variables, self.arrays), self.source)):
             yield from read_errors_named(self._read_blocks(self.file, rows), self.path)
@@ -76,15 +77,6 @@ class VolumeStream:
                 centres = np.asarray(centres, dtype=np.float32)
                 require_finite_points(nonfinite(centres), self.path)
                 yield centres, fields
-
-
-def _whole_blocks(volume: VolumeStream, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    whole = volume._whole
-    if whole is None:
-        whole, _, _ = read_volume(volume.path, volume.variables, volume.source, volume.arrays)
-    for start in range(0, len(whole["volume_mesh_centers"]), rows):
-        yield (whole["volume_mesh_centers"][start:start + rows],
-               whole["volume_fields"][start:start + rows])
 
 
 def open_volume(path, variables: Mapping[str, str], source: str, arrays: Mapping[str, list[str]] | None = None,
@@ -142,13 +134,7 @@ def _centres(file: VtkXmlFile, points: np.ndarray, faces: PolyhedronFaces | None
     try:
         block_faces = None if faces is None else faces.read(start, stop)
         if block_faces is not None:
-            _require_point_ids(block_faces, len(points), file)
+            require_point_ids(block_faces.point_ids(), len(points), file.path, "polyhedron faces")
         return cell_centres(points, CellBlock(types, begins, ends, ids, block_faces))
     except CellGeometryError as err:
         raise RunError(f"{file.path}: {err} among cells {start}..{stop}") from err
-
-
-def _require_point_ids(faces: Faces, n_points: int, file: VtkXmlFile) -> None:
-    ids = faces.point_ids()
-    if ids.size and (ids.min() < 0 or ids.max() >= n_points):
-        raise RunError(f"{file.path}: polyhedron faces outside the {n_points} points")

@@ -15,7 +15,6 @@ from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridRead
 
 from domino_pipeline.configuration.config import VOLUME_SOURCES
 from domino_pipeline.inputs.meshes.cell_geometry import (
-    SURFACE_CELL_TYPES,
     CellGeometryError,
     grid_cell_centres,
     polydata_geometry,
@@ -30,6 +29,7 @@ from domino_pipeline.inputs.meshes.mesh_rows import (
     published_areas,
     require_finite_points,
     require_names,
+    require_polygon_types,
     source_arrays,
     unit_rows,
 )
@@ -188,10 +188,7 @@ def surface_cells(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray,
     if isinstance(mesh, pv.PolyData):
         cells = mesh.GetPolys()
     else:
-        other = sorted(set(np.unique(np.asarray(mesh.celltypes)).tolist()) - SURFACE_CELL_TYPES)
-        if other:
-            raise RunError(f"{path}: cell types {other} on a boundary surface, which holds triangles, polygons "
-                           f"and quads (VTK types {sorted(SURFACE_CELL_TYPES)})")
+        require_polygon_types(set(np.unique(np.asarray(mesh.celltypes)).tolist()), path)
         cells = mesh.GetCells()
     offsets = vtk_to_numpy(cells.GetOffsetsArray()).astype(np.int64)
     return offsets[:-1], offsets[1:], vtk_to_numpy(cells.GetConnectivityArray()).astype(np.int64)

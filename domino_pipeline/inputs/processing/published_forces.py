@@ -31,10 +31,6 @@ class Published:
     constant_references: References
     velocity: float | None = None
 
-    def references(self, which: str) -> References | None:
-        """The references of ``which`` ("own" or "constant")."""
-        return self.own_references if which == "own" else self.constant_references
-
     def as_attrs(self) -> dict:
         """The record a processed run keeps in its attributes (plain JSON values)."""
         def refs(value: References | None) -> dict | None:

@@ -11,7 +11,7 @@ import numpy as np
 from domino_pipeline.configuration.dataset_profile import DatasetConfig
 from domino_pipeline.inputs.processing.field_divisors import car_length, field_divisors
 from domino_pipeline.inputs.processing.published_forces import Published
-from domino_pipeline.inputs.statistics.run_statistics import ARRAY_ROLES, PartStatistics, RunStatistics, field_columns
+from domino_pipeline.inputs.statistics.run_statistics import ARRAY_ROLES, PartStatistics, RunStatistics, part_statistics
 from domino_pipeline.processed.runs import GEOMETRY_ARRAYS, NamedArray, OpenedRun, load_run, physics_constants
 from domino_pipeline.configuration.variables import column_names
 
@@ -46,11 +46,9 @@ def _part(run: OpenedRun, profile: DatasetConfig, part: str, references: tuple[f
         return None
     width = int(np.prod(run.arrays[names[1]].shape[1:], dtype=np.int64))
     fields = getattr(profile.fields, part)
-    profile_columns = column_names(profile.variables(part))
-    if width != len(profile_columns):
+    if width != len(column_names(profile.variables(part))):
         return PartStatistics([f"column_{j}" for j in range(width)], surface=part == "surface")
-    divisors = field_divisors(fields, *references, dtype=np.float64)
-    return PartStatistics(profile_columns, surface=part == "surface", divisors=divisors, roles=field_columns(fields))
+    return part_statistics(fields, field_divisors(fields, *references, dtype=np.float64), part == "surface")
 
 
 def _pass(run: OpenedRun, part: PartStatistics, block_rows: int) -> None:

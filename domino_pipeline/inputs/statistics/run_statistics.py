@@ -103,6 +103,12 @@ class PartStatistics:
         return found
 
 
+def part_statistics(fields: Mapping[str, FieldName], divisors: np.ndarray, surface: bool) -> PartStatistics:
+    """The statistics of a part of these role -> name fields (column order), with their divisors."""
+    return PartStatistics(column_names(variables_of(fields)), surface=surface, divisors=divisors,
+                          roles=field_columns(fields))
+
+
 class RunStatistics:
     """The statistics of one run: its STL, parts (None: not read), what it publishes, and the flow."""
 
@@ -110,18 +116,6 @@ class RunStatistics:
         self.flow, self.surface, self.volume = flow, surface, volume
         self.stl: dict[str, Any] = {}
         self.published: dict[str, Any] = {}
-
-    @classmethod
-    def for_fields(cls, flow: FlowProfile, surface_fields: Mapping[str, FieldName] | None,
-                   volume_fields: Mapping[str, FieldName] | None, surface_divisors: np.ndarray | None,
-                   volume_divisors: np.ndarray | None) -> RunStatistics:
-        """Statistics for parts of these role -> name fields (None: not read) and column divisors."""
-        def part(fields, divisors, surface):
-            if fields is None:
-                return None
-            names = column_names(variables_of(fields))
-            return PartStatistics(names, surface=surface, divisors=divisors, roles=field_columns(fields))
-        return cls(flow, part(surface_fields, surface_divisors, True), part(volume_fields, volume_divisors, False))
 
     def add_stl(self, stl: Mapping[str, np.ndarray], dropped: int = 0) -> None:
         """Take in the STL's arrays, ``dropped`` zero-area triangles dropped."""
@@ -199,11 +193,12 @@ def plain(value: Any) -> Any:
 def start_run_statistics(options: ProcessOptions, stl: Mapping[str, np.ndarray], dropped: int,
                          published: Published, surface_divisors: np.ndarray | None,
                          volume_divisors: np.ndarray | None) -> RunStatistics:
-    """The statistics of a run about to be streamed, with its STL and publications taken in."""
-    statistics = RunStatistics.for_fields(options.dataset.flow,
-                                          None if surface_divisors is None else options.surface_fields,
-                                          None if volume_divisors is None else options.volume_fields,
-                                          surface_divisors, volume_divisors)
+    """The statistics of a run about to be streamed (a part's divisors None: not read), with its STL
+    and publications taken in."""
+    statistics = RunStatistics(
+        options.dataset.flow,
+        None if surface_divisors is None else part_statistics(options.surface_fields, surface_divisors, True),
+        None if volume_divisors is None else part_statistics(options.volume_fields, volume_divisors, False))
     statistics.add_stl(stl, dropped)
     statistics.add_published(published)
     return statistics

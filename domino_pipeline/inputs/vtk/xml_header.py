@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import xml.parsers.expat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -136,9 +136,7 @@ class VtkXmlHeader:
 
     def placed(self, entry: ArrayEntry, position: int, limit: int) -> None:
         """Record where ``entry``'s encoded bytes start and the stream position they may not pass."""
-        self.arrays[(entry.section, entry.name)] = ArrayEntry(
-            entry.section, entry.name, entry.dtype, entry.components, entry.data_format,
-            position, limit, entry.tuples)
+        self.arrays[(entry.section, entry.name)] = replace(entry, position=position, limit=limit)
 
     def appended_attrs(self, attrs: dict[str, str]) -> None:
         """Take the AppendedData tag's encoding, raw or base64."""
