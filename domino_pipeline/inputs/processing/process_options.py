@@ -16,7 +16,7 @@ from domino_pipeline.configuration.config import (
 )
 from domino_pipeline.configuration.dataset_profile import LOCATIONS, DatasetConfig
 from domino_pipeline.inputs.processing.field_divisors import field_divisors
-from domino_pipeline.configuration.variables import FieldName, arrays_of, variables_of
+from domino_pipeline.configuration.variables import FieldName, variables_of
 
 
 @dataclass(frozen=True)
@@ -67,16 +67,6 @@ class ProcessOptions:
     def volume_variables(self) -> dict[str, str]:
         """{field name: kind} of the volume fields, in column order."""
         return variables_of(self.volume_fields)
-
-    @property
-    def surface_arrays(self) -> dict[str, list[str]]:
-        """{variable name: the arrays it is read from} of the surface fields."""
-        return arrays_of(self.surface_fields)
-
-    @property
-    def volume_arrays(self) -> dict[str, list[str]]:
-        """{variable name: the arrays it is read from} of the volume fields."""
-        return arrays_of(self.volume_fields)
 
     def recorded(self) -> dict[str, Any]:
         """The options as a processed run records them (a rerun compares them), with the variables."""

@@ -42,6 +42,7 @@ from domino_pipeline.inputs.meshes.surface_stream import CellsObserver, SurfaceR
 from domino_pipeline.inputs.meshes.volume_stream import VolumeStream, open_volume
 from domino_pipeline.runtime.run_report import RunResult
 from domino_pipeline.configuration.run_selection import select_items
+from domino_pipeline.configuration.variables import arrays_of
 
 VOLUME_BLOCK_ROWS = 1 << 21  # volume rows read, checked and scaled at a time
 SURFACE_BLOCK_CELLS = 1 << 18  # surface cells read at a time (their geometry is computed cell_geometry.CHUNK_CELLS at a time)
@@ -99,14 +100,14 @@ def read_run(run_dir: str | os.PathLike | RunFiles, options: ProcessOptions, blo
         surface = volume = surface_blocks = volume_blocks = None
         if files.surface is not None:
             with profile_field_hints(options.surface_fields, "surface"):
-                surface = open_surface(files.surface, options.surface_variables, options.surface_arrays,
+                surface = open_surface(files.surface, options.surface_variables, arrays_of(options.surface_fields),
                                        surface_rows(options, files.surface_areas, reading), reading.open(files.surface))
             surface_blocks = readers.enter_context(closing(ReadAhead(_with_cells(surface, surface_block),
                                                                      name="surface blocks")))
         if files.volume is not None:
             with profile_field_hints(options.volume_fields, "volume"):
                 volume = open_volume(files.volume, options.volume_variables, options.volume_source,
-                                     options.volume_arrays, reading.open(files.volume))
+                                     arrays_of(options.volume_fields), reading.open(files.volume))
             volume_blocks = readers.enter_context(closing(ReadAhead(volume.blocks(block_rows), name="volume blocks")))
         return surface, volume, surface_blocks, volume_blocks
 
@@ -126,6 +127,9 @@ def _contents(files: RunFiles, options: ProcessOptions, reading: LocalReading | 
               stl: dict[str, np.ndarray], dropped: int, surface: SurfaceStream | None, volume: VolumeStream | None,
               surface_blocks: "ReadAhead | None", volume_blocks: "ReadAhead | None") -> RunContents:
     """The run's arrays, attributes and streamed rows, once its STL is read and its meshes open."""
+    def sources() -> dict[str, dict]:
+        return {kind: reading.record(p) for kind, p in files.sources().items()}
+
     length = car_length(stl["stl_coordinates"]) if options.reference_length is None else options.reference_length
     refs = (options.stream_velocity, options.air_density, length)
     params = np.array([options.stream_velocity, options.air_density], dtype=np.float32)
@@ -138,7 +142,7 @@ def _contents(files: RunFiles, options: ProcessOptions, reading: LocalReading | 
         "nut_length_scale": float(length),
         "volume_source": volume.source if volume else None,
         "counts": _counts(stl, surface, volume),
-        "sources": {kind: reading.record(p) for kind, p in files.sources().items()},
+        "sources": sources(),
         "published": reading.published(files, options.dataset).as_attrs(),
     }
     corners = stl["stl_coordinates"]
@@ -164,8 +168,7 @@ def _contents(files: RunFiles, options: ProcessOptions, reading: LocalReading | 
                                         "volume_fields": (volume.n_rows, len(volume_divisors))},
                                        _scaled(volume_blocks, volume_divisors), bounds, "volume", statistics))
     # no rows: the run's ``sources`` recorded again once every block is read (with every stretch read)
-    streamed.append(StreamedRows({}, iter(()), attrs=lambda: {"sources": {kind: reading.record(p)
-                                                                          for kind, p in files.sources().items()}}))
+    streamed.append(StreamedRows({}, iter(()), attrs=lambda: {"sources": sources()}))
     return RunContents(arrays, attrs, streamed, notes)
 
 

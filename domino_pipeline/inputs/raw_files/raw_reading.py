@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,16 +83,12 @@ class LocalReading:
     @contextmanager
     def alongside(self, task: Callable[[], T]) -> Iterator[Callable[[], T]]:
         """Run ``task`` at once; yield what gives its result or raises its error (the block's error first)."""
+        done: Future = Future()
         try:
-            result, error = task(), None
+            done.set_result(task())
         except Exception as err:
-            result, error = None, err
-
-        def outcome() -> T:
-            if error is not None:
-                raise error
-            return result
-        yield outcome
+            done.set_exception(err)
+        yield done.result
 
 
 class RemoteReading:

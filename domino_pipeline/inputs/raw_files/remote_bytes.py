@@ -11,6 +11,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -148,8 +149,8 @@ class RemoteBytes(PiecedStream):
         checked = {i for i, piece in enumerate(self.file.pieces)
                    if verify and piece.checksum and covered[i] == piece.size}
         with ThreadPoolExecutor(self.in_flight, thread_name_prefix="sweep") as pool, \
-                _Hashing({i: self.file.pieces[i] for i in checked}, self.in_flight,
-                         ranges if self.reads is not None else [], self.reads) as hashing:
+                closing(_Hashing({i: self.file.pieces[i] for i in checked}, self.in_flight,
+                         ranges if self.reads is not None else [], self.reads)) as hashing:
             ahead: deque[tuple[_Item, Future | None]] = deque()
             upcoming = iter(items)
             try:
@@ -275,10 +276,8 @@ class _Hashing:
             raise ChecksumError(f"{piece.url}: its {_HASHES[kind]} is {digest}, its listing says {expected}: "
                                 "the object is corrupt or changed")
 
-    def __enter__(self) -> _Hashing:
-        return self
-
-    def __exit__(self, *exc) -> None:
+    def close(self) -> None:
+        """Wait for the hashing under way; drop what is queued."""
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 

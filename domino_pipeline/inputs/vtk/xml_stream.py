@@ -145,9 +145,7 @@ class VtkXmlFile(VtkXmlHeader):
 
     def whole_file_bytes(self) -> int:
         """About how many bytes VTK's reader holds to read this file whole (its decoded arrays)."""
-        total = 0
-        for (section, name), entry in self.arrays.items():
-            rows = {"Points": self.n_points, "PointData": self.n_points,
-                    "CellData": self.n_cells}.get(section, 2 * max(self.n_cells, 1))
-            total += entry.row_bytes * rows
+        rows = {"Points": self.n_points, "PointData": self.n_points, "CellData": self.n_cells}
+        total = sum(entry.row_bytes * rows.get(section, 2 * max(self.n_cells, 1))
+                    for (section, _), entry in self.arrays.items())
         return total + self.source.size if not self.streamable else total
