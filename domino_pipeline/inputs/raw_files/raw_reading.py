@@ -127,11 +127,9 @@ class RemoteReading:
         return read_published(self.files, files.index, profile)
 
     def local(self, file: RemoteFile) -> Path:
-        """A small file fetched whole (checksum checked) to its place in the temporary run folder."""
-        return self._fetch(file, self.files / file.name)
-
-    def _fetch(self, file: RemoteFile, path: Path) -> Path:
-        """``file`` written to ``path``, a GET's chunk at a time (its checksum checked)."""
+        """A small file fetched whole, a GET's chunk at a time (checksum checked), to its place in the
+        temporary run folder."""
+        path = self.files / file.name
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as out:
             for _, data in self._stream(file).sweep([(0, file.size)] if file.size else [], verify=self.access.verify):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import xml.parsers.expat
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -293,8 +294,11 @@ class _HeaderParser:
         if data:
             self.text_at = self.at + len(text) - len(data)
             self.expat.CharacterDataHandler = None
-            if self.inline.data_format == "binary":
-                self._skip_inline(self.inline)
+            if self.inline.data_format == "binary":  # the feed may skip it, to where its own header says it ends
+                source = self.file.source
+                with suppress(VtkXmlError):
+                    self.skip_to = ArrayData(source, self.text_at, source.size, True, self.file.header_dtype,
+                                             self.file.compressor, self.inline.label).end
 
     def _end(self, name: str) -> None:
         self._markup()
@@ -318,7 +322,10 @@ class _HeaderParser:
             self._inside(name, parent, ("Piece",) + (self.file.kind,) * (name == "FieldData"))
         elif name == "DataArray":
             self._inside(name, parent, _SECTIONS)
-            self._data_array(attrs, parent)
+            entry = self.file.data_array(attrs, parent)
+            if entry is not None and entry.data_format != "appended":
+                self.inline = entry
+                self.expat.CharacterDataHandler = self._text
         elif name == "AppendedData":
             self._inside(name, parent, ("VTKFile",))
             self.appended_at = self.at
@@ -337,22 +344,6 @@ class _HeaderParser:
         if self.file_type is not None and self.file_type != name:
             raise VtkXmlError(f"VTKFile type {self.file_type} holds <{name}>")
         self.file.kind = name
-
-    def _data_array(self, attrs: dict[str, str], section: str) -> None:
-        entry = self.file.data_array(attrs, section)
-        if entry is not None and entry.data_format != "appended":
-            self.inline = entry
-            self.expat.CharacterDataHandler = self._text
-
-    def _skip_inline(self, entry: ArrayEntry) -> None:
-        """Let the feed skip ``entry``'s inline binary text to where its own header says it ends."""
-        source = self.file.source
-        try:
-            data = ArrayData(source, self.text_at, source.size, True, self.file.header_dtype,
-                             self.file.compressor, entry.label)
-        except VtkXmlError:
-            return
-        self.skip_to = data.end
 
     def finish(self) -> None:
         """Check what the whole header holds; place the appended arrays in the appended data."""
