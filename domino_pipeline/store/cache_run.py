@@ -168,12 +168,6 @@ class CacheRun:
             self._readers[name] = ChunkedArray.from_metadata(self.source, self.prefix + name, raw)
         return self._readers[name]
 
-    def prefetch(self, name: str, selection: Any = Ellipsis) -> None:
-        """Read the shard indexes ``read(name, selection)`` will need (none for zarr-python's reads)."""
-        reader = self.reader(name)
-        if reader is not None and reader.supports(selection):
-            reader.prefetch(selection)
-
     def check_present(self) -> None:
         """StaleCacheError if this local generation was removed while open (replaced by rebuilds)."""
         if not self.remote and not os.path.exists(os.path.join(self.path, "zarr.json")):

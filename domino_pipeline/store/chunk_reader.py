@@ -25,7 +25,6 @@ DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16"
 METADATA_KEYS = frozenset({"zarr_format", "node_type", "shape", "data_type", "chunk_grid",
                            "chunk_key_encoding", "fill_value", "codecs", "attributes",
                            "storage_transformers", "dimension_names"})
-EMPTY_ENTRY = ABSENT  # an inner chunk that was not written
 Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]  # np.empty's (shape, dtype)
 
 
@@ -91,25 +90,6 @@ class ChunkedArray:
     def read(self, selection: Any, allocate: Allocator = np.empty) -> np.ndarray:
         """``array[selection]`` (slices clip as numpy's; index arrays gather rows), into ``allocate(shape, dtype)``."""
         return read_many([(self, selection, allocate)])[0]
-
-    def rows(self, start: int, stop: int, allocate: Allocator = np.empty) -> np.ndarray:
-        """Rows ``start:stop`` (a new array from ``allocate``)."""
-        if not 0 <= start <= stop <= len(self):
-            raise IndexError(f"{self.name}: rows {start}:{stop} out of range for {len(self)} rows")
-        return self.read(slice(start, stop), allocate)
-
-    def take(self, indices: np.ndarray, allocate: Allocator = np.empty) -> np.ndarray:
-        """The rows at ``indices`` (any order, repeats, negatives from the end), reading each chunk once."""
-        return self.read(self._checked(indices), allocate)
-
-    def prefetch(self, selection: Any) -> None:
-        """Read the shard indexes ``selection`` needs (one wave); faults are left for the read to report."""
-        try:
-            wanted = self.index_requests(self.chunks(selection))
-            for (shard, _), result in zip(wanted, self.source.fetch([r for _, r in wanted])):
-                self.set_index(shard, result)
-        except CorruptChunkError:
-            pass
 
     @property
     def _chunk_count(self) -> int:
@@ -195,7 +175,7 @@ class ChunkedArray:
         """CorruptChunkError for the index entry (offset, nbytes) of an inner chunk not written or missized."""
         offset, nbytes = (int(v) for v in entry)
         where = f"inner chunk {inner} of shard {self.key(shard)}"
-        if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
+        if offset == ABSENT and nbytes == ABSENT:  # an inner chunk that was not written
             raise CorruptChunkError(self.name, f"{where} is missing (every chunk is written)")
         raise CorruptChunkError(self.name, f"{where} has {nbytes} bytes, expected {self.chunk_nbytes + CHECKSUM_BYTES}")
 
