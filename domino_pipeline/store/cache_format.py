@@ -145,17 +145,9 @@ def current_generation(folder: str | os.PathLike) -> Path | str | None:
     return found[-1][1] if found else None
 
 
-def directory_bytes(path: str | os.PathLike) -> int:
-    """Total size of the files (objects) under ``path``."""
+def file_sizes(path: str | os.PathLike) -> list[int]:
+    """The size of each file (object) under ``path``: their sum is a run's bytes, their count its files."""
     if is_url(path):
         source, key = reader_and_key(path)
-        return sum(o["size"] for o in source.list_all(key))
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-
-
-def file_count(path: str | os.PathLike) -> int:
-    """Number of files (objects) under ``path``."""
-    if is_url(path):
-        source, key = reader_and_key(path)
-        return len(source.list_all(key))
-    return sum(1 for f in Path(path).rglob("*") if f.is_file())
+        return [o["size"] for o in source.list_all(key)]
+    return [f.stat().st_size for f in Path(path).rglob("*") if f.is_file()]

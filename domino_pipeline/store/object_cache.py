@@ -86,12 +86,6 @@ def _named_generation(cache_url: str, name: str) -> str | None:
     return entry["path"].rsplit("/", 1)[-1] if entry else None
 
 
-def _generation_objects(cache_url: str, name: str) -> dict[str, dict]:
-    """The objects of each generation prefix of run ``name``, complete or not, by generation folder name."""
-    return {folder: objects for folder, objects in objects_by_folder(str(join(cache_url, name))).items()
-            if GENERATION.match(folder)}
-
-
 def untouched_for(objects: dict, seconds: float) -> bool:
     """Whether no object of ``objects`` was written in the last ``seconds``."""
     now = time.time()
@@ -100,7 +94,8 @@ def untouched_for(objects: dict, seconds: float) -> bool:
 
 def remove_old_generations(cache_url: str, name: str, *, abandoned_after_s: float = ABANDONED_AFTER_S) -> list[str]:
     """Delete run ``name``'s generations no reader needs, each ``zarr.json`` first; their names."""
-    by_generation = _generation_objects(cache_url, name)
+    by_generation = {folder: objects for folder, objects in objects_by_folder(str(join(cache_url, name))).items()
+                     if GENERATION.match(folder)}  # the objects of each generation, complete or not
     complete = sorted((n for n, files in by_generation.items() if "zarr.json" in files),
                       key=lambda n: int(GENERATION.match(n).group(1)))
     keep = set(complete[-KEEP_GENERATIONS:]) | {_named_generation(cache_url, name)}
