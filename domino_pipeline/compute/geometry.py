@@ -306,7 +306,7 @@ class KnnIndex:
         rest = np.flatnonzero(rest).astype(np.int32)
         if len(rest):
             search.search(rest, search.spacing[rest] * max(scale, 1e-6))
-        return search.result()
+        return search.out_index.numpy(), np.sqrt(search.out_d2.numpy()).astype(np.float32)  # in the queries' order
 
     def _brute(self, k: int, queries: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Every pair in one launch (``_knn_brute``): the points go to the device once per index."""
@@ -323,12 +323,6 @@ class KnnIndex:
 
         _launch(_knn_brute, n, inputs, self.device, self.threads)
         return out_index.numpy(), np.sqrt(out_d2.numpy()).astype(np.float32)
-
-    def build_grid(self, width: float) -> None:
-        """(Re)build the hash grid for cells of ``width`` unless it has that width already."""
-        if self.grid_width != width:
-            self.grid.build(self.sorted_points, width)
-            self.grid_width = width
 
 
 class _WarpKnnSearch:
@@ -355,16 +349,15 @@ class _WarpKnnSearch:
         self.coord_scale = float(np.abs(np.concatenate([lo, hi])).max())
         self.base = max(float(self.spacing.min()) * 1e-3, self.max_radius * 1e-9, 1e-30)
 
-    def _level(self, radius: np.ndarray, ratio: float) -> np.ndarray:
-        return np.floor(np.log(np.maximum(radius / self.base, 1.0)) / np.log(ratio)).astype(np.int64)
-
     def _run_level(self, active: np.ndarray, radii: np.ndarray, width: float) -> np.ndarray:
         """One kernel launch; returns a boolean mask of the queries that are exact now."""
-        self.index.build_grid(width)
+        index = self.index
+        if index.grid_width != width:  # (re)build the hash grid for cells of ``width``
+            index.grid.build(index.sorted_points, width)
+            index.grid_width = width
         done = wp.zeros(len(active), dtype=wp.int32, device=self.device)
         active_wp = wp.array(active, dtype=wp.int32, device=self.device)
         radii_wp = wp.array(radii, dtype=wp.float32, device=self.device)
-        index = self.index
 
         def inputs(start: int, stop: int) -> list:
             return [index.grid.id, index.sorted_points, index.sorted_ids, self.queries, self.query_ids,
@@ -378,7 +371,7 @@ class _WarpKnnSearch:
         """Search ``active`` from ``radii`` until all are exact, radii within ``level_ratio`` sharing one launch."""
         radii = np.minimum(radii.astype(np.float64), self.max_radius)
         while len(active):
-            levels = self._level(radii, level_ratio)
+            levels = np.floor(np.log(np.maximum(radii / self.base, 1.0)) / np.log(level_ratio)).astype(np.int64)
             level = levels.min()
             now = levels == level
             exact = self._run_level(active[now], radii[now], float(radii[now].max()))
@@ -388,14 +381,6 @@ class _WarpKnnSearch:
             keep = ~now | retry
             active, radii = active[keep], radii[keep]
 
-    def kth_distances(self, active: np.ndarray) -> np.ndarray:
-        """Exact k-th neighbour distances of the searched query positions ``active``."""
-        rows = self.query_order[active]
-        return np.sqrt(self.out_d2.numpy()[rows, self.k - 1])
-
-    def result(self) -> tuple[np.ndarray, np.ndarray]:
-        """Indices and distances in the caller's query order."""
-        return self.out_index.numpy(), np.sqrt(self.out_d2.numpy()).astype(np.float32)
 
 
 def _calibrate(search: _WarpKnnSearch) -> tuple[float, np.ndarray]:
@@ -405,7 +390,7 @@ def _calibrate(search: _WarpKnnSearch) -> tuple[float, np.ndarray]:
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(n_queries, size=min(n_queries, _PILOT_QUERIES), replace=False)).astype(np.int32)
     search.search(sample, search.spacing[sample] * _PILOT_START, level_ratio=4.0)
-    ratio = search.kth_distances(sample) / search.spacing[sample]
+    ratio = np.sqrt(search.out_d2.numpy()[search.query_order[sample], search.k - 1]) / search.spacing[sample]
     return float(np.quantile(ratio, _PILOT_QUANTILE)) / float(_ACCEPT), sample
 
 

@@ -102,29 +102,20 @@ class ChunkedArray:
 
     def chunks(self, selection: Any) -> np.ndarray:
         """The inner chunks (global numbers, ascending, once each) ``selection`` touches."""
-        if selection is Ellipsis:
-            return np.arange(self._chunk_count)
-        if isinstance(selection, slice):
-            start, stop, _ = selection.indices(len(self))
-            return np.arange(start // self.chunk_rows, -(-stop // self.chunk_rows)) if stop > start \
-                else np.arange(0)
-        return self._chunks_of(self._checked(selection))
-
-    def _chunks_of(self, rows: np.ndarray) -> np.ndarray:
-        """The inner chunks (ascending, once each) of checked row indices ``rows``, sorted rows without a sort."""
-        chunks = rows // self.chunk_rows
-        steps = np.diff(chunks)
-        if steps.size and steps.min() >= 0:
-            return chunks[np.flatnonzero(np.concatenate(([1], steps)))]
-        return np.unique(chunks)
+        return self.plan(selection)[1]
 
     def plan(self, selection: Any) -> tuple[slice | np.ndarray, np.ndarray]:
         """(the selection as rows: a bounded slice or checked indices; the inner chunks it touches)."""
         if selection is Ellipsis or isinstance(selection, slice):
             start, stop, _ = (slice(None) if selection is Ellipsis else selection).indices(len(self))
-            return slice(start, max(start, stop)), self.chunks(slice(start, stop))
+            chunks = np.arange(start // self.chunk_rows, -(-stop // self.chunk_rows)) if stop > start else np.arange(0)
+            return slice(start, max(start, stop)), chunks
         rows = self._checked(selection)
-        return rows, self._chunks_of(rows)
+        chunks = rows // self.chunk_rows
+        steps = np.diff(chunks)
+        if steps.size and steps.min() >= 0:  # sorted rows: their chunks without a sort
+            return rows, chunks[np.flatnonzero(np.concatenate(([1], steps)))]
+        return rows, np.unique(chunks)
 
     def index_requests(self, chunks: np.ndarray) -> list[tuple[int, Request]]:
         """(shard, request for its index and checksum: the object's last bytes) of the unkept indexes of ``chunks``."""
