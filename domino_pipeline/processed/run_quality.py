@@ -68,12 +68,6 @@ class QualityVerdicts:
         return {run for run, scores in self.scores.items() if abs(scores.get(column, 0.0)) > threshold}
 
 
-def scored_columns(rows: Sequence[Mapping]) -> list[str]:
-    """The table's columns that ``SCORED`` names, in the table's order."""
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    return [c for c in columns if any(fnmatch.fnmatchcase(c, pattern) for pattern in SCORED)]
-
-
 def robust_scores(values: Sequence[float | None], minimum_scale: float = 0.0) -> tuple[np.ndarray, float, float]:
     """(z of each value or NaN, the median, the scale at least ``minimum_scale``) of a statistic."""
     data = np.array([np.nan if v is None else float(v) for v in values])
@@ -109,7 +103,8 @@ def _score(rows: Sequence[Mapping], threshold: float, verdicts: QualityVerdicts)
                               f"at least {MIN_SCORED_RUNS} needed")
         return
     names = [row["run"] for row in rows]
-    for column in scored_columns(rows):
+    columns = list(dict.fromkeys(key for row in rows for key in row))  # in the table's order
+    for column in [c for c in columns if any(fnmatch.fnmatchcase(c, pattern) for pattern in SCORED)]:
         values = [row.get(column) for row in rows]
         z, median, _ = robust_scores(values, minimum_scale(column, rows))
         for name, value, score in zip(names, values, z):

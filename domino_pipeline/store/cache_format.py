@@ -57,14 +57,8 @@ def layout_arrays(neighbor_layout: str, parts: tuple[str, ...] | list[str] = PAR
     if neighbor_layout not in NEIGHBOR_LAYOUTS:
         raise ValueError(f"neighbor_layout must be one of {list(NEIGHBOR_LAYOUTS)}; got {neighbor_layout!r}")
     arrays = ARRAYS | NEIGHBOR_FEATURE_ARRAYS if neighbor_layout == "features" else dict(ARRAYS)
-    return {name: spec for name, spec in arrays.items() if array_part(name) in (None, *parts)}
-
-
-def array_part(name: str) -> str | None:
-    """The part (surface, volume) a cache array belongs to; None for those of every run."""
-    if name in ("geometry_coordinates", "surface_grid_sdf"):
-        return None
-    return name.split("_", 1)[0]
+    every_run = ("geometry_coordinates", "surface_grid_sdf")  # the others belong to the part their name starts with
+    return {name: spec for name, spec in arrays.items() if name in every_run or name.split("_", 1)[0] in parts}
 
 
 def settings_arrays(fingerprinted: dict) -> dict[str, ArraySpec]:
