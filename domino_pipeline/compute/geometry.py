@@ -518,12 +518,7 @@ class SdfMesh:
 def signed_distance(vertices, faces, queries, device: str = "auto",
                     cpu_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Signed distance (Q,) of each query to a triangle mesh and its closest mesh point (Q, 3)."""
-    verts = _as_points("vertices", vertices)
-    tris = _as_faces(faces, len(verts))
-    qry = _as_points("queries", queries, allow_empty=True)
-    if len(qry) == 0:
-        return np.empty(0, dtype=np.float32), np.empty((0, 3), dtype=np.float32)
-    return SdfMesh(verts, tris, device=device, cpu_threads=cpu_threads).query(qry)
+    return SdfMesh(vertices, faces, device=device, cpu_threads=cpu_threads).query(queries)
 
 
 def _sdf_batch(mesh: wp.Mesh, queries: np.ndarray, max_dist: float, device: str, threads: int):

@@ -92,7 +92,14 @@ class CacheRun:
     def _read_metadata(self) -> dict[str, bytes]:
         """Every ``zarr.json`` of the run by its path within the run (remotely in one wave)."""
         if not self.remote:
-            self._check_local_folder()
+            refuse_links(self.path)
+            if not (self.path / "zarr.json").is_file():
+                if self.path.is_dir():
+                    raise CacheError(f"{self.path}: the run's metadata (zarr.json) is missing: corrupt")
+                if _newer_generation(self.path):
+                    raise StaleCacheError(f"{self.path}: this generation of the run was replaced by a "
+                                          "rebuild; open the dataset again to read the new one")
+                raise FileNotFoundError(f"{self.path}: cache run does not exist (no zarr.json)")
             return metadata_files(self.path)
         names = ["zarr.json"] + [f"{n}/zarr.json" for n in CACHE_ARRAYS]
         fetched = self.source.fetch([Request(self.prefix + n) for n in names])
@@ -101,17 +108,6 @@ class CacheRun:
             raise CacheError(f"{self.path}: the run's metadata (zarr.json) is missing: not uploaded, "
                              "removed by rebuilds, or not a cache run")
         return found
-
-    def _check_local_folder(self) -> None:
-        refuse_links(self.path)
-        if (self.path / "zarr.json").is_file():
-            return
-        if self.path.is_dir():
-            raise CacheError(f"{self.path}: the run's metadata (zarr.json) is missing: corrupt")
-        if _newer_generation(self.path):
-            raise StaleCacheError(f"{self.path}: this generation of the run was replaced by a "
-                                  "rebuild; open the dataset again to read the new one")
-        raise FileNotFoundError(f"{self.path}: cache run does not exist (no zarr.json)")
 
     def _group_attributes(self) -> dict:
         try:
