@@ -135,11 +135,8 @@ def sample_draw(seed: int, epoch: int, index: int, *, counts: dict[str, int], ge
     """The rows of draw (seed, epoch, index) by ``law``; None points skip a part; areas through a reader."""
     geometry = choose_uniform(draw_rng(seed, epoch, index, "geometry"), counts["geometry"],
                               geometry_points, "STL vertices")
-    surface = None
-    if surface_points is not None:
-        surface = draw_surface(draw_rng(seed, epoch, index, "surface"), counts["surface"],
-                               surface_points, read_surface_areas, law)
-    volume = None
-    if volume_points is not None:
-        volume = draw_volume(draw_rng(seed, epoch, index, "volume"), counts["volume"], volume_points, law)
+    surface = None if surface_points is None else draw_surface(
+        draw_rng(seed, epoch, index, "surface"), counts["surface"], surface_points, read_surface_areas, law)
+    volume = None if volume_points is None else draw_volume(
+        draw_rng(seed, epoch, index, "volume"), counts["volume"], volume_points, law)
     return Draw(geometry_rows=geometry, surface_rows=surface, volume_rows=volume)

@@ -156,9 +156,13 @@ def commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path | 
     """Write the manifest as its only writer; a rerun that would write the same runs takes no lock, writes nothing."""
     if is_url(cache_dir):
         return _commit_remote_manifest(config, runs, cache_dir, settings)
-    path = cache_dir / MANIFEST
-    if _manifest_lists(cache_dir, manifest_runs(runs, cache_dir, settings), settings):
-        return path
+    try:
+        old = read_manifest(cache_dir)
+    except (CacheError, FileNotFoundError):
+        old = None
+    if (old is not None and old["runs"] == manifest_runs(runs, cache_dir, settings)
+            and old["settings"] == settings.fingerprinted() and old.get("scaling_factors") is not None):
+        return cache_dir / MANIFEST
     with manifest_lock(cache_dir):
         entries = manifest_runs(runs, cache_dir, settings)  # again: another builder may have written
         return write_manifest(cache_dir, settings, entries, config.as_dict(),
@@ -201,13 +205,3 @@ def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str,
     record = write_scaling_factors(train_runs, cache_dir, settings, normalization=config.sampling.normalization)
     print(f"scaling factors: {join(cache_dir, record['path'])} ({len(train_runs)} training runs)")
     return record
-
-
-def _manifest_lists(cache_dir: Path, entries: dict, settings: PreprocessSettings) -> bool:
-    """Whether the manifest already lists exactly ``entries`` with ``settings``."""
-    try:
-        old = read_manifest(cache_dir)
-    except (CacheError, FileNotFoundError):
-        return False
-    return (old["runs"] == entries and old["settings"] == settings.fingerprinted()
-            and old.get("scaling_factors") is not None)

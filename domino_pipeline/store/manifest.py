@@ -62,8 +62,7 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
 
 def read_manifest(cache_dir: str | os.PathLike) -> dict:
     """Read and check ``<cache_dir>/manifest.json``: format, version, checksum, run paths inside the cache."""
-    manifest, _ = read_manifest_version(cache_dir)
-    return manifest
+    return read_manifest_version(cache_dir)[0]
 
 
 def read_manifest_version(cache_dir: str | os.PathLike) -> tuple[dict, str | None]:
