@@ -316,7 +316,12 @@ def shard_sizes(array_dir: Path, ndim: int) -> dict[int, int]:
     root = array_dir / "c"
     if not root.exists():
         return sizes
-    for entry in _entries(root):
+    with os.scandir(root) as listing:
+        entries = list(listing)
+    links = [entry for entry in entries if entry.is_symlink()]
+    if links:
+        raise ShardIndexError(f"{Path(links[0].path).relative_to(array_dir)} is a symbolic link; a cache holds none")
+    for entry in entries:
         if not entry.name.isdigit():
             raise ShardIndexError(f"stray entry c/{entry.name}")
         node = Path(entry.path)
@@ -326,14 +331,3 @@ def shard_sizes(array_dir: Path, ndim: int) -> dict[int, int]:
             raise ShardIndexError(f"shard c/{entry.name} is not a file at {node.relative_to(array_dir)}")
         sizes[int(entry.name)] = node.stat().st_size
     return sizes
-
-
-def _entries(folder: Path) -> list[os.DirEntry]:
-    """The entries of ``folder``; ShardIndexError naming a symbolic link among them."""
-    with os.scandir(folder) as listing:
-        entries = list(listing)
-    for entry in entries:
-        if entry.is_symlink():
-            raise ShardIndexError(f"{Path(entry.path).relative_to(folder.parent)} is a symbolic link; "
-                                  "a cache holds none")
-    return entries
