@@ -304,8 +304,7 @@ class KnnIndex:
         rest = np.ones(len(search.query_order), dtype=bool)
         rest[piloted] = False  # the pilot's rows are final
         rest = np.flatnonzero(rest).astype(np.int32)
-        if len(rest):
-            search.search(rest, search.spacing[rest] * max(scale, 1e-6))
+        search.search(rest, search.spacing[rest] * max(scale, 1e-6))
         return search.out_index.numpy(), np.sqrt(search.out_d2.numpy()).astype(np.float32)  # in the queries' order
 
     def _brute(self, k: int, queries: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

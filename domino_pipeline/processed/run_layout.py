@@ -64,10 +64,7 @@ def row_chunking(shape: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...]
     """(chunk shape, shard shape or None): row chunks of about CHUNK_BYTES, sharded when many."""
     row_bytes = itemsize * int(np.prod(shape[1:], dtype=np.int64))
     rows = max(1, min(max(shape[0], 1), CHUNK_BYTES // max(row_bytes, 1)))
-    chunks = (rows, *shape[1:])
-    if shape[0] <= rows * CHUNKS_PER_SHARD:
-        return chunks, None
-    return chunks, (rows * CHUNKS_PER_SHARD, *shape[1:])
+    return (rows, *shape[1:]), None if shape[0] <= rows * CHUNKS_PER_SHARD else (rows * CHUNKS_PER_SHARD, *shape[1:])
 
 
 def write_processed_run(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],

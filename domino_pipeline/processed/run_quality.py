@@ -93,8 +93,7 @@ def minimum_scale(column: str, rows: Sequence[Mapping]) -> float:
 
 def label(column: str) -> str:
     """A statistic's name for a reason: ``surface.fields.pMeanTrim.max`` -> ``surface pMeanTrim max``."""
-    parts = [p for p in column.split(".") if p not in ("fields", "consistency")]
-    return " ".join(parts)
+    return " ".join(p for p in column.split(".") if p not in ("fields", "consistency"))
 
 
 def _score(rows: Sequence[Mapping], threshold: float, verdicts: QualityVerdicts) -> None:

@@ -125,11 +125,10 @@ def generations(folder: str | os.PathLike) -> list[tuple[int, Path | str]]:
         names = [n for n in source.list(key)[0] if GENERATION.match(n)]
         found = [(int(GENERATION.match(n).group(1)), join(folder, n)) for n in names
                  if source.head(f"{key}/{n}/zarr.json") is not None]
-        return sorted(found)
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := GENERATION.match(p.name))]
+    elif Path(folder).is_dir():
+        found = [(int(m.group(1)), p) for p in Path(folder).iterdir() if (m := GENERATION.match(p.name))]
+    else:
+        found = []
     return sorted(found)
 
 
