@@ -403,9 +403,7 @@ def _knn_ckdtree(points: np.ndarray, queries: np.ndarray | None, k: int, threads
     for start in range(0, len(q), _CKDTREE_BATCH):
         stop = min(start + _CKDTREE_BATCH, len(q))
         qb = q[start:stop]
-        d, i = tree.query(qb.astype(np.float64), k=k + extra, workers=threads)
-        d = d.reshape(len(qb), k + extra)
-        i = i.reshape(len(qb), k + extra)
+        d, i = (a.reshape(len(qb), k + extra) for a in tree.query(qb.astype(np.float64), k=k + extra, workers=threads))
         ids = np.arange(start, stop) if self_query else None
         bi, bd2 = _order_ties(points, qb, d, i, k, ids, tree)
         index[start:stop] = bi

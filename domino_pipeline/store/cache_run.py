@@ -53,7 +53,6 @@ class CacheRun:
             raise CacheError(f"{self.path}: format_version {self.attrs.get('format_version')}, "
                              f"this reader reads {FORMAT_VERSION}")
         self._group = None
-        self.store = None
         self._arrays: dict[str, zarr.Array] = {}
         self._readers: dict[str, ChunkedArray | None] = {}
         self._resident: dict[str, np.ndarray] = {}
@@ -129,11 +128,11 @@ class CacheRun:
         if self._group is None:
             if self.remote:
                 from obstore.store import from_url
-                self.store = zarr.storage.ObjectStore(from_url(self.path), read_only=True)
+                store = zarr.storage.ObjectStore(from_url(self.path), read_only=True)
             else:
-                self.store = LocalStore(str(self.path), read_only=True)
+                store = LocalStore(str(self.path), read_only=True)
             try:
-                self._group = zarr.open_group(store=self.store, mode="r", zarr_format=3)
+                self._group = zarr.open_group(store=store, mode="r", zarr_format=3)
             except Exception as err:  # zarr raises several types for unreadable metadata
                 raise CacheError(f"{self.path}: unreadable cache run metadata ({err})") from err
         return self._group
@@ -178,9 +177,6 @@ class CacheRun:
         shards = [(a, s, Request(a.prefix + a.key(s))) for _, a in whole for s in range(a.shard_count)]
         readers = [r for r in map(self.reader, indexed) if r is not None]
         tails = [(a, s, r) for a in readers for s, r in a.index_requests(a.chunks(Ellipsis))]
-        if not shards and not tails:
-            self._kept.add(asked)
-            return
         with self._naming_errors("a kept array"):
             results = self.source.fetch([r for *_, r in shards + tails])
             for (array, shard, _), result in zip(tails, results[len(shards):]):
@@ -233,10 +229,7 @@ class CacheRun:
     def _read_zarr(self, name: str, selection: Any, allocate: Allocator) -> np.ndarray:
         array = self.array(name)
         with self._naming_errors(f"array {name!r}"):
-            if isinstance(selection, np.ndarray):
-                data = array.get_orthogonal_selection(selection)
-            else:
-                data = array[selection]
+            data = array.get_orthogonal_selection(selection) if isinstance(selection, np.ndarray) else array[selection]
         return data if allocate is np.empty else _copied(data, allocate)
 
     @contextmanager

@@ -252,8 +252,6 @@ Staged = dict["ChunkedArray", dict[int, memoryview | None]]  # array -> inner ch
 
 def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
     """``array[selection]`` of (array, selection, allocate) triples of one source, from ``staged`` or in two waves."""
-    if not reads:
-        return []
     staged = staged or {}
     plans = _plans(reads)
     out: list[np.ndarray | None] = [None] * len(reads)
