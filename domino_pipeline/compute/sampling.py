@@ -106,8 +106,7 @@ def choose_weighted(rng: np.random.Generator, weights: np.ndarray, size: int) ->
     keys = rng.exponential(size=len(weights)) / weights.astype(np.float64)
     if size == len(weights):
         return np.arange(size, dtype=np.int64)
-    taken = np.argpartition(keys, size - 1)[:size]
-    return np.sort(taken).astype(np.int64)
+    return np.sort(np.argpartition(keys, size - 1)[:size]).astype(np.int64)
 
 
 def draw_surface(rng: np.random.Generator, n_rows: int, points: int,

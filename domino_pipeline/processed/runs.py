@@ -76,8 +76,7 @@ def _describe(entries: list[tuple[str, str, Path | str]]) -> str:
     if not entries:
         return "nothing"
     names = sorted(name + ("/" if kind == "folder" else "") for name, kind, _ in entries)
-    shown = ", ".join(names[:10])
-    return shown + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
 def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
