@@ -151,16 +151,12 @@ def coefficient_mismatches(row: Mapping, flow: FlowProfile, convention: ForceCon
     return reasons
 
 
-def _has_coefficients(row: Mapping) -> bool:
-    return any(k.startswith("surface.force_sums.") for k in row) and \
-        any(row.get(f"published.{w}.cd") is not None and row.get(f"published.{w}_area") for w in ("own", "constant"))
-
-
 def _choose_convention(rows: Sequence[Mapping], flow: FlowProfile, tolerance: float,
                        verdicts: QualityVerdicts) -> ForceConvention:
     """The profile's convention, unless another makes most runs, and more, agree with what they publish."""
     profile = ForceConvention(flow.normals, flow.wall_shear)
-    checked = [row for row in rows if _has_coefficients(row)]
+    checked = [row for row in rows if any(k.startswith("surface.force_sums.") for k in row) and any(  # comparable
+        row.get(f"published.{w}.cd") is not None and row.get(f"published.{w}_area") for w in ("own", "constant"))]
     agreeing = {c: sum(not coefficient_mismatches(r, flow, c, tolerance) for r in checked) for c in ALL_CONVENTIONS}
     best = max(ALL_CONVENTIONS, key=lambda c: (agreeing[c], c == profile))
     if agreeing[best] > agreeing[profile] and 2 * agreeing[best] > len(checked):
