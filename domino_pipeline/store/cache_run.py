@@ -46,7 +46,13 @@ class CacheRun:
         if metadata is not None and metadata_digest(self._metadata) != metadata:
             raise CacheError(f"{self.path}: its metadata (attributes or array descriptions) differ "
                              "from what manifest.json records: edited or corrupt")
-        self.attrs = self._group_attributes()
+        try:
+            meta = json.loads(self._metadata["zarr.json"])
+        except ValueError as err:
+            raise CacheError(f"{self.path}: unreadable cache run metadata ({err})") from err
+        if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
+            raise CacheError(f"{self.path}: unreadable cache run metadata (not a Zarr v3 group)")
+        self.attrs = dict(meta.get("attributes") or {})
         if self.attrs.get("format") != FORMAT:
             raise CacheError(f"{self.path}: not a {FORMAT} run (format={self.attrs.get('format')!r})")
         if self.attrs.get("format_version") != FORMAT_VERSION:
@@ -107,15 +113,6 @@ class CacheRun:
             raise CacheError(f"{self.path}: the run's metadata (zarr.json) is missing: not uploaded, "
                              "removed by rebuilds, or not a cache run")
         return found
-
-    def _group_attributes(self) -> dict:
-        try:
-            meta = json.loads(self._metadata["zarr.json"])
-        except ValueError as err:
-            raise CacheError(f"{self.path}: unreadable cache run metadata ({err})") from err
-        if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
-            raise CacheError(f"{self.path}: unreadable cache run metadata (not a Zarr v3 group)")
-        return dict(meta.get("attributes") or {})
 
     @property
     def metadata_sha256(self) -> str:
