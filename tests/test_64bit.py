@@ -108,9 +108,9 @@ def test_cache_array_beyond_2_31_rows_reads_its_last_rows(tmp_path: Path) -> Non
     array[start:] = values  # only the last shard is written
     reader = ChunkedArray.open(tmp_path / "volume_sdf")
     assert reader is not None and len(reader) == BIG_ROWS
-    np.testing.assert_array_equal(reader.rows(BIG_ROWS - 10, BIG_ROWS), values[-10:])
+    np.testing.assert_array_equal(reader.read(slice(BIG_ROWS - 10, BIG_ROWS)), values[-10:])
     picks = np.array([BIG_ROWS - 1, start, 2**31 + 3, BIG_ROWS - 500])
-    np.testing.assert_array_equal(reader.take(picks), values[picks - start])
+    np.testing.assert_array_equal(reader.read(picks), values[picks - start])
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "volume_sdf"))[picks], values[picks - start])
 
 
@@ -141,8 +141,8 @@ def test_shard_beyond_2_32_bytes(tmp_path: Path) -> None:
         out.write(raw + crc32c.crc32c(raw).to_bytes(4, "little"))
     assert shard.stat().st_size > 2**32 and index[-1, 0] > 2**32
     reader = ChunkedArray.open(tmp_path / "a")
-    np.testing.assert_array_equal(reader.rows(rows - 2 * chunk_rows, rows), values)
-    np.testing.assert_array_equal(reader.rows(0, 3), np.zeros((3, width), np.float32))
+    np.testing.assert_array_equal(reader.read(slice(rows - 2 * chunk_rows, rows)), values)
+    np.testing.assert_array_equal(reader.read(slice(0, 3)), np.zeros((3, width), np.float32))
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "a"))[rows - 5:], values[-5:])
 
 

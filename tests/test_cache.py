@@ -30,7 +30,7 @@ from domino_pipeline.store.cache_format import (
     CacheError,
     StaleCacheError,
     diff_settings,
-    file_count,
+    file_sizes,
     layout_arrays,
 )
 from domino_pipeline.store.cache_run import CacheRun
@@ -68,7 +68,7 @@ def test_arrays_are_sharded_by_rows_with_crc32c_checked_inner_chunks(cache_dir):
     neighbors = zarr.open_array(str(generation(cache_dir, "run_1") / "surface_neighbors"), mode="r")
     assert neighbors.dtype == np.int32
     # one shard file per array and a zarr.json per array and the group: tens of files, not thousands
-    assert file_count(generation(cache_dir, "run_1")) == 2 * len(ARRAYS) + 1
+    assert len(file_sizes(generation(cache_dir, "run_1"))) == 2 * len(ARRAYS) + 1
 
 
 def test_manifest_records_format_settings_and_runs(cache_dir, tiny_processed_dir):

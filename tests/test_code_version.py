@@ -16,7 +16,7 @@ MODULES = ("compute/settings", "compute/rows", "compute/volume_order", "compute/
 # PREPROCESS_CODE_VERSION -> the hash of its code (docstrings and comments left out). A change
 # that leaves every cache's contents as they were (a refactor) records its hash in place.
 RECORDED = {1: "fa8b4106e88754157fddc1a8b3cb5adf80778ae57634caab7bbd779dc68b848e",
-            2: "8015a7e39abeb217cfe0ac213db7d0ac0e31befc1bcb3a754763c5ab9adbc62f"}  # 2 also: the ground floor's modules in folders; roles and kinds no existing cache uses; column_names moved here; parts_of renamed held_parts; the kNN's search of every pair for small searches, its pilot's start, the pilot's rows kept (the same rows, tests/test_knn_ties.py); the surface rows and scalars of an item built in one place (a refactor)
+            2: "2657ced25fd1dce230d04f0eed355e10d489db9e3c88e63ee23d6de4207b283f"}  # 2 also: the ground floor's modules in folders; roles and kinds no existing cache uses; column_names moved here; parts_of renamed held_parts; the kNN's search of every pair for small searches, its pilot's start, the pilot's rows kept (the same rows, tests/test_knn_ties.py); the surface rows and scalars of an item built in one place; one-use kNN and SDF steps folded in (a refactor)
 
 
 def code_hash() -> str:

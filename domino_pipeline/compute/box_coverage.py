@@ -16,18 +16,6 @@ def _percent(part: float, whole: float) -> str:
     return f"{share:.2g}%" if share < 1 else f"{share:.1f}%"
 
 
-def cells_outside(centres: np.ndarray, areas: np.ndarray, box) -> tuple[int, float]:
-    """How many of the cells (``centres``, ``areas``) lie outside ``box`` (not strictly inside), and their area."""
-    outside = ~inside_box(centres, box)
-    return int(outside.sum()), float(np.asarray(areas, dtype=np.float64)[outside].sum())
-
-
-def vertices_outside(vertices: np.ndarray, box) -> int:
-    """How many of ``vertices`` lie outside ``box`` (on its faces counts as inside)."""
-    lo, hi = (np.asarray(b, dtype=np.float32) for b in box)
-    return int(len(vertices) - np.all((vertices >= lo) & (vertices <= hi), axis=1).sum())
-
-
 def _cell_notes(centres: np.ndarray, areas: np.ndarray, settings: PreprocessSettings) -> list[str]:
     """The share of the boundary cells (and of their area) each box leaves out."""
     total = float(np.asarray(areas, dtype=np.float64).sum())
@@ -35,9 +23,10 @@ def _cell_notes(centres: np.ndarray, areas: np.ndarray, settings: PreprocessSett
     for box, cells in ((settings.bounding_box_volume, "the volume box drops {} of the boundary cells ({} of the area)"),
                        (settings.bounding_box_surface, "{} of the boundary cells ({} of the area) lie outside the "
                                                        "surface box, beyond the surface grid")):
-        count, area = cells_outside(centres, areas, box)
-        if count:
-            notes.append(cells.format(_percent(count, len(centres)), _percent(area, total)))
+        outside = ~inside_box(centres, box)  # not strictly inside
+        if outside.any():
+            area = float(np.asarray(areas, dtype=np.float64)[outside].sum())
+            notes.append(cells.format(_percent(int(outside.sum()), len(centres)), _percent(area, total)))
     return notes
 
 
@@ -48,7 +37,8 @@ def box_notes(arrays: Mapping[str, np.ndarray], settings: PreprocessSettings) ->
     if "surface_mesh_centers" in arrays:  # a run of the volume part alone has no boundary cells
         notes += _cell_notes(arrays["surface_mesh_centers"], arrays["surface_areas"], settings)
     for box, name in ((settings.bounding_box_volume, "volume"), (settings.bounding_box_surface, "surface")):
-        outside = vertices_outside(vertices, box)
+        lo, hi = (np.asarray(b, dtype=np.float32) for b in box)
+        outside = int(len(vertices) - np.all((vertices >= lo) & (vertices <= hi), axis=1).sum())  # on a face: inside
         if outside:
             notes.append(f"the {name} box cuts the STL: {_percent(outside, len(vertices))} of its vertices lie outside")
     return notes

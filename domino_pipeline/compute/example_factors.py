@@ -21,10 +21,8 @@ CONVERT_HINT = ("python -c \"from domino_pipeline.compute.example_factors import
 
 
 class ExampleScalingFactors:
-    """What the restricted unpickler builds for the example's ``ScalingFactors``: its attributes only."""
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+    """What the restricted unpickler builds for the example's ``ScalingFactors``: its attributes only (pickle's
+    default state: the instance's ``__dict__``)."""
 
 
 class _FactorsUnpickler(NumpyOnlyUnpickler):

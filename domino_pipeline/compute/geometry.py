@@ -304,9 +304,8 @@ class KnnIndex:
         rest = np.ones(len(search.query_order), dtype=bool)
         rest[piloted] = False  # the pilot's rows are final
         rest = np.flatnonzero(rest).astype(np.int32)
-        if len(rest):
-            search.search(rest, search.spacing[rest] * max(scale, 1e-6))
-        return search.result()
+        search.search(rest, search.spacing[rest] * max(scale, 1e-6))
+        return search.out_index.numpy(), np.sqrt(search.out_d2.numpy()).astype(np.float32)  # in the queries' order
 
     def _brute(self, k: int, queries: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Every pair in one launch (``_knn_brute``): the points go to the device once per index."""
@@ -323,12 +322,6 @@ class KnnIndex:
 
         _launch(_knn_brute, n, inputs, self.device, self.threads)
         return out_index.numpy(), np.sqrt(out_d2.numpy()).astype(np.float32)
-
-    def build_grid(self, width: float) -> None:
-        """(Re)build the hash grid for cells of ``width`` unless it has that width already."""
-        if self.grid_width != width:
-            self.grid.build(self.sorted_points, width)
-            self.grid_width = width
 
 
 class _WarpKnnSearch:
@@ -355,16 +348,15 @@ class _WarpKnnSearch:
         self.coord_scale = float(np.abs(np.concatenate([lo, hi])).max())
         self.base = max(float(self.spacing.min()) * 1e-3, self.max_radius * 1e-9, 1e-30)
 
-    def _level(self, radius: np.ndarray, ratio: float) -> np.ndarray:
-        return np.floor(np.log(np.maximum(radius / self.base, 1.0)) / np.log(ratio)).astype(np.int64)
-
     def _run_level(self, active: np.ndarray, radii: np.ndarray, width: float) -> np.ndarray:
         """One kernel launch; returns a boolean mask of the queries that are exact now."""
-        self.index.build_grid(width)
+        index = self.index
+        if index.grid_width != width:  # (re)build the hash grid for cells of ``width``
+            index.grid.build(index.sorted_points, width)
+            index.grid_width = width
         done = wp.zeros(len(active), dtype=wp.int32, device=self.device)
         active_wp = wp.array(active, dtype=wp.int32, device=self.device)
         radii_wp = wp.array(radii, dtype=wp.float32, device=self.device)
-        index = self.index
 
         def inputs(start: int, stop: int) -> list:
             return [index.grid.id, index.sorted_points, index.sorted_ids, self.queries, self.query_ids,
@@ -378,7 +370,7 @@ class _WarpKnnSearch:
         """Search ``active`` from ``radii`` until all are exact, radii within ``level_ratio`` sharing one launch."""
         radii = np.minimum(radii.astype(np.float64), self.max_radius)
         while len(active):
-            levels = self._level(radii, level_ratio)
+            levels = np.floor(np.log(np.maximum(radii / self.base, 1.0)) / np.log(level_ratio)).astype(np.int64)
             level = levels.min()
             now = levels == level
             exact = self._run_level(active[now], radii[now], float(radii[now].max()))
@@ -388,14 +380,6 @@ class _WarpKnnSearch:
             keep = ~now | retry
             active, radii = active[keep], radii[keep]
 
-    def kth_distances(self, active: np.ndarray) -> np.ndarray:
-        """Exact k-th neighbour distances of the searched query positions ``active``."""
-        rows = self.query_order[active]
-        return np.sqrt(self.out_d2.numpy()[rows, self.k - 1])
-
-    def result(self) -> tuple[np.ndarray, np.ndarray]:
-        """Indices and distances in the caller's query order."""
-        return self.out_index.numpy(), np.sqrt(self.out_d2.numpy()).astype(np.float32)
 
 
 def _calibrate(search: _WarpKnnSearch) -> tuple[float, np.ndarray]:
@@ -405,7 +389,7 @@ def _calibrate(search: _WarpKnnSearch) -> tuple[float, np.ndarray]:
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(n_queries, size=min(n_queries, _PILOT_QUERIES), replace=False)).astype(np.int32)
     search.search(sample, search.spacing[sample] * _PILOT_START, level_ratio=4.0)
-    ratio = search.kth_distances(sample) / search.spacing[sample]
+    ratio = np.sqrt(search.out_d2.numpy()[search.query_order[sample], search.k - 1]) / search.spacing[sample]
     return float(np.quantile(ratio, _PILOT_QUANTILE)) / float(_ACCEPT), sample
 
 
@@ -419,9 +403,7 @@ def _knn_ckdtree(points: np.ndarray, queries: np.ndarray | None, k: int, threads
     for start in range(0, len(q), _CKDTREE_BATCH):
         stop = min(start + _CKDTREE_BATCH, len(q))
         qb = q[start:stop]
-        d, i = tree.query(qb.astype(np.float64), k=k + extra, workers=threads)
-        d = d.reshape(len(qb), k + extra)
-        i = i.reshape(len(qb), k + extra)
+        d, i = (a.reshape(len(qb), k + extra) for a in tree.query(qb.astype(np.float64), k=k + extra, workers=threads))
         ids = np.arange(start, stop) if self_query else None
         bi, bd2 = _order_ties(points, qb, d, i, k, ids, tree)
         index[start:stop] = bi
@@ -533,12 +515,7 @@ class SdfMesh:
 def signed_distance(vertices, faces, queries, device: str = "auto",
                     cpu_threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Signed distance (Q,) of each query to a triangle mesh and its closest mesh point (Q, 3)."""
-    verts = _as_points("vertices", vertices)
-    tris = _as_faces(faces, len(verts))
-    qry = _as_points("queries", queries, allow_empty=True)
-    if len(qry) == 0:
-        return np.empty(0, dtype=np.float32), np.empty((0, 3), dtype=np.float32)
-    return SdfMesh(verts, tris, device=device, cpu_threads=cpu_threads).query(qry)
+    return SdfMesh(vertices, faces, device=device, cpu_threads=cpu_threads).query(queries)
 
 
 def _sdf_batch(mesh: wp.Mesh, queries: np.ndarray, max_dist: float, device: str, threads: int):

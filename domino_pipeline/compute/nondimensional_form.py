@@ -50,29 +50,19 @@ class RunForm:
                 "s1": (factor * np.asarray(stats["s1"])).tolist(), "s2": (factor**2 * np.asarray(stats["s2"])).tolist()}
 
 
-def identity_form(dataset: DatasetConfig) -> RunForm:
-    """The stored units themselves (a run of ``dataset`` trained in the stored form)."""
-    return RunForm({part: np.ones(sum(VARIABLE_WIDTH[k] for k in dataset.variables(part).values()))
-                    for part in ("surface", "volume")}, 1.0, 1.0)
-
-
 def stored_run_form(dataset: DatasetConfig, global_params: Sequence[float], published_velocity: float | None,
                     run: str, nondimensional: bool = True) -> RunForm:
-    """The form of a run stored over ``global_params`` (U, rho); not ``nondimensional``: the stored units."""
+    """The form of a run stored over ``global_params`` (U, rho), its free-stream speed the profile's, else the one its
+    files publish (ValueError naming the run without either); not ``nondimensional``: the stored units themselves."""
     if not nondimensional:
-        return identity_form(dataset)
+        return RunForm({part: np.ones(sum(VARIABLE_WIDTH[k] for k in dataset.variables(part).values()))
+                        for part in ("surface", "volume")}, 1.0, 1.0)
     stored_velocity, stored_density = (float(v) for v in global_params[:2])
-    return run_form(dataset, stored_velocity=stored_velocity, stored_density=stored_density,
-                    velocity=run_velocity(dataset, published_velocity, run))
-
-
-def run_velocity(dataset: DatasetConfig, published_velocity: float | None, run: str) -> float:
-    """The run's free-stream speed: the profile's, else the one its files publish; ValueError naming the run."""
     velocity = dataset.flow.velocity if dataset.flow.velocity is not None else published_velocity
     if velocity is None or not velocity > 0:
         raise ValueError(f"{run}: no free-stream speed (dataset {dataset.name}: flow.velocity is null and the "
                          "run records none); rebuild its cache run with this version of cache_data.py")
-    return float(velocity)
+    return run_form(dataset, stored_velocity=stored_velocity, stored_density=stored_density, velocity=float(velocity))
 
 
 def run_form(dataset: DatasetConfig, *, stored_velocity: float, stored_density: float, velocity: float) -> RunForm:

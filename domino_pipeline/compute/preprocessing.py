@@ -5,6 +5,7 @@ runs the same steps per draw, the expensive geometry for the drawn rows only. Ta
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -223,9 +224,7 @@ class _Buckets:
 
     def __exit__(self, *exc) -> None:
         if self.scratch_dir is not None:
-            for f in self.folder.iterdir():
-                f.unlink()
-            self.folder.rmdir()
+            shutil.rmtree(self.folder)
 
     def append(self, bucket: int, coordinates: np.ndarray, fields: np.ndarray) -> None:
         if self.scratch_dir is None:

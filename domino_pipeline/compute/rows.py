@@ -23,8 +23,7 @@ def make_grid(box, interp_res) -> np.ndarray:
     """The regular grid over ``box`` of ``interp_res`` points per axis in [-1, 1], (Nx, Ny, Nz, 3); never stored."""
     lo, hi = (np.asarray(b, dtype=np.float32) for b in box)
     axes = [np.linspace(lo[i], hi[i], int(interp_res[i]), dtype=np.float32) for i in range(3)]
-    grid = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1)
-    return normalize(grid, box)
+    return normalize(np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1), box)
 
 
 @dataclass
@@ -147,7 +146,6 @@ def gather_neighbors(prepared: PreparedRun, neighbors: np.ndarray) -> dict[str, 
 
 def drawn_surface(prepared: PreparedRun, rows: np.ndarray, neighbors: np.ndarray) -> dict[str, np.ndarray]:
     """``build_item``'s ``surface`` of the surface ``rows``, their ``neighbors`` (Q, K-1) gathered."""
-    gathered = gather_neighbors(prepared, neighbors)
     return {"coordinates": prepared.surface_coordinates[rows], "normals": prepared.surface_normals[rows],
             "areas": prepared.surface_areas[rows], "fields": prepared.surface_fields[rows],
-            **{f"neighbor_{name}": values for name, values in gathered.items()}}
+            **{f"neighbor_{name}": values for name, values in gather_neighbors(prepared, neighbors).items()}}

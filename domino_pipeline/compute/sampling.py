@@ -106,8 +106,7 @@ def choose_weighted(rng: np.random.Generator, weights: np.ndarray, size: int) ->
     keys = rng.exponential(size=len(weights)) / weights.astype(np.float64)
     if size == len(weights):
         return np.arange(size, dtype=np.int64)
-    taken = np.argpartition(keys, size - 1)[:size]
-    return np.sort(taken).astype(np.int64)
+    return np.sort(np.argpartition(keys, size - 1)[:size]).astype(np.int64)
 
 
 def draw_surface(rng: np.random.Generator, n_rows: int, points: int,
@@ -135,11 +134,8 @@ def sample_draw(seed: int, epoch: int, index: int, *, counts: dict[str, int], ge
     """The rows of draw (seed, epoch, index) by ``law``; None points skip a part; areas through a reader."""
     geometry = choose_uniform(draw_rng(seed, epoch, index, "geometry"), counts["geometry"],
                               geometry_points, "STL vertices")
-    surface = None
-    if surface_points is not None:
-        surface = draw_surface(draw_rng(seed, epoch, index, "surface"), counts["surface"],
-                               surface_points, read_surface_areas, law)
-    volume = None
-    if volume_points is not None:
-        volume = draw_volume(draw_rng(seed, epoch, index, "volume"), counts["volume"], volume_points, law)
+    surface = None if surface_points is None else draw_surface(
+        draw_rng(seed, epoch, index, "surface"), counts["surface"], surface_points, read_surface_areas, law)
+    volume = None if volume_points is None else draw_volume(
+        draw_rng(seed, epoch, index, "volume"), counts["volume"], volume_points, law)
     return Draw(geometry_rows=geometry, surface_rows=surface, volume_rows=volume)

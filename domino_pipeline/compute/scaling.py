@@ -22,10 +22,9 @@ _ROW_BLOCK = 1_000_000  # rows summed at a time, so memory stays bounded on larg
 MAX_VOLUME_ROWS = 2_000_000  # volume rows per run that the statistics use, drawn uniformly
 
 
-def _check_normalization(normalization: str) -> str:
+def _check_normalization(normalization: str) -> None:
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"unknown normalization {normalization!r}; expected one of {NORMALIZATIONS}")
-    return normalization
 
 
 class _RunningStats:

@@ -72,8 +72,7 @@ class PreprocessSettings:
 
     def fingerprint(self) -> str:
         """A SHA-256 of ``fingerprinted()``."""
-        text = json.dumps(self.fingerprinted(), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()
+        return hashlib.sha256(json.dumps(self.fingerprinted(), sort_keys=True).encode()).hexdigest()
 
 
 def neighbor_layout_of(fingerprinted: dict) -> str:

@@ -16,7 +16,8 @@ from domino_pipeline.storage.byte_reader import read_bytes
 from domino_pipeline.storage.object_store import as_location, is_url, join, list_objects
 
 ABSENT = 2**64 - 1  # Zarr's shard index entry of an inner chunk that was not written
-_INDEX_ENTRY_BYTES, _CRC_BYTES = 16, 4
+INDEX_ENTRY_BYTES = 16  # (offset, nbytes), two little-endian uint64
+CHECKSUM_BYTES = 4  # a CRC32C: after a shard's index where its codecs say so, and after a cache's every inner chunk
 
 
 def missing_chunks(array_dir: str | os.PathLike, limit: int = 5) -> list[str]:
@@ -86,10 +87,10 @@ def _unwritten_inner(shard: Path | str, position: tuple[int, ...], grid: dict) -
     per_axis = [o // i for o, i in zip(grid["chunks"], inner)]
     n = math.prod(per_axis)
     crc = any(c.get("name") == "crc32c" for c in grid["inner"].get("index_codecs", []) if isinstance(c, dict))
-    nbytes = n * _INDEX_ENTRY_BYTES + (_CRC_BYTES if crc else 0)
+    nbytes = n * INDEX_ENTRY_BYTES + (CHECKSUM_BYTES if crc else 0)
     at_start = grid["inner"].get("index_location", "end") == "start"
-    raw = (read_bytes(shard, 0 if at_start else None, nbytes) or b"")[:n * _INDEX_ENTRY_BYTES]
-    if len(raw) < n * _INDEX_ENTRY_BYTES:
+    raw = (read_bytes(shard, 0 if at_start else None, nbytes) or b"")[:n * INDEX_ENTRY_BYTES]
+    if len(raw) < n * INDEX_ENTRY_BYTES:
         return list(range(n))
     index = np.frombuffer(raw, dtype="<u8").reshape(n, 2)
     origin = [p * o for p, o in zip(position, grid["chunks"])]

@@ -95,17 +95,6 @@ def npz_names(path: Path | str) -> list[str]:
         raise ProcessedRunError(f"{path}: not a readable .npz file ({err})") from err
 
 
-def _npy_dtype(handle: IO[bytes], path: Path | str) -> np.dtype:
-    """Read an .npy header; return the array's dtype (the handle is left at the data)."""
-    try:
-        version = np.lib.format.read_magic(handle)
-        header = (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)
-        _, _, dtype = header(handle)
-    except ValueError as err:
-        raise ProcessedRunError(f"{path}: not an .npy file ({err})") from err
-    return dtype
-
-
 def _legacy_dict(value: dict) -> dict[str, Any]:
     """A legacy dict's values as float32 arrays, dicts of values flattened, an absent part (NaN) dropped."""
     out = {}
@@ -121,7 +110,12 @@ def _legacy_dict(value: dict) -> dict[str, Any]:
 def read_npy(path: Path | str, *, allow_pickle: bool) -> tuple[str, Mapping[str, Any], dict]:
     """("npy", arrays, attributes) of a legacy .npy dict (file or object), only when ``allow_pickle``."""
     with _binary(path) as handle:
-        dtype = _npy_dtype(handle, path)
+        try:  # the header, leaving the handle at the data
+            version = np.lib.format.read_magic(handle)
+            header = (np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0)
+            _, _, dtype = header(handle)
+        except ValueError as err:
+            raise ProcessedRunError(f"{path}: not an .npy file ({err})") from err
         if dtype != np.dtype(object):
             raise ProcessedRunError(f"{path}: a plain {dtype} array, not a run (a run's .npy file "
                                     "holds a dict of arrays)")

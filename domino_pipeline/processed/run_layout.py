@@ -64,10 +64,7 @@ def row_chunking(shape: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...]
     """(chunk shape, shard shape or None): row chunks of about CHUNK_BYTES, sharded when many."""
     row_bytes = itemsize * int(np.prod(shape[1:], dtype=np.int64))
     rows = max(1, min(max(shape[0], 1), CHUNK_BYTES // max(row_bytes, 1)))
-    chunks = (rows, *shape[1:])
-    if shape[0] <= rows * CHUNKS_PER_SHARD:
-        return chunks, None
-    return chunks, (rows * CHUNKS_PER_SHARD, *shape[1:])
+    return (rows, *shape[1:]), None if shape[0] <= rows * CHUNKS_PER_SHARD else (rows * CHUNKS_PER_SHARD, *shape[1:])
 
 
 def write_processed_run(path: str | os.PathLike, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
@@ -102,14 +99,24 @@ def processed_in_memory(where: str | os.PathLike, arrays: Mapping[str, np.ndarra
 
 def _checked_arrays(path: Path, arrays: Mapping[str, np.ndarray], attrs: Mapping[str, Any],
                     streamed: "Sequence[StreamedRows]") -> dict[str, np.ndarray]:
-    """``arrays`` contiguous, checked with the shapes ``streamed`` will write against the layout and parts."""
+    """``arrays`` contiguous, checked (names, shapes, finite values, face indices) with the shapes ``streamed`` will
+    write against the layout and parts."""
     arrays = {name: np.ascontiguousarray(value) for name, value in arrays.items()}
     later = {name: shape for rows in streamed for name, shape in rows.shapes.items()}
     required = arrays_for(parts_named(attrs.get("parts", "all")))
     other = [name for name in [*arrays, *later] if name in ARRAY_SHAPES and name not in required]
     if other:
         raise ProcessedRunError(f"{path}: arrays {other} given, but the run records parts={attrs.get('parts')!r}")
-    validate_arrays(arrays, path, required=[n for n in required if n not in later])
+    unknown = sorted(set(arrays) - set(ARRAY_SHAPES))
+    if unknown:
+        raise ProcessedRunError(f"{path}: unknown arrays {unknown}; expected {list(ARRAY_NAMES)}")
+    missing = [name for name in required if name not in arrays and name not in later]
+    if missing:
+        raise ProcessedRunError(f"{path}: missing arrays {missing}")
+    check_shapes({name: tuple(value.shape) for name, value in arrays.items()}, path)
+    n_points = len(arrays["stl_coordinates"]) if "stl_coordinates" in arrays else None
+    for name, value in arrays.items():
+        check_values(name, value, path, n_points)
     if later:
         check_shapes({**{n: tuple(v.shape) for n, v in arrays.items()}, **later}, path)
     return arrays
@@ -243,21 +250,6 @@ def check_values(name: str, data: np.ndarray, path: Path, n_points: int | None) 
     if faces.size and (faces.min() < 0 or (n_points is not None and faces.max() >= n_points)):
         raise ProcessedRunError(f"{path}: array stl_faces indexes outside 0..{n_points} STL points")
     return faces
-
-
-def validate_arrays(arrays: Mapping[str, np.ndarray], path: str | os.PathLike,
-                    required: Sequence[str] = ()) -> dict[str, np.ndarray]:
-    """Check names, shapes, finiteness and face indices (ProcessedRunError); the arrays in their dtypes."""
-    path = Path(path)
-    unknown = sorted(set(arrays) - set(ARRAY_SHAPES))
-    if unknown:
-        raise ProcessedRunError(f"{path}: unknown arrays {unknown}; expected {list(ARRAY_NAMES)}")
-    missing = [name for name in required if name not in arrays]
-    if missing:
-        raise ProcessedRunError(f"{path}: missing arrays {missing}")
-    check_shapes({name: tuple(value.shape) for name, value in arrays.items()}, path)
-    n_points = len(arrays["stl_coordinates"]) if "stl_coordinates" in arrays else None
-    return {name: check_values(name, value, path, n_points) for name, value in arrays.items()}
 
 
 def check_format_version(attrs: Mapping[str, Any], path: str | os.PathLike) -> None:

@@ -68,12 +68,6 @@ class QualityVerdicts:
         return {run for run, scores in self.scores.items() if abs(scores.get(column, 0.0)) > threshold}
 
 
-def scored_columns(rows: Sequence[Mapping]) -> list[str]:
-    """The table's columns that ``SCORED`` names, in the table's order."""
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    return [c for c in columns if any(fnmatch.fnmatchcase(c, pattern) for pattern in SCORED)]
-
-
 def robust_scores(values: Sequence[float | None], minimum_scale: float = 0.0) -> tuple[np.ndarray, float, float]:
     """(z of each value or NaN, the median, the scale at least ``minimum_scale``) of a statistic."""
     data = np.array([np.nan if v is None else float(v) for v in values])
@@ -99,8 +93,7 @@ def minimum_scale(column: str, rows: Sequence[Mapping]) -> float:
 
 def label(column: str) -> str:
     """A statistic's name for a reason: ``surface.fields.pMeanTrim.max`` -> ``surface pMeanTrim max``."""
-    parts = [p for p in column.split(".") if p not in ("fields", "consistency")]
-    return " ".join(parts)
+    return " ".join(p for p in column.split(".") if p not in ("fields", "consistency"))
 
 
 def _score(rows: Sequence[Mapping], threshold: float, verdicts: QualityVerdicts) -> None:
@@ -109,7 +102,8 @@ def _score(rows: Sequence[Mapping], threshold: float, verdicts: QualityVerdicts)
                               f"at least {MIN_SCORED_RUNS} needed")
         return
     names = [row["run"] for row in rows]
-    for column in scored_columns(rows):
+    columns = list(dict.fromkeys(key for row in rows for key in row))  # in the table's order
+    for column in [c for c in columns if any(fnmatch.fnmatchcase(c, pattern) for pattern in SCORED)]:
         values = [row.get(column) for row in rows]
         z, median, _ = robust_scores(values, minimum_scale(column, rows))
         for name, value, score in zip(names, values, z):
@@ -157,16 +151,12 @@ def coefficient_mismatches(row: Mapping, flow: FlowProfile, convention: ForceCon
     return reasons
 
 
-def _has_coefficients(row: Mapping) -> bool:
-    return any(k.startswith("surface.force_sums.") for k in row) and \
-        any(row.get(f"published.{w}.cd") is not None and row.get(f"published.{w}_area") for w in ("own", "constant"))
-
-
 def _choose_convention(rows: Sequence[Mapping], flow: FlowProfile, tolerance: float,
                        verdicts: QualityVerdicts) -> ForceConvention:
     """The profile's convention, unless another makes most runs, and more, agree with what they publish."""
     profile = ForceConvention(flow.normals, flow.wall_shear)
-    checked = [row for row in rows if _has_coefficients(row)]
+    checked = [row for row in rows if any(k.startswith("surface.force_sums.") for k in row) and any(  # comparable
+        row.get(f"published.{w}.cd") is not None and row.get(f"published.{w}_area") for w in ("own", "constant"))]
     agreeing = {c: sum(not coefficient_mismatches(r, flow, c, tolerance) for r in checked) for c in ALL_CONVENTIONS}
     best = max(ALL_CONVENTIONS, key=lambda c: (agreeing[c], c == profile))
     if agreeing[best] > agreeing[profile] and 2 * agreeing[best] > len(checked):

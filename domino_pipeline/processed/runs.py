@@ -76,8 +76,7 @@ def _describe(entries: list[tuple[str, str, Path | str]]) -> str:
     if not entries:
         return "nothing"
     names = sorted(name + ("/" if kind == "folder" else "") for name, kind, _ in entries)
-    shown = ", ".join(names[:10])
-    return shown + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
 def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
@@ -169,12 +168,12 @@ def open_run(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) ->
     if not exists(path):
         raise FileNotFoundError(f"{path}: no processed run there")
     suffix = _suffix(path)
-    if suffix == ".zarr" or (suffix not in (".npz", ".npy") and _is_folder(path)):
-        run = _zarr_run(path)
-    elif suffix == ".npz":
+    if suffix == ".npz":
         run = OpenedRun(path, "curator-npz", *read_npz(path)[1:])
     elif suffix == ".npy":
         run = OpenedRun(path, "curator-npy", *read_npy(path, allow_pickle=options.allow_pickle)[1:])
+    elif suffix == ".zarr" or (any(folder_contents(path)) if is_url(path) else Path(path).is_dir()):  # a folder
+        run = _zarr_run(path)
     else:
         raise ProcessedRunError(f"{path}: not a run (expected a .zarr group, .npz or .npy file)")
     if not any(name in run.arrays for name in ARRAY_NAMES):
@@ -188,11 +187,6 @@ def _suffix(path: Path | str) -> str:
     """The run name's suffix (".zarr", ".npz", ...), for paths and URLs alike."""
     name = name_of(path)
     return name[name.rfind("."):] if "." in name else ""
-
-
-def _is_folder(path: Path | str) -> bool:
-    """Whether a run is a folder (a prefix with objects under it, for a URL)."""
-    return any(folder_contents(path)) if is_url(path) else Path(path).is_dir()
 
 
 def run_format(path: str | os.PathLike) -> str:
@@ -257,24 +251,16 @@ def _parts_with_arrays(names) -> tuple[str, ...]:
     return tuple(part for part in PARTS if any(name in names for name in PART_ARRAYS[part]))
 
 
-def stored_parts(path: str | os.PathLike, options: ReadOptions = DEFAULT_OPTIONS) -> tuple[str, tuple[str, ...]]:
-    """(the run's form, its ``run_parts``) from its metadata only (a legacy .npy dict is read whole)."""
-    path = as_location(path)
-    suffix = _suffix(path)
-    if suffix == ".npz":
-        return "curator-npz", _parts_with_arrays(npz_names(path))
-    run = open_run(path, options) if suffix == ".npy" else _zarr_run(path)
-    return run.format, run_parts(run)
-
-
 def require_parts(run: OpenedRun | str | os.PathLike, parts: Sequence[str], needed_by: str,
                   options: ReadOptions = DEFAULT_OPTIONS) -> None:
     """ProcessedRunError naming the run, the parts it lacks and what needs them (``needed_by``), when it lacks any."""
     if isinstance(run, OpenedRun):
         path, form, held = run.path, run.format, run_parts(run)
+    elif _suffix(path := as_location(run)) == ".npz":  # a path: its parts from metadata only (not a legacy .npy's)
+        form, held = "curator-npz", _parts_with_arrays(npz_names(path))
     else:
-        path = as_location(run)
-        form, held = stored_parts(path, options)
+        opened = open_run(path, options) if _suffix(path) == ".npy" else _zarr_run(path)
+        form, held = opened.format, run_parts(opened)
     lacking = [part for part in parts if part not in held]
     if lacking:
         arrays = ", ".join(name for part in lacking for name in PART_ARRAYS[part])

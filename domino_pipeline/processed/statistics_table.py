@@ -40,12 +40,8 @@ def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def save_table(path: str | os.PathLike, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """Write ``rows`` as a table at the local ``path`` (atomically); return the path."""
-    return write_bytes_atomic(path, table_text(rows).encode())
-
-
-def table_text(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The rows as CSV: text columns first; floats as ``repr`` (exact), None as an empty cell."""
+    """Write ``rows`` as CSV at the local ``path`` (atomically), text columns first; floats as ``repr`` (exact), None
+    as an empty cell; return the path."""
     columns = [c for c in TEXT_COLUMNS if any(c in row for row in rows)]
     for row in rows:
         columns += [c for c in row if c not in columns]
@@ -55,7 +51,7 @@ def table_text(rows: Sequence[Mapping[str, Any]]) -> str:
     for row in rows:
         writer.writerow(["" if row.get(c) is None else repr(row[c]) if isinstance(row[c], float) else row[c]
                          for c in columns])
-    return out.getvalue()
+    return write_bytes_atomic(path, out.getvalue().encode())
 
 
 def read_statistics_table(processed_dir: str | os.PathLike) -> list[dict] | None:

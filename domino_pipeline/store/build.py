@@ -25,7 +25,7 @@ from domino_pipeline.processed.runs import (DEFAULT_OPTIONS, NamedArray, ReadOpt
 from domino_pipeline.runtime.run_report import RunResult
 from domino_pipeline.storage.byte_reader import ConflictError, reader_and_key
 from domino_pipeline.storage.object_store import is_url, join
-from domino_pipeline.store.cache_format import (CacheError, current_generation, directory_bytes, run_fingerprint,
+from domino_pipeline.store.cache_format import (CacheError, current_generation, file_sizes, run_fingerprint,
                                                 run_folder)
 from domino_pipeline.store.cache_run import CacheRun
 from domino_pipeline.store.manifest import (MANIFEST, manifest_entry, manifest_lock, read_manifest,
@@ -66,21 +66,16 @@ def build_run(processed_path: Path, cache_dir: Path, settings: PreprocessSetting
     return writer.path, opened.format, notes
 
 
-def _form(processed_path: Path) -> str:
-    """The run's form for the summary; empty where it cannot be read."""
-    try:
-        return run_format(processed_path)
-    except (OSError, ValueError):
-        return ""
-
-
 def cache_run(processed_path: Path, cache_dir: Path, settings: PreprocessSettings, *,
               rebuild: bool, options: ReadOptions = DEFAULT_OPTIONS,
               records: dict[str, dict] | None = None) -> RunResult:
     """Build one cache run unless it is current, as its only writer; a failure becomes a result."""
     name = run_name(processed_path)
     started = time.time()
-    form = _form(processed_path)
+    try:
+        form = run_format(processed_path)  # for the summary
+    except (OSError, ValueError):
+        form = ""
     try:
         records = manifest_records(cache_dir) if records is None else records
         if run_state(cache_dir, processed_path, settings, records).current:  # no lock: read-only reruns
@@ -102,13 +97,13 @@ def _build(processed_path: Path, cache_dir: Path | str, settings: PreprocessSett
     """``build_run`` into a local cache, or into a staging folder whose generation is then uploaded."""
     if not is_url(cache_dir):
         path, form, notes = build_run(processed_path, cache_dir, settings, source, options)
-        return directory_bytes(path), form, notes
+        return sum(file_sizes(path)), form, notes
     root = staging_root()
     remove_stale_temporaries(root)  # the staging folders of builds killed before they removed theirs
     with temporary_directory(root, run_name(processed_path)) as staging:
         path, form, notes = build_run(processed_path, staging, settings, source, options)
         publish_generation(path, cache_dir, run_name(processed_path))
-        return directory_bytes(path), form, notes
+        return sum(file_sizes(path)), form, notes
 
 
 def staging_root() -> Path:
@@ -161,9 +156,13 @@ def commit_manifest(config: PipelineConfig, runs: list[Path], cache_dir: Path | 
     """Write the manifest as its only writer; a rerun that would write the same runs takes no lock, writes nothing."""
     if is_url(cache_dir):
         return _commit_remote_manifest(config, runs, cache_dir, settings)
-    path = cache_dir / MANIFEST
-    if _manifest_lists(cache_dir, manifest_runs(runs, cache_dir, settings), settings):
-        return path
+    try:
+        old = read_manifest(cache_dir)
+    except (CacheError, FileNotFoundError):
+        old = None
+    if (old is not None and old["runs"] == manifest_runs(runs, cache_dir, settings)
+            and old["settings"] == settings.fingerprinted() and old.get("scaling_factors") is not None):
+        return cache_dir / MANIFEST
     with manifest_lock(cache_dir):
         entries = manifest_runs(runs, cache_dir, settings)  # again: another builder may have written
         return write_manifest(cache_dir, settings, entries, config.as_dict(),
@@ -206,13 +205,3 @@ def _factors_record(config: PipelineConfig, runs: list[Path], entries: dict[str,
     record = write_scaling_factors(train_runs, cache_dir, settings, normalization=config.sampling.normalization)
     print(f"scaling factors: {join(cache_dir, record['path'])} ({len(train_runs)} training runs)")
     return record
-
-
-def _manifest_lists(cache_dir: Path, entries: dict, settings: PreprocessSettings) -> bool:
-    """Whether the manifest already lists exactly ``entries`` with ``settings``."""
-    try:
-        old = read_manifest(cache_dir)
-    except (CacheError, FileNotFoundError):
-        return False
-    return (old["runs"] == entries and old["settings"] == settings.fingerprinted()
-            and old.get("scaling_factors") is not None)

@@ -57,14 +57,8 @@ def layout_arrays(neighbor_layout: str, parts: tuple[str, ...] | list[str] = PAR
     if neighbor_layout not in NEIGHBOR_LAYOUTS:
         raise ValueError(f"neighbor_layout must be one of {list(NEIGHBOR_LAYOUTS)}; got {neighbor_layout!r}")
     arrays = ARRAYS | NEIGHBOR_FEATURE_ARRAYS if neighbor_layout == "features" else dict(ARRAYS)
-    return {name: spec for name, spec in arrays.items() if array_part(name) in (None, *parts)}
-
-
-def array_part(name: str) -> str | None:
-    """The part (surface, volume) a cache array belongs to; None for those of every run."""
-    if name in ("geometry_coordinates", "surface_grid_sdf"):
-        return None
-    return name.split("_", 1)[0]
+    every_run = ("geometry_coordinates", "surface_grid_sdf")  # the others belong to the part their name starts with
+    return {name: spec for name, spec in arrays.items() if name in every_run or name.split("_", 1)[0] in parts}
 
 
 def settings_arrays(fingerprinted: dict) -> dict[str, ArraySpec]:
@@ -131,11 +125,10 @@ def generations(folder: str | os.PathLike) -> list[tuple[int, Path | str]]:
         names = [n for n in source.list(key)[0] if GENERATION.match(n)]
         found = [(int(GENERATION.match(n).group(1)), join(folder, n)) for n in names
                  if source.head(f"{key}/{n}/zarr.json") is not None]
-        return sorted(found)
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := GENERATION.match(p.name))]
+    elif Path(folder).is_dir():
+        found = [(int(m.group(1)), p) for p in Path(folder).iterdir() if (m := GENERATION.match(p.name))]
+    else:
+        found = []
     return sorted(found)
 
 
@@ -145,17 +138,9 @@ def current_generation(folder: str | os.PathLike) -> Path | str | None:
     return found[-1][1] if found else None
 
 
-def directory_bytes(path: str | os.PathLike) -> int:
-    """Total size of the files (objects) under ``path``."""
+def file_sizes(path: str | os.PathLike) -> list[int]:
+    """The size of each file (object) under ``path``: their sum is a run's bytes, their count its files."""
     if is_url(path):
         source, key = reader_and_key(path)
-        return sum(o["size"] for o in source.list_all(key))
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-
-
-def file_count(path: str | os.PathLike) -> int:
-    """Number of files (objects) under ``path``."""
-    if is_url(path):
-        source, key = reader_and_key(path)
-        return len(source.list_all(key))
-    return sum(1 for f in Path(path).rglob("*") if f.is_file())
+        return [o["size"] for o in source.list_all(key)]
+    return [f.stat().st_size for f in Path(path).rglob("*") if f.is_file()]

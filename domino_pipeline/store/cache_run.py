@@ -46,14 +46,19 @@ class CacheRun:
         if metadata is not None and metadata_digest(self._metadata) != metadata:
             raise CacheError(f"{self.path}: its metadata (attributes or array descriptions) differ "
                              "from what manifest.json records: edited or corrupt")
-        self.attrs = self._group_attributes()
+        try:
+            meta = json.loads(self._metadata["zarr.json"])
+        except ValueError as err:
+            raise CacheError(f"{self.path}: unreadable cache run metadata ({err})") from err
+        if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
+            raise CacheError(f"{self.path}: unreadable cache run metadata (not a Zarr v3 group)")
+        self.attrs = dict(meta.get("attributes") or {})
         if self.attrs.get("format") != FORMAT:
             raise CacheError(f"{self.path}: not a {FORMAT} run (format={self.attrs.get('format')!r})")
         if self.attrs.get("format_version") != FORMAT_VERSION:
             raise CacheError(f"{self.path}: format_version {self.attrs.get('format_version')}, "
                              f"this reader reads {FORMAT_VERSION}")
         self._group = None
-        self.store = None
         self._arrays: dict[str, zarr.Array] = {}
         self._readers: dict[str, ChunkedArray | None] = {}
         self._resident: dict[str, np.ndarray] = {}
@@ -92,7 +97,14 @@ class CacheRun:
     def _read_metadata(self) -> dict[str, bytes]:
         """Every ``zarr.json`` of the run by its path within the run (remotely in one wave)."""
         if not self.remote:
-            self._check_local_folder()
+            refuse_links(self.path)
+            if not (self.path / "zarr.json").is_file():
+                if self.path.is_dir():
+                    raise CacheError(f"{self.path}: the run's metadata (zarr.json) is missing: corrupt")
+                if _newer_generation(self.path):
+                    raise StaleCacheError(f"{self.path}: this generation of the run was replaced by a "
+                                          "rebuild; open the dataset again to read the new one")
+                raise FileNotFoundError(f"{self.path}: cache run does not exist (no zarr.json)")
             return metadata_files(self.path)
         names = ["zarr.json"] + [f"{n}/zarr.json" for n in CACHE_ARRAYS]
         fetched = self.source.fetch([Request(self.prefix + n) for n in names])
@@ -101,26 +113,6 @@ class CacheRun:
             raise CacheError(f"{self.path}: the run's metadata (zarr.json) is missing: not uploaded, "
                              "removed by rebuilds, or not a cache run")
         return found
-
-    def _check_local_folder(self) -> None:
-        refuse_links(self.path)
-        if (self.path / "zarr.json").is_file():
-            return
-        if self.path.is_dir():
-            raise CacheError(f"{self.path}: the run's metadata (zarr.json) is missing: corrupt")
-        if _newer_generation(self.path):
-            raise StaleCacheError(f"{self.path}: this generation of the run was replaced by a "
-                                  "rebuild; open the dataset again to read the new one")
-        raise FileNotFoundError(f"{self.path}: cache run does not exist (no zarr.json)")
-
-    def _group_attributes(self) -> dict:
-        try:
-            meta = json.loads(self._metadata["zarr.json"])
-        except ValueError as err:
-            raise CacheError(f"{self.path}: unreadable cache run metadata ({err})") from err
-        if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
-            raise CacheError(f"{self.path}: unreadable cache run metadata (not a Zarr v3 group)")
-        return dict(meta.get("attributes") or {})
 
     @property
     def metadata_sha256(self) -> str:
@@ -133,11 +125,11 @@ class CacheRun:
         if self._group is None:
             if self.remote:
                 from obstore.store import from_url
-                self.store = zarr.storage.ObjectStore(from_url(self.path), read_only=True)
+                store = zarr.storage.ObjectStore(from_url(self.path), read_only=True)
             else:
-                self.store = LocalStore(str(self.path), read_only=True)
+                store = LocalStore(str(self.path), read_only=True)
             try:
-                self._group = zarr.open_group(store=self.store, mode="r", zarr_format=3)
+                self._group = zarr.open_group(store=store, mode="r", zarr_format=3)
             except Exception as err:  # zarr raises several types for unreadable metadata
                 raise CacheError(f"{self.path}: unreadable cache run metadata ({err})") from err
         return self._group
@@ -168,12 +160,6 @@ class CacheRun:
             self._readers[name] = ChunkedArray.from_metadata(self.source, self.prefix + name, raw)
         return self._readers[name]
 
-    def prefetch(self, name: str, selection: Any = Ellipsis) -> None:
-        """Read the shard indexes ``read(name, selection)`` will need (none for zarr-python's reads)."""
-        reader = self.reader(name)
-        if reader is not None and reader.supports(selection):
-            reader.prefetch(selection)
-
     def check_present(self) -> None:
         """StaleCacheError if this local generation was removed while open (replaced by rebuilds)."""
         if not self.remote and not os.path.exists(os.path.join(self.path, "zarr.json")):
@@ -188,9 +174,6 @@ class CacheRun:
         shards = [(a, s, Request(a.prefix + a.key(s))) for _, a in whole for s in range(a.shard_count)]
         readers = [r for r in map(self.reader, indexed) if r is not None]
         tails = [(a, s, r) for a in readers for s, r in a.index_requests(a.chunks(Ellipsis))]
-        if not shards and not tails:
-            self._kept.add(asked)
-            return
         with self._naming_errors("a kept array"):
             results = self.source.fetch([r for *_, r in shards + tails])
             for (array, shard, _), result in zip(tails, results[len(shards):]):
@@ -243,10 +226,7 @@ class CacheRun:
     def _read_zarr(self, name: str, selection: Any, allocate: Allocator) -> np.ndarray:
         array = self.array(name)
         with self._naming_errors(f"array {name!r}"):
-            if isinstance(selection, np.ndarray):
-                data = array.get_orthogonal_selection(selection)
-            else:
-                data = array[selection]
+            data = array.get_orthogonal_selection(selection) if isinstance(selection, np.ndarray) else array[selection]
         return data if allocate is np.empty else _copied(data, allocate)
 
     @contextmanager
@@ -326,7 +306,12 @@ def shard_sizes(array_dir: Path, ndim: int) -> dict[int, int]:
     root = array_dir / "c"
     if not root.exists():
         return sizes
-    for entry in _entries(root):
+    with os.scandir(root) as listing:
+        entries = list(listing)
+    links = [entry for entry in entries if entry.is_symlink()]
+    if links:
+        raise ShardIndexError(f"{Path(links[0].path).relative_to(array_dir)} is a symbolic link; a cache holds none")
+    for entry in entries:
         if not entry.name.isdigit():
             raise ShardIndexError(f"stray entry c/{entry.name}")
         node = Path(entry.path)
@@ -336,14 +321,3 @@ def shard_sizes(array_dir: Path, ndim: int) -> dict[int, int]:
             raise ShardIndexError(f"shard c/{entry.name} is not a file at {node.relative_to(array_dir)}")
         sizes[int(entry.name)] = node.stat().st_size
     return sizes
-
-
-def _entries(folder: Path) -> list[os.DirEntry]:
-    """The entries of ``folder``; ShardIndexError naming a symbolic link among them."""
-    with os.scandir(folder) as listing:
-        entries = list(listing)
-    for entry in entries:
-        if entry.is_symlink():
-            raise ShardIndexError(f"{Path(entry.path).relative_to(folder.parent)} is a symbolic link; "
-                                  "a cache holds none")
-    return entries

@@ -25,7 +25,6 @@ DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16"
 METADATA_KEYS = frozenset({"zarr_format", "node_type", "shape", "data_type", "chunk_grid",
                            "chunk_key_encoding", "fill_value", "codecs", "attributes",
                            "storage_transformers", "dimension_names"})
-EMPTY_ENTRY = ABSENT  # an inner chunk that was not written
 Allocator = Callable[[tuple[int, ...], np.dtype], np.ndarray]  # np.empty's (shape, dtype)
 
 
@@ -92,25 +91,6 @@ class ChunkedArray:
         """``array[selection]`` (slices clip as numpy's; index arrays gather rows), into ``allocate(shape, dtype)``."""
         return read_many([(self, selection, allocate)])[0]
 
-    def rows(self, start: int, stop: int, allocate: Allocator = np.empty) -> np.ndarray:
-        """Rows ``start:stop`` (a new array from ``allocate``)."""
-        if not 0 <= start <= stop <= len(self):
-            raise IndexError(f"{self.name}: rows {start}:{stop} out of range for {len(self)} rows")
-        return self.read(slice(start, stop), allocate)
-
-    def take(self, indices: np.ndarray, allocate: Allocator = np.empty) -> np.ndarray:
-        """The rows at ``indices`` (any order, repeats, negatives from the end), reading each chunk once."""
-        return self.read(self._checked(indices), allocate)
-
-    def prefetch(self, selection: Any) -> None:
-        """Read the shard indexes ``selection`` needs (one wave); faults are left for the read to report."""
-        try:
-            wanted = self.index_requests(self.chunks(selection))
-            for (shard, _), result in zip(wanted, self.source.fetch([r for _, r in wanted])):
-                self.set_index(shard, result)
-        except CorruptChunkError:
-            pass
-
     @property
     def _chunk_count(self) -> int:
         return -(-len(self) // self.chunk_rows)
@@ -122,29 +102,20 @@ class ChunkedArray:
 
     def chunks(self, selection: Any) -> np.ndarray:
         """The inner chunks (global numbers, ascending, once each) ``selection`` touches."""
-        if selection is Ellipsis:
-            return np.arange(self._chunk_count)
-        if isinstance(selection, slice):
-            start, stop, _ = selection.indices(len(self))
-            return np.arange(start // self.chunk_rows, -(-stop // self.chunk_rows)) if stop > start \
-                else np.arange(0)
-        return self._chunks_of(self._checked(selection))
-
-    def _chunks_of(self, rows: np.ndarray) -> np.ndarray:
-        """The inner chunks (ascending, once each) of checked row indices ``rows``, sorted rows without a sort."""
-        chunks = rows // self.chunk_rows
-        steps = np.diff(chunks)
-        if steps.size and steps.min() >= 0:
-            return chunks[np.flatnonzero(np.concatenate(([1], steps)))]
-        return np.unique(chunks)
+        return self.plan(selection)[1]
 
     def plan(self, selection: Any) -> tuple[slice | np.ndarray, np.ndarray]:
         """(the selection as rows: a bounded slice or checked indices; the inner chunks it touches)."""
         if selection is Ellipsis or isinstance(selection, slice):
             start, stop, _ = (slice(None) if selection is Ellipsis else selection).indices(len(self))
-            return slice(start, max(start, stop)), self.chunks(slice(start, stop))
+            chunks = np.arange(start // self.chunk_rows, -(-stop // self.chunk_rows)) if stop > start else np.arange(0)
+            return slice(start, max(start, stop)), chunks
         rows = self._checked(selection)
-        return rows, self._chunks_of(rows)
+        chunks = rows // self.chunk_rows
+        steps = np.diff(chunks)
+        if steps.size and steps.min() >= 0:  # sorted rows: their chunks without a sort
+            return rows, chunks[np.flatnonzero(np.concatenate(([1], steps)))]
+        return rows, np.unique(chunks)
 
     def index_requests(self, chunks: np.ndarray) -> list[tuple[int, Request]]:
         """(shard, request for its index and checksum: the object's last bytes) of the unkept indexes of ``chunks``."""
@@ -195,7 +166,7 @@ class ChunkedArray:
         """CorruptChunkError for the index entry (offset, nbytes) of an inner chunk not written or missized."""
         offset, nbytes = (int(v) for v in entry)
         where = f"inner chunk {inner} of shard {self.key(shard)}"
-        if offset == EMPTY_ENTRY and nbytes == EMPTY_ENTRY:
+        if offset == ABSENT and nbytes == ABSENT:  # an inner chunk that was not written
             raise CorruptChunkError(self.name, f"{where} is missing (every chunk is written)")
         raise CorruptChunkError(self.name, f"{where} has {nbytes} bytes, expected {self.chunk_nbytes + CHECKSUM_BYTES}")
 
@@ -281,8 +252,6 @@ Staged = dict["ChunkedArray", dict[int, memoryview | None]]  # array -> inner ch
 
 def read_many(reads: list[tuple[ChunkedArray, Any, Allocator]], staged: Staged | None = None) -> list[np.ndarray]:
     """``array[selection]`` of (array, selection, allocate) triples of one source, from ``staged`` or in two waves."""
-    if not reads:
-        return []
     staged = staged or {}
     plans = _plans(reads)
     out: list[np.ndarray | None] = [None] * len(reads)

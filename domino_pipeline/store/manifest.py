@@ -14,8 +14,7 @@ from domino_pipeline.compute.scaling import checked_scaling_factors
 from domino_pipeline.compute.settings import PreprocessSettings
 from domino_pipeline.storage.byte_reader import read_bytes, read_versioned, reader_and_key
 from domino_pipeline.storage.object_store import is_url, join, name_of
-from domino_pipeline.store.cache_format import (FORMAT, FORMAT_VERSION, CacheError, directory_bytes, file_count,
-                                                layout_arrays)
+from domino_pipeline.store.cache_format import FORMAT, FORMAT_VERSION, CacheError, file_sizes, layout_arrays
 from domino_pipeline.store.cache_run import CacheRun
 
 MANIFEST = "manifest.json"
@@ -63,8 +62,7 @@ def write_manifest(cache_dir: str | os.PathLike, settings: PreprocessSettings,
 
 def read_manifest(cache_dir: str | os.PathLike) -> dict:
     """Read and check ``<cache_dir>/manifest.json``: format, version, checksum, run paths inside the cache."""
-    manifest, _ = read_manifest_version(cache_dir)
-    return manifest
+    return read_manifest_version(cache_dir)[0]
 
 
 def read_manifest_version(cache_dir: str | os.PathLike) -> tuple[dict, str | None]:
@@ -122,11 +120,11 @@ def run_path(cache_dir: str | os.PathLike, name: str, entry: dict) -> Path | str
 def manifest_entry(cache_dir: str | os.PathLike, run: CacheRun) -> dict:
     """The manifest's record of one run generation."""
     folder = run.path.rsplit("/", 1)[0] if isinstance(run.path, str) else run.path.parent  # the run's folder or prefix
-    relative = f"{name_of(folder)}/{name_of(run.path)}"
+    relative, sizes = f"{name_of(folder)}/{name_of(run.path)}", file_sizes(run.path)
     return {"path": relative, "generation": run.attrs.get("generation"),
             "fingerprint": run.attrs["fingerprint"], "source": run.attrs["source"],
             "counts": run.attrs["counts"], "metadata_sha256": run.metadata_sha256,
-            "bytes": directory_bytes(run.path), "files": file_count(run.path),
+            "bytes": sum(sizes), "files": len(sizes),
             "build_seconds": run.attrs.get("build_seconds")}
 
 

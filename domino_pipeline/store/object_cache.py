@@ -77,21 +77,6 @@ def publish_generation(local: str | os.PathLike, cache_url: str, name: str, *,
     return url
 
 
-def _named_generation(cache_url: str, name: str) -> str | None:
-    """The generation folder name ("g<N>.zarr") the manifest names for run ``name``, if any."""
-    try:
-        entry = read_manifest(cache_url)["runs"].get(name)
-    except (CacheError, FileNotFoundError):
-        return None
-    return entry["path"].rsplit("/", 1)[-1] if entry else None
-
-
-def _generation_objects(cache_url: str, name: str) -> dict[str, dict]:
-    """The objects of each generation prefix of run ``name``, complete or not, by generation folder name."""
-    return {folder: objects for folder, objects in objects_by_folder(str(join(cache_url, name))).items()
-            if GENERATION.match(folder)}
-
-
 def untouched_for(objects: dict, seconds: float) -> bool:
     """Whether no object of ``objects`` was written in the last ``seconds``."""
     now = time.time()
@@ -100,10 +85,15 @@ def untouched_for(objects: dict, seconds: float) -> bool:
 
 def remove_old_generations(cache_url: str, name: str, *, abandoned_after_s: float = ABANDONED_AFTER_S) -> list[str]:
     """Delete run ``name``'s generations no reader needs, each ``zarr.json`` first; their names."""
-    by_generation = _generation_objects(cache_url, name)
+    by_generation = {folder: objects for folder, objects in objects_by_folder(str(join(cache_url, name))).items()
+                     if GENERATION.match(folder)}  # the objects of each generation, complete or not
     complete = sorted((n for n, files in by_generation.items() if "zarr.json" in files),
                       key=lambda n: int(GENERATION.match(n).group(1)))
-    keep = set(complete[-KEEP_GENERATIONS:]) | {_named_generation(cache_url, name)}
+    try:  # the generation the manifest names is kept too
+        entry = read_manifest(cache_url)["runs"].get(name)
+    except (CacheError, FileNotFoundError):
+        entry = None
+    keep = set(complete[-KEEP_GENERATIONS:]) | {entry["path"].rsplit("/", 1)[-1] if entry else None}
     old = [n for n in complete if n not in keep] + [
         n for n, files in by_generation.items() if n not in complete and untouched_for(files, abandoned_after_s)]
     for generation in old:

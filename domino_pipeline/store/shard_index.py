@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from domino_pipeline.processed.chunk_completeness import ABSENT  # Zarr's sentinel of an unwritten inner chunk
-CHECKSUM_BYTES = 4  # the CRC32C after every inner chunk and after the index
-INDEX_ENTRY_BYTES = 16  # (offset, nbytes), two little-endian uint64
+from domino_pipeline.processed.chunk_completeness import ABSENT, CHECKSUM_BYTES, INDEX_ENTRY_BYTES  # Zarr's layout
 MAX_CHUNK_BYTES = 1 << 28  # the largest inner chunk a cache writes is a whole grid SDF
 MAX_CHUNKS_PER_SHARD = 1 << 16  # a cache's shards hold at most a few hundred inner chunks
 

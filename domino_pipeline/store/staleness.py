@@ -44,13 +44,6 @@ def manifest_records(cache_dir: Path) -> dict[str, dict]:
         return {}
 
 
-def _recorded_source(entry: dict, run: CacheRun) -> dict:
-    """The source record to compare with: the manifest ``entry``'s if it names this generation, else its own."""
-    if entry.get("path", "").endswith("/" + name_of(run.path)) and "source" in entry:
-        return entry["source"]
-    return run.attrs.get("source", {})
-
-
 @dataclass(frozen=True)
 class RunState:
     """A run's newest cache generation against its processed run: ``built``, stale ``reasons``, ``source``, ``run``."""
@@ -77,7 +70,9 @@ def run_state(cache_dir: Path, processed_path: Path, settings: PreprocessSetting
         run = CacheRun(newest)
     except ValueError as err:  # CacheError: unreadable or foreign
         return RunState(True, [str(err)], current_source(processed_path))
-    source = current_source(processed_path, _recorded_source(records.get(name, {}), run))
+    entry = records.get(name, {})  # its source record if it names this generation, else the generation's own
+    named = entry.get("path", "").endswith("/" + name_of(run.path)) and "source" in entry
+    source = current_source(processed_path, entry["source"] if named else run.attrs.get("source", {}))
     return RunState(True, stale_reasons(run, settings, source["fingerprint"]), source, run)
 
 
