@@ -381,7 +381,6 @@ class _WarpKnnSearch:
             active, radii = active[keep], radii[keep]
 
 
-
 def _calibrate(search: _WarpKnnSearch) -> tuple[float, np.ndarray]:
     """Scale from the spacing estimate to a starting radius such that ``_PILOT_QUANTILE`` of a sample of queries finish
     in one round; the sample's positions, final already."""

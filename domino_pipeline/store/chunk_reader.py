@@ -372,5 +372,3 @@ def _bytes_then_crc32c(codecs: Any, dtype: np.dtype) -> bool:
     endian_ok = endian == "little" or (dtype.itemsize == 1 and endian in (None, "big"))
     return (serializer.get("name") == "bytes" and endian_ok and checksum.get("name") == "crc32c"
             and not checksum.get("configuration"))
-
-

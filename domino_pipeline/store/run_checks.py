@@ -52,4 +52,3 @@ def check_origin(attrs: dict, name: str, entry: dict) -> None:
     listed = entry.get("source") if isinstance(entry, dict) else None
     if not isinstance(listed, dict) or listed.get("fingerprint") != source.get("fingerprint"):
         raise RunMetadataError("was built from another version of its processed run than manifest.json records")
-

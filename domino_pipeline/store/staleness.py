@@ -76,7 +76,6 @@ def run_state(cache_dir: Path, processed_path: Path, settings: PreprocessSetting
     return RunState(True, stale_reasons(run, settings, source["fingerprint"]), source, run)
 
 
-
 def check_scaling_factors(cache_dir: Path) -> str:
     """Why the scaling factors the manifest records cannot be used ("" when they can)."""
     try:

@@ -150,7 +150,7 @@ class RemoteBytes(PiecedStream):
                    if verify and piece.checksum and covered[i] == piece.size}
         with ThreadPoolExecutor(self.in_flight, thread_name_prefix="sweep") as pool, \
                 closing(_Hashing({i: self.file.pieces[i] for i in checked}, self.in_flight,
-                         ranges if self.reads is not None else [], self.reads)) as hashing:
+                                 ranges if self.reads is not None else [], self.reads)) as hashing:
             ahead: deque[tuple[_Item, Future | None]] = deque()
             upcoming = iter(items)
             try:
