@@ -24,12 +24,6 @@ def cell_forces(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.n
     return convention.force(pressure[:, None] * vector_areas, wall_shear * areas[:, None])
 
 
-def surface_force(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
-                  convention: ForceConvention) -> np.ndarray:
-    """The force on the body (3,), summed in float64 (``cell_forces``)."""
-    return cell_forces(pressure, wall_shear, vector_areas, areas, convention).sum(axis=0)
-
-
 @dataclass(frozen=True)
 class Loads:
     """The force on a body (3,) and its moment about the origin (3,), float64."""
@@ -89,7 +83,7 @@ def force_coefficients(pressure: np.ndarray, wall_shear: np.ndarray, vector_area
                        lift_direction: Sequence[float] = (0.0, 0.0, 1.0)) -> dict[str, float]:
     """``{"cd", "cl"}`` alone (no moments: no cell centres needed): F.e / (dynamic_pressure A_ref),
     with ``dynamic_pressure`` (0.5 rho U^2) in the units of ``pressure``."""
-    return coefficients_of_force(surface_force(pressure, wall_shear, vector_areas, areas, convention),
+    return coefficients_of_force(cell_forces(pressure, wall_shear, vector_areas, areas, convention).sum(axis=0),
                                  reference_area=reference_area, dynamic_pressure=dynamic_pressure,
                                  drag_direction=drag_direction, lift_direction=lift_direction)
 

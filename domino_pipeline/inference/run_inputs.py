@@ -26,9 +26,6 @@ from domino_pipeline.processed.runs import load_run as load_run_arrays
 from domino_pipeline.processed.runs import open_run, require_parts, run_name
 from domino_pipeline.storage.object_store import as_location, is_url, join, name_of
 
-KINDS = ("raw", "processed", "stl")
-
-
 @dataclass(frozen=True)
 class Physics:
     """The references that make fields non-dimensional (config ``physics``)."""
@@ -114,7 +111,7 @@ def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike, proce
 
 def load_prediction_run(path: str | os.PathLike, *, dataset: DatasetConfig, physics: Physics, volume: bool,
                         volume_source: str = "points") -> PredictionRun:
-    """Read ``path`` (any of ``KINDS``) for prediction as the ``dataset`` profile names its files and fields."""
+    """Read ``path`` (a raw run, a processed run or an STL: ``run_kind``) for prediction as the ``dataset`` profile names its files and fields."""
     kind = run_kind(path)
     if kind == "raw":
         return load_raw_run(Path(path), dataset, physics, volume, volume_source)
@@ -137,10 +134,7 @@ def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume
     arrays, attrs, notes = process_in_memory(run_dir, options)
     files = run_files(run_dir, dataset, options.parts)
     mesh = surface_polydata(read_mesh(files.surface))
-    if rows.location == "cells":
-        vector_areas = mesh_vector_areas(mesh)
-    else:
-        vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
+    vector_areas = mesh_vector_areas(mesh) if rows.location == "cells" else None
     run = _prediction_run(run_dir.name, "raw", arrays, attrs, (mesh, vector_areas), volume, run_dir)
     run.notes, run.surface_location = notes, rows.location
     return run
@@ -155,15 +149,14 @@ def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
     require_parts(opened, ("surface", "volume") if volume else ("surface",),
                   "predict.volume=true" if volume else "predict.py (the surface it writes predictions onto)")
     arrays = load_run_arrays(opened.path, arrays_for(("surface", "volume") if volume else ("surface",)), opened=opened)
-    vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
     mesh = point_cloud(arrays["surface_mesh_centers"], "poly")
-    return _prediction_run(run_name(opened.path), "processed", arrays, opened.attrs, (mesh, vector_areas), volume,
-                           opened.path)
+    return _prediction_run(run_name(opened.path), "processed", arrays, opened.attrs, (mesh, None), volume, opened.path)
 
 
 def _prediction_run(name: str, kind: str, arrays: dict[str, np.ndarray], attrs: Mapping, surface: tuple,
                     volume: bool, where: Path | str) -> PredictionRun:
-    """The run to predict of a processed run's ``arrays`` and attributes (``surface``: mesh, vector areas)."""
+    """The run to predict of a processed run's ``arrays`` and attributes (``surface``: mesh, vector areas; None:
+    the rows' normals times their areas)."""
     if "surface_field_roles" not in attrs:
         raise ProcessedRunError(f"{where}: processed before dataset profiles (no field roles recorded); "
                                 "process it again with process_data.py")
@@ -172,6 +165,8 @@ def _prediction_run(name: str, kind: str, arrays: dict[str, np.ndarray], attrs: 
                       None if length is None else float(length)).for_car(arrays["stl_coordinates"])
     divisors = {part: physics.divisors(attrs[f"{part}_field_roles"]) for part in ("surface", "volume")}
     mesh, vector_areas = surface
+    if vector_areas is None:
+        vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
     run = PredictionRun(name=name, kind=kind, arrays=arrays, surface_mesh=mesh, has_truth=True, divisors=divisors,
                         cell_vector_areas=vector_areas, cell_centres=arrays["surface_mesh_centers"].astype(np.float64),
                         true_surface=arrays["surface_fields"].astype(np.float64),

@@ -72,9 +72,7 @@ class CachedDoMINODataset(EpochDataset):
         self._pid = os.getpid()
 
     def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_open"] = OrderedDict()  # open stores stay in their process
-        return state
+        return self.__dict__ | {"_open": OrderedDict()}  # open stores stay in their process
 
     def run(self, index: int) -> CacheRun:
         """The opened cache run of ``index``, opened on first use and closed after ``max_open_runs`` others."""
@@ -118,13 +116,9 @@ class CachedDoMINODataset(EpochDataset):
         if draw.surface_rows is not None and self.neighbor_layout != "features":
             gathered = _gather_neighbors(run, draw.surface_rows, drawn.pop("surface_neighbors"))
             drawn |= {f"surface_{name}": data for name, data in gathered.items()}
-        grids = self._derived_grids()
-        drawn_grids = {"surf_grid": grids["surf_grid"], "sdf_surf_grid": drawn["surface_grid_sdf"]}
-        if "volume" in self.parts:
-            drawn_grids.update(grid=grids["grid"], sdf_grid=drawn["volume_grid_sdf"])
         return build_item(
-            settings=self.settings, scalars=run.attrs["scalars"],
-            geometry_coordinates=drawn["geometry_coordinates"], grids=drawn_grids,
+            settings=self.settings, scalars=run.attrs["scalars"], geometry_coordinates=drawn["geometry_coordinates"],
+            grids=self._grids(lambda part: drawn[f"{part}_grid_sdf"]),
             surface=None if draw.surface_rows is None else _part(drawn, "surface_"),
             volume=None if draw.volume_rows is None else _part(drawn, "volume_"), scaling_factors=self.scaling_factors)
 

@@ -5,6 +5,7 @@ the same dict for the same (seed, epoch, index)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -126,9 +127,13 @@ class EpochDataset(Dataset):
             volume_points=self.volume_points if "volume" in self.parts else None,
             read_surface_areas=read_areas, law=self.law)
 
-    def _derived_grids(self) -> dict[str, torch.Tensor]:
-        """The normalised grids of ``self.settings`` (``constant_grid``: one tensor per process)."""
-        return {name: constant_grid(*recipe) for name, recipe in self._grid_recipes.items()}
+    def _grids(self, sdf_of: Callable[[str], np.ndarray]) -> dict[str, torch.Tensor | np.ndarray]:
+        """The normalised grids of ``self.settings`` (``constant_grid``: one tensor per process) and their SDFs,
+        ``sdf_of(part)``: the surface's, and the volume's when the dataset draws the volume."""
+        grids = {"surf_grid": constant_grid(*self._grid_recipes["surf_grid"]), "sdf_surf_grid": sdf_of("surface")}
+        if "volume" in self.parts:
+            grids |= {"grid": constant_grid(*self._grid_recipes["grid"]), "sdf_grid": sdf_of("volume")}
+        return grids
 
     @functools.cached_property
     def _grid_recipes(self) -> dict[str, tuple]:

@@ -342,14 +342,6 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((numpy_state["kind"], numpy_state["keys"].numpy().astype(np.uint32), numpy_state["pos"],
                          numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
     random.setstate((python_state["version"], tuple(python_state["internal"].tolist()), python_state["gauss_next"]))
-    restore_cuda_rng_states(state.get("cuda", []))
-
-
-def restore_cuda_rng_states(states: list[torch.Tensor]) -> int:
-    """Restore per-device CUDA generator states on the devices there are now; how many."""
-    if not torch.cuda.is_available():
-        return 0
-    restored = min(len(states), torch.cuda.device_count())
-    for device in range(restored):
-        torch.cuda.set_rng_state(states[device], device)
-    return restored
+    if torch.cuda.is_available():  # on the devices there are now
+        for device, cuda_state in enumerate(state.get("cuda", [])[:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, device)

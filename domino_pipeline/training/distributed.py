@@ -89,12 +89,6 @@ def shutdown_distributed() -> None:
         dist.destroy_process_group()
 
 
-def barrier() -> None:
-    """Wait for every rank; a no-op in a single process."""
-    if dist.is_initialized():
-        dist.barrier()
-
-
 def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
     """Sum a tensor over ranks (in place on a copy); returns it unchanged in a single process."""
     values = values.clone()

@@ -42,13 +42,8 @@ def model_parameters(section: Mapping[str, Any], defaults: Mapping[str, Any], wh
     unknown = sorted(set(section) - set(defaults))
     if unknown:
         raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(defaults)}")
-    merged = dict(defaults)
-    for key, value in section.items():
-        if isinstance(defaults[key], dict):
-            merged[key] = model_parameters(value, defaults[key], f"{where}.{key}")
-        else:
-            merged[key] = value
-    return merged
+    return dict(defaults) | {key: model_parameters(value, defaults[key], f"{where}.{key}")
+                             if isinstance(defaults[key], dict) else value for key, value in section.items()}
 
 
 def resolved_parameters(section: Mapping[str, Any]) -> dict[str, Any]:

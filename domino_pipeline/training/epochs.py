@@ -382,9 +382,8 @@ def evaluate(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]], *, dev
     model.eval()
     parts = tuple(key.removesuffix("_fields") for key in target_widths)
     sums = {key: torch.zeros(width, device=device) for key, width in target_widths.items()}
-    sums |= {f"term/{term}": torch.zeros((), device=device) for term in loss_config.active_terms(parts)}
-    sums["loss_sum"] = torch.zeros((), device=device)
-    sums["samples"] = torch.zeros((), device=device)
+    scalars = [f"term/{term}" for term in loss_config.active_terms(parts)] + ["loss_sum", "samples"]
+    sums |= {key: torch.zeros((), device=device) for key in scalars}
     for batch in checked_batches(loader):
         batch = to_device(batch, device)
         loss, terms, predictions = model_loss(model, batch, device, amp_dtype, loss_config)
@@ -394,8 +393,7 @@ def evaluate(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]], *, dev
             sums[f"term/{term}"] += value * batch_size
         sums["samples"] += batch_size
         for key, prediction in predictions.items():
-            error = relative_l2_per_variable(unscale(key, prediction), unscale(key, batch[key].float()))
-            sums[key] += error
+            sums[key] += relative_l2_per_variable(unscale(key, prediction), unscale(key, batch[key].float()))
     return sums
 
 
