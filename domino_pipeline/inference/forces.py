@@ -163,11 +163,9 @@ class ForceSettings:
 
     def reference_sets(self, published: Published | None) -> dict[str, ReferenceSet]:
         """``own`` (the run's references where preferred and present, else the constant ones) and ``constant``."""
-        if published is None:
-            constant = ReferenceSet(self.constant_references, None)
-            return {"own": constant, "constant": constant}
-        constant = ReferenceSet(published.constant_references, published.constant)
-        if self.reference_area_per_run and published.own_references is not None:
+        constant = (ReferenceSet(self.constant_references, None) if published is None
+                    else ReferenceSet(published.constant_references, published.constant))
+        if published is not None and self.reference_area_per_run and published.own_references is not None:
             return {"own": ReferenceSet(published.own_references, published.own), "constant": constant}
         return {"own": constant, "constant": constant}
 

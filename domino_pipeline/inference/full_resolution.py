@@ -26,21 +26,14 @@ def model_parts(model: torch.nn.Module) -> tuple[str, ...]:
     return parts
 
 
-def with_volume_filler(arrays: dict[str, np.ndarray], settings: PreprocessSettings) -> dict[str, np.ndarray]:
-    """``arrays`` with one far volume point when they have none: a volume head needs one to predict the surface."""
-    if "volume_mesh_centers" in arrays:
-        return arrays
-    lo, hi = (np.asarray(b, dtype=np.float32) for b in settings.bounding_box_volume)
-    width = settings.width("volume")
-    return arrays | {"volume_mesh_centers": (lo + 0.95 * (hi - lo))[None],
-                     "volume_fields": np.zeros((1, width), dtype=np.float32)}
-
-
 def prepare_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *, parts: tuple[str, ...],
                 source: str) -> PreparedRun:
-    """The training path's cheap preprocessing of the whole run (``prepare_rows``)."""
-    if "volume" in parts:
-        arrays = with_volume_filler(arrays, settings)
+    """The training path's cheap preprocessing of the whole run (``prepare_rows``); for a volume part, one far volume
+    point when the run has none: a volume head needs one to predict the surface."""
+    if "volume" in parts and "volume_mesh_centers" not in arrays:
+        lo, hi = (np.asarray(b, dtype=np.float32) for b in settings.bounding_box_volume)
+        arrays = arrays | {"volume_mesh_centers": (lo + 0.95 * (hi - lo))[None],
+                           "volume_fields": np.zeros((1, settings.width("volume")), dtype=np.float32)}
     return prepare_rows(arrays, settings, parts=parts, source=source)
 
 

@@ -65,11 +65,10 @@ def predict_run(model: torch.nn.Module, run: PredictionRun, settings: Preprocess
             with progress_bar(run.name, part, total, enabled=progress) as bar:
                 scaled = predict_part(forward, items, part=part, batch_points=batch_points, device=device,
                                       progress=lambda _, done: bar.update(done - bar.n))
-            rows = prepared.surface_rows if part == "surface" else prepared.volume_rows
-            count = len(run.arrays[f"{part}_mesh_centers"])
             unscaled = unscale_fields(scaled, scaling_factors, part)
             unscaled = unscaled if form is None else form.to_stored(part, unscaled)
-            results[part] = rows_to_mesh(unscaled, rows, count)
+            results[part] = rows_to_mesh(unscaled, getattr(prepared, f"{part}_rows"),
+                                         len(run.arrays[f"{part}_mesh_centers"]))
             steps[part] = time.perf_counter() - begun
     return RunPrediction(surface=results["surface"], volume=results["volume"], seconds=time.perf_counter() - start,
                          steps=steps)

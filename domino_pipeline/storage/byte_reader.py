@@ -384,9 +384,7 @@ def reader_and_key(location: str | os.PathLike) -> tuple[ByteReader, str]:
 
 def open_reader(location: str | os.PathLike) -> ByteReader:
     """A fresh reader for ``location``: an ObjectReader for a URL, a LocalReader otherwise."""
-    if not is_url(location):
-        return LocalReader(location)
-    return ObjectReader(str(location))
+    return ObjectReader(str(location)) if is_url(location) else LocalReader(location)
 
 
 def shared_reader(location: str | os.PathLike) -> ByteReader:

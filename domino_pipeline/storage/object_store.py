@@ -235,10 +235,7 @@ def exists(location: str | os.PathLike) -> bool:
     """Whether a file, folder, object or non-empty prefix is at ``location``."""
     if not is_url(location):
         return Path(location).exists()
-    if head(str(location)) is not None:
-        return True
-    folders, objects = folder_contents(str(location))
-    return bool(folders or objects)
+    return head(str(location)) is not None or any(folder_contents(str(location)))  # an object, or a non-empty prefix
 
 
 def folder_contents(url: str, *, anonymous: bool = False, retry_deadline_s: float = RETRY_DEADLINE_S

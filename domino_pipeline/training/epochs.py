@@ -304,8 +304,9 @@ def train_one_epoch(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]],
 
 def model_loss(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, amp_dtype: torch.dtype | None,
                loss_config: LossConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """The configured loss on the scaled targets (losses.py), its unweighted terms, and the outputs."""
-    with autocast_context(device, amp_dtype):
+    """The configured loss on the scaled targets (losses.py), its unweighted terms, and the outputs; mixed precision
+    with ``amp_dtype`` on CUDA, full precision elsewhere or when None."""
+    with torch.autocast("cuda", dtype=amp_dtype) if amp_dtype is not None and device.type == "cuda" else nullcontext():
         outputs = model(batch)
     predictions = predictions_by_target(outputs)
     terms = loss_terms(predictions, batch, loss_config)
@@ -328,13 +329,6 @@ def drop_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) ->
     optimizer.zero_grad(set_to_none=True)
     if scaler.is_enabled():
         scaler.update(scaler.get_scale())
-
-
-def autocast_context(device: torch.device, amp_dtype: torch.dtype | None):
-    """Mixed precision on CUDA with the given dtype; full precision elsewhere or when None."""
-    if amp_dtype is None or device.type != "cuda":
-        return nullcontext()
-    return torch.autocast(device_type="cuda", dtype=amp_dtype)
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
