@@ -36,9 +36,8 @@ class Physics:
 
     def for_car(self, stl_vertices: np.ndarray) -> Physics:
         """These references with the length resolved for the car of ``stl_vertices``."""
-        if self.reference_length is not None:
-            return self
-        return dataclasses.replace(self, reference_length=car_length(stl_vertices))
+        return self if self.reference_length is not None else dataclasses.replace(
+            self, reference_length=car_length(stl_vertices))
 
     def divisors(self, fields: Mapping[str, str], dtype: type = np.float32) -> np.ndarray:
         """The divisors of fields given as role -> name (nondimensional.field_divisors)."""

@@ -118,9 +118,8 @@ def has_credentials(url: str) -> bool:
     cloud = _CLOUD.get(url.split("://", 1)[0].lower())
     if cloud is None:
         return False
-    if any(os.environ.get(name) for name in CREDENTIAL_VARIABLES[cloud]):
-        return True
-    return cloud == "gs" and (Path.home() / ".config/gcloud/application_default_credentials.json").is_file()
+    return any(os.environ.get(name) for name in CREDENTIAL_VARIABLES[cloud]) or (
+        cloud == "gs" and (Path.home() / ".config/gcloud/application_default_credentials.json").is_file())
 
 
 def anonymous_for(url: str, setting: bool | None) -> bool:

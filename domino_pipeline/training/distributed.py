@@ -67,9 +67,7 @@ def join_group(launch: Launch, backend: str, timeout_s: float, device_id: torch.
 
 def work_group(timeout_s: float) -> Any:
     """A gloo group of every rank waiting up to ``timeout_s``, for per-rank work; None in a single process."""
-    if not dist.is_initialized():
-        return None
-    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)) if dist.is_initialized() else None
 
 
 def job_id(launch: Launch, timeout_s: float) -> str:

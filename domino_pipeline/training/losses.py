@@ -18,15 +18,11 @@ def volume_loss(prediction: torch.Tensor, target: torch.Tensor, loss_type: str) 
     return torch.sqrt(squared.sum(dim=(0, 1)) / (target**2).sum(dim=(0, 1))).mean()
 
 
-def _per_variable(prediction: torch.Tensor, target: torch.Tensor, loss_type: str) -> torch.Tensor:
-    """(C,): each variable's mean squared error, divided by its target's mean square for ``rmse``."""
-    error = ((prediction - target) ** 2).mean(dim=(0, 1))
-    return error if loss_type == "mse" else error / (target**2).mean(dim=(0, 1))
-
-
 def surface_loss(prediction: torch.Tensor, target: torch.Tensor, loss_type: str) -> torch.Tensor:
-    """(B, N, C): the mean over variables of ``_per_variable`` (the example's ``loss_fn_surface``)."""
-    return _per_variable(prediction, target, loss_type).mean()
+    """(B, N, C): the mean over variables of each one's mean squared error, divided by its target's mean square for
+    ``rmse`` (the example's ``loss_fn_surface``)."""
+    error = ((prediction - target) ** 2).mean(dim=(0, 1))
+    return (error if loss_type == "mse" else error / (target**2).mean(dim=(0, 1))).mean()
 
 
 def area_weighted_surface_loss(prediction: torch.Tensor, target: torch.Tensor, normals: torch.Tensor,

@@ -43,9 +43,8 @@ def reset_peak_memory(device: torch.device) -> None:
 
 def peak_memory_mb(device: torch.device) -> tuple[float, str]:
     """Peak memory: on a GPU ``cuda_peak_mib``, on the CPU the process's peak RSS (whole run)."""
-    if device.type == "cuda":
-        return cuda_peak_mib(device)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, "cpu_peak_rss"
+    return cuda_peak_mib(device) if device.type == "cuda" else (
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, "cpu_peak_rss")
 
 
 def rank_summary(result: EpochResult, indices: list[int], names: list[str], device: torch.device) -> dict[str, Any]:
