@@ -18,7 +18,7 @@ from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, held_parts, neig
 from domino_pipeline.configuration.config import parts_setting
 from domino_pipeline.processed.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
-from domino_pipeline.loading.items import EpochDataset, build_item
+from domino_pipeline.loading.items import EpochDataset, build_item, item_grids
 from domino_pipeline.storage.object_store import is_url
 from domino_pipeline.store.cache_format import CacheError, StaleCacheError, diff_settings, layout_arrays
 from domino_pipeline.store.cache_run import CacheRun
@@ -118,7 +118,7 @@ class CachedDoMINODataset(EpochDataset):
             drawn |= {f"surface_{name}": data for name, data in gathered.items()}
         return build_item(
             settings=self.settings, scalars=run.attrs["scalars"], geometry_coordinates=drawn["geometry_coordinates"],
-            grids=self._grids(lambda part: drawn[f"{part}_grid_sdf"]),
+            grids=item_grids(self._grid_recipes, self.parts, lambda part: drawn[f"{part}_grid_sdf"]),
             surface=None if draw.surface_rows is None else _part(drawn, "surface_"),
             volume=None if draw.volume_rows is None else _part(drawn, "volume_"), scaling_factors=self.scaling_factors)
 

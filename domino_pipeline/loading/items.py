@@ -127,20 +127,27 @@ class EpochDataset(Dataset):
             volume_points=self.volume_points if "volume" in self.parts else None,
             read_surface_areas=read_areas, law=self.law)
 
-    def _grids(self, sdf_of: Callable[[str], np.ndarray]) -> dict[str, torch.Tensor | np.ndarray]:
-        """The normalised grids of ``self.settings`` (``constant_grid``: one tensor per process) and their SDFs,
-        ``sdf_of(part)``: the surface's, and the volume's when the dataset draws the volume."""
-        grids = {"surf_grid": constant_grid(*self._grid_recipes["surf_grid"]), "sdf_surf_grid": sdf_of("surface")}
-        if "volume" in self.parts:
-            grids |= {"grid": constant_grid(*self._grid_recipes["grid"]), "sdf_grid": sdf_of("volume")}
-        return grids
-
     @functools.cached_property
     def _grid_recipes(self) -> dict[str, tuple]:
-        """``constant_grid``'s arguments per grid, derived once from the settings."""
-        res = tuple(int(n) for n in self.settings["interp_res"])
-        return {name: (box_key(self.settings[box]), res)
-                for name, box in (("surf_grid", "bounding_box_surface"), ("grid", "bounding_box_volume"))}
+        """``grid_recipes`` of the settings, derived once, not per draw."""
+        return grid_recipes(self.settings)
+
+
+def grid_recipes(settings: dict) -> dict[str, tuple]:
+    """``constant_grid``'s arguments per grid of fingerprinted ``settings``."""
+    res = tuple(int(n) for n in settings["interp_res"])
+    return {name: (box_key(settings[box]), res)
+            for name, box in (("surf_grid", "bounding_box_surface"), ("grid", "bounding_box_volume"))}
+
+
+def item_grids(recipes: dict[str, tuple], parts: tuple[str, ...],
+               sdf_of: Callable[[str], np.ndarray]) -> dict[str, torch.Tensor | np.ndarray]:
+    """The normalised grids of ``recipes`` (``constant_grid``: one tensor per process) and their SDFs, ``sdf_of(part)``:
+    the surface's, and the volume's for a volume part."""
+    grids = {"surf_grid": constant_grid(*recipes["surf_grid"]), "sdf_surf_grid": sdf_of("surface")}
+    if "volume" in parts:
+        grids |= {"grid": constant_grid(*recipes["grid"]), "sdf_grid": sdf_of("volume")}
+    return grids
 
 
 @functools.lru_cache(maxsize=16)
