@@ -34,7 +34,8 @@ _CHECKPOINT_PATTERN = re.compile(r"^checkpoint-e(\d+)-s(\d+)\.pt$")
 LEGACY_CHECKPOINT = "checkpoint.pt"  # written before checkpoints carried digests: named on resume, never loaded
 LAST_MODEL_NAME = "model_last.mdlus"
 BEST_MODEL_NAME = "model_best.mdlus"
-CHECKPOINT_KEYS = {"model", "optimizer", "scheduler", "scaler", "epoch", "step", "rng_states", "config"}
+STATEFUL = ("model", "optimizer", "scheduler", "scaler")  # the TrainingState parts a checkpoint holds the state of
+CHECKPOINT_KEYS = {*STATEFUL, "epoch", "step", "rng_states", "config"}
 
 
 # ---- the policy: what a run saves when, and how it resumes
@@ -82,11 +83,9 @@ def save_checkpoint(state: TrainingState, files: CheckpointFiles, info: DistInfo
     if info.is_main:
         try:
             write_files(state, files, path, {
-                "model": state.model.state_dict(), "optimizer": state.optimizer.state_dict(),
-                "scheduler": state.scheduler.state_dict(), "scaler": state.scaler.state_dict(),
-                "epoch": epoch, "step": step, "epoch_partial": partials, "rng_states": rng_states,
-                "config": files.config_json, "best_val_loss": state.best_val_loss,
-                "nonfinite_steps": state.nonfinite_steps,
+                **{name: getattr(state, name).state_dict() for name in STATEFUL}, "epoch": epoch, "step": step,
+                "epoch_partial": partials, "rng_states": rng_states, "config": files.config_json,
+                "best_val_loss": state.best_val_loss, "nonfinite_steps": state.nonfinite_steps,
             })
         except (OSError, ValueError) as failed:
             error = failed
@@ -104,7 +103,7 @@ def write_files(state: TrainingState, files: CheckpointFiles, path: Path, conten
     save_model_file(state.model, files.models["last"])
     epoch, step = contents["epoch"], contents["step"]
     if step == 0 and epoch >= 2:  # an epoch's end: physicsnemo's pair too, for its load_checkpoint
-        states = {name: contents[name] for name in ("optimizer", "scheduler", "scaler")}
+        states = {name: contents[name] for name in STATEFUL[1:]}
         save_example_checkpoint(files.folder, files.models["last"], states, index=epoch - 2)
     remove_older_checkpoints(path, files.keep)
 
@@ -153,10 +152,8 @@ def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, save
         say(f"note: resuming {saved.path}; train.init_from={init_from} is not used")
     contents = saved.hand_over()
     check_same_model(config_from_checkpoint(contents), json.loads(files.config_json), saved.path)
-    state.model.load_state_dict(contents["model"])
-    state.optimizer.load_state_dict(contents["optimizer"])
-    state.scheduler.load_state_dict(contents["scheduler"])
-    state.scaler.load_state_dict(contents["scaler"])
+    for name in STATEFUL:
+        getattr(state, name).load_state_dict(contents[name])
     state.best_val_loss = float(contents.get("best_val_loss", math.inf))
     state.nonfinite_steps = int(contents.get("nonfinite_steps", 0))
     restore_rng_state(contents["rng_states"][info.rank % len(contents["rng_states"])])
