@@ -391,10 +391,9 @@ class TrainConfig:
         check_choice("train.scheduler", self.scheduler, SCHEDULERS)
         check_choice("train.amp", self.amp, AMP_CHOICES)
         check_choice("train.device", self.device, DEVICES)
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"train.val_fraction must be in [0, 1), not {self.val_fraction}")
-        if not 0.0 <= self.test_fraction < 1.0:
-            raise ValueError(f"train.test_fraction must be in [0, 1), not {self.test_fraction}")
+        for name in ("val_fraction", "test_fraction"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"train.{name} must be in [0, 1), not {getattr(self, name)}")
         if self.test_runs is not None and self.test_fraction > 0:
             raise ValueError(f"train.test_runs={self.test_runs} and train.test_fraction={self.test_fraction}: "
                              "give one of them")

@@ -217,10 +217,8 @@ def _plot(run: PredictionRun, predicted: np.ndarray, variables: Mapping[str, Map
     scale = split_columns(run.divisors["surface"][None], variables["surface"])[pressure]
     predicted_p = split_columns(predicted, variables["surface"])[pressure] * scale
     true_p = split_columns(run.arrays["surface_fields"], variables["surface"])[pressure] * scale if run.has_truth else None
-    if "cd_pred" not in record:
-        title = f"{run.name}: surface pressure"
-    else:
-        title = f"{run.name}: Cd predicted {record['cd_pred']:.4f}, Cl predicted {record['cl_pred']:.4f}"
+    title = (f"{run.name}: Cd predicted {record['cd_pred']:.4f}, Cl predicted {record['cl_pred']:.4f}"
+             if "cd_pred" in record else f"{run.name}: surface pressure")
     if run.has_truth and "cd_true" in record:
         title += f" | Cd true {record['cd_true']:.4f}, Cl true {record['cl_true']:.4f}"
     return plot_surface_pressure(run.arrays["surface_mesh_centers"], predicted_p, true_p,

@@ -101,10 +101,8 @@ def plot_surface_pressure(centers: np.ndarray, predicted: np.ndarray, true: np.n
             points = centers[shown][order]
             image = axes[row, column].scatter(points[:, axis_a], points[:, axis_b], c=pressure[shown][order], s=1,
                                               cmap="coolwarm", vmin=low, vmax=high, rasterized=True)
-            axes[row, column].set_aspect("equal")
+            axes[row, column].set(aspect="equal", xlabel="xyz"[axis_a], ylabel="xyz"[axis_b])
             axes[row, column].set_title(f"{label} pressure ({view})", fontsize=9)
-            axes[row, column].set_xlabel("xyz"[axis_a])
-            axes[row, column].set_ylabel("xyz"[axis_b])
     figure.colorbar(image, ax=axes, shrink=0.8, label="pressure")
     figure.suptitle(title, fontsize=10)
     path.parent.mkdir(parents=True, exist_ok=True)

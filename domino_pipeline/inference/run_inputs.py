@@ -177,18 +177,17 @@ def _prediction_run(name: str, kind: str, arrays: dict[str, np.ndarray], attrs: 
 
 def load_stl(path: Path, dataset: DatasetConfig, physics: Physics, normals_out_of_body: bool) -> PredictionRun:
     """An STL alone: its triangles are the surface cells; fields unknown (zeros)."""
-    fields = {part: getattr(dataset.fields, part) for part in ("surface", "volume")}
     arrays = read_stl(path)
     physics = physics.for_car(arrays["stl_coordinates"])
+    divisors = {part: physics.divisors(getattr(dataset.fields, part)) for part in ("surface", "volume")}
     faces = arrays["stl_faces"].reshape(-1, 3)
     vector_areas = triangle_vector_areas(arrays["stl_coordinates"], faces, out_of_body=normals_out_of_body)
     normals = vector_areas / np.maximum(np.linalg.norm(vector_areas, axis=1, keepdims=True), 1e-30)
-    width = len(physics.divisors(fields["surface"]))
+    width = len(divisors["surface"])
     arrays |= {"surface_mesh_centers": arrays["stl_centers"], "surface_normals": normals.astype(np.float32),
                "surface_areas": arrays["stl_areas"], "surface_fields": np.zeros((len(faces), width), dtype=np.float32),
                "global_params_values": physics.global_params(), "global_params_reference": physics.global_params()}
     mesh = pv.PolyData(arrays["stl_coordinates"], np.column_stack([np.full(len(faces), 3), faces]).ravel())
-    divisors = {part: physics.divisors(fields[part]) for part in ("surface", "volume")}
     return PredictionRun(name=path.stem, kind="stl", arrays=arrays, surface_mesh=mesh, has_truth=False,
                          divisors=divisors, cell_vector_areas=vector_areas,
                          cell_centres=arrays["stl_centers"].astype(np.float64), true_surface=None)

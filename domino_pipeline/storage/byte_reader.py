@@ -74,7 +74,7 @@ class ByteReader:
 
     def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
         """Write object ``key`` (``mode`` "create" or {"e_tag"}: else ConflictError); its new {"e_tag"}."""
-        raise NotImplementedError
+        raise NotImplementedError("local caches are written through the file system")  # LocalReader's: no put
 
     def head(self, key: str) -> dict | None:
         """{"size", "e_tag"} of object ``key``, or None if absent."""
@@ -110,7 +110,7 @@ class LocalReader(ByteReader):
         self.root = Path(root)
         self.location = str(self.root)
         self._prefix = str(self.root) + os.sep
-        self._fds: dict[str, int | None] = {}
+        self._fds: dict[str, int] = {}  # the files opened (an absent one is not kept)
         self._maps: dict[str, memoryview] = {}
 
     def _fd(self, key: str) -> int | None:
@@ -162,9 +162,6 @@ class LocalReader(ByteReader):
         self.bytes += got
         return memoryview(buffer)[:got], size
 
-    def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
-        raise NotImplementedError("local caches are written through the file system")
-
     def head(self, key: str) -> dict | None:
         try:
             return {"size": os.stat(self._prefix + key).st_size, "e_tag": None}
@@ -176,8 +173,7 @@ class LocalReader(ByteReader):
             view.release()  # the mapping itself goes when the caller's views of it do
         self._maps.clear()
         for fd in self._fds.values():
-            if fd is not None:
-                os.close(fd)
+            os.close(fd)
         self._fds.clear()
 
     def __del__(self) -> None:
