@@ -56,21 +56,16 @@ def loss_terms(predictions: Mapping[str, torch.Tensor], batch: Mapping[str, torc
                config: LossConfig) -> dict[str, torch.Tensor]:
     """The unweighted terms of positive weight, for the (scaled) targets the model predicts."""
     parts = tuple(key.removesuffix("_fields") for key in predictions)
-    terms = {}
-    for term in config.active_terms(parts):
-        if term == "volume":
-            terms[term] = volume_loss(predictions["volume_fields"], batch["volume_fields"], config.type)
-            continue
-        prediction, target = predictions["surface_fields"], batch["surface_fields"]
-        if term == "surface":
-            terms[term] = surface_loss(prediction, target, config.type)
-        elif term == "surface_area":
-            terms[term] = area_weighted_surface_loss(prediction, target, batch["surface_normals"],
-                                                     batch["surface_areas"], config.area_scaling_factor, config.type)
-        else:
-            terms[term] = integral_loss(prediction, target, batch["surface_normals"], batch["surface_areas"],
-                                        batch["global_params_values"][:, 0, 0])
-    return terms
+    surface, target = predictions.get("surface_fields"), batch.get("surface_fields")
+    normals, areas = batch.get("surface_normals"), batch.get("surface_areas")
+    term_of = {
+        "volume": lambda: volume_loss(predictions["volume_fields"], batch["volume_fields"], config.type),
+        "surface": lambda: surface_loss(surface, target, config.type),
+        "surface_area": lambda: area_weighted_surface_loss(surface, target, normals, areas, config.area_scaling_factor,
+                                                           config.type),
+        "integral": lambda: integral_loss(surface, target, normals, areas, batch["global_params_values"][:, 0, 0]),
+    }
+    return {term: term_of[term]() for term in config.active_terms(parts)}
 
 
 def total_loss(terms: Mapping[str, torch.Tensor], config: LossConfig) -> torch.Tensor:
