@@ -308,11 +308,18 @@ def _close_readers() -> None:
 def read_bytes(location: str | os.PathLike, start: int | None = None, length: int | None = None
                ) -> bytes | None:
     """The bytes of a file or object (``length`` from ``start``, or the last ``length``); None if absent."""
-    if not is_url(location):
-        return _read_file(Path(location), start, length)
-    root, key = split_url(str(location))
-    [(data, _)] = shared_reader(root).fetch([Request(key, start, length)])
-    return None if data is None else bytes(data)
+    if is_url(location):
+        root, key = split_url(str(location))
+        [(data, _)] = shared_reader(root).fetch([Request(key, start, length)])
+        return None if data is None else bytes(data)
+    try:
+        with open(location, "rb") as handle:
+            if length is not None:
+                size = os.fstat(handle.fileno()).st_size
+                handle.seek(max(size - length, 0) if start is None else start)
+            return handle.read(-1 if length is None else length)
+    except FileNotFoundError:
+        return None
 
 
 def read_in_order(locations: list[str], window: int = 8) -> Iterator[bytes | None]:
@@ -320,17 +327,6 @@ def read_in_order(locations: list[str], window: int = 8) -> Iterator[bytes | Non
     with ThreadPoolExecutor(max_workers=window, thread_name_prefix="object-read") as pool:
         for start in range(0, len(locations), window):
             yield from pool.map(read_bytes, locations[start:start + window])
-
-
-def _read_file(path: Path, start: int | None, length: int | None) -> bytes | None:
-    try:
-        with open(path, "rb") as handle:
-            if length is not None:
-                size = os.fstat(handle.fileno()).st_size
-                handle.seek(max(size - length, 0) if start is None else start)
-            return handle.read(-1 if length is None else length)
-    except FileNotFoundError:
-        return None
 
 
 def get_listed_range(store: Any, listed: Any, lo: int, hi: int) -> memoryview:

@@ -50,11 +50,10 @@ def peak_memory_mb(device: torch.device) -> tuple[float, str]:
 def rank_summary(result: EpochResult, indices: list[int], names: list[str], device: torch.device) -> dict[str, Any]:
     """This rank's part of an epoch record: timings, loss sums, memory, the runs it trained on (by ``names``)."""
     memory, kind = peak_memory_mb(device)
-    seen = [i % len(names) for i in indices[: result.samples]]
     return {"loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches,
-            "skipped": result.skipped, "samples": result.samples,
-            "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
-            "peak_memory_mb": memory, "memory_kind": kind, "runs": [names[i] for i in seen]}
+            "skipped": result.skipped, "samples": result.samples, "data_wait_s": result.data_wait_s,
+            "compute_s": result.compute_s, "peak_memory_mb": memory, "memory_kind": kind,
+            "runs": [names[i % len(names)] for i in indices[:result.samples]]}
 
 
 def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int,
