@@ -77,9 +77,8 @@ def predict_run(model: torch.nn.Module, run: PredictionRun, settings: Preprocess
 def progress_bar(run_name: str, part: str, total: int, *, enabled: bool = True, file=None) -> tqdm:
     """The bar of one part's batches: ``<run> <part>: 42%|...| 3.70M/8.80M [.., 1.2kcells/s]``
     (rows done / rows in all, and rows per second; benchmark_full_run.py reads this line)."""
-    unit = "cells" if part == "surface" else "points"
-    return tqdm(total=total, desc=f"{run_name} {part}", unit=unit, unit_scale=True, disable=not enabled,
-                leave=False, file=file)
+    return tqdm(total=total, desc=f"{run_name} {part}", unit="cells" if part == "surface" else "points",
+                unit_scale=True, disable=not enabled, leave=False, file=file)
 
 
 def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapping[str, Mapping[str, str]],

@@ -131,8 +131,7 @@ def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume
                              volume_source=volume_source, parts="all" if volume else "surface",
                              surface_location=rows.location, surface_normals=rows.normals)
     arrays, attrs, notes = process_in_memory(run_dir, options)
-    files = run_files(run_dir, dataset, options.parts)
-    mesh = surface_polydata(read_mesh(files.surface))
+    mesh = surface_polydata(read_mesh(run_files(run_dir, dataset, options.parts).surface))
     vector_areas = mesh_vector_areas(mesh) if rows.location == "cells" else None
     run = _prediction_run(run_dir.name, "raw", arrays, attrs, (mesh, vector_areas), volume, run_dir)
     run.notes, run.surface_location = notes, rows.location

@@ -53,8 +53,8 @@ def init_distributed(launch: Launch, device_name: str = "auto", timeout_s: float
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if launch.world_size > 1 and not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        join_group(launch, backend, timeout_s, device_id=device if device.type == "cuda" else None)
+        cuda = device.type == "cuda"
+        join_group(launch, "nccl" if cuda else "gloo", timeout_s, device_id=device if cuda else None)
     return DistInfo(rank=launch.rank, local_rank=launch.local_rank, world_size=launch.world_size,
                     device=device, launcher=launch.launcher)
 

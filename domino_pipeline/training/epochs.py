@@ -360,11 +360,10 @@ def run_validation(trainer: Trainer) -> dict[str, float]:
 def validation_sums(trainer: Trainer, indices: list[int]) -> dict[str, torch.Tensor]:
     """``evaluate``'s sums over ``indices`` of the validation set, each rank a share, summed over ranks."""
     info, objective = trainer.info, trainer.objective
-    widths = {key: len(names) for key, names in objective.variable_names.items()}
     sums = evaluate(
         trainer.state.model, loader_over(trainer.data.val_loader, indices[info.rank::info.world_size]),
-        device=info.device, amp_dtype=trainer.state.amp_dtype, unscale=objective.unscale, target_widths=widths,
-        loss_config=objective.loss)
+        device=info.device, amp_dtype=trainer.state.amp_dtype, unscale=objective.unscale, loss_config=objective.loss,
+        target_widths={key: len(names) for key, names in objective.variable_names.items()})
     return {key: distributed.all_reduce_sum(value) for key, value in sorted(sums.items())}
 
 
