@@ -84,6 +84,8 @@ class EpochDataset(Dataset):
                  surface_window_factor: int | None, volume_window_factor: int | None, exact: bool, seed: int,
                  scaling_factors) -> None:
         self.location = location  # the folder or URL the runs are read from
+        # DataLoader workers: "spawn" for runs on object storage (its client does not survive ``fork``), else None
+        self.worker_context = "spawn" if is_url(location) else None
         self.parts = parts_of(model_type)
         self.model_type = model_type
         self.surface_points, self.volume_points = int(surface_points), int(volume_points)
@@ -98,11 +100,6 @@ class EpochDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.run_paths)
-
-    @property
-    def worker_context(self) -> str | None:
-        """"spawn" for runs on object storage (its client does not survive ``fork``), else None."""
-        return "spawn" if is_url(self.location) else None
 
     def set_epoch(self, epoch: int) -> None:
         """Draw the points of ``epoch`` from now on, in this process and in every worker."""
