@@ -87,8 +87,7 @@ class CachedDoMINODataset(EpochDataset):
                                   + "\n  ".join(diff_settings(run.attrs.get("settings", {}), self.settings)))
         self._open[index] = run
         while len(self._open) > self.max_open_runs:
-            _, closed = self._open.popitem(last=False)
-            closed.close()
+            self._open.popitem(last=False)[1].close()
         return run
 
     def open_run_indices(self) -> list[int]:

@@ -51,7 +51,6 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
     }
     if surface is not None:
         com_s = normalize(com[None], settings["bounding_box_surface"])[0]
-        fields = _scaled(surface["fields"], scaling_factors, "surface")
         item.update({
             "surface_mesh_centers": as_tensor(surface["coordinates"]),
             "surface_normals": as_tensor(surface["normals"]),
@@ -60,11 +59,10 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
             "surface_mesh_neighbors": as_tensor(surface["neighbor_coordinates"]),
             "surface_neighbors_normals": as_tensor(surface["neighbor_normals"]),
             "surface_neighbors_areas": as_tensor(surface["neighbor_areas"]),
-            "surface_fields": as_tensor(fields),
+            "surface_fields": as_tensor(_scaled(surface["fields"], scaling_factors, "surface")),
         })
     if volume is not None:
         com_v = normalize(com[None], settings["bounding_box_volume"])[0]
-        fields = _scaled(volume["fields"], scaling_factors, "volume")
         item.update({
             "grid": grids["grid"], "sdf_grid": as_tensor(grids["sdf_grid"]),
             "volume_mesh_centers": as_tensor(volume["coordinates"]),
@@ -72,7 +70,7 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
             "pos_volume_closest": as_tensor(volume["coordinates"] - volume["closest"]),
             "pos_volume_center_of_mass": as_tensor(volume["coordinates"] - com_v),
             "volume_min_max": as_tensor(np.asarray(settings["bounding_box_volume"])),
-            "volume_fields": as_tensor(fields),
+            "volume_fields": as_tensor(_scaled(volume["fields"], scaling_factors, "volume")),
         })
     return item
 
