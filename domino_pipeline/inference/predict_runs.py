@@ -108,11 +108,10 @@ PRINTED_COEFFICIENTS = ("cd", "cl", "clf", "clr")  # of the run's own references
 def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
     """Every CSV column: references, each coefficient (pred, true, published; own and constant), errors."""
     columns = ["run", "cells", "u_inf"]
-    for which in ("own", "constant"):
-        suffix = REFERENCE_SET_COLUMNS[which]
-        columns += [f"a_ref{suffix}", f"l_ref{suffix}"]
-        columns += [column for name in COEFFICIENTS for kind in ("pred", "true", "published")
-                    for column in [coefficient_columns(which, kind)[name]]]
+    for which, suffix in REFERENCE_SET_COLUMNS.items():
+        kinds = ("pred", "true", "published")
+        columns += [f"a_ref{suffix}", f"l_ref{suffix}",
+                    *(coefficient_columns(which, kind)[name] for name in COEFFICIENTS for kind in kinds)]
     columns = [c for c in columns if c == "run" or any(c in r for r in records)]
     columns += [f"rel_l2_area_{name}" for name in surface_names] + [f"rel_l2_{name}" for name in surface_names]
     columns += sorted({key for r in records for key in r if key.startswith("rel_l2_volume_")})

@@ -72,8 +72,7 @@ class CheckpointFiles:
 def save_checkpoint(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, epoch: int, step: int,
                     partial: EpochResult) -> Path:
     """Collective: rank 0 writes the checkpoint (``epoch`` to run next, ``step`` batches of it done, every rank's RNG
-    state and sums) and the last model, then prunes; every rank raises rank 0's error. Weights not finite are refused
-    first."""
+    state and sums) and the last model, then prunes; all ranks raise its error. Weights not finite are refused first."""
     require_finite_weights(state.model, f"epoch {epoch}, step {step}")
     rng_states = distributed.gather_objects(capture_rng_state())
     partials = distributed.gather_objects({"loss_sum": partial.loss_sum, "batches": partial.batches,

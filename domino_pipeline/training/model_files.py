@@ -56,8 +56,7 @@ def check_model_file(path: str | Path) -> None:
 
 
 def read_model_args(path: str | Path) -> dict[str, Any]:
-    """The constructor record (`args.json`) of a .mdlus file (``check_model_file`` first), read from the zip without
-    loading anything."""
+    """The constructor record (`args.json`) of a checked .mdlus file, read from the zip without loading anything."""
     path = Path(path)
     try:
         with zipfile.ZipFile(path) as archive:
