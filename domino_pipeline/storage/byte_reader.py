@@ -162,12 +162,6 @@ class LocalReader(ByteReader):
         self.bytes += got
         return memoryview(buffer)[:got], size
 
-    def head(self, key: str) -> dict | None:
-        try:
-            return {"size": os.stat(self._prefix + key).st_size, "e_tag": None}
-        except FileNotFoundError:
-            return None
-
     def close(self) -> None:
         for view in self._maps.values():
             view.release()  # the mapping itself goes when the caller's views of it do
