@@ -31,10 +31,6 @@ class Loads:
     force: np.ndarray
     moment: np.ndarray
 
-    def moment_about(self, centre: Sequence[float]) -> np.ndarray:
-        """The moment about ``centre``: M_c = M_0 - c x F."""
-        return self.moment - np.cross(np.asarray(centre, dtype=np.float64), self.force)
-
 
 def surface_loads(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
                   centres: np.ndarray, convention: ForceConvention) -> Loads:
@@ -69,7 +65,7 @@ def coefficients(loads: Loads, references: References, dynamic_pressure: float,
     drag, side, lift = directions.axes()
     per_force = 1.0 / (dynamic_pressure * references.area)
     per_moment = per_force / references.length
-    moment = loads.moment_about(references.centre)
+    moment = loads.moment - np.cross(np.asarray(references.centre, dtype=np.float64), loads.force)  # M_c = M_0 - c x F
     values = {"cd": loads.force @ drag * per_force, "cs": loads.force @ side * per_force,
               "cl": loads.force @ lift * per_force, "cm_roll": moment @ drag * per_moment,
               "cm_pitch": moment @ side * per_moment, "cm_yaw": moment @ lift * per_moment}
