@@ -72,22 +72,6 @@ class ByteReader:
     def _fetch(self, requests, ranged, results) -> None:
         raise NotImplementedError
 
-    def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
-        """Write object ``key`` (``mode`` "create" or {"e_tag"}: else ConflictError); its new {"e_tag"}."""
-        raise NotImplementedError("local caches are written through the file system")  # LocalReader's: no put
-
-    def head(self, key: str) -> dict | None:
-        """{"size", "e_tag"} of object ``key``, or None if absent."""
-        raise NotImplementedError
-
-    def list(self, prefix: str) -> tuple[list[str], list[dict]]:
-        """(the sub-folder names, the objects {"path", "size"}) directly under ``prefix``."""
-        raise NotImplementedError
-
-    def delete(self, key: str) -> None:
-        """Remove object ``key`` (nothing if absent)."""
-        raise NotImplementedError
-
     def close(self) -> None:
         """Release what the reader keeps open."""
 
@@ -187,7 +171,8 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
 
 class ObjectReader(ByteReader):
     """An object-store prefix read through obstore's blocking calls in threads, one per object (no
-    Python object handed to the client's threads, which could outlive the interpreter)."""
+    Python object handed to the client's threads, which could outlive the interpreter); it also writes, lists and
+    deletes objects (a local folder is written through the file system)."""
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -248,6 +233,7 @@ class ObjectReader(ByteReader):
         return bytes(got.bytes()), got.meta.get("e_tag")
 
     def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
+        """Write object ``key`` (``mode`` "create" or {"e_tag"}: else ConflictError); its new {"e_tag"}."""
         from obstore.exceptions import AlreadyExistsError, PreconditionError
         try:
             result = self._obstore.put(self.store, key, data, mode=mode)
@@ -261,6 +247,7 @@ class ObjectReader(ByteReader):
             job.result()
 
     def head(self, key: str) -> dict | None:
+        """{"size", "e_tag"} of object ``key``, or None if absent."""
         try:
             meta = self._obstore.head(self.store, key)
         except FileNotFoundError:
@@ -268,6 +255,7 @@ class ObjectReader(ByteReader):
         return {"size": meta["size"], "e_tag": meta.get("e_tag")}
 
     def list(self, prefix: str) -> tuple[list[str], list[dict]]:
+        """(the sub-folder names, the objects {"path", "size"}) directly under ``prefix``."""
         found = self._obstore.list_with_delimiter(self.store, prefix.rstrip("/") + "/" if prefix else None)
         folders = [p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"]]
         return folders, [{"path": o["path"], "size": o["size"]} for o in found["objects"]]
@@ -278,6 +266,7 @@ class ObjectReader(ByteReader):
                 for batch in self._obstore.list(self.store, prefix.rstrip("/") + "/") for o in batch]
 
     def delete(self, key: str) -> None:
+        """Remove object ``key`` (nothing if absent)."""
         try:
             self._obstore.delete(self.store, key)
         except FileNotFoundError:
