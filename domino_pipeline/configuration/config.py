@@ -478,8 +478,9 @@ class PipelineConfig:
 
 
 # The sections (a dataclass each) and the top-level keys of the config, in PipelineConfig's order
-SECTIONS = {name: hint for name, hint in typing.get_type_hints(PipelineConfig).items() if dataclasses.is_dataclass(hint)}
-TOP_LEVEL = {name: hint for name, hint in typing.get_type_hints(PipelineConfig).items() if name not in SECTIONS}
+_FIELDS = typing.get_type_hints(PipelineConfig)
+SECTIONS = {name: hint for name, hint in _FIELDS.items() if dataclasses.is_dataclass(hint)}
+TOP_LEVEL = {name: hint for name, hint in _FIELDS.items() if name not in SECTIONS}
 
 
 def renamed_message(old: str, new: str) -> str:

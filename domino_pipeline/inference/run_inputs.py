@@ -110,7 +110,8 @@ def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike, proce
 
 def load_prediction_run(path: str | os.PathLike, *, dataset: DatasetConfig, physics: Physics, volume: bool,
                         volume_source: str = "points") -> PredictionRun:
-    """Read ``path`` (a raw run, a processed run or an STL: ``run_kind``) for prediction as the ``dataset`` profile names its files and fields."""
+    """Read ``path`` (a raw run, a processed run or an STL: ``run_kind``) for prediction as the ``dataset`` profile
+    names its files and fields."""
     kind = run_kind(path)
     if kind == "raw":
         return load_raw_run(Path(path), dataset, physics, volume, volume_source)
@@ -165,13 +166,11 @@ def _prediction_run(name: str, kind: str, arrays: dict[str, np.ndarray], attrs: 
     mesh, vector_areas = surface
     if vector_areas is None:
         vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
-    run = PredictionRun(name=name, kind=kind, arrays=arrays, surface_mesh=mesh, has_truth=True, divisors=divisors,
-                        cell_vector_areas=vector_areas, cell_centres=arrays["surface_mesh_centers"].astype(np.float64),
-                        true_surface=arrays["surface_fields"].astype(np.float64),
-                        published=Published.from_attrs(attrs["published"]) if attrs.get("published") else None)
-    if volume:
-        run.volume_mesh = point_cloud(arrays["volume_mesh_centers"], "unstructured")
-    return run
+    return PredictionRun(name=name, kind=kind, arrays=arrays, surface_mesh=mesh, has_truth=True, divisors=divisors,
+                         cell_vector_areas=vector_areas, cell_centres=arrays["surface_mesh_centers"].astype(np.float64),
+                         true_surface=arrays["surface_fields"].astype(np.float64),
+                         published=Published.from_attrs(attrs["published"]) if attrs.get("published") else None,
+                         volume_mesh=point_cloud(arrays["volume_mesh_centers"], "unstructured") if volume else None)
 
 
 def load_stl(path: Path, dataset: DatasetConfig, physics: Physics, normals_out_of_body: bool) -> PredictionRun:

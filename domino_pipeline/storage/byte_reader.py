@@ -348,13 +348,10 @@ def read_versioned(location: str) -> tuple[bytes | None, str | None]:
     return shared_reader(root).get_versioned(key)
 
 
-def reader_and_key(location: str | os.PathLike) -> tuple[ByteReader, str]:
-    """The shared reader of the bucket (or the folder) holding ``location``, and its key there."""
-    if is_url(location):
-        root, key = split_url(str(location))
-        return shared_reader(root), key
-    path = Path(location)
-    return shared_reader(path.parent), path.name
+def reader_and_key(url: str) -> tuple[ObjectReader, str]:
+    """The shared reader of the bucket holding the object-store ``url`` (its writes and listings), and the key there."""
+    root, key = split_url(str(url))
+    return shared_reader(root), key
 
 
 def open_reader(location: str | os.PathLike) -> ByteReader:

@@ -73,7 +73,8 @@ def check_data_fits_model(data_settings: Mapping[str, Any], parameters: Mapping[
     values = [(config_key, model_key, _plain(data_settings.get(data_key)), _plain(parameters.get(model_key)))
               for model_key, data_key, config_key in DATA_BOUND_PARAMETERS]
     problems = [f"{data_source} has {config_key}={data} but the model has model.{model_key}={model}"
-                for config_key, model_key, data, model in values if data is not None and model is not None and data != model]
+                for config_key, model_key, data, model in values
+                if data is not None and model is not None and data != model]
     if problems:
         raise ValueError("the data does not fit the model: " + "; ".join(problems)
                          + ". Set the model's value to the data's, or rebuild the data with the model's")
