@@ -129,10 +129,12 @@ class EpochDataset(Dataset):
 
 
 def grid_recipes(settings: dict) -> dict[str, tuple]:
-    """``constant_grid``'s arguments per grid of fingerprinted ``settings``."""
+    """``constant_grid``'s arguments per grid of fingerprinted ``settings``: the box (min and max corners) as a tuple
+    of floats, its cache key, and the resolution."""
     res = tuple(int(n) for n in settings["interp_res"])
-    return {name: (box_key(settings[box]), res)
-            for name, box in (("surf_grid", "bounding_box_surface"), ("grid", "bounding_box_volume"))}
+    boxes = {"surf_grid": "bounding_box_surface", "grid": "bounding_box_volume"}
+    return {name: (tuple(tuple(float(v) for v in corner) for corner in np.asarray(settings[box]).tolist()), res)
+            for name, box in boxes.items()}
 
 
 def item_grids(recipes: dict[str, tuple], parts: tuple[str, ...],
@@ -151,8 +153,3 @@ def constant_grid(box: tuple, res: tuple[int, int, int]) -> torch.Tensor:
     grid = as_tensor(make_grid(np.asarray(box), res))
     mark_constant(grid, constant_grid, (box, res))
     return grid
-
-
-def box_key(box) -> tuple:
-    """``box`` (min and max corners, any sequence or array) as a tuple of floats: ``constant_grid``'s key."""
-    return tuple(tuple(float(v) for v in corner) for corner in np.asarray(box).tolist())
