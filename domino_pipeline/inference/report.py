@@ -66,9 +66,7 @@ def format_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str],
     rows = [[cell(r.get(c, float("nan"))) for c in columns] for r in records]
     headers = [(labels or {}).get(c, c) for c in columns]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in rows]
-    return "\n".join(lines)
+    return "\n".join("  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in [headers, *rows])
 
 
 def write_csv(records: Sequence[Mapping[str, Any]], columns: Sequence[str], path: Path) -> Path:

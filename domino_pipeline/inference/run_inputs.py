@@ -212,8 +212,7 @@ def surface_polydata(mesh: pv.DataSet) -> pv.PolyData:
     if isinstance(mesh, pv.PolyData):
         return mesh
     poly = pv.PolyData(np.asarray(mesh.points), faces=np.asarray(mesh.cells))
-    for name in mesh.point_data.keys():
-        poly.point_data[name] = mesh.point_data[name]
-    for name in mesh.cell_data.keys():
-        poly.cell_data[name] = mesh.cell_data[name]
+    for data, copy in ((mesh.point_data, poly.point_data), (mesh.cell_data, poly.cell_data)):
+        for name in data.keys():
+            copy[name] = data[name]
     return poly
