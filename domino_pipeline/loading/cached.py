@@ -209,10 +209,8 @@ def _part(drawn: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
 
 def _check_processed_stats(cache_dir: Path, names: list[str], entries: list[dict],
                            stats: dict[str, str] | None) -> None:
-    """StaleCacheError naming the runs built from another version of their processed run."""
-    if stats is None:
-        return
-    changed = [n for n, e in zip(names, entries) if n in stats and e.get("source", {}).get("stat") != stats[n]]
+    """StaleCacheError naming the runs built from another version of their processed run (``stats`` None: none)."""
+    changed = [n for n, e in zip(names, entries) if n in (stats or {}) and e.get("source", {}).get("stat") != stats[n]]
     if changed:
         raise StaleCacheError(f"{cache_dir}: runs {changed} were written again after the cache "
                               "was built; rerun cache_data.py (cache.rebuild=true where their data "
