@@ -100,10 +100,9 @@ def write_files(state: TrainingState, files: CheckpointFiles, path: Path, conten
     """Rank 0's checkpoint, last model and, at an epoch's end, physicsnemo's pair; then older ones pruned."""
     write_checked(path, lambda tmp: torch.save(contents, tmp))
     save_model_file(state.model, files.models["last"])
-    epoch, step = contents["epoch"], contents["step"]
-    if step == 0 and epoch >= 2:  # an epoch's end: physicsnemo's pair too, for its load_checkpoint
+    if contents["step"] == 0 and contents["epoch"] >= 2:  # an epoch's end: physicsnemo's pair, for its load_checkpoint
         states = {name: contents[name] for name in STATEFUL[1:]}
-        save_example_checkpoint(files.folder, files.models["last"], states, index=epoch - 2)
+        save_example_checkpoint(files.folder, files.models["last"], states, index=contents["epoch"] - 2)
     remove_older_checkpoints(path, files.keep)
 
 
