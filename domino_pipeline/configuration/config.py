@@ -7,6 +7,7 @@ section once at an entry point.
 from __future__ import annotations
 
 import dataclasses
+import typing
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -322,8 +323,7 @@ class LossConfig:
     def __post_init__(self) -> None:
         check_at_least("loss", self, tuple(loss_weight_key(term) for term in LOSS_TERMS), 0)
         check_choice("loss.type", self.type, LOSS_TYPES)
-        if self.area_scaling_factor <= 0:
-            raise ValueError(f"loss.area_scaling_factor must be positive, not {self.area_scaling_factor}")
+        check_positive("loss", self, ("area_scaling_factor",))
 
     def weight(self, term: str) -> float:
         """The weight of ``term`` (one of LOSS_TERMS)."""
@@ -339,7 +339,7 @@ class LossConfig:
         integral terms without a [pressure, 3 wall-shear components] surface output."""
         if not self.active_terms(parts):
             raise ValueError(f"loss: no term with a positive weight for a model with {parts} outputs "
-                             f"({self.as_dict()})")
+                             f"({dataclasses.asdict(self)})")
         needs_layout = [t for t in ("surface_area", "integral") if t in self.active_terms(parts)]
         if needs_layout and surface_width != 4:
             raise ValueError(f"loss terms {needs_layout} need 4 surface variables (pressure, then the 3 "
@@ -351,9 +351,6 @@ class LossConfig:
         terms = " + ".join(f"{self.weight(t):g} x {t}" for t in self.active_terms(parts)) or "nothing"
         suffix = f" (area scaling {self.area_scaling_factor:g})" if "surface_area" in self.active_terms(parts) else ""
         return f"{self.type}: {terms}{suffix}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def loss_weight_key(term: str) -> str:
@@ -394,10 +391,9 @@ class TrainConfig:
         check_choice("train.scheduler", self.scheduler, SCHEDULERS)
         check_choice("train.amp", self.amp, AMP_CHOICES)
         check_choice("train.device", self.device, DEVICES)
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"train.val_fraction must be in [0, 1), not {self.val_fraction}")
-        if not 0.0 <= self.test_fraction < 1.0:
-            raise ValueError(f"train.test_fraction must be in [0, 1), not {self.test_fraction}")
+        for name in ("val_fraction", "test_fraction"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"train.{name} must be in [0, 1), not {getattr(self, name)}")
         if self.test_runs is not None and self.test_fraction > 0:
             raise ValueError(f"train.test_runs={self.test_runs} and train.test_fraction={self.test_fraction}: "
                              "give one of them")
@@ -443,17 +439,7 @@ class DistributedConfig:
     work_timeout_s: float
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "work_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"distributed.{name} must be positive, not {getattr(self, name)}")
-
-
-SECTIONS = {
-    "dataset": DatasetConfig, "data": DataConfig, "physics": PhysicsConfig, "process": ProcessConfig,
-    "executor": ExecutorConfig, "geometry": GeometryConfig, "sampling": SamplingConfig, "cache": CacheConfig, "loss": LossConfig,
-    "train": TrainConfig, "distributed": DistributedConfig, "predict": PredictConfig, "forces": ForcesConfig,
-}
-TOP_LEVEL = {"model_type": str, "seed": int, "output_dir": str, "model": dict}
+        check_positive("distributed", self, ("timeout_s", "work_timeout_s"))
 
 
 @dataclass(frozen=True)
@@ -489,6 +475,12 @@ class PipelineConfig:
     def as_dict(self) -> dict[str, Any]:
         """The resolved config as plain JSON values (recorded in checkpoints and cache manifests)."""
         return dataclasses.asdict(self)
+
+
+# The sections (a dataclass each) and the top-level keys of the config, in PipelineConfig's order
+_FIELDS = typing.get_type_hints(PipelineConfig)
+SECTIONS = {name: hint for name, hint in _FIELDS.items() if dataclasses.is_dataclass(hint)}
+TOP_LEVEL = {name: hint for name, hint in _FIELDS.items() if name not in SECTIONS}
 
 
 def renamed_message(old: str, new: str) -> str:

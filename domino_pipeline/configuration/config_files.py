@@ -54,14 +54,9 @@ def compose_files(conf_dir: str | os.PathLike = CONF, name: str = "config",
     """conf/<name>.yaml with its defaults' files and group choices, then ``overrides``, left unresolved."""
     conf_dir = Path(conf_dir)
     groups = {p.name for p in conf_dir.iterdir() if p.is_dir()}
-    choices = {}
-    dotted = []
-    for override in overrides:
-        key, _, value = override.lstrip("+").partition("=")
-        if key in groups:
-            choices[key] = value
-        else:
-            dotted.append(override.lstrip("+"))
+    stripped = [override.lstrip("+") for override in overrides]
+    choices = {key: value for key, _, value in (s.partition("=") for s in stripped) if key in groups}
+    dotted = [s for s in stripped if s.partition("=")[0] not in groups]
     key = (str(conf_dir), name, tuple(sorted(choices.items())),
            tuple((str(p), p.read_bytes()) for p in sorted(conf_dir.rglob("*.yaml"))))
     if key not in _COMPOSED:

@@ -27,10 +27,8 @@ def example_key_message(key: str) -> str:
 def _listed_prefix(key: str) -> str | None:
     """The longest prefix of dotted ``key`` (itself included) that EXAMPLE_KEYS lists."""
     parts = key.split(".")
-    for end in range(len(parts), 0, -1):
-        if ".".join(parts[:end]) in EXAMPLE_KEYS:
-            return ".".join(parts[:end])
-    return None
+    prefixes = (".".join(parts[:end]) for end in range(len(parts), 0, -1))  # the longest first
+    return next((prefix for prefix in prefixes if prefix in EXAMPLE_KEYS), None)
 
 
 def _paths(values: Mapping[str, Any], prefix: str = "") -> Iterable[str]:

@@ -59,6 +59,5 @@ def mixture(config: PipelineConfig) -> bool:
 
 def nondimensional(config: PipelineConfig) -> bool:
     """Whether targets are in the non-dimensional form: ``data.nondimensional``, else with 2+ sources."""
-    if config.data.nondimensional is not None:
-        return config.data.nondimensional
-    return len(config.data.sources or ()) > 1
+    given = config.data.nondimensional
+    return given if given is not None else len(config.data.sources or ()) > 1

@@ -24,22 +24,12 @@ def cell_forces(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.n
     return convention.force(pressure[:, None] * vector_areas, wall_shear * areas[:, None])
 
 
-def surface_force(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
-                  convention: ForceConvention) -> np.ndarray:
-    """The force on the body (3,), summed in float64 (``cell_forces``)."""
-    return cell_forces(pressure, wall_shear, vector_areas, areas, convention).sum(axis=0)
-
-
 @dataclass(frozen=True)
 class Loads:
     """The force on a body (3,) and its moment about the origin (3,), float64."""
 
     force: np.ndarray
     moment: np.ndarray
-
-    def moment_about(self, centre: Sequence[float]) -> np.ndarray:
-        """The moment about ``centre``: M_c = M_0 - c x F."""
-        return self.moment - np.cross(np.asarray(centre, dtype=np.float64), self.force)
 
 
 def surface_loads(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
@@ -75,7 +65,7 @@ def coefficients(loads: Loads, references: References, dynamic_pressure: float,
     drag, side, lift = directions.axes()
     per_force = 1.0 / (dynamic_pressure * references.area)
     per_moment = per_force / references.length
-    moment = loads.moment_about(references.centre)
+    moment = loads.moment - np.cross(np.asarray(references.centre, dtype=np.float64), loads.force)  # M_c = M_0 - c x F
     values = {"cd": loads.force @ drag * per_force, "cs": loads.force @ side * per_force,
               "cl": loads.force @ lift * per_force, "cm_roll": moment @ drag * per_moment,
               "cm_pitch": moment @ side * per_moment, "cm_yaw": moment @ lift * per_moment}
@@ -89,7 +79,7 @@ def force_coefficients(pressure: np.ndarray, wall_shear: np.ndarray, vector_area
                        lift_direction: Sequence[float] = (0.0, 0.0, 1.0)) -> dict[str, float]:
     """``{"cd", "cl"}`` alone (no moments: no cell centres needed): F.e / (dynamic_pressure A_ref),
     with ``dynamic_pressure`` (0.5 rho U^2) in the units of ``pressure``."""
-    return coefficients_of_force(surface_force(pressure, wall_shear, vector_areas, areas, convention),
+    return coefficients_of_force(cell_forces(pressure, wall_shear, vector_areas, areas, convention).sum(axis=0),
                                  reference_area=reference_area, dynamic_pressure=dynamic_pressure,
                                  drag_direction=drag_direction, lift_direction=lift_direction)
 
@@ -169,11 +159,9 @@ class ForceSettings:
 
     def reference_sets(self, published: Published | None) -> dict[str, ReferenceSet]:
         """``own`` (the run's references where preferred and present, else the constant ones) and ``constant``."""
-        if published is None:
-            constant = ReferenceSet(self.constant_references, None)
-            return {"own": constant, "constant": constant}
-        constant = ReferenceSet(published.constant_references, published.constant)
-        if self.reference_area_per_run and published.own_references is not None:
+        constant = (ReferenceSet(self.constant_references, None) if published is None
+                    else ReferenceSet(published.constant_references, published.constant))
+        if published is not None and self.reference_area_per_run and published.own_references is not None:
             return {"own": ReferenceSet(published.own_references, published.own), "constant": constant}
         return {"own": constant, "constant": constant}
 

@@ -13,7 +13,7 @@ import torch
 from domino_pipeline.compute.preprocessing import all_surface_neighbors, grid_sdf, volume_mesh, volume_sdf
 from domino_pipeline.compute.rows import PreparedRun, drawn_surface, prepare_rows
 from domino_pipeline.compute.settings import PreprocessSettings
-from domino_pipeline.loading.items import box_key, build_item, constant_grid
+from domino_pipeline.loading.items import build_item, grid_recipes, item_grids
 from domino_pipeline.training.epochs import predictions_by_target
 
 
@@ -26,21 +26,14 @@ def model_parts(model: torch.nn.Module) -> tuple[str, ...]:
     return parts
 
 
-def with_volume_filler(arrays: dict[str, np.ndarray], settings: PreprocessSettings) -> dict[str, np.ndarray]:
-    """``arrays`` with one far volume point when they have none: a volume head needs one to predict the surface."""
-    if "volume_mesh_centers" in arrays:
-        return arrays
-    lo, hi = (np.asarray(b, dtype=np.float32) for b in settings.bounding_box_volume)
-    width = settings.width("volume")
-    return arrays | {"volume_mesh_centers": (lo + 0.95 * (hi - lo))[None],
-                     "volume_fields": np.zeros((1, width), dtype=np.float32)}
-
-
 def prepare_run(arrays: dict[str, np.ndarray], settings: PreprocessSettings, *, parts: tuple[str, ...],
                 source: str) -> PreparedRun:
-    """The training path's cheap preprocessing of the whole run (``prepare_rows``)."""
-    if "volume" in parts:
-        arrays = with_volume_filler(arrays, settings)
+    """The training path's cheap preprocessing of the whole run (``prepare_rows``); for a volume part, one far volume
+    point when the run has none: a volume head needs one to predict the surface."""
+    if "volume" in parts and "volume_mesh_centers" not in arrays:
+        lo, hi = (np.asarray(b, dtype=np.float32) for b in settings.bounding_box_volume)
+        arrays = arrays | {"volume_mesh_centers": (lo + 0.95 * (hi - lo))[None],
+                           "volume_fields": np.zeros((1, settings.width("volume")), dtype=np.float32)}
     return prepare_rows(arrays, settings, parts=parts, source=source)
 
 
@@ -52,19 +45,11 @@ class BatchItems:
         self.prepared, self.settings, self.parts = prepared, settings, parts
         self.fingerprinted = settings.fingerprinted()
         self.geometry_coordinates = prepared.geometry_coordinates[:geometry_points]
-        self.grids = self._grids()
+        self.grids = item_grids(grid_recipes(self.fingerprinted), parts,
+                                lambda part: grid_sdf(prepared, settings, part))
         # searched a block of cells at a time, as a cache build does: bounded memory at DrivAerML's 8.8M cells
         self.neighbors = all_surface_neighbors(prepared, settings) if "surface" in parts else None
         self.mesh = volume_mesh(prepared, settings) if "volume" in parts else None
-
-    def _grids(self) -> dict[str, torch.Tensor | np.ndarray]:
-        res = tuple(int(n) for n in self.settings.interp_res)
-        grids = {"surf_grid": constant_grid(box_key(self.settings.bounding_box_surface), res),
-                 "sdf_surf_grid": grid_sdf(self.prepared, self.settings, "surface")}
-        if "volume" in self.parts:
-            grids |= {"grid": constant_grid(box_key(self.settings.bounding_box_volume), res),
-                      "sdf_grid": grid_sdf(self.prepared, self.settings, "volume")}
-        return grids
 
     def surface(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         return drawn_surface(self.prepared, rows, self.neighbors[rows])

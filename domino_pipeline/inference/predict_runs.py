@@ -65,11 +65,10 @@ def predict_run(model: torch.nn.Module, run: PredictionRun, settings: Preprocess
             with progress_bar(run.name, part, total, enabled=progress) as bar:
                 scaled = predict_part(forward, items, part=part, batch_points=batch_points, device=device,
                                       progress=lambda _, done: bar.update(done - bar.n))
-            rows = prepared.surface_rows if part == "surface" else prepared.volume_rows
-            count = len(run.arrays[f"{part}_mesh_centers"])
             unscaled = unscale_fields(scaled, scaling_factors, part)
             unscaled = unscaled if form is None else form.to_stored(part, unscaled)
-            results[part] = rows_to_mesh(unscaled, rows, count)
+            results[part] = rows_to_mesh(unscaled, getattr(prepared, f"{part}_rows"),
+                                         len(run.arrays[f"{part}_mesh_centers"]))
             steps[part] = time.perf_counter() - begun
     return RunPrediction(surface=results["surface"], volume=results["volume"], seconds=time.perf_counter() - start,
                          steps=steps)
@@ -78,9 +77,8 @@ def predict_run(model: torch.nn.Module, run: PredictionRun, settings: Preprocess
 def progress_bar(run_name: str, part: str, total: int, *, enabled: bool = True, file=None) -> tqdm:
     """The bar of one part's batches: ``<run> <part>: 42%|...| 3.70M/8.80M [.., 1.2kcells/s]``
     (rows done / rows in all, and rows per second; benchmark_full_run.py reads this line)."""
-    unit = "cells" if part == "surface" else "points"
-    return tqdm(total=total, desc=f"{run_name} {part}", unit=unit, unit_scale=True, disable=not enabled,
-                leave=False, file=file)
+    return tqdm(total=total, desc=f"{run_name} {part}", unit="cells" if part == "surface" else "points",
+                unit_scale=True, disable=not enabled, leave=False, file=file)
 
 
 def run_record(run: PredictionRun, prediction: RunPrediction, *, variables: Mapping[str, Mapping[str, str]],
@@ -110,11 +108,10 @@ PRINTED_COEFFICIENTS = ("cd", "cl", "clf", "clr")  # of the run's own references
 def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
     """Every CSV column: references, each coefficient (pred, true, published; own and constant), errors."""
     columns = ["run", "cells", "u_inf"]
-    for which in ("own", "constant"):
-        suffix = REFERENCE_SET_COLUMNS[which]
-        columns += [f"a_ref{suffix}", f"l_ref{suffix}"]
-        columns += [column for name in COEFFICIENTS for kind in ("pred", "true", "published")
-                    for column in [coefficient_columns(which, kind)[name]]]
+    for which, suffix in REFERENCE_SET_COLUMNS.items():
+        kinds = ("pred", "true", "published")
+        columns += [f"a_ref{suffix}", f"l_ref{suffix}",
+                    *(coefficient_columns(which, kind)[name] for name in COEFFICIENTS for kind in kinds)]
     columns = [c for c in columns if c == "run" or any(c in r for r in records)]
     columns += [f"rel_l2_area_{name}" for name in surface_names] + [f"rel_l2_{name}" for name in surface_names]
     columns += sorted({key for r in records for key in r if key.startswith("rel_l2_volume_")})
@@ -218,10 +215,8 @@ def _plot(run: PredictionRun, predicted: np.ndarray, variables: Mapping[str, Map
     scale = split_columns(run.divisors["surface"][None], variables["surface"])[pressure]
     predicted_p = split_columns(predicted, variables["surface"])[pressure] * scale
     true_p = split_columns(run.arrays["surface_fields"], variables["surface"])[pressure] * scale if run.has_truth else None
-    if "cd_pred" not in record:
-        title = f"{run.name}: surface pressure"
-    else:
-        title = f"{run.name}: Cd predicted {record['cd_pred']:.4f}, Cl predicted {record['cl_pred']:.4f}"
+    title = (f"{run.name}: Cd predicted {record['cd_pred']:.4f}, Cl predicted {record['cl_pred']:.4f}"
+             if "cd_pred" in record else f"{run.name}: surface pressure")
     if run.has_truth and "cd_true" in record:
         title += f" | Cd true {record['cd_true']:.4f}, Cl true {record['cl_true']:.4f}"
     return plot_surface_pressure(run.arrays["surface_mesh_centers"], predicted_p, true_p,

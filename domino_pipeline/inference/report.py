@@ -66,9 +66,7 @@ def format_table(records: Sequence[Mapping[str, Any]], columns: Sequence[str],
     rows = [[cell(r.get(c, float("nan"))) for c in columns] for r in records]
     headers = [(labels or {}).get(c, c) for c in columns]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in rows]
-    return "\n".join(lines)
+    return "\n".join("  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in [headers, *rows])
 
 
 def write_csv(records: Sequence[Mapping[str, Any]], columns: Sequence[str], path: Path) -> Path:
@@ -101,10 +99,8 @@ def plot_surface_pressure(centers: np.ndarray, predicted: np.ndarray, true: np.n
             points = centers[shown][order]
             image = axes[row, column].scatter(points[:, axis_a], points[:, axis_b], c=pressure[shown][order], s=1,
                                               cmap="coolwarm", vmin=low, vmax=high, rasterized=True)
-            axes[row, column].set_aspect("equal")
+            axes[row, column].set(aspect="equal", xlabel="xyz"[axis_a], ylabel="xyz"[axis_b])
             axes[row, column].set_title(f"{label} pressure ({view})", fontsize=9)
-            axes[row, column].set_xlabel("xyz"[axis_a])
-            axes[row, column].set_ylabel("xyz"[axis_b])
     figure.colorbar(image, ax=axes, shrink=0.8, label="pressure")
     figure.suptitle(title, fontsize=10)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -26,9 +26,6 @@ from domino_pipeline.processed.runs import load_run as load_run_arrays
 from domino_pipeline.processed.runs import open_run, require_parts, run_name
 from domino_pipeline.storage.object_store import as_location, is_url, join, name_of
 
-KINDS = ("raw", "processed", "stl")
-
-
 @dataclass(frozen=True)
 class Physics:
     """The references that make fields non-dimensional (config ``physics``)."""
@@ -39,9 +36,8 @@ class Physics:
 
     def for_car(self, stl_vertices: np.ndarray) -> Physics:
         """These references with the length resolved for the car of ``stl_vertices``."""
-        if self.reference_length is not None:
-            return self
-        return dataclasses.replace(self, reference_length=car_length(stl_vertices))
+        return self if self.reference_length is not None else dataclasses.replace(
+            self, reference_length=car_length(stl_vertices))
 
     def divisors(self, fields: Mapping[str, str], dtype: type = np.float32) -> np.ndarray:
         """The divisors of fields given as role -> name (nondimensional.field_divisors)."""
@@ -114,7 +110,8 @@ def split_runs_of(train_dir: Path, split: str, raw_dir: str | os.PathLike, proce
 
 def load_prediction_run(path: str | os.PathLike, *, dataset: DatasetConfig, physics: Physics, volume: bool,
                         volume_source: str = "points") -> PredictionRun:
-    """Read ``path`` (any of ``KINDS``) for prediction as the ``dataset`` profile names its files and fields."""
+    """Read ``path`` (a raw run, a processed run or an STL: ``run_kind``) for prediction as the ``dataset`` profile
+    names its files and fields."""
     kind = run_kind(path)
     if kind == "raw":
         return load_raw_run(Path(path), dataset, physics, volume, volume_source)
@@ -135,12 +132,8 @@ def load_raw_run(run_dir: Path, dataset: DatasetConfig, physics: Physics, volume
                              volume_source=volume_source, parts="all" if volume else "surface",
                              surface_location=rows.location, surface_normals=rows.normals)
     arrays, attrs, notes = process_in_memory(run_dir, options)
-    files = run_files(run_dir, dataset, options.parts)
-    mesh = surface_polydata(read_mesh(files.surface))
-    if rows.location == "cells":
-        vector_areas = mesh_vector_areas(mesh)
-    else:
-        vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
+    mesh = surface_polydata(read_mesh(run_files(run_dir, dataset, options.parts).surface))
+    vector_areas = mesh_vector_areas(mesh) if rows.location == "cells" else None
     run = _prediction_run(run_dir.name, "raw", arrays, attrs, (mesh, vector_areas), volume, run_dir)
     run.notes, run.surface_location = notes, rows.location
     return run
@@ -155,15 +148,14 @@ def load_processed(path: str | os.PathLike, volume: bool) -> PredictionRun:
     require_parts(opened, ("surface", "volume") if volume else ("surface",),
                   "predict.volume=true" if volume else "predict.py (the surface it writes predictions onto)")
     arrays = load_run_arrays(opened.path, arrays_for(("surface", "volume") if volume else ("surface",)), opened=opened)
-    vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
     mesh = point_cloud(arrays["surface_mesh_centers"], "poly")
-    return _prediction_run(run_name(opened.path), "processed", arrays, opened.attrs, (mesh, vector_areas), volume,
-                           opened.path)
+    return _prediction_run(run_name(opened.path), "processed", arrays, opened.attrs, (mesh, None), volume, opened.path)
 
 
 def _prediction_run(name: str, kind: str, arrays: dict[str, np.ndarray], attrs: Mapping, surface: tuple,
                     volume: bool, where: Path | str) -> PredictionRun:
-    """The run to predict of a processed run's ``arrays`` and attributes (``surface``: mesh, vector areas)."""
+    """The run to predict of a processed run's ``arrays`` and attributes (``surface``: mesh, vector areas; None:
+    the rows' normals times their areas)."""
     if "surface_field_roles" not in attrs:
         raise ProcessedRunError(f"{where}: processed before dataset profiles (no field roles recorded); "
                                 "process it again with process_data.py")
@@ -172,29 +164,28 @@ def _prediction_run(name: str, kind: str, arrays: dict[str, np.ndarray], attrs: 
                       None if length is None else float(length)).for_car(arrays["stl_coordinates"])
     divisors = {part: physics.divisors(attrs[f"{part}_field_roles"]) for part in ("surface", "volume")}
     mesh, vector_areas = surface
-    run = PredictionRun(name=name, kind=kind, arrays=arrays, surface_mesh=mesh, has_truth=True, divisors=divisors,
-                        cell_vector_areas=vector_areas, cell_centres=arrays["surface_mesh_centers"].astype(np.float64),
-                        true_surface=arrays["surface_fields"].astype(np.float64),
-                        published=Published.from_attrs(attrs["published"]) if attrs.get("published") else None)
-    if volume:
-        run.volume_mesh = point_cloud(arrays["volume_mesh_centers"], "unstructured")
-    return run
+    if vector_areas is None:
+        vector_areas = arrays["surface_normals"].astype(np.float64) * arrays["surface_areas"][:, None]
+    return PredictionRun(name=name, kind=kind, arrays=arrays, surface_mesh=mesh, has_truth=True, divisors=divisors,
+                         cell_vector_areas=vector_areas, cell_centres=arrays["surface_mesh_centers"].astype(np.float64),
+                         true_surface=arrays["surface_fields"].astype(np.float64),
+                         published=Published.from_attrs(attrs["published"]) if attrs.get("published") else None,
+                         volume_mesh=point_cloud(arrays["volume_mesh_centers"], "unstructured") if volume else None)
 
 
 def load_stl(path: Path, dataset: DatasetConfig, physics: Physics, normals_out_of_body: bool) -> PredictionRun:
     """An STL alone: its triangles are the surface cells; fields unknown (zeros)."""
-    fields = {part: getattr(dataset.fields, part) for part in ("surface", "volume")}
     arrays = read_stl(path)
     physics = physics.for_car(arrays["stl_coordinates"])
+    divisors = {part: physics.divisors(getattr(dataset.fields, part)) for part in ("surface", "volume")}
     faces = arrays["stl_faces"].reshape(-1, 3)
     vector_areas = triangle_vector_areas(arrays["stl_coordinates"], faces, out_of_body=normals_out_of_body)
     normals = vector_areas / np.maximum(np.linalg.norm(vector_areas, axis=1, keepdims=True), 1e-30)
-    width = len(physics.divisors(fields["surface"]))
+    width = len(divisors["surface"])
     arrays |= {"surface_mesh_centers": arrays["stl_centers"], "surface_normals": normals.astype(np.float32),
                "surface_areas": arrays["stl_areas"], "surface_fields": np.zeros((len(faces), width), dtype=np.float32),
                "global_params_values": physics.global_params(), "global_params_reference": physics.global_params()}
     mesh = pv.PolyData(arrays["stl_coordinates"], np.column_stack([np.full(len(faces), 3), faces]).ravel())
-    divisors = {part: physics.divisors(fields[part]) for part in ("surface", "volume")}
     return PredictionRun(name=path.stem, kind="stl", arrays=arrays, surface_mesh=mesh, has_truth=False,
                          divisors=divisors, cell_vector_areas=vector_areas,
                          cell_centres=arrays["stl_centers"].astype(np.float64), true_surface=None)
@@ -221,8 +212,7 @@ def surface_polydata(mesh: pv.DataSet) -> pv.PolyData:
     if isinstance(mesh, pv.PolyData):
         return mesh
     poly = pv.PolyData(np.asarray(mesh.points), faces=np.asarray(mesh.cells))
-    for name in mesh.point_data.keys():
-        poly.point_data[name] = mesh.point_data[name]
-    for name in mesh.cell_data.keys():
-        poly.cell_data[name] = mesh.cell_data[name]
+    for data, copy in ((mesh.point_data, poly.point_data), (mesh.cell_data, poly.cell_data)):
+        for name in data.keys():
+            copy[name] = data[name]
     return poly

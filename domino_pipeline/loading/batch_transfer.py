@@ -164,9 +164,7 @@ def pack(items: list[dict[str, torch.Tensor]]) -> PackedBatch | None:
     if not hasattr(os, "memfd_create"):
         return None
     pool = _this_process_pool()
-    arena, pool.arena = pool.arena, None
-    if len(items) != 1:
-        arena = None
+    arena, pool.arena = pool.arena if len(items) == 1 else None, None
     constants, entries = {}, []
     for key, value in items[0].items():
         recipe = _constant_recipe(value) if len(items) == 1 else None

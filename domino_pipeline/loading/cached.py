@@ -18,7 +18,7 @@ from domino_pipeline.compute.settings import NEIGHBOR_FEATURES, held_parts, neig
 from domino_pipeline.configuration.config import parts_setting
 from domino_pipeline.processed.runs import run_name
 from domino_pipeline.loading.batch_transfer import output_array
-from domino_pipeline.loading.items import EpochDataset, build_item
+from domino_pipeline.loading.items import EpochDataset, build_item, item_grids
 from domino_pipeline.storage.object_store import is_url
 from domino_pipeline.store.cache_format import CacheError, StaleCacheError, diff_settings, layout_arrays
 from domino_pipeline.store.cache_run import CacheRun
@@ -72,9 +72,7 @@ class CachedDoMINODataset(EpochDataset):
         self._pid = os.getpid()
 
     def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_open"] = OrderedDict()  # open stores stay in their process
-        return state
+        return self.__dict__ | {"_open": OrderedDict()}  # open stores stay in their process
 
     def run(self, index: int) -> CacheRun:
         """The opened cache run of ``index``, opened on first use and closed after ``max_open_runs`` others."""
@@ -89,8 +87,7 @@ class CachedDoMINODataset(EpochDataset):
                                   + "\n  ".join(diff_settings(run.attrs.get("settings", {}), self.settings)))
         self._open[index] = run
         while len(self._open) > self.max_open_runs:
-            _, closed = self._open.popitem(last=False)
-            closed.close()
+            self._open.popitem(last=False)[1].close()
         return run
 
     def open_run_indices(self) -> list[int]:
@@ -118,13 +115,9 @@ class CachedDoMINODataset(EpochDataset):
         if draw.surface_rows is not None and self.neighbor_layout != "features":
             gathered = _gather_neighbors(run, draw.surface_rows, drawn.pop("surface_neighbors"))
             drawn |= {f"surface_{name}": data for name, data in gathered.items()}
-        grids = self._derived_grids()
-        drawn_grids = {"surf_grid": grids["surf_grid"], "sdf_surf_grid": drawn["surface_grid_sdf"]}
-        if "volume" in self.parts:
-            drawn_grids.update(grid=grids["grid"], sdf_grid=drawn["volume_grid_sdf"])
         return build_item(
-            settings=self.settings, scalars=run.attrs["scalars"],
-            geometry_coordinates=drawn["geometry_coordinates"], grids=drawn_grids,
+            settings=self.settings, scalars=run.attrs["scalars"], geometry_coordinates=drawn["geometry_coordinates"],
+            grids=item_grids(self._grid_recipes, self.parts, lambda part: drawn[f"{part}_grid_sdf"]),
             surface=None if draw.surface_rows is None else _part(drawn, "surface_"),
             volume=None if draw.volume_rows is None else _part(drawn, "volume_"), scaling_factors=self.scaling_factors)
 
@@ -216,10 +209,8 @@ def _part(drawn: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
 
 def _check_processed_stats(cache_dir: Path, names: list[str], entries: list[dict],
                            stats: dict[str, str] | None) -> None:
-    """StaleCacheError naming the runs built from another version of their processed run."""
-    if stats is None:
-        return
-    changed = [n for n, e in zip(names, entries) if n in stats and e.get("source", {}).get("stat") != stats[n]]
+    """StaleCacheError naming the runs built from another version of their processed run (``stats`` None: none)."""
+    changed = [n for n, e in zip(names, entries) if n in (stats or {}) and e.get("source", {}).get("stat") != stats[n]]
     if changed:
         raise StaleCacheError(f"{cache_dir}: runs {changed} were written again after the cache "
                               "was built; rerun cache_data.py (cache.rebuild=true where their data "

@@ -5,6 +5,7 @@ the same dict for the same (seed, epoch, index)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -50,7 +51,6 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
     }
     if surface is not None:
         com_s = normalize(com[None], settings["bounding_box_surface"])[0]
-        fields = _scaled(surface["fields"], scaling_factors, "surface")
         item.update({
             "surface_mesh_centers": as_tensor(surface["coordinates"]),
             "surface_normals": as_tensor(surface["normals"]),
@@ -59,11 +59,10 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
             "surface_mesh_neighbors": as_tensor(surface["neighbor_coordinates"]),
             "surface_neighbors_normals": as_tensor(surface["neighbor_normals"]),
             "surface_neighbors_areas": as_tensor(surface["neighbor_areas"]),
-            "surface_fields": as_tensor(fields),
+            "surface_fields": as_tensor(_scaled(surface["fields"], scaling_factors, "surface")),
         })
     if volume is not None:
         com_v = normalize(com[None], settings["bounding_box_volume"])[0]
-        fields = _scaled(volume["fields"], scaling_factors, "volume")
         item.update({
             "grid": grids["grid"], "sdf_grid": as_tensor(grids["sdf_grid"]),
             "volume_mesh_centers": as_tensor(volume["coordinates"]),
@@ -71,7 +70,7 @@ def build_item(*, settings: dict, scalars: dict, geometry_coordinates: np.ndarra
             "pos_volume_closest": as_tensor(volume["coordinates"] - volume["closest"]),
             "pos_volume_center_of_mass": as_tensor(volume["coordinates"] - com_v),
             "volume_min_max": as_tensor(np.asarray(settings["bounding_box_volume"])),
-            "volume_fields": as_tensor(fields),
+            "volume_fields": as_tensor(_scaled(volume["fields"], scaling_factors, "volume")),
         })
     return item
 
@@ -83,6 +82,8 @@ class EpochDataset(Dataset):
                  surface_window_factor: int | None, volume_window_factor: int | None, exact: bool, seed: int,
                  scaling_factors) -> None:
         self.location = location  # the folder or URL the runs are read from
+        # DataLoader workers: "spawn" for runs on object storage (its client does not survive ``fork``), else None
+        self.worker_context = "spawn" if is_url(location) else None
         self.parts = parts_of(model_type)
         self.model_type = model_type
         self.surface_points, self.volume_points = int(surface_points), int(volume_points)
@@ -97,11 +98,6 @@ class EpochDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.run_paths)
-
-    @property
-    def worker_context(self) -> str | None:
-        """"spawn" for runs on object storage (its client does not survive ``fork``), else None."""
-        return "spawn" if is_url(self.location) else None
 
     def set_epoch(self, epoch: int) -> None:
         """Draw the points of ``epoch`` from now on, in this process and in every worker."""
@@ -126,16 +122,29 @@ class EpochDataset(Dataset):
             volume_points=self.volume_points if "volume" in self.parts else None,
             read_surface_areas=read_areas, law=self.law)
 
-    def _derived_grids(self) -> dict[str, torch.Tensor]:
-        """The normalised grids of ``self.settings`` (``constant_grid``: one tensor per process)."""
-        return {name: constant_grid(*recipe) for name, recipe in self._grid_recipes.items()}
-
     @functools.cached_property
     def _grid_recipes(self) -> dict[str, tuple]:
-        """``constant_grid``'s arguments per grid, derived once from the settings."""
-        res = tuple(int(n) for n in self.settings["interp_res"])
-        return {name: (box_key(self.settings[box]), res)
-                for name, box in (("surf_grid", "bounding_box_surface"), ("grid", "bounding_box_volume"))}
+        """``grid_recipes`` of the settings, derived once, not per draw."""
+        return grid_recipes(self.settings)
+
+
+def grid_recipes(settings: dict) -> dict[str, tuple]:
+    """``constant_grid``'s arguments per grid of fingerprinted ``settings``: the box (min and max corners) as a tuple
+    of floats, its cache key, and the resolution."""
+    res = tuple(int(n) for n in settings["interp_res"])
+    boxes = {"surf_grid": "bounding_box_surface", "grid": "bounding_box_volume"}
+    return {name: (tuple(tuple(float(v) for v in corner) for corner in np.asarray(settings[box]).tolist()), res)
+            for name, box in boxes.items()}
+
+
+def item_grids(recipes: dict[str, tuple], parts: tuple[str, ...],
+               sdf_of: Callable[[str], np.ndarray]) -> dict[str, torch.Tensor | np.ndarray]:
+    """The normalised grids of ``recipes`` (``constant_grid``: one tensor per process) and their SDFs, ``sdf_of(part)``:
+    the surface's, and the volume's for a volume part."""
+    grids = {"surf_grid": constant_grid(*recipes["surf_grid"]), "sdf_surf_grid": sdf_of("surface")}
+    if "volume" in parts:
+        grids |= {"grid": constant_grid(*recipes["grid"]), "sdf_grid": sdf_of("volume")}
+    return grids
 
 
 @functools.lru_cache(maxsize=16)
@@ -144,8 +153,3 @@ def constant_grid(box: tuple, res: tuple[int, int, int]) -> torch.Tensor:
     grid = as_tensor(make_grid(np.asarray(box), res))
     mark_constant(grid, constant_grid, (box, res))
     return grid
-
-
-def box_key(box) -> tuple:
-    """``box`` (min and max corners, any sequence or array) as a tuple of floats: ``constant_grid``'s key."""
-    return tuple(tuple(float(v) for v in corner) for corner in np.asarray(box).tolist())

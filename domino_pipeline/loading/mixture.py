@@ -107,26 +107,15 @@ class MixtureDataset(Dataset):
         self.scaling_factors = scaling_factors
         self.parts = sources[0].dataset.parts
         self.settings = sources[0].dataset.settings  # the shared grid, neighbours and layout (checked)
-        self.starts = np.cumsum([0] + [len(s.dataset) for s in sources]).tolist()
+        self.sizes = [len(s.dataset) for s in sources]  # the number of runs of each source
+        self.starts = np.cumsum([0] + self.sizes).tolist()
+        self.run_names = [f"{s.name}/{name}" for s in sources for name, _ in s.dataset.run_origins]  # in index order
+        # DataLoader workers: "spawn" when any source's cache needs it (on object storage), else None
+        self.worker_context = "spawn" if any(s.dataset.worker_context == "spawn" for s in sources) else None
         self._transforms: dict[tuple[int, int], ItemTransform] = {}  # per process, made on first use
 
     def __len__(self) -> int:
         return self.starts[-1]
-
-    @property
-    def sizes(self) -> list[int]:
-        """The number of runs of each source."""
-        return [len(s.dataset) for s in self.sources]
-
-    @property
-    def run_names(self) -> list[str]:
-        """``<source>/<run>`` of every run, in index order."""
-        return [f"{s.name}/{name}" for s in self.sources for name, _ in s.dataset.run_origins]
-
-    @property
-    def worker_context(self) -> str | None:
-        """"spawn" when any source's cache needs it (on object storage), else None."""
-        return "spawn" if any(s.dataset.worker_context == "spawn" for s in self.sources) else None
 
     def locate(self, index: int) -> tuple[int, int]:
         """(source, run within it) of run ``index``."""

@@ -18,7 +18,7 @@ from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import PreprocessSettings, parse_box
 from domino_pipeline.processed.run_layout import arrays_for
 from domino_pipeline.processed.runs import DEFAULT_OPTIONS, ReadOptions, list_runs, load_run, require_parts, run_name
-from domino_pipeline.loading.items import EpochDataset, build_item
+from domino_pipeline.loading.items import EpochDataset, build_item, item_grids
 from domino_pipeline.storage.object_store import as_location
 
 KNN_INDEXES_KEPT = 4  # runs whose surface kNN index a process keeps between draws
@@ -99,13 +99,10 @@ class DoMINODataPipe(EpochDataset):
 
     def _item(self, prepared: PreparedRun, draw: Draw, index: int) -> dict[str, torch.Tensor]:
         """The geometry work for the drawn rows, then the item."""
-        grids = self._derived_grids()
-        drawn_grids = {"surf_grid": grids["surf_grid"], "sdf_surf_grid": grid_sdf(prepared, self.preprocess, "surface")}
-        if "volume" in self.parts:
-            drawn_grids.update(grid=grids["grid"], sdf_grid=grid_sdf(prepared, self.preprocess, "volume"))
         return build_item(
             settings=self.settings, scalars=prepared.scalars,
-            geometry_coordinates=prepared.geometry_coordinates[draw.geometry_rows], grids=drawn_grids,
+            geometry_coordinates=prepared.geometry_coordinates[draw.geometry_rows],
+            grids=item_grids(self._grid_recipes, self.parts, lambda part: grid_sdf(prepared, self.preprocess, part)),
             surface=None if draw.surface_rows is None else self._surface(prepared, draw.surface_rows, index),
             volume=None if draw.volume_rows is None else self._volume(prepared, draw.volume_rows),
             scaling_factors=self.scaling_factors)

@@ -30,18 +30,14 @@ def checked_batches(loader: Iterable) -> Iterator:
         except _TRANSFER_ERRORS as err:
             if raised_in_worker(err):
                 raise with_worker_message(err)
-            death = worker_deaths(iterator) if _may_be_a_death(err) else None
+            maybe_death = not isinstance(err, RuntimeError) or "DataLoader worker" in str(err)  # torch's say so
+            death = worker_deaths(iterator) if maybe_death else None
             if death is None:
                 raise
             raise WorkerDiedError(f"{death}; its batch was lost ({type(err).__name__}: {err})") from err
         except Exception as err:
             raise with_worker_message(err)
         yield batch
-
-
-def _may_be_a_death(err: BaseException) -> bool:
-    """Whether ``err`` is one a worker's death causes (torch's own RuntimeErrors say so)."""
-    return not isinstance(err, RuntimeError) or "DataLoader worker" in str(err)
 
 
 def worker_deaths(iterator: Any, settle_s: float = SETTLE_S) -> str | None:

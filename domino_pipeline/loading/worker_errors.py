@@ -23,16 +23,10 @@ def with_worker_message(err: BaseException) -> BaseException:
     if caught["type"] != type(err).__name__:
         message = f"{caught['type']}: {message}"
     err.args = (message,)
-    if isinstance(err, OSError):
-        _restore_os_fields(err, message)
-    return err
-
-
-def _restore_os_fields(err: OSError, message: str) -> None:
-    """An OSError's errno, reason and file name, from its message (torch rebuilds it from a message alone)."""
     fields = re.fullmatch(r"\[Errno (\d+)\] (.*?)(?:: '(.*)')?", message, flags=re.DOTALL)
-    if fields:
+    if isinstance(err, OSError) and fields:  # torch rebuilt it from its message alone: its errno, reason, file name
         err.errno, err.strerror, err.filename = int(fields[1]), fields[2], fields[3]
+    return err
 
 
 def worker_message(text: str) -> str | None:

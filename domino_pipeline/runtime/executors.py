@@ -52,10 +52,8 @@ def run_tasks(function: Task, tasks: Mapping[str, tuple], executor: ExecutorConf
     in the order of ``tasks``, a lost or failed task a failed result; reports go to ``on_report``."""
     bar = tqdm(total=len(tasks), desc=progress, unit="run", position=position, disable=not tasks)
     done: dict[str, RunResult] = {}
-    if executor.kind == "dask":
-        finished = _dask_results(function, tasks, executor, workers)
-    else:
-        finished = _pool_results(function, tasks, workers, on_report)
+    finished = (_dask_results(function, tasks, executor, workers) if executor.kind == "dask"
+                else _pool_results(function, tasks, workers, on_report))
     for name, result in finished:
         done[name] = result
         bar.update()

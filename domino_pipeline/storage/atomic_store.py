@@ -91,12 +91,10 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = 
 
 @contextmanager
 def atomic_file(final: str | os.PathLike, *, durable: bool = False, suffix: str = "") -> Iterator[Path]:
-    """Yield a new hidden temporary path beside ``final`` (ending in ``suffix``, for writers that
-    insist on an extension), locked by this process (so that
-    ``remove_stale_temporaries`` spares it) for the caller to write; on success rename it to
-    ``final``, replacing any old file; on an exception remove it and leave ``final`` as it was.
-    ``durable``: the file's bytes reach the disk before the rename, and the rename before the return,
-    so that a crash or power cut leaves the old file or the whole new one."""
+    """Yield a new hidden temporary path beside ``final`` (ending in ``suffix``, for writers that insist on an
+    extension), locked so that ``remove_stale_temporaries`` spares it; on success rename it to ``final``, replacing any
+    old file; on an exception remove it, ``final`` as it was. ``durable``: the bytes reach the disk before the rename,
+    and the rename before the return, so that a crash or power cut leaves the old file or the whole new one."""
     final = Path(final)
     tmp = final.with_name(f".{final.name}{_TMP_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}{suffix}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -141,11 +139,8 @@ def remove_stale_temporaries(parent: str | os.PathLike) -> list[Path]:
     parent = Path(parent)
     if not parent.is_dir():
         return []
-    removed = []
-    for path in parent.iterdir():
-        if path.name.startswith(".") and _TMP_MARK in path.name and _remove_if_unheld(path):
-            removed.append(path)
-    return removed
+    return [path for path in parent.iterdir()
+            if path.name.startswith(".") and _TMP_MARK in path.name and _remove_if_unheld(path)]
 
 
 def _remove_if_unheld(path: Path) -> bool:

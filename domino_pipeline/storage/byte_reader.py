@@ -72,22 +72,6 @@ class ByteReader:
     def _fetch(self, requests, ranged, results) -> None:
         raise NotImplementedError
 
-    def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
-        """Write object ``key`` (``mode`` "create" or {"e_tag"}: else ConflictError); its new {"e_tag"}."""
-        raise NotImplementedError
-
-    def head(self, key: str) -> dict | None:
-        """{"size", "e_tag"} of object ``key``, or None if absent."""
-        raise NotImplementedError
-
-    def list(self, prefix: str) -> tuple[list[str], list[dict]]:
-        """(the sub-folder names, the objects {"path", "size"}) directly under ``prefix``."""
-        raise NotImplementedError
-
-    def delete(self, key: str) -> None:
-        """Remove object ``key`` (nothing if absent)."""
-        raise NotImplementedError
-
     def close(self) -> None:
         """Release what the reader keeps open."""
 
@@ -110,7 +94,7 @@ class LocalReader(ByteReader):
         self.root = Path(root)
         self.location = str(self.root)
         self._prefix = str(self.root) + os.sep
-        self._fds: dict[str, int | None] = {}
+        self._fds: dict[str, int] = {}  # the files opened (an absent one is not kept)
         self._maps: dict[str, memoryview] = {}
 
     def _fd(self, key: str) -> int | None:
@@ -162,22 +146,12 @@ class LocalReader(ByteReader):
         self.bytes += got
         return memoryview(buffer)[:got], size
 
-    def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
-        raise NotImplementedError("local caches are written through the file system")
-
-    def head(self, key: str) -> dict | None:
-        try:
-            return {"size": os.stat(self._prefix + key).st_size, "e_tag": None}
-        except FileNotFoundError:
-            return None
-
     def close(self) -> None:
         for view in self._maps.values():
             view.release()  # the mapping itself goes when the caller's views of it do
         self._maps.clear()
         for fd in self._fds.values():
-            if fd is not None:
-                os.close(fd)
+            os.close(fd)
         self._fds.clear()
 
     def __del__(self) -> None:
@@ -197,7 +171,8 @@ def _pread_into(fd: int, view: memoryview, offset: int) -> int:
 
 class ObjectReader(ByteReader):
     """An object-store prefix read through obstore's blocking calls in threads, one per object (no
-    Python object handed to the client's threads, which could outlive the interpreter)."""
+    Python object handed to the client's threads, which could outlive the interpreter); it also writes, lists and
+    deletes objects (a local folder is written through the file system)."""
 
     def __init__(self, url: str) -> None:
         super().__init__()
@@ -258,6 +233,7 @@ class ObjectReader(ByteReader):
         return bytes(got.bytes()), got.meta.get("e_tag")
 
     def put(self, key: str, data: bytes, *, mode: str | dict = "overwrite") -> dict:
+        """Write object ``key`` (``mode`` "create" or {"e_tag"}: else ConflictError); its new {"e_tag"}."""
         from obstore.exceptions import AlreadyExistsError, PreconditionError
         try:
             result = self._obstore.put(self.store, key, data, mode=mode)
@@ -271,6 +247,7 @@ class ObjectReader(ByteReader):
             job.result()
 
     def head(self, key: str) -> dict | None:
+        """{"size", "e_tag"} of object ``key``, or None if absent."""
         try:
             meta = self._obstore.head(self.store, key)
         except FileNotFoundError:
@@ -278,6 +255,7 @@ class ObjectReader(ByteReader):
         return {"size": meta["size"], "e_tag": meta.get("e_tag")}
 
     def list(self, prefix: str) -> tuple[list[str], list[dict]]:
+        """(the sub-folder names, the objects {"path", "size"}) directly under ``prefix``."""
         found = self._obstore.list_with_delimiter(self.store, prefix.rstrip("/") + "/" if prefix else None)
         folders = [p.rstrip("/").rsplit("/", 1)[-1] for p in found["common_prefixes"]]
         return folders, [{"path": o["path"], "size": o["size"]} for o in found["objects"]]
@@ -288,6 +266,7 @@ class ObjectReader(ByteReader):
                 for batch in self._obstore.list(self.store, prefix.rstrip("/") + "/") for o in batch]
 
     def delete(self, key: str) -> None:
+        """Remove object ``key`` (nothing if absent)."""
         try:
             self._obstore.delete(self.store, key)
         except FileNotFoundError:
@@ -312,11 +291,18 @@ def _close_readers() -> None:
 def read_bytes(location: str | os.PathLike, start: int | None = None, length: int | None = None
                ) -> bytes | None:
     """The bytes of a file or object (``length`` from ``start``, or the last ``length``); None if absent."""
-    if not is_url(location):
-        return _read_file(Path(location), start, length)
-    root, key = split_url(str(location))
-    [(data, _)] = shared_reader(root).fetch([Request(key, start, length)])
-    return None if data is None else bytes(data)
+    if is_url(location):
+        root, key = split_url(str(location))
+        [(data, _)] = shared_reader(root).fetch([Request(key, start, length)])
+        return None if data is None else bytes(data)
+    try:
+        with open(location, "rb") as handle:
+            if length is not None:
+                size = os.fstat(handle.fileno()).st_size
+                handle.seek(max(size - length, 0) if start is None else start)
+            return handle.read(-1 if length is None else length)
+    except FileNotFoundError:
+        return None
 
 
 def read_in_order(locations: list[str], window: int = 8) -> Iterator[bytes | None]:
@@ -324,17 +310,6 @@ def read_in_order(locations: list[str], window: int = 8) -> Iterator[bytes | Non
     with ThreadPoolExecutor(max_workers=window, thread_name_prefix="object-read") as pool:
         for start in range(0, len(locations), window):
             yield from pool.map(read_bytes, locations[start:start + window])
-
-
-def _read_file(path: Path, start: int | None, length: int | None) -> bytes | None:
-    try:
-        with open(path, "rb") as handle:
-            if length is not None:
-                size = os.fstat(handle.fileno()).st_size
-                handle.seek(max(size - length, 0) if start is None else start)
-            return handle.read(-1 if length is None else length)
-    except FileNotFoundError:
-        return None
 
 
 def get_listed_range(store: Any, listed: Any, lo: int, hi: int) -> memoryview:
@@ -373,20 +348,15 @@ def read_versioned(location: str) -> tuple[bytes | None, str | None]:
     return shared_reader(root).get_versioned(key)
 
 
-def reader_and_key(location: str | os.PathLike) -> tuple[ByteReader, str]:
-    """The shared reader of the bucket (or the folder) holding ``location``, and its key there."""
-    if is_url(location):
-        root, key = split_url(str(location))
-        return shared_reader(root), key
-    path = Path(location)
-    return shared_reader(path.parent), path.name
+def reader_and_key(url: str) -> tuple[ObjectReader, str]:
+    """The shared reader of the bucket holding the object-store ``url`` (its writes and listings), and the key there."""
+    root, key = split_url(str(url))
+    return shared_reader(root), key
 
 
 def open_reader(location: str | os.PathLike) -> ByteReader:
     """A fresh reader for ``location``: an ObjectReader for a URL, a LocalReader otherwise."""
-    if not is_url(location):
-        return LocalReader(location)
-    return ObjectReader(str(location))
+    return ObjectReader(str(location)) if is_url(location) else LocalReader(location)
 
 
 def shared_reader(location: str | os.PathLike) -> ByteReader:

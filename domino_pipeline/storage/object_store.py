@@ -113,19 +113,15 @@ def named_errors(url: str) -> Iterator[None]:
 _CLIENT_PID: list[int] = []  # the process that made an object-store client, once one has
 
 
-def has_credentials(url: str) -> bool:
-    """Whether the environment gives ``url``'s cloud credentials (CREDENTIAL_VARIABLES, gcloud's file)."""
-    cloud = _CLOUD.get(url.split("://", 1)[0].lower())
-    if cloud is None:
-        return False
-    if any(os.environ.get(name) for name in CREDENTIAL_VARIABLES[cloud]):
-        return True
-    return cloud == "gs" and (Path.home() / ".config/gcloud/application_default_credentials.json").is_file()
-
-
 def anonymous_for(url: str, setting: bool | None) -> bool:
-    """Whether ``url`` is read unsigned: ``setting``, or where None, when no credentials are set."""
-    return (not has_credentials(url)) if setting is None else bool(setting)
+    """Whether ``url`` is read unsigned: ``setting``, or where None, when the environment gives no credentials for its
+    cloud (CREDENTIAL_VARIABLES, gcloud's file)."""
+    if setting is not None:
+        return bool(setting)
+    cloud = _CLOUD.get(url.split("://", 1)[0].lower())
+    gcloud = Path.home() / ".config/gcloud/application_default_credentials.json"
+    return cloud is None or not (any(os.environ.get(name) for name in CREDENTIAL_VARIABLES[cloud])
+                                 or (cloud == "gs" and gcloud.is_file()))
 
 
 def make_store(url: str, *, anonymous: bool = False, headers: dict[str, str] | None = None,
@@ -235,10 +231,7 @@ def exists(location: str | os.PathLike) -> bool:
     """Whether a file, folder, object or non-empty prefix is at ``location``."""
     if not is_url(location):
         return Path(location).exists()
-    if head(str(location)) is not None:
-        return True
-    folders, objects = folder_contents(str(location))
-    return bool(folders or objects)
+    return head(str(location)) is not None or any(folder_contents(str(location)))  # an object, or a non-empty prefix
 
 
 def folder_contents(url: str, *, anonymous: bool = False, retry_deadline_s: float = RETRY_DEADLINE_S

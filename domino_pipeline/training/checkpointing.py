@@ -34,7 +34,8 @@ _CHECKPOINT_PATTERN = re.compile(r"^checkpoint-e(\d+)-s(\d+)\.pt$")
 LEGACY_CHECKPOINT = "checkpoint.pt"  # written before checkpoints carried digests: named on resume, never loaded
 LAST_MODEL_NAME = "model_last.mdlus"
 BEST_MODEL_NAME = "model_best.mdlus"
-CHECKPOINT_KEYS = {"model", "optimizer", "scheduler", "scaler", "epoch", "step", "rng_states", "config"}
+STATEFUL = ("model", "optimizer", "scheduler", "scaler")  # the TrainingState parts a checkpoint holds the state of
+CHECKPOINT_KEYS = {*STATEFUL, "epoch", "step", "rng_states", "config"}
 
 
 # ---- the policy: what a run saves when, and how it resumes
@@ -71,8 +72,7 @@ class CheckpointFiles:
 def save_checkpoint(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, epoch: int, step: int,
                     partial: EpochResult) -> Path:
     """Collective: rank 0 writes the checkpoint (``epoch`` to run next, ``step`` batches of it done, every rank's RNG
-    state and sums) and the last model, then prunes; every rank raises rank 0's error. Weights not finite are refused
-    first."""
+    state and sums) and the last model, then prunes; all ranks raise its error. Weights not finite are refused first."""
     require_finite_weights(state.model, f"epoch {epoch}, step {step}")
     rng_states = distributed.gather_objects(capture_rng_state())
     partials = distributed.gather_objects({"loss_sum": partial.loss_sum, "batches": partial.batches,
@@ -82,11 +82,9 @@ def save_checkpoint(state: TrainingState, files: CheckpointFiles, info: DistInfo
     if info.is_main:
         try:
             write_files(state, files, path, {
-                "model": state.model.state_dict(), "optimizer": state.optimizer.state_dict(),
-                "scheduler": state.scheduler.state_dict(), "scaler": state.scaler.state_dict(),
-                "epoch": epoch, "step": step, "epoch_partial": partials, "rng_states": rng_states,
-                "config": files.config_json, "best_val_loss": state.best_val_loss,
-                "nonfinite_steps": state.nonfinite_steps,
+                **{name: getattr(state, name).state_dict() for name in STATEFUL}, "epoch": epoch, "step": step,
+                "epoch_partial": partials, "rng_states": rng_states, "config": files.config_json,
+                "best_val_loss": state.best_val_loss, "nonfinite_steps": state.nonfinite_steps,
             })
         except (OSError, ValueError) as failed:
             error = failed
@@ -102,10 +100,9 @@ def write_files(state: TrainingState, files: CheckpointFiles, path: Path, conten
     """Rank 0's checkpoint, last model and, at an epoch's end, physicsnemo's pair; then older ones pruned."""
     write_checked(path, lambda tmp: torch.save(contents, tmp))
     save_model_file(state.model, files.models["last"])
-    epoch, step = contents["epoch"], contents["step"]
-    if step == 0 and epoch >= 2:  # an epoch's end: physicsnemo's pair too, for its load_checkpoint
-        states = {name: contents[name] for name in ("optimizer", "scheduler", "scaler")}
-        save_example_checkpoint(files.folder, files.models["last"], states, index=epoch - 2)
+    if contents["step"] == 0 and contents["epoch"] >= 2:  # an epoch's end: physicsnemo's pair, for its load_checkpoint
+        states = {name: contents[name] for name in STATEFUL[1:]}
+        save_example_checkpoint(files.folder, files.models["last"], states, index=contents["epoch"] - 2)
     remove_older_checkpoints(path, files.keep)
 
 
@@ -153,10 +150,8 @@ def resume(state: TrainingState, files: CheckpointFiles, info: DistInfo, *, save
         say(f"note: resuming {saved.path}; train.init_from={init_from} is not used")
     contents = saved.hand_over()
     check_same_model(config_from_checkpoint(contents), json.loads(files.config_json), saved.path)
-    state.model.load_state_dict(contents["model"])
-    state.optimizer.load_state_dict(contents["optimizer"])
-    state.scheduler.load_state_dict(contents["scheduler"])
-    state.scaler.load_state_dict(contents["scaler"])
+    for name in STATEFUL:
+        getattr(state, name).load_state_dict(contents[name])
     state.best_val_loss = float(contents.get("best_val_loss", math.inf))
     state.nonfinite_steps = int(contents.get("nonfinite_steps", 0))
     restore_rng_state(contents["rng_states"][info.rank % len(contents["rng_states"])])
@@ -342,14 +337,6 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((numpy_state["kind"], numpy_state["keys"].numpy().astype(np.uint32), numpy_state["pos"],
                          numpy_state["has_gauss"], numpy_state["cached_gaussian"]))
     random.setstate((python_state["version"], tuple(python_state["internal"].tolist()), python_state["gauss_next"]))
-    restore_cuda_rng_states(state.get("cuda", []))
-
-
-def restore_cuda_rng_states(states: list[torch.Tensor]) -> int:
-    """Restore per-device CUDA generator states on the devices there are now; how many."""
-    if not torch.cuda.is_available():
-        return 0
-    restored = min(len(states), torch.cuda.device_count())
-    for device in range(restored):
-        torch.cuda.set_rng_state(states[device], device)
-    return restored
+    if torch.cuda.is_available():  # on the devices there are now
+        for device, cuda_state in enumerate(state.get("cuda", [])[:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, device)

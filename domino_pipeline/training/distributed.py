@@ -53,8 +53,8 @@ def init_distributed(launch: Launch, device_name: str = "auto", timeout_s: float
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if launch.world_size > 1 and not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        join_group(launch, backend, timeout_s, device_id=device if device.type == "cuda" else None)
+        cuda = device.type == "cuda"
+        join_group(launch, "nccl" if cuda else "gloo", timeout_s, device_id=device if cuda else None)
     return DistInfo(rank=launch.rank, local_rank=launch.local_rank, world_size=launch.world_size,
                     device=device, launcher=launch.launcher)
 
@@ -67,9 +67,7 @@ def join_group(launch: Launch, backend: str, timeout_s: float, device_id: torch.
 
 def work_group(timeout_s: float) -> Any:
     """A gloo group of every rank waiting up to ``timeout_s``, for per-rank work; None in a single process."""
-    if not dist.is_initialized():
-        return None
-    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s)) if dist.is_initialized() else None
 
 
 def job_id(launch: Launch, timeout_s: float) -> str:
@@ -87,12 +85,6 @@ def shutdown_distributed() -> None:
     """Leave the process group (if any) so the launcher sees a clean exit."""
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-def barrier() -> None:
-    """Wait for every rank; a no-op in a single process."""
-    if dist.is_initialized():
-        dist.barrier()
 
 
 def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:

@@ -42,13 +42,8 @@ def model_parameters(section: Mapping[str, Any], defaults: Mapping[str, Any], wh
     unknown = sorted(set(section) - set(defaults))
     if unknown:
         raise ValueError(f"{where}: unknown keys {unknown}; known: {sorted(defaults)}")
-    merged = dict(defaults)
-    for key, value in section.items():
-        if isinstance(defaults[key], dict):
-            merged[key] = model_parameters(value, defaults[key], f"{where}.{key}")
-        else:
-            merged[key] = value
-    return merged
+    return dict(defaults) | {key: model_parameters(value, defaults[key], f"{where}.{key}")
+                             if isinstance(defaults[key], dict) else value for key, value in section.items()}
 
 
 def resolved_parameters(section: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,14 +70,11 @@ def build_model(model_type: str, section: Mapping[str, Any], device: torch.devic
 
 def check_data_fits_model(data_settings: Mapping[str, Any], parameters: Mapping[str, Any], data_source: str) -> None:
     """Refuse data whose grid resolution or neighbour count differs from the model's; the error names both keys."""
-    problems = []
-    for model_key, data_key, config_key in DATA_BOUND_PARAMETERS:
-        data_value, model_value = data_settings.get(data_key), parameters.get(model_key)
-        if data_value is None or model_value is None:
-            continue
-        if _plain(data_value) != _plain(model_value):
-            problems.append(f"{data_source} has {config_key}={_plain(data_value)} but the model has "
-                            f"model.{model_key}={_plain(model_value)}")
+    values = [(config_key, model_key, _plain(data_settings.get(data_key)), _plain(parameters.get(model_key)))
+              for model_key, data_key, config_key in DATA_BOUND_PARAMETERS]
+    problems = [f"{data_source} has {config_key}={data} but the model has model.{model_key}={model}"
+                for config_key, model_key, data, model in values
+                if data is not None and model is not None and data != model]
     if problems:
         raise ValueError("the data does not fit the model: " + "; ".join(problems)
                          + ". Set the model's value to the data's, or rebuild the data with the model's")

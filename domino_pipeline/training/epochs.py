@@ -304,8 +304,9 @@ def train_one_epoch(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]],
 
 def model_loss(model: nn.Module, batch: dict[str, torch.Tensor], device: torch.device, amp_dtype: torch.dtype | None,
                loss_config: LossConfig) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """The configured loss on the scaled targets (losses.py), its unweighted terms, and the outputs."""
-    with autocast_context(device, amp_dtype):
+    """The configured loss on the scaled targets (losses.py), its unweighted terms, and the outputs; mixed precision
+    with ``amp_dtype`` on CUDA, full precision elsewhere or when None."""
+    with torch.autocast("cuda", dtype=amp_dtype) if amp_dtype is not None and device.type == "cuda" else nullcontext():
         outputs = model(batch)
     predictions = predictions_by_target(outputs)
     terms = loss_terms(predictions, batch, loss_config)
@@ -328,13 +329,6 @@ def drop_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler) ->
     optimizer.zero_grad(set_to_none=True)
     if scaler.is_enabled():
         scaler.update(scaler.get_scale())
-
-
-def autocast_context(device: torch.device, amp_dtype: torch.dtype | None):
-    """Mixed precision on CUDA with the given dtype; full precision elsewhere or when None."""
-    if amp_dtype is None or device.type != "cuda":
-        return nullcontext()
-    return torch.autocast(device_type="cuda", dtype=amp_dtype)
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -366,11 +360,10 @@ def run_validation(trainer: Trainer) -> dict[str, float]:
 def validation_sums(trainer: Trainer, indices: list[int]) -> dict[str, torch.Tensor]:
     """``evaluate``'s sums over ``indices`` of the validation set, each rank a share, summed over ranks."""
     info, objective = trainer.info, trainer.objective
-    widths = {key: len(names) for key, names in objective.variable_names.items()}
     sums = evaluate(
         trainer.state.model, loader_over(trainer.data.val_loader, indices[info.rank::info.world_size]),
-        device=info.device, amp_dtype=trainer.state.amp_dtype, unscale=objective.unscale, target_widths=widths,
-        loss_config=objective.loss)
+        device=info.device, amp_dtype=trainer.state.amp_dtype, unscale=objective.unscale, loss_config=objective.loss,
+        target_widths={key: len(names) for key, names in objective.variable_names.items()})
     return {key: distributed.all_reduce_sum(value) for key, value in sorted(sums.items())}
 
 
@@ -382,9 +375,8 @@ def evaluate(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]], *, dev
     model.eval()
     parts = tuple(key.removesuffix("_fields") for key in target_widths)
     sums = {key: torch.zeros(width, device=device) for key, width in target_widths.items()}
-    sums |= {f"term/{term}": torch.zeros((), device=device) for term in loss_config.active_terms(parts)}
-    sums["loss_sum"] = torch.zeros((), device=device)
-    sums["samples"] = torch.zeros((), device=device)
+    scalars = [f"term/{term}" for term in loss_config.active_terms(parts)] + ["loss_sum", "samples"]
+    sums |= {key: torch.zeros((), device=device) for key in scalars}
     for batch in checked_batches(loader):
         batch = to_device(batch, device)
         loss, terms, predictions = model_loss(model, batch, device, amp_dtype, loss_config)
@@ -394,8 +386,7 @@ def evaluate(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]], *, dev
             sums[f"term/{term}"] += value * batch_size
         sums["samples"] += batch_size
         for key, prediction in predictions.items():
-            error = relative_l2_per_variable(unscale(key, prediction), unscale(key, batch[key].float()))
-            sums[key] += error
+            sums[key] += relative_l2_per_variable(unscale(key, prediction), unscale(key, batch[key].float()))
     return sums
 
 

@@ -18,15 +18,11 @@ def volume_loss(prediction: torch.Tensor, target: torch.Tensor, loss_type: str) 
     return torch.sqrt(squared.sum(dim=(0, 1)) / (target**2).sum(dim=(0, 1))).mean()
 
 
-def _per_variable(prediction: torch.Tensor, target: torch.Tensor, loss_type: str) -> torch.Tensor:
-    """(C,): each variable's mean squared error, divided by its target's mean square for ``rmse``."""
-    error = ((prediction - target) ** 2).mean(dim=(0, 1))
-    return error if loss_type == "mse" else error / (target**2).mean(dim=(0, 1))
-
-
 def surface_loss(prediction: torch.Tensor, target: torch.Tensor, loss_type: str) -> torch.Tensor:
-    """(B, N, C): the mean over variables of ``_per_variable`` (the example's ``loss_fn_surface``)."""
-    return _per_variable(prediction, target, loss_type).mean()
+    """(B, N, C): the mean over variables of each one's mean squared error, divided by its target's mean square for
+    ``rmse`` (the example's ``loss_fn_surface``)."""
+    error = ((prediction - target) ** 2).mean(dim=(0, 1))
+    return (error if loss_type == "mse" else error / (target**2).mean(dim=(0, 1))).mean()
 
 
 def area_weighted_surface_loss(prediction: torch.Tensor, target: torch.Tensor, normals: torch.Tensor,
@@ -60,21 +56,16 @@ def loss_terms(predictions: Mapping[str, torch.Tensor], batch: Mapping[str, torc
                config: LossConfig) -> dict[str, torch.Tensor]:
     """The unweighted terms of positive weight, for the (scaled) targets the model predicts."""
     parts = tuple(key.removesuffix("_fields") for key in predictions)
-    terms = {}
-    for term in config.active_terms(parts):
-        if term == "volume":
-            terms[term] = volume_loss(predictions["volume_fields"], batch["volume_fields"], config.type)
-            continue
-        prediction, target = predictions["surface_fields"], batch["surface_fields"]
-        if term == "surface":
-            terms[term] = surface_loss(prediction, target, config.type)
-        elif term == "surface_area":
-            terms[term] = area_weighted_surface_loss(prediction, target, batch["surface_normals"],
-                                                     batch["surface_areas"], config.area_scaling_factor, config.type)
-        else:
-            terms[term] = integral_loss(prediction, target, batch["surface_normals"], batch["surface_areas"],
-                                        batch["global_params_values"][:, 0, 0])
-    return terms
+    surface, target = predictions.get("surface_fields"), batch.get("surface_fields")
+    normals, areas = batch.get("surface_normals"), batch.get("surface_areas")
+    term_of = {
+        "volume": lambda: volume_loss(predictions["volume_fields"], batch["volume_fields"], config.type),
+        "surface": lambda: surface_loss(surface, target, config.type),
+        "surface_area": lambda: area_weighted_surface_loss(surface, target, normals, areas, config.area_scaling_factor,
+                                                           config.type),
+        "integral": lambda: integral_loss(surface, target, normals, areas, batch["global_params_values"][:, 0, 0]),
+    }
+    return {term: term_of[term]() for term in config.active_terms(parts)}
 
 
 def total_loss(terms: Mapping[str, torch.Tensor], config: LossConfig) -> torch.Tensor:

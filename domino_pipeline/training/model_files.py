@@ -56,10 +56,8 @@ def check_model_file(path: str | Path) -> None:
 
 
 def read_model_args(path: str | Path) -> dict[str, Any]:
-    """The constructor record (`args.json`) of a .mdlus file, read from the zip without loading anything."""
+    """The constructor record (`args.json`) of a checked .mdlus file, read from the zip without loading anything."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such model file")
     try:
         with zipfile.ZipFile(path) as archive:
             args = json.loads(archive.read("args.json"))

@@ -43,19 +43,17 @@ def reset_peak_memory(device: torch.device) -> None:
 
 def peak_memory_mb(device: torch.device) -> tuple[float, str]:
     """Peak memory: on a GPU ``cuda_peak_mib``, on the CPU the process's peak RSS (whole run)."""
-    if device.type == "cuda":
-        return cuda_peak_mib(device)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, "cpu_peak_rss"
+    return cuda_peak_mib(device) if device.type == "cuda" else (
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10, "cpu_peak_rss")
 
 
 def rank_summary(result: EpochResult, indices: list[int], names: list[str], device: torch.device) -> dict[str, Any]:
     """This rank's part of an epoch record: timings, loss sums, memory, the runs it trained on (by ``names``)."""
     memory, kind = peak_memory_mb(device)
-    seen = [i % len(names) for i in indices[: result.samples]]
     return {"loss_sum": result.loss_sum, "term_sums": result.term_sums, "batches": result.batches,
-            "skipped": result.skipped, "samples": result.samples,
-            "data_wait_s": result.data_wait_s, "compute_s": result.compute_s,
-            "peak_memory_mb": memory, "memory_kind": kind, "runs": [names[i] for i in seen]}
+            "skipped": result.skipped, "samples": result.samples, "data_wait_s": result.data_wait_s,
+            "compute_s": result.compute_s, "peak_memory_mb": memory, "memory_kind": kind,
+            "runs": [names[i % len(names)] for i in indices[:result.samples]]}
 
 
 def epoch_record(epoch: int, ranks: list[dict[str, Any]], epoch_s: float, lr: float, resumed_at: int,
@@ -89,25 +87,15 @@ def validation_metrics(sums: dict[str, torch.Tensor], names: dict[str, list[str]
     return metrics
 
 
-def warp_pool_peak_bytes(device: torch.device) -> int | None:
-    """Warp's memory pool peak on ``device``; 0 without Warp, None where Warp allocates outside a pool."""
-    wp = sys.modules.get("warp")
-    if wp is None or device.type != "cuda":
-        return 0
-    name = f"cuda:{device.index or 0}"
-    if not wp.is_mempool_enabled(name):
-        return None
-    return int(wp.get_mempool_used_mem_high(name))
-
-
 def cuda_peak_mib(device: torch.device) -> tuple[float, str]:
-    """(peak MiB, what it counts): torch's peak plus Warp's pool peak, or the device's used memory."""
-    warp_peak = warp_pool_peak_bytes(device)
-    if warp_peak is None:
+    """(peak MiB, what it counts): torch's peak plus Warp's pool peak (none without Warp), or the device's used memory
+    where Warp allocates outside a pool."""
+    wp, name = sys.modules.get("warp"), f"cuda:{device.index or 0}"
+    if wp is not None and not wp.is_mempool_enabled(name):
         free, total = torch.cuda.mem_get_info(device)
         return (total - free) / 2**20, "cuda_device_used"
-    torch_peak = torch.cuda.max_memory_allocated(device)
-    return (torch_peak + warp_peak) / 2**20, "cuda_torch_peak+warp_pool_peak"
+    warp_peak = 0 if wp is None else int(wp.get_mempool_used_mem_high(name))
+    return (torch.cuda.max_memory_allocated(device) + warp_peak) / 2**20, "cuda_torch_peak+warp_pool_peak"
 
 
 # ---- the run's log

@@ -81,8 +81,4 @@ def ensure_scaling_factors(path: Path, train_runs: Sequence[Path], *, sampling: 
 
 def unscaler(factors: dict) -> Callable[[str, torch.Tensor], torch.Tensor]:
     """A function (target key, scaled tensor) -> tensor in the targets' units, from ``factors``."""
-
-    def unscale(key: str, values: torch.Tensor) -> torch.Tensor:
-        return unscale_fields(values, factors, key.removesuffix("_fields"))
-
-    return unscale
+    return lambda key, values: unscale_fields(values, factors, key.removesuffix("_fields"))
