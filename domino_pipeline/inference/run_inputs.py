@@ -26,6 +26,7 @@ from domino_pipeline.processed.runs import load_run as load_run_arrays
 from domino_pipeline.processed.runs import open_run, require_parts, run_name
 from domino_pipeline.storage.object_store import as_location, is_url, join, name_of
 
+
 @dataclass(frozen=True)
 class Physics:
     """The references that make fields non-dimensional (config ``physics``)."""
