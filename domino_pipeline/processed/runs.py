@@ -25,7 +25,6 @@ from domino_pipeline.storage.object_store import (ObjectInfo, as_location, exist
                                                   list_objects, name_of)
 
 RUN_SUFFIXES = (".zarr", ".npz", ".npy")
-FORMATS = ("processed", "curator-zarr-v2", "curator-zarr-v3", "curator-npz", "curator-npy")
 GEOMETRY_ARRAYS = ("stl_coordinates", "stl_faces", "stl_centers", "stl_areas")
 GLOBAL_PARAMS = ("global_params_values", "global_params_reference")
 _HASH_BLOCK = 1 << 20

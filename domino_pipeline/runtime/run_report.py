@@ -17,7 +17,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     bytes: int = 0
-    format: str = ""  # the input run's form (inputs/runs.FORMATS), where it could be read
+    format: str = ""  # the input run's form (processed, curator-zarr-v2/-v3, curator-npz/-npy), where read
     source_bytes: int = 0  # the bytes of the input files read (process_data.py of remote runs; ``bytes``: those fetched)
     detail: str = ""  # a traceback, for a failure that is not bad input but a fault of the program
 
