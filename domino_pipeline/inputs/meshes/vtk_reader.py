@@ -88,13 +88,9 @@ def read_arrays(
     return mesh
 
 
-def read_mesh(
-    path: Path,
-    point_arrays: Collection[str] | None = None,
-    cell_arrays: Collection[str] | None = None,
-) -> pv.DataSet:
-    """Read an STL, VTP or VTU file; read errors and empty results become RunError."""
-    return read_arrays(open_reader(path), path, point_arrays, cell_arrays)
+def read_mesh(path: Path) -> pv.DataSet:
+    """Read an STL, VTP or VTU file with all its arrays; read errors and empty results become RunError."""
+    return read_arrays(open_reader(path), path, None, None)
 
 
 ZERO_HEIGHT = 1e-6  # triangle height / longest edge below which a triangle has no area (float32: 1.2e-7)
@@ -170,7 +166,8 @@ def read_surface(path: Path, variables: Mapping[str, str], arrays: Mapping[str, 
     if rows.location == "cells":
         mesh = read_arrays(reader, path, point_arrays=[], cell_arrays=wanted)
         fields = field_columns(mesh.cell_data, variables, path, "cell", arrays)
-        geometry = polydata_geometry(mesh, path) if isinstance(mesh, pv.PolyData) else _grid_geometry(mesh, path)
+        geometry = (polydata_geometry(mesh, path) if isinstance(mesh, pv.PolyData)
+                    else _on_polygons(surface_geometry, mesh, path))
         return dict(zip(SURFACE_ARRAYS, (*geometry, fields)))
     mesh = read_arrays(reader, path, point_arrays=wanted + ([rows.normals] if rows.normals else []), cell_arrays=[])
     fields = field_columns(mesh.point_data, variables, path, "point", arrays)
@@ -194,22 +191,18 @@ def surface_cells(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray,
     return offsets[:-1], offsets[1:], vtk_to_numpy(cells.GetConnectivityArray()).astype(np.int64)
 
 
-def _grid_geometry(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``surface_geometry`` of every cell of a surface VTU read whole, in its cell order."""
+def _on_polygons(compute, mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, ...]:
+    """``compute(points, begins, ends, ids)`` of a surface read whole, in its cell order; errors name ``path``."""
     begins, ends, ids = surface_cells(mesh, path)
     try:
-        return surface_geometry(np.asarray(mesh.points), begins, ends, ids)
+        return compute(np.asarray(mesh.points), begins, ends, ids)
     except CellGeometryError as err:
         raise CellGeometryError(f"{path}: {err}") from err
 
 
 def _point_weights(mesh: pv.DataSet, path: Path) -> tuple[np.ndarray, np.ndarray]:
     """Per point of a surface read whole: the sum of its polygons' area vectors and its dual area."""
-    begins, ends, ids = surface_cells(mesh, path)
-    try:
-        vertex, share, vector = polygon_vertex_shares(np.asarray(mesh.points), begins, ends, ids)
-    except CellGeometryError as err:
-        raise CellGeometryError(f"{path}: {err}") from err
+    vertex, share, vector = _on_polygons(polygon_vertex_shares, mesh, path)
     areas = np.bincount(vertex, weights=share, minlength=mesh.n_points)
     return np.stack([np.bincount(vertex, weights=vector[:, d], minlength=mesh.n_points) for d in range(3)], 1), areas
 

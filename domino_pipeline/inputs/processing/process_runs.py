@@ -63,10 +63,9 @@ def process_run(run_dir: str | os.PathLike | RemoteRun | RunFiles, out_path: str
             return write_processed_run(out_path, contents.arrays, contents.attrs, contents.streamed), contents.notes
 
 
-def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions, block_rows: int = VOLUME_BLOCK_ROWS,
-                      surface_block: int = SURFACE_BLOCK_CELLS) -> tuple[dict[str, np.ndarray], dict, list[str]]:
+def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions) -> tuple[dict[str, np.ndarray], dict, list[str]]:
     """The arrays, attributes and notes ``process_run`` would write for ``run_dir``, in memory."""
-    contents = read_run(run_dir, options, block_rows, surface_block)
+    contents = read_run(run_dir, options)
     with closing(contents):
         arrays, attrs = processed_in_memory(run_dir, contents.arrays, contents.attrs, contents.streamed)
     return arrays, attrs, contents.notes
@@ -287,10 +286,8 @@ def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, op
                                      f"({'; '.join(differences)}); rerun with process.overwrite=true"))
         elif isinstance(run, RemoteRun) and isinstance(listed := _listed(run, options), RunResult):
             results.append(listed)
-        elif isinstance(run, RemoteRun):
-            jobs[run.name] = (listed, out, options, overwrite, access)
         else:
-            jobs[run.name] = (run, out, options, overwrite, access)
+            jobs[run.name] = (listed if isinstance(run, RemoteRun) else run, out, options, overwrite, access)
     bars = FetchBars(enabled=bool(jobs))
     results += run_tasks(_process_one, jobs, executor, workers=num_processes, progress="processing runs",
                          on_report=bars.take)
