@@ -60,7 +60,7 @@ class ArrayData:
         self.end = self.position + _encoded(self.size + self.n_bytes, self.base64)
 
     def _compressed_header(self, header_dtype: np.dtype, compressor: str) -> None:
-        self.decompress = _decompressor(compressor)
+        self.decompress = _DECOMPRESSORS[compressor]
         count = int(self._header(header_dtype, 1)[0])
         if self.position + _encoded((3 + count) * self.size, self.base64) > self.limit:
             raise VtkXmlError(f"{self.where}: its header claims {count} compressed blocks, more than "
@@ -215,13 +215,8 @@ def _lz4(data: bytes, size: int) -> bytes:
         raise ValueError(str(err)) from err
 
 
-def _decompressor(name: str):
-    """f(data, size) -> at most size decompressed bytes for a VTK compressor name (ValueError beyond)."""
-    decompressors = {"vtkZLibDataCompressor": _zlib, "vtkLZMADataCompressor": _lzma,
-                     "vtkLZ4DataCompressor": _lz4}
-    if name not in decompressors:
-        raise VtkXmlError(f"compressor {name}, expected one of {sorted(decompressors)}")
-    return decompressors[name]
+# f(data, size) -> at most size decompressed bytes (ValueError beyond), by COMPRESSORS' names (the header checks them)
+_DECOMPRESSORS = {"vtkZLibDataCompressor": _zlib, "vtkLZMADataCompressor": _lzma, "vtkLZ4DataCompressor": _lz4}
 
 
 def _b64decode(text: bytes, where: str) -> bytes:
