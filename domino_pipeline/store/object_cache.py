@@ -11,9 +11,10 @@ from pathlib import Path
 from domino_pipeline.storage.object_store import delete_objects, objects_by_folder
 from domino_pipeline.storage.byte_reader import ConflictError, reader_and_key
 from domino_pipeline.storage.object_store import join
-from domino_pipeline.store.cache_format import GENERATION, CacheError
-from domino_pipeline.store.manifest import MANIFEST, read_manifest
+from domino_pipeline.store.cache_format import GENERATION
+from domino_pipeline.store.manifest import MANIFEST
 from domino_pipeline.store.run_writer import KEEP_GENERATIONS
+from domino_pipeline.store.staleness import manifest_records
 
 UPLOAD_BATCH_BYTES = 256 << 20
 CLAIM = ".claim"  # the object whose create-only put claims a generation number
@@ -89,10 +90,7 @@ def remove_old_generations(cache_url: str, name: str, *, abandoned_after_s: floa
                      if GENERATION.match(folder)}  # the objects of each generation, complete or not
     complete = sorted((n for n, files in by_generation.items() if "zarr.json" in files),
                       key=lambda n: int(GENERATION.match(n).group(1)))
-    try:  # the generation the manifest names is kept too
-        entry = read_manifest(cache_url)["runs"].get(name)
-    except (CacheError, FileNotFoundError):
-        entry = None
+    entry = manifest_records(cache_url).get(name)  # the generation the manifest names is kept too
     keep = set(complete[-KEEP_GENERATIONS:]) | {entry["path"].rsplit("/", 1)[-1] if entry else None}
     old = [n for n in complete if n not in keep] + [
         n for n, files in by_generation.items() if n not in complete and untouched_for(files, abandoned_after_s)]
