@@ -71,13 +71,6 @@ def run_name(path: str | os.PathLike) -> str:
     return name
 
 
-def _describe(entries: list[tuple[str, str, Path | str]]) -> str:
-    if not entries:
-        return "nothing"
-    names = sorted(name + ("/" if kind == "folder" else "") for name, kind, _ in entries)
-    return ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
-
-
 def _entries(directory: Path | str) -> list[tuple[str, str, Path | str]]:
     """(name, "folder" | "file" | "other", location) of a folder's or prefix's visible entries."""
     if is_url(directory):
@@ -101,8 +94,10 @@ def list_runs(directory: str | os.PathLike) -> list[Path | str]:
     runs = sorted((where for name, kind, where in entries if (name.endswith(".zarr") and kind == "folder")
                    or (name.endswith((".npz", ".npy")) and kind == "file")), key=natural_key)
     if not runs:
+        names = sorted(name + ("/" if kind == "folder" else "") for name, kind, _ in entries)
+        held = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
         raise NoRunsError(f"{directory}: no run found (expected <run>.zarr groups in Zarr v2 or v3, "
-                          f"<run>.npz or <run>.npy files); it holds {_describe(entries)}")
+                          f"<run>.npz or <run>.npy files); it holds {held or 'nothing'}")
     names: dict[str, Path] = {}
     for path in runs:
         if run_name(path) in names:
