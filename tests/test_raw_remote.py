@@ -358,7 +358,7 @@ def test_hub_urls_name_a_folder_at_a_revision(monkeypatch):
 def test_fetch_bars_follow_each_run_from_its_start_to_its_end():
     from domino_pipeline.inputs.raw_files.fetch_progress import FetchBars
 
-    bars = FetchBars(enabled=True)
+    bars = FetchBars()
     bars.take(("run_1", 1000, 0))
     bars.take(("run_2", 500, 0))
     bars.take(("run_1", None, 400))

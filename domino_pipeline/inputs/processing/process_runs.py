@@ -288,9 +288,8 @@ def process_all(raw_dir: str | os.PathLike, processed_dir: str | os.PathLike, op
             results.append(listed)
         else:
             jobs[run.name] = (listed if isinstance(run, RemoteRun) else run, out, options, overwrite, access)
-    bars = FetchBars(enabled=bool(jobs))
     results += run_tasks(_process_one, jobs, executor, workers=num_processes, progress="processing runs",
-                         on_report=bars.take)
+                         on_report=FetchBars().take)
     return sorted(results, key=lambda r: natural_key(Path(r.name)))
 
 

@@ -10,18 +10,15 @@ from tqdm import tqdm
 
 
 class FetchBars:
-    """One tqdm bar per run being fetched, below the batch's bar (none when not ``enabled``)."""
+    """One tqdm bar per run being fetched, below the batch's bar."""
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
+    def __init__(self) -> None:
         self.bars: dict[str, tqdm] = {}
         self.positions: dict[str, int] = {}
         self.lock = threading.Lock()
 
     def take(self, message: tuple[str, int | None, int]) -> None:
         """Start, advance or end a run's bar."""
-        if not self.enabled:
-            return
         name, total, n = message
         with self.lock:
             if total is not None and total >= 0:
