@@ -18,8 +18,8 @@ from zarr.storage import LocalStore
 from domino_pipeline.storage.byte_reader import LocalReader, Request, shared_reader
 from domino_pipeline.storage.object_store import is_url, split_url
 from domino_pipeline.store.cache_format import (ARRAYS, FORMAT, FORMAT_VERSION, GENERATION, NEIGHBOR_FEATURE_ARRAYS,
-                                                CacheError, StaleCacheError, metadata_digest, metadata_files,
-                                                settings_arrays)
+                                                CacheError, StaleCacheError, generations, metadata_digest,
+                                                metadata_files, settings_arrays)
 from domino_pipeline.store.chunk_reader import (Allocator, ChunkedArray, CorruptChunkError, Staged, fetch_chunks,
                                                 read_many, supported_layout)
 from domino_pipeline.store.run_checks import RunMetadataError, check_counts, check_grids, check_origin
@@ -274,10 +274,7 @@ def refuse_links(path: Path) -> None:
 def _newer_generation(path: Path) -> bool:
     """Whether the folder of the absent generation ``path`` holds a newer one (replaced, not removed)."""
     number = GENERATION.match(path.name)
-    if number is None or not path.parent.is_dir():
-        return False
-    return any((m := GENERATION.match(p.name)) and int(m.group(1)) > int(number.group(1))
-               for p in path.parent.iterdir())
+    return number is not None and any(n > int(number.group(1)) for n, _ in generations(path.parent))
 
 
 def check_array_files(array_dir: Path) -> tuple[int, ...]:
