@@ -57,20 +57,15 @@ def read_example_factors(path: str | os.PathLike, *, allow_pickle: bool, normali
             record = _FactorsUnpickler(file).load()
         except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as error:
             raise ValueError(f"{path}: not the DoMINO example's scaling factors ({error})") from error
-    return factors_from_record(record, str(path), normalization)
-
-
-def factors_from_record(record: Any, source: str, normalization: str) -> dict:
-    """The example's statistics of ``surface_fields`` and ``volume_fields`` as our factors dict."""
     if not isinstance(record, ExampleScalingFactors):
-        raise ValueError(f"{source}: holds a {type(record).__name__}, not the example's {EXAMPLE_CLASS}")
-    factors: dict[str, Any] = {"normalization": normalization}
+        raise ValueError(f"{path}: holds a {type(record).__name__}, not the example's {EXAMPLE_CLASS}")
+    factors: dict[str, Any] = {"normalization": normalization}  # the statistics of surface_fields and volume_fields
     for kind in ("surface", "volume"):
         part = {}
         for ours, theirs in EXAMPLE_STATISTICS.items():
             values = getattr(record, theirs, {}).get(f"{kind}_fields")
             if values is None:
-                raise ValueError(f"{source}: no {theirs}['{kind}_fields'] (the file has "
+                raise ValueError(f"{path}: no {theirs}['{kind}_fields'] (the file has "
                                  f"{sorted(getattr(record, 'field_keys', []) or [])})")
             part[ours] = np.asarray(values, dtype=np.float64).reshape(-1).tolist()
         factors[kind] = part
