@@ -63,7 +63,8 @@ def process_run(run_dir: str | os.PathLike | RemoteRun | RunFiles, out_path: str
             return write_processed_run(out_path, contents.arrays, contents.attrs, contents.streamed), contents.notes
 
 
-def process_in_memory(run_dir: str | os.PathLike, options: ProcessOptions) -> tuple[dict[str, np.ndarray], dict, list[str]]:
+def process_in_memory(run_dir: str | os.PathLike,
+                      options: ProcessOptions) -> tuple[dict[str, np.ndarray], dict, list[str]]:
     """The arrays, attributes and notes ``process_run`` would write for ``run_dir``, in memory."""
     contents = read_run(run_dir, options)
     with closing(contents):
