@@ -247,15 +247,11 @@ def epoch_indices(sampler: DistributedSampler, epoch: int, skip: int) -> list[in
 
 def timed_batches(loader: Iterable, result: EpochResult) -> Iterator:
     """The loader's batches, the wait for each added to `result.data_wait_s`; a dead worker is named."""
-    iterator = checked_batches(loader)
-    while True:
-        start = time.perf_counter()
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            return
+    start = time.perf_counter()
+    for batch in checked_batches(loader):
         result.data_wait_s += time.perf_counter() - start
         yield batch
+        start = time.perf_counter()
 
 
 # ---- the step
