@@ -54,12 +54,6 @@ def check_box(key: str, box: dict[str, list[float]]) -> None:
         raise ValueError(f"{key} must be {{min: [x, y, z], max: [x, y, z]}} with min < max, not {box}")
 
 
-def check_device(key: str, device: str) -> None:
-    """auto, cpu, cuda or cuda:<index>."""
-    if device not in DEVICES and not (device.startswith("cuda:") and device[5:].isdigit()):
-        raise ValueError(f"{key} must be one of {list(DEVICES)} or cuda:<index>, not {device!r}")
-
-
 @dataclass(frozen=True)
 class CuratorLimitsConfig:
     """``data.quality.curator:`` physicsnemo-curator's per-run limits (docs/data_quality.md)."""
@@ -270,7 +264,8 @@ class GeometryConfig:
         check_box("geometry.bounding_box_volume", self.bounding_box_volume)
         check_box("geometry.bounding_box_surface", self.bounding_box_surface)
         check_choice("geometry.neighbor_layout", self.neighbor_layout, NEIGHBOR_LAYOUTS)
-        check_device("geometry.device", self.device)
+        if self.device not in DEVICES and not (self.device.startswith("cuda:") and self.device[5:].isdigit()):
+            raise ValueError(f"geometry.device must be one of {list(DEVICES)} or cuda:<index>, not {self.device!r}")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from domino_pipeline.configuration.dataset_profile import COEFFICIENTS, DatasetC
 from domino_pipeline.configuration.force_integration import ForceConvention, FreeStream, cell_arrays, coefficients_of_force, unit
 from domino_pipeline.inputs.meshes.cell_geometry import polygon_vector_areas
 from domino_pipeline.inputs.processing.published_forces import Published, References, constant_references
-from domino_pipeline.configuration.variables import VARIABLE_WIDTH
+from domino_pipeline.inference.report import split_columns
 
 
 def cell_forces(pressure: np.ndarray, wall_shear: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray,
@@ -139,19 +139,6 @@ class ForceSettings:
                    directions=Directions(tuple(flow.drag_direction), tuple(flow.lift_direction),
                                          tuple(flow.side_direction)), fields_are_coefficients=coefficient_fields)
 
-    def columns(self, variables: dict[str, str]) -> tuple[int, slice]:
-        """The column of the pressure and the columns of the wall shear in the surface fields."""
-        starts, start = {}, 0
-        for name, kind in variables.items():
-            starts[name] = (start, kind)
-            start += VARIABLE_WIDTH[kind]
-        for name, kind in ((self.pressure, "scalar"), (self.wall_shear_stress, "vector")):
-            if starts.get(name, (0, None))[1] != kind:
-                raise ValueError(f"forces: {name!r} must be a {kind} surface variable; the surface variables are "
-                                 f"{variables} (dataset.fields.surface)")
-        first = starts[self.wall_shear_stress][0]
-        return starts[self.pressure][0], slice(first, first + 3)
-
     def free_stream(self, published: Published | None) -> FreeStream | None:
         """The free stream of a run: the profile's speed, else the run's published one (None: neither)."""
         velocity = self.velocity if self.velocity is not None else (published.velocity if published else None)
@@ -168,8 +155,13 @@ class ForceSettings:
     def loads(self, fields: np.ndarray, vector_areas: np.ndarray, areas: np.ndarray, centres: np.ndarray,
               variables: dict[str, str]) -> Loads:
         """The force and moment of physical surface fields (N, C) on cells of these areas and centres."""
-        pressure, shear = self.columns(variables)
-        return surface_loads(fields[:, pressure], fields[:, shear], vector_areas, areas, centres, self.convention)
+        for name, kind in ((self.pressure, "scalar"), (self.wall_shear_stress, "vector")):
+            if variables.get(name) != kind:
+                raise ValueError(f"forces: {name!r} must be a {kind} surface variable; the surface variables are "
+                                 f"{variables} (dataset.fields.surface)")
+        columns = split_columns(fields, variables)
+        return surface_loads(columns[self.pressure], columns[self.wall_shear_stress], vector_areas, areas, centres,
+                             self.convention)
 
     def coefficients(self, loads: Loads, references: References, free_stream: FreeStream) -> dict[str, float]:
         """Every coefficient of ``loads`` over ``references`` in ``free_stream`` (q = 1 for coefficient fields)."""

@@ -165,7 +165,7 @@ def part_forward(model: torch.nn.Module, *, encode_once: bool = True) -> Forward
 
 @torch.no_grad()
 def predict_part(forward: Forward, items: BatchItems, *, part: str, batch_points: int,
-                 device: torch.device, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+                 device: torch.device, progress: Callable[[int, int], None]) -> np.ndarray:
     """The model's output (scaled) for every kept row of ``part``, in prepared order, through ``forward``."""
     prepared = items.prepared
     count = len(prepared.surface_areas) if part == "surface" else len(prepared.volume_coordinates)
@@ -175,8 +175,7 @@ def predict_part(forward: Forward, items: BatchItems, *, part: str, batch_points
         volume_window = (start, stop) if part == "volume" else ((0, 1) if "volume" in items.parts else None)
         batch = {key: value.to(device) for key, value in items.item(surface_rows, volume_window).items()}
         outputs.append(forward(batch, part)[0].float().cpu().numpy())
-        if progress is not None:
-            progress(index + 1, stop)
+        progress(index + 1, stop)
     return np.concatenate(outputs).astype(np.float32)
 
 

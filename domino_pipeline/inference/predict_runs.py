@@ -118,20 +118,19 @@ def table_columns(records: list[dict], surface_names: list[str]) -> list[str]:
     return columns + ["cells_not_predicted", "seconds"]
 
 
-def printed_columns(records: list[dict], columns: list[str]) -> list[str]:
+def printed_columns(columns: list[str]) -> list[str]:
     """The printed table's: drag, lift, front and rear lift (own references), area-weighted L2 errors."""
     coefficients = {coefficient_columns("own", kind)[name] for name in PRINTED_COEFFICIENTS
                     for kind in ("pred", "true", "published")}
-    shown = [c for c in columns if c in ("run", "cells", "a_ref", "seconds") or c in coefficients
-             or c.startswith("rel_l2_area_")]
-    return [c for c in shown if c != "cells_not_predicted" or any(r.get(c) for r in records)]
+    return [c for c in columns if c in ("run", "cells", "a_ref", "seconds") or c in coefficients
+            or c.startswith("rel_l2_area_")]
 
 
 def report_table(records: list[dict], surface_names: list[str], *, out_dir: Path, forces: ForceSettings) -> Path:
     """Write ``<out_dir>/predictions.csv``, print the chosen columns and the conventions; the CSV's path."""
     columns = table_columns(records, surface_names)
     csv_path = write_csv(records, columns, out_dir / "predictions.csv")
-    shown = printed_columns(records, columns)  # the CSV has every column
+    shown = printed_columns(columns)  # the CSV has every column
     print(format_table(records, shown, {c: c.removeprefix("rel_l2_area_") for c in shown}))
     print("columns after the coefficients: relative L2 error per variable over the surface, area-weighted")
     speed = f"{forces.velocity} m/s" if forces.velocity is not None else "each run's own (u_inf)"

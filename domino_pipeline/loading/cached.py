@@ -103,7 +103,8 @@ class CachedDoMINODataset(EpochDataset):
         run.check_present()
         counts = run.attrs["counts"]
         resident = self._grid_arrays() + ["geometry_coordinates"]  # what every draw reads: kept with the open run
-        run.keep(resident, self._indexed_arrays(resident))
+        run.keep(resident, [n for n in layout_arrays(self.neighbor_layout)  # the drawn parts' rows: shard indexes kept
+                            if n not in resident and n.split("_")[0] in self.parts])
         staged = run.stage(self._window_spans(index, epoch, counts))
         try:
             areas = self._areas_reader(run, counts["surface"], staged) if "surface" in self.parts else None
@@ -165,10 +166,6 @@ class CachedDoMINODataset(EpochDataset):
 
     def _grid_arrays(self) -> list[str]:
         return ["surface_grid_sdf"] + (["volume_grid_sdf"] if "volume" in self.parts else [])
-
-    def _indexed_arrays(self, resident: list[str]) -> list[str]:
-        """The row arrays of the parts this dataset draws, whose shard indexes an open run keeps."""
-        return [n for n in layout_arrays(self.neighbor_layout) if n not in resident and n.split("_")[0] in self.parts]
 
     def _reads(self, draw) -> list[tuple[str, object, object]]:
         """The (array, selection, allocator) triples a draw reads once its rows are chosen."""

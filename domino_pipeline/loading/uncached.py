@@ -13,7 +13,7 @@ from torch.utils.data import get_worker_info
 from domino_pipeline.compute import geometry
 from domino_pipeline.compute.preprocessing import grid_sdf, surface_index, surface_neighbors, volume_sdf
 from domino_pipeline.compute.rows import PreparedRun, drawn_surface, prepare_rows
-from domino_pipeline.compute.sampling import Draw, TooFewPointsError
+from domino_pipeline.compute.sampling import TooFewPointsError
 from domino_pipeline.compute.scaling import check_factors_match
 from domino_pipeline.compute.settings import PreprocessSettings, parse_box
 from domino_pipeline.processed.run_layout import arrays_for
@@ -92,20 +92,17 @@ class DoMINODataPipe(EpochDataset):
             draw = self._draw(index, counts, lambda a, b: prepared.surface_areas[a:b])
         except TooFewPointsError as err:
             raise TooFewPointsError(f"{path}: {err}") from err
-        try:
-            return self._item(prepared, draw, index)
+        try:  # the geometry work for the drawn rows, then the item
+            return build_item(
+                settings=self.settings, scalars=prepared.scalars,
+                geometry_coordinates=prepared.geometry_coordinates[draw.geometry_rows],
+                grids=item_grids(self._grid_recipes, self.parts,
+                                 lambda part: grid_sdf(prepared, self.preprocess, part)),
+                surface=None if draw.surface_rows is None else self._surface(prepared, draw.surface_rows, index),
+                volume=None if draw.volume_rows is None else self._volume(prepared, draw.volume_rows),
+                scaling_factors=self.scaling_factors)
         except ValueError as err:  # the geometry engine's (e.g. an STL with no usable triangle)
             raise ValueError(f"{path}: {err}") from err
-
-    def _item(self, prepared: PreparedRun, draw: Draw, index: int) -> dict[str, torch.Tensor]:
-        """The geometry work for the drawn rows, then the item."""
-        return build_item(
-            settings=self.settings, scalars=prepared.scalars,
-            geometry_coordinates=prepared.geometry_coordinates[draw.geometry_rows],
-            grids=item_grids(self._grid_recipes, self.parts, lambda part: grid_sdf(prepared, self.preprocess, part)),
-            surface=None if draw.surface_rows is None else self._surface(prepared, draw.surface_rows, index),
-            volume=None if draw.volume_rows is None else self._volume(prepared, draw.volume_rows),
-            scaling_factors=self.scaling_factors)
 
     def _surface(self, prepared: PreparedRun, rows: np.ndarray, index: int) -> dict[str, np.ndarray]:
         neighbors = surface_neighbors(prepared, self.preprocess, rows, self._surface_index(index, prepared))

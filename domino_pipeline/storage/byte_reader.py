@@ -72,18 +72,19 @@ class ByteReader:
     def _fetch(self, requests, ranged, results) -> None:
         raise NotImplementedError
 
+    def _deliver(self, buffer: memoryview, merged, ranges, members: list[int], results) -> None:
+        """Count the merged range's ``buffer`` and give each member range its view of it (shorter at an object's end)."""
+        self.bytes += len(buffer)
+        for i in merged[2]:
+            offset = ranges[i][0] - merged[0]
+            results[members[i]] = (buffer[offset:offset + ranges[i][1]], None)
+
     def close(self) -> None:
         """Release what the reader keeps open."""
 
 
 class ConflictError(RuntimeError):
     """A conditional write lost: the object exists, or changed since it was read."""
-
-
-def _split(buffer: memoryview, merged, ranges) -> dict[int, memoryview]:
-    """The member ranges' views into the merged range ``buffer`` (shorter at an object's end)."""
-    start = merged[0]
-    return {i: buffer[ranges[i][0] - start:ranges[i][0] - start + ranges[i][1]] for i in merged[2]}
 
 
 class LocalReader(ByteReader):
@@ -126,10 +127,7 @@ class LocalReader(ByteReader):
                         results[members[i]] = (None, None)
                     continue
                 os.posix_fadvise(fd, merged[0], merged[1], os.POSIX_FADV_WILLNEED)
-                part = view[merged[0]:merged[0] + merged[1]]
-                self.bytes += len(part)
-                for i, member in _split(part, merged, ranges).items():
-                    results[members[i]] = (member, None)
+                self._deliver(view[merged[0]:merged[0] + merged[1]], merged, ranges, members, results)
         for i, request in enumerate(requests):
             if results[i] is None:
                 results[i] = self._whole_or_tail(request)
@@ -204,10 +202,7 @@ class ObjectReader(ByteReader):
                 results[i] = (None, None)
             return
         for m, buffer in zip(merged, buffers):
-            view = memoryview(buffer)  # obstore's own buffer, not copied
-            self.bytes += len(view)
-            for i, part in _split(view, m, ranges).items():
-                results[members[i]] = (part, None)
+            self._deliver(memoryview(buffer), m, ranges, members, results)  # obstore's own buffer, not copied
 
     def _get(self, i: int, request: Request, results) -> None:
         self.requests += 1

@@ -142,11 +142,8 @@ def train_epoch(trainer: Trainer, epoch: int, start: ResumePoint) -> tuple[Epoch
         runs = [data.train_names[key % len(data.train_names)] for key in indices[at:at + config.batch_size]]
         nonfinite_step(trainer, epoch, step, {"loss": loss, "grad_norm": grad_norm, "runs": runs})
 
-    result = train_one_epoch(
-        state.trained, loader_over(data.train_loader, indices), len(indices), state.optimizer, state.scaler,
-        device=info.device, amp_dtype=state.amp_dtype, clip_grad_norm=config.clip_grad_norm,
-        loss_config=trainer.objective.loss, should_stop=lambda: trainer.stop.is_set, on_nonfinite=on_nonfinite,
-        after_step=log_step, result=result, progress=f"epoch {epoch}" if info.is_main else None)
+    result = train_one_epoch(trainer, indices, on_nonfinite=on_nonfinite, after_step=log_step, result=result,
+                             progress=f"epoch {epoch}" if info.is_main else None)
     ranks = distributed.gather_objects(rank_summary(result, indices, data.train_names, info.device))
     record = epoch_record(epoch, ranks, time.perf_counter() - began, state.optimizer.param_groups[0]["lr"],
                           start.step, trainer.objective.description)
@@ -247,39 +244,34 @@ def epoch_indices(sampler: DistributedSampler, epoch: int, skip: int) -> list[in
 
 def timed_batches(loader: Iterable, result: EpochResult) -> Iterator:
     """The loader's batches, the wait for each added to `result.data_wait_s`; a dead worker is named."""
-    iterator = checked_batches(loader)
-    while True:
-        start = time.perf_counter()
-        try:
-            batch = next(iterator)
-        except StopIteration:
-            return
+    start = time.perf_counter()
+    for batch in checked_batches(loader):
         result.data_wait_s += time.perf_counter() - start
         yield batch
+        start = time.perf_counter()
 
 
 # ---- the step
 
-def train_one_epoch(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]], num_samples: int,
-                    optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, *, device: torch.device,
-                    amp_dtype: torch.dtype | None, clip_grad_norm: float, loss_config: LossConfig,
-                    should_stop: Callable[[], bool], on_nonfinite: Callable[[int, float, float], None],
+def train_one_epoch(trainer: Trainer, indices: list[int], *, on_nonfinite: Callable[[int, float, float], None],
                     after_step: Callable[[float | None], None], result: EpochResult,
                     progress: str | None) -> EpochResult:
-    """Train over `loader` into `result`, `after_step(loss)` after each step (None: skipped), stopping when
-    `should_stop()` on any rank; a step not finite on any rank is not taken: `on_nonfinite(step, loss, gradient
-    norm)` raises or returns to skip it. `progress`: the tqdm description, or None for no bar."""
+    """Train over the samples `indices` into `result`, `after_step(loss)` after each step (None: skipped), stopping
+    when the stop flag is set on any rank; a step not finite on any rank is not taken: `on_nonfinite(step, loss,
+    gradient norm)` raises or returns to skip it. `progress`: the tqdm description, or None for no bar."""
+    state, device = trainer.state, trainer.info.device
+    model, optimizer, scaler = state.trained, state.optimizer, state.scaler
     model.train()
-    with tqdm(total=num_samples, desc=progress, disable=progress is None, leave=False, dynamic_ncols=True) as bar:
+    with tqdm(total=len(indices), desc=progress, disable=progress is None, leave=False, dynamic_ncols=True) as bar:
         # closed before an error's line is printed, so the line stands alone
-        for batch in timed_batches(loader, result):
+        for batch in timed_batches(loader_over(trainer.data.train_loader, indices), result):
             start = time.perf_counter()
             batch = to_device(batch, device)
-            loss, terms, predictions = model_loss(model, batch, device, amp_dtype, loss_config)
-            grad_norm = backward(model, loss, optimizer, scaler, clip_grad_norm)
+            loss, terms, predictions = model_loss(model, batch, device, state.amp_dtype, trainer.objective.loss)
+            grad_norm = backward(model, loss, optimizer, scaler, trainer.config.clip_grad_norm)
             loss_value, norm_value = torch.stack([loss.detach().float(), grad_norm.to(loss.device).float()]).tolist()
             finite = step_is_finite(loss_value, norm_value, scaler.is_enabled())
-            nonfinite, stop = distributed.any_ranks([not finite, should_stop()], device)
+            nonfinite, stop = distributed.any_ranks([not finite, trainer.stop.is_set], device)
             if nonfinite:
                 on_nonfinite(result.batches + 1, loss_value, norm_value)
                 drop_step(optimizer, scaler)
@@ -357,29 +349,20 @@ def run_validation(trainer: Trainer) -> dict[str, float]:
     return metrics
 
 
-def validation_sums(trainer: Trainer, indices: list[int]) -> dict[str, torch.Tensor]:
-    """``evaluate``'s sums over ``indices`` of the validation set, each rank a share, summed over ranks."""
-    info, objective = trainer.info, trainer.objective
-    sums = evaluate(
-        trainer.state.model, loader_over(trainer.data.val_loader, indices[info.rank::info.world_size]),
-        device=info.device, amp_dtype=trainer.state.amp_dtype, unscale=objective.unscale, loss_config=objective.loss,
-        target_widths={key: len(names) for key, names in objective.variable_names.items()})
-    return {key: distributed.all_reduce_sum(value) for key, value in sorted(sums.items())}
-
-
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]], *, device: torch.device,
-             amp_dtype: torch.dtype | None, unscale: Callable[[str, torch.Tensor], torch.Tensor],
-             target_widths: dict[str, int], loss_config: LossConfig) -> dict[str, torch.Tensor]:
-    """This rank's validation sums (loss, terms, count, per-variable relative L2 in physical units)."""
+def validation_sums(trainer: Trainer, indices: list[int]) -> dict[str, torch.Tensor]:
+    """The validation sums (loss, terms, count, per-variable relative L2 in physical units) over ``indices`` of the
+    validation set, each rank a share, summed over ranks."""
+    info, model, objective = trainer.info, trainer.state.model, trainer.objective
+    device, unscale, loss_config = info.device, objective.unscale, objective.loss
     model.eval()
-    parts = tuple(key.removesuffix("_fields") for key in target_widths)
-    sums = {key: torch.zeros(width, device=device) for key, width in target_widths.items()}
+    parts = tuple(key.removesuffix("_fields") for key in objective.variable_names)
+    sums = {key: torch.zeros(len(names), device=device) for key, names in objective.variable_names.items()}
     scalars = [f"term/{term}" for term in loss_config.active_terms(parts)] + ["loss_sum", "samples"]
     sums |= {key: torch.zeros((), device=device) for key in scalars}
-    for batch in checked_batches(loader):
+    for batch in checked_batches(loader_over(trainer.data.val_loader, indices[info.rank::info.world_size])):
         batch = to_device(batch, device)
-        loss, terms, predictions = model_loss(model, batch, device, amp_dtype, loss_config)
+        loss, terms, predictions = model_loss(model, batch, device, trainer.state.amp_dtype, loss_config)
         batch_size = next(iter(predictions.values())).shape[0]
         sums["loss_sum"] += loss * batch_size
         for term, value in terms.items():
@@ -387,7 +370,7 @@ def evaluate(model: nn.Module, loader: Iterable[dict[str, torch.Tensor]], *, dev
         sums["samples"] += batch_size
         for key, prediction in predictions.items():
             sums[key] += relative_l2_per_variable(unscale(key, prediction), unscale(key, batch[key].float()))
-    return sums
+    return {key: distributed.all_reduce_sum(value) for key, value in sorted(sums.items())}
 
 
 def relative_l2_per_variable(prediction: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
