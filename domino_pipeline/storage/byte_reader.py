@@ -73,7 +73,7 @@ class ByteReader:
         raise NotImplementedError
 
     def _deliver(self, buffer: memoryview, merged, ranges, members: list[int], results) -> None:
-        """Count the merged range's ``buffer`` and give each member range its view of it (shorter at an object's end)."""
+        """Count the merged range's ``buffer``; each member range gets its view of it (shorter at an object's end)."""
         self.bytes += len(buffer)
         for i in merged[2]:
             offset = ranges[i][0] - merged[0]
