@@ -334,3 +334,34 @@ def test_alignment_study_solves_the_bodies_of_the_family_its_ranges_name(tmp_pat
     alignment_study.main()
     five = sampling.sample_parameters(80, 0, sampling.RANGES["five"])
     assert seen == [(39, five[38]), (2, five[1])] and five[38] != sampling.sample_parameters(80, 0)[38]
+
+
+def test_a_models_drag_error_split_into_its_pressure_and_viscous_parts(tmp_path):
+    """A predict.py folder whose model has 10% too much pressure and 5% too little shear on a
+    fixture body: the parts' errors are those fractions of the solver's parts (surface_split, which
+    equals forceCoeffs' print), in percent of its Cd."""
+    import pyvista
+
+    run = OPENFOAM_FIXTURE / "run_1"
+    header = drag_shares.coefficient_header((run / "coefficient.dat").read_text())
+    mesh = pyvista.read(run / "boundary.vtp")
+    mesh.cell_data["p_pred"] = 1.1 * mesh.cell_data["p"]
+    mesh.cell_data["wallShearStress_pred"] = 0.95 * mesh.cell_data["wallShearStress"]
+    mesh.save(tmp_path / "run_1_surface.vtp")
+    (tmp_path / "predictions.csv").write_text(f"run,u_inf,a_ref\nrun_1,{header['magUInf']},{header['Aref']}\n")
+    solver = drag_shares.surface_split(run)
+    [row] = drag_shares.prediction_errors(tmp_path)
+    assert row["cd"] == pytest.approx(solver.total, rel=1e-9)
+    assert row["pressure_error_percent"] == pytest.approx(10.0 * solver.pressure / solver.total, rel=1e-6)
+    assert row["viscous_error_percent"] == pytest.approx(-5.0 * solver.viscous / solver.total, rel=1e-6)
+    assert row["error_percent"] == pytest.approx(row["pressure_error_percent"] + row["viscous_error_percent"])
+    assert drag_shares.describe_errors([row]).startswith(f"1 bodies: Cd mean abs. error {abs(row['error_percent']):.2f}%")
+    (tmp_path / "run_1_surface.vtp").unlink()
+    with pytest.raises(ValueError, match="run_1_surface.vtp: missing"):
+        drag_shares.prediction_errors(tmp_path)
+    mesh.cell_data.remove("p_pred")
+    mesh.save(tmp_path / "run_1_surface.vtp")
+    with pytest.raises(ValueError, match="run_1_surface.vtp: no cell field p_pred"):
+        drag_shares.prediction_errors(tmp_path)
+    with pytest.raises(ValueError, match="no predictions.csv"):
+        drag_shares.prediction_errors(tmp_path / "elsewhere")

@@ -16,6 +16,12 @@ The Reynolds number is U * length / nu: the free stream (coefficient.dat's magUI
 length (its record's shape) and the family's kinematic viscosity (family.json).
 
     PYTHONPATH=$PWD .venv/bin/python tools/openfoam_family/drag_shares.py /work/data/five88 [--json F]
+
+With ``--predictions DIR [DIR ...]`` (predict.py's output folders, whose surfaces carry the solver's
+and the model's fields), the same integrals say where a model's drag error comes from: the error of
+its pressure part and of its viscous part, each in percent of the solver's Cd:
+
+    PYTHONPATH=$PWD .venv/bin/python tools/openfoam_family/drag_shares.py --predictions W/predictions/*/test
 """
 
 from __future__ import annotations
@@ -84,25 +90,73 @@ def coefficient_header(coefficient_text: str) -> dict[str, float]:
 def surface_split(run: Path) -> DragSplit:
     """The drag's parts from a run folder's boundary.vtp (p and wallShearStress on the body's faces,
     OpenFOAM's face area vectors) over coefficient.dat's magUInf and Aref, as forceCoeffs does."""
-    import numpy as np
     import pyvista
+
+    header = coefficient_header((run / "coefficient.dat").read_text())
+    return fields_split(pyvista.read(run / "boundary.vtp"), "p", "wallShearStress", header["magUInf"],
+                        header["Aref"], run / "boundary.vtp")
+
+
+def fields_split(mesh, pressure: str, shear: str, speed: float, reference_area: float, where: Path) -> DragSplit:
+    """The drag's parts of the kinematic cell fields ``pressure`` and ``shear`` of a surface ``mesh``
+    (``where`` names it in errors) over ``speed`` and ``reference_area``, forceCoeffs' conventions."""
+    import numpy as np
 
     from domino_pipeline.configuration.force_integration import ForceConvention
     from domino_pipeline.inference.forces import mesh_vector_areas
 
-    header = coefficient_header((run / "coefficient.dat").read_text())
-    mesh = pyvista.read(run / "boundary.vtp")
-    missing = [k for k in ("p", "wallShearStress") if k not in mesh.cell_data]
+    missing = [k for k in (pressure, shear) if k not in mesh.cell_data]
     if missing:
-        raise ValueError(f"{run / 'boundary.vtp'}: no cell field {', '.join(missing)}")
+        raise ValueError(f"{where}: no cell field {', '.join(missing)}")
     vector_areas = mesh_vector_areas(mesh)
     areas = np.linalg.norm(vector_areas, axis=1)
-    pressure = np.asarray(mesh.cell_data["p"], np.float64) @ vector_areas
-    shear = areas @ np.asarray(mesh.cell_data["wallShearStress"], np.float64)
+    pressure_force = np.asarray(mesh.cell_data[pressure], np.float64) @ vector_areas
+    shear_force = areas @ np.asarray(mesh.cell_data[shear], np.float64)
     convention = ForceConvention(normals="into_body", wall_shear="on_fluid")  # foamToVTK: conf/dataset/openfoam.yaml
-    per_force = 1.0 / (0.5 * header["magUInf"] ** 2 * header["Aref"])  # kinematic fields, rhoInf 1
-    return DragSplit(float(convention.force(pressure, np.zeros(3))[0] * per_force),
-                     float(convention.force(np.zeros(3), shear)[0] * per_force))
+    per_force = 1.0 / (0.5 * speed ** 2 * reference_area)  # kinematic fields, rhoInf 1
+    return DragSplit(float(convention.force(pressure_force, np.zeros(3))[0] * per_force),
+                     float(convention.force(np.zeros(3), shear_force)[0] * per_force))
+
+
+def prediction_errors(folder: Path) -> list[dict]:
+    """Per body of a predict.py folder (predictions.csv, <run>_surface.vtp with p, p_pred,
+    wallShearStress and wallShearStress_pred): the solver's and the model's drag parts, and each
+    part's error in percent of the solver's Cd, to say where a model's drag error comes from."""
+    import csv
+
+    import pyvista
+
+    table = folder / "predictions.csv"
+    if not table.is_file():
+        raise ValueError(f"{folder}: no predictions.csv (predict.py's output folder)")
+    rows = []
+    with open(table, newline="") as f:
+        for row in csv.DictReader(f):
+            surface = folder / f"{row['run']}_surface.vtp"
+            if not surface.is_file():
+                raise ValueError(f"{surface}: missing (predict.py writes one per body)")
+            mesh = pyvista.read(surface)
+            speed, area = float(row["u_inf"]), float(row["a_ref"])
+            true, predicted = (fields_split(mesh, f"p{tag}", f"wallShearStress{tag}", speed, area, surface)
+                               for tag in ("", "_pred"))
+            percent = 100.0 / true.total
+            rows.append({"run": row["run"], "cd": true.total, "cd_pred": predicted.total,
+                         "pressure_share": true.pressure_share,
+                         "pressure_error_percent": (predicted.pressure - true.pressure) * percent,
+                         "viscous_error_percent": (predicted.viscous - true.viscous) * percent,
+                         "error_percent": (predicted.total - true.total) * percent})
+    return rows
+
+
+def describe_errors(rows: list[dict]) -> str:
+    """The mean absolute error of the model's Cd and of its two parts, in percent of the solver's Cd."""
+    def mean_abs(key: str) -> float:
+        return statistics.fmean(abs(r[key]) for r in rows)
+
+    return (f"{len(rows)} bodies: Cd mean abs. error {mean_abs('error_percent'):.2f}%, of which the pressure part "
+            f"{mean_abs('pressure_error_percent'):.2f}% and the viscous part {mean_abs('viscous_error_percent'):.2f}% "
+            f"(each in percent of the solver's Cd; median pressure share "
+            f"{statistics.median(r['pressure_share'] for r in rows):.0%})")
 
 
 def reynolds(speed: float, length: float, nu: float) -> float:
@@ -163,11 +217,25 @@ def describe(regime: dict) -> str:
 
 
 def main() -> None:
-    """Integrate every converged run of a family and print its regime."""
+    """Integrate every converged run of a family and print its regime; or, with ``--predictions``,
+    split a model's drag error into its pressure and viscous parts."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("root", type=Path, help="a family's folder (family.json, run_<i>/, records/)")
+    parser.add_argument("root", type=Path, nargs="?", help="a family's folder (family.json, run_<i>/, records/)")
+    parser.add_argument("--predictions", type=Path, nargs="+", metavar="DIR",
+                        help="predict.py output folders instead of a family: the model's drag error by part")
     parser.add_argument("--json", type=Path, help="write the per-run figures and the spreads here")
     args = parser.parse_args()
+    if (args.root is None) == (args.predictions is None):
+        parser.error("give a family's folder or --predictions, one of them")
+    if args.predictions:
+        rows = [row | {"folder": str(folder)} for folder in args.predictions for row in prediction_errors(folder)]
+        for row in rows:
+            print(f"{row['run']:>10}  Cd {row['cd']:.4f}  error {row['error_percent']:+.2f}%  pressure part "
+                  f"{row['pressure_error_percent']:+.2f}%  viscous part {row['viscous_error_percent']:+.2f}%")
+        print(describe_errors(rows))
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        return
     regime = family_regime(args.root)
     print(describe(regime))
     recorded = [r for r in regime["runs"] if "cd_recorded" in r]
