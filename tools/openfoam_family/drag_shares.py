@@ -93,29 +93,35 @@ def surface_split(run: Path) -> DragSplit:
     import pyvista
 
     header = coefficient_header((run / "coefficient.dat").read_text())
-    return fields_split(pyvista.read(run / "boundary.vtp"), "p", "wallShearStress", header["magUInf"],
-                        header["Aref"], run / "boundary.vtp")
+    [split] = fields_splits(pyvista.read(run / "boundary.vtp"), [("p", "wallShearStress")], header["magUInf"],
+                            header["Aref"], run / "boundary.vtp")
+    return split
 
 
-def fields_split(mesh, pressure: str, shear: str, speed: float, reference_area: float, where: Path) -> DragSplit:
-    """The drag's parts of the kinematic cell fields ``pressure`` and ``shear`` of a surface ``mesh``
-    (``where`` names it in errors) over ``speed`` and ``reference_area``, forceCoeffs' conventions."""
+def fields_splits(mesh, pairs: list[tuple[str, str]], speed: float, reference_area: float,
+                  where: Path) -> list[DragSplit]:
+    """The drag's parts of each (pressure, shear) pair of kinematic cell fields of a surface ``mesh``
+    (``where`` names it in errors) over ``speed`` and ``reference_area``, forceCoeffs' conventions;
+    the face area vectors computed once for every pair."""
     import numpy as np
 
     from domino_pipeline.configuration.force_integration import ForceConvention
     from domino_pipeline.inference.forces import mesh_vector_areas
 
-    missing = [k for k in (pressure, shear) if k not in mesh.cell_data]
+    missing = [k for pair in pairs for k in pair if k not in mesh.cell_data]
     if missing:
         raise ValueError(f"{where}: no cell field {', '.join(missing)}")
     vector_areas = mesh_vector_areas(mesh)
     areas = np.linalg.norm(vector_areas, axis=1)
-    pressure_force = np.asarray(mesh.cell_data[pressure], np.float64) @ vector_areas
-    shear_force = areas @ np.asarray(mesh.cell_data[shear], np.float64)
     convention = ForceConvention(normals="into_body", wall_shear="on_fluid")  # foamToVTK: conf/dataset/openfoam.yaml
     per_force = 1.0 / (0.5 * speed ** 2 * reference_area)  # kinematic fields, rhoInf 1
-    return DragSplit(float(convention.force(pressure_force, np.zeros(3))[0] * per_force),
-                     float(convention.force(np.zeros(3), shear_force)[0] * per_force))
+    splits = []
+    for pressure, shear in pairs:
+        pressure_force = np.asarray(mesh.cell_data[pressure], np.float64) @ vector_areas
+        shear_force = areas @ np.asarray(mesh.cell_data[shear], np.float64)
+        splits.append(DragSplit(float(convention.force(pressure_force, np.zeros(3))[0] * per_force),
+                                float(convention.force(np.zeros(3), shear_force)[0] * per_force)))
+    return splits
 
 
 def prediction_errors(folder: Path) -> list[dict]:
@@ -135,10 +141,9 @@ def prediction_errors(folder: Path) -> list[dict]:
             surface = folder / f"{row['run']}_surface.vtp"
             if not surface.is_file():
                 raise ValueError(f"{surface}: missing (predict.py writes one per body)")
-            mesh = pyvista.read(surface)
-            speed, area = float(row["u_inf"]), float(row["a_ref"])
-            true, predicted = (fields_split(mesh, f"p{tag}", f"wallShearStress{tag}", speed, area, surface)
-                               for tag in ("", "_pred"))
+            true, predicted = fields_splits(pyvista.read(surface), [("p", "wallShearStress"),
+                                                                    ("p_pred", "wallShearStress_pred")],
+                                            float(row["u_inf"]), float(row["a_ref"]), surface)
             percent = 100.0 / true.total
             rows.append({"run": row["run"], "cd": true.total, "cd_pred": predicted.total,
                          "pressure_share": true.pressure_share,
